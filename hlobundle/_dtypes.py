@@ -1,0 +1,98 @@
+"""The dtype table of SPEC.md: manifest name, MLIR element type and safetensors storage.
+
+Most dtypes are stored under their own safetensors code. Two kinds have none:
+`complex128` is stored as `F64` with one extra trailing axis of length 2 (real, imaginary),
+and the float8 types safetensors lacks are stored bit for bit as `U8` of the same shape.
+The manifest's dtype is authoritative; the safetensors code only says how bytes are laid out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import ml_dtypes
+import numpy as np
+
+from ._errors import ModuleError
+
+
+@dataclass(frozen=True)
+class DType:
+    """One row of the dtype table."""
+
+    name: str
+    mlir: str
+    safetensors: str
+    pair_axis: bool = False  # complex128: stored with a trailing axis of 2
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _numpy_dtype(self.name)
+
+    def storage_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*shape, 2) if self.pair_axis else shape
+
+
+TABLE: tuple[DType, ...] = (
+    DType("bool", "i1", "BOOL"),
+    DType("int8", "i8", "I8"),
+    DType("int16", "i16", "I16"),
+    DType("int32", "i32", "I32"),
+    DType("int64", "i64", "I64"),
+    DType("uint8", "ui8", "U8"),
+    DType("uint16", "ui16", "U16"),
+    DType("uint32", "ui32", "U32"),
+    DType("uint64", "ui64", "U64"),
+    DType("float16", "f16", "F16"),
+    DType("bfloat16", "bf16", "BF16"),
+    DType("float32", "f32", "F32"),
+    DType("float64", "f64", "F64"),
+    DType("complex64", "complex<f32>", "C64"),
+    DType("complex128", "complex<f64>", "F64", pair_axis=True),
+    DType("float8_e4m3fn", "f8E4M3FN", "F8_E4M3"),
+    DType("float8_e5m2", "f8E5M2", "F8_E5M2"),
+    DType("float8_e4m3fnuz", "f8E4M3FNUZ", "F8_E4M3FNUZ"),
+    DType("float8_e5m2fnuz", "f8E5M2FNUZ", "F8_E5M2FNUZ"),
+    DType("float8_e8m0fnu", "f8E8M0FNU", "F8_E8M0"),
+    DType("float8_e4m3b11fnuz", "f8E4M3B11FNUZ", "U8"),
+    DType("float8_e3m4", "f8E3M4", "U8"),
+    DType("float8_e4m3", "f8E4M3", "U8"),
+)
+
+BY_NAME = {d.name: d for d in TABLE}
+BY_MLIR = {d.mlir: d for d in TABLE}
+NAMES = tuple(BY_NAME)
+
+
+@cache
+def _numpy_dtype(name: str) -> np.dtype:
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+def from_numpy(dtype: np.dtype) -> DType | None:
+    """The table row for a numpy dtype, or None when the format has no such dtype."""
+    return BY_NAME.get(np.dtype(dtype).name)
+
+
+def from_mlir(element_type: str, *, where: str) -> DType:
+    """The table row for an MLIR element type such as `f32` or `complex<f64>`."""
+    row = BY_MLIR.get(element_type)
+    if row is None:
+        raise ModuleError(
+            f"{where}: element type {element_type!r} is not in the dtype table "
+            f"(SPEC.md, 'Dtypes'); supported: {', '.join(BY_MLIR)}",
+            code="DTYPE_UNSUPPORTED",
+        )
+    return row
+
+
+def to_storage(array: np.ndarray, row: DType) -> np.ndarray:
+    """The contiguous little-endian array whose bytes are written to safetensors."""
+    array = np.ascontiguousarray(array, dtype=row.numpy.newbyteorder("<"))
+    if row.pair_axis:
+        return array.view("<f8").reshape(row.storage_shape(array.shape))
+    if row.safetensors == "U8" and row.name != "uint8":
+        return array.view(np.uint8)
+    return array
+

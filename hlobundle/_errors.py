@@ -1,0 +1,134 @@
+"""The project's exceptions.
+
+Every failure a user can cause raises a subclass of `HloBundleError`. Each class has a
+stable `code` (listed in SPEC.md, "Error codes") and carries the context it is about:
+the file (`path`), the manifest field (`field`) or the function argument (`argument`).
+
+```
+HloBundleError
+├── BundleError                the bundle on disk is malformed or tampered with
+│   ├── NotABundleError            NOT_A_BUNDLE
+│   ├── ManifestError              MANIFEST_INVALID, MANIFEST_TOO_LARGE
+│   ├── VersionError               VERSION_UNSUPPORTED
+│   ├── UnsafePathError            PATH_UNSAFE
+│   ├── FileSetError               FILE_MISSING, FILE_UNLISTED
+│   ├── IntegrityError             SIZE_MISMATCH, HASH_MISMATCH
+│   ├── TensorFileError            SAFETENSORS_INVALID, TENSOR_MISMATCH
+│   └── SignatureError             SIGNATURE_MISMATCH
+├── ModuleError                MLIR_INVALID, DTYPE_UNSUPPORTED
+├── InputError                 INPUT_INVALID, INPUT_AMBIGUOUS
+└── OutputExistsError          OUTPUT_EXISTS
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "BundleError",
+    "FileSetError",
+    "HloBundleError",
+    "HloBundleWarning",
+    "InputError",
+    "IntegrityError",
+    "ManifestError",
+    "ModuleError",
+    "NotABundleError",
+    "OutputExistsError",
+    "SignatureError",
+    "TensorFileError",
+    "UnsafePathError",
+    "VersionError",
+]
+
+
+class HloBundleWarning(UserWarning):
+    """Something a reader tolerated but the user should know, e.g. a newer minor version."""
+
+
+class HloBundleError(Exception):
+    """Root of every error this package raises on bad input.
+
+    **Attributes:**
+
+    - `code`: a stable identifier from SPEC.md's error table.
+    - `path`: the file the error is about, if any.
+    - `field`: the manifest field (dotted, e.g. `arguments[2].shape`), if any.
+    - `argument`: the function argument's name, if any.
+    """
+
+    code: str = "ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        path: str | Path | None = None,
+        field: str | None = None,
+        argument: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.path = None if path is None else str(path)
+        self.field = field
+        self.argument = argument
+
+    def context(self) -> dict[str, str]:
+        """The non-empty context fields, for reports and `--json` output."""
+        items = {"path": self.path, "field": self.field, "argument": self.argument}
+        return {k: v for k, v in items.items() if v is not None}
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+class BundleError(HloBundleError):
+    """The bundle on disk is malformed, unsafe or tampered with."""
+
+
+class NotABundleError(BundleError):
+    code = "NOT_A_BUNDLE"
+
+
+class ManifestError(BundleError):
+    code = "MANIFEST_INVALID"
+
+
+class VersionError(BundleError):
+    code = "VERSION_UNSUPPORTED"
+
+
+class UnsafePathError(BundleError):
+    code = "PATH_UNSAFE"
+
+
+class FileSetError(BundleError):
+    code = "FILE_MISSING"
+
+
+class IntegrityError(BundleError):
+    code = "HASH_MISMATCH"
+
+
+class TensorFileError(BundleError):
+    code = "SAFETENSORS_INVALID"
+
+
+class SignatureError(BundleError):
+    code = "SIGNATURE_MISMATCH"
+
+
+class ModuleError(HloBundleError):
+    code = "MLIR_INVALID"
+
+
+class InputError(HloBundleError):
+    code = "INPUT_INVALID"
+
+
+class OutputExistsError(HloBundleError):
+    code = "OUTPUT_EXISTS"

@@ -1,0 +1,160 @@
+"""The JAX producer: `export(fn, *example_args, out=...)` lowers a JAX function and packs it."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ._errors import InputError
+from ._manifest import Role
+from ._writer import pack
+
+
+def export(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    out: str | os.PathLike[str],
+    force: bool = False,
+    roles: Mapping[str, Role] | None = None,
+    store_inputs: bool = True,
+    target_version: str | None = None,
+    timestamp: str | None = None,
+) -> Path:
+    """Lower `fn` on `example_args` with `jax.jit` and write it as a bundle.
+
+    Arguments may be pytrees. Every leaf becomes one `@main` argument (unused ones are kept),
+    named after `fn`'s parameter names and the leaf's key path (`params['w']` becomes
+    `params_w`), with the JAX key path as its producer path. The pytree structures of the
+    arguments and results are recorded when they are made of tuples, lists and dicts.
+
+    **Arguments:**
+
+    - `fn`: the function; `example_args`: its positional arguments.
+    - `out`, `force`, `roles`, `target_version`, `timestamp`: as for `pack()`.
+    - `store_inputs`: store the example arguments in the bundle (default True).
+
+    **Returns:** the path of the written bundle.
+    """
+    import jax
+
+    leaves, in_tree = jax.tree_util.tree_flatten_with_path(example_args)
+    flat = [np.asarray(leaf) for _, leaf in leaves]
+    _check_x64(flat, [p for p, _ in leaves], jax.config.jax_enable_x64)
+
+    def flat_fn(*flat_args: Any) -> Any:
+        return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
+
+    lowered = jax.jit(flat_fn, keep_unused=True).lower(*flat)
+    params = _positional_names(fn)
+    names = _unique([_leaf_name(path, params) for path, _ in leaves])
+    out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(lowered.out_info)
+    result_names = _unique([_result_name(path) for path, _ in out_leaves])
+    return pack(
+        lowered.as_text(),
+        flat if store_inputs else None,
+        out,
+        names=names,
+        paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
+        roles=roles,
+        result_names=result_names,
+        function=getattr(fn, "__name__", "main"),
+        force=force,
+        target_version=target_version,
+        producer=("jax", jax.__version__),
+        timestamp=timestamp,
+        input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
+        output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
+    )
+
+
+def _check_x64(flat: list[np.ndarray], paths: list[Any], enabled: bool) -> None:
+    if enabled:
+        return
+    for path, a in zip(paths, flat):
+        if a.dtype.itemsize == 8 and a.dtype.kind in "iuf" or a.dtype == np.complex128:
+            raise InputError(
+                f"example argument args{_keystr(path)} is {a.dtype.name}, but jax_enable_x64 is "
+                "off, so JAX would lower it as a 32-bit type; call "
+                "jax.config.update('jax_enable_x64', True) before exporting",
+                argument=_keystr(path),
+            )
+
+
+def _keystr(path: Any) -> str:
+    import jax
+
+    return jax.tree_util.keystr(path)
+
+
+def _positional_names(fn: Callable[..., Any]) -> list[str]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def _key_part(key: Any) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _leaf_name(path: Any, params: list[str]) -> str:
+    first, *rest = path
+    index = int(_key_part(first))
+    head = params[index] if index < len(params) else f"arg{index}"
+    return _identifier("_".join([head, *map(_key_part, rest)]))
+
+
+def _result_name(path: Any) -> str:
+    parts = [_key_part(k) for k in path]
+    if not parts:
+        return "result"
+    name = "_".join(parts)
+    return _identifier(name if not name[0].isdigit() else f"result_{name}")
+
+
+def _identifier(text: str) -> str:
+    name = re.sub(r"\W", "_", text)
+    return name if name.isidentifier() and not name[0].isdigit() else f"_{name}"
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        out.append(name if n == 0 else f"{name}_{n + 1}")
+    return out
+
+
+class _NotJson(Exception):
+    pass
+
+
+def _json_tree(tree: Any) -> Any:
+    """Nested lists/dicts of names, or None when the pytree uses other node types."""
+    try:
+        return _to_json(tree)
+    except _NotJson:
+        return None
+
+
+def _to_json(node: Any) -> Any:
+    if isinstance(node, str) or node is None:
+        return node
+    if isinstance(node, (list, tuple)) and type(node) in (list, tuple):
+        return [_to_json(x) for x in node]
+    if isinstance(node, dict) and all(isinstance(k, str) for k in node):
+        return {k: _to_json(v) for k, v in node.items()}
+    raise _NotJson

@@ -1,0 +1,157 @@
+"""Reading example arrays from files, and matching them to `@main`'s arguments (SPEC.md, "Packing").
+
+Keys map to arguments by name, or by `arr_<k>`: 0-based as `np.savez` writes them, 1-based as
+Julia's NPZ.jl (Reactant) writes them. Loose `.npy` files whose names are not argument names
+map by position. Anything else is ambiguous and an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes
+from ._errors import InputError, TensorFileError
+from ._mlir import TensorType
+
+_ARR_KEY = re.compile(r"^arr_(\d+)$")
+_NATIVE_CODES = {row.safetensors: row for row in _dtypes.TABLE if row.safetensors != "U8"}
+_NATIVE_CODES["U8"] = _dtypes.BY_NAME["uint8"]
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """One array from an input file, with the key it was stored under and where it came from."""
+
+    key: str
+    array: Any
+    source: str
+    positional: bool = False
+
+
+def read_files(files: Sequence[str | Path]) -> list[Keyed]:
+    items: list[Keyed] = []
+    for f in files:
+        items.extend(_read_file(Path(f)))
+    return items
+
+
+def _read_file(path: Path) -> list[Keyed]:
+    if not path.is_file():
+        raise InputError(f"input file {str(path)!r} does not exist", path=path)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                return [Keyed(k, npz[k], f"{path.name}[{k}]") for k in npz.files]
+        if suffix == ".npy":
+            array = np.load(path, allow_pickle=False, mmap_mode="r")
+            return [Keyed(path.stem, array, path.name, positional=True)]
+        if suffix == ".safetensors":
+            return _read_safetensors(path)
+    except (ValueError, OSError) as e:
+        raise InputError(f"cannot read input file {str(path)!r}: {e}", path=path) from None
+    raise InputError(
+        f"input file {str(path)!r} has an unknown extension {suffix!r}; "
+        "expected .npz, .npy or .safetensors",
+        path=path,
+    )
+
+
+def _read_safetensors(path: Path) -> list[Keyed]:
+    from ._tensors import TensorFile
+
+    try:
+        tf = TensorFile(path, name=path.name)
+    except TensorFileError as e:
+        raise InputError(e.message, path=path) from None
+    items = []
+    for key, entry in tf.entries.items():
+        row = _NATIVE_CODES.get(entry.code)
+        if row is None:
+            raise InputError(f"{path.name}[{key}] has unsupported dtype {entry.code}", path=path)
+        items.append(Keyed(key, tf.array(key, row, entry.shape), f"{path.name}[{key}]"))
+    return items
+
+
+def from_python(inputs: Sequence[Any] | Mapping[str, Any]) -> list[Keyed]:
+    if isinstance(inputs, Mapping):
+        return [Keyed(str(k), v, f"inputs[{k!r}]") for k, v in inputs.items()]
+    return [Keyed(str(i), v, f"inputs[{i}]", positional=True) for i, v in enumerate(inputs)]
+
+
+def assign(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
+    """Order `items` as the arguments `names`, by name, by `arr_<k>`, or by position."""
+    keys = [it.key for it in items]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise InputError(f"input key(s) {dup} appear more than once across the input files")
+    if set(keys) <= set(names) and (keys or not names):
+        by_key = {it.key: it for it in items}
+        _require_all(by_key, names)
+        return [by_key[n] for n in names]
+    if keys and all(_ARR_KEY.match(k) for k in keys):
+        return _assign_numbered(items, names)
+    if items and all(it.positional for it in items):
+        _require_count(len(items), len(names))
+        return items
+    unknown = sorted(set(keys) - set(names))
+    raise InputError(
+        f"cannot tell which input goes to which argument: key(s) {unknown[:8]} are neither "
+        f"argument names {list(names)[:8]} nor arr_<k>; rename the keys or pass --names",
+        code="INPUT_AMBIGUOUS",
+    )
+
+
+def _assign_numbered(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
+    by_index = {int(_ARR_KEY.match(it.key).group(1)): it for it in items}  # type: ignore[union-attr]
+    n = len(names)
+    for base, writer in ((0, "np.savez, 0-based"), (1, "Julia/NPZ.jl, 1-based")):
+        if set(by_index) == set(range(base, base + n)):
+            return [by_index[base + i] for i in range(n)]
+    got = sorted(by_index)
+    raise InputError(
+        f"the arr_<k> keys {got[:10]} are neither arr_0..arr_{n - 1} (np.savez, 0-based) "
+        f"nor arr_1..arr_{n} (Julia/NPZ.jl, 1-based) for {n} argument(s)",
+        code="INPUT_AMBIGUOUS",
+    )
+
+
+def _require_all(by_key: dict[str, Keyed], names: Sequence[str]) -> None:
+    missing = [n for n in names if n not in by_key]
+    if missing:
+        raise InputError(
+            f"no input given for argument(s) {missing}; every argument needs a value",
+            argument=missing[0],
+        )
+
+
+def _require_count(got: int, expected: int) -> None:
+    if got != expected:
+        raise InputError(f"expected {expected} input array(s), one per argument, got {got}")
+
+
+def check(
+    item: Keyed, expected: TensorType, *, name: str, path: str, column_major: bool
+) -> np.ndarray:
+    """The array to store for one argument, in the tensor's own (row-major) orientation."""
+    array = np.asarray(item.array)
+    want_shape = expected.shape[::-1] if column_major else expected.shape
+    orientation = " (Julia orientation, reversed)" if column_major else ""
+    where = f"argument {name!r} (path {path}, from {item.source})"
+    if array.dtype != expected.dtype.numpy:
+        raise InputError(
+            f"{where}: expected dtype {expected.dtype.name}, got {array.dtype.name}",
+            argument=name,
+        )
+    if tuple(array.shape) != want_shape:
+        raise InputError(
+            f"{where}: expected shape {want_shape}{orientation}, got {tuple(array.shape)}",
+            argument=name,
+        )
+    return array.T if column_major else array

@@ -1,0 +1,242 @@
+"""The manifest: a pydantic model of `manifest.json` (SPEC.md, "Manifest").
+
+Models are strict (`extra="forbid"`). A manifest with a newer minor version is read
+tolerantly: fields this reader does not know are dropped, after a warning (SPEC.md, "Versions").
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import warnings
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ._dtypes import NAMES
+from ._errors import HloBundleWarning, ManifestError, VersionError
+
+# Format version history (SPEC.md, "Versions"):
+# 1.0 (2026-12-02): first version.
+FORMAT = "hlobundle"
+FORMAT_VERSION = "1.0"
+MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+
+DTypeName = Literal[NAMES]  # type: ignore[valid-type]
+Layout = Literal["row_major", "column_major"]
+Role = Literal["input", "parameter", "state"]
+Dim = Annotated[int, Field(ge=0)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+RelPath = Annotated[str, Field(min_length=1, max_length=255)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unknown_when_tolerant(cls, data: Any, info: ValidationInfo) -> Any:
+        if info.context and info.context.get("tolerant") and isinstance(data, dict):
+            return {k: v for k, v in data.items() if k in cls.model_fields}
+        return data
+
+
+class TensorRef(_Model):
+    """Where a stored value lives: a safetensors file of the bundle and the key in it."""
+
+    file: RelPath
+    key: str = Field(min_length=1)
+
+
+class Argument(_Model):
+    name: str
+    path: str
+    shape: list[Dim]
+    dtype: DTypeName
+    layout: Layout = "row_major"
+    role: Role = "input"
+    value: TensorRef | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, name: str) -> str:
+        return _check_identifier(name)
+
+
+class Result(_Model):
+    name: str
+    shape: list[Dim]
+    dtype: DTypeName
+    layout: Layout = "row_major"
+    aliases: int | None = Field(default=None, ge=0)
+    expected: TensorRef | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, name: str) -> str:
+        return _check_identifier(name)
+
+
+class PortableArtifact(_Model):
+    file: RelPath
+    target_version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+
+
+class Module(_Model):
+    text: RelPath
+    portable: PortableArtifact
+
+
+class Provenance(_Model):
+    producer: str
+    producer_version: str
+    jax_version: str | None = None
+    jaxlib_version: str | None = None
+    stablehlo_version: str | None = None
+    timestamp: str | None = None
+
+
+class FileEntry(_Model):
+    size: int = Field(ge=0)
+    sha256: Sha256
+
+
+class Manifest(_Model):
+    format: Literal["hlobundle"]
+    format_version: str = Field(pattern=r"^\d+\.\d+$")
+    function: str = Field(min_length=1)
+    arguments: list[Argument]
+    results: list[Result]
+    input_tree: Any = None
+    output_tree: Any = None
+    module: Module
+    provenance: Provenance
+    files: dict[RelPath, FileEntry]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        _check_unique([a.name for a in self.arguments], "arguments")
+        _check_unique([r.name for r in self.results], "results")
+        for i, r in enumerate(self.results):
+            if r.aliases is not None and r.aliases >= len(self.arguments):
+                raise ValueError(
+                    f"results[{i}].aliases = {r.aliases} but there are "
+                    f"{len(self.arguments)} arguments"
+                )
+        return self
+
+    def argument(self, name: str) -> Argument:
+        for a in self.arguments:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def to_json(self) -> bytes:
+        """Canonical bytes: sorted keys, two-space indent, trailing newline."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _check_identifier(name: str) -> str:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"{name!r} is not a Python identifier")
+    return name
+
+
+def _check_unique(names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"duplicate {what} name {n!r}")
+        seen.add(n)
+
+
+def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest:
+    """Validate manifest bytes: size, UTF-8, JSON, version, then the model."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ManifestError(
+            f"manifest is {len(raw)} bytes; the limit is {MAX_MANIFEST_BYTES} "
+            "(SPEC.md, 'Reader safety')",
+            code="MANIFEST_TOO_LARGE",
+            path=path,
+        )
+    data = _decode_json(raw, path)
+    tolerant = _check_version(data, path)
+    try:
+        return Manifest.model_validate(data, context={"tolerant": tolerant})
+    except ValidationError as e:
+        raise _manifest_error(e, path) from None
+
+
+def _decode_json(raw: bytes, path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"manifest is not UTF-8: {e}", path=path) from None
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"manifest is not JSON: {e}", path=path) from None
+    if not isinstance(data, dict):
+        raise ManifestError(
+            f"manifest must be a JSON object, got {type(data).__name__}", path=path
+        )
+    return data
+
+
+def _check_version(data: dict[str, Any], path: str) -> bool:
+    """Returns True when the manifest is a newer minor version, read tolerantly."""
+    version = data.get("format_version")
+    if data.get("format") != FORMAT or not isinstance(version, str):
+        raise ManifestError(
+            f"expected format = {FORMAT!r} and a format_version string, got "
+            f"format = {data.get('format')!r}, format_version = {version!r}",
+            path=path,
+            field="format",
+        )
+    ours = _major_minor(FORMAT_VERSION)
+    theirs = _major_minor(version)
+    if theirs is None or theirs[0] != ours[0]:
+        raise VersionError(
+            f"format_version {version!r} is not readable by this reader, which reads "
+            f"major version {ours[0]} (SPEC.md, 'Versions')",
+            path=path,
+            field="format_version",
+        )
+    if theirs[1] > ours[1]:
+        warnings.warn(
+            f"{path}: format_version {version} is newer than this reader's "
+            f"{FORMAT_VERSION}; fields it does not know are ignored",
+            HloBundleWarning,
+            stacklevel=3,
+        )
+        return True
+    return False
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    parts = version.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def _manifest_error(e: ValidationError, path: str) -> ManifestError:
+    first = e.errors()[0]
+    field = "".join(
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
+        for i, p in enumerate(first["loc"])
+    )
+    return ManifestError(
+        f"manifest field {field or '(root)'}: {first['msg']} "
+        f"(got {first.get('input')!r:.80}); {e.error_count()} error(s) in all",
+        path=path,
+        field=field or None,
+    )

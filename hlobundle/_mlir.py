@@ -1,0 +1,172 @@
+"""Reading StableHLO with the `jaxlib.mlir` bindings: parse, `@main`'s signature, portable artifacts.
+
+This imports `jaxlib.mlir` only (about 0.1 s), never `jax`, so `verify` stays light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from . import _dtypes
+from ._errors import ModuleError
+
+if TYPE_CHECKING:
+    from jaxlib.mlir import ir
+
+ENTRY = "main"
+# Portable artifacts target what a 12-week-old StableHLO reads, unless asked otherwise.
+DEFAULT_COMPATIBILITY = "WEEK_12"
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: _dtypes.DType
+
+
+@dataclass(frozen=True)
+class Signature:
+    """`@main`'s argument and result types, plus `tf.aliasing_output` (result -> argument)."""
+
+    module_name: str | None
+    arguments: tuple[TensorType, ...]
+    results: tuple[TensorType, ...]
+    aliases: dict[int, int]
+
+
+@cache
+def context() -> ir.Context:
+    """One MLIR context with the dialects JAX registers (func, stablehlo, chlo, sdy, mhlo...)."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    for dialect in (stablehlo, chlo, sdy):
+        dialect.register_dialect(ctx)
+    mhlo.register_mhlo_dialect(ctx)
+    return ctx
+
+
+def parse(text: str | bytes, *, path: str | None = None) -> ir.Module:
+    from jaxlib.mlir import ir
+
+    with context(), ir.Location.unknown():
+        try:
+            return ir.Module.parse(text)
+        except ir.MLIRError as e:
+            raise ModuleError(
+                f"the MLIR does not parse: {_short(str(e))}", path=path
+            ) from None
+
+
+def signature(module: ir.Module, *, path: str | None = None) -> Signature:
+    """Read `@main`'s types; every one must be a static tensor of a dtype in the table."""
+    from jaxlib.mlir import ir
+
+    with context():
+        main = _find_main(module, path)
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        args = tuple(
+            _tensor_type(t, f"@main argument {i}", path) for i, t in enumerate(ftype.inputs)
+        )
+        results = tuple(
+            _tensor_type(t, f"@main result {i}", path) for i, t in enumerate(ftype.results)
+        )
+        name_attr = module.operation.attributes
+        name = ir.StringAttr(name_attr["sym_name"]).value if "sym_name" in name_attr else None
+        return Signature(name, args, results, _aliases(main))
+
+
+def _find_main(module: ir.Module, path: str | None) -> ir.Operation:
+    from jaxlib.mlir import ir
+
+    names = []
+    for op in module.body.operations:
+        attrs = op.operation.attributes
+        if op.operation.name == "func.func" and "sym_name" in attrs:
+            name = ir.StringAttr(attrs["sym_name"]).value
+            if name == ENTRY:
+                return op.operation
+            names.append(name)
+    raise ModuleError(
+        f"the module has no func.func @{ENTRY}; functions found: {names or 'none'}",
+        path=path,
+    )
+
+
+def _tensor_type(t: ir.Type, where: str, path: str | None) -> TensorType:
+    from jaxlib.mlir import ir
+
+    if t.typeid != ir.RankedTensorType.static_typeid:
+        raise ModuleError(f"{where} has type {t}; only ranked tensors are supported", path=path)
+    rt = ir.RankedTensorType(t)
+    if not rt.has_static_shape:
+        raise ModuleError(f"{where} has a dynamic shape ({t}); shapes must be static", path=path)
+    try:
+        row = _dtypes.from_mlir(str(rt.element_type), where=where)
+    except ModuleError as e:
+        e.path = path
+        raise
+    return TensorType(tuple(rt.shape), row)
+
+
+def _aliases(main: ir.Operation) -> dict[int, int]:
+    from jaxlib.mlir import ir
+
+    if "arg_attrs" not in main.attributes:
+        return {}
+    found = {}
+    for i, attrs in enumerate(ir.ArrayAttr(main.attributes["arg_attrs"])):
+        d = ir.DictAttr(attrs)
+        if "tf.aliasing_output" in d:
+            found[ir.IntegerAttr(d["tf.aliasing_output"]).value] = i
+    return found
+
+
+def default_target() -> str:
+    from jaxlib.mlir.dialects import stablehlo
+
+    req = getattr(stablehlo.StablehloCompatibilityRequirement, DEFAULT_COMPATIBILITY)
+    return str(stablehlo.get_version_from_compatibility_requirement(req))
+
+
+def to_portable(module: ir.Module, target: str, *, path: str | None = None) -> bytes:
+    """Serialize to a versioned StableHLO portable artifact (bytecode)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    with context():
+        try:
+            return bytes(stablehlo.serialize_portable_artifact(module, target, True))
+        except Exception as e:  # the bindings raise bare ValueError/RuntimeError
+            raise ModuleError(
+                f"cannot write a StableHLO portable artifact for target {target}: {_short(str(e))}",
+                path=path,
+            ) from None
+
+
+def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
+    from jaxlib.mlir.dialects import stablehlo
+
+    try:
+        return stablehlo.deserialize_portable_artifact(context(), data)
+    except Exception as e:
+        raise ModuleError(
+            f"the StableHLO portable artifact does not load: {_short(str(e))}", path=path
+        ) from None
+
+
+def _short(message: str, limit: int = 600) -> str:
+    return message if len(message) <= limit else message[:limit] + " ..."
+
+
+def current_version() -> str:
+    from jaxlib.mlir.dialects import stablehlo
+
+    return str(stablehlo.get_current_version())

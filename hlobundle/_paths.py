@@ -1,0 +1,69 @@
+"""The path rules of SPEC.md ("Reader safety"): every file named by a manifest must be a
+relative POSIX path without `..`, resolving to a regular file inside the bundle, never via a symlink."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path, PurePosixPath
+
+from ._errors import UnsafePathError
+
+
+def check_name(name: str, *, field: str | None = None) -> str:
+    """Reject any file name a manifest may not use; return it unchanged when it is safe."""
+    problem = _name_problem(name)
+    if problem:
+        raise UnsafePathError(
+            f"file name {name!r} {problem} (SPEC.md, 'Reader safety')", path=name, field=field
+        )
+    return name
+
+
+def _name_problem(name: str) -> str | None:
+    if not name or "\x00" in name or "\\" in name:
+        return "is empty or contains NUL or a backslash"
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or (len(name) > 1 and name[1] == ":"):
+        return "is absolute; paths must be relative to the bundle"
+    if any(part in ("..", ".") for part in name.split("/")) or "//" in name:
+        return "contains '..', '.' or an empty component"
+    return None
+
+
+def resolve(root: Path, name: str, *, field: str | None = None) -> Path:
+    """The file `name` inside `root`; it must exist as a regular file reached without symlinks."""
+    check_name(name, field=field)
+    target = root.joinpath(*name.split("/"))
+    current = root
+    for part in name.split("/"):
+        current = current / part
+        if current.is_symlink():
+            raise UnsafePathError(
+                f"{name!r} is reached through a symlink ({current.name}); bundles may not "
+                "contain symlinks (SPEC.md, 'Reader safety')",
+                path=name,
+                field=field,
+            )
+    return target
+
+
+def walk(root: Path) -> list[str]:
+    """Every file under `root` as a relative POSIX path; symlinks and special files are errors."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for entry in [*dirnames, *filenames]:
+            full = Path(dirpath, entry)
+            rel = full.relative_to(root).as_posix()
+            mode = full.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                raise UnsafePathError(
+                    f"{rel!r} is a symlink; bundles may not contain symlinks "
+                    "(SPEC.md, 'Reader safety')",
+                    path=rel,
+                )
+            if entry in filenames and not stat.S_ISREG(mode):
+                raise UnsafePathError(f"{rel!r} is not a regular file", path=rel)
+            if entry in filenames:
+                found.append(rel)
+    return sorted(found)

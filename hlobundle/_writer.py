@@ -1,0 +1,348 @@
+"""Writing bundles: `pack()` (SPEC.md, "Packing").
+
+A bundle is built in a temporary directory beside the target, named
+`.<name>.partial-<pid>-<random>`, and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import keyword
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from . import _inputs, _mlir, _tensors
+from ._errors import InputError, OutputExistsError
+from ._manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    Argument,
+    FileEntry,
+    Layout,
+    Manifest,
+    Module,
+    PortableArtifact,
+    Provenance,
+    Result,
+    Role,
+    TensorRef,
+)
+
+MODULE_TEXT = "module.mlir"
+MODULE_PORTABLE = "module.mlirbc"
+TENSOR_FILES: dict[str, str] = {
+    "input": "inputs.safetensors",
+    "parameter": "weights.safetensors",
+    "state": "weights.safetensors",
+}
+_HASH_CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Everything `pack()` accepts besides the module, the inputs and the output path."""
+
+    names: Sequence[str] | None = None
+    paths: Sequence[str] | None = None
+    roles: Mapping[str, Role] | None = None
+    result_names: Sequence[str] | None = None
+    layout: Layout = "row_major"
+    function: str | None = None
+    force: bool = False
+    target_version: str | None = None
+    producer: tuple[str, str] | None = None
+    timestamp: str | None = None
+    input_tree: Any = None
+    output_tree: Any = None
+
+
+def pack(
+    module: str | os.PathLike[str],
+    inputs: Sequence[Any] | Mapping[str, Any] | None,
+    out: str | os.PathLike[str],
+    *,
+    names: Sequence[str] | None = None,
+    paths: Sequence[str] | None = None,
+    roles: Mapping[str, Role] | None = None,
+    result_names: Sequence[str] | None = None,
+    layout: Layout = "row_major",
+    function: str | None = None,
+    force: bool = False,
+    target_version: str | None = None,
+    producer: tuple[str, str] | None = None,
+    timestamp: str | None = None,
+    input_tree: Any = None,
+    output_tree: Any = None,
+) -> Path:
+    """Write a bundle for an MLIR module and example values of its arguments.
+
+    **Arguments:**
+
+    - `module`: StableHLO/MLIR text, or the path of a `.mlir` file.
+    - `inputs`: one array per `@main` argument, as a sequence (in order) or a mapping
+      (by argument name, or `arr_<k>` keys); `None` stores no example values.
+    - `out`: the bundle directory to create. It must not exist unless `force=True`,
+      and `force` only ever replaces an existing bundle.
+    - `names`, `paths`, `roles`, `result_names`: argument names (Python identifiers),
+      producer paths, roles by name, and result names. Defaults: `arg0...`, `%arg0...`,
+      `input`, `result0...`.
+    - `layout`: `"column_major"` means the arrays are in Julia's orientation (axes reversed
+      against the MLIR tensor); they are transposed before saving and flagged.
+    - `target_version`: StableHLO version of the portable artifact (default: 12 weeks old).
+    - `producer`: `(name, version)` for the provenance; `timestamp`: an optional ISO 8601
+      string (omitted by default, so that packing is deterministic).
+    - `input_tree`, `output_tree`: the pytree structure as nested lists and dicts whose
+      leaves are argument (result) names.
+
+    **Returns:** the path of the written bundle.
+    """
+    options = PackOptions(
+        names, paths, roles, result_names, layout, function, force,
+        target_version, producer, timestamp, input_tree, output_tree,
+    )  # fmt: skip
+    items = None if inputs is None else _inputs.from_python(inputs)
+    return _pack(module, items, Path(out), options)
+
+
+def pack_files(
+    module: str | os.PathLike[str],
+    input_files: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    **options: Any,
+) -> Path:
+    """`pack()` with inputs read from `.npz`, `.npy` and `.safetensors` files (the CLI's form)."""
+    items = _inputs.read_files(input_files) if input_files else None
+    return _pack(module, items, Path(out), PackOptions(**options))
+
+
+def _pack(module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions) -> Path:
+    text, source = _read_module(module)
+    parsed = _mlir.parse(text, path=source)
+    sig = _mlir.signature(parsed, path=source)
+    manifest, arrays = _plan(sig, items, opt)
+    target = opt.target_version or _mlir.default_target()
+    portable = _mlir.to_portable(parsed, target, path=source)
+    manifest = manifest.model_copy(
+        update={"module": Module(text=MODULE_TEXT, portable=PortableArtifact(file=MODULE_PORTABLE, target_version=target))}
+    )
+    files = {MODULE_TEXT: text.encode(), MODULE_PORTABLE: portable}
+    return _write_atomically(out, manifest, files, arrays, force=opt.force)
+
+
+def _read_module(module: Any) -> tuple[str, str | None]:
+    """MLIR text and the file it came from (None for text given directly)."""
+    if isinstance(module, os.PathLike) or (isinstance(module, str) and "{" not in module):
+        path = Path(module)
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read the module {str(path)!r}: {e}", path=path) from None
+    if not isinstance(module, str):
+        raise InputError(f"module must be MLIR text or a path, got {type(module).__name__}")
+    return module, None
+
+
+def _plan(
+    sig: _mlir.Signature, items: list[_inputs.Keyed] | None, opt: PackOptions
+) -> tuple[Manifest, dict[str, dict[str, tuple[np.ndarray, Any]]]]:
+    """The manifest (without the module and file table) and the arrays per tensor file."""
+    n = len(sig.arguments)
+    names = _names(opt.names, n, "arg", "names")
+    paths = _sized(opt.paths, n, "paths") or [f"%arg{i}" for i in range(n)]
+    roles = dict(opt.roles or {})
+    unknown = sorted(set(roles) - set(names))
+    if unknown:
+        raise InputError(f"roles given for unknown argument(s) {unknown}", argument=unknown[0])
+    ordered = None if items is None else _inputs.assign(items, names)
+    column_major = opt.layout == "column_major"
+    arguments, arrays = [], {}
+    for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths)):
+        role = roles.get(name, "input")
+        value = None
+        if ordered is not None:
+            array = _inputs.check(ordered[i], t, name=name, path=path, column_major=column_major)
+            file = TENSOR_FILES[role]
+            arrays.setdefault(file, {})[name] = (array, t.dtype)
+            value = TensorRef(file=file, key=name)
+        arguments.append(
+            Argument(name=name, path=path, shape=list(t.shape), dtype=t.dtype.name,
+                     layout=opt.layout, role=role, value=value)  # fmt: skip
+        )
+    results = [
+        Result(name=rn, shape=list(t.shape), dtype=t.dtype.name, layout=opt.layout,
+               aliases=sig.aliases.get(k))  # fmt: skip
+        for k, (t, rn) in enumerate(
+            zip(sig.results, _names(opt.result_names, len(sig.results), "result", "result_names"))
+        )
+    ]
+    manifest = Manifest.model_construct(
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        function=opt.function or _default_function_name(sig),
+        arguments=arguments,
+        results=results,
+        input_tree=opt.input_tree,
+        output_tree=opt.output_tree,
+        provenance=_provenance(opt.producer, opt.timestamp),
+        files={},
+    )
+    return manifest, arrays
+
+
+def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[str]:
+    names = _sized(given, n, what) or [f"{prefix}{i}" for i in range(n)]
+    seen: set[str] = set()
+    for name in names:
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise InputError(f"{what}: {name!r} is not a Python identifier", argument=name)
+        if name in seen:
+            raise InputError(f"{what}: {name!r} is given twice", argument=name)
+        seen.add(name)
+    return names
+
+
+def _sized(given: Sequence[str] | None, n: int, what: str) -> list[str] | None:
+    if given is None:
+        return None
+    if len(given) != n:
+        raise InputError(f"{what}: expected {n} entries, one per @main value, got {len(given)}")
+    return list(given)
+
+
+def _default_function_name(sig: _mlir.Signature) -> str:
+    return sig.module_name or "main"
+
+
+def _provenance(producer: tuple[str, str] | None, timestamp: str | None) -> Provenance:
+    from . import __version__
+
+    name, version = producer or ("hlobundle", __version__)
+    return Provenance(
+        producer=name,
+        producer_version=version,
+        jax_version=_installed("jax"),
+        jaxlib_version=_installed("jaxlib"),
+        stablehlo_version=_mlir.current_version(),
+        timestamp=timestamp,
+    )
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _write_atomically(
+    out: Path,
+    manifest: Manifest,
+    files: dict[str, bytes],
+    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
+    *,
+    force: bool,
+) -> Path:
+    _check_target(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        for name, tensors in sorted(arrays.items()):
+            _tensors.write(tmp / name, tensors)
+        _set_modes(tmp)
+        table = {
+            name: FileEntry(size=(tmp / name).stat().st_size, sha256=sha256_file(tmp / name))
+            for name in sorted([*files, *arrays])
+        }
+        final = _validated(manifest.model_copy(update={"files": table}))
+        (tmp / MANIFEST_NAME).write_bytes(final.to_json())
+        _fsync_tree(tmp)
+        _move_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _validated(manifest: Manifest) -> Manifest:
+    try:
+        return Manifest.model_validate(manifest.model_dump())
+    except ValidationError as e:
+        raise InputError(f"the manifest would be invalid: {e.errors()[0]['msg']}") from None
+
+
+def _check_target(out: Path, force: bool) -> None:
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not force:
+        raise OutputExistsError(
+            f"{str(out)!r} already exists; pass --force (force=True) to replace it", path=out
+        )
+    if out.is_symlink() or not (out / MANIFEST_NAME).is_file():
+        raise OutputExistsError(
+            f"{str(out)!r} exists and is not a bundle; --force only replaces bundles", path=out
+        )
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
+    os.rename(out, old / "bundle")
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale_partials(out: Path) -> None:
+    """Delete temporaries left by killed packs of the same target (their process is gone)."""
+    for prefix in (f".{out.name}.partial-", f".{out.name}.old-"):
+        for leftover in out.parent.glob(prefix + "*"):
+            pid = leftover.name[len(prefix) :].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _set_modes(root: Path) -> None:
+    """mkdtemp makes the directory private; give it and its files the usual umask modes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(root, 0o777 & ~umask)
+    for path in root.iterdir():
+        os.chmod(path, 0o666 & ~umask)
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in [*root.iterdir(), root]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
