@@ -89,9 +89,9 @@ def from_mlir(element_type: str, *, where: str) -> DType:
 
 def to_storage(array: np.ndarray, row: DType) -> np.ndarray:
     """The contiguous little-endian array whose bytes are written to safetensors."""
-    array = np.ascontiguousarray(array, dtype=row.numpy.newbyteorder("<"))
+    array = np.asarray(array, dtype=row.numpy.newbyteorder("<"), order="C")
     if row.pair_axis:
-        return array.view("<f8").reshape(row.storage_shape(array.shape))
+        return array.reshape(-1).view("<f8").reshape(row.storage_shape(array.shape))
     if row.safetensors == "U8" and row.name != "uint8":
         return array.view(np.uint8)
     return array

@@ -234,9 +234,10 @@ def _manifest_error(e: ValidationError, path: str) -> ManifestError:
         f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
         for i, p in enumerate(first["loc"])
     )
+    got = f" (got {first.get('input')!r:.80})" if field else ""
     return ManifestError(
-        f"manifest field {field or '(root)'}: {first['msg']} "
-        f"(got {first.get('input')!r:.80}); {e.error_count()} error(s) in all",
+        f"manifest field {field or '(root)'}: {first['msg']}{got}; "
+        f"{e.error_count()} error(s) in all",
         path=path,
         field=field or None,
     )

@@ -1,0 +1,73 @@
+"""Shared test helpers: bundles made with JAX, and access to ../shared fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hlobundle
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "reactant"
+
+ALL_DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float8_e4m3b11fnuz", "float8_e3m4", "float8_e4m3",
+]  # fmt: skip
+
+
+def np_dtype(name: str) -> np.dtype:
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+def sample(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
+    """Deterministic values that are exactly representable in `dtype`."""
+    rng = np.random.default_rng(seed)
+    dt = np_dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if dt.kind in "iu":
+        return rng.integers(0, 100, shape).astype(dt)
+    if dt.kind == "c":
+        return (rng.integers(-8, 8, shape) + 1j * rng.integers(-8, 8, shape)).astype(dt)
+    return rng.integers(1, 8, shape).astype(np.float32).astype(dt)
+
+
+def lowered_text(fn: Any, *args: Any) -> str:
+    return jax.jit(fn, keep_unused=True).lower(*args).as_text()
+
+
+def identity_module(*arrays: np.ndarray) -> str:
+    """A module whose @main returns its arguments (JAX-made)."""
+    return lowered_text(lambda *xs: xs, *arrays)
+
+
+def pack_identity(tmp_path: Path, *arrays: np.ndarray, name: str = "b", **kwargs: Any) -> Path:
+    return hlobundle.pack(identity_module(*arrays), list(arrays), tmp_path / name, **kwargs)
+
+
+def small_bundle(tmp_path: Path, name: str = "b") -> Path:
+    """A two-argument, one-result bundle: y = relu(x @ w)."""
+    x = sample((4, 3), "float32", 1)
+    w = sample((3, 2), "float32", 2)
+    return hlobundle.export(lambda x, w: jax.nn.relu(x @ w), x, w, out=tmp_path / name)
+
+
+def edit_manifest(bundle: Path, edit: Any) -> None:
+    path = bundle / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+needs_fixtures = pytest.mark.skipif(
+    not FIXTURES.is_dir(), reason="../shared/fixtures/reactant is absent (a user's clone)"
+)

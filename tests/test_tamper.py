@@ -1,0 +1,173 @@
+"""A bundle that was damaged or edited is refused with the right code and message."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from helpers import edit_manifest, small_bundle
+
+import hlobundle
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    return small_bundle(tmp_path)
+
+
+def load_and_verify(path):
+    hlobundle.load(path).verify()
+
+
+@pytest.mark.parametrize("name", ["inputs.safetensors", "module.mlir", "module.mlirbc"])
+@pytest.mark.parametrize("where", [0.1, 0.5, 0.99])
+def test_flipped_byte_in_data_files_fails_verify(bundle, name, where):
+    path = bundle / name
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(hlobundle.HloBundleError) as e:
+        load_and_verify(bundle)
+    # A flip may break the file's syntax before its hash is checked; either way it is caught.
+    assert e.value.code in {"HASH_MISMATCH", "MLIR_INVALID", "SAFETENSORS_INVALID", "TENSOR_MISMATCH", "SIGNATURE_MISMATCH"}
+    assert e.value.path == name
+
+
+def test_flipped_byte_in_tensor_data_is_a_hash_mismatch(bundle):
+    path = bundle / "inputs.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # last byte of the last tensor's data, not the header
+    path.write_bytes(bytes(data))
+    hlobundle.load(bundle)  # sizes and structure are intact
+    with pytest.raises(hlobundle.IntegrityError, match=r"inputs.safetensors: sha256 is [0-9a-f]{64}, the manifest says"):
+        load_and_verify(bundle)
+
+
+def test_flipped_byte_in_manifest_is_refused(bundle):
+    path = bundle / "manifest.json"
+    raw = path.read_bytes()
+    for i in range(0, len(raw), max(1, len(raw) // 40)):
+        damaged = bytearray(raw)
+        damaged[i] ^= 0x01
+        path.write_bytes(bytes(damaged))
+        try:
+            load_and_verify(bundle)
+        except hlobundle.HloBundleError:
+            continue
+        # A flip inside free text (a path string) can leave a valid bundle; nothing else may pass.
+        assert json.loads(bytes(damaged))["files"] == json.loads(raw)["files"]
+
+
+@pytest.mark.parametrize("name", ["inputs.safetensors", "module.mlir", "module.mlirbc"])
+def test_deleted_file(bundle, name):
+    (bundle / name).unlink()
+    with pytest.raises(hlobundle.FileSetError, match=f"{name} is listed in the manifest but missing") as e:
+        load_and_verify(bundle)
+    assert e.value.code == "FILE_MISSING" and e.value.path == name
+
+
+def test_unlisted_file(bundle):
+    (bundle / "extra.bin").write_bytes(b"x")
+    with pytest.raises(hlobundle.FileSetError, match="extra.bin is in the bundle but not listed") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "FILE_UNLISTED"
+
+
+def test_edited_shape_is_a_signature_mismatch(bundle):
+    edit_manifest(bundle, lambda m: m["arguments"][0].update(shape=[4, 4]))
+    with pytest.raises(
+        hlobundle.SignatureError,
+        match=r"arguments\[0\] \(x\): the manifest says float32\[4, 4\], @main in module.mlir says float32\[4, 3\]",
+    ) as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "SIGNATURE_MISMATCH" and e.value.field == "arguments[0]"
+
+
+def test_edited_result_dtype_is_a_signature_mismatch(bundle):
+    edit_manifest(bundle, lambda m: m["results"][0].update(dtype="float64"))
+    with pytest.raises(hlobundle.SignatureError, match=r"results\[0\] \(result\)"):
+        hlobundle.load(bundle)
+
+
+def test_removed_argument_is_a_signature_mismatch(bundle):
+    edit_manifest(bundle, lambda m: m["arguments"].pop())
+    with pytest.raises(hlobundle.SignatureError, match="the manifest has 1 arguments, @main in module.mlir has 2"):
+        hlobundle.load(bundle)
+
+
+def test_size_mismatch(bundle):
+    with open(bundle / "module.mlir", "a") as f:
+        f.write("\n")
+    with pytest.raises(hlobundle.IntegrityError, match=r"module.mlir is \d+ bytes, the manifest says \d+") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "SIZE_MISMATCH"
+
+
+def test_safetensors_header_disagreeing_with_manifest(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    bundle = small_bundle(tmp_path)
+    path = bundle / "inputs.safetensors"
+    save_file({"x": np.zeros((4, 3), np.float64), "w": np.zeros((3, 2), np.float32)}, str(path))
+    from hlobundle._writer import sha256_file
+
+    size, digest = path.stat().st_size, sha256_file(path)
+    edit_manifest(bundle, lambda m: m["files"]["inputs.safetensors"].update(size=size, sha256=digest))
+    with pytest.raises(
+        hlobundle.TensorFileError,
+        match=r"inputs.safetensors\['x'\] is F64\[4, 3\], the manifest's float32\[4, 3\] is stored as F32\[4, 3\]",
+    ) as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "TENSOR_MISMATCH"
+
+
+def test_truncated_safetensors(bundle):
+    path = bundle / "inputs.safetensors"
+    path.write_bytes(path.read_bytes()[:-8])
+    edit_manifest(bundle, lambda m: m["files"]["inputs.safetensors"].update(size=path.stat().st_size))
+    with pytest.raises(hlobundle.TensorFileError, match="not a valid safetensors file") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "SAFETENSORS_INVALID"
+
+
+def test_header_length_bomb(bundle):
+    path = bundle / "inputs.safetensors"
+    path.write_bytes((2**62).to_bytes(8, "little") + path.read_bytes()[8:])
+    with pytest.raises(hlobundle.TensorFileError, match="not a valid safetensors file"):
+        hlobundle.load(bundle)
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd", "a/../b", "C:\\x", "./x"])
+def test_unsafe_paths_in_manifest(bundle, name):
+    def edit(m):
+        m["files"][name] = m["files"].pop("inputs.safetensors")
+
+    edit_manifest(bundle, edit)
+    with pytest.raises(hlobundle.UnsafePathError, match="SPEC.md, 'Reader safety'") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "PATH_UNSAFE"
+
+
+def test_symlink_in_bundle(bundle, tmp_path):
+    target = tmp_path / "secret.txt"
+    target.write_text("secret")
+    (bundle / "inputs.safetensors").unlink()
+    os.symlink(target, bundle / "inputs.safetensors")
+    with pytest.raises(hlobundle.UnsafePathError, match="'inputs.safetensors' is a symlink") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "PATH_UNSAFE"
+
+
+def test_reference_to_unlisted_file(bundle):
+    edit_manifest(bundle, lambda m: m["arguments"][0]["value"].update(file="other.safetensors"))
+    with pytest.raises(hlobundle.ManifestError, match=r"arguments\[0\].value.file names 'other.safetensors', which is not in files"):
+        hlobundle.load(bundle)
+
+
+def test_not_a_bundle(tmp_path):
+    with pytest.raises(hlobundle.NotABundleError, match="has no manifest.json"):
+        hlobundle.load(tmp_path)
+    with pytest.raises(hlobundle.NotABundleError, match="is not a directory"):
+        hlobundle.load(tmp_path / "nothing")

@@ -1,0 +1,96 @@
+"""The writer is atomic: a complete bundle or nothing, and no overwrite without force."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import identity_module, pack_identity, sample
+
+import hlobundle
+from hlobundle import _writer
+
+
+def leftovers(parent):
+    return sorted(p.name for p in parent.iterdir() if ".partial-" in p.name or ".old-" in p.name)
+
+
+def test_existing_output_needs_force(tmp_path):
+    x = sample((2,), "float32")
+    out = pack_identity(tmp_path, x)
+    before = (out / "manifest.json").read_bytes()
+    with pytest.raises(hlobundle.OutputExistsError, match="already exists; pass --force") as e:
+        pack_identity(tmp_path, x)
+    assert e.value.code == "OUTPUT_EXISTS"
+    assert (out / "manifest.json").read_bytes() == before
+
+
+def test_force_replaces_a_bundle(tmp_path):
+    pack_identity(tmp_path, sample((2,), "float32"))
+    y = sample((3,), "int8")
+    out = pack_identity(tmp_path, y, force=True)
+    np.testing.assert_array_equal(hlobundle.load(out).tensor("arg0"), y)
+    assert leftovers(tmp_path) == []
+
+
+def test_force_never_replaces_something_else(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "thesis.tex").write_text("years of work")
+    with pytest.raises(hlobundle.OutputExistsError, match="exists and is not a bundle; --force only replaces bundles"):
+        pack_identity(tmp_path, sample((2,), "float32"), force=True)
+    assert (tmp_path / "b" / "thesis.tex").read_text() == "years of work"
+
+
+def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_writer._tensors, "write", explode)
+    with pytest.raises(OSError, match="disk full"):
+        pack_identity(tmp_path, sample((2,), "float32"))
+    assert not (tmp_path / "b").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_failed_force_keeps_the_old_bundle(tmp_path, monkeypatch):
+    out = pack_identity(tmp_path, sample((2,), "float32"))
+    monkeypatch.setattr(_writer._tensors, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        pack_identity(tmp_path, sample((2,), "float32"), force=True)
+    hlobundle.load(out).verify()
+
+
+def test_stale_partials_of_dead_processes_are_removed(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(proc.stdout)
+    stale = tmp_path / f".b.partial-{dead}-abc"
+    stale.mkdir()
+    live = tmp_path / f".b.partial-{os.getpid()}-xyz"  # a pack still running in this process
+    live.mkdir()
+    pack_identity(tmp_path, sample((2,), "float32"))
+    assert not stale.exists() and live.exists()
+
+
+def test_module_from_path_and_bad_module(tmp_path):
+    x = sample((2,), "float32")
+    (tmp_path / "m.mlir").write_text(identity_module(x))
+    out = hlobundle.pack(tmp_path / "m.mlir", [x], tmp_path / "b")
+    assert hlobundle.load(out).module_text == (tmp_path / "m.mlir").read_text()
+    with pytest.raises(hlobundle.InputError, match="cannot read the module"):
+        hlobundle.pack(tmp_path / "missing.mlir", [x], tmp_path / "c")
+    with pytest.raises(hlobundle.ModuleError, match="the MLIR does not parse") as e:
+        hlobundle.pack("module { nonsense.op }", [], tmp_path / "c")
+    assert e.value.code == "MLIR_INVALID"
+
+
+def test_provenance_and_portable_artifact(tmp_path):
+    out = pack_identity(tmp_path, sample((2,), "float32"), timestamp="2026-12-02T00:00:00Z")
+    m = hlobundle.load(out).manifest
+    assert m.provenance.producer == "hlobundle" and m.provenance.timestamp == "2026-12-02T00:00:00Z"
+    assert m.provenance.jaxlib_version and m.provenance.stablehlo_version
+    assert (out / m.module.portable.file).read_bytes()[:4] == b"ML\xefR"
+    out2 = pack_identity(tmp_path, sample((2,), "float32"), name="c", target_version="1.0.0")
+    assert hlobundle.load(out2).manifest.module.portable.target_version == "1.0.0"
