@@ -77,7 +77,7 @@ def _add_pack(sub: Any) -> None:
         help="column-major: the arrays are in Julia's orientation; transpose and flag them",
     )  # fmt: skip
     p.add_argument(
-        "--role", action="append", default=[], metavar="NAME=ROLE",
+        "--role", action="append", default=[], metavar="NAME=ROLE", type=_role,
         help="mark an argument as input, parameter or state; may be repeated",
     )  # fmt: skip
     p.add_argument("--function", help="the function's name (default: the module's name)")
@@ -100,7 +100,7 @@ def _pack(args: argparse.Namespace) -> int:
         names=args.names,
         result_names=args.result_names,
         layout=args.layout.replace("-", "_"),
-        roles=_roles(args.role),
+        roles=dict(args.role),
         function=args.function,
         target_version=args.target_version,
         force=args.force,
@@ -109,14 +109,11 @@ def _pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _roles(items: list[str]) -> dict[str, str]:
-    roles = {}
-    for item in items:
-        name, sep, role = item.partition("=")
-        if not sep or role not in ("input", "parameter", "state"):
-            raise SystemExit(f"hlobundle pack: error: --role expects NAME=input|parameter|state, got {item!r}") from None
-        roles[name] = role
-    return roles
+def _role(item: str) -> tuple[str, str]:
+    name, sep, role = item.partition("=")
+    if not sep or role not in ("input", "parameter", "state"):
+        raise argparse.ArgumentTypeError(f"expected NAME=input|parameter|state, got {item!r}")
+    return name, role
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -95,4 +95,3 @@ def to_storage(array: np.ndarray, row: DType) -> np.ndarray:
     if row.safetensors == "U8" and row.name != "uint8":
         return array.view(np.uint8)
     return array
-

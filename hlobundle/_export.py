@@ -5,9 +5,9 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +36,9 @@ def export(
     **Arguments:**
 
     - `fn`: the function; `example_args`: its positional arguments.
-    - `out`, `force`, `roles`, `target_version`, `timestamp`: as for `pack()`.
+    - `roles`: by argument name, or by `fn`'s parameter name for all the leaves under it,
+      for example `{"params": "parameter"}`.
+    - `out`, `force`, `target_version`, `timestamp`: as for `pack()`.
     - `store_inputs`: store the example arguments in the bundle (default True).
 
     **Returns:** the path of the written bundle.
@@ -53,6 +55,10 @@ def export(
     lowered = jax.jit(flat_fn, keep_unused=True).lower(*flat)
     params = _positional_names(fn)
     names = _unique([_leaf_name(path, params) for path, _ in leaves])
+    heads = [_leaf_name(path[:1], params) for path, _ in leaves]
+    leaf_roles = {
+        n: (roles or {}).get(n, (roles or {}).get(h)) for n, h in zip(names, heads, strict=True)
+    }
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(lowered.out_info)
     result_names = _unique([_result_name(path) for path, _ in out_leaves])
     return pack(
@@ -61,7 +67,7 @@ def export(
         out,
         names=names,
         paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
-        roles=roles,
+        roles={n: r for n, r in leaf_roles.items() if r is not None},
         result_names=result_names,
         function=getattr(fn, "__name__", "main"),
         force=force,
@@ -76,7 +82,7 @@ def export(
 def _check_x64(flat: list[np.ndarray], paths: list[Any], enabled: bool) -> None:
     if enabled:
         return
-    for path, a in zip(paths, flat):
+    for path, a in zip(paths, flat, strict=True):
         if a.dtype.itemsize == 8 and a.dtype.kind in "iuf" or a.dtype == np.complex128:
             raise InputError(
                 f"example argument args{_keystr(path)} is {a.dtype.name}, but jax_enable_x64 is "

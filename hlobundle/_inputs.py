@@ -111,7 +111,7 @@ def assign(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
 def _assign_numbered(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
     by_index = {int(_ARR_KEY.match(it.key).group(1)): it for it in items}  # type: ignore[union-attr]
     n = len(names)
-    for base, writer in ((0, "np.savez, 0-based"), (1, "Julia/NPZ.jl, 1-based")):
+    for base in (0, 1):
         if set(by_index) == set(range(base, base + n)):
             return [by_index[base + i] for i in range(n)]
     got = sorted(by_index)

@@ -8,8 +8,11 @@ from ._reader import Bundle
 
 
 def _table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    lines = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = [
+        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
     return "\n".join("  " + line for line in lines)
 
 
@@ -21,14 +24,36 @@ def render(bundle: Bundle) -> str:
     m = bundle.manifest
     p = m.provenance
     versions = ", ".join(
-        f"{k} {v}" for k, v in (("jax", p.jax_version), ("jaxlib", p.jaxlib_version), ("StableHLO", p.stablehlo_version)) if v
+        f"{k} {v}"
+        for k, v in (
+            ("jax", p.jax_version),
+            ("jaxlib", p.jaxlib_version),
+            ("StableHLO", p.stablehlo_version),
+        )
+        if v
     )
     args = [
-        (str(i), a.name, _shape(a.shape), a.dtype, a.layout, a.role, a.path, "yes" if a.value else "no")
+        (
+            str(i),
+            a.name,
+            _shape(a.shape),
+            a.dtype,
+            a.layout,
+            a.role,
+            a.path,
+            "yes" if a.value else "no",
+        )
         for i, a in enumerate(m.arguments)
     ]
     results = [
-        (str(i), r.name, _shape(r.shape), r.dtype, r.layout, "" if r.aliases is None else m.arguments[r.aliases].name)
+        (
+            str(i),
+            r.name,
+            _shape(r.shape),
+            r.dtype,
+            r.layout,
+            "" if r.aliases is None else m.arguments[r.aliases].name,
+        )
         for i, r in enumerate(m.results)
     ]
     size = sum(f.size for f in m.files.values())
@@ -36,12 +61,18 @@ def render(bundle: Bundle) -> str:
         [
             f"bundle    {bundle.path}",
             f"function  {m.function}    format {m.format_version}",
-            f"producer  {p.producer} {p.producer_version}" + (f" ({versions})" if versions else "") + (f", {p.timestamp}" if p.timestamp else ""),
+            f"producer  {p.producer} {p.producer_version}"
+            + (f" ({versions})" if versions else "")
+            + (f", {p.timestamp}" if p.timestamp else ""),
             f"module    {m.module.text} + {m.module.portable.file} (StableHLO {m.module.portable.target_version})",
             f"files     {len(m.files)}, {size:,} bytes",
             f"arguments ({len(args)})",
-            _table(("#", "name", "shape", "dtype", "layout", "role", "path", "stored"), args) if args else "  none",
+            _table(("#", "name", "shape", "dtype", "layout", "role", "path", "stored"), args)
+            if args
+            else "  none",
             f"results ({len(results)})",
-            _table(("#", "name", "shape", "dtype", "layout", "aliases"), results) if results else "  none",
+            _table(("#", "name", "shape", "dtype", "layout", "aliases"), results)
+            if results
+            else "  none",
         ]
     )

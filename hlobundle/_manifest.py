@@ -185,9 +185,7 @@ def _decode_json(raw: bytes, path: str) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ManifestError(f"manifest is not JSON: {e}", path=path) from None
     if not isinstance(data, dict):
-        raise ManifestError(
-            f"manifest must be a JSON object, got {type(data).__name__}", path=path
-        )
+        raise ManifestError(f"manifest must be a JSON object, got {type(data).__name__}", path=path)
     return data
 
 

@@ -61,9 +61,7 @@ def parse(text: str | bytes, *, path: str | None = None) -> ir.Module:
         try:
             return ir.Module.parse(text)
         except ir.MLIRError as e:
-            raise ModuleError(
-                f"the MLIR does not parse: {_short(str(e))}", path=path
-            ) from None
+            raise ModuleError(f"the MLIR does not parse: {_short(str(e))}", path=path) from None
 
 
 def signature(module: ir.Module, *, path: str | None = None) -> Signature:

@@ -171,16 +171,35 @@ def _check_file_set(root: Path, manifest: Manifest) -> None:
 
 
 def _references(manifest: Manifest) -> list[tuple[str, str]]:
-    refs = [("module.text", manifest.module.text), ("module.portable.file", manifest.module.portable.file)]
-    refs += [(f"arguments[{i}].value.file", a.value.file) for i, a in enumerate(manifest.arguments) if a.value]
-    refs += [(f"results[{i}].expected.file", r.expected.file) for i, r in enumerate(manifest.results) if r.expected]
+    refs = [
+        ("module.text", manifest.module.text),
+        ("module.portable.file", manifest.module.portable.file),
+    ]
+    refs += [
+        (f"arguments[{i}].value.file", a.value.file)
+        for i, a in enumerate(manifest.arguments)
+        if a.value
+    ]
+    refs += [
+        (f"results[{i}].expected.file", r.expected.file)
+        for i, r in enumerate(manifest.results)
+        if r.expected
+    ]
     return refs
 
 
 def _stored(manifest: Manifest) -> list[tuple[str, TensorRef, str, list[int]]]:
     """(field, reference, dtype, shape) of every stored tensor the manifest names."""
-    found = [(f"arguments[{i}]", a.value, a.dtype, a.shape) for i, a in enumerate(manifest.arguments) if a.value]
-    found += [(f"results[{i}]", r.expected, r.dtype, r.shape) for i, r in enumerate(manifest.results) if r.expected]
+    found = [
+        (f"arguments[{i}]", a.value, a.dtype, a.shape)
+        for i, a in enumerate(manifest.arguments)
+        if a.value
+    ]
+    found += [
+        (f"results[{i}]", r.expected, r.dtype, r.shape)
+        for i, r in enumerate(manifest.results)
+        if r.expected
+    ]
     return found  # type: ignore[return-value]
 
 
@@ -211,7 +230,10 @@ def _check_header_entry(
     entry = tf.entries.get(ref.key)
     if entry is None:
         raise TensorFileError(
-            f"{field}: {ref.file} has no tensor {ref.key!r}", code="TENSOR_MISMATCH", path=ref.file, field=field
+            f"{field}: {ref.file} has no tensor {ref.key!r}",
+            code="TENSOR_MISMATCH",
+            path=ref.file,
+            field=field,
         )
     want = (row.safetensors, row.storage_shape(shape))
     if (entry.code, entry.shape) != want:
@@ -236,7 +258,7 @@ def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> N
                 path=source,
                 field=what,
             )
-        for i, (entry, t) in enumerate(zip(entries, types)):
+        for i, (entry, t) in enumerate(zip(entries, types, strict=True)):
             got = (entry.dtype, tuple(entry.shape))
             if got != (t.dtype.name, t.shape):
                 raise SignatureError(

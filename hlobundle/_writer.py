@@ -133,7 +133,12 @@ def _pack(module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOp
     target = opt.target_version or _mlir.default_target()
     portable = _mlir.to_portable(parsed, target, path=source)
     manifest = manifest.model_copy(
-        update={"module": Module(text=MODULE_TEXT, portable=PortableArtifact(file=MODULE_PORTABLE, target_version=target))}
+        update={
+            "module": Module(
+                text=MODULE_TEXT,
+                portable=PortableArtifact(file=MODULE_PORTABLE, target_version=target),
+            )
+        }
     )
     files = {MODULE_TEXT: text.encode(), MODULE_PORTABLE: portable}
     return _write_atomically(out, manifest, files, arrays, force=opt.force)
@@ -166,7 +171,7 @@ def _plan(
     ordered = None if items is None else _inputs.assign(items, names)
     column_major = opt.layout == "column_major"
     arguments, arrays = [], {}
-    for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths)):
+    for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths, strict=True)):
         role = roles.get(name, "input")
         value = None
         if ordered is not None:
@@ -175,14 +180,30 @@ def _plan(
             arrays.setdefault(file, {})[name] = (array, t.dtype)
             value = TensorRef(file=file, key=name)
         arguments.append(
-            Argument(name=name, path=path, shape=list(t.shape), dtype=t.dtype.name,
-                     layout=opt.layout, role=role, value=value)  # fmt: skip
+            Argument(
+                name=name,
+                path=path,
+                shape=list(t.shape),
+                dtype=t.dtype.name,
+                layout=opt.layout,
+                role=role,
+                value=value,
+            )  # fmt: skip
         )
     results = [
-        Result(name=rn, shape=list(t.shape), dtype=t.dtype.name, layout=opt.layout,
-               aliases=sig.aliases.get(k))  # fmt: skip
+        Result(
+            name=rn,
+            shape=list(t.shape),
+            dtype=t.dtype.name,
+            layout=opt.layout,
+            aliases=sig.aliases.get(k),
+        )  # fmt: skip
         for k, (t, rn) in enumerate(
-            zip(sig.results, _names(opt.result_names, len(sig.results), "result", "result_names"))
+            zip(
+                sig.results,
+                _names(opt.result_names, len(sig.results), "result", "result_names"),
+                strict=True,
+            )
         )
     ]
     manifest = Manifest.model_construct(

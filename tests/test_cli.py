@@ -31,7 +31,18 @@ def module(tmp_path):
 
 
 def test_pack_inspect_verify(tmp_path, module):
-    r = cli("pack", module, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "b", "--names", "x,n", "--role", "n=state")
+    r = cli(
+        "pack",
+        module,
+        "--inputs",
+        tmp_path / "in.npz",
+        "-o",
+        tmp_path / "b",
+        "--names",
+        "x,n",
+        "--role",
+        "n=state",
+    )
     assert r.returncode == 0, r.stderr
     r = cli("inspect", tmp_path / "b")
     assert r.returncode == 0
@@ -52,7 +63,9 @@ def test_inspect_json_is_one_object(tmp_path):
 
 def test_verify_failure_prints_code_and_file(tmp_path):
     b = small_bundle(tmp_path)
-    (b / "module.mlirbc").write_bytes(b"ML\xefR" + b"\0" * ((b / "module.mlirbc").stat().st_size - 4))
+    (b / "module.mlirbc").write_bytes(
+        b"ML\xefR" + b"\0" * ((b / "module.mlirbc").stat().st_size - 4)
+    )
     r = cli("verify", b)
     assert r.returncode == 1
     assert r.stderr.startswith("error [HASH_MISMATCH] module.mlirbc: sha256 is")
@@ -60,7 +73,9 @@ def test_verify_failure_prints_code_and_file(tmp_path):
     r = cli("verify", b, "--json")
     assert r.returncode == 1
     data = json.loads(r.stdout)
-    assert data["ok"] is False and data["code"] == "HASH_MISMATCH" and data["path"] == "module.mlirbc"
+    assert (
+        data["ok"] is False and data["code"] == "HASH_MISMATCH" and data["path"] == "module.mlirbc"
+    )
 
 
 def test_verify_json_ok(tmp_path):
@@ -70,9 +85,14 @@ def test_verify_json_ok(tmp_path):
 
 def test_pack_error_exit_1_no_traceback(tmp_path, module):
     np.savez(tmp_path / "bad.npz", x=np.zeros((3, 3), np.float32), n=np.int64(1))
-    r = cli("pack", module, "--inputs", tmp_path / "bad.npz", "-o", tmp_path / "b", "--names", "x,n")
+    r = cli(
+        "pack", module, "--inputs", tmp_path / "bad.npz", "-o", tmp_path / "b", "--names", "x,n"
+    )
     assert r.returncode == 1
-    assert "error [INPUT_INVALID] argument 'x' (path %arg0, from bad.npz[x]): expected shape (2, 3), got (3, 3)" in r.stderr
+    assert (
+        "error [INPUT_INVALID] argument 'x' (path %arg0, from bad.npz[x]): expected shape (2, 3), got (3, 3)"
+        in r.stderr
+    )
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "b").exists()
 
@@ -92,8 +112,15 @@ def test_existing_output_and_force(tmp_path, module):
 
 @pytest.mark.parametrize(
     "args",
-    [(), ("frobnicate",), ("pack",), ("pack", "m.mlir"), ("verify",), ("pack", "m.mlir", "-o", "b", "--layout", "diagonal"),
-     ("pack", "m.mlir", "-o", "b", "--role", "x=boss")],
+    [
+        (),
+        ("frobnicate",),
+        ("pack",),
+        ("pack", "m.mlir"),
+        ("verify",),
+        ("pack", "m.mlir", "-o", "b", "--layout", "diagonal"),
+        ("pack", "m.mlir", "-o", "b", "--role", "x=boss"),
+    ],
 )
 def test_usage_errors_exit_2(args):
     r = cli(*args)

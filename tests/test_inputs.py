@@ -33,7 +33,9 @@ def assert_packed(out):
 
 def test_npz_by_name(tmp_path, module):
     np.savez(tmp_path / "in.npz", y=Y, x=X)
-    assert_packed(hlobundle.pack_files(module, [tmp_path / "in.npz"], tmp_path / "b", names=["x", "y"]))
+    assert_packed(
+        hlobundle.pack_files(module, [tmp_path / "in.npz"], tmp_path / "b", names=["x", "y"])
+    )
 
 
 def test_npz_zero_based_from_np_savez(tmp_path, module):
@@ -48,7 +50,10 @@ def test_npz_one_based_from_julia(tmp_path, module):
 
 def test_npz_numbering_that_fits_neither(tmp_path, module):
     np.savez(tmp_path / "in.npz", arr_0=X, arr_2=Y)
-    with pytest.raises(hlobundle.InputError, match=r"the arr_<k> keys \[0, 2\] are neither arr_0..arr_1 \(np.savez, 0-based\) nor arr_1..arr_2") as e:
+    with pytest.raises(
+        hlobundle.InputError,
+        match=r"the arr_<k> keys \[0, 2\] are neither arr_0..arr_1 \(np.savez, 0-based\) nor arr_1..arr_2",
+    ) as e:
         hlobundle.pack_files(module, [tmp_path / "in.npz"], tmp_path / "b")
     assert e.value.code == "INPUT_AMBIGUOUS"
     assert not (tmp_path / "b").exists()
@@ -56,7 +61,10 @@ def test_npz_numbering_that_fits_neither(tmp_path, module):
 
 def test_unknown_keys_are_ambiguous(tmp_path, module):
     np.savez(tmp_path / "in.npz", a=X, b=Y)
-    with pytest.raises(hlobundle.InputError, match=r"key\(s\) \['a', 'b'\] are neither argument names \['arg0', 'arg1'\] nor arr_<k>") as e:
+    with pytest.raises(
+        hlobundle.InputError,
+        match=r"key\(s\) \['a', 'b'\] are neither argument names \['arg0', 'arg1'\] nor arr_<k>",
+    ) as e:
         hlobundle.pack_files(module, [tmp_path / "in.npz"], tmp_path / "b")
     assert e.value.code == "INPUT_AMBIGUOUS"
 
@@ -64,26 +72,36 @@ def test_unknown_keys_are_ambiguous(tmp_path, module):
 def test_npy_files_by_position(tmp_path, module):
     np.save(tmp_path / "first.npy", X)
     np.save(tmp_path / "second.npy", Y)
-    assert_packed(hlobundle.pack_files(module, [tmp_path / "first.npy", tmp_path / "second.npy"], tmp_path / "b"))
+    assert_packed(
+        hlobundle.pack_files(
+            module, [tmp_path / "first.npy", tmp_path / "second.npy"], tmp_path / "b"
+        )
+    )
 
 
 def test_npy_files_by_name_in_any_order(tmp_path, module):
     np.save(tmp_path / "x.npy", X)
     np.save(tmp_path / "y.npy", Y)
-    out = hlobundle.pack_files(module, [tmp_path / "y.npy", tmp_path / "x.npy"], tmp_path / "b", names=["x", "y"])
+    out = hlobundle.pack_files(
+        module, [tmp_path / "y.npy", tmp_path / "x.npy"], tmp_path / "b", names=["x", "y"]
+    )
     assert_packed(out)
 
 
 def test_safetensors_and_split_files(tmp_path, module):
     save_file({"x": X}, str(tmp_path / "a.safetensors"))
     np.savez(tmp_path / "b.npz", y=Y)
-    out = hlobundle.pack_files(module, [tmp_path / "a.safetensors", tmp_path / "b.npz"], tmp_path / "b", names=["x", "y"])
+    out = hlobundle.pack_files(
+        module, [tmp_path / "a.safetensors", tmp_path / "b.npz"], tmp_path / "b", names=["x", "y"]
+    )
     assert_packed(out)
 
 
 def test_missing_argument(tmp_path, module):
     np.savez(tmp_path / "in.npz", x=X)
-    with pytest.raises(hlobundle.InputError, match=r"no input given for argument\(s\) \['y'\]") as e:
+    with pytest.raises(
+        hlobundle.InputError, match=r"no input given for argument\(s\) \['y'\]"
+    ) as e:
         hlobundle.pack_files(module, [tmp_path / "in.npz"], tmp_path / "b", names=["x", "y"])
     assert e.value.argument == "y"
 
@@ -92,30 +110,44 @@ def test_duplicate_keys_across_files(tmp_path, module):
     np.savez(tmp_path / "a.npz", x=X)
     np.savez(tmp_path / "b.npz", x=X, y=Y)
     with pytest.raises(hlobundle.InputError, match=r"input key\(s\) \['x'\] appear more than once"):
-        hlobundle.pack_files(module, [tmp_path / "a.npz", tmp_path / "b.npz"], tmp_path / "b", names=["x", "y"])
+        hlobundle.pack_files(
+            module, [tmp_path / "a.npz", tmp_path / "b.npz"], tmp_path / "b", names=["x", "y"]
+        )
 
 
 def test_wrong_count(tmp_path, module):
-    with pytest.raises(hlobundle.InputError, match=r"expected 2 input array\(s\), one per argument, got 1"):
+    with pytest.raises(
+        hlobundle.InputError, match=r"expected 2 input array\(s\), one per argument, got 1"
+    ):
         hlobundle.pack(module, [X], tmp_path / "b")
 
 
 def test_wrong_shape_names_argument_path_and_source(tmp_path, module):
     with pytest.raises(
         hlobundle.InputError,
-        match=re_escape("argument 'arg1' (path %arg1, from inputs[1]): expected shape (4,), got (5,)"),
+        match=re_escape(
+            "argument 'arg1' (path %arg1, from inputs[1]): expected shape (4,), got (5,)"
+        ),
     ) as e:
         hlobundle.pack(module, [X, np.zeros(5, np.int32)], tmp_path / "b")
     assert e.value.argument == "arg1"
 
 
 def test_wrong_dtype(tmp_path, module):
-    with pytest.raises(hlobundle.InputError, match=re_escape("argument 'arg0' (path %arg0, from inputs[0]): expected dtype float32, got float64")):
+    with pytest.raises(
+        hlobundle.InputError,
+        match=re_escape(
+            "argument 'arg0' (path %arg0, from inputs[0]): expected dtype float32, got float64"
+        ),
+    ):
         hlobundle.pack(module, [X.astype(np.float64), Y], tmp_path / "b")
 
 
 def test_column_major_wrong_orientation(tmp_path, module):
-    with pytest.raises(hlobundle.InputError, match=re_escape("expected shape (3, 2) (Julia orientation, reversed), got (2, 3)")):
+    with pytest.raises(
+        hlobundle.InputError,
+        match=re_escape("expected shape (3, 2) (Julia orientation, reversed), got (2, 3)"),
+    ):
         hlobundle.pack(module, [X, Y], tmp_path / "b", layout="column_major")
 
 
@@ -123,7 +155,9 @@ def test_missing_file_and_unknown_extension(tmp_path, module):
     with pytest.raises(hlobundle.InputError, match="does not exist"):
         hlobundle.pack_files(module, [tmp_path / "nope.npz"], tmp_path / "b")
     (tmp_path / "in.csv").write_text("1,2")
-    with pytest.raises(hlobundle.InputError, match="unknown extension '.csv'; expected .npz, .npy or .safetensors"):
+    with pytest.raises(
+        hlobundle.InputError, match="unknown extension '.csv'; expected .npz, .npy or .safetensors"
+    ):
         hlobundle.pack_files(module, [tmp_path / "in.csv"], tmp_path / "b")
 
 

@@ -18,7 +18,10 @@ def bundle(tmp_path):
 
 def test_unknown_major_version_is_refused(bundle):
     edit_manifest(bundle, lambda m: m.update(format_version="2.0"))
-    with pytest.raises(hlobundle.VersionError, match="format_version '2.0' is not readable by this reader, which reads major version 1") as e:
+    with pytest.raises(
+        hlobundle.VersionError,
+        match="format_version '2.0' is not readable by this reader, which reads major version 1",
+    ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "VERSION_UNSUPPORTED" and e.value.field == "format_version"
 
@@ -30,14 +33,18 @@ def test_newer_minor_version_warns_and_ignores_new_fields(bundle):
         m["arguments"][0]["future_flag"] = True
 
     edit_manifest(bundle, edit)
-    with pytest.warns(hlobundle.HloBundleWarning, match="format_version 1.7 is newer than this reader's 1.0"):
+    with pytest.warns(
+        hlobundle.HloBundleWarning, match="format_version 1.7 is newer than this reader's 1.0"
+    ):
         b = hlobundle.load(bundle)
     b.verify()
 
 
 def test_unknown_field_in_current_version_is_refused(bundle):
     edit_manifest(bundle, lambda m: m.update(surprise=1))
-    with pytest.raises(hlobundle.ManifestError, match=r"manifest field surprise: Extra inputs are not permitted") as e:
+    with pytest.raises(
+        hlobundle.ManifestError, match=r"manifest field surprise: Extra inputs are not permitted"
+    ) as e:
         hlobundle.load(bundle)
     assert e.value.field == "surprise"
 
@@ -52,13 +59,41 @@ def test_wrong_format_name(bundle):
     ("edit", "field", "message"),
     [
         (lambda m: m["arguments"][1].update(name="x"), None, "duplicate arguments name 'x'"),
-        (lambda m: m["arguments"][0].update(name="not-an-id"), "arguments[0].name", "is not a Python identifier"),
-        (lambda m: m["arguments"][0].update(name="class"), "arguments[0].name", "is not a Python identifier"),
-        (lambda m: m["arguments"][0].update(dtype="float128"), "arguments[0].dtype", "Input should be 'bool'"),
-        (lambda m: m["arguments"][0].update(shape=[-1, 3]), "arguments[0].shape[0]", "greater than or equal to 0"),
-        (lambda m: m["arguments"][0].update(layout="diagonal"), "arguments[0].layout", "Input should be 'row_major'"),
-        (lambda m: m["results"][0].update(aliases=9), None, "results[0].aliases = 9 but there are 2 arguments"),
-        (lambda m: m["files"]["module.mlir"].update(sha256="xyz"), "files.module.mlir.sha256", "should match pattern"),
+        (
+            lambda m: m["arguments"][0].update(name="not-an-id"),
+            "arguments[0].name",
+            "is not a Python identifier",
+        ),
+        (
+            lambda m: m["arguments"][0].update(name="class"),
+            "arguments[0].name",
+            "is not a Python identifier",
+        ),
+        (
+            lambda m: m["arguments"][0].update(dtype="float128"),
+            "arguments[0].dtype",
+            "Input should be 'bool'",
+        ),
+        (
+            lambda m: m["arguments"][0].update(shape=[-1, 3]),
+            "arguments[0].shape[0]",
+            "greater than or equal to 0",
+        ),
+        (
+            lambda m: m["arguments"][0].update(layout="diagonal"),
+            "arguments[0].layout",
+            "Input should be 'row_major'",
+        ),
+        (
+            lambda m: m["results"][0].update(aliases=9),
+            None,
+            "results[0].aliases = 9 but there are 2 arguments",
+        ),
+        (
+            lambda m: m["files"]["module.mlir"].update(sha256="xyz"),
+            "files.module.mlir.sha256",
+            "should match pattern",
+        ),
     ],
 )
 def test_invalid_fields(bundle, edit, field, message):
@@ -86,7 +121,9 @@ def test_invalid_utf8_and_json(bundle):
 def test_oversized_manifest(bundle):
     path = bundle / "manifest.json"
     path.write_bytes(b" " * (MAX_MANIFEST_BYTES + 1))
-    with pytest.raises(hlobundle.ManifestError, match=r"manifest is \d+ bytes; the limit is 16777216") as e:
+    with pytest.raises(
+        hlobundle.ManifestError, match=r"manifest is \d+ bytes; the limit is 16777216"
+    ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "MANIFEST_TOO_LARGE"
 

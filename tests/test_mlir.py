@@ -20,7 +20,10 @@ def test_dtypes_and_aliasing():
         "  %c = stablehlo.constant dense<true> : tensor<i1>\n"
         "  return %c, %b : tensor<i1>, tensor<complex<f64>>\n}"
     )
-    assert [(t.shape, t.dtype.name) for t in s.arguments] == [((2, 3), "bfloat16"), ((), "complex128")]
+    assert [(t.shape, t.dtype.name) for t in s.arguments] == [
+        ((2, 3), "bfloat16"),
+        ((), "complex128"),
+    ]
     assert [t.dtype.name for t in s.results] == ["bool", "complex128"]
     assert s.aliases == {1: 1}
 
@@ -28,10 +31,22 @@ def test_dtypes_and_aliasing():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("func.func @main(%a: tensor<?xf32>) -> tensor<?xf32> { return %a : tensor<?xf32> }", "argument 0 has a dynamic shape"),
-        ("func.func @main(%a: tensor<2xi4>) -> tensor<2xi4> { return %a : tensor<2xi4> }", "element type 'i4' is not in the dtype table"),
-        ("func.func @other(%a: tensor<2xf32>) -> tensor<2xf32> { return %a : tensor<2xf32> }", r"no func.func @main; functions found: \['other'\]"),
-        ("func.func @main(%a: i32) -> i32 { return %a : i32 }", "only ranked tensors are supported"),
+        (
+            "func.func @main(%a: tensor<?xf32>) -> tensor<?xf32> { return %a : tensor<?xf32> }",
+            "argument 0 has a dynamic shape",
+        ),
+        (
+            "func.func @main(%a: tensor<2xi4>) -> tensor<2xi4> { return %a : tensor<2xi4> }",
+            "element type 'i4' is not in the dtype table",
+        ),
+        (
+            "func.func @other(%a: tensor<2xf32>) -> tensor<2xf32> { return %a : tensor<2xf32> }",
+            r"no func.func @main; functions found: \['other'\]",
+        ),
+        (
+            "func.func @main(%a: i32) -> i32 { return %a : i32 }",
+            "only ranked tensors are supported",
+        ),
         ("module { %x = }", "the MLIR does not parse"),
     ],
 )

@@ -18,7 +18,9 @@ def test_public_names_are_exactly_all():
 
 def test_schema_is_current():
     committed = (ROOT / "schemas" / "manifest.schema.json").read_text()
-    assert committed == schema_text(), "schema is stale: run `hlobundle schema -o schemas/manifest.schema.json`"
+    assert committed == schema_text(), (
+        "schema is stale: run `hlobundle schema -o schemas/manifest.schema.json`"
+    )
 
 
 def test_inspect_and_verify_do_not_import_jax(tmp_path):
@@ -46,7 +48,7 @@ def test_error_codes_in_spec_match_code():
     import re
 
     source = "".join(p.read_text() for p in (ROOT / "hlobundle").glob("*.py"))
-    codes = set(re.findall(r'code(?: =|=) "([A-Z_]+)"', source)) - {"ERROR"}
+    codes = set(re.findall(r'code(?: = |=)"([A-Z_]+)"', source)) - {"ERROR"}
     spec = (ROOT / "SPEC.md").read_text()
     documented = set(re.findall(r"^\| `([A-Z_]+)` \|", spec, re.M))
     assert codes == documented

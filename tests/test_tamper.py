@@ -30,7 +30,13 @@ def test_flipped_byte_in_data_files_fails_verify(bundle, name, where):
     with pytest.raises(hlobundle.HloBundleError) as e:
         load_and_verify(bundle)
     # A flip may break the file's syntax before its hash is checked; either way it is caught.
-    assert e.value.code in {"HASH_MISMATCH", "MLIR_INVALID", "SAFETENSORS_INVALID", "TENSOR_MISMATCH", "SIGNATURE_MISMATCH"}
+    assert e.value.code in {
+        "HASH_MISMATCH",
+        "MLIR_INVALID",
+        "SAFETENSORS_INVALID",
+        "TENSOR_MISMATCH",
+        "SIGNATURE_MISMATCH",
+    }
     assert e.value.path == name
 
 
@@ -40,7 +46,10 @@ def test_flipped_byte_in_tensor_data_is_a_hash_mismatch(bundle):
     data[-1] ^= 0x01  # last byte of the last tensor's data, not the header
     path.write_bytes(bytes(data))
     hlobundle.load(bundle)  # sizes and structure are intact
-    with pytest.raises(hlobundle.IntegrityError, match=r"inputs.safetensors: sha256 is [0-9a-f]{64}, the manifest says"):
+    with pytest.raises(
+        hlobundle.IntegrityError,
+        match=r"inputs.safetensors: sha256 is [0-9a-f]{64}, the manifest says",
+    ):
         load_and_verify(bundle)
 
 
@@ -62,14 +71,18 @@ def test_flipped_byte_in_manifest_is_refused(bundle):
 @pytest.mark.parametrize("name", ["inputs.safetensors", "module.mlir", "module.mlirbc"])
 def test_deleted_file(bundle, name):
     (bundle / name).unlink()
-    with pytest.raises(hlobundle.FileSetError, match=f"{name} is listed in the manifest but missing") as e:
+    with pytest.raises(
+        hlobundle.FileSetError, match=f"{name} is listed in the manifest but missing"
+    ) as e:
         load_and_verify(bundle)
     assert e.value.code == "FILE_MISSING" and e.value.path == name
 
 
 def test_unlisted_file(bundle):
     (bundle / "extra.bin").write_bytes(b"x")
-    with pytest.raises(hlobundle.FileSetError, match="extra.bin is in the bundle but not listed") as e:
+    with pytest.raises(
+        hlobundle.FileSetError, match="extra.bin is in the bundle but not listed"
+    ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "FILE_UNLISTED"
 
@@ -92,14 +105,18 @@ def test_edited_result_dtype_is_a_signature_mismatch(bundle):
 
 def test_removed_argument_is_a_signature_mismatch(bundle):
     edit_manifest(bundle, lambda m: m["arguments"].pop())
-    with pytest.raises(hlobundle.SignatureError, match="the manifest has 1 arguments, @main in module.mlir has 2"):
+    with pytest.raises(
+        hlobundle.SignatureError, match="the manifest has 1 arguments, @main in module.mlir has 2"
+    ):
         hlobundle.load(bundle)
 
 
 def test_size_mismatch(bundle):
     with open(bundle / "module.mlir", "a") as f:
         f.write("\n")
-    with pytest.raises(hlobundle.IntegrityError, match=r"module.mlir is \d+ bytes, the manifest says \d+") as e:
+    with pytest.raises(
+        hlobundle.IntegrityError, match=r"module.mlir is \d+ bytes, the manifest says \d+"
+    ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "SIZE_MISMATCH"
 
@@ -114,7 +131,9 @@ def test_safetensors_header_disagreeing_with_manifest(tmp_path):
     from hlobundle._writer import sha256_file
 
     size, digest = path.stat().st_size, sha256_file(path)
-    edit_manifest(bundle, lambda m: m["files"]["inputs.safetensors"].update(size=size, sha256=digest))
+    edit_manifest(
+        bundle, lambda m: m["files"]["inputs.safetensors"].update(size=size, sha256=digest)
+    )
     with pytest.raises(
         hlobundle.TensorFileError,
         match=r"inputs.safetensors\['x'\] is F64\[4, 3\], the manifest's float32\[4, 3\] is stored as F32\[4, 3\]",
@@ -126,7 +145,9 @@ def test_safetensors_header_disagreeing_with_manifest(tmp_path):
 def test_truncated_safetensors(bundle):
     path = bundle / "inputs.safetensors"
     path.write_bytes(path.read_bytes()[:-8])
-    edit_manifest(bundle, lambda m: m["files"]["inputs.safetensors"].update(size=path.stat().st_size))
+    edit_manifest(
+        bundle, lambda m: m["files"]["inputs.safetensors"].update(size=path.stat().st_size)
+    )
     with pytest.raises(hlobundle.TensorFileError, match="not a valid safetensors file") as e:
         hlobundle.load(bundle)
     assert e.value.code == "SAFETENSORS_INVALID"
@@ -139,7 +160,9 @@ def test_header_length_bomb(bundle):
         hlobundle.load(bundle)
 
 
-@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd", "a/../b", "C:\\x", "./x"])
+@pytest.mark.parametrize(
+    "name", ["../outside.safetensors", "/etc/passwd", "a/../b", "C:\\x", "./x"]
+)
 def test_unsafe_paths_in_manifest(bundle, name):
     def edit(m):
         m["files"][name] = m["files"].pop("inputs.safetensors")
@@ -162,7 +185,10 @@ def test_symlink_in_bundle(bundle, tmp_path):
 
 def test_reference_to_unlisted_file(bundle):
     edit_manifest(bundle, lambda m: m["arguments"][0]["value"].update(file="other.safetensors"))
-    with pytest.raises(hlobundle.ManifestError, match=r"arguments\[0\].value.file names 'other.safetensors', which is not in files"):
+    with pytest.raises(
+        hlobundle.ManifestError,
+        match=r"arguments\[0\].value.file names 'other.safetensors', which is not in files",
+    ):
         hlobundle.load(bundle)
 
 

@@ -39,7 +39,10 @@ def test_force_replaces_a_bundle(tmp_path):
 def test_force_never_replaces_something_else(tmp_path):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "thesis.tex").write_text("years of work")
-    with pytest.raises(hlobundle.OutputExistsError, match="exists and is not a bundle; --force only replaces bundles"):
+    with pytest.raises(
+        hlobundle.OutputExistsError,
+        match="exists and is not a bundle; --force only replaces bundles",
+    ):
         pack_identity(tmp_path, sample((2,), "float32"), force=True)
     assert (tmp_path / "b" / "thesis.tex").read_text() == "years of work"
 
@@ -57,14 +60,18 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
 
 def test_failed_force_keeps_the_old_bundle(tmp_path, monkeypatch):
     out = pack_identity(tmp_path, sample((2,), "float32"))
-    monkeypatch.setattr(_writer._tensors, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(
+        _writer._tensors, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
+    )
     with pytest.raises(OSError):
         pack_identity(tmp_path, sample((2,), "float32"), force=True)
     hlobundle.load(out).verify()
 
 
 def test_stale_partials_of_dead_processes_are_removed(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead = int(proc.stdout)
     stale = tmp_path / f".b.partial-{dead}-abc"
     stale.mkdir()
