@@ -126,6 +126,17 @@ def pack_files(
 
 
 def _pack(module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions) -> Path:
+    try:
+        return _pack_checked(module, items, out, opt)
+    except ValidationError as e:  # an option the manifest model refuses
+        err = e.errors()[0]
+        where = ".".join(map(str, err["loc"]))
+        raise InputError(f"the manifest would be invalid: {where}: {err['msg']}") from None
+
+
+def _pack_checked(
+    module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions
+) -> Path:
     text, source = _read_module(module)
     parsed = _mlir.parse(text, path=source)
     sig = _mlir.signature(parsed, path=source)
@@ -292,7 +303,7 @@ def _write_atomically(
             name: FileEntry(size=(tmp / name).stat().st_size, sha256=sha256_file(tmp / name))
             for name in sorted([*files, *arrays])
         }
-        final = _validated(manifest.model_copy(update={"files": table}))
+        final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
         (tmp / MANIFEST_NAME).write_bytes(final.to_json())
         _fsync_tree(tmp)
         _move_into_place(tmp, out)
@@ -300,13 +311,6 @@ def _write_atomically(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _validated(manifest: Manifest) -> Manifest:
-    try:
-        return Manifest.model_validate(manifest.model_dump())
-    except ValidationError as e:
-        raise InputError(f"the manifest would be invalid: {e.errors()[0]['msg']}") from None
 
 
 def _check_target(out: Path, force: bool) -> None:

@@ -197,3 +197,69 @@ def test_not_a_bundle(tmp_path):
         hlobundle.load(tmp_path)
     with pytest.raises(hlobundle.NotABundleError, match="is not a directory"):
         hlobundle.load(tmp_path / "nothing")
+
+
+def rehash(bundle, name):
+    from hlobundle._writer import sha256_file
+
+    path = bundle / name
+    size, digest = path.stat().st_size, sha256_file(path)
+    edit_manifest(bundle, lambda m: m["files"][name].update(size=size, sha256=digest))
+
+
+def test_portable_artifact_that_does_not_load(bundle):
+    (bundle / "module.mlirbc").write_bytes(b"ML\xefR garbage")
+    rehash(bundle, "module.mlirbc")
+    hlobundle.load(bundle)
+    with pytest.raises(
+        hlobundle.ModuleError, match="the StableHLO portable artifact does not load"
+    ) as e:
+        load_and_verify(bundle)
+    assert e.value.path == "module.mlirbc"
+
+
+def test_portable_artifact_of_another_function(bundle, tmp_path):
+    from helpers import pack_identity, sample
+
+    other = pack_identity(tmp_path, sample((7,), "int8"), name="other")
+    (bundle / "module.mlirbc").write_bytes((other / "module.mlirbc").read_bytes())
+    rehash(bundle, "module.mlirbc")
+    with pytest.raises(hlobundle.SignatureError, match="@main in module.mlirbc has 1"):
+        load_and_verify(bundle)
+
+
+def test_module_text_not_utf8(bundle):
+    (bundle / "module.mlir").write_bytes(b"\xff\xfe module")
+    rehash(bundle, "module.mlir")
+    with pytest.raises(hlobundle.ModuleError, match="module.mlir is not UTF-8 text"):
+        hlobundle.load(bundle)
+
+
+def test_manifest_symlink(bundle, tmp_path):
+    real = tmp_path / "elsewhere.json"
+    real.write_bytes((bundle / "manifest.json").read_bytes())
+    (bundle / "manifest.json").unlink()
+    os.symlink(real, bundle / "manifest.json")
+    with pytest.raises(hlobundle.UnsafePathError, match="manifest.json is a symlink"):
+        hlobundle.load(bundle)
+
+
+def test_special_file_in_bundle(bundle):
+    os.mkfifo(bundle / "pipe")
+    with pytest.raises(hlobundle.UnsafePathError, match="'pipe' is not a regular file"):
+        hlobundle.load(bundle)
+
+
+def test_extra_tensor_in_tensor_file(bundle):
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    path = bundle / "inputs.safetensors"
+    tensors = load_file(str(path))
+    save_file({**tensors, "smuggled": np.zeros(3, np.float32)}, str(path))
+    rehash(bundle, "inputs.safetensors")
+    with pytest.raises(
+        hlobundle.TensorFileError,
+        match=r"holds tensor\(s\) \['smuggled'\] that no argument or result names",
+    ):
+        hlobundle.load(bundle)

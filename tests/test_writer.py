@@ -101,3 +101,25 @@ def test_provenance_and_portable_artifact(tmp_path):
     assert (out / m.module.portable.file).read_bytes()[:4] == b"ML\xefR"
     out2 = pack_identity(tmp_path, sample((2,), "float32"), name="c", target_version="1.0.0")
     assert hlobundle.load(out2).manifest.module.portable.target_version == "1.0.0"
+
+
+def test_module_of_wrong_type(tmp_path):
+    with pytest.raises(hlobundle.InputError, match="module must be MLIR text or a path, got int"):
+        hlobundle.pack(42, [], tmp_path / "b")
+
+
+def test_unknown_portable_target(tmp_path):
+    with pytest.raises(
+        hlobundle.ModuleError, match="cannot write a StableHLO portable artifact for target 99.0.0"
+    ):
+        pack_identity(tmp_path, sample((2,), "float32"), target_version="99.0.0")
+    assert leftovers(tmp_path) == [] and not (tmp_path / "b").exists()
+
+
+def test_option_the_manifest_refuses(tmp_path):
+    with pytest.raises(
+        hlobundle.InputError,
+        match="the manifest would be invalid: timestamp: Input should be a valid string",
+    ):
+        pack_identity(tmp_path, sample((2,), "float32"), timestamp=5)
+    assert leftovers(tmp_path) == [] and not (tmp_path / "b").exists()
