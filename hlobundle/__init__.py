@@ -5,6 +5,7 @@ The public surface is exactly `__all__`; everything else lives in private module
 
 from ._errors import (
     BundleError,
+    ConfigError,
     FileSetError,
     HloBundleError,
     HloBundleWarning,
@@ -19,18 +20,20 @@ from ._errors import (
     UnsafePathError,
     VersionError,
 )
+from ._emit import emit_script
 from ._export import export
 from ._manifest import FORMAT_VERSION, Argument, Manifest, Result
 from ._reader import Bundle, load
 from ._writer import pack, pack_files
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "FORMAT_VERSION",
     "Argument",
     "Bundle",
     "BundleError",
+    "ConfigError",
     "FileSetError",
     "HloBundleError",
     "HloBundleWarning",
@@ -47,6 +50,7 @@ __all__ = [
     "UnsafePathError",
     "VersionError",
     "__version__",
+    "emit_script",
     "export",
     "load",
     "pack",

@@ -40,7 +40,7 @@ def _print_error(e: HloBundleError) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from ._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="hlobundle", description="Pack, inspect and verify StableHLO bundles."
@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hlobundle {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_pack(sub)
+    _add_run(sub)
+    p = sub.add_parser("emit", help="write a standalone run.py for a bundle")
+    p.add_argument("bundle")
+    p.add_argument("-o", "--output", help="the script's path (default: <bundle>_run.py beside it)")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(handler=_emit)
     p = sub.add_parser("inspect", help="show a bundle's arguments, results and provenance")
     p.add_argument("bundle")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -83,7 +89,34 @@ def _add_pack(sub: Any) -> None:
     p.add_argument("--function", help="the function's name (default: the module's name)")
     p.add_argument("--target-version", help="StableHLO version of the portable artifact")
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--compute-expected", action="store_true",
+        help="run the module once on the inputs and store the results as expected outputs",
+    )  # fmt: skip
+    group.add_argument(
+        "--expected", nargs="+", metavar="FILE",
+        help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>",
+    )  # fmt: skip
     p.set_defaults(handler=_pack)
+
+
+def _add_run(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a bundle and check it against its expected outputs")
+    p.add_argument("bundle")
+    p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE",
+                   help="inputs to use instead of the stored ones")  # fmt: skip
+    p.add_argument("--save-outputs", metavar="FILE", help="write the results to .npz or .safetensors")
+    p.add_argument(
+        "--layout", choices=["stored", "producer"], default="stored",
+        help="producer: --inputs and --save-outputs use the producer's orientation (Julia's, "
+        "for column-major values)",
+    )  # fmt: skip
+    p.add_argument("--backend", choices=["auto", "enzyme", "xla"], default="auto")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: per dtype)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=_run)
 
 
 def _csv(text: str) -> list[str]:
@@ -104,6 +137,7 @@ def _pack(args: argparse.Namespace) -> int:
         function=args.function,
         target_version=args.target_version,
         force=args.force,
+        expected="compute" if args.compute_expected else args.expected,
     )
     print(f"wrote {out}")
     return EXIT_OK
@@ -114,6 +148,48 @@ def _role(item: str) -> tuple[str, str]:
     if not sep or role not in ("input", "parameter", "state"):
         raise argparse.ArgumentTypeError(f"expected NAME=input|parameter|state, got {item!r}")
     return name, role
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import _run
+    from ._function import needs_x64
+    from ._inputs import read_files
+    from ._reader import load
+
+    bundle = load(args.bundle)
+    if needs_x64(bundle.manifest):
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    given = read_files(args.inputs) if args.inputs else None
+    producer = args.layout == "producer"
+    report, outputs = _run.run(
+        bundle, given, backend=args.backend, rtol=args.rtol, atol=args.atol, producer_layout=producer
+    )
+    if args.save_outputs:
+        _run.save_outputs(Path(args.save_outputs), bundle, outputs, producer_layout=producer)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(_run.render(report, bundle.path))
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _emit(args: argparse.Namespace) -> int:
+    from ._emit import emit_script
+    from ._reader import load
+
+    bundle = load(args.bundle)
+    path = args.output or default_script_path(bundle.path)
+    emit_script(bundle, path, force=args.force)
+    print(f"wrote {path}")
+    return EXIT_OK
+
+
+def default_script_path(bundle: Any) -> str:
+    return str(bundle.parent / f"{bundle.name.removesuffix('.hlobundle')}_run.py")
 
 
 def _inspect(args: argparse.Namespace) -> int:

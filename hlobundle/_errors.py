@@ -17,6 +17,7 @@ HloBundleError
 │   └── SignatureError             SIGNATURE_MISMATCH
 ├── ModuleError                MLIR_INVALID, DTYPE_UNSUPPORTED
 ├── InputError                 INPUT_INVALID, INPUT_AMBIGUOUS
+├── ConfigError                X64_DISABLED, BACKEND_UNAVAILABLE
 └── OutputExistsError          OUTPUT_EXISTS
 ```
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 
 __all__ = [
     "BundleError",
+    "ConfigError",
     "FileSetError",
     "HloBundleError",
     "HloBundleWarning",
@@ -128,6 +130,12 @@ class ModuleError(HloBundleError):
 
 class InputError(HloBundleError):
     code = "INPUT_INVALID"
+
+
+class ConfigError(HloBundleError):
+    """The Python environment cannot run the bundle as asked (x64 off, a backend missing)."""
+
+    code = "X64_DISABLED"
 
 
 class OutputExistsError(HloBundleError):

@@ -23,6 +23,7 @@ def export(
     force: bool = False,
     roles: Mapping[str, Role] | None = None,
     store_inputs: bool = True,
+    store_expected: bool = True,
     target_version: str | None = None,
     timestamp: str | None = None,
 ) -> Path:
@@ -40,6 +41,7 @@ def export(
       for example `{"params": "parameter"}`.
     - `out`, `force`, `target_version`, `timestamp`: as for `pack()`.
     - `store_inputs`: store the example arguments in the bundle (default True).
+    - `store_expected`: store `fn`'s results on them, computed by JAX, as expected outputs.
 
     **Returns:** the path of the written bundle.
     """
@@ -52,7 +54,11 @@ def export(
     def flat_fn(*flat_args: Any) -> Any:
         return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
 
-    lowered = jax.jit(flat_fn, keep_unused=True).lower(*flat)
+    jitted = jax.jit(flat_fn, keep_unused=True)
+    lowered = jitted.lower(*flat)
+    expected = None
+    if store_inputs and store_expected:
+        expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
     params = _positional_names(fn)
     names = _unique([_leaf_name(path, params) for path, _ in leaves])
     heads = [_leaf_name(path[:1], params) for path, _ in leaves]
@@ -76,6 +82,7 @@ def export(
         timestamp=timestamp,
         input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
         output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
+        expected=expected,
     )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ._reader import Bundle
 
 
-def _table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
+def table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     lines = [
         "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
@@ -67,11 +67,11 @@ def render(bundle: Bundle) -> str:
             f"module    {m.module.text} + {m.module.portable.file} (StableHLO {m.module.portable.target_version})",
             f"files     {len(m.files)}, {size:,} bytes",
             f"arguments ({len(args)})",
-            _table(("#", "name", "shape", "dtype", "layout", "role", "path", "stored"), args)
+            table(("#", "name", "shape", "dtype", "layout", "role", "path", "stored"), args)
             if args
             else "  none",
             f"results ({len(results)})",
-            _table(("#", "name", "shape", "dtype", "layout", "aliases"), results)
+            table(("#", "name", "shape", "dtype", "layout", "aliases"), results)
             if results
             else "  none",
         ]

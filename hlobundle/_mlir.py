@@ -69,7 +69,7 @@ def signature(module: ir.Module, *, path: str | None = None) -> Signature:
     from jaxlib.mlir import ir
 
     with context():
-        main = _find_main(module, path)
+        main = find_main(module, path)
         ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         args = tuple(
             _tensor_type(t, f"@main argument {i}", path) for i, t in enumerate(ftype.inputs)
@@ -82,7 +82,7 @@ def signature(module: ir.Module, *, path: str | None = None) -> Signature:
         return Signature(name, args, results, _aliases(main))
 
 
-def _find_main(module: ir.Module, path: str | None) -> ir.Operation:
+def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:
     from jaxlib.mlir import ir
 
     names = []

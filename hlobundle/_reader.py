@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -29,6 +29,10 @@ from ._manifest import (
     TensorRef,
     parse_manifest,
 )
+
+if TYPE_CHECKING:
+    from ._function import BundleFunction
+    from ._prepare import Prepared
 
 
 def load(path: str | os.PathLike[str]) -> Bundle:
@@ -99,6 +103,35 @@ class Bundle:
     def example_inputs(self) -> dict[str, np.ndarray]:
         """Every stored argument value by name, in `@main` order (stored orientation)."""
         return {a.name: self.tensor(a.name) for a in self.arguments if a.value is not None}
+
+    def expected_outputs(self) -> dict[str, np.ndarray]:
+        """Every stored expected result by name (stored orientation)."""
+        return {
+            r.name: self._array(r.expected, r.dtype, r.shape) for r in self.results if r.expected
+        }
+
+    def function(self, backend: Literal["auto", "enzyme", "xla"] = "auto") -> BundleFunction:
+        """The bundle's `@main` as a JAX function (see `hlobundle._function`).
+
+        **Arguments:**
+
+        - `backend`: `"enzyme"` (enzyme_ad's `hlo_call`), `"xla"` (a `jax.export.Exported`
+          of the stored portable artifact; needs only jax) or `"auto"` (enzyme when it imports).
+
+        **Returns:** a callable taking the arguments positionally in manifest order, by name,
+        or as the exported pytrees, and returning the results (see README, "Calling a bundle").
+        """
+        from ._function import BundleFunction
+
+        return BundleFunction(self, backend)
+
+    @cached_property
+    def prepared_for_hlo_call(self) -> Prepared:
+        """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
+        from ._prepare import for_hlo_call
+
+        digest = self.manifest.files[self.manifest.module.text].sha256
+        return for_hlo_call(self.module_text, prefix=f"hb{digest[:10]}_")
 
     def verify(self) -> None:
         """Check every file's sha256 and that the portable artifact has the manifest's signature.

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import ValidationError
 
-from . import _inputs, _mlir, _tensors
+from . import _dtypes, _inputs, _mlir, _tensors
 from ._errors import InputError, OutputExistsError
 from ._manifest import (
     FORMAT,
@@ -40,6 +40,7 @@ from ._manifest import (
 
 MODULE_TEXT = "module.mlir"
 MODULE_PORTABLE = "module.mlirbc"
+EXPECTED_FILE = "expected.safetensors"
 TENSOR_FILES: dict[str, str] = {
     "input": "inputs.safetensors",
     "parameter": "weights.safetensors",
@@ -64,6 +65,7 @@ class PackOptions:
     timestamp: str | None = None
     input_tree: Any = None
     output_tree: Any = None
+    expected: list[_inputs.Keyed] | str | None = None  # arrays, or "compute"
 
 
 def pack(
@@ -83,6 +85,7 @@ def pack(
     timestamp: str | None = None,
     input_tree: Any = None,
     output_tree: Any = None,
+    expected: Sequence[Any] | Mapping[str, Any] | Literal["compute"] | None = None,
 ) -> Path:
     """Write a bundle for an MLIR module and example values of its arguments.
 
@@ -103,12 +106,15 @@ def pack(
       string (omitted by default, so that packing is deterministic).
     - `input_tree`, `output_tree`: the pytree structure as nested lists and dicts whose
       leaves are argument (result) names.
+    - `expected`: expected results to store, as arrays (a sequence, or a mapping keyed like
+      inputs but by result name), or `"compute"` to run the module once on the inputs.
 
     **Returns:** the path of the written bundle.
     """
     options = PackOptions(
         names, paths, roles, result_names, layout, function, force,
         target_version, producer, timestamp, input_tree, output_tree,
+        expected if expected is None or isinstance(expected, str) else _inputs.from_python(expected),
     )  # fmt: skip
     items = None if inputs is None else _inputs.from_python(inputs)
     return _pack(module, items, Path(out), options)
@@ -122,7 +128,10 @@ def pack_files(
 ) -> Path:
     """`pack()` with inputs read from `.npz`, `.npy` and `.safetensors` files (the CLI's form)."""
     items = _inputs.read_files(input_files) if input_files else None
-    return _pack(module, items, Path(out), PackOptions(**options))
+    expected = options.pop("expected", None)
+    if expected is not None and not isinstance(expected, str):  # files of expected results
+        expected = _inputs.read_files(expected)
+    return _pack(module, items, Path(out), PackOptions(**options, expected=expected))
 
 
 def _pack(module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions) -> Path:
@@ -151,8 +160,46 @@ def _pack_checked(
             )
         }
     )
+    if opt.expected is not None:
+        manifest = _add_expected(manifest, arrays, portable, opt)
     files = {MODULE_TEXT: text.encode(), MODULE_PORTABLE: portable}
     return _write_atomically(out, manifest, files, arrays, force=opt.force)
+
+
+def _add_expected(
+    manifest: Manifest, arrays: dict[str, dict[str, tuple[np.ndarray, Any]]], portable: bytes, opt: PackOptions
+) -> Manifest:
+    """Store expected results: given (like inputs, keyed by result name) or computed once."""
+    rows = [_dtypes.BY_NAME[r.dtype] for r in manifest.results]
+    if isinstance(opt.expected, str):
+        values = _compute_expected(manifest, arrays, portable, opt.expected)
+    else:
+        ordered = _inputs.assign(opt.expected, [r.name for r in manifest.results])
+        values = [
+            _inputs.check(item, _mlir.TensorType(tuple(r.shape), row), name=r.name, path=f"results[{k}]",
+                          column_major=opt.layout == "column_major")  # fmt: skip
+            for k, (item, r, row) in enumerate(zip(ordered, manifest.results, rows, strict=True))
+        ]
+    stored = arrays.setdefault(EXPECTED_FILE, {})
+    results = []
+    for r, row, value in zip(manifest.results, rows, values, strict=True):
+        stored[r.name] = (np.asarray(value), row)
+        results.append(r.model_copy(update={"expected": TensorRef(file=EXPECTED_FILE, key=r.name)}))
+    return manifest.model_copy(update={"results": results})
+
+
+def _compute_expected(
+    manifest: Manifest, arrays: dict[str, dict[str, tuple[np.ndarray, Any]]], portable: bytes, how: str
+) -> list[np.ndarray]:
+    if how != "compute":
+        raise InputError(f"expected must be arrays or 'compute', got {how!r}", argument="expected")
+    if any(a.value is None for a in manifest.arguments):
+        raise InputError("computing expected outputs needs example inputs for every argument", argument="expected")
+    from ._function import check_x64, exported_for
+
+    check_x64(manifest)
+    values = [arrays[a.value.file][a.name][0] for a in manifest.arguments]  # type: ignore[union-attr]
+    return [np.asarray(x) for x in exported_for(manifest, portable).call(*values)]
 
 
 def _read_module(module: Any) -> tuple[str, str | None]:
@@ -256,7 +303,7 @@ def _default_function_name(sig: _mlir.Signature) -> str:
 
 
 def _provenance(producer: tuple[str, str] | None, timestamp: str | None) -> Provenance:
-    from . import __version__
+    from ._version import __version__
 
     name, version = producer or ("hlobundle", __version__)
     return Provenance(

@@ -1,0 +1,239 @@
+"""A bundle as a JAX function: `Bundle.function()` (README, "Calling a bundle").
+
+Arguments are checked before anything is traced, then passed to one cached `jax.jit`
+of the backend's implementation:
+
+- `enzyme`: `enzyme_ad.jax.hlo_call` on the module prepared by `_prepare`;
+- `xla`: a `jax.export.Exported` built from the stored portable artifact (needs only jax);
+- `auto`: `enzyme` when enzyme_ad imports, else `xla`.
+
+Results come back in the manifest's `output_tree` when it has one (JSON arrays become
+tuples); otherwise as a tuple with one array per `@main` result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from . import _dtypes
+from ._errors import ConfigError, InputError
+from ._manifest import Argument, Manifest
+
+if TYPE_CHECKING:
+    from ._reader import Bundle
+
+Backend = Literal["auto", "enzyme", "xla"]
+BACKENDS = ("auto", "enzyme", "xla")
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {BACKENDS}, got {backend!r}", argument="backend")
+    if backend == "xla":
+        return backend
+    try:
+        import enzyme_ad.jax  # noqa: F401
+    except ImportError:
+        if backend == "auto":
+            return "xla"
+        raise ConfigError(
+            "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
+            "pip install 'enzyme-ad>=0.0.16', or use backend='xla'",
+            code="BACKEND_UNAVAILABLE",
+        ) from None
+    return "enzyme"
+
+
+X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+def needs_x64(manifest: Manifest) -> bool:
+    return any(v.dtype in X64_DTYPES for v in [*manifest.arguments, *manifest.results])
+
+
+class BundleFunction:
+    """A callable that behaves like a jitted JAX function of the bundle's `@main`."""
+
+    def __init__(self, bundle: Bundle, backend: Backend = "auto") -> None:
+        import jax
+
+        self.bundle = bundle
+        self.manifest = bundle.manifest
+        self.backend = resolve_backend(backend)
+        impl = _enzyme_impl(bundle) if self.backend == "enzyme" else _xla_impl(bundle)
+        self._jitted = jax.jit(impl)
+
+    def __repr__(self) -> str:
+        return f"<hlobundle function {self.manifest.function!r} backend={self.backend}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = self.bind(args, kwargs)
+        return self.structure(self.call_flat(*flat))
+
+    def call_flat(self, *flat: Any) -> tuple[Any, ...]:
+        """Call with one array per argument in manifest order; returns one array per result."""
+        check_x64(self.manifest)
+        arguments = self.manifest.arguments
+        if len(flat) != len(arguments):
+            raise _count_error(arguments, len(flat))
+        checked = [_check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments, strict=True))]
+        return tuple(self._jitted(*checked))
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        """One value per argument, in manifest order, from positional, named or pytree arguments."""
+        arguments = self.manifest.arguments
+        tree = self.manifest.input_tree
+        if tree is not None and not kwargs and any(isinstance(a, (dict, list, tuple)) for a in args):
+            by_name = _flatten_by_tree(tree, list(args), "args")
+            return [by_name[a.name] for a in arguments]
+        if len(args) > len(arguments):
+            raise _count_error(arguments, len(args) + len(kwargs))
+        values: dict[str, Any] = {a.name: x for a, x in zip(arguments, args, strict=False)}
+        for name, x in kwargs.items():
+            if name not in {a.name for a in arguments}:
+                raise InputError(
+                    f"unexpected argument {name!r}; the arguments are {[a.name for a in arguments]}",
+                    argument=name,
+                )
+            if name in values:
+                raise InputError(f"argument {name!r} given twice (by position and by name)", argument=name)
+            values[name] = x
+        missing = [a.name for a in arguments if a.name not in values]
+        if missing:
+            raise InputError(f"missing argument(s) {missing}", argument=missing[0])
+        return [values[a.name] for a in arguments]
+
+    def structure(self, flat: tuple[Any, ...]) -> Any:
+        tree = self.manifest.output_tree
+        if tree is None:
+            return flat
+        by_name = {r.name: x for r, x in zip(self.manifest.results, flat, strict=True)}
+        return _unflatten_tree(tree, by_name)
+
+
+def _count_error(arguments: list[Argument], got: int) -> InputError:
+    names = ", ".join(a.name for a in arguments)
+    return InputError(f"expected {len(arguments)} argument(s) ({names}), got {got}")
+
+
+def check_x64(manifest: Manifest) -> None:
+    import jax
+
+    if needs_x64(manifest) and not jax.config.jax_enable_x64:
+        raise ConfigError(
+            "this bundle has 64-bit values, and with jax_enable_x64 off JAX would silently "
+            "truncate them; call jax.config.update('jax_enable_x64', True) at start-up "
+            "(or set JAX_ENABLE_X64=1) before calling it"
+        )
+
+
+def _check_value(x: Any, arg: Argument, index: int) -> Any:
+    want_dtype = _dtypes.BY_NAME[arg.dtype].numpy
+    if isinstance(x, (bool, int, float, complex)) and not arg.shape:
+        x = np.asarray(x, dtype=want_dtype)
+    elif not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    got = (np.dtype(x.dtype), tuple(x.shape))
+    if got != (want_dtype, tuple(arg.shape)):
+        raise InputError(
+            f"argument {arg.name!r} (args[{index}], path {arg.path}): expected "
+            f"{arg.dtype}{list(arg.shape)}, got {got[0].name}{list(got[1])}",
+            argument=arg.name,
+        )
+    return x
+
+
+def _flatten_by_tree(tree: Any, value: Any, where: str) -> dict[str, Any]:
+    if isinstance(tree, str):
+        return {tree: value}
+    if tree is None:
+        return {}
+    if isinstance(tree, list):
+        if not isinstance(value, (list, tuple)) or len(value) != len(tree):
+            raise InputError(f"{where}: expected a sequence of {len(tree)}, got {_describe(value)}", argument=where)
+        found: dict[str, Any] = {}
+        for i, (t, v) in enumerate(zip(tree, value, strict=True)):
+            found.update(_flatten_by_tree(t, v, f"{where}[{i}]"))
+        return found
+    if not isinstance(value, Mapping) or set(value) != set(tree):
+        raise InputError(f"{where}: expected a dict with keys {sorted(tree)}, got {_describe(value)}", argument=where)
+    found = {}
+    for k, t in tree.items():
+        found.update(_flatten_by_tree(t, value[k], f"{where}[{k!r}]"))
+    return found
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return f"a dict with keys {sorted(map(str, value))}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
+
+
+def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
+    if isinstance(tree, str):
+        return by_name[tree]
+    if isinstance(tree, list):
+        return tuple(_unflatten_tree(t, by_name) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _unflatten_tree(t, by_name) for k, t in tree.items()}
+    return None
+
+
+def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    from enzyme_ad.jax import hlo_call
+
+    prepared = bundle.prepared_for_hlo_call
+    results = [_dtypes.BY_NAME[r.dtype].numpy for r in bundle.manifest.results]
+
+    def impl(*flat: Any) -> tuple[Any, ...]:
+        carried = [x if c is None else x.astype(c) for x, c in zip(flat, prepared.argument_carriers, strict=True)]
+        outs = hlo_call(*carried, source=prepared.text) if results else []
+        return tuple(o if c is None else o.astype(d) for o, c, d in zip(outs, prepared.result_carriers, results, strict=True))
+
+    return impl
+
+
+def _xla_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    exported = exported_for(bundle.manifest, bundle.portable_artifact)
+    return lambda *flat: tuple(exported.call(*flat))
+
+
+def exported_for(manifest: Manifest, portable: bytes) -> Any:
+    """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6)."""
+    import jax
+    from jax import export
+
+    def avals(values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values)
+
+    n, m = len(manifest.arguments), len(manifest.results)
+    fields = {
+        "fun_name": manifest.function,
+        "in_tree": jax.tree_util.tree_structure((tuple(range(n)), {})),
+        "in_avals": avals(manifest.arguments),
+        "out_tree": jax.tree_util.tree_structure(tuple(range(m))),
+        "out_avals": avals(manifest.results),
+        "_has_named_shardings": False,
+        "_in_named_shardings": (None,) * n,
+        "_out_named_shardings": (None,) * m,
+        "in_shardings_hlo": (None,) * n,
+        "out_shardings_hlo": (None,) * m,
+        "nr_devices": 1,
+        "platforms": ("cpu",),
+        "ordered_effects": (),
+        "unordered_effects": (),
+        "disabled_safety_checks": (export.DisabledSafetyCheck.platform(),),
+        "mlir_module_serialized": portable,
+        "calling_convention_version": export.maximum_supported_calling_convention_version,
+        "module_kept_var_idx": tuple(range(n)),
+        "uses_global_constants": False,
+        "_get_vjp": None,
+    }
+    known = {f.name for f in dataclasses.fields(export.Exported)}
+    return export.Exported(**{k: v for k, v in fields.items() if k in known})

@@ -1,0 +1,124 @@
+"""Preparing a module for `enzyme_ad.jax.hlo_call` 0.0.16, with the `jaxlib.mlir` bindings.
+
+hlo_call inlines the module into the caller's program and has known traps
+(../shared/notes/runtime-facts.md). This rewrite handles each one:
+
+- private symbols get a bundle-unique prefix, so they cannot clash with the caller's
+  own functions (an outer `jax.nn.relu` is also emitted as `@relu`);
+- top-level ops without a symbol name (`llvm.module_flags`) are dropped, since hlo_call
+  reads every top-level op's `sym_name`;
+- element types hlo_call cannot pass (bool, f16, i16, ui8, ui16, the float8 types) travel
+  as a wider carrier type: a new `@main` converts carriers to the real types, calls the
+  original entry and converts its results back. Every conversion is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _dtypes, _mlir
+
+# dtype name -> the dtype that carries it through hlo_call 0.0.16.
+CARRIERS: dict[str, str] = {
+    "bool": "int8",
+    "int16": "int32",
+    "uint8": "uint32",
+    "uint16": "uint32",
+    "float16": "float32",
+    **{d.name: "float32" for d in _dtypes.TABLE if d.name.startswith("float8")},
+}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    text: str
+    argument_carriers: tuple[str | None, ...]
+    result_carriers: tuple[str | None, ...]
+    changed: bool  # False when hlo_call can take the module's text as it is
+
+
+def for_hlo_call(text: str, prefix: str) -> Prepared:
+    """The module text hlo_call can run, and the carrier dtype (or None) of each value."""
+    from jaxlib.mlir import ir
+
+    module = _mlir.parse(text)
+    sig = _mlir.signature(module)
+    with _mlir.context(), ir.Location.unknown():
+        dropped = _drop_unnamed_top_level_ops(module)
+        renamed = _prefix_private_symbols(module, prefix)
+        args = tuple(CARRIERS.get(t.dtype.name) for t in sig.arguments)
+        results = tuple(CARRIERS.get(t.dtype.name) for t in sig.results)
+        wrapped = any(args) or any(results)
+        if wrapped:
+            _wrap_main(module, sig, prefix, args, results)
+        changed = dropped or renamed or wrapped
+        return Prepared(str(module) if changed else text, args, results, changed)
+
+
+def _drop_unnamed_top_level_ops(module: object) -> bool:
+    unnamed = [
+        op
+        for op in module.body.operations  # type: ignore[attr-defined]
+        if "sym_name" not in op.operation.attributes
+    ]
+    for op in unnamed:
+        op.operation.erase()
+    return bool(unnamed)
+
+
+def _prefix_private_symbols(module: object, prefix: str) -> bool:
+    from jaxlib.mlir import ir
+
+    renamed = False
+    for op in module.body.operations:  # type: ignore[attr-defined]
+        name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+        if name == _mlir.ENTRY:
+            continue
+        new = prefix + name
+        ir.SymbolTable.replace_all_symbol_uses(name, new, module.operation)  # type: ignore[attr-defined]
+        ir.SymbolTable.set_symbol_name(op.operation, new)
+        renamed = True
+    return renamed
+
+
+def _wrap_main(
+    module: object,
+    sig: _mlir.Signature,
+    prefix: str,
+    arg_carriers: tuple[str | None, ...],
+    result_carriers: tuple[str | None, ...],
+) -> None:
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import func, stablehlo
+
+    inner_name = prefix + _mlir.ENTRY
+    main = _mlir.find_main(module)
+    ir.SymbolTable.set_symbol_name(main, inner_name)
+    ir.SymbolTable.set_visibility(main, "private")
+    inner_args = [_tensor(t.shape, t.dtype.name) for t in sig.arguments]
+    inner_results = [_tensor(t.shape, t.dtype.name) for t in sig.results]
+    outer_args = [_carried(t, c) for t, c in zip(sig.arguments, arg_carriers, strict=True)]
+    outer_results = [_carried(t, c) for t, c in zip(sig.results, result_carriers, strict=True)]
+    with ir.InsertionPoint(module.body):  # type: ignore[attr-defined]
+        wrapper = func.FuncOp(_mlir.ENTRY, (outer_args, outer_results), visibility="public")
+    with ir.InsertionPoint(wrapper.add_entry_block()):
+        inputs = [
+            stablehlo.convert(want, value) if want != value.type else value
+            for value, want in zip(wrapper.arguments, inner_args, strict=True)
+        ]
+        call = func.CallOp(inner_results, inner_name, inputs)
+        outputs = [
+            stablehlo.convert(want, value) if want != value.type else value
+            for value, want in zip(call.results, outer_results, strict=True)
+        ]
+        func.ReturnOp(outputs)
+
+
+def _carried(t: _mlir.TensorType, carrier: str | None) -> object:
+    return _tensor(t.shape, carrier or t.dtype.name)
+
+
+def _tensor(shape: tuple[int, ...], dtype: str) -> object:
+    from jaxlib.mlir import ir
+
+    return ir.RankedTensorType.get(list(shape), ir.Type.parse(_dtypes.BY_NAME[dtype].mlir))

@@ -1,0 +1,162 @@
+"""`hlobundle run`: call a bundle on its example (or given, or generated) inputs and check results."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _dtypes, _inputs, _mlir, _tensors
+from ._errors import InputError
+from ._reader import Bundle
+
+
+@dataclass(frozen=True)
+class OutputReport:
+    name: str
+    shape: list[int]
+    dtype: str
+    max_abs_diff: float | None
+    ok: bool | None
+
+
+@dataclass(frozen=True)
+class RunReport:
+    ok: bool
+    backend: str
+    inputs: str  # "stored", "given" or "generated"
+    outputs: list[OutputReport]
+    first_call_s: float
+    second_call_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_tolerance(dtype: str) -> float:
+    """rtol = atol for comparing a result of this dtype: exact for ints and bools."""
+    import ml_dtypes
+
+    if dtype.startswith("complex"):
+        dtype = "float32" if dtype == "complex64" else "float64"
+    if "float" not in dtype:
+        return 0.0
+    return max(1e-5, 8 * float(ml_dtypes.finfo(_dtypes.BY_NAME[dtype].numpy).eps))
+
+
+def example_arguments(
+    bundle: Bundle, given: list[_inputs.Keyed] | None, *, producer_layout: bool = False, seed: int = 0
+) -> tuple[list[Any], str]:
+    """The values to run on, and where they came from."""
+    arguments = bundle.arguments
+    if given is not None:
+        ordered = _inputs.assign(given, [a.name for a in arguments])
+        values = [
+            _inputs.check(item, _mlir.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]), name=a.name,
+                          path=a.path, column_major=producer_layout and a.layout == "column_major")  # fmt: skip
+            for item, a in zip(ordered, arguments, strict=True)
+        ]
+        return values, "given"
+    if bundle.has_example_inputs:
+        return [bundle.tensor(a.name) for a in arguments], "stored"
+    rng = np.random.default_rng(seed)
+    return [generate(rng, tuple(a.shape), a.dtype) for a in arguments], "generated"
+
+
+def generate(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Random values of the right kind: small non-negative ints, bools, normal floats."""
+    np_dtype = _dtypes.BY_NAME[dtype].numpy
+    if np_dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np_dtype.kind in "iu":
+        return rng.integers(0, 10, shape).astype(np_dtype)
+    if np_dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np_dtype)
+    return rng.standard_normal(shape).astype(np_dtype)
+
+
+def run(
+    bundle: Bundle,
+    given: list[_inputs.Keyed] | None = None,
+    *,
+    backend: Literal["auto", "enzyme", "xla"] = "auto",
+    rtol: float | None = None,
+    atol: float | None = None,
+    producer_layout: bool = False,
+) -> tuple[RunReport, list[np.ndarray]]:
+    """Run once to compile and once more to time; compare with the stored expected outputs."""
+    import jax
+
+    fn = bundle.function(backend)
+    args, source = example_arguments(bundle, given, producer_layout=producer_layout)
+    start = time.perf_counter()
+    outputs = jax.block_until_ready(fn.call_flat(*args))
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    jax.block_until_ready(fn.call_flat(*args))
+    second = time.perf_counter() - start
+    arrays = [np.asarray(o) for o in outputs]
+    expected = bundle.expected_outputs() if source == "stored" else {}
+    reports = [
+        _compare(r.name, r.dtype, a, expected.get(r.name), rtol, atol)
+        for r, a in zip(bundle.results, arrays, strict=True)
+    ]
+    ok = all(r.ok is not False for r in reports)
+    return RunReport(ok, fn.backend, source, reports, first, second), arrays
+
+
+def _compare(
+    name: str, dtype: str, got: np.ndarray, want: np.ndarray | None, rtol: float | None, atol: float | None
+) -> OutputReport:
+    shape = list(got.shape)
+    if want is None:
+        return OutputReport(name, shape, dtype, None, None)
+    tol = default_tolerance(dtype)
+    a, b = _widen(got), _widen(np.asarray(want))
+    diff = np.abs(a - b)
+    diff[np.isnan(a) & np.isnan(b)] = 0
+    max_diff = float(np.nanmax(diff, initial=0.0)) if diff.size else 0.0
+    if np.isnan(diff).any():
+        max_diff = float("nan")
+    ok = bool(np.allclose(a, b, rtol=tol if rtol is None else rtol, atol=tol if atol is None else atol, equal_nan=True))
+    return OutputReport(name, shape, dtype, max_diff, ok)
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+
+
+def save_outputs(path: Path, bundle: Bundle, arrays: list[np.ndarray], *, producer_layout: bool) -> None:
+    results = bundle.results
+    named = {
+        r.name: (a.T if producer_layout and r.layout == "column_major" else a)
+        for r, a in zip(results, arrays, strict=True)
+    }
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        np.savez(path, **named)
+    elif suffix == ".safetensors":
+        _tensors.write(path, {r.name: (named[r.name], _dtypes.BY_NAME[r.dtype]) for r in results})
+    else:
+        raise InputError(f"--save-outputs {str(path)!r}: expected a .npz or .safetensors file", path=path)
+
+
+def render(report: RunReport, path: Path) -> str:
+    rows = [
+        (o.name, str(tuple(o.shape)), o.dtype, "-" if o.max_abs_diff is None else f"{o.max_abs_diff:.3g}",
+         {None: "no expected", True: "ok", False: "MISMATCH"}[o.ok])  # fmt: skip
+        for o in report.outputs
+    ]
+    from ._inspect import table
+
+    lines = [
+        f"{path}: {len(report.outputs)} output(s), backend {report.backend}, {report.inputs} inputs",
+        table(("name", "shape", "dtype", "max_abs_diff", "check"), rows) if rows else "  no outputs",
+        f"time: first call {report.first_call_s * 1e3:.1f} ms (compile + run), "
+        f"second call {report.second_call_s * 1e3:.2f} ms",
+        "ok" if report.ok else "FAILED: outputs differ from the expected outputs",
+    ]
+    return "\n".join(lines)
