@@ -3,6 +3,7 @@
 The public surface is exactly `__all__`; everything else lives in private modules.
 """
 
+from ._emit import emit_script
 from ._errors import (
     BundleError,
     ConfigError,
@@ -20,13 +21,11 @@ from ._errors import (
     UnsafePathError,
     VersionError,
 )
-from ._emit import emit_script
 from ._export import export
 from ._manifest import FORMAT_VERSION, Argument, Manifest, Result
 from ._reader import Bundle, load
-from ._writer import pack, pack_files
-
 from ._version import __version__
+from ._writer import pack, pack_files
 
 __all__ = [
     "FORMAT_VERSION",

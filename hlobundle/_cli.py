@@ -106,7 +106,9 @@ def _add_run(sub: Any) -> None:
     p.add_argument("bundle")
     p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE",
                    help="inputs to use instead of the stored ones")  # fmt: skip
-    p.add_argument("--save-outputs", metavar="FILE", help="write the results to .npz or .safetensors")
+    p.add_argument(
+        "--save-outputs", metavar="FILE", help="write the results to .npz or .safetensors"
+    )
     p.add_argument(
         "--layout", choices=["stored", "producer"], default="stored",
         help="producer: --inputs and --save-outputs use the producer's orientation (Julia's, "
@@ -166,7 +168,12 @@ def _run(args: argparse.Namespace) -> int:
     given = read_files(args.inputs) if args.inputs else None
     producer = args.layout == "producer"
     report, outputs = _run.run(
-        bundle, given, backend=args.backend, rtol=args.rtol, atol=args.atol, producer_layout=producer
+        bundle,
+        given,
+        backend=args.backend,
+        rtol=args.rtol,
+        atol=args.atol,
+        producer_layout=producer,
     )
     if args.save_outputs:
         _run.save_outputs(Path(args.save_outputs), bundle, outputs, producer_layout=producer)

@@ -6,19 +6,23 @@ to its own location, and is meant to be read: it is what people used to write by
 
 from __future__ import annotations
 
+import keyword
 import os
 import tempfile
 from pathlib import Path
 
-from ._version import __version__
 from ._errors import OutputExistsError
 from ._function import needs_x64
 from ._manifest import Argument, Result
 from ._reader import Bundle, load
+from ._version import __version__
 
 
 def emit_script(
-    bundle: Bundle | str | os.PathLike[str], path: str | os.PathLike[str] | None = None, *, force: bool = False
+    bundle: Bundle | str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
+    *,
+    force: bool = False,
 ) -> str:
     """Write (when `path` is given) and return the source of a standalone script for `bundle`.
 
@@ -36,7 +40,9 @@ def emit_script(
         return _source(bundle, bundle.path.resolve().name, "run.py")
     target = Path(path)
     if target.exists() and not force:
-        raise OutputExistsError(f"{str(target)!r} already exists; pass --force to replace it", path=target)
+        raise OutputExistsError(
+            f"{str(target)!r} already exists; pass --force to replace it", path=target
+        )
     where = os.path.relpath(bundle.path.resolve(), target.resolve().parent)
     source = _source(bundle, where, target.name)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent or ".")
@@ -61,14 +67,21 @@ def _source(bundle: Bundle, where: str, script: str) -> str:
         _HELPERS,
         _main(bundle, fn, names),
         _module(prepared.text if prepared.changed else None),
-        'if __name__ == "__main__":\n    main()',
+        'if __name__ == "__main__":\n    run_example()',
     ]
     return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
+# Names the script defines or imports; the bundle's function must not shadow them.
+_TAKEN = {"check_arguments", "load_tensor", "tolerance", "random_input", "run_example",
+          "json", "os", "sys", "jax", "jnp", "np", "hlo_call", "MODULE", "BUNDLE"}  # fmt: skip
+
+
 def _identifier(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return cleaned if cleaned.isidentifier() else f"f_{cleaned}"
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "function"
+    if not cleaned.isidentifier() or keyword.iskeyword(cleaned):
+        cleaned = f"f_{cleaned}"
+    return f"{cleaned}_fn" if cleaned in _TAKEN else cleaned
 
 
 def _header(bundle: Bundle, fn: str, script: str) -> str:
@@ -141,7 +154,9 @@ def _function(
     names = [a.name for a in arguments]
     params, call_args = _wrapped_list(names, indent=""), _wrapped_list(names, indent="    ")
     args_doc = "".join(f"        {a.name}: {_doc_line(a)}\n" for a in arguments) or "        none\n"
-    results_doc = "".join(f"        {r.name}: {_doc_line(r)}\n" for r in results) or "        none\n"
+    results_doc = (
+        "".join(f"        {r.name}: {_doc_line(r)}\n" for r in results) or "        none\n"
+    )
     calls = "".join(
         f"        {a.name if c is None else f'{a.name}.astype(jnp.{c})'},\n"
         for a, c in zip(arguments, arg_carriers, strict=True)
@@ -217,13 +232,20 @@ def _main(bundle: Bundle, fn: str, names: list[str]) -> str:
             "    inputs = [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]\n"
         )
     expected = [
-        f"        ({r.expected.file!r}, {r.expected.key!r}),\n" for r in m.results if r.expected  # type: ignore[union-attr]
+        f"        ({r.expected.file!r}, {r.expected.key!r}),\n"
+        for r in m.results
+        if r.expected  # type: ignore[union-attr]
     ]
-    expected_block = f"EXPECTED = [  # (file, key) of each result's expected value\n{''.join(expected)}]\n" if expected else "EXPECTED = []  # this bundle stores no expected outputs\n"
+    expected_block = (
+        f"EXPECTED = [  # (file, key) of each result's expected value\n{''.join(expected)}]\n"
+        if expected
+        else "EXPECTED = []  # this bundle stores no expected outputs\n"
+    )
     random_fn = "" if bundle.has_example_inputs else _RANDOM
     return f'''{random_fn}{expected_block}
 
-def main():
+def run_example():
+    """Call the function on the example inputs; compare with the expected outputs."""
 {inputs}    outputs = {fn}(*inputs)
     failures = []
     for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs)):
@@ -266,7 +288,11 @@ def _module(prepared: str | None) -> str:
             'with open(os.path.join(BUNDLE, "module.mlir"), encoding="utf-8") as _f:\n'
             "    MODULE = _f.read()"
         )
-    literal = f"r'''{prepared}'''" if "'''" not in prepared and not prepared.endswith("\\") else repr(prepared)
+    literal = (
+        f"r'''{prepared}'''"
+        if "'''" not in prepared and not prepared.endswith("\\")
+        else repr(prepared)
+    )
     return (
         "# The bundle's module.mlir, prepared for enzyme_ad's hlo_call: its private functions\n"
         "# carry a bundle-unique prefix (so they cannot clash with yours), and values hlo_call\n"

@@ -80,14 +80,25 @@ class BundleFunction:
         arguments = self.manifest.arguments
         if len(flat) != len(arguments):
             raise _count_error(arguments, len(flat))
-        checked = [_check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments, strict=True))]
+        checked = [
+            _check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
+        ]
         return tuple(self._jitted(*checked))
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         """One value per argument, in manifest order, from positional, named or pytree arguments."""
         arguments = self.manifest.arguments
         tree = self.manifest.input_tree
-        if tree is not None and not kwargs and any(isinstance(a, (dict, list, tuple)) for a in args):
+        if (
+            tree is not None
+            and not kwargs
+            and any(isinstance(a, (dict, list, tuple)) for a in args)
+        ):
+            if len(args) != len(tree):
+                raise InputError(
+                    f"expected {len(tree)} positional argument(s) with the exported pytree "
+                    f"structure, or {len(arguments)} arrays; got {len(args)}"
+                )
             by_name = _flatten_by_tree(tree, list(args), "args")
             return [by_name[a.name] for a in arguments]
         if len(args) > len(arguments):
@@ -100,7 +111,9 @@ class BundleFunction:
                     argument=name,
                 )
             if name in values:
-                raise InputError(f"argument {name!r} given twice (by position and by name)", argument=name)
+                raise InputError(
+                    f"argument {name!r} given twice (by position and by name)", argument=name
+                )
             values[name] = x
         missing = [a.name for a in arguments if a.name not in values]
         if missing:
@@ -154,13 +167,19 @@ def _flatten_by_tree(tree: Any, value: Any, where: str) -> dict[str, Any]:
         return {}
     if isinstance(tree, list):
         if not isinstance(value, (list, tuple)) or len(value) != len(tree):
-            raise InputError(f"{where}: expected a sequence of {len(tree)}, got {_describe(value)}", argument=where)
+            raise InputError(
+                f"{where}: expected a sequence of {len(tree)}, got {_describe(value)}",
+                argument=where,
+            )
         found: dict[str, Any] = {}
         for i, (t, v) in enumerate(zip(tree, value, strict=True)):
             found.update(_flatten_by_tree(t, v, f"{where}[{i}]"))
         return found
     if not isinstance(value, Mapping) or set(value) != set(tree):
-        raise InputError(f"{where}: expected a dict with keys {sorted(tree)}, got {_describe(value)}", argument=where)
+        raise InputError(
+            f"{where}: expected a dict with keys {sorted(tree)}, got {_describe(value)}",
+            argument=where,
+        )
     found = {}
     for k, t in tree.items():
         found.update(_flatten_by_tree(t, value[k], f"{where}[{k!r}]"))
@@ -192,9 +211,15 @@ def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     results = [_dtypes.BY_NAME[r.dtype].numpy for r in bundle.manifest.results]
 
     def impl(*flat: Any) -> tuple[Any, ...]:
-        carried = [x if c is None else x.astype(c) for x, c in zip(flat, prepared.argument_carriers, strict=True)]
+        carried = [
+            x if c is None else x.astype(c)
+            for x, c in zip(flat, prepared.argument_carriers, strict=True)
+        ]
         outs = hlo_call(*carried, source=prepared.text) if results else []
-        return tuple(o if c is None else o.astype(d) for o, c, d in zip(outs, prepared.result_carriers, results, strict=True))
+        return tuple(
+            o if c is None else o.astype(d)
+            for o, c, d in zip(outs, prepared.result_carriers, results, strict=True)
+        )
 
     return impl
 
@@ -210,7 +235,9 @@ def exported_for(manifest: Manifest, portable: bytes) -> Any:
     from jax import export
 
     def avals(values: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values)
+        return tuple(
+            jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values
+        )
 
     n, m = len(manifest.arguments), len(manifest.results)
     fields = {

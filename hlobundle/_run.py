@@ -48,15 +48,24 @@ def default_tolerance(dtype: str) -> float:
 
 
 def example_arguments(
-    bundle: Bundle, given: list[_inputs.Keyed] | None, *, producer_layout: bool = False, seed: int = 0
+    bundle: Bundle,
+    given: list[_inputs.Keyed] | None,
+    *,
+    producer_layout: bool = False,
+    seed: int = 0,
 ) -> tuple[list[Any], str]:
     """The values to run on, and where they came from."""
     arguments = bundle.arguments
     if given is not None:
         ordered = _inputs.assign(given, [a.name for a in arguments])
         values = [
-            _inputs.check(item, _mlir.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]), name=a.name,
-                          path=a.path, column_major=producer_layout and a.layout == "column_major")  # fmt: skip
+            _inputs.check(
+                item,
+                _mlir.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]),
+                name=a.name,
+                path=a.path,
+                column_major=producer_layout and a.layout == "column_major",
+            )  # fmt: skip
             for item, a in zip(ordered, arguments, strict=True)
         ]
         return values, "given"
@@ -109,19 +118,29 @@ def run(
 
 
 def _compare(
-    name: str, dtype: str, got: np.ndarray, want: np.ndarray | None, rtol: float | None, atol: float | None
+    name: str,
+    dtype: str,
+    got: np.ndarray,
+    want: np.ndarray | None,
+    rtol: float | None,
+    atol: float | None,
 ) -> OutputReport:
     shape = list(got.shape)
     if want is None:
         return OutputReport(name, shape, dtype, None, None)
     tol = default_tolerance(dtype)
-    a, b = _widen(got), _widen(np.asarray(want))
-    diff = np.abs(a - b)
-    diff[np.isnan(a) & np.isnan(b)] = 0
-    max_diff = float(np.nanmax(diff, initial=0.0)) if diff.size else 0.0
-    if np.isnan(diff).any():
-        max_diff = float("nan")
-    ok = bool(np.allclose(a, b, rtol=tol if rtol is None else rtol, atol=tol if atol is None else atol, equal_nan=True))
+    a, b = np.atleast_1d(_widen(got)), np.atleast_1d(_widen(np.asarray(want)))
+    diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
+    max_diff = float(np.max(diff, initial=0.0))
+    ok = bool(
+        np.allclose(
+            a,
+            b,
+            rtol=tol if rtol is None else rtol,
+            atol=tol if atol is None else atol,
+            equal_nan=True,
+        )
+    )
     return OutputReport(name, shape, dtype, max_diff, ok)
 
 
@@ -129,7 +148,9 @@ def _widen(x: np.ndarray) -> np.ndarray:
     return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
-def save_outputs(path: Path, bundle: Bundle, arrays: list[np.ndarray], *, producer_layout: bool) -> None:
+def save_outputs(
+    path: Path, bundle: Bundle, arrays: list[np.ndarray], *, producer_layout: bool
+) -> None:
     results = bundle.results
     named = {
         r.name: (a.T if producer_layout and r.layout == "column_major" else a)
@@ -141,20 +162,29 @@ def save_outputs(path: Path, bundle: Bundle, arrays: list[np.ndarray], *, produc
     elif suffix == ".safetensors":
         _tensors.write(path, {r.name: (named[r.name], _dtypes.BY_NAME[r.dtype]) for r in results})
     else:
-        raise InputError(f"--save-outputs {str(path)!r}: expected a .npz or .safetensors file", path=path)
+        raise InputError(
+            f"--save-outputs {str(path)!r}: expected a .npz or .safetensors file", path=path
+        )
 
 
 def render(report: RunReport, path: Path) -> str:
     rows = [
-        (o.name, str(tuple(o.shape)), o.dtype, "-" if o.max_abs_diff is None else f"{o.max_abs_diff:.3g}",
-         {None: "no expected", True: "ok", False: "MISMATCH"}[o.ok])  # fmt: skip
+        (
+            o.name,
+            str(tuple(o.shape)),
+            o.dtype,
+            "-" if o.max_abs_diff is None else f"{o.max_abs_diff:.3g}",
+            {None: "no expected", True: "ok", False: "MISMATCH"}[o.ok],
+        )  # fmt: skip
         for o in report.outputs
     ]
     from ._inspect import table
 
     lines = [
         f"{path}: {len(report.outputs)} output(s), backend {report.backend}, {report.inputs} inputs",
-        table(("name", "shape", "dtype", "max_abs_diff", "check"), rows) if rows else "  no outputs",
+        table(("name", "shape", "dtype", "max_abs_diff", "check"), rows)
+        if rows
+        else "  no outputs",
         f"time: first call {report.first_call_s * 1e3:.1f} ms (compile + run), "
         f"second call {report.second_call_s * 1e3:.2f} ms",
         "ok" if report.ok else "FAILED: outputs differ from the expected outputs",

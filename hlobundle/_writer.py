@@ -167,7 +167,10 @@ def _pack_checked(
 
 
 def _add_expected(
-    manifest: Manifest, arrays: dict[str, dict[str, tuple[np.ndarray, Any]]], portable: bytes, opt: PackOptions
+    manifest: Manifest,
+    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
+    portable: bytes,
+    opt: PackOptions,
 ) -> Manifest:
     """Store expected results: given (like inputs, keyed by result name) or computed once."""
     rows = [_dtypes.BY_NAME[r.dtype] for r in manifest.results]
@@ -176,8 +179,13 @@ def _add_expected(
     else:
         ordered = _inputs.assign(opt.expected, [r.name for r in manifest.results])
         values = [
-            _inputs.check(item, _mlir.TensorType(tuple(r.shape), row), name=r.name, path=f"results[{k}]",
-                          column_major=opt.layout == "column_major")  # fmt: skip
+            _inputs.check(
+                item,
+                _mlir.TensorType(tuple(r.shape), row),
+                name=r.name,
+                path=f"results[{k}]",
+                column_major=opt.layout == "column_major",
+            )  # fmt: skip
             for k, (item, r, row) in enumerate(zip(ordered, manifest.results, rows, strict=True))
         ]
     stored = arrays.setdefault(EXPECTED_FILE, {})
@@ -189,12 +197,18 @@ def _add_expected(
 
 
 def _compute_expected(
-    manifest: Manifest, arrays: dict[str, dict[str, tuple[np.ndarray, Any]]], portable: bytes, how: str
+    manifest: Manifest,
+    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
+    portable: bytes,
+    how: str,
 ) -> list[np.ndarray]:
     if how != "compute":
         raise InputError(f"expected must be arrays or 'compute', got {how!r}", argument="expected")
     if any(a.value is None for a in manifest.arguments):
-        raise InputError("computing expected outputs needs example inputs for every argument", argument="expected")
+        raise InputError(
+            "computing expected outputs needs example inputs for every argument",
+            argument="expected",
+        )
     from ._function import check_x64, exported_for
 
     check_x64(manifest)

@@ -71,3 +71,17 @@ def edit_manifest(bundle: Path, edit: Any) -> None:
 needs_fixtures = pytest.mark.skipif(
     not FIXTURES.is_dir(), reason="../shared/fixtures/reactant is absent (a user's clone)"
 )
+
+
+def relu_module_text():
+    """A Reactant-like module whose private function is called @relu."""
+    return (
+        "module @reactant_f {\n"
+        "  func.func private @relu(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "    %c = stablehlo.constant dense<1.0> : tensor<4xf32>\n"
+        "    %y = stablehlo.add %x, %c : tensor<4xf32>\n"
+        "    return %y : tensor<4xf32>\n  }\n"
+        "  func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "    %y = call @relu(%x) : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "    return %y : tensor<4xf32>\n  }\n}\n"
+    )

@@ -1,0 +1,203 @@
+"""Bundle.function(): both backends agree with native JAX, and arguments are checked first."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import ALL_DTYPES, ROOT, relu_module_text, sample
+
+import hlobundle
+
+BACKENDS = ["enzyme", "xla"]
+
+sys.path.insert(0, str(ROOT / "examples"))
+import lenet5  # noqa: E402
+
+
+def export(tmp_path, fn, *args, name="b", **kwargs):
+    return hlobundle.load(hlobundle.export(fn, *args, out=tmp_path / name, **kwargs))
+
+
+def assert_tree_equal(got, want, exact=False):
+    gl, wl = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for g, w in zip(gl, wl, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if exact:
+            np.testing.assert_array_equal(
+                np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8)
+            )
+        else:
+            np.testing.assert_allclose(
+                np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-6, atol=1e-6
+            )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lenet_matches_native_jax(tmp_path, backend):
+    params, images = lenet5.init_params(), lenet5.example_images()
+    fn = export(tmp_path, lenet5.lenet5, params, images).function(backend)
+    want = jax.jit(lenet5.lenet5)(params, images)
+    assert_tree_equal(fn(params, images), want)  # the exported pytree structure
+    assert_tree_equal(jax.jit(fn)(params, images), want)
+    assert_tree_equal(jax.jit(lambda p, x: fn(p, x) * 2.0)(params, images), want * 2.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flat_positional_and_named_calls(tmp_path, backend):
+    params, images = lenet5.init_params(), lenet5.example_images()
+    bundle = export(tmp_path, lenet5.lenet5, params, images)
+    fn = bundle.function(backend)
+    stored = bundle.example_inputs()
+    want = jax.jit(lenet5.lenet5)(params, images)
+    assert_tree_equal(fn(*stored.values()), want)
+    assert_tree_equal(fn(**stored), want)
+    first, *rest = stored
+    assert_tree_equal(fn(stored[first], **{k: stored[k] for k in rest}), want)
+    assert fn._jitted._cache_size() == 1  # one trace, however it is called
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multi_result_dict_output(tmp_path, backend):
+    def f(x, y):
+        return {"sum": x + y, "prod": x * y, "norm": jnp.linalg.norm(x)}
+
+    x, y = sample((3, 4), "float32", 1), sample((3, 4), "float32", 2)
+    fn = export(tmp_path, f, x, y).function(backend)
+    assert_tree_equal(fn(x, y), jax.jit(f)(x, y))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_arguments(tmp_path, backend):
+    def f():
+        return jnp.arange(5.0) * 2
+
+    fn = export(tmp_path, f).function(backend)
+    assert_tree_equal(fn(), jax.jit(f)())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_d_arguments(tmp_path, backend):
+    def f(a, b):
+        return a * b + 1, jnp.sin(a)
+
+    a, b = np.float32(2.5), np.float64(-3.0)
+    fn = export(tmp_path, f, a, b).function(backend)
+    assert_tree_equal(fn(a, b), jax.jit(f)(a, b))
+    assert_tree_equal(fn(2.5, -3.0), jax.jit(f)(a, b))  # Python scalars for 0-d arguments
+
+
+def _dtype_program(*xs):
+    return tuple((x, jnp.flip(x, 0)) for x in xs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_dtype(tmp_path, backend):
+    xs = [sample((3, 2), d, i) for i, d in enumerate(ALL_DTYPES)]
+    fn = export(tmp_path, _dtype_program, *xs).function(backend)
+    assert_tree_equal(fn(*xs), jax.jit(_dtype_program)(*xs), exact=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "dtype", ["bool", "float16", "uint8", "int16", "uint16", "bfloat16", "complex128"]
+)
+def test_dtypes_through_arithmetic(tmp_path, backend, dtype):
+    def f(x):
+        return (~x, x & x) if x.dtype == jnp.bool_ else (x + x, x * x)
+
+    x = sample((4,), dtype)
+    fn = export(tmp_path, f, x).function(backend)
+    assert_tree_equal(fn(x), jax.jit(f)(x), exact=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_private_relu_next_to_jax_relu(tmp_path, backend):
+    x = np.array([-2.0, -1.0, 0.5, 3.0], np.float32)
+    fn = hlobundle.load(hlobundle.pack(relu_module_text(), [x], tmp_path / "b")).function(backend)
+
+    @jax.jit
+    def g(x):
+        (plus_one,) = fn(x)
+        return jax.nn.relu(x), plus_one, jax.nn.relu(plus_one)
+
+    relu, plus_one, both = g(x)
+    np.testing.assert_array_equal(relu, np.maximum(x, 0))
+    np.testing.assert_array_equal(plus_one, x + 1)
+    np.testing.assert_array_equal(both, np.maximum(x + 1, 0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_bundle_twice_in_one_jit(tmp_path, backend):
+    x = np.array([-2.0, -1.0, 0.5, 3.0], np.float32)
+    fn = hlobundle.load(hlobundle.pack(relu_module_text(), [x], tmp_path / "b")).function(backend)
+    (once,) = fn(x)
+    (twice,) = jax.jit(lambda x: fn(fn(x)[0]))(x)
+    np.testing.assert_array_equal(twice, once + 1)
+
+
+@pytest.fixture(scope="module")
+def lenet_bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lenet") / "b"
+    return hlobundle.load(
+        hlobundle.export(lenet5.lenet5, lenet5.init_params(), lenet5.example_images(), out=out)
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda f, a: f(*a[:-1], np.zeros((2, 1, 28, 28), np.float32)),
+         "argument 'images' (args[10], path args[1]): expected float32[4, 1, 28, 28], got float32[2, 1, 28, 28]"),
+        (lambda f, a: f(*a[:-1], a[-1].astype(np.float64)),
+         "argument 'images' (args[10], path args[1]): expected float32[4, 1, 28, 28], got float64[4, 1, 28, 28]"),
+        (lambda f, a: f(*a[:-1]), "missing argument(s) ['images']"),
+        (lambda f, a: f(*a, a[0]), "expected 11 argument(s) (params_conv1_b, params_conv1_w,"),
+        (lambda f, a: f(*a, bogus=1), "unexpected argument 'bogus'; the arguments are ['params_conv1_b',"),
+        (lambda f, a: f(*a, images=a[-1]), "argument 'images' given twice (by position and by name)"),
+        (lambda f, a: f({"conv1": {}}, a[-1]), "args[0]: expected a dict with keys ['conv1', 'conv2', 'dense1', 'dense2', 'dense3'], got a dict with keys ['conv1']"),
+        (lambda f, a: f(lenet5.init_params(), a[-1], a[-1]), "expected 2 positional argument(s) with the exported pytree structure, or 11 arrays; got 3"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_argument_errors(lenet_bundle, backend, call, message):
+    fn = lenet_bundle.function(backend)
+    args = list(lenet_bundle.example_inputs().values())
+    with pytest.raises(hlobundle.InputError, match=re.escape(message)):
+        call(fn, args)
+    with pytest.raises(hlobundle.InputError, match=re.escape(message)):
+        jax.jit(lambda *a: call(fn, list(a)))(*args)  # checked at trace time, too
+
+
+def test_unknown_backend(lenet_bundle):
+    with pytest.raises(
+        hlobundle.InputError, match=r"backend must be one of \('auto', 'enzyme', 'xla'\), got 'tpu'"
+    ):
+        lenet_bundle.function("tpu")
+
+
+def test_auto_prefers_enzyme(lenet_bundle):
+    assert lenet_bundle.function().backend == "enzyme"
+
+
+def test_x64_off_gives_instructions(tmp_path):
+    out = hlobundle.pack(
+        "func.func @main(%a: tensor<2xi64>) -> tensor<2xi64> { return %a : tensor<2xi64> }",
+        [np.arange(2)],
+        tmp_path / "b",
+    )
+    code = (
+        "import numpy as np, hlobundle\n"
+        f"f = hlobundle.load({str(out)!r}).function('xla')\n"
+        "try:\n    f(np.arange(2))\n"
+        "except hlobundle.ConfigError as e:\n    print(e.code, e.message)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "X64_DISABLED this bundle has 64-bit values" in r.stdout, r.stderr
+    assert "jax.config.update('jax_enable_x64', True)" in r.stdout

@@ -1,0 +1,187 @@
+"""`hlobundle run` and expected outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT, edit_manifest, identity_module, sample
+from safetensors.numpy import load_file
+
+import hlobundle
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+
+
+def cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "hlobundle", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
+
+
+def rehash(bundle, name):
+    from hlobundle._writer import sha256_file
+
+    path = bundle / name
+    edit_manifest(
+        bundle,
+        lambda m: m["files"][name].update(size=path.stat().st_size, sha256=sha256_file(path)),
+    )
+
+
+@pytest.mark.parametrize("backend", ["enzyme", "xla"])
+def test_run_example_ok(backend):
+    r = cli("run", EXAMPLE, "--backend", backend)
+    assert r.returncode == 0, r.stderr
+    assert "result  (4, 10)  float32  0" in r.stdout
+    assert r.stdout.rstrip().endswith("ok")
+
+
+def test_run_json(tmp_path):
+    r = cli("run", EXAMPLE, "--json")
+    data = json.loads(r.stdout)
+    assert data["ok"] is True and data["backend"] == "enzyme" and data["inputs"] == "stored"
+    assert data["outputs"] == [
+        {"name": "result", "shape": [4, 10], "dtype": "float32", "max_abs_diff": 0.0, "ok": True}
+    ]
+
+
+def test_run_fails_on_corrupted_expected_output(tmp_path):
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    bundle = tmp_path / "b"
+    shutil.copytree(EXAMPLE, bundle)
+    expected = load_file(str(bundle / "expected.safetensors"))
+    expected["result"][0, 0] += 0.5
+    save_file(expected, str(bundle / "expected.safetensors"))
+    rehash(bundle, "expected.safetensors")
+    r = cli("run", bundle)
+    assert r.returncode == 1
+    assert "result  (4, 10)  float32  0.5           MISMATCH" in r.stdout
+    assert "FAILED: outputs differ from the expected outputs" in r.stdout
+    r = cli("run", bundle, "--atol", "1")
+    assert r.returncode == 0
+
+
+def test_save_outputs(tmp_path):
+    assert cli("run", EXAMPLE, "--save-outputs", tmp_path / "out.npz").returncode == 0
+    want = hlobundle.load(EXAMPLE).expected_outputs()["result"]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["result"], want)
+    assert cli("run", EXAMPLE, "--save-outputs", tmp_path / "out.safetensors").returncode == 0
+    np.testing.assert_array_equal(load_file(str(tmp_path / "out.safetensors"))["result"], want)
+    r = cli("run", EXAMPLE, "--save-outputs", tmp_path / "out.csv")
+    assert r.returncode == 1 and "expected a .npz or .safetensors file" in r.stderr
+
+
+def test_run_on_given_inputs(tmp_path):
+    b = hlobundle.load(EXAMPLE)
+    inputs = dict(b.example_inputs())
+    inputs["images"] = np.zeros_like(inputs["images"])
+    np.savez(tmp_path / "in.npz", **inputs)
+    r = cli(
+        "run",
+        EXAMPLE,
+        "--inputs",
+        tmp_path / "in.npz",
+        "--save-outputs",
+        tmp_path / "out.npz",
+        "--json",
+    )
+    data = json.loads(r.stdout)
+    assert data["inputs"] == "given" and data["outputs"][0]["max_abs_diff"] is None
+    fn = b.function("xla")
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["result"], fn(**inputs), rtol=1e-6)
+
+
+def test_generated_inputs_have_the_right_dtypes(tmp_path):
+    text = identity_module(
+        sample((3,), "int32"), sample((2,), "bool"), sample((2, 2), "float16"), sample((), "uint8")
+    )
+    out = hlobundle.pack(text, None, tmp_path / "b")
+    r = cli("run", out, "--json", "--save-outputs", tmp_path / "out.npz")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["inputs"] == "generated"
+    got = np.load(tmp_path / "out.npz")
+    assert got["result0"].dtype == np.int32 and set(got["result0"]) <= set(range(10))
+    assert got["result1"].dtype == np.bool_
+    assert got["result2"].dtype == np.float16 and got["result3"].dtype == np.uint8
+
+
+def test_run_x64_bundle_from_cli(tmp_path):
+    text = "func.func @main(%a: tensor<3xi64>, %b: tensor<f64>) -> tensor<f64> {\n  return %b : tensor<f64>\n}"
+    out = hlobundle.pack(text, [np.arange(3), np.float64(1.5)], tmp_path / "b", expected="compute")
+    r = cli("run", out)
+    assert r.returncode == 0, r.stderr
+
+
+def test_pack_compute_expected_and_expected_file(tmp_path):
+    x = sample((2, 3), "float32")
+    (tmp_path / "m.mlir").write_text(identity_module(x))
+    np.savez(tmp_path / "in.npz", x)
+    r = cli(
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "in.npz",
+        "-o",
+        tmp_path / "a",
+        "--compute-expected",
+    )
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(hlobundle.load(tmp_path / "a").expected_outputs()["result0"], x)
+    np.savez(tmp_path / "exp.npz", result0=x + 1)
+    r = cli(
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "in.npz",
+        "-o",
+        tmp_path / "b",
+        "--expected",
+        tmp_path / "exp.npz",
+    )
+    assert r.returncode == 0, r.stderr
+    assert cli("run", tmp_path / "b").returncode == 1
+    np.savez(tmp_path / "bad.npz", result0=np.zeros(3, np.float32))
+    r = cli(
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "in.npz",
+        "-o",
+        tmp_path / "c",
+        "--expected",
+        tmp_path / "bad.npz",
+    )
+    assert r.returncode == 1
+    assert (
+        "argument 'result0' (path results[0], from bad.npz[result0]): expected shape (2, 3), got (3,)"
+        in r.stderr
+    )
+
+
+def test_compute_expected_needs_inputs(tmp_path):
+    with pytest.raises(
+        hlobundle.InputError, match="computing expected outputs needs example inputs"
+    ):
+        hlobundle.pack(
+            identity_module(sample((2,), "float32")), None, tmp_path / "b", expected="compute"
+        )
+    with pytest.raises(
+        hlobundle.InputError, match="expected must be arrays or 'compute', got 'yes'"
+    ):
+        hlobundle.pack(
+            identity_module(sample((2,), "float32")),
+            [sample((2,), "float32")],
+            tmp_path / "b",
+            expected="yes",
+        )
