@@ -201,3 +201,27 @@ def test_x64_off_gives_instructions(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "X64_DISABLED this bundle has 64-bit values" in r.stdout, r.stderr
     assert "jax.config.update('jax_enable_x64', True)" in r.stdout
+
+
+def test_unnamed_top_level_op_is_dropped_for_hlo_call(tmp_path):
+    text = (
+        "module @m {\n"
+        '  llvm.module_flags [#llvm.mlir.module_flag<warning, "Dwarf Version", 2 : i32>]\n'
+        "  func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {\n"
+        "    %y = stablehlo.multiply %x, %x : tensor<3xf32>\n"
+        "    return %y : tensor<3xf32>\n  }\n}\n"
+    )
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    bundle = hlobundle.load(hlobundle.pack(text, [x], tmp_path / "b"))
+    assert "llvm.module_flags" not in bundle.prepared_for_hlo_call.text
+    np.testing.assert_array_equal(bundle.function("enzyme")(x)[0], x * x)
+
+
+def test_enzyme_backend_missing(lenet_bundle, monkeypatch):
+    monkeypatch.setitem(sys.modules, "enzyme_ad.jax", None)  # makes the import fail
+    with pytest.raises(
+        hlobundle.ConfigError, match=r"the enzyme backend needs enzyme-ad >= 0.0.16"
+    ) as e:
+        lenet_bundle.function("enzyme")
+    assert e.value.code == "BACKEND_UNAVAILABLE"
+    assert lenet_bundle.function("auto").backend == "xla"
