@@ -85,3 +85,12 @@ def relu_module_text():
         "    %y = call @relu(%x) : (tensor<4xf32>) -> tensor<4xf32>\n"
         "    return %y : tensor<4xf32>\n  }\n}\n"
     )
+
+
+def rehash(bundle: Path, name: str) -> None:
+    """Make the manifest's size and sha256 of `name` match the file again, after an edit."""
+    from hlobundle._writer import sha256_file
+
+    path = bundle / name
+    size, digest = path.stat().st_size, sha256_file(path)
+    edit_manifest(bundle, lambda m: m["files"][name].update(size=size, sha256=digest))

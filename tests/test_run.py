@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, edit_manifest, identity_module, sample
+from helpers import ROOT, identity_module, rehash, sample
 from safetensors.numpy import load_file
 
 import hlobundle
@@ -23,16 +23,6 @@ def cli(*args):
         capture_output=True,
         text=True,
         env=dict(os.environ),
-    )
-
-
-def rehash(bundle, name):
-    from hlobundle._writer import sha256_file
-
-    path = bundle / name
-    edit_manifest(
-        bundle,
-        lambda m: m["files"][name].update(size=path.stat().st_size, sha256=sha256_file(path)),
     )
 
 

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from helpers import edit_manifest, small_bundle
+from helpers import edit_manifest, rehash, small_bundle
 
 import hlobundle
 
@@ -197,14 +197,6 @@ def test_not_a_bundle(tmp_path):
         hlobundle.load(tmp_path)
     with pytest.raises(hlobundle.NotABundleError, match="is not a directory"):
         hlobundle.load(tmp_path / "nothing")
-
-
-def rehash(bundle, name):
-    from hlobundle._writer import sha256_file
-
-    path = bundle / name
-    size, digest = path.stat().st_size, sha256_file(path)
-    edit_manifest(bundle, lambda m: m["files"][name].update(size=size, sha256=digest))
 
 
 def test_portable_artifact_that_does_not_load(bundle):
