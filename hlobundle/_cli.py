@@ -86,6 +86,10 @@ def _add_pack(sub: Any) -> None:
         "--role", action="append", default=[], metavar="NAME=ROLE", type=_role,
         help="mark an argument as input, parameter or state; may be repeated",
     )  # fmt: skip
+    p.add_argument(
+        "--allow-custom-call", action="append", default=[], metavar="NAME",
+        help="accept this custom call target although it looks tied to the producer's process",
+    )  # fmt: skip
     p.add_argument("--function", help="the function's name (default: the module's name)")
     p.add_argument("--target-version", help="StableHLO version of the portable artifact")
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
@@ -140,6 +144,7 @@ def _pack(args: argparse.Namespace) -> int:
         target_version=args.target_version,
         force=args.force,
         expected="compute" if args.compute_expected else args.expected,
+        allow_custom_calls=args.allow_custom_call,
     )
     print(f"wrote {out}")
     return EXIT_OK

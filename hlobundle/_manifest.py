@@ -94,6 +94,8 @@ class PortableArtifact(_Model):
 class Module(_Model):
     text: RelPath
     portable: PortableArtifact
+    normalizations: list[str] = Field(default_factory=list)
+    allowed_custom_calls: list[str] = Field(default_factory=list)
 
 
 class Provenance(_Model):

@@ -36,21 +36,32 @@ class Signature:
     aliases: dict[int, int]
 
 
+def registry() -> ir.DialectRegistry:
+    from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+
+    reg = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(reg)
+    return reg
+
+
+def register_dialects(ctx: ir.Context) -> None:
+    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+    for dialect in (stablehlo, chlo, sdy):
+        dialect.register_dialect(ctx)
+    mhlo.register_mhlo_dialect(ctx)
+
+
 @cache
 def context() -> ir.Context:
     """One MLIR context with the dialects JAX registers (func, stablehlo, chlo, sdy, mhlo...)."""
     from jaxlib.mlir import ir
-    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
 
-    registry = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(registry)
     ctx = ir.Context()
-    ctx.append_dialect_registry(registry)
+    ctx.append_dialect_registry(registry())
     ctx.load_all_available_dialects()
-    for dialect in (stablehlo, chlo, sdy):
-        dialect.register_dialect(ctx)
-    mhlo.register_mhlo_dialect(ctx)
+    register_dialects(ctx)
     return ctx
 
 
@@ -61,7 +72,7 @@ def parse(text: str | bytes, *, path: str | None = None) -> ir.Module:
         try:
             return ir.Module.parse(text)
         except ir.MLIRError as e:
-            raise ModuleError(f"the MLIR does not parse: {_short(str(e))}", path=path) from None
+            raise ModuleError(f"the MLIR does not parse: {short(str(e))}", path=path) from None
 
 
 def signature(module: ir.Module, *, path: str | None = None) -> Signature:
@@ -144,7 +155,7 @@ def to_portable(module: ir.Module, target: str, *, path: str | None = None) -> b
             return bytes(stablehlo.serialize_portable_artifact(module, target, True))
         except Exception as e:  # the bindings raise bare ValueError/RuntimeError
             raise ModuleError(
-                f"cannot write a StableHLO portable artifact for target {target}: {_short(str(e))}",
+                f"cannot write a StableHLO portable artifact for target {target}: {short(str(e))}",
                 path=path,
             ) from None
 
@@ -156,11 +167,11 @@ def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
         return stablehlo.deserialize_portable_artifact(context(), data)
     except Exception as e:
         raise ModuleError(
-            f"the StableHLO portable artifact does not load: {_short(str(e))}", path=path
+            f"the StableHLO portable artifact does not load: {short(str(e))}", path=path
         ) from None
 
 
-def _short(message: str, limit: int = 600) -> str:
+def short(message: str, limit: int = 600) -> str:
     return message if len(message) <= limit else message[:limit] + " ..."
 
 

@@ -94,7 +94,7 @@ def _wrap_main(
     inner_name = prefix + _mlir.ENTRY
     main = _mlir.find_main(module)
     ir.SymbolTable.set_symbol_name(main, inner_name)
-    ir.SymbolTable.set_visibility(main, "private")
+    main.attributes["sym_visibility"] = ir.StringAttr.get("private")
     inner_args = [_tensor(t.shape, t.dtype.name) for t in sig.arguments]
     inner_results = [_tensor(t.shape, t.dtype.name) for t in sig.results]
     outer_args = [_carried(t, c) for t, c in zip(sig.arguments, arg_carriers, strict=True)]

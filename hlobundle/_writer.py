@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import ValidationError
 
-from . import _dtypes, _inputs, _mlir, _tensors
+from . import _dtypes, _inputs, _mlir, _normalize, _tensors
 from ._errors import InputError, OutputExistsError
 from ._manifest import (
     FORMAT,
@@ -66,6 +66,7 @@ class PackOptions:
     input_tree: Any = None
     output_tree: Any = None
     expected: list[_inputs.Keyed] | str | None = None  # arrays, or "compute"
+    allow_custom_calls: Sequence[str] = ()
 
 
 def pack(
@@ -86,6 +87,7 @@ def pack(
     input_tree: Any = None,
     output_tree: Any = None,
     expected: Sequence[Any] | Mapping[str, Any] | Literal["compute"] | None = None,
+    allow_custom_calls: Sequence[str] = (),
 ) -> Path:
     """Write a bundle for an MLIR module and example values of its arguments.
 
@@ -106,6 +108,8 @@ def pack(
       string (omitted by default, so that packing is deterministic).
     - `input_tree`, `output_tree`: the pytree structure as nested lists and dicts whose
       leaves are argument (result) names.
+    - `allow_custom_calls`: custom call targets to accept although they look tied to the
+      producer's process (SPEC.md, "Normalization"); recorded in the manifest.
     - `expected`: expected results to store, as arrays (a sequence, or a mapping keyed like
       inputs but by result name), or `"compute"` to run the module once on the inputs.
 
@@ -115,6 +119,7 @@ def pack(
         names, paths, roles, result_names, layout, function, force,
         target_version, producer, timestamp, input_tree, output_tree,
         expected if expected is None or isinstance(expected, str) else _inputs.from_python(expected),
+        tuple(allow_custom_calls),
     )  # fmt: skip
     items = None if inputs is None else _inputs.from_python(inputs)
     return _pack(module, items, Path(out), options)
@@ -147,6 +152,8 @@ def _pack_checked(
     module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions
 ) -> Path:
     text, source = _read_module(module)
+    normalized = _normalize.normalize(text, path=source, allow_custom_calls=opt.allow_custom_calls)
+    text = normalized.text
     parsed = _mlir.parse(text, path=source)
     sig = _mlir.signature(parsed, path=source)
     manifest, arrays = _plan(sig, items, opt)
@@ -157,6 +164,8 @@ def _pack_checked(
             "module": Module(
                 text=MODULE_TEXT,
                 portable=PortableArtifact(file=MODULE_PORTABLE, target_version=target),
+                normalizations=list(normalized.changes),
+                allowed_custom_calls=sorted(set(opt.allow_custom_calls) & set(normalized.custom_calls)),
             )
         }
     )
@@ -313,7 +322,10 @@ def _sized(given: Sequence[str] | None, n: int, what: str) -> list[str] | None:
 
 
 def _default_function_name(sig: _mlir.Signature) -> str:
-    return sig.module_name or "main"
+    name = sig.module_name or "main"
+    for prefix in ("jit_", "reactant_"):
+        name = name.removeprefix(prefix)
+    return name or "main"
 
 
 def _provenance(producer: tuple[str, str] | None, timestamp: str | None) -> Provenance:

@@ -1,0 +1,190 @@
+"""Normalizing producer quirks at pack time, with the `jaxlib.mlir` bindings (SPEC.md, "Normalization").
+
+Reactant.jl writes modules that JAX's MLIR context cannot always take as they are. Each fix
+is recorded as one line in `module.normalizations`, so that nothing is lost silently:
+
+- a leading `Module:` line (a printed label, not MLIR) is removed;
+- attributes in Reactant's and Enzyme's own namespaces (`enzymexla.*`, `enzyme.*`,
+  `reactant.*`), some of whose values (`#enzymexla<...>`) JAX cannot even parse, are removed;
+- the `llvm.data_layout` module attribute and top-level ops without a symbol name
+  (`llvm.module_flags`) are removed;
+- a quoted or truncated module name (`@"reactant_Chain{@..."`) becomes an identifier.
+
+Modules that cannot travel are refused: custom calls into the producer's process
+(`enzymexla_*`, `reactant_*` targets) unless explicitly allowed, `enzymexla.jit_call`,
+`enzymexla.kernel_call`, `llvm.func`, and any op of a dialect JAX does not know.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from . import _mlir
+from ._errors import ModuleError
+
+PRODUCER_NAMESPACES = ("enzymexla.", "enzyme.", "reactant.")
+UNPORTABLE_TARGET_PREFIXES = ("enzymexla_", "reactant_")
+UNPORTABLE_OPS = ("enzymexla.jit_call", "enzymexla.kernel_call", "llvm.func")
+PREAMBLE = "Module:"
+
+
+@dataclass(frozen=True)
+class Normalized:
+    text: str
+    changes: tuple[str, ...]
+    custom_calls: tuple[str, ...]  # every custom_call target in the module
+
+
+@cache
+def _lenient_context() -> Any:
+    """JAX's dialects, plus unregistered ones kept as opaque, so that they can be removed."""
+    from jaxlib.mlir import ir
+
+    ctx = ir.Context()
+    ctx.append_dialect_registry(_mlir.registry())
+    ctx.load_all_available_dialects()
+    _mlir.register_dialects(ctx)
+    ctx.allow_unregistered_dialects = True
+    return ctx
+
+
+def normalize(text: str, *, path: str | None = None, allow_custom_calls: Sequence[str] = ()) -> Normalized:
+    """Return the module text hlobundle stores, the changes made, and the custom calls it has."""
+    from jaxlib.mlir import ir
+
+    changes: list[str] = []
+    body = _strip_preamble(text, changes)
+    with _lenient_context(), ir.Location.unknown():
+        try:
+            module = ir.Module.parse(body)
+        except ir.MLIRError as e:
+            raise ModuleError(f"the MLIR does not parse: {_mlir.short(str(e))}", path=path) from None
+        calls = _refuse_unportable(module, set(allow_custom_calls), path)
+        _drop_module_attribute(module, "llvm.data_layout", changes)
+        _drop_unnamed_top_level_ops(module, changes)
+        _strip_producer_attributes(module, changes)
+        _clean_module_name(module, changes)
+        out = str(module) if changes else text
+    return Normalized(out, tuple(changes), calls)
+
+
+def _strip_preamble(text: str, changes: list[str]) -> str:
+    first, _, rest = text.lstrip().partition("\n")
+    if first.strip() == PREAMBLE:
+        changes.append(f"removed a leading {PREAMBLE!r} line")
+        return rest
+    return text
+
+
+def _location(op: Any) -> str:
+    from jaxlib.mlir import ir
+
+    loc = op.location
+    if isinstance(loc, ir.FileLineColLoc) or hasattr(loc, "start_line"):
+        try:
+            return f"line {loc.start_line}, column {loc.start_col}"
+        except Exception:  # a location kind without line information
+            pass
+    return str(loc)
+
+
+def _refuse_unportable(module: Any, allowed: set[str], path: str | None) -> tuple[str, ...]:
+    from jaxlib.mlir import ir
+
+    calls: list[str] = []
+    problems: list[str] = []
+
+    def visit(op: Any) -> Any:
+        name = op.name
+        if name in ("stablehlo.custom_call", "mhlo.custom_call"):
+            target = ir.StringAttr(op.attributes["call_target_name"]).value
+            calls.append(target)
+            if target.startswith(UNPORTABLE_TARGET_PREFIXES) and target not in allowed:
+                problems.append(f"custom_call @{target} at {_location(op)}")
+        elif name in UNPORTABLE_OPS or not op.context.is_registered_operation(name):
+            problems.append(f"{name} at {_location(op)}")
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if problems:
+        raise ModuleError(
+            f"the module is not portable: {'; '.join(problems[:5])}. It calls into the process "
+            "that produced it (a pointer, a Julia callback, or LLVM code), so no other process "
+            "can run it. If a custom call target is registered where the bundle will run, "
+            "allow it with --allow-custom-call NAME (SPEC.md, 'Normalization')",
+            code="MODULE_NOT_PORTABLE",
+            path=path,
+        )
+    return tuple(sorted(set(calls)))
+
+
+def _drop_module_attribute(module: Any, name: str, changes: list[str]) -> None:
+    attrs = module.operation.attributes
+    if name in attrs:
+        del attrs[name]
+        changes.append(f"removed the module attribute {name}")
+
+
+def _drop_unnamed_top_level_ops(module: Any, changes: list[str]) -> None:
+    unnamed = [op for op in module.body.operations if "sym_name" not in op.operation.attributes]
+    for op in unnamed:
+        changes.append(f"removed the top-level op {op.operation.name} (it has no symbol name)")
+        op.operation.erase()
+
+
+def _strip_producer_attributes(module: Any, changes: list[str]) -> None:
+    from jaxlib.mlir import ir
+
+    removed: Counter[str] = Counter()
+
+    def visit(op: Any) -> Any:
+        attrs = op.attributes
+        for name in list(attrs):
+            if name.startswith(PRODUCER_NAMESPACES):
+                del attrs[name]
+                removed[name] += 1
+        for key in ("arg_attrs", "res_attrs"):
+            if key in attrs:
+                attrs[key] = _filtered_array(ir.ArrayAttr(attrs[key]), removed)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for name, count in sorted(removed.items()):
+        changes.append(f"removed the attribute {name} ({count} use{'s' if count > 1 else ''})")
+
+
+def _filtered_array(array: Any, removed: Counter[str]) -> Any:
+    from jaxlib.mlir import ir
+
+    dicts = []
+    for entry in array:
+        d = ir.DictAttr(entry)
+        kept = {}
+        for i in range(len(d)):
+            named = d[i]
+            if named.name.startswith(PRODUCER_NAMESPACES):
+                removed[named.name] += 1
+            else:
+                kept[named.name] = named.attr
+        dicts.append(ir.DictAttr.get(kept))
+    return ir.ArrayAttr.get(dicts)
+
+
+def _clean_module_name(module: Any, changes: list[str]) -> None:
+    from jaxlib.mlir import ir
+
+    attrs = module.operation.attributes
+    if "sym_name" not in attrs:
+        return
+    name = ir.StringAttr(attrs["sym_name"]).value
+    clean = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
+    if clean and clean.group(0) == name:
+        return
+    new = clean.group(0) if clean else "module"
+    attrs["sym_name"] = ir.StringAttr.get(new)
+    changes.append(f"renamed the module @{name!r} (quoted or truncated by the producer) to @{new}")
