@@ -70,7 +70,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_pack(sub: Any) -> None:
     p = sub.add_parser("pack", help="write a bundle from an MLIR module and example inputs")
-    p.add_argument("module", help="StableHLO/MLIR text file (@main is the entry)")
+    p.add_argument("module", nargs="?", help="StableHLO/MLIR text file (@main is the entry)")
+    p.add_argument(
+        "--from-reactant", metavar="PATH",
+        help="the .py that Reactant's export_to_enzymejax wrote, or its directory (instead of MODULE)",
+    )  # fmt: skip
     p.add_argument(
         "--inputs", nargs="+", action="extend", default=[], metavar="FILE",
         help=".npz, .npy (one per argument) or .safetensors; may be repeated",
@@ -79,8 +83,9 @@ def _add_pack(sub: Any) -> None:
     p.add_argument("--names", type=_csv, help="argument names, comma-separated, in @main order")
     p.add_argument("--result-names", type=_csv, help="result names, comma-separated")
     p.add_argument(
-        "--layout", choices=["row-major", "column-major"], default="row-major",
-        help="column-major: the arrays are in Julia's orientation; transpose and flag them",
+        "--layout", choices=["auto", "row-major", "column-major"], default="auto",
+        help="column-major: the arrays are in Julia's orientation; transpose and flag them. "
+        "auto (default): tell from the arrays' shapes, and refuse when they cannot tell",
     )  # fmt: skip
     p.add_argument(
         "--role", action="append", default=[], metavar="NAME=ROLE", type=_role,
@@ -102,7 +107,7 @@ def _add_pack(sub: Any) -> None:
         "--expected", nargs="+", metavar="FILE",
         help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>",
     )  # fmt: skip
-    p.set_defaults(handler=_pack)
+    p.set_defaults(handler=_pack, parser=p)
 
 
 def _add_run(sub: Any) -> None:
@@ -130,15 +135,16 @@ def _csv(text: str) -> list[str]:
 
 
 def _pack(args: argparse.Namespace) -> int:
+    from ._reactant import pack_reactant
     from ._writer import pack_files
 
-    out = pack_files(
-        args.module,
-        args.inputs,
-        args.output,
+    if (args.module is None) == (args.from_reactant is None):
+        args.parser.error("give either MODULE or --from-reactant PATH")
+    if args.from_reactant and (args.inputs or args.layout != "auto"):
+        args.parser.error("--from-reactant takes the inputs and layout from the export")
+    options = dict(
         names=args.names,
         result_names=args.result_names,
-        layout=args.layout.replace("-", "_"),
         roles=dict(args.role),
         function=args.function,
         target_version=args.target_version,
@@ -146,6 +152,11 @@ def _pack(args: argparse.Namespace) -> int:
         expected="compute" if args.compute_expected else args.expected,
         allow_custom_calls=args.allow_custom_call,
     )
+    if args.from_reactant:
+        out = pack_reactant(args.from_reactant, args.output, **options)
+    else:
+        layout = args.layout.replace("-", "_")
+        out = pack_files(args.module, args.inputs, args.output, layout=layout, **options)
     print(f"wrote {out}")
     return EXIT_OK
 

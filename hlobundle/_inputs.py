@@ -155,3 +155,40 @@ def check(
             argument=name,
         )
     return array.T if column_major else array
+
+
+def detect_layout(items: Sequence[Keyed], types: Sequence[TensorType], names: Sequence[str]) -> str:
+    """`row_major` or `column_major`, from which arrays have the tensors' shapes or their reverse.
+
+    Only arrays of rank 2 or more whose shape differs from its reverse can tell. When none can
+    (square matrices, for example), the caller must say.
+    """
+    direct, reverse, undecided = [], [], []
+    for item, t, name in zip(items, types, names, strict=True):
+        shape = tuple(np.shape(item.array))
+        if len(t.shape) < 2:
+            continue
+        if t.shape == t.shape[::-1]:
+            if shape == t.shape:
+                undecided.append(name)
+        elif shape == t.shape:
+            direct.append(name)
+        elif shape == t.shape[::-1]:
+            reverse.append(name)
+    if direct and reverse:
+        raise InputError(
+            f"arguments {direct[:4]} have the tensors' shapes but {reverse[:4]} have them reversed "
+            "(Julia's orientation); give all inputs in one orientation, or pass --layout",
+            code="INPUT_AMBIGUOUS",
+        )
+    if reverse:
+        return "column_major"
+    if direct or not undecided:
+        return "row_major"
+    raise InputError(
+        f"cannot tell whether the inputs are row-major (NumPy) or column-major (Julia): argument(s) "
+        f"{undecided[:4]} have shapes equal to their reverse (e.g. square matrices) and no other "
+        "input tells; pass --layout row-major or --layout column-major",
+        code="INPUT_AMBIGUOUS",
+        argument=undecided[0],
+    )

@@ -57,7 +57,7 @@ class PackOptions:
     paths: Sequence[str] | None = None
     roles: Mapping[str, Role] | None = None
     result_names: Sequence[str] | None = None
-    layout: Layout = "row_major"
+    layout: Layout | Literal["auto"] = "row_major"
     function: str | None = None
     force: bool = False
     target_version: str | None = None
@@ -67,6 +67,7 @@ class PackOptions:
     output_tree: Any = None
     expected: list[_inputs.Keyed] | str | None = None  # arrays, or "compute"
     allow_custom_calls: Sequence[str] = ()
+    already_permuted: bool = False  # column-major arrays already have the tensors' shapes
 
 
 def pack(
@@ -78,7 +79,7 @@ def pack(
     paths: Sequence[str] | None = None,
     roles: Mapping[str, Role] | None = None,
     result_names: Sequence[str] | None = None,
-    layout: Layout = "row_major",
+    layout: Layout | Literal["auto"] = "row_major",
     function: str | None = None,
     force: bool = False,
     target_version: str | None = None,
@@ -102,7 +103,8 @@ def pack(
       producer paths, roles by name, and result names. Defaults: `arg0...`, `%arg0...`,
       `input`, `result0...`.
     - `layout`: `"column_major"` means the arrays are in Julia's orientation (axes reversed
-      against the MLIR tensor); they are transposed before saving and flagged.
+      against the MLIR tensor); they are transposed before saving and flagged. `"auto"` decides
+      from the arrays' shapes and refuses when they cannot tell (square matrices, for example).
     - `target_version`: StableHLO version of the portable artifact (default: 12 weeks old).
     - `producer`: `(name, version)` for the provenance; `timestamp`: an optional ISO 8601
       string (omitted by default, so that packing is deterministic).
@@ -193,8 +195,8 @@ def _add_expected(
                 _mlir.TensorType(tuple(r.shape), row),
                 name=r.name,
                 path=f"results[{k}]",
-                column_major=opt.layout == "column_major",
-            )  # fmt: skip
+                column_major=r.layout == "column_major" and not opt.already_permuted,
+            )
             for k, (item, r, row) in enumerate(zip(ordered, manifest.results, rows, strict=True))
         ]
     stored = arrays.setdefault(EXPECTED_FILE, {})
@@ -250,13 +252,16 @@ def _plan(
     if unknown:
         raise InputError(f"roles given for unknown argument(s) {unknown}", argument=unknown[0])
     ordered = None if items is None else _inputs.assign(items, names)
-    column_major = opt.layout == "column_major"
+    layout = opt.layout
+    if layout == "auto":
+        layout = _inputs.detect_layout(ordered or [], sig.arguments, names)
+    transpose = layout == "column_major" and not opt.already_permuted
     arguments, arrays = [], {}
     for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths, strict=True)):
         role = roles.get(name, "input")
         value = None
         if ordered is not None:
-            array = _inputs.check(ordered[i], t, name=name, path=path, column_major=column_major)
+            array = _inputs.check(ordered[i], t, name=name, path=path, column_major=transpose)
             file = TENSOR_FILES[role]
             arrays.setdefault(file, {})[name] = (array, t.dtype)
             value = TensorRef(file=file, key=name)
@@ -266,7 +271,7 @@ def _plan(
                 path=path,
                 shape=list(t.shape),
                 dtype=t.dtype.name,
-                layout=opt.layout,
+                layout=layout,
                 role=role,
                 value=value,
             )  # fmt: skip
@@ -276,7 +281,7 @@ def _plan(
             name=rn,
             shape=list(t.shape),
             dtype=t.dtype.name,
-            layout=opt.layout,
+            layout=layout,
             aliases=sig.aliases.get(k),
         )  # fmt: skip
         for k, (t, rn) in enumerate(

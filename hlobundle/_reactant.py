@@ -1,0 +1,146 @@
+"""Reading what `Reactant.Serialization.export_to_enzymejax` writes (SPEC.md, "Writing bundles from Julia").
+
+The generated script is parsed with `ast`, never executed. From it come the `.mlir` file it
+opens, the `_inputs.npz` it loads (absent when exported with `export_data_as_npz=false`),
+and, from its docstring, each argument's shape, dtype and Julia path (`Path: arg.3.1.1`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import InputError
+
+_ARG_LINE = re.compile(
+    r"^\s*arg(\d+): Array of shape \(([\d,\s]*)\) and dtype (\w+)\. Path: (\S+)\s*$", re.M
+)
+
+
+@dataclass(frozen=True)
+class ReactantArgument:
+    path: str  # Julia's traced path, e.g. arg.3.1.1 (arg.1 is the callable itself)
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        """A stable Python identifier from the path: `arg.3.1.1` -> `arg_3_1_1`."""
+        name = re.sub(r"\W", "_", self.path)
+        return name if name.isidentifier() else f"arg_{name}"
+
+
+@dataclass(frozen=True)
+class ReactantExport:
+    script: Path
+    module: Path
+    inputs: Path | None
+    arguments: tuple[ReactantArgument, ...]
+
+
+def read_export(path: str | Path) -> ReactantExport:
+    script = _find_script(Path(path))
+    try:
+        tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the Reactant script {str(script)!r}: {e}", path=script) from None
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    module = _one(script, [s for s in strings if s.endswith(".mlir")], ".mlir file", required=True)
+    inputs = _one(script, [s for s in strings if s.endswith("_inputs.npz")], "_inputs.npz file", required=False)
+    arguments = _arguments(script, strings)
+    return ReactantExport(
+        script=script,
+        module=script.parent / module,  # type: ignore[operator]
+        inputs=None if inputs is None else script.parent / inputs,
+        arguments=arguments,
+    )
+
+
+def _find_script(path: Path) -> Path:
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise InputError(f"{str(path)!r} is neither a Reactant script nor its directory", path=path)
+    scripts = sorted(p for p in path.glob("*.py") if "export_to_enzymejax" in p.read_text(errors="replace"))
+    if len(scripts) != 1:
+        raise InputError(
+            f"expected one script written by export_to_enzymejax in {str(path)!r}, found "
+            f"{[p.name for p in scripts]}; pass the script itself",
+            path=path,
+        )
+    return scripts[0]
+
+
+def _one(script: Path, found: list[str], what: str, *, required: bool) -> str | None:
+    names = sorted(set(found))
+    if len(names) > 1 or (required and not names):
+        raise InputError(f"{script.name}: expected one {what} in the script, found {names}", path=script)
+    return names[0] if names else None
+
+
+def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]:
+    found: dict[int, ReactantArgument] = {}
+    for text in strings:
+        for m in _ARG_LINE.finditer(text):
+            shape = tuple(int(d) for d in m.group(2).replace(",", " ").split())
+            found[int(m.group(1))] = ReactantArgument(m.group(4), shape, m.group(3))
+    if sorted(found) != list(range(1, len(found) + 1)):
+        raise InputError(
+            f"{script.name}: the docstring's 'argK: Array of shape ... Path: ...' lines are not "
+            f"arg1..argN (found {sorted(found)})",
+            path=script,
+        )
+    return tuple(found[k] for k in sorted(found))
+
+
+def pack_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
+    """Pack what `export_to_enzymejax` wrote: its module, its inputs, its argument paths.
+
+    **Arguments:**
+
+    - `path`: the generated `.py`, or the directory it is in.
+    - `out`: the bundle to write; `options`: as for `pack()` (`names` overrides the names
+      derived from the Julia paths).
+
+    Arrays in the `_inputs.npz` are already permuted to the MLIR shapes, so they are stored as
+    they are and flagged `column_major`: the producer's (Julia's) arrays are their axis-reversed views.
+    """
+    from . import _mlir, _normalize
+    from ._writer import pack_files
+
+    export = read_export(path)
+    text = export.module.read_text(encoding="utf-8")
+    sig = _mlir.signature(_mlir.parse(_normalize.normalize(text, path=str(export.module)).text))
+    _check_against_module(export, sig)
+    if options.get("names") is None:
+        options["names"] = [a.name for a in export.arguments]
+    return pack_files(
+        export.module,
+        [export.inputs] if export.inputs else [],
+        out,
+        paths=[a.path for a in export.arguments],
+        layout="column_major",
+        already_permuted=True,
+        producer=("Reactant.jl export_to_enzymejax", "unknown"),
+        **options,
+    )
+
+
+def _check_against_module(export: ReactantExport, sig: object) -> None:
+    types = sig.arguments  # type: ignore[attr-defined]
+    if len(types) != len(export.arguments):
+        raise InputError(
+            f"{export.script.name} documents {len(export.arguments)} arguments, but @main in "
+            f"{export.module.name} has {len(types)}",
+            path=export.script,
+        )
+    for k, (a, t) in enumerate(zip(export.arguments, types, strict=True), start=1):
+        if (a.dtype, a.shape) != (t.dtype.name, t.shape):
+            raise InputError(
+                f"{export.script.name}: arg{k} (Path: {a.path}) is documented as {a.dtype}{list(a.shape)}, "
+                f"but @main's argument {k - 1} is {t.dtype.name}{list(t.shape)}",
+                path=export.script,
+                argument=a.name,
+            )
