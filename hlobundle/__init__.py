@@ -23,6 +23,7 @@ from ._errors import (
 )
 from ._export import export
 from ._manifest import FORMAT_VERSION, Argument, Manifest, Result
+from ._reactant import pack_reactant
 from ._reader import Bundle, load
 from ._version import __version__
 from ._writer import pack, pack_files
@@ -54,4 +55,5 @@ __all__ = [
     "load",
     "pack",
     "pack_files",
+    "pack_reactant",
 ]

@@ -53,7 +53,9 @@ def _lenient_context() -> Any:
     return ctx
 
 
-def normalize(text: str, *, path: str | None = None, allow_custom_calls: Sequence[str] = ()) -> Normalized:
+def normalize(
+    text: str, *, path: str | None = None, allow_custom_calls: Sequence[str] = ()
+) -> Normalized:
     """Return the module text hlobundle stores, the changes made, and the custom calls it has."""
     from jaxlib.mlir import ir
 
@@ -63,7 +65,9 @@ def normalize(text: str, *, path: str | None = None, allow_custom_calls: Sequenc
         try:
             module = ir.Module.parse(body)
         except ir.MLIRError as e:
-            raise ModuleError(f"the MLIR does not parse: {_mlir.short(str(e))}", path=path) from None
+            raise ModuleError(
+                f"the MLIR does not parse: {_mlir.short(str(e))}", path=path
+            ) from None
         calls = _refuse_unportable(module, set(allow_custom_calls), path)
         _drop_module_attribute(module, "llvm.data_layout", changes)
         _drop_unnamed_top_level_ops(module, changes)

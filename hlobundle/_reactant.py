@@ -45,10 +45,19 @@ def read_export(path: str | Path) -> ReactantExport:
     try:
         tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
     except (OSError, SyntaxError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read the Reactant script {str(script)!r}: {e}", path=script) from None
-    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        raise InputError(
+            f"cannot read the Reactant script {str(script)!r}: {e}", path=script
+        ) from None
+    strings = [
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
     module = _one(script, [s for s in strings if s.endswith(".mlir")], ".mlir file", required=True)
-    inputs = _one(script, [s for s in strings if s.endswith("_inputs.npz")], "_inputs.npz file", required=False)
+    inputs = _one(
+        script,
+        [s for s in strings if s.endswith("_inputs.npz")],
+        "_inputs.npz file",
+        required=False,
+    )
     arguments = _arguments(script, strings)
     return ReactantExport(
         script=script,
@@ -63,7 +72,9 @@ def _find_script(path: Path) -> Path:
         return path
     if not path.is_dir():
         raise InputError(f"{str(path)!r} is neither a Reactant script nor its directory", path=path)
-    scripts = sorted(p for p in path.glob("*.py") if "export_to_enzymejax" in p.read_text(errors="replace"))
+    scripts = sorted(
+        p for p in path.glob("*.py") if "export_to_enzymejax" in p.read_text(errors="replace")
+    )
     if len(scripts) != 1:
         raise InputError(
             f"expected one script written by export_to_enzymejax in {str(path)!r}, found "
@@ -76,7 +87,9 @@ def _find_script(path: Path) -> Path:
 def _one(script: Path, found: list[str], what: str, *, required: bool) -> str | None:
     names = sorted(set(found))
     if len(names) > 1 or (required and not names):
-        raise InputError(f"{script.name}: expected one {what} in the script, found {names}", path=script)
+        raise InputError(
+            f"{script.name}: expected one {what} in the script, found {names}", path=script
+        )
     return names[0] if names else None
 
 

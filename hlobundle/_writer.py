@@ -167,7 +167,9 @@ def _pack_checked(
                 text=MODULE_TEXT,
                 portable=PortableArtifact(file=MODULE_PORTABLE, target_version=target),
                 normalizations=list(normalized.changes),
-                allowed_custom_calls=sorted(set(opt.allow_custom_calls) & set(normalized.custom_calls)),
+                allowed_custom_calls=sorted(
+                    set(opt.allow_custom_calls) & set(normalized.custom_calls)
+                ),
             )
         }
     )

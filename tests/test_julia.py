@@ -1,0 +1,276 @@
+"""Julia interop: export_to_enzymejax output, the manual column-major flow, and normalization."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from helpers import FIXTURES, lowered_text, needs_fixtures
+
+import hlobundle
+
+LUX = FIXTURES / "export_to_enzymejax_lux"
+
+
+def cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "hlobundle", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
+
+
+# --- export_to_enzymejax ---------------------------------------------------------------------
+
+
+@needs_fixtures
+def test_lux_export_round_trips_and_equals_the_generated_script(tmp_path):
+    r = cli("pack", "--from-reactant", LUX, "-o", tmp_path / "lux", "--compute-expected")
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "lux")
+    assert [a.path for a in bundle.arguments][:3] == ["arg.2", "arg.3.1.1", "arg.3.1.2"]
+    assert [a.name for a in bundle.arguments][:3] == ["arg_2", "arg_3_1_1", "arg_3_1_2"]
+    assert {a.layout for a in bundle.arguments} == {"column_major"}
+    # The real generated script, run as its authors meant, in its own directory copy.
+    shutil.copytree(LUX, tmp_path / "lux_src")
+    code = (
+        "import runpy, numpy as np\n"
+        f"ns = runpy.run_path({str(tmp_path / 'lux_src' / 'run_lux_model.py')!r})\n"
+        "out = ns['run_run_lux_model'](*ns['load_inputs']())\n"
+        f"np.save({str(tmp_path / 'script.npy')!r}, np.asarray(out[0]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    want = np.load(tmp_path / "script.npy")
+    for backend in ("enzyme", "xla"):
+        r = cli(
+            "run",
+            tmp_path / "lux",
+            "--backend",
+            backend,
+            "--save-outputs",
+            tmp_path / f"{backend}.npz",
+        )
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / f"{backend}.npz")["result0"], want)
+    npz = np.load(LUX / "run_lux_model_0_inputs.npz")
+    np.testing.assert_array_equal(bundle.tensor("arg_3_1_1"), npz["arr_2"])
+
+
+@needs_fixtures
+def test_export_without_data_runs_on_generated_inputs(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(LUX, src)
+    (src / "run_lux_model_0_inputs.npz").unlink()
+    script = (src / "run_lux_model.py").read_text()
+    script = re.sub(r"def load_inputs\(\):.*?return tuple\(inputs\)\n", "", script, flags=re.S)
+    (src / "run_lux_model.py").write_text(script)
+    out = hlobundle.pack_reactant(src, tmp_path / "b", names=[f"p{i}" for i in range(11)])
+    bundle = hlobundle.load(out)
+    assert not bundle.has_example_inputs
+    assert bundle.arguments[0].name == "p0" and bundle.arguments[0].path == "arg.2"
+    r = cli("run", out, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["inputs"] == "generated"
+
+
+@needs_fixtures
+def test_docstring_that_disagrees_with_the_module(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(LUX, src)
+    script = (
+        (src / "run_lux_model.py")
+        .read_text()
+        .replace("arg3: Array of shape (6,)", "arg3: Array of shape (7,)")
+    )
+    (src / "run_lux_model.py").write_text(script)
+    with pytest.raises(
+        hlobundle.InputError,
+        match=re.escape(
+            "arg3 (Path: arg.3.1.2) is documented as float32[7], but @main's argument 2 is float32[6]"
+        ),
+    ):
+        hlobundle.pack_reactant(src / "run_lux_model.py", tmp_path / "b")
+
+
+def test_from_reactant_usage_errors(tmp_path):
+    assert cli("pack", "-o", tmp_path / "b").returncode == 2
+    r = cli("pack", "--from-reactant", tmp_path, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "expected one script written by export_to_enzymejax" in r.stderr
+
+
+# --- the manual flow: @code_hlo text plus arrays in Julia's orientation ----------------------
+
+
+def sum_first_julia_axis(t):
+    """What Julia's `sum(A; dims=1)` lowers to: a reduction over the tensor's last axis."""
+    return t.sum(axis=-1)
+
+
+@pytest.mark.parametrize("julia_shape", [(5,), (3, 4), (2, 3, 4), (2, 3, 4, 5)])
+@pytest.mark.parametrize("layout", ["column-major", "auto"])
+def test_column_major_flow_gives_correct_values(tmp_path, julia_shape, layout):
+    tensor_shape = julia_shape[::-1]
+    (tmp_path / "m.mlir").write_text(
+        lowered_text(sum_first_julia_axis, np.zeros(tensor_shape, np.float32))
+    )
+    a = np.asfortranarray(np.random.default_rng(0).standard_normal(julia_shape).astype(np.float32))
+    np.save(tmp_path / "a.npy", a)  # Julia's array, in Julia's orientation (fortran_order)
+    if layout == "auto" and len(julia_shape) == 1:
+        layout = "column-major"  # rank 1 cannot tell; see the square test for the refusal
+    r = cli(
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "a.npy",
+        "-o",
+        tmp_path / "b",
+        "--layout",
+        layout,
+    )
+    assert r.returncode == 0, r.stderr
+    assert hlobundle.load(tmp_path / "b").arguments[0].layout == "column_major"
+    r = cli("run", tmp_path / "b", "--save-outputs", tmp_path / "out.npz", "--layout", "producer")
+    assert r.returncode == 0, r.stderr
+    got = np.load(tmp_path / "out.npz")["result0"]
+    want = a.sum(axis=0)  # Julia: dropdims(sum(A; dims=1); dims=1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_square_matrix_is_refused_without_layout(tmp_path):
+    (tmp_path / "m.mlir").write_text(
+        lowered_text(sum_first_julia_axis, np.zeros((3, 3), np.float32))
+    )
+    np.save(tmp_path / "a.npy", np.eye(3, dtype=np.float32))
+    r = cli("pack", tmp_path / "m.mlir", "--inputs", tmp_path / "a.npy", "-o", tmp_path / "b")
+    assert r.returncode == 1
+    assert (
+        "error [INPUT_AMBIGUOUS] cannot tell whether the inputs are row-major (NumPy) or column-major (Julia)"
+        in r.stderr
+    )
+    assert "pass --layout row-major or --layout column-major" in r.stderr
+    assert not (tmp_path / "b").exists()
+    r = cli(
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "a.npy",
+        "-o",
+        tmp_path / "b",
+        "--layout",
+        "column-major",
+    )
+    assert r.returncode == 0
+
+
+def test_mixed_orientations_are_refused(tmp_path):
+    text = lowered_text(
+        lambda x, y: (x, y), np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32)
+    )
+    with pytest.raises(
+        hlobundle.InputError,
+        match=re.escape(
+            "arguments ['arg0'] have the tensors' shapes but ['arg1'] have them reversed"
+        ),
+    ):
+        hlobundle.pack(
+            text,
+            [np.zeros((2, 3), np.float32), np.zeros((5, 4), np.float32)],
+            tmp_path / "b",
+            layout="auto",
+        )
+
+
+def test_zero_d_column_major(tmp_path):
+    text = lowered_text(lambda x: x * 2, np.float64(1))
+    out = hlobundle.pack(
+        text, [np.float64(1.5)], tmp_path / "b", layout="column_major", expected="compute"
+    )
+    bundle = hlobundle.load(out)
+    assert bundle.tensor("arg0", layout="producer") == 1.5
+    assert bundle.expected_outputs()["result0"] == 3.0
+
+
+# --- normalization and refusal (synthetic modules, no ../shared needed) ---------------------
+
+BODY = "  func.func @main(%x: tensor<2xf32>{attrs}) -> tensor<2xf32> {{\n    return %x : tensor<2xf32>\n  }}\n"
+
+
+def module(header="module @m {\n", attrs="", extra="", footer="}\n"):
+    return header + extra + BODY.format(attrs=attrs) + footer
+
+
+@pytest.mark.parametrize(
+    ("text", "change"),
+    [
+        ("Module:\n" + module(), "removed a leading 'Module:' line"),
+        (module(header='module @"reactant_Chain{@..." {\n'), "renamed the module @'reactant_Chain{@...' (quoted or truncated by the producer) to @reactant_Chain"),
+        (module(attrs=" {enzymexla.memory_effects = [], reactant.donated}"), "removed the attribute enzymexla.memory_effects (1 use)"),
+        (module(attrs=" {enzymexla.flag = #enzymexla<guaranteed UNKNOWN>}"), "removed the attribute enzymexla.flag (1 use)"),
+        (module(header='module @m attributes {llvm.data_layout = "e"} {\n'), "removed the module attribute llvm.data_layout"),
+        (module(extra='  llvm.module_flags [#llvm.mlir.module_flag<warning, "Dwarf Version", 2 : i32>]\n'), "removed the top-level op llvm.module_flags (it has no symbol name)"),
+    ],
+)  # fmt: skip
+def test_normalizations(tmp_path, text, change):
+    bundle = hlobundle.load(
+        hlobundle.pack(text, [np.ones(2, np.float32)], tmp_path / "b", expected="compute")
+    )
+    assert change in bundle.manifest.module.normalizations
+    np.testing.assert_array_equal(bundle.function("xla")(np.ones(2, np.float32))[0], np.ones(2))
+
+
+@pytest.mark.parametrize("text", [module(header="module {\n"), BODY.format(attrs="")])
+def test_bare_module_and_bare_func_need_no_change(tmp_path, text):
+    bundle = hlobundle.load(hlobundle.pack(text, [np.ones(2, np.float32)], tmp_path / "b"))
+    assert bundle.manifest.module.normalizations == []
+    assert bundle.manifest.function == "main"
+
+
+def custom_call(target):
+    return module(extra="").replace(
+        "    return %x",
+        f"    %y = stablehlo.custom_call @{target}(%x) : (tensor<2xf32>) -> tensor<2xf32>\n    return %x",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        (custom_call("enzymexla_compile_cpu"), "custom_call @enzymexla_compile_cpu at line 3, column 10"),
+        (custom_call("reactant_julia_callback"), "custom_call @reactant_julia_callback at line 3, column 10"),
+        (module(extra="  llvm.func @kernel() {\n    llvm.return\n  }\n"), "llvm.func at line 2, column 3"),
+        (module().replace("    return %x", '    %y = "enzymexla.jit_call"(%x) {fn = @f} : (tensor<2xf32>) -> tensor<2xf32>\n    return %x'), "enzymexla.jit_call at line 3, column 10"),
+        (module().replace("    return %x", '    %y = "enzymexla.kernel_call"(%x) : (tensor<2xf32>) -> tensor<2xf32>\n    return %x'), "enzymexla.kernel_call at line 3, column 10"),
+    ],
+)  # fmt: skip
+def test_non_portable_modules_are_refused(tmp_path, text, what):
+    with pytest.raises(
+        hlobundle.ModuleError, match=re.escape(f"the module is not portable: {what}")
+    ) as e:
+        hlobundle.pack(text, None, tmp_path / "b")
+    assert e.value.code == "MODULE_NOT_PORTABLE"
+
+
+def test_allow_custom_call_is_recorded(tmp_path):
+    out = hlobundle.pack(
+        custom_call("enzymexla_my_kernel"),
+        None,
+        tmp_path / "b",
+        allow_custom_calls=["enzymexla_my_kernel", "unused"],
+    )
+    assert hlobundle.load(out).manifest.module.allowed_custom_calls == ["enzymexla_my_kernel"]
+
+
+def test_jax_modules_are_untouched(tmp_path):
+    x = np.ones(3, np.float32)
+    text = lowered_text(lambda x: jax.nn.relu(x), x)
+    bundle = hlobundle.load(hlobundle.pack(text, [x], tmp_path / "b"))
+    assert bundle.manifest.module.normalizations == []
+    assert bundle.module_text == text
