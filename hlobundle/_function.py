@@ -58,14 +58,18 @@ def needs_x64(manifest: Manifest) -> bool:
 class BundleFunction:
     """A callable that behaves like a jitted JAX function of the bundle's `@main`."""
 
-    def __init__(self, bundle: Bundle, backend: Backend = "auto") -> None:
+    def __init__(
+        self, bundle: Bundle, backend: Backend = "auto", donate: Sequence[str] | str = ()
+    ) -> None:
         import jax
 
         self.bundle = bundle
         self.manifest = bundle.manifest
         self.backend = resolve_backend(backend)
+        self.donated = donated_arguments(self.manifest, donate)
         impl = _enzyme_impl(bundle) if self.backend == "enzyme" else _xla_impl(bundle)
-        self._jitted = jax.jit(impl)
+        names = [a.name for a in self.manifest.arguments]
+        self._jitted = jax.jit(impl, donate_argnums=tuple(names.index(n) for n in self.donated))
 
     def __repr__(self) -> str:
         return f"<hlobundle function {self.manifest.function!r} backend={self.backend}>"
@@ -126,6 +130,23 @@ class BundleFunction:
             return flat
         by_name = {r.name: x for r, x in zip(self.manifest.results, flat, strict=True)}
         return _unflatten_tree(tree, by_name)
+
+
+def donated_arguments(manifest: Manifest, donate: Sequence[str] | str) -> tuple[str, ...]:
+    """Argument names to donate: given by name, or `"aliased"` for every argument a result
+    writes back (Reactant's `tf.aliasing_output`)."""
+    names = [a.name for a in manifest.arguments]
+    if donate == "aliased":
+        return tuple(names[r.aliases] for r in manifest.results if r.aliases is not None)
+    if isinstance(donate, str):
+        donate = [donate]
+    unknown = [n for n in donate if n not in names]
+    if unknown:
+        raise InputError(
+            f"cannot donate unknown argument(s) {unknown}; the arguments are {names}",
+            argument=unknown[0],
+        )
+    return tuple(donate)
 
 
 def _count_error(arguments: list[Argument], got: int) -> InputError:

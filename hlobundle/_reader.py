@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -110,20 +111,27 @@ class Bundle:
             r.name: self._array(r.expected, r.dtype, r.shape) for r in self.results if r.expected
         }
 
-    def function(self, backend: Literal["auto", "enzyme", "xla"] = "auto") -> BundleFunction:
+    def function(
+        self,
+        backend: Literal["auto", "enzyme", "xla"] = "auto",
+        *,
+        donate: Sequence[str] | str = (),
+    ) -> BundleFunction:
         """The bundle's `@main` as a JAX function (see `hlobundle._function`).
 
         **Arguments:**
 
         - `backend`: `"enzyme"` (enzyme_ad's `hlo_call`), `"xla"` (a `jax.export.Exported`
           of the stored portable artifact; needs only jax) or `"auto"` (enzyme when it imports).
+        - `donate`: argument names whose buffers the call may reuse (`jax.jit` donation), or
+          `"aliased"` for every argument that a result writes back (`results[k].aliases`).
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see README, "Calling a bundle").
         """
         from ._function import BundleFunction
 
-        return BundleFunction(self, backend)
+        return BundleFunction(self, backend, donate)
 
     @cached_property
     def prepared_for_hlo_call(self) -> Prepared:

@@ -274,3 +274,24 @@ def test_jax_modules_are_untouched(tmp_path):
     bundle = hlobundle.load(hlobundle.pack(text, [x], tmp_path / "b"))
     assert bundle.manifest.module.normalizations == []
     assert bundle.module_text == text
+
+
+@pytest.mark.parametrize("backend", ["enzyme", "xla"])
+def test_aliased_arguments_can_be_donated(tmp_path, backend):
+    # Reactant's in-place update: result 0 writes back argument 0 (tf.aliasing_output = 0).
+    text = (
+        "func.func @main(%x: tensor<3xf32> {tf.aliasing_output = 0 : i32}, %y: tensor<3xf32>)"
+        " -> tensor<3xf32> {\n  %z = stablehlo.add %x, %y : tensor<3xf32>\n  return %z : tensor<3xf32>\n}"
+    )
+    bundle = hlobundle.load(hlobundle.pack(text, None, tmp_path / "b", names=["state", "delta"]))
+    assert bundle.results[0].aliases == 0
+    fn = bundle.function(backend, donate="aliased")
+    assert fn.donated == ("state",)
+    state, delta = jax.numpy.ones(3, np.float32), jax.numpy.full(3, 2.0, np.float32)
+    (new,) = fn(state, delta)
+    np.testing.assert_array_equal(new, np.full(3, 3.0))
+    assert state.is_deleted() and not delta.is_deleted()
+    with pytest.raises(
+        hlobundle.InputError, match=r"cannot donate unknown argument\(s\) \['nope'\]"
+    ):
+        bundle.function(backend, donate=["nope"])
