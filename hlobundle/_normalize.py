@@ -68,7 +68,7 @@ def normalize(
             raise ModuleError(
                 f"the MLIR does not parse: {_mlir.short(str(e))}", path=path
             ) from None
-        calls = _refuse_unportable(module, set(allow_custom_calls), path)
+        calls = refuse_unportable(module, set(allow_custom_calls), path)
         _drop_module_attribute(module, "llvm.data_layout", changes)
         _drop_unnamed_top_level_ops(module, changes)
         _strip_producer_attributes(module, changes)
@@ -97,7 +97,7 @@ def _location(op: Any) -> str:
     return str(loc)
 
 
-def _refuse_unportable(module: Any, allowed: set[str], path: str | None) -> tuple[str, ...]:
+def refuse_unportable(module: Any, allowed: set[str], path: str | None) -> tuple[str, ...]:
     from jaxlib.mlir import ir
 
     calls: list[str] = []

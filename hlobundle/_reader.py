@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from . import _dtypes, _mlir, _paths, _tensors
+from ._normalize import refuse_unportable
 from ._errors import (
     FileSetError,
     IntegrityError,
@@ -56,6 +57,8 @@ class Bundle:
         text_file = self.manifest.module.text
         module = _mlir.parse(self.module_text, path=text_file)
         _check_signature(_mlir.signature(module, path=text_file), self.manifest, text_file)
+        with _mlir.context():
+            refuse_unportable(module, set(self.manifest.module.allowed_custom_calls), text_file)
         self._tensor_files = _open_tensor_files(root, self.manifest)
 
     def __repr__(self) -> str:

@@ -255,3 +255,17 @@ def test_extra_tensor_in_tensor_file(bundle):
         match=r"holds tensor\(s\) \['smuggled'\] that no argument or result names",
     ):
         hlobundle.load(bundle)
+
+
+def test_bundle_with_non_portable_custom_call_is_refused_on_load(tmp_path):
+    text = (
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %y = stablehlo.custom_call @enzymexla_compile_cpu(%x) : (tensor<2xf32>) -> tensor<2xf32>\n"
+        "  return %y : tensor<2xf32>\n}\n"
+    )
+    out = hlobundle.pack(text, None, tmp_path / "b", allow_custom_calls=["enzymexla_compile_cpu"])
+    hlobundle.load(out)  # allowed when packed, and recorded
+    edit_manifest(out, lambda m: m["module"].update(allowed_custom_calls=[]))
+    with pytest.raises(hlobundle.ModuleError, match="the module is not portable: custom_call @enzymexla_compile_cpu at line 2") as e:
+        hlobundle.load(out)
+    assert e.value.code == "MODULE_NOT_PORTABLE" and e.value.path == "module.mlir"
