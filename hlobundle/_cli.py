@@ -62,6 +62,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("bundle")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_verify)
+    p = sub.add_parser("conformance", help="run the conformance suite against an implementation")
+    p.add_argument(
+        "dir", nargs="?", default="conformance/cases", help="the cases (default: conformance/cases)"
+    )
+    p.add_argument("--implementation", metavar="CMD",
+                   help="a command speaking the protocol of SPEC.md, 'Conformance' (default: this library)")  # fmt: skip
+    p.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=_conformance)
     p = sub.add_parser("schema", help="print the manifest's JSON schema")
     p.add_argument("-o", "--output", help="write it to this file instead")
     p.set_defaults(handler=_schema)
@@ -238,6 +247,27 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print(f"ok: {bundle.path} ({files} files, sha256 checked)")
     return EXIT_OK
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    import dataclasses
+    import shlex
+    from pathlib import Path
+
+    import jax
+
+    from . import _conformance
+
+    jax.config.update("jax_enable_x64", True)
+    command = shlex.split(args.implementation) if args.implementation else None
+    selected = [c for c in _conformance.cases(Path(args.dir)) if not args.k or args.k in c.name]
+    outcomes = [_conformance.run_case(c, command) for c in selected]
+    ok = all(o.passed for o in outcomes)
+    if args.json:
+        print(json.dumps({"ok": ok, "cases": [dataclasses.asdict(o) for o in outcomes]}))
+    else:
+        print(_conformance.render(outcomes))
+    return EXIT_OK if ok else EXIT_FAIL
 
 
 def _schema(args: argparse.Namespace) -> int:

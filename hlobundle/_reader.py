@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from . import _dtypes, _mlir, _paths, _tensors
-from ._normalize import refuse_unportable
 from ._errors import (
     FileSetError,
     IntegrityError,
@@ -31,6 +30,7 @@ from ._manifest import (
     TensorRef,
     parse_manifest,
 )
+from ._normalize import refuse_unportable
 
 if TYPE_CHECKING:
     from ._function import BundleFunction

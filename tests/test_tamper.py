@@ -266,6 +266,9 @@ def test_bundle_with_non_portable_custom_call_is_refused_on_load(tmp_path):
     out = hlobundle.pack(text, None, tmp_path / "b", allow_custom_calls=["enzymexla_compile_cpu"])
     hlobundle.load(out)  # allowed when packed, and recorded
     edit_manifest(out, lambda m: m["module"].update(allowed_custom_calls=[]))
-    with pytest.raises(hlobundle.ModuleError, match="the module is not portable: custom_call @enzymexla_compile_cpu at line 2") as e:
+    with pytest.raises(
+        hlobundle.ModuleError,
+        match="the module is not portable: custom_call @enzymexla_compile_cpu at line 2",
+    ) as e:
         hlobundle.load(out)
     assert e.value.code == "MODULE_NOT_PORTABLE" and e.value.path == "module.mlir"

@@ -1,0 +1,470 @@
+"""Generate the conformance cases: `python conformance/generate.py [OUT]` (default: conformance/cases).
+
+Every case is defined here; `tests/test_conformance.py` fails when the checked-in cases differ
+from what this script writes. Modules are written by hand (not lowered by JAX) so that cases
+do not change with JAX's lowering; expected outputs are computed once by the xla backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+import hlobundle
+from hlobundle import _dtypes, _tensors
+from hlobundle._writer import sha256_file
+
+HERE = Path(__file__).resolve().parent
+TARGET = "1.13.7"  # StableHLO target of every case's portable artifact
+CASES: dict[str, Callable[[Path], dict]] = {}
+
+
+def case(name: str, description: str, expect: str = "ok", rtol: float = 1e-6, atol: float = 1e-6):
+    def register(build: Callable[[Path], dict | None]) -> Callable[[Path], dict | None]:
+        def run(path: Path) -> dict:
+            build(path)
+            return {"description": description, "expect": expect, "rtol": rtol, "atol": atol}
+
+        CASES[name] = run
+        return build
+
+    return register
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def values(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = _dtypes.BY_NAME[dtype].numpy
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dt.kind in "iu":
+        return rng.integers(0, 100, shape).astype(dt)
+    if dt.kind == "c":
+        return (rng.integers(-8, 8, shape) + 1j * rng.integers(-8, 8, shape)).astype(dt)
+    return rng.integers(1, 8, shape).astype(np.float32).astype(dt)
+
+
+def tensor(shape: tuple[int, ...], dtype: str) -> str:
+    dims = "".join(f"{d}x" for d in shape)
+    return f"tensor<{dims}{_dtypes.BY_NAME[dtype].mlir}>"
+
+
+def func(
+    args: list[str],
+    results: list[str],
+    body: list[str],
+    returns: list[str],
+    arg_attrs: dict[int, str] | None = None,
+) -> str:
+    params = ", ".join(
+        f"%a{i}: {t}" + (f" {{{arg_attrs[i]}}}" if arg_attrs and i in arg_attrs else "")
+        for i, t in enumerate(args)
+    )
+    lines = [f"func.func @main({params}) -> ({', '.join(results)}) {{", *(f"  {b}" for b in body)]
+    lines.append(f"  return {', '.join(returns)} : {', '.join(results)}" if returns else "  return")
+    return "\n".join(lines + ["}", ""])
+
+
+def pack(path: Path, text: str, inputs: list[np.ndarray] | None, **kwargs) -> Path:
+    bundle = hlobundle.pack(
+        text,
+        inputs,
+        path / "bundle",
+        target_version=TARGET,
+        producer=("conformance", "1"),
+        **kwargs,
+    )
+    _strip_environment(bundle)
+    return bundle
+
+
+def _strip_environment(bundle: Path) -> None:
+    """Drop the jax/jaxlib/StableHLO versions, so that cases do not depend on the generator's machine."""
+    edit(
+        bundle,
+        lambda m: m["provenance"].update(
+            jax_version=None, jaxlib_version=None, stablehlo_version=None
+        ),
+    )
+    edit(
+        bundle,
+        lambda m: [
+            m["provenance"].pop(k) for k in list(m["provenance"]) if m["provenance"][k] is None
+        ],
+    )
+
+
+def edit(bundle: Path, change: Callable[[dict], object], *, raw: bool = False) -> None:
+    path = bundle / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def rehash(bundle: Path, name: str) -> None:
+    path = bundle / name
+    size, digest = path.stat().st_size, sha256_file(path)
+    edit(bundle, lambda m: m["files"][name].update(size=size, sha256=digest))
+
+
+def save_outputs(path: Path, bundle: Path, inputs: list[np.ndarray] | None = None) -> None:
+    b = hlobundle.load(bundle)
+    args = inputs if inputs is not None else [b.tensor(a.name) for a in b.arguments]
+    results = b.function("xla").call_flat(*args)
+    _tensors.write(
+        path / "outputs.safetensors",
+        {
+            r.name: (np.asarray(x), _dtypes.BY_NAME[r.dtype])
+            for r, x in zip(b.results, results, strict=True)
+        },
+    )
+
+
+def valid(path: Path, text: str, inputs: list[np.ndarray], **kwargs) -> Path:
+    bundle = pack(path, text, inputs, **kwargs)
+    save_outputs(path, bundle)
+    return bundle
+
+
+# --- valid cases --------------------------------------------------------------------------------
+
+for _i, _dtype in enumerate(_dtypes.NAMES):
+
+    def _dtype_case(path: Path, dtype: str = _dtype, seed: int = _i) -> None:
+        t, tt = tensor((2, 3), dtype), tensor((3, 2), dtype)
+        text = func(
+            [t],
+            [t, tt],
+            ["%t = stablehlo.transpose %a0, dims = [1, 0] : (" + t + ") -> " + tt],
+            ["%a0", "%t"],
+        )
+        valid(path, text, [values((2, 3), dtype, seed)])
+
+    case(f"valid_dtype_{_dtype}", f"a {_dtype} argument, returned as is and transposed")(
+        _dtype_case
+    )
+
+
+@case("valid_zero_d", "0-d arguments: a float32 and an int64 scalar")
+def _(path: Path) -> None:
+    f, i = tensor((), "float32"), tensor((), "int64")
+    text = func(
+        [f, i],
+        [f, i],
+        ["%x = stablehlo.add %a0, %a0 : " + f, "%y = stablehlo.multiply %a1, %a1 : " + i],
+        ["%x", "%y"],
+    )
+    valid(path, text, [np.float32(2.5), np.int64(-7)])
+
+
+@case("valid_zero_size", "a zero-size argument and result")
+def _(path: Path) -> None:
+    t = tensor((0, 3), "float32")
+    valid(
+        path,
+        func([t], [t], ["%x = stablehlo.negate %a0 : " + t], ["%x"]),
+        [np.zeros((0, 3), np.float32)],
+    )
+
+
+@case("valid_rank_6", "a rank-6 argument")
+def _(path: Path) -> None:
+    shape = (1, 2, 1, 2, 1, 2)
+    t = tensor(shape, "float32")
+    valid(
+        path,
+        func([t], [t], ["%x = stablehlo.negate %a0 : " + t], ["%x"]),
+        [values(shape, "float32")],
+    )
+
+
+@case("valid_many_arguments", "64 arguments summed")
+def _(path: Path) -> None:
+    t = tensor((4,), "float32")
+    body = ["%s0 = stablehlo.add %a0, %a1 : " + t] + [
+        f"%s{i - 1} = stablehlo.add %s{i - 2}, %a{i} : {t}" for i in range(2, 64)
+    ]
+    valid(
+        path, func([t] * 64, [t], body, ["%s62"]), [values((4,), "float32", i) for i in range(64)]
+    )
+
+
+@case("valid_zero_arguments", "no arguments; a constant result")
+def _(path: Path) -> None:
+    t = tensor((3,), "float32")
+    valid(
+        path, func([], [t], ["%c = stablehlo.constant dense<[1.0, 2.0, 3.0]> : " + t], ["%c"]), []
+    )
+
+
+@case("valid_multiple_results", "three results of different dtypes")
+def _(path: Path) -> None:
+    f, i, b = tensor((3,), "float32"), tensor((3,), "int32"), tensor((3,), "bool")
+    body = ["%x = stablehlo.multiply %a0, %a0 : " + f, "%y = stablehlo.convert %a0 : (" + f + ") -> " + i,
+            "%z = stablehlo.compare GT, %a0, %x : (" + f + ", " + f + ") -> " + b]  # fmt: skip
+    valid(
+        path,
+        func([f], [f, i, b], body, ["%x", "%y", "%z"]),
+        [np.array([0.5, 2.0, -3.0], np.float32)],
+    )
+
+
+@case("valid_aliasing_results", "result 1 writes back argument 0 (tf.aliasing_output)")
+def _(path: Path) -> None:
+    t = tensor((4,), "int64")
+    body = [
+        "%c = stablehlo.constant dense<1> : " + t,
+        "%x = stablehlo.add %a0, %c : " + t,
+        "%s = stablehlo.multiply %x, %x : " + t,
+    ]
+    valid(
+        path,
+        func([t], [t, t], body, ["%s", "%x"], arg_attrs={0: "tf.aliasing_output = 1 : i32"}),
+        [np.arange(4, dtype=np.int64)],
+    )
+
+
+@case("valid_column_major", "column-major arguments from Julia-orientation arrays")
+def _(path: Path) -> None:
+    t, r = tensor((4, 3, 2), "float32"), tensor((4, 3), "float32")
+    body = ["%z = stablehlo.constant dense<0.0> : tensor<f32>",
+            "%s = stablehlo.reduce(%a0 init: %z) applies stablehlo.add across dimensions = [2] : (" + t + ", tensor<f32>) -> " + r]  # fmt: skip
+    julia = np.asfortranarray(values((2, 3, 4), "float32"))
+    valid(path, func([t], [r], body, ["%s"]), [julia], layout="column_major")
+
+
+@case(
+    "valid_newer_minor_version",
+    "format_version 1.99 with a field this version does not define: read with a warning",
+)
+def _(path: Path) -> None:
+    t = tensor((2,), "float32")
+    bundle = valid(
+        path,
+        func([t], [t], ["%x = stablehlo.negate %a0 : " + t], ["%x"]),
+        [values((2,), "float32")],
+    )
+    edit(bundle, lambda m: m.update(format_version="1.99", added_in_1_99={"anything": True}))
+
+
+@case("valid_no_example_inputs", "no stored inputs; the case gives them in inputs.npz")
+def _(path: Path) -> None:
+    t = tensor((3,), "float32")
+    bundle = pack(
+        path, func([t], [t], ["%x = stablehlo.exponential %a0 : " + t], ["%x"]), None, names=["x"]
+    )
+    inputs = [np.array([0.0, 1.0, -1.0], np.float32)]
+    np.savez(path / "inputs.npz", x=inputs[0])
+    save_outputs(path, bundle, inputs)
+
+
+# --- invalid cases ------------------------------------------------------------------------------
+
+
+def base(path: Path) -> Path:
+    t = tensor((2, 2), "float32")
+    return pack(
+        path,
+        func([t, t], [t], ["%x = stablehlo.add %a0, %a1 : " + t], ["%x"]),
+        [values((2, 2), "float32", 1), values((2, 2), "float32", 2)],
+        names=["x", "y"],
+    )
+
+
+def broken(name: str, description: str, expect: str):
+    def register(mutate: Callable[[Path], None]) -> None:
+        case(name, description, expect)(lambda path: mutate(base(path)))
+
+    return register
+
+
+broken("invalid_major_version", "format_version 2.0", "VERSION_UNSUPPORTED")(
+    lambda b: edit(b, lambda m: m.update(format_version="2.0"))
+)
+broken("invalid_file_missing", "a listed file is missing", "FILE_MISSING")(
+    lambda b: (b / "inputs.safetensors").unlink()
+)
+broken("invalid_file_unlisted", "a file the manifest does not list", "FILE_UNLISTED")(
+    lambda b: (b / "notes.txt").write_text("hello\n")
+)
+broken("invalid_hash_mismatch", "a tensor byte changed", "HASH_MISMATCH")(
+    lambda b: _flip_last_byte(b / "inputs.safetensors")
+)
+broken("invalid_size_mismatch", "module.mlir grew by one byte", "SIZE_MISMATCH")(
+    lambda b: _append(b / "module.mlir", b"\n")
+)
+broken(
+    "invalid_manifest_vs_mlir",
+    "the manifest's shape of x disagrees with @main",
+    "SIGNATURE_MISMATCH",
+)(lambda b: edit(b, lambda m: m["arguments"][0].update(shape=[2, 3])))
+broken("invalid_duplicate_names", "two arguments named x", "MANIFEST_INVALID")(
+    lambda b: edit(b, lambda m: m["arguments"][1].update(name="x"))
+)
+broken("invalid_non_identifier_name", "an argument named 'x-1'", "MANIFEST_INVALID")(
+    lambda b: edit(b, lambda m: m["arguments"][0].update(name="x-1"))
+)
+broken("invalid_unknown_dtype", "dtype float128", "MANIFEST_INVALID")(
+    lambda b: edit(b, lambda m: m["arguments"][0].update(dtype="float128"))
+)
+broken("invalid_utf8", "manifest.json is not UTF-8", "MANIFEST_INVALID")(
+    lambda b: (b / "manifest.json").write_bytes(b'{"format": "\xff\xfe"}')
+)
+broken("invalid_json", "manifest.json is not JSON", "MANIFEST_INVALID")(
+    lambda b: (b / "manifest.json").write_bytes(b'{"format": "hlobundle",')
+)
+broken("invalid_not_a_bundle", "no manifest.json", "NOT_A_BUNDLE")(
+    lambda b: (b / "manifest.json").unlink()
+)
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def _append(path: Path, extra: bytes) -> None:
+    path.write_bytes(path.read_bytes() + extra)
+
+
+def _rename_file(b: Path, new: str) -> None:
+    def change(m: dict) -> None:
+        m["files"][new] = m["files"].pop("inputs.safetensors")
+        for a in m["arguments"]:
+            a["value"]["file"] = new
+
+    edit(b, change)
+
+
+broken("invalid_path_traversal", "a file named ../inputs.safetensors", "PATH_UNSAFE")(
+    lambda b: _rename_file(b, "../inputs.safetensors")
+)
+broken("invalid_absolute_path", "a file named /etc/passwd", "PATH_UNSAFE")(
+    lambda b: _rename_file(b, "/etc/passwd")
+)
+
+
+@broken("invalid_symlink", "inputs.safetensors is a symlink", "PATH_UNSAFE")
+def _(b: Path) -> None:
+    os.rename(b / "inputs.safetensors", b.parent / "elsewhere.safetensors")
+    os.symlink("../elsewhere.safetensors", b / "inputs.safetensors")
+
+
+def _raw_safetensors(b: Path, header: dict, data: bytes) -> None:
+    raw = json.dumps(header).encode()
+    (b / "inputs.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    rehash(b, "inputs.safetensors")
+
+
+broken(
+    "invalid_safetensors_truncated",
+    "inputs.safetensors lost its last 8 bytes",
+    "SAFETENSORS_INVALID",
+)(
+    lambda b: (
+        (b / "inputs.safetensors").write_bytes((b / "inputs.safetensors").read_bytes()[:-8]),
+        rehash(b, "inputs.safetensors"),
+    )
+)
+broken("invalid_safetensors_overlap", "two tensors share bytes", "SAFETENSORS_INVALID")(
+    lambda b: _raw_safetensors(b, {"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+                                   "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [8, 24]}}, bytes(24))
+)  # fmt: skip
+broken("invalid_safetensors_hole", "a gap between two tensors", "SAFETENSORS_INVALID")(
+    lambda b: _raw_safetensors(b, {"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+                                   "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [24, 40]}}, bytes(40))
+)  # fmt: skip
+broken("invalid_safetensors_header_bomb", "a header length of 2**62", "SAFETENSORS_INVALID")(
+    lambda b: (
+        (b / "inputs.safetensors").write_bytes(
+            struct.pack("<Q", 2**62) + (b / "inputs.safetensors").read_bytes()[8:]
+        ),
+        rehash(b, "inputs.safetensors"),
+    )
+)
+broken("invalid_manifest_vs_safetensors", "x is stored as F64", "TENSOR_MISMATCH")(
+    lambda b: _raw_safetensors(b, {"x": {"dtype": "F64", "shape": [2, 2], "data_offsets": [0, 32]},
+                                   "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [32, 48]}}, bytes(48))
+)  # fmt: skip
+
+
+@broken("invalid_mlir_does_not_parse", "module.mlir is not MLIR", "MLIR_INVALID")
+def _(b: Path) -> None:
+    (b / "module.mlir").write_text("func.func @main( this is not MLIR\n")
+    rehash(b, "module.mlir")
+
+
+@broken(
+    "invalid_mlir_dtype", "@main takes an i4 tensor, outside the dtype table", "DTYPE_UNSUPPORTED"
+)
+def _(b: Path) -> None:
+    (b / "module.mlir").write_text(
+        func(
+            [tensor((2, 2), "float32")] * 2,
+            ["tensor<2x2xi4>"],
+            ["%x = stablehlo.convert %a0 : (tensor<2x2xf32>) -> tensor<2x2xi4>"],
+            ["%x"],
+        )
+    )
+    rehash(b, "module.mlir")
+
+
+@broken(
+    "invalid_non_portable_custom_call",
+    "a custom call into Reactant's process",
+    "MODULE_NOT_PORTABLE",
+)
+def _(b: Path) -> None:
+    t = tensor((2, 2), "float32")
+    (b / "module.mlir").write_text(
+        func(
+            [t, t],
+            [t],
+            [f"%x = stablehlo.custom_call @enzymexla_compile_cpu(%a0, %a1) : ({t}, {t}) -> {t}"],
+            ["%x"],
+        )
+    )
+    rehash(b, "module.mlir")
+
+
+@broken("invalid_oversized_manifest", "manifest.json over 16 MiB", "MANIFEST_TOO_LARGE")
+def _(b: Path) -> None:
+    text = (b / "manifest.json").read_text()
+    (b / "manifest.json").write_text(text + " " * (16 * 1024 * 1024))
+
+
+def generate(out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    for name, build in CASES.items():
+        path = out / name
+        path.mkdir(parents=True)
+        spec = build(path)
+        (path / "case.json").write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    index = {"jaxlib": _jaxlib(), "ml_dtypes": ml_dtypes.__version__, "cases": len(CASES)}
+    (out / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _jaxlib() -> str:
+    from importlib.metadata import version
+
+    return version("jaxlib")
+
+
+if __name__ == "__main__":
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    generate(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "cases")
+    print(f"wrote {len(CASES)} cases")

@@ -1,0 +1,165 @@
+"""`hlobundle conformance`: run the conformance cases against this or another implementation.
+
+A case is a folder (SPEC.md, "Conformance"):
+
+- `bundle/`: a bundle, valid or deliberately broken;
+- `case.json`: `{"description", "expect": "ok" or an error code, "rtol", "atol"}`;
+- for valid cases, `outputs.safetensors`: the expected results, keyed by result name and stored
+  by SPEC.md's dtype rules; and `inputs.npz` when the bundle stores no example inputs.
+
+Another implementation is held to the suite through a command (`--implementation CMD`) that
+accepts `CMD verify BUNDLE --json`, printing `{"ok": bool, "code": ...}`, and
+`CMD run BUNDLE [--inputs FILE] --save-outputs OUT.safetensors --json`, as `hlobundle` does.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import _dtypes, _tensors
+from ._errors import HloBundleError, InputError
+from ._manifest import Manifest
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: str
+    expect: str
+    got: str
+    passed: bool
+    detail: str = ""
+
+
+def cases(root: Path) -> list[Path]:
+    found = sorted(p.parent for p in root.glob("*/case.json"))
+    if not found:
+        raise InputError(f"no conformance cases (*/case.json) under {str(root)!r}", path=root)
+    return found
+
+
+def run_case(case: Path, implementation: list[str] | None = None) -> Outcome:
+    spec = json.loads((case / "case.json").read_text())
+    expect = spec["expect"]
+    got, detail, outputs = (
+        _run_external(case, implementation) if implementation else _run_here(case)
+    )
+    if got == "ok" and expect == "ok":
+        detail = _compare(case, outputs, spec["rtol"], spec["atol"])
+        passed = not detail
+    else:
+        passed = got == expect
+    return Outcome(case.name, expect, got, passed, detail)
+
+
+def _run_here(case: Path) -> tuple[str, str, dict[str, np.ndarray]]:
+    from ._reader import load
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            bundle = load(case / "bundle")
+            bundle.verify()
+            fn = bundle.function("auto")
+            args = _inputs(case, bundle.manifest) or [
+                bundle.tensor(a.name) for a in bundle.arguments
+            ]
+            results = fn.call_flat(*args)
+    except HloBundleError as e:
+        return e.code, e.message, {}
+    return "ok", "", {r.name: np.asarray(x) for r, x in zip(bundle.results, results, strict=True)}
+
+
+def _inputs(case: Path, manifest: Manifest) -> list[np.ndarray] | None:
+    path = case / "inputs.npz"
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as npz:
+        return [npz[a.name] for a in manifest.arguments]
+
+
+def _run_external(case: Path, command: list[str]) -> tuple[str, str, dict[str, np.ndarray]]:
+    bundle = case / "bundle"
+    verdict = _call([*command, "verify", str(bundle), "--json"])
+    if not verdict.get("ok"):
+        return str(verdict.get("code")), str(verdict.get("message", "")), {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "outputs.safetensors"
+        extra = ["--inputs", str(case / "inputs.npz")] if (case / "inputs.npz").exists() else []
+        _call(
+            [
+                *command,
+                "run",
+                str(bundle),
+                *extra,
+                "--save-outputs",
+                str(out),
+                "--json",
+                "--rtol",
+                "inf",
+                "--atol",
+                "inf",
+            ]
+        )
+        if not out.exists():
+            return "NO_OUTPUTS", f"{shlex.join(command)} run wrote no outputs", {}
+        return "ok", "", _read_outputs(out, _manifest(bundle))
+
+
+def _call(argv: list[str]) -> dict:
+    r = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {
+            "ok": False,
+            "code": "PROTOCOL_ERROR",
+            "message": f"{argv[0]} printed no JSON: {r.stderr[-300:]}",
+        }
+
+
+def _manifest(bundle: Path) -> Manifest:
+    """The manifest of a bundle already accepted, read tolerantly (it may be a newer minor)."""
+    data = (bundle / "manifest.json").read_bytes()
+    return Manifest.model_validate_json(data, context={"tolerant": True})
+
+
+def _read_outputs(path: Path, manifest: Manifest) -> dict[str, np.ndarray]:
+    tf = _tensors.TensorFile(path, name=path.name)
+    return {
+        r.name: tf.array(r.name, _dtypes.BY_NAME[r.dtype], tuple(r.shape))
+        for r in manifest.results
+        if r.name in tf.entries
+    }
+
+
+def _compare(case: Path, got: dict[str, np.ndarray], rtol: float, atol: float) -> str:
+    want = _read_outputs(case / "outputs.safetensors", _manifest(case / "bundle"))
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None or g.shape != w.shape or g.dtype != w.dtype:
+            return f"result {name}: expected {w.dtype}{list(w.shape)}, got {None if g is None else f'{g.dtype}{list(g.shape)}'}"
+        wide = np.complex128 if w.dtype.kind == "c" else np.float64
+        if not np.allclose(g.astype(wide), w.astype(wide), rtol=rtol, atol=atol, equal_nan=True):
+            return f"result {name}: values differ beyond rtol={rtol}, atol={atol}"
+    return ""
+
+
+def render(outcomes: list[Outcome]) -> str:
+    from ._inspect import table
+
+    rows = [
+        (o.case, o.expect, o.got, "pass" if o.passed else "FAIL", o.detail[:60]) for o in outcomes
+    ]
+    failed = sum(not o.passed for o in outcomes)
+    return "\n".join([
+        table(("case", "expect", "got", "result", "detail"), rows),
+        f"{len(outcomes) - failed} passed, {failed} failed, {len(outcomes)} cases",
+    ])  # fmt: skip

@@ -1,0 +1,113 @@
+"""The conformance suite: current, complete, and passed by this implementation (in process and
+through the command protocol)."""
+
+from __future__ import annotations
+
+import filecmp
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+from hlobundle import _conformance
+
+CASES = ROOT / "conformance" / "cases"
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "conformance" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cases_are_current(tmp_path):
+    load_generator().generate(tmp_path / "cases")
+    index = json.loads((CASES / "index.json").read_text())
+    same_jaxlib = (
+        index["jaxlib"] == json.loads((tmp_path / "cases" / "index.json").read_text())["jaxlib"]
+    )
+    stale = []
+    for new in sorted((tmp_path / "cases").rglob("*")):
+        rel = new.relative_to(tmp_path / "cases")
+        old = CASES / rel
+        if new.is_symlink():
+            ok = old.is_symlink() and os.readlink(old) == os.readlink(new)
+        elif new.is_dir() or rel.name == "index.json":
+            continue
+        elif rel.suffix == ".mlirbc" and not same_jaxlib:
+            continue  # bytecode is jaxlib's to write; compared only under the generating jaxlib
+        else:
+            ok = old.is_file() and filecmp.cmp(old, new, shallow=False)
+        if not ok:
+            stale.append(str(rel))
+    extra = {p.relative_to(CASES) for p in CASES.rglob("*")} - {
+        p.relative_to(tmp_path / "cases") for p in (tmp_path / "cases").rglob("*")
+    }
+    assert not stale and not extra, (
+        f"stale: {stale[:5]}, extra: {sorted(map(str, extra))[:5]}; run `python conformance/generate.py`"
+    )
+
+
+def test_suite_size():
+    specs = [json.loads(p.read_text()) for p in CASES.glob("*/case.json")]
+    invalid = [s for s in specs if s["expect"] != "ok"]
+    assert len(specs) >= 40 and len(invalid) * 3 >= len(specs)
+    assert all(s["description"] for s in specs)
+
+
+@pytest.mark.parametrize("case", sorted(p.parent.name for p in CASES.glob("*/case.json")))
+def test_case_passes_in_process(case):
+    outcome = _conformance.run_case(CASES / case)
+    assert outcome.passed, outcome
+
+
+PROTOCOL_SAMPLE = ["valid_dtype_complex128", "valid_no_example_inputs", "valid_column_major",
+                   "invalid_symlink", "invalid_hash_mismatch", "invalid_mlir_dtype"]  # fmt: skip
+
+
+def test_protocol_with_the_cli_as_another_implementation():
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "conformance", CASES, "--implementation", f"{sys.executable} -m hlobundle", "--json"]
+        + sum((["-k", name] for name in PROTOCOL_SAMPLE[:1]), []),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in PROTOCOL_SAMPLE:
+        outcome = _conformance.run_case(CASES / name, [sys.executable, "-m", "hlobundle"])
+        assert outcome.passed, outcome
+
+
+def test_a_wrong_implementation_fails():
+    accept_all = [sys.executable, "-c", "import json; print(json.dumps({'ok': True}))"]
+    outcome = _conformance.run_case(CASES / "invalid_hash_mismatch", accept_all)
+    assert not outcome.passed and outcome.got != "HASH_MISMATCH"
+
+
+@pytest.mark.parametrize("case", sorted(p.parent.name for p in CASES.glob("invalid_*/case.json")))
+def test_invalid_cases_give_clean_cli_errors(case):
+    expect = json.loads((CASES / case / "case.json").read_text())["expect"]
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "verify", CASES / case / "bundle"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"error [{expect}] ") and "Traceback" not in r.stderr
+
+
+def test_conformance_cli_reports(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "conformance", CASES, "-k", "zero_d"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0 and "1 passed, 0 failed, 1 cases" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "conformance", tmp_path], capture_output=True, text=True
+    )
+    assert r.returncode == 1 and "no conformance cases" in r.stderr
