@@ -1,0 +1,228 @@
+"""Hostile input: mutated bundles only ever end in a clean project error or a valid load, never
+read outside the bundle, and never exhaust memory; a killed `pack` never leaves a half bundle.
+
+Inputs tried per run: 300 byte mutations + 200 manifest-field mutations + 100 file renames = 600
+(hypothesis, derandomized so that CI runs the same inputs every time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import identity_module, sample
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hlobundle
+
+FILES = [
+    "manifest.json",
+    "module.mlir",
+    "module.mlirbc",
+    "inputs.safetensors",
+    "weights.safetensors",
+]
+
+
+def fuzz(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+_opened: list[str] = []
+_recording = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _recording and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _opened.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "secret.txt").write_text("outside the bundle")
+    x, w = sample((3, 4), "float32"), sample((5,), "int64")
+    return hlobundle.pack(
+        identity_module(x, w),
+        [x, w],
+        root / "base",
+        names=["x", "w"],
+        roles={"w": "parameter"},
+        expected="compute",
+    )
+
+
+def attempt(bundle: Path) -> None:
+    """Load, verify and read everything; only project errors may escape, only bundle files be read."""
+    global _recording
+    _opened.clear()
+    _recording = True
+    try:
+        b = hlobundle.load(bundle)
+        b.verify()
+        for a in b.arguments:
+            if a.value is not None:
+                np.asarray(b.tensor(a.name)).sum()
+        b.expected_outputs()
+    except hlobundle.HloBundleError:
+        pass
+    finally:
+        _recording = False
+    root = str(bundle.parent)
+    outside = [p for p in _opened if p.startswith(root) and not p.startswith(str(bundle) + os.sep)]
+    assert not outside, f"read outside the bundle: {outside}"
+
+
+def fresh(base: Path) -> Path:
+    target = Path(tempfile.mkdtemp(dir=base.parent)) / "bundle"
+    shutil.copytree(base, target)
+    return target
+
+
+@fuzz(300)
+@given(data=st.data())
+def test_byte_mutations(base, data):
+    bundle = fresh(base)
+    name = data.draw(st.sampled_from(FILES))
+    raw = bytearray((bundle / name).read_bytes())
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["flip", "truncate", "insert"]))
+        pos = data.draw(st.integers(0, max(len(raw) - 1, 0)))
+        if kind == "flip" and raw:
+            raw[pos] ^= data.draw(st.integers(1, 255))
+        elif kind == "truncate":
+            del raw[pos:]
+        else:
+            raw[pos:pos] = data.draw(st.binary(min_size=1, max_size=16))
+    (bundle / name).write_bytes(bytes(raw))
+    attempt(bundle)
+    shutil.rmtree(bundle.parent)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
+    | st.sampled_from(["../secret.txt", "/etc/passwd", "float128", "column_major", "2.0", "1.9", "inputs.safetensors"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, (*prefix, i))
+
+
+@fuzz(200)
+@given(data=st.data())
+def test_manifest_field_mutations(base, data):
+    bundle = fresh(base)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    path = data.draw(st.sampled_from([p for p in _paths(manifest) if p]))
+    parent = manifest
+    for key in path[:-1]:
+        parent = parent[key]
+    if data.draw(st.booleans()):
+        parent[path[-1]] = data.draw(JSON_VALUES)
+    elif isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent.pop(path[-1])
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    attempt(bundle)
+    shutil.rmtree(bundle.parent)
+
+
+@fuzz(100)
+@given(data=st.data())
+def test_file_renames_and_links(base, data):
+    bundle = fresh(base)
+    name = data.draw(st.sampled_from(FILES[1:]))
+    action = data.draw(st.sampled_from(["rename", "symlink_out", "directory", "delete"]))
+    new = data.draw(st.sampled_from(["x", "sub/inputs.safetensors", ".hidden", name.upper()]))
+    if action == "rename":
+        (bundle / new).parent.mkdir(exist_ok=True)
+        os.rename(bundle / name, bundle / new)
+    elif action == "symlink_out":
+        (bundle / name).unlink()
+        os.symlink(bundle.parent / "secret.txt", bundle / name)
+    elif action == "directory":
+        (bundle / name).unlink()
+        (bundle / name).mkdir()
+    else:
+        (bundle / name).unlink()
+    attempt(bundle)
+    shutil.rmtree(bundle.parent)
+
+
+def test_memory_stays_bounded(base):
+    # Everything above ran in this process; its peak RSS must stay far below what a
+    # header-length or shape bomb would allocate.
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert peak_mib < 4096, peak_mib
+
+
+def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
+    big = [sample((1024, 1024), "float32", i) for i in range(8)]  # 32 MiB, so pack takes a while
+    (tmp_path / "m.mlir").write_text(identity_module(*big))
+    np.savez(tmp_path / "in.npz", *big)
+    out = tmp_path / "out"
+    argv = [
+        sys.executable,
+        "-m",
+        "hlobundle",
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "in.npz",
+        "-o",
+        out,
+        "--force",
+        "--layout",
+        "row-major",
+    ]
+    start = time.perf_counter()
+    assert subprocess.run(argv, capture_output=True).returncode == 0
+    duration = time.perf_counter() - start
+    shutil.rmtree(out)
+    rng = random.Random(0)
+    kills = 0
+    for _ in range(16):
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.2, 1.0) * duration)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        if out.exists():
+            hlobundle.load(out).verify()  # a complete bundle, never a half one
+    assert kills >= 8
+    assert subprocess.run(argv, capture_output=True).returncode == 0
+    hlobundle.load(out).verify()
+    leftovers = [p.name for p in tmp_path.iterdir() if ".partial-" in p.name or ".old-" in p.name]
+    assert leftovers == [], "the next pack removes what killed packs left"
