@@ -18,6 +18,7 @@ from ._errors import (
     OutputExistsError,
     SignatureError,
     TensorFileError,
+    TransformError,
     UnsafePathError,
     VersionError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Result",
     "SignatureError",
     "TensorFileError",
+    "TransformError",
     "UnsafePathError",
     "VersionError",
     "__version__",

@@ -104,6 +104,11 @@ def _add_pack(sub: Any) -> None:
         "--allow-custom-call", action="append", default=[], metavar="NAME",
         help="accept this custom call target although it looks tied to the producer's process",
     )  # fmt: skip
+    p.add_argument(
+        "--with-vjp", action="store_true",
+        help="also store a backward module (lowered once through enzyme-ad), so that the xla "
+        "backend can differentiate the bundle",
+    )  # fmt: skip
     p.add_argument("--function", help="the function's name (default: the module's name)")
     p.add_argument("--target-version", help="StableHLO version of the portable artifact")
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
@@ -160,6 +165,7 @@ def _pack(args: argparse.Namespace) -> int:
         force=args.force,
         expected="compute" if args.compute_expected else args.expected,
         allow_custom_calls=args.allow_custom_call,
+        with_vjp=args.with_vjp,
     )
     if args.from_reactant:
         out = pack_reactant(args.from_reactant, args.output, **options)

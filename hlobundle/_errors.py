@@ -18,6 +18,7 @@ HloBundleError
 ├── ModuleError                MLIR_INVALID, DTYPE_UNSUPPORTED
 ├── InputError                 INPUT_INVALID, INPUT_AMBIGUOUS
 ├── ConfigError                X64_DISABLED, BACKEND_UNAVAILABLE
+├── TransformError             TRANSFORM_UNSUPPORTED
 └── OutputExistsError          OUTPUT_EXISTS
 ```
 """
@@ -39,6 +40,7 @@ __all__ = [
     "NotABundleError",
     "OutputExistsError",
     "SignatureError",
+    "TransformError",
     "TensorFileError",
     "UnsafePathError",
     "VersionError",
@@ -136,6 +138,12 @@ class ConfigError(HloBundleError):
     """The Python environment cannot run the bundle as asked (x64 off, a backend missing)."""
 
     code = "X64_DISABLED"
+
+
+class TransformError(HloBundleError):
+    """A JAX transformation the bundle's backend cannot apply (names the op and the transformation)."""
+
+    code = "TRANSFORM_UNSUPPORTED"
 
 
 class OutputExistsError(HloBundleError):

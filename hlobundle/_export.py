@@ -24,6 +24,7 @@ def export(
     roles: Mapping[str, Role] | None = None,
     store_inputs: bool = True,
     store_expected: bool = True,
+    with_vjp: bool = False,
     target_version: str | None = None,
     timestamp: str | None = None,
 ) -> Path:
@@ -42,6 +43,8 @@ def export(
     - `out`, `force`, `target_version`, `timestamp`: as for `pack()`.
     - `store_inputs`: store the example arguments in the bundle (default True).
     - `store_expected`: store `fn`'s results on them, computed by JAX, as expected outputs.
+    - `with_vjp`: store the backward module JAX derives from `fn`, so that the xla backend
+      can differentiate the bundle without enzyme-ad.
 
     **Returns:** the path of the written bundle.
     """
@@ -83,6 +86,7 @@ def export(
         input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
         output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
         expected=expected,
+        with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
     )
 
 

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from . import _dtypes
-from ._errors import ConfigError, InputError
+from ._errors import ConfigError, InputError, TransformError
 from ._manifest import Argument, Manifest
+from ._transforms import check_derivatives, install_batching_rules
 
 if TYPE_CHECKING:
+    from ._prepare import Prepared
     from ._reader import Bundle
 
 Backend = Literal["auto", "enzyme", "xla"]
@@ -68,6 +70,7 @@ class BundleFunction:
         self.backend = resolve_backend(backend)
         self.donated = donated_arguments(self.manifest, donate)
         impl = _enzyme_impl(bundle) if self.backend == "enzyme" else _xla_impl(bundle)
+        install_batching_rules()
         names = [a.name for a in self.manifest.arguments]
         self._jitted = jax.jit(impl, donate_argnums=tuple(names.index(n) for n in self.donated))
 
@@ -87,6 +90,8 @@ class BundleFunction:
         checked = [
             _check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
         ]
+        blockers = self.bundle.enzyme_blockers if self.backend == "enzyme" else None
+        check_derivatives(checked, self.backend, blockers)
         return tuple(self._jitted(*checked))
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -226,10 +231,16 @@ def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
 
 
 def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    return enzyme_callable(bundle.prepared_for_hlo_call, [r.dtype for r in bundle.manifest.results])
+
+
+def enzyme_callable(
+    prepared: Prepared, result_dtypes: Sequence[str]
+) -> Callable[..., tuple[Any, ...]]:
+    """`hlo_call` on a prepared module, converting carried dtypes on the way in and out."""
     from enzyme_ad.jax import hlo_call
 
-    prepared = bundle.prepared_for_hlo_call
-    results = [_dtypes.BY_NAME[r.dtype].numpy for r in bundle.manifest.results]
+    results = [_dtypes.BY_NAME[d].numpy for d in result_dtypes]
 
     def impl(*flat: Any) -> tuple[Any, ...]:
         carried = [
@@ -246,27 +257,69 @@ def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
 
 
 def _xla_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
-    exported = exported_for(bundle.manifest, bundle.portable_artifact)
+    m = bundle.manifest
+    backward = bundle.backward_artifact
+    if backward is None:
+        get_vjp = _no_vjp
+    else:
+        from ._vjp import cotangent_avals
+
+        def get_vjp(_: Any) -> Any:
+            return exported_for(m, backward, inputs=[*_avals(m.arguments), *cotangent_avals(m.results)],
+                                outputs=cotangent_avals(m.arguments), name=f"{m.function}_vjp",
+                                get_vjp=_no_second_order)  # fmt: skip
+
+    exported = exported_for(m, bundle.portable_artifact, get_vjp=get_vjp)
     return lambda *flat: tuple(exported.call(*flat))
 
 
-def exported_for(manifest: Manifest, portable: bytes) -> Any:
-    """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6)."""
+def _no_vjp(_: Any) -> Any:
+    raise TransformError(
+        "differentiating this bundle on the xla backend needs a backward module, and it stores "
+        "none: pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use "
+        "backend='enzyme'"
+    )
+
+
+def _no_second_order(_: Any) -> Any:
+    raise TransformError(
+        "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle "
+        "is not supported: on the xla backend the stored backward module is itself not "
+        "differentiable. Differentiate once, or export the derivative as a bundle"
+    )
+
+
+def _avals(values: Sequence[Any]) -> list[Any]:
+    import jax
+
+    return [jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values]
+
+
+def exported_for(
+    manifest: Manifest,
+    portable: bytes,
+    *,
+    inputs: Sequence[Any] | None = None,
+    outputs: Sequence[Any] | None = None,
+    name: str | None = None,
+    get_vjp: Callable[[Any], Any] | None = None,
+) -> Any:
+    """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6).
+
+    By default its avals are the manifest's arguments and results; a backward module passes its own.
+    """
     import jax
     from jax import export
 
-    def avals(values: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(
-            jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values
-        )
-
-    n, m = len(manifest.arguments), len(manifest.results)
+    in_avals = tuple(inputs if inputs is not None else _avals(manifest.arguments))
+    out_avals = tuple(outputs if outputs is not None else _avals(manifest.results))
+    n, m = len(in_avals), len(out_avals)
     fields = {
-        "fun_name": manifest.function,
+        "fun_name": name or manifest.function,
         "in_tree": jax.tree_util.tree_structure((tuple(range(n)), {})),
-        "in_avals": avals(manifest.arguments),
+        "in_avals": in_avals,
         "out_tree": jax.tree_util.tree_structure(tuple(range(m))),
-        "out_avals": avals(manifest.results),
+        "out_avals": out_avals,
         "_has_named_shardings": False,
         "_in_named_shardings": (None,) * n,
         "_out_named_shardings": (None,) * m,
@@ -281,7 +334,7 @@ def exported_for(manifest: Manifest, portable: bytes) -> Any:
         "calling_convention_version": export.maximum_supported_calling_convention_version,
         "module_kept_var_idx": tuple(range(n)),
         "uses_global_constants": False,
-        "_get_vjp": None,
+        "_get_vjp": get_vjp,
     }
     known = {f.name for f in dataclasses.fields(export.Exported)}
     return export.Exported(**{k: v for k, v in fields.items() if k in known})

@@ -121,6 +121,7 @@ class Manifest(_Model):
     input_tree: Any = None
     output_tree: Any = None
     module: Module
+    vjp: Module | None = None
     provenance: Provenance
     files: dict[RelPath, FileEntry]
 

@@ -179,3 +179,50 @@ def current_version() -> str:
     from jaxlib.mlir.dialects import stablehlo
 
     return str(stablehlo.get_current_version())
+
+
+def location(op: ir.Operation) -> str:
+    """`line L, column C` of an op parsed from text, else MLIR's own rendering of its location."""
+    loc = op.location
+    try:
+        return f"line {loc.start_line}, column {loc.start_col}"
+    except (AttributeError, ValueError):  # a location kind without line information
+        return str(loc)
+
+
+def find_ops(module: ir.Module, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(name, location) of every op in the module whose name is in `names`."""
+    from jaxlib.mlir import ir
+
+    found = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in names:
+            found.append((op.name, location(op)))
+        return ir.WalkResult.ADVANCE
+
+    with context():
+        module.operation.walk(visit)
+    return found
+
+
+def first_complex_op(module: ir.Module) -> tuple[str, str] | None:
+    """(name, location) of the first op with a complex-valued result, if any."""
+    from jaxlib.mlir import ir
+
+    found: list[tuple[str, str]] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for result in op.results:
+            t = result.type
+            if (
+                t.typeid == ir.RankedTensorType.static_typeid
+                and ir.RankedTensorType(t).element_type.typeid == ir.ComplexType.static_typeid
+            ):
+                found.append((op.name, location(op)))
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    with context():
+        module.operation.walk(visit)
+    return found[0] if found else None

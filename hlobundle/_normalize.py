@@ -85,18 +85,6 @@ def _strip_preamble(text: str, changes: list[str]) -> str:
     return text
 
 
-def _location(op: Any) -> str:
-    from jaxlib.mlir import ir
-
-    loc = op.location
-    if isinstance(loc, ir.FileLineColLoc) or hasattr(loc, "start_line"):
-        try:
-            return f"line {loc.start_line}, column {loc.start_col}"
-        except Exception:  # a location kind without line information
-            pass
-    return str(loc)
-
-
 def refuse_unportable(module: Any, allowed: set[str], path: str | None) -> tuple[str, ...]:
     from jaxlib.mlir import ir
 
@@ -109,9 +97,9 @@ def refuse_unportable(module: Any, allowed: set[str], path: str | None) -> tuple
             target = ir.StringAttr(op.attributes["call_target_name"]).value
             calls.append(target)
             if target.startswith(UNPORTABLE_TARGET_PREFIXES) and target not in allowed:
-                problems.append(f"custom_call @{target} at {_location(op)}")
+                problems.append(f"custom_call @{target} at {_mlir.location(op)}")
         elif name in UNPORTABLE_OPS or not op.context.is_registered_operation(name):
-            problems.append(f"{name} at {_location(op)}")
+            problems.append(f"{name} at {_mlir.location(op)}")
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)

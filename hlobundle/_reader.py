@@ -35,6 +35,7 @@ from ._normalize import refuse_unportable
 if TYPE_CHECKING:
     from ._function import BundleFunction
     from ._prepare import Prepared
+    from ._transforms import EnzymeBlockers
 
 
 def load(path: str | os.PathLike[str]) -> Bundle:
@@ -59,6 +60,14 @@ class Bundle:
         _check_signature(_mlir.signature(module, path=text_file), self.manifest, text_file)
         with _mlir.context():
             refuse_unportable(module, set(self.manifest.module.allowed_custom_calls), text_file)
+        if self.manifest.vjp is not None:
+            vjp_file = self.manifest.vjp.text
+            vjp_text = self._file(vjp_file).read_text(encoding="utf-8")
+            _check_backward(
+                _mlir.signature(_mlir.parse(vjp_text, path=vjp_file), path=vjp_file),
+                self.manifest,
+                vjp_file,
+            )
         self._tensor_files = _open_tensor_files(root, self.manifest)
 
     def __repr__(self) -> str:
@@ -87,6 +96,19 @@ class Bundle:
     @property
     def portable_artifact(self) -> bytes:
         return self._file(self.manifest.module.portable.file).read_bytes()
+
+    @property
+    def backward_artifact(self) -> bytes | None:
+        """The stored backward module's portable artifact, if the bundle has one."""
+        vjp = self.manifest.vjp
+        return None if vjp is None else self._file(vjp.portable.file).read_bytes()
+
+    @cached_property
+    def enzyme_blockers(self) -> EnzymeBlockers:
+        """Ops whose derivatives enzyme-ad 0.0.16 cannot compute, found once per Bundle."""
+        from ._transforms import EnzymeBlockers
+
+        return EnzymeBlockers.of(_mlir.parse(self.module_text))
 
     @property
     def has_example_inputs(self) -> bool:
@@ -162,6 +184,10 @@ class Bundle:
         portable = self.manifest.module.portable.file
         module = _mlir.from_portable(self.portable_artifact, path=portable)
         _check_signature(_mlir.signature(module, path=portable), self.manifest, portable)
+        if self.manifest.vjp is not None:
+            name = self.manifest.vjp.portable.file
+            backward = _mlir.from_portable(self._file(name).read_bytes(), path=name)
+            _check_backward(_mlir.signature(backward, path=name), self.manifest, name)
 
     def _file(self, name: str) -> Path:
         return _paths.resolve(self.path, name)
@@ -219,6 +245,8 @@ def _references(manifest: Manifest) -> list[tuple[str, str]]:
         ("module.text", manifest.module.text),
         ("module.portable.file", manifest.module.portable.file),
     ]
+    if manifest.vjp is not None:
+        refs += [("vjp.text", manifest.vjp.text), ("vjp.portable.file", manifest.vjp.portable.file)]
     refs += [
         (f"arguments[{i}].value.file", a.value.file)
         for i, a in enumerate(manifest.arguments)
@@ -318,4 +346,22 @@ def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> N
             f"tf.aliasing_output {sig.aliases} in {source}",
             path=source,
             field="results",
+        )
+
+
+def _check_backward(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
+    """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
+    from ._vjp import cotangent_dtype
+
+    want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]
+    want_in += [(cotangent_dtype(r.dtype), tuple(r.shape)) for r in manifest.results]
+    want_out = [(cotangent_dtype(a.dtype), tuple(a.shape)) for a in manifest.arguments]
+    got_in = [(t.dtype.name, t.shape) for t in sig.arguments]
+    got_out = [(t.dtype.name, t.shape) for t in sig.results]
+    if (got_in, got_out) != (want_in, want_out):
+        raise SignatureError(
+            f"the backward module {source} has signature {got_in} -> {got_out}; the manifest "
+            f"requires {want_in} -> {want_out} (SPEC.md, 'Backward module')",
+            path=source,
+            field="vjp",
         )

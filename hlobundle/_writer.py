@@ -11,7 +11,7 @@ import keyword
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -41,6 +41,8 @@ from ._manifest import (
 MODULE_TEXT = "module.mlir"
 MODULE_PORTABLE = "module.mlirbc"
 EXPECTED_FILE = "expected.safetensors"
+VJP_TEXT = "vjp.mlir"
+VJP_PORTABLE = "vjp.mlirbc"
 TENSOR_FILES: dict[str, str] = {
     "input": "inputs.safetensors",
     "parameter": "weights.safetensors",
@@ -68,6 +70,7 @@ class PackOptions:
     expected: list[_inputs.Keyed] | str | None = None  # arrays, or "compute"
     allow_custom_calls: Sequence[str] = ()
     already_permuted: bool = False  # column-major arrays already have the tensors' shapes
+    with_vjp: bool | Callable[..., Any] = False
 
 
 def pack(
@@ -89,6 +92,7 @@ def pack(
     output_tree: Any = None,
     expected: Sequence[Any] | Mapping[str, Any] | Literal["compute"] | None = None,
     allow_custom_calls: Sequence[str] = (),
+    with_vjp: bool | Callable[..., Any] = False,
 ) -> Path:
     """Write a bundle for an MLIR module and example values of its arguments.
 
@@ -110,6 +114,9 @@ def pack(
       string (omitted by default, so that packing is deterministic).
     - `input_tree`, `output_tree`: the pytree structure as nested lists and dicts whose
       leaves are argument (result) names.
+    - `with_vjp`: also store a backward module (SPEC.md, "Backward module"), so that the xla
+      backend can differentiate: lowered from the module's Enzyme gradient (needs enzyme-ad),
+      or, when `with_vjp` is a function of the flat arguments (as `export()` passes), from it.
     - `allow_custom_calls`: custom call targets to accept although they look tied to the
       producer's process (SPEC.md, "Normalization"); recorded in the manifest.
     - `expected`: expected results to store, as arrays (a sequence, or a mapping keyed like
@@ -122,6 +129,7 @@ def pack(
         target_version, producer, timestamp, input_tree, output_tree,
         expected if expected is None or isinstance(expected, str) else _inputs.from_python(expected),
         tuple(allow_custom_calls),
+        with_vjp=with_vjp,
     )  # fmt: skip
     items = None if inputs is None else _inputs.from_python(inputs)
     return _pack(module, items, Path(out), options)
@@ -173,10 +181,34 @@ def _pack_checked(
             )
         }
     )
+    files = {MODULE_TEXT: text.encode(), MODULE_PORTABLE: portable}
+    if opt.with_vjp:
+        manifest = _add_backward(manifest, text, opt, target, files)
     if opt.expected is not None:
         manifest = _add_expected(manifest, arrays, portable, opt)
-    files = {MODULE_TEXT: text.encode(), MODULE_PORTABLE: portable}
     return _write_atomically(out, manifest, files, arrays, force=opt.force)
+
+
+def _add_backward(
+    manifest: Manifest, text: str, opt: PackOptions, target: str, files: dict[str, bytes]
+) -> Manifest:
+    """Lower the backward module and add its two forms to `files` and the manifest."""
+    from ._function import check_x64, enzyme_callable
+    from ._prepare import for_hlo_call
+    from ._vjp import lower_backward
+
+    check_x64(manifest)
+    primal = opt.with_vjp
+    if not callable(primal):
+        prefix = f"hb{hashlib.sha256(text.encode()).hexdigest()[:10]}_"
+        primal = enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
+    backward = lower_backward(manifest, primal)
+    files[VJP_TEXT] = backward.encode()
+    files[VJP_PORTABLE] = _mlir.to_portable(
+        _mlir.parse(backward, path=VJP_TEXT), target, path=VJP_TEXT
+    )
+    vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
+    return manifest.model_copy(update={"vjp": vjp})
 
 
 def _add_expected(

@@ -1,0 +1,241 @@
+"""Bundles under JAX's transformations: grad, vjp, vmap, jacrev, jvp, donation; and the clear
+refusals where a backend cannot transform."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import ROOT, sample
+
+import hlobundle
+
+sys.path.insert(0, str(ROOT / "examples"))
+import lenet5  # noqa: E402
+
+BACKENDS = ["enzyme", "xla"]
+
+
+def assert_close(got, want, rtol=1e-5):
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.fixture(scope="module")
+def lenet(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lenet") / "b"
+    params, images = lenet5.init_params(), lenet5.example_images()
+    return (
+        hlobundle.load(hlobundle.export(lenet5.lenet5, params, images, out=out, with_vjp=True)),
+        params,
+        images,
+    )
+
+
+def loss(f):
+    return lambda params, images: (f(params, images) ** 2).mean()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("jit", [False, True])
+def test_lenet_gradients_match_native(lenet, backend, jit):
+    bundle, params, images = lenet
+    fn = bundle.function(backend)
+    transform = jax.jit if jit else (lambda f: f)
+    want = jax.grad(loss(lenet5.lenet5), argnums=(0, 1))(params, images)
+    assert_close(transform(jax.grad(loss(fn), argnums=(0, 1)))(params, images), want)
+    value, grads = transform(jax.value_and_grad(loss(fn)))(params, images)
+    assert_close((value, grads), jax.value_and_grad(loss(lenet5.lenet5))(params, images))
+    out, pullback = jax.vjp(lambda x: fn(params, x), images)
+    (ct,) = pullback(jnp.ones_like(out))
+    assert_close(ct, jax.vjp(lambda x: lenet5.lenet5(params, x), images)[1](jnp.ones_like(out))[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradients_inside_scan_and_cond(lenet, backend):
+    bundle, params, images = lenet
+    fn = bundle.function(backend)
+
+    def training(f):
+        def step(p, _):
+            g = jax.grad(loss(f))(p, images)
+            return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g), None
+
+        def run(p, flag):
+            p, _ = jax.lax.scan(step, p, None, length=2)
+            return jax.lax.cond(flag, lambda q: jax.grad(loss(f))(q, images), lambda q: q, p)
+
+        return jax.jit(run)
+
+    assert_close(training(fn)(params, True), training(lenet5.lenet5)(params, True))
+
+
+def _while_fn(x, w):
+    return jax.lax.fori_loop(0, 5, lambda i, y: jnp.tanh(y @ w) + x, x).sum()
+
+
+def _complex_fn(z, w):
+    return jnp.abs(z * w + jnp.sin(z)).sum() ** 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("fn", "args"),
+    [
+        (_while_fn, (sample((4, 3), "float32", 1) / 8, sample((3, 3), "float32", 2) / 8)),
+        (_complex_fn, (sample((5,), "complex128", 3) / 8, sample((5,), "complex128", 4) / 8)),
+    ],
+)
+def test_while_loop_and_complex_gradients(tmp_path, backend, fn, args):
+    bundle = hlobundle.load(hlobundle.export(fn, *args, out=tmp_path / "b", with_vjp=True))
+    assert "stablehlo.while" in bundle.module_text or fn is _complex_fn
+    f = bundle.function(backend)
+    if backend == "enzyme" and fn is _complex_fn:  # enzyme-ad 0.0.16 cannot; it must say so
+        with pytest.raises(
+            hlobundle.TransformError,
+            match=r"reverse-mode differentiation \(jax.grad, jax.vjp\) through complex values \(stablehlo\.\w+ at line",
+        ):
+            jax.grad(f)(*args)
+        return
+    assert_close(jax.grad(f, argnums=(0, 1))(*args), jax.grad(fn, argnums=(0, 1))(*args))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vmap_jacrev_and_per_example_gradients(lenet, backend):
+    bundle, params, images = lenet
+    fn = bundle.function(backend)
+    batch = np.stack([images, images * 0.5, -images])
+    assert_close(
+        jax.vmap(lambda x: fn(params, x))(batch),
+        jax.vmap(lambda x: lenet5.lenet5(params, x))(batch),
+    )
+    per_example = jax.vmap(jax.grad(loss(fn)), in_axes=(None, 0))
+    assert_close(
+        per_example(params, batch),
+        jax.vmap(jax.grad(loss(lenet5.lenet5)), in_axes=(None, 0))(params, batch),
+    )
+    small = images[:1].repeat(4, 0)
+    jac = jax.jacrev(lambda b: fn(params, small + b[0]).sum(-1))(jnp.zeros((1,), np.float32))
+    want = jax.jacrev(lambda b: lenet5.lenet5(params, small + b[0]).sum(-1))(
+        jnp.zeros((1,), np.float32)
+    )
+    assert_close(jac, want, rtol=1e-4)
+
+
+def _mlp(w, x):
+    return jnp.tanh(x @ w).sum(-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hessian_of_a_small_function(tmp_path, backend):
+    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
+    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b", with_vjp=True)).function(
+        backend
+    )
+    with pytest.raises(
+        hlobundle.TransformError, match="second-order differentiation .* is not supported"
+    ):
+        jax.hessian(lambda w: fn(w, x).sum())(w)
+
+
+def test_jvp_where_enzyme_can(tmp_path):
+    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
+    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b")).function("enzyme")
+    tangent = jnp.ones_like(x)
+    assert_close(
+        jax.jvp(lambda x: fn(w, x), (x,), (tangent,)),
+        jax.jvp(lambda x: _mlp(w, x), (x,), (tangent,)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend", "transform", "message"),
+    [
+        ("enzyme", lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
+         "forward-mode differentiation (jax.jvp, jax.jacfwd) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
+        ("enzyme", lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
+         "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported"),
+        ("xla", lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
+         "forward-mode differentiation (jax.jvp, jax.jacfwd) is not available on the xla backend"),
+        ("xla", lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
+         "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported: on the xla backend"),
+    ],
+)  # fmt: skip
+def test_unsupported_transformations_say_why(lenet, backend, transform, message):
+    bundle, params, images = lenet
+    with pytest.raises(hlobundle.TransformError, match=re.escape(message)):
+        transform(bundle.function(backend), params, images)
+
+
+def test_xla_without_backward_module_says_how_to_get_one(tmp_path):
+    w, x = sample((3, 2), "float32", 1), sample((4, 3), "float32", 2)
+    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b")).function("xla")
+    with pytest.raises(
+        hlobundle.TransformError, match=re.escape("it stores none: pack it with --with-vjp")
+    ):
+        jax.grad(lambda w: fn(w, x).sum())(w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "dtype", ["float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
+)
+def test_dtype_matrix_backward(tmp_path, backend, dtype):
+    def f(x, y):
+        return (
+            (x * y + x * x).real.astype(jnp.float32).sum()
+            if "complex" in dtype
+            else (x * y + x * x).astype(jnp.float32).sum()
+        )
+
+    x, y = sample((3,), dtype, 1), sample((3,), dtype, 2)
+    fn = hlobundle.load(hlobundle.export(f, x, y, out=tmp_path / "b", with_vjp=True)).function(
+        backend
+    )
+    if backend == "enzyme" and "complex" in dtype:  # enzyme-ad 0.0.16 cannot; it must say so
+        with pytest.raises(hlobundle.TransformError, match="through complex values"):
+            jax.grad(fn)(x, y)
+        return
+    got, want = jax.grad(fn, argnums=(0, 1))(x, y), jax.grad(f, argnums=(0, 1))(x, y)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(
+            np.asarray(g, np.complex128), np.asarray(w, np.complex128), rtol=1e-2
+        )
+
+
+def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):
+    text = (
+        "module @reactant_f {\n  func.func @main(%x: tensor<3xf32>, %n: tensor<i64>) -> tensor<3xf32> {\n"
+        "    %s = stablehlo.sine %x : tensor<3xf32>\n    %y = stablehlo.multiply %s, %x : tensor<3xf32>\n"
+        "    return %y : tensor<3xf32>\n  }\n}\n"
+    )
+    x = np.array([0.5, 1.0, 2.0], np.float32)
+    out = hlobundle.pack(text, [x, np.int64(2)], tmp_path / "b", with_vjp=True)
+    assert hlobundle.load(out).manifest.vjp is not None
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'enzyme_ad': raise ImportError('blocked: no enzyme-ad here')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import jax, numpy as np, hlobundle\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        f"fn = hlobundle.load({str(out)!r}).function()\n"
+        "assert fn.backend == 'xla', fn.backend\n"
+        "x = np.array([0.5, 1.0, 2.0], np.float32)\n"
+        "g = jax.grad(lambda x: fn(x, np.int64(2))[0].sum())(x)\n"
+        "assert not [m for m in sys.modules if m.startswith('enzyme_ad')]\n"
+        "print(np.asarray(g).tolist())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = np.array(eval(r.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(got, np.sin(x) + x * np.cos(x), rtol=1e-6)
