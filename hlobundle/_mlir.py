@@ -34,6 +34,7 @@ class Signature:
     arguments: tuple[TensorType, ...]
     results: tuple[TensorType, ...]
     aliases: dict[int, int]
+    unused: frozenset[int] = frozenset()  # arguments @main never reads
 
 
 def registry() -> ir.DialectRegistry:
@@ -90,7 +91,9 @@ def signature(module: ir.Module, *, path: str | None = None) -> Signature:
         )
         name_attr = module.operation.attributes
         name = ir.StringAttr(name_attr["sym_name"]).value if "sym_name" in name_attr else None
-        return Signature(name, args, results, _aliases(main))
+        body = main.regions[0].blocks[0]
+        unused = frozenset(i for i, a in enumerate(body.arguments) if not list(a.uses))
+        return Signature(name, args, results, _aliases(main), unused)
 
 
 def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:

@@ -57,7 +57,8 @@ class Bundle:
         _check_file_set(root, self.manifest)
         text_file = self.manifest.module.text
         module = _mlir.parse(self.module_text, path=text_file)
-        _check_signature(_mlir.signature(module, path=text_file), self.manifest, text_file)
+        self.signature = _mlir.signature(module, path=text_file)
+        _check_signature(self.signature, self.manifest, text_file)
         with _mlir.context():
             refuse_unportable(module, set(self.manifest.module.allowed_custom_calls), text_file)
         if self.manifest.vjp is not None:

@@ -175,3 +175,31 @@ def test_compute_expected_needs_inputs(tmp_path):
             tmp_path / "b",
             expected="yes",
         )
+
+
+def test_unused_arguments_are_not_read(tmp_path):
+    text = "func.func @main(%a: tensor<3xf32>, %big: tensor<1000xf32>) -> tensor<3xf32> {\n  return %a : tensor<3xf32>\n}"
+    out = hlobundle.pack(text, [np.ones(3, np.float32), np.ones(1000, np.float32)], tmp_path / "b")
+    from hlobundle._run import example_arguments
+
+    bundle = hlobundle.load(out)
+    assert bundle.signature.unused == {1}
+    values, source = example_arguments(bundle, None)
+    assert source == "stored" and values[1].strides == (0,)  # zeros that touch no stored byte
+    assert cli("run", out).returncode == 0
+
+
+def test_compilation_cache_is_used_and_can_be_turned_off(tmp_path):
+    env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "run", EXAMPLE], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0 and any((tmp_path / "cache").iterdir())
+    env["HLOBUNDLE_CACHE_DIR"] = str(tmp_path / "other")
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "run", EXAMPLE, "--no-cache"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0 and not (tmp_path / "other").exists()
