@@ -228,7 +228,9 @@ def _enable_compilation_cache(jax: Any) -> None:
     from pathlib import Path
 
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hlobundle" / "jax"
-    jax.config.update("jax_compilation_cache_dir", os.environ.get("HLOBUNDLE_CACHE_DIR", str(default)))
+    jax.config.update(
+        "jax_compilation_cache_dir", os.environ.get("HLOBUNDLE_CACHE_DIR", str(default))
+    )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -269,7 +271,9 @@ def _verify(args: argparse.Namespace) -> int:
     files = len(bundle.manifest.files)
     checked = "sizes and structure checked" if args.quick else "sha256 checked"
     if args.json:
-        print(json.dumps({"ok": True, "path": str(bundle.path), "files": files, "quick": args.quick}))
+        print(
+            json.dumps({"ok": True, "path": str(bundle.path), "files": files, "quick": args.quick})
+        )
     else:
         print(f"ok: {bundle.path} ({files} files, {checked})")
     return EXIT_OK

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-import ml_dtypes
 import numpy as np
 
 from ._errors import ModuleError
@@ -67,7 +66,11 @@ NAMES = tuple(BY_NAME)
 
 @cache
 def _numpy_dtype(name: str) -> np.dtype:
-    return np.dtype(getattr(ml_dtypes, name, None) or name)
+    if name in np.sctypeDict and name != "bfloat16":
+        return np.dtype(name)
+    import ml_dtypes  # half a second to import: only when a bundle has such a dtype
+
+    return np.dtype(getattr(ml_dtypes, name))
 
 
 def from_numpy(dtype: np.dtype) -> DType | None:

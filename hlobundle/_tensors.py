@@ -19,6 +19,9 @@ from ._errors import TensorFileError
 
 # safetensors' own limit on the JSON header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+# Tensor data starts at a multiple of this, so that a memory-mapped tensor whose offset is a
+# multiple of it too is aligned enough for XLA to use in place (jax.device_put without a copy).
+DATA_ALIGNMENT = 64
 
 
 def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> None:
@@ -32,7 +35,43 @@ def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> No
         )
         for key, a in stored.items()
     }
-    serialize_file(specs, str(path), metadata=None)
+    serialize_file(specs, str(path), metadata={"pad": " " * _padding(stored)})
+
+
+def _padding(stored: dict[str, np.ndarray]) -> int:
+    """Length of the metadata padding that puts the data at a multiple of DATA_ALIGNMENT.
+
+    safetensors writes a compact JSON header, tensors ordered by dtype size (largest first)
+    then name, padded with spaces to 8 bytes. If this prediction is ever off, the file is just
+    as valid; only the alignment is lost.
+    """
+    order = sorted(stored, key=lambda k: (-_RANK[_CODES[stored[k].dtype.name]], k))
+    entries, offset = {}, 0
+    for key in order:
+        a = stored[key]
+        entries[key] = {
+            "dtype": _CODES[a.dtype.name],
+            "shape": list(a.shape),
+            "data_offsets": [offset, offset + a.nbytes],
+        }
+        offset += a.nbytes
+    header = {"__metadata__": {"pad": ""}, **entries}
+    length = len(json.dumps(header, separators=(",", ":")))
+    target = (length + 8 + DATA_ALIGNMENT - 1) // DATA_ALIGNMENT * DATA_ALIGNMENT - 8
+    return target - length
+
+
+_CODES = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
+          "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16",
+          "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
+          "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e4m3fnuz": "F8_E4M3FNUZ",
+          "float8_e5m2fnuz": "F8_E5M2FNUZ", "float8_e8m0fnu": "F8_E8M0"}  # fmt: skip
+
+
+# safetensors' dtype order (its Dtype enum); the header lists tensors from the last to the first.
+_RANK = {code: i for i, code in enumerate(
+    ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
+     "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64"])}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ALL_DTYPES, ROOT, identity_module, relu_module_text, sample
+from helpers import ALL_DTYPES, ROOT, identity_module, rehash, relu_module_text, sample
 
 import hlobundle
 
@@ -88,6 +88,7 @@ def test_script_detects_wrong_expected(bundles, tmp_path):
     data = load_file(str(bundle / "expected.safetensors"))
     data["result"] = data["result"] + 1
     save_file(data, str(bundle / "expected.safetensors"))
+    rehash(bundle, "expected.safetensors")
     script = tmp_path / "run.py"
     hlobundle.emit_script(bundle, script)
     r = run_script(script)

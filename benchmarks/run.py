@@ -1,0 +1,496 @@
+"""The benchmark suite: `python benchmarks/run.py [--quick]` writes benchmarks/RESULTS.md.
+
+Every number is a ratio against a baseline measured in the same run (median of interleaved
+repetitions), because absolute times on a shared 2-core machine are noise. `--quick` uses tiny
+sizes (a smoke run, as the test suite does); the full run takes a few minutes and ~12 GB of disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+PY = sys.executable
+GiB = 1024**3
+
+
+def interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, tuple[float, float]]:
+    """(median, spread) in seconds per function, running them in turns so drift hits all alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {
+        k: (statistics.median(v), (max(v) - min(v)) / statistics.median(v))
+        for k, v in times.items()
+    }
+
+
+def run_py(code: str, env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall time of a fresh Python process running `code`, and its stdout."""
+    start = time.perf_counter()
+    r = subprocess.run(
+        [PY, "-c", code], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return time.perf_counter() - start, r.stdout
+
+
+# --- run overhead ---------------------------------------------------------------------------
+
+
+def overhead(tmp: Path, quick: bool) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+    import lenet5
+
+    import hlobundle
+
+    rows = []
+    mlp_width = 256 if quick else 4096
+
+    def mlp(params, x):
+        return jnp.maximum(x @ params["w1"], 0) @ params["w2"]
+
+    cases = [
+        ("LeNet, batch 4", lenet5.lenet5, lenet5.init_params(), np.random.default_rng(0).random((4, 1, 28, 28), np.float32)),
+        ("LeNet, batch 256", lenet5.lenet5, lenet5.init_params(), np.random.default_rng(0).random((16 if quick else 256, 1, 28, 28), np.float32)),
+        (f"2-layer MLP, width {mlp_width}, batch 64", mlp,
+         {"w1": np.random.default_rng(1).standard_normal((mlp_width, mlp_width), np.float32) / 64,
+          "w2": np.random.default_rng(2).standard_normal((mlp_width, mlp_width), np.float32) / 64},
+         np.random.default_rng(3).standard_normal((64, mlp_width), np.float32)),
+    ]  # fmt: skip
+    for name, fn, params, x in cases:
+        out = tmp / f"overhead-{len(rows)}"
+        bundle = hlobundle.load(hlobundle.export(fn, params, x, out=out, store_expected=False))
+        params_d = jax.device_put(params)
+        x_d = jax.device_put(x)
+        native = jax.jit(fn)
+        fns = {"native jax.jit": lambda: jax.block_until_ready(native(params_d, x_d))}
+        for backend in ("enzyme", "xla"):
+            f = bundle.function(backend)
+            jitted = jax.jit(lambda p, x, f=f: f(p, x))
+            fns[backend] = lambda j=jitted: jax.block_until_ready(j(params_d, x_d))
+        for f in fns.values():
+            f()  # compile
+        res = interleaved(fns, 30 if quick else 200)
+        base = res["native jax.jit"][0]
+        for backend in ("enzyme", "xla"):
+            rows.append({"case": name, "backend": backend, "native_s": base, "bundle_s": res[backend][0],
+                         "ratio": res[backend][0] / base, "spread": res[backend][1]})  # fmt: skip
+    return rows
+
+
+# --- vmap -------------------------------------------------------------------------------------
+
+
+def vmap_cost(tmp: Path, quick: bool) -> list[dict]:
+    import jax
+    import lenet5
+
+    import hlobundle
+
+    params, x = lenet5.init_params(), lenet5.example_images()
+    bundle = hlobundle.load(
+        hlobundle.export(
+            lenet5.lenet5, params, x, out=tmp / "vmap", store_expected=False, with_vjp=True
+        )
+    )
+    batch = np.stack([x * (i + 1) for i in range(4 if quick else 16)])
+    native = jax.jit(jax.vmap(lambda xi: lenet5.lenet5(params, xi)))
+    fns = {"native": lambda: jax.block_until_ready(native(batch))}
+    grads = {
+        "native": jax.jit(jax.vmap(jax.grad(lambda xi: (lenet5.lenet5(params, xi) ** 2).sum())))
+    }
+    for backend in ("enzyme", "xla"):
+        f = bundle.function(backend)
+        v = jax.jit(jax.vmap(lambda xi, f=f: f(params, xi)))
+        fns[backend] = lambda v=v: jax.block_until_ready(v(batch))
+        grads[backend] = jax.jit(jax.vmap(jax.grad(lambda xi, f=f: (f(params, xi) ** 2).sum())))
+    gfns = {k: (lambda g=g: jax.block_until_ready(g(batch))) for k, g in grads.items()}
+    for f in [*fns.values(), *gfns.values()]:
+        f()
+    rows = []
+    for label, group in (("vmap forward", fns), ("vmap of grad (per-example gradients)", gfns)):
+        res = interleaved(group, 10 if quick else 50)
+        for backend in ("enzyme", "xla"):
+            rows.append({"case": f"{label}, {len(batch)} x LeNet batch 4", "backend": backend,
+                         "ratio": res[backend][0] / res["native"][0], "spread": res[backend][1]})  # fmt: skip
+    return rows
+
+
+# --- time to first result ---------------------------------------------------------------------
+
+REACTANT_STYLE = """
+import numpy as np, jax
+from enzyme_ad.jax import hlo_call
+with open({module!r}) as f:
+    code = f.read()
+npz = np.load({npz!r})
+args = [npz[f"arr_{{i}}"] for i in range(1, {n} + 1)]
+print(jax.jit(lambda *a: hlo_call(*a, source=code))(*args)[0].sum())
+"""
+
+
+def first_result(tmp: Path, quick: bool) -> list[dict]:
+    import hlobundle
+
+    example = ROOT / "examples" / "lenet5.hlobundle"
+    b = hlobundle.load(example)
+    np.savez(
+        tmp / "inputs.npz",
+        **{f"arr_{i + 1}": np.asarray(b.tensor(a.name)) for i, a in enumerate(b.arguments)},
+    )
+    (tmp / "module.mlir").write_text(b.prepared_for_hlo_call.text)
+    script = REACTANT_STYLE.format(
+        module=str(tmp / "module.mlir"), npz=str(tmp / "inputs.npz"), n=len(b.arguments)
+    )
+    run = f"import sys; from hlobundle._cli import main; sys.exit(main(['run', {str(example)!r}]))"
+    reps = 2 if quick else 5
+    ours, theirs, cold, warm = [], [], [], []
+    for i in range(reps):
+        ours.append(run_py(run, {"HLOBUNDLE_NO_CACHE": "1"})[0])
+        theirs.append(run_py(script)[0])
+        cache = {"HLOBUNDLE_CACHE_DIR": str(tmp / f"cache-{i}")}
+        cold.append(run_py(run, cache)[0])
+        warm.append(run_py(run, cache)[0])
+    med = statistics.median
+    return [
+        {"case": "hlobundle run (no cache) vs Reactant-style script (npz + hlo_call)", "ratio": med(ours) / med(theirs),
+         "ours_s": med(ours), "baseline_s": med(theirs)},
+        {"case": "hlobundle run, second run / first run (persistent cache)", "ratio": med(warm) / med(cold),
+         "ours_s": med(warm), "baseline_s": med(cold)},
+    ]  # fmt: skip
+
+
+# --- load, pack, column-major, startup --------------------------------------------------------
+
+LOAD = """
+import time, numpy as np, jax, json
+jax.config.update("jax_platforms", "cpu")
+t0 = time.perf_counter()
+{body}
+jax.block_until_ready(arrays)
+dt = time.perf_counter() - t0
+hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0] * 1024
+print(json.dumps({{"s": dt, "peak": hwm}}))
+"""
+BASELINE_RSS = LOAD.format(body="arrays = []")
+BODIES = {
+    "bundle": "import hlobundle\nb = hlobundle.load({bundle!r})\narrays = [jax.device_put(b.tensor(a.name)) for a in b.arguments]",
+    "npz": "z = np.load({npz!r})\narrays = [jax.device_put(z[k]) for k in z.files]",
+    "jax.export + npz": "from jax import export\ne = export.deserialize(open({exp!r}, 'rb').read())\n"
+                        "z = np.load({npz!r})\narrays = [jax.device_put(z[k]) for k in z.files]",
+}  # fmt: skip
+
+
+def weights(total: int, count: int) -> list[np.ndarray]:
+    n = total // 4 // count
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(n, dtype=np.float32) for _ in range(count)]
+
+
+def module_for(arrays: list[np.ndarray]) -> str:
+    args = ", ".join(f"%a{i}: tensor<{a.shape[0]}xf32>" for i, a in enumerate(arrays))
+    return f"func.func @main({args}) -> tensor<{arrays[0].shape[0]}xf32> {{\n  return %a0 : tensor<{arrays[0].shape[0]}xf32>\n}}\n"
+
+
+def load_and_pack(tmp: Path, quick: bool) -> tuple[list[dict], list[dict]]:
+    import jax
+    from jax import export
+    from safetensors.numpy import save_file
+
+    import hlobundle
+
+    total = 64 * 1024**2 if quick else GiB
+    base_rss = json.loads(run_py(BASELINE_RSS)[1])["peak"]
+    load_rows, pack_rows = [], []
+    for count in (64, 4096):
+        arrays = weights(total, count)
+        text = module_for(arrays)
+        names = [f"w{i}" for i in range(count)]
+        fns = {
+            "hlobundle.pack (with sha256)": lambda: hlobundle.pack(
+                text, arrays, tmp / "b", names=names, force=True
+            ),
+            "np.savez": lambda: np.savez(tmp / "w.npz", *arrays),
+            "safetensors save_file": lambda: save_file(
+                dict(zip(names, arrays, strict=True)), str(tmp / "w.safetensors")
+            ),
+        }
+        res = interleaved(fns, 2 if quick else 3)
+        base = res["safetensors save_file"][0]
+        for k in ("hlobundle.pack (with sha256)", "np.savez"):
+            pack_rows.append(
+                {
+                    "case": f"{total / GiB:.3g} GiB in {count} tensors",
+                    "what": k,
+                    "ratio": res[k][0] / base,
+                    "s": res[k][0],
+                }
+            )
+        exp = export.export(jax.jit(lambda *a: a[0]))(
+            *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
+        )
+        (tmp / "fn.jaxexport").write_bytes(exp.serialize())
+        paths = {
+            "bundle": str(tmp / "b"),
+            "npz": str(tmp / "w.npz"),
+            "exp": str(tmp / "fn.jaxexport"),
+        }
+        measured = {k: [] for k in BODIES}
+        for _ in range(2 if quick else 3):
+            for k, body in BODIES.items():
+                subprocess.run(["sync"])
+                measured[k].append(json.loads(run_py(LOAD.format(body=body.format(**paths)))[1]))
+        med = {k: statistics.median(m["s"] for m in v) for k, v in measured.items()}
+        peak = {k: max(m["peak"] for m in v) - base_rss for k, v in measured.items()}
+        for k in ("npz", "jax.export + npz"):
+            load_rows.append({"case": f"{total / GiB:.3g} GiB in {count} tensors", "baseline": k,
+                              "speedup": med[k] / med["bundle"], "bundle_peak_x": peak["bundle"] / total,
+                              "baseline_peak_x": peak[k] / total})  # fmt: skip
+    return load_rows, pack_rows
+
+
+COLUMN_MAJOR = """
+import numpy as np, json, hlobundle
+from pathlib import Path
+files = sorted(Path({dir!r}).glob("*.npy"))
+hlobundle.pack_files({module!r}, files, {out!r}, layout="column_major", force=True)
+hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0] * 1024
+print(json.dumps({{"peak": hwm}}))
+"""
+
+
+def column_major(tmp: Path, quick: bool) -> list[dict]:
+    total = 64 * 1024**2 if quick else GiB
+    n = int((total // 4 // 16) ** 0.5)
+    rows = []
+    base_rss = json.loads(
+        run_py(
+            "import numpy, hlobundle, json\n"
+            + "hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] * 1024\nprint(json.dumps({'peak': hwm}))"
+        )[1]
+    )["peak"]
+    for order, label in (
+        ("F", "Julia-written (column-major memory, as NPZ.jl writes)"),
+        ("C", "row-major memory (a transpose per tensor)"),
+    ):
+        d = tmp / f"cm-{order}"
+        d.mkdir()
+        for i in range(16):
+            np.save(
+                d / f"w{i:02d}.npy",
+                np.asarray(
+                    np.random.default_rng(i).standard_normal((n, n + 1), np.float32), order=order
+                ),
+            )
+        shapes = ", ".join(f"%a{i}: tensor<{n + 1}x{n}xf32>" for i in range(16))
+        (tmp / "cm.mlir").write_text(
+            f"func.func @main({shapes}) -> tensor<{n + 1}x{n}xf32> {{\n  return %a0 : tensor<{n + 1}x{n}xf32>\n}}\n"
+        )
+        peak = json.loads(
+            run_py(
+                COLUMN_MAJOR.format(
+                    dir=str(d), module=str(tmp / "cm.mlir"), out=str(tmp / "cm.hlobundle")
+                )
+            )[1]
+        )["peak"]
+        rows.append(
+            {
+                "case": f"{16 * n * (n + 1) * 4 / GiB:.3g} GiB, 16 tensors, {label}",
+                "peak_x": (peak - base_rss) / total,
+            }
+        )
+        shutil.rmtree(d)
+    return rows
+
+
+def startup() -> list[dict]:
+    import hlobundle
+
+    example = str(ROOT / "examples" / "lenet5.hlobundle")
+    fns = {
+        "python -c pass": lambda: subprocess.run([PY, "-c", "pass"]),
+        "hlobundle inspect": lambda: subprocess.run(
+            [PY, "-m", "hlobundle", "inspect", example], capture_output=True
+        ),
+        "hlobundle verify": lambda: subprocess.run(
+            [PY, "-m", "hlobundle", "verify", example], capture_output=True
+        ),
+        "python -c 'import jax'": lambda: subprocess.run([PY, "-c", "import jax"]),
+    }
+    del hlobundle
+    res = interleaved(fns, 5)
+    base = res["python -c pass"][0]
+    return [
+        {"command": k, "s": v[0], "ratio": v[0] / base}
+        for k, v in res.items()
+        if k != "python -c pass"
+    ]
+
+
+# --- scale --------------------------------------------------------------------------------------
+
+
+def scale(tmp: Path, quick: bool) -> list[dict]:
+    """A bundle of 10 GiB of (sparse) weights: what touches the data and what does not."""
+    import hlobundle
+    from hlobundle._writer import sha256_file
+
+    per, count = (64 * 1024**2, 4) if quick else (GiB, 10)
+    n = per // 4
+    args = ", ".join(f"%a{i}: tensor<{n}xf32>" for i in range(count))
+    text = f"func.func @main({args}) -> tensor<4xf32> {{\n  %s = stablehlo.slice %a0 [0:4] : (tensor<{n}xf32>) -> tensor<4xf32>\n  return %s : tensor<4xf32>\n}}\n"
+    out = hlobundle.pack(text, None, tmp / "big", names=[f"w{i}" for i in range(count)])
+    header = {
+        f"w{i}": {"dtype": "F32", "shape": [n], "data_offsets": [i * per, (i + 1) * per]}
+        for i in range(count)
+    }
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = out / "weights.safetensors"
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.truncate(8 + len(raw) + count * per)  # sparse: no disk blocks, zeros on read
+    m = json.loads((out / "manifest.json").read_text())
+    for i, a in enumerate(m["arguments"]):
+        a["value"] = {"file": "weights.safetensors", "key": f"w{i}"}
+    m["files"]["weights.safetensors"] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    (out / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    total = count * per
+    rows = []
+    for label, cmd in (("inspect", ["inspect"]), ("verify --quick", ["verify", "--quick"])):
+        start = time.perf_counter()
+        subprocess.run([PY, "-m", "hlobundle", *cmd, str(out)], check=True, capture_output=True)
+        rows.append(
+            {
+                "case": f"{label}, {total / GiB:.3g} GiB bundle (fresh process)",
+                "s": time.perf_counter() - start,
+            }
+        )
+    start = time.perf_counter()
+    b = hlobundle.load(out)
+    rows.append({"case": "load() in process", "s": time.perf_counter() - start})
+    start = time.perf_counter()
+    b.verify()
+    ours = time.perf_counter() - start
+    start = time.perf_counter()
+    subprocess.run(["sha256sum", str(path)], check=True, capture_output=True)
+    theirs = time.perf_counter() - start
+    rows.append(
+        {
+            "case": f"full verify vs sha256sum of the data file ({total / GiB:.3g} GiB)",
+            "s": ours,
+            "ratio": ours / theirs,
+        }
+    )
+    code = (
+        "import json, hlobundle\nfrom hlobundle._run import run\n"
+        f"report, _ = run(hlobundle.load({str(out)!r}), backend='xla')\n"
+        "hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] * 1024\n"
+        "print(json.dumps({'peak': hwm}))\n"
+    )
+    peak = json.loads(run_py(code)[1])["peak"]
+    rows.append(
+        {
+            "case": f"run a function reading 1 of {count} weights ({per / GiB:.3g} GiB each): peak RSS / one weight",
+            "ratio": peak / per,
+        }
+    )
+    return rows
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def table(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    args = parser.parse_args()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    tmp = Path(tempfile.mkdtemp(prefix="hlobundle-bench-"))
+    try:
+        sections = [
+            (
+                "Run overhead: bundle function under jit / native jax.jit of the same JAX function (goal <= 1.02)",
+                overhead(tmp, args.quick),
+            ),
+            (
+                "vmap: a bundle's vmap is a loop; time / native jax.vmap of the same function",
+                vmap_cost(tmp, args.quick),
+            ),
+            (
+                "Time to first result, fresh process (goal: ratio <= 1; cached second run <= 0.5)",
+                first_result(tmp, args.quick),
+            ),
+        ]
+        load_rows, pack_rows = load_and_pack(tmp, args.quick)
+        sections += [
+            (
+                "Load to device-ready arrays: speedup over the baseline (goal >= 3); peak RSS / weights (goal <= 1.2)",
+                load_rows,
+            ),
+            ("Pack with checksums: time / safetensors save_file (goal <= 1.3)", pack_rows),
+            (
+                "Column-major packing: peak RSS above start-up / weights",
+                column_major(tmp, args.quick),
+            ),
+            (
+                "Start-up: time / `python -c pass` (inspect and verify import neither jax nor enzyme-ad)",
+                startup(),
+            ),
+            ("Scale: a sparse bundle of many GiB", scale(tmp, args.quick)),
+        ]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, jax {jax.__version__}"
+    body = "\n\n".join(f"## {title}\n\n{table(rows)}" for title, rows in sections)
+    Path(args.out).write_text(
+        textwrap.dedent(f"""\
+        # Benchmark results
+
+        Generated by `python benchmarks/run.py{" --quick" if args.quick else ""}` on {time.strftime("%Y-%m-%d")}: {machine}.
+        Ratios compare against a baseline measured in the same run; medians of interleaved repetitions;
+        "spread" is (max - min) / median of the bundle's times.
+
+        """)
+        + body
+        + "\n"
+    )
+    print(Path(args.out).read_text())
+
+
+if __name__ == "__main__":
+    main()
