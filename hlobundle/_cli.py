@@ -142,6 +142,11 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: per dtype)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--devices", type=int, metavar="N",
+                   help="devices to run a sharded bundle on (default: its mesh's size; 1: unsharded)")  # fmt: skip
+    p.add_argument("--distributed", action="store_true",
+                   help="call jax.distributed.initialize() first (multi-host; reads JAX_COORDINATOR_ADDRESS, "
+                   "JAX_NUM_PROCESSES, JAX_PROCESS_ID)")  # fmt: skip
     p.add_argument(
         "--no-cache", action="store_true",
         help="do not use the persistent compilation cache (default: $HLOBUNDLE_CACHE_DIR, or "
@@ -204,6 +209,8 @@ def _run(args: argparse.Namespace) -> int:
         jax.config.update("jax_enable_x64", True)
     if not (args.no_cache or os.environ.get("HLOBUNDLE_NO_CACHE")):
         _enable_compilation_cache(jax)
+    if args.distributed:
+        _initialize_distributed(jax)
     given = read_files(args.inputs) if args.inputs else None
     producer = args.layout == "producer"
     report, outputs = _run.run(
@@ -213,6 +220,7 @@ def _run(args: argparse.Namespace) -> int:
         rtol=args.rtol,
         atol=args.atol,
         producer_layout=producer,
+        devices=args.devices,
     )
     if args.save_outputs:
         _run.save_outputs(Path(args.save_outputs), bundle, outputs, producer_layout=producer)
@@ -221,6 +229,25 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(_run.render(report, bundle.path))
     return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _initialize_distributed(jax: Any) -> None:
+    """`jax.distributed.initialize` from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID."""
+    from ._errors import ConfigError
+
+    env = os.environ
+    try:
+        jax.distributed.initialize(
+            coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),
+            num_processes=int(env["JAX_NUM_PROCESSES"]) if "JAX_NUM_PROCESSES" in env else None,
+            process_id=int(env["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in env else None,
+        )
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(
+            f"jax.distributed.initialize() failed: {e}. Set JAX_COORDINATOR_ADDRESS (host:port of "
+            "process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host",
+            code="DEVICES_UNAVAILABLE",
+        ) from None
 
 
 def _enable_compilation_cache(jax: Any) -> None:

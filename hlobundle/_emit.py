@@ -110,6 +110,7 @@ def _imports(x64: bool) -> str:
         "import jax.numpy as jnp",
         "import numpy as np",
         "from enzyme_ad.jax import hlo_call",
+        "from jax.sharding import PartitionSpec as P",
     ]
     if x64:
         lines += ["", "# This bundle has 64-bit values; without x64, JAX would silently truncate them.",
@@ -242,6 +243,9 @@ def _main(bundle: Bundle, fn: str, names: list[str]) -> str:
         else "EXPECTED = []  # this bundle stores no expected outputs\n"
     )
     random_fn = "" if bundle.has_example_inputs else _RANDOM
+    if m.mesh is not None:
+        random_fn = _mesh_block(bundle) + random_fn
+        inputs += "    inputs = place_on_mesh(inputs)\n"
     return f'''{random_fn}{expected_block}
 
 def run_example():
@@ -279,6 +283,39 @@ _RANDOM = '''def random_input(rng, shape, dtype):
 
 
 '''
+
+
+def _mesh_block(bundle: Bundle) -> str:
+    m = bundle.manifest
+    axes = [(a.name, a.size) for a in m.mesh.axes]  # type: ignore[union-attr]
+    specs = "".join(f"    {_pspec(a.sharding)},  # {a.name}\n" for a in m.arguments)
+    order = m.mesh.device_ids or list(range(m.mesh.size))  # type: ignore[union-attr]
+    return f'''# The bundle is sharded: its device mesh (axis, size) and each argument's partitioning.
+MESH_AXES = {axes!r}
+DEVICE_ORDER = {order!r}
+ARGUMENT_SHARDINGS = [
+{specs}]
+
+
+def place_on_mesh(inputs):
+    """Put each input on the mesh as the bundle records; on too few devices, run unsharded."""
+    from jax.sharding import Mesh, NamedSharding
+
+    size = len(DEVICE_ORDER)
+    if len(jax.devices()) < size:
+        print(f"only {{len(jax.devices())}} devices for a {{size}}-device mesh: running on one device")
+        return inputs
+    grid = np.array([jax.devices()[i] for i in DEVICE_ORDER]).reshape([n for _, n in MESH_AXES])
+    mesh = Mesh(grid, [name for name, _ in MESH_AXES])
+    return [jax.device_put(x, NamedSharding(mesh, spec)) for x, spec in zip(inputs, ARGUMENT_SHARDINGS)]
+
+
+'''
+
+
+def _pspec(sharding: list[list[str]] | None) -> str:
+    dims = [None if not d else d[0] if len(d) == 1 else tuple(d) for d in sharding or []]
+    return "P(" + ", ".join(map(repr, dims)) + ")"
 
 
 def _module(prepared: str | None) -> str:

@@ -17,7 +17,7 @@ HloBundleError
 │   └── SignatureError             SIGNATURE_MISMATCH
 ├── ModuleError                MLIR_INVALID, DTYPE_UNSUPPORTED
 ├── InputError                 INPUT_INVALID, INPUT_AMBIGUOUS
-├── ConfigError                X64_DISABLED, BACKEND_UNAVAILABLE
+├── ConfigError                X64_DISABLED, BACKEND_UNAVAILABLE, DEVICES_UNAVAILABLE
 ├── TransformError             TRANSFORM_UNSUPPORTED
 └── OutputExistsError          OUTPUT_EXISTS
 ```

@@ -58,7 +58,7 @@ def export(
         return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
 
     jitted = jax.jit(flat_fn, keep_unused=True)
-    lowered = jitted.lower(*flat)
+    lowered = jitted.lower(*[_abstract(leaf) for _, leaf in leaves])
     expected = None
     if store_inputs and store_expected:
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
@@ -87,6 +87,20 @@ def export(
         output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
         expected=expected,
         with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
+    )
+
+
+def _abstract(leaf: Any) -> Any:
+    """The leaf's shape and dtype, and its sharding when it is spread over several devices."""
+    import jax
+
+    sharding = getattr(leaf, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding) or len(sharding.device_set) < 2:
+        sharding = None
+    return jax.ShapeDtypeStruct(
+        np.shape(leaf),
+        np.asarray(leaf).dtype if sharding is None else leaf.dtype,
+        sharding=sharding,
     )
 
 

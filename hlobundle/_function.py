@@ -61,7 +61,11 @@ class BundleFunction:
     """A callable that behaves like a jitted JAX function of the bundle's `@main`."""
 
     def __init__(
-        self, bundle: Bundle, backend: Backend = "auto", donate: Sequence[str] | str = ()
+        self,
+        bundle: Bundle,
+        backend: Backend = "auto",
+        donate: Sequence[str] | str = (),
+        devices: int | None = None,
     ) -> None:
         import jax
 
@@ -72,7 +76,18 @@ class BundleFunction:
         impl = _enzyme_impl(bundle) if self.backend == "enzyme" else _xla_impl(bundle)
         install_batching_rules()
         names = [a.name for a in self.manifest.arguments]
-        self._jitted = jax.jit(impl, donate_argnums=tuple(names.index(n) for n in self.donated))
+        self.mesh = device_mesh(self.manifest, devices)
+        placement = _placement(self.manifest, self.mesh)
+        self._in_shardings = placement[0] if placement else None
+        self._jitted = jax.jit(
+            impl,
+            donate_argnums=tuple(names.index(n) for n in self.donated),
+            **(
+                {"in_shardings": tuple(placement[0]), "out_shardings": tuple(placement[1])}
+                if placement
+                else {}
+            ),
+        )
 
     def __repr__(self) -> str:
         return f"<hlobundle function {self.manifest.function!r} backend={self.backend}>"
@@ -92,6 +107,8 @@ class BundleFunction:
         ]
         blockers = self.bundle.enzyme_blockers if self.backend == "enzyme" else None
         check_derivatives(checked, self.backend, blockers)
+        if self._in_shardings is not None:
+            checked = [_place(x, s) for x, s in zip(checked, self._in_shardings, strict=True)]
         return tuple(self._jitted(*checked))
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -135,6 +152,71 @@ class BundleFunction:
             return flat
         by_name = {r.name: x for r, x in zip(self.manifest.results, flat, strict=True)}
         return _unflatten_tree(tree, by_name)
+
+
+def device_mesh(manifest: Manifest, devices: int | None) -> Any:
+    """The `jax.sharding.Mesh` to run on: the bundle's, on the first devices; None for one device."""
+    import jax
+    import numpy as np
+
+    mesh = manifest.mesh
+    if mesh is None or devices == 1:
+        if devices not in (None, 1):
+            raise ConfigError(
+                f"this bundle records no device mesh, so it runs on 1 device, not {devices}",
+                code="DEVICES_UNAVAILABLE",
+            )
+        return None
+    shape = " x ".join(f"{a.name}={a.size}" for a in mesh.axes)
+    if devices is not None and devices != mesh.size:
+        raise ConfigError(
+            f"the bundle's mesh ({shape}) spans {mesh.size} devices; it cannot run on {devices}. "
+            f"Use {mesh.size} devices, or 1 to run it unsharded",
+            code="DEVICES_UNAVAILABLE",
+        )
+    visible = jax.devices()
+    if len(visible) < mesh.size:
+        raise ConfigError(
+            f"the bundle's mesh ({shape}) needs {mesh.size} devices, but {len(visible)} are visible "
+            f"(jax.devices()). Run it on 1 device (devices=1, --devices 1), or where {mesh.size} "
+            "devices are (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)",
+            code="DEVICES_UNAVAILABLE",
+        )
+    order = mesh.device_ids or list(range(mesh.size))
+    grid = np.array([visible[i] for i in order]).reshape([a.size for a in mesh.axes])
+    names = tuple(a.name for a in mesh.axes)
+    try:
+        from jax.sharding import AxisType
+
+        return jax.sharding.Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
+    except ImportError:  # jax < 0.6 has no axis types; its meshes are all "auto"
+        return jax.sharding.Mesh(grid, names)
+
+
+def _spec(sharding: list[list[str]] | None) -> Any:
+    from jax.sharding import PartitionSpec
+
+    dims = sharding or []
+    return PartitionSpec(*[None if not d else d[0] if len(d) == 1 else tuple(d) for d in dims])
+
+
+def _placement(manifest: Manifest, mesh: Any) -> tuple[list[Any], list[Any]] | None:
+    """NamedShardings of every argument and result on `mesh` (unsharded values are replicated)."""
+    if mesh is None:
+        return None
+    from jax.sharding import NamedSharding
+
+    return (
+        [NamedSharding(mesh, _spec(a.sharding)) for a in manifest.arguments],
+        [NamedSharding(mesh, _spec(r.sharding)) for r in manifest.results],
+    )
+
+
+def _place(x: Any, sharding: Any) -> Any:
+    """Concrete inputs go to the mesh with jax.device_put; tracers are placed by jit."""
+    import jax
+
+    return x if isinstance(x, jax.core.Tracer) else jax.device_put(x, sharding)
 
 
 def donated_arguments(manifest: Manifest, donate: Sequence[str] | str) -> tuple[str, ...]:

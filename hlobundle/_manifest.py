@@ -57,6 +57,29 @@ class TensorRef(_Model):
     key: str = Field(min_length=1)
 
 
+class MeshAxis(_Model):
+    name: str = Field(min_length=1)
+    size: int = Field(ge=1)
+
+
+class DeviceMesh(_Model):
+    """The logical device mesh of a sharded module (Shardy's `sdy.mesh`)."""
+
+    axes: list[MeshAxis] = Field(min_length=1)
+    device_ids: list[int] | None = None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for a in self.axes:
+            n *= a.size
+        return n
+
+
+# Per tensor dimension, the mesh axes it is split over ([] = not split).
+PartitionSpec = list[list[str]]
+
+
 class Argument(_Model):
     name: str
     path: str
@@ -65,6 +88,8 @@ class Argument(_Model):
     layout: Layout = "row_major"
     role: Role = "input"
     value: TensorRef | None = None
+    sharding: PartitionSpec | None = None
+    hlo_sharding: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -79,6 +104,8 @@ class Result(_Model):
     layout: Layout = "row_major"
     aliases: int | None = Field(default=None, ge=0)
     expected: TensorRef | None = None
+    sharding: PartitionSpec | None = None
+    hlo_sharding: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -122,6 +149,7 @@ class Manifest(_Model):
     output_tree: Any = None
     module: Module
     vjp: Module | None = None
+    mesh: DeviceMesh | None = None
     provenance: Provenance
     files: dict[RelPath, FileEntry]
 
@@ -129,6 +157,20 @@ class Manifest(_Model):
     def _consistent(self) -> Manifest:
         _check_unique([a.name for a in self.arguments], "arguments")
         _check_unique([r.name for r in self.results], "results")
+        axes = {a.name for a in self.mesh.axes} if self.mesh else set()
+        for what, values in (("arguments", self.arguments), ("results", self.results)):
+            for i, v in enumerate(values):
+                if v.sharding is None:
+                    continue
+                if len(v.sharding) != len(v.shape):
+                    raise ValueError(
+                        f"{what}[{i}].sharding has {len(v.sharding)} entries for {len(v.shape)} dimensions"
+                    )
+                unknown = {a for dim in v.sharding for a in dim} - axes
+                if unknown:
+                    raise ValueError(
+                        f"{what}[{i}].sharding uses mesh axes {sorted(unknown)} that mesh does not define"
+                    )
         for i, r in enumerate(self.results):
             if r.aliases is not None and r.aliases >= len(self.arguments):
                 raise ValueError(

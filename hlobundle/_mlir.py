@@ -27,6 +27,22 @@ class TensorType:
 
 
 @dataclass(frozen=True)
+class Sharding:
+    """The module's distribution: its Shardy mesh and each value's partitioning.
+
+    `arguments[i]` / `results[k]` list, per tensor dimension, the mesh axes it is split over
+    (None when the value has no `sdy.sharding`); `hlo_*` keep `mhlo.sharding` strings as written.
+    """
+
+    mesh: tuple[tuple[str, int], ...] | None
+    device_ids: tuple[int, ...]
+    arguments: tuple[tuple[tuple[str, ...], ...] | None, ...]
+    results: tuple[tuple[tuple[str, ...], ...] | None, ...]
+    hlo_arguments: tuple[str | None, ...]
+    hlo_results: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
 class Signature:
     """`@main`'s argument and result types, plus `tf.aliasing_output` (result -> argument)."""
 
@@ -35,6 +51,7 @@ class Signature:
     results: tuple[TensorType, ...]
     aliases: dict[int, int]
     unused: frozenset[int] = frozenset()  # arguments @main never reads
+    sharding: Sharding | None = None
 
 
 def registry() -> ir.DialectRegistry:
@@ -93,7 +110,8 @@ def signature(module: ir.Module, *, path: str | None = None) -> Signature:
         name = ir.StringAttr(name_attr["sym_name"]).value if "sym_name" in name_attr else None
         body = main.regions[0].blocks[0]
         unused = frozenset(i for i, a in enumerate(body.arguments) if not list(a.uses))
-        return Signature(name, args, results, _aliases(main), unused)
+        sharding = _sharding(module, main, len(args), len(results), path)
+        return Signature(name, args, results, _aliases(main), unused, sharding)
 
 
 def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:
@@ -127,6 +145,59 @@ def _tensor_type(t: ir.Type, where: str, path: str | None) -> TensorType:
         e.path = path
         raise
     return TensorType(tuple(rt.shape), row)
+
+
+def _value_attrs(main: ir.Operation, key: str, n: int) -> list[ir.DictAttr | None]:
+    from jaxlib.mlir import ir
+
+    if key not in main.attributes:
+        return [None] * n
+    return [ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes[key])]
+
+
+def _sharding(
+    module: ir.Module, main: ir.Operation, n_args: int, n_results: int, path: str | None
+) -> Sharding | None:
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import sdy
+
+    meshes = {}
+    for op in module.body.operations:
+        if op.operation.name == "sdy.mesh":
+            mesh = sdy.MeshAttr(op.operation.attributes["mesh"])
+            axes = tuple((sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh.axes)
+            meshes[ir.StringAttr(op.operation.attributes["sym_name"]).value] = (
+                axes,
+                tuple(mesh.device_ids),
+            )
+
+    def read(attrs: ir.DictAttr | None) -> tuple[tuple[tuple[str, ...], ...] | None, str | None]:
+        if attrs is None:
+            return None, None
+        hlo = ir.StringAttr(attrs["mhlo.sharding"]).value if "mhlo.sharding" in attrs else None
+        if "sdy.sharding" not in attrs:
+            return None, hlo
+        t = sdy.TensorShardingAttr(attrs["sdy.sharding"])
+        ref = str(t.mesh_or_ref).lstrip("@")
+        if ref not in meshes or len(meshes) > 1:
+            raise ModuleError(
+                f"sdy.sharding refers to mesh {str(t.mesh_or_ref)!r}; one named sdy.mesh per module "
+                f"is supported, found {sorted(meshes) or 'none'}",
+                path=path,
+            )
+        dims = tuple(
+            tuple(sdy.AxisRefAttr(a).name for a in sdy.DimensionShardingAttr(d).axes)
+            for d in t.dimension_shardings
+        )
+        return dims, hlo
+
+    args = [read(a) for a in _value_attrs(main, "arg_attrs", n_args)]
+    results = [read(a) for a in _value_attrs(main, "res_attrs", n_results)]
+    if not meshes and not any(h for _, h in [*args, *results]):
+        return None
+    mesh, device_ids = next(iter(meshes.values())) if meshes else (None, ())
+    return Sharding(mesh, device_ids, tuple(a for a, _ in args), tuple(r for r, _ in results),
+                    tuple(h for _, h in args), tuple(h for _, h in results))  # fmt: skip
 
 
 def _aliases(main: ir.Operation) -> dict[int, int]:

@@ -142,6 +142,7 @@ class Bundle:
         backend: Literal["auto", "enzyme", "xla"] = "auto",
         *,
         donate: Sequence[str] | str = (),
+        devices: int | None = None,
     ) -> BundleFunction:
         """The bundle's `@main` as a JAX function (see `hlobundle._function`).
 
@@ -151,13 +152,15 @@ class Bundle:
           of the stored portable artifact; needs only jax) or `"auto"` (enzyme when it imports).
         - `donate`: argument names whose buffers the call may reuse (`jax.jit` donation), or
           `"aliased"` for every argument that a result writes back (`results[k].aliases`).
+        - `devices`: for a bundle with a device mesh, run on that many devices (default: the
+          mesh's size, placing each argument by its recorded sharding), or 1 to run unsharded.
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see README, "Calling a bundle").
         """
         from ._function import BundleFunction
 
-        return BundleFunction(self, backend, donate)
+        return BundleFunction(self, backend, donate, devices)
 
     @cached_property
     def prepared_for_hlo_call(self) -> Prepared:
@@ -340,6 +343,25 @@ def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> N
                     path=source,
                     field=f"{what}[{i}]",
                 )
+    from ._writer import _mesh, _sharding_fields
+
+    for what, entries in (("arguments", manifest.arguments), ("results", manifest.results)):
+        for i, entry in enumerate(entries):
+            want = _sharding_fields(sig.sharding, what, i)
+            got = {"sharding": entry.sharding, "hlo_sharding": entry.hlo_sharding} if want else {}
+            if want and got != want or not want and (entry.sharding or entry.hlo_sharding):
+                raise SignatureError(
+                    f"{what}[{i}] ({entry.name}): the manifest's sharding {got or None} differs from "
+                    f"@main's in {source}: {want or None}",
+                    path=source,
+                    field=f"{what}[{i}].sharding",
+                )
+    if manifest.mesh != _mesh(sig.sharding):
+        raise SignatureError(
+            f"the manifest's mesh differs from the module's sdy.mesh in {source}",
+            path=source,
+            field="mesh",
+        )
     declared = {k: r.aliases for k, r in enumerate(manifest.results) if r.aliases is not None}
     if declared != sig.aliases:
         raise SignatureError(

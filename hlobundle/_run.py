@@ -102,11 +102,12 @@ def run(
     rtol: float | None = None,
     atol: float | None = None,
     producer_layout: bool = False,
+    devices: int | None = None,
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs."""
     import jax
 
-    fn = bundle.function(backend)
+    fn = bundle.function(backend, devices=devices)
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)
     start = time.perf_counter()
     outputs = jax.block_until_ready(fn.call_flat(*args))

@@ -27,9 +27,11 @@ from ._manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     Argument,
+    DeviceMesh,
     FileEntry,
     Layout,
     Manifest,
+    MeshAxis,
     Module,
     PortableArtifact,
     Provenance,
@@ -308,6 +310,7 @@ def _plan(
                 layout=layout,
                 role=role,
                 value=value,
+                **_sharding_fields(sig.sharding, "arguments", i),
             )  # fmt: skip
         )
     results = [
@@ -317,6 +320,7 @@ def _plan(
             dtype=t.dtype.name,
             layout=layout,
             aliases=sig.aliases.get(k),
+            **_sharding_fields(sig.sharding, "results", k),
         )  # fmt: skip
         for k, (t, rn) in enumerate(
             zip(
@@ -332,12 +336,30 @@ def _plan(
         function=opt.function or _default_function_name(sig),
         arguments=arguments,
         results=results,
+        mesh=_mesh(sig.sharding),
         input_tree=opt.input_tree,
         output_tree=opt.output_tree,
         provenance=_provenance(opt.producer, opt.timestamp),
         files={},
     )
     return manifest, arrays
+
+
+def _sharding_fields(sharding: _mlir.Sharding | None, what: str, i: int) -> dict[str, Any]:
+    if sharding is None:
+        return {}
+    spec = getattr(sharding, what)[i]
+    hlo = getattr(sharding, f"hlo_{what}")[i]
+    return {"sharding": None if spec is None else [list(d) for d in spec], "hlo_sharding": hlo}
+
+
+def _mesh(sharding: _mlir.Sharding | None) -> DeviceMesh | None:
+    if sharding is None or sharding.mesh is None:
+        return None
+    return DeviceMesh(
+        axes=[MeshAxis(name=n, size=s) for n, s in sharding.mesh],
+        device_ids=list(sharding.device_ids) or None,
+    )
 
 
 def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[str]:

@@ -117,7 +117,7 @@ def test_fixture_runs_on_both_backends_and_matches_reference(packed, name):
     want = reference(*inputs)
     tol = TOLERANCE.get(name, 1e-6)
     for backend in ("enzyme", "xla"):
-        got = bundle.function(backend).call_flat(*inputs)
+        got = bundle.function(backend, devices=1).call_flat(*inputs)
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             assert g.shape == np.shape(w)

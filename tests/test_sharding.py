@@ -1,0 +1,164 @@
+"""Sharded bundles on an 8-device CPU mesh (each test runs in a subprocess with
+XLA_FLAGS=--xla_force_host_platform_device_count=8), and the single-device paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from helpers import FIXTURES, needs_fixtures
+
+import hlobundle
+
+EIGHT = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+
+
+def run8(code: str, env: dict | None = None) -> str:
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env or EIGHT,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def test_jax_bundle_on_a_4x2_mesh(tmp_path):
+    out = run8(f"""
+        import json, jax, jax.numpy as jnp, numpy as np, hlobundle
+        from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
+        mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
+        rng = np.random.default_rng(0)
+        w = jax.device_put(rng.standard_normal((8, 16)).astype(np.float32), NamedSharding(mesh, P("x", "y")))
+        x = jax.device_put(rng.standard_normal((16, 4)).astype(np.float32), NamedSharding(mesh, P("y", None)))
+        f = lambda w, x: jnp.tanh(w @ x)
+        b = hlobundle.load(hlobundle.export(f, w, x, out={str(tmp_path / "b")!r}))
+        assert [(a.name, a.size) for a in b.manifest.mesh.axes] == [("x", 4), ("y", 2)]
+        assert [a.sharding for a in b.arguments] == [[["x"], ["y"]], [["y"], []]]
+        single = np.asarray(b.function("xla", devices=1)(np.asarray(w), np.asarray(x)))
+        for backend in ("enzyme", "xla"):
+            fn = b.function(backend)
+            assert fn.mesh.shape == {{"x": 4, "y": 2}}
+            r = fn(np.asarray(w), np.asarray(x))
+            np.testing.assert_allclose(np.asarray(r), single, rtol=1e-6)
+            assert r.sharding.spec == P() and len(r.sharding.device_set) == 8
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")
+
+
+@needs_fixtures
+def test_reactant_sdy_fixture_on_8_devices(tmp_path):
+    fixture = FIXTURES / "14_enzymejax_sdy_sharding.mlir"
+    out = run8(f"""
+        import jax, numpy as np, hlobundle
+        from jax.sharding import PartitionSpec as P
+        jax.config.update("jax_enable_x64", True)
+        b = hlobundle.load(hlobundle.pack({str(fixture)!r}, None, {str(tmp_path / "b")!r}))
+        assert [a.sharding for a in b.arguments][0] == [["x"], [], ["y"]]
+        xs = [np.random.default_rng(i).standard_normal((16, 16, 16)) for i in range(3)]
+        for backend in ("enzyme", "xla"):
+            (r,) = b.function(backend).call_flat(*xs)
+            np.testing.assert_allclose(np.asarray(r), xs[0] + xs[1] + xs[2], rtol=1e-12)
+            assert r.sharding.spec == P(None, ("x", "y"), None)  # as the module records
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "run", tmp_path / "b", "--devices", "8", "--json"],
+        capture_output=True,
+        text=True,
+        env=EIGHT,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["ok"]
+
+
+def test_device_count_errors(tmp_path):
+    out = hlobundle.pack(
+        'module @m {\n  sdy.mesh @mesh = <["x"=4, "y"=2]>\n'
+        '  func.func @main(%a: tensor<8x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) -> tensor<8x2xf32> {\n'
+        "    return %a : tensor<8x2xf32>\n  }\n}\n",
+        [np.ones((8, 2), np.float32)],
+        tmp_path / "b",
+    )
+    bundle = hlobundle.load(out)
+    four = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "run", out], capture_output=True, text=True, env=four
+    )
+    assert r.returncode == 1
+    assert (
+        "error [DEVICES_UNAVAILABLE] the bundle's mesh (x=4 x y=2) needs 8 devices, but 4 are visible"
+        in r.stderr
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "run", out, "--devices", "1"],
+        capture_output=True,
+        text=True,
+        env=four,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    with pytest.raises(
+        hlobundle.ConfigError, match=r"spans 8 devices; it cannot run on 2. Use 8 devices, or 1"
+    ):
+        bundle.function("xla", devices=2)
+    unsharded = hlobundle.load(
+        hlobundle.pack(
+            "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  return %a : tensor<2xf32>\n}",
+            None,
+            tmp_path / "c",
+        )
+    )
+    with pytest.raises(
+        hlobundle.ConfigError, match="records no device mesh, so it runs on 1 device, not 8"
+    ):
+        unsharded.function("xla", devices=8)
+
+
+def test_emitted_script_runs_a_sharded_bundle(tmp_path):
+    out = tmp_path / "b"
+    run8(f"""
+        import jax, jax.numpy as jnp, numpy as np, hlobundle
+        from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
+        mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
+        x = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(mesh, P("x", "y")))
+        hlobundle.emit_script(hlobundle.export(lambda x: jnp.sin(x) * 2, x, out={str(out)!r}), {str(tmp_path / "run.py")!r})
+    """)
+    source = (tmp_path / "run.py").read_text()
+    assert "MESH_AXES = [('x', 4), ('y', 2)]" in source and "P('x', 'y')" in source
+    r = subprocess.run(
+        [sys.executable, tmp_path / "run.py"], capture_output=True, text=True, env=EIGHT
+    )
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_distributed_single_process(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "JAX_COORDINATOR_ADDRESS": f"localhost:{port}",
+        "JAX_NUM_PROCESSES": "1",
+        "JAX_PROCESS_ID": "0",
+    }
+    from helpers import ROOT
+
+    r = subprocess.run([sys.executable, "-m", "hlobundle", "run", ROOT / "examples" / "lenet5.hlobundle", "--distributed", "--backend", "xla"],
+                       capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.rstrip().endswith("ok")
+    # It did go through jax.distributed: without a process count, the same run fails.
+    del env["JAX_NUM_PROCESSES"]
+    r = subprocess.run([sys.executable, "-m", "hlobundle", "run", ROOT / "examples" / "lenet5.hlobundle", "--distributed", "--backend", "xla"],
+                       capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert r.returncode == 1 and "error [DEVICES_UNAVAILABLE] jax.distributed.initialize() failed" in r.stderr
