@@ -7,8 +7,10 @@ with `numpy.memmap`, which also covers dtypes safetensors' numpy layer cannot re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +26,12 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 DATA_ALIGNMENT = 64
 
 
-def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> None:
-    """Write `{key: (array, dtype row)}`; keys are sorted by safetensors, so output is deterministic."""
+def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> str | None:
+    """Write `{key: (array, dtype row)}` with safetensors; deterministic (safetensors orders keys).
+
+    **Returns:** the file's sha256, computed from memory while safetensors writes, or None when
+    the written header is not the predicted one (the caller then hashes the file).
+    """
     from safetensors import TensorSpec, serialize_file
 
     stored = {key: _dtypes.to_storage(a, row) for key, (a, row) in arrays.items()}
@@ -35,15 +41,29 @@ def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> No
         )
         for key, a in stored.items()
     }
-    serialize_file(specs, str(path), metadata={"pad": " " * _padding(stored)})
+    order, header = _layout(stored)
+    hasher = _HashThread(header, [stored[k] for k in order])
+    hasher.start()
+    serialize_file(specs, str(path), metadata={"pad": header.pad})
+    hasher.join()
+    with open(path, "rb") as f:
+        written = f.read(len(header.raw))
+    return hasher.hexdigest if written == header.raw else None
 
 
-def _padding(stored: dict[str, np.ndarray]) -> int:
-    """Length of the metadata padding that puts the data at a multiple of DATA_ALIGNMENT.
+@dataclass(frozen=True)
+class _Header:
+    raw: bytes  # the 8-byte length and the JSON header, as safetensors writes them
+    pad: str
 
-    safetensors writes a compact JSON header, tensors ordered by dtype size (largest first)
-    then name, padded with spaces to 8 bytes. If this prediction is ever off, the file is just
-    as valid; only the alignment is lost.
+
+def _layout(stored: dict[str, np.ndarray]) -> tuple[list[str], _Header]:
+    """safetensors' tensor order and header, with metadata padding that puts the data at a
+    multiple of DATA_ALIGNMENT.
+
+    safetensors writes a compact JSON header, tensors ordered by dtype (its enum, largest
+    first) then name. If this prediction is ever off, the file is just as valid: only the
+    alignment and the in-memory hash are lost.
     """
     order = sorted(stored, key=lambda k: (-_RANK[_CODES[stored[k].dtype.name]], k))
     entries, offset = {}, 0
@@ -55,10 +75,32 @@ def _padding(stored: dict[str, np.ndarray]) -> int:
             "data_offsets": [offset, offset + a.nbytes],
         }
         offset += a.nbytes
-    header = {"__metadata__": {"pad": ""}, **entries}
-    length = len(json.dumps(header, separators=(",", ":")))
+
+    def dump(pad: str) -> bytes:
+        return json.dumps({"__metadata__": {"pad": pad}, **entries}, separators=(",", ":")).encode()
+
+    length = len(dump(""))
     target = (length + 8 + DATA_ALIGNMENT - 1) // DATA_ALIGNMENT * DATA_ALIGNMENT - 8
-    return target - length
+    pad = " " * (target - length)
+    text = dump(pad)
+    return order, _Header(struct.pack("<Q", len(text)) + text, pad)
+
+
+class _HashThread(threading.Thread):
+    """sha256 of header + tensor bytes in file order; hashlib releases the GIL on large updates."""
+
+    def __init__(self, header: _Header, tensors: list[np.ndarray]) -> None:
+        super().__init__(daemon=True)
+        self.header = header
+        self.tensors = tensors
+        self.hexdigest = ""
+
+    def run(self) -> None:
+        h = hashlib.sha256(self.header.raw)
+        for a in self.tensors:
+            if a.nbytes:
+                h.update(memoryview(a.reshape(-1).view(np.uint8)))
+        self.hexdigest = h.hexdigest()
 
 
 _CODES = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",

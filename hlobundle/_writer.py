@@ -430,11 +430,10 @@ def _write_atomically(
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-        for name, tensors in sorted(arrays.items()):
-            _tensors.write(tmp / name, tensors)
+        digests = {name: _tensors.write(tmp / name, tensors) for name, tensors in sorted(arrays.items())}
         _set_modes(tmp)
         table = {
-            name: FileEntry(size=(tmp / name).stat().st_size, sha256=sha256_file(tmp / name))
+            name: FileEntry(size=(tmp / name).stat().st_size, sha256=digests.get(name) or sha256_file(tmp / name))
             for name in sorted([*files, *arrays])
         }
         final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
