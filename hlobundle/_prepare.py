@@ -37,6 +37,11 @@ class Prepared:
     changed: bool  # False when hlo_call can take the module's text as it is
 
 
+def symbol_prefix(module_sha256: str) -> str:
+    """The bundle-unique prefix of private symbols: from the sha256 of the stored module text."""
+    return f"hb{module_sha256[:10]}_"
+
+
 def for_hlo_call(text: str, prefix: str) -> Prepared:
     """The module text hlo_call can run, and the carrier dtype (or None) of each value."""
     from jaxlib.mlir import ir

@@ -165,10 +165,10 @@ class Bundle:
     @cached_property
     def prepared_for_hlo_call(self) -> Prepared:
         """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
-        from ._prepare import for_hlo_call
+        from ._prepare import for_hlo_call, symbol_prefix
 
         digest = self.manifest.files[self.manifest.module.text].sha256
-        return for_hlo_call(self.module_text, prefix=f"hb{digest[:10]}_")
+        return for_hlo_call(self.module_text, prefix=symbol_prefix(digest))
 
     def verify(self) -> None:
         """Check every file's sha256 and that the portable artifact has the manifest's signature.

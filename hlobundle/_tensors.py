@@ -12,6 +12,7 @@ import json
 import struct
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +164,10 @@ class TensorFile:
         dtype = row.numpy.newbyteorder("<")
         if entry.end == entry.begin:
             return np.zeros(shape, dtype)
-        mapped = np.memmap(
-            self.path, dtype=dtype, mode="r", offset=self._data_start + entry.begin, shape=shape
-        )
-        return mapped.view(np.ndarray)
+        start = self._data_start + entry.begin
+        return self._mapped[start : start + entry.end - entry.begin].view(dtype).reshape(shape)
+
+    @cached_property
+    def _mapped(self) -> np.ndarray:
+        """The whole file, mapped once, read-only; tensors are views into it."""
+        return np.memmap(self.path, dtype=np.uint8, mode="r").view(np.ndarray)

@@ -196,13 +196,13 @@ def _add_backward(
 ) -> Manifest:
     """Lower the backward module and add its two forms to `files` and the manifest."""
     from ._function import check_x64, enzyme_callable
-    from ._prepare import for_hlo_call
+    from ._prepare import for_hlo_call, symbol_prefix
     from ._vjp import lower_backward
 
     check_x64(manifest)
     primal = opt.with_vjp
     if not callable(primal):
-        prefix = f"hb{hashlib.sha256(text.encode()).hexdigest()[:10]}_"
+        prefix = symbol_prefix(hashlib.sha256(text.encode()).hexdigest())
         primal = enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
     backward = lower_backward(manifest, primal)
     files[VJP_TEXT] = backward.encode()
@@ -430,10 +430,15 @@ def _write_atomically(
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-        digests = {name: _tensors.write(tmp / name, tensors) for name, tensors in sorted(arrays.items())}
+        digests = {
+            name: _tensors.write(tmp / name, tensors) for name, tensors in sorted(arrays.items())
+        }
         _set_modes(tmp)
         table = {
-            name: FileEntry(size=(tmp / name).stat().st_size, sha256=digests.get(name) or sha256_file(tmp / name))
+            name: FileEntry(
+                size=(tmp / name).stat().st_size,
+                sha256=digests.get(name) or sha256_file(tmp / name),
+            )
             for name in sorted([*files, *arrays])
         }
         final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())

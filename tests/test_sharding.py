@@ -161,4 +161,7 @@ def test_distributed_single_process(tmp_path):
     del env["JAX_NUM_PROCESSES"]
     r = subprocess.run([sys.executable, "-m", "hlobundle", "run", ROOT / "examples" / "lenet5.hlobundle", "--distributed", "--backend", "xla"],
                        capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
-    assert r.returncode == 1 and "error [DEVICES_UNAVAILABLE] jax.distributed.initialize() failed" in r.stderr
+    assert (
+        r.returncode == 1
+        and "error [DEVICES_UNAVAILABLE] jax.distributed.initialize() failed" in r.stderr
+    )
