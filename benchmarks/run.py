@@ -215,11 +215,17 @@ print(json.dumps({{"s": dt, "peak": hwm}}))
 """
 BASELINE_RSS = LOAD.format(body="arrays = []")
 BODIES = {
-    "bundle": "import hlobundle\nb = hlobundle.load({bundle!r})\narrays = [jax.device_put(b.tensor(a.name)) for a in b.arguments]",
-    "npz": "z = np.load({npz!r})\narrays = [jax.device_put(z[k]) for k in z.files]",
+    "bundle": "import hlobundle\nb = hlobundle.load({bundle!r})\narrays = jax.device_put([b.tensor(a.name) for a in b.arguments])",
+    "npz": "z = np.load({npz!r})\narrays = jax.device_put([z[k] for k in z.files])",
     "jax.export + npz": "from jax import export\ne = export.deserialize(open({exp!r}, 'rb').read())\n"
-                        "z = np.load({npz!r})\narrays = [jax.device_put(z[k]) for k in z.files]",
+                        "z = np.load({npz!r})\narrays = jax.device_put([z[k] for k in z.files])",
 }  # fmt: skip
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
 
 
 def weights(total: int, count: int) -> list[np.ndarray]:
@@ -251,6 +257,7 @@ def load_and_pack(tmp: Path, quick: bool) -> tuple[list[dict], list[dict]]:
             "hlobundle.pack (with sha256, fsync)": (tmp / "b", lambda: hlobundle.pack(text, arrays, tmp / "b", names=names)),
             "np.savez": (tmp / "w.npz", lambda: np.savez(tmp / "w.npz", *arrays)),
             "safetensors save_file": (tmp / "w.safetensors", lambda: save_file(dict(zip(names, arrays, strict=True)), str(tmp / "w.safetensors"))),
+            "safetensors save_file + fsync": (tmp / "d.safetensors", lambda: (save_file(dict(zip(names, arrays, strict=True)), str(tmp / "d.safetensors")), _fsync(tmp / "d.safetensors"))),
         }  # fmt: skip
         times: dict[str, list[float]] = {k: [] for k in writers}
         for _ in range(2 if quick else 3):
@@ -263,7 +270,11 @@ def load_and_pack(tmp: Path, quick: bool) -> tuple[list[dict], list[dict]]:
                 write()
                 times[k].append(time.perf_counter() - start)
         base = statistics.median(times["safetensors save_file"])
-        for k in ("hlobundle.pack (with sha256, fsync)", "np.savez"):
+        for k in (
+            "hlobundle.pack (with sha256, fsync)",
+            "np.savez",
+            "safetensors save_file + fsync",
+        ):
             med = statistics.median(times[k])
             pack_rows.append(
                 {

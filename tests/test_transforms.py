@@ -239,3 +239,12 @@ def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     got = np.array(eval(r.stdout.strip().splitlines()[-1]))
     np.testing.assert_allclose(got, np.sin(x) + x * np.cos(x), rtol=1e-6)
+
+
+def test_checkpoint_works_on_the_xla_backend(tmp_path):
+    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
+    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b", with_vjp=True)).function(
+        "xla"
+    )
+    got = jax.grad(jax.checkpoint(lambda w: fn(w, x).sum()))(w)
+    assert_close(got, jax.grad(lambda w: _mlp(w, x).sum())(w))
