@@ -16,13 +16,13 @@ from typing import Any
 
 from ._errors import HloBundleError
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAIL = 0, 1  # argparse exits 2 on usage errors
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
+    warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     try:
         return int(args.handler(args))
     except HloBundleError as e:

@@ -73,11 +73,6 @@ def _numpy_dtype(name: str) -> np.dtype:
     return np.dtype(getattr(ml_dtypes, name))
 
 
-def from_numpy(dtype: np.dtype) -> DType | None:
-    """The table row for a numpy dtype, or None when the format has no such dtype."""
-    return BY_NAME.get(np.dtype(dtype).name)
-
-
 def from_mlir(element_type: str, *, where: str) -> DType:
     """The table row for an MLIR element type such as `f32` or `complex<f64>`."""
     row = BY_MLIR.get(element_type)
