@@ -75,15 +75,20 @@ class BundleFunction:
         self.donated = donated_arguments(self.manifest, donate)
         impl = _enzyme_impl(bundle) if self.backend == "enzyme" else _xla_impl(bundle)
         install_batching_rules()
-        names = [a.name for a in self.manifest.arguments]
+        # Arguments @main never reads are neither transferred nor read from disk: the jitted
+        # function takes the others and passes zeros, which XLA removes as dead code.
+        self._used = [
+            i for i in range(len(self.manifest.arguments)) if i not in bundle.signature.unused
+        ]
+        names = [self.manifest.arguments[i].name for i in self._used]
         self.mesh = device_mesh(self.manifest, devices)
         placement = _placement(self.manifest, self.mesh)
-        self._in_shardings = placement[0] if placement else None
+        self._in_shardings = [placement[0][i] for i in self._used] if placement else None
         self._jitted = jax.jit(
-            impl,
-            donate_argnums=tuple(names.index(n) for n in self.donated),
+            _with_zeros_for_unused(impl, self.manifest, self._used),
+            donate_argnums=tuple(names.index(n) for n in self.donated if n in names),
             **(
-                {"in_shardings": tuple(placement[0]), "out_shardings": tuple(placement[1])}
+                {"in_shardings": tuple(self._in_shardings), "out_shardings": tuple(placement[1])}
                 if placement
                 else {}
             ),
@@ -107,6 +112,7 @@ class BundleFunction:
         ]
         blockers = self.bundle.enzyme_blockers if self.backend == "enzyme" else None
         check_derivatives(checked, self.backend, blockers)
+        checked = [checked[i] for i in self._used]
         if self._in_shardings is not None:
             checked = [_place(x, s) for x, s in zip(checked, self._in_shardings, strict=True)]
         return tuple(self._jitted(*checked))
@@ -152,6 +158,23 @@ class BundleFunction:
             return flat
         by_name = {r.name: x for r, x in zip(self.manifest.results, flat, strict=True)}
         return _unflatten_tree(tree, by_name)
+
+
+def _with_zeros_for_unused(
+    impl: Callable[..., tuple[Any, ...]], manifest: Manifest, used: list[int]
+) -> Callable[..., tuple[Any, ...]]:
+    if len(used) == len(manifest.arguments):
+        return impl
+
+    def call(*used_values: Any) -> tuple[Any, ...]:
+        import jax.numpy as jnp
+
+        values = [jnp.zeros(a.shape, _dtypes.BY_NAME[a.dtype].numpy) for a in manifest.arguments]
+        for i, x in zip(used, used_values, strict=True):
+            values[i] = x
+        return impl(*values)
+
+    return call
 
 
 def device_mesh(manifest: Manifest, devices: int | None) -> Any:

@@ -70,16 +70,9 @@ def example_arguments(
         ]
         return values, "given"
     if bundle.has_example_inputs:
-        return [_stored_value(bundle, i, a) for i, a in enumerate(arguments)], "stored"
+        return [bundle.tensor(a.name) for a in arguments], "stored"  # mapped, read on use
     rng = np.random.default_rng(seed)
     return [generate(rng, tuple(a.shape), a.dtype) for a in arguments], "generated"
-
-
-def _stored_value(bundle: Bundle, index: int, arg: Any) -> np.ndarray:
-    """The stored value, or, for an argument @main never reads, zeros that cost no disk reads."""
-    if index in bundle.signature.unused:
-        return np.broadcast_to(np.zeros((), _dtypes.BY_NAME[arg.dtype].numpy), tuple(arg.shape))
-    return bundle.tensor(arg.name)
 
 
 def generate(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
