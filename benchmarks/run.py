@@ -392,7 +392,7 @@ def startup() -> list[dict]:
 def scale(tmp: Path, quick: bool) -> list[dict]:
     """A bundle of 10 GiB of (sparse) weights: what touches the data and what does not."""
     import hlobundle
-    from hlobundle._writer import sha256_file
+    from hlobundle._atomic import sha256_file
 
     per, count = (64 * 1024**2, 4) if quick else (GiB, 10)
     n = per // 4

@@ -20,7 +20,7 @@ import numpy as np
 
 import hlobundle
 from hlobundle import _dtypes, _tensors
-from hlobundle._writer import sha256_file
+from hlobundle._atomic import sha256_file
 
 HERE = Path(__file__).resolve().parent
 TARGET = "1.13.7"  # StableHLO target of every case's portable artifact

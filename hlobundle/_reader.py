@@ -175,7 +175,7 @@ class Bundle:
 
         Raises the first problem found as an `HloBundleError`; returns None when the bundle is valid.
         """
-        from ._writer import sha256_file
+        from ._atomic import sha256_file
 
         for name, entry in sorted(self.manifest.files.items()):
             got = sha256_file(self._file(name))
@@ -343,11 +343,11 @@ def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> N
                     path=source,
                     field=f"{what}[{i}]",
                 )
-    from ._writer import _mesh, _sharding_fields
+    from ._sharding import manifest_mesh, sharding_fields
 
     for what, entries in (("arguments", manifest.arguments), ("results", manifest.results)):
         for i, entry in enumerate(entries):
-            want = _sharding_fields(sig.sharding, what, i)
+            want = sharding_fields(sig.sharding, what, i)
             got = {"sharding": entry.sharding, "hlo_sharding": entry.hlo_sharding} if want else {}
             if want and got != want or not want and (entry.sharding or entry.hlo_sharding):
                 raise SignatureError(
@@ -356,7 +356,7 @@ def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> N
                     path=source,
                     field=f"{what}[{i}].sharding",
                 )
-    if manifest.mesh != _mesh(sig.sharding):
+    if manifest.mesh != manifest_mesh(sig.sharding):
         raise SignatureError(
             f"the manifest's mesh differs from the module's sdy.mesh in {source}",
             path=source,

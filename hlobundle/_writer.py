@@ -1,7 +1,5 @@
-"""Writing bundles: `pack()` (SPEC.md, "Packing").
-
-A bundle is built in a temporary directory beside the target, named
-`.<name>.partial-<pid>-<random>`, and renamed into place only when complete.
+"""Writing bundles: `pack()` plans the manifest from a module and its arrays (SPEC.md, "Packing");
+`_atomic` puts the files on disk.
 """
 
 from __future__ import annotations
@@ -9,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import keyword
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -20,18 +16,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import ValidationError
 
-from . import _dtypes, _inputs, _mlir, _normalize, _tensors
-from ._errors import InputError, OutputExistsError
+from . import _dtypes, _inputs, _mlir, _normalize
+from ._atomic import write_bundle
+from ._errors import InputError
 from ._manifest import (
     FORMAT,
     FORMAT_VERSION,
-    MANIFEST_NAME,
     Argument,
-    DeviceMesh,
-    FileEntry,
     Layout,
     Manifest,
-    MeshAxis,
     Module,
     PortableArtifact,
     Provenance,
@@ -39,6 +32,7 @@ from ._manifest import (
     Role,
     TensorRef,
 )
+from ._sharding import manifest_mesh, sharding_fields
 
 MODULE_TEXT = "module.mlir"
 MODULE_PORTABLE = "module.mlirbc"
@@ -50,7 +44,6 @@ TENSOR_FILES: dict[str, str] = {
     "parameter": "weights.safetensors",
     "state": "weights.safetensors",
 }
-_HASH_CHUNK = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -188,7 +181,7 @@ def _pack_checked(
         manifest = _add_backward(manifest, text, opt, target, files)
     if opt.expected is not None:
         manifest = _add_expected(manifest, arrays, portable, opt)
-    return _write_atomically(out, manifest, files, arrays, force=opt.force)
+    return write_bundle(out, manifest, files, arrays, force=opt.force)
 
 
 def _add_backward(
@@ -310,7 +303,7 @@ def _plan(
                 layout=layout,
                 role=role,
                 value=value,
-                **_sharding_fields(sig.sharding, "arguments", i),
+                **sharding_fields(sig.sharding, "arguments", i),
             )  # fmt: skip
         )
     results = [
@@ -320,7 +313,7 @@ def _plan(
             dtype=t.dtype.name,
             layout=layout,
             aliases=sig.aliases.get(k),
-            **_sharding_fields(sig.sharding, "results", k),
+            **sharding_fields(sig.sharding, "results", k),
         )  # fmt: skip
         for k, (t, rn) in enumerate(
             zip(
@@ -336,30 +329,13 @@ def _plan(
         function=opt.function or _default_function_name(sig),
         arguments=arguments,
         results=results,
-        mesh=_mesh(sig.sharding),
+        mesh=manifest_mesh(sig.sharding),
         input_tree=opt.input_tree,
         output_tree=opt.output_tree,
         provenance=_provenance(opt.producer, opt.timestamp),
         files={},
     )
     return manifest, arrays
-
-
-def _sharding_fields(sharding: _mlir.Sharding | None, what: str, i: int) -> dict[str, Any]:
-    if sharding is None:
-        return {}
-    spec = getattr(sharding, what)[i]
-    hlo = getattr(sharding, f"hlo_{what}")[i]
-    return {"sharding": None if spec is None else [list(d) for d in spec], "hlo_sharding": hlo}
-
-
-def _mesh(sharding: _mlir.Sharding | None) -> DeviceMesh | None:
-    if sharding is None or sharding.mesh is None:
-        return None
-    return DeviceMesh(
-        axes=[MeshAxis(name=n, size=s) for n, s in sharding.mesh],
-        device_ids=list(sharding.device_ids) or None,
-    )
 
 
 def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[str]:
@@ -408,104 +384,3 @@ def _installed(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _write_atomically(
-    out: Path,
-    manifest: Manifest,
-    files: dict[str, bytes],
-    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
-    *,
-    force: bool,
-) -> Path:
-    _check_target(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
-    try:
-        for name, data in files.items():
-            (tmp / name).write_bytes(data)
-        digests = {
-            name: _tensors.write(tmp / name, tensors) for name, tensors in sorted(arrays.items())
-        }
-        _set_modes(tmp)
-        table = {
-            name: FileEntry(
-                size=(tmp / name).stat().st_size,
-                sha256=digests.get(name) or sha256_file(tmp / name),
-            )
-            for name in sorted([*files, *arrays])
-        }
-        final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
-        (tmp / MANIFEST_NAME).write_bytes(final.to_json())
-        _fsync_tree(tmp)
-        _move_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def _check_target(out: Path, force: bool) -> None:
-    if not (out.exists() or out.is_symlink()):
-        return
-    if not force:
-        raise OutputExistsError(
-            f"{str(out)!r} already exists; pass --force (force=True) to replace it", path=out
-        )
-    if out.is_symlink() or not (out / MANIFEST_NAME).is_file():
-        raise OutputExistsError(
-            f"{str(out)!r} exists and is not a bundle; --force only replaces bundles", path=out
-        )
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
-    os.rename(out, old / "bundle")
-    os.rename(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _remove_stale_partials(out: Path) -> None:
-    """Delete temporaries left by killed packs of the same target (their process is gone)."""
-    for prefix in (f".{out.name}.partial-", f".{out.name}.old-"):
-        for leftover in out.parent.glob(prefix + "*"):
-            pid = leftover.name[len(prefix) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _set_modes(root: Path) -> None:
-    """mkdtemp makes the directory private; give it and its files the usual umask modes."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(root, 0o777 & ~umask)
-    for path in root.iterdir():
-        os.chmod(path, 0o666 & ~umask)
-
-
-def _fsync_tree(root: Path) -> None:
-    for path in [*root.iterdir(), root]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

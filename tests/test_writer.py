@@ -11,7 +11,7 @@ import pytest
 from helpers import identity_module, pack_identity, sample
 
 import hlobundle
-from hlobundle import _writer
+from hlobundle import _atomic
 
 
 def leftovers(parent):
@@ -51,7 +51,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     def explode(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(_writer._tensors, "write", explode)
+    monkeypatch.setattr(_atomic._tensors, "write", explode)
     with pytest.raises(OSError, match="disk full"):
         pack_identity(tmp_path, sample((2,), "float32"))
     assert not (tmp_path / "b").exists()
@@ -61,7 +61,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
 def test_failed_force_keeps_the_old_bundle(tmp_path, monkeypatch):
     out = pack_identity(tmp_path, sample((2,), "float32"))
     monkeypatch.setattr(
-        _writer._tensors, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
+        _atomic._tensors, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
     )
     with pytest.raises(OSError):
         pack_identity(tmp_path, sample((2,), "float32"), force=True)

@@ -1,0 +1,25 @@
+"""Manifest sharding fields from a module's Shardy annotations (SPEC.md, "Sharding")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _mlir
+from ._manifest import DeviceMesh, MeshAxis
+
+
+def sharding_fields(sharding: _mlir.Sharding | None, what: str, i: int) -> dict[str, Any]:
+    if sharding is None:
+        return {}
+    spec = getattr(sharding, what)[i]
+    hlo = getattr(sharding, f"hlo_{what}")[i]
+    return {"sharding": None if spec is None else [list(d) for d in spec], "hlo_sharding": hlo}
+
+
+def manifest_mesh(sharding: _mlir.Sharding | None) -> DeviceMesh | None:
+    if sharding is None or sharding.mesh is None:
+        return None
+    return DeviceMesh(
+        axes=[MeshAxis(name=n, size=s) for n, s in sharding.mesh],
+        device_ids=list(sharding.device_ids) or None,
+    )
