@@ -109,7 +109,8 @@ class Bundle:
         """Ops whose derivatives enzyme-ad 0.0.16 cannot compute, found once per Bundle."""
         from ._transforms import EnzymeBlockers
 
-        return EnzymeBlockers.of(_mlir.parse(self.module_text))
+        values = [*self.manifest.arguments, *self.manifest.results]
+        return EnzymeBlockers.of(_mlir.parse(self.module_text), [(v.name, v.dtype) for v in values])
 
     @property
     def has_example_inputs(self) -> bool:

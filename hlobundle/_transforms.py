@@ -79,13 +79,20 @@ class EnzymeBlockers:
 
     forward: tuple[tuple[str, str], ...]  # ops without a forward derivative
     reverse: tuple[str, str] | None  # an op with a complex result: reverse mode emits invalid IR
+    float8: str | None = None  # a float8 argument or result: reverse mode crashes the process
 
     @classmethod
-    def of(cls, module: Any) -> EnzymeBlockers:
+    def of(cls, module: Any, dtypes: Sequence[tuple[str, str]] = ()) -> EnzymeBlockers:
+        """`dtypes` are the (name, dtype) of the function's arguments and results."""
         from . import _mlir
 
+        float8 = next(
+            (f"{name} ({dtype})" for name, dtype in dtypes if dtype.startswith("float8")), None
+        )
         return cls(
-            tuple(_mlir.find_ops(module, FORWARD_MODE_BLOCKERS)), _mlir.first_complex_op(module)
+            tuple(_mlir.find_ops(module, FORWARD_MODE_BLOCKERS)),
+            _mlir.first_complex_op(module),
+            float8,
         )
 
 
@@ -113,6 +120,12 @@ def check_derivatives(args: Sequence[Any], backend: str, blockers: EnzymeBlocker
                 "jax.vjp, jax.jacrev), or backend='enzyme'"
             )
         return
+    if blockers and blockers.float8 and not forward:
+        raise TransformError(
+            f"reverse-mode differentiation (jax.grad, jax.vjp) of float8 values ({blockers.float8}) "
+            "crashes enzyme-ad 0.0.16 (a segmentation fault), so it is refused. Use backend='xla' "
+            "with a backward module (JAX-made bundles: export(..., with_vjp=True))"
+        )
     if blockers and blockers.reverse and not forward:
         op, where = blockers.reverse
         raise TransformError(

@@ -185,7 +185,17 @@ def test_xla_without_backward_module_says_how_to_get_one(tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
-    "dtype", ["float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
+    "dtype",
+    [
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    ],
 )
 def test_dtype_matrix_backward(tmp_path, backend, dtype):
     def f(x, y):
@@ -199,8 +209,11 @@ def test_dtype_matrix_backward(tmp_path, backend, dtype):
     fn = hlobundle.load(hlobundle.export(f, x, y, out=tmp_path / "b", with_vjp=True)).function(
         backend
     )
-    if backend == "enzyme" and "complex" in dtype:  # enzyme-ad 0.0.16 cannot; it must say so
-        with pytest.raises(hlobundle.TransformError, match="through complex values"):
+    if backend == "enzyme" and ("complex" in dtype or "float8" in dtype):
+        # enzyme-ad 0.0.16 emits invalid IR (complex) or crashes (float8): refused, with why
+        with pytest.raises(
+            hlobundle.TransformError, match="through complex values|float8 values .* crashes"
+        ):
             jax.grad(fn)(x, y)
         return
     got, want = jax.grad(fn, argnums=(0, 1))(x, y), jax.grad(f, argnums=(0, 1))(x, y)
