@@ -60,6 +60,12 @@ TABLE: tuple[DType, ...] = (
 )
 
 BY_NAME = {d.name: d for d in TABLE}
+# Dtypes stored under their own safetensors code (not as F64 pairs or U8 bit patterns), by code.
+NATIVE: dict[str, DType] = {
+    d.safetensors: d
+    for d in TABLE
+    if not d.pair_axis and (d.safetensors != "U8" or d.name == "uint8")
+}
 BY_MLIR = {d.mlir: d for d in TABLE}
 NAMES = tuple(BY_NAME)
 

@@ -20,8 +20,6 @@ from ._errors import InputError, TensorFileError
 from ._mlir import TensorType
 
 _ARR_KEY = re.compile(r"^arr_(\d+)$")
-_NATIVE_CODES = {row.safetensors: row for row in _dtypes.TABLE if row.safetensors != "U8"}
-_NATIVE_CODES["U8"] = _dtypes.BY_NAME["uint8"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ def _read_safetensors(path: Path) -> list[Keyed]:
         raise InputError(e.message, path=path) from None
     items = []
     for key, entry in tf.entries.items():
-        row = _NATIVE_CODES.get(entry.code)
+        row = _dtypes.NATIVE.get(entry.code)
         if row is None:
             raise InputError(f"{path.name}[{key}] has unsupported dtype {entry.code}", path=path)
         items.append(Keyed(key, tf.array(key, row, entry.shape), f"{path.name}[{key}]"))

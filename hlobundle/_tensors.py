@@ -66,12 +66,12 @@ def _layout(stored: dict[str, np.ndarray]) -> tuple[list[str], _Header]:
     first) then name. If this prediction is ever off, the file is just as valid: only the
     alignment and the in-memory hash are lost.
     """
-    order = sorted(stored, key=lambda k: (-_RANK[_CODES[stored[k].dtype.name]], k))
+    order = sorted(stored, key=lambda k: (-_RANK[_code(stored[k])], k))
     entries, offset = {}, 0
     for key in order:
         a = stored[key]
         entries[key] = {
-            "dtype": _CODES[a.dtype.name],
+            "dtype": _code(a),
             "shape": list(a.shape),
             "data_offsets": [offset, offset + a.nbytes],
         }
@@ -85,6 +85,11 @@ def _layout(stored: dict[str, np.ndarray]) -> tuple[list[str], _Header]:
     pad = " " * (target - length)
     text = dump(pad)
     return order, _Header(struct.pack("<Q", len(text)) + text, pad)
+
+
+def _code(stored: np.ndarray) -> str:
+    """The safetensors code of an array as `to_storage` returns it (its dtype is native)."""
+    return _dtypes.BY_NAME[stored.dtype.name].safetensors
 
 
 class _HashThread(threading.Thread):
@@ -102,13 +107,6 @@ class _HashThread(threading.Thread):
             if a.nbytes:
                 h.update(memoryview(a.reshape(-1).view(np.uint8)))
         self.hexdigest = h.hexdigest()
-
-
-_CODES = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
-          "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16",
-          "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
-          "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e4m3fnuz": "F8_E4M3FNUZ",
-          "float8_e5m2fnuz": "F8_E5M2FNUZ", "float8_e8m0fnu": "F8_E8M0"}  # fmt: skip
 
 
 # safetensors' dtype order (its Dtype enum); the header lists tensors from the last to the first.

@@ -186,3 +186,12 @@ def re_escape(text):
     import re
 
     return re.escape(text)
+
+
+def test_float64_safetensors_input_is_float64(tmp_path):
+    z = sample((3,), "float64")
+    module = tmp_path / "m.mlir"
+    module.write_text(identity_module(z))
+    save_file({"arg0": z}, str(tmp_path / "z.safetensors"))
+    out = hlobundle.pack_files(module, [tmp_path / "z.safetensors"], tmp_path / "b")
+    np.testing.assert_array_equal(hlobundle.load(out).tensor("arg0"), z)
