@@ -15,6 +15,7 @@ from ._errors import OutputExistsError
 from ._function import needs_x64
 from ._manifest import Argument, Result
 from ._reader import Bundle, load
+from ._sharding import partition_spec_entries
 from ._version import __version__
 
 
@@ -314,8 +315,7 @@ def place_on_mesh(inputs):
 
 
 def _pspec(sharding: list[list[str]] | None) -> str:
-    dims = [None if not d else d[0] if len(d) == 1 else tuple(d) for d in sharding or []]
-    return "P(" + ", ".join(map(repr, dims)) + ")"
+    return "P(" + ", ".join(map(repr, partition_spec_entries(sharding))) + ")"
 
 
 def _module(prepared: str | None) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from . import _dtypes
 from ._errors import ConfigError, InputError, TransformError
 from ._manifest import Argument, Manifest
+from ._sharding import partition_spec_entries
 from ._transforms import check_derivatives, install_batching_rules
 
 if TYPE_CHECKING:
@@ -219,8 +220,7 @@ def device_mesh(manifest: Manifest, devices: int | None) -> Any:
 def _spec(sharding: list[list[str]] | None) -> Any:
     from jax.sharding import PartitionSpec
 
-    dims = sharding or []
-    return PartitionSpec(*[None if not d else d[0] if len(d) == 1 else tuple(d) for d in dims])
+    return PartitionSpec(*partition_spec_entries(sharding))
 
 
 def _placement(manifest: Manifest, mesh: Any) -> tuple[list[Any], list[Any]] | None:

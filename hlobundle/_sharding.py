@@ -1,4 +1,4 @@
-"""Manifest sharding fields from a module's Shardy annotations (SPEC.md, "Sharding")."""
+"""Sharding between the module, the manifest and JAX (SPEC.md, "Sharding")."""
 
 from __future__ import annotations
 
@@ -23,3 +23,8 @@ def manifest_mesh(sharding: _mlir.Sharding | None) -> DeviceMesh | None:
         axes=[MeshAxis(name=n, size=s) for n, s in sharding.mesh],
         device_ids=list(sharding.device_ids) or None,
     )
+
+
+def partition_spec_entries(sharding: list[list[str]] | None) -> list[str | tuple[str, ...] | None]:
+    """A manifest partition spec as `jax.sharding.PartitionSpec` entries ([] -> None)."""
+    return [None if not d else d[0] if len(d) == 1 else tuple(d) for d in sharding or []]
