@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +97,13 @@ def rehash(bundle: Path, name: str) -> None:
     path = bundle / name
     size, digest = path.stat().st_size, sha256_file(path)
     edit_manifest(bundle, lambda m: m["files"][name].update(size=size, sha256=digest))
+
+
+def cli(*args: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m hlobundle ARGS` in a subprocess, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "hlobundle", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )

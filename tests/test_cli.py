@@ -3,22 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import edit_manifest, identity_module, sample, small_bundle
-
-
-def cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "hlobundle", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+from helpers import cli, edit_manifest, identity_module, sample, small_bundle
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -12,20 +11,11 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import FIXTURES, lowered_text, needs_fixtures
+from helpers import FIXTURES, cli, lowered_text, needs_fixtures
 
 import hlobundle
 
 LUX = FIXTURES / "export_to_enzymejax_lux"
-
-
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "hlobundle", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-    )
 
 
 # --- export_to_enzymejax ---------------------------------------------------------------------

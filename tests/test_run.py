@@ -9,21 +9,12 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, identity_module, rehash, sample
+from helpers import ROOT, cli, identity_module, rehash, sample
 from safetensors.numpy import load_file
 
 import hlobundle
 
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
-
-
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "hlobundle", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-    )
 
 
 @pytest.mark.parametrize("backend", ["enzyme", "xla"])

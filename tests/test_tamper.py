@@ -128,12 +128,7 @@ def test_safetensors_header_disagreeing_with_manifest(tmp_path):
     bundle = small_bundle(tmp_path)
     path = bundle / "inputs.safetensors"
     save_file({"x": np.zeros((4, 3), np.float64), "w": np.zeros((3, 2), np.float32)}, str(path))
-    from hlobundle._atomic import sha256_file
-
-    size, digest = path.stat().st_size, sha256_file(path)
-    edit_manifest(
-        bundle, lambda m: m["files"]["inputs.safetensors"].update(size=size, sha256=digest)
-    )
+    rehash(bundle, "inputs.safetensors")
     with pytest.raises(
         hlobundle.TensorFileError,
         match=r"inputs.safetensors\['x'\] is F64\[4, 3\], the manifest's float32\[4, 3\] is stored as F32\[4, 3\]",
