@@ -23,7 +23,7 @@ from . import _dtypes
 from ._errors import ConfigError, InputError, TransformError
 from ._manifest import Argument, Manifest
 from ._sharding import partition_spec_entries
-from ._transforms import check_derivatives, install_batching_rules
+from ._transforms import check_derivatives, install_rules, register_module
 
 if TYPE_CHECKING:
     from ._prepare import Prepared
@@ -75,7 +75,7 @@ class BundleFunction:
         self.backend = resolve_backend(backend)
         self.donated = donated_arguments(self.manifest, donate)
         impl = _enzyme_impl(bundle) if self.backend == "enzyme" else _xla_impl(bundle)
-        install_batching_rules()
+        install_rules()
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
         self._used = [
@@ -336,7 +336,9 @@ def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
 
 
 def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
-    return enzyme_callable(bundle.prepared_for_hlo_call, [r.dtype for r in bundle.manifest.results])
+    prepared = bundle.prepared_for_hlo_call
+    register_module(prepared.text, bundle.enzyme_blockers)
+    return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
 
 
 def enzyme_callable(

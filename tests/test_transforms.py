@@ -103,6 +103,8 @@ def test_while_loop_and_complex_gradients(tmp_path, backend, fn, args):
             match=r"reverse-mode differentiation \(jax.grad, jax.vjp\) through complex values \(stablehlo\.\w+ at line",
         ):
             jax.grad(f)(*args)
+        with pytest.raises(hlobundle.TransformError, match="through complex values"):
+            jax.grad(jax.checkpoint(f))(*args)  # refused when compiled, not before tracing
         return
     assert_close(jax.grad(f, argnums=(0, 1))(*args), jax.grad(fn, argnums=(0, 1))(*args))
 
@@ -159,9 +161,15 @@ def test_jvp_where_enzyme_can(tmp_path):
     ("backend", "transform", "message"),
     [
         ("enzyme", lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
-         "forward-mode differentiation (jax.jvp, jax.jacfwd) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
+         "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
+        ("enzyme", lambda f, p, x: jax.jvp(jax.checkpoint(lambda x: f(p, x)), (x,), (x,)),
+         "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
         ("enzyme", lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
          "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported"),
+        ("enzyme", lambda f, p, x: jax.linearize(lambda x: f(p, x), x)[1](x),
+         "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
+        ("enzyme", lambda f, p, x: jax.grad(lambda x: jax.grad(jax.checkpoint(lambda y: loss(f)(p, y)))(x).sum())(x),
+         "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported: enzyme-ad"),
         ("xla", lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
          "forward-mode differentiation (jax.jvp, jax.jacfwd) is not available on the xla backend"),
         ("xla", lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
@@ -172,6 +180,14 @@ def test_unsupported_transformations_say_why(lenet, backend, transform, message)
     bundle, params, images = lenet
     with pytest.raises(hlobundle.TransformError, match=re.escape(message)):
         transform(bundle.function(backend), params, images)
+
+
+def test_linearize_on_xla_is_jax_own_forward_mode_error(lenet):
+    # A jax.export function has only a VJP; JAX itself refuses to linearize it, clearly.
+    bundle, params, images = lenet
+    fn = bundle.function("xla")
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
+        jax.linearize(lambda x: fn(params, x), images)[1](images)
 
 
 def test_xla_without_backward_module_says_how_to_get_one(tmp_path):
@@ -215,6 +231,10 @@ def test_dtype_matrix_backward(tmp_path, backend, dtype):
             hlobundle.TransformError, match="through complex values|float8 values .* crashes"
         ):
             jax.grad(fn)(x, y)
+        with pytest.raises(
+            hlobundle.TransformError, match="through complex values|float8 values .* crashes"
+        ):
+            jax.grad(jax.checkpoint(fn))(x, y)
         return
     got, want = jax.grad(fn, argnums=(0, 1))(x, y), jax.grad(f, argnums=(0, 1))(x, y)
     for g, w in zip(got, want, strict=True):
@@ -254,10 +274,62 @@ def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):
     np.testing.assert_allclose(got, np.sin(x) + x * np.cos(x), rtol=1e-6)
 
 
-def test_checkpoint_works_on_the_xla_backend(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "policy",
+    [None, jax.checkpoint_policies.dots_saveable, jax.checkpoint_policies.everything_saveable],
+)
+def test_checkpoint(lenet, backend, policy):
+    bundle, params, images = lenet
+    fn = bundle.function(backend)
+
+    def model(f):  # a checkpointed block between native ops, as in a training step
+        block = jax.checkpoint(lambda p, x: jnp.sin(f(p, x)) * 2.0, policy=policy)
+        return lambda p, x: (block(p, x * 0.5) ** 2).mean()
+
+    want = jax.value_and_grad(model(lenet5.lenet5), argnums=(0, 1))(params, images)
+    assert_close(jax.value_and_grad(model(fn), argnums=(0, 1))(params, images), want)
+    assert_close(jax.jit(jax.value_and_grad(model(fn), argnums=(0, 1)))(params, images), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_checkpointed_scan_body(tmp_path, backend):
+    w, x = sample((3, 3), "float32", 1) / 4, sample((4, 3), "float32", 2) / 4
+    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b", with_vjp=True)).function(
+        backend
+    )
+
+    def unrolled(f):
+        def step(w, _):
+            return w - 0.1 * f(w, x).T @ x, None
+
+        return lambda w: jax.lax.scan(jax.checkpoint(step), w, None, length=3)[0].sum()
+
+    assert_close(jax.jit(jax.grad(unrolled(fn)))(w), jax.grad(unrolled(_mlp))(w))
+
+
+def test_linearize_on_enzyme(tmp_path):
+    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
+    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b")).function("enzyme")
+    out, linear = jax.linearize(lambda w: fn(w, x), w)
+    want_out, want_linear = jax.linearize(lambda w: _mlp(w, x), w)
+    assert_close(
+        (out, linear(w), jax.jit(linear)(2 * w)), (want_out, want_linear(w), want_linear(2 * w))
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_checkpoint_with_an_undifferentiated_call(tmp_path, backend):
+    # The call's inputs are all constants of the derivative: the policy decides whether its
+    # result is saved or recomputed in the backward pass; both must give the same gradient.
     w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
     fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b", with_vjp=True)).function(
-        "xla"
+        backend
     )
-    got = jax.grad(jax.checkpoint(lambda w: fn(w, x).sum()))(w)
-    assert_close(got, jax.grad(lambda w: _mlp(w, x).sum())(w))
+    want = jax.grad(lambda s: (s * _mlp(w, x)).sum())(2.0)
+    for policy in (
+        jax.checkpoint_policies.nothing_saveable,
+        jax.checkpoint_policies.everything_saveable,
+    ):
+        block = jax.checkpoint(lambda s: (s * fn(w, x)).sum(), policy=policy)
+        assert_close(jax.jit(jax.grad(block))(2.0), want)
