@@ -295,7 +295,7 @@ def check_derivatives(args: Sequence[Any], backend: str, blockers: EnzymeBlocker
     """Refuse, before tracing, derivatives the backend is known not to compute.
 
     Inside `jax.checkpoint` the arguments are plain tracers; there the same refusals come
-    from `_guarded_jvp` and `_guarded_lowering`, when JAX asks Enzyme for the derivative.
+    from the wrappers `_guard` installs, when JAX asks Enzyme for the derivative.
     """
     ad = [x for x in args if type(x).__name__ in _AD_TRACERS]
     if not ad:
