@@ -268,6 +268,36 @@ def _(path: Path) -> None:
     save_outputs(path, bundle, inputs)
 
 
+BATCHED_SCALE = """func.func @main(%a0: tensor<?x3xf32>, %a1: tensor<3xf32>) -> tensor<?x3xf32> {
+  %n = stablehlo.get_dimension_size %a0, dim = 0 : (tensor<?x3xf32>) -> tensor<i32>
+  %n1 = stablehlo.reshape %n : (tensor<i32>) -> tensor<1xi32>
+  %c3 = stablehlo.constant dense<3> : tensor<1xi32>
+  %shape = stablehlo.concatenate %n1, %c3, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+  %w = stablehlo.dynamic_broadcast_in_dim %a1, %shape, dims = [1] : (tensor<3xf32>, tensor<2xi32>) -> tensor<?x3xf32>
+  %y = stablehlo.multiply %a0, %w : tensor<?x3xf32>
+  return %y : tensor<?x3xf32>
+}
+"""
+
+
+def scale(path: Path, batched_arguments: list[str]) -> Path:
+    """x * w, with the module batched over x (SPEC 2.6)."""
+    t = tensor((3,), "float32")
+    return pack(
+        path,
+        func([t, t], [t], ["%y = stablehlo.multiply %a0, %a1 : " + t], ["%y"]),
+        [values((3,), "float32", 1), values((3,), "float32", 2)],
+        names=["x", "w"],
+        batched=BATCHED_SCALE,
+        batched_arguments=batched_arguments,
+    )
+
+
+@case("valid_batched", "a batched module over x (format 1.1), written by hand")
+def _(path: Path) -> None:
+    save_outputs(path, scale(path, ["x"]))
+
+
 # --- invalid cases ------------------------------------------------------------------------------
 
 
@@ -397,6 +427,20 @@ broken("invalid_manifest_vs_safetensors", "x is stored as F64", "TENSOR_MISMATCH
     lambda b: _raw_safetensors(b, {"x": {"dtype": "F64", "shape": [2, 2], "data_offsets": [0, 32]},
                                    "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [32, 48]}}, bytes(48))
 )  # fmt: skip
+
+
+@case(
+    "invalid_batched_signature",
+    "batched.arguments says w is batched; the batched module batches x",
+    "SIGNATURE_MISMATCH",
+)
+def _(path: Path) -> None:
+    edit(scale(path, ["x"]), lambda m: m["batched"].update(arguments=["w"]))
+
+
+@case("invalid_batched_unknown_argument", "batched.arguments names no argument", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    edit(scale(path, ["x"]), lambda m: m["batched"].update(arguments=["z"]))
 
 
 @broken("invalid_mlir_does_not_parse", "module.mlir is not MLIR", "MLIR_INVALID")

@@ -67,7 +67,13 @@ def main(out: str = str(Path(__file__).parent / "lenet5.hlobundle")) -> None:
     import hlobundle
 
     path = hlobundle.export(
-        lenet5, init_params(), example_images(), out=out, force=True, roles={"params": "parameter"}
+        lenet5,
+        init_params(),
+        example_images(),
+        out=out,
+        force=True,
+        roles={"params": "parameter"},
+        vmap_in_axes=(None, 0),
     )
     print(f"wrote {path}")
 

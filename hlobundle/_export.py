@@ -25,6 +25,7 @@ def export(
     store_inputs: bool = True,
     store_expected: bool = True,
     with_vjp: bool = False,
+    vmap_in_axes: Any = None,
     target_version: str | None = None,
     timestamp: str | None = None,
 ) -> Path:
@@ -45,6 +46,9 @@ def export(
     - `store_expected`: store `fn`'s results on them, computed by JAX, as expected outputs.
     - `with_vjp`: store the backward module JAX derives from `fn`, so that the xla backend
       can differentiate the bundle without enzyme-ad.
+    - `vmap_in_axes`: also store `jax.vmap(fn, in_axes=vmap_in_axes)` as a batched module for
+      any batch size (SPEC.md, "Batched module"); `jax.vmap` of the bundle function over the
+      same arguments then runs it instead of a loop. As `jax.vmap`'s `in_axes`, with 0 or None.
 
     **Returns:** the path of the written bundle.
     """
@@ -68,6 +72,7 @@ def export(
     leaf_roles = {
         n: (roles or {}).get(n, (roles or {}).get(h)) for n, h in zip(names, heads, strict=True)
     }
+    batched = _batched_arguments(vmap_in_axes, in_tree, names, [_abstract(x) for _, x in leaves])
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(lowered.out_info)
     result_names = _unique([_result_name(path) for path, _ in out_leaves])
     return pack(
@@ -87,7 +92,38 @@ def export(
         output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
         expected=expected,
         with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
+        batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,
+        batched_arguments=batched,
     )
+
+
+def _batched_arguments(
+    in_axes: Any, in_tree: Any, names: list[str], leaves: list[Any]
+) -> list[str]:
+    """The names of the leaves `in_axes` (as `jax.vmap`'s, 0 or None) maps."""
+    from jax._src.api_util import flatten_axes
+
+    if in_axes is None:
+        return []
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    try:
+        axes = flatten_axes("vmap_in_axes", in_tree, in_axes)
+    except ValueError as e:
+        raise InputError(
+            f"vmap_in_axes does not match the arguments: {e}", argument="vmap_in_axes"
+        ) from None
+    if any(a not in (0, None) for a in axes):
+        raise InputError("vmap_in_axes may contain only 0 and None", argument="vmap_in_axes")
+    if not any(a == 0 for a in axes):
+        raise InputError("vmap_in_axes maps no argument", argument="vmap_in_axes")
+    if any(leaf.sharding is not None for leaf in leaves):
+        raise InputError(
+            "vmap_in_axes is not supported for sharded arguments: the batched module is lowered "
+            "for one device",
+            argument="vmap_in_axes",
+        )
+    return [n for n, a in zip(names, axes, strict=True) if a == 0]
 
 
 def _abstract(leaf: Any) -> Any:

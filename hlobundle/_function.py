@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from . import _dtypes
+from . import _batched, _dtypes
 from ._errors import ConfigError, InputError, TransformError
 from ._manifest import Argument, Manifest
 from ._sharding import partition_spec_entries
@@ -338,6 +338,8 @@ def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
 def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     prepared = bundle.prepared_for_hlo_call
     register_module(prepared.text, bundle.enzyme_blockers)
+    if _batchable(bundle):
+        _batched.register(prepared.text, _fast(bundle, "jvp", prepared))
     return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
 
 
@@ -377,7 +379,40 @@ def _xla_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
                                 get_vjp=_no_second_order)  # fmt: skip
 
     exported = exported_for(m, bundle.portable_artifact, get_vjp=get_vjp)
+    if _batchable(bundle):
+        _batched.register(exported, _fast(bundle, "vjp"))
     return lambda *flat: tuple(exported.call(*flat))
+
+
+def _batchable(bundle: Bundle) -> bool:
+    """A batched module is used for unsharded bundles (it is lowered for one device)."""
+    return bundle.manifest.batched is not None and bundle.manifest.mesh is None
+
+
+def _fast(
+    bundle: Bundle, derivative: Literal["jvp", "vjp"], prepared: Prepared | None = None
+) -> Any:
+    """The batched module, run by jax.export, in place of a loop over the bundle's call.
+
+    On the enzyme backend the call's values may be carried in other dtypes (`_prepare`):
+    they are converted, exactly, to the manifest's dtypes and back.
+    """
+    m = bundle.manifest
+    assert m.batched is not None
+    inputs, outputs = _batched.symbolic_avals(m)
+    batched = exported_for(m, bundle.batched_artifact, inputs=inputs, outputs=outputs,
+                           name=f"{m.function}_batched", polymorphic=True)  # fmt: skip
+    call = batched.call
+    if prepared is not None:
+        args = [_dtypes.BY_NAME[a.dtype].numpy for a in m.arguments]
+
+        def call(*xs: Any) -> list[Any]:
+            outs = batched.call(*[x.astype(d) for x, d in zip(xs, args, strict=True)])
+            return [o if c is None else o.astype(c) for o, c in zip(outs, prepared.result_carriers, strict=True)]  # fmt: skip
+
+    names = set(m.batched.arguments)
+    mapped = tuple(a.name in names for a in m.arguments)
+    return _batched.Fast(mapped, bundle.signature.unused, call, derivative)
 
 
 def _no_vjp(_: Any) -> Any:
@@ -410,6 +445,7 @@ def exported_for(
     outputs: Sequence[Any] | None = None,
     name: str | None = None,
     get_vjp: Callable[[Any], Any] | None = None,
+    polymorphic: bool = False,
 ) -> Any:
     """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6).
 
@@ -440,7 +476,7 @@ def exported_for(
         "mlir_module_serialized": portable,
         "calling_convention_version": export.maximum_supported_calling_convention_version,
         "module_kept_var_idx": tuple(range(n)),
-        "uses_global_constants": False,
+        "uses_global_constants": polymorphic,  # symbolic dimensions (a batched module)
         "_get_vjp": get_vjp,
     }
     known = {f.name for f in dataclasses.fields(export.Exported)}

@@ -65,6 +65,14 @@ def render(bundle: Bundle) -> str:
             + (f" ({versions})" if versions else "")
             + (f", {p.timestamp}" if p.timestamp else ""),
             f"module    {m.module.text} + {m.module.portable.file} (StableHLO {m.module.portable.target_version})",
+            *([f"backward  {m.vjp.text} + {m.vjp.portable.file}"] if m.vjp else []),
+            *(
+                [
+                    f"batched   {m.batched.text} + {m.batched.portable.file}, over {', '.join(m.batched.arguments)}"
+                ]
+                if m.batched
+                else []
+            ),
             f"files     {len(m.files)}, {size:,} bytes",
             f"arguments ({len(args)})",
             table(("#", "name", "shape", "dtype", "layout", "role", "path", "stored"), args)

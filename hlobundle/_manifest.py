@@ -27,7 +27,7 @@ from ._errors import HloBundleWarning, ManifestError, VersionError
 # Format version history (SPEC.md, "Versions"):
 # 1.0 (2026-12-02): first version.
 FORMAT = "hlobundle"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 
@@ -125,6 +125,14 @@ class Module(_Model):
     allowed_custom_calls: list[str] = Field(default_factory=list)
 
 
+class BatchedModule(_Model):
+    """A module of the function over a batch (SPEC.md, "Batched module"; format 1.1)."""
+
+    text: RelPath
+    portable: PortableArtifact
+    arguments: list[str] = Field(min_length=1)
+
+
 class Provenance(_Model):
     producer: str
     producer_version: str
@@ -149,6 +157,7 @@ class Manifest(_Model):
     output_tree: Any = None
     module: Module
     vjp: Module | None = None
+    batched: BatchedModule | None = None
     mesh: DeviceMesh | None = None
     provenance: Provenance
     files: dict[RelPath, FileEntry]
@@ -157,6 +166,11 @@ class Manifest(_Model):
     def _consistent(self) -> Manifest:
         _check_unique([a.name for a in self.arguments], "arguments")
         _check_unique([r.name for r in self.results], "results")
+        if self.batched is not None:
+            _check_unique(self.batched.arguments, "batched.arguments")
+            unknown = sorted(set(self.batched.arguments) - {a.name for a in self.arguments})
+            if unknown:
+                raise ValueError(f"batched.arguments names {unknown}, which are not arguments")
         axes = {a.name for a in self.mesh.axes} if self.mesh else set()
         for what, values in (("arguments", self.arguments), ("results", self.results)):
             for i, v in enumerate(values):

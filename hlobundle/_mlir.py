@@ -22,7 +22,7 @@ DEFAULT_COMPATIBILITY = "WEEK_12"
 
 @dataclass(frozen=True)
 class TensorType:
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # for `main_types(dynamic=True)`, None is a dynamic dimension
     dtype: _dtypes.DType
 
 
@@ -114,6 +114,25 @@ def signature(module: ir.Module, *, path: str | None = None) -> Signature:
         return Signature(name, args, results, _aliases(main), unused, sharding)
 
 
+def main_types(
+    module: ir.Module, *, path: str | None = None
+) -> tuple[tuple[TensorType, ...], tuple[TensorType, ...]]:
+    """`@main`'s argument and result types, allowing dynamic dimensions (batched modules)."""
+    from jaxlib.mlir import ir
+
+    with context():
+        ftype = ir.FunctionType(
+            ir.TypeAttr(find_main(module, path).attributes["function_type"]).value
+        )
+        return tuple(
+            tuple(
+                _tensor_type(t, f"@main {what} {i}", path, dynamic=True)
+                for i, t in enumerate(types)
+            )
+            for what, types in (("argument", ftype.inputs), ("result", ftype.results))
+        )  # type: ignore[return-value]
+
+
 def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:
     from jaxlib.mlir import ir
 
@@ -131,20 +150,21 @@ def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:
     )
 
 
-def _tensor_type(t: ir.Type, where: str, path: str | None) -> TensorType:
+def _tensor_type(t: ir.Type, where: str, path: str | None, dynamic: bool = False) -> TensorType:
     from jaxlib.mlir import ir
 
     if t.typeid != ir.RankedTensorType.static_typeid:
         raise ModuleError(f"{where} has type {t}; only ranked tensors are supported", path=path)
     rt = ir.RankedTensorType(t)
-    if not rt.has_static_shape:
+    if not rt.has_static_shape and not dynamic:
         raise ModuleError(f"{where} has a dynamic shape ({t}); shapes must be static", path=path)
     try:
         row = _dtypes.from_mlir(str(rt.element_type), where=where)
     except ModuleError as e:
         e.path = path
         raise
-    return TensorType(tuple(rt.shape), row)
+    shape = tuple(None if rt.is_dynamic_dim(i) else d for i, d in enumerate(rt.shape))
+    return TensorType(shape, row)  # type: ignore[arg-type]
 
 
 def _value_attrs(main: ir.Operation, key: str, n: int) -> list[ir.DictAttr | None]:

@@ -37,9 +37,9 @@ class Prepared:
     changed: bool  # False when hlo_call can take the module's text as it is
 
 
-def symbol_prefix(module_sha256: str) -> str:
+def symbol_prefix(module_sha256: str, length: int = 10) -> str:
     """The bundle-unique prefix of private symbols: from the sha256 of the stored module text."""
-    return f"hb{module_sha256[:10]}_"
+    return f"hb{module_sha256[:length]}_"
 
 
 def for_hlo_call(text: str, prefix: str) -> Prepared:

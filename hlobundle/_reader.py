@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -69,6 +70,10 @@ class Bundle:
                 self.manifest,
                 vjp_file,
             )
+        if self.manifest.batched is not None:
+            name = self.manifest.batched.text
+            text = self._file(name).read_text(encoding="utf-8")
+            _check_batched(_mlir.parse(text, path=name), self.manifest, name)
         self._tensor_files = _open_tensor_files(root, self.manifest)
 
     def __repr__(self) -> str:
@@ -103,6 +108,12 @@ class Bundle:
         """The stored backward module's portable artifact, if the bundle has one."""
         vjp = self.manifest.vjp
         return None if vjp is None else self._file(vjp.portable.file).read_bytes()
+
+    @property
+    def batched_artifact(self) -> bytes | None:
+        """The stored batched module's portable artifact, if the bundle has one."""
+        batched = self.manifest.batched
+        return None if batched is None else self._file(batched.portable.file).read_bytes()
 
     @cached_property
     def enzyme_blockers(self) -> EnzymeBlockers:
@@ -168,8 +179,14 @@ class Bundle:
         """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
         from ._prepare import for_hlo_call, symbol_prefix
 
-        digest = self.manifest.files[self.manifest.module.text].sha256
-        return for_hlo_call(self.module_text, prefix=symbol_prefix(digest))
+        files, batched = self.manifest.files, self.manifest.batched
+        digest = files[self.manifest.module.text].sha256
+        if batched is None:
+            return for_hlo_call(self.module_text, prefix=symbol_prefix(digest))
+        # The runner finds a batched module by the prepared text (`_batched.lookup`): name it
+        # after both modules, in full, so that no other bundle's module text is the same.
+        both = hashlib.sha256(f"{digest} {files[batched.portable.file].sha256}".encode())
+        return for_hlo_call(self.module_text, prefix=symbol_prefix(both.hexdigest(), length=64))
 
     def verify(self) -> None:
         """Check every file's sha256 and that the portable artifact has the manifest's signature.
@@ -193,6 +210,11 @@ class Bundle:
             name = self.manifest.vjp.portable.file
             backward = _mlir.from_portable(self._file(name).read_bytes(), path=name)
             _check_backward(_mlir.signature(backward, path=name), self.manifest, name)
+        if self.manifest.batched is not None:
+            name = self.manifest.batched.portable.file
+            _check_batched(
+                _mlir.from_portable(self._file(name).read_bytes(), path=name), self.manifest, name
+            )
 
     def _file(self, name: str) -> Path:
         return _paths.resolve(self.path, name)
@@ -252,6 +274,9 @@ def _references(manifest: Manifest) -> list[tuple[str, str]]:
     ]
     if manifest.vjp is not None:
         refs += [("vjp.text", manifest.vjp.text), ("vjp.portable.file", manifest.vjp.portable.file)]
+    if manifest.batched is not None:
+        b = manifest.batched
+        refs += [("batched.text", b.text), ("batched.portable.file", b.portable.file)]
     refs += [
         (f"arguments[{i}].value.file", a.value.file)
         for i, a in enumerate(manifest.arguments)
@@ -371,6 +396,14 @@ def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> N
             path=source,
             field="results",
         )
+
+
+def _check_batched(module: Any, manifest: Manifest, source: str) -> None:
+    from . import _batched
+
+    assert manifest.batched is not None
+    types = _mlir.main_types(module, path=source)
+    _batched.check_signature(types, manifest, manifest.batched.arguments, source)
 
 
 def _check_backward(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:

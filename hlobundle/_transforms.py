@@ -3,7 +3,8 @@
 - **vmap.** Neither enzyme-ad 0.0.16's primitives nor `jax.export`'s `call_exported` has a
   batching rule. We register one that loops over the batch with `lax.map`, only where no rule
   exists, so a future native rule wins. It is correct for any module, and as slow as a loop
-  (benchmarks/RESULTS.md gives the factor).
+  (benchmarks/RESULTS.md gives the factor). When the bundle has a batched module (`_batched`)
+  whose batched arguments are the ones mapped, the rule runs that instead.
 - **jax.checkpoint.** Under `jax.checkpoint` (remat) JAX splits the linearized function with
   per-primitive `partial_eval_jaxpr_custom` rules, and enzyme-ad 0.0.16 registers only the
   older partial-eval rule, so grad of a checkpointed enzyme call failed ("Linearization
@@ -76,20 +77,31 @@ def _loop_rule(prim: Any) -> Callable[..., Any]:
     import jax
     import jax.numpy as jnp
 
+    from . import _batched
+
     def rule(args: Sequence[Any], dims: Sequence[int | None], **params: Any) -> Any:
         mapped = [d is not None for d in dims]
         moved = [
             jnp.moveaxis(a, d, 0) if d is not None else a for a, d in zip(args, dims, strict=True)
         ]
 
-        def one(xs: list[Any]) -> Any:
-            it = iter(xs)
-            return prim.bind(
-                *[next(it) if m else a for a, m in zip(moved, mapped, strict=True)], **params
-            )
+        def loop(*xs: Any) -> Any:
+            def one(ys: list[Any]) -> Any:
+                it = iter(ys)
+                return prim.bind(
+                    *[next(it) if m else x for x, m in zip(xs, mapped, strict=True)], **params
+                )
 
-        outs = jax.lax.map(one, [a for a, m in zip(moved, mapped, strict=True) if m])
-        return (outs, [0] * len(outs)) if prim.multiple_results else (outs, 0)
+            outs = jax.lax.map(one, [x for x, m in zip(xs, mapped, strict=True) if m])
+            return tuple(outs) if prim.multiple_results else outs
+
+        fast = _batched.lookup(params)
+        size = next(x.shape[0] for x, m in zip(moved, mapped, strict=True) if m)
+        if fast is not None and size > 0 and fast.accepts(mapped):
+            outs = fast.run(moved, mapped, loop)
+        else:
+            outs = loop(*moved)
+        return (list(outs), [0] * len(outs)) if prim.multiple_results else (outs, 0)
 
     return rule
 

@@ -23,6 +23,7 @@ from ._manifest import (
     FORMAT,
     FORMAT_VERSION,
     Argument,
+    BatchedModule,
     Layout,
     Manifest,
     Module,
@@ -39,6 +40,8 @@ MODULE_PORTABLE = "module.mlirbc"
 EXPECTED_FILE = "expected.safetensors"
 VJP_TEXT = "vjp.mlir"
 VJP_PORTABLE = "vjp.mlirbc"
+BATCHED_TEXT = "batched.mlir"
+BATCHED_PORTABLE = "batched.mlirbc"
 TENSOR_FILES: dict[str, str] = {
     "input": "inputs.safetensors",
     "parameter": "weights.safetensors",
@@ -66,6 +69,8 @@ class PackOptions:
     allow_custom_calls: Sequence[str] = ()
     already_permuted: bool = False  # column-major arrays already have the tensors' shapes
     with_vjp: bool | Callable[..., Any] = False
+    batched: str | Callable[..., Any] | None = None
+    batched_arguments: Sequence[str] = ()
 
 
 def pack(
@@ -88,6 +93,8 @@ def pack(
     expected: Sequence[Any] | Mapping[str, Any] | Literal["compute"] | None = None,
     allow_custom_calls: Sequence[str] = (),
     with_vjp: bool | Callable[..., Any] = False,
+    batched: str | Callable[..., Any] | None = None,
+    batched_arguments: Sequence[str] = (),
 ) -> Path:
     """Write a bundle for an MLIR module and example values of its arguments.
 
@@ -112,6 +119,10 @@ def pack(
     - `with_vjp`: also store a backward module (SPEC.md, "Backward module"), so that the xla
       backend can differentiate: lowered from the module's Enzyme gradient (needs enzyme-ad),
       or, when `with_vjp` is a function of the flat arguments (as `export()` passes), from it.
+    - `batched`, `batched_arguments`: also store a batched module (SPEC.md, "Batched module")
+      taking `batched_arguments` with a leading batch dimension, so that `jax.vmap` over them
+      runs it instead of a loop: its MLIR text, or a function of the flat arguments (as
+      `export()` passes) that is vmapped and lowered for any batch size.
     - `allow_custom_calls`: custom call targets to accept although they look tied to the
       producer's process (SPEC.md, "Normalization"); recorded in the manifest.
     - `expected`: expected results to store, as arrays (a sequence, or a mapping keyed like
@@ -125,6 +136,8 @@ def pack(
         expected if expected is None or isinstance(expected, str) else _inputs.from_python(expected),
         tuple(allow_custom_calls),
         with_vjp=with_vjp,
+        batched=batched,
+        batched_arguments=tuple(batched_arguments),
     )  # fmt: skip
     items = None if inputs is None else _inputs.from_python(inputs)
     return _pack(module, items, Path(out), options)
@@ -179,6 +192,8 @@ def _pack_checked(
     files = {MODULE_TEXT: text.encode(), MODULE_PORTABLE: portable}
     if opt.with_vjp:
         manifest = _add_backward(manifest, text, opt, target, files)
+    if opt.batched is not None:
+        manifest = _add_batched(manifest, opt, target, files)
     if opt.expected is not None:
         manifest = _add_expected(manifest, arrays, portable, opt)
     return write_bundle(out, manifest, files, arrays, force=opt.force)
@@ -204,6 +219,27 @@ def _add_backward(
     )
     vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
     return manifest.model_copy(update={"vjp": vjp})
+
+
+def _add_batched(
+    manifest: Manifest, opt: PackOptions, target: str, files: dict[str, bytes]
+) -> Manifest:
+    """Lower (or take) the batched module, check it, and add its two forms."""
+    from . import _batched
+
+    update = {"batched": BatchedModule(text=BATCHED_TEXT, arguments=list(opt.batched_arguments),
+                                       portable=PortableArtifact(file=BATCHED_PORTABLE, target_version=target))}  # fmt: skip
+    manifest = Manifest.model_validate(manifest.model_dump() | update)  # names checked first
+    assert opt.batched is not None and manifest.batched is not None
+    text = opt.batched
+    if callable(text):
+        text = _batched.lower(manifest, text, opt.batched_arguments)
+    parsed = _mlir.parse(text, path=BATCHED_TEXT)
+    _batched.check_signature(_mlir.main_types(parsed, path=BATCHED_TEXT), manifest,
+                             manifest.batched.arguments, BATCHED_TEXT)  # fmt: skip
+    files[BATCHED_TEXT] = text.encode()
+    files[BATCHED_PORTABLE] = _mlir.to_portable(parsed, target, path=BATCHED_TEXT)
+    return manifest
 
 
 def _add_expected(

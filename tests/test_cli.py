@@ -121,4 +121,4 @@ def test_newer_minor_version_warns_on_stderr(tmp_path):
     edit_manifest(b, lambda m: m.update(format_version="1.3"))
     r = cli("verify", b)
     assert r.returncode == 0
-    assert "warning: manifest.json: format_version 1.3 is newer than this reader's 1.0" in r.stderr
+    assert "warning: manifest.json: format_version 1.3 is newer than this reader's 1.1" in r.stderr

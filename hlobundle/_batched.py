@@ -1,0 +1,155 @@
+"""Batched modules (SPEC.md, "Batched module"): the function over a batch, stored so that
+`jax.vmap` of a bundle function runs one batched computation instead of a loop.
+
+- `lower`: the writer's: `jax.vmap` of a JAX function, exported with a symbolic batch size.
+- `check_signature`: the reader's check of a batched module's `@main` against the manifest.
+- `register` and `lookup`: the runner's. A bundle function registers, for the primitive call it
+  binds, the batched computation that can replace a loop over that call; the batching rule in
+  `_transforms` looks it up. Derivatives stay those of the loop (`Fast.run`), so every
+  transformation composes exactly as it does without a batched module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import _dtypes
+from ._errors import SignatureError
+from ._manifest import Manifest
+
+BATCH_DIMENSION = "b"  # the batch size's name in a lowered batched module
+
+
+def expected_types(
+    manifest: Manifest, batched_arguments: Sequence[str]
+) -> tuple[list[tuple[str, tuple[int | None, ...]]], list[tuple[str, tuple[int | None, ...]]]]:
+    """(dtype, shape) of a batched `@main`'s arguments and results; None is the batch size."""
+    batched = set(batched_arguments)
+    args = [
+        (a.dtype, (None, *a.shape) if a.name in batched else tuple(a.shape))
+        for a in manifest.arguments
+    ]
+    return args, [(r.dtype, (None, *r.shape)) for r in manifest.results]
+
+
+def check_signature(
+    types: tuple[Sequence[Any], Sequence[Any]],
+    manifest: Manifest,
+    batched_arguments: Sequence[str],
+    source: str,
+) -> None:
+    """`types` is `_mlir.main_types()` of the batched module."""
+    want_in, want_out = expected_types(manifest, batched_arguments)
+    got_in = [(t.dtype.name, t.shape) for t in types[0]]
+    got_out = [(t.dtype.name, t.shape) for t in types[1]]
+    if (got_in, got_out) != (want_in, want_out):
+        show = lambda ts: [f"{d}{list(s)}".replace("None", "?") for d, s in ts]  # noqa: E731
+        raise SignatureError(
+            f"the batched module {source} has signature {show(got_in)} -> {show(got_out)}; the "
+            f"manifest requires {show(want_in)} -> {show(want_out)} (SPEC.md, 'Batched module')",
+            path=source,
+            field="batched",
+        )
+
+
+def lower(
+    manifest: Manifest, fn: Callable[..., Sequence[Any]], batched_arguments: Sequence[str]
+) -> str:
+    """StableHLO text of `jax.vmap(fn)` over `batched_arguments`, for any batch size >= 1.
+
+    `fn` is a function of the flat arguments returning the flat results.
+    """
+    import jax
+    from jax import export
+
+    (b,) = export.symbolic_shape(BATCH_DIMENSION)
+    batched = set(batched_arguments)
+    mapped = [a.name in batched for a in manifest.arguments]
+    specs = [
+        jax.ShapeDtypeStruct(((b,) if m else ()) + tuple(a.shape), _dtypes.BY_NAME[a.dtype].numpy)
+        for a, m in zip(manifest.arguments, mapped, strict=True)
+    ]
+    over_batch = jax.vmap(
+        lambda *args: tuple(fn(*args)), in_axes=[0 if m else None for m in mapped]
+    )
+    return export.export(jax.jit(over_batch, keep_unused=True))(*specs).mlir_module()
+
+
+def symbolic_avals(manifest: Manifest) -> tuple[list[Any], list[Any]]:
+    """The batched module's argument and result avals, with a symbolic batch size."""
+    import jax
+    from jax import export
+
+    assert manifest.batched is not None
+    (b,) = export.symbolic_shape(BATCH_DIMENSION)
+    aval = lambda shape, dtype: jax.core.ShapedArray(  # noqa: E731
+        tuple(b if d is None else d for d in shape), _dtypes.BY_NAME[dtype].numpy
+    )
+    args, results = expected_types(manifest, manifest.batched.arguments)
+    return [aval(s, d) for d, s in args], [aval(s, d) for d, s in results]
+
+
+@dataclass(frozen=True)
+class Fast:
+    """A batched computation that can replace a loop over one primitive call.
+
+    `mapped[i]` says whether the batched computation takes argument i with a leading batch
+    dimension; `unused` arguments (never read) may be passed unbatched anyway. `call` takes
+    the primitive's arguments (batch dimension first) and returns its results, batched.
+    """
+
+    mapped: tuple[bool, ...]
+    unused: frozenset[int]
+    call: Callable[..., Sequence[Any]]
+    derivative: Literal["jvp", "vjp"]  # the loop's derivative the call is given
+
+    def accepts(self, mapped: Sequence[bool]) -> bool:
+        return all(
+            m == f or (i in self.unused and not m)
+            for i, (m, f) in enumerate(zip(mapped, self.mapped, strict=True))
+        )
+
+    def run(self, args: Sequence[Any], mapped: Sequence[bool], loop: Callable[..., Any]) -> Any:
+        """The batched call's results, with the derivatives of `loop` (same arguments)."""
+        import jax
+        import jax.numpy as jnp
+
+        size = next(x.shape[0] for x, m in zip(args, mapped, strict=True) if m)
+
+        def fast(*xs: Any) -> tuple[Any, ...]:
+            xs = tuple(
+                jnp.broadcast_to(x, (size, *x.shape)) if f and not m else x
+                for x, m, f in zip(xs, mapped, self.mapped, strict=True)
+            )
+            return tuple(self.call(*xs))
+
+        if self.derivative == "vjp":  # forward mode is not available: give the loop's VJP
+            f = jax.custom_vjp(fast)
+            f.defvjp(lambda *xs: jax.vjp(loop, *xs), lambda pullback, ct: pullback(ct))
+        else:
+            f = jax.custom_jvp(fast)
+            f.defjvp(lambda xs, ts: jax.jvp(loop, xs, ts))
+        return f(*args)
+
+
+_FAST: dict[Any, tuple[Any, Fast]] = {}  # key -> (the object keyed, kept alive; its Fast)
+
+
+def register(key: Any, fast: Fast) -> None:
+    """`key`: the `jax.export.Exported` a call binds (xla), or the module text (enzyme)."""
+    _FAST[key if isinstance(key, str) else id(key)] = (key, fast)
+
+
+def lookup(params: dict[str, Any]) -> Fast | None:
+    """The `Fast` registered for a primitive call with these parameters, if any."""
+    exported = params.get("exported")
+    if exported is not None:
+        entry = _FAST.get(id(exported))
+        return entry[1] if entry is not None and entry[0] is exported else None
+    source, pipeline = params.get("source"), params.get("pipeline_options")
+    if source is None or pipeline is None or pipeline.pass_pipeline():
+        return None  # not a plain enzyme-ad call (a derivative, or something else)
+    entry = _FAST.get(source[3])
+    return None if entry is None else entry[1]

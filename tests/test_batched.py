@@ -1,0 +1,186 @@
+"""Batched modules (SPEC 2.6): `jax.vmap` of a bundle function runs one batched computation when
+the bundle has one for the mapped arguments, a loop otherwise, with the same derivatives."""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import ROOT, cli, edit_manifest, sample
+
+import hlobundle
+
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "conformance"))
+import generate  # noqa: E402
+import lenet5  # noqa: E402
+
+BACKENDS = ["enzyme", "xla"]
+
+
+def loops(f, in_axes, *args) -> bool:
+    """Whether `jax.vmap(f, in_axes)` runs a loop (`lax.map` is a scan) rather than one call."""
+    return "scan" in str(jax.make_jaxpr(jax.vmap(f, in_axes))(*args))
+
+
+def close(got, want, rtol=1e-5):
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        w = np.asarray(w)
+        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        np.testing.assert_allclose(np.asarray(g), w, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.fixture(scope="module")
+def lenet(tmp_path_factory):
+    params, images = lenet5.init_params(), lenet5.example_images()
+    out = tmp_path_factory.mktemp("lenet") / "b"
+    bundle = hlobundle.export(
+        lenet5.lenet5, params, images, out=out, with_vjp=True, vmap_in_axes=(None, 0)
+    )
+    return hlobundle.load(bundle), params, np.stack([images * (i + 1) / 4 for i in range(5)])
+
+
+def test_export_records_the_batched_arguments(lenet):
+    bundle, _, _ = lenet
+    assert bundle.manifest.format_version == "1.1"
+    assert bundle.manifest.batched.arguments == ["images"]
+    bundle.verify()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("size", [1, 5])
+def test_vmap_runs_the_batched_module(lenet, backend, size):
+    bundle, params, batch = lenet
+    fn, batch = bundle.function(backend), batch[:size]
+    assert not loops(fn, (None, 0), params, batch)
+    close(jax.vmap(fn, (None, 0))(params, batch), jax.vmap(lenet5.lenet5, (None, 0))(params, batch))
+    close(
+        jax.jit(jax.vmap(fn, (None, 0)))(params, batch),
+        jax.vmap(lenet5.lenet5, (None, 0))(params, batch),
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_other_axes_and_empty_batches_loop(lenet, backend):
+    bundle, params, batch = lenet
+    fn = bundle.function(backend)
+    stacked = jax.tree_util.tree_map(lambda a: np.stack([a, 2 * a]), params)
+    assert loops(fn, (0, None), stacked, batch[0])
+    close(
+        jax.vmap(fn, (0, None))(stacked, batch[0]),
+        jax.vmap(lenet5.lenet5, (0, None))(stacked, batch[0]),
+    )
+    assert jax.vmap(fn, (None, 0))(params, batch[:0]).shape == (0, 4, 10)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_derivatives_are_the_loops(lenet, backend):
+    bundle, params, batch = lenet
+    fn = bundle.function(backend)
+
+    def total(f):
+        return lambda p, x: (jax.vmap(f, (None, 0))(p, x) ** 2).mean()
+
+    close(
+        jax.grad(total(fn), argnums=(0, 1))(params, batch),
+        jax.grad(total(lenet5.lenet5), argnums=(0, 1))(params, batch),
+    )
+
+    def per_example(f):
+        return jax.vmap(jax.grad(lambda p, x: (f(p, x) ** 2).mean()), (None, 0))
+
+    close(per_example(fn)(params, batch), per_example(lenet5.lenet5)(params, batch))
+    if backend == "enzyme":  # forward mode: the loop's, which Enzyme cannot do through pooling
+        with pytest.raises(
+            hlobundle.TransformError, match="forward derivative of stablehlo.reduce_window"
+        ):
+            jax.jvp(lambda x: jax.vmap(fn, (None, 0))(params, x), (batch,), (batch,))
+
+
+def _gate(mask, x, unused):
+    return jnp.where(mask, x * 2, x), (x * 3).astype(jnp.float16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_carried_dtypes_and_unused_arguments(tmp_path, backend):
+    # bool and float16 travel in other dtypes to hlo_call; `unused` is never read, and may be
+    # left unmapped although the batched module batches it.
+    mask, x, unused = (
+        sample((3,), "bool", 1),
+        sample((3,), "float16", 2),
+        sample((2,), "float32", 3),
+    )
+    out = hlobundle.export(_gate, mask, x, unused, out=tmp_path / "b", vmap_in_axes=0)
+    fn = hlobundle.load(out).function(backend)
+    masks, xs = np.stack([mask, ~mask]), np.stack([x, 2 * x])
+    for axes, args in (
+        ((0, 0, 0), (masks, xs, np.stack([unused] * 2))),
+        ((0, 0, None), (masks, xs, unused)),
+    ):
+        assert not loops(fn, axes, *args)
+        got, want = jax.vmap(fn, axes)(*args), jax.vmap(_gate, axes)(*args)
+        assert [g.dtype for g in got] == [w.dtype for w in want]
+        close(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_batched_module_written_by_hand(tmp_path, backend):
+    # Any producer's batched module, not only JAX's: the conformance case's.
+    fn = hlobundle.load(generate.scale(tmp_path, ["x"])).function(backend)
+    x, w = sample((4, 3), "float32", 1), sample((3,), "float32", 2)
+    assert not loops(fn, (0, None), x, w)
+    close(jax.vmap(fn, (0, None))(x, w), [x * w])
+    if backend == "enzyme":  # forward mode: the loop's JVP
+        tangent = np.ones_like(x)
+        _, (dy,) = jax.jvp(lambda x: jax.vmap(fn, (0, None))(x, w), (x,), (tangent,))
+        close(dy, tangent * w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bundle_never_uses_another_bundles_batched_module(lenet, tmp_path, backend):
+    _, params, batch = lenet
+    plain = hlobundle.export(lenet5.lenet5, params, batch[0], out=tmp_path / "plain")
+    assert loops(hlobundle.load(plain).function(backend), (None, 0), params, batch)
+
+
+def test_inspect_shows_it(tmp_path):
+    r = cli("inspect", str(generate.scale(tmp_path, ["x"])))
+    assert r.returncode == 0
+    assert "batched   batched.mlir + batched.mlirbc, over x" in r.stdout
+
+
+def test_reader_checks_the_batched_module(tmp_path):
+    out = generate.scale(tmp_path, ["x"])
+    edit_manifest(out, lambda m: m["batched"].update(arguments=["w"]))
+    with pytest.raises(
+        hlobundle.SignatureError, match="the batched module batched.mlir has signature"
+    ):
+        hlobundle.load(out)
+    edit_manifest(out, lambda m: m["batched"].update(arguments=["x", "x"]))
+    with pytest.raises(hlobundle.ManifestError, match="duplicate batched.arguments name"):
+        hlobundle.load(out)
+
+
+def test_writer_refuses_a_wrong_batched_module(tmp_path):
+    with pytest.raises(hlobundle.SignatureError) as e:
+        generate.scale(tmp_path, ["w"])
+    assert e.value.field == "batched"
+    assert not (tmp_path / "bundle").exists()
+
+
+@pytest.mark.parametrize(
+    ("axes", "message"),
+    [
+        ((None, None), "maps no argument"),
+        ((None, 1), "only 0 and None"),
+        ((None, 0, 0), "does not match the arguments"),
+    ],
+)
+def test_export_says_what_is_wrong_with_vmap_in_axes(tmp_path, axes, message):
+    w, x = sample((3, 2), "float32", 1), sample((4, 3), "float32", 2)
+    with pytest.raises(hlobundle.InputError, match=message) as e:
+        hlobundle.export(lambda w, x: x @ w, w, x, out=tmp_path / "b", vmap_in_axes=axes)
+    assert e.value.argument == "vmap_in_axes"
