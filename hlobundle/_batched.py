@@ -2,7 +2,7 @@
 `jax.vmap` of a bundle function runs one batched computation instead of a loop.
 
 - `lower`: the writer's: `jax.vmap` of a JAX function, exported with a symbolic batch size.
-- `check_signature`: the reader's check of a batched module's `@main` against the manifest.
+- `check`: the reader's (and writer's) check of a batched module against the manifest.
 - `register` and `lookup`: the runner's. A bundle function registers, for the primitive call it
   binds, the batched computation that can replace a loop over that call; the batching rule in
   `_transforms` looks it up. Derivatives stay those of the loop (`Fast.run`), so every
@@ -34,13 +34,12 @@ def expected_types(
     return args, [(r.dtype, (None, *r.shape)) for r in manifest.results]
 
 
-def check_signature(
-    types: tuple[Sequence[Any], Sequence[Any]],
-    manifest: Manifest,
-    batched_arguments: Sequence[str],
-    source: str,
-) -> None:
-    """`types` is `_mlir.main_types()` of the batched module."""
+def check(module: Any, manifest: Manifest, batched_arguments: Sequence[str], source: str) -> None:
+    """A parsed batched module has the signature SPEC 2.6 requires and is portable (6.1)."""
+    from . import _mlir
+    from ._normalize import refuse_unportable
+
+    types = _mlir.main_types(module, path=source)
     want_in, want_out = expected_types(manifest, batched_arguments)
     got_in = [(t.dtype.name, t.shape) for t in types[0]]
     got_out = [(t.dtype.name, t.shape) for t in types[1]]
@@ -52,6 +51,8 @@ def check_signature(
             path=source,
             field="batched",
         )
+    with _mlir.context():
+        refuse_unportable(module, set(manifest.module.allowed_custom_calls), source)
 
 
 def lower(

@@ -402,8 +402,7 @@ def _check_batched(module: Any, manifest: Manifest, source: str) -> None:
     from . import _batched
 
     assert manifest.batched is not None
-    types = _mlir.main_types(module, path=source)
-    _batched.check_signature(types, manifest, manifest.batched.arguments, source)
+    _batched.check(module, manifest, manifest.batched.arguments, source)
 
 
 def _check_backward(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:

@@ -235,8 +235,7 @@ def _add_batched(
     if callable(text):
         text = _batched.lower(manifest, text, opt.batched_arguments)
     parsed = _mlir.parse(text, path=BATCHED_TEXT)
-    _batched.check_signature(_mlir.main_types(parsed, path=BATCHED_TEXT), manifest,
-                             manifest.batched.arguments, BATCHED_TEXT)  # fmt: skip
+    _batched.check(parsed, manifest, manifest.batched.arguments, BATCHED_TEXT)
     files[BATCHED_TEXT] = text.encode()
     files[BATCHED_PORTABLE] = _mlir.to_portable(parsed, target, path=BATCHED_TEXT)
     return manifest

@@ -184,3 +184,36 @@ def test_export_says_what_is_wrong_with_vmap_in_axes(tmp_path, axes, message):
     with pytest.raises(hlobundle.InputError, match=message) as e:
         hlobundle.export(lambda w, x: x @ w, w, x, out=tmp_path / "b", vmap_in_axes=axes)
     assert e.value.argument == "vmap_in_axes"
+
+
+def test_a_non_portable_batched_module_is_refused(tmp_path):
+    bad = generate.BATCHED_SCALE.replace(
+        "%y = stablehlo.multiply %a0, %w : tensor<?x3xf32>",
+        "%y = stablehlo.custom_call @enzymexla_compile_cpu(%a0, %w) : (tensor<?x3xf32>, tensor<?x3xf32>) -> tensor<?x3xf32>",
+    )
+    t = "tensor<3xf32>"
+    text = generate.func([t, t], [t], [f"%y = stablehlo.multiply %a0, %a1 : {t}"], ["%y"])
+    with pytest.raises(hlobundle.ModuleError, match="not portable") as e:
+        hlobundle.pack(
+            text, None, tmp_path / "b", names=["x", "w"], batched=bad, batched_arguments=["x"]
+        )
+    assert e.value.code == "MODULE_NOT_PORTABLE"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradients_with_integer_and_bool_arguments(tmp_path, backend):
+    def f(mask, n, x):
+        return jnp.where(mask, x * n, jnp.sin(x))
+
+    mask, n, x = sample((3,), "bool", 1), np.int32(3), sample((3,), "float32", 2)
+    out = hlobundle.export(
+        f, mask, n, x, out=tmp_path / "b", with_vjp=True, vmap_in_axes=(0, None, 0)
+    )
+    fn = hlobundle.load(out).function(backend)
+    masks, xs = np.stack([mask, ~mask]), np.stack([x, x / 2])
+
+    def total(g):
+        return lambda xs: jax.vmap(g, (0, None, 0))(masks, n, xs).sum()
+
+    assert not loops(fn, (0, None, 0), masks, n, xs)
+    close(jax.grad(total(fn))(xs), jax.grad(total(f))(xs))
