@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -78,17 +79,18 @@ def lower(
     return export.export(jax.jit(over_batch, keep_unused=True))(*specs).mlir_module()
 
 
-def symbolic_avals(manifest: Manifest) -> tuple[list[Any], list[Any]]:
+def symbolic_avals(
+    manifest: Manifest, batched_arguments: Sequence[str]
+) -> tuple[list[Any], list[Any]]:
     """The batched module's argument and result avals, with a symbolic batch size."""
     import jax
     from jax import export
 
-    assert manifest.batched is not None
     (b,) = export.symbolic_shape(BATCH_DIMENSION)
     aval = lambda shape, dtype: jax.core.ShapedArray(  # noqa: E731
         tuple(b if d is None else d for d in shape), _dtypes.BY_NAME[dtype].numpy
     )
-    args, results = expected_types(manifest, manifest.batched.arguments)
+    args, results = expected_types(manifest, batched_arguments)
     return [aval(s, d) for d, s in args], [aval(s, d) for d, s in results]
 
 
@@ -135,22 +137,26 @@ class Fast:
         return f(*args)
 
 
-_FAST: dict[Any, tuple[Any, Fast]] = {}  # key -> (the object keyed, kept alive; its Fast)
+_BY_TEXT: dict[str, Fast] = {}  # enzyme: by the prepared module text (named after both modules)
+_BY_ID: dict[int, tuple[weakref.ref[Any], Fast]] = {}  # xla: by the Exported, while it lives
 
 
 def register(key: Any, fast: Fast) -> None:
     """`key`: the `jax.export.Exported` a call binds (xla), or the module text (enzyme)."""
-    _FAST[key if isinstance(key, str) else id(key)] = (key, fast)
+    if isinstance(key, str):
+        _BY_TEXT[key] = fast
+        return
+    _BY_ID[id(key)] = (weakref.ref(key), fast)
+    weakref.finalize(key, _BY_ID.pop, id(key), None)
 
 
 def lookup(params: dict[str, Any]) -> Fast | None:
     """The `Fast` registered for a primitive call with these parameters, if any."""
     exported = params.get("exported")
     if exported is not None:
-        entry = _FAST.get(id(exported))
-        return entry[1] if entry is not None and entry[0] is exported else None
+        entry = _BY_ID.get(id(exported))
+        return entry[1] if entry is not None and entry[0]() is exported else None
     source, pipeline = params.get("source"), params.get("pipeline_options")
     if source is None or pipeline is None or pipeline.pass_pipeline():
         return None  # not a plain enzyme-ad call (a derivative, or something else)
-    entry = _FAST.get(source[3])
-    return None if entry is None else entry[1]
+    return _BY_TEXT.get(source[3])

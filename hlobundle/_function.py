@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _batched, _dtypes
 from ._errors import ConfigError, InputError, TransformError
-from ._manifest import Argument, Manifest
+from ._manifest import Argument, BatchedModule, Manifest
 from ._sharding import partition_spec_entries
 from ._transforms import check_derivatives, install_rules, register_module
 
@@ -338,8 +338,8 @@ def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
 def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     prepared = bundle.prepared_for_hlo_call
     register_module(prepared.text, bundle.enzyme_blockers)
-    if _batchable(bundle):
-        _batched.register(prepared.text, _fast(bundle, "jvp", prepared))
+    if (batched := _batched_module(bundle)) is not None:
+        _batched.register(prepared.text, _fast(bundle, batched, "jvp", prepared))
     return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
 
 
@@ -379,18 +379,21 @@ def _xla_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
                                 get_vjp=_no_second_order)  # fmt: skip
 
     exported = exported_for(m, bundle.portable_artifact, get_vjp=get_vjp)
-    if _batchable(bundle):
-        _batched.register(exported, _fast(bundle, "vjp"))
+    if (batched := _batched_module(bundle)) is not None:
+        _batched.register(exported, _fast(bundle, batched, "vjp"))
     return lambda *flat: tuple(exported.call(*flat))
 
 
-def _batchable(bundle: Bundle) -> bool:
-    """A batched module is used for unsharded bundles (it is lowered for one device)."""
-    return bundle.manifest.batched is not None and bundle.manifest.mesh is None
+def _batched_module(bundle: Bundle) -> BatchedModule | None:
+    """The batched module to use: only unsharded bundles use one (it is lowered for one device)."""
+    return bundle.manifest.batched if bundle.manifest.mesh is None else None
 
 
 def _fast(
-    bundle: Bundle, derivative: Literal["jvp", "vjp"], prepared: Prepared | None = None
+    bundle: Bundle,
+    batched_module: BatchedModule,
+    derivative: Literal["jvp", "vjp"],
+    prepared: Prepared | None = None,
 ) -> Any:
     """The batched module, run by jax.export, in place of a loop over the bundle's call.
 
@@ -398,8 +401,7 @@ def _fast(
     they are converted, exactly, to the manifest's dtypes and back.
     """
     m = bundle.manifest
-    assert m.batched is not None
-    inputs, outputs = _batched.symbolic_avals(m)
+    inputs, outputs = _batched.symbolic_avals(m, batched_module.arguments)
     batched = exported_for(m, bundle.batched_artifact, inputs=inputs, outputs=outputs,
                            name=f"{m.function}_batched", polymorphic=True)  # fmt: skip
     call = batched.call
@@ -410,7 +412,7 @@ def _fast(
             outs = batched.call(*[x.astype(d) for x, d in zip(xs, args, strict=True)])
             return [o if c is None else o.astype(c) for o, c in zip(outs, prepared.result_carriers, strict=True)]  # fmt: skip
 
-    names = set(m.batched.arguments)
+    names = set(batched_module.arguments)
     mapped = tuple(a.name in names for a in m.arguments)
     return _batched.Fast(mapped, bundle.signature.unused, call, derivative)
 

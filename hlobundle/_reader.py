@@ -70,10 +70,10 @@ class Bundle:
                 self.manifest,
                 vjp_file,
             )
-        if self.manifest.batched is not None:
-            name = self.manifest.batched.text
-            text = self._file(name).read_text(encoding="utf-8")
-            _check_batched(_mlir.parse(text, path=name), self.manifest, name)
+        if (batched := self.manifest.batched) is not None:
+            text = self._file(batched.text).read_text(encoding="utf-8")
+            module = _mlir.parse(text, path=batched.text)
+            _check_batched(module, self.manifest, batched.arguments, batched.text)
         self._tensor_files = _open_tensor_files(root, self.manifest)
 
     def __repr__(self) -> str:
@@ -210,11 +210,10 @@ class Bundle:
             name = self.manifest.vjp.portable.file
             backward = _mlir.from_portable(self._file(name).read_bytes(), path=name)
             _check_backward(_mlir.signature(backward, path=name), self.manifest, name)
-        if self.manifest.batched is not None:
-            name = self.manifest.batched.portable.file
-            _check_batched(
-                _mlir.from_portable(self._file(name).read_bytes(), path=name), self.manifest, name
-            )
+        if (batched := self.manifest.batched) is not None:
+            name = batched.portable.file
+            module = _mlir.from_portable(self._file(name).read_bytes(), path=name)
+            _check_batched(module, self.manifest, batched.arguments, name)
 
     def _file(self, name: str) -> Path:
         return _paths.resolve(self.path, name)
@@ -398,11 +397,10 @@ def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> N
         )
 
 
-def _check_batched(module: Any, manifest: Manifest, source: str) -> None:
+def _check_batched(module: Any, manifest: Manifest, arguments: list[str], source: str) -> None:
     from . import _batched
 
-    assert manifest.batched is not None
-    _batched.check(module, manifest, manifest.batched.arguments, source)
+    _batched.check(module, manifest, arguments, source)
 
 
 def _check_backward(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:

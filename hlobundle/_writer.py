@@ -193,7 +193,7 @@ def _pack_checked(
     if opt.with_vjp:
         manifest = _add_backward(manifest, text, opt, target, files)
     if opt.batched is not None:
-        manifest = _add_batched(manifest, opt, target, files)
+        manifest = _add_batched(manifest, opt.batched, opt.batched_arguments, target, files)
     if opt.expected is not None:
         manifest = _add_expected(manifest, arrays, portable, opt)
     return write_bundle(out, manifest, files, arrays, force=opt.force)
@@ -222,20 +222,22 @@ def _add_backward(
 
 
 def _add_batched(
-    manifest: Manifest, opt: PackOptions, target: str, files: dict[str, bytes]
+    manifest: Manifest,
+    source: str | Callable[..., Any],
+    arguments: Sequence[str],
+    target: str,
+    files: dict[str, bytes],
 ) -> Manifest:
-    """Lower (or take) the batched module, check it, and add its two forms."""
+    """Take (MLIR text) or lower (a function) the batched module, check it, add its two forms."""
     from . import _batched
 
-    update = {"batched": BatchedModule(text=BATCHED_TEXT, arguments=list(opt.batched_arguments),
-                                       portable=PortableArtifact(file=BATCHED_PORTABLE, target_version=target))}  # fmt: skip
-    manifest = Manifest.model_validate(manifest.model_dump() | update)  # names checked first
-    assert opt.batched is not None and manifest.batched is not None
-    text = opt.batched
-    if callable(text):
-        text = _batched.lower(manifest, text, opt.batched_arguments)
+    batched = BatchedModule(text=BATCHED_TEXT, arguments=list(arguments),
+                            portable=PortableArtifact(file=BATCHED_PORTABLE, target_version=target))  # fmt: skip
+    # Validating first refuses unknown or repeated argument names before anything is lowered.
+    manifest = Manifest.model_validate(manifest.model_dump() | {"batched": batched})
+    text = source if isinstance(source, str) else _batched.lower(manifest, source, arguments)
     parsed = _mlir.parse(text, path=BATCHED_TEXT)
-    _batched.check(parsed, manifest, manifest.batched.arguments, BATCHED_TEXT)
+    _batched.check(parsed, manifest, arguments, BATCHED_TEXT)
     files[BATCHED_TEXT] = text.encode()
     files[BATCHED_PORTABLE] = _mlir.to_portable(parsed, target, path=BATCHED_TEXT)
     return manifest
