@@ -75,7 +75,7 @@ class BundleFunction:
         self.backend = resolve_backend(backend)
         self.donated = donated_arguments(self.manifest, donate)
         impl = _enzyme_impl(bundle) if self.backend == "enzyme" else _xla_impl(bundle)
-        install_rules()
+        install_rules(self.backend)
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
         self._used = [

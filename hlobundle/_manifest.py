@@ -26,6 +26,7 @@ from ._errors import HloBundleWarning, ManifestError, VersionError
 
 # Format version history (SPEC.md, "Versions"):
 # 1.0 (2026-12-02): first version.
+# 1.1 (2026-12-02): `batched`, an optional batched module.
 FORMAT = "hlobundle"
 FORMAT_VERSION = "1.1"
 MANIFEST_NAME = "manifest.json"

@@ -22,7 +22,7 @@ DEFAULT_COMPATIBILITY = "WEEK_12"
 
 @dataclass(frozen=True)
 class TensorType:
-    shape: tuple[int, ...]  # for `main_types(dynamic=True)`, None is a dynamic dimension
+    shape: tuple[int, ...]  # None is a dynamic dimension (only `main_types` allows them)
     dtype: _dtypes.DType
 
 

@@ -64,15 +64,14 @@ class Bundle:
             refuse_unportable(module, set(self.manifest.module.allowed_custom_calls), text_file)
         if self.manifest.vjp is not None:
             vjp_file = self.manifest.vjp.text
-            vjp_text = self._file(vjp_file).read_text(encoding="utf-8")
+            vjp_text = self._text(vjp_file)
             _check_backward(
                 _mlir.signature(_mlir.parse(vjp_text, path=vjp_file), path=vjp_file),
                 self.manifest,
                 vjp_file,
             )
         if (batched := self.manifest.batched) is not None:
-            text = self._file(batched.text).read_text(encoding="utf-8")
-            module = _mlir.parse(text, path=batched.text)
+            module = _mlir.parse(self._text(batched.text), path=batched.text)
             _check_batched(module, self.manifest, batched.arguments, batched.text)
         self._tensor_files = _open_tensor_files(root, self.manifest)
 
@@ -93,7 +92,10 @@ class Bundle:
 
     @cached_property
     def module_text(self) -> str:
-        name = self.manifest.module.text
+        return self._text(self.manifest.module.text)
+
+    def _text(self, name: str) -> str:
+        """An MLIR text file of the bundle."""
         try:
             return self._file(name).read_text(encoding="utf-8")
         except UnicodeDecodeError as e:

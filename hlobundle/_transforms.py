@@ -39,30 +39,29 @@ _AD_TRACERS = ("JVPTracer", "LinearizeTracer")
 
 
 @cache
-def install_rules() -> None:
-    """Add the rules above to the primitives a bundle function binds, once per process."""
-    from jax._src.export._export import call_exported_p
+def install_rules(backend: str) -> None:
+    """Add the rules above to the primitives the backend's functions bind, once per process.
+
+    The xla backend's rules never import enzyme-ad.
+    """
+    if backend != "enzyme":
+        from jax._src.export._export import call_exported_p
+
+        _register_loop_rule(call_exported_p)
+        return
+    from enzyme_ad.jax import primitives
     from jax._src.interpreters import partial_eval as pe
 
-    prims = [call_exported_p]
-    try:
-        from enzyme_ad.jax import primitives
-    except ImportError:
-        pass
-    else:
-        prims += [
-            getattr(primitives, n)
-            for n in dir(primitives)
-            if n.startswith("_enzyme_") and n.endswith("_p")
-        ]
-        primal = primitives._enzyme_primal_p
-        rule = pe.custom_partial_eval_rules.get(primal)
-        if rule is not None:
-            pe.partial_eval_jaxpr_custom_rules.setdefault(primal, _remat_rule(rule))
-        _register_lowering(primitives._enzyme_shadow_aug_p, _shadow_lowering(primitives))
-        _guard(primal)
-    for prim in prims:
-        _register_loop_rule(prim)
+    install_rules("xla")  # a batched module runs through jax.export on either backend
+    for name in dir(primitives):
+        if name.startswith("_enzyme_") and name.endswith("_p"):
+            _register_loop_rule(getattr(primitives, name))
+    primal = primitives._enzyme_primal_p
+    rule = pe.custom_partial_eval_rules.get(primal)
+    if rule is not None:
+        pe.partial_eval_jaxpr_custom_rules.setdefault(primal, _remat_rule(rule))
+    _register_lowering(primitives._enzyme_shadow_aug_p, _shadow_lowering(primitives))
+    _guard(primal)
 
 
 def _register_loop_rule(prim: Any) -> None:

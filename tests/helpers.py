@@ -107,3 +107,11 @@ def cli(*args: Any, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         text=True,
         env={**os.environ, **(env or {})},
     )
+
+
+def assert_close(got: Any, want: Any, rtol: float = 1e-5) -> None:
+    """Pytrees agree leaf by leaf, to `rtol` relative to each leaf's largest magnitude (>= 1)."""
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT, cli, edit_manifest, sample
+from helpers import ROOT, assert_close, cli, edit_manifest, rehash, sample
 
 import hlobundle
 
@@ -24,13 +24,6 @@ BACKENDS = ["enzyme", "xla"]
 def loops(f, in_axes, *args) -> bool:
     """Whether `jax.vmap(f, in_axes)` runs a loop (`lax.map` is a scan) rather than one call."""
     return "scan" in str(jax.make_jaxpr(jax.vmap(f, in_axes))(*args))
-
-
-def close(got, want, rtol=1e-5):
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
-        w = np.asarray(w)
-        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
-        np.testing.assert_allclose(np.asarray(g), w, rtol=rtol, atol=rtol * scale)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +49,10 @@ def test_vmap_runs_the_batched_module(lenet, backend, size):
     bundle, params, batch = lenet
     fn, batch = bundle.function(backend), batch[:size]
     assert not loops(fn, (None, 0), params, batch)
-    close(jax.vmap(fn, (None, 0))(params, batch), jax.vmap(lenet5.lenet5, (None, 0))(params, batch))
-    close(
+    assert_close(
+        jax.vmap(fn, (None, 0))(params, batch), jax.vmap(lenet5.lenet5, (None, 0))(params, batch)
+    )
+    assert_close(
         jax.jit(jax.vmap(fn, (None, 0)))(params, batch),
         jax.vmap(lenet5.lenet5, (None, 0))(params, batch),
     )
@@ -69,7 +64,7 @@ def test_other_axes_and_empty_batches_loop(lenet, backend):
     fn = bundle.function(backend)
     stacked = jax.tree_util.tree_map(lambda a: np.stack([a, 2 * a]), params)
     assert loops(fn, (0, None), stacked, batch[0])
-    close(
+    assert_close(
         jax.vmap(fn, (0, None))(stacked, batch[0]),
         jax.vmap(lenet5.lenet5, (0, None))(stacked, batch[0]),
     )
@@ -84,7 +79,7 @@ def test_derivatives_are_the_loops(lenet, backend):
     def total(f):
         return lambda p, x: (jax.vmap(f, (None, 0))(p, x) ** 2).mean()
 
-    close(
+    assert_close(
         jax.grad(total(fn), argnums=(0, 1))(params, batch),
         jax.grad(total(lenet5.lenet5), argnums=(0, 1))(params, batch),
     )
@@ -92,7 +87,7 @@ def test_derivatives_are_the_loops(lenet, backend):
     def per_example(f):
         return jax.vmap(jax.grad(lambda p, x: (f(p, x) ** 2).mean()), (None, 0))
 
-    close(per_example(fn)(params, batch), per_example(lenet5.lenet5)(params, batch))
+    assert_close(per_example(fn)(params, batch), per_example(lenet5.lenet5)(params, batch))
     if backend == "enzyme":  # forward mode: the loop's, which Enzyme cannot do through pooling
         with pytest.raises(
             hlobundle.TransformError, match="forward derivative of stablehlo.reduce_window"
@@ -123,7 +118,7 @@ def test_carried_dtypes_and_unused_arguments(tmp_path, backend):
         assert not loops(fn, axes, *args)
         got, want = jax.vmap(fn, axes)(*args), jax.vmap(_gate, axes)(*args)
         assert [g.dtype for g in got] == [w.dtype for w in want]
-        close(got, want)
+        assert_close(got, want)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -132,11 +127,11 @@ def test_a_batched_module_written_by_hand(tmp_path, backend):
     fn = hlobundle.load(generate.scale(tmp_path, ["x"])).function(backend)
     x, w = sample((4, 3), "float32", 1), sample((3,), "float32", 2)
     assert not loops(fn, (0, None), x, w)
-    close(jax.vmap(fn, (0, None))(x, w), [x * w])
+    assert_close(jax.vmap(fn, (0, None))(x, w), [x * w])
     if backend == "enzyme":  # forward mode: the loop's JVP
         tangent = np.ones_like(x)
         _, (dy,) = jax.jvp(lambda x: jax.vmap(fn, (0, None))(x, w), (x,), (tangent,))
-        close(dy, tangent * w)
+        assert_close(dy, tangent * w)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -161,6 +156,11 @@ def test_reader_checks_the_batched_module(tmp_path):
         hlobundle.load(out)
     edit_manifest(out, lambda m: m["batched"].update(arguments=["x", "x"]))
     with pytest.raises(hlobundle.ManifestError, match="duplicate batched.arguments name"):
+        hlobundle.load(out)
+    edit_manifest(out, lambda m: m["batched"].update(arguments=["x"]))
+    (out / "batched.mlir").write_bytes(b"\xff\xfe not text")
+    rehash(out, "batched.mlir")
+    with pytest.raises(hlobundle.ModuleError, match="batched.mlir is not UTF-8 text"):
         hlobundle.load(out)
 
 
@@ -216,4 +216,4 @@ def test_gradients_with_integer_and_bool_arguments(tmp_path, backend):
         return lambda xs: jax.vmap(g, (0, None, 0))(masks, n, xs).sum()
 
     assert not loops(fn, (0, None, 0), masks, n, xs)
-    close(jax.grad(total(fn))(xs), jax.grad(total(f))(xs))
+    assert_close(jax.grad(total(fn))(xs), jax.grad(total(f))(xs))

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT, sample
+from helpers import ROOT, assert_close, sample
 
 import hlobundle
 
@@ -19,13 +19,6 @@ sys.path.insert(0, str(ROOT / "examples"))
 import lenet5  # noqa: E402
 
 BACKENDS = ["enzyme", "xla"]
-
-
-def assert_close(got, want, rtol=1e-5):
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
-        g, w = np.asarray(g), np.asarray(w)
-        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)
 
 
 @pytest.fixture(scope="module")
