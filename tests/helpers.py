@@ -17,6 +17,9 @@ import pytest
 import hlobundle
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "conformance"))
+import generate  # noqa: E402  (conformance/generate.py: the cases' generator)
+
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "reactant"
 
 ALL_DTYPES = [
@@ -32,16 +35,8 @@ def np_dtype(name: str) -> np.dtype:
 
 
 def sample(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
-    """Deterministic values that are exactly representable in `dtype`."""
-    rng = np.random.default_rng(seed)
-    dt = np_dtype(dtype)
-    if dt == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    if dt.kind in "iu":
-        return rng.integers(0, 100, shape).astype(dt)
-    if dt.kind == "c":
-        return (rng.integers(-8, 8, shape) + 1j * rng.integers(-8, 8, shape)).astype(dt)
-    return rng.integers(1, 8, shape).astype(np.float32).astype(dt)
+    """Deterministic values that are exactly representable in `dtype` (the conformance cases')."""
+    return generate.values(shape, dtype, seed)
 
 
 def lowered_text(fn: Any, *args: Any) -> str:

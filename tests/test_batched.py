@@ -9,13 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT, assert_close, cli, edit_manifest, rehash, sample
+from helpers import ROOT, assert_close, cli, edit_manifest, generate, rehash, sample
 
 import hlobundle
 
 sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT / "conformance"))
-import generate  # noqa: E402
 import lenet5  # noqa: E402
 
 BACKENDS = ["enzyme", "xla"]
