@@ -14,8 +14,11 @@ HloBundleError
 │   ├── FileSetError               FILE_MISSING, FILE_UNLISTED
 │   ├── IntegrityError             SIZE_MISMATCH, HASH_MISMATCH
 │   ├── TensorFileError            SAFETENSORS_INVALID, TENSOR_MISMATCH
-│   └── SignatureError             SIGNATURE_MISMATCH
+│   ├── SignatureError             SIGNATURE_MISMATCH
+│   ├── ModuleMismatchError        MODULE_MISMATCH
+│   └── LimitError                 LIMIT_EXCEEDED
 ├── ModuleError                MLIR_INVALID, DTYPE_UNSUPPORTED
+│   └── NotPortableError           MODULE_NOT_PORTABLE
 ├── InputError                 INPUT_INVALID, INPUT_AMBIGUOUS
 ├── ConfigError                X64_DISABLED, BACKEND_UNAVAILABLE, DEVICES_UNAVAILABLE
 ├── TransformError             TRANSFORM_UNSUPPORTED
@@ -35,9 +38,12 @@ __all__ = [
     "HloBundleWarning",
     "InputError",
     "IntegrityError",
+    "LimitError",
     "ManifestError",
     "ModuleError",
+    "ModuleMismatchError",
     "NotABundleError",
+    "NotPortableError",
     "OutputExistsError",
     "SignatureError",
     "TransformError",
@@ -126,8 +132,26 @@ class SignatureError(BundleError):
     code = "SIGNATURE_MISMATCH"
 
 
+class ModuleMismatchError(BundleError):
+    """A module's text and its portable artifact are not the same program (SPEC.md 8)."""
+
+    code = "MODULE_MISMATCH"
+
+
+class LimitError(BundleError):
+    """Something exceeds a limit of SPEC.md section 8 (size, nesting, rank, header, allocation)."""
+
+    code = "LIMIT_EXCEEDED"
+
+
 class ModuleError(HloBundleError):
     code = "MLIR_INVALID"
+
+
+class NotPortableError(ModuleError):
+    """The module holds an op or custom call outside the allow-list (SPEC.md 6.1 and 8)."""
+
+    code = "MODULE_NOT_PORTABLE"
 
 
 class InputError(HloBundleError):

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from . import _dtypes
+from . import _dtypes, _prechecks
 from ._errors import ModuleError
+from ._mlir_context import new_context
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir
@@ -54,47 +55,48 @@ class Signature:
     sharding: Sharding | None = None
 
 
-def registry() -> ir.DialectRegistry:
-    from jaxlib.mlir import ir
-    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-
-    reg = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(reg)
-    return reg
-
-
-def register_dialects(ctx: ir.Context) -> None:
-    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
-
-    for dialect in (stablehlo, chlo, sdy):
-        dialect.register_dialect(ctx)
-    mhlo.register_mhlo_dialect(ctx)
-
-
 @cache
 def context() -> ir.Context:
     """One MLIR context with the dialects JAX registers (func, stablehlo, chlo, sdy, mhlo...)."""
+    return new_context()
+
+
+def parse(
+    text: str | bytes, *, path: str | None = None, ctx: ir.Context | None = None
+) -> ir.Module:
+    """Parse a text module, after the pre-checks that keep MLIR's parser from crashing."""
     from jaxlib.mlir import ir
 
-    ctx = ir.Context()
-    ctx.append_dialect_registry(registry())
-    ctx.load_all_available_dialects()
-    register_dialects(ctx)
-    return ctx
-
-
-def parse(text: str | bytes, *, path: str | None = None) -> ir.Module:
-    from jaxlib.mlir import ir
-
-    with context(), ir.Location.unknown():
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    _prechecks.check_mlir_text(data, path=path or "<module>")
+    with ctx or context(), ir.Location.unknown():
         try:
-            return ir.Module.parse(text)
+            return ir.Module.parse(data)
         except ir.MLIRError as e:
             raise ModuleError(f"the MLIR does not parse: {short(str(e))}", path=path) from None
 
 
+def string_attr(op: ir.Operation, key: str, path: str | None) -> str:
+    """The string attribute `key` of `op`; a missing or non-string one is a ModuleError."""
+    from jaxlib.mlir import ir
+
+    attrs = op.attributes
+    if key not in attrs or not isinstance(attrs[key], ir.StringAttr):
+        raise ModuleError(
+            f"{op.name} at {location(op)}: attribute {key} must be a string", path=path
+        )
+    return ir.StringAttr(attrs[key]).value
+
+
 def signature(module: ir.Module, *, path: str | None = None) -> Signature:
     """Read `@main`'s types; every one must be a static tensor of a dtype in the table."""
+    try:
+        return _signature(module, path)
+    except (ValueError, TypeError, IndexError, KeyError) as e:  # attributes of the wrong kind
+        raise ModuleError(f"@main's attributes are malformed: {short(str(e))}", path=path) from None
+
+
+def _signature(module: ir.Module, path: str | None) -> Signature:
     from jaxlib.mlir import ir
 
     with context():
@@ -142,6 +144,12 @@ def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:
         if op.operation.name == "func.func" and "sym_name" in attrs:
             name = ir.StringAttr(attrs["sym_name"]).value
             if name == ENTRY:
+                if not op.operation.regions[0].blocks:
+                    raise ModuleError(
+                        f"@{ENTRY} is a declaration without a body; a bundle's entry must "
+                        "define the computation",
+                        path=path,
+                    )
                 return op.operation
             names.append(name)
     raise ModuleError(
@@ -194,7 +202,7 @@ def _sharding(
     def read(attrs: ir.DictAttr | None) -> tuple[tuple[tuple[str, ...], ...] | None, str | None]:
         if attrs is None:
             return None, None
-        hlo = ir.StringAttr(attrs["mhlo.sharding"]).value if "mhlo.sharding" in attrs else None
+        hlo = _dict_string(attrs, "mhlo.sharding", path)
         if "sdy.sharding" not in attrs:
             return None, hlo
         t = sdy.TensorShardingAttr(attrs["sdy.sharding"])
@@ -220,6 +228,16 @@ def _sharding(
                     tuple(h for _, h in args), tuple(h for _, h in results))  # fmt: skip
 
 
+def _dict_string(attrs: ir.DictAttr, key: str, path: str | None) -> str | None:
+    from jaxlib.mlir import ir
+
+    if key not in attrs:
+        return None
+    if not isinstance(attrs[key], ir.StringAttr):
+        raise ModuleError(f"@main's {key} must be a string, got {attrs[key]}", path=path)
+    return ir.StringAttr(attrs[key]).value
+
+
 def _aliases(main: ir.Operation) -> dict[int, int]:
     from jaxlib.mlir import ir
 
@@ -241,12 +259,22 @@ def default_target() -> str:
 
 
 def to_portable(module: ir.Module, target: str, *, path: str | None = None) -> bytes:
-    """Serialize to a versioned StableHLO portable artifact (bytecode)."""
+    """Serialize to a versioned StableHLO portable artifact (bytecode).
+
+    StableHLO's serializer rewrites the module it is given into VHLO in place, so it is given
+    a copy (made through MLIR bytecode of our own, never untrusted bytes).
+    """
+    import io
+
+    from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
     with context():
+        copy = ir.Module.parse(buffer.getvalue())
         try:
-            return bytes(stablehlo.serialize_portable_artifact(module, target, True))
+            return bytes(stablehlo.serialize_portable_artifact(copy, target, True))
         except Exception as e:  # the bindings raise bare ValueError/RuntimeError
             raise ModuleError(
                 f"cannot write a StableHLO portable artifact for target {target}: {short(str(e))}",
@@ -255,6 +283,8 @@ def to_portable(module: ir.Module, target: str, *, path: str | None = None) -> b
 
 
 def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
+    """Deserialize a portable artifact this process wrote itself; never untrusted bytes (those
+    go through `_portable.canonical_in_child`)."""
     from jaxlib.mlir.dialects import stablehlo
 
     try:

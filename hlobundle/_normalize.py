@@ -10,9 +10,9 @@ is recorded as one line in `module.normalizations`, so that nothing is lost sile
   (`llvm.module_flags`) are removed;
 - a quoted or truncated module name (`@"reactant_Chain{@..."`) becomes an identifier.
 
-Modules that cannot travel are refused: custom calls into the producer's process
-(`enzymexla_*`, `reactant_*` targets) unless explicitly allowed, `enzymexla.jit_call`,
-`enzymexla.kernel_call`, `llvm.func`, and any op of a dialect JAX does not know.
+Modules that cannot travel are refused by the allow-list of `_policy`: custom calls into the
+producer's process, `enzymexla.jit_call`, `enzymexla.kernel_call`, `llvm.func`, host transfers,
+and any op outside the dialects a bundle may hold.
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ from functools import cache
 from typing import Any
 
 from . import _mlir
-from ._errors import ModuleError
+from ._mlir_context import new_context
+from ._policy import refuse_unportable
 
 PRODUCER_NAMESPACES = ("enzymexla.", "enzyme.", "reactant.")
-UNPORTABLE_TARGET_PREFIXES = ("enzymexla_", "reactant_")
-UNPORTABLE_OPS = ("enzymexla.jit_call", "enzymexla.kernel_call", "llvm.func")
 PREAMBLE = "Module:"
 
 
@@ -43,14 +42,7 @@ class Normalized:
 @cache
 def _lenient_context() -> Any:
     """JAX's dialects, plus unregistered ones kept as opaque, so that they can be removed."""
-    from jaxlib.mlir import ir
-
-    ctx = ir.Context()
-    ctx.append_dialect_registry(_mlir.registry())
-    ctx.load_all_available_dialects()
-    _mlir.register_dialects(ctx)
-    ctx.allow_unregistered_dialects = True
-    return ctx
+    return new_context(allow_unregistered=True)
 
 
 def normalize(
@@ -61,16 +53,11 @@ def normalize(
 
     changes: list[str] = []
     body = _strip_preamble(text, changes)
+    module = _mlir.parse(body, path=path, ctx=_lenient_context())
     with _lenient_context(), ir.Location.unknown():
-        try:
-            module = ir.Module.parse(body)
-        except ir.MLIRError as e:
-            raise ModuleError(
-                f"the MLIR does not parse: {_mlir.short(str(e))}", path=path
-            ) from None
-        calls = refuse_unportable(module, set(allow_custom_calls), path)
         _drop_module_attribute(module, "llvm.data_layout", changes)
         _drop_unnamed_top_level_ops(module, changes)
+        calls = refuse_unportable(module, allow_custom_calls, path)
         _strip_producer_attributes(module, changes)
         _clean_module_name(module, changes)
         out = str(module) if changes else text
@@ -83,36 +70,6 @@ def _strip_preamble(text: str, changes: list[str]) -> str:
         changes.append(f"removed a leading {PREAMBLE!r} line")
         return rest
     return text
-
-
-def refuse_unportable(module: Any, allowed: set[str], path: str | None) -> tuple[str, ...]:
-    from jaxlib.mlir import ir
-
-    calls: list[str] = []
-    problems: list[str] = []
-
-    def visit(op: Any) -> Any:
-        name = op.name
-        if name in ("stablehlo.custom_call", "mhlo.custom_call"):
-            target = ir.StringAttr(op.attributes["call_target_name"]).value
-            calls.append(target)
-            if target.startswith(UNPORTABLE_TARGET_PREFIXES) and target not in allowed:
-                problems.append(f"custom_call @{target} at {_mlir.location(op)}")
-        elif name in UNPORTABLE_OPS or not op.context.is_registered_operation(name):
-            problems.append(f"{name} at {_mlir.location(op)}")
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if problems:
-        raise ModuleError(
-            f"the module is not portable: {'; '.join(problems[:5])}. It calls into the process "
-            "that produced it (a pointer, a Julia callback, or LLVM code), so no other process "
-            "can run it. If a custom call target is registered where the bundle will run, "
-            "allow it with --allow-custom-call NAME (SPEC.md, 'Normalization')",
-            code="MODULE_NOT_PORTABLE",
-            path=path,
-        )
-    return tuple(sorted(set(calls)))
 
 
 def _drop_module_attribute(module: Any, name: str, changes: list[str]) -> None:

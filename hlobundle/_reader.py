@@ -5,20 +5,20 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from . import _dtypes, _mlir, _paths, _tensors
+from . import _dtypes, _limits, _mlir, _paths, _portable, _prechecks, _stored, _tensors
 from ._errors import (
     FileSetError,
     IntegrityError,
     ManifestError,
     ModuleError,
     NotABundleError,
-    SignatureError,
     TensorFileError,
     UnsafePathError,
 )
@@ -26,12 +26,12 @@ from ._manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     Argument,
+    FileEntry,
     Manifest,
     Result,
     TensorRef,
     parse_manifest,
 )
-from ._normalize import refuse_unportable
 
 if TYPE_CHECKING:
     from ._function import BundleFunction
@@ -39,14 +39,39 @@ if TYPE_CHECKING:
     from ._transforms import EnzymeBlockers
 
 
-def load(path: str | os.PathLike[str]) -> Bundle:
-    """Open a bundle and check everything but the checksums (`Bundle.verify()` adds those).
+def load(path: str | os.PathLike[str], *, verify: bool = False) -> Bundle:
+    """Open a bundle and check everything but the tensor checksums (`Bundle.verify()` adds those).
 
     Loading checks the structure, the format version, the path rules, every file's size, and
-    that the manifest, `@main`'s signature and the safetensors headers agree. Tensor data is
-    not read: `Bundle.tensor()` maps it lazily.
+    that the manifest, `@main`'s signature and the safetensors headers agree. Every module file
+    is read once into memory, its sha256 checked and parsed from those bytes, which are the
+    ones that run. Tensor data is not read: `Bundle.tensor()` maps it lazily from the files
+    opened here.
+
+    **Arguments:**
+
+    - `verify`: also run `Bundle.verify()`, reading every tensor file into private memory first,
+      so that the tensors used are exactly the bytes whose sha256 was checked.
     """
-    return Bundle(Path(path))
+    bundle = Bundle(Path(path))
+    if verify:
+        bundle.verify(in_memory=True)
+    return bundle
+
+
+@dataclass(frozen=True)
+class StoredModule:
+    """One form of the bundle's program, as read and checked (`_stored.FORMS`)."""
+
+    form: _stored.Form
+    text_file: str
+    text: str
+    text_sha256: str  # computed from the bytes read, never taken from the manifest
+    portable_file: str
+    portable: bytes
+    portable_sha256: str
+    target_version: str
+    parsed: Any  # the text, parsed
 
 
 class Bundle:
@@ -56,24 +81,15 @@ class Bundle:
         self.path = root
         self.manifest = _read_manifest(root)
         _check_file_set(root, self.manifest)
-        text_file = self.manifest.module.text
-        module = _mlir.parse(self.module_text, path=text_file)
-        self.signature = _mlir.signature(module, path=text_file)
-        _check_signature(self.signature, self.manifest, text_file)
-        with _mlir.context():
-            refuse_unportable(module, set(self.manifest.module.allowed_custom_calls), text_file)
-        if self.manifest.vjp is not None:
-            vjp_file = self.manifest.vjp.text
-            vjp_text = self._text(vjp_file)
-            _check_backward(
-                _mlir.signature(_mlir.parse(vjp_text, path=vjp_file), path=vjp_file),
-                self.manifest,
-                vjp_file,
-            )
-        if (batched := self.manifest.batched) is not None:
-            module = _mlir.parse(self._text(batched.text), path=batched.text)
-            _check_batched(module, self.manifest, batched.arguments, batched.text)
+        self.modules = {
+            form.key: self._read_module(form)
+            for form in _stored.FORMS
+            if form.entry(self.manifest) is not None
+        }
+        main = self.modules["module"]
+        self.signature = _mlir.signature(main.parsed, path=main.text_file)
         self._tensor_files = _open_tensor_files(root, self.manifest)
+        self._same_program: set[str] = set()
 
     def __repr__(self) -> str:
         m = self.manifest
@@ -90,32 +106,61 @@ class Bundle:
     def results(self) -> list[Result]:
         return self.manifest.results
 
-    @cached_property
-    def module_text(self) -> str:
-        return self._text(self.manifest.module.text)
-
-    def _text(self, name: str) -> str:
-        """An MLIR text file of the bundle."""
+    def _read_module(self, form: _stored.Form) -> StoredModule:
+        """Read a form's two files once, check their sha256, parse and check the text."""
+        entry = form.entry(self.manifest)
+        if entry is None:
+            raise ManifestError(f"the manifest has no {form.key}", field=form.key)
+        text_bytes, text_sha = self._read_checked(entry.text)
+        portable, portable_sha = self._read_checked(entry.portable.file)
         try:
-            return self._file(name).read_text(encoding="utf-8")
+            text = text_bytes.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ModuleError(f"{name} is not UTF-8 text: {e}", path=name) from None
+            raise ModuleError(f"{entry.text} is not UTF-8 text: {e}", path=entry.text) from None
+        parsed = _mlir.parse(text_bytes, path=entry.text)
+        _stored.check(form, parsed, self.manifest, entry.text)
+        return StoredModule(form, entry.text, text, text_sha, entry.portable.file, portable,
+                            portable_sha, entry.portable.target_version, parsed)  # fmt: skip
+
+    def _read_checked(self, name: str) -> tuple[bytes, str]:
+        """A module file's bytes, read once (size-limited), with their sha256 checked."""
+        listed = self.manifest.files[name]
+        _prechecks.check_module_size(listed.size, path=name)
+        with open(self._file(name), "rb") as f:
+            data = f.read(listed.size + 1)
+        digest = hashlib.sha256(data).hexdigest()
+        _check_digest(name, len(data), digest, listed)
+        return data, digest
+
+    @property
+    def module_text(self) -> str:
+        return self.modules["module"].text
+
+    def artifact(self, key: str) -> bytes | None:
+        """A form's portable artifact (`"module"`, `"vjp"`, `"batched"`), once it is shown to be
+        the same program as the form's text; None when the bundle has no such form."""
+        stored = self.modules.get(key)
+        if stored is None:
+            return None
+        if key not in self._same_program:
+            _portable.check_same_program(stored.parsed, stored.portable, stored.target_version,
+                                         text=stored.text_file, path=stored.portable_file)  # fmt: skip
+            self._same_program.add(key)
+        return stored.portable
 
     @property
     def portable_artifact(self) -> bytes:
-        return self._file(self.manifest.module.portable.file).read_bytes()
+        return self.artifact("module")  # type: ignore[return-value]
 
     @property
     def backward_artifact(self) -> bytes | None:
         """The stored backward module's portable artifact, if the bundle has one."""
-        vjp = self.manifest.vjp
-        return None if vjp is None else self._file(vjp.portable.file).read_bytes()
+        return self.artifact("vjp")
 
     @property
     def batched_artifact(self) -> bytes | None:
         """The stored batched module's portable artifact, if the bundle has one."""
-        batched = self.manifest.batched
-        return None if batched is None else self._file(batched.portable.file).read_bytes()
+        return self.artifact("batched")
 
     @cached_property
     def enzyme_blockers(self) -> EnzymeBlockers:
@@ -123,7 +168,7 @@ class Bundle:
         from ._transforms import EnzymeBlockers
 
         values = [*self.manifest.arguments, *self.manifest.results]
-        return EnzymeBlockers.of(_mlir.parse(self.module_text), [(v.name, v.dtype) for v in values])
+        return EnzymeBlockers.of(self.modules["module"].parsed, [(v.name, v.dtype) for v in values])
 
     @property
     def has_example_inputs(self) -> bool:
@@ -181,47 +226,62 @@ class Bundle:
         """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
         from ._prepare import for_hlo_call, symbol_prefix
 
-        files, batched = self.manifest.files, self.manifest.batched
-        digest = files[self.manifest.module.text].sha256
+        digest = self.modules["module"].text_sha256
+        batched = self.modules.get("batched")
         if batched is None:
             return for_hlo_call(self.module_text, prefix=symbol_prefix(digest))
         # The runner finds a batched module by the prepared text (`_batched.lookup`): name it
-        # after both modules, in full, so that no other bundle's module text is the same.
-        both = hashlib.sha256(f"{digest} {files[batched.portable.file].sha256}".encode())
+        # after both modules' bytes as read (never the digests the manifest claims), in full,
+        # so that no other bundle's module text is the same.
+        both = hashlib.sha256(f"{digest} {batched.portable_sha256}".encode())
         return for_hlo_call(self.module_text, prefix=symbol_prefix(both.hexdigest(), length=64))
 
-    def verify(self) -> None:
-        """Check every file's sha256 and that the portable artifact has the manifest's signature.
+    def verify(self, *, in_memory: bool = False) -> None:
+        """Check every file's sha256, that each portable artifact is the same program as its
+        text, and that bool tensors hold only 0 and 1.
+
+        Module files were checked when the bundle was loaded, from the bytes that run. Tensor
+        files are hashed through the files opened at load; with `in_memory=True` they are first
+        copied into private memory, and tensors are read from the copies from then on.
 
         Raises the first problem found as an `HloBundleError`; returns None when the bundle is valid.
         """
-        from ._atomic import sha256_file
-
-        for name, entry in sorted(self.manifest.files.items()):
-            got = sha256_file(self._file(name))
-            if got != entry.sha256:
-                raise IntegrityError(
-                    f"{name}: sha256 is {got}, the manifest says {entry.sha256}",
-                    path=name,
-                    field=f"files[{name!r}].sha256",
+        for name, tf in sorted(self._tensor_files.items()):
+            got = tf.read_into_memory() if in_memory else tf.sha256()
+            _check_digest(name, self.manifest.files[name].size, got, self.manifest.files[name])
+        for key in self.modules:
+            self.artifact(key)
+        for field, ref, dtype, shape in _stored_tensors(self.manifest):
+            if dtype == "bool" and (self._array(ref, "uint8", shape) > 1).any():
+                raise TensorFileError(
+                    f"{field}: {ref.file}[{ref.key!r}] holds bytes other than 0 and 1 in a bool "
+                    "tensor (SPEC.md, 'Dtypes')",
+                    code="TENSOR_MISMATCH",
+                    path=ref.file,
+                    field=field,
                 )
-        portable = self.manifest.module.portable.file
-        module = _mlir.from_portable(self.portable_artifact, path=portable)
-        _check_signature(_mlir.signature(module, path=portable), self.manifest, portable)
-        if self.manifest.vjp is not None:
-            name = self.manifest.vjp.portable.file
-            backward = _mlir.from_portable(self._file(name).read_bytes(), path=name)
-            _check_backward(_mlir.signature(backward, path=name), self.manifest, name)
-        if (batched := self.manifest.batched) is not None:
-            name = batched.portable.file
-            module = _mlir.from_portable(self._file(name).read_bytes(), path=name)
-            _check_batched(module, self.manifest, batched.arguments, name)
 
     def _file(self, name: str) -> Path:
         return _paths.resolve(self.path, name)
 
     def _array(self, ref: TensorRef, dtype: str, shape: list[int]) -> np.ndarray:
         return self._tensor_files[ref.file].array(ref.key, _dtypes.BY_NAME[dtype], tuple(shape))
+
+
+def _check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
+    if size != listed.size:
+        raise IntegrityError(
+            f"{name} is {size} bytes, the manifest says {listed.size}",
+            code="SIZE_MISMATCH",
+            path=name,
+            field=f"files[{name!r}].size",
+        )
+    if digest != listed.sha256:
+        raise IntegrityError(
+            f"{name}: sha256 is {digest}, the manifest says {listed.sha256}",
+            path=name,
+            field=f"files[{name!r}].sha256",
+        )
 
 
 def _read_manifest(root: Path) -> Manifest:
@@ -291,7 +351,7 @@ def _references(manifest: Manifest) -> list[tuple[str, str]]:
     return refs
 
 
-def _stored(manifest: Manifest) -> list[tuple[str, TensorRef, str, list[int]]]:
+def _stored_tensors(manifest: Manifest) -> list[tuple[str, TensorRef, str, list[int]]]:
     """(field, reference, dtype, shape) of every stored tensor the manifest names."""
     found = [
         (f"arguments[{i}]", a.value, a.dtype, a.shape)
@@ -307,11 +367,15 @@ def _stored(manifest: Manifest) -> list[tuple[str, TensorRef, str, list[int]]]:
 
 
 def _open_tensor_files(root: Path, manifest: Manifest) -> dict[str, _tensors.TensorFile]:
-    stored = _stored(manifest)
+    stored = _stored_tensors(manifest)
+    keys: dict[str, list[str]] = {}
+    for _, ref, _, _ in stored:
+        keys.setdefault(ref.file, []).append(ref.key)
     files = {
-        name: _tensors.TensorFile(_paths.resolve(root, name), name=name)
-        for name in sorted({ref.file for _, ref, _, _ in stored})
-    }
+        name: _tensors.TensorFile(_paths.resolve(root, name), name=name,
+                                  header_limit=_header_budget(keys[name]))
+        for name in sorted(keys)
+    }  # fmt: skip
     used: dict[str, set[str]] = {name: set() for name in files}
     for field, ref, dtype, shape in stored:
         _check_header_entry(files[ref.file], ref, _dtypes.BY_NAME[dtype], tuple(shape), field)
@@ -325,6 +389,12 @@ def _open_tensor_files(root: Path, manifest: Manifest) -> dict[str, _tensors.Ten
                 path=name,
             )
     return files
+
+
+def _header_budget(keys: list[str]) -> int:
+    """The largest safetensors header a file holding these tensors needs (SPEC.md 8)."""
+    per_key = _limits.TENSOR_HEADER_PER_KEY
+    return _limits.TENSOR_HEADER_BASE + sum(per_key + len(k.encode()) for k in keys)
 
 
 def _check_header_entry(
@@ -346,78 +416,4 @@ def _check_header_entry(
             code="TENSOR_MISMATCH",
             path=ref.file,
             field=field,
-        )
-
-
-def _check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
-    """The manifest's arguments and results must have exactly `@main`'s types and aliasing."""
-    for what, entries, types in (
-        ("arguments", manifest.arguments, sig.arguments),
-        ("results", manifest.results, sig.results),
-    ):
-        if len(entries) != len(types):
-            raise SignatureError(
-                f"the manifest has {len(entries)} {what}, @main in {source} has {len(types)}",
-                path=source,
-                field=what,
-            )
-        for i, (entry, t) in enumerate(zip(entries, types, strict=True)):
-            got = (entry.dtype, tuple(entry.shape))
-            if got != (t.dtype.name, t.shape):
-                raise SignatureError(
-                    f"{what}[{i}] ({entry.name}): the manifest says {got[0]}{list(got[1])}, "
-                    f"@main in {source} says {t.dtype.name}{list(t.shape)}",
-                    path=source,
-                    field=f"{what}[{i}]",
-                )
-    from ._sharding import manifest_mesh, sharding_fields
-
-    for what, entries in (("arguments", manifest.arguments), ("results", manifest.results)):
-        for i, entry in enumerate(entries):
-            want = sharding_fields(sig.sharding, what, i)
-            got = {"sharding": entry.sharding, "hlo_sharding": entry.hlo_sharding} if want else {}
-            if want and got != want or not want and (entry.sharding or entry.hlo_sharding):
-                raise SignatureError(
-                    f"{what}[{i}] ({entry.name}): the manifest's sharding {got or None} differs from "
-                    f"@main's in {source}: {want or None}",
-                    path=source,
-                    field=f"{what}[{i}].sharding",
-                )
-    if manifest.mesh != manifest_mesh(sig.sharding):
-        raise SignatureError(
-            f"the manifest's mesh differs from the module's sdy.mesh in {source}",
-            path=source,
-            field="mesh",
-        )
-    declared = {k: r.aliases for k, r in enumerate(manifest.results) if r.aliases is not None}
-    if declared != sig.aliases:
-        raise SignatureError(
-            f"result aliasing in the manifest {declared} differs from @main's "
-            f"tf.aliasing_output {sig.aliases} in {source}",
-            path=source,
-            field="results",
-        )
-
-
-def _check_batched(module: Any, manifest: Manifest, arguments: list[str], source: str) -> None:
-    from . import _batched
-
-    _batched.check(module, manifest, arguments, source)
-
-
-def _check_backward(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
-    """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
-    from ._vjp import cotangent_dtype
-
-    want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]
-    want_in += [(cotangent_dtype(r.dtype), tuple(r.shape)) for r in manifest.results]
-    want_out = [(cotangent_dtype(a.dtype), tuple(a.shape)) for a in manifest.arguments]
-    got_in = [(t.dtype.name, t.shape) for t in sig.arguments]
-    got_out = [(t.dtype.name, t.shape) for t in sig.results]
-    if (got_in, got_out) != (want_in, want_out):
-        raise SignatureError(
-            f"the backward module {source} has signature {got_in} -> {got_out}; the manifest "
-            f"requires {want_in} -> {want_out} (SPEC.md, 'Backward module')",
-            path=source,
-            field="vjp",
         )

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import os
 import struct
 import threading
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _dtypes
-from ._errors import TensorFileError
+from ._errors import LimitError, TensorFileError
 
 # safetensors' own limit on the JSON header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -124,48 +127,120 @@ class Entry:
 
 
 class TensorFile:
-    """A validated safetensors file whose tensors are mapped lazily, without copies."""
+    """A validated safetensors file of a bundle, held open: whatever happens to the name on
+    disk later, its tensors come from the file that was checked.
 
-    def __init__(self, path: Path, *, name: str) -> None:
+    Tensors are views into a read-only mapping of that file, or, after `read_into_memory()`,
+    into a private copy whose sha256 was computed from the very bytes the views use (a file
+    truncated by another process can then no longer fault a mapped page: no SIGBUS).
+    """
+
+    def __init__(self, path: Path, *, name: str, header_limit: int = MAX_HEADER_BYTES) -> None:
         self.path = path
         self.name = name
-        self._validate_with_safetensors()
-        self.entries, self._data_start = self._read_header()
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        closer = weakref.finalize(self, os.close, self._fd)  # held for the Bundle's lifetime
+        try:
+            size = os.fstat(self._fd).st_size
+            n = self._header_length(size, header_limit)
+            self._validate_with_safetensors()
+            self.entries = self._read_header(n)
+            self._data_start = 8 + n
+        except BaseException:
+            closer()
+            raise
+        self._memory: np.ndarray | None = None
+
+    def _header_length(self, size: int, limit: int) -> int:
+        head = os.pread(self._fd, 8, 0)
+        if len(head) < 8:
+            raise TensorFileError(
+                f"{self.name} is shorter than a safetensors header", path=self.name
+            )
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise TensorFileError(
+                f"{self.name} is not a valid safetensors file: its header length {n} exceeds the file",
+                path=self.name,
+            )
+        if n > min(limit, MAX_HEADER_BYTES):
+            raise LimitError(
+                f"{self.name}: a safetensors header of {n} bytes for the tensors the manifest "
+                f"lists; the limit is {min(limit, MAX_HEADER_BYTES)} (SPEC.md, 'Reader safety "
+                "and security')",
+                path=self.name,
+            )
+        return n
 
     def _validate_with_safetensors(self) -> None:
         from safetensors import safe_open
 
+        # The open file itself, not its name (which may by now be another file).
+        fd_path = f"/proc/self/fd/{self._fd}"
+        path = fd_path if os.path.exists(fd_path) else str(self.path)
         try:
-            with safe_open(str(self.path), framework="numpy"):
+            with safe_open(path, framework="numpy"):
                 pass
         except Exception as e:  # SafetensorError, OSError
             raise TensorFileError(
                 f"{self.name} is not a valid safetensors file: {e}", path=self.name
             ) from None
 
-    def _read_header(self) -> tuple[dict[str, Entry], int]:
-        with open(self.path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > MAX_HEADER_BYTES:  # unreachable after safe_open, kept as a hard cap
-                raise TensorFileError(f"{self.name}: header of {n} bytes", path=self.name)
-            header = json.loads(f.read(n))
+    def _read_header(self, n: int) -> dict[str, Entry]:
+        header = json.loads(os.pread(self._fd, n, 8))
         header.pop("__metadata__", None)
-        entries = {
+        return {
             key: Entry(v["dtype"], tuple(v["shape"]), *v["data_offsets"])
             for key, v in header.items()
         }
-        return entries, 8 + n
 
     def array(self, key: str, row: _dtypes.DType, shape: tuple[int, ...]) -> np.ndarray:
-        """The logical array for `key`, read-only and memory-mapped (a copy only when empty)."""
+        """The logical array for `key`, read-only, a view without a copy (a copy only when empty)."""
         entry = self.entries[key]
         dtype = row.numpy.newbyteorder("<")
         if entry.end == entry.begin:
             return np.zeros(shape, dtype)
         start = self._data_start + entry.begin
-        return self._mapped[start : start + entry.end - entry.begin].view(dtype).reshape(shape)
+        return self._bytes[start : start + entry.end - entry.begin].view(dtype).reshape(shape)
+
+    @property
+    def _bytes(self) -> np.ndarray:
+        return self._memory if self._memory is not None else self._mapped
 
     @cached_property
     def _mapped(self) -> np.ndarray:
-        """The whole file, mapped once, read-only; tensors are views into it."""
-        return np.memmap(self.path, dtype=np.uint8, mode="r").view(np.ndarray)
+        """The whole held file, mapped once, read-only; tensors are views into it."""
+        size = os.fstat(self._fd).st_size
+        mapping = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapping, np.uint8)
+
+    def sha256(self) -> str:
+        """The sha256 of the bytes tensors are read from (the mapping, or the private copy)."""
+        h = hashlib.sha256()
+        data = self._bytes
+        for begin in range(0, len(data), _CHUNK):
+            h.update(memoryview(data[begin : begin + _CHUNK]))
+        return h.hexdigest()
+
+    def read_into_memory(self) -> str:
+        """Copy the held file into private memory; tensors come from the copy from now on.
+
+        **Returns:** the copy's sha256.
+        """
+        size = os.fstat(self._fd).st_size
+        # DATA_ALIGNMENT-aligned, like a mapping, so XLA can still use tensors in place.
+        raw = np.empty(size + DATA_ALIGNMENT, np.uint8)
+        skip = -raw.ctypes.data % DATA_ALIGNMENT
+        memory = raw[skip : skip + size]
+        view, done = memoryview(memory), 0
+        while done < size:
+            got = os.preadv(self._fd, [view[done : done + _CHUNK]], done)
+            if got == 0:
+                raise TensorFileError(f"{self.name} shrank while it was read", path=self.name)
+            done += got
+        memory.flags.writeable = False
+        self._memory = memory
+        return self.sha256()
+
+
+_CHUNK = 16 * 1024 * 1024

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import ValidationError
 
-from . import _dtypes, _inputs, _mlir, _normalize
+from . import _dtypes, _inputs, _mlir, _normalize, _stored
 from ._atomic import write_bundle
 from ._errors import InputError
 from ._manifest import (
@@ -213,12 +213,13 @@ def _add_backward(
         prefix = symbol_prefix(hashlib.sha256(text.encode()).hexdigest())
         primal = enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
     backward = lower_backward(manifest, primal)
-    files[VJP_TEXT] = backward.encode()
-    files[VJP_PORTABLE] = _mlir.to_portable(
-        _mlir.parse(backward, path=VJP_TEXT), target, path=VJP_TEXT
-    )
     vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
-    return manifest.model_copy(update={"vjp": vjp})
+    manifest = manifest.model_copy(update={"vjp": vjp})
+    parsed = _mlir.parse(backward, path=VJP_TEXT)
+    _stored.check(_stored.BY_KEY["vjp"], parsed, manifest, VJP_TEXT)
+    files[VJP_TEXT] = backward.encode()
+    files[VJP_PORTABLE] = _mlir.to_portable(parsed, target, path=VJP_TEXT)
+    return manifest
 
 
 def _add_batched(
@@ -237,7 +238,7 @@ def _add_batched(
     manifest = Manifest.model_validate(manifest.model_dump() | {"batched": batched})
     text = source if isinstance(source, str) else _batched.lower(manifest, source, arguments)
     parsed = _mlir.parse(text, path=BATCHED_TEXT)
-    _batched.check(parsed, manifest, arguments, BATCHED_TEXT)
+    _stored.check(_stored.BY_KEY["batched"], parsed, manifest, BATCHED_TEXT)
     files[BATCHED_TEXT] = text.encode()
     files[BATCHED_PORTABLE] = _mlir.to_portable(parsed, target, path=BATCHED_TEXT)
     return manifest

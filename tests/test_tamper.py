@@ -211,8 +211,12 @@ def test_portable_artifact_of_another_function(bundle, tmp_path):
     other = pack_identity(tmp_path, sample((7,), "int8"), name="other")
     (bundle / "module.mlirbc").write_bytes((other / "module.mlirbc").read_bytes())
     rehash(bundle, "module.mlirbc")
-    with pytest.raises(hlobundle.SignatureError, match="@main in module.mlirbc has 1"):
+    with pytest.raises(
+        hlobundle.ModuleMismatchError,
+        match="module.mlirbc and module.mlir are not the same program",
+    ) as e:
         load_and_verify(bundle)
+    assert e.value.code == "MODULE_MISMATCH"
 
 
 def test_module_text_not_utf8(bundle):
@@ -255,15 +259,15 @@ def test_extra_tensor_in_tensor_file(bundle):
 def test_bundle_with_non_portable_custom_call_is_refused_on_load(tmp_path):
     text = (
         "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
-        "  %y = stablehlo.custom_call @enzymexla_compile_cpu(%x) : (tensor<2xf32>) -> tensor<2xf32>\n"
+        "  %y = stablehlo.custom_call @my_kernel(%x) : (tensor<2xf32>) -> tensor<2xf32>\n"
         "  return %y : tensor<2xf32>\n}\n"
     )
-    out = hlobundle.pack(text, None, tmp_path / "b", allow_custom_calls=["enzymexla_compile_cpu"])
+    out = hlobundle.pack(text, None, tmp_path / "b", allow_custom_calls=["my_kernel"])
     hlobundle.load(out)  # allowed when packed, and recorded
     edit_manifest(out, lambda m: m["module"].update(allowed_custom_calls=[]))
     with pytest.raises(
         hlobundle.ModuleError,
-        match="the module is not portable: custom_call @enzymexla_compile_cpu at line 2",
+        match="the module is not portable: custom_call @my_kernel at line 2",
     ) as e:
         hlobundle.load(out)
     assert e.value.code == "MODULE_NOT_PORTABLE" and e.value.path == "module.mlir"

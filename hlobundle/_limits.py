@@ -1,0 +1,30 @@
+"""Every resource limit a reader enforces (SPEC.md, "Reader safety and security", table "Limits").
+
+The numbers live here once; the reader, the writer and the runner check against them before
+they allocate or hand bytes to a parser that is not hardened (MLIR is C++).
+"""
+
+from __future__ import annotations
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+# manifest.json
+MAX_MANIFEST_BYTES = 16 * MIB
+MAX_JSON_DEPTH = 64  # nesting of arrays and objects in the manifest (pytrees included)
+MAX_INT_DIGITS = 20  # any integer in the manifest (sizes, dims) fits in 64 bits
+
+# MLIR modules (text and portable artifact, each form: module, backward, batched)
+MAX_MODULE_BYTES = 256 * MIB
+MAX_MLIR_NESTING = 256  # brackets open at once in a text module, outside strings and comments
+MAX_RANK = 64  # dimensions of any tensor type in a text module
+CHILD_TIMEOUT_S = 120  # a portable artifact deserialized in a child process
+CHILD_MEMORY_BYTES = 16 * GIB  # its address-space limit
+
+# safetensors headers: a fixed allowance plus a budget per tensor the manifest lists in the file
+TENSOR_HEADER_BASE = 64 * 1024
+TENSOR_HEADER_PER_KEY = 1024
+MAX_TENSOR_HEADER_BYTES = 100 * MIB  # safetensors' own cap
+
+# inputs the runner makes up, and arrays it reads from .npz/.npy/.safetensors input files
+MAX_GENERATED_INPUT_BYTES = 4 * GIB

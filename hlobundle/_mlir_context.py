@@ -1,0 +1,32 @@
+"""The MLIR context JAX parses in, built from `jaxlib.mlir` alone.
+
+It imports nothing from hlobundle, so the child process that deserializes untrusted portable
+artifacts (`_portable_child.py`) builds exactly the context the reader uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def new_context(*, allow_unregistered: bool = False) -> Any:
+    """A context with the dialects JAX registers (func, stablehlo, chlo, sdy, mhlo...)."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    for dialect in (stablehlo, chlo, sdy):
+        dialect.register_dialect(ctx)
+    mhlo.register_mhlo_dialect(ctx)
+    ctx.allow_unregistered_dialects = allow_unregistered
+    return ctx
+
+
+def canonical(module: Any) -> str:
+    """The module's text without locations: what two forms of one program print alike."""
+    return module.operation.get_asm(enable_debug_info=False)

@@ -1,0 +1,96 @@
+"""One program per module form: the text and its portable artifact must agree (SPEC.md 8).
+
+`check_same_program` first re-serializes the (already checked) text at the artifact's target
+version: when the bytes are equal, the artifact is that text and no untrusted bytecode is ever
+deserialized. Otherwise (another producer, another jaxlib) the artifact is deserialized in a
+child process (`_portable_child.py`), where a crash of MLIR's bytecode reader becomes a coded
+error, and its canonical print is compared with the text's, round-tripped the same way.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import _limits, _mlir
+from ._errors import ModuleError, ModuleMismatchError
+from ._mlir_context import canonical
+
+MAGIC = b"ML\xefR"
+_CHILD = Path(__file__).with_name("_portable_child.py")
+
+
+def check_same_program(
+    text_module: Any, artifact: bytes, target: str, *, text: str, path: str
+) -> None:
+    """Raise unless `artifact` (the file `path`) holds the same program as `text_module`."""
+    if not artifact.startswith(MAGIC):
+        raise ModuleError(
+            f"{path} is not a StableHLO portable artifact (no MLIR bytecode magic)", path=path
+        )
+    ours = _mlir.to_portable(text_module, target, path=text)
+    if ours == artifact:
+        return
+    theirs = canonical_in_child(artifact, path=path)
+    with _mlir.context():
+        mine = canonical(_mlir.from_portable(ours, path=text))
+    if mine != theirs:
+        line, want, got = _first_difference(mine, theirs)
+        raise ModuleMismatchError(
+            f"{path} and {text} are not the same program: deserialized, the artifact prints "
+            f"differently from the text, first at line {line}: the text has {want!r:.160}, the "
+            f"artifact {got!r:.160}. A bundle must carry one program in both forms (SPEC.md, "
+            "'Reader safety and security')",
+            path=path,
+        )
+
+
+def canonical_in_child(artifact: bytes, *, path: str) -> str:
+    """The artifact's canonical text, deserialized in a child process that may crash."""
+    try:
+        done = subprocess.run(
+            _child_command(),
+            input=artifact,
+            capture_output=True,
+            timeout=_limits.CHILD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ModuleError(
+            f"{path}: deserializing the portable artifact took over {_limits.CHILD_TIMEOUT_S} s",
+            path=path,
+        ) from None
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name
+        raise ModuleError(
+            f"the StableHLO portable artifact {path} crashed MLIR's bytecode reader ({name}, "
+            "caught in a child process): it is malformed",
+            path=path,
+        )
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip() or f"exit status {done.returncode}"
+        raise ModuleError(
+            f"the StableHLO portable artifact does not load: {_mlir.short(why)}", path=path
+        )
+    return done.stdout.decode("utf-8")
+
+
+def _child_command() -> list[str]:
+    # -E -s: no PYTHON* variables, no user site; the script's folder gives it `_mlir_context`.
+    return [sys.executable, "-E", "-s", str(_CHILD), str(_limits.CHILD_MEMORY_BYTES)]
+
+
+def _first_difference(a: str, b: str) -> tuple[int, str, str]:
+    """(line number, line of a, line of b) where two texts first differ."""
+    lines_a, lines_b = a.splitlines(), b.splitlines()
+    n = max(len(lines_a), len(lines_b))
+    padded = zip(
+        lines_a + [""] * (n - len(lines_a)), lines_b + [""] * (n - len(lines_b)), strict=True
+    )
+    return next(
+        ((i, x.strip(), y.strip()) for i, (x, y) in enumerate(padded, start=1) if x != y),
+        (n, "", ""),
+    )

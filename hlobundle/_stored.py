@@ -1,0 +1,124 @@
+"""The stored modules of a bundle, one record per form (SPEC.md 2.2, 2.4, 2.6).
+
+Every form (the module, the backward module, the batched module) is a text file and a portable
+artifact of one program, held to the same rules: the allow-list of `_policy` and a required
+`@main` signature. The reader and the writer loop over `FORMS` instead of writing a branch per form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import _batched, _mlir, _sharding
+from ._errors import SignatureError
+from ._manifest import BatchedModule, Manifest, Module
+from ._policy import refuse_unportable
+
+
+@dataclass(frozen=True)
+class Form:
+    key: str  # the manifest field holding the form's entry
+    title: str
+    text_file: str  # the file names the reference writer uses
+    portable_file: str
+    check_signature: Callable[[Any, Manifest, str], None]  # (parsed module, manifest, file)
+
+    def entry(self, manifest: Manifest) -> Module | BatchedModule | None:
+        return getattr(manifest, self.key)  # type: ignore[no-any-return]
+
+
+def check(form: Form, parsed: Any, manifest: Manifest, path: str) -> None:
+    """A parsed form is portable (6.1, 8) and has the signature its section requires."""
+    refuse_unportable(parsed, manifest.module.allowed_custom_calls, path)
+    form.check_signature(parsed, manifest, path)
+
+
+def check_main(parsed: Any, manifest: Manifest, source: str) -> None:
+    """The manifest's arguments and results must have exactly `@main`'s types and aliasing."""
+    check_signature(_mlir.signature(parsed, path=source), manifest, source)
+
+
+def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
+    for what, entries, types in (
+        ("arguments", manifest.arguments, sig.arguments),
+        ("results", manifest.results, sig.results),
+    ):
+        if len(entries) != len(types):
+            raise SignatureError(
+                f"the manifest has {len(entries)} {what}, @main in {source} has {len(types)}",
+                path=source,
+                field=what,
+            )
+        for i, (entry, t) in enumerate(zip(entries, types, strict=True)):
+            got = (entry.dtype, tuple(entry.shape))
+            if got != (t.dtype.name, t.shape):
+                raise SignatureError(
+                    f"{what}[{i}] ({entry.name}): the manifest says {got[0]}{list(got[1])}, "
+                    f"@main in {source} says {t.dtype.name}{list(t.shape)}",
+                    path=source,
+                    field=f"{what}[{i}]",
+                )
+    _check_sharding(sig, manifest, source)
+    declared = {k: r.aliases for k, r in enumerate(manifest.results) if r.aliases is not None}
+    if declared != sig.aliases:
+        raise SignatureError(
+            f"result aliasing in the manifest {declared} differs from @main's "
+            f"tf.aliasing_output {sig.aliases} in {source}",
+            path=source,
+            field="results",
+        )
+
+
+def _check_sharding(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
+    for what, entries in (("arguments", manifest.arguments), ("results", manifest.results)):
+        for i, entry in enumerate(entries):
+            want = _sharding.sharding_fields(sig.sharding, what, i)
+            got = {"sharding": entry.sharding, "hlo_sharding": entry.hlo_sharding} if want else {}
+            if want and got != want or not want and (entry.sharding or entry.hlo_sharding):
+                raise SignatureError(
+                    f"{what}[{i}] ({entry.name}): the manifest's sharding {got or None} differs from "
+                    f"@main's in {source}: {want or None}",
+                    path=source,
+                    field=f"{what}[{i}].sharding",
+                )
+    if manifest.mesh != _sharding.manifest_mesh(sig.sharding):
+        raise SignatureError(
+            f"the manifest's mesh differs from the module's sdy.mesh in {source}",
+            path=source,
+            field="mesh",
+        )
+
+
+def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
+    """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
+    from ._vjp import cotangent_dtype
+
+    sig = _mlir.signature(parsed, path=source)
+    want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]
+    want_in += [(cotangent_dtype(r.dtype), tuple(r.shape)) for r in manifest.results]
+    want_out = [(cotangent_dtype(a.dtype), tuple(a.shape)) for a in manifest.arguments]
+    got_in = [(t.dtype.name, t.shape) for t in sig.arguments]
+    got_out = [(t.dtype.name, t.shape) for t in sig.results]
+    if (got_in, got_out) != (want_in, want_out):
+        raise SignatureError(
+            f"the backward module {source} has signature {got_in} -> {got_out}; the manifest "
+            f"requires {want_in} -> {want_out} (SPEC.md, 'Backward module')",
+            path=source,
+            field="vjp",
+        )
+
+
+def check_batched(parsed: Any, manifest: Manifest, source: str) -> None:
+    if manifest.batched is None:
+        raise SignatureError("no batched module in the manifest", path=source, field="batched")
+    _batched.check(parsed, manifest, manifest.batched.arguments, source)
+
+
+FORMS = (
+    Form("module", "module", "module.mlir", "module.mlirbc", check_main),
+    Form("vjp", "backward module", "vjp.mlir", "vjp.mlirbc", check_backward),
+    Form("batched", "batched module", "batched.mlir", "batched.mlirbc", check_batched),
+)
+BY_KEY = {f.key: f for f in FORMS}

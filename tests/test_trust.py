@@ -1,0 +1,247 @@
+"""Attacks on the reader (issue: what `verify` accepts is exactly what runs).
+
+Each test is an attack a stranger's bundle can make; each must end in a coded error or the
+documented safe behaviour, never a crash, a hang or a silently different computation.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT, edit_manifest, rehash, sample
+
+import hlobundle
+from hlobundle import _mlir
+
+T = "tensor<3xf32>"
+
+
+def module(op: str, extra: str = "") -> str:
+    return (
+        f"func.func @main(%x: {T}, %w: {T}) -> {T} {{\n  %y = {op}\n  return %y : {T}\n}}\n{extra}"
+    )
+
+
+ADD = module(f"stablehlo.add %x, %w : {T}")
+MUL = module(f"stablehlo.multiply %x, %w : {T}")
+
+
+@pytest.fixture
+def add_bundle(tmp_path):
+    x, w = sample((3,), "float32", 1), sample((3,), "float32", 2)
+    return hlobundle.pack(ADD, [x, w], tmp_path / "add", names=["x", "w"])
+
+
+def swap_artifact(bundle, tmp_path, text, name="module.mlirbc"):
+    """Replace a form's artifact by that of another program, with honest hashes."""
+    other = hlobundle.pack(text, None, tmp_path / "other", names=["x", "w"])
+    (bundle / name).write_bytes((other / "module.mlirbc").read_bytes())
+    rehash(bundle, name)
+
+
+# --- one program per bundle -------------------------------------------------------------
+
+
+def test_artifact_computing_something_else_is_refused(add_bundle, tmp_path):
+    swap_artifact(add_bundle, tmp_path, MUL)
+    bundle = hlobundle.load(add_bundle)  # load reads only the text
+    with pytest.raises(hlobundle.ModuleMismatchError, match="not the same program") as e:
+        bundle.verify()
+    assert e.value.code == "MODULE_MISMATCH" and e.value.path == "module.mlirbc"
+    with pytest.raises(hlobundle.ModuleMismatchError):
+        hlobundle.load(add_bundle).function("xla")  # before anything is compiled or run
+
+
+def test_artifact_written_by_another_jaxlib_is_compared_by_meaning(add_bundle, tmp_path):
+    # Not byte-equal to what this jaxlib writes (another target), yet the same program.
+    text = (add_bundle / "module.mlir").read_text()
+    older = _mlir.to_portable(_mlir.parse(text), "1.0.0")
+    assert older != (add_bundle / "module.mlirbc").read_bytes()
+    (add_bundle / "module.mlirbc").write_bytes(older)
+    rehash(add_bundle, "module.mlirbc")
+    hlobundle.load(add_bundle).verify()
+    fn = hlobundle.load(add_bundle).function("xla")
+    assert np.allclose(fn(np.ones(3, np.float32), np.ones(3, np.float32))[0], 2.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mutated_artifact_never_crashes_the_reader(add_bundle, tmp_path, seed):
+    # MLIR's bytecode reader segfaults or aborts on some 1-4 byte mutations; the artifact
+    # is deserialized in a child process, so this process sees a coded error.
+    rng = np.random.default_rng(seed)
+    data = bytearray((add_bundle / "module.mlirbc").read_bytes())
+    for _ in range(rng.integers(1, 5)):
+        data[rng.integers(4, len(data))] = rng.integers(0, 256)
+    (add_bundle / "module.mlirbc").write_bytes(bytes(data))
+    rehash(add_bundle, "module.mlirbc")
+    try:
+        hlobundle.load(add_bundle).verify()
+    except hlobundle.HloBundleError as e:
+        assert e.code in {"MLIR_INVALID", "MODULE_MISMATCH"}, e
+        assert e.path == "module.mlirbc"
+
+
+def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch):
+    # Stand in for a crashing MLIR: the child kills itself the way a segfault would.
+    from hlobundle import _portable
+
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    monkeypatch.setattr(_portable, "_child_command", lambda: [sys.executable, "-c", crash])
+    with pytest.raises(hlobundle.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"):
+        _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+
+
+# --- the allow-list, on every form -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "allow", "what"),
+    [
+        (f"stablehlo.custom_call @xla_ffi_python_cpu_callback(%x) : ({T}) -> {T}",
+         ["xla_ffi_python_cpu_callback"], "custom_call @xla_ffi_python_cpu_callback"),
+        (f"stablehlo.custom_call @jaxzyme.primal(%x) : ({T}) -> {T}", [], "custom_call @jaxzyme.primal"),
+        (f"stablehlo.custom_call @some_kernel(%x) : ({T}) -> {T}", [], "custom_call @some_kernel"),
+        (f'"mhlo.add"(%x, %w) : ({T}, {T}) -> {T}', [], "mhlo.add"),
+    ],
+)  # fmt: skip
+def test_writer_refuses_what_the_allow_list_does_not_hold(tmp_path, op, allow, what):
+    with pytest.raises(hlobundle.NotPortableError, match=f"not portable: {what}") as e:
+        hlobundle.pack(module(op), None, tmp_path / "b", names=["x", "w"], allow_custom_calls=allow)
+    assert e.value.code == "MODULE_NOT_PORTABLE"
+
+
+def test_infeed_is_refused(tmp_path):
+    text = (
+        f"func.func @main(%x: {T}, %w: {T}) -> {T} {{\n"
+        "  %t = stablehlo.create_token : !stablehlo.token\n"
+        f'  %v, %t2 = "stablehlo.infeed"(%t) : (!stablehlo.token) -> ({T}, !stablehlo.token)\n'
+        f"  return %v : {T}\n}}\n"
+    )
+    with pytest.raises(hlobundle.NotPortableError, match="stablehlo.infeed at line 3"):
+        hlobundle.pack(text, None, tmp_path / "b", names=["x", "w"])
+
+
+def test_a_stable_jax_target_needs_no_opt_in(tmp_path):
+    op = f"stablehlo.custom_call @annotate_device_placement(%x) {{has_side_effect = true}} : ({T}) -> {T}"
+    hlobundle.load(hlobundle.pack(module(op), None, tmp_path / "b", names=["x", "w"]))
+
+
+@pytest.mark.parametrize(("name", "t"), [("module.mlir", T), ("batched.mlir", "tensor<?x3xf32>")])
+def test_a_forged_form_with_a_host_callback_is_refused_on_load(tmp_path, name, t):
+    from helpers import generate
+
+    bundle = generate.scale(tmp_path, ["x"])
+    text = (bundle / name).read_text()
+    callback = f"%cb = stablehlo.custom_call @xla_ffi_python_cpu_callback(%y) : ({t}) -> {t}"
+    forged = text.replace("  return %y", f"  {callback}\n  return %cb")
+    assert forged != text
+    (bundle / name).write_text(forged)
+    rehash(bundle, name)
+    with pytest.raises(hlobundle.NotPortableError, match="xla_ffi_python_cpu_callback") as e:
+        hlobundle.load(bundle)
+    assert e.value.path == name
+
+
+# --- parsers that cannot take the process down ----------------------------------------
+
+
+def test_deep_nesting_is_refused_before_mlir_parses(tmp_path):
+    deep = "[" * 10_000 + "]" * 10_000
+    text = f"module attributes {{a = {deep}}} {{\n{ADD}}}\n"
+    with pytest.raises(hlobundle.LimitError, match="brackets nested 10001 deep; the limit is 256"):
+        hlobundle.pack(text, None, tmp_path / "b", names=["x", "w"])
+
+
+def test_deep_nesting_in_a_stored_module_is_refused_on_load(add_bundle):
+    text = (add_bundle / "module.mlir").read_text()
+    (add_bundle / "module.mlir").write_text(text + "// ((((\n" + "#a = " + "<" * 5000 + ">" * 5000)
+    rehash(add_bundle, "module.mlir")
+    with pytest.raises(hlobundle.LimitError, match="angle brackets nested 5000 deep") as e:
+        hlobundle.load(add_bundle)
+    assert e.value.code == "LIMIT_EXCEEDED" and e.value.path == "module.mlir"
+
+
+def test_high_rank_is_refused(tmp_path):
+    t = "tensor<" + "1x" * 65 + "f32>"
+    text = f"func.func @main(%x: {t}) -> {t} {{\n  return %x : {t}\n}}\n"
+    with pytest.raises(hlobundle.LimitError, match="more than 64 dimensions"):
+        hlobundle.pack(text, None, tmp_path / "b")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"module {{\n  func.func private @main(%x: {T}) -> {T}\n}}\n",
+         "@main is a declaration without a body"),
+        (f"func.func @main(%x: {T} {{mhlo.sharding = 3 : i32}}) -> {T} {{\n  return %x : {T}\n}}\n",
+         "@main's mhlo.sharding must be a string"),
+    ],
+)  # fmt: skip
+def test_malformed_main_is_a_module_error(tmp_path, text, message):
+    with pytest.raises(hlobundle.ModuleError, match=message):
+        hlobundle.pack(text, None, tmp_path / "b")
+
+
+# --- exactly the checked bytes --------------------------------------------------------
+
+
+def test_module_hashes_are_checked_on_every_load(add_bundle):
+    # A forged module keeps the manifest's (claimed) digest: the runner's registries are
+    # keyed by digests, so they must be the digests of the bytes read.
+    (add_bundle / "module.mlir").write_text(MUL)
+    edit_manifest(add_bundle, lambda m: m["files"]["module.mlir"].update(size=len(MUL)))
+    with pytest.raises(hlobundle.IntegrityError, match="module.mlir: sha256 is") as e:
+        hlobundle.load(add_bundle)
+    assert e.value.code == "HASH_MISMATCH"
+
+
+def test_symbol_prefix_comes_from_the_bytes_read(add_bundle):
+    import hashlib
+
+    bundle = hlobundle.load(add_bundle)
+    digest = hashlib.sha256((add_bundle / "module.mlir").read_bytes()).hexdigest()
+    assert bundle.modules["module"].text_sha256 == digest
+
+
+def test_a_file_replaced_after_load_is_not_used(add_bundle, tmp_path):
+    bundle = hlobundle.load(add_bundle)
+    before = bundle.tensor("x").copy()
+    forged = hlobundle.pack(ADD, [before + 100, before], tmp_path / "forged", names=["x", "w"])
+    os.replace(forged / "inputs.safetensors", add_bundle / "inputs.safetensors")
+    bundle.verify()  # hashes the file that was opened and checked, which is the one used
+    np.testing.assert_array_equal(bundle.tensor("x"), before)
+
+
+def test_verified_in_memory_tensors_survive_truncation(add_bundle):
+    # With verify=True tensors come from private memory whose sha256 was checked: a file
+    # truncated afterwards cannot fault a mapped page (SIGBUS) or change a value.
+    code = (
+        "import os, sys, numpy as np, hlobundle\n"
+        "b = hlobundle.load(sys.argv[1], verify=True)\n"
+        "want = np.array(b.tensor('x'))\n"
+        "os.truncate(os.path.join(sys.argv[1], 'inputs.safetensors'), 8)\n"
+        "print(np.array_equal(np.asarray(b.tensor('x')), want))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(add_bundle)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr[-2000:]
+
+
+def test_bool_tensors_hold_only_zero_and_one(tmp_path):
+    mask = np.array([True, False, True])
+    out = hlobundle.pack(
+        "func.func @main(%m: tensor<3xi1>) -> tensor<3xi1> {\n  return %m : tensor<3xi1>\n}\n",
+        [mask], tmp_path / "b", names=["m"],
+    )  # fmt: skip
+    path = out / "inputs.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-2] = 7  # the middle element: a bool that is neither 0 nor 1
+    path.write_bytes(bytes(data))
+    rehash(out, "inputs.safetensors")
+    with pytest.raises(hlobundle.TensorFileError, match="bytes other than 0 and 1") as e:
+        hlobundle.load(out).verify()
+    assert e.value.code == "TENSOR_MISMATCH"
