@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -131,3 +132,52 @@ def test_emit_source_without_path(bundles):
     source = hlobundle.emit_script(bundles["relu"])
     compile(source, "run.py", "exec")
     assert "BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'relu')" in source
+
+
+# --- hostile manifests: strings are data, never code -------------------------------------
+
+PAYLOAD = '"""\nimport pathlib; pathlib.Path("PWNED").touch()\n"""\r# '
+
+
+def _hostile_bundle(tmp_path):
+    """A bundle whose every free-text manifest string carries code, whose argument names shadow
+    the script's globals or collide under NFKC, and whose module text has another file name."""
+    import json
+
+    x, w = sample((3,), "float32", 1), sample((3,), "float32", 2)
+    names = ["hlo_call", "MODULE", "ﬁx", "fix", "check_arguments"]
+    t = "tensor<3xf32>"
+    params = ", ".join(f"%a{i}: {t}" for i in range(5))
+    text = f"func.func @main({params}) -> {t} {{\n  %y = stablehlo.add %a0, %a3 : {t}\n  return %y : {t}\n}}\n"
+    out = tmp_path / f"evil{PAYLOAD.replace('/', '_')}"
+    hlobundle.pack(text, [x, w, w, w, x], out, names=names, expected="compute")
+    os.rename(out / "module.mlir", out / "main.mlir")
+    data = json.loads((out / "manifest.json").read_text())
+    data["files"]["main.mlir"] = data["files"].pop("module.mlir")
+    data["module"]["text"] = "main.mlir"
+    data["function"] = PAYLOAD
+    data["provenance"].update(producer=PAYLOAD, producer_version=PAYLOAD)
+    for a in data["arguments"]:
+        a["path"] = PAYLOAD
+    (out / "manifest.json").write_text(json.dumps(data))
+    return out
+
+
+def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
+    import ast
+
+    bundle = _hostile_bundle(tmp_path)
+    script = tmp_path / "run.py"
+    source = hlobundle.emit_script(bundle, script)
+    assert "\r" not in source and 'Path("PWNED")' not in source.replace("\\n", "\n").split("\n")
+    tree = ast.parse(source)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    assert not any(getattr(c.func, "attr", None) == "touch" for c in calls)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.decorator_list)
+    params = [a.arg for a in fn.args.args]
+    assert params == ["arg0", "arg1", "arg2", "fix", "arg4"]  # no global shadowed, no NFKC twin
+    assert "'main.mlir'" in source  # the module file the manifest names
+    r = subprocess.run([sys.executable, "-c", RUNNER, str(script)], capture_output=True,
+                       text=True, cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.rstrip().endswith("ok") and not (tmp_path / "PWNED").exists()
