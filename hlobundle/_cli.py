@@ -35,8 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _print_error(e: HloBundleError) -> None:
+    from ._inspect import shown
+
     where = ", ".join(f"{k}: {v}" for k, v in e.context().items())
-    print(f"error [{e.code}] {e.message}" + (f" ({where})" if where else ""), file=sys.stderr)
+    text = f"error [{e.code}] {e.message}" + (f" ({where})" if where else "")
+    print(shown(text), file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 from ._reader import Bundle
 
+# Control, format (bidi overrides), and line/paragraph separator characters: printed as escapes,
+# so that a manifest cannot move the cursor, recolour the terminal or hide text.
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def shown(text: object) -> str:
+    """`text` as a terminal may print it: every control or format character escaped."""
+    return "".join(
+        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in _HIDDEN else c
+        for c in str(text)
+    )
+
 
 def table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
+    rows = [[shown(x) for x in row] for row in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     lines = [
         "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
@@ -57,8 +71,7 @@ def render(bundle: Bundle) -> str:
         for i, r in enumerate(m.results)
     ]
     size = sum(f.size for f in m.files.values())
-    return "\n".join(
-        [
+    head = [
             f"bundle    {bundle.path}",
             f"function  {m.function}    format {m.format_version}",
             f"producer  {p.producer} {p.producer_version}"
@@ -74,6 +87,15 @@ def render(bundle: Bundle) -> str:
                 else []
             ),
             f"files     {len(m.files)}, {size:,} bytes",
+            *(
+                [f"custom calls the producer opted in to: {', '.join(m.module.allowed_custom_calls)}"]
+                if m.module.allowed_custom_calls
+                else []
+            ),
+    ]  # fmt: skip
+    return "\n".join(
+        [
+            *(shown(line) for line in head),
             f"arguments ({len(args)})",
             table(("#", "name", "shape", "dtype", "layout", "role", "path", "stored"), args)
             if args

@@ -21,8 +21,9 @@ from pydantic import (
     model_validator,
 )
 
+from . import _limits, _prechecks
 from ._dtypes import NAMES
-from ._errors import HloBundleWarning, ManifestError, VersionError
+from ._errors import HloBundleWarning, LimitError, ManifestError, VersionError
 
 # Format version history (SPEC.md, "Versions"):
 # 1.0 (2026-12-02): first version.
@@ -30,7 +31,7 @@ from ._errors import HloBundleWarning, ManifestError, VersionError
 FORMAT = "hlobundle"
 FORMAT_VERSION = "1.1"
 MANIFEST_NAME = "manifest.json"
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 
 DTypeName = Literal[NAMES]  # type: ignore[valid-type]
 Layout = Literal["row_major", "column_major"]
@@ -186,6 +187,8 @@ class Manifest(_Model):
                     raise ValueError(
                         f"{what}[{i}].sharding uses mesh axes {sorted(unknown)} that mesh does not define"
                     )
+        _check_tree(self.input_tree, {a.name for a in self.arguments}, "input_tree")
+        _check_tree(self.output_tree, {r.name for r in self.results}, "output_tree")
         for i, r in enumerate(self.results):
             if r.aliases is not None and r.aliases >= len(self.arguments):
                 raise ValueError(
@@ -210,6 +213,30 @@ def _check_identifier(name: str) -> str:
     if not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"{name!r} is not a Python identifier")
     return name
+
+
+def _check_tree(tree: Any, names: set[str], field: str) -> None:
+    """A pytree of SPEC 2.3: arrays, objects, null, and strings that name a value, each once."""
+    leaves: list[str] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            leaves.append(node)
+        elif isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            pending.extend(node.values())
+        elif node is not None:
+            raise ValueError(f"{field} holds {type(node).__name__} {node!r:.40}; only arrays, "
+                             "objects, null and names are allowed (SPEC.md 2.3)")  # fmt: skip
+    unknown = sorted(set(leaves) - names)
+    if unknown:
+        raise ValueError(
+            f"{field} names {unknown[:5]}, which are not its values' names (SPEC.md 2.3)"
+        )
+    if len(leaves) != len(set(leaves)):
+        raise ValueError(f"{field} names a value twice (SPEC.md 2.3)")
 
 
 def _check_unique(names: list[str], what: str) -> None:
@@ -239,11 +266,15 @@ def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest:
 
 def _decode_json(raw: bytes, path: str) -> dict[str, Any]:
     try:
-        data = json.loads(raw.decode("utf-8"))
+        _prechecks.check_json(raw, path=path)
+        data = json.loads(raw.decode("utf-8"), parse_int=_prechecks.parse_json_int)
+    except LimitError as e:
+        e.path = path
+        raise
     except UnicodeDecodeError as e:
         raise ManifestError(f"manifest is not UTF-8: {e}", path=path) from None
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"manifest is not JSON: {e}", path=path) from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as e:
+        raise ManifestError(f"manifest is not JSON: {_prechecks.short(e)}", path=path) from None
     if not isinstance(data, dict):
         raise ManifestError(f"manifest must be a JSON object, got {type(data).__name__}", path=path)
     return data
@@ -281,7 +312,7 @@ def _check_version(data: dict[str, Any], path: str) -> bool:
 
 def _major_minor(version: str) -> tuple[int, int] | None:
     parts = version.split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):
         return None
     return int(parts[0]), int(parts[1])
 

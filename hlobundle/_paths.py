@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 
 from ._errors import UnsafePathError
 
@@ -51,11 +52,21 @@ def resolve(root: Path, name: str, *, field: str | None = None) -> Path:
 def walk(root: Path) -> list[str]:
     """Every file under `root` as a relative POSIX path; symlinks and special files are errors."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+
+    def refuse(e: OSError) -> NoReturn:
+        raise UnsafePathError(
+            f"a path in the bundle cannot be read ({e.strerror}): {e.filename!s:.200}",
+            path=str(e.filename),
+        )
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=refuse, followlinks=False):
         for entry in [*dirnames, *filenames]:
             full = Path(dirpath, entry)
             rel = full.relative_to(root).as_posix()
-            mode = full.lstat().st_mode
+            try:
+                mode = full.lstat().st_mode
+            except OSError as e:
+                refuse(e)
             if stat.S_ISLNK(mode):
                 raise UnsafePathError(
                     f"{rel!r} is a symlink; bundles may not contain symlinks "

@@ -77,3 +77,8 @@ def check_module_size(size: int, *, path: str) -> None:
             "(SPEC.md, 'Reader safety and security')",
             path=path,
         )
+
+
+def short(e: BaseException, limit: int = 300) -> str:
+    text = str(e)
+    return text if len(text) <= limit else text[:limit] + " ..."

@@ -245,3 +245,65 @@ def test_bool_tensors_hold_only_zero_and_one(tmp_path):
     with pytest.raises(hlobundle.TensorFileError, match="bytes other than 0 and 1") as e:
         hlobundle.load(out).verify()
     assert e.value.code == "TENSOR_MISMATCH"
+
+
+# --- hostile manifests: coded errors, never tracebacks ----------------------------------
+
+
+def _raw_manifest(bundle, text):
+    (bundle / "manifest.json").write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "message"),
+    [
+        (lambda t: t.replace('"size": ', '"size": ' + "9" * 4400, 1),
+         hlobundle.LimitError, r"an integer of 44\d\d digits; the limit is 20"),
+        (lambda t: t.replace('"format_version": "1.1"', '"format_version": "1.' + "0" * 5000 + '"'),
+         hlobundle.VersionError, "is not readable by this reader"),
+        (lambda t: t[:-2] + ', "output_tree": ' + "[" * 200_000 + "]" * 200_000 + "}\n",
+         hlobundle.LimitError, "JSON nested 200001 deep; the limit is 64"),
+    ],
+)  # fmt: skip
+def test_hostile_manifest_json(add_bundle, edit, error, message):
+    _raw_manifest(add_bundle, edit((add_bundle / "manifest.json").read_text()))
+    with pytest.raises(error, match=message) as e:
+        hlobundle.load(add_bundle)
+    assert e.value.path == "manifest.json"
+
+
+@pytest.mark.parametrize(
+    ("tree", "message"),
+    [
+        ({"output_tree": ["nope"]}, r"output_tree names \['nope'\], which are not its values"),
+        ({"input_tree": [["x"], 3]}, "input_tree holds int 3"),
+        ({"input_tree": ["x", "x", "w"]}, "input_tree names a value twice"),
+    ],
+)
+def test_pytrees_must_name_the_values(add_bundle, tree, message):
+    edit_manifest(add_bundle, lambda m: m.update(tree))
+    with pytest.raises(hlobundle.ManifestError, match=message):
+        hlobundle.load(add_bundle)
+
+
+def test_inspect_escapes_terminal_control_characters(add_bundle):
+    from helpers import cli
+
+    edit_manifest(add_bundle, lambda m: m["provenance"].update(producer="\x1b[2J\rok\u202e"))
+    r = cli("inspect", add_bundle)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\r" not in r.stdout and "\u202e" not in r.stdout
+    assert "producer  \\x1b[2J\\rok\\u202e" in r.stdout
+
+
+def test_a_tree_deeper_than_path_max_is_a_coded_error(add_bundle):
+    fd = os.open(add_bundle, os.O_RDONLY)
+    for _ in range(40):  # 40 x 120 characters: past PATH_MAX (4096), made relative to a fd
+        os.mkdir("d" * 120, dir_fd=fd)
+        fd, old = os.open("d" * 120, os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.close(fd)
+    with pytest.raises(hlobundle.UnsafePathError, match="cannot be read") as e:
+        hlobundle.load(add_bundle)
+    assert e.value.code == "PATH_UNSAFE"
