@@ -7,10 +7,13 @@ by the next write to the same name, once their process is gone.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import os
 import shutil
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ import numpy as np
 
 from . import _tensors
 from ._errors import OutputExistsError
-from ._manifest import MANIFEST_NAME, FileEntry, Manifest
+from ._manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
 
 
 def sha256_file(path: Path) -> str:
@@ -55,7 +58,7 @@ def write_bundle(
         final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
         (tmp / MANIFEST_NAME).write_bytes(final.to_json())
         _fsync_tree(tmp)
-        _move_into_place(tmp, out)
+        _move_into_place(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -69,20 +72,106 @@ def _check_target(out: Path, force: bool) -> None:
         raise OutputExistsError(
             f"{str(out)!r} already exists; pass --force (force=True) to replace it", path=out
         )
-    if out.is_symlink() or not (out / MANIFEST_NAME).is_file():
+    if not _is_bundle(out):
         raise OutputExistsError(
-            f"{str(out)!r} exists and is not a bundle; --force only replaces bundles", path=out
+            f"{str(out)!r} exists and is not a bundle; --force only replaces bundles (a "
+            "directory whose manifest.json parses as one)",
+            path=out,
         )
 
 
-def _move_into_place(tmp: Path, out: Path) -> None:
-    if not out.exists():
-        os.rename(tmp, out)
-        return
+def _is_bundle(path: Path) -> bool:
+    """A real directory whose manifest.json parses as a bundle manifest: what --force may replace."""
+    from ._errors import HloBundleError
+    from ._manifest import parse_manifest
+
+    manifest = path / MANIFEST_NAME
+    if path.is_symlink() or not path.is_dir() or manifest.is_symlink() or not manifest.is_file():
+        return False
+    try:
+        with open(manifest, "rb") as f:
+            parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
+    except (HloBundleError, OSError):
+        return False
+    return True
+
+
+def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
+    """Rename `tmp` to `out`, never over anything but the bundle `--force` was given for.
+
+    The rename itself refuses an existing target (renameat2 RENAME_NOREPLACE), so of several
+    writers racing for one path exactly one wins; the others get OUTPUT_EXISTS. With `force`, the
+    old bundle is first renamed aside and checked again there: what is not a bundle goes back.
+    """
+    aside = _set_aside(out) if force else None
+    try:
+        _rename_no_replace(tmp, out)
+    except FileExistsError:
+        if aside is not None:
+            _restore(aside, out)
+        raise OutputExistsError(
+            f"{str(out)!r} was created by someone else while this pack ran; it is left as it is",
+            path=out,
+        ) from None
+    if aside is not None:
+        shutil.rmtree(aside.parent, ignore_errors=True)
+
+
+def _set_aside(out: Path) -> Path | None:
     old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
-    os.rename(out, old / "bundle")
-    os.rename(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        os.rename(out, old / "bundle")
+    except FileNotFoundError:  # gone meanwhile: nothing to replace
+        old.rmdir()
+        return None
+    if not _is_bundle(old / "bundle"):  # replaced by something else since it was checked
+        _restore(old / "bundle", out)
+        raise OutputExistsError(
+            f"{str(out)!r} is no longer a bundle; --force only replaces bundles", path=out
+        )
+    return old / "bundle"
+
+
+def _restore(aside: Path, out: Path) -> None:
+    try:
+        _rename_no_replace(aside, out)
+        aside.parent.rmdir()
+    except OSError:  # the path is taken again: leave ours beside it, under its .old- name
+        pass
+
+
+def _rename_no_replace(src: Path, dst: Path) -> None:
+    """rename(2) that fails with FileExistsError when `dst` exists (Linux renameat2)."""
+    libc = _libc()
+    if libc is not None:
+        at_fdcwd, rename_noreplace = -100, 1
+        if (
+            libc.renameat2(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), rename_noreplace)
+            == 0
+        ):
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a file system without the flag
+            raise OSError(err, os.strerror(err), str(dst))
+    if dst.exists() or dst.is_symlink():
+        raise FileExistsError(errno.EEXIST, "exists", str(dst))
+    os.rename(src, dst)  # a non-empty directory at dst still makes this fail
+
+
+@cache
+def _libc() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.renameat2.argtypes = [
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_uint,
+        ]
+        return libc
+    except (OSError, AttributeError):  # not glibc >= 2.28
+        return None
 
 
 def _remove_stale_partials(out: Path) -> None:

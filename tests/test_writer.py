@@ -123,3 +123,89 @@ def test_option_the_manifest_refuses(tmp_path):
     ):
         pack_identity(tmp_path, sample((2,), "float32"), timestamp=5)
     assert leftovers(tmp_path) == [] and not (tmp_path / "b").exists()
+
+
+# --- the writer only ever deletes what it wrote ------------------------------------------
+
+
+def test_force_refuses_a_directory_whose_manifest_is_not_a_bundles(tmp_path):
+    data = tmp_path / "b"
+    data.mkdir()
+    (data / "manifest.json").write_text('{"my": "own data"}')
+    (data / "precious.txt").write_text("keep me")
+    with pytest.raises(hlobundle.OutputExistsError, match="is not a bundle"):
+        pack_identity(tmp_path, sample((2,), "float32"), force=True)
+    assert (data / "precious.txt").read_text() == "keep me"
+
+
+def _racing(monkeypatch, act):
+    """Run `act()` just before the pack renames its result into place (another writer)."""
+    from hlobundle import _atomic
+
+    real = _atomic._fsync_tree
+
+    def fsync_then_act(root):
+        real(root)
+        act()
+
+    monkeypatch.setattr(_atomic, "_fsync_tree", fsync_then_act)
+
+
+def test_a_directory_created_while_pack_runs_is_left_alone(tmp_path, monkeypatch):
+    out = tmp_path / "b"
+
+    def someone_writes():
+        out.mkdir()
+        (out / "theirs.txt").write_text("theirs")
+
+    _racing(monkeypatch, someone_writes)
+    with pytest.raises(hlobundle.OutputExistsError, match="created by someone else") as e:
+        pack_identity(tmp_path, sample((2,), "float32"))
+    assert e.value.code == "OUTPUT_EXISTS"
+    assert [p.name for p in out.iterdir()] == ["theirs.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # and no temporary left behind
+
+
+def test_an_empty_directory_created_while_pack_runs_is_not_replaced(tmp_path, monkeypatch):
+    out = tmp_path / "b"
+    _racing(monkeypatch, out.mkdir)  # rename(2) alone would silently replace an empty directory
+    with pytest.raises(hlobundle.OutputExistsError):
+        pack_identity(tmp_path, sample((2,), "float32"))
+    assert out.is_dir() and not any(out.iterdir())
+
+
+def test_force_rechecks_the_target_when_it_replaces_it(tmp_path, monkeypatch):
+    import shutil
+
+    out = pack_identity(tmp_path, sample((2,), "float32"))
+
+    def swap_for_user_data():
+        shutil.rmtree(out)
+        out.mkdir()
+        (out / "precious.txt").write_text("keep me")
+
+    _racing(monkeypatch, swap_for_user_data)
+    with pytest.raises(hlobundle.OutputExistsError, match="no longer a bundle"):
+        pack_identity(tmp_path, sample((3,), "float32"), force=True)
+    assert (out / "precious.txt").read_text() == "keep me"
+
+
+def test_concurrent_packs_to_one_path_exactly_one_wins(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    xs = [sample((64, 64), "float32", i) for i in range(4)]
+    for round_ in range(4):
+        out = tmp_path / f"b{round_}"
+
+        def pack(i):
+            try:
+                hlobundle.pack(identity_module(xs[i]), [xs[i]], out)
+                return i
+            except hlobundle.OutputExistsError:
+                return None
+
+        with ThreadPoolExecutor(4) as pool:
+            winners = [i for i in pool.map(pack, range(4)) if i is not None]
+        assert len(winners) == 1
+        bundle = hlobundle.load(out)
+        np.testing.assert_array_equal(bundle.tensor(bundle.arguments[0].name), xs[winners[0]])
