@@ -197,7 +197,7 @@ def test_concurrent_packs_to_one_path_exactly_one_wins(tmp_path):
     for round_ in range(4):
         out = tmp_path / f"b{round_}"
 
-        def pack(i):
+        def pack(i, out=out):
             try:
                 hlobundle.pack(identity_module(xs[i]), [xs[i]], out)
                 return i
