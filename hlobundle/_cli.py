@@ -145,6 +145,11 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: per dtype)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--verify", action="store_true",
+        help="check every file's sha256 first and run on exactly the verified bytes (tensor files "
+        "are read into memory); module files are always checked",
+    )  # fmt: skip
     p.add_argument("--devices", type=int, metavar="N",
                    help="devices to run a sharded bundle on (default: its mesh's size; 1: unsharded)")  # fmt: skip
     p.add_argument("--distributed", action="store_true",
@@ -205,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
     from ._inputs import read_files
     from ._reader import load
 
-    bundle = load(args.bundle)
+    bundle = load(args.bundle, verify=args.verify)
     import jax
 
     if needs_x64(bundle.manifest):

@@ -8,6 +8,7 @@ map by position. Anything else is ambiguous and an error.
 from __future__ import annotations
 
 import re
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,20 +46,56 @@ def _read_file(path: Path) -> list[Keyed]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as npz:
-                return [Keyed(k, npz[k], f"{path.name}[{k}]") for k in npz.files]
+            return _read_npz(path)
         if suffix == ".npy":
             array = np.load(path, allow_pickle=False, mmap_mode="r")
             return [Keyed(path.stem, array, path.name, positional=True)]
         if suffix == ".safetensors":
             return _read_safetensors(path)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, zipfile.BadZipFile) as e:
         raise InputError(f"cannot read input file {str(path)!r}: {e}", path=path) from None
     raise InputError(
         f"input file {str(path)!r} has an unknown extension {suffix!r}; "
         "expected .npz, .npy or .safetensors",
         path=path,
     )
+
+
+class NpzMember:
+    """One array of an `.npz` file, known by its header (shape, dtype) until it is used.
+
+    Nothing is decompressed before the caller has checked the shape and dtype against the
+    argument: a small `.npz` cannot inflate into gigabytes for a key that is then refused.
+    """
+
+    def __init__(self, path: Path, member: str) -> None:
+        self.path, self.member = path, member
+        with zipfile.ZipFile(path) as zf, zf.open(member) as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _, dtype = read_header(f)
+        if dtype.hasobject:
+            raise ValueError(f"{member} holds Python objects, which are never unpickled")
+        self.shape: tuple[int, ...] = tuple(shape)
+        self.dtype: np.dtype = dtype
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        with zipfile.ZipFile(self.path) as zf, zf.open(self.member) as f:
+            array = np.lib.format.read_array(f, allow_pickle=False)
+        return array if dtype is None else array.astype(dtype)
+
+
+def _read_npz(path: Path) -> list[Keyed]:
+    with zipfile.ZipFile(path) as zf:
+        members = [n for n in zf.namelist() if n.endswith(".npy")]
+    return [
+        Keyed(m.removesuffix(".npy"), NpzMember(path, m), f"{path.name}[{m.removesuffix('.npy')}]")
+        for m in members
+    ]
 
 
 def _read_safetensors(path: Path) -> list[Keyed]:
@@ -137,21 +174,27 @@ def _require_count(got: int, expected: int) -> None:
 def check(
     item: Keyed, expected: TensorType, *, name: str, path: str, column_major: bool
 ) -> np.ndarray:
-    """The array to store for one argument, in the tensor's own (row-major) orientation."""
-    array = np.asarray(item.array)
+    """The array to store for one argument, in the tensor's own (row-major) orientation.
+
+    Shape and dtype are checked before the array is read (an `.npz` member is read only then).
+    """
+    value = item.array
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        value = np.asarray(value)
     want_shape = expected.shape[::-1] if column_major else expected.shape
     orientation = " (Julia orientation, reversed)" if column_major else ""
     where = f"argument {name!r} (path {path}, from {item.source})"
-    if array.dtype != expected.dtype.numpy:
+    if np.dtype(value.dtype) != expected.dtype.numpy:
         raise InputError(
-            f"{where}: expected dtype {expected.dtype.name}, got {array.dtype.name}",
+            f"{where}: expected dtype {expected.dtype.name}, got {np.dtype(value.dtype).name}",
             argument=name,
         )
-    if tuple(array.shape) != want_shape:
+    if tuple(value.shape) != want_shape:
         raise InputError(
-            f"{where}: expected shape {want_shape}{orientation}, got {tuple(array.shape)}",
+            f"{where}: expected shape {want_shape}{orientation}, got {tuple(value.shape)}",
             argument=name,
         )
+    array = np.asarray(value)
     return array.T if column_major else array
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -9,8 +10,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _dtypes, _inputs, _mlir, _tensors
-from ._errors import InputError
+from . import _dtypes, _inputs, _limits, _mlir, _tensors
+from ._errors import InputError, LimitError
 from ._reader import Bundle
 
 
@@ -71,8 +72,21 @@ def example_arguments(
         return values, "given"
     if bundle.has_example_inputs:
         return [bundle.tensor(a.name) for a in arguments], "stored"  # mapped, read on use
+    _check_generated_size(arguments)
     rng = np.random.default_rng(seed)
     return [generate(rng, tuple(a.shape), a.dtype) for a in arguments], "generated"
+
+
+def _check_generated_size(arguments: list[Any]) -> None:
+    """Refuse, before allocating, inputs a manifest's shapes would make too large to invent."""
+    total = sum(math.prod(a.shape) * _dtypes.BY_NAME[a.dtype].numpy.itemsize for a in arguments)
+    if total > _limits.MAX_GENERATED_INPUT_BYTES:
+        raise LimitError(
+            f"the bundle stores no inputs, and inventing its arguments would take {total:,} "
+            f"bytes; the limit is {_limits.MAX_GENERATED_INPUT_BYTES:,}. Give inputs with "
+            "--inputs (SPEC.md, 'Reader safety and security')",
+            field="arguments",
+        )
 
 
 def generate(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:

@@ -104,7 +104,7 @@ def test_edited_result_dtype_is_a_signature_mismatch(bundle):
 
 
 def test_removed_argument_is_a_signature_mismatch(bundle):
-    edit_manifest(bundle, lambda m: m["arguments"].pop())
+    edit_manifest(bundle, lambda m: (m["arguments"].pop(), m.pop("input_tree")))
     with pytest.raises(
         hlobundle.SignatureError, match="the manifest has 1 arguments, @main in module.mlir has 2"
     ):

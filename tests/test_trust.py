@@ -307,3 +307,65 @@ def test_a_tree_deeper_than_path_max_is_a_coded_error(add_bundle):
     with pytest.raises(hlobundle.UnsafePathError, match="cannot be read") as e:
         hlobundle.load(add_bundle)
     assert e.value.code == "PATH_UNSAFE"
+
+
+# --- bounded resources -----------------------------------------------------------------
+
+
+def test_inventing_huge_inputs_is_refused_before_allocation(tmp_path, capsys):
+    from hlobundle._cli import main
+
+    t = "tensor<100000x100000xf32>"  # 40 GB of generated input for a 200-byte bundle
+    text = f"func.func @main(%x: {t}) -> {t} {{\n  return %x : {t}\n}}\n"
+    out = hlobundle.pack(text, None, tmp_path / "b")
+    assert main(["run", str(out), "--backend", "xla", "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "error [LIMIT_EXCEEDED]" in err and "40,000,000,000 bytes" in err
+
+
+def _npz_bomb(path, key, nbytes):
+    """An .npz whose member `key` inflates to `nbytes` of zeros, written without allocating them."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf, zf.open(f"{key}.npy", "w") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "|u1", "fortran_order": False, "shape": (nbytes,)}
+        )
+        chunk = bytes(1 << 20)
+        for _ in range(nbytes >> 20):
+            f.write(chunk)
+
+
+def test_npz_members_are_checked_before_they_are_inflated(add_bundle, tmp_path):
+    import tracemalloc
+
+    from hlobundle import _inputs, _run
+
+    bomb = tmp_path / "bomb.npz"
+    _npz_bomb(bomb, "x", 512 << 20)
+    assert bomb.stat().st_size < 2 << 20
+    bundle = hlobundle.load(add_bundle)
+    tracemalloc.start()
+    try:
+        with pytest.raises(hlobundle.InputError, match=r"expected dtype float32, got uint8"):
+            _run.example_arguments(bundle, _inputs.read_files([bomb]) + [
+                _inputs.Keyed("w", np.zeros(3, np.float32), "w")])  # fmt: skip
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
+def test_run_verify_checks_tensor_hashes(add_bundle, capsys):
+    from hlobundle._cli import main
+
+    assert main(["run", str(add_bundle), "--verify", "--backend", "xla", "--no-cache"]) == 0
+    capsys.readouterr()
+    path = add_bundle / "inputs.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    assert main(["run", str(add_bundle), "--backend", "xla", "--no-cache"]) == 0  # not checked
+    capsys.readouterr()
+    assert main(["run", str(add_bundle), "--verify", "--backend", "xla", "--no-cache"]) == 1
+    assert "error [HASH_MISMATCH] inputs.safetensors: sha256 is" in capsys.readouterr().err
