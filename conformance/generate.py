@@ -488,6 +488,159 @@ def _(b: Path) -> None:
     (b / "manifest.json").write_text(text + " " * (16 * 1024 * 1024))
 
 
+# --- trust: one program per form, the allow-list, limits (SPEC.md section 8) ----------------------
+
+
+def replace_module(b: Path, text: str, form: str = "module") -> None:
+    """Write a form's text and the portable artifact serialized from it (what a producer that
+    does not check the rules would write), both rehashed."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    from hlobundle._mlir_context import new_context
+
+    with new_context(), ir.Location.unknown():
+        artifact = stablehlo.serialize_portable_artifact(ir.Module.parse(text), TARGET, True)
+    (b / f"{form}.mlir").write_text(text)
+    (b / f"{form}.mlirbc").write_bytes(bytes(artifact))
+    rehash(b, f"{form}.mlir")
+    rehash(b, f"{form}.mlirbc")
+
+
+def _two_by_two(op: str) -> str:
+    t = tensor((2, 2), "float32")
+    return func([t, t], [t], [f"%x = {op}"], ["%x"])
+
+
+@broken(
+    "invalid_artifact_other_program",
+    "module.mlir adds, module.mlirbc multiplies (each well-formed, each hashed)",
+    "MODULE_MISMATCH",
+)
+def _(b: Path) -> None:
+    t = tensor((2, 2), "float32")
+    text = (b / "module.mlir").read_text()
+    replace_module(b, _two_by_two(f"stablehlo.multiply %a0, %a1 : {t}"))
+    (b / "module.mlir").write_text(text)
+    rehash(b, "module.mlir")
+
+
+@broken(
+    "invalid_custom_call_not_allowed",
+    "a custom call outside jax.export's stable targets, not opted in",
+    "MODULE_NOT_PORTABLE",
+)
+def _(b: Path) -> None:
+    t = tensor((2, 2), "float32")
+    replace_module(
+        b, _two_by_two(f"stablehlo.custom_call @my_kernel(%a0, %a1) : ({t}, {t}) -> {t}")
+    )
+
+
+@broken(
+    "invalid_host_callback_opted_in",
+    "a Python host callback, listed in allowed_custom_calls: never allowed",
+    "MODULE_NOT_PORTABLE",
+)
+def _(b: Path) -> None:
+    t = tensor((2, 2), "float32")
+    target = "xla_ffi_python_cpu_callback"
+    replace_module(b, _two_by_two(f"stablehlo.custom_call @{target}(%a0, %a1) : ({t}, {t}) -> {t}"))
+    edit(b, lambda m: m["module"].update(allowed_custom_calls=[target]))
+
+
+@broken("invalid_host_transfer", "@main waits for an infeed", "MODULE_NOT_PORTABLE")
+def _(b: Path) -> None:
+    t = tensor((2, 2), "float32")
+    replace_module(b, func([t, t], [t], [
+        "%t = stablehlo.create_token : !stablehlo.token",
+        f'%x, %t2 = "stablehlo.infeed"(%t) : (!stablehlo.token) -> ({t}, !stablehlo.token)',
+    ], ["%x"]))  # fmt: skip
+
+
+@case(
+    "invalid_batched_not_portable",
+    "the batched module calls a Python host callback",
+    "MODULE_NOT_PORTABLE",
+)
+def _(path: Path) -> None:
+    b = scale(path, ["x"])
+    t = "tensor<?x3xf32>"
+    callback = f"%c = stablehlo.custom_call @xla_ffi_python_cpu_callback(%y) : ({t}) -> {t}"
+    replace_module(b, BATCHED_SCALE.replace("  return %y", f"  {callback}\n  return %c"), "batched")
+
+
+@broken("invalid_main_without_body", "@main is declared, not defined", "MLIR_INVALID")
+def _(b: Path) -> None:
+    t = tensor((2, 2), "float32")
+    replace_module(b, f"module {{\n  func.func private @main(%a0: {t}, %a1: {t}) -> {t}\n}}\n")
+
+
+@broken(
+    "invalid_nesting_too_deep",
+    "an attribute nested 10,000 deep (MLIR's parser would overflow its stack)",
+    "LIMIT_EXCEEDED",
+)
+def _(b: Path) -> None:
+    deep = "[" * 10_000 + "]" * 10_000
+    text = (b / "module.mlir").read_text()
+    (b / "module.mlir").write_text(f"module attributes {{a = {deep}}} {{\n{text}}}\n")
+    rehash(b, "module.mlir")
+
+
+@broken("invalid_rank_too_high", "a rank-65 tensor type", "LIMIT_EXCEEDED")
+def _(b: Path) -> None:
+    high = "tensor<" + "1x" * 65 + "f32>"
+    text = (b / "module.mlir").read_text()
+    (b / "module.mlir").write_text(
+        text.replace("return %x", f"%h = stablehlo.constant dense<0.0> : {high}\n  return %x")
+    )
+    rehash(b, "module.mlir")
+
+
+@broken("invalid_json_too_deep", "output_tree nested 100 deep", "LIMIT_EXCEEDED")
+def _(b: Path) -> None:
+    edit(b, lambda m: m.update(output_tree=json.loads("[" * 100 + '"x"' + "]" * 100)))
+
+
+@broken("invalid_integer_too_long", "a 30-digit file size", "LIMIT_EXCEEDED")
+def _(b: Path) -> None:
+    path = b / "manifest.json"
+    data = json.loads(path.read_text())
+    size = data["files"]["module.mlir"]["size"]
+    text = path.read_text().replace(f'"size": {size}', '"size": ' + "9" * 30, 1)
+    path.write_text(text)
+
+
+@broken("invalid_tree_unknown_leaf", "output_tree names no result", "MANIFEST_INVALID")
+def _(b: Path) -> None:
+    edit(b, lambda m: m.update(output_tree=["nope"]))
+
+
+@broken(
+    "invalid_safetensors_header_too_large",
+    "a 1 MiB safetensors header for two tensors",
+    "LIMIT_EXCEEDED",
+)
+def _(b: Path) -> None:
+    path = b / "inputs.safetensors"
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    padded = data[8 : 8 + n] + b" " * (1 << 20)
+    path.write_bytes(struct.pack("<Q", len(padded)) + padded + data[8 + n :])
+    rehash(b, "inputs.safetensors")
+
+
+@case("invalid_bool_byte", "a bool tensor holding the byte 7", "TENSOR_MISMATCH")
+def _(path: Path) -> None:
+    t = tensor((3,), "bool")
+    b = pack(path, func([t], [t], [], ["%a0"]), [np.array([True, False, True])], names=["m"])
+    data = bytearray((b / "inputs.safetensors").read_bytes())
+    data[-2] = 7
+    (b / "inputs.safetensors").write_bytes(bytes(data))
+    rehash(b, "inputs.safetensors")
+
+
 def generate(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)

@@ -2,12 +2,15 @@
 
     pip install atheris && python fuzz/fuzz_load.py -runs=20000
 
-Each input replaces one file of a small valid bundle; `load()`, `verify()` and reading every
-tensor may only end in an `HloBundleError`. Any other exception is a finding.
+Each input replaces one file of a small valid bundle, rehashed in the manifest so that it
+reaches its parser; `load()`, `verify()` and reading every tensor may only end in an
+`HloBundleError`. Any other exception is a finding. (`fuzz_forms.py` mutates every module form.)
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import sys
 import tempfile
@@ -39,7 +42,12 @@ def one_input(data: bytes) -> None:
     shutil.copytree(BASE, bundle)
     original = (bundle / name).read_bytes()
     keep = fdp.ConsumeIntInRange(0, len(original))
-    (bundle / name).write_bytes(original[:keep] + fdp.ConsumeBytes(fdp.remaining_bytes()))
+    data = original[:keep] + fdp.ConsumeBytes(fdp.remaining_bytes())
+    (bundle / name).write_bytes(data)
+    if name != "manifest.json":
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
     try:
         b = hlobundle.load(bundle)
         b.verify()

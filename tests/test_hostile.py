@@ -1,8 +1,9 @@
 """Hostile input: mutated bundles only ever end in a clean project error or a valid load, never
 read outside the bundle, and never exhaust memory; a killed `pack` never leaves a half bundle.
 
-Inputs tried per run: 300 byte mutations + 200 manifest-field mutations + 100 file renames = 600
-(hypothesis, derandomized so that CI runs the same inputs every time).
+Inputs tried per run: 300 byte mutations (a mutated listed file must be refused) + 200
+manifest-field mutations + 100 file renames = 600 (hypothesis, derandomized so that CI runs the
+same inputs every time), plus 1,000 mutations past the hash checks by `fuzz/fuzz_forms.py`.
 """
 
 from __future__ import annotations
@@ -73,11 +74,15 @@ def base(tmp_path_factory) -> Path:
     )
 
 
-def attempt(bundle: Path) -> None:
-    """Load, verify and read everything; only project errors may escape, only bundle files be read."""
+def attempt(bundle: Path) -> hlobundle.HloBundleError | None:
+    """Load, verify and read everything; only project errors may escape, only bundle files be read.
+
+    **Returns:** the error, or None when the bundle was accepted.
+    """
     global _recording
     _opened.clear()
     _recording = True
+    error = None
     try:
         b = hlobundle.load(bundle)
         b.verify()
@@ -85,13 +90,14 @@ def attempt(bundle: Path) -> None:
             if a.value is not None:
                 np.asarray(b.tensor(a.name)).sum()
         b.expected_outputs()
-    except hlobundle.HloBundleError:
-        pass
+    except hlobundle.HloBundleError as e:
+        error = e
     finally:
         _recording = False
     root = str(bundle.parent)
     outside = [p for p in _opened if p.startswith(root) and not p.startswith(str(bundle) + os.sep)]
     assert not outside, f"read outside the bundle: {outside}"
+    return error
 
 
 def fresh(base: Path) -> Path:
@@ -115,8 +121,11 @@ def test_byte_mutations(base, data):
             del raw[pos:]
         else:
             raw[pos:pos] = data.draw(st.binary(min_size=1, max_size=16))
+    changed = bytes(raw) != (bundle / name).read_bytes()
     (bundle / name).write_bytes(bytes(raw))
-    attempt(bundle)
+    error = attempt(bundle)
+    if changed and name != "manifest.json":  # a listed file: its size or sha256 now differs
+        assert error is not None, f"a mutated {name} was accepted"
     shutil.rmtree(bundle.parent)
 
 
@@ -178,6 +187,20 @@ def test_file_renames_and_links(base, data):
         (bundle / name).unlink()
     attempt(bundle)
     shutil.rmtree(bundle.parent)
+
+
+def test_fuzzer_past_the_hash_checks_in_child_processes():
+    # fuzz/fuzz_forms.py: 1,000 mutations of every module form (text and artifact), the
+    # tensors and the manifest, rehashed so that each reaches its parser. Its workers are
+    # child processes: a crash is reported as a finding with the case, not lost with pytest.
+    script = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_forms.py"
+    r = subprocess.run([sys.executable, str(script), "--runs", "1000", "--jobs", "2"],
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "1000 mutations, no findings" in r.stdout
+    for form in ("module", "vjp", "batched"):
+        for suffix in (".mlir", ".mlirbc"):
+            assert f"{form}{suffix}: " in r.stdout, f"{form}{suffix} was never reached"
 
 
 def test_memory_stays_bounded(base):

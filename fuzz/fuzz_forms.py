@@ -1,0 +1,162 @@
+"""Mutation fuzzing of every file a reader parses, past the hash checks (run in child processes).
+
+    python fuzz/fuzz_forms.py --runs 10000 --jobs 2
+
+A seed bundle holds all three module forms (module, backward, batched), each as text and as a
+portable artifact, plus tensor files and the manifest. Each run mutates 1-4 bytes of one file
+(flip, truncate or insert), then rehashes it in the manifest so the mutation reaches the parser
+instead of stopping at the sha256 check, and calls `load()`, `verify()` and reads every tensor.
+The only allowed outcomes are success and an `HloBundleError`; anything else is a finding, and
+so is a worker that dies (a crash in a parser): the case it was on is reported, and the exit
+status is 1. The test suite runs 1,000 of these (`tests/test_hostile.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import hlobundle
+
+# Relative weights: artifacts cost a child process each (about 0.2 s), so they are drawn less.
+WEIGHTS = {
+    "module.mlir": 3, "vjp.mlir": 3, "batched.mlir": 3,
+    "module.mlirbc": 1, "vjp.mlirbc": 1, "batched.mlirbc": 1,
+    "inputs.safetensors": 2, "weights.safetensors": 2, "expected.safetensors": 1,
+    "manifest.json": 3,
+}  # fmt: skip
+
+
+def seed_bundle(root: Path) -> Path:
+    """f(w, x) = tanh(x @ w) with a backward module and a batched module over x."""
+    import jax
+
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    x = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
+    return hlobundle.export(
+        lambda w, x: jax.numpy.tanh(x @ w), w, x, out=root / "seed",
+        roles={"w": "parameter"}, with_vjp=True, vmap_in_axes=(None, 0),
+    )  # fmt: skip
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    raw = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.choice(["flip", "flip", "truncate", "insert"])
+        pos = rng.randrange(max(len(raw), 1))
+        if kind == "flip" and raw:
+            raw[pos] ^= rng.randint(1, 255)
+        elif kind == "truncate":
+            del raw[pos:]
+        else:
+            raw[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+    return bytes(raw)
+
+
+def rehash(bundle: Path, name: str) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    data = (bundle / name).read_bytes()
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def attempt(bundle: Path) -> str:
+    """The outcome's name: "ok" or the error code. Any other exception propagates (a finding)."""
+    try:
+        b = hlobundle.load(bundle)
+        b.verify()
+        for a in b.arguments:
+            if a.value is not None:
+                np.asarray(b.tensor(a.name)).sum()
+        b.expected_outputs()
+    except hlobundle.HloBundleError as e:
+        crashed = "crashed MLIR's bytecode reader" in e.message
+        return f"{e.code} (a reader crash, caught in its child process)" if crashed else e.code
+    return "ok"
+
+
+def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Counter[str]:
+    names = [n for n in WEIGHTS if (seed / n).exists()]
+    weights = [WEIGHTS[n] for n in names]
+    outcomes: collections.Counter[str] = collections.Counter()
+    scratch = Path(tempfile.mkdtemp(prefix="fuzz-case-"))
+    try:
+        for case in range(first, first + runs):
+            rng = random.Random(case)
+            name = rng.choices(names, weights)[0]
+            bundle = scratch / "bundle"
+            shutil.rmtree(bundle, ignore_errors=True)
+            shutil.copytree(seed, bundle)
+            (bundle / name).write_bytes(mutate((seed / name).read_bytes(), rng))
+            if name != "manifest.json":
+                rehash(bundle, name)
+            progress.write_text(f"case {case}: {name}\n")
+            outcomes[f"{name}: {attempt(bundle)}"] += 1
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=10_000)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--first", type=int, default=0, help="number of the first case (a seed)")
+    p.add_argument("--worker", nargs=2, metavar=("SEED_BUNDLE", "PROGRESS"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        outcomes = work(Path(args.worker[0]), args.first, args.runs, Path(args.worker[1]))
+        print(json.dumps(outcomes))
+        return 0
+    root = Path(tempfile.mkdtemp(prefix="hlobundle-fuzz-"))
+    try:
+        return _drive(seed_bundle(root), root, args.runs, args.jobs, args.first)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _drive(seed: Path, root: Path, runs: int, jobs: int, first: int) -> int:
+    """Split the cases over `jobs` worker processes; a dead worker is a finding."""
+    share = -(-runs // jobs)
+    workers = []
+    for j in range(jobs):
+        start, count = first + j * share, min(share, runs - j * share)
+        if count <= 0:
+            continue
+        progress = root / f"progress-{j}"
+        cmd = [sys.executable, __file__, "--worker", str(seed), str(progress),
+               "--first", str(start), "--runs", str(count)]  # fmt: skip
+        workers.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True), progress))  # fmt: skip
+    total: collections.Counter[str] = collections.Counter()
+    failed = False
+    for proc, progress in workers:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            failed = True
+            where = progress.read_text().strip() if progress.exists() else "before the first case"
+            print(
+                f"FINDING: a worker ended with status {proc.returncode} at {where}\n{err[-3000:]}"
+            )
+            continue
+        total.update(json.loads(out.strip().splitlines()[-1]))
+    done = sum(total.values())
+    for outcome, n in sorted(total.items()):
+        print(f"{n:6d}  {outcome}")
+    print(f"{done} mutations, {'FAILED' if failed else 'no findings'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
