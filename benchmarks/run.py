@@ -464,6 +464,49 @@ def scale(tmp: Path, quick: bool) -> list[dict]:
     return rows
 
 
+# --- trust: the checking reader against the one before it -----------------------------------------
+
+# The last commit before the reader checked module hashes on load, held files open, and proved
+# each portable artifact to be its text's program (issue 12).
+TRUST_BASELINE = "ea0a2c9"
+
+
+def trust_cost(tmp: Path, quick: bool) -> list[dict]:
+    """`load()` and `verify --quick` of this reader / the baseline commit's, fresh processes."""
+    import hlobundle
+
+    worktree = tmp / "baseline"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree),
+                    TRUST_BASELINE], check=True, capture_output=True)  # fmt: skip
+    try:
+        arrays = weights(64 * 1024**2 if quick else GiB, 64)
+        big = hlobundle.pack(module_for(arrays), arrays, tmp / "trust-big")
+        del arrays
+        load = "import sys, time, hlobundle\nt = time.perf_counter()\nhlobundle.load(sys.argv[1])\nprint(time.perf_counter() - t)"
+        rows = []
+        for label, bundle in (("LeNet", ROOT / "examples" / "lenet5.hlobundle"),
+                              (f"{'64 MiB' if quick else '1 GiB'}, 64 tensors", big)):  # fmt: skip
+            for what, argv, inner in (
+                ("load()", ["-c", load, str(bundle)], True),
+                ("verify --quick (whole process)", ["-m", "hlobundle", "verify", "--quick", str(bundle)], False),
+            ):  # fmt: skip
+                times: dict[str, list[float]] = {"ours": [], "baseline": []}
+                for _ in range(5 if quick else 15):
+                    for name, path in (("ours", ROOT), ("baseline", worktree)):
+                        start = time.perf_counter()
+                        r = subprocess.run([PY, *argv], capture_output=True, text=True, cwd=tmp,
+                                           env={**os.environ, "PYTHONPATH": str(path)}, check=True)  # fmt: skip
+                        wall = time.perf_counter() - start
+                        times[name].append(float(r.stdout.strip()) if inner else wall)
+                ours, base = (statistics.median(times[k]) for k in ("ours", "baseline"))
+                rows.append({"case": f"{what}, {label}: this reader / {TRUST_BASELINE} (goal <= 1.2)",
+                             "s": ours, "ratio": ours / base})  # fmt: skip
+        return rows
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
+                       capture_output=True)  # fmt: skip
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -518,6 +561,10 @@ def main() -> None:
                 startup(),
             ),
             ("Scale: a sparse bundle of many GiB", scale(tmp, args.quick)),
+            (
+                "Trust: load() and verify --quick of the checking reader / the reader before it",
+                trust_cost(tmp, args.quick),
+            ),
         ]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
