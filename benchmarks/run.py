@@ -186,7 +186,7 @@ def first_result(tmp: Path, quick: bool) -> list[dict]:
     script = REACTANT_STYLE.format(
         module=str(tmp / "module.mlir"), npz=str(tmp / "inputs.npz"), n=len(b.arguments)
     )
-    run = f"import sys; from hlobundle._cli import main; sys.exit(main(['run', {str(example)!r}]))"
+    run = f"import sys; from hlobundle._cli._main import main; sys.exit(main(['run', {str(example)!r}]))"
     reps = 2 if quick else 5
     ours, theirs, cold, warm = [], [], [], []
     for i in range(reps):
@@ -399,7 +399,7 @@ def startup() -> list[dict]:
 def scale(tmp: Path, quick: bool) -> list[dict]:
     """A bundle of 10 GiB of (sparse) weights: what touches the data and what does not."""
     import hlobundle
-    from hlobundle._atomic import sha256_file
+    from hlobundle._write._atomic import sha256_file
 
     per, count = (64 * 1024**2, 4) if quick else (GiB, 10)
     n = per // 4
@@ -449,7 +449,7 @@ def scale(tmp: Path, quick: bool) -> list[dict]:
         }
     )
     code = (
-        "import json, hlobundle\nfrom hlobundle._run import run\n"
+        "import json, hlobundle\nfrom hlobundle._run._run import run\n"
         f"report, _ = run(hlobundle.load({str(out)!r}), backend='xla')\n"
         "hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] * 1024\n"
         "print(json.dumps({'peak': hwm}))\n"

@@ -19,8 +19,8 @@ import ml_dtypes
 import numpy as np
 
 import hlobundle
-from hlobundle import _dtypes, _tensors
-from hlobundle._atomic import sha256_file
+from hlobundle._format import _dtypes, _tensors
+from hlobundle._write._atomic import sha256_file
 
 HERE = Path(__file__).resolve().parent
 TARGET = "1.13.7"  # StableHLO target of every case's portable artifact
@@ -497,7 +497,7 @@ def replace_module(b: Path, text: str, form: str = "module") -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from hlobundle._mlir_context import new_context
+    from hlobundle._format._mlir_context import new_context
 
     with new_context(), ir.Location.unknown():
         artifact = stablehlo.serialize_portable_artifact(ir.Module.parse(text), TARGET, True)

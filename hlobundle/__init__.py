@@ -3,49 +3,70 @@
 The public surface is exactly `__all__`; everything else lives in private modules.
 """
 
-from ._emit import emit_script
-from ._errors import (
+from ._emit._emit import emit_script
+from ._format._errors import (
+    BackendUnavailableError,
     BundleError,
     ConfigError,
+    DevicesUnavailableError,
+    DtypeUnsupportedError,
+    FileMissingError,
     FileSetError,
+    FileUnlistedError,
+    HashMismatchError,
     HloBundleError,
     HloBundleWarning,
+    InputAmbiguousError,
+    InputDtypeError,
     InputError,
     IntegrityError,
     LimitError,
     ManifestError,
+    ManifestTooLargeError,
     ModuleError,
     ModuleMismatchError,
     NotABundleError,
     NotPortableError,
     OutputExistsError,
     SignatureError,
+    SizeMismatchError,
     TensorFileError,
+    TensorMismatchError,
     TransformError,
     UnsafePathError,
     VersionError,
+    X64DisabledError,
 )
-from ._export import export
-from ._manifest import FORMAT_VERSION, Argument, Manifest, Result
-from ._reactant import pack_reactant
-from ._reader import Bundle, load
+from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
+from ._read._reader import Bundle, load
 from ._version import __version__
-from ._writer import pack, pack_files
+from ._write._export import export
+from ._write._reactant import pack_reactant
+from ._write._writer import pack, pack_files
 
 __all__ = [
-    "FORMAT_VERSION",
     "Argument",
+    "BackendUnavailableError",
     "Bundle",
     "BundleError",
     "ConfigError",
+    "DevicesUnavailableError",
+    "DtypeUnsupportedError",
+    "FORMAT_VERSION",
+    "FileMissingError",
     "FileSetError",
+    "FileUnlistedError",
+    "HashMismatchError",
     "HloBundleError",
     "HloBundleWarning",
+    "InputAmbiguousError",
+    "InputDtypeError",
     "InputError",
     "IntegrityError",
     "LimitError",
     "Manifest",
     "ManifestError",
+    "ManifestTooLargeError",
     "ModuleError",
     "ModuleMismatchError",
     "NotABundleError",
@@ -53,10 +74,13 @@ __all__ = [
     "OutputExistsError",
     "Result",
     "SignatureError",
+    "SizeMismatchError",
     "TensorFileError",
+    "TensorMismatchError",
     "TransformError",
     "UnsafePathError",
     "VersionError",
+    "X64DisabledError",
     "__version__",
     "emit_script",
     "export",

@@ -87,7 +87,7 @@ def relu_module_text():
 
 def rehash(bundle: Path, name: str) -> None:
     """Make the manifest's size and sha256 of `name` match the file again, after an edit."""
-    from hlobundle._atomic import sha256_file
+    from hlobundle._write._atomic import sha256_file
 
     path = bundle / name
     size, digest = path.stat().st_size, sha256_file(path)

@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers import ROOT
 
-from hlobundle import _conformance
+from hlobundle._cli import _conformance
 
 CASES = ROOT / "conformance" / "cases"
 

@@ -8,7 +8,7 @@ import pytest
 from helpers import edit_manifest, small_bundle
 
 import hlobundle
-from hlobundle._manifest import MAX_MANIFEST_BYTES
+from hlobundle._format._manifest import MAX_MANIFEST_BYTES
 
 
 @pytest.fixture

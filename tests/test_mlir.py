@@ -6,7 +6,7 @@ import pytest
 from helpers import FIXTURES, needs_fixtures
 
 import hlobundle
-from hlobundle import _mlir
+from hlobundle._format import _mlir
 
 
 def sig(text):

@@ -8,7 +8,7 @@ import sys
 from helpers import ROOT, small_bundle
 
 import hlobundle
-from hlobundle._schema import schema_text
+from hlobundle._format._schema import schema_text
 
 
 def test_public_names_are_exactly_all():
@@ -26,7 +26,7 @@ def test_schema_is_current():
 def test_inspect_and_verify_do_not_import_jax(tmp_path):
     b = small_bundle(tmp_path)
     code = (
-        "import sys, hlobundle; from hlobundle._cli import main; "
+        "import sys, hlobundle; from hlobundle._cli._main import main; "
         f"main(['verify', {str(b)!r}]); main(['inspect', {str(b)!r}]); "
         "heavy = [m for m in ('jax', 'enzyme_ad') if m in sys.modules]; "
         "assert not heavy, heavy"
@@ -36,7 +36,7 @@ def test_inspect_and_verify_do_not_import_jax(tmp_path):
 
 
 def test_dtype_table_in_spec_matches_code():
-    from hlobundle._dtypes import TABLE
+    from hlobundle._format._dtypes import TABLE
 
     spec = (ROOT / "SPEC.md").read_text()
     for row in TABLE:
@@ -44,11 +44,34 @@ def test_dtype_table_in_spec_matches_code():
         assert line in spec, line
 
 
-def test_error_codes_in_spec_match_code():
+def _error_classes(cls=hlobundle.HloBundleError):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _error_classes(sub)
+
+
+def test_error_codes_in_spec_match_the_class_tree():
     import re
 
-    source = "".join(p.read_text() for p in (ROOT / "hlobundle").glob("*.py"))
-    codes = set(re.findall(r'code(?: = |=)"([A-Z_]+)"', source)) - {"ERROR"}
+    classes = list(_error_classes())
+    codes = {c.code for c in classes if "code" in vars(c)}  # each class's own code
     spec = (ROOT / "SPEC.md").read_text()
-    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", spec, re.M))
+    documented = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", spec, re.M))
     assert codes == documented
+    # One class per code: no two classes define the same code.
+    owners = [c.code for c in classes if "code" in vars(c)]
+    assert len(owners) == len(set(owners))
+    assert all(hasattr(hlobundle, c.__name__) for c in classes)  # all public
+
+
+def test_no_raise_site_passes_a_code():
+    import re
+
+    source = "".join(p.read_text() for p in (ROOT / "hlobundle").rglob("*.py"))
+    assert not re.search(r'\bcode="[A-Z_]+"', source)
+
+
+def test_input_errors_are_what_jax_users_catch():
+    assert issubclass(hlobundle.InputError, ValueError)
+    assert issubclass(hlobundle.InputDtypeError, TypeError)
+    assert issubclass(hlobundle.InputDtypeError, hlobundle.InputError)

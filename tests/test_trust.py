@@ -15,7 +15,7 @@ import pytest
 from helpers import ROOT, edit_manifest, rehash, sample
 
 import hlobundle
-from hlobundle import _mlir
+from hlobundle._format import _mlir
 
 T = "tensor<3xf32>"
 
@@ -87,7 +87,7 @@ def test_mutated_artifact_never_crashes_the_reader(add_bundle, tmp_path, seed):
 
 def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch):
     # Stand in for a crashing MLIR: the child kills itself the way a segfault would.
-    from hlobundle import _portable
+    from hlobundle._format import _portable
 
     crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
     monkeypatch.setattr(_portable, "_child_command", lambda: [sys.executable, "-c", crash])
@@ -313,7 +313,7 @@ def test_a_tree_deeper_than_path_max_is_a_coded_error(add_bundle):
 
 
 def test_inventing_huge_inputs_is_refused_before_allocation(tmp_path, capsys):
-    from hlobundle._cli import main
+    from hlobundle._cli._main import main
 
     t = "tensor<100000x100000xf32>"  # 40 GB of generated input for a 200-byte bundle
     text = f"func.func @main(%x: {t}) -> {t} {{\n  return %x : {t}\n}}\n"
@@ -339,7 +339,8 @@ def _npz_bomb(path, key, nbytes):
 def test_npz_members_are_checked_before_they_are_inflated(add_bundle, tmp_path):
     import tracemalloc
 
-    from hlobundle import _inputs, _run
+    from hlobundle._read import _inputs
+    from hlobundle._run import _run
 
     bomb = tmp_path / "bomb.npz"
     _npz_bomb(bomb, "x", 512 << 20)
@@ -357,7 +358,7 @@ def test_npz_members_are_checked_before_they_are_inflated(add_bundle, tmp_path):
 
 
 def test_run_verify_checks_tensor_hashes(add_bundle, capsys):
-    from hlobundle._cli import main
+    from hlobundle._cli._main import main
 
     assert main(["run", str(add_bundle), "--verify", "--backend", "xla", "--no-cache"]) == 0
     capsys.readouterr()

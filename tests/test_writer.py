@@ -11,7 +11,7 @@ import pytest
 from helpers import identity_module, pack_identity, sample
 
 import hlobundle
-from hlobundle import _atomic
+from hlobundle._write import _atomic
 
 
 def leftovers(parent):
@@ -140,7 +140,7 @@ def test_force_refuses_a_directory_whose_manifest_is_not_a_bundles(tmp_path):
 
 def _racing(monkeypatch, act):
     """Run `act()` just before the pack renames its result into place (another writer)."""
-    from hlobundle import _atomic
+    from hlobundle._write import _atomic
 
     real = _atomic._fsync_tree
 

@@ -23,7 +23,13 @@ from pydantic import (
 
 from . import _limits, _prechecks
 from ._dtypes import NAMES
-from ._errors import HloBundleWarning, LimitError, ManifestError, VersionError
+from ._errors import (
+    HloBundleWarning,
+    LimitError,
+    ManifestError,
+    ManifestTooLargeError,
+    VersionError,
+)
 
 # Format version history (SPEC.md, "Versions"):
 # 1.0 (2026-12-02): first version.
@@ -250,10 +256,9 @@ def _check_unique(names: list[str], what: str) -> None:
 def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest:
     """Validate manifest bytes: size, UTF-8, JSON, version, then the model."""
     if len(raw) > MAX_MANIFEST_BYTES:
-        raise ManifestError(
+        raise ManifestTooLargeError(
             f"manifest is {len(raw)} bytes; the limit is {MAX_MANIFEST_BYTES} "
             "(SPEC.md, 'Reader safety')",
-            code="MANIFEST_TOO_LARGE",
             path=path,
         )
     data = _decode_json(raw, path)

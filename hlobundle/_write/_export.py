@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import InputError
-from ._manifest import Role
+from .._format._errors import InputError
+from .._format._manifest import Role
 from ._writer import pack
 
 

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ._errors import HloBundleError
+from .._format._errors import DevicesUnavailableError, HloBundleError
 
 EXIT_OK, EXIT_FAIL = 0, 1  # argparse exits 2 on usage errors
 
@@ -25,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     try:
         return int(args.handler(args))
+    except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAIL
     except HloBundleError as e:
         if os.environ.get("HLOBUNDLE_TRACEBACK"):
             raise
@@ -35,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _print_error(e: HloBundleError) -> None:
-    from ._inspect import shown
+    from .._read._inspect import shown
 
     where = ", ".join(f"{k}: {v}" for k, v in e.context().items())
     text = f"error [{e.code}] {e.message}" + (f" ({where})" if where else "")
@@ -43,7 +46,7 @@ def _print_error(e: HloBundleError) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ._version import __version__
+    from .._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="hlobundle", description="Pack, inspect and verify StableHLO bundles."
@@ -168,8 +171,8 @@ def _csv(text: str) -> list[str]:
 
 
 def _pack(args: argparse.Namespace) -> int:
-    from ._reactant import pack_reactant
-    from ._writer import pack_files
+    from .._write._reactant import pack_reactant
+    from .._write._writer import pack_files
 
     if (args.module is None) == (args.from_reactant is None):
         args.parser.error("give either MODULE or --from-reactant PATH")
@@ -205,10 +208,10 @@ def _role(item: str) -> tuple[str, str]:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from . import _run
-    from ._function import needs_x64
-    from ._inputs import read_files
-    from ._reader import load
+    from .._read._inputs import read_files
+    from .._read._reader import load
+    from .._run import _run
+    from .._run._function import needs_x64
 
     bundle = load(args.bundle, verify=args.verify)
     import jax
@@ -241,7 +244,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _initialize_distributed(jax: Any) -> None:
     """`jax.distributed.initialize` from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID."""
-    from ._errors import ConfigError
 
     env = os.environ
     try:
@@ -251,10 +253,9 @@ def _initialize_distributed(jax: Any) -> None:
             process_id=int(env["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in env else None,
         )
     except (ValueError, RuntimeError) as e:
-        raise ConfigError(
+        raise DevicesUnavailableError(
             f"jax.distributed.initialize() failed: {e}. Set JAX_COORDINATOR_ADDRESS (host:port of "
             "process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host",
-            code="DEVICES_UNAVAILABLE",
         ) from None
 
 
@@ -271,8 +272,8 @@ def _enable_compilation_cache(jax: Any) -> None:
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from ._emit import emit_script
-    from ._reader import load
+    from .._emit._emit import emit_script
+    from .._read._reader import load
 
     bundle = load(args.bundle)
     path = args.output or default_script_path(bundle.path)
@@ -286,8 +287,8 @@ def default_script_path(bundle: Any) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from ._inspect import render
-    from ._reader import load
+    from .._read._inspect import render
+    from .._read._reader import load
 
     bundle = load(args.bundle)
     if args.json:
@@ -298,7 +299,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ._reader import load
+    from .._read._reader import load
 
     bundle = load(args.bundle)
     if not args.quick:
@@ -336,7 +337,7 @@ def _conformance(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from ._schema import schema_text
+    from .._format._schema import schema_text
 
     text = schema_text()
     if args.output:

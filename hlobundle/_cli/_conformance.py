@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _dtypes, _tensors
-from ._errors import HloBundleError, InputError
-from ._manifest import Manifest
+from .._format import _dtypes, _tensors
+from .._format._errors import HloBundleError, InputError
+from .._format._manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def run_case(case: Path, implementation: list[str] | None = None) -> Outcome:
 
 
 def _run_here(case: Path) -> tuple[str, str, dict[str, np.ndarray]]:
-    from ._reader import load
+    from .._read._reader import load
 
     try:
         with warnings.catch_warnings():
@@ -153,7 +153,7 @@ def _compare(case: Path, got: dict[str, np.ndarray], rtol: float, atol: float) -
 
 
 def render(outcomes: list[Outcome]) -> str:
-    from ._inspect import table
+    from .._read._inspect import table
 
     rows = [
         (o.case, o.expect, o.got, "pass" if o.passed else "FAIL", o.detail[:60]) for o in outcomes

@@ -19,15 +19,23 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from . import _batched, _dtypes
-from ._errors import ConfigError, InputError, TransformError
-from ._manifest import Argument, BatchedModule, Manifest
-from ._sharding import partition_spec_entries
+from .._format import _dtypes
+from .._format._errors import (
+    BackendUnavailableError,
+    DevicesUnavailableError,
+    InputDtypeError,
+    InputError,
+    TransformError,
+    X64DisabledError,
+)
+from .._format._manifest import Argument, BatchedModule, Manifest
+from .._format._sharding import partition_spec_entries
+from .._write import _batched
 from ._transforms import check_derivatives, install_rules, register_module
 
 if TYPE_CHECKING:
+    from .._read._reader import Bundle
     from ._prepare import Prepared
-    from ._reader import Bundle
 
 Backend = Literal["auto", "enzyme", "xla"]
 BACKENDS = ("auto", "enzyme", "xla")
@@ -43,10 +51,9 @@ def resolve_backend(backend: str) -> str:
     except ImportError:
         if backend == "auto":
             return "xla"
-        raise ConfigError(
+        raise BackendUnavailableError(
             "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
             "pip install 'enzyme-ad>=0.0.16', or use backend='xla'",
-            code="BACKEND_UNAVAILABLE",
         ) from None
     return "enzyme"
 
@@ -186,25 +193,22 @@ def device_mesh(manifest: Manifest, devices: int | None) -> Any:
     mesh = manifest.mesh
     if mesh is None or devices == 1:
         if devices not in (None, 1):
-            raise ConfigError(
+            raise DevicesUnavailableError(
                 f"this bundle records no device mesh, so it runs on 1 device, not {devices}",
-                code="DEVICES_UNAVAILABLE",
             )
         return None
     shape = " x ".join(f"{a.name}={a.size}" for a in mesh.axes)
     if devices is not None and devices != mesh.size:
-        raise ConfigError(
+        raise DevicesUnavailableError(
             f"the bundle's mesh ({shape}) spans {mesh.size} devices; it cannot run on {devices}. "
             f"Use {mesh.size} devices, or 1 to run it unsharded",
-            code="DEVICES_UNAVAILABLE",
         )
     visible = jax.devices()
     if len(visible) < mesh.size:
-        raise ConfigError(
+        raise DevicesUnavailableError(
             f"the bundle's mesh ({shape}) needs {mesh.size} devices, but {len(visible)} are visible "
             f"(jax.devices()). Run it on 1 device (devices=1, --devices 1), or where {mesh.size} "
             "devices are (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)",
-            code="DEVICES_UNAVAILABLE",
         )
     order = mesh.device_ids or list(range(mesh.size))
     grid = np.array([visible[i] for i in order]).reshape([a.size for a in mesh.axes])
@@ -268,7 +272,7 @@ def check_x64(manifest: Manifest) -> None:
     import jax
 
     if needs_x64(manifest) and not jax.config.jax_enable_x64:
-        raise ConfigError(
+        raise X64DisabledError(
             "this bundle has 64-bit values, and with jax_enable_x64 off JAX would silently "
             "truncate them; call jax.config.update('jax_enable_x64', True) at start-up "
             "(or set JAX_ENABLE_X64=1) before calling it"
@@ -283,7 +287,9 @@ def _check_value(x: Any, arg: Argument, index: int) -> Any:
         x = np.asarray(x)
     got = (np.dtype(x.dtype), tuple(x.shape))
     if got != (want_dtype, tuple(arg.shape)):
-        raise InputError(
+        # A wrong dtype is a TypeError, a wrong shape a ValueError, as JAX raises them.
+        error = InputDtypeError if got[0] != want_dtype else InputError
+        raise error(
             f"argument {arg.name!r} (args[{index}], path {arg.path}): expected "
             f"{arg.dtype}{list(arg.shape)}, got {got[0].name}{list(got[1])}",
             argument=arg.name,
@@ -371,7 +377,7 @@ def _xla_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     if backward is None:
         get_vjp = _no_vjp
     else:
-        from ._vjp import cotangent_avals
+        from .._write._vjp import cotangent_avals
 
         def get_vjp(_: Any) -> Any:
             return exported_for(m, backward, inputs=[*_avals(m.arguments), *cotangent_avals(m.results)],

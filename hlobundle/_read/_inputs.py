@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes
-from ._errors import InputError, TensorFileError
-from ._mlir import TensorType
+from .._format import _dtypes
+from .._format._errors import InputAmbiguousError, InputError, TensorFileError
+from .._format._mlir import TensorType
 
 _ARR_KEY = re.compile(r"^arr_(\d+)$")
 
@@ -99,7 +99,7 @@ def _read_npz(path: Path) -> list[Keyed]:
 
 
 def _read_safetensors(path: Path) -> list[Keyed]:
-    from ._tensors import TensorFile
+    from .._format._tensors import TensorFile
 
     try:
         tf = TensorFile(path, name=path.name)
@@ -136,10 +136,9 @@ def assign(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
         _require_count(len(items), len(names))
         return items
     unknown = sorted(set(keys) - set(names))
-    raise InputError(
+    raise InputAmbiguousError(
         f"cannot tell which input goes to which argument: key(s) {unknown[:8]} are neither "
         f"argument names {list(names)[:8]} nor arr_<k>; rename the keys or pass --names",
-        code="INPUT_AMBIGUOUS",
     )
 
 
@@ -150,10 +149,9 @@ def _assign_numbered(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
         if set(by_index) == set(range(base, base + n)):
             return [by_index[base + i] for i in range(n)]
     got = sorted(by_index)
-    raise InputError(
+    raise InputAmbiguousError(
         f"the arr_<k> keys {got[:10]} are neither arr_0..arr_{n - 1} (np.savez, 0-based) "
         f"nor arr_1..arr_{n} (Julia/NPZ.jl, 1-based) for {n} argument(s)",
-        code="INPUT_AMBIGUOUS",
     )
 
 
@@ -217,19 +215,17 @@ def detect_layout(items: Sequence[Keyed], types: Sequence[TensorType], names: Se
         elif shape == t.shape[::-1]:
             reverse.append(name)
     if direct and reverse:
-        raise InputError(
+        raise InputAmbiguousError(
             f"arguments {direct[:4]} have the tensors' shapes but {reverse[:4]} have them reversed "
             "(Julia's orientation); give all inputs in one orientation, or pass --layout",
-            code="INPUT_AMBIGUOUS",
         )
     if reverse:
         return "column_major"
     if direct or not undecided:
         return "row_major"
-    raise InputError(
+    raise InputAmbiguousError(
         f"cannot tell whether the inputs are row-major (NumPy) or column-major (Julia): argument(s) "
         f"{undecided[:4]} have shapes equal to their reverse (e.g. square matrices) and no other "
         "input tells; pass --layout row-major or --layout column-major",
-        code="INPUT_AMBIGUOUS",
         argument=undecided[0],
     )

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import _dtypes
-from ._errors import SignatureError
-from ._manifest import Manifest
+from .._format import _dtypes
+from .._format._errors import SignatureError
+from .._format._manifest import Manifest
 
 BATCH_DIMENSION = "b"  # the batch size's name in a lowered batched module
 
@@ -37,7 +37,7 @@ def expected_types(
 
 def check(module: Any, manifest: Manifest, batched_arguments: Sequence[str], source: str) -> None:
     """A parsed batched module has the signature SPEC 2.6 requires."""
-    from . import _mlir
+    from .._format import _mlir
 
     types = _mlir.main_types(module, path=source)
     want_in, want_out = expected_types(manifest, batched_arguments)

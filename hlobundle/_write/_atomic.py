@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _tensors
-from ._errors import OutputExistsError
-from ._manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
+from .._format import _tensors
+from .._format._errors import OutputExistsError
+from .._format._manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
 
 
 def sha256_file(path: Path) -> str:
@@ -82,8 +82,8 @@ def _check_target(out: Path, force: bool) -> None:
 
 def _is_bundle(path: Path) -> bool:
     """A real directory whose manifest.json parses as a bundle manifest: what --force may replace."""
-    from ._errors import HloBundleError
-    from ._manifest import parse_manifest
+    from .._format._errors import HloBundleError
+    from .._format._manifest import parse_manifest
 
     manifest = path / MANIFEST_NAME
     if path.is_symlink() or not path.is_dir() or manifest.is_symlink() or not manifest.is_file():

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ._errors import TransformError
+from .._format._errors import TransformError
 
 # Ops whose forward derivative enzyme-ad 0.0.16 cannot compute ("could not compute the adjoint").
 FORWARD_MODE_BLOCKERS = ("stablehlo.reduce_window",)
@@ -76,7 +76,7 @@ def _loop_rule(prim: Any) -> Callable[..., Any]:
     import jax
     import jax.numpy as jnp
 
-    from . import _batched
+    from .._write import _batched
 
     def rule(args: Sequence[Any], dims: Sequence[int | None], **params: Any) -> Any:
         mapped = [d is not None for d in dims]
@@ -262,7 +262,7 @@ class EnzymeBlockers:
     @classmethod
     def of(cls, module: Any, dtypes: Sequence[tuple[str, str]] = ()) -> EnzymeBlockers:
         """`dtypes` are the (name, dtype) of the function's arguments and results."""
-        from . import _mlir
+        from .._format import _mlir
 
         float8 = next(
             (f"{name} ({dtype})" for name, dtype in dtypes if dtype.startswith("float8")), None

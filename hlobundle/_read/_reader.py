@@ -12,17 +12,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from . import _dtypes, _limits, _mlir, _paths, _portable, _prechecks, _stored, _tensors
-from ._errors import (
-    FileSetError,
-    IntegrityError,
+from .._format import _dtypes, _limits, _mlir, _paths, _portable, _prechecks, _stored, _tensors
+from .._format._errors import (
+    FileMissingError,
+    FileUnlistedError,
+    HashMismatchError,
     ManifestError,
     ModuleError,
     NotABundleError,
-    TensorFileError,
+    SizeMismatchError,
+    TensorMismatchError,
     UnsafePathError,
 )
-from ._manifest import (
+from .._format._manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     Argument,
@@ -34,9 +36,9 @@ from ._manifest import (
 )
 
 if TYPE_CHECKING:
-    from ._function import BundleFunction
-    from ._prepare import Prepared
-    from ._transforms import EnzymeBlockers
+    from .._run._function import BundleFunction
+    from .._run._prepare import Prepared
+    from .._run._transforms import EnzymeBlockers
 
 
 def load(path: str | os.PathLike[str], *, verify: bool = False) -> Bundle:
@@ -165,7 +167,7 @@ class Bundle:
     @cached_property
     def enzyme_blockers(self) -> EnzymeBlockers:
         """Ops whose derivatives enzyme-ad 0.0.16 cannot compute, found once per Bundle."""
-        from ._transforms import EnzymeBlockers
+        from .._run._transforms import EnzymeBlockers
 
         values = [*self.manifest.arguments, *self.manifest.results]
         return EnzymeBlockers.of(self.modules["module"].parsed, [(v.name, v.dtype) for v in values])
@@ -203,7 +205,7 @@ class Bundle:
         donate: Sequence[str] | str = (),
         devices: int | None = None,
     ) -> BundleFunction:
-        """The bundle's `@main` as a JAX function (see `hlobundle._function`).
+        """The bundle's `@main` as a JAX function (see `hlobundle._run._function`).
 
         **Arguments:**
 
@@ -217,14 +219,14 @@ class Bundle:
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see README, "Calling a bundle").
         """
-        from ._function import BundleFunction
+        from .._run._function import BundleFunction
 
         return BundleFunction(self, backend, donate, devices)
 
     @cached_property
     def prepared_for_hlo_call(self) -> Prepared:
         """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
-        from ._prepare import for_hlo_call, symbol_prefix
+        from .._run._prepare import for_hlo_call, symbol_prefix
 
         digest = self.modules["module"].text_sha256
         batched = self.modules.get("batched")
@@ -253,10 +255,9 @@ class Bundle:
             self.artifact(key)
         for field, ref, dtype, shape in _stored_tensors(self.manifest):
             if dtype == "bool" and (self._array(ref, "uint8", shape) > 1).any():
-                raise TensorFileError(
+                raise TensorMismatchError(
                     f"{field}: {ref.file}[{ref.key!r}] holds bytes other than 0 and 1 in a bool "
                     "tensor (SPEC.md, 'Dtypes')",
-                    code="TENSOR_MISMATCH",
                     path=ref.file,
                     field=field,
                 )
@@ -270,14 +271,13 @@ class Bundle:
 
 def _check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
     if size != listed.size:
-        raise IntegrityError(
+        raise SizeMismatchError(
             f"{name} is {size} bytes, the manifest says {listed.size}",
-            code="SIZE_MISMATCH",
             path=name,
             field=f"files[{name!r}].size",
         )
     if digest != listed.sha256:
-        raise IntegrityError(
+        raise HashMismatchError(
             f"{name}: sha256 is {digest}, the manifest says {listed.sha256}",
             path=name,
             field=f"files[{name!r}].sha256",
@@ -306,11 +306,10 @@ def _check_file_set(root: Path, manifest: Manifest) -> None:
     on_disk = set(_paths.walk(root)) - {MANIFEST_NAME}
     listed = set(manifest.files)
     for name in sorted(listed - on_disk):
-        raise FileSetError(f"{name} is listed in the manifest but missing", path=name)
+        raise FileMissingError(f"{name} is listed in the manifest but missing", path=name)
     for name in sorted(on_disk - listed):
-        raise FileSetError(
+        raise FileUnlistedError(
             f"{name} is in the bundle but not listed in the manifest's files",
-            code="FILE_UNLISTED",
             path=name,
         )
     for field, name in _references(manifest):
@@ -320,9 +319,8 @@ def _check_file_set(root: Path, manifest: Manifest) -> None:
     for name, entry in manifest.files.items():
         size = (root / name).stat().st_size
         if size != entry.size:
-            raise IntegrityError(
+            raise SizeMismatchError(
                 f"{name} is {size} bytes, the manifest says {entry.size}",
-                code="SIZE_MISMATCH",
                 path=name,
                 field=f"files[{name!r}].size",
             )
@@ -383,9 +381,8 @@ def _open_tensor_files(root: Path, manifest: Manifest) -> dict[str, _tensors.Ten
     for name, tf in files.items():
         extra = sorted(set(tf.entries) - used[name])
         if extra:
-            raise TensorFileError(
+            raise TensorMismatchError(
                 f"{name} holds tensor(s) {extra[:5]} that no argument or result names",
-                code="TENSOR_MISMATCH",
                 path=name,
             )
     return files
@@ -402,18 +399,16 @@ def _check_header_entry(
 ) -> None:
     entry = tf.entries.get(ref.key)
     if entry is None:
-        raise TensorFileError(
+        raise TensorMismatchError(
             f"{field}: {ref.file} has no tensor {ref.key!r}",
-            code="TENSOR_MISMATCH",
             path=ref.file,
             field=field,
         )
     want = (row.safetensors, row.storage_shape(shape))
     if (entry.code, entry.shape) != want:
-        raise TensorFileError(
+        raise TensorMismatchError(
             f"{field}: {ref.file}[{ref.key!r}] is {entry.code}{list(entry.shape)}, the manifest's "
             f"{row.name}{list(shape)} is stored as {want[0]}{list(want[1])} (SPEC.md, 'Dtypes')",
-            code="TENSOR_MISMATCH",
             path=ref.file,
             field=field,
         )

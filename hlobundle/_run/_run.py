@@ -10,9 +10,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _dtypes, _inputs, _limits, _mlir, _tensors
-from ._errors import InputError, LimitError
-from ._reader import Bundle
+from .._format import _dtypes, _limits, _mlir, _tensors
+from .._format._errors import InputError, LimitError
+from .._read import _inputs
+from .._read._reader import Bundle
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def render(report: RunReport, path: Path) -> str:
         )  # fmt: skip
         for o in report.outputs
     ]
-    from ._inspect import table
+    from .._read._inspect import table
 
     lines = [
         f"{path}: {len(report.outputs)} output(s), backend {report.backend}, {report.inputs} inputs",

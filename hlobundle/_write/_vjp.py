@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _dtypes
-from ._manifest import Argument, Manifest, Result
+from .._format import _dtypes
+from .._format._manifest import Argument, Manifest, Result
 
 
 def differentiable(dtype: str) -> bool:

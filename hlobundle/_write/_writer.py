@@ -16,10 +16,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import ValidationError
 
-from . import _dtypes, _inputs, _mlir, _normalize, _stored
-from ._atomic import write_bundle
-from ._errors import InputError
-from ._manifest import (
+from .._format import _dtypes, _mlir, _stored
+from .._format._errors import InputError
+from .._format._manifest import (
     FORMAT,
     FORMAT_VERSION,
     Argument,
@@ -33,7 +32,10 @@ from ._manifest import (
     Role,
     TensorRef,
 )
-from ._sharding import manifest_mesh, sharding_fields
+from .._format._sharding import manifest_mesh, sharding_fields
+from .._read import _inputs
+from . import _normalize
+from ._atomic import write_bundle
 
 MODULE_TEXT = "module.mlir"
 MODULE_PORTABLE = "module.mlirbc"
@@ -203,8 +205,8 @@ def _add_backward(
     manifest: Manifest, text: str, opt: PackOptions, target: str, files: dict[str, bytes]
 ) -> Manifest:
     """Lower the backward module and add its two forms to `files` and the manifest."""
-    from ._function import check_x64, enzyme_callable
-    from ._prepare import for_hlo_call, symbol_prefix
+    from .._run._function import check_x64, enzyme_callable
+    from .._run._prepare import for_hlo_call, symbol_prefix
     from ._vjp import lower_backward
 
     check_x64(manifest)
@@ -287,7 +289,7 @@ def _compute_expected(
             "computing expected outputs needs example inputs for every argument",
             argument="expected",
         )
-    from ._function import check_x64, exported_for
+    from .._run._function import check_x64, exported_for
 
     check_x64(manifest)
     values = [arrays[a.value.file][a.name][0] for a in manifest.arguments]  # type: ignore[union-attr]
@@ -404,7 +406,7 @@ def _default_function_name(sig: _mlir.Signature) -> str:
 
 
 def _provenance(producer: tuple[str, str] | None, timestamp: str | None) -> Provenance:
-    from ._version import __version__
+    from .._version import __version__
 
     name, version = producer or ("hlobundle", __version__)
     return Provenance(

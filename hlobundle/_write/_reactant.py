@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._errors import InputError
+from .._format._errors import InputError
 
 _ARG_LINE = re.compile(
     r"^\s*arg(\d+): Array of shape \(([\d,\s]*)\) and dtype (\w+)\. Path: (\S+)\s*$", re.M
@@ -120,7 +120,8 @@ def pack_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
     Arrays in the `_inputs.npz` are already permuted to the MLIR shapes, so they are stored as
     they are and flagged `column_major`: the producer's (Julia's) arrays are their axis-reversed views.
     """
-    from . import _mlir, _normalize
+    from .._format import _mlir
+    from . import _normalize
     from ._writer import pack_files
 
     export = read_export(path)

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import _batched, _mlir, _sharding
+from .._write import _batched
+from . import _mlir, _sharding
 from ._errors import SignatureError
 from ._manifest import BatchedModule, Manifest, Module
 from ._policy import refuse_unportable
@@ -93,7 +94,7 @@ def _check_sharding(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
 
 def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
     """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
-    from ._vjp import cotangent_dtype
+    from .._write._vjp import cotangent_dtype
 
     sig = _mlir.signature(parsed, path=source)
     want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]

@@ -13,7 +13,7 @@ from functools import cache
 
 import numpy as np
 
-from ._errors import ModuleError
+from ._errors import DtypeUnsupportedError
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,9 @@ def from_mlir(element_type: str, *, where: str) -> DType:
     """The table row for an MLIR element type such as `f32` or `complex<f64>`."""
     row = BY_MLIR.get(element_type)
     if row is None:
-        raise ModuleError(
+        raise DtypeUnsupportedError(
             f"{where}: element type {element_type!r} is not in the dtype table "
             f"(SPEC.md, 'Dtypes'); supported: {', '.join(BY_MLIR)}",
-            code="DTYPE_UNSUPPORTED",
         )
     return row
 

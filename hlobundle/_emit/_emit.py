@@ -12,12 +12,12 @@ import re
 import tempfile
 from pathlib import Path
 
-from ._errors import OutputExistsError
-from ._function import needs_x64
-from ._manifest import Argument, Result
-from ._reader import Bundle, load
-from ._sharding import partition_spec_entries
-from ._version import __version__
+from .._format._errors import OutputExistsError
+from .._format._manifest import Argument, Result
+from .._format._sharding import partition_spec_entries
+from .._read._reader import Bundle, load
+from .._run._function import needs_x64
+from .._version import __version__
 
 
 def emit_script(

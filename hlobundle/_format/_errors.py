@@ -1,0 +1,245 @@
+"""The project's exceptions: one class per stable code (SPEC.md, "Error codes").
+
+Every failure a user can cause raises a subclass of `HloBundleError`. Each leaf class has one
+`code` and carries the context it is about: the file (`path`), the manifest field (`field`) or
+the function argument (`argument`). Raise sites pick the class; they never pass a code.
+Families without a code of their own group leaves that callers catch together.
+
+```
+HloBundleError
+├── BundleError                    the bundle on disk is malformed or tampered with
+│   ├── NotABundleError                NOT_A_BUNDLE
+│   ├── ManifestError                  MANIFEST_INVALID
+│   │   └── ManifestTooLargeError          MANIFEST_TOO_LARGE
+│   ├── VersionError                   VERSION_UNSUPPORTED
+│   ├── UnsafePathError                PATH_UNSAFE
+│   ├── FileSetError                   (family)
+│   │   ├── FileMissingError               FILE_MISSING
+│   │   └── FileUnlistedError              FILE_UNLISTED
+│   ├── IntegrityError                 (family)
+│   │   ├── SizeMismatchError              SIZE_MISMATCH
+│   │   └── HashMismatchError              HASH_MISMATCH
+│   ├── TensorFileError                SAFETENSORS_INVALID
+│   │   └── TensorMismatchError            TENSOR_MISMATCH
+│   ├── SignatureError                 SIGNATURE_MISMATCH
+│   ├── ModuleMismatchError            MODULE_MISMATCH
+│   └── LimitError                     LIMIT_EXCEEDED
+├── ModuleError                    MLIR_INVALID
+│   ├── DtypeUnsupportedError          DTYPE_UNSUPPORTED
+│   └── NotPortableError               MODULE_NOT_PORTABLE
+├── InputError (ValueError)        INPUT_INVALID
+│   ├── InputDtypeError (TypeError)    INPUT_INVALID: a value of the wrong dtype
+│   └── InputAmbiguousError            INPUT_AMBIGUOUS
+├── ConfigError                    (family) the Python environment cannot run the bundle as asked
+│   ├── X64DisabledError               X64_DISABLED
+│   ├── BackendUnavailableError        BACKEND_UNAVAILABLE
+│   └── DevicesUnavailableError        DEVICES_UNAVAILABLE
+├── TransformError                 TRANSFORM_UNSUPPORTED
+└── OutputExistsError              OUTPUT_EXISTS
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "BackendUnavailableError",
+    "BundleError",
+    "ConfigError",
+    "DevicesUnavailableError",
+    "DtypeUnsupportedError",
+    "FileMissingError",
+    "FileSetError",
+    "FileUnlistedError",
+    "HashMismatchError",
+    "HloBundleError",
+    "HloBundleWarning",
+    "InputAmbiguousError",
+    "InputDtypeError",
+    "InputError",
+    "IntegrityError",
+    "LimitError",
+    "ManifestError",
+    "ManifestTooLargeError",
+    "ModuleError",
+    "ModuleMismatchError",
+    "NotABundleError",
+    "NotPortableError",
+    "OutputExistsError",
+    "SignatureError",
+    "SizeMismatchError",
+    "TensorFileError",
+    "TensorMismatchError",
+    "TransformError",
+    "UnsafePathError",
+    "VersionError",
+    "X64DisabledError",
+]
+
+
+class HloBundleWarning(UserWarning):
+    """Something a reader tolerated but the user should know, e.g. a newer minor version."""
+
+
+class HloBundleError(Exception):
+    """Root of every error this package raises on bad input.
+
+    **Attributes:**
+
+    - `code`: a stable identifier from SPEC.md's error table.
+    - `path`: the file the error is about, if any.
+    - `field`: the manifest field (dotted, e.g. `arguments[2].shape`), if any.
+    - `argument`: the function argument's name, if any.
+    """
+
+    code: str = "ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        field: str | None = None,
+        argument: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.field = field
+        self.argument = argument
+
+    def context(self) -> dict[str, str]:
+        """The non-empty context fields, for reports and `--json` output."""
+        items = {"path": self.path, "field": self.field, "argument": self.argument}
+        return {k: v for k, v in items.items() if v is not None}
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+class BundleError(HloBundleError):
+    """The bundle on disk is malformed, unsafe or tampered with."""
+
+
+class NotABundleError(BundleError):
+    code = "NOT_A_BUNDLE"
+
+
+class ManifestError(BundleError):
+    code = "MANIFEST_INVALID"
+
+
+class ManifestTooLargeError(ManifestError):
+    code = "MANIFEST_TOO_LARGE"
+
+
+class VersionError(BundleError):
+    code = "VERSION_UNSUPPORTED"
+
+
+class UnsafePathError(BundleError):
+    code = "PATH_UNSAFE"
+
+
+class FileSetError(BundleError):
+    """The files on disk are not the manifest's files."""
+
+
+class FileMissingError(FileSetError):
+    code = "FILE_MISSING"
+
+
+class FileUnlistedError(FileSetError):
+    code = "FILE_UNLISTED"
+
+
+class IntegrityError(BundleError):
+    """A file's size or sha256 differs from the manifest."""
+
+
+class SizeMismatchError(IntegrityError):
+    code = "SIZE_MISMATCH"
+
+
+class HashMismatchError(IntegrityError):
+    code = "HASH_MISMATCH"
+
+
+class TensorFileError(BundleError):
+    code = "SAFETENSORS_INVALID"
+
+
+class TensorMismatchError(TensorFileError):
+    code = "TENSOR_MISMATCH"
+
+
+class SignatureError(BundleError):
+    code = "SIGNATURE_MISMATCH"
+
+
+class ModuleMismatchError(BundleError):
+    """A module's text and its portable artifact are not the same program (SPEC.md 8)."""
+
+    code = "MODULE_MISMATCH"
+
+
+class LimitError(BundleError):
+    """Something exceeds a limit of SPEC.md section 8 (size, nesting, rank, header, allocation)."""
+
+    code = "LIMIT_EXCEEDED"
+
+
+class ModuleError(HloBundleError):
+    code = "MLIR_INVALID"
+
+
+class DtypeUnsupportedError(ModuleError):
+    code = "DTYPE_UNSUPPORTED"
+
+
+class NotPortableError(ModuleError):
+    """The module holds an op or custom call outside the allow-list (SPEC.md 6.1 and 8)."""
+
+    code = "MODULE_NOT_PORTABLE"
+
+
+class InputError(HloBundleError, ValueError):
+    """An argument, an input file or an option does not fit the bundle (a `ValueError`, as JAX
+    raises for a bad argument)."""
+
+    code = "INPUT_INVALID"
+
+
+class InputDtypeError(InputError, TypeError):
+    """A value of the wrong dtype (also a `TypeError`, as JAX raises)."""
+
+
+class InputAmbiguousError(InputError):
+    code = "INPUT_AMBIGUOUS"
+
+
+class ConfigError(HloBundleError):
+    """The Python environment cannot run the bundle as asked (x64 off, a backend missing)."""
+
+
+class X64DisabledError(ConfigError):
+    code = "X64_DISABLED"
+
+
+class BackendUnavailableError(ConfigError):
+    code = "BACKEND_UNAVAILABLE"
+
+
+class DevicesUnavailableError(ConfigError):
+    code = "DEVICES_UNAVAILABLE"
+
+
+class TransformError(HloBundleError):
+    """A JAX transformation the bundle's backend cannot apply (names the op and the transformation)."""
+
+    code = "TRANSFORM_UNSUPPORTED"
+
+
+class OutputExistsError(HloBundleError):
+    code = "OUTPUT_EXISTS"
