@@ -3,6 +3,7 @@
 The public surface is exactly `__all__`; everything else lives in private modules.
 """
 
+from . import _run  # noqa: E402, F401  (registers the runner into the writer: README, "Layout")
 from ._emit._emit import emit_script
 from ._format._errors import (
     BackendUnavailableError,

@@ -16,7 +16,7 @@ from .._format._errors import OutputExistsError
 from .._format._manifest import Argument, Result
 from .._format._sharding import partition_spec_entries
 from .._read._reader import Bundle, load
-from .._run._function import needs_x64
+from .._run._function import needs_x64, prepared_for_hlo_call
 from .._version import __version__
 
 
@@ -58,7 +58,7 @@ def emit_script(
 def _source(bundle: Bundle, where: str, script: str) -> str:
     m = bundle.manifest
     fn = _identifier(m.function)
-    prepared = bundle.prepared_for_hlo_call
+    prepared = prepared_for_hlo_call(bundle)
     names = parameter_names([a.name for a in m.arguments])
     parts = [
         _header(fn),

@@ -7,11 +7,10 @@ artifact of one program, held to the same rules: the allow-list of `_policy` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._write import _batched
 from . import _mlir, _sharding
 from ._errors import SignatureError
 from ._manifest import BatchedModule, Manifest, Module
@@ -94,8 +93,6 @@ def _check_sharding(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
 
 def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
     """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
-    from .._write._vjp import cotangent_dtype
-
     sig = _mlir.signature(parsed, path=source)
     want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]
     want_in += [(cotangent_dtype(r.dtype), tuple(r.shape)) for r in manifest.results]
@@ -114,7 +111,42 @@ def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
 def check_batched(parsed: Any, manifest: Manifest, source: str) -> None:
     if manifest.batched is None:
         raise SignatureError("no batched module in the manifest", path=source, field="batched")
-    _batched.check(parsed, manifest, manifest.batched.arguments, source)
+    types = _mlir.main_types(parsed, path=source)
+    want_in, want_out = expected_types(manifest, manifest.batched.arguments)
+    got_in = [(t.dtype.name, t.shape) for t in types[0]]
+    got_out = [(t.dtype.name, t.shape) for t in types[1]]
+    if (got_in, got_out) != (want_in, want_out):
+        show = lambda ts: [f"{d}{list(s)}".replace("None", "?") for d, s in ts]  # noqa: E731
+        raise SignatureError(
+            f"the batched module {source} has signature {show(got_in)} -> {show(got_out)}; the "
+            f"manifest requires {show(want_in)} -> {show(want_out)} (SPEC.md, 'Batched module')",
+            path=source,
+            field="batched",
+        )
+
+
+BATCH_DIMENSION = "b"  # the batch size's name in a lowered batched module
+
+
+def expected_types(
+    manifest: Manifest, batched_arguments: Sequence[str]
+) -> tuple[list[tuple[str, tuple[int | None, ...]]], list[tuple[str, tuple[int | None, ...]]]]:
+    """(dtype, shape) of a batched `@main`'s arguments and results; None is the batch size."""
+    batched = set(batched_arguments)
+    args = [
+        (a.dtype, (None, *a.shape) if a.name in batched else tuple(a.shape))
+        for a in manifest.arguments
+    ]
+    return args, [(r.dtype, (None, *r.shape)) for r in manifest.results]
+
+
+def differentiable(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat", "complex"))
+
+
+def cotangent_dtype(dtype: str) -> str:
+    """The dtype of a value's cotangent in a backward module: itself, or bool for float0."""
+    return dtype if differentiable(dtype) else "bool"
 
 
 FORMS = (

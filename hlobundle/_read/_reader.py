@@ -6,7 +6,6 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,8 +36,6 @@ from .._format._manifest import (
 
 if TYPE_CHECKING:
     from .._run._function import BundleFunction
-    from .._run._prepare import Prepared
-    from .._run._transforms import EnzymeBlockers
 
 
 def load(path: str | os.PathLike[str], *, verify: bool = False) -> Bundle:
@@ -164,14 +161,6 @@ class Bundle:
         """The stored batched module's portable artifact, if the bundle has one."""
         return self.artifact("batched")
 
-    @cached_property
-    def enzyme_blockers(self) -> EnzymeBlockers:
-        """Ops whose derivatives enzyme-ad 0.0.16 cannot compute, found once per Bundle."""
-        from .._run._transforms import EnzymeBlockers
-
-        values = [*self.manifest.arguments, *self.manifest.results]
-        return EnzymeBlockers.of(self.modules["module"].parsed, [(v.name, v.dtype) for v in values])
-
     @property
     def has_example_inputs(self) -> bool:
         return all(a.value is not None for a in self.arguments)
@@ -222,21 +211,6 @@ class Bundle:
         from .._run._function import BundleFunction
 
         return BundleFunction(self, backend, donate, devices)
-
-    @cached_property
-    def prepared_for_hlo_call(self) -> Prepared:
-        """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
-        from .._run._prepare import for_hlo_call, symbol_prefix
-
-        digest = self.modules["module"].text_sha256
-        batched = self.modules.get("batched")
-        if batched is None:
-            return for_hlo_call(self.module_text, prefix=symbol_prefix(digest))
-        # The runner finds a batched module by the prepared text (`_batched.lookup`): name it
-        # after both modules' bytes as read (never the digests the manifest claims), in full,
-        # so that no other bundle's module text is the same.
-        both = hashlib.sha256(f"{digest} {batched.portable_sha256}".encode())
-        return for_hlo_call(self.module_text, prefix=symbol_prefix(both.hexdigest(), length=64))
 
     def verify(self, *, in_memory: bool = False) -> None:
         """Check every file's sha256, that each portable artifact is the same program as its

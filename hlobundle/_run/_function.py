@@ -14,6 +14,8 @@ tuples); otherwise as a tuple with one array per `@main` result.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,8 +32,8 @@ from .._format._errors import (
 )
 from .._format._manifest import Argument, BatchedModule, Manifest
 from .._format._sharding import partition_spec_entries
-from .._write import _batched
-from ._transforms import check_derivatives, install_rules, register_module
+from . import _batched
+from ._transforms import EnzymeBlockers, check_derivatives, install_rules, register_module
 
 if TYPE_CHECKING:
     from .._read._reader import Bundle
@@ -118,7 +120,7 @@ class BundleFunction:
         checked = [
             _check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
         ]
-        blockers = self.bundle.enzyme_blockers if self.backend == "enzyme" else None
+        blockers = enzyme_blockers(self.bundle) if self.backend == "enzyme" else None
         check_derivatives(checked, self.backend, blockers)
         checked = [checked[i] for i in self._used]
         if self._in_shardings is not None:
@@ -341,9 +343,44 @@ def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
     return None
 
 
+# Per-bundle state of the enzyme backend, kept here (not on the Bundle) and dropped with it.
+_PREPARED: weakref.WeakKeyDictionary[Bundle, Prepared] = weakref.WeakKeyDictionary()
+_BLOCKERS: weakref.WeakKeyDictionary[Bundle, EnzymeBlockers] = weakref.WeakKeyDictionary()
+
+
+def prepared_for_hlo_call(bundle: Bundle) -> Prepared:
+    """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
+    from ._prepare import for_hlo_call, symbol_prefix
+
+    if bundle in _PREPARED:
+        return _PREPARED[bundle]
+    digest = bundle.modules["module"].text_sha256
+    batched = bundle.modules.get("batched")
+    if batched is None:
+        prefix = symbol_prefix(digest)
+    else:
+        # The runner finds a batched module by the prepared text (`_batched.lookup`): name it
+        # after both modules' bytes as read (never the digests the manifest claims), in full,
+        # so that no other bundle's module text is the same.
+        both = hashlib.sha256(f"{digest} {batched.portable_sha256}".encode())
+        prefix = symbol_prefix(both.hexdigest(), length=64)
+    _PREPARED[bundle] = for_hlo_call(bundle.module_text, prefix=prefix)
+    return _PREPARED[bundle]
+
+
+def enzyme_blockers(bundle: Bundle) -> EnzymeBlockers:
+    """Ops whose derivatives enzyme-ad 0.0.16 cannot compute, found once per Bundle."""
+    if bundle not in _BLOCKERS:
+        values = [*bundle.manifest.arguments, *bundle.manifest.results]
+        _BLOCKERS[bundle] = EnzymeBlockers.of(
+            bundle.modules["module"].parsed, [(v.name, v.dtype) for v in values]
+        )
+    return _BLOCKERS[bundle]
+
+
 def _enzyme_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
-    prepared = bundle.prepared_for_hlo_call
-    register_module(prepared.text, bundle.enzyme_blockers)
+    prepared = prepared_for_hlo_call(bundle)
+    register_module(prepared.text, enzyme_blockers(bundle))
     if (batched := _batched_module(bundle)) is not None:
         _batched.register(prepared.text, _fast(bundle, batched, "jvp", prepared))
     return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
@@ -377,7 +414,7 @@ def _xla_impl(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     if backward is None:
         get_vjp = _no_vjp
     else:
-        from .._write._vjp import cotangent_avals
+        from .._write._lowering import cotangent_avals
 
         def get_vjp(_: Any) -> Any:
             return exported_for(m, backward, inputs=[*_avals(m.arguments), *cotangent_avals(m.results)],

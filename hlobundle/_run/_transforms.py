@@ -76,7 +76,7 @@ def _loop_rule(prim: Any) -> Callable[..., Any]:
     import jax
     import jax.numpy as jnp
 
-    from .._write import _batched
+    from . import _batched
 
     def rule(args: Sequence[Any], dims: Sequence[int | None], **params: Any) -> Any:
         mapped = [d is not None for d in dims]

@@ -4,20 +4,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import keyword
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import ValidationError
 
 from .._format import _dtypes, _mlir, _stored
-from .._format._errors import InputError
+from .._format._errors import BackendUnavailableError, InputError
 from .._format._manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -201,19 +200,40 @@ def _pack_checked(
     return write_bundle(out, manifest, files, arrays, force=opt.force)
 
 
+class Executor(Protocol):
+    """What the writer needs run: registered by `hlobundle._run`, which the writer never imports
+    (the layers' rule, README "Layout"), as JAX's core takes lowering rules from its backends."""
+
+    def outputs(self, manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.ndarray]:
+        """The results of the portable artifact on `values` (for `expected="compute"`)."""
+
+    def primal(self, manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
+        """A JAX-differentiable function of the flat arguments running the module `text`."""
+
+
+_executors: list[Executor] = []
+
+
+def register_executor(runner: Executor) -> None:
+    _executors[:] = [runner]
+
+
+def executor() -> Executor:
+    if not _executors:
+        raise BackendUnavailableError(
+            "packing with computed expected outputs or a backward module runs the module, and no "
+            "runner is registered: import hlobundle (which registers hlobundle._run)"
+        )
+    return _executors[0]
+
+
 def _add_backward(
     manifest: Manifest, text: str, opt: PackOptions, target: str, files: dict[str, bytes]
 ) -> Manifest:
     """Lower the backward module and add its two forms to `files` and the manifest."""
-    from .._run._function import check_x64, enzyme_callable
-    from .._run._prepare import for_hlo_call, symbol_prefix
-    from ._vjp import lower_backward
+    from ._lowering import lower_backward
 
-    check_x64(manifest)
-    primal = opt.with_vjp
-    if not callable(primal):
-        prefix = symbol_prefix(hashlib.sha256(text.encode()).hexdigest())
-        primal = enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
+    primal = opt.with_vjp if callable(opt.with_vjp) else executor().primal(manifest, text)
     backward = lower_backward(manifest, primal)
     vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
     manifest = manifest.model_copy(update={"vjp": vjp})
@@ -232,13 +252,13 @@ def _add_batched(
     files: dict[str, bytes],
 ) -> Manifest:
     """Take (MLIR text) or lower (a function) the batched module, check it, add its two forms."""
-    from . import _batched
+    from ._lowering import lower_batched
 
     batched = BatchedModule(text=BATCHED_TEXT, arguments=list(arguments),
                             portable=PortableArtifact(file=BATCHED_PORTABLE, target_version=target))  # fmt: skip
     # Validating first refuses unknown or repeated argument names before anything is lowered.
     manifest = Manifest.model_validate(manifest.model_dump() | {"batched": batched})
-    text = source if isinstance(source, str) else _batched.lower(manifest, source, arguments)
+    text = source if isinstance(source, str) else lower_batched(manifest, source, arguments)
     parsed = _mlir.parse(text, path=BATCHED_TEXT)
     _stored.check(_stored.BY_KEY["batched"], parsed, manifest, BATCHED_TEXT)
     files[BATCHED_TEXT] = text.encode()
@@ -289,11 +309,8 @@ def _compute_expected(
             "computing expected outputs needs example inputs for every argument",
             argument="expected",
         )
-    from .._run._function import check_x64, exported_for
-
-    check_x64(manifest)
     values = [arrays[a.value.file][a.name][0] for a in manifest.arguments]  # type: ignore[union-attr]
-    return [np.asarray(x) for x in exported_for(manifest, portable).call(*values)]
+    return executor().outputs(manifest, portable, values)
 
 
 def _read_module(module: Any) -> tuple[str, str | None]:

@@ -1,12 +1,9 @@
-"""Batched modules (SPEC.md, "Batched module"): the function over a batch, stored so that
-`jax.vmap` of a bundle function runs one batched computation instead of a loop.
+"""Batched modules at run time (SPEC.md, "Batched module").
 
-- `lower`: the writer's: `jax.vmap` of a JAX function, exported with a symbolic batch size.
-- `check`: the reader's (and writer's) check of a batched module against the manifest.
-- `register` and `lookup`: the runner's. A bundle function registers, for the primitive call it
-  binds, the batched computation that can replace a loop over that call; the batching rule in
-  `_transforms` looks it up. Derivatives stay those of the loop (`Fast.run`), so every
-  transformation composes exactly as it does without a batched module.
+A bundle function registers, for the primitive call it binds, the batched computation that can
+replace a loop over that call; the batching rule in `_transforms` looks it up. Derivatives stay
+those of the loop (`Fast.run`), so every transformation composes exactly as it does without a
+batched module.
 """
 
 from __future__ import annotations
@@ -17,63 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._format import _dtypes
-from .._format._errors import SignatureError
 from .._format._manifest import Manifest
-
-BATCH_DIMENSION = "b"  # the batch size's name in a lowered batched module
-
-
-def expected_types(
-    manifest: Manifest, batched_arguments: Sequence[str]
-) -> tuple[list[tuple[str, tuple[int | None, ...]]], list[tuple[str, tuple[int | None, ...]]]]:
-    """(dtype, shape) of a batched `@main`'s arguments and results; None is the batch size."""
-    batched = set(batched_arguments)
-    args = [
-        (a.dtype, (None, *a.shape) if a.name in batched else tuple(a.shape))
-        for a in manifest.arguments
-    ]
-    return args, [(r.dtype, (None, *r.shape)) for r in manifest.results]
-
-
-def check(module: Any, manifest: Manifest, batched_arguments: Sequence[str], source: str) -> None:
-    """A parsed batched module has the signature SPEC 2.6 requires."""
-    from .._format import _mlir
-
-    types = _mlir.main_types(module, path=source)
-    want_in, want_out = expected_types(manifest, batched_arguments)
-    got_in = [(t.dtype.name, t.shape) for t in types[0]]
-    got_out = [(t.dtype.name, t.shape) for t in types[1]]
-    if (got_in, got_out) != (want_in, want_out):
-        show = lambda ts: [f"{d}{list(s)}".replace("None", "?") for d, s in ts]  # noqa: E731
-        raise SignatureError(
-            f"the batched module {source} has signature {show(got_in)} -> {show(got_out)}; the "
-            f"manifest requires {show(want_in)} -> {show(want_out)} (SPEC.md, 'Batched module')",
-            path=source,
-            field="batched",
-        )
-
-
-def lower(
-    manifest: Manifest, fn: Callable[..., Sequence[Any]], batched_arguments: Sequence[str]
-) -> str:
-    """StableHLO text of `jax.vmap(fn)` over `batched_arguments`, for any batch size >= 1.
-
-    `fn` is a function of the flat arguments returning the flat results.
-    """
-    import jax
-    from jax import export
-
-    (b,) = export.symbolic_shape(BATCH_DIMENSION)
-    batched = set(batched_arguments)
-    mapped = [a.name in batched for a in manifest.arguments]
-    specs = [
-        jax.ShapeDtypeStruct(((b,) if m else ()) + tuple(a.shape), _dtypes.BY_NAME[a.dtype].numpy)
-        for a, m in zip(manifest.arguments, mapped, strict=True)
-    ]
-    over_batch = jax.vmap(
-        lambda *args: tuple(fn(*args)), in_axes=[0 if m else None for m in mapped]
-    )
-    return export.export(jax.jit(over_batch, keep_unused=True))(*specs).mlir_module()
+from .._format._stored import BATCH_DIMENSION, expected_types
 
 
 def symbolic_avals(
