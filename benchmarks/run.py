@@ -160,7 +160,7 @@ print(jax.jit(lambda *a: hlo_call(*a, source=code))(*args)[0].sum())
 BREAKDOWN = """
 import json, time
 t0 = time.perf_counter(); import jax, enzyme_ad.jax; t1 = time.perf_counter()
-import hlobundle; from hlobundle._run._function import prepared_for_hlo_call; t2 = time.perf_counter()
+import hlobundle; from hlobundle._run._backends._enzyme import prepared_for_hlo_call; t2 = time.perf_counter()
 b = hlobundle.load({example!r}); t3 = time.perf_counter()
 prepared_for_hlo_call(b); t4 = time.perf_counter()
 f = b.function("enzyme"); args = [b.tensor(a.name) for a in b.arguments]
@@ -175,7 +175,7 @@ print(json.dumps([{{"case": "  in which: import jax + enzyme_ad.jax", "ours_s": 
 
 def first_result(tmp: Path, quick: bool) -> list[dict]:
     import hlobundle
-    from hlobundle._run._function import prepared_for_hlo_call
+    from hlobundle._run._backends._enzyme import prepared_for_hlo_call
 
     example = ROOT / "examples" / "lenet5.hlobundle"
     b = hlobundle.load(example)

@@ -211,7 +211,7 @@ def test_unnamed_top_level_op_is_dropped_for_hlo_call(tmp_path):
         "    %y = stablehlo.multiply %x, %x : tensor<3xf32>\n"
         "    return %y : tensor<3xf32>\n  }\n}\n"
     )
-    from hlobundle._run._function import prepared_for_hlo_call
+    from hlobundle._run._backends._enzyme import prepared_for_hlo_call
 
     x = np.array([1.0, 2.0, 3.0], np.float32)
     bundle = hlobundle.load(hlobundle.pack(text, [x], tmp_path / "b"))

@@ -77,3 +77,11 @@ def test_format_read_and_write_never_import_a_backend_or_jax_at_module_level():
         modules = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
         modules += [n.module or "" for n in top if isinstance(n, ast.ImportFrom) and not n.level]
         assert not [m for m in modules if m.split(".")[0] in ("jax", "enzyme_ad")], name
+
+
+def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
+    for name, path in _modules():
+        if name == "hlobundle._compat":
+            continue
+        text = path.read_text()
+        assert "jax._src" not in text and "enzyme_ad.jax import primitives" not in text, name

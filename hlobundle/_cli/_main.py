@@ -208,10 +208,10 @@ def _role(item: str) -> tuple[str, str]:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from .._format._manifest import needs_x64
     from .._read._inputs import read_files
     from .._read._reader import load
     from .._run import _run
-    from .._run._function import needs_x64
 
     bundle = load(args.bundle, verify=args.verify)
     import jax

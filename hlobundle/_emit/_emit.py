@@ -13,10 +13,10 @@ import tempfile
 from pathlib import Path
 
 from .._format._errors import OutputExistsError
-from .._format._manifest import Argument, Result
+from .._format._manifest import Argument, Result, needs_x64
 from .._format._sharding import partition_spec_entries
 from .._read._reader import Bundle, load
-from .._run._function import needs_x64, prepared_for_hlo_call
+from .._run._backends._enzyme import prepared_for_hlo_call
 from .._version import __version__
 
 

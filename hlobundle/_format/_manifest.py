@@ -215,6 +215,14 @@ class Manifest(_Model):
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
+X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+def needs_x64(manifest: Manifest) -> bool:
+    """Whether a bundle has 64-bit values (JAX truncates them unless `jax_enable_x64` is on)."""
+    return any(v.dtype in X64_DTYPES for v in [*manifest.arguments, *manifest.results])
+
+
 def _check_identifier(name: str) -> str:
     if not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"{name!r} is not a Python identifier")

@@ -16,7 +16,8 @@ from .._write._writer import register_executor
 
 class _Executor:
     def outputs(self, manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.ndarray]:
-        from ._function import check_x64, exported_for
+        from ._backends._xla import exported_for
+        from ._function import check_x64
 
         check_x64(manifest)
         return [np.asarray(x) for x in exported_for(manifest, portable).call(*values)]
@@ -24,8 +25,9 @@ class _Executor:
     def primal(self, manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
         import hashlib
 
-        from ._function import check_x64, enzyme_callable
-        from ._prepare import for_hlo_call, symbol_prefix
+        from ._backends._enzyme import enzyme_callable
+        from ._backends._enzyme_prepare import for_hlo_call, symbol_prefix
+        from ._function import check_x64
 
         check_x64(manifest)
         prefix = symbol_prefix(hashlib.sha256(text.encode()).hexdigest())

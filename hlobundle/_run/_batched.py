@@ -11,11 +11,14 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _dtypes
 from .._format._manifest import Manifest
 from .._format._stored import BATCH_DIMENSION, expected_types
+
+if TYPE_CHECKING:
+    from .._read._reader import Bundle
 
 
 def symbolic_avals(
@@ -99,3 +102,36 @@ def lookup(params: dict[str, Any]) -> Fast | None:
     if source is None or pipeline is None or pipeline.pass_pipeline():
         return None  # not a plain enzyme-ad call (a derivative, or something else)
     return _BY_TEXT.get(source[3])
+
+
+def fast_path(
+    bundle: Bundle,
+    derivative: Literal["jvp", "vjp"],
+    carriers: tuple[str | None, ...] | None = None,
+) -> Fast | None:
+    """The bundle's batched module, run by jax.export in place of a loop over its call; None
+    when it has none, or is sharded (a batched module is lowered for one device).
+
+    On the enzyme backend the call's results may be carried in other dtypes (`carriers`): the
+    batched module's are converted to them, exactly.
+    """
+    from ._backends._xla import exported_for
+
+    m = bundle.manifest
+    batched_module = m.batched if m.mesh is None else None
+    if batched_module is None:
+        return None
+    inputs, outputs = symbolic_avals(m, batched_module.arguments)
+    batched = exported_for(m, bundle.batched_artifact, inputs=inputs, outputs=outputs,
+                           name=f"{m.function}_batched", polymorphic=True)  # fmt: skip
+    call = batched.call
+    if carriers is not None:
+        args = [_dtypes.BY_NAME[a.dtype].numpy for a in m.arguments]
+
+        def call(*xs: Any) -> list[Any]:
+            outs = batched.call(*[x.astype(d) for x, d in zip(xs, args, strict=True)])
+            return [o if c is None else o.astype(c) for o, c in zip(outs, carriers, strict=True)]
+
+    names = set(batched_module.arguments)
+    mapped = tuple(a.name in names for a in m.arguments)
+    return Fast(mapped, bundle.signature.unused, call, derivative)

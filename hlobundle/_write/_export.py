@@ -101,7 +101,7 @@ def _batched_arguments(
     in_axes: Any, in_tree: Any, names: list[str], leaves: list[Any]
 ) -> list[str]:
     """The names of the leaves `in_axes` (as `jax.vmap`'s, 0 or None) maps."""
-    from jax._src.api_util import flatten_axes
+    from .._compat import flatten_axes
 
     if in_axes is None:
         return []

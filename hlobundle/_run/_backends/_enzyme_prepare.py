@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._format import _dtypes, _mlir
+from ..._format import _dtypes, _mlir
 
 # dtype name -> the dtype that carries it through hlo_call 0.0.16.
 CARRIERS: dict[str, str] = {

@@ -1,0 +1,45 @@
+"""The backends: one room each, behind one small interface.
+
+A backend module has:
+
+- `NAME`: what `function(backend=...)` and `run --backend` call it;
+- `available()`: whether it can run here (its imports work);
+- `install_rules()`: the JAX transformation rules its calls need, once per process;
+- `implementation(bundle)`: a function of the flat arguments returning the flat results, to be
+  jitted by `BundleFunction`;
+- `check_derivatives(bundle, args)`: refuse, before tracing, derivatives it cannot compute.
+
+`resolve(name)` picks one: `xla` (a `jax.export.Exported` of the stored portable artifact; needs
+only jax), `enzyme` (enzyme-ad's `hlo_call` on the module text), or `auto` (enzyme when it imports,
+else xla). A third backend is one more module here and one more entry in `_BACKENDS`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from ..._format._errors import BackendUnavailableError, InputError
+
+NAMES = ("auto", "enzyme", "xla")
+
+
+def _module(name: str) -> ModuleType:
+    if name == "xla":
+        from . import _xla
+
+        return _xla
+    from . import _enzyme
+
+    return _enzyme
+
+
+def resolve(name: str) -> ModuleType:
+    """The backend module for `name` (one of NAMES)."""
+    if name not in NAMES:
+        raise InputError(f"backend must be one of {NAMES}, got {name!r}", argument="backend")
+    if name == "auto":
+        return _module("enzyme") if _module("enzyme").available() else _module("xla")
+    backend = _module(name)
+    if not backend.available():
+        raise BackendUnavailableError(backend.UNAVAILABLE)
+    return backend

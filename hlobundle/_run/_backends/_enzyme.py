@@ -1,0 +1,113 @@
+"""The enzyme backend: enzyme-ad's `hlo_call` on the module text, prepared once per bundle
+(`_enzyme_prepare`); derivatives through Enzyme, with the rules of `_enzyme_rules`."""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..._format import _dtypes
+from .. import _batched, _transforms
+from ._enzyme_prepare import Prepared
+from ._enzyme_rules import EnzymeBlockers, register_module
+
+if TYPE_CHECKING:
+    from ..._read._reader import Bundle
+
+NAME = "enzyme"
+UNAVAILABLE = (
+    "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
+    "pip install 'enzyme-ad>=0.0.16', or use backend='xla'"
+)
+
+
+def available() -> bool:
+    try:
+        import enzyme_ad.jax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def install_rules() -> None:
+    from . import _enzyme_rules, _xla
+
+    _xla.install_rules()  # a batched module runs through jax.export on either backend
+    _enzyme_rules.install()
+
+
+def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
+    mode = _transforms.differentiated(args, NAME)
+    if mode is None:
+        return
+    blockers = enzyme_blockers(bundle)
+    error = blockers.forward_error() if mode == "forward" else blockers.reverse_error()
+    if error:
+        raise error
+
+
+# Per-bundle state of the enzyme backend, kept here (not on the Bundle) and dropped with it.
+_PREPARED: weakref.WeakKeyDictionary[Bundle, Prepared] = weakref.WeakKeyDictionary()
+_BLOCKERS: weakref.WeakKeyDictionary[Bundle, EnzymeBlockers] = weakref.WeakKeyDictionary()
+
+
+def prepared_for_hlo_call(bundle: Bundle) -> Prepared:
+    """The module rewritten for enzyme_ad's `hlo_call` (computed once per Bundle)."""
+    from ._enzyme_prepare import for_hlo_call, symbol_prefix
+
+    if bundle in _PREPARED:
+        return _PREPARED[bundle]
+    digest = bundle.modules["module"].text_sha256
+    batched = bundle.modules.get("batched")
+    if batched is None:
+        prefix = symbol_prefix(digest)
+    else:
+        # The runner finds a batched module by the prepared text (`_batched.lookup`): name it
+        # after both modules' bytes as read (never the digests the manifest claims), in full,
+        # so that no other bundle's module text is the same.
+        both = hashlib.sha256(f"{digest} {batched.portable_sha256}".encode())
+        prefix = symbol_prefix(both.hexdigest(), length=64)
+    _PREPARED[bundle] = for_hlo_call(bundle.module_text, prefix=prefix)
+    return _PREPARED[bundle]
+
+
+def enzyme_blockers(bundle: Bundle) -> EnzymeBlockers:
+    """Ops whose derivatives enzyme-ad 0.0.16 cannot compute, found once per Bundle."""
+    if bundle not in _BLOCKERS:
+        values = [*bundle.manifest.arguments, *bundle.manifest.results]
+        _BLOCKERS[bundle] = EnzymeBlockers.of(
+            bundle.modules["module"].parsed, [(v.name, v.dtype) for v in values]
+        )
+    return _BLOCKERS[bundle]
+
+
+def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    prepared = prepared_for_hlo_call(bundle)
+    register_module(prepared.text, enzyme_blockers(bundle))
+    if (fast := _batched.fast_path(bundle, "jvp", prepared.result_carriers)) is not None:
+        _batched.register(prepared.text, fast)
+    return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
+
+
+def enzyme_callable(
+    prepared: Prepared, result_dtypes: Sequence[str]
+) -> Callable[..., tuple[Any, ...]]:
+    """`hlo_call` on a prepared module, converting carried dtypes on the way in and out."""
+    from enzyme_ad.jax import hlo_call
+
+    results = [_dtypes.BY_NAME[d].numpy for d in result_dtypes]
+
+    def impl(*flat: Any) -> tuple[Any, ...]:
+        carried = [
+            x if c is None else x.astype(c)
+            for x, c in zip(flat, prepared.argument_carriers, strict=True)
+        ]
+        outs = hlo_call(*carried, source=prepared.text) if results else []
+        return tuple(
+            o if c is None else o.astype(d)
+            for o, c, d in zip(outs, prepared.result_carriers, results, strict=True)
+        )
+
+    return impl

@@ -1,0 +1,125 @@
+"""The xla backend: a `jax.export.Exported` of the stored portable artifact; needs only jax.
+
+Differentiation uses the stored backward module (SPEC.md 2.4) as the Exported's VJP; vmap loops,
+or runs the batched module (`_batched`). Forward mode is not available: an Exported has a VJP only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ... import _compat
+from ..._format import _dtypes
+from ..._format._errors import TransformError
+from ..._format._manifest import Manifest
+from ..._write._lowering import cotangent_avals
+from .. import _batched, _transforms
+
+if TYPE_CHECKING:
+    from ..._read._reader import Bundle
+
+NAME = "xla"
+UNAVAILABLE = "the xla backend needs jax"
+
+
+def available() -> bool:
+    return True
+
+
+def install_rules() -> None:
+    _transforms.install_loop_rule(_compat.call_exported_p())
+
+
+def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
+    if _transforms.differentiated(args, NAME) == "forward":
+        raise TransformError(
+            "forward-mode differentiation (jax.jvp, jax.jacfwd) is not available on the xla "
+            "backend: a jax.export function has only a VJP. Use reverse mode (jax.grad, "
+            "jax.vjp, jax.jacrev), or backend='enzyme'"
+        )
+
+
+def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    m = bundle.manifest
+    backward = bundle.backward_artifact
+    if backward is None:
+        get_vjp = _no_vjp
+    else:
+
+        def get_vjp(_: Any) -> Any:
+            return exported_for(m, backward, inputs=[*_avals(m.arguments), *cotangent_avals(m.results)],
+                                outputs=cotangent_avals(m.arguments), name=f"{m.function}_vjp",
+                                get_vjp=_no_second_order)  # fmt: skip
+
+    exported = exported_for(m, bundle.portable_artifact, get_vjp=get_vjp)
+    if (fast := _batched.fast_path(bundle, "vjp")) is not None:
+        _batched.register(exported, fast)
+    return lambda *flat: tuple(exported.call(*flat))
+
+
+def _no_vjp(_: Any) -> Any:
+    raise TransformError(
+        "differentiating this bundle on the xla backend needs a backward module, and it stores "
+        "none: pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use "
+        "backend='enzyme'"
+    )
+
+
+def _no_second_order(_: Any) -> Any:
+    raise TransformError(
+        "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle "
+        "is not supported: on the xla backend the stored backward module is itself not "
+        "differentiable. Differentiate once, or export the derivative as a bundle"
+    )
+
+
+def _avals(values: Sequence[Any]) -> list[Any]:
+    import jax
+
+    return [jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values]
+
+
+def exported_for(
+    manifest: Manifest,
+    portable: bytes,
+    *,
+    inputs: Sequence[Any] | None = None,
+    outputs: Sequence[Any] | None = None,
+    name: str | None = None,
+    get_vjp: Callable[[Any], Any] | None = None,
+    polymorphic: bool = False,
+) -> Any:
+    """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6).
+
+    By default its avals are the manifest's arguments and results; a backward module passes its own.
+    """
+    import jax
+    from jax import export
+
+    in_avals = tuple(inputs if inputs is not None else _avals(manifest.arguments))
+    out_avals = tuple(outputs if outputs is not None else _avals(manifest.results))
+    n, m = len(in_avals), len(out_avals)
+    fields = {
+        "fun_name": name or manifest.function,
+        "in_tree": jax.tree_util.tree_structure((tuple(range(n)), {})),
+        "in_avals": in_avals,
+        "out_tree": jax.tree_util.tree_structure(tuple(range(m))),
+        "out_avals": out_avals,
+        "_has_named_shardings": False,
+        "_in_named_shardings": (None,) * n,
+        "_out_named_shardings": (None,) * m,
+        "in_shardings_hlo": (None,) * n,
+        "out_shardings_hlo": (None,) * m,
+        "nr_devices": 1,
+        "platforms": ("cpu",),
+        "ordered_effects": (),
+        "unordered_effects": (),
+        "disabled_safety_checks": (export.DisabledSafetyCheck.platform(),),
+        "mlir_module_serialized": portable,
+        "calling_convention_version": export.maximum_supported_calling_convention_version,
+        "module_kept_var_idx": tuple(range(n)),
+        "uses_global_constants": polymorphic,  # symbolic dimensions (a batched module)
+        "_get_vjp": get_vjp,
+    }
+    return _compat.new_exported(fields)

@@ -1,0 +1,138 @@
+"""Binding a call's arguments to the bundle's: positions, names, or the exported pytrees;
+checked before anything is traced (README, "Calling a bundle")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._format import _dtypes
+from .._format._errors import InputDtypeError, InputError
+from .._format._manifest import Argument, Manifest
+
+
+def bind(manifest: Manifest, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    """One value per argument, in manifest order, from positional, named or pytree arguments."""
+    arguments = manifest.arguments
+    tree = manifest.input_tree
+    if tree is not None and not kwargs and any(isinstance(a, (dict, list, tuple)) for a in args):
+        if len(args) != len(tree):
+            raise InputError(
+                f"expected {len(tree)} positional argument(s) with the exported pytree "
+                f"structure, or {len(arguments)} arrays; got {len(args)}"
+            )
+        by_name = _flatten_by_tree(tree, list(args), "args")
+        return [by_name[a.name] for a in arguments]
+    if len(args) > len(arguments):
+        raise count_error(arguments, len(args) + len(kwargs))
+    values: dict[str, Any] = {a.name: x for a, x in zip(arguments, args, strict=False)}
+    for name, x in kwargs.items():
+        if name not in {a.name for a in arguments}:
+            raise InputError(
+                f"unexpected argument {name!r}; the arguments are {[a.name for a in arguments]}",
+                argument=name,
+            )
+        if name in values:
+            raise InputError(
+                f"argument {name!r} given twice (by position and by name)", argument=name
+            )
+        values[name] = x
+    missing = [a.name for a in arguments if a.name not in values]
+    if missing:
+        raise InputError(f"missing argument(s) {missing}", argument=missing[0])
+    return [values[a.name] for a in arguments]
+
+
+def structure(manifest: Manifest, flat: tuple[Any, ...]) -> Any:
+    """The results in the manifest's `output_tree` (arrays as tuples), else the flat tuple."""
+    tree = manifest.output_tree
+    if tree is None:
+        return flat
+    by_name = {r.name: x for r, x in zip(manifest.results, flat, strict=True)}
+    return _unflatten_tree(tree, by_name)
+
+
+def donated_arguments(manifest: Manifest, donate: Sequence[str] | str) -> tuple[str, ...]:
+    """Argument names to donate: given by name, or `"aliased"` for every argument a result
+    writes back (Reactant's `tf.aliasing_output`)."""
+    names = [a.name for a in manifest.arguments]
+    if donate == "aliased":
+        return tuple(names[r.aliases] for r in manifest.results if r.aliases is not None)
+    if isinstance(donate, str):
+        donate = [donate]
+    unknown = [n for n in donate if n not in names]
+    if unknown:
+        raise InputError(
+            f"cannot donate unknown argument(s) {unknown}; the arguments are {names}",
+            argument=unknown[0],
+        )
+    return tuple(donate)
+
+
+def count_error(arguments: list[Argument], got: int) -> InputError:
+    names = ", ".join(a.name for a in arguments)
+    return InputError(f"expected {len(arguments)} argument(s) ({names}), got {got}")
+
+
+def check_value(x: Any, arg: Argument, index: int) -> Any:
+    want_dtype = _dtypes.BY_NAME[arg.dtype].numpy
+    if isinstance(x, (bool, int, float, complex)) and not arg.shape:
+        x = np.asarray(x, dtype=want_dtype)
+    elif not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    got = (np.dtype(x.dtype), tuple(x.shape))
+    if got != (want_dtype, tuple(arg.shape)):
+        # A wrong dtype is a TypeError, a wrong shape a ValueError, as JAX raises them.
+        error = InputDtypeError if got[0] != want_dtype else InputError
+        raise error(
+            f"argument {arg.name!r} (args[{index}], path {arg.path}): expected "
+            f"{arg.dtype}{list(arg.shape)}, got {got[0].name}{list(got[1])}",
+            argument=arg.name,
+        )
+    return x
+
+
+def _flatten_by_tree(tree: Any, value: Any, where: str) -> dict[str, Any]:
+    if isinstance(tree, str):
+        return {tree: value}
+    if tree is None:
+        return {}
+    if isinstance(tree, list):
+        if not isinstance(value, (list, tuple)) or len(value) != len(tree):
+            raise InputError(
+                f"{where}: expected a sequence of {len(tree)}, got {_describe(value)}",
+                argument=where,
+            )
+        found: dict[str, Any] = {}
+        for i, (t, v) in enumerate(zip(tree, value, strict=True)):
+            found.update(_flatten_by_tree(t, v, f"{where}[{i}]"))
+        return found
+    if not isinstance(value, Mapping) or set(value) != set(tree):
+        raise InputError(
+            f"{where}: expected a dict with keys {sorted(tree)}, got {_describe(value)}",
+            argument=where,
+        )
+    found = {}
+    for k, t in tree.items():
+        found.update(_flatten_by_tree(t, value[k], f"{where}[{k!r}]"))
+    return found
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return f"a dict with keys {sorted(map(str, value))}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
+
+
+def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
+    if isinstance(tree, str):
+        return by_name[tree]
+    if isinstance(tree, list):
+        return tuple(_unflatten_tree(t, by_name) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _unflatten_tree(t, by_name) for k, t in tree.items()}
+    return None
