@@ -1,4 +1,12 @@
-import jax
+import os
+
+# One CPU device count for the whole session, set before jax is imported, so that sharded
+# bundles run in this process; tests of other device counts start a process of their own.
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+
+import jax  # noqa: E402
 
 # 64-bit dtypes are part of the format; tests lower them with x64 on.
 jax.config.update("jax_enable_x64", True)

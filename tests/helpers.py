@@ -95,6 +95,42 @@ def rehash(bundle: Path, name: str) -> None:
 
 
 def cli(*args: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `hlobundle ARGS` in this process (its `main()`), capturing its output and exit status.
+
+    With `env`, or where the process boundary is the thing tested, use `cli_process`.
+    """
+    import contextlib
+    import io
+    import warnings
+
+    if env:
+        return cli_process(*args, env=env)
+    from hlobundle._cli._main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    formatwarning = warnings.formatwarning
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("always")  # printed, as in a process of its own
+            warnings.showwarning = lambda m, c, f, n, file=None, line=None: sys.stderr.write(
+                warnings.formatwarning(m, c, f, n, line)
+            )
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:  # argparse: usage errors exit 2
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        warnings.formatwarning = formatwarning
+    return subprocess.CompletedProcess(
+        ["hlobundle", *map(str, args)], code, out.getvalue(), err.getvalue()
+    )
+
+
+def cli_process(*args: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run `python -m hlobundle ARGS` in a subprocess, capturing its output."""
     return subprocess.run(
         [sys.executable, "-m", "hlobundle", *map(str, args)],

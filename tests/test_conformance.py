@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, cli
 
 from hlobundle._cli import _conformance
 
@@ -70,6 +70,7 @@ PROTOCOL_SAMPLE = ["valid_dtype_complex128", "valid_no_example_inputs", "valid_c
                    "invalid_symlink", "invalid_hash_mismatch", "invalid_mlir_dtype"]  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_protocol_with_the_cli_as_another_implementation():
     r = subprocess.run(
         [sys.executable, "-m", "hlobundle", "conformance", CASES, "--implementation", f"{sys.executable} -m hlobundle", "--json"]
@@ -91,23 +92,13 @@ def test_a_wrong_implementation_fails():
 @pytest.mark.parametrize("case", sorted(p.parent.name for p in CASES.glob("invalid_*/case.json")))
 def test_invalid_cases_give_clean_cli_errors(case):
     expect = json.loads((CASES / case / "case.json").read_text())["expect"]
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "verify", CASES / case / "bundle"],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("verify", CASES / case / "bundle")
     assert r.returncode == 1
     assert r.stderr.startswith(f"error [{expect}] ") and "Traceback" not in r.stderr
 
 
 def test_conformance_cli_reports(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "conformance", CASES, "-k", "zero_d"],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("conformance", CASES, "-k", "zero_d")
     assert r.returncode == 0 and "1 passed, 0 failed, 1 cases" in r.stdout
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "conformance", tmp_path], capture_output=True, text=True
-    )
+    r = cli("conformance", tmp_path)
     assert r.returncode == 1 and "no conformance cases" in r.stderr

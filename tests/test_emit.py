@@ -9,7 +9,7 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ALL_DTYPES, ROOT, identity_module, rehash, relu_module_text, sample
+from helpers import ALL_DTYPES, ROOT, cli, identity_module, rehash, relu_module_text, sample
 
 import hlobundle
 
@@ -67,6 +67,7 @@ def bundles(tmp_path_factory):
 @pytest.mark.parametrize(
     "name", ["lenet", "dtypes", "zero_args", "scalars", "multi", "relu", "no_inputs"]
 )
+@pytest.mark.subprocess
 def test_emitted_script_runs(bundles, tmp_path, name):
     script = tmp_path / "scripts" / "run.py"
     script.parent.mkdir()
@@ -79,6 +80,7 @@ def test_emitted_script_runs(bundles, tmp_path, name):
         assert "max abs diff from expected 0" in r.stdout
 
 
+@pytest.mark.subprocess
 def test_script_detects_wrong_expected(bundles, tmp_path):
     import shutil
 
@@ -96,6 +98,7 @@ def test_script_detects_wrong_expected(bundles, tmp_path):
     assert r.returncode == 1 and "FAILED: result differ from the expected outputs" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_script_argument_checks_raise(bundles, tmp_path):
     script = tmp_path / "run.py"
     hlobundle.emit_script(bundles["multi"], script)
@@ -114,17 +117,9 @@ def test_script_argument_checks_raise(bundles, tmp_path):
 
 def test_emit_cli_and_overwrite(bundles, tmp_path):
     out = tmp_path / "s.py"
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "emit", bundles["relu"], "-o", out],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("emit", bundles["relu"], "-o", out)
     assert r.returncode == 0 and out.exists()
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "emit", bundles["relu"], "-o", out],
-        capture_output=True,
-        text=True,
-    )
+    r = cli("emit", bundles["relu"], "-o", out)
     assert r.returncode == 1 and "error [OUTPUT_EXISTS]" in r.stderr
 
 
@@ -163,6 +158,7 @@ def _hostile_bundle(tmp_path):
     return out
 
 
+@pytest.mark.subprocess
 def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
     import ast
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +189,7 @@ def test_file_renames_and_links(base, data):
     shutil.rmtree(bundle.parent)
 
 
+@pytest.mark.subprocess
 def test_fuzzer_past_the_hash_checks_in_child_processes():
     # fuzz/fuzz_forms.py: 1,000 mutations of every module form (text and artifact), the
     # tensors and the manifest, rehashed so that each reaches its parser. Its workers are
@@ -203,13 +204,58 @@ def test_fuzzer_past_the_hash_checks_in_child_processes():
             assert f"{form}{suffix}: " in r.stdout, f"{form}{suffix} was never reached"
 
 
-def test_memory_stays_bounded(base):
-    # Everything above ran in this process; its peak RSS must stay far below what a
-    # header-length or shape bomb would allocate.
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    assert peak_mib < 4096, peak_mib
+def _bombs(bundle: Path) -> dict[str, Callable[[], None]]:
+    """Small edits that claim huge sizes: what a reader must refuse before allocating."""
+    tensors = bundle / "inputs.safetensors"
+
+    def big_header() -> None:  # a 64 MiB header (valid JSON, padded) for two tensors
+        data = tensors.read_bytes()
+        n = int.from_bytes(data[:8], "little")
+        header = data[8 : 8 + n] + b" " * (64 << 20)
+        tensors.write_bytes(len(header).to_bytes(8, "little") + header + data[8 + n :])
+        _rehash(bundle, "inputs.safetensors")
+
+    def shape() -> None:  # the manifest claims a 2**40-element argument
+        m = json.loads((bundle / "manifest.json").read_text())
+        m["arguments"][0]["shape"] = [2**20, 2**20]
+        (bundle / "manifest.json").write_text(json.dumps(m))
+
+    def deep_json() -> None:
+        m = (bundle / "manifest.json").read_text()
+        (bundle / "manifest.json").write_text(
+            m[:-2] + ', "output_tree": ' + "[" * 500_000 + "]" * 500_000 + "}"
+        )
+
+    return {"big_header": big_header, "shape": shape, "deep_json": deep_json}
 
 
+def _rehash(bundle: Path, name: str) -> None:
+    import hashlib
+
+    m = json.loads((bundle / "manifest.json").read_text())
+    data = (bundle / name).read_bytes()
+    m["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (bundle / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("bomb", ["big_header", "shape", "deep_json"])
+def test_memory_stays_bounded(base, bomb):
+    # What the reader allocates while refusing a bomb, measured around that one call.
+    import tracemalloc
+
+    bundle = fresh(base)
+    _bombs(bundle)[bomb]()
+    tracemalloc.start()
+    try:
+        error = attempt(bundle)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert error is not None
+    assert peak < 16 << 20, f"{bomb}: {peak} bytes"
+
+
+@pytest.mark.subprocess
 def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
     big = [sample((1024, 1024), "float32", i) for i in range(8)]  # 32 MiB, so pack takes a while
     (tmp_path / "m.mlir").write_text(identity_module(*big))

@@ -21,6 +21,7 @@ LUX = FIXTURES / "export_to_enzymejax_lux"
 # --- export_to_enzymejax ---------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 @needs_fixtures
 def test_lux_export_round_trips_and_equals_the_generated_script(tmp_path):
     r = cli("pack", "--from-reactant", LUX, "-o", tmp_path / "lux", "--compute-expected")

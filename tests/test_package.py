@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT, small_bundle
 
 import hlobundle
@@ -23,6 +24,7 @@ def test_schema_is_current():
     )
 
 
+@pytest.mark.subprocess
 def test_inspect_and_verify_do_not_import_jax(tmp_path):
     b = small_bundle(tmp_path)
     code = (

@@ -177,6 +177,7 @@ def test_aliasing_is_recorded(packed):
     assert [r.aliases for r in m.results] == [None, None, None, 0]
 
 
+@pytest.mark.subprocess
 def test_fixture_15_packs_and_inspects_without_allocating(tmp_path):
     code = (
         "import hlobundle\n"

@@ -174,13 +174,14 @@ def test_unused_arguments_are_not_read(tmp_path):
     bundle = hlobundle.load(out)
     assert bundle.signature.unused == {1}
     fn = bundle.function("xla")
-    assert fn._used == [0]  # the unused argument is neither transferred nor read
+    assert fn.arguments_read == ("arg0",)  # the unused argument is neither transferred nor read
     big = bundle.tensor("arg1")
     (result,) = fn(bundle.tensor("arg0"), big)
     np.testing.assert_array_equal(result, np.ones(3))
     assert cli("run", out).returncode == 0
 
 
+@pytest.mark.subprocess
 def test_compilation_cache_is_used_and_can_be_turned_off(tmp_path):
     env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run(

@@ -1,5 +1,7 @@
-"""Sharded bundles on an 8-device CPU mesh (each test runs in a subprocess with
-XLA_FLAGS=--xla_force_host_platform_device_count=8), and the single-device paths."""
+"""Sharded bundles on the session's 8-device CPU mesh (conftest.py), and the single-device paths.
+
+Tests of another device count, of a distributed start or of the emitted script run a process
+of their own (marked `subprocess`)."""
 
 from __future__ import annotations
 
@@ -7,79 +9,63 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FIXTURES, needs_fixtures
+from helpers import FIXTURES, cli, needs_fixtures
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import hlobundle
 
 EIGHT = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
 
 
-def run8(code: str, env: dict | None = None) -> str:
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env or EIGHT,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout
+def _mesh_4x2():
+    from jax.sharding import AxisType
+
+    return jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
 
 
 def test_jax_bundle_on_a_4x2_mesh(tmp_path):
-    out = run8(f"""
-        import json, jax, jax.numpy as jnp, numpy as np, hlobundle
-        from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
-        mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
-        rng = np.random.default_rng(0)
-        w = jax.device_put(rng.standard_normal((8, 16)).astype(np.float32), NamedSharding(mesh, P("x", "y")))
-        x = jax.device_put(rng.standard_normal((16, 4)).astype(np.float32), NamedSharding(mesh, P("y", None)))
-        f = lambda w, x: jnp.tanh(w @ x)
-        b = hlobundle.load(hlobundle.export(f, w, x, out={str(tmp_path / "b")!r}))
-        assert [(a.name, a.size) for a in b.manifest.mesh.axes] == [("x", 4), ("y", 2)]
-        assert [a.sharding for a in b.arguments] == [[["x"], ["y"]], [["y"], []]]
-        single = np.asarray(b.function("xla", devices=1)(np.asarray(w), np.asarray(x)))
-        for backend in ("enzyme", "xla"):
-            fn = b.function(backend)
-            assert fn.mesh.shape == {{"x": 4, "y": 2}}
-            r = fn(np.asarray(w), np.asarray(x))
-            np.testing.assert_allclose(np.asarray(r), single, rtol=1e-6)
-            assert r.sharding.spec == P() and len(r.sharding.device_set) == 8
-        print("ok")
-    """)
-    assert out.strip().endswith("ok")
+    mesh = _mesh_4x2()
+    rng = np.random.default_rng(0)
+    w = jax.device_put(
+        rng.standard_normal((8, 16)).astype(np.float32), NamedSharding(mesh, P("x", "y"))
+    )
+    x = jax.device_put(
+        rng.standard_normal((16, 4)).astype(np.float32), NamedSharding(mesh, P("y", None))
+    )
+    b = hlobundle.load(hlobundle.export(lambda w, x: jnp.tanh(w @ x), w, x, out=tmp_path / "b"))
+    assert [(a.name, a.size) for a in b.manifest.mesh.axes] == [("x", 4), ("y", 2)]
+    assert [a.sharding for a in b.arguments] == [[["x"], ["y"]], [["y"], []]]
+    single = np.asarray(b.function("xla", devices=1)(np.asarray(w), np.asarray(x)))
+    for backend in ("enzyme", "xla"):
+        fn = b.function(backend)
+        assert fn.mesh.shape == {"x": 4, "y": 2}
+        r = fn(np.asarray(w), np.asarray(x))
+        np.testing.assert_allclose(np.asarray(r), single, rtol=1e-6)
+        assert r.sharding.spec == P() and len(r.sharding.device_set) == 8
 
 
 @needs_fixtures
 def test_reactant_sdy_fixture_on_8_devices(tmp_path):
     fixture = FIXTURES / "14_enzymejax_sdy_sharding.mlir"
-    out = run8(f"""
-        import jax, numpy as np, hlobundle
-        from jax.sharding import PartitionSpec as P
-        jax.config.update("jax_enable_x64", True)
-        b = hlobundle.load(hlobundle.pack({str(fixture)!r}, None, {str(tmp_path / "b")!r}))
-        assert [a.sharding for a in b.arguments][0] == [["x"], [], ["y"]]
-        xs = [np.random.default_rng(i).standard_normal((16, 16, 16)) for i in range(3)]
-        for backend in ("enzyme", "xla"):
-            (r,) = b.function(backend).call_flat(*xs)
-            np.testing.assert_allclose(np.asarray(r), xs[0] + xs[1] + xs[2], rtol=1e-12)
-            assert r.sharding.spec == P(None, ("x", "y"), None)  # as the module records
-        print("ok")
-    """)
-    assert out.strip().endswith("ok")
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "run", tmp_path / "b", "--devices", "8", "--json"],
-        capture_output=True,
-        text=True,
-        env=EIGHT,
-    )
+    b = hlobundle.load(hlobundle.pack(fixture, None, tmp_path / "b"))
+    assert [a.sharding for a in b.arguments][0] == [["x"], [], ["y"]]
+    xs = [np.random.default_rng(i).standard_normal((16, 16, 16)) for i in range(3)]
+    for backend in ("enzyme", "xla"):
+        (r,) = b.function(backend).call_flat(*xs)
+        np.testing.assert_allclose(np.asarray(r), xs[0] + xs[1] + xs[2], rtol=1e-12)
+        assert r.sharding.spec == P(None, ("x", "y"), None)  # as the module records
+    r = cli("run", tmp_path / "b", "--devices", "8", "--json", "--no-cache")
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["ok"]
 
 
+@pytest.mark.subprocess
 def test_device_count_errors(tmp_path):
     out = hlobundle.pack(
         'module @m {\n  sdy.mesh @mesh = <["x"=4, "y"=2]>\n'
@@ -122,15 +108,14 @@ def test_device_count_errors(tmp_path):
         unsharded.function("xla", devices=8)
 
 
+@pytest.mark.subprocess
 def test_emitted_script_runs_a_sharded_bundle(tmp_path):
-    out = tmp_path / "b"
-    run8(f"""
-        import jax, jax.numpy as jnp, numpy as np, hlobundle
-        from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
-        mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
-        x = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(mesh, P("x", "y")))
-        hlobundle.emit_script(hlobundle.export(lambda x: jnp.sin(x) * 2, x, out={str(out)!r}), {str(tmp_path / "run.py")!r})
-    """)
+    x = jax.device_put(
+        np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(_mesh_4x2(), P("x", "y"))
+    )
+    hlobundle.emit_script(
+        hlobundle.export(lambda x: jnp.sin(x) * 2, x, out=tmp_path / "b"), tmp_path / "run.py"
+    )
     source = (tmp_path / "run.py").read_text()
     assert "MESH_AXES = [('x', 4), ('y', 2)]" in source and "P('x', 'y')" in source
     r = subprocess.run(
@@ -139,6 +124,7 @@ def test_emitted_script_runs_a_sharded_bundle(tmp_path):
     assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]
 
 
+@pytest.mark.subprocess
 def test_distributed_single_process(tmp_path):
     import socket
 

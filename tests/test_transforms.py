@@ -237,6 +237,7 @@ def test_dtype_matrix_backward(tmp_path, backend, dtype):
         )
 
 
+@pytest.mark.subprocess
 def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):
     text = (
         "module @reactant_f {\n  func.func @main(%x: tensor<3xf32>, %n: tensor<i64>) -> tensor<3xf32> {\n"

@@ -85,6 +85,7 @@ def test_mutated_artifact_never_crashes_the_reader(add_bundle, tmp_path, seed):
         assert e.path == "module.mlirbc"
 
 
+@pytest.mark.subprocess
 def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch):
     # Stand in for a crashing MLIR: the child kills itself the way a segfault would.
     from hlobundle._format import _portable
@@ -216,6 +217,7 @@ def test_a_file_replaced_after_load_is_not_used(add_bundle, tmp_path):
     np.testing.assert_array_equal(bundle.tensor("x"), before)
 
 
+@pytest.mark.subprocess
 def test_verified_in_memory_tensors_survive_truncation(add_bundle):
     # With verify=True tensors come from private memory whose sha256 was checked: a file
     # truncated afterwards cannot fault a mapped page (SIGBUS) or change a value.

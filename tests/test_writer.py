@@ -68,6 +68,7 @@ def test_failed_force_keeps_the_old_bundle(tmp_path, monkeypatch):
     hlobundle.load(out).verify()
 
 
+@pytest.mark.subprocess
 def test_stale_partials_of_dead_processes_are_removed(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import keyword
+import os
 import warnings
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -259,6 +261,14 @@ def _check_unique(names: list[str], what: str) -> None:
         if n in seen:
             raise ValueError(f"duplicate {what} name {n!r}")
         seen.add(n)
+
+
+def read_manifest_bytes(file: Path) -> bytes:
+    """A manifest file's bytes, at most one more than the limit (so `parse_manifest` can say
+    how large it is), without allocating the limit for a small file."""
+    with open(file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        return f.read(min(size, MAX_MANIFEST_BYTES) + 1)
 
 
 def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest:

@@ -25,13 +25,13 @@ from .._format._errors import (
 )
 from .._format._manifest import (
     MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
     Argument,
     FileEntry,
     Manifest,
     Result,
     TensorRef,
     parse_manifest,
+    read_manifest_bytes,
 )
 
 if TYPE_CHECKING:
@@ -268,9 +268,7 @@ def _read_manifest(root: Path) -> Manifest:
         raise NotABundleError(
             f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle", path=MANIFEST_NAME
         )
-    with open(path, "rb") as f:
-        raw = f.read(MAX_MANIFEST_BYTES + 1)
-    return parse_manifest(raw, path=MANIFEST_NAME)
+    return parse_manifest(read_manifest_bytes(path), path=MANIFEST_NAME)
 
 
 def _check_file_set(root: Path, manifest: Manifest) -> None:

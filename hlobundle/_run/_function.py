@@ -52,7 +52,7 @@ class BundleFunction:
         placement = _placement.placement(self.manifest, self.mesh)
         self._in_shardings = [placement[0][i] for i in self._used] if placement else None
         self._jitted = jax.jit(
-            _with_zeros_for_unused(impl, self.manifest, self._used),
+            _named(_with_zeros_for_unused(impl, self.manifest, self._used), self.manifest),
             donate_argnums=tuple(names.index(n) for n in self.donated if n in names),
             **(
                 {"in_shardings": tuple(self._in_shardings), "out_shardings": tuple(placement[1])}
@@ -60,6 +60,12 @@ class BundleFunction:
                 else {}
             ),
         )
+
+    @property
+    def arguments_read(self) -> tuple[str, ...]:
+        """The arguments a call transfers to the device: those `@main` reads (the others are
+        passed as zeros inside the jitted function, which XLA drops)."""
+        return tuple(self.manifest.arguments[i].name for i in self._used)
 
     def __repr__(self) -> str:
         return f"<hlobundle function {self.manifest.function!r} backend={self.backend}>"
@@ -92,6 +98,20 @@ class BundleFunction:
 
     def structure(self, flat: tuple[Any, ...]) -> Any:
         return _binding.structure(self.manifest, flat)
+
+
+def _named(
+    impl: Callable[..., tuple[Any, ...]], manifest: Manifest
+) -> Callable[..., tuple[Any, ...]]:
+    """`impl` under the name JAX shows in traces, logs and profiles: `bundle_<function>`."""
+
+    def call(*flat: Any) -> tuple[Any, ...]:
+        return impl(*flat)
+
+    call.__name__ = call.__qualname__ = "bundle_" + "".join(
+        c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in manifest.function
+    )
+    return call
 
 
 def _with_zeros_for_unused(

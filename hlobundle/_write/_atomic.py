@@ -21,7 +21,7 @@ import numpy as np
 
 from .._format import _tensors
 from .._format._errors import OutputExistsError
-from .._format._manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
+from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
 
 
 def sha256_file(path: Path) -> str:
@@ -83,14 +83,13 @@ def _check_target(out: Path, force: bool) -> None:
 def _is_bundle(path: Path) -> bool:
     """A real directory whose manifest.json parses as a bundle manifest: what --force may replace."""
     from .._format._errors import HloBundleError
-    from .._format._manifest import parse_manifest
+    from .._format._manifest import parse_manifest, read_manifest_bytes
 
     manifest = path / MANIFEST_NAME
     if path.is_symlink() or not path.is_dir() or manifest.is_symlink() or not manifest.is_file():
         return False
     try:
-        with open(manifest, "rb") as f:
-            parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
+        parse_manifest(read_manifest_bytes(manifest))
     except (HloBundleError, OSError):
         return False
     return True
