@@ -126,7 +126,7 @@ def test_emit_cli_and_overwrite(bundles, tmp_path):
 def test_emit_source_without_path(bundles):
     source = hlobundle.emit_script(bundles["relu"])
     compile(source, "run.py", "exec")
-    assert "BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'relu')" in source
+    assert "WHERE = 'relu'" in source
 
 
 # --- hostile manifests: strings are data, never code -------------------------------------
@@ -169,11 +169,33 @@ def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
     tree = ast.parse(source)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     assert not any(getattr(c.func, "attr", None) == "touch" for c in calls)
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.decorator_list)
+    fn = [n for n in tree.body if isinstance(n, ast.FunctionDef)][-1]  # the named function
     params = [a.arg for a in fn.args.args]
-    assert params == ["arg0", "arg1", "arg2", "fix", "arg4"]  # no global shadowed, no NFKC twin
-    assert "'main.mlir'" in source  # the module file the manifest names
+    # MODULE and check_arguments are the script's globals, and "ﬁx" is "fix" under NFKC: renamed.
+    # (hlo_call is imported inside the script's call, so it shadows nothing.)
+    assert params == ["hlo_call", "arg1", "arg2", "fix", "arg4"]
+    assert "MODULE_FILE = 'main.mlir'" in source  # the module file the manifest names
     r = subprocess.run([sys.executable, "-c", RUNNER, str(script)], capture_output=True,
                        text=True, cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.rstrip().endswith("ok") and not (tmp_path / "PWNED").exists()
+
+
+def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
+    # run_template.py is itself valid Python; its comparison rules are the runner's (SPEC 7).
+    from hlobundle._emit import _emit
+    from hlobundle._format._tolerance import default_tolerance
+
+    path = ROOT / "hlobundle" / "_emit" / "run_template.py"
+    source = path.read_text()
+    compile(source, str(path), "exec")
+    assert _emit.template() == source
+    helpers: dict = {}
+    body = source[source.index("def tolerance(") : source.index("def random_input(")]
+    exec(
+        compile("import jax.numpy as jnp\nimport numpy as np\n" + body, "helpers", "exec"), helpers
+    )
+    for dtype in ALL_DTYPES:
+        assert helpers["tolerance"](dtype) == default_tolerance(dtype), dtype
+    assert helpers["close"](np.float32([1, np.nan]), np.float32([1 + 1e-7, np.nan]), 1e-5)
+    assert not helpers["close"](np.float32([1]), np.float32([1.1]), 1e-5)

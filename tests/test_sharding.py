@@ -117,7 +117,10 @@ def test_emitted_script_runs_a_sharded_bundle(tmp_path):
         hlobundle.export(lambda x: jnp.sin(x) * 2, x, out=tmp_path / "b"), tmp_path / "run.py"
     )
     source = (tmp_path / "run.py").read_text()
-    assert "MESH_AXES = [('x', 4), ('y', 2)]" in source and "P('x', 'y')" in source
+    assert (
+        "MESH_AXES = [('x', 4), ('y', 2)]" in source
+        and "ARGUMENT_SHARDINGS = [['x', 'y']]" in source
+    )
     r = subprocess.run(
         [sys.executable, tmp_path / "run.py"], capture_output=True, text=True, env=EIGHT
     )

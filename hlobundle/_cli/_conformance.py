@@ -27,6 +27,7 @@ import numpy as np
 from .._format import _dtypes, _tensors
 from .._format._errors import HloBundleError, InputError
 from .._format._manifest import Manifest
+from .._format._tolerance import agree
 
 
 @dataclass(frozen=True)
@@ -146,8 +147,7 @@ def _compare(case: Path, got: dict[str, np.ndarray], rtol: float, atol: float) -
         g = got.get(name)
         if g is None or g.shape != w.shape or g.dtype != w.dtype:
             return f"result {name}: expected {w.dtype}{list(w.shape)}, got {None if g is None else f'{g.dtype}{list(g.shape)}'}"
-        wide = np.complex128 if w.dtype.kind == "c" else np.float64
-        if not np.allclose(g.astype(wide), w.astype(wide), rtol=rtol, atol=atol, equal_nan=True):
+        if not agree(g, w, rtol, atol):
             return f"result {name}: values differ beyond rtol={rtol}, atol={atol}"
     return ""
 

@@ -1,23 +1,31 @@
 """`emit_script()`: a minimal, standalone `run.py` for a bundle.
 
-The script imports only jax, numpy and enzyme_ad (never hlobundle), reads the bundle relative
-to its own location, and is meant to be read: it is what people used to write by hand.
+The script is `run_template.py`, a real, linted Python file, with its data slots filled in with
+`repr()` literals of the bundle's values, and one function appended: the bundle's, named after
+it, with one documented parameter per argument. Manifest strings reach the script only as such
+literals; the only names written as code are plain ASCII identifiers checked here. The script
+imports only jax, numpy and enzyme_ad (never hlobundle) and reads the bundle relative to its
+own location.
 """
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import os
+import pprint
 import re
-import tempfile
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from .._format._errors import OutputExistsError
-from .._format._manifest import Argument, Result, needs_x64
+from .._format._manifest import Argument, Result, identifier, needs_x64
 from .._format._sharding import partition_spec_entries
 from .._read._reader import Bundle, load
 from .._run._backends._enzyme import prepared_for_hlo_call
 from .._version import __version__
+from .._write._atomic import write_file_atomically
 
 
 def emit_script(
@@ -39,45 +47,77 @@ def emit_script(
     """
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
     if path is None:
-        return _source(bundle, bundle.path.resolve().name, "run.py")
+        return _source(bundle, bundle.path.resolve().name)
     target = Path(path)
     if target.exists() and not force:
         raise OutputExistsError(
             f"{str(target)!r} already exists; pass --force to replace it", path=target
         )
     where = os.path.relpath(bundle.path.resolve(), target.resolve().parent)
-    source = _source(bundle, where, target.name)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent or ".")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(source)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
+    source = _source(bundle, where)
+    write_file_atomically(target, source.encode("utf-8"))
     return source
 
 
-def _source(bundle: Bundle, where: str, script: str) -> str:
+def _source(bundle: Bundle, where: str) -> str:
     m = bundle.manifest
-    fn = _identifier(m.function)
     prepared = prepared_for_hlo_call(bundle)
-    names = parameter_names([a.name for a in m.arguments])
-    parts = [
-        _header(fn),
-        _imports(needs_x64(m)),
-        _about(bundle, where),
-        _signature_table(m.arguments, m.results),
-        _function(fn, names, m.arguments, m.results, prepared.argument_carriers,
-                  prepared.result_carriers),
-        _HELPERS,
-        _main(bundle, fn, names),
-        _module(bundle, prepared.text if prepared.changed else None),
-        'if __name__ == "__main__":\n    run_example()',
-    ]  # fmt: skip
-    return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
+    slots = {
+        "WHERE": where,
+        "ABOUT": {"function": m.function, "format_version": m.format_version,
+                  "producer": m.provenance.producer, "producer_version": m.provenance.producer_version,
+                  "emitted_by": f"hlobundle {__version__}"},
+        "X64": needs_x64(m),
+        "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
+        "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
+        "PATHS": {a.name: a.path for a in m.arguments},
+        "INPUTS": [(a.value.file, a.value.key) for a in m.arguments]  # type: ignore[union-attr]
+        if bundle.has_example_inputs else None,
+        "EXPECTED": [(r.expected.file, r.expected.key) for r in m.results if r.expected]  # type: ignore[union-attr]
+        if all(r.expected for r in m.results) else [],
+        "ARGUMENT_CARRIERS": list(prepared.argument_carriers),
+        "RESULT_CARRIERS": list(prepared.result_carriers),
+        "MESH_AXES": [(a.name, a.size) for a in m.mesh.axes] if m.mesh else None,
+        "DEVICE_ORDER": (m.mesh.device_ids or list(range(m.mesh.size))) if m.mesh else None,
+        "ARGUMENT_SHARDINGS": [list(partition_spec_entries(a.sharding)) for a in m.arguments]
+        if m.mesh else None,
+        "MODULE_FILE": m.module.text,
+        "MODULE_LINES": prepared.text.split("\n") if prepared.changed else [],
+    }  # fmt: skip
+    return fill(template(), slots).replace(_NAMED, _named_function(bundle), 1)
 
 
-# Names the script defines or imports; the bundle's function must not shadow them.
-_TAKEN = {"check_arguments", "load_tensor", "tolerance", "random_input", "run_example",
-          "json", "os", "sys", "jax", "jnp", "np", "hlo_call", "MODULE", "BUNDLE"}  # fmt: skip
+@cache
+def template() -> str:
+    return (Path(__file__).parent / "run_template.py").read_text(encoding="utf-8")
+
+
+_SLOT = re.compile(r"^(?P<name>[A-Z_0-9]+) = .*?  # slot: (?P<about>.*)$", re.M)
+_NAMED = "# named: the bundle's function, one parameter per argument (written here by `hlobundle emit`)\n"
+
+
+def fill(source: str, slots: dict[str, Any]) -> str:
+    """`source` with each `NAME = ...  # slot: ...` line's value replaced by `repr(slots[NAME])`."""
+    found = set()
+
+    def value(match: re.Match[str]) -> str:
+        name = match["name"]
+        found.add(name)
+        literal = pprint.pformat(slots[name], width=100, sort_dicts=False)
+        return f"# {match['about']}\n{name} = {literal}"
+
+    filled = _SLOT.sub(value, source)
+    if found != set(slots):
+        raise RuntimeError(f"template slots {sorted(found)} != {sorted(slots)}")
+    return filled
+
+
+# Names the template defines or imports; the bundle's function and parameters must not shadow them.
+_TAKEN = frozenset(
+    {"json", "os", "sys", "jax", "jnp", "np", "BUNDLE", "MODULE", "call", "close", "main"}
+    | {name for name in dir(builtins) if not name.startswith("_")}
+)
+_TEMPLATE_NAMES = re.compile(r"^(?:def |)([A-Za-z_][A-Za-z0-9_]*)(?: = |\()", re.M)
 
 
 # Manifest strings reach the script only as `repr()` literals in data slots. Names that become
@@ -91,13 +131,19 @@ def _usable(name: str) -> bool:
         _ASCII_IDENTIFIER.fullmatch(name) is not None
         and not keyword.iskeyword(name)
         and not keyword.issoftkeyword(name)
-        and not name.startswith("__")
+        and not name.startswith("_")
         and name not in _TAKEN
+        and name not in _template_names()
     )
 
 
+@cache
+def _template_names() -> frozenset[str]:
+    return frozenset(_TEMPLATE_NAMES.findall(template()))
+
+
 def _identifier(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_") or "function"
+    cleaned = identifier(name, prefix="f_").strip("_") or "function"
     if not _usable(cleaned):
         cleaned = f"f_{cleaned}"
     return cleaned if _usable(cleaned) else "bundle_function"
@@ -114,56 +160,31 @@ def parameter_names(names: list[str]) -> list[str]:
     return chosen
 
 
-def _header(fn: str) -> str:
-    return f'''"""Run a bundle with JAX: its function, here called `{fn}` (the bundle's own name
-and provenance are the data in ABOUT below).
-
-Generated by `hlobundle emit` (hlobundle {__version__}). It needs only jax, numpy and
-enzyme_ad, and reads the bundle relative to this file's location. Run it as a script to call
-`{fn}` on the bundle's example inputs and compare the results with its expected outputs,
-when it has them. Import it to call `{fn}` from your own JAX code.
-"""'''
-
-
-def _about(bundle: Bundle, where: str) -> str:
+def _named_function(bundle: Bundle) -> str:
     m = bundle.manifest
-    p = m.provenance
-    about = {"function": m.function, "format_version": m.format_version,
-             "producer": p.producer, "producer_version": p.producer_version}  # fmt: skip
-    return (
-        f"BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), {where!r})\n"
-        f"ABOUT = {about!r}\n"
+    fn = _identifier(m.function)
+    names = parameter_names([a.name for a in m.arguments])
+    if fn in names:
+        fn = f"{fn}_function"
+    params, call_args = _wrapped_list(names, indent=""), _wrapped_list(names, indent="    ")
+    args_doc = (
+        "".join(f"        {n}: {_doc_line(a)}\n" for n, a in zip(names, m.arguments, strict=True))
+        or "        none\n"
     )
-
-
-def _imports(x64: bool) -> str:
-    lines = [
-        "import json",
-        "import os",
-        "import sys",
-        "",
-        "import jax",
-        "import jax.numpy as jnp",
-        "import numpy as np",
-        "from enzyme_ad.jax import hlo_call",
-        "from jax.sharding import PartitionSpec as P",
-    ]
-    if x64:
-        lines += ["", "# This bundle has 64-bit values; without x64, JAX would silently truncate them.",
-                  'jax.config.update("jax_enable_x64", True)']  # fmt: skip
-    return "\n".join(lines)
-
-
-def _signature_table(arguments: list[Argument], results: list[Result]) -> str:
-    def rows(values: list[Argument] | list[Result]) -> str:
-        return "".join(f"    ({v.name!r}, {tuple(v.shape)!r}, {v.dtype!r}),\n" for v in values)
-
-    paths = "".join(f"    {a.name!r}: {a.path!r},\n" for a in arguments)
-    return (
-        "# (name, shape, dtype) of each argument and result, in the order of the module's @main.\n"
-        f"ARGUMENTS = [\n{rows(arguments)}]\nRESULTS = [\n{rows(results)}]\n"
-        f"# Where each argument came from in the producer's program.\nPATHS = {{\n{paths}}}"
+    results_doc = (
+        "".join(f"        result {k}: {_doc_line(r)}\n" for k, r in enumerate(m.results))
+        or "        none\n"
     )
+    return f'''def {fn}({params}):
+    """Call the bundle's function (ABOUT["function"]). Every argument is a JAX or NumPy array.
+
+    Args:
+{args_doc}
+    Returns:
+        A tuple with one array per result (RESULTS has their names):
+{results_doc}    """
+    return call({call_args})
+'''
 
 
 def _wrapped_list(names: list[str], indent: str) -> str:
@@ -181,198 +202,3 @@ def _doc_line(v: Argument | Result) -> str:
     if v.layout == "column_major":
         text += ". Column-major: the axis-reversed view of the producer's (Julia's) array"
     return text
-
-
-def _function(
-    fn: str,
-    names: list[str],
-    arguments: list[Argument],
-    results: list[Result],
-    arg_carriers: tuple[str | None, ...],
-    result_carriers: tuple[str | None, ...],
-) -> str:
-    params, call_args = _wrapped_list(names, indent=""), _wrapped_list(names, indent="    ")
-    args_doc = (
-        "".join(f"        {n}: {_doc_line(a)}\n" for n, a in zip(names, arguments, strict=True))
-        or "        none\n"
-    )
-    results_doc = (
-        "".join(f"        result {k}: {_doc_line(r)}\n" for k, r in enumerate(results))
-        or "        none\n"
-    )
-    calls = "".join(
-        f"        {n if c is None else f'{n}.astype(jnp.{c})'},\n"
-        for n, c in zip(names, arg_carriers, strict=True)
-    )
-    outs = ", ".join(
-        f"outputs[{k}]" if c is None else f"outputs[{k}].astype(jnp.{r.dtype})"
-        for k, (r, c) in enumerate(zip(results, result_carriers, strict=True))
-    )
-    carried = any(arg_carriers) or any(result_carriers)
-    note = (
-        "    # enzyme_ad 0.0.16 cannot pass some dtypes (bool, float16, ...); MODULE's @main takes\n"
-        "    # and returns wider ones and converts exactly inside, so convert here to match.\n"
-        if carried
-        else ""
-    )
-    return f'''@jax.jit
-def {fn}({params}):
-    """Call the bundle's function. Every argument is a JAX or NumPy array.
-
-    Args:
-{args_doc}
-    Returns:
-        A tuple with one array per result (RESULTS has their names):
-{results_doc}    """
-    check_arguments({call_args})
-{note}    outputs = hlo_call(
-{calls}        source=MODULE,
-    )
-    return ({outs}{"," if len(results) == 1 else ""})'''
-
-
-_HELPERS = '''def check_arguments(*args):
-    """Raise TypeError unless the arguments have exactly the module's shapes and dtypes."""
-    if len(args) != len(ARGUMENTS):
-        raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
-    for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS)):
-        got = (tuple(np.shape(value)), jnp.dtype(value.dtype).name)
-        if got != (shape, dtype):
-            raise TypeError(
-                f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
-            )
-
-
-def load_tensor(file, key, shape, dtype):
-    """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header."""
-    path = os.path.join(BUNDLE, file)
-    with open(path, "rb") as f:
-        header_size = int.from_bytes(f.read(8), "little")
-        begin, end = json.loads(f.read(header_size))[key]["data_offsets"]
-    data = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=8 + header_size + begin)
-    return data.view(jnp.dtype(dtype)).reshape(shape)
-
-
-def tolerance(dtype):
-    """rtol and atol for comparing results: exact for ints and bools, a few ulps for floats."""
-    if not jnp.issubdtype(jnp.dtype(dtype), jnp.inexact):
-        return 0.0
-    return max(1e-5, 8 * float(jnp.finfo(dtype).eps))'''
-
-
-def _main(bundle: Bundle, fn: str, names: list[str]) -> str:
-    m = bundle.manifest
-    if bundle.has_example_inputs:
-        loads = "".join(
-            f"        load_tensor({a.value.file!r}, {a.value.key!r}, {tuple(a.shape)!r}, {a.dtype!r}),\n"  # type: ignore[union-attr]
-            for a in m.arguments
-        )
-        inputs = f"    inputs = [\n{loads}    ]\n"
-    else:
-        inputs = (
-            "    # The bundle stores no example inputs: draw some of the right dtypes.\n"
-            "    rng = np.random.default_rng(0)\n"
-            "    inputs = [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]\n"
-        )
-    expected = [
-        f"        ({r.expected.file!r}, {r.expected.key!r}),\n"
-        for r in m.results
-        if r.expected  # type: ignore[union-attr]
-    ]
-    expected_block = (
-        f"EXPECTED = [  # (file, key) of each result's expected value\n{''.join(expected)}]\n"
-        if expected
-        else "EXPECTED = []  # this bundle stores no expected outputs\n"
-    )
-    random_fn = "" if bundle.has_example_inputs else _RANDOM
-    if m.mesh is not None:
-        random_fn = _mesh_block(bundle) + random_fn
-        inputs += "    inputs = place_on_mesh(inputs)\n"
-    return f'''{random_fn}{expected_block}
-
-def run_example():
-    """Call the function on the example inputs; compare with the expected outputs."""
-{inputs}    outputs = {fn}(*inputs)
-    failures = []
-    for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs)):
-        value = np.asarray(value)
-        line = f"{{name}}: {{dtype}}{{list(shape)}}"
-        if EXPECTED:
-            want = load_tensor(*EXPECTED[k], shape, dtype)
-            wide = np.complex128 if value.dtype.kind == "c" else np.float64
-            diff = np.abs(value.astype(wide) - want.astype(wide))
-            line += f", max abs diff from expected {{np.max(diff, initial=0.0):.3g}}"
-            tol = tolerance(dtype)
-            if not np.allclose(value.astype(wide), want.astype(wide), rtol=tol, atol=tol, equal_nan=True):
-                failures.append(name)
-        print(line)
-        print(np.array2string(value, threshold=20))
-    if failures:
-        sys.exit(f"FAILED: {{', '.join(failures)}} differ from the expected outputs")
-    print("ok")'''
-
-
-_RANDOM = '''def random_input(rng, shape, dtype):
-    """Values of the right kind: small non-negative ints, bools, normal floats."""
-    dtype = jnp.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 10, shape).astype(dtype)
-    if np.issubdtype(dtype, np.complexfloating):
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-'''
-
-
-def _mesh_block(bundle: Bundle) -> str:
-    m = bundle.manifest
-    axes = [(a.name, a.size) for a in m.mesh.axes]  # type: ignore[union-attr]
-    specs = "".join(
-        f"    {_pspec(a.sharding)},  # argument {i}\n" for i, a in enumerate(m.arguments)
-    )
-    order = m.mesh.device_ids or list(range(m.mesh.size))  # type: ignore[union-attr]
-    return f'''# The bundle is sharded: its device mesh (axis, size) and each argument's partitioning.
-MESH_AXES = {axes!r}
-DEVICE_ORDER = {order!r}
-ARGUMENT_SHARDINGS = [
-{specs}]
-
-
-def place_on_mesh(inputs):
-    """Put each input on the mesh as the bundle records; on too few devices, run unsharded."""
-    from jax.sharding import Mesh, NamedSharding
-
-    size = len(DEVICE_ORDER)
-    if len(jax.devices()) < size:
-        print(f"only {{len(jax.devices())}} devices for a {{size}}-device mesh: running on one device")
-        return inputs
-    grid = np.array([jax.devices()[i] for i in DEVICE_ORDER]).reshape([n for _, n in MESH_AXES])
-    mesh = Mesh(grid, [name for name, _ in MESH_AXES])
-    return [jax.device_put(x, NamedSharding(mesh, spec)) for x, spec in zip(inputs, ARGUMENT_SHARDINGS)]
-
-
-'''
-
-
-def _pspec(sharding: list[list[str]] | None) -> str:
-    return "P(" + ", ".join(map(repr, partition_spec_entries(sharding))) + ")"
-
-
-def _module(bundle: Bundle, prepared: str | None) -> str:
-    if prepared is None:
-        return (
-            "# The bundle's StableHLO module (the file the manifest names); hlo_call can run its\n"
-            "# text as it is.\n"
-            f'with open(os.path.join(BUNDLE, {bundle.manifest.module.text!r}), encoding="utf-8") as _f:\n'
-            "    MODULE = _f.read()"
-        )
-    lines = "".join(f"    {line!r},\n" for line in prepared.split("\n"))
-    return (
-        "# The bundle's module, prepared for enzyme_ad's hlo_call: its private functions carry\n"
-        "# a bundle-unique prefix (so they cannot clash with yours), and values hlo_call cannot\n"
-        "# pass travel as wider dtypes. One literal per line of MLIR text.\n"
-        f'MODULE = "\\n".join([\n{lines}])'
-    )

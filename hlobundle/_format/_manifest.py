@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import keyword
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -223,6 +224,15 @@ X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
 def needs_x64(manifest: Manifest) -> bool:
     """Whether a bundle has 64-bit values (JAX truncates them unless `jax_enable_x64` is on)."""
     return any(v.dtype in X64_DTYPES for v in [*manifest.arguments, *manifest.results])
+
+
+def identifier(text: str, prefix: str = "_") -> str:
+    """An ASCII Python identifier made from `text` (a path, a key, a function name): every other
+    character becomes `_`, and `prefix` goes first when it would start with a digit, be empty or
+    be a keyword. The one sanitiser of the package: producers name values with it, the runner
+    and the emitter name functions with it."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    return prefix + name if not name or name[0].isdigit() or keyword.iskeyword(name) else name
 
 
 def _check_identifier(name: str) -> str:

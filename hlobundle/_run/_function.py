@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _dtypes
 from .._format._errors import X64DisabledError
-from .._format._manifest import Manifest, needs_x64
+from .._format._manifest import Manifest, identifier, needs_x64
 from . import _backends, _binding, _placement
 
 if TYPE_CHECKING:
@@ -108,9 +108,7 @@ def _named(
     def call(*flat: Any) -> tuple[Any, ...]:
         return impl(*flat)
 
-    call.__name__ = call.__qualname__ = "bundle_" + "".join(
-        c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in manifest.function
-    )
+    call.__name__ = call.__qualname__ = "bundle_" + identifier(manifest.function, prefix="")
     return call
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._format import _dtypes, _limits, _mlir, _tensors
 from .._format._errors import InputError, LimitError
+from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
 
@@ -36,17 +37,6 @@ class RunReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def default_tolerance(dtype: str) -> float:
-    """rtol = atol for comparing a result of this dtype: exact for ints and bools."""
-    import ml_dtypes
-
-    if dtype.startswith("complex"):
-        dtype = "float32" if dtype == "complex64" else "float64"
-    if "float" not in dtype:
-        return 0.0
-    return max(1e-5, 8 * float(ml_dtypes.finfo(_dtypes.BY_NAME[dtype].numpy).eps))
 
 
 def example_arguments(
@@ -145,23 +135,8 @@ def _compare(
     if want is None:
         return OutputReport(name, shape, dtype, None, None)
     tol = default_tolerance(dtype)
-    a, b = np.atleast_1d(_widen(got)), np.atleast_1d(_widen(np.asarray(want)))
-    diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
-    max_diff = float(np.max(diff, initial=0.0))
-    ok = bool(
-        np.allclose(
-            a,
-            b,
-            rtol=tol if rtol is None else rtol,
-            atol=tol if atol is None else atol,
-            equal_nan=True,
-        )
-    )
-    return OutputReport(name, shape, dtype, max_diff, ok)
-
-
-def _widen(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    rtol, atol = (tol if rtol is None else rtol), (tol if atol is None else atol)
+    return OutputReport(name, shape, dtype, max_abs_diff(got, want), agree(got, want, rtol, atol))
 
 
 def save_outputs(

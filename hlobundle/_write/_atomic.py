@@ -7,6 +7,7 @@ by the next write to the same name, once their process is gone.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -63,6 +64,22 @@ def write_bundle(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write one file through a temporary beside it, fsynced and renamed into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def _check_target(out: Path, force: bool) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .._format._errors import InputError
-from .._format._manifest import Role
+from .._format._manifest import Role, identifier
 from ._writer import pack
 
 
@@ -191,8 +190,7 @@ def _result_name(path: Any) -> str:
 
 
 def _identifier(text: str) -> str:
-    name = re.sub(r"\W", "_", text)
-    return name if name.isidentifier() and not name[0].isdigit() else f"_{name}"
+    return identifier(text)
 
 
 def _unique(names: list[str]) -> list[str]:

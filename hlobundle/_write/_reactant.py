@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._format._errors import InputError
+from .._format._manifest import identifier
 
 _ARG_LINE = re.compile(
     r"^\s*arg(\d+): Array of shape \(([\d,\s]*)\) and dtype (\w+)\. Path: (\S+)\s*$", re.M
@@ -28,8 +29,7 @@ class ReactantArgument:
     @property
     def name(self) -> str:
         """A stable Python identifier from the path: `arg.3.1.1` -> `arg_3_1_1`."""
-        name = re.sub(r"\W", "_", self.path)
-        return name if name.isidentifier() else f"arg_{name}"
+        return identifier(self.path, prefix="arg_")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,185 @@
+"""Run a bundle with JAX and enzyme_ad: a script written by `hlobundle emit`.
+
+It needs only jax, numpy and enzyme_ad, and reads the bundle relative to this file's location.
+Run it as a script to call the bundle's function on its example inputs (or on generated ones
+of the right kinds) and compare the results with its expected outputs, when it has them.
+Import it to call the function from your own JAX code: the function named after the bundle's
+at the end of this file, or `call`, which takes one array per argument.
+
+The constants below are the bundle's data, written by `hlobundle emit`; everything else is the
+same in every emitted script.
+"""
+
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
+WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file
+ABOUT = {}  # slot: function, format_version, producer, producer_version
+X64 = False  # slot: the bundle has 64-bit values
+ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
+RESULTS = []  # slot: (name, shape, dtype) of each result
+PATHS = {}  # slot: where each argument came from in the producer's program
+INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
+EXPECTED = []  # slot: (file, key) of each result's expected value, or [] when there are none
+ARGUMENT_CARRIERS = []  # slot: the dtype hlo_call takes each argument in, or None (its own)
+RESULT_CARRIERS = []  # slot: the dtype hlo_call returns each result in, or None (its own)
+MESH_AXES = None  # slot: (axis, size) of the device mesh of a sharded bundle
+DEVICE_ORDER = None  # slot: the mesh's devices, in order
+ARGUMENT_SHARDINGS = None  # slot: each argument's PartitionSpec entries on the mesh
+MODULE_FILE = "module.mlir"  # slot: the bundle's module text, which hlo_call runs as it is, or:
+MODULE_LINES = []  # slot: the module prepared for hlo_call (private names, wider dtypes), by line
+
+# -----------------------------------------------------------------------------------------------
+
+BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), WHERE)
+if X64:  # without x64, JAX would silently truncate 64-bit values
+    jax.config.update("jax_enable_x64", True)
+
+
+def read_module():
+    if MODULE_LINES:
+        return "\n".join(MODULE_LINES)
+    with open(os.path.join(BUNDLE, MODULE_FILE), encoding="utf-8") as f:
+        return f.read()
+
+
+MODULE = read_module()
+
+
+def check_arguments(*args):
+    """Raise TypeError unless the arguments have exactly the module's shapes and dtypes."""
+    if len(args) != len(ARGUMENTS):
+        raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
+    for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS, strict=True)):
+        got = (tuple(np.shape(value)), jnp.dtype(value.dtype).name)
+        if got != (tuple(shape), dtype):
+            raise TypeError(
+                f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
+            )
+
+
+@jax.jit
+def _call(*args):
+    from enzyme_ad.jax import hlo_call
+
+    # enzyme_ad 0.0.16 cannot pass some dtypes (bool, float16, ...); MODULE's @main then takes
+    # and returns wider ones and converts exactly inside, so convert here to match.
+    carried = [
+        x if c is None else x.astype(c) for x, c in zip(args, ARGUMENT_CARRIERS, strict=True)
+    ]
+    outputs = hlo_call(*carried, source=MODULE) if RESULTS else []
+    return tuple(
+        o if c is None else o.astype(dtype)
+        for o, c, (_, _, dtype) in zip(outputs, RESULT_CARRIERS, RESULTS, strict=True)
+    )
+
+
+def call(*args):
+    """The bundle's function: one JAX or NumPy array per argument (ARGUMENTS), a tuple of one
+    array per result (RESULTS)."""
+    check_arguments(*args)
+    return _call(*args)
+
+
+def load_tensor(file, key, shape, dtype):
+    """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header."""
+    path = os.path.join(BUNDLE, file)
+    with open(path, "rb") as f:
+        header_size = int.from_bytes(f.read(8), "little")
+        begin, end = json.loads(f.read(header_size))[key]["data_offsets"]
+    data = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=8 + header_size + begin)
+    return data.view(jnp.dtype(dtype)).reshape(shape)
+
+
+def tolerance(dtype):
+    """rtol and atol for comparing results: exact for ints and bools, a few ulps for floats."""
+    if not jnp.issubdtype(jnp.dtype(dtype), jnp.inexact):
+        return 0.0
+    return max(1e-5, 8 * float(jnp.finfo(dtype).eps))
+
+
+def close(got, want, tol):
+    """Whether two results agree within `tol` (relative and absolute), compared in float64 or
+    complex128; NaNs agree with NaNs."""
+    wide = np.complex128 if np.asarray(got).dtype.kind == "c" else np.float64
+    return np.allclose(
+        np.asarray(got).astype(wide),
+        np.asarray(want).astype(wide),
+        rtol=tol,
+        atol=tol,
+        equal_nan=True,
+    )
+
+
+def random_input(rng, shape, dtype):
+    """Values of the right kind: small non-negative ints, bools, normal floats."""
+    dtype = jnp.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 10, shape).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def place_on_mesh(inputs):
+    """Put each input on the mesh as the bundle records; on too few devices, run unsharded."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    size = len(DEVICE_ORDER)
+    if len(jax.devices()) < size:
+        print(f"only {len(jax.devices())} devices for a {size}-device mesh: running on one device")
+        return inputs
+    grid = np.array([jax.devices()[i] for i in DEVICE_ORDER]).reshape([n for _, n in MESH_AXES])
+    mesh = Mesh(grid, [name for name, _ in MESH_AXES])
+    return [
+        jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
+        for x, spec in zip(inputs, ARGUMENT_SHARDINGS, strict=True)
+    ]
+
+
+def example_inputs():
+    """The stored example inputs, or (when the bundle stores none) generated ones."""
+    if INPUTS is not None:
+        inputs = [
+            load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)
+        ]
+    else:
+        rng = np.random.default_rng(0)
+        inputs = [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]
+    return place_on_mesh(inputs) if MESH_AXES else inputs
+
+
+def run_example():
+    """Call the function on the example inputs; compare with the expected outputs."""
+    outputs = call(*example_inputs())
+    failures = []
+    for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
+        value = np.asarray(value)
+        line = f"{name}: {dtype}{list(shape)}"
+        if EXPECTED:
+            want = load_tensor(*EXPECTED[k], shape, dtype)
+            wide = np.complex128 if value.dtype.kind == "c" else np.float64
+            diff = np.abs(value.astype(wide) - want.astype(wide))
+            line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
+            if not close(value, want, tolerance(dtype)):
+                failures.append(name)
+        print(line)
+        print(np.array2string(value, threshold=20))
+    if failures:
+        sys.exit(f"FAILED: {', '.join(failures)} differ from the expected outputs")
+    print("ok")
+
+
+# named: the bundle's function, one parameter per argument (written here by `hlobundle emit`)
+
+
+if __name__ == "__main__":
+    run_example()
