@@ -1,1 +1,2 @@
-"""read"""
+"""Reading bundles: `load`, `Bundle` and `verify`, `inspect`'s table, and input files given by
+the user. Imports `_format` only (and the runner inside `Bundle.function()`, the entry point)."""
