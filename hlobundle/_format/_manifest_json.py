@@ -1,0 +1,114 @@
+"""Reading `manifest.json`: size, UTF-8, JSON (within the limits), the version policy, then the
+model (SPEC.md sections 2, 5 and 8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import _prechecks
+from ._errors import (
+    HloBundleWarning,
+    LimitError,
+    ManifestError,
+    ManifestTooLargeError,
+    VersionError,
+)
+from ._manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
+
+
+def read_manifest_bytes(file: Path) -> bytes:
+    """A manifest file's bytes, at most one more than the limit (so `parse_manifest` can say
+    how large it is), without allocating the limit for a small file."""
+    with open(file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        return f.read(min(size, MAX_MANIFEST_BYTES) + 1)
+
+
+def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest:
+    """Validate manifest bytes: size, UTF-8, JSON, version, then the model."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ManifestTooLargeError(
+            f"manifest is {len(raw)} bytes; the limit is {MAX_MANIFEST_BYTES} "
+            "(SPEC.md, 'Reader safety')",
+            path=path,
+        )
+    data = _decode_json(raw, path)
+    tolerant = _check_version(data, path)
+    try:
+        return Manifest.model_validate(data, context={"tolerant": tolerant})
+    except ValidationError as e:
+        raise _manifest_error(e, path) from None
+
+
+def _decode_json(raw: bytes, path: str) -> dict[str, Any]:
+    try:
+        _prechecks.check_json(raw, path=path)
+        data = json.loads(raw.decode("utf-8"), parse_int=_prechecks.parse_json_int)
+    except LimitError as e:
+        e.path = path
+        raise
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"manifest is not UTF-8: {e}", path=path) from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as e:
+        raise ManifestError(f"manifest is not JSON: {_prechecks.short(e)}", path=path) from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"manifest must be a JSON object, got {type(data).__name__}", path=path)
+    return data
+
+
+def _check_version(data: dict[str, Any], path: str) -> bool:
+    """Returns True when the manifest is a newer minor version, read tolerantly."""
+    version = data.get("format_version")
+    if data.get("format") != FORMAT or not isinstance(version, str):
+        raise ManifestError(
+            f"expected format = {FORMAT!r} and a format_version string, got "
+            f"format = {data.get('format')!r}, format_version = {version!r}",
+            path=path,
+            field="format",
+        )
+    ours = _major_minor(FORMAT_VERSION)
+    theirs = _major_minor(version)
+    if theirs is None or theirs[0] != ours[0]:
+        raise VersionError(
+            f"format_version {version!r} is not readable by this reader, which reads "
+            f"major version {ours[0]} (SPEC.md, 'Versions')",
+            path=path,
+            field="format_version",
+        )
+    if theirs[1] > ours[1]:
+        warnings.warn(
+            f"{path}: format_version {version} is newer than this reader's "
+            f"{FORMAT_VERSION}; fields it does not know are ignored",
+            HloBundleWarning,
+            stacklevel=3,
+        )
+        return True
+    return False
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    parts = version.split(".")
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def _manifest_error(e: ValidationError, path: str) -> ManifestError:
+    first = e.errors()[0]
+    field = "".join(
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
+        for i, p in enumerate(first["loc"])
+    )
+    got = f" (got {first.get('input')!r:.80})" if field else ""
+    return ManifestError(
+        f"manifest field {field or '(root)'}: {first['msg']}{got}; "
+        f"{e.error_count()} error(s) in all",
+        path=path,
+        field=field or None,
+    )

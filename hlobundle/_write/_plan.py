@@ -1,0 +1,152 @@
+"""Planning a bundle from `@main`'s signature and the example arrays: names, paths, roles,
+layout, the tensor files each array goes to, and the provenance (SPEC.md sections 2 and 6)."""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Sequence
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._format import _mlir
+from .._format._errors import InputError
+from .._format._manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    Argument,
+    Manifest,
+    Provenance,
+    Result,
+    TensorRef,
+)
+from .._format._sharding import manifest_mesh, sharding_fields
+from .._read import _inputs
+
+if TYPE_CHECKING:
+    from ._writer import PackOptions
+
+EXPECTED_FILE = "expected.safetensors"
+TENSOR_FILES: dict[str, str] = {
+    "input": "inputs.safetensors",
+    "parameter": "weights.safetensors",
+    "state": "weights.safetensors",
+}
+
+
+def plan(
+    sig: _mlir.Signature, items: list[_inputs.Keyed] | None, opt: PackOptions
+) -> tuple[Manifest, dict[str, dict[str, tuple[np.ndarray, Any]]]]:
+    """The manifest (without the module and file table) and the arrays per tensor file."""
+    n = len(sig.arguments)
+    names = _names(opt.names, n, "arg", "names")
+    paths = _sized(opt.paths, n, "paths") or [f"%arg{i}" for i in range(n)]
+    roles = dict(opt.roles or {})
+    unknown = sorted(set(roles) - set(names))
+    if unknown:
+        raise InputError(f"roles given for unknown argument(s) {unknown}", argument=unknown[0])
+    ordered = None if items is None else _inputs.assign(items, names)
+    layout = opt.layout
+    if layout == "auto":
+        layout = _inputs.detect_layout(ordered or [], sig.arguments, names)
+    transpose = layout == "column_major" and not opt.already_permuted
+    arguments, arrays = [], {}
+    for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths, strict=True)):
+        role = roles.get(name, "input")
+        value = None
+        if ordered is not None:
+            array = _inputs.check(ordered[i], t, name=name, path=path, column_major=transpose)
+            file = TENSOR_FILES[role]
+            arrays.setdefault(file, {})[name] = (array, t.dtype)
+            value = TensorRef(file=file, key=name)
+        arguments.append(
+            Argument(
+                name=name,
+                path=path,
+                shape=list(t.shape),
+                dtype=t.dtype.name,
+                layout=layout,
+                role=role,
+                value=value,
+                **sharding_fields(sig.sharding, "arguments", i),
+            )  # fmt: skip
+        )
+    results = [
+        Result(
+            name=rn,
+            shape=list(t.shape),
+            dtype=t.dtype.name,
+            layout=layout,
+            aliases=sig.aliases.get(k),
+            **sharding_fields(sig.sharding, "results", k),
+        )  # fmt: skip
+        for k, (t, rn) in enumerate(
+            zip(
+                sig.results,
+                _names(opt.result_names, len(sig.results), "result", "result_names"),
+                strict=True,
+            )
+        )
+    ]
+    manifest = Manifest.model_construct(
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        function=opt.function or _default_function_name(sig),
+        arguments=arguments,
+        results=results,
+        mesh=manifest_mesh(sig.sharding),
+        input_tree=opt.input_tree,
+        output_tree=opt.output_tree,
+        provenance=_provenance(opt.producer, opt.timestamp),
+        files={},
+    )
+    return manifest, arrays
+
+
+def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[str]:
+    names = _sized(given, n, what) or [f"{prefix}{i}" for i in range(n)]
+    seen: set[str] = set()
+    for name in names:
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise InputError(f"{what}: {name!r} is not a Python identifier", argument=name)
+        if name in seen:
+            raise InputError(f"{what}: {name!r} is given twice", argument=name)
+        seen.add(name)
+    return names
+
+
+def _sized(given: Sequence[str] | None, n: int, what: str) -> list[str] | None:
+    if given is None:
+        return None
+    if len(given) != n:
+        raise InputError(f"{what}: expected {n} entries, one per @main value, got {len(given)}")
+    return list(given)
+
+
+def _default_function_name(sig: _mlir.Signature) -> str:
+    name = sig.module_name or "main"
+    for prefix in ("jit_", "reactant_"):
+        name = name.removeprefix(prefix)
+    return name or "main"
+
+
+def _provenance(producer: tuple[str, str] | None, timestamp: str | None) -> Provenance:
+    from .._version import __version__
+
+    name, version = producer or ("hlobundle", __version__)
+    return Provenance(
+        producer=name,
+        producer_version=version,
+        jax_version=_installed("jax"),
+        jaxlib_version=_installed("jaxlib"),
+        stablehlo_version=_mlir.current_version(),
+        timestamp=timestamp,
+    )
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
