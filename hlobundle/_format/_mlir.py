@@ -251,6 +251,16 @@ def _aliases(main: ir.Operation) -> dict[int, int]:
     return found
 
 
+def drop_unnamed_top_level_ops(module: ir.Module) -> list[str]:
+    """Erase the top-level ops without a symbol name (`llvm.module_flags`; enzyme-ad's hlo_call
+    reads every top-level op's `sym_name`); returns their names."""
+    unnamed = [op for op in module.body.operations if "sym_name" not in op.operation.attributes]
+    names = [op.operation.name for op in unnamed]
+    for op in unnamed:
+        op.operation.erase()
+    return names
+
+
 def default_target() -> str:
     from jaxlib.mlir.dialects import stablehlo
 

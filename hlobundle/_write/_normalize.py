@@ -56,7 +56,10 @@ def normalize(
     module = _mlir.parse(body, path=path, ctx=_lenient_context())
     with _lenient_context(), ir.Location.unknown():
         _drop_module_attribute(module, "llvm.data_layout", changes)
-        _drop_unnamed_top_level_ops(module, changes)
+        changes += [
+            f"removed the top-level op {name} (it has no symbol name)"
+            for name in _mlir.drop_unnamed_top_level_ops(module)
+        ]
         calls = refuse_unportable(module, allow_custom_calls, path)
         _strip_producer_attributes(module, changes)
         _clean_module_name(module, changes)
@@ -77,13 +80,6 @@ def _drop_module_attribute(module: Any, name: str, changes: list[str]) -> None:
     if name in attrs:
         del attrs[name]
         changes.append(f"removed the module attribute {name}")
-
-
-def _drop_unnamed_top_level_ops(module: Any, changes: list[str]) -> None:
-    unnamed = [op for op in module.body.operations if "sym_name" not in op.operation.attributes]
-    for op in unnamed:
-        changes.append(f"removed the top-level op {op.operation.name} (it has no symbol name)")
-        op.operation.erase()
 
 
 def _strip_producer_attributes(module: Any, changes: list[str]) -> None:

@@ -228,10 +228,7 @@ def _add_backward(
     backward = lower_backward(manifest, primal)
     vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
     manifest = manifest.model_copy(update={"vjp": vjp})
-    parsed = _mlir.parse(backward, path=VJP_TEXT)
-    _stored.check(_stored.BY_KEY["vjp"], parsed, manifest, VJP_TEXT)
-    files[VJP_TEXT] = backward.encode()
-    files[VJP_PORTABLE] = _mlir.to_portable(parsed, target, path=VJP_TEXT)
+    _store_form("vjp", backward, manifest, target, files)
     return manifest
 
 
@@ -250,11 +247,19 @@ def _add_batched(
     # Validating first refuses unknown or repeated argument names before anything is lowered.
     manifest = Manifest.model_validate(manifest.model_dump() | {"batched": batched})
     text = source if isinstance(source, str) else lower_batched(manifest, source, arguments)
-    parsed = _mlir.parse(text, path=BATCHED_TEXT)
-    _stored.check(_stored.BY_KEY["batched"], parsed, manifest, BATCHED_TEXT)
-    files[BATCHED_TEXT] = text.encode()
-    files[BATCHED_PORTABLE] = _mlir.to_portable(parsed, target, path=BATCHED_TEXT)
+    _store_form("batched", text, manifest, target, files)
     return manifest
+
+
+def _store_form(
+    key: str, text: str, manifest: Manifest, target: str, files: dict[str, bytes]
+) -> None:
+    """Check a form's text as the reader will (`_stored`), and add its text and artifact."""
+    form = _stored.BY_KEY[key]
+    parsed = _mlir.parse(text, path=form.text_file)
+    _stored.check(form, parsed, manifest, form.text_file)
+    files[form.text_file] = text.encode()
+    files[form.portable_file] = _mlir.to_portable(parsed, target, path=form.text_file)
 
 
 def _add_expected(

@@ -49,7 +49,7 @@ def for_hlo_call(text: str, prefix: str) -> Prepared:
     module = _mlir.parse(text)
     sig = _mlir.signature(module)
     with _mlir.context(), ir.Location.unknown():
-        dropped = _drop_unnamed_top_level_ops(module)
+        dropped = bool(_mlir.drop_unnamed_top_level_ops(module))
         renamed = _prefix_private_symbols(module, prefix)
         args = tuple(CARRIERS.get(t.dtype.name) for t in sig.arguments)
         results = tuple(CARRIERS.get(t.dtype.name) for t in sig.results)
@@ -58,17 +58,6 @@ def for_hlo_call(text: str, prefix: str) -> Prepared:
             _wrap_main(module, sig, prefix, args, results)
         changed = dropped or renamed or wrapped
         return Prepared(str(module) if changed else text, args, results, changed)
-
-
-def _drop_unnamed_top_level_ops(module: object) -> bool:
-    unnamed = [
-        op
-        for op in module.body.operations  # type: ignore[attr-defined]
-        if "sym_name" not in op.operation.attributes
-    ]
-    for op in unnamed:
-        op.operation.erase()
-    return bool(unnamed)
 
 
 def _prefix_private_symbols(module: object, prefix: str) -> bool:
