@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
-from helpers import cli, edit_manifest, identity_module, sample, small_bundle
+from helpers import cli, cli_process, edit_manifest, identity_module, sample, small_bundle
+
+import hlobundle
 
 
 @pytest.fixture
@@ -122,3 +125,91 @@ def test_newer_minor_version_warns_on_stderr(tmp_path):
     r = cli("verify", b)
     assert r.returncode == 0
     assert "warning: manifest.json: format_version 1.3 is newer than this reader's 1.1" in r.stderr
+
+
+# --- the first hour: command lines that used to end in a traceback -----------------------
+
+
+def _add_module(tmp_path):
+    (tmp_path / "m.mlir").write_text(
+        "func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"
+        "  %y = stablehlo.add %x, %x : tensor<2x3xf32>\n  return %y : tensor<2x3xf32>\n}\n"
+    )
+    return tmp_path / "m.mlir"
+
+
+def test_pack_without_inputs(tmp_path):
+    r = cli("pack", _add_module(tmp_path), "-o", tmp_path / "x.hlobundle")
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert cli("run", tmp_path / "x.hlobundle", "--no-cache").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "{b}", "--save-outputs", "{tmp}/nodir/out.npz"], "error [INPUT_INVALID] --save-outputs: the directory"),
+        (["run", "{b}", "--save-outputs", "{tmp}/nodir/out.safetensors"], "error [INPUT_INVALID] --save-outputs: the directory"),
+        (["run", "{b}", "--save-outputs", "{tmp}/out.npy"], "error [INPUT_INVALID] --save-outputs '"),
+        (["emit", "{b}", "-o", "{tmp}/nodir/run.py"], "error [INPUT_INVALID] -o: the directory"),
+        (["schema", "-o", "{tmp}/nodir/s.json"], "error [INPUT_INVALID] -o: the directory"),
+    ],
+)  # fmt: skip
+def test_output_paths_are_checked_before_any_work(tmp_path, argv, message):
+    bundle = hlobundle.pack(_add_module(tmp_path), None, tmp_path / "b")
+    r = cli(*[a.format(b=bundle, tmp=tmp_path) for a in argv])
+    assert r.returncode == 1 and r.stderr.startswith(message), r.stderr
+    assert "Traceback" not in r.stderr and "x: float32[2, 3]" not in r.stdout  # nothing ran
+
+
+def test_negative_tolerance_is_a_usage_error(tmp_path):
+    bundle = hlobundle.pack(_add_module(tmp_path), None, tmp_path / "b")
+    r = cli("run", bundle, "--rtol", "-1")
+    assert r.returncode == 2 and "--rtol: expected a number >= 0, got '-1'" in r.stderr
+
+
+def test_tensor_of_an_unknown_argument_is_a_project_error(tmp_path):
+    bundle = hlobundle.load(hlobundle.pack(_add_module(tmp_path), None, tmp_path / "b"))
+    with pytest.raises(
+        hlobundle.InputError, match=r"no argument named 'nope'; the arguments are \['arg0'\]"
+    ):
+        bundle.tensor("nope")
+    with pytest.raises(hlobundle.InputError, match="argument 'arg0' has no stored example value"):
+        bundle.tensor("arg0")
+
+
+@pytest.mark.subprocess  # x64 is on in this process (conftest.py), which would hide the bug
+def test_compute_expected_of_a_64_bit_module(tmp_path):
+    (tmp_path / "m.mlir").write_text(
+        "func.func @main(%x: tensor<3xf64>) -> tensor<3xf64> {\n"
+        "  %y = stablehlo.add %x, %x : tensor<3xf64>\n  return %y : tensor<3xf64>\n}\n"
+    )
+    np.save(tmp_path / "x.npy", np.arange(3.0))
+    r = cli_process("pack", tmp_path / "m.mlir", "--inputs", tmp_path / "x.npy", "-o",
+                    tmp_path / "b", "--compute-expected")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(
+        hlobundle.load(tmp_path / "b").expected_outputs()["result0"], [0, 2, 4]
+    )
+
+
+def test_ctrl_c_prints_one_line(tmp_path, monkeypatch, capsys):
+    from hlobundle._cli import _main
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_main, "_inspect", interrupted)
+    assert _main.main(["inspect", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_with_vjp_without_enzyme_says_what_to_do(tmp_path, monkeypatch):
+    from hlobundle._run._backends import _enzyme
+
+    monkeypatch.setattr(_enzyme, "available", lambda: False)
+    r = cli("pack", _add_module(tmp_path), "-o", tmp_path / "b", "--with-vjp")
+    assert r.returncode == 1
+    assert r.stderr.startswith("error [BACKEND_UNAVAILABLE] --with-vjp (with_vjp=True) lowers")
+    fn = hlobundle.load(hlobundle.pack(_add_module(tmp_path), None, tmp_path / "c")).function("xla")
+    with pytest.raises(hlobundle.TransformError, match=r"export it from JAX with hlobundle.export"):
+        jax.grad(lambda x: fn(x)[0].sum())(np.ones((2, 3), np.float32))

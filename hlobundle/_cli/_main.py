@@ -12,9 +12,10 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from .._format._errors import DevicesUnavailableError, HloBundleError
+from .._format._errors import DevicesUnavailableError, HloBundleError, InputError
 
 EXIT_OK, EXIT_FAIL = 0, 1  # argparse exits 2 on usage errors
 
@@ -25,6 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     try:
         return int(args.handler(args))
+    except KeyboardInterrupt:  # what was being written is removed by its own cleanup
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAIL
@@ -145,8 +149,12 @@ def _add_run(sub: Any) -> None:
         "for column-major values)",
     )  # fmt: skip
     p.add_argument("--backend", choices=["auto", "enzyme", "xla"], default="auto")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype)")
-    p.add_argument("--atol", type=float, help="absolute tolerance (default: per dtype)")
+    p.add_argument(
+        "--rtol", type=_tolerance("--rtol"), help="relative tolerance (default: per dtype)"
+    )
+    p.add_argument(
+        "--atol", type=_tolerance("--atol"), help="absolute tolerance (default: per dtype)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--verify", action="store_true",
@@ -164,6 +172,33 @@ def _add_run(sub: Any) -> None:
         "~/.cache/hlobundle; HLOBUNDLE_NO_CACHE=1 also turns it off)",
     )  # fmt: skip
     p.set_defaults(handler=_run)
+
+
+def _tolerance(flag: str) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= 0:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+        return value
+
+    parse.__name__ = flag  # argparse names the option in its message
+    return parse
+
+
+def _output_path(flag: str, path: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """An output path whose directory exists and whose suffix is known, checked before any work."""
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(
+            f"{flag}: the directory {str(parent)!r} does not exist; create it first", path=out
+        )
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise InputError(f"{flag} {str(out)!r}: expected a {' or '.join(suffixes)} file", path=out)
+    return out
 
 
 def _csv(text: str) -> list[str]:
@@ -189,6 +224,10 @@ def _pack(args: argparse.Namespace) -> int:
         allow_custom_calls=args.allow_custom_call,
         with_vjp=args.with_vjp,
     )
+    if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
     if args.from_reactant:
         out = pack_reactant(args.from_reactant, args.output, **options)
     else:
@@ -206,13 +245,15 @@ def _role(item: str) -> tuple[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from .._format._manifest import needs_x64
     from .._read._inputs import read_files
     from .._read._reader import load
     from .._run import _run
 
+    save = args.save_outputs and _output_path(
+        "--save-outputs", args.save_outputs, (".npz", ".safetensors")
+    )
     bundle = load(args.bundle, verify=args.verify)
     import jax
 
@@ -233,8 +274,8 @@ def _run(args: argparse.Namespace) -> int:
         producer_layout=producer,
         devices=args.devices,
     )
-    if args.save_outputs:
-        _run.save_outputs(Path(args.save_outputs), bundle, outputs, producer_layout=producer)
+    if save:
+        _run.save_outputs(save, bundle, outputs, producer_layout=producer)
     if args.json:
         print(json.dumps(report.to_json()))
     else:
@@ -275,6 +316,8 @@ def _emit(args: argparse.Namespace) -> int:
     from .._emit._emit import emit_script
     from .._read._reader import load
 
+    if args.output:
+        _output_path("-o", args.output)
     bundle = load(args.bundle)
     path = args.output or default_script_path(bundle.path)
     emit_script(bundle, path, force=args.force)
@@ -341,8 +384,9 @@ def _schema(args: argparse.Namespace) -> int:
 
     text = schema_text()
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        from .._write._atomic import write_file_atomically
+
+        write_file_atomically(_output_path("-o", args.output), text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return EXIT_OK

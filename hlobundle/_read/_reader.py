@@ -14,6 +14,7 @@ import numpy as np
 from .._format import _dtypes, _mlir, _paths, _portable, _prechecks, _stored
 from .._format._errors import (
     HashMismatchError,
+    InputError,
     ManifestError,
     ModuleError,
     NotABundleError,
@@ -169,9 +170,15 @@ class Bundle:
         With `layout="producer"`, a column-major argument comes back axis-reversed (Julia's
         orientation) as a view, without a copy.
         """
-        arg = self.manifest.argument(name)
+        try:
+            arg = self.manifest.argument(name)
+        except KeyError:
+            names = [a.name for a in self.arguments]
+            raise InputError(
+                f"no argument named {name!r}; the arguments are {names[:20]}", argument=name
+            ) from None
         if arg.value is None:
-            raise KeyError(f"argument {name!r} has no stored example value")
+            raise InputError(f"argument {name!r} has no stored example value", argument=name)
         array = self._array(arg.value, arg.dtype, arg.shape)
         return array.T if layout == "producer" and arg.layout == "column_major" else array
 

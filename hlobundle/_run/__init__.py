@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .._format._errors import BackendUnavailableError
 from .._format._manifest import Manifest
 from .._write._writer import register_executor
 
@@ -25,7 +26,15 @@ class _Executor:
     def primal(self, manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
         import hashlib
 
+        from ._backends import _enzyme
         from ._backends._enzyme import enzyme_callable
+
+        if not _enzyme.available():
+            raise BackendUnavailableError(
+                "--with-vjp (with_vjp=True) lowers the backward module of a module text through "
+                "enzyme-ad, which is not installed (wheels exist for Python 3.11 only). For a JAX "
+                "function, hlobundle.export(..., with_vjp=True) needs only jax"
+            )
         from ._backends._enzyme_prepare import for_hlo_call, symbol_prefix
         from ._function import check_x64
 

@@ -48,8 +48,10 @@ def plan(
         raise InputError(f"roles given for unknown argument(s) {unknown}", argument=unknown[0])
     ordered = None if items is None else _inputs.assign(items, names)
     layout = opt.layout
-    if layout == "auto":
-        layout = _inputs.detect_layout(ordered or [], sig.arguments, names)
+    if layout == "auto":  # without arrays there is nothing to tell: the tensors' own shapes
+        layout = (
+            "row_major" if ordered is None else _inputs.detect_layout(ordered, sig.arguments, names)
+        )
     transpose = layout == "column_major" and not opt.already_permuted
     arguments, arrays = [], {}
     for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths, strict=True)):

@@ -59,10 +59,17 @@ def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
 
 
 def _no_vjp(_: Any) -> Any:
+    from . import _enzyme
+
+    where = (
+        "pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use backend='enzyme'"
+        if _enzyme.available()
+        else "export it from JAX with hlobundle.export(..., with_vjp=True), or pack it with "
+        "--with-vjp where enzyme-ad is installed (Python 3.11)"
+    )
     raise TransformError(
         "differentiating this bundle on the xla backend needs a backward module, and it stores "
-        "none: pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use "
-        "backend='enzyme'"
+        f"none: {where}"
     )
 
 
