@@ -77,7 +77,7 @@ def test_no_inputs_stores_signature_only(tmp_path):
     bundle.verify()
     assert not bundle.has_example_inputs
     assert sorted(bundle.manifest.files) == ["module.mlir", "module.mlirbc"]
-    with pytest.raises(KeyError, match="no stored example value"):
+    with pytest.raises(hlobundle.InputError, match="no stored example value"):
         bundle.tensor("arg0")
 
 
