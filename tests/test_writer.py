@@ -82,6 +82,21 @@ def test_stale_partials_of_dead_processes_are_removed(tmp_path):
     assert not stale.exists() and live.exists()
 
 
+@pytest.mark.subprocess
+def test_a_bundle_set_aside_by_a_killed_force_pack_is_put_back(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    old = pack_identity(tmp_path, sample((2,), "float32"), name="keep")
+    aside = tmp_path / f".b.old-{int(proc.stdout)}-abc"
+    aside.mkdir()
+    os.rename(old, aside / "bundle")  # killed between setting it aside and renaming the new one in
+    with pytest.raises(hlobundle.OutputExistsError):
+        pack_identity(tmp_path, sample((3,), "float32"))  # not --force: the old bundle is back
+    hlobundle.load(tmp_path / "b").verify()
+    assert not aside.exists()
+
+
 def test_module_from_path_and_bad_module(tmp_path):
     x = sample((2,), "float32")
     (tmp_path / "m.mlir").write_text(identity_module(x))

@@ -191,12 +191,19 @@ def _libc() -> Any:
 
 
 def _remove_stale_partials(out: Path) -> None:
-    """Delete temporaries left by killed packs of the same target (their process is gone)."""
+    """Clear what killed packs of the same target left (their process is gone): half-written
+    bundles are deleted; a bundle that a `--force` pack had set aside is put back when nothing
+    took its place, since the pack that was to replace it never finished."""
     for prefix in (f".{out.name}.partial-", f".{out.name}.old-"):
         for leftover in out.parent.glob(prefix + "*"):
             pid = leftover.name[len(prefix) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(leftover, ignore_errors=True)
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            if prefix.endswith(".old-") and (leftover / "bundle").is_dir():
+                _restore(leftover / "bundle", out)
+                if (leftover / "bundle").exists():  # the name is taken: the old bundle stays
+                    continue
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
