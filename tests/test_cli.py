@@ -213,3 +213,11 @@ def test_with_vjp_without_enzyme_says_what_to_do(tmp_path, monkeypatch):
     fn = hlobundle.load(hlobundle.pack(_add_module(tmp_path), None, tmp_path / "c")).function("xla")
     with pytest.raises(hlobundle.TransformError, match=r"export it from JAX with hlobundle.export"):
         jax.grad(lambda x: fn(x)[0].sum())(np.ones((2, 3), np.float32))
+
+
+@pytest.mark.subprocess
+def test_run_prints_no_xla_info_lines(tmp_path):
+    from helpers import ROOT
+
+    r = cli_process("run", ROOT / "examples" / "lenet5.hlobundle", "--no-cache", "--backend", "xla")
+    assert r.returncode == 0 and r.stderr == "", r.stderr

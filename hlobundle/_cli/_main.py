@@ -21,6 +21,9 @@ EXIT_OK, EXIT_FAIL = 0, 1  # argparse exits 2 on usage errors
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # XLA's C++ INFO lines ("PjRt-IFRT device count ...") are not for users; an explicit
+    # TF_CPP_MIN_LOG_LEVEL still wins. Set before anything imports jax.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     parser = _parser()
     args = parser.parse_args(argv)
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"

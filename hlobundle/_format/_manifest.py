@@ -230,6 +230,17 @@ def _check_identifier(name: str) -> str:
     return name
 
 
+def unflatten(tree: Any, by_name: dict[str, Any]) -> Any:
+    """Values by name, nested as a pytree of SPEC 2.3 says (JSON arrays become tuples)."""
+    if isinstance(tree, str):
+        return by_name[tree]
+    if isinstance(tree, list):
+        return tuple(unflatten(t, by_name) for t in tree)
+    if isinstance(tree, dict):
+        return {k: unflatten(t, by_name) for k, t in tree.items()}
+    return None
+
+
 def _check_tree(tree: Any, names: set[str], field: str) -> None:
     """A pytree of SPEC 2.3: arrays, objects, null, and strings that name a value, each once."""
     leaves: list[str] = []

@@ -29,6 +29,7 @@ from .._format._manifest import (
     Manifest,
     Result,
     TensorRef,
+    unflatten,
 )
 from .._format._manifest_json import parse_manifest, read_manifest_bytes
 from . import _files
@@ -185,6 +186,19 @@ class Bundle:
     def example_inputs(self) -> dict[str, np.ndarray]:
         """Every stored argument value by name, in `@main` order (stored orientation)."""
         return {a.name: self.tensor(a.name) for a in self.arguments if a.value is not None}
+
+    def example_args(self) -> tuple[Any, ...]:
+        """The stored example inputs as the positional arguments the function was exported
+        with: the pytrees of `input_tree` when the manifest records it, else one array per
+        argument. `bundle.function()(*bundle.example_args())` runs the stored example."""
+        inputs = self.example_inputs()
+        missing = [a.name for a in self.arguments if a.name not in inputs]
+        if missing:
+            raise InputError(
+                f"no stored example value for argument(s) {missing[:20]}", argument=missing[0]
+            )
+        tree = self.manifest.input_tree
+        return tuple(inputs.values()) if tree is None else unflatten(tree, inputs)
 
     def expected_outputs(self) -> dict[str, np.ndarray]:
         """Every stored expected result by name (stored orientation)."""

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._format import _dtypes
 from .._format._errors import InputDtypeError, InputError
-from .._format._manifest import Argument, Manifest
+from .._format._manifest import Argument, Manifest, unflatten
 
 
 def bind(manifest: Manifest, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -51,7 +51,7 @@ def structure(manifest: Manifest, flat: tuple[Any, ...]) -> Any:
     if tree is None:
         return flat
     by_name = {r.name: x for r, x in zip(manifest.results, flat, strict=True)}
-    return _unflatten_tree(tree, by_name)
+    return unflatten(tree, by_name)
 
 
 def donated_arguments(manifest: Manifest, donate: Sequence[str] | str) -> tuple[str, ...]:
@@ -126,13 +126,3 @@ def _describe(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} of {len(value)}"
     return type(value).__name__
-
-
-def _unflatten_tree(tree: Any, by_name: dict[str, Any]) -> Any:
-    if isinstance(tree, str):
-        return by_name[tree]
-    if isinstance(tree, list):
-        return tuple(_unflatten_tree(t, by_name) for t in tree)
-    if isinstance(tree, dict):
-        return {k: _unflatten_tree(t, by_name) for k, t in tree.items()}
-    return None
