@@ -372,3 +372,18 @@ def test_run_verify_checks_tensor_hashes(add_bundle, capsys):
     capsys.readouterr()
     assert main(["run", str(add_bundle), "--verify", "--backend", "xla", "--no-cache"]) == 1
     assert "error [HASH_MISMATCH] inputs.safetensors: sha256 is" in capsys.readouterr().err
+
+
+def test_inspect_shows_the_custom_calls_the_producer_opted_in_to(tmp_path):
+    from helpers import cli
+
+    op = f"stablehlo.custom_call @my_kernel(%x) : ({T}) -> {T}"
+    out = hlobundle.pack(
+        module(op), None, tmp_path / "b", names=["x", "w"], allow_custom_calls=["my_kernel"]
+    )
+    r = cli("inspect", out)
+    assert r.returncode == 0 and "custom calls the producer opted in to: my_kernel" in r.stdout
+    assert (
+        "custom calls"
+        not in cli("inspect", hlobundle.pack(ADD, None, tmp_path / "c", names=["x", "w"])).stdout
+    )
