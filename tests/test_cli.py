@@ -193,12 +193,12 @@ def test_compute_expected_of_a_64_bit_module(tmp_path):
 
 
 def test_ctrl_c_prints_one_line(tmp_path, monkeypatch, capsys):
-    from hlobundle._cli import _main
+    from hlobundle._cli import _commands, _main
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_main, "_inspect", interrupted)
+    monkeypatch.setattr(_commands, "inspect", interrupted)
     assert _main.main(["inspect", str(tmp_path)]) == 130
     assert capsys.readouterr().err == "interrupted\n"
 

@@ -12,10 +12,10 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from .._format._errors import DevicesUnavailableError, HloBundleError, InputError
+from .._format._errors import HloBundleError
+from . import _commands
 
 EXIT_OK, EXIT_FAIL = 0, 1  # argparse exits 2 on usage errors
 
@@ -66,16 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("bundle")
     p.add_argument("-o", "--output", help="the script's path (default: <bundle>_run.py beside it)")
     p.add_argument("--force", action="store_true", help="replace an existing file")
-    p.set_defaults(handler=_emit)
+    p.set_defaults(handler=_commands.emit)
     p = sub.add_parser("inspect", help="show a bundle's arguments, results and provenance")
     p.add_argument("bundle")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_inspect)
+    p.set_defaults(handler=_commands.inspect)
     p = sub.add_parser("verify", help="check a bundle's structure and checksums")
     p.add_argument("bundle")
     p.add_argument("--quick", action="store_true", help="structure and sizes only, no checksums")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_verify)
+    p.set_defaults(handler=_commands.verify)
     p = sub.add_parser("conformance", help="run the conformance suite against an implementation")
     p.add_argument(
         "dir", nargs="?", default="conformance/cases", help="the cases (default: conformance/cases)"
@@ -84,10 +84,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="a command speaking the protocol of SPEC.md, 'Conformance' (default: this library)")  # fmt: skip
     p.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_conformance)
+    p.set_defaults(handler=_commands.conformance)
     p = sub.add_parser("schema", help="print the manifest's JSON schema")
     p.add_argument("-o", "--output", help="write it to this file instead")
-    p.set_defaults(handler=_schema)
+    p.set_defaults(handler=_commands.schema)
     return parser
 
 
@@ -135,7 +135,7 @@ def _add_pack(sub: Any) -> None:
         "--expected", nargs="+", metavar="FILE",
         help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>",
     )  # fmt: skip
-    p.set_defaults(handler=_pack, parser=p)
+    p.set_defaults(handler=_commands.pack, parser=p)
 
 
 def _add_run(sub: Any) -> None:
@@ -174,7 +174,7 @@ def _add_run(sub: Any) -> None:
         help="do not use the persistent compilation cache (default: $HLOBUNDLE_CACHE_DIR, or "
         "~/.cache/hlobundle; HLOBUNDLE_NO_CACHE=1 also turns it off)",
     )  # fmt: skip
-    p.set_defaults(handler=_run)
+    p.set_defaults(handler=_commands.run)
 
 
 def _tolerance(flag: str) -> Any:
@@ -191,53 +191,8 @@ def _tolerance(flag: str) -> Any:
     return parse
 
 
-def _output_path(flag: str, path: str, suffixes: tuple[str, ...] = ()) -> Path:
-    """An output path whose directory exists and whose suffix is known, checked before any work."""
-    out = Path(path)
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(
-            f"{flag}: the directory {str(parent)!r} does not exist; create it first", path=out
-        )
-    if suffixes and out.suffix.lower() not in suffixes:
-        raise InputError(f"{flag} {str(out)!r}: expected a {' or '.join(suffixes)} file", path=out)
-    return out
-
-
 def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",")]
-
-
-def _pack(args: argparse.Namespace) -> int:
-    from .._write._reactant import pack_reactant
-    from .._write._writer import pack_files
-
-    if (args.module is None) == (args.from_reactant is None):
-        args.parser.error("give either MODULE or --from-reactant PATH")
-    if args.from_reactant and (args.inputs or args.layout != "auto"):
-        args.parser.error("--from-reactant takes the inputs and layout from the export")
-    options = dict(
-        names=args.names,
-        result_names=args.result_names,
-        roles=dict(args.role),
-        function=args.function,
-        target_version=args.target_version,
-        force=args.force,
-        expected="compute" if args.compute_expected else args.expected,
-        allow_custom_calls=args.allow_custom_call,
-        with_vjp=args.with_vjp,
-    )
-    if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
-    if args.from_reactant:
-        out = pack_reactant(args.from_reactant, args.output, **options)
-    else:
-        layout = args.layout.replace("-", "_")
-        out = pack_files(args.module, args.inputs, args.output, layout=layout, **options)
-    print(f"wrote {out}")
-    return EXIT_OK
 
 
 def _role(item: str) -> tuple[str, str]:
@@ -245,151 +200,3 @@ def _role(item: str) -> tuple[str, str]:
     if not sep or role not in ("input", "parameter", "state"):
         raise argparse.ArgumentTypeError(f"expected NAME=input|parameter|state, got {item!r}")
     return name, role
-
-
-def _run(args: argparse.Namespace) -> int:
-
-    from .._format._manifest import needs_x64
-    from .._read._inputs import read_files
-    from .._read._reader import load
-    from .._run import _run
-
-    save = args.save_outputs and _output_path(
-        "--save-outputs", args.save_outputs, (".npz", ".safetensors")
-    )
-    bundle = load(args.bundle, verify=args.verify)
-    import jax
-
-    if needs_x64(bundle.manifest):
-        jax.config.update("jax_enable_x64", True)
-    if not (args.no_cache or os.environ.get("HLOBUNDLE_NO_CACHE")):
-        _enable_compilation_cache(jax)
-    if args.distributed:
-        _initialize_distributed(jax)
-    given = read_files(args.inputs) if args.inputs else None
-    producer = args.layout == "producer"
-    report, outputs = _run.run(
-        bundle,
-        given,
-        backend=args.backend,
-        rtol=args.rtol,
-        atol=args.atol,
-        producer_layout=producer,
-        devices=args.devices,
-    )
-    if save:
-        _run.save_outputs(save, bundle, outputs, producer_layout=producer)
-    if args.json:
-        print(json.dumps(report.to_json()))
-    else:
-        print(_run.render(report, bundle.path))
-    return EXIT_OK if report.ok else EXIT_FAIL
-
-
-def _initialize_distributed(jax: Any) -> None:
-    """`jax.distributed.initialize` from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID."""
-
-    env = os.environ
-    try:
-        jax.distributed.initialize(
-            coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),
-            num_processes=int(env["JAX_NUM_PROCESSES"]) if "JAX_NUM_PROCESSES" in env else None,
-            process_id=int(env["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in env else None,
-        )
-    except (ValueError, RuntimeError) as e:
-        raise DevicesUnavailableError(
-            f"jax.distributed.initialize() failed: {e}. Set JAX_COORDINATOR_ADDRESS (host:port of "
-            "process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host",
-        ) from None
-
-
-def _enable_compilation_cache(jax: Any) -> None:
-    """JAX's persistent compilation cache, in a user cache directory, for every compiled program."""
-    from pathlib import Path
-
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hlobundle" / "jax"
-    jax.config.update(
-        "jax_compilation_cache_dir", os.environ.get("HLOBUNDLE_CACHE_DIR", str(default))
-    )
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-def _emit(args: argparse.Namespace) -> int:
-    from .._emit._emit import emit_script
-    from .._read._reader import load
-
-    if args.output:
-        _output_path("-o", args.output)
-    bundle = load(args.bundle)
-    path = args.output or default_script_path(bundle.path)
-    emit_script(bundle, path, force=args.force)
-    print(f"wrote {path}")
-    return EXIT_OK
-
-
-def default_script_path(bundle: Any) -> str:
-    return str(bundle.parent / f"{bundle.name.removesuffix('.hlobundle')}_run.py")
-
-
-def _inspect(args: argparse.Namespace) -> int:
-    from .._read._inspect import render
-    from .._read._reader import load
-
-    bundle = load(args.bundle)
-    if args.json:
-        print(json.dumps({"path": str(bundle.path), **bundle.manifest.model_dump(mode="json")}))
-    else:
-        print(render(bundle))
-    return EXIT_OK
-
-
-def _verify(args: argparse.Namespace) -> int:
-    from .._read._reader import load
-
-    bundle = load(args.bundle)
-    if not args.quick:
-        bundle.verify()
-    files = len(bundle.manifest.files)
-    checked = "sizes and structure checked" if args.quick else "sha256 checked"
-    if args.json:
-        print(
-            json.dumps({"ok": True, "path": str(bundle.path), "files": files, "quick": args.quick})
-        )
-    else:
-        print(f"ok: {bundle.path} ({files} files, {checked})")
-    return EXIT_OK
-
-
-def _conformance(args: argparse.Namespace) -> int:
-    import dataclasses
-    import shlex
-    from pathlib import Path
-
-    import jax
-
-    from . import _conformance
-
-    jax.config.update("jax_enable_x64", True)
-    command = shlex.split(args.implementation) if args.implementation else None
-    selected = [c for c in _conformance.cases(Path(args.dir)) if not args.k or args.k in c.name]
-    outcomes = [_conformance.run_case(c, command) for c in selected]
-    ok = all(o.passed for o in outcomes)
-    if args.json:
-        print(json.dumps({"ok": ok, "cases": [dataclasses.asdict(o) for o in outcomes]}))
-    else:
-        print(_conformance.render(outcomes))
-    return EXIT_OK if ok else EXIT_FAIL
-
-
-def _schema(args: argparse.Namespace) -> int:
-    from .._format._schema import schema_text
-
-    text = schema_text()
-    if args.output:
-        from .._write._atomic import write_file_atomically
-
-        write_file_atomically(_output_path("-o", args.output), text.encode("utf-8"))
-    else:
-        sys.stdout.write(text)
-    return EXIT_OK

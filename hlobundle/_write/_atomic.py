@@ -193,7 +193,8 @@ def _libc() -> Any:
 def _remove_stale_partials(out: Path) -> None:
     """Clear what killed packs of the same target left (their process is gone): half-written
     bundles are deleted; a bundle that a `--force` pack had set aside is put back when nothing
-    took its place, since the pack that was to replace it never finished."""
+    took its place (the pack that was to replace it never finished), else deleted (it was
+    replaced, as asked)."""
     for prefix in (f".{out.name}.partial-", f".{out.name}.old-"):
         for leftover in out.parent.glob(prefix + "*"):
             pid = leftover.name[len(prefix) :].split("-", 1)[0]
@@ -201,8 +202,6 @@ def _remove_stale_partials(out: Path) -> None:
                 continue
             if prefix.endswith(".old-") and (leftover / "bundle").is_dir():
                 _restore(leftover / "bundle", out)
-                if (leftover / "bundle").exists():  # the name is taken: the old bundle stays
-                    continue
             shutil.rmtree(leftover, ignore_errors=True)
 
 
