@@ -221,3 +221,32 @@ def test_run_prints_no_xla_info_lines(tmp_path):
 
     r = cli_process("run", ROOT / "examples" / "lenet5.hlobundle", "--no-cache", "--backend", "xla")
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_new_data_through_the_stored_weights(tmp_path):
+    from helpers import ROOT
+
+    lenet = ROOT / "examples" / "lenet5.hlobundle"
+    images = np.random.default_rng(0).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    np.save(tmp_path / "x.npy", images)
+    np.savez(tmp_path / "batch.npz", images=images)
+    for given in (f"images={tmp_path / 'x.npy'}", tmp_path / "batch.npz"):
+        r = cli("run", lenet, "--inputs", given, "--json", "--no-cache", "--backend", "xla")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["inputs"] == "given and stored"
+    np.savez(tmp_path / "two.npz", a=images, b=images)
+    r = cli("run", lenet, "--inputs", f"images={tmp_path / 'two.npz'}")
+    assert r.returncode == 1
+    assert "error [INPUT_INVALID] images=" in r.stderr and "the file holds 2 arrays" in r.stderr
+
+
+def test_arguments_without_stored_values_must_be_given(tmp_path):
+    (tmp_path / "m.mlir").write_text(
+        "func.func @main(%x: tensor<2xf32>, %w: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %y = stablehlo.add %x, %w : tensor<2xf32>\n  return %y : tensor<2xf32>\n}\n"
+    )
+    out = hlobundle.pack(tmp_path / "m.mlir", None, tmp_path / "b", names=["x", "w"])
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    r = cli("run", out, "--inputs", tmp_path / "x.npy")
+    assert r.returncode == 1
+    assert "error [INPUT_INVALID] no input given for argument(s) ['w']" in r.stderr

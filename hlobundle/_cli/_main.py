@@ -141,8 +141,9 @@ def _add_pack(sub: Any) -> None:
 def _add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run a bundle and check it against its expected outputs")
     p.add_argument("bundle")
-    p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE",
-                   help="inputs to use instead of the stored ones")  # fmt: skip
+    p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE|NAME=FILE",
+                   help="inputs to use instead of the stored ones: by key or by NAME=FILE (a file "
+                   "of one array); arguments not given keep their stored values")  # fmt: skip
     p.add_argument(
         "--save-outputs", metavar="FILE", help="write the results to .npz or .safetensors"
     )

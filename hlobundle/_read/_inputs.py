@@ -34,10 +34,27 @@ class Keyed:
 
 
 def read_files(files: Sequence[str | Path]) -> list[Keyed]:
+    """The arrays of input files; `NAME=FILE` gives one argument the file's only array."""
     items: list[Keyed] = []
     for f in files:
-        items.extend(_read_file(Path(f)))
+        name, sep, rest = str(f).partition("=")
+        if sep and name.isidentifier() and not Path(f).exists():
+            items.append(_read_named(name, Path(rest)))
+        else:
+            items.extend(_read_file(Path(f)))
     return items
+
+
+def _read_named(name: str, path: Path) -> Keyed:
+    found = _read_file(path)
+    if len(found) != 1:
+        raise InputError(
+            f"{name}={path}: the file holds {len(found)} arrays; NAME=FILE takes a file of one "
+            "array (.npy, or a .npz or .safetensors with one key)",
+            path=path,
+            argument=name,
+        )
+    return Keyed(name, found[0].array, f"{path.name} (as {name})")
 
 
 def _read_file(path: Path) -> list[Keyed]:
@@ -120,16 +137,22 @@ def from_python(inputs: Sequence[Any] | Mapping[str, Any]) -> list[Keyed]:
     return [Keyed(str(i), v, f"inputs[{i}]", positional=True) for i, v in enumerate(inputs)]
 
 
-def assign(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
-    """Order `items` as the arguments `names`, by name, by `arr_<k>`, or by position."""
+def assign(
+    items: list[Keyed], names: Sequence[str], *, optional: Sequence[str] = ()
+) -> list[Keyed | None]:
+    """Order `items` as the arguments `names`, by name, by `arr_<k>`, or by position.
+
+    By name, the arguments in `optional` may be left out (None): the caller has a value for
+    them (a runner's stored example values).
+    """
     keys = [it.key for it in items]
     if len(set(keys)) != len(keys):
         dup = sorted({k for k in keys if keys.count(k) > 1})
         raise InputError(f"input key(s) {dup} appear more than once across the input files")
     if set(keys) <= set(names) and (keys or not names):
         by_key = {it.key: it for it in items}
-        _require_all(by_key, names)
-        return [by_key[n] for n in names]
+        _require_all(by_key, [n for n in names if n not in set(optional)])
+        return [by_key.get(n) for n in names]
     if keys and all(_ARR_KEY.match(k) for k in keys):
         return _assign_numbered(items, names)
     if items and all(it.positional for it in items):
@@ -138,7 +161,8 @@ def assign(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
     unknown = sorted(set(keys) - set(names))
     raise InputAmbiguousError(
         f"cannot tell which input goes to which argument: key(s) {unknown[:8]} are neither "
-        f"argument names {list(names)[:8]} nor arr_<k>; rename the keys or pass --names",
+        f"argument names {list(names)[:8]} nor arr_<k>; rename the keys to argument names, or "
+        "give each file for one argument as NAME=FILE",
     )
 
 

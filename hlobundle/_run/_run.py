@@ -49,9 +49,13 @@ def example_arguments(
     """The values to run on, and where they came from."""
     arguments = bundle.arguments
     if given is not None:
-        ordered = _inputs.assign(given, [a.name for a in arguments])
+        # Arguments given by name take the given values; the others their stored ones.
+        stored = [a.name for a in arguments if a.value is not None]
+        ordered = _inputs.assign(given, [a.name for a in arguments], optional=stored)
         values = [
-            _inputs.check(
+            bundle.tensor(a.name)
+            if item is None
+            else _inputs.check(
                 item,
                 _mlir.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]),
                 name=a.name,
@@ -60,7 +64,7 @@ def example_arguments(
             )  # fmt: skip
             for item, a in zip(ordered, arguments, strict=True)
         ]
-        return values, "given"
+        return values, "given" if None not in ordered else "given and stored"
     if bundle.has_example_inputs:
         return [bundle.tensor(a.name) for a in arguments], "stored"  # mapped, read on use
     _check_generated_size(arguments)
