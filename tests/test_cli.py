@@ -37,8 +37,8 @@ def test_pack_inspect_verify(tmp_path, module):
     assert r.returncode == 0, r.stderr
     r = cli("inspect", tmp_path / "b")
     assert r.returncode == 0
-    assert "x     (2, 3)  float32  row_major  input  %arg0" in r.stdout
-    assert "n     ()      int64    row_major  state  %arg1" in r.stdout
+    assert "x     (2, 3)  float32  24 bytes  row_major  input  %arg0" in r.stdout
+    assert "n     ()      int64    8 bytes   row_major  state  %arg1" in r.stdout
     r = cli("verify", tmp_path / "b")
     assert r.returncode == 0 and r.stdout.startswith("ok: ")
 
@@ -250,3 +250,14 @@ def test_arguments_without_stored_values_must_be_given(tmp_path):
     r = cli("run", out, "--inputs", tmp_path / "x.npy")
     assert r.returncode == 1
     assert "error [INPUT_INVALID] no input given for argument(s) ['w']" in r.stderr
+
+
+def test_inspect_gives_sizes_in_human_units_and_counts_per_role():
+    from helpers import ROOT
+
+    r = cli("inspect", ROOT / "examples" / "lenet5.hlobundle")
+    assert r.returncode == 0
+    assert "files     7, 232 KiB (237,484 bytes)" in r.stdout
+    assert "params    47,154 values in 10 tensors, 184 KiB" in r.stdout
+    assert "inputs    3,136 values in 1 tensor, 12.2 KiB" in r.stdout
+    assert "128 KiB" in r.stdout  # dense1's weight, per tensor

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections.abc import Sequence
+from typing import Any
 
 from ._reader import Bundle
 
@@ -30,6 +32,34 @@ def table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
     return "\n".join("  " + line for line in lines)
 
 
+def human_bytes(n: int) -> str:
+    """`1.5 GiB`, `232 KiB`, `12 bytes`: binary units, three significant digits."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def _nbytes(shape: Sequence[int], dtype: str) -> int:
+    from .._format import _dtypes
+
+    return math.prod(shape) * _dtypes.BY_NAME[dtype].numpy.itemsize
+
+
+def _role_totals(arguments: Sequence[Any]) -> list[str]:
+    """One line per role: how many values (a parameter count, for `parameter`) and bytes."""
+    lines = []
+    for role in ("parameter", "state", "input"):
+        mine = [a for a in arguments if a.role == role]
+        if mine:
+            count = sum(math.prod(a.shape) for a in mine)
+            size = sum(_nbytes(a.shape, a.dtype) for a in mine)
+            what = {"parameter": "params", "state": "state", "input": "inputs"}[role]
+            tensors = f"{len(mine)} tensor{'s' if len(mine) > 1 else ''}"
+            lines.append(f"{what:<10}{count:,} values in {tensors}, {human_bytes(size)}")
+    return lines
+
+
 def _shape(shape: Sequence[int]) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
@@ -52,6 +82,7 @@ def render(bundle: Bundle) -> str:
             a.name,
             _shape(a.shape),
             a.dtype,
+            human_bytes(_nbytes(a.shape, a.dtype)),
             a.layout,
             a.role,
             a.path,
@@ -86,7 +117,8 @@ def render(bundle: Bundle) -> str:
                 if m.batched
                 else []
             ),
-            f"files     {len(m.files)}, {size:,} bytes",
+            f"files     {len(m.files)}, {human_bytes(size)} ({size:,} bytes)",
+            *_role_totals(m.arguments),
             *(
                 [f"custom calls the producer opted in to: {', '.join(m.module.allowed_custom_calls)}"]
                 if m.module.allowed_custom_calls
@@ -97,7 +129,7 @@ def render(bundle: Bundle) -> str:
         [
             *(shown(line) for line in head),
             f"arguments ({len(args)})",
-            table(("#", "name", "shape", "dtype", "layout", "role", "path", "stored"), args)
+            table(("#", "name", "shape", "dtype", "size", "layout", "role", "path", "stored"), args)
             if args
             else "  none",
             f"results ({len(results)})",
