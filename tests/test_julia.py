@@ -115,7 +115,7 @@ def test_column_major_flow_gives_correct_values(tmp_path, julia_shape, layout):
     a = np.asfortranarray(np.random.default_rng(0).standard_normal(julia_shape).astype(np.float32))
     np.save(tmp_path / "a.npy", a)  # Julia's array, in Julia's orientation (fortran_order)
     if layout == "auto" and len(julia_shape) == 1:
-        layout = "column-major"  # rank 1 cannot tell; see the square test for the refusal
+        layout = "column-major"  # rank 1 cannot tell, and NumPy data is row-major by default
     r = cli(
         "pack",
         tmp_path / "m.mlir",
@@ -135,30 +135,26 @@ def test_column_major_flow_gives_correct_values(tmp_path, julia_shape, layout):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_square_matrix_is_refused_without_layout(tmp_path):
+def test_square_matrices_are_row_major_unless_stored_in_fortran_order(tmp_path):
+    # The CLI agrees with pack(): NumPy data is row-major. Column-major needs evidence: shapes
+    # that are the tensors' reversed, Fortran-ordered arrays (Julia's NPZ.jl), or --layout.
     (tmp_path / "m.mlir").write_text(
         lowered_text(sum_first_julia_axis, np.zeros((3, 3), np.float32))
     )
-    np.save(tmp_path / "a.npy", np.eye(3, dtype=np.float32))
-    r = cli("pack", tmp_path / "m.mlir", "--inputs", tmp_path / "a.npy", "-o", tmp_path / "b")
-    assert r.returncode == 1
-    assert (
-        "error [INPUT_AMBIGUOUS] cannot tell whether the inputs are row-major (NumPy) or column-major (Julia)"
-        in r.stderr
+    a = np.arange(9, dtype=np.float32).reshape(3, 3)
+    np.save(tmp_path / "c.npy", a)
+    np.save(tmp_path / "f.npy", np.asfortranarray(a))
+    for name, layout in (("c", "row_major"), ("f", "column_major")):
+        r = cli(
+            "pack", tmp_path / "m.mlir", "--inputs", tmp_path / f"{name}.npy", "-o", tmp_path / name
+        )
+        assert r.returncode == 0, r.stderr
+        arg = hlobundle.load(tmp_path / name).arguments[0]
+        assert arg.layout == layout
+    np.testing.assert_array_equal(hlobundle.load(tmp_path / "c").tensor("arg0"), a)
+    np.testing.assert_array_equal(
+        hlobundle.load(tmp_path / "f").tensor("arg0", layout="producer"), a
     )
-    assert "pass --layout row-major or --layout column-major" in r.stderr
-    assert not (tmp_path / "b").exists()
-    r = cli(
-        "pack",
-        tmp_path / "m.mlir",
-        "--inputs",
-        tmp_path / "a.npy",
-        "-o",
-        tmp_path / "b",
-        "--layout",
-        "column-major",
-    )
-    assert r.returncode == 0
 
 
 def test_mixed_orientations_are_refused(tmp_path):

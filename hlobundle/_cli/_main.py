@@ -108,7 +108,9 @@ def _add_pack(sub: Any) -> None:
     p.add_argument(
         "--layout", choices=["auto", "row-major", "column-major"], default="auto",
         help="column-major: the arrays are in Julia's orientation; transpose and flag them. "
-        "auto (default): tell from the arrays' shapes, and refuse when they cannot tell",
+        "auto (default): column-major when the arrays' shapes are the tensors' reversed, or "
+        "when no shape tells and the arrays are stored in Fortran order (Julia's NPZ.jl); "
+        "otherwise row-major, as pack() assumes",
     )  # fmt: skip
     p.add_argument(
         "--role", action="append", default=[], metavar="NAME=ROLE", type=_role,

@@ -94,11 +94,12 @@ class NpzMember:
                 if version == (1, 0)
                 else np.lib.format.read_array_header_2_0
             )
-            shape, _, dtype = read_header(f)
+            shape, fortran, dtype = read_header(f)
         if dtype.hasobject:
             raise ValueError(f"{member} holds Python objects, which are never unpickled")
         self.shape: tuple[int, ...] = tuple(shape)
         self.dtype: np.dtype = dtype
+        self.fortran_order: bool = bool(fortran)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         with zipfile.ZipFile(self.path) as zf, zf.open(self.member) as f:
@@ -221,10 +222,12 @@ def check(
 
 
 def detect_layout(items: Sequence[Keyed], types: Sequence[TensorType], names: Sequence[str]) -> str:
-    """`row_major` or `column_major`, from which arrays have the tensors' shapes or their reverse.
+    """`row_major` or `column_major`, from the evidence the arrays give.
 
-    Only arrays of rank 2 or more whose shape differs from its reverse can tell. When none can
-    (square matrices, for example), the caller must say.
+    An array of rank 2 or more whose shape differs from its reverse tells: it has the tensor's
+    shape (row-major) or its reverse (Julia's orientation). When none tells (square matrices,
+    for example), arrays stored in Fortran order (as Julia's NPZ.jl writes them) say
+    column-major; anything else is NumPy data, row-major, as `pack()` assumes.
     """
     direct, reverse, undecided = [], [], []
     for item, t, name in zip(items, types, names, strict=True):
@@ -233,7 +236,7 @@ def detect_layout(items: Sequence[Keyed], types: Sequence[TensorType], names: Se
             continue
         if t.shape == t.shape[::-1]:
             if shape == t.shape:
-                undecided.append(name)
+                undecided.append(item)
         elif shape == t.shape:
             direct.append(name)
         elif shape == t.shape[::-1]:
@@ -247,9 +250,11 @@ def detect_layout(items: Sequence[Keyed], types: Sequence[TensorType], names: Se
         return "column_major"
     if direct or not undecided:
         return "row_major"
-    raise InputAmbiguousError(
-        f"cannot tell whether the inputs are row-major (NumPy) or column-major (Julia): argument(s) "
-        f"{undecided[:4]} have shapes equal to their reverse (e.g. square matrices) and no other "
-        "input tells; pass --layout row-major or --layout column-major",
-        argument=undecided[0],
-    )
+    return "column_major" if all(_fortran_ordered(it.array) for it in undecided) else "row_major"
+
+
+def _fortran_ordered(array: Any) -> bool:
+    if isinstance(array, NpzMember):
+        return array.fortran_order
+    flags = getattr(array, "flags", None)
+    return bool(flags is not None and flags.f_contiguous and not flags.c_contiguous)
