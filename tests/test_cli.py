@@ -261,3 +261,36 @@ def test_inspect_gives_sizes_in_human_units_and_counts_per_role():
     assert "params    47,154 values in 10 tensors, 184 KiB" in r.stdout
     assert "inputs    3,136 values in 1 tensor, 12.2 KiB" in r.stdout
     assert "128 KiB" in r.stdout  # dense1's weight, per tensor
+
+
+def test_messages_a_new_user_meets(tmp_path):
+    module = _add_module(tmp_path)
+    np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    # --inputs takes every file after it, the module too: it is found there
+    r = cli("pack", "--inputs", tmp_path / "x.npy", module, "-o", tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    r = cli("inspect", tmp_path / "nothing")
+    assert r.returncode == 1 and "does not exist" in r.stderr and "not a directory" not in r.stderr
+    (tmp_path / "bin.mlir").write_bytes(b"ML\xefR\xff\xfe binary")
+    r = cli("pack", tmp_path / "bin.mlir", "-o", tmp_path / "c")
+    assert r.returncode == 1 and "is not UTF-8 text; give MLIR text" in r.stderr
+    (tmp_path / "bad.mlir").write_text("func.func @main( this is not MLIR\n")
+    r = cli("pack", tmp_path / "bad.mlir", "-o", tmp_path / "c")
+    assert (
+        r.returncode == 1 and f'"{tmp_path / "bad.mlir"}":1:' in r.stderr and '"-":' not in r.stderr
+    )
+    (tmp_path / "f.mlir").write_text(module.read_text().replace("@main", "@forward"))
+    r = cli("pack", tmp_path / "f.mlir", "-o", tmp_path / "c")
+    assert r.returncode == 1 and "rename the entry function to @main" in r.stderr
+    np.save(tmp_path / "wrong.npy", np.ones((3, 2), np.float32))
+    r = cli(
+        "pack",
+        module,
+        "--inputs",
+        tmp_path / "x.npy",
+        "-o",
+        tmp_path / "d",
+        "--expected",
+        tmp_path / "wrong.npy",
+    )
+    assert r.returncode == 1 and "expected result 'result0' (from wrong.npy)" in r.stderr, r.stderr

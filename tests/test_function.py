@@ -158,9 +158,9 @@ def lenet_bundle(tmp_path_factory):
     ("call", "message"),
     [
         (lambda f, a: f(*a[:-1], np.zeros((2, 1, 28, 28), np.float32)),
-         "argument 'images' (args[10], path args[1]): expected float32[4, 1, 28, 28], got float32[2, 1, 28, 28]"),
+         "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float32[2, 1, 28, 28]"),
         (lambda f, a: f(*a[:-1], a[-1].astype(np.float64)),
-         "argument 'images' (args[10], path args[1]): expected float32[4, 1, 28, 28], got float64[4, 1, 28, 28]"),
+         "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float64[4, 1, 28, 28]"),
         (lambda f, a: f(*a[:-1]), "missing argument(s) ['images']"),
         (lambda f, a: f(*a, a[0]), "expected 11 argument(s) (params_conv1_b, params_conv1_w,"),
         (lambda f, a: f(*a, bogus=1), "unexpected argument 'bogus'; the arguments are ['params_conv1_b',"),

@@ -145,7 +145,7 @@ def test_pack_compute_expected_and_expected_file(tmp_path):
     )
     assert r.returncode == 1
     assert (
-        "argument 'result0' (path results[0], from bad.npz[result0]): expected shape (2, 3), got (3,)"
+        "expected result 'result0' (from bad.npz[result0]): expected shape (2, 3), got (3,) (field: results[0])"
         in r.stderr
     )
 

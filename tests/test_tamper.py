@@ -190,8 +190,11 @@ def test_reference_to_unlisted_file(bundle):
 def test_not_a_bundle(tmp_path):
     with pytest.raises(hlobundle.NotABundleError, match="has no manifest.json"):
         hlobundle.load(tmp_path)
-    with pytest.raises(hlobundle.NotABundleError, match="is not a directory"):
+    with pytest.raises(hlobundle.NotABundleError, match="nothing' does not exist"):
         hlobundle.load(tmp_path / "nothing")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(hlobundle.NotABundleError, match="is not a directory"):
+        hlobundle.load(tmp_path / "file")
 
 
 def test_portable_artifact_that_does_not_load(bundle):

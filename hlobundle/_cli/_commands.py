@@ -31,6 +31,11 @@ def pack(args: argparse.Namespace) -> int:
     from .._write._reactant import pack_reactant
     from .._write._writer import pack_files
 
+    modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
+    if args.module is None and args.from_reactant is None and len(modules) == 1:
+        # `pack --inputs a.npz m.mlir`: --inputs takes every file after it, the module too
+        args.module = modules[0]
+        args.inputs = [i for i in args.inputs if i != modules[0]]
     if (args.module is None) == (args.from_reactant is None):
         args.parser.error("give either MODULE or --from-reactant PATH")
     if args.from_reactant and (args.inputs or args.layout != "auto"):

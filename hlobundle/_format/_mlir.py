@@ -73,7 +73,9 @@ def parse(
         try:
             return ir.Module.parse(data)
         except ir.MLIRError as e:
-            raise ModuleError(f"the MLIR does not parse: {short(str(e))}", path=path) from None
+            where = f'"{path}":' if path else '"<text>":'
+            message = short(str(e).replace('"-":', where))
+            raise ModuleError(f"the MLIR does not parse: {message}", path=path) from None
 
 
 def string_attr(op: ir.Operation, key: str, path: str | None) -> str:
@@ -152,8 +154,14 @@ def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:
                     )
                 return op.operation
             names.append(name)
+    hint = (
+        f"; rename the entry function to @{ENTRY} (for example `func.func @{ENTRY}(...)`), "
+        "as Reactant and jax.export write it"
+        if names
+        else ""
+    )
     raise ModuleError(
-        f"the module has no func.func @{ENTRY}; functions found: {names or 'none'}",
+        f"the module has no func.func @{ENTRY}; functions found: {names or 'none'}{hint}",
         path=path,
     )
 

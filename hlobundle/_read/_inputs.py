@@ -195,7 +195,13 @@ def _require_count(got: int, expected: int) -> None:
 
 
 def check(
-    item: Keyed, expected: TensorType, *, name: str, path: str, column_major: bool
+    item: Keyed,
+    expected: TensorType,
+    *,
+    name: str,
+    path: str,
+    column_major: bool,
+    what: str = "argument",
 ) -> np.ndarray:
     """The array to store for one argument, in the tensor's own (row-major) orientation.
 
@@ -206,16 +212,20 @@ def check(
         value = np.asarray(value)
     want_shape = expected.shape[::-1] if column_major else expected.shape
     orientation = " (Julia orientation, reversed)" if column_major else ""
-    where = f"argument {name!r} (path {path}, from {item.source})"
+    where = (
+        f"{what} {name!r} (path {path}, from {item.source})"
+        if what == "argument"
+        else f"{what} {name!r} (from {item.source})"
+    )
     if np.dtype(value.dtype) != expected.dtype.numpy:
         raise InputError(
             f"{where}: expected dtype {expected.dtype.name}, got {np.dtype(value.dtype).name}",
-            argument=name,
+            **({"argument": name} if what == "argument" else {"field": path}),
         )
     if tuple(value.shape) != want_shape:
         raise InputError(
             f"{where}: expected shape {want_shape}{orientation}, got {tuple(value.shape)}",
-            argument=name,
+            **({"argument": name} if what == "argument" else {"field": path}),
         )
     array = np.asarray(value)
     return array.T if column_major else array

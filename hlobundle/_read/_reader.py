@@ -278,6 +278,8 @@ def _check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
 
 
 def _read_manifest(root: Path) -> Manifest:
+    if not root.exists():
+        raise NotABundleError(f"{str(root)!r} does not exist", path=root)
     if not root.is_dir():
         raise NotABundleError(f"{str(root)!r} is not a directory; a bundle is one", path=root)
     path = root / MANIFEST_NAME

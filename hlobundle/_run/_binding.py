@@ -87,7 +87,7 @@ def check_value(x: Any, arg: Argument, index: int) -> Any:
         # A wrong dtype is a TypeError, a wrong shape a ValueError, as JAX raises them.
         error = InputDtypeError if got[0] != want_dtype else InputError
         raise error(
-            f"argument {arg.name!r} (args[{index}], path {arg.path}): expected "
+            f"argument {arg.name!r} (position {index}, producer path {arg.path}): expected "
             f"{arg.dtype}{list(arg.shape)}, got {got[0].name}{list(got[1])}",
             argument=arg.name,
         )

@@ -281,6 +281,7 @@ def _add_expected(
                 name=r.name,
                 path=f"results[{k}]",
                 column_major=r.layout == "column_major" and not opt.already_permuted,
+                what="expected result",
             )
             for k, (item, r, row) in enumerate(zip(ordered, manifest.results, rows, strict=True))
         ]
@@ -315,8 +316,16 @@ def _read_module(module: Any) -> tuple[str, str | None]:
         path = Path(module)
         try:
             return path.read_text(encoding="utf-8"), str(path)
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read the module {str(path)!r}: {e}", path=path) from None
+        except UnicodeDecodeError:
+            raise InputError(
+                f"the module {str(path)!r} is not UTF-8 text; give MLIR text (a .mlirbc portable "
+                "artifact is what the bundle stores beside it, not what pack takes)",
+                path=path,
+            ) from None
+        except OSError as e:
+            raise InputError(
+                f"cannot read the module {str(path)!r}: {e.strerror}", path=path
+            ) from None
     if not isinstance(module, str):
         raise InputError(f"module must be MLIR text or a path, got {type(module).__name__}")
     return module, None
