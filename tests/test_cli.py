@@ -294,3 +294,19 @@ def test_messages_a_new_user_meets(tmp_path):
         tmp_path / "wrong.npy",
     )
     assert r.returncode == 1 and "expected result 'result0' (from wrong.npy)" in r.stderr, r.stderr
+
+
+def test_roles_by_glob(tmp_path):
+    from helpers import ROOT
+
+    lenet = hlobundle.load(ROOT / "examples" / "lenet5.hlobundle")
+    module = tmp_path / "m.mlir"
+    module.write_text(lenet.module_text)
+    np.savez(tmp_path / "in.npz", **lenet.example_inputs())
+    names = ",".join(a.name for a in lenet.arguments)
+    argv = ["pack", module, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "b"]
+    r = cli(*argv, "--names", names, "--role", "params_*=parameter")
+    assert r.returncode == 0, r.stderr
+    roles = {a.name: a.role for a in hlobundle.load(tmp_path / "b").arguments}
+    assert roles["images"] == "input"
+    assert {roles[n] for n in roles if n.startswith("params_")} == {"parameter"}

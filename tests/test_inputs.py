@@ -173,7 +173,7 @@ def test_pickled_npy_is_refused(tmp_path, module):
         ({"names": ["x"]}, "names: expected 2 entries, one per @main value, got 1"),
         ({"names": ["x", "x"]}, "names: 'x' is given twice"),
         ({"names": ["x", "for"]}, "names: 'for' is not a Python identifier"),
-        ({"roles": {"z": "parameter"}}, "roles given for unknown argument(s) ['z']"),
+        ({"roles": {"z": "parameter"}}, "role 'parameter' given for 'z', which names no argument"),
         ({"result_names": ["a"]}, "result_names: expected 2 entries"),
     ],
 )

@@ -114,7 +114,8 @@ def _add_pack(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument(
         "--role", action="append", default=[], metavar="NAME=ROLE", type=_role,
-        help="mark an argument as input, parameter or state; may be repeated",
+        help="mark arguments as input, parameter or state; NAME may be a glob ('params_*'); "
+        "may be repeated",
     )  # fmt: skip
     p.add_argument(
         "--allow-custom-call", action="append", default=[], metavar="NAME",

@@ -3,6 +3,7 @@ layout, the tensor files each array goes to, and the provenance (SPEC.md section
 
 from __future__ import annotations
 
+import fnmatch
 import keyword
 from collections.abc import Sequence
 from importlib import metadata
@@ -42,10 +43,7 @@ def plan(
     n = len(sig.arguments)
     names = _names(opt.names, n, "arg", "names")
     paths = _sized(opt.paths, n, "paths") or [f"%arg{i}" for i in range(n)]
-    roles = dict(opt.roles or {})
-    unknown = sorted(set(roles) - set(names))
-    if unknown:
-        raise InputError(f"roles given for unknown argument(s) {unknown}", argument=unknown[0])
+    roles = _expand_roles(dict(opt.roles or {}), names)
     ordered = None if items is None else _inputs.assign(items, names)
     layout = opt.layout
     if layout == "auto":  # without arrays there is nothing to tell: the tensors' own shapes
@@ -104,6 +102,21 @@ def plan(
         files={},
     )
     return manifest, arrays
+
+
+def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, str]:
+    """Roles by argument name; a key may be a glob (`params_*`). A later key wins."""
+    roles: dict[str, str] = {}
+    for pattern, role in given.items():
+        matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not matched:
+            raise InputError(
+                f"role {role!r} given for {pattern!r}, which names no argument; the arguments "
+                f"are {names[:12]}",
+                argument=pattern,
+            )
+        roles.update(dict.fromkeys(matched, role))
+    return roles
 
 
 def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[str]:
