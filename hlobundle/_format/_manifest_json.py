@@ -56,7 +56,9 @@ def _decode_json(raw: bytes, path: str) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ManifestError(f"manifest is not UTF-8: {e}", path=path) from None
     except (json.JSONDecodeError, RecursionError, ValueError) as e:
-        raise ManifestError(f"manifest is not JSON: {_prechecks.short(e)}", path=path) from None
+        raise ManifestError(
+            f"manifest is not JSON: {_prechecks.short(str(e), 300)}", path=path
+        ) from None
     if not isinstance(data, dict):
         raise ManifestError(f"manifest must be a JSON object, got {type(data).__name__}", path=path)
     return data

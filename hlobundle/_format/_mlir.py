@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _dtypes, _prechecks
 from ._errors import ModuleError
 from ._mlir_context import new_context
+from ._prechecks import short
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir
@@ -80,13 +81,22 @@ def parse(
 
 def string_attr(op: ir.Operation, key: str, path: str | None) -> str:
     """The string attribute `key` of `op`; a missing or non-string one is a ModuleError."""
+    owner = f"{op.name} at {location(op)}"
+    value = _optional_string(op.attributes, key, owner, path)
+    if value is None:
+        raise ModuleError(f"{owner} has no {key}", path=path)
+    return value
+
+
+def _optional_string(attrs: Any, key: str, owner: str, path: str | None) -> str | None:
+    """The string attribute `key` of an op's or a dictionary's attributes, or None when absent;
+    any other kind of attribute is a ModuleError (the bindings would raise a bare ValueError)."""
     from jaxlib.mlir import ir
 
-    attrs = op.attributes
-    if key not in attrs or not isinstance(attrs[key], ir.StringAttr):
-        raise ModuleError(
-            f"{op.name} at {location(op)}: attribute {key} must be a string", path=path
-        )
+    if key not in attrs:
+        return None
+    if not isinstance(attrs[key], ir.StringAttr):
+        raise ModuleError(f"{owner}'s {key} must be a string, got {attrs[key]}", path=path)
     return ir.StringAttr(attrs[key]).value
 
 
@@ -210,7 +220,7 @@ def _sharding(
     def read(attrs: ir.DictAttr | None) -> tuple[tuple[tuple[str, ...], ...] | None, str | None]:
         if attrs is None:
             return None, None
-        hlo = _dict_string(attrs, "mhlo.sharding", path)
+        hlo = _optional_string(attrs, "mhlo.sharding", "@main", path)
         if "sdy.sharding" not in attrs:
             return None, hlo
         t = sdy.TensorShardingAttr(attrs["sdy.sharding"])
@@ -234,16 +244,6 @@ def _sharding(
     mesh, device_ids = next(iter(meshes.values())) if meshes else (None, ())
     return Sharding(mesh, device_ids, tuple(a for a, _ in args), tuple(r for r, _ in results),
                     tuple(h for _, h in args), tuple(h for _, h in results))  # fmt: skip
-
-
-def _dict_string(attrs: ir.DictAttr, key: str, path: str | None) -> str | None:
-    from jaxlib.mlir import ir
-
-    if key not in attrs:
-        return None
-    if not isinstance(attrs[key], ir.StringAttr):
-        raise ModuleError(f"@main's {key} must be a string, got {attrs[key]}", path=path)
-    return ir.StringAttr(attrs[key]).value
 
 
 def _aliases(main: ir.Operation) -> dict[int, int]:
@@ -311,10 +311,6 @@ def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
         raise ModuleError(
             f"the StableHLO portable artifact does not load: {short(str(e))}", path=path
         ) from None
-
-
-def short(message: str, limit: int = 600) -> str:
-    return message if len(message) <= limit else message[:limit] + " ..."
 
 
 def current_version() -> str:

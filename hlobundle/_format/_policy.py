@@ -85,11 +85,12 @@ def target_problem(target: str, allowed: Iterable[str]) -> str | None:
 
 
 def op_problem(name: str) -> str | None:
+    """Why an op other than a custom call (checked by `target_problem`) is refused, or None."""
     if name in HOST_TRANSFER_OPS:
         return "a host transfer"
-    if name in ALLOWED_OPS or (name.startswith(ALLOWED_DIALECTS) and name not in CUSTOM_CALL_OPS):
+    if name in ALLOWED_OPS or name.startswith(ALLOWED_DIALECTS):
         return None
-    return None if name in CUSTOM_CALL_OPS else "outside the allowed dialects"
+    return "outside the allowed dialects"
 
 
 def refuse_unportable(module: Any, allowed: Iterable[str], path: str | None) -> tuple[str, ...]:

@@ -79,6 +79,6 @@ def check_module_size(size: int, *, path: str) -> None:
         )
 
 
-def short(e: BaseException, limit: int = 300) -> str:
-    text = str(e)
-    return text if len(text) <= limit else text[:limit] + " ..."
+def short(message: str, limit: int = 600) -> str:
+    """A message cut to `limit` characters (parsers' errors can quote whole inputs)."""
+    return message if len(message) <= limit else message[:limit] + " ..."

@@ -23,21 +23,27 @@ class Form:
     title: str
     text_file: str  # the file names the reference writer uses
     portable_file: str
-    check_signature: Callable[[Any, Manifest, str], None]  # (parsed module, manifest, file)
+    # (parsed module, manifest, file) -> `@main`'s signature when the rule read it, else None
+    check_signature: Callable[[Any, Manifest, str], _mlir.Signature | None]
 
     def entry(self, manifest: Manifest) -> Module | BatchedModule | None:
         return getattr(manifest, self.key)  # type: ignore[no-any-return]
 
 
-def check(form: Form, parsed: Any, manifest: Manifest, path: str) -> None:
-    """A parsed form is portable (6.1, 8) and has the signature its section requires."""
+def check(form: Form, parsed: Any, manifest: Manifest, path: str) -> _mlir.Signature | None:
+    """A parsed form is portable (6.1, 8) and has the signature its section requires.
+
+    **Returns:** the `@main` signature the check read, if it read one (the module's does).
+    """
     refuse_unportable(parsed, manifest.module.allowed_custom_calls, path)
-    form.check_signature(parsed, manifest, path)
+    return form.check_signature(parsed, manifest, path)
 
 
-def check_main(parsed: Any, manifest: Manifest, source: str) -> None:
+def check_main(parsed: Any, manifest: Manifest, source: str) -> _mlir.Signature:
     """The manifest's arguments and results must have exactly `@main`'s types and aliasing."""
-    check_signature(_mlir.signature(parsed, path=source), manifest, source)
+    sig = _mlir.signature(parsed, path=source)
+    check_signature(sig, manifest, source)
+    return sig
 
 
 def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:

@@ -71,6 +71,7 @@ class StoredModule:
     portable_sha256: str
     target_version: str
     parsed: Any  # the text, parsed
+    signature: _mlir.Signature | None  # `@main`'s, when the form's check read it
 
 
 class Bundle:
@@ -85,8 +86,10 @@ class Bundle:
             for form in _stored.FORMS
             if form.entry(self.manifest) is not None
         }
-        main = self.modules["module"]
-        self.signature = _mlir.signature(main.parsed, path=main.text_file)
+        signature = self.modules["module"].signature
+        if signature is None:  # the module form's check always reads it
+            raise ModuleError("@main's signature was not read", path=self.manifest.module.text)
+        self.signature: _mlir.Signature = signature
         self._tensor_files = _files.open_tensor_files(root, self.manifest)
         self._same_program: set[str] = set()
 
@@ -117,9 +120,9 @@ class Bundle:
         except UnicodeDecodeError as e:
             raise ModuleError(f"{entry.text} is not UTF-8 text: {e}", path=entry.text) from None
         parsed = _mlir.parse(text_bytes, path=entry.text)
-        _stored.check(form, parsed, self.manifest, entry.text)
+        sig = _stored.check(form, parsed, self.manifest, entry.text)
         return StoredModule(form, entry.text, text, text_sha, entry.portable.file, portable,
-                            portable_sha, entry.portable.target_version, parsed)  # fmt: skip
+                            portable_sha, entry.portable.target_version, parsed, sig)  # fmt: skip
 
     def _read_checked(self, name: str) -> tuple[bytes, str]:
         """A module file's bytes, read once (size-limited), with their sha256 checked."""
