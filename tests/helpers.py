@@ -71,6 +71,18 @@ needs_fixtures = pytest.mark.skipif(
 )
 
 
+def _enzyme_installed() -> bool:
+    from hlobundle._run._backends import _enzyme
+
+    return _enzyme.available()
+
+
+ENZYME = _enzyme_installed()
+needs_enzyme = pytest.mark.skipif(
+    not ENZYME, reason="enzyme-ad is not installed (its wheels exist only for Python 3.11)"
+)
+
+
 def relu_module_text():
     """A Reactant-like module whose private function is called @relu."""
     return (

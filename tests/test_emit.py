@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,16 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ALL_DTYPES, ROOT, cli, identity_module, rehash, relu_module_text, sample
+from helpers import (
+    ALL_DTYPES,
+    ROOT,
+    cli,
+    identity_module,
+    needs_enzyme,
+    rehash,
+    relu_module_text,
+    sample,
+)
 
 import hlobundle
 
@@ -65,13 +75,21 @@ def bundles(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "name", ["lenet", "dtypes", "zero_args", "scalars", "multi", "relu", "no_inputs"]
+    ("name", "backend"),
+    [
+        *[
+            pytest.param(name, "enzyme", marks=needs_enzyme)
+            for name in ["lenet", "dtypes", "zero_args", "scalars", "multi", "relu", "no_inputs"]
+        ],
+        *[(name, "xla") for name in ["lenet", "dtypes", "zero_args", "scalars", "no_inputs"]],
+    ],
 )
 @pytest.mark.subprocess
-def test_emitted_script_runs(bundles, tmp_path, name):
+def test_emitted_script_runs(bundles, tmp_path, name, backend):
     script = tmp_path / "scripts" / "run.py"
     script.parent.mkdir()
-    source = hlobundle.emit_script(bundles[name], script)
+    source = hlobundle.emit_script(bundles[name], script, backend=backend)
+    assert f"BACKEND = '{backend}'" in source
     assert "import hlobundle" not in source and "from hlobundle" not in source
     r = run_script(script)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -140,7 +158,7 @@ def _hostile_bundle(tmp_path):
     import json
 
     x, w = sample((3,), "float32", 1), sample((3,), "float32", 2)
-    names = ["hlo_call", "MODULE", "ﬁx", "fix", "check_arguments"]
+    names = ["hlo_call", "BUNDLE", "ﬁx", "fix", "check_arguments"]
     t = "tensor<3xf32>"
     params = ", ".join(f"%a{i}: {t}" for i in range(5))
     text = f"func.func @main({params}) -> {t} {{\n  %y = stablehlo.add %a0, %a3 : {t}\n  return %y : {t}\n}}\n"
@@ -171,8 +189,8 @@ def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
     assert not any(getattr(c.func, "attr", None) == "touch" for c in calls)
     fn = [n for n in tree.body if isinstance(n, ast.FunctionDef)][-1]  # the named function
     params = [a.arg for a in fn.args.args]
-    # MODULE and check_arguments are the script's globals, and "ﬁx" is "fix" under NFKC: renamed.
-    # (hlo_call is imported inside the script's call, so it shadows nothing.)
+    # BUNDLE and check_arguments are the script's globals, and "ﬁx" is "fix" under NFKC: renamed.
+    # (hlo_call is imported inside a function of the script, so it shadows nothing.)
     assert params == ["hlo_call", "arg1", "arg2", "fix", "arg4"]
     assert "MODULE_FILE = 'main.mlir'" in source  # the module file the manifest names
     r = subprocess.run([sys.executable, "-c", RUNNER, str(script)], capture_output=True,
@@ -199,3 +217,68 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
         assert helpers["tolerance"](dtype) == default_tolerance(dtype), dtype
     assert helpers["close"](np.float32([1, np.nan]), np.float32([1 + 1e-7, np.nan]), 1e-5)
     assert not helpers["close"](np.float32([1]), np.float32([1.1]), 1e-5)
+
+
+# --- the xla backend: jax only, differentiable through the stored backward module ---------
+
+GRADIENT = (
+    "import importlib.util, json, sys, jax, jax.numpy as jnp, numpy as np\n"
+    "spec = importlib.util.spec_from_file_location('run', sys.argv[1])\n"
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "x = np.float32([1.0, -2.0, 3.0, 0.5])\n"
+    "g = jax.jit(jax.grad(lambda x: jnp.sum(m.call(x)[0])))(x)\n"
+    "print('grad', json.dumps(np.asarray(g).tolist()))\n"
+    "assert 'hlobundle' not in sys.modules and 'enzyme_ad' not in sys.modules\n"
+)
+
+
+@pytest.mark.subprocess
+def test_xla_script_differentiates_through_the_backward_module(tmp_path):
+    bundle = hlobundle.export(
+        lambda x: (jnp.sin(x) * x,),
+        np.float32([1.0, -2.0, 3.0, 0.5]),
+        out=tmp_path / "b",
+        with_vjp=True,
+    )
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(bundle, script, backend="xla")
+    r = subprocess.run(
+        [sys.executable, "-c", GRADIENT, str(script)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = np.array(json.loads(r.stdout.split("grad ", 1)[1]), np.float32)
+    x = np.float32([1.0, -2.0, 3.0, 0.5])
+    np.testing.assert_allclose(got, np.cos(x) * x + np.sin(x), rtol=1e-6)
+
+
+@pytest.mark.subprocess
+def test_xla_script_without_a_backward_module_says_how_to_get_one(bundles, tmp_path):
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(bundles["relu"], script, backend="xla")
+    r = subprocess.run(
+        [sys.executable, "-c", GRADIENT, str(script)], capture_output=True, text=True
+    )
+    assert r.returncode == 1
+    assert "stores no backward module" in r.stderr and "--with-vjp" in r.stderr
+
+
+def test_emit_cli_backend_xla_says_what_it_wrote(bundles, tmp_path):
+    out = tmp_path / "s.py"
+    r = cli("emit", bundles["relu"], "--backend", "xla", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"wrote {out} (backend xla; run it with: python {out})"
+    assert "BACKEND = 'xla'" in out.read_text()
+
+
+def test_emit_default_backend_follows_what_is_installed(bundles):
+    from helpers import ENZYME
+
+    source = hlobundle.emit_script(bundles["relu"])
+    assert f"BACKEND = '{'enzyme' if ENZYME else 'xla'}'" in source
+
+
+def test_emit_unknown_backend_is_a_usage_error(bundles, tmp_path):
+    r = cli("emit", bundles["relu"], "--backend", "iree", "-o", tmp_path / "s.py")
+    assert r.returncode == 2 and "invalid choice: 'iree'" in r.stderr
+    with pytest.raises(hlobundle.InputError, match="backend must be one of"):
+        hlobundle.emit_script(bundles["relu"], backend="iree")

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FIXTURES, cli, needs_fixtures
+from helpers import FIXTURES, cli, needs_enzyme, needs_fixtures
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -108,13 +108,16 @@ def test_device_count_errors(tmp_path):
         unsharded.function("xla", devices=8)
 
 
+@pytest.mark.parametrize("backend", [pytest.param("enzyme", marks=needs_enzyme), "xla"])
 @pytest.mark.subprocess
-def test_emitted_script_runs_a_sharded_bundle(tmp_path):
+def test_emitted_script_runs_a_sharded_bundle(tmp_path, backend):
     x = jax.device_put(
         np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(_mesh_4x2(), P("x", "y"))
     )
     hlobundle.emit_script(
-        hlobundle.export(lambda x: jnp.sin(x) * 2, x, out=tmp_path / "b"), tmp_path / "run.py"
+        hlobundle.export(lambda x: jnp.sin(x) * 2, x, out=tmp_path / "b"),
+        tmp_path / "run.py",
+        backend=backend,
     )
     source = (tmp_path / "run.py").read_text()
     assert (

@@ -135,13 +135,15 @@ def _enable_compilation_cache(jax: Any) -> None:
 def emit(args: argparse.Namespace) -> int:
     from .._emit._emit import emit_script
     from .._read._reader import load
+    from .._run import _backends
 
     if args.output:
         output_path("-o", args.output)
     bundle = load(args.bundle)
     path = args.output or default_script_path(bundle.path)
-    emit_script(bundle, path, force=args.force)
-    print(f"wrote {path}")
+    backend = _backends.resolve(args.backend).NAME
+    emit_script(bundle, path, backend=backend, force=args.force)
+    print(f"wrote {path} (backend {backend}; run it with: python {path})")
     return EXIT_OK
 
 

@@ -65,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("emit", help="write a standalone run.py for a bundle")
     p.add_argument("bundle")
     p.add_argument("-o", "--output", help="the script's path (default: <bundle>_run.py beside it)")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "enzyme", "xla"],
+        default="auto",
+        help="how the script calls the module: xla (needs only jax), enzyme (enzyme-ad), or "
+        "auto: enzyme where it is installed here, else xla (default)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing file")
     p.set_defaults(handler=_commands.emit)
     p = sub.add_parser("inspect", help="show a bundle's arguments, results and provenance")

@@ -4,8 +4,8 @@ The script is `run_template.py`, a real, linted Python file, with its data slots
 `repr()` literals of the bundle's values, and one function appended: the bundle's, named after
 it, with one documented parameter per argument. Manifest strings reach the script only as such
 literals; the only names written as code are plain ASCII identifiers checked here. The script
-imports only jax, numpy and enzyme_ad (never hlobundle) and reads the bundle relative to its
-own location.
+imports only jax and numpy, and enzyme_ad for the enzyme backend (never hlobundle), and reads
+the bundle relative to its own location.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .._format._errors import OutputExistsError
 from .._format._manifest import Argument, Result, identifier, needs_x64
 from .._format._sharding import partition_spec_entries
 from .._read._reader import Bundle, load
+from .._run import _backends
 from .._run._backends._enzyme import prepared_for_hlo_call
 from .._version import __version__
 from .._write._atomic import write_file_atomically
@@ -32,6 +33,7 @@ def emit_script(
     bundle: Bundle | str | os.PathLike[str],
     path: str | os.PathLike[str] | None = None,
     *,
+    backend: str = "auto",
     force: bool = False,
 ) -> str:
     """Write (when `path` is given) and return the source of a standalone script for `bundle`.
@@ -41,32 +43,39 @@ def emit_script(
     - `bundle`: a `Bundle` or a bundle's path.
     - `path`: where to write the script; it reaches the bundle by a path relative to this
       location. Without `path`, the script is returned and expects to sit beside the bundle.
+    - `backend`: how the script calls the module: `"xla"` (needs only jax; differentiable when
+      the bundle stores a backward module), `"enzyme"` (enzyme_ad's `hlo_call`, Python 3.11), or
+      `"auto"` (enzyme where it is installed here, else xla, as `run` chooses).
     - `force`: replace an existing file at `path`.
 
     **Returns:** the script's source.
     """
+    chosen = _backends.resolve(backend).NAME
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
     if path is None:
-        return _source(bundle, bundle.path.resolve().name)
+        return _source(bundle, bundle.path.resolve().name, chosen)
     target = Path(path)
     if target.exists() and not force:
         raise OutputExistsError(
             f"{str(target)!r} already exists; pass --force to replace it", path=target
         )
     where = os.path.relpath(bundle.path.resolve(), target.resolve().parent)
-    source = _source(bundle, where)
+    source = _source(bundle, where, chosen)
     write_file_atomically(target, source.encode("utf-8"))
     return source
 
 
-def _source(bundle: Bundle, where: str) -> str:
+def _source(bundle: Bundle, where: str, backend: str) -> str:
     m = bundle.manifest
-    prepared = prepared_for_hlo_call(bundle)
+    enzyme = backend == "enzyme"
+    prepared = prepared_for_hlo_call(bundle) if enzyme else None
+    vjp = m.vjp.portable.file if m.vjp else None
     slots = {
         "WHERE": where,
         "ABOUT": {"function": m.function, "format_version": m.format_version,
                   "producer": m.provenance.producer, "producer_version": m.provenance.producer_version,
                   "emitted_by": f"hlobundle {__version__}"},
+        "BACKEND": backend,
         "X64": needs_x64(m),
         "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
         "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
@@ -75,14 +84,16 @@ def _source(bundle: Bundle, where: str) -> str:
         if bundle.has_example_inputs else None,
         "EXPECTED": [(r.expected.file, r.expected.key) for r in m.results if r.expected]  # type: ignore[union-attr]
         if all(r.expected for r in m.results) else [],
-        "ARGUMENT_CARRIERS": list(prepared.argument_carriers),
-        "RESULT_CARRIERS": list(prepared.result_carriers),
+        "ARGUMENT_CARRIERS": list(prepared.argument_carriers) if prepared else [],
+        "RESULT_CARRIERS": list(prepared.result_carriers) if prepared else [],
         "MESH_AXES": [(a.name, a.size) for a in m.mesh.axes] if m.mesh else None,
         "DEVICE_ORDER": (m.mesh.device_ids or list(range(m.mesh.size))) if m.mesh else None,
         "ARGUMENT_SHARDINGS": [list(partition_spec_entries(a.sharding)) for a in m.arguments]
         if m.mesh else None,
+        "PORTABLE_FILE": m.module.portable.file,
+        "BACKWARD_FILE": vjp,
         "MODULE_FILE": m.module.text,
-        "MODULE_LINES": prepared.text.split("\n") if prepared.changed else [],
+        "MODULE_LINES": prepared.text.split("\n") if prepared and prepared.changed else [],
     }  # fmt: skip
     return fill(template(), slots).replace(_NAMED, _named_function(bundle), 1)
 
@@ -114,7 +125,7 @@ def fill(source: str, slots: dict[str, Any]) -> str:
 
 # Names the template defines or imports; the bundle's function and parameters must not shadow them.
 _TAKEN = frozenset(
-    {"json", "os", "sys", "jax", "jnp", "np", "BUNDLE", "MODULE", "call", "close", "main"}
+    {"dataclasses", "json", "os", "sys", "jax", "jnp", "np", "BUNDLE", "call", "close", "main"}
     | {name for name in dir(builtins) if not name.startswith("_")}
 )
 _TEMPLATE_NAMES = re.compile(r"^(?:def |)([A-Za-z_][A-Za-z0-9_]*)(?: = |\()", re.M)

@@ -1,6 +1,9 @@
-"""Run a bundle with JAX and enzyme_ad: a script written by `hlobundle emit`.
+"""Run a bundle with JAX: a script written by `hlobundle emit`.
 
-It needs only jax, numpy and enzyme_ad, and reads the bundle relative to this file's location.
+It needs only jax and numpy (and enzyme_ad when BACKEND is "enzyme"), and reads the bundle
+relative to this file's location. BACKEND says how it calls the bundle's module: "xla" runs the
+portable artifact as a `jax.export` function (its gradient is the stored backward module, when
+the bundle has one); "enzyme" runs the module text with enzyme_ad's `hlo_call`.
 Run it as a script to call the bundle's function on its example inputs (or on generated ones
 of the right kinds) and compare the results with its expected outputs, when it has them.
 Import it to call the function from your own JAX code: the function named after the bundle's
@@ -10,6 +13,7 @@ The constants below are the bundle's data, written by `hlobundle emit`; everythi
 same in every emitted script.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -21,6 +25,7 @@ import numpy as np
 # --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
 WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file
 ABOUT = {}  # slot: function, format_version, producer, producer_version
+BACKEND = "enzyme"  # slot: how this script calls the module: "xla" or "enzyme"
 X64 = False  # slot: the bundle has 64-bit values
 ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
 RESULTS = []  # slot: (name, shape, dtype) of each result
@@ -32,8 +37,10 @@ RESULT_CARRIERS = []  # slot: the dtype hlo_call returns each result in, or None
 MESH_AXES = None  # slot: (axis, size) of the device mesh of a sharded bundle
 DEVICE_ORDER = None  # slot: the mesh's devices, in order
 ARGUMENT_SHARDINGS = None  # slot: each argument's PartitionSpec entries on the mesh
-MODULE_FILE = "module.mlir"  # slot: the bundle's module text, which hlo_call runs as it is, or:
-MODULE_LINES = []  # slot: the module prepared for hlo_call (private names, wider dtypes), by line
+PORTABLE_FILE = "module.mlirbc"  # slot: xla: the module's portable artifact
+BACKWARD_FILE = None  # slot: xla: the backward module's portable artifact (the VJP), or None
+MODULE_FILE = "module.mlir"  # slot: enzyme: the module text, which hlo_call runs as it is, or:
+MODULE_LINES = []  # slot: enzyme: the module prepared for hlo_call (private names, wider dtypes)
 
 # -----------------------------------------------------------------------------------------------
 
@@ -42,14 +49,9 @@ if X64:  # without x64, JAX would silently truncate 64-bit values
     jax.config.update("jax_enable_x64", True)
 
 
-def read_module():
-    if MODULE_LINES:
-        return "\n".join(MODULE_LINES)
-    with open(os.path.join(BUNDLE, MODULE_FILE), encoding="utf-8") as f:
+def read_file(name):
+    with open(os.path.join(BUNDLE, name), "rb") as f:
         return f.read()
-
-
-MODULE = read_module()
 
 
 def check_arguments(*args):
@@ -64,20 +66,90 @@ def check_arguments(*args):
             )
 
 
-@jax.jit
-def _call(*args):
+def enzyme_function():
+    """The module as enzyme_ad's `hlo_call` runs it (differentiable by Enzyme)."""
     from enzyme_ad.jax import hlo_call
 
-    # enzyme_ad 0.0.16 cannot pass some dtypes (bool, float16, ...); MODULE's @main then takes
-    # and returns wider ones and converts exactly inside, so convert here to match.
-    carried = [
-        x if c is None else x.astype(c) for x, c in zip(args, ARGUMENT_CARRIERS, strict=True)
-    ]
-    outputs = hlo_call(*carried, source=MODULE) if RESULTS else []
-    return tuple(
-        o if c is None else o.astype(dtype)
-        for o, c, (_, _, dtype) in zip(outputs, RESULT_CARRIERS, RESULTS, strict=True)
+    module = "\n".join(MODULE_LINES) if MODULE_LINES else read_file(MODULE_FILE).decode("utf-8")
+
+    def function(*args):
+        # enzyme_ad 0.0.16 cannot pass some dtypes (bool, float16, ...); the prepared module's
+        # @main then takes and returns wider ones and converts exactly inside, so convert here.
+        carried = [
+            x if c is None else x.astype(c) for x, c in zip(args, ARGUMENT_CARRIERS, strict=True)
+        ]
+        outputs = hlo_call(*carried, source=module) if RESULTS else []
+        return tuple(
+            o if c is None else o.astype(dtype)
+            for o, c, (_, _, dtype) in zip(outputs, RESULT_CARRIERS, RESULTS, strict=True)
+        )
+
+    return function
+
+
+def avals(values, cotangents=False):
+    """Shapes and dtypes of values; a cotangent of a value that is not differentiable is float0."""
+
+    def dtype(name):
+        if cotangents and not jnp.issubdtype(jnp.dtype(name), jnp.inexact):
+            return jax.dtypes.float0
+        return jnp.dtype(name)
+
+    return tuple(jax.core.ShapedArray(tuple(shape), dtype(d)) for _, shape, d in values)
+
+
+def exported(file, in_avals, out_avals, name, get_vjp):
+    """A `jax.export.Exported` of a portable artifact whose @main takes and returns flat arrays."""
+    from jax import export
+
+    n, m = len(in_avals), len(out_avals)
+    fields = {
+        "fun_name": name,
+        "in_tree": jax.tree_util.tree_structure((tuple(range(n)), {})),
+        "in_avals": in_avals,
+        "out_tree": jax.tree_util.tree_structure(tuple(range(m))),
+        "out_avals": out_avals,
+        "_has_named_shardings": False,
+        "_in_named_shardings": (None,) * n,
+        "_out_named_shardings": (None,) * m,
+        "in_shardings_hlo": (None,) * n,
+        "out_shardings_hlo": (None,) * m,
+        "nr_devices": 1,
+        "platforms": ("cpu",),
+        "ordered_effects": (),
+        "unordered_effects": (),
+        "disabled_safety_checks": (export.DisabledSafetyCheck.platform(),),
+        "mlir_module_serialized": read_file(file),
+        "calling_convention_version": export.maximum_supported_calling_convention_version,
+        "module_kept_var_idx": tuple(range(n)),
+        "uses_global_constants": False,
+        "_get_vjp": get_vjp,
+    }
+    # Exported is a dataclass; jax versions differ in a few private fields: pass those it has.
+    known = {f.name for f in dataclasses.fields(export.Exported)}
+    return export.Exported(**{k: v for k, v in fields.items() if k in known})
+
+
+def xla_function():
+    """The portable artifact as a `jax.export` function; its VJP is the stored backward module."""
+
+    def backward(_):
+        if BACKWARD_FILE is None:
+            raise NotImplementedError(
+                "this bundle stores no backward module, so the xla backend cannot differentiate "
+                "it: pack it with --with-vjp, or emit with --backend enzyme"
+            )
+        inputs = avals(ARGUMENTS) + avals(RESULTS, cotangents=True)
+        outputs = avals(ARGUMENTS, cotangents=True)
+        return exported(BACKWARD_FILE, inputs, outputs, f"{ABOUT['function']}_vjp", None)
+
+    function = exported(
+        PORTABLE_FILE, avals(ARGUMENTS), avals(RESULTS), ABOUT["function"], backward
     )
+    return lambda *args: tuple(function.call(*args))
+
+
+_call = jax.jit(xla_function() if BACKEND == "xla" else enzyme_function())
 
 
 def call(*args):
