@@ -1,6 +1,7 @@
 """Every private symbol of jax and enzyme-ad that hlobundle uses, in one place.
 
-They are checked with jax 0.6.2 to 0.10.2 and enzyme-ad 0.0.16 (../shared/notes/runtime-facts.md);
+They are checked with jax 0.10.2 (Python 3.11) and 0.12 (Python 3.12+, where enzyme-ad does not
+install), and with enzyme-ad 0.0.16 (../shared/notes/runtime-facts.md);
 when either moves, this is the file to read first. Each accessor imports lazily, so that importing
 hlobundle never imports jax. This module imports nothing of the package (a leaf of the layers).
 """

@@ -10,3 +10,16 @@ import jax  # noqa: E402
 
 # 64-bit dtypes are part of the format; tests lower them with x64 on.
 jax.config.update("jax_enable_x64", True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Where enzyme-ad is not installed (it has wheels for Python 3.11 only), every test run on
+    the enzyme backend (a `backend` parameter of "enzyme") skips, with that reason."""
+    from helpers import ENZYME, needs_enzyme
+
+    if ENZYME:
+        return
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("backend") == "enzyme":
+            item.add_marker(needs_enzyme)

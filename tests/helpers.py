@@ -78,6 +78,7 @@ def _enzyme_installed() -> bool:
 
 
 ENZYME = _enzyme_installed()
+INSTALLED_BACKENDS = ("enzyme", "xla") if ENZYME else ("xla",)
 needs_enzyme = pytest.mark.skipif(
     not ENZYME, reason="enzyme-ad is not installed (its wheels exist only for Python 3.11)"
 )

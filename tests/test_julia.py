@@ -11,7 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import FIXTURES, cli, lowered_text, needs_fixtures
+from helpers import FIXTURES, cli, lowered_text, needs_enzyme, needs_fixtures
 
 import hlobundle
 
@@ -23,6 +23,7 @@ LUX = FIXTURES / "export_to_enzymejax_lux"
 
 @pytest.mark.subprocess
 @needs_fixtures
+@needs_enzyme  # the generated script calls enzyme_ad's hlo_call
 def test_lux_export_round_trips_and_equals_the_generated_script(tmp_path):
     r = cli("pack", "--from-reactant", LUX, "-o", tmp_path / "lux", "--compute-expected")
     assert r.returncode == 0, r.stderr

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FIXTURES, cli, needs_enzyme, needs_fixtures
+from helpers import FIXTURES, INSTALLED_BACKENDS, cli, needs_enzyme, needs_fixtures
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -42,7 +42,7 @@ def test_jax_bundle_on_a_4x2_mesh(tmp_path):
     assert [(a.name, a.size) for a in b.manifest.mesh.axes] == [("x", 4), ("y", 2)]
     assert [a.sharding for a in b.arguments] == [[["x"], ["y"]], [["y"], []]]
     single = np.asarray(b.function("xla", devices=1)(np.asarray(w), np.asarray(x)))
-    for backend in ("enzyme", "xla"):
+    for backend in INSTALLED_BACKENDS:
         fn = b.function(backend)
         assert fn.mesh.shape == {"x": 4, "y": 2}
         r = fn(np.asarray(w), np.asarray(x))
@@ -56,7 +56,7 @@ def test_reactant_sdy_fixture_on_8_devices(tmp_path):
     b = hlobundle.load(hlobundle.pack(fixture, None, tmp_path / "b"))
     assert [a.sharding for a in b.arguments][0] == [["x"], [], ["y"]]
     xs = [np.random.default_rng(i).standard_normal((16, 16, 16)) for i in range(3)]
-    for backend in ("enzyme", "xla"):
+    for backend in INSTALLED_BACKENDS:
         (r,) = b.function(backend).call_flat(*xs)
         np.testing.assert_allclose(np.asarray(r), xs[0] + xs[1] + xs[2], rtol=1e-12)
         assert r.sharding.spec == P(None, ("x", "y"), None)  # as the module records
