@@ -3,8 +3,8 @@
 The public surface is exactly `__all__`; everything else lives in private modules.
 """
 
-from . import _run  # noqa: E402, F401  (registers the runner into the writer: README, "Layout")
-from ._emit._emit import emit_script
+from typing import TYPE_CHECKING, Any
+
 from ._format._errors import (
     BackendUnavailableError,
     BundleError,
@@ -38,12 +38,48 @@ from ._format._errors import (
     VersionError,
     X64DisabledError,
 )
-from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
-from ._read._reader import Bundle, load
 from ._version import __version__
-from ._write._export import export
-from ._write._reactant import pack_reactant
-from ._write._writer import pack, pack_files
+
+# The rest of the surface is imported on first use (PEP 562), so that `import hlobundle` and
+# light commands (`inspect`) do not pay for pydantic's models, numpy or jax until they need them.
+_LAZY = {
+    "FORMAT_VERSION": "._format._manifest",
+    "Argument": "._format._manifest",
+    "Manifest": "._format._manifest",
+    "Result": "._format._manifest",
+    "Bundle": "._read._reader",
+    "load": "._read._reader",
+    "emit_script": "._emit._emit",
+    "export": "._write._export",
+    "pack_reactant": "._write._reactant",
+    "pack": "._write._writer",
+    "pack_files": "._write._writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'hlobundle' has no attribute {name!r}")
+    import importlib
+
+    from . import _run  # noqa: F401  (registers the runner into the writer: README, "Layout")
+
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from ._emit._emit import emit_script
+    from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
+    from ._read._reader import Bundle, load
+    from ._write._export import export
+    from ._write._reactant import pack_reactant
+    from ._write._writer import pack, pack_files
 
 __all__ = [
     "Argument",

@@ -296,3 +296,24 @@ def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
     hlobundle.load(out).verify()
     leftovers = [p.name for p in tmp_path.iterdir() if ".partial-" in p.name or ".old-" in p.name]
     assert leftovers == [], "the next pack removes what killed packs left"
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    data=st.binary(max_size=400) | st.text(alphabet='([{<>}])x"/\n', max_size=400).map(str.encode)
+)
+def test_bracket_depth_is_the_same_counted_by_python_and_by_numpy(data):
+    # Small texts are counted in Python (no numpy import for `inspect`), large ones with numpy.
+    from hlobundle._format import _prechecks
+
+    def depth(numpy_above: int) -> int:
+        saved, _prechecks.NUMPY_ABOVE = _prechecks.NUMPY_ABOVE, numpy_above
+        try:
+            return _prechecks.max_depth(data, b"([{", b")]}")
+        finally:
+            _prechecks.NUMPY_ABOVE = saved
+
+    python, numpy = depth(len(data)), depth(-1)
+    assert python == numpy >= 0
+    if data.count(b"(") and not data.translate(None, b")]}"):
+        assert python >= 1

@@ -77,3 +77,11 @@ def test_input_errors_are_what_jax_users_catch():
     assert issubclass(hlobundle.InputError, ValueError)
     assert issubclass(hlobundle.InputDtypeError, TypeError)
     assert issubclass(hlobundle.InputDtypeError, hlobundle.InputError)
+
+
+def test_dtype_table_itemsizes_are_numpys():
+    # `inspect` sizes tensors from the table, without importing numpy; they must agree.
+    from hlobundle._format import _dtypes
+
+    for row in _dtypes.TABLE:
+        assert row.itemsize == row.numpy.itemsize, row.name

@@ -185,7 +185,7 @@ def test_fixture_15_packs_and_inspects_without_allocating(tmp_path):
         "import hlobundle\n"
         f"out = hlobundle.pack({str(FIXTURES / '15_enzymejax_mhlo_sharding_bare_func.mlir')!r}, None, {str(tmp_path / 'b')!r})\n"
         "b = hlobundle.load(out); b.verify()\n"
-        "from hlobundle._read._inspect import render; render(b)\n"
+        "from hlobundle._read._inspect import render, summarize; render(summarize(out))\n"
         "print(len(b.arguments), len(b.results), sum(__import__('math').prod(a.shape) * 8 for a in b.arguments))\n"
         # VmHWM: this process's peak RSS (ru_maxrss would include the pytest parent's, via fork)
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])\n"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ._errors import DtypeUnsupportedError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class DType:
     name: str
     mlir: str
     safetensors: str
+    itemsize: int  # bytes per element
     pair_axis: bool = False  # complex128: stored with a trailing axis of 2
 
     @property
@@ -34,29 +37,29 @@ class DType:
 
 
 TABLE: tuple[DType, ...] = (
-    DType("bool", "i1", "BOOL"),
-    DType("int8", "i8", "I8"),
-    DType("int16", "i16", "I16"),
-    DType("int32", "i32", "I32"),
-    DType("int64", "i64", "I64"),
-    DType("uint8", "ui8", "U8"),
-    DType("uint16", "ui16", "U16"),
-    DType("uint32", "ui32", "U32"),
-    DType("uint64", "ui64", "U64"),
-    DType("float16", "f16", "F16"),
-    DType("bfloat16", "bf16", "BF16"),
-    DType("float32", "f32", "F32"),
-    DType("float64", "f64", "F64"),
-    DType("complex64", "complex<f32>", "C64"),
-    DType("complex128", "complex<f64>", "F64", pair_axis=True),
-    DType("float8_e4m3fn", "f8E4M3FN", "F8_E4M3"),
-    DType("float8_e5m2", "f8E5M2", "F8_E5M2"),
-    DType("float8_e4m3fnuz", "f8E4M3FNUZ", "F8_E4M3FNUZ"),
-    DType("float8_e5m2fnuz", "f8E5M2FNUZ", "F8_E5M2FNUZ"),
-    DType("float8_e8m0fnu", "f8E8M0FNU", "F8_E8M0"),
-    DType("float8_e4m3b11fnuz", "f8E4M3B11FNUZ", "U8"),
-    DType("float8_e3m4", "f8E3M4", "U8"),
-    DType("float8_e4m3", "f8E4M3", "U8"),
+    DType("bool", "i1", "BOOL", 1),
+    DType("int8", "i8", "I8", 1),
+    DType("int16", "i16", "I16", 2),
+    DType("int32", "i32", "I32", 4),
+    DType("int64", "i64", "I64", 8),
+    DType("uint8", "ui8", "U8", 1),
+    DType("uint16", "ui16", "U16", 2),
+    DType("uint32", "ui32", "U32", 4),
+    DType("uint64", "ui64", "U64", 8),
+    DType("float16", "f16", "F16", 2),
+    DType("bfloat16", "bf16", "BF16", 2),
+    DType("float32", "f32", "F32", 4),
+    DType("float64", "f64", "F64", 8),
+    DType("complex64", "complex<f32>", "C64", 8),
+    DType("complex128", "complex<f64>", "F64", 16, pair_axis=True),
+    DType("float8_e4m3fn", "f8E4M3FN", "F8_E4M3", 1),
+    DType("float8_e5m2", "f8E5M2", "F8_E5M2", 1),
+    DType("float8_e4m3fnuz", "f8E4M3FNUZ", "F8_E4M3FNUZ", 1),
+    DType("float8_e5m2fnuz", "f8E5M2FNUZ", "F8_E5M2FNUZ", 1),
+    DType("float8_e8m0fnu", "f8E8M0FNU", "F8_E8M0", 1),
+    DType("float8_e4m3b11fnuz", "f8E4M3B11FNUZ", "U8", 1),
+    DType("float8_e3m4", "f8E3M4", "U8", 1),
+    DType("float8_e4m3", "f8E4M3", "U8", 1),
 )
 
 BY_NAME = {d.name: d for d in TABLE}
@@ -72,6 +75,8 @@ NAMES = tuple(BY_NAME)
 
 @cache
 def _numpy_dtype(name: str) -> np.dtype:
+    import numpy as np
+
     if name in np.sctypeDict and name != "bfloat16":
         return np.dtype(name)
     import ml_dtypes  # half a second to import: only when a bundle has such a dtype
@@ -92,6 +97,8 @@ def from_mlir(element_type: str, *, where: str) -> DType:
 
 def to_storage(array: np.ndarray, row: DType) -> np.ndarray:
     """The contiguous little-endian array whose bytes are written to safetensors."""
+    import numpy as np
+
     array = np.asarray(array, dtype=row.numpy.newbyteorder("<"), order="C")
     if row.pair_axis:
         return array.reshape(-1).view("<f8").reshape(row.storage_shape(array.shape))

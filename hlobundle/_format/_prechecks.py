@@ -8,8 +8,7 @@ bound what reaches them (limits in `_limits`, SPEC.md section 8) and raise coded
 from __future__ import annotations
 
 import re
-
-import numpy as np
+from itertools import accumulate
 
 from . import _limits
 from ._errors import LimitError
@@ -19,10 +18,18 @@ _STRINGS_AND_COMMENTS = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
 _RANK_OVER_LIMIT = re.compile(rb"tensor<(?:[0-9?]+x){%d}" % (_limits.MAX_RANK + 1))
 
 
+# Above this size, numpy counts faster than Python; below, Python saves importing numpy (which
+# `inspect` does not otherwise need).
+NUMPY_ABOVE = 1 << 20
+
+
 def max_depth(data: bytes, openers: bytes, closers: bytes) -> int:
     """The most brackets open at once in `data`, strings and comments left out."""
-    if not data:
-        return 0
+    if len(data) <= NUMPY_ABOVE:
+        brackets = data.translate(None, bytes(set(range(256)) - set(openers + closers)))
+        return max(accumulate((1 if b in openers else -1 for b in brackets), initial=0))
+    import numpy as np
+
     delta = np.zeros(256, np.int32)
     delta[list(openers)] = 1
     delta[list(closers)] = -1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import mmap
 import os
 import struct
@@ -17,11 +18,13 @@ import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from . import _dtypes
 from ._errors import LimitError, TensorFileError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # safetensors' own limit on the JSON header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -105,6 +108,8 @@ class _HashThread(threading.Thread):
         self.hexdigest = ""
 
     def run(self) -> None:
+        import numpy as np
+
         h = hashlib.sha256(self.header.raw)
         for a in self.tensors:
             if a.nbytes:
@@ -116,6 +121,10 @@ class _HashThread(threading.Thread):
 _RANK = {code: i for i, code in enumerate(
     ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
      "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64"])}  # fmt: skip
+
+
+# Bytes per element of each safetensors dtype code a bundle may hold.
+_CODE_BYTES = {code: row.itemsize for code, row in _dtypes.NATIVE.items()}
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,16 @@ class TensorFile:
     truncated by another process can then no longer fault a mapped page: no SIGBUS).
     """
 
-    def __init__(self, path: Path, *, name: str, header_limit: int = MAX_HEADER_BYTES) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        name: str,
+        header_limit: int = MAX_HEADER_BYTES,
+        with_safetensors: bool = True,
+    ) -> None:
+        """Open and check `path`: its header here (structure, offsets, sizes), then, with
+        `with_safetensors`, by safetensors itself too (which imports numpy: `inspect` skips it)."""
         self.path = path
         self.name = name
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -143,8 +161,9 @@ class TensorFile:
         try:
             size = os.fstat(self._fd).st_size
             n = self._header_length(size, header_limit)
-            self._validate_with_safetensors()
-            self.entries = self._read_header(n)
+            if with_safetensors:
+                self._validate_with_safetensors()
+            self.entries = self._read_header(n, size - 8 - n)
             self._data_start = 8 + n
         except BaseException:
             closer()
@@ -186,16 +205,57 @@ class TensorFile:
                 f"{self.name} is not a valid safetensors file: {e}", path=self.name
             ) from None
 
-    def _read_header(self, n: int) -> dict[str, Entry]:
-        header = json.loads(os.pread(self._fd, n, 8))
+    def _read_header(self, n: int, data_size: int) -> dict[str, Entry]:
+        """The header's entries, checked as safetensors checks them: a JSON object of entries
+        with a known dtype, a shape and offsets that tile the data exactly."""
+        try:
+            header = json.loads(os.pread(self._fd, n, 8))
+        except (ValueError, RecursionError) as e:
+            raise self._invalid(f"its header is not JSON ({e})") from None
+        if not isinstance(header, dict):
+            raise self._invalid("its header is not a JSON object")
         header.pop("__metadata__", None)
-        return {
-            key: Entry(v["dtype"], tuple(v["shape"]), *v["data_offsets"])
-            for key, v in header.items()
-        }
+        entries = {key: self._entry(key, value) for key, value in header.items()}
+        end = 0
+        for key, e in sorted(entries.items(), key=lambda item: item[1].begin):
+            if e.begin != end:
+                raise self._invalid(f"tensor {key!r} starts at {e.begin}, not at {end}")
+            end = e.end
+        if end != data_size:
+            raise self._invalid(f"its tensors hold {end} bytes of its {data_size} bytes of data")
+        return entries
+
+    def _entry(self, key: str, value: object) -> Entry:
+        def naturals(x: object) -> bool:
+            return isinstance(x, list) and all(
+                type(d) is int and d >= 0  # noqa: E721 (bool is not a dimension)
+                for d in x
+            )
+
+        ok = (
+            isinstance(value, dict)
+            and value.get("dtype") in _CODE_BYTES
+            and naturals(value.get("shape"))
+            and naturals(value.get("data_offsets"))
+            and len(value["data_offsets"]) == 2
+        )
+        if not ok:
+            raise self._invalid(f"tensor {key!r} has no dtype, shape and data_offsets it knows")
+        begin, end = value["data_offsets"]  # type: ignore[index]
+        shape = tuple(value["shape"])  # type: ignore[index]
+        if end - begin != math.prod(shape) * _CODE_BYTES[value["dtype"]]:  # type: ignore[index]
+            raise self._invalid(f"tensor {key!r}'s offsets do not span its shape and dtype")
+        return Entry(value["dtype"], shape, begin, end)  # type: ignore[index]
+
+    def _invalid(self, why: str) -> TensorFileError:
+        return TensorFileError(
+            f"{self.name} is not a valid safetensors file: {why}", path=self.name
+        )
 
     def array(self, key: str, row: _dtypes.DType, shape: tuple[int, ...]) -> np.ndarray:
         """The logical array for `key`, read-only, a view without a copy (a copy only when empty)."""
+        import numpy as np
+
         entry = self.entries[key]
         dtype = row.numpy.newbyteorder("<")
         if entry.end == entry.begin:
@@ -210,6 +270,8 @@ class TensorFile:
     @cached_property
     def _mapped(self) -> np.ndarray:
         """The whole held file, mapped once, read-only; tensors are views into it."""
+        import numpy as np
+
         size = os.fstat(self._fd).st_size
         mapping = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
         return np.frombuffer(mapping, np.uint8)
@@ -227,6 +289,8 @@ class TensorFile:
 
         **Returns:** the copy's sha256.
         """
+        import numpy as np
+
         size = os.fstat(self._fd).st_size
         # DATA_ALIGNMENT-aligned, like a mapping, so XLA can still use tensors in place.
         raw = np.empty(size + DATA_ALIGNMENT, np.uint8)

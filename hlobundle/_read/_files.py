@@ -1,19 +1,26 @@
-"""The files of a bundle against its manifest (SPEC.md section 8): the file set and sizes, the
-names every field refers to, and the safetensors headers of the stored tensors."""
+"""The files of a bundle against its manifest (SPEC.md section 8): the manifest itself, the file
+set and sizes, the names every field refers to, the safetensors headers of the stored tensors,
+and module files read once with their sha256 checked. Needs neither numpy nor MLIR."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from .._format import _dtypes, _limits, _paths, _tensors
+from .._format import _dtypes, _limits, _paths, _prechecks, _tensors
 from .._format._errors import (
     FileMissingError,
     FileUnlistedError,
+    HashMismatchError,
     ManifestError,
+    ModuleError,
+    NotABundleError,
     SizeMismatchError,
     TensorMismatchError,
+    UnsafePathError,
 )
-from .._format._manifest import MANIFEST_NAME, Manifest, TensorRef
+from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest, TensorRef
+from .._format._manifest_json import parse_manifest, read_manifest_bytes
 
 
 def check_file_set(root: Path, manifest: Manifest) -> None:
@@ -81,14 +88,19 @@ def stored_tensors(manifest: Manifest) -> list[tuple[str, TensorRef, str, list[i
     return found  # type: ignore[return-value]
 
 
-def open_tensor_files(root: Path, manifest: Manifest) -> dict[str, _tensors.TensorFile]:
+def open_tensor_files(
+    root: Path, manifest: Manifest, *, with_safetensors: bool = True
+) -> dict[str, _tensors.TensorFile]:
+    """Every tensor file, open, its header checked against the manifest (`with_safetensors`:
+    validated by safetensors too; `inspect` leaves that out, to not import numpy)."""
     stored = stored_tensors(manifest)
     keys: dict[str, list[str]] = {}
     for _, ref, _, _ in stored:
         keys.setdefault(ref.file, []).append(ref.key)
     files = {
         name: _tensors.TensorFile(_paths.resolve(root, name), name=name,
-                                  header_limit=_header_budget(keys[name]))
+                                  header_limit=_header_budget(keys[name]),
+                                  with_safetensors=with_safetensors)
         for name in sorted(keys)
     }  # fmt: skip
     used: dict[str, set[str]] = {name: set() for name in files}
@@ -129,3 +141,51 @@ def _check_header_entry(
             path=ref.file,
             field=field,
         )
+
+
+def check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
+    if size != listed.size:
+        raise SizeMismatchError(
+            f"{name} is {size} bytes, the manifest says {listed.size}",
+            path=name,
+            field=f"files[{name!r}].size",
+        )
+    if digest != listed.sha256:
+        raise HashMismatchError(
+            f"{name}: sha256 is {digest}, the manifest says {listed.sha256}",
+            path=name,
+            field=f"files[{name!r}].sha256",
+        )
+
+
+def read_manifest(root: Path) -> Manifest:
+    if not root.exists():
+        raise NotABundleError(f"{str(root)!r} does not exist", path=root)
+    if not root.is_dir():
+        raise NotABundleError(f"{str(root)!r} is not a directory; a bundle is one", path=root)
+    path = root / MANIFEST_NAME
+    if path.is_symlink():
+        raise UnsafePathError(f"{MANIFEST_NAME} is a symlink", path=MANIFEST_NAME)
+    if not path.is_file():
+        raise NotABundleError(
+            f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle", path=MANIFEST_NAME
+        )
+    return parse_manifest(read_manifest_bytes(path), path=MANIFEST_NAME)
+
+
+def read_module_file(root: Path, manifest: Manifest, name: str) -> tuple[bytes, str]:
+    """A module file's bytes, read once (size-limited), and their sha256, checked."""
+    listed = manifest.files[name]
+    _prechecks.check_module_size(listed.size, path=name)
+    with open(_paths.resolve(root, name), "rb") as f:
+        data = f.read(listed.size + 1)
+    digest = hashlib.sha256(data).hexdigest()
+    check_digest(name, len(data), digest, listed)
+    return data, digest
+
+
+def module_text(data: bytes, name: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ModuleError(f"{name} is not UTF-8 text: {e}", path=name) from None

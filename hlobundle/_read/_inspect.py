@@ -1,13 +1,65 @@
-"""The human-readable table that `hlobundle inspect` prints."""
+"""What `hlobundle inspect` shows: a bundle summarized from its manifest, the safetensors
+headers and the module text, without MLIR, numpy or jax (so that it starts fast).
+
+`summarize()` checks what it reads: the manifest, the file set and sizes, that the tensor
+headers agree with the manifest, and the module text's sha256. It does not parse the module
+or hash the tensors: `load()` and `verify` do.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+import re
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from ._reader import Bundle
+from .._format import _dtypes
+from .._format._manifest import Manifest
+from . import _files
+
+
+@dataclass(frozen=True)
+class Summary:
+    path: Path
+    manifest: Manifest
+    ops: dict[str, int]  # op name -> how many the module text has, most first
+
+
+def summarize(path: str | os.PathLike[str]) -> Summary:
+    """Read and check a bundle's manifest, file set, tensor headers and module text."""
+    root = Path(path)
+    manifest = _files.read_manifest(root)
+    _files.check_file_set(root, manifest)
+    _files.open_tensor_files(root, manifest, with_safetensors=False)  # agree with the manifest
+    data, _ = _files.read_module_file(root, manifest, manifest.module.text)
+    return Summary(root, manifest, op_histogram(_files.module_text(data, manifest.module.text)))
+
+
+# An operation starts a statement: `%r = dialect.op ...`, `%r:2 = "dialect.op"(...)`, or
+# `dialect.op ...` with no results; MLIR prints one per line. Inside a function, the func
+# dialect's own ops print without their prefix (`return`, `call`).
+_OP = re.compile(
+    r'^[ \t]*(?:%[^=\n"]*=[ \t]*)?"?([A-Za-z_][\w$]*(?:\.[\w$]+)+|return|call|call_indirect)'
+    r'"?(?=[\s(<{@%:]|$)',
+    re.M,
+)
+_FUNC_OPS = {"return", "call", "call_indirect"}
+# `stablehlo.reduce(...) applies stablehlo.add ...`: a region of that op and a stablehlo.return.
+_APPLIES = re.compile(r"\) applies ([A-Za-z_][\w$]*(?:\.[\w$]+)+) ")
+
+
+def op_histogram(text: str) -> dict[str, int]:
+    """How many of each operation the module text has (`stablehlo.add`: 3, ...), most first."""
+    names = Counter(f"func.{n}" if n in _FUNC_OPS else n for n in _OP.findall(text))
+    for applied in _APPLIES.findall(text):
+        names.update([applied, "stablehlo.return"])
+    return dict(names.most_common())
+
 
 # Control, format (bidi overrides), and line/paragraph separator characters: printed as escapes,
 # so that a manifest cannot move the cursor, recolour the terminal or hide text.
@@ -41,9 +93,7 @@ def human_bytes(n: int) -> str:
 
 
 def _nbytes(shape: Sequence[int], dtype: str) -> int:
-    from .._format import _dtypes
-
-    return math.prod(shape) * _dtypes.BY_NAME[dtype].numpy.itemsize
+    return math.prod(shape) * _dtypes.BY_NAME[dtype].itemsize
 
 
 def _role_totals(arguments: Sequence[Any]) -> list[str]:
@@ -64,8 +114,21 @@ def _shape(shape: Sequence[int]) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
-def render(bundle: Bundle) -> str:
-    m = bundle.manifest
+def _ops(ops: dict[str, int], shown_kinds: int = 12) -> list[str]:
+    """`ops  120 in 9 kinds` and a two-column table of the most frequent."""
+    if not ops:
+        return ["ops (0)", "  none"]
+    rows = [(f"{n:,}", name) for name, n in list(ops.items())[:shown_kinds]]
+    more = len(ops) - shown_kinds
+    return [
+        f"ops ({sum(ops.values()):,} in {len(ops)} kinds, in the module text)",
+        table(("count", "op"), rows),
+        *([f"  ... and {more} more kinds"] if more > 0 else []),
+    ]
+
+
+def render(summary: Summary) -> str:
+    m = summary.manifest
     p = m.provenance
     versions = ", ".join(
         f"{k} {v}"
@@ -103,7 +166,7 @@ def render(bundle: Bundle) -> str:
     ]
     size = sum(f.size for f in m.files.values())
     head = [
-            f"bundle    {bundle.path}",
+            f"bundle    {summary.path}",
             f"function  {m.function}    format {m.format_version}",
             f"producer  {p.producer} {p.producer_version}"
             + (f" ({versions})" if versions else "")
@@ -136,5 +199,8 @@ def render(bundle: Bundle) -> str:
             table(("#", "name", "shape", "dtype", "layout", "aliases"), results)
             if results
             else "  none",
+            *_ops(summary.ops),
+            "checked: the manifest, file sizes, tensor headers and the module's sha256; "
+            "`hlobundle verify` checks everything",
         ]
     )

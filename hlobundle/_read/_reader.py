@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,27 +10,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .._format import _dtypes, _mlir, _paths, _portable, _prechecks, _stored
+from .._format import _dtypes, _mlir, _paths, _portable, _stored
 from .._format._errors import (
-    HashMismatchError,
     InputError,
     ManifestError,
     ModuleError,
-    NotABundleError,
-    SizeMismatchError,
     TensorMismatchError,
-    UnsafePathError,
 )
 from .._format._manifest import (
-    MANIFEST_NAME,
     Argument,
-    FileEntry,
-    Manifest,
     Result,
     TensorRef,
     unflatten,
 )
-from .._format._manifest_json import parse_manifest, read_manifest_bytes
 from . import _files
 
 if TYPE_CHECKING:
@@ -79,7 +70,7 @@ class Bundle:
 
     def __init__(self, root: Path) -> None:
         self.path = root
-        self.manifest = _read_manifest(root)
+        self.manifest = _files.read_manifest(root)
         _files.check_file_set(root, self.manifest)
         self.modules = {
             form.key: self._read_module(form)
@@ -113,26 +104,15 @@ class Bundle:
         entry = form.entry(self.manifest)
         if entry is None:
             raise ManifestError(f"the manifest has no {form.key}", field=form.key)
-        text_bytes, text_sha = self._read_checked(entry.text)
-        portable, portable_sha = self._read_checked(entry.portable.file)
-        try:
-            text = text_bytes.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ModuleError(f"{entry.text} is not UTF-8 text: {e}", path=entry.text) from None
+        text_bytes, text_sha = _files.read_module_file(self.path, self.manifest, entry.text)
+        portable, portable_sha = _files.read_module_file(
+            self.path, self.manifest, entry.portable.file
+        )
+        text = _files.module_text(text_bytes, entry.text)
         parsed = _mlir.parse(text_bytes, path=entry.text)
         sig = _stored.check(form, parsed, self.manifest, entry.text)
         return StoredModule(form, entry.text, text, text_sha, entry.portable.file, portable,
                             portable_sha, entry.portable.target_version, parsed, sig)  # fmt: skip
-
-    def _read_checked(self, name: str) -> tuple[bytes, str]:
-        """A module file's bytes, read once (size-limited), with their sha256 checked."""
-        listed = self.manifest.files[name]
-        _prechecks.check_module_size(listed.size, path=name)
-        with open(self._file(name), "rb") as f:
-            data = f.read(listed.size + 1)
-        digest = hashlib.sha256(data).hexdigest()
-        _check_digest(name, len(data), digest, listed)
-        return data, digest
 
     @property
     def module_text(self) -> str:
@@ -246,7 +226,9 @@ class Bundle:
         """
         for name, tf in sorted(self._tensor_files.items()):
             got = tf.read_into_memory() if in_memory else tf.sha256()
-            _check_digest(name, self.manifest.files[name].size, got, self.manifest.files[name])
+            _files.check_digest(
+                name, self.manifest.files[name].size, got, self.manifest.files[name]
+            )
         for key in self.modules:
             self.artifact(key)
         for field, ref, dtype, shape in _files.stored_tensors(self.manifest):
@@ -263,33 +245,3 @@ class Bundle:
 
     def _array(self, ref: TensorRef, dtype: str, shape: list[int]) -> np.ndarray:
         return self._tensor_files[ref.file].array(ref.key, _dtypes.BY_NAME[dtype], tuple(shape))
-
-
-def _check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
-    if size != listed.size:
-        raise SizeMismatchError(
-            f"{name} is {size} bytes, the manifest says {listed.size}",
-            path=name,
-            field=f"files[{name!r}].size",
-        )
-    if digest != listed.sha256:
-        raise HashMismatchError(
-            f"{name}: sha256 is {digest}, the manifest says {listed.sha256}",
-            path=name,
-            field=f"files[{name!r}].sha256",
-        )
-
-
-def _read_manifest(root: Path) -> Manifest:
-    if not root.exists():
-        raise NotABundleError(f"{str(root)!r} does not exist", path=root)
-    if not root.is_dir():
-        raise NotABundleError(f"{str(root)!r} is not a directory; a bundle is one", path=root)
-    path = root / MANIFEST_NAME
-    if path.is_symlink():
-        raise UnsafePathError(f"{MANIFEST_NAME} is a symlink", path=MANIFEST_NAME)
-    if not path.is_file():
-        raise NotABundleError(
-            f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle", path=MANIFEST_NAME
-        )
-    return parse_manifest(read_manifest_bytes(path), path=MANIFEST_NAME)

@@ -1,0 +1,125 @@
+"""`hlobundle inspect`: a readable summary from the manifest, the safetensors headers and the
+module text, without importing jax, jaxlib or numpy, and checked as it reads."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from helpers import FIXTURES, ROOT, cli, identity_module, rehash, sample
+
+import hlobundle
+from hlobundle._read._inspect import op_histogram
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+
+
+@pytest.mark.subprocess
+def test_inspect_imports_neither_jax_nor_numpy():
+    code = (
+        "import sys\n"
+        "from hlobundle._cli._main import main\n"
+        f"code = main(['inspect', {str(EXAMPLE)!r}])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'jaxlib', 'numpy', 'ml_dtypes'})\n"
+        "print('HEAVY', heavy, code)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "HEAVY [] 0"
+    assert "ops (57 in 12 kinds, in the module text)" in r.stdout
+
+
+def _walked(text: str) -> dict[str, int]:
+    """The op histogram as MLIR itself counts it, walking the parsed module."""
+    from jaxlib.mlir import ir
+
+    from hlobundle._format import _mlir
+
+    names: list[str] = []
+
+    def visit(op):
+        names.append(op.name)
+        return ir.WalkResult.ADVANCE
+
+    _mlir.parse(text.encode(), path="m").operation.walk(visit)
+    return dict(Counter(n for n in names if n != "builtin.module"))
+
+
+def _texts():
+    yield "lenet", (EXAMPLE / "module.mlir").read_text()
+    yield (
+        "generic form",
+        (
+            '"func.func"() <{function_type = (tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>), '
+            'sym_name = "main"}> ({\n^bb0(%a: tensor<2xf32>):\n'
+            '  %0:2 = "stablehlo.optimization_barrier"(%a, %a) : (tensor<2xf32>, tensor<2xf32>) -> '
+            "(tensor<2xf32>, tensor<2xf32>)\n"
+            '  "func.return"(%0#0, %0#1) : (tensor<2xf32>, tensor<2xf32>) -> ()\n}) : () -> ()\n'
+        ),
+    )
+    for path in sorted(FIXTURES.glob("*.mlir")) if FIXTURES.is_dir() else []:
+        yield path.stem, path  # packed first: what a bundle stores
+
+
+@pytest.mark.parametrize(("name", "text"), list(_texts()), ids=[n for n, _ in _texts()])
+def test_op_histogram_is_what_mlir_parses(tmp_path, name, text):
+    if not isinstance(text, str):
+        try:
+            text = (hlobundle.pack(text, None, tmp_path / "b") / "module.mlir").read_text()
+        except hlobundle.NotPortableError:
+            pytest.skip("a fixture the allow-list refuses: no bundle holds it")
+    assert op_histogram(text) == _walked(text), name
+
+
+def test_inspect_shows_the_op_histogram_and_what_it_checked():
+    r = cli("inspect", EXAMPLE)
+    assert r.returncode == 0, r.stderr
+    assert "ops (57 in 12 kinds, in the module text)" in r.stdout
+    assert "  16     stablehlo.broadcast_in_dim" in r.stdout
+    assert "  4      func.call" in r.stdout
+    assert r.stdout.rstrip().endswith("`hlobundle verify` checks everything")
+    data = json.loads(cli("inspect", EXAMPLE, "--json").stdout)
+    assert data["ops"]["stablehlo.convolution"] == 2 and sum(data["ops"].values()) == 57
+
+
+# --- inspect checks the headers it reads (without safetensors, which imports numpy) -------
+
+
+def _safetensors(header: object, data: bytes) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+F32 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+UNKNOWN = "tensor 'x' has no dtype, shape and data_offsets it knows"
+BROKEN_HEADERS = {  # case: (header, data, why)
+    "not JSON": (b"{not json", b"", "its header is not JSON"),
+    "not an object": ([1, 2], b"\0" * 8, "its header is not a JSON object"),
+    "no dtype": ({"x": {"shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8, UNKNOWN),
+    "a bool dimension": ({"x": {**F32, "shape": [True, 2]}}, b"\0" * 8, UNKNOWN),
+    "an unknown dtype": ({"x": {**F32, "dtype": "F4"}}, b"\0" * 8, UNKNOWN),
+    "three offsets": ({"x": {**F32, "data_offsets": [0, 4, 8]}}, b"\0" * 8, UNKNOWN),
+    "a gap": ({"x": {**F32, "data_offsets": [4, 12]}}, b"\0" * 12, "tensor 'x' starts at 4, not at 0"),
+    "bytes left over": ({"x": F32}, b"\0" * 12, "its tensors hold 8 bytes of its 12 bytes of data"),
+    "a short span": ({"x": {**F32, "data_offsets": [0, 4]}}, b"\0" * 4,
+                     "tensor 'x''s offsets do not span its shape and dtype"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_HEADERS))
+def test_inspect_refuses_a_broken_safetensors_header(tmp_path, case):
+    x = sample((2,), "float32")
+    out = hlobundle.pack(identity_module(x), [x], tmp_path / "b")
+    header, data, why = BROKEN_HEADERS[case]
+    (out / "inputs.safetensors").write_bytes(_safetensors(header, data))
+    rehash(out, "inputs.safetensors")
+    r = cli("inspect", out)
+    assert r.returncode == 1, r.stdout
+    assert "error [SAFETENSORS_INVALID]" in r.stderr
+    assert f"inputs.safetensors is not a valid safetensors file: {why}" in r.stderr
+    with pytest.raises(hlobundle.TensorFileError):  # load() has safetensors check it too
+        hlobundle.load(out)
