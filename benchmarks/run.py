@@ -558,7 +558,8 @@ def main() -> None:
                 column_major(tmp, args.quick),
             ),
             (
-                "Start-up: time / `python -c pass` (inspect and verify import neither jax nor enzyme-ad)",
+                "Start-up: time / `python -c pass` (goal for inspect < 10: it imports neither jax, jaxlib "
+                "nor numpy; verify parses MLIR with jaxlib, without jax)",
                 startup(),
             ),
             ("Scale: a sparse bundle of many GiB", scale(tmp, args.quick)),
