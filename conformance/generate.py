@@ -1,4 +1,5 @@
-"""Generate the conformance cases: `python conformance/generate.py [OUT]` (default: conformance/cases).
+"""Generate the conformance cases: `python conformance/generate.py [OUT]` (default: hlobundle/conformance_cases,
+shipped with the package).
 
 Every case is defined here; `tests/test_conformance.py` fails when the checked-in cases differ
 from what this script writes. Modules are written by hand (not lowered by JAX) so that cases
@@ -663,5 +664,7 @@ if __name__ == "__main__":
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    generate(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "cases")
+    generate(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parent / "hlobundle" / "conformance_cases"
+    )
     print(f"wrote {len(CASES)} cases")

@@ -15,7 +15,7 @@ from helpers import ROOT, cli
 
 from hlobundle._cli import _conformance
 
-CASES = ROOT / "conformance" / "cases"
+CASES = ROOT / "hlobundle" / "conformance_cases"
 
 
 def load_generator():
@@ -102,3 +102,20 @@ def test_conformance_cli_reports(tmp_path):
     assert r.returncode == 0 and "1 passed, 0 failed, 1 cases" in r.stdout
     r = cli("conformance", tmp_path)
     assert r.returncode == 1 and "no conformance cases" in r.stderr
+
+
+def test_conformance_runs_the_installed_cases_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no conformance/ here
+    r = cli("conformance", "-k", "zero_d")
+    assert r.returncode == 0, r.stderr
+    assert "1 passed, 0 failed, 1 cases" in r.stdout
+
+
+def test_the_cases_are_package_data():
+    import tomllib
+
+    from hlobundle._cli._conformance import INSTALLED
+
+    assert INSTALLED == CASES.resolve()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["setuptools"]["package-data"]["hlobundle"] == ["conformance_cases/**/*"]

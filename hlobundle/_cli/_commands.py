@@ -190,7 +190,8 @@ def conformance(args: argparse.Namespace) -> int:
 
     jax.config.update("jax_enable_x64", True)
     command = shlex.split(args.implementation) if args.implementation else None
-    selected = [c for c in _conformance.cases(Path(args.dir)) if not args.k or args.k in c.name]
+    root = Path(args.dir) if args.dir else _conformance.INSTALLED
+    selected = [c for c in _conformance.cases(root) if not args.k or args.k in c.name]
     outcomes = [_conformance.run_case(c, command) for c in selected]
     ok = all(o.passed for o in outcomes)
     if args.json:

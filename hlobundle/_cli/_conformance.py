@@ -39,6 +39,10 @@ class Outcome:
     detail: str = ""
 
 
+# The cases shipped with the package (package data), which `hlobundle conformance` runs by default.
+INSTALLED = Path(__file__).resolve().parent.parent / "conformance_cases"
+
+
 def cases(root: Path) -> list[Path]:
     found = sorted(p.parent for p in root.glob("*/case.json"))
     if not found:

@@ -85,7 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_commands.verify)
     p = sub.add_parser("conformance", help="run the conformance suite against an implementation")
     p.add_argument(
-        "dir", nargs="?", default="conformance/cases", help="the cases (default: conformance/cases)"
+        "dir",
+        nargs="?",
+        default=None,
+        help="the cases (default: the ones installed with hlobundle)",
     )
     p.add_argument("--implementation", metavar="CMD",
                    help="a command speaking the protocol of SPEC.md, 'Conformance' (default: this library)")  # fmt: skip
