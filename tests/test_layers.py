@@ -16,7 +16,11 @@ import ast
 from helpers import ROOT
 
 ORDER = ["_format", "_read", "_write", "_run", "_emit", "_cli"]
-LEAVES = {"hlobundle._version", "hlobundle._compat"}  # import nothing of the package
+LEAVES = {
+    "hlobundle._version",
+    "hlobundle._compat",
+    "hlobundle._progress",
+}  # import nothing of the package
 ALLOWED_UPWARD = {("hlobundle._read._reader", "hlobundle._run._function")}
 
 

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _progress
 from .._format._errors import HloBundleError
 from . import _commands
 
@@ -27,6 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
+    # Progress bars for a person at a terminal: never on a pipe, nor beside --json.
+    _progress.enable(sys.stderr.isatty() and not getattr(args, "json", False))
     try:
         return int(args.handler(args))
     except KeyboardInterrupt:  # what was being written is removed by its own cleanup
@@ -42,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"ok": False, "code": e.code, "message": e.message, **e.context()}))
         _print_error(e)
         return EXIT_FAIL
+    finally:
+        _progress.enable(False)
 
 
 def _print_error(e: HloBundleError) -> None:

@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import _progress
 from . import _dtypes
 from ._errors import LimitError, TensorFileError
 
@@ -51,7 +52,9 @@ def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> st
     order, header = _layout(stored)
     hasher = _HashThread(header, [stored[k] for k in order])
     hasher.start()
-    serialize_file(specs, str(path), metadata={"pad": header.pad})
+    size = len(header.raw) + sum(a.nbytes for a in stored.values())
+    with _progress.watching(f"writing {path.name}", path, size):
+        serialize_file(specs, str(path), metadata={"pad": header.pad})
     hasher.join()
     with open(path, "rb") as f:
         written = f.read(len(header.raw))
@@ -280,8 +283,11 @@ class TensorFile:
         """The sha256 of the bytes tensors are read from (the mapping, or the private copy)."""
         h = hashlib.sha256()
         data = self._bytes
-        for begin in range(0, len(data), _CHUNK):
-            h.update(memoryview(data[begin : begin + _CHUNK]))
+        with _progress.task(f"checking {self.name}", len(data)) as advance:
+            for begin in range(0, len(data), _CHUNK):
+                chunk = memoryview(data[begin : begin + _CHUNK])
+                h.update(chunk)
+                advance(len(chunk))
         return h.hexdigest()
 
     def read_into_memory(self) -> str:
@@ -297,11 +303,13 @@ class TensorFile:
         skip = -raw.ctypes.data % DATA_ALIGNMENT
         memory = raw[skip : skip + size]
         view, done = memoryview(memory), 0
-        while done < size:
-            got = os.preadv(self._fd, [view[done : done + _CHUNK]], done)
-            if got == 0:
-                raise TensorFileError(f"{self.name} shrank while it was read", path=self.name)
-            done += got
+        with _progress.task(f"reading {self.name}", size) as advance:
+            while done < size:
+                got = os.preadv(self._fd, [view[done : done + _CHUNK]], done)
+                if got == 0:
+                    raise TensorFileError(f"{self.name} shrank while it was read", path=self.name)
+                done += got
+                advance(got)
         memory.flags.writeable = False
         self._memory = memory
         return self.sha256()

@@ -1,0 +1,78 @@
+"""Progress of long steps (hashing, copying, writing many bytes), for a person at a terminal.
+
+The library reports; it shows nothing unless a front end turns progress on, as the CLI does when
+stderr is a terminal and the output is not `--json`. Bars are tqdm's, on stderr, and only for
+steps of at least `MIN_BYTES`. This module imports nothing of the package (a leaf of the layers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+MIN_BYTES = 64 << 20  # smaller steps finish before a bar would be read
+
+_enabled = False
+
+
+def enable(on: bool = True) -> None:
+    """Show progress bars on stderr (the CLI calls this on a terminal)."""
+    global _enabled
+    _enabled = on
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def _nothing(_: int) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def task(what: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A step over `total` bytes: yields `advance(n)`, to call as each `n` bytes are done."""
+    if not _enabled or total < MIN_BYTES:
+        yield _nothing
+        return
+    from tqdm import tqdm
+
+    bar: Any = tqdm(
+        total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024,
+        file=sys.stderr, leave=False, dynamic_ncols=True,
+    )  # fmt: skip
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
+def watching(what: str, path: os.PathLike[str] | str, total: int) -> Iterator[None]:
+    """A step that writes `path` (`total` bytes) through code that reports nothing, such as
+    safetensors' `serialize_file`: progress is the file's size, looked at ten times a second."""
+    with task(what, total) as advance:
+        if advance is _nothing:
+            yield
+            return
+        done = threading.Event()
+
+        def watch() -> None:
+            seen = 0
+            while not done.wait(0.1):
+                with contextlib.suppress(OSError):
+                    size = os.stat(path).st_size
+                    advance(size - seen)
+                    seen = size
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
