@@ -13,6 +13,7 @@ import os
 import shutil
 import struct
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,8 +32,12 @@ CASES: dict[str, Callable[[Path], dict]] = {}
 def case(name: str, description: str, expect: str = "ok", rtol: float = 1e-6, atol: float = 1e-6):
     def register(build: Callable[[Path], dict | None]) -> Callable[[Path], dict | None]:
         def run(path: Path) -> dict:
-            build(path)
-            return {"description": description, "expect": expect, "rtol": rtol, "atol": atol}
+            built = build(
+                path
+            )  # a dict adds to case.json: {"public_key": ...}, the key to verify with
+            extra = built if isinstance(built, dict) else {}
+            return {"description": description, "expect": expect, "rtol": rtol, "atol": atol,
+                    **extra}  # fmt: skip
 
         CASES[name] = run
         return build
@@ -297,6 +302,65 @@ def scale(path: Path, batched_arguments: list[str]) -> Path:
 @case("valid_batched", "a batched module over x (format 1.1), written by hand")
 def _(path: Path) -> None:
     save_outputs(path, scale(path, ["x"]))
+
+
+# --- signatures (SPEC.md 8, "Signature"; format 1.2) -------------------------------------------
+
+# A test key, derived from a fixed number so that the generated public key never changes. ECDSA
+# signatures are randomized, so `model.sig` differs on each generation: the staleness test
+# checks it by verifying it with this key, not by comparing bytes.
+TEST_KEY_SCALAR = 0x686C6F62756E646C65  # "hlobundle"
+
+
+def sign_case(path: Path, bundle: Path) -> dict:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.derive_private_key(TEST_KEY_SCALAR, ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())  # fmt: skip
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo)  # fmt: skip
+    (path / "public_key.pem").write_bytes(public)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "key.pem").write_bytes(pem)
+        hlobundle.sign(bundle, Path(d) / "key.pem")
+    return {"public_key": "public_key.pem"}
+
+
+@case(
+    "valid_signed",
+    "signed (model.sig); verifies with public_key.pem, and a reader without a key ignores it",
+)
+def _(path: Path) -> dict:
+    t = tensor((2,), "float32")
+    bundle = valid(path, func([t], [t], ["%x = stablehlo.negate %a0 : " + t], ["%x"]),
+                   [values((2,), "float32", 3)])  # fmt: skip
+    return sign_case(path, bundle)
+
+
+@case(
+    "invalid_signature_rewritten_manifest",
+    "signed, then the manifest rewritten; verified with public_key.pem",
+    "SIGNATURE_INVALID",
+)
+def _(path: Path) -> dict:
+    bundle = base(path)
+    spec = sign_case(path, bundle)
+    edit(bundle, lambda m: m["provenance"].update(producer="someone else"))
+    return spec
+
+
+@case(
+    "invalid_signature_listed",
+    "the manifest lists model.sig, the signature's reserved name",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = base(path)
+    (bundle / "model.sig").write_text("{}")
+    edit(bundle, lambda m: m["files"].update({"model.sig": {"size": 0, "sha256": "0" * 64}}))
+    rehash(bundle, "model.sig")
 
 
 # --- invalid cases ------------------------------------------------------------------------------

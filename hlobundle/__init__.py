@@ -30,11 +30,13 @@ from ._format._errors import (
     NotPortableError,
     OutputExistsError,
     SignatureError,
+    SignatureInvalidError,
     SizeMismatchError,
     TensorFileError,
     TensorMismatchError,
     TransformError,
     UnsafePathError,
+    UnsignedError,
     VersionError,
     X64DisabledError,
 )
@@ -54,6 +56,7 @@ _LAZY = {
     "pack_reactant": "._write._reactant",
     "pack": "._write._writer",
     "pack_files": "._write._writer",
+    "sign": "._write._sign",
 }
 
 
@@ -79,6 +82,7 @@ if TYPE_CHECKING:
     from ._read._reader import Bundle, load
     from ._write._export import export
     from ._write._reactant import pack_reactant
+    from ._write._sign import sign
     from ._write._writer import pack, pack_files
 
 __all__ = [
@@ -111,11 +115,13 @@ __all__ = [
     "OutputExistsError",
     "Result",
     "SignatureError",
+    "SignatureInvalidError",
     "SizeMismatchError",
     "TensorFileError",
     "TensorMismatchError",
     "TransformError",
     "UnsafePathError",
+    "UnsignedError",
     "VersionError",
     "X64DisabledError",
     "__version__",
@@ -125,4 +131,5 @@ __all__ = [
     "pack",
     "pack_files",
     "pack_reactant",
+    "sign",
 ]

@@ -34,7 +34,8 @@ def test_newer_minor_version_warns_and_ignores_new_fields(bundle):
 
     edit_manifest(bundle, edit)
     with pytest.warns(
-        hlobundle.HloBundleWarning, match="format_version 1.7 is newer than this reader's 1.1"
+        hlobundle.HloBundleWarning,
+        match=f"format_version 1.7 is newer than this reader's {hlobundle.FORMAT_VERSION}",
     ):
         b = hlobundle.load(bundle)
     b.verify()

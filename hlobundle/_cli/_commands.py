@@ -50,6 +50,10 @@ def pack(args: argparse.Namespace) -> int:
         allow_custom_calls=args.allow_custom_call,
         with_vjp=args.with_vjp,
     )
+    if args.private_key:
+        options["sign_key"] = _signing_key(args)
+    elif args.signing_certificate or args.certificate_chain:
+        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
     if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
         import jax
 
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     save = args.save_outputs and output_path(
         "--save-outputs", args.save_outputs, (".npz", ".safetensors")
     )
-    bundle = load(args.bundle, verify=args.verify)
+    bundle = load(args.bundle, verify=args.verify, **_trust(args))
     import jax
 
     if needs_x64(bundle.manifest):
@@ -156,7 +160,8 @@ def inspect(args: argparse.Namespace) -> int:
     summary = summarize(args.bundle)
     if args.json:
         dump = summary.manifest.model_dump(mode="json")
-        print(json.dumps({"path": str(summary.path), **dump, "ops": summary.ops}))
+        print(json.dumps({"path": str(summary.path), **dump, "ops": summary.ops,
+                          "signer": summary.signer}))  # fmt: skip
     else:
         print(render(summary))
     return EXIT_OK
@@ -165,17 +170,49 @@ def inspect(args: argparse.Namespace) -> int:
 def verify(args: argparse.Namespace) -> int:
     from .._read._reader import load
 
+    trust = _trust(args)
+    if trust and args.quick:
+        args.parser.error("a signature covers every file's sha256: --quick cannot check it")
     bundle = load(args.bundle)
     if not args.quick:
-        bundle.verify()
+        bundle.verify(**trust)
     files = len(bundle.manifest.files)
     checked = "sizes and structure checked" if args.quick else "sha256 checked"
+    if bundle.signer:
+        checked += f", signed by {bundle.signer}"
     if args.json:
-        print(
-            json.dumps({"ok": True, "path": str(bundle.path), "files": files, "quick": args.quick})
-        )
+        report = {"ok": True, "path": str(bundle.path), "files": files, "quick": args.quick,
+                  "signed": bundle.signed, "signer": bundle.signer}  # fmt: skip
+        print(json.dumps(report))
     else:
         print(f"ok: {bundle.path} ({files} files, {checked})")
+    return EXIT_OK
+
+
+def _trust(args: argparse.Namespace) -> dict[str, Any]:
+    """`load()`'s public_key / certificate_chain from --public-key / --certificate-chain."""
+    if getattr(args, "public_key", None):
+        return {"public_key": args.public_key}
+    if getattr(args, "certificate_chain", None):
+        return {"certificate_chain": args.certificate_chain}
+    return {}
+
+
+def _signing_key(args: argparse.Namespace) -> Any:
+    from .._format._signature import SigningKey, paths
+
+    certificate = Path(args.signing_certificate) if args.signing_certificate else None
+    return SigningKey(Path(args.private_key), certificate, paths(args.certificate_chain))
+
+
+def sign(args: argparse.Namespace) -> int:
+    from .._write._sign import sign as sign_bundle
+
+    who = sign_bundle(args.bundle, args.private_key, signing_certificate=args.signing_certificate,
+                      certificate_chain=args.certificate_chain, force=args.force)  # fmt: skip
+    print(
+        f"signed {args.bundle} ({who}); check it with: hlobundle verify {args.bundle} --public-key ..."
+    )
     return EXIT_OK
 
 

@@ -53,8 +53,9 @@ def cases(root: Path) -> list[Path]:
 def run_case(case: Path, implementation: list[str] | None = None) -> Outcome:
     spec = json.loads((case / "case.json").read_text())
     expect = spec["expect"]
+    key = case / spec["public_key"] if "public_key" in spec else None  # verify its signature
     got, detail, outputs = (
-        _run_external(case, implementation) if implementation else _run_here(case)
+        _run_external(case, implementation, key) if implementation else _run_here(case, key)
     )
     if got == "ok" and expect == "ok":
         detail = _compare(case, outputs, spec["rtol"], spec["atol"])
@@ -64,14 +65,14 @@ def run_case(case: Path, implementation: list[str] | None = None) -> Outcome:
     return Outcome(case.name, expect, got, passed, detail)
 
 
-def _run_here(case: Path) -> tuple[str, str, dict[str, np.ndarray]]:
+def _run_here(case: Path, key: Path | None) -> tuple[str, str, dict[str, np.ndarray]]:
     from .._read._reader import load
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             bundle = load(case / "bundle")
-            bundle.verify()
+            bundle.verify(public_key=key)
             fn = bundle.function("auto")
             args = _inputs(case, bundle.manifest) or [
                 bundle.tensor(a.name) for a in bundle.arguments
@@ -90,9 +91,12 @@ def _inputs(case: Path, manifest: Manifest) -> list[np.ndarray] | None:
         return [npz[a.name] for a in manifest.arguments]
 
 
-def _run_external(case: Path, command: list[str]) -> tuple[str, str, dict[str, np.ndarray]]:
+def _run_external(
+    case: Path, command: list[str], key: Path | None
+) -> tuple[str, str, dict[str, np.ndarray]]:
     bundle = case / "bundle"
-    verdict = _call([*command, "verify", str(bundle), "--json"])
+    signed = ["--public-key", str(key)] if key else []
+    verdict = _call([*command, "verify", str(bundle), "--json", *signed])
     if not verdict.get("ok"):
         return str(verdict.get("code")), str(verdict.get("message", "")), {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -83,11 +83,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("bundle")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_commands.inspect)
-    p = sub.add_parser("verify", help="check a bundle's structure and checksums")
+    p = sub.add_parser("verify", help="check a bundle's structure and checksums (and signature)")
     p.add_argument("bundle")
     p.add_argument("--quick", action="store_true", help="structure and sizes only, no checksums")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_commands.verify)
+    _add_trust(p)
+    p.set_defaults(handler=_commands.verify, parser=p)
+    p = sub.add_parser("sign", help="sign a bundle (OpenSSF model signing, model.sig)")
+    p.add_argument("bundle")
+    _add_signing_key(p, "--private-key", required=True)
+    p.add_argument("--force", action="store_true", help="replace an existing signature")
+    p.set_defaults(handler=_commands.sign)
     p = sub.add_parser("conformance", help="run the conformance suite against an implementation")
     p.add_argument(
         "dir",
@@ -144,6 +150,7 @@ def _add_pack(sub: Any) -> None:
     p.add_argument("--function", help="the function's name (default: the module's name)")
     p.add_argument("--target-version", help="StableHLO version of the portable artifact")
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
+    _add_signing_key(p, "--sign-key", required=False)
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--compute-expected", action="store_true",
@@ -154,6 +161,23 @@ def _add_pack(sub: Any) -> None:
         help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>",
     )  # fmt: skip
     p.set_defaults(handler=_commands.pack, parser=p)
+
+
+def _add_signing_key(p: argparse.ArgumentParser, flag: str, *, required: bool) -> None:
+    p.add_argument(flag, dest="private_key", required=required, metavar="KEY.pem",
+                   help="sign with this elliptic-curve private key (SPEC.md, 'Signature')")  # fmt: skip
+    p.add_argument("--signing-certificate", metavar="CERT.pem",
+                   help="the key's certificate, to sign with a certificate (needs --private-key)")  # fmt: skip
+    p.add_argument("--certificate-chain", nargs="+", default=[], metavar="CERT.pem",
+                   help="the certificates from the signing certificate up to a root")  # fmt: skip
+
+
+def _add_trust(p: argparse.ArgumentParser) -> None:
+    trust = p.add_mutually_exclusive_group()
+    trust.add_argument("--public-key", metavar="PUB.pem",
+                       help="require a signature by this key (checked before anything runs)")  # fmt: skip
+    trust.add_argument("--certificate-chain", nargs="+", metavar="CERT.pem",
+                       help="require a signature by a certificate this chain trusts")  # fmt: skip
 
 
 def _add_run(sub: Any) -> None:
@@ -183,6 +207,7 @@ def _add_run(sub: Any) -> None:
         help="check every file's sha256 first and run on exactly the verified bytes (tensor files "
         "are read into memory); module files are always checked",
     )  # fmt: skip
+    _add_trust(p)
     p.add_argument("--devices", type=int, metavar="N",
                    help="devices to run a sharded bundle on (default: its mesh's size; 1: unsharded)")  # fmt: skip
     p.add_argument("--distributed", action="store_true",

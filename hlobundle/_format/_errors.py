@@ -18,10 +18,12 @@ HloBundleError
 │   │   └── FileUnlistedError              FILE_UNLISTED
 │   ├── IntegrityError                 (family)
 │   │   ├── SizeMismatchError              SIZE_MISMATCH
-│   │   └── HashMismatchError              HASH_MISMATCH
+│   │   ├── HashMismatchError              HASH_MISMATCH
+│   │   ├── UnsignedError                  SIGNATURE_MISSING: no model.sig where one is required
+│   │   └── SignatureInvalidError          SIGNATURE_INVALID: model.sig does not verify
 │   ├── TensorFileError                SAFETENSORS_INVALID
 │   │   └── TensorMismatchError            TENSOR_MISMATCH
-│   ├── SignatureError                 SIGNATURE_MISMATCH
+│   ├── SignatureError                 SIGNATURE_MISMATCH: @main's types differ from the manifest
 │   ├── ModuleMismatchError            MODULE_MISMATCH
 │   └── LimitError                     LIMIT_EXCEEDED
 ├── ModuleError                    MLIR_INVALID
@@ -68,11 +70,13 @@ __all__ = [
     "NotPortableError",
     "OutputExistsError",
     "SignatureError",
+    "SignatureInvalidError",
     "SizeMismatchError",
     "TensorFileError",
     "TensorMismatchError",
     "TransformError",
     "UnsafePathError",
+    "UnsignedError",
     "VersionError",
     "X64DisabledError",
 ]
@@ -164,6 +168,19 @@ class SizeMismatchError(IntegrityError):
 
 class HashMismatchError(IntegrityError):
     code = "HASH_MISMATCH"
+
+
+class UnsignedError(IntegrityError):
+    """A signature is required (a public key or certificate chain was given) and there is none."""
+
+    code = "SIGNATURE_MISSING"
+
+
+class SignatureInvalidError(IntegrityError):
+    """The bundle's signature (`model.sig`) does not verify: a wrong key or certificate, a
+    broken envelope, or files whose digests differ from the signed ones (SPEC.md, "Signature")."""
+
+    code = "SIGNATURE_INVALID"
 
 
 class TensorFileError(BundleError):

@@ -28,3 +28,6 @@ MAX_TENSOR_HEADER_BYTES = 100 * MIB  # safetensors' own cap
 
 # inputs the runner makes up, and arrays it reads from .npz/.npy/.safetensors input files
 MAX_GENERATED_INPUT_BYTES = 4 * GIB
+
+# A signature file (SPEC.md, "Signature"): a few KiB, even with a certificate chain.
+MAX_SIGNATURE_BYTES = 1 << 20

@@ -27,7 +27,7 @@ from ._dtypes import NAMES
 # 1.0 (2026-12-02): first version.
 # 1.1 (2026-12-02): `batched`, an optional batched module.
 FORMAT = "hlobundle"
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 

@@ -21,13 +21,20 @@ from .._format._errors import (
 )
 from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest, TensorRef
 from .._format._manifest_json import parse_manifest, read_manifest_bytes
+from .._format._signature import SIGNATURE_NAME
 
 
 def check_file_set(root: Path, manifest: Manifest) -> None:
     """Every file is listed, every listed file exists with its size, every reference is listed."""
     for name in manifest.files:
         _paths.check_name(name, field=f"files[{name!r}]")
-    on_disk = set(_paths.walk(root)) - {MANIFEST_NAME}
+    if SIGNATURE_NAME in manifest.files:
+        raise ManifestError(
+            f"files lists {SIGNATURE_NAME}, the name reserved for the bundle's signature "
+            "(SPEC.md, 'Signature')",
+            field=f"files[{SIGNATURE_NAME!r}]",
+        )
+    on_disk = set(_paths.walk(root)) - {MANIFEST_NAME, SIGNATURE_NAME}
     listed = set(manifest.files)
     for name in sorted(listed - on_disk):
         raise FileMissingError(f"{name} is listed in the manifest but missing", path=name)
@@ -158,7 +165,8 @@ def check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
         )
 
 
-def read_manifest(root: Path) -> Manifest:
+def read_manifest(root: Path) -> tuple[Manifest, str]:
+    """The bundle's manifest, parsed and checked, and the sha256 of the bytes it was parsed from."""
     if not root.exists():
         raise NotABundleError(f"{str(root)!r} does not exist", path=root)
     if not root.is_dir():
@@ -170,7 +178,8 @@ def read_manifest(root: Path) -> Manifest:
         raise NotABundleError(
             f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle", path=MANIFEST_NAME
         )
-    return parse_manifest(read_manifest_bytes(path), path=MANIFEST_NAME)
+    data = read_manifest_bytes(path)
+    return parse_manifest(data, path=MANIFEST_NAME), hashlib.sha256(data).hexdigest()
 
 
 def read_module_file(root: Path, manifest: Manifest, name: str) -> tuple[bytes, str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._format import _dtypes
+from .._format import _dtypes, _signature
 from .._format._manifest import Manifest
 from . import _files
 
@@ -28,16 +28,19 @@ class Summary:
     path: Path
     manifest: Manifest
     ops: dict[str, int]  # op name -> how many the module text has, most first
+    signer: str | None  # who the signature says signed (unverified), or None when unsigned
 
 
 def summarize(path: str | os.PathLike[str]) -> Summary:
     """Read and check a bundle's manifest, file set, tensor headers and module text."""
     root = Path(path)
-    manifest = _files.read_manifest(root)
+    manifest, _ = _files.read_manifest(root)
     _files.check_file_set(root, manifest)
     _files.open_tensor_files(root, manifest, with_safetensors=False)  # agree with the manifest
     data, _ = _files.read_module_file(root, manifest, manifest.module.text)
-    return Summary(root, manifest, op_histogram(_files.module_text(data, manifest.module.text)))
+    ops = op_histogram(_files.module_text(data, manifest.module.text))
+    signature = _signature.read(root)
+    return Summary(root, manifest, ops, None if signature is None else _signature.signer(signature))
 
 
 # An operation starts a statement: `%r = dialect.op ...`, `%r:2 = "dialect.op"(...)`, or
@@ -181,6 +184,8 @@ def render(summary: Summary) -> str:
                 else []
             ),
             f"files     {len(m.files)}, {human_bytes(size)} ({size:,} bytes)",
+            "signed    no" if summary.signer is None else
+            f"signed    by {summary.signer} (unverified: verify --public-key checks it)",
             *_role_totals(m.arguments),
             *(
                 [f"custom calls the producer opted in to: {', '.join(m.module.allowed_custom_calls)}"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .._format import _dtypes, _mlir, _paths, _portable, _stored
+from .._format import _dtypes, _mlir, _paths, _portable, _signature, _stored
 from .._format._errors import (
     InputError,
     ManifestError,
@@ -18,6 +18,7 @@ from .._format._errors import (
     TensorMismatchError,
 )
 from .._format._manifest import (
+    MANIFEST_NAME,
     Argument,
     Result,
     TensorRef,
@@ -29,7 +30,13 @@ if TYPE_CHECKING:
     from .._run._function import BundleFunction
 
 
-def load(path: str | os.PathLike[str], *, verify: bool = False) -> Bundle:
+def load(
+    path: str | os.PathLike[str],
+    *,
+    verify: bool = False,
+    public_key: str | os.PathLike[str] | None = None,
+    certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+) -> Bundle:
     """Open a bundle and check everything but the tensor checksums (`Bundle.verify()` adds those).
 
     Loading checks the structure, the format version, the path rules, every file's size, and
@@ -42,10 +49,13 @@ def load(path: str | os.PathLike[str], *, verify: bool = False) -> Bundle:
 
     - `verify`: also run `Bundle.verify()`, reading every tensor file into private memory first,
       so that the tensors used are exactly the bytes whose sha256 was checked.
+    - `public_key`, `certificate_chain`: require the bundle to be signed (SPEC.md, "Signature")
+      by this key (a PEM file), or by a certificate this chain trusts. Implies `verify`: what
+      runs is exactly what was signed.
     """
     bundle = Bundle(Path(path))
-    if verify:
-        bundle.verify(in_memory=True)
+    if verify or public_key is not None or certificate_chain:
+        bundle.verify(in_memory=True, public_key=public_key, certificate_chain=certificate_chain)
     return bundle
 
 
@@ -70,7 +80,7 @@ class Bundle:
 
     def __init__(self, root: Path) -> None:
         self.path = root
-        self.manifest = _files.read_manifest(root)
+        self.manifest, self.manifest_sha256 = _files.read_manifest(root)
         _files.check_file_set(root, self.manifest)
         self.modules = {
             form.key: self._read_module(form)
@@ -83,6 +93,7 @@ class Bundle:
         self.signature: _mlir.Signature = signature
         self._tensor_files = _files.open_tensor_files(root, self.manifest)
         self._same_program: set[str] = set()
+        self.signer: str | None = None  # who signed, once verify(public_key=...) has checked it
 
     def __repr__(self) -> str:
         m = self.manifest
@@ -214,9 +225,17 @@ class Bundle:
 
         return BundleFunction(self, backend, donate, devices)
 
-    def verify(self, *, in_memory: bool = False) -> None:
+    def verify(
+        self,
+        *,
+        in_memory: bool = False,
+        public_key: str | os.PathLike[str] | None = None,
+        certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+    ) -> None:
         """Check every file's sha256, that each portable artifact is the same program as its
-        text, and that bool tensors hold only 0 and 1.
+        text, and that bool tensors hold only 0 and 1; with `public_key` or
+        `certificate_chain`, also that the bundle's signature verifies and covers exactly these
+        files (`UnsignedError`, `SignatureInvalidError`).
 
         Module files were checked when the bundle was loaded, from the bytes that run. Tensor
         files are hashed through the files opened at load; with `in_memory=True` they are first
@@ -239,6 +258,25 @@ class Bundle:
                     path=ref.file,
                     field=field,
                 )
+        if public_key is not None or certificate_chain:
+            trust = _signature.Trust(
+                Path(public_key) if public_key is not None else None,
+                _signature.paths(certificate_chain),
+            )
+            self.signer = _signature.verify(self.path, self.digests(), trust)
+
+    def digests(self) -> dict[str, str]:
+        """The sha256 of every file a signature covers: the listed files (as the manifest says,
+        which `verify()` checks) and the manifest (as read)."""
+        return {
+            **{name: entry.sha256 for name, entry in self.manifest.files.items()},
+            MANIFEST_NAME: self.manifest_sha256,
+        }
+
+    @property
+    def signed(self) -> bool:
+        """Whether the bundle has a signature file (unverified: `verify(public_key=...)` checks it)."""
+        return _signature.present(self.path)
 
     def _file(self, name: str) -> Path:
         return _paths.resolve(self.path, name)

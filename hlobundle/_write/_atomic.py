@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _tensors
+from .._format import _signature, _tensors
 from .._format._errors import OutputExistsError
 from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
 
@@ -37,6 +37,7 @@ def write_bundle(
     arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
     *,
     force: bool,
+    signing_key: _signature.SigningKey | None = None,
 ) -> Path:
     _check_target(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -57,7 +58,13 @@ def write_bundle(
             for name in sorted([*files, *arrays])
         }
         final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
-        (tmp / MANIFEST_NAME).write_bytes(final.to_json())
+        manifest_bytes = final.to_json()
+        (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
+        if signing_key is not None:  # the last step: every file is written and hashed
+            digests = {name: entry.sha256 for name, entry in table.items()}
+            digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
+            signature = _signature.sign(tmp, digests, signing_key, name=out.name)
+            (tmp / _signature.SIGNATURE_NAME).write_bytes(signature)
         _fsync_tree(tmp)
         _move_into_place(tmp, out, force)
     except BaseException:
@@ -66,9 +73,13 @@ def write_bundle(
     return out
 
 
-def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write one file through a temporary beside it, fsynced and renamed into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
+def write_file_atomically(
+    path: Path, data: bytes, mode: int = 0o644, *, scratch: Path | None = None
+) -> None:
+    """Write one file through a temporary in `scratch` (default: beside it; give another
+    directory on the same file system when no stray file may appear beside it, as in a bundle),
+    fsynced and renamed into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=scratch or path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

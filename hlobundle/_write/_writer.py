@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import ValidationError
 
-from .._format import _dtypes, _mlir, _stored
+from .._format import _dtypes, _mlir, _signature, _stored
 from .._format._errors import BackendUnavailableError, InputError
 from .._format._manifest import (
     BatchedModule,
@@ -63,6 +63,7 @@ class PackOptions:
     with_vjp: bool | Callable[..., Any] = False
     batched: str | Callable[..., Any] | None = None
     batched_arguments: Sequence[str] = ()
+    sign_key: _signature.SigningKey | None = None  # sign as the last step (`pack --sign-key`)
 
 
 def pack(
@@ -188,7 +189,7 @@ def _pack_checked(
         manifest = _add_batched(manifest, opt.batched, opt.batched_arguments, target, files)
     if opt.expected is not None:
         manifest = _add_expected(manifest, arrays, portable, opt)
-    return write_bundle(out, manifest, files, arrays, force=opt.force)
+    return write_bundle(out, manifest, files, arrays, force=opt.force, signing_key=opt.sign_key)
 
 
 class Executor(Protocol):

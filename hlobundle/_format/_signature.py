@@ -1,0 +1,221 @@
+"""Signatures (SPEC.md, "Signature"; format 1.2): an OpenSSF Model Signing signature of every file
+of a bundle, stored at the reserved name `model.sig`, and made and checked by the `model-signing`
+package (the `sign` extra), so that its own CLI verifies what hlobundle signs, and the reverse.
+
+A signature is a DSSE envelope over an in-toto statement listing each file's sha256. hlobundle
+never hashes a file twice for it: the digests it signs or checks are the ones the reader has
+just verified (the manifest's, for the listed files) and the sha256 of the manifest's bytes as
+read. This module is the one place that imports model-signing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import _limits
+from ._errors import (
+    BackendUnavailableError,
+    InputError,
+    LimitError,
+    SignatureInvalidError,
+    UnsignedError,
+)
+
+SIGNATURE_NAME = "model.sig"  # reserved: never listed in the manifest, never an unlisted file
+MAX_SIGNATURE_BYTES = _limits.MAX_SIGNATURE_BYTES
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """What signs: an elliptic-curve private key, alone or with its certificate and chain."""
+
+    private_key: Path
+    certificate: Path | None = None
+    certificate_chain: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What a signature must verify against: a public key, or a certificate chain."""
+
+    public_key: Path | None = None
+    certificate_chain: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.public_key is None) == (not self.certificate_chain):
+            raise ValueError("give a public key or a certificate chain (one of them)")
+
+
+def _model_signing() -> Any:
+    try:
+        import model_signing.hashing
+        import model_signing.manifest
+        import model_signing.signing
+        import model_signing.verifying
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"signatures need the sign extra (model-signing): pip install 'hlobundle[sign]' ({e})"
+        ) from None
+    return model_signing
+
+
+def _statement(digests: dict[str, str], name: str) -> Any:
+    """model-signing's manifest of the files with these sha256 digests (hex), by file name."""
+    ms = _model_signing()
+    from model_signing._hashing.hashing import Digest  # not re-exported by model-signing 1.1
+
+    serialization = ms.manifest.SerializationType.from_args(
+        {"method": "files", "hash_type": "sha256", "allow_symlinks": False,
+         "ignore_paths": [SIGNATURE_NAME]}
+    )  # fmt: skip
+    items = [
+        ms.manifest.FileManifestItem(path=Path(file), digest=Digest("sha256", bytes.fromhex(hex_)))
+        for file, hex_ in sorted(digests.items())
+    ]
+    return ms.manifest.Manifest(name, items, serialization)
+
+
+def _hashing_from(digests: dict[str, str], name: str) -> Any:
+    """A hashing configuration that returns the already-verified digests instead of hashing."""
+    ms = _model_signing()
+
+    class Verified(ms.hashing.Config):  # type: ignore[misc, name-defined]
+        def hash(self, model_path: Any, *, files_to_hash: Any = None) -> Any:
+            return _statement(digests, name)
+
+        def add_ignored_paths(self, *, model_path: Any, paths: Any) -> None:
+            pass  # the reserved name is the only file not signed, and is not in `digests`
+
+    return Verified()
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="hlobundle-signature-") as d:
+        yield Path(d)
+
+
+def sign(root: Path, digests: dict[str, str], key: SigningKey, *, name: str | None = None) -> bytes:
+    """The signature of the bundle at `root` (named `name`, default its directory's name), whose
+    files have these (verified) sha256 digests."""
+    ms = _model_signing()
+    config = ms.signing.Config().set_hashing_config(_hashing_from(digests, name or root.name))
+    try:
+        if key.certificate is not None:
+            config.use_certificate_signer(private_key=key.private_key,
+                                          signing_certificate=key.certificate,
+                                          certificate_chain=list(key.certificate_chain))  # fmt: skip
+        else:
+            config.use_elliptic_key_signer(private_key=key.private_key)
+        with _scratch() as d:
+            config.sign(root, d / SIGNATURE_NAME)
+            return (d / SIGNATURE_NAME).read_bytes()
+    except (ValueError, TypeError, OSError) as e:  # unreadable or unsupported key or certificate
+        raise InputError(
+            f"cannot sign with {key.private_key}: {_reason(e)}", argument="private_key"
+        ) from None
+
+
+def read(root: Path) -> bytes | None:
+    """The signature's bytes (size-limited, not through a symlink), or None when there is none."""
+    path = root / SIGNATURE_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a symlink (ELOOP), a directory, no permission
+        raise SignatureInvalidError(
+            f"{SIGNATURE_NAME} cannot be read: {e}", path=SIGNATURE_NAME
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SignatureInvalidError(f"{SIGNATURE_NAME} is not a file", path=SIGNATURE_NAME)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_SIGNATURE_BYTES + 1)
+    if len(data) > MAX_SIGNATURE_BYTES:
+        raise LimitError(
+            f"{SIGNATURE_NAME} is over {MAX_SIGNATURE_BYTES} bytes (SPEC.md, 'Signature')",
+            path=SIGNATURE_NAME,
+        )
+    return data
+
+
+def present(root: Path) -> bool:
+    return os.path.lexists(root / SIGNATURE_NAME)
+
+
+def verify(root: Path, digests: dict[str, str], trust: Trust) -> str:
+    """Check the bundle's signature against `trust` and the (verified) digests of its files.
+
+    **Returns:** who signed, as `signer()` says.
+    """
+    data = read(root)
+    if data is None:
+        raise UnsignedError(
+            f"the bundle is not signed: it has no {SIGNATURE_NAME}", path=SIGNATURE_NAME
+        )
+    ms = _model_signing()
+    config = ms.verifying.Config().set_hashing_config(_hashing_from(digests, root.name))
+    try:
+        if trust.public_key is not None:
+            config.use_elliptic_key_verifier(public_key=trust.public_key)
+        else:
+            config.use_certificate_verifier(certificate_chain=list(trust.certificate_chain))
+    except (ValueError, TypeError, OSError) as e:  # the user's key or certificates
+        which = "public_key" if trust.public_key is not None else "certificate_chain"
+        raise InputError(
+            f"cannot verify with the given {which}: {_reason(e)}", argument=which
+        ) from None
+    with _scratch() as d:
+        (d / SIGNATURE_NAME).write_bytes(data)  # the bytes read once, checked where they are
+        try:
+            config.verify(root, d / SIGNATURE_NAME)
+        except Exception as e:  # model-signing and its crypto raise many kinds
+            raise SignatureInvalidError(
+                f"{SIGNATURE_NAME} does not verify: {_reason(e)}", path=SIGNATURE_NAME
+            ) from None
+    return signer(data)
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def signer(data: bytes) -> str:
+    """Who a signature says signed it (untrusted until verified): a key's hint or a
+    certificate's subject."""
+    try:
+        material = json.loads(data).get("verificationMaterial", {})
+        hint = material.get("publicKey", {}).get("hint")
+        if isinstance(hint, str):
+            return f"key {hint[:64]}"
+        chain = material.get("x509CertificateChain", {}).get("certificates", [])
+        if chain:
+            return f"certificate {_subject(chain[0].get('rawBytes', ''))}"
+    except (ValueError, AttributeError, TypeError):
+        pass
+    return "an unknown signer"
+
+
+def _subject(raw: str) -> str:
+    import base64
+
+    try:
+        from cryptography import x509
+
+        return x509.load_der_x509_certificate(base64.b64decode(raw)).subject.rfc4514_string()[:200]
+    except Exception:  # an untrusted, unparsable certificate
+        return "(unreadable)"
+
+
+def paths(values: Sequence[str | os.PathLike[str]] | None) -> tuple[Path, ...]:
+    return tuple(Path(v) for v in values or ())

@@ -1,0 +1,47 @@
+"""`sign()`: add a signature to a bundle (SPEC.md, "Signature"), made over what `verify` checked."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from .._format import _signature
+from .._format._errors import OutputExistsError
+from .._read._reader import Bundle, load
+from ._atomic import write_file_atomically
+
+
+def sign(
+    bundle: Bundle | str | os.PathLike[str],
+    private_key: str | os.PathLike[str],
+    *,
+    signing_certificate: str | os.PathLike[str] | None = None,
+    certificate_chain: Sequence[str | os.PathLike[str]] = (),
+    force: bool = False,
+) -> str:
+    """Sign a bundle with an elliptic-curve private key (a PEM file), alone or with its
+    certificate and chain, writing `model.sig` into it. The bundle is verified first (every
+    file hashed): the signature covers exactly the checked files and manifest.
+
+    **Arguments:**
+
+    - `force`: replace an existing signature (otherwise `OutputExistsError`).
+
+    **Returns:** who signed, as a verifier will report it (`key <hint>` or `certificate <subject>`).
+    """
+    b = bundle if isinstance(bundle, Bundle) else load(bundle)
+    if _signature.present(b.path) and not force:
+        raise OutputExistsError(
+            f"{b.path} is already signed; pass --force (force=True) to replace its signature",
+            path=b.path / _signature.SIGNATURE_NAME,
+        )
+    b.verify()
+    key = _signature.SigningKey(
+        _signature.paths([private_key])[0],
+        _signature.paths([signing_certificate])[0] if signing_certificate else None,
+        _signature.paths(certificate_chain),
+    )
+    data = _signature.sign(b.path, b.digests(), key)
+    # The temporary lives beside the bundle, not in it: a crash leaves no unlisted file inside.
+    write_file_atomically(b.path / _signature.SIGNATURE_NAME, data, scratch=b.path.parent)
+    return _signature.signer(data)

@@ -1,0 +1,290 @@
+"""Signed bundles (SPEC.md, "Signature"): OpenSSF model signing at the reserved name model.sig,
+made and checked by hlobundle and by the standard `model_signing` tool, both ways."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import ROOT, cli, edit_manifest, identity_module, rehash, sample
+
+import hlobundle
+
+pytest.importorskip("model_signing", reason="the sign extra (model-signing) is not installed")
+
+from cryptography import x509  # noqa: E402 (installed with model-signing)
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+MODEL_SIGNING = str(Path(sys.executable).parent / "model_signing")
+
+
+def _write_key(key: ec.EllipticCurvePrivateKey, private: Path, public: Path) -> None:
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))  # fmt: skip
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    for name in ("a", "b"):
+        _write_key(ec.generate_private_key(ec.SECP256R1()), d / f"{name}.pem", d / f"{name}.pub")
+    return d
+
+
+def _certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=not ca, key_cert_sign=ca, crl_sign=ca,
+                          content_commitment=False, key_encipherment=False, data_encipherment=False,
+                          key_agreement=False, encipher_only=False, decipher_only=False),
+            critical=True,
+        )
+    )  # fmt: skip
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A root CA, and a signing certificate it issued for the key `leaf.pem`."""
+    d = tmp_path_factory.mktemp("pki")
+    root_key, leaf_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(2))
+    root = _certificate("hlobundle test root", root_key, "hlobundle test root", root_key, ca=True)
+    leaf = _certificate("release-bot", leaf_key, "hlobundle test root", root_key, ca=False)
+    _write_key(leaf_key, d / "leaf.pem", d / "leaf.pub")
+    (d / "root.crt").write_bytes(root.public_bytes(serialization.Encoding.PEM))
+    (d / "leaf.crt").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    other_key = ec.generate_private_key(ec.SECP256R1())
+    other = _certificate("other root", other_key, "other root", other_key, ca=True)
+    (d / "other.crt").write_bytes(other.public_bytes(serialization.Encoding.PEM))
+    return d
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    out = tmp_path / "lenet.hlobundle"
+    shutil.copytree(EXAMPLE, out)
+    return out
+
+
+def _signed(bundle: Path, keys: Path) -> Path:
+    r = cli("sign", bundle, "--private-key", keys / "a.pem")
+    assert r.returncode == 0, r.stderr
+    return bundle
+
+
+def test_sign_then_verify_with_the_public_key(bundle, keys):
+    r = cli("sign", bundle, "--private-key", keys / "a.pem")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"signed {bundle} (key ")
+    assert (bundle / "model.sig").is_file()
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 0, r.stderr
+    assert "sha256 checked, signed by key " in r.stdout
+    report = json.loads(cli("verify", bundle, "--json").stdout)  # no key: the signature is ignored
+    assert report["ok"] and report["signed"] is True and report["signer"] is None
+    assert "signed    by key " in cli("inspect", bundle).stdout
+
+
+def test_sign_and_verify_with_certificates(bundle, pki):
+    r = cli("sign", bundle, "--private-key", pki / "leaf.pem", "--signing-certificate",
+            pki / "leaf.crt", "--certificate-chain", pki / "root.crt")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "certificate CN=release-bot" in r.stdout
+    r = cli("verify", bundle, "--certificate-chain", pki / "root.crt")
+    assert r.returncode == 0, r.stderr
+    assert "signed by certificate CN=release-bot" in r.stdout
+    r = cli("verify", bundle, "--certificate-chain", pki / "other.crt")
+    assert r.returncode == 1 and "error [SIGNATURE_INVALID]" in r.stderr
+
+
+def test_an_unsigned_bundle_fails_only_when_a_key_is_given(bundle, keys):
+    assert json.loads(cli("verify", bundle, "--json").stdout)["signed"] is False
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1
+    assert r.stderr.startswith(
+        "error [SIGNATURE_MISSING] the bundle is not signed: it has no model.sig"
+    )
+
+
+def test_a_wrong_key_fails(bundle, keys):
+    _signed(bundle, keys)
+    r = cli("verify", bundle, "--public-key", keys / "b.pub")
+    assert r.returncode == 1 and r.stderr.startswith("error [SIGNATURE_INVALID]")
+    assert "Key mismatch" in r.stderr
+
+
+FILES = sorted(p.name for p in EXAMPLE.iterdir())
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_changed_file_with_a_rewritten_manifest_fails(bundle, keys, name):
+    # The attacker changes a file and rewrites the manifest's hashes to match: `verify` alone
+    # accepts that; the signature must not.
+    _signed(bundle, keys)
+    if name == "manifest.json":
+        edit_manifest(bundle, lambda m: m["provenance"].update(producer="someone else"))
+    else:
+        data = bytearray((bundle / name).read_bytes())
+        data[-1] ^= 1
+        (bundle / name).write_bytes(bytes(data))
+        rehash(bundle, name)
+    if name in ("module.mlir", "module.mlirbc", "batched.mlir", "batched.mlirbc"):
+        # a module changes its program: the reader refuses it before the signature is read
+        assert cli("verify", bundle).returncode == 1
+        return
+    assert cli("verify", bundle).returncode == 0  # integrity alone is satisfied
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith(
+        "error [SIGNATURE_INVALID] model.sig does not verify: Signature mismatch"
+    )
+
+
+def test_a_file_added_to_the_manifest_fails(bundle, keys):
+    _signed(bundle, keys)
+    (bundle / "notes.txt").write_text("added after signing")
+    edit_manifest(
+        bundle, lambda m: m["files"].update({"notes.txt": {"size": 0, "sha256": "0" * 64}})
+    )
+    rehash(bundle, "notes.txt")  # a listed file, with its true hash
+    assert cli("verify", bundle).returncode == 0
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and "Extra files found" in r.stderr
+
+
+def test_run_and_load_refuse_a_tampered_signed_bundle_before_running(bundle, keys, tmp_path):
+    _signed(bundle, keys)
+    edit_manifest(bundle, lambda m: m["provenance"].update(producer="someone else"))
+    r = cli("run", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("error [SIGNATURE_INVALID]")
+    with pytest.raises(hlobundle.SignatureInvalidError):
+        hlobundle.load(bundle, public_key=keys / "a.pub")
+
+
+def test_run_with_the_right_key_runs(bundle, keys):
+    _signed(bundle, keys)
+    r = cli("run", bundle, "--public-key", keys / "a.pub", "--backend", "xla")
+    assert r.returncode == 0, r.stderr
+    b = hlobundle.load(bundle, public_key=keys / "a.pub")
+    assert b.signer.startswith("key ")
+
+
+@pytest.mark.subprocess
+def test_the_standard_tool_verifies_what_hlobundle_signs(bundle, keys):
+    _signed(bundle, keys)
+    r = subprocess.run([MODEL_SIGNING, "verify", "key", bundle, "--signature", bundle / "model.sig",
+                        "--public_key", keys / "a.pub"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Verification succeeded" in r.stdout + r.stderr
+
+
+@pytest.mark.subprocess
+def test_hlobundle_verifies_what_the_standard_tool_signs(bundle, keys):
+    r = subprocess.run([MODEL_SIGNING, "sign", "key", bundle, "--signature", bundle / "model.sig",
+                        "--private_key", keys / "b.pem"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = cli("verify", bundle, "--public-key", keys / "b.pub")
+    assert r.returncode == 0, r.stderr
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and "SIGNATURE_INVALID" in r.stderr
+
+
+def test_pack_signs_as_its_last_step(tmp_path, keys):
+    x = sample((3,), "float32")
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "m.mlir").write_text(identity_module(x))
+    r = cli("pack", tmp_path / "m.mlir", "--inputs", tmp_path / "x.npy", "-o", tmp_path / "b",
+            "--sign-key", keys / "a.pem")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "m.mlir", "x.npy"]  # no leftovers
+    r = cli("verify", tmp_path / "b", "--public-key", keys / "a.pub")
+    assert r.returncode == 0, r.stderr
+    r = cli(
+        "pack", tmp_path / "m.mlir", "-o", tmp_path / "c", "--signing-certificate", keys / "a.pem"
+    )
+    assert r.returncode == 2 and "sign with --sign-key" in r.stderr
+
+
+def test_signing_twice_needs_force(bundle, keys):
+    _signed(bundle, keys)
+    r = cli("sign", bundle, "--private-key", keys / "b.pem")
+    assert r.returncode == 1 and "error [OUTPUT_EXISTS]" in r.stderr and "--force" in r.stderr
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0  # untouched
+    assert cli("sign", bundle, "--private-key", keys / "b.pem", "--force").returncode == 0
+    assert cli("verify", bundle, "--public-key", keys / "b.pub").returncode == 0
+
+
+def test_the_library_signs_and_verifies(bundle, keys):
+    who = hlobundle.sign(bundle, keys / "a.pem")
+    b = hlobundle.load(bundle)
+    assert b.signed and b.signer is None
+    b.verify(public_key=keys / "a.pub")
+    assert b.signer == who
+
+
+# --- a hostile model.sig: read once, bounded, never through a link ---------------------------
+
+
+def test_a_garbage_signature_is_invalid(bundle, keys):
+    (bundle / "model.sig").write_bytes(b"\x00not a signature")
+    assert cli("verify", bundle).returncode == 0  # ignored without a key
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and r.stderr.startswith(
+        "error [SIGNATURE_INVALID] model.sig does not verify"
+    )
+    assert "signed    by an unknown signer" in cli("inspect", bundle).stdout
+
+
+def test_an_oversized_signature_is_refused_unread(bundle, keys):
+    with open(bundle / "model.sig", "wb") as f:
+        f.truncate((1 << 20) + 1)
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and r.stderr.startswith("error [LIMIT_EXCEEDED] model.sig is over")
+
+
+def test_a_signature_that_is_a_symlink_or_a_directory_is_refused(bundle, keys, tmp_path):
+    outside = tmp_path / "elsewhere.sig"
+    _signed(bundle, keys)
+    shutil.move(bundle / "model.sig", outside)
+    (bundle / "model.sig").symlink_to(outside)
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and r.stderr.startswith("error [PATH_UNSAFE] 'model.sig' is a symlink")
+    (bundle / "model.sig").unlink()
+    (bundle / "model.sig").mkdir()
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and r.stderr.startswith(
+        "error [SIGNATURE_INVALID] model.sig is not a file"
+    )
+
+
+def test_the_manifest_may_not_list_the_reserved_name(bundle):
+    (bundle / "model.sig").write_bytes(b"x")
+    edit_manifest(
+        bundle, lambda m: m["files"].update({"model.sig": {"size": 0, "sha256": "0" * 64}})
+    )
+    rehash(bundle, "model.sig")
+    r = cli("verify", bundle)
+    assert r.returncode == 1
+    assert r.stderr.startswith("error [MANIFEST_INVALID] files lists model.sig, the name reserved")
