@@ -510,6 +510,45 @@ def trust_cost(tmp: Path, quick: bool) -> list[dict]:
                        capture_output=True)  # fmt: skip
 
 
+# --- signing ------------------------------------------------------------------------------------
+
+
+def sign_cost(tmp: Path, quick: bool) -> list[dict]:
+    """Signing a bundle / verifying it: both hash every byte, and signing reuses the hashes its
+    own verification computed (goal <= 1.2). The standard tool, which hashes again, for scale."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    import hlobundle
+
+    arrays = weights(64 * 1024**2 if quick else GiB, 64)
+    path = hlobundle.pack(module_for(arrays), arrays, tmp / "sign-big")
+    del arrays
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                    serialization.PrivateFormat.PKCS8,
+                                                    serialization.NoEncryption()))  # fmt: skip
+    tool = [str(Path(PY).parent / "model_signing"), "sign", "key", str(path), "--signature",
+            str(tmp / "tool.sig"), "--private_key", str(tmp / "key.pem")]  # fmt: skip
+    res = interleaved(
+        {
+            "verify": lambda: hlobundle.load(path).verify(),
+            "sign": lambda: hlobundle.sign(path, tmp / "key.pem", force=True),
+            "tool": lambda: subprocess.run(tool, check=True, capture_output=True),
+        },
+        3 if quick else 5,
+    )
+    size = "64 MiB" if quick else "1 GiB"
+    base = res["verify"][0]
+    return [
+        {"case": f"hlobundle sign / full verify, {size} (goal <= 1.2)", "s": res["sign"][0],
+         "ratio": res["sign"][0] / base},
+        {"case": f"model_signing sign key (the standard tool, hashing itself) / full verify, {size}",
+         "s": res["tool"][0], "ratio": res["tool"][0] / base},
+        {"case": f"full verify, {size}", "s": base, "ratio": 1.0},
+    ]  # fmt: skip
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -569,6 +608,7 @@ def main() -> None:
                 "Trust: load() and verify --quick of the checking reader / the reader before it",
                 trust_cost(tmp, args.quick),
             ),
+            ("Signing: time / a full verify of the same bundle", sign_cost(tmp, args.quick)),
         ]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

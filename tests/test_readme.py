@@ -19,3 +19,25 @@ def test_readme_python_block_runs(tmp_path, monkeypatch, index):
     code = compile(BLOCKS[index], f"README.md python block {index}", "exec")
     exec(code, {"__name__": "__readme__"})
     assert os.getcwd() == str(tmp_path)
+
+
+SIGNING = re.search(r"## Signed bundles.*?```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+@pytest.mark.subprocess
+def test_readme_signing_block_runs(tmp_path):
+    pytest.importorskip("model_signing", reason="the sign extra is not installed")
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the block makes its key with the openssl command, which is not installed")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    bin_dir = os.path.dirname(sys.executable)  # hlobundle and model_signing
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", SIGNING[1]], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Verification succeeded" in r.stdout + r.stderr
+    assert r.stdout.rstrip().endswith("ok")  # hlobundle run's last line
