@@ -53,6 +53,7 @@ _LAZY = {
     "load": "._read._reader",
     "emit_script": "._emit._emit",
     "export": "._write._export",
+    "from_exported": "._write._jax_export",
     "pack_reactant": "._write._reactant",
     "pack": "._write._writer",
     "pack_files": "._write._writer",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
     from ._read._reader import Bundle, load
     from ._write._export import export
+    from ._write._jax_export import from_exported
     from ._write._reactant import pack_reactant
     from ._write._sign import sign
     from ._write._writer import pack, pack_files
@@ -127,6 +129,7 @@ __all__ = [
     "__version__",
     "emit_script",
     "export",
+    "from_exported",
     "load",
     "pack",
     "pack_files",

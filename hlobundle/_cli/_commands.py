@@ -31,12 +31,16 @@ def pack(args: argparse.Namespace) -> int:
     from .. import pack_files, pack_reactant  # the public surface: it registers the runner
 
     modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
-    if args.module is None and args.from_reactant is None and len(modules) == 1:
+    sources = [x for x in (args.module, args.from_reactant, args.from_jax_export) if x is not None]
+    if not sources and len(modules) == 1:
         # `pack --inputs a.npz m.mlir`: --inputs takes every file after it, the module too
         args.module = modules[0]
         args.inputs = [i for i in args.inputs if i != modules[0]]
-    if (args.module is None) == (args.from_reactant is None):
-        args.parser.error("give either MODULE or --from-reactant PATH")
+        sources = [args.module]
+    if len(sources) != 1:
+        args.parser.error("give one of MODULE, --from-reactant PATH or --from-jax-export BLOB")
+    if args.from_jax_export:
+        return _pack_jax_export(args)
     if args.from_reactant and (args.inputs or args.layout != "auto"):
         args.parser.error("--from-reactant takes the inputs and layout from the export")
     options = dict(
@@ -63,6 +67,28 @@ def pack(args: argparse.Namespace) -> int:
     else:
         layout = args.layout.replace("-", "_")
         out = pack_files(args.module, args.inputs, args.output, layout=layout, **options)
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
+def _pack_jax_export(args: argparse.Namespace) -> int:
+    from .. import from_exported  # the public surface: it registers the runner
+    from .._write._jax_export import read_blob
+
+    given = [flag for flag, on in (("--inputs", args.inputs), ("--names", args.names),
+             ("--result-names", args.result_names), ("--expected", args.expected),
+             ("--compute-expected", args.compute_expected), ("--with-vjp", args.with_vjp),
+             ("--function", args.function), ("--sign-key", args.private_key)) if on]  # fmt: skip
+    if given or args.layout != "auto":
+        args.parser.error(
+            f"--from-jax-export takes names, results and the VJP from the Exported; {given[0] if given else '--layout'} "
+            "does not apply (example inputs: hlobundle.from_exported(..., inputs=...) in Python)"
+        )
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
+    out = from_exported(read_blob(args.from_jax_export), args.output, roles=dict(args.role),
+                        force=args.force, target_version=args.target_version)  # fmt: skip
     print(f"wrote {out}")
     return EXIT_OK
 

@@ -120,6 +120,10 @@ def _add_pack(sub: Any) -> None:
         help="the .py that Reactant's export_to_enzymejax wrote, or its directory (instead of MODULE)",
     )  # fmt: skip
     p.add_argument(
+        "--from-jax-export", metavar="BLOB",
+        help="a serialized jax.export.Exported (Exported.serialize()), instead of MODULE",
+    )  # fmt: skip
+    p.add_argument(
         "--inputs", nargs="+", action="extend", default=[], metavar="FILE",
         help=".npz, .npy (one per argument) or .safetensors; may be repeated",
     )  # fmt: skip

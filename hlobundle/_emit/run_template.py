@@ -109,7 +109,7 @@ def exported(file, in_avals, out_avals, name, get_vjp):
         "in_avals": in_avals,
         "out_tree": jax.tree_util.tree_structure(tuple(range(m))),
         "out_avals": out_avals,
-        "_has_named_shardings": False,
+        "_has_named_shardings": True,  # all None (unspecified), as jax.export writes them
         "_in_named_shardings": (None,) * n,
         "_out_named_shardings": (None,) * m,
         "in_shardings_hlo": (None,) * n,

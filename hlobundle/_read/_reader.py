@@ -225,6 +225,14 @@ class Bundle:
 
         return BundleFunction(self, backend, donate, devices)
 
+    def to_exported(self) -> Any:
+        """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was
+        exported with, when recorded; the backward module as its VJP). It serializes with
+        `Exported.serialize()` (which needs the `flatbuffers` package)."""
+        from .._run._backends._xla import to_exported
+
+        return to_exported(self)
+
     def verify(
         self,
         *,

@@ -41,18 +41,7 @@ def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
 
 
 def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
-    m = bundle.manifest
-    backward = bundle.backward_artifact
-    if backward is None:
-        get_vjp = _no_vjp
-    else:
-
-        def get_vjp(_: Any) -> Any:
-            return exported_for(m, backward, inputs=[*_avals(m.arguments), *cotangent_avals(m.results)],
-                                outputs=cotangent_avals(m.arguments), name=f"{m.function}_vjp",
-                                get_vjp=_no_second_order)  # fmt: skip
-
-    exported = exported_for(m, bundle.portable_artifact, get_vjp=get_vjp)
+    exported = exported_for(bundle.manifest, bundle.portable_artifact, get_vjp=_vjp_of(bundle))
     if (fast := _batched.fast_path(bundle, "vjp")) is not None:
         _batched.register(exported, fast)
     return lambda *flat: tuple(exported.call(*flat))
@@ -87,6 +76,44 @@ def _avals(values: Sequence[Any]) -> list[Any]:
     return [jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values]
 
 
+def to_exported(bundle: Bundle) -> Any:
+    """The bundle as a `jax.export.Exported`: its portable artifact, called with the pytrees it
+    was exported with (when the manifest records them), and its backward module as the VJP."""
+    import jax
+
+    from ..._format._manifest import unflatten
+
+    m = bundle.manifest
+    in_tree = out_tree = None
+    if m.input_tree is not None:
+        positions = {a.name: i for i, a in enumerate(m.arguments)}
+        args = unflatten(m.input_tree, positions)
+        if jax.tree_util.tree_leaves(args) == list(range(len(m.arguments))):  # @main's order
+            in_tree = jax.tree_util.tree_structure((tuple(args), {}))
+    if m.output_tree is not None:
+        positions = {r.name: i for i, r in enumerate(m.results)}
+        results = unflatten(m.output_tree, positions)
+        if jax.tree_util.tree_leaves(results) == list(range(len(m.results))):
+            out_tree = jax.tree_util.tree_structure(results)
+    return exported_for(m, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
+                        in_tree=in_tree, out_tree=out_tree)  # fmt: skip
+
+
+def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
+    """The Exported's `_get_vjp`: the stored backward module, or a clear refusal."""
+    m = bundle.manifest
+    backward = bundle.backward_artifact
+    if backward is None:
+        return _no_vjp
+
+    def get_vjp(_: Any) -> Any:
+        return exported_for(m, backward, inputs=[*_avals(m.arguments), *cotangent_avals(m.results)],
+                            outputs=cotangent_avals(m.arguments), name=f"{m.function}_vjp",
+                            get_vjp=_no_second_order)  # fmt: skip
+
+    return get_vjp
+
+
 def exported_for(
     manifest: Manifest,
     portable: bytes,
@@ -96,10 +123,13 @@ def exported_for(
     name: str | None = None,
     get_vjp: Callable[[Any], Any] | None = None,
     polymorphic: bool = False,
+    in_tree: Any = None,
+    out_tree: Any = None,
 ) -> Any:
     """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6).
 
-    By default its avals are the manifest's arguments and results; a backward module passes its own.
+    By default its avals are the manifest's arguments and results, and its trees flat; a
+    backward module passes its own avals.
     """
     import jax
     from jax import export
@@ -109,11 +139,11 @@ def exported_for(
     n, m = len(in_avals), len(out_avals)
     fields = {
         "fun_name": name or manifest.function,
-        "in_tree": jax.tree_util.tree_structure((tuple(range(n)), {})),
+        "in_tree": in_tree or jax.tree_util.tree_structure((tuple(range(n)), {})),
         "in_avals": in_avals,
-        "out_tree": jax.tree_util.tree_structure(tuple(range(m))),
+        "out_tree": out_tree or jax.tree_util.tree_structure(tuple(range(m))),
         "out_avals": out_avals,
-        "_has_named_shardings": False,
+        "_has_named_shardings": True,  # all None (unspecified), as jax.export writes them
         "_in_named_shardings": (None,) * n,
         "_out_named_shardings": (None,) * m,
         "in_shardings_hlo": (None,) * n,
