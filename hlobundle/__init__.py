@@ -58,6 +58,7 @@ _LAZY = {
     "pack": "._write._writer",
     "pack_files": "._write._writer",
     "sign": "._write._sign",
+    "refresh": "._write._refresh",
 }
 
 
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from ._write._export import export
     from ._write._jax_export import from_exported
     from ._write._reactant import pack_reactant
+    from ._write._refresh import refresh
     from ._write._sign import sign
     from ._write._writer import pack, pack_files
 
@@ -134,5 +136,6 @@ __all__ = [
     "pack",
     "pack_files",
     "pack_reactant",
+    "refresh",
     "sign",
 ]

@@ -288,3 +288,10 @@ def test_the_manifest_may_not_list_the_reserved_name(bundle):
     r = cli("verify", bundle)
     assert r.returncode == 1
     assert r.stderr.startswith("error [MANIFEST_INVALID] files lists model.sig, the name reserved")
+
+
+def test_refresh_signs_again_with_the_key(bundle, keys):
+    _signed(bundle, keys)
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem")
+    assert r.returncode == 0, r.stderr
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0

@@ -224,6 +224,17 @@ def _trust(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
+def refresh(args: argparse.Namespace) -> int:
+    from .._write._refresh import refresh as refresh_bundle
+
+    if not args.private_key and (args.signing_certificate or args.certificate_chain):
+        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
+    key = _signing_key(args) if args.private_key else None
+    target = refresh_bundle(args.bundle, target_version=args.target_version, sign_key=key)
+    print(f"refreshed {args.bundle}: portable artifacts for StableHLO {target}")
+    return EXIT_OK
+
+
 def _signing_key(args: argparse.Namespace) -> Any:
     from .._format._signature import SigningKey, paths
 

@@ -89,6 +89,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _add_trust(p)
     p.set_defaults(handler=_commands.verify, parser=p)
+    p = sub.add_parser(
+        "refresh", help="rewrite a bundle's portable artifacts for a StableHLO target"
+    )
+    p.add_argument("bundle")
+    p.add_argument("--target-version", metavar="X.Y.Z",
+                   help="the StableHLO version to write (default: what pack writes today)")  # fmt: skip
+    _add_signing_key(p, "--sign-key", required=False)
+    p.set_defaults(handler=_commands.refresh, parser=p)
     p = sub.add_parser("sign", help="sign a bundle (OpenSSF model signing, model.sig)")
     p.add_argument("bundle")
     _add_signing_key(p, "--private-key", required=True)

@@ -313,6 +313,12 @@ def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
         ) from None
 
 
+def minimum_version() -> str:
+    from jaxlib.mlir.dialects import stablehlo
+
+    return str(stablehlo.get_minimum_version())
+
+
 def current_version() -> str:
     from jaxlib.mlir.dialects import stablehlo
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _limits, _mlir
-from ._errors import ModuleError, ModuleMismatchError
+from ._errors import ModuleError, ModuleMismatchError, VersionError
 from ._mlir_context import canonical
 
 MAGIC = b"ML\xefR"
@@ -31,6 +31,7 @@ def check_same_program(
         raise ModuleError(
             f"{path} is not a StableHLO portable artifact (no MLIR bytecode magic)", path=path
         )
+    check_target(target, what=f"{path} targets", path=path)
     ours = _mlir.to_portable(text_module, target, path=text)
     if ours == artifact:
         return
@@ -94,3 +95,24 @@ def _first_difference(a: str, b: str) -> tuple[int, str, str]:
         ((i, x.strip(), y.strip()) for i, (x, y) in enumerate(padded, start=1) if x != y),
         (n, "", ""),
     )
+
+
+def check_target(target: str, *, what: str, path: str | None = None) -> None:
+    """A StableHLO version this jaxlib can write and read, or a VersionError saying what to do."""
+    oldest, newest = _mlir.minimum_version(), _mlir.current_version()
+    if _version(target) < _version(oldest):
+        raise VersionError(
+            f"{what} StableHLO {target} is older than the oldest this jaxlib reads and writes "
+            f"({oldest}); refresh the bundle for a newer target: hlobundle refresh BUNDLE",
+            path=path,
+        )
+    if _version(target) > _version(newest):
+        raise VersionError(
+            f"{what} StableHLO {target} is newer than this jaxlib's ({newest}): upgrade jaxlib, "
+            f"or refresh the bundle for {newest} or older where it was made",
+            path=path,
+        )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))

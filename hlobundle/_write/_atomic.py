@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _signature, _tensors
+from .._format import _paths, _signature, _tensors
 from .._format._errors import OutputExistsError
 from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
 
@@ -67,6 +67,38 @@ def write_bundle(
             (tmp / _signature.SIGNATURE_NAME).write_bytes(signature)
         _fsync_tree(tmp)
         _move_into_place(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def rewrite_bundle(out: Path, manifest: Manifest, replaced: dict[str, bytes]) -> Path:
+    """Replace some files of the bundle `out`, and its manifest, atomically: the new bundle is
+    built beside it, every other listed file carried over (hard-linked where the file system
+    allows, else copied, with the manifest's entry unchanged), and swapped into place."""
+    _remove_stale_partials(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
+    try:
+        table = dict(manifest.files)
+        for name in sorted(manifest.files):
+            if name in replaced:
+                continue
+            target = tmp.joinpath(*name.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = _paths.resolve(out, name)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+        for name, data in replaced.items():
+            tmp.joinpath(*name.split("/")).write_bytes(data)
+            table[name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
+        (tmp / MANIFEST_NAME).write_bytes(final.to_json())
+        _set_modes(tmp)
+        _fsync_tree(tmp)
+        _move_into_place(tmp, out, force=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,0 +1,57 @@
+"""`refresh()`: rewrite a bundle's portable artifacts from its module texts for another StableHLO
+target (SPEC.md, "Versions"), so that a bundle outlives the artifacts' compatibility window."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .._format import _mlir, _portable, _signature
+from .._format._errors import InputError
+from .._format._manifest import PortableArtifact
+from .._read._reader import Bundle, load
+from ._atomic import rewrite_bundle
+
+
+def refresh(
+    bundle: Bundle | str | os.PathLike[str],
+    *,
+    target_version: str | None = None,
+    sign_key: _signature.SigningKey | None = None,
+) -> str:
+    """Rewrite every portable artifact (module, backward, batched) of `bundle` from its checked
+    text, for `target_version` (default: what `pack` writes today), atomically. The manifest
+    records each artifact's new target.
+
+    A signed bundle is refused unless `sign_key` is given: the refreshed bundle is then signed
+    again (its old signature would no longer verify).
+
+    **Returns:** the target written.
+    """
+    b = bundle if isinstance(bundle, Bundle) else load(bundle)
+    target = target_version or _mlir.default_target()
+    _portable.check_target(target, what="--target-version")
+    if b.signed and sign_key is None:
+        raise InputError(
+            f"{b.path} is signed, and refreshing rewrites files its signature covers: give a key "
+            "to sign the refreshed bundle (--sign-key)",
+            argument="sign_key",
+        )
+    replaced: dict[str, bytes] = {}
+    manifest = b.manifest
+    for key, stored in b.modules.items():
+        replaced[stored.portable_file] = _mlir.to_portable(
+            stored.parsed, target, path=stored.text_file
+        )
+        entry = stored.form.entry(manifest)
+        moved = entry.model_copy(update={"portable": PortableArtifact(file=stored.portable_file,
+                                                                      target_version=target)})  # fmt: skip
+        manifest = manifest.model_copy(update={key: moved})
+    path = Path(b.path)
+    rewrite_bundle(path, manifest, replaced)
+    if sign_key is not None:
+        from ._sign import sign
+
+        sign(path, sign_key.private_key, signing_certificate=sign_key.certificate,
+             certificate_chain=sign_key.certificate_chain, force=True)  # fmt: skip
+    return target

@@ -1,0 +1,67 @@
+"""`hlobundle refresh`: portable artifacts rewritten from the module text for another StableHLO
+target, atomically; `verify` names the command when an artifact is too old for this reader."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from helpers import ROOT, cli, edit_manifest
+
+import hlobundle
+from hlobundle._format import _mlir
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    out = tmp_path / "lenet.hlobundle"
+    shutil.copytree(EXAMPLE, out)
+    return out
+
+
+def test_refresh_to_the_oldest_target_verifies_and_runs(bundle):
+    oldest = _mlir.minimum_version()
+    weights_inode = os.stat(bundle / "weights.safetensors").st_ino
+    r = cli("refresh", bundle, "--target-version", oldest)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"refreshed {bundle}: portable artifacts for StableHLO {oldest}"
+    b = hlobundle.load(bundle, verify=True)
+    assert {m.target_version for m in b.modules.values()} == {oldest}
+    assert b.manifest.module.portable.target_version == oldest
+    assert b.manifest.batched.portable.target_version == oldest
+    assert os.stat(bundle / "weights.safetensors").st_ino == weights_inode  # carried, not copied
+    assert sorted(p.name for p in bundle.parent.iterdir()) == [bundle.name]  # nothing left over
+    r = cli("run", bundle, "--backend", "xla", "--json")
+    assert r.returncode == 0, r.stderr
+    (out,) = (hlobundle.load(bundle).function("xla")(*b.example_args()),)
+    np.testing.assert_allclose(
+        np.asarray(out), b.expected_outputs()["result"], rtol=1e-6, atol=1e-6
+    )
+
+
+def test_an_artifact_too_old_for_this_reader_says_to_refresh(bundle):
+    edit_manifest(bundle, lambda m: m["module"]["portable"].update(target_version="0.1.0"))
+    r = cli("verify", bundle)
+    assert r.returncode == 1
+    assert r.stderr.startswith(
+        "error [VERSION_UNSUPPORTED] module.mlirbc targets StableHLO 0.1.0 is older than the "
+        "oldest this jaxlib reads and writes"
+    )
+    assert "hlobundle refresh BUNDLE" in r.stderr
+    assert cli("refresh", bundle).returncode == 0  # the text is the source of truth
+    assert cli("verify", bundle).returncode == 0
+
+
+def test_refresh_refuses_targets_out_of_range_and_signed_bundles(bundle, tmp_path):
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in bundle.iterdir())
+    r = cli("refresh", bundle, "--target-version", "99.0.0")
+    assert r.returncode == 1 and "is newer than this jaxlib's" in r.stderr
+    (bundle / "model.sig").write_text("{}")
+    r = cli("refresh", bundle)
+    assert r.returncode == 1 and "is signed" in r.stderr and "--sign-key" in r.stderr
+    (bundle / "model.sig").unlink()
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in bundle.iterdir()) == before
