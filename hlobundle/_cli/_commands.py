@@ -136,6 +136,8 @@ def _initialize_distributed(jax: Any) -> None:
     """`jax.distributed.initialize` from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID."""
 
     env = os.environ
+    if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in env:  # CPU processes talk over gloo
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
         jax.distributed.initialize(
             coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),

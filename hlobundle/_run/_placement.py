@@ -29,10 +29,18 @@ def device_mesh(manifest: Manifest, devices: int | None) -> Any:
         )
     visible = jax.devices()
     if len(visible) < mesh.size:
+        processes = jax.process_count()
+        where = (
+            f" across {processes} processes ({len(jax.local_devices())} each): give every process "
+            f"{-(-mesh.size // processes)} devices (on CPU: XLA_FLAGS="
+            "--xla_force_host_platform_device_count=N), or change JAX_NUM_PROCESSES"
+            if processes > 1
+            else f". Run it on 1 device (devices=1, --devices 1), or where {mesh.size} devices are "
+            "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)"
+        )
         raise DevicesUnavailableError(
             f"the bundle's mesh ({shape}) needs {mesh.size} devices, but {len(visible)} are visible "
-            f"(jax.devices()). Run it on 1 device (devices=1, --devices 1), or where {mesh.size} "
-            "devices are (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)",
+            f"(jax.devices()){where}",
         )
     order = mesh.device_ids or list(range(mesh.size))
     grid = np.array([visible[i] for i in order]).reshape([a.size for a in mesh.axes])
@@ -64,7 +72,29 @@ def placement(manifest: Manifest, mesh: Any) -> tuple[list[Any], list[Any]] | No
 
 
 def place(x: Any, sharding: Any) -> Any:
-    """Concrete inputs go to the mesh with jax.device_put; tracers are placed by jit."""
-    import jax
+    """Concrete inputs go to the mesh with jax.device_put; tracers are placed by jit.
 
-    return x if isinstance(x, jax.core.Tracer) else jax.device_put(x, sharding)
+    On a mesh that spans several processes (hosts), each process builds the global array from
+    the slices its own devices hold: from a memory-mapped stored tensor, only those bytes are
+    read from disk.
+    """
+    import jax
+    import numpy as np
+
+    if isinstance(x, jax.core.Tracer):
+        return x
+    if sharding.is_fully_addressable or isinstance(x, jax.Array):
+        return jax.device_put(x, sharding)
+    return jax.make_array_from_callback(np.shape(x), sharding, lambda index: np.asarray(x[index]))
+
+
+def to_host(x: Any) -> Any:
+    """A result as one NumPy array on this process, gathered from every process when the mesh
+    spans several."""
+    import numpy as np
+
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -15,6 +15,7 @@ from .._format._errors import InputError, LimitError
 from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
+from . import _placement
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def run(
     start = time.perf_counter()
     jax.block_until_ready(fn.call_flat(*args))
     second = time.perf_counter() - start
-    arrays = [np.asarray(o) for o in outputs]
+    arrays = [_placement.to_host(o) for o in outputs]
     expected = bundle.expected_outputs() if source == "stored" else {}
     reports = [
         _compare(r.name, r.dtype, a, expected.get(r.name), rtol, atol)

@@ -1,0 +1,183 @@
+"""Several hosts, modelled by two CPU processes on loopback (jax.distributed, gloo): a sharded
+bundle run as 2 processes x 2 devices gives what one 4-device process gives, and each process
+reads from disk only the slices of the stored tensors its own devices hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import hlobundle
+
+SIDE = 4096  # a 64 MiB float32 weight: each process's half is far above the noise of code pages
+
+WORKER = r"""
+import hashlib, json, os, sys
+import jax, jax.numpy as jnp, numpy as np
+path, processes = sys.argv[1], int(os.environ.get("JAX_NUM_PROCESSES", "1"))
+if processes > 1:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"], processes,
+                               int(os.environ["JAX_PROCESS_ID"]))
+import hlobundle
+from hlobundle._run._placement import to_host
+
+def file_pages():  # bytes of mapped files resident in this process
+    return int([l.split()[1] for l in open("/proc/self/status") if l.startswith("RssFile")][0]) * 1024
+
+b = hlobundle.load(path)
+fn = b.function("xla")
+a = b.arguments[0]
+fn.call_flat(jnp.zeros(a.shape, a.dtype))  # compile first: its code pages are not the data's
+before = file_pages()
+(out,) = fn.call_flat(b.tensor(a.name))
+jax.block_until_ready(out)
+read = file_pages() - before
+host = to_host(out)
+print(json.dumps({"read": read, "sha256": hashlib.sha256(host.tobytes()).hexdigest(),
+                  "devices": len(jax.devices()), "local": len(jax.local_devices())}))
+"""
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    mesh = jax.make_mesh(
+        (2, 2), ("x", "y"), devices=jax.devices()[:4],
+        axis_types=(jax.sharding.AxisType.Auto,) * 2,
+    )  # fmt: skip
+    w = np.arange(SIDE * SIDE, dtype=np.float32).reshape(SIDE, SIDE) / SIDE
+    w = jax.device_put(w, NamedSharding(mesh, P("x", "y")))
+    return hlobundle.export(lambda w: w * 2 + 1, w, out=tmp_path_factory.mktemp("mh") / "b")
+
+
+def _env(devices: int, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return {**env, **extra}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.subprocess
+def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
+    one = subprocess.run([sys.executable, "-c", WORKER, str(sharded)], env=_env(4),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    single = json.loads(one.stdout.strip().splitlines()[-1])
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(sharded)],
+            env=_env(
+                2,
+                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                JAX_NUM_PROCESSES="2",
+                JAX_PROCESS_ID=str(k),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for k in range(2)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    size = SIDE * SIDE * 4
+    assert single["devices"] == 4 and single["read"] > 0.9 * size  # one process reads it all
+    for r in results:
+        assert (r["devices"], r["local"]) == (4, 2)
+        assert r["sha256"] == single["sha256"]  # the same result, gathered on every process
+        assert 0.4 * size < r["read"] < 0.65 * size, r  # its half, not the whole weight
+    w = hlobundle.load(sharded).tensor("w")
+    import hashlib
+
+    assert single["sha256"] == hashlib.sha256((np.asarray(w) * 2 + 1).tobytes()).hexdigest()
+
+
+@pytest.mark.subprocess
+def test_the_cli_runs_across_two_processes(sharded, tmp_path):
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hlobundle",
+                "run",
+                str(sharded),
+                "--distributed",
+                "--json",
+                "--backend",
+                "xla",
+                "--save-outputs",
+                str(tmp_path / f"out{k}.npz"),
+            ],
+            env=_env(
+                2,
+                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                JAX_NUM_PROCESSES="2",
+                JAX_PROCESS_ID=str(k),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for k in range(2)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["ok"] is True
+    w = np.asarray(hlobundle.load(sharded).tensor("w"))
+    for k in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / f"out{k}.npz")["result"], w * 2 + 1)
+
+
+@pytest.mark.subprocess
+def test_too_few_devices_across_processes_names_the_variables(sharded):
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hlobundle",
+                "run",
+                str(sharded),
+                "--distributed",
+                "--backend",
+                "xla",
+            ],
+            env=_env(
+                1,
+                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                JAX_NUM_PROCESSES="2",
+                JAX_PROCESS_ID=str(k),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for k in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err[-2000:]
+        assert "error [DEVICES_UNAVAILABLE]" in err and "needs 4 devices, but 2 are visible" in err
+        assert "JAX_NUM_PROCESSES" in err
