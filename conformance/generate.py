@@ -53,6 +53,10 @@ def values(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
     dt = _dtypes.BY_NAME[dtype].numpy
     if dtype == "bool":
         return rng.integers(0, 2, shape).astype(bool)
+    if dtype in _dtypes.SUB_BYTE_BITS:  # every value the type has, negative ones too
+        top = 5 if dtype.startswith("float") else 1 << _dtypes.SUB_BYTE_BITS[dtype]
+        low = -top // 2 if dtype.startswith("int") else 0
+        return rng.integers(low, low + top, shape).astype(np.float32).astype(dt)
     if dt.kind in "iu":
         return rng.integers(0, 100, shape).astype(dt)
     if dt.kind == "c":
@@ -515,14 +519,16 @@ def _(b: Path) -> None:
 
 
 @broken(
-    "invalid_mlir_dtype", "@main takes an i4 tensor, outside the dtype table", "DTYPE_UNSUPPORTED"
+    "invalid_mlir_dtype",
+    "@main returns an f6E2M3FN tensor, outside the dtype table",
+    "DTYPE_UNSUPPORTED",
 )
 def _(b: Path) -> None:
     (b / "module.mlir").write_text(
         func(
             [tensor((2, 2), "float32")] * 2,
-            ["tensor<2x2xi4>"],
-            ["%x = stablehlo.convert %a0 : (tensor<2x2xf32>) -> tensor<2x2xi4>"],
+            ["tensor<2x2xf6E2M3FN>"],
+            ["%x = stablehlo.convert %a0 : (tensor<2x2xf32>) -> tensor<2x2xf6E2M3FN>"],
             ["%x"],
         )
     )
@@ -694,6 +700,20 @@ def _(b: Path) -> None:
     padded = data[8 : 8 + n] + b" " * (1 << 20)
     path.write_bytes(struct.pack("<Q", len(padded)) + padded + data[8 + n :])
     rehash(b, "inputs.safetensors")
+
+
+@case(
+    "invalid_int4_high_bits",
+    "an int4 tensor holding the byte 0x17 (a bit above its 4)",
+    "TENSOR_MISMATCH",
+)
+def _(path: Path) -> None:
+    t = tensor((3,), "int4")
+    bundle = pack(path, func([t], [t], [], ["%a0"]), [values((3,), "int4", 5)])
+    data = bytearray((bundle / "inputs.safetensors").read_bytes())
+    data[-1] |= 0x10
+    (bundle / "inputs.safetensors").write_bytes(bytes(data))
+    rehash(bundle, "inputs.safetensors")
 
 
 @case("invalid_bool_byte", "a bool tensor holding the byte 7", "TENSOR_MISMATCH")

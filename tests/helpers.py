@@ -27,6 +27,7 @@ ALL_DTYPES = [
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
     "float8_e4m3b11fnuz", "float8_e3m4", "float8_e4m3",
+    "int4", "uint4", "int2", "uint2", "float4_e2m1fn",
 ]  # fmt: skip
 
 

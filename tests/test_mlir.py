@@ -36,8 +36,8 @@ def test_dtypes_and_aliasing():
             "argument 0 has a dynamic shape",
         ),
         (
-            "func.func @main(%a: tensor<2xi4>) -> tensor<2xi4> { return %a : tensor<2xi4> }",
-            "element type 'i4' is not in the dtype table",
+            "func.func @main(%a: tensor<2xf6E2M3FN>) -> tensor<2xf6E2M3FN> { return %a : tensor<2xf6E2M3FN> }",
+            "element type 'f6E2M3FN' is not in the dtype table",
         ),
         (
             "func.func @other(%a: tensor<2xf32>) -> tensor<2xf32> { return %a : tensor<2xf32> }",

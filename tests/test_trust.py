@@ -387,3 +387,23 @@ def test_inspect_shows_the_custom_calls_the_producer_opted_in_to(tmp_path):
         "custom calls"
         not in cli("inspect", hlobundle.pack(ADD, None, tmp_path / "c", names=["x", "w"])).stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "byte"), [("int4", 0x18), ("uint2", 0x04), ("float4_e2m1fn", 0x80)]
+)
+def test_a_sub_byte_value_with_a_high_bit_set_is_refused(tmp_path, dtype, byte):
+    # One value per byte in its low bits: any higher bit would make the byte mean two things.
+    from helpers import identity_module, rehash, sample
+
+    x = sample((3,), dtype)
+    out = hlobundle.pack(identity_module(x), [x], tmp_path / "b")
+    hlobundle.load(out).verify()
+    data = bytearray((out / "inputs.safetensors").read_bytes())
+    data[-1] = byte
+    (out / "inputs.safetensors").write_bytes(bytes(data))
+    rehash(out, "inputs.safetensors")
+    with pytest.raises(
+        hlobundle.TensorMismatchError, match=f"bytes other than values below .* in a {dtype} tensor"
+    ):
+        hlobundle.load(out).verify()

@@ -1,8 +1,10 @@
 """The dtype table of SPEC.md: manifest name, MLIR element type and safetensors storage.
 
-Most dtypes are stored under their own safetensors code. Two kinds have none:
+Most dtypes are stored under their own safetensors code. Three kinds have none:
 `complex128` is stored as `F64` with one extra trailing axis of length 2 (real, imaginary),
-and the float8 types safetensors lacks are stored bit for bit as `U8` of the same shape.
+the float8 types safetensors lacks are stored bit for bit as `U8` of the same shape, and the
+sub-byte types (int4, uint4, int2, uint2, float4_e2m1fn) as `U8` of the same shape, one value
+in the low bits of each byte.
 The manifest's dtype is authoritative; the safetensors code only says how bytes are laid out.
 """
 
@@ -60,7 +62,17 @@ TABLE: tuple[DType, ...] = (
     DType("float8_e4m3b11fnuz", "f8E4M3B11FNUZ", "U8", 1),
     DType("float8_e3m4", "f8E3M4", "U8", 1),
     DType("float8_e4m3", "f8E4M3", "U8", 1),
+    # Sub-byte types (format 1.2): stored one value per byte, in its low bits (see SUB_BYTE_BITS).
+    DType("int4", "i4", "U8", 1),
+    DType("uint4", "ui4", "U8", 1),
+    DType("int2", "i2", "U8", 1),
+    DType("uint2", "ui2", "U8", 1),
+    DType("float4_e2m1fn", "f4E2M1FN", "U8", 1),
 )
+
+# Sub-byte dtypes: how many low bits of each stored byte hold the value (two's complement for the
+# signed ints, as ml_dtypes lays them out); the other bits MUST be zero (SPEC.md, "Dtypes").
+SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "float4_e2m1fn": 4}
 
 BY_NAME = {d.name: d for d in TABLE}
 # Dtypes stored under their own safetensors code (not as F64 pairs or U8 bit patterns), by code.

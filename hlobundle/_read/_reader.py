@@ -259,10 +259,12 @@ class Bundle:
         for key in self.modules:
             self.artifact(key)
         for field, ref, dtype, shape in _files.stored_tensors(self.manifest):
-            if dtype == "bool" and (self._array(ref, "uint8", shape) > 1).any():
+            bits = 1 if dtype == "bool" else _dtypes.SUB_BYTE_BITS.get(dtype)
+            if bits is not None and (self._array(ref, "uint8", shape) >> bits).any():
+                allowed = "0 and 1" if dtype == "bool" else f"values below {1 << bits}"
                 raise TensorMismatchError(
-                    f"{field}: {ref.file}[{ref.key!r}] holds bytes other than 0 and 1 in a bool "
-                    "tensor (SPEC.md, 'Dtypes')",
+                    f"{field}: {ref.file}[{ref.key!r}] holds bytes other than {allowed} in a "
+                    f"{dtype} tensor (SPEC.md, 'Dtypes')",
                     path=ref.file,
                     field=field,
                 )

@@ -25,7 +25,11 @@ CARRIERS: dict[str, str] = {
     "uint8": "uint32",
     "uint16": "uint32",
     "float16": "float32",
-    **{d.name: "float32" for d in _dtypes.TABLE if d.name.startswith("float8")},
+    **{d.name: "float32" for d in _dtypes.TABLE if d.name.startswith(("float8", "float4"))},
+    "int4": "int32",
+    "int2": "int32",
+    "uint4": "uint32",
+    "uint2": "uint32",
 }
 
 

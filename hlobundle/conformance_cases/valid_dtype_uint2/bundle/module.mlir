@@ -1,0 +1,4 @@
+func.func @main(%a0: tensor<2x3xui2>) -> (tensor<2x3xui2>, tensor<3x2xui2>) {
+  %t = stablehlo.transpose %a0, dims = [1, 0] : (tensor<2x3xui2>) -> tensor<3x2xui2>
+  return %a0, %t : tensor<2x3xui2>, tensor<3x2xui2>
+}
