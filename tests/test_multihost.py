@@ -181,3 +181,29 @@ def test_too_few_devices_across_processes_names_the_variables(sharded):
         assert proc.returncode == 1, err[-2000:]
         assert "error [DEVICES_UNAVAILABLE]" in err and "needs 4 devices, but 2 are visible" in err
         assert "JAX_NUM_PROCESSES" in err
+
+
+@pytest.mark.subprocess
+def test_the_emitted_script_runs_across_two_processes(sharded, tmp_path):
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(sharded, script, backend="xla")
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            env=_env(
+                2,
+                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                JAX_NUM_PROCESSES="2",
+                JAX_PROCESS_ID=str(k),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for k in range(2)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        assert "max abs diff from expected 0" in out and out.rstrip().endswith("ok")

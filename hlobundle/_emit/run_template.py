@@ -211,10 +211,33 @@ def place_on_mesh(inputs):
         return inputs
     grid = np.array([jax.devices()[i] for i in DEVICE_ORDER]).reshape([n for _, n in MESH_AXES])
     mesh = Mesh(grid, [name for name, _ in MESH_AXES])
-    return [
-        jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
-        for x, spec in zip(inputs, ARGUMENT_SHARDINGS, strict=True)
-    ]
+    placed = []
+    for x, spec in zip(inputs, ARGUMENT_SHARDINGS, strict=True):
+        sharding = NamedSharding(mesh, PartitionSpec(*spec))
+        if sharding.is_fully_addressable:
+            placed.append(jax.device_put(x, sharding))
+        else:  # a mesh over several processes: each reads only the slices its devices hold
+            placed.append(jax.make_array_from_callback(np.shape(x), sharding, x.__getitem__))
+    return placed
+
+
+def start_distributed():
+    """With JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID set, join the other
+    processes (hosts) of a run over several; CPU processes talk over gloo."""
+    address = os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if address:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        processes, rank = int(os.environ["JAX_NUM_PROCESSES"]), int(os.environ["JAX_PROCESS_ID"])
+        jax.distributed.initialize(address, processes, rank)
+
+
+def to_host(x):
+    """A result as one NumPy array, gathered from every process when the mesh spans several."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def example_inputs():
@@ -231,10 +254,11 @@ def example_inputs():
 
 def run_example():
     """Call the function on the example inputs; compare with the expected outputs."""
+    start_distributed()
     outputs = call(*example_inputs())
     failures = []
     for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
-        value = np.asarray(value)
+        value = to_host(value)
         line = f"{name}: {dtype}{list(shape)}"
         if EXPECTED:
             want = load_tensor(*EXPECTED[k], shape, dtype)
