@@ -71,18 +71,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.subprocess
-def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
-    one = subprocess.run([sys.executable, "-c", WORKER, str(sharded)], env=_env(4),
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert one.returncode == 0, one.stderr[-3000:]
-    single = json.loads(one.stdout.strip().splitlines()[-1])
+def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str, str]]:
+    """Run `argv` as processes 0 and 1 of a 2-process JAX run on loopback: (status, out, err).
+    `{k}` in an argument becomes the process's id."""
     port = _free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(sharded)],
+            [a.replace("{k}", str(k)) for a in argv],
             env=_env(
-                2,
+                devices,
                 JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
                 JAX_NUM_PROCESSES="2",
                 JAX_PROCESS_ID=str(k),
@@ -93,10 +90,22 @@ def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
         )  # fmt: skip
         for k in range(2)
     ]
-    results = []
+    done = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-3000:]
+        done.append((proc.returncode, out, err))
+    return done
+
+
+@pytest.mark.subprocess
+def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
+    one = subprocess.run([sys.executable, "-c", WORKER, str(sharded)], env=_env(4),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    single = json.loads(one.stdout.strip().splitlines()[-1])
+    results = []
+    for status, out, err in _on_two_processes([sys.executable, "-c", WORKER, str(sharded)]):
+        assert status == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     size = SIDE * SIDE * 4
     assert single["devices"] == 4 and single["read"] > 0.9 * size  # one process reads it all
@@ -112,37 +121,10 @@ def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
 
 @pytest.mark.subprocess
 def test_the_cli_runs_across_two_processes(sharded, tmp_path):
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hlobundle",
-                "run",
-                str(sharded),
-                "--distributed",
-                "--json",
-                "--backend",
-                "xla",
-                "--save-outputs",
-                str(tmp_path / f"out{k}.npz"),
-            ],
-            env=_env(
-                2,
-                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                JAX_NUM_PROCESSES="2",
-                JAX_PROCESS_ID=str(k),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for k in range(2)
-    ]
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-3000:]
+    argv = [sys.executable, "-m", "hlobundle", "run", str(sharded), "--distributed", "--json",
+            "--backend", "xla", "--save-outputs"]  # fmt: skip
+    for status, out, err in _on_two_processes([*argv, str(tmp_path / "out{k}.npz")]):
+        assert status == 0, err[-3000:]
         assert json.loads(out.strip().splitlines()[-1])["ok"] is True
     w = np.asarray(hlobundle.load(sharded).tensor("w"))
     for k in range(2):
@@ -151,34 +133,18 @@ def test_the_cli_runs_across_two_processes(sharded, tmp_path):
 
 @pytest.mark.subprocess
 def test_too_few_devices_across_processes_names_the_variables(sharded):
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hlobundle",
-                "run",
-                str(sharded),
-                "--distributed",
-                "--backend",
-                "xla",
-            ],
-            env=_env(
-                1,
-                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                JAX_NUM_PROCESSES="2",
-                JAX_PROCESS_ID=str(k),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for k in range(2)
+    argv = [
+        sys.executable,
+        "-m",
+        "hlobundle",
+        "run",
+        str(sharded),
+        "--distributed",
+        "--backend",
+        "xla",
     ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 1, err[-2000:]
+    for status, _, err in _on_two_processes(argv, devices=1):
+        assert status == 1, err[-2000:]
         assert "error [DEVICES_UNAVAILABLE]" in err and "needs 4 devices, but 2 are visible" in err
         assert "JAX_NUM_PROCESSES" in err
 
@@ -187,23 +153,6 @@ def test_too_few_devices_across_processes_names_the_variables(sharded):
 def test_the_emitted_script_runs_across_two_processes(sharded, tmp_path):
     script = tmp_path / "run.py"
     hlobundle.emit_script(sharded, script, backend="xla")
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script)],
-            env=_env(
-                2,
-                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                JAX_NUM_PROCESSES="2",
-                JAX_PROCESS_ID=str(k),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for k in range(2)
-    ]
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-3000:]
+    for status, out, err in _on_two_processes([sys.executable, str(script)]):
+        assert status == 0, err[-3000:]
         assert "max abs diff from expected 0" in out and out.rstrip().endswith("ok")
