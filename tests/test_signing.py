@@ -257,6 +257,13 @@ def test_a_garbage_signature_is_invalid(bundle, keys):
     assert "signed    by an unknown signer" in cli("inspect", bundle).stdout
 
 
+def test_a_deeply_nested_signature_is_invalid_not_a_crash(bundle, keys):
+    (bundle / "model.sig").write_bytes(b"[" * 200_000 + b"]" * 200_000)
+    assert "signed    by an unknown signer" in cli("inspect", bundle).stdout
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and r.stderr.startswith("error [SIGNATURE_INVALID]")
+
+
 def test_an_oversized_signature_is_refused_unread(bundle, keys):
     with open(bundle / "model.sig", "wb") as f:
         f.truncate((1 << 20) + 1)

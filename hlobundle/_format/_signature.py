@@ -201,7 +201,7 @@ def signer(data: bytes) -> str:
         chain = material.get("x509CertificateChain", {}).get("certificates", [])
         if chain:
             return f"certificate {_subject(chain[0].get('rawBytes', ''))}"
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):  # not a signature we know
         pass
     return "an unknown signer"
 
