@@ -19,7 +19,7 @@ import numpy as np
 from .._format import _limits, _portable
 from .._format._errors import InputError
 from .._format._manifest import Role
-from ._export import _identifier, _json_tree, _key_part, _unique
+from ._export import _identifier, _json_tree, _key_part, _result_name, _unique
 from ._writer import pack
 
 
@@ -52,12 +52,12 @@ def from_exported(
     text = _portable.canonical_in_child(exported.mlir_module_serialized, path="the Exported")
     tree = jax.tree_util.tree_unflatten(exported.in_tree, list(range(exported.in_tree.num_leaves)))
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-    names = _unique([_name(path) for path, _ in leaves])
+    names = _unique([_argument_name(path) for path, _ in leaves])
     args_tree, kwargs_tree = jax.tree_util.tree_unflatten(exported.in_tree, names)
     out_leaves, _ = jax.tree_util.tree_flatten_with_path(
         jax.tree_util.tree_unflatten(exported.out_tree, list(range(exported.out_tree.num_leaves)))
     )
-    result_names = _unique([_name(path, prefix="result") for path, _ in out_leaves])
+    result_names = _unique([_result_name(path) for path, _ in out_leaves])
     flat, expected = None, None
     if inputs is not None:
         flat_inputs, _ = jax.tree_util.tree_flatten((tuple(inputs), {}))
@@ -121,8 +121,6 @@ def _jax_version() -> str:
 
 
 def _refuse_what_a_bundle_cannot_hold(exported: Any) -> None:
-    import jax
-
     why = []
     if len(exported.platforms) != 1:
         why.append(f"it is lowered for several platforms {list(exported.platforms)} (a bundle's "
@@ -139,21 +137,16 @@ def _refuse_what_a_bundle_cannot_hold(exported: Any) -> None:
         raise InputError(
             f"this jax.export.Exported cannot be a bundle: {'; '.join(why)}", argument="exported"
         )
-    del jax
 
 
 def _static(shape: Sequence[Any]) -> bool:
     return all(isinstance(d, (int, np.integer)) for d in shape)
 
 
-def _name(path: Any, prefix: str = "") -> str:
-    """`arg0_w` for `((args,), 0, 'w')`; `scale` for a keyword argument; `y` for a result."""
-    parts = [_key_part(k) for k in path]
-    if not prefix:  # an argument: (0 for args | 1 for kwargs, position or name, ...)
-        kind, first, *rest = parts
-        parts = [f"arg{first}" if kind == "0" else first, *rest]
-    text = "_".join(parts) or prefix
-    return _identifier(text if not text[0].isdigit() else f"{prefix}_{text}")
+def _argument_name(path: Any) -> str:
+    """`arg0_w` for the key path `(0, 0, 'w')` (args, first, 'w'); `scale` for `(1, 'scale')`."""
+    kind, first, *rest = (_key_part(k) for k in path)
+    return _identifier("_".join([f"arg{first}" if kind == "0" else first, *rest]))
 
 
 def _producer_path(path: Any) -> str:
