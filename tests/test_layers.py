@@ -1,7 +1,7 @@
 """The package's layers (README, "Layout of the repository"): imports only go down.
 
-    _format  <-  _read  <-  _write  <-  _run  <-  _emit  <-  _cli
-    (what a bundle is) (load, verify)  (pack)   (backends) (run.py)  (commands)
+    _format  <-  _read  <-  _write  <-  _run  <-  _emit  <-  _serve  <-  _cli
+    (what a bundle is) (load, verify)  (pack)   (backends) (run.py)  (OIP v2)  (commands)
 
 A layer imports its own modules and the layers to its left, never one to its right. The
 documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the entry points from
@@ -15,7 +15,7 @@ import ast
 
 from helpers import ROOT
 
-ORDER = ["_format", "_read", "_write", "_run", "_emit", "_cli"]
+ORDER = ["_format", "_read", "_write", "_run", "_emit", "_serve", "_cli"]
 LEAVES = {
     "hlobundle._version",
     "hlobundle._compat",

@@ -226,6 +226,32 @@ def _trust(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
+def serve(args: argparse.Namespace) -> int:
+    import signal
+
+    try:
+        import uvicorn
+
+        from .._serve._app import app
+    except ImportError as e:
+        from .._format._errors import BackendUnavailableError
+
+        raise BackendUnavailableError(
+            f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
+        ) from None
+    from .._serve._models import load_models
+
+    models = load_models(args.bundles, backend=args.backend, **_trust(args))
+    names = sorted({m.name for m in models.values()})
+    print(f"serving {', '.join(names)} at http://{args.host}:{args.port}/v2", flush=True)
+    # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
+    # it found: make that one return, so that a drained server exits 0.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    uvicorn.run(app(models, max_body=args.max_body_bytes), host=args.host, port=args.port,
+                log_level="info", timeout_graceful_shutdown=30)  # fmt: skip
+    return EXIT_OK
+
+
 def refresh(args: argparse.Namespace) -> int:
     from .._write._refresh import refresh as refresh_bundle
 

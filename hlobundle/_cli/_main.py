@@ -90,6 +90,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_trust(p)
     p.set_defaults(handler=_commands.verify, parser=p)
     p = sub.add_parser(
+        "serve", help="serve bundles over the Open Inference Protocol (KServe v2 REST)"
+    )
+    p.add_argument("bundles", nargs="+", metavar="BUNDLE")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: loopback)"
+    )
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--backend", choices=["auto", "enzyme", "xla"], default="auto")
+    p.add_argument("--max-body-bytes", type=int, default=64 << 20, metavar="N",
+                   help="refuse larger requests with HTTP 413 (default: 64 MiB)")  # fmt: skip
+    _add_trust(p)
+    p.set_defaults(handler=_commands.serve)
+    p = sub.add_parser(
         "refresh", help="rewrite a bundle's portable artifacts for a StableHLO target"
     )
     p.add_argument("bundle")

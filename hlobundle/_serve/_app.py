@@ -1,0 +1,129 @@
+"""The HTTP side: an ASGI application (Starlette) with the Open Inference Protocol's REST
+endpoints, Prometheus metrics at `/metrics`, and coded JSON errors; uvicorn serves it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .._version import __version__
+from ._models import Served
+from ._protocol import HEADER_LENGTH, RequestError, parse_request, read_inputs, response, wanted
+
+log = logging.getLogger("hlobundle.serve")
+DEFAULT_MAX_BODY = 64 << 20
+
+
+def app(models: dict[str, Served], *, max_body: int = DEFAULT_MAX_BODY) -> Any:
+    """The ASGI application serving `models` (by name)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    registry = CollectorRegistry()
+    requests = Counter(
+        "hlobundle_requests", "inference requests", ["model", "status"], registry=registry
+    )
+    latency = Histogram("hlobundle_request_seconds", "inference time", ["model"], registry=registry,
+                        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5))  # fmt: skip
+
+    def error(status: int, message: str) -> Any:
+        return JSONResponse({"error": message}, status_code=status)
+
+    def model_of(request: Request) -> Served:
+        name = request.path_params["model"]
+        served = models.get(name)
+        if served is None:
+            raise RequestError(404, f"no model {name[:80]!r}; the models are {sorted(models)}")
+        version = request.path_params.get("version")
+        if version is not None and version != served.version:
+            raise RequestError(
+                404, f"model {name!r} has version {served.version}, not {version[:40]!r}"
+            )
+        return served
+
+    async def live(_: Request) -> Any:
+        return JSONResponse({"live": True})
+
+    async def ready(_: Request) -> Any:
+        return JSONResponse({"ready": True})  # models are compiled before the server starts
+
+    async def server_metadata(_: Request) -> Any:
+        return JSONResponse({"name": "hlobundle", "version": __version__,
+                             "extensions": ["binary_tensor_data"]})  # fmt: skip
+
+    async def model_metadata(request: Request) -> Any:
+        try:
+            return JSONResponse(model_of(request).metadata())
+        except RequestError as e:
+            return error(e.status, e.message)
+
+    async def model_ready(request: Request) -> Any:
+        try:
+            served = model_of(request)
+        except RequestError as e:
+            return error(e.status, e.message)
+        return JSONResponse({"name": served.name, "ready": True})
+
+    async def infer(request: Request) -> Any:
+        name = request.path_params["model"]
+        start = time.perf_counter()
+        try:
+            served = model_of(request)
+            body = await _body(request, max_body)
+            parsed, binary = parse_request(body, request.headers.get(HEADER_LENGTH))
+            given = read_inputs(parsed, binary, served.inputs)
+            want = wanted(parsed, list(served.outputs))
+        except RequestError as e:
+            requests.labels(name if name in models else "", str(e.status)).inc()
+            return error(e.status, e.message)
+        try:
+            outputs = await run_in_threadpool(served, given)
+        except Exception as e:  # the model failed: report it, keep serving
+            log.exception("model %s failed", served.name)
+            requests.labels(served.name, "500").inc()
+            return error(500, f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}")
+        content, headers = response(served.name, served.version, parsed.get("id"), outputs, want,
+                                    served.outputs)  # fmt: skip
+        requests.labels(served.name, "200").inc()
+        latency.labels(served.name).observe(time.perf_counter() - start)
+        return Response(content, headers=headers)
+
+    async def metrics(_: Request) -> Any:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    model = "/v2/models/{model}"
+    versioned = "/v2/models/{model}/versions/{version}"
+    routes = [
+        Route("/v2/health/live", live),
+        Route("/v2/health/ready", ready),
+        Route("/v2", server_metadata),
+        Route(model, model_metadata),
+        Route(versioned, model_metadata),
+        Route(f"{model}/ready", model_ready),
+        Route(f"{versioned}/ready", model_ready),
+        Route(f"{model}/infer", infer, methods=["POST"]),
+        Route(f"{versioned}/infer", infer, methods=["POST"]),
+        Route("/metrics", metrics),
+    ]
+    return Starlette(routes=routes)
+
+
+async def _body(request: Any, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it is known to exceed `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.isdigit():
+        raise RequestError(400, "content-length is not a number")
+    if declared is not None and int(declared) > limit:
+        raise RequestError(413, f"the request body is over the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"the request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

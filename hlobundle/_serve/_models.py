@@ -1,0 +1,104 @@
+"""The served models: each bundle loaded and checked once, its stored parameters kept, its
+function compiled before the server says it is ready."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._format import _dtypes
+from .._format._errors import InputError
+from .._format._manifest import needs_x64
+from .._read._reader import Bundle, load
+from ._protocol import BY_DTYPE
+
+
+@dataclass
+class Served:
+    """One bundle behind the protocol. Arguments with role `input` come from requests; the
+    others (parameters, state) are the bundle's stored values."""
+
+    bundle: Bundle
+    names: tuple[str, ...]  # the function's name, then the directory's stem
+    version: str  # the first 12 hex digits of the manifest's sha256: it changes with the content
+    function: Any
+    inputs: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    stored: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+    def metadata(self) -> dict[str, Any]:
+        def tensor(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any]:
+            return {"name": name, "datatype": BY_DTYPE[dtype], "shape": list(shape)}
+
+        m = self.bundle.manifest
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": "hlobundle",
+            "inputs": [tensor(n, d, s) for n, (d, s) in self.inputs.items()],
+            "outputs": [tensor(r.name, r.dtype, r.shape) for r in m.results],
+        }
+
+    def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        args = [given[a.name] if a.name in self.inputs else self.stored[a.name]
+                for a in self.bundle.arguments]  # fmt: skip
+        results = self.function.call_flat(*args)
+        return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
+
+
+def load_models(
+    paths: Sequence[str | os.PathLike[str]], *, backend: str = "auto", **trust: Any
+) -> dict[str, Served]:
+    """Every bundle, loaded (and, with a key, its signature verified), compiled and warmed up;
+    by each of its names."""
+    import jax
+
+    models: dict[str, Served] = {}
+    for path in paths:
+        bundle = load(path, **trust)
+        m = bundle.manifest
+        if needs_x64(m):
+            jax.config.update("jax_enable_x64", True)
+        wire = [a for a in m.arguments if a.role == "input"] + list(m.results)
+        strange = [f"{v.name} ({v.dtype})" for v in wire if v.dtype not in BY_DTYPE]
+        if strange:
+            raise InputError(
+                f"{path}: the Open Inference Protocol has no datatype for {', '.join(strange[:5])}",
+                path=Path(path),
+            )
+        unstored = [a.name for a in m.arguments if a.role != "input" and a.value is None]
+        if unstored:
+            raise InputError(
+                f"{path}: arguments {unstored[:5]} are not inputs and have no stored value to "
+                "serve them with (give them role 'input' when packing)",
+                path=Path(path),
+            )
+        served = Served(
+            bundle,
+            tuple(dict.fromkeys([m.function, Path(path).name.removesuffix(".hlobundle")])),
+            bundle.manifest_sha256[:12],
+            bundle.function(backend),
+            inputs={a.name: (a.dtype, tuple(a.shape)) for a in m.arguments if a.role == "input"},
+            outputs={r.name: r.dtype for r in m.results},
+            stored={
+                a.name: jax.device_put(bundle.tensor(a.name))
+                for a in m.arguments
+                if a.role != "input"
+            },  # fmt: skip
+        )
+        zeros = {n: np.zeros(s, _dtypes.BY_NAME[d].numpy) for n, (d, s) in served.inputs.items()}
+        served(zeros)  # compile now: `ready` means ready
+        for name in served.names:
+            if name in models:
+                raise InputError(f"two bundles are both called {name!r}", path=Path(path))
+            models[name] = served
+    return models

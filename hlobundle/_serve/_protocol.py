@@ -1,0 +1,211 @@
+"""The Open Inference Protocol's tensors: OIP datatypes, request parsing (JSON data and the binary
+tensor data extension) and response building. Every request is hostile until checked: each
+problem is a `RequestError` with the HTTP status and a message naming the input."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._format import _prechecks
+from .._format._errors import LimitError
+
+# OIP datatype -> the manifest's dtype name (and back). Other dtypes cannot cross the wire.
+DATATYPES = {
+    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
+    "FP16": "float16", "BF16": "bfloat16", "FP32": "float32", "FP64": "float64",
+}  # fmt: skip
+BY_DTYPE = {v: k for k, v in DATATYPES.items()}
+HEADER_LENGTH = "inference-header-content-length"  # the binary extension's header
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the client asked of the outputs: which, and which in binary."""
+
+    names: list[str] | None
+    binary: set[str]
+
+
+def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
+    """The request's JSON object, and the binary data after it (the binary extension)."""
+    if header_length is not None:
+        try:
+            n = int(header_length)
+        except ValueError:
+            raise RequestError(
+                400, f"{HEADER_LENGTH} is not a number: {header_length[:40]!r}"
+            ) from None
+        if not 0 <= n <= len(body):
+            raise RequestError(400, f"{HEADER_LENGTH} {n} is outside the body's {len(body)} bytes")
+        text, rest = body[:n], body[n:]
+    else:
+        text, rest = body, b""
+    try:
+        _prechecks.check_json(text, path="the request")  # nesting, before json recurses
+    except LimitError as e:
+        raise RequestError(400, e.message) from None
+    try:
+        request = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        raise RequestError(400, "the request must be a JSON object with an 'inputs' list")
+    return request, rest
+
+
+def read_inputs(
+    request: dict[str, Any], binary: bytes, expected: dict[str, tuple[str, tuple[int, ...]]]
+) -> dict[str, np.ndarray]:
+    """One array per expected input (name -> (dtype, shape)), checked against the request."""
+    given: dict[str, np.ndarray] = {}
+    offset = 0
+    for item in request["inputs"]:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise RequestError(400, "each input needs a 'name'")
+        name = item["name"]
+        if name not in expected:
+            raise RequestError(
+                400, f"unknown input {name[:80]!r}; the inputs are {sorted(expected)}"
+            )
+        if name in given:
+            raise RequestError(400, f"input {name!r} is given twice")
+        dtype, shape = expected[name]
+        datatype, got_shape = item.get("datatype"), item.get("shape")
+        if datatype != BY_DTYPE[dtype]:
+            raise RequestError(
+                400,
+                f"input {name!r}: datatype {str(datatype)[:20]!r}, expected {BY_DTYPE[dtype]!r}",
+            )
+        if not (isinstance(got_shape, list) and all(type(d) is int for d in got_shape)):
+            raise RequestError(400, f"input {name!r}: shape must be a list of integers")
+        if tuple(got_shape) != shape:
+            raise RequestError(400, f"input {name!r}: shape {got_shape}, expected {list(shape)}")
+        params = item.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise RequestError(400, f"input {name!r}: parameters must be an object")
+        size = params.get("binary_data_size")
+        if size is not None:
+            want = math.prod(shape) * np.dtype(_numpy(dtype)).itemsize
+            if type(size) is not int or size != want:
+                raise RequestError(
+                    400,
+                    f"input {name!r}: binary_data_size {size!r}, expected {want} bytes for {BY_DTYPE[dtype]}{list(shape)}",
+                )
+            if offset + size > len(binary):
+                raise RequestError(
+                    400,
+                    f"input {name!r}: the body holds {len(binary) - offset} more bytes, not {size}",
+                )
+            raw = np.frombuffer(
+                binary,
+                dtype=np.dtype(_numpy(dtype)).newbyteorder("<"),
+                count=math.prod(shape),
+                offset=offset,
+            )
+            given[name] = raw.reshape(shape)
+            offset += size
+        else:
+            given[name] = _from_json(name, item.get("data"), dtype, shape)
+    if offset != len(binary):
+        raise RequestError(
+            400, f"the body has {len(binary) - offset} bytes of binary data no input claims"
+        )
+    missing = sorted(set(expected) - set(given))
+    if missing:
+        raise RequestError(400, f"missing input(s) {missing}")
+    return given
+
+
+def _numpy(dtype: str) -> Any:
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return dtype
+
+
+def _from_json(name: str, data: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    if dtype == "bfloat16":
+        raise RequestError(
+            400, f"input {name!r}: BF16 travels only as binary data (binary_data_size)"
+        )
+    if not isinstance(data, list):
+        raise RequestError(400, f"input {name!r}: 'data' must be a list (or use binary_data_size)")
+    flat = np.asarray(data, dtype=object).reshape(-1) if data else np.zeros(0, object)
+    if flat.size != math.prod(shape):
+        raise RequestError(400, f"input {name!r}: {flat.size} values for shape {list(shape)}")
+    kinds = bool if dtype == "bool" else (int, float) if dtype.startswith("float") else int
+    if not all(isinstance(v, kinds) and (dtype == "bool" or not isinstance(v, bool)) for v in flat):
+        raise RequestError(400, f"input {name!r}: values must be {BY_DTYPE[dtype]} numbers")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            array = np.array(flat.tolist(), dtype=np.dtype(dtype))
+    except (OverflowError, FloatingPointError, ValueError):
+        raise RequestError(400, f"input {name!r}: a value does not fit {BY_DTYPE[dtype]}") from None
+    return array.reshape(shape)
+
+
+def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
+    """The outputs the request asks for (all when it names none), and which in binary."""
+    every = bool((request.get("parameters") or {}).get("binary_data_output"))
+    asked = request.get("outputs")
+    if asked is None:
+        return Wanted(None, set(names) if every else set())
+    if not isinstance(asked, list) or not all(
+        isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked
+    ):
+        raise RequestError(400, "'outputs' must be a list of objects with a 'name'")
+    unknown = [o["name"] for o in asked if o["name"] not in names]
+    if unknown:
+        raise RequestError(400, f"unknown output(s) {unknown[:5]}; the outputs are {names}")
+    binary = {o["name"] for o in asked if every or (o.get("parameters") or {}).get("binary_data")}
+    return Wanted([o["name"] for o in asked], binary)
+
+
+def response(
+    model: str,
+    version: str,
+    request_id: Any,
+    outputs: dict[str, np.ndarray],
+    want: Wanted,
+    dtypes: dict[str, str],
+) -> tuple[bytes, dict[str, str]]:
+    """The response body and headers (the binary extension's when any output is binary)."""
+    items, blobs = [], []
+    for name in want.names or list(outputs):
+        value = np.ascontiguousarray(outputs[name])
+        item: dict[str, Any] = {
+            "name": name,
+            "datatype": BY_DTYPE[dtypes[name]],
+            "shape": list(value.shape),
+        }
+        if name in want.binary or dtypes[name] == "bfloat16":
+            data = value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes()
+            item["parameters"] = {"binary_data_size": len(data)}
+            blobs.append(data)
+        else:
+            item["data"] = value.reshape(-1).tolist()
+        items.append(item)
+    body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": items}
+    if request_id is not None:
+        body["id"] = request_id
+    text = json.dumps(body).encode()
+    if not blobs:
+        return text, {"content-type": "application/json"}
+    return text + b"".join(blobs), {
+        "content-type": "application/octet-stream",
+        HEADER_LENGTH: str(len(text)),
+    }

@@ -1,0 +1,217 @@
+"""`hlobundle serve`: bundles behind the Open Inference Protocol (KServe v2 REST), with JSON and
+binary tensor data; every bad request is a 4xx with a message naming the input, and the server
+keeps serving. In process (Starlette's test client) except where the process is what is tested."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from helpers import ROOT
+
+import hlobundle
+
+pytest.importorskip("starlette", reason="the serve extra is not installed")
+pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the dev extra)")
+
+from starlette.testclient import TestClient  # noqa: E402
+
+from hlobundle._serve._app import app  # noqa: E402
+from hlobundle._serve._models import load_models  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+INFER = "/v2/models/lenet5/infer"
+
+
+@pytest.fixture(scope="module")
+def models():
+    return load_models([EXAMPLE], backend="xla")
+
+
+@pytest.fixture(scope="module")
+def client(models):
+    return TestClient(app(models, max_body=1 << 20))
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.asarray(hlobundle.load(EXAMPLE).tensor("images"))
+
+
+def _want(images):
+    bundle = hlobundle.load(EXAMPLE)
+    fn = bundle.function("xla")
+    return np.asarray(fn(*[bundle.tensor(a.name) if a.name != "images" else images
+                           for a in bundle.arguments]))  # fmt: skip
+
+
+def _json_request(images):
+    return {"id": "r1", "inputs": [{"name": "images", "shape": list(images.shape),
+                                    "datatype": "FP32", "data": images.reshape(-1).tolist()}]}  # fmt: skip
+
+
+def test_health_and_metadata(client, models):
+    assert client.get("/v2/health/live").status_code == 200
+    assert client.get("/v2/health/ready").status_code == 200
+    assert client.get("/v2").json()["extensions"] == ["binary_tensor_data"]
+    meta = client.get("/v2/models/lenet5").json()
+    version = models["lenet5"].version
+    assert meta["versions"] == [version] and meta["platform"] == "hlobundle"
+    assert meta["inputs"] == [{"name": "images", "datatype": "FP32", "shape": [4, 1, 28, 28]}]
+    assert meta["outputs"] == [{"name": "result", "datatype": "FP32", "shape": [4, 10]}]
+    assert client.get(f"/v2/models/lenet5/versions/{version}/ready").json()["ready"] is True
+    assert client.get("/v2/models/lenet5.hlobundle").status_code == 404  # the stem is "lenet5"
+
+
+def test_json_inference_matches_the_in_process_function(client, images):
+    r = client.post(INFER, json=_json_request(images))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["id"] == "r1" and body["model_name"] == "lenet5"
+    (out,) = body["outputs"]
+    assert out["name"] == "result" and out["shape"] == [4, 10] and out["datatype"] == "FP32"
+    np.testing.assert_array_equal(np.float32(out["data"]).reshape(4, 10), _want(images))
+
+
+def test_binary_inference_both_ways(client, images):
+    x = (images * 0.5).astype(np.float32)
+    header = json.dumps({
+        "inputs": [{"name": "images", "shape": list(x.shape), "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes}}],
+        "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    r = client.post(INFER, content=header + x.tobytes(),
+                    headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+    assert r.status_code == 200, r.text
+    n = int(r.headers["inference-header-content-length"])
+    meta = json.loads(r.content[:n])
+    (out,) = meta["outputs"]
+    assert out["parameters"]["binary_data_size"] == 4 * 10 * 4
+    got = np.frombuffer(r.content[n:], np.float32).reshape(4, 10)
+    np.testing.assert_array_equal(got, _want(x))
+
+
+def _error(client, body=None, *, status, message, **kwargs):
+    r = client.post(INFER, **({"json": body} if body is not None else kwargs))
+    assert r.status_code == status, r.text
+    assert message in r.json()["error"], r.json()
+
+
+def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images):
+    good = _json_request(images)
+    inp = good["inputs"][0]
+    _error(client, {**good, "inputs": [{**inp, "shape": [1, 1, 28, 28]}]}, status=400,
+           message="input 'images': shape [1, 1, 28, 28], expected [4, 1, 28, 28]")  # fmt: skip
+    _error(client, {**good, "inputs": [{**inp, "datatype": "FP64"}]}, status=400,
+           message="input 'images': datatype 'FP64', expected 'FP32'")  # fmt: skip
+    _error(client, {"inputs": []}, status=400, message="missing input(s) ['images']")
+    _error(
+        client,
+        {"inputs": [{**inp, "name": "params_conv1_w"}]},
+        status=400,
+        message="unknown input 'params_conv1_w'",
+    )  # a stored parameter is not an input
+    _error(client, {**good, "inputs": [{**inp, "data": inp["data"][:-1]}]}, status=400,
+           message="input 'images': 3135 values for shape [4, 1, 28, 28]")  # fmt: skip
+    _error(client, {**good, "inputs": [{**inp, "data": ["x"] * 3136}]}, status=400,
+           message="input 'images': values must be FP32 numbers")  # fmt: skip
+    _error(
+        client,
+        {**good, "outputs": [{"name": "nope"}]},
+        status=400,
+        message="unknown output(s) ['nope']",
+    )
+    _error(client, status=400, message="the request is not JSON", content=b"{not json")
+    _error(client, status=400, message="nested", content=b"[" * 5000 + b"]" * 5000)
+    _error(client, status=413, message="over the limit of 1048576 bytes", content=b" " * (2 << 20))
+    header = json.dumps(
+        {"inputs": [{**inp, "data": None, "parameters": {"binary_data_size": 12544}}]}
+    ).encode()
+    _error(client, status=400, message="the body holds 100 more bytes, not 12544",
+           content=header + b"\0" * 100, headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+    _error(client, status=400, message="is outside the body's",
+           content=b"{}", headers={"Inference-Header-Content-Length": "99"})  # fmt: skip
+    r = client.post("/v2/models/nope/infer", json=good)
+    assert r.status_code == 404 and "no model 'nope'" in r.json()["error"]
+    assert client.post(INFER, json=good).status_code == 200  # still serving
+    metrics = client.get("/metrics").text
+    assert 'hlobundle_requests_total{model="lenet5",status="400"}' in metrics
+    assert 'hlobundle_requests_total{model="lenet5",status="200"}' in metrics
+
+
+def test_a_failing_model_is_a_500_and_the_server_keeps_serving(models, images):
+    served = models["lenet5"]
+    broken = TestClient(app({"lenet5": _Failing(served)}))
+    r = broken.post(INFER, json=_json_request(images))
+    assert r.status_code == 500 and "model 'lenet5' failed: RuntimeError: boom" in r.json()["error"]
+    assert broken.get("/v2/health/live").status_code == 200
+
+
+class _Failing:
+    def __init__(self, served):
+        self.__dict__.update(served.__dict__)
+        self.name, self.version = served.name, served.version
+
+    def __call__(self, given):
+        raise RuntimeError("boom")
+
+
+def test_unservable_bundles_are_refused_at_start(tmp_path):
+    x = np.zeros((2,), np.complex64)
+    from helpers import identity_module
+
+    out = hlobundle.pack(identity_module(x), [x], tmp_path / "c")
+    with pytest.raises(hlobundle.InputError, match="no datatype for arg0 \\(complex64\\)"):
+        load_models([out])
+
+
+@pytest.mark.subprocess
+def test_serve_starts_compiled_answers_and_drains_on_sigterm(tmp_path, images):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port), "--backend", "xla"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        request = urllib.request.Request(f"{base}{INFER}", data=json.dumps(_json_request(images)).encode(),
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as r:
+            out = json.loads(r.read())["outputs"][0]
+        np.testing.assert_array_equal(np.float32(out["data"]).reshape(4, 10), _want(images))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    assert out.startswith(f"serving lenet5 at http://127.0.0.1:{port}/v2")
+    assert f'"POST {INFER} HTTP/1.1" 200' in out  # uvicorn's access log: a line per request
+
+
+def test_with_a_public_key_an_unsigned_bundle_is_not_served(tmp_path):
+    pytest.importorskip("model_signing", reason="the sign extra is not installed")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    (tmp_path / "pub.pem").write_bytes(key.public_bytes(serialization.Encoding.PEM,
+                                                        serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    with pytest.raises(hlobundle.UnsignedError):
+        load_models([EXAMPLE], backend="xla", public_key=tmp_path / "pub.pem")
