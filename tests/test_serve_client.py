@@ -1,0 +1,108 @@
+"""`hlobundle serve` driven by the real Open Inference Protocol client, `tritonclient[http]`:
+health, metadata, JSON and binary inference, and the error statuses, against a served process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import ROOT
+
+import hlobundle
+
+httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
+         "--backend", "xla", "--max-body-bytes", str(1 << 20)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    for _ in range(600):
+        try:
+            if client.is_server_ready():
+                break
+        except Exception:  # not listening yet
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"the server did not start: {proc.communicate()[1][-2000:]}")
+    yield client
+    proc.terminate()
+    proc.communicate(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.asarray(hlobundle.load(EXAMPLE).tensor("images"))
+
+
+def _reference(images):
+    bundle = hlobundle.load(EXAMPLE)
+    args = [images if a.name == "images" else bundle.tensor(a.name) for a in bundle.arguments]
+    return np.asarray(bundle.function("xla")(*args))
+
+
+def test_health_and_metadata(server):
+    assert server.is_server_live() and server.is_server_ready()
+    assert server.is_model_ready("lenet5")
+    meta = server.get_model_metadata("lenet5")
+    assert meta["inputs"] == [{"name": "images", "datatype": "FP32", "shape": [4, 1, 28, 28]}]
+    assert meta["outputs"][0]["name"] == "result"
+    assert "binary_tensor_data" in server.get_server_metadata()["extensions"]
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_inference_json_and_binary(server, images, binary):
+    x = (images * (2.0 if binary else 1.0)).astype(np.float32)
+    inp = httpclient.InferInput("images", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    out = httpclient.InferRequestedOutput("result", binary_data=binary)
+    result = server.infer("lenet5", [inp], outputs=[out])
+    np.testing.assert_array_equal(result.as_numpy("result"), _reference(x))
+
+
+def _status(server, inputs):
+    with pytest.raises(InferenceServerException) as e:
+        server.infer("lenet5", inputs)
+    return e.value.status(), e.value.message()
+
+
+def test_error_statuses(server, images):
+    wrong = httpclient.InferInput("images", [1, 1, 28, 28], "FP32")
+    wrong.set_data_from_numpy(images[:1])
+    status, message = _status(server, [wrong])
+    assert status == "400" and "shape [1, 1, 28, 28], expected [4, 1, 28, 28]" in message
+    wrong = httpclient.InferInput("images", list(images.shape), "FP64")
+    wrong.set_data_from_numpy(images.astype(np.float64))
+    status, message = _status(server, [wrong])
+    assert status == "400" and "datatype 'FP64', expected 'FP32'" in message
+    unknown = httpclient.InferInput("weights", [1], "FP32")
+    unknown.set_data_from_numpy(np.zeros(1, np.float32))
+    status, message = _status(server, [unknown])
+    assert status == "400" and "unknown input 'weights'" in message
+    with pytest.raises(InferenceServerException) as e:
+        server.infer("nope", [unknown])
+    assert e.value.status() == "404"
+    big = httpclient.InferInput("images", [4, 1, 28, 28 * 100], "FP32")
+    big.set_data_from_numpy(np.zeros((4, 1, 28, 2800), np.float32), binary_data=True)
+    status, message = _status(server, [big])
+    assert status == "413" and "over the limit" in message
+    ok = httpclient.InferInput("images", list(images.shape), "FP32")
+    ok.set_data_from_numpy(images)
+    assert server.infer("lenet5", [ok]).as_numpy("result").shape == (4, 10)  # still serving
