@@ -549,6 +549,144 @@ def sign_cost(tmp: Path, quick: bool) -> list[dict]:
     ]  # fmt: skip
 
 
+# --- serving ------------------------------------------------------------------------------------
+
+
+def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [PY, "-m", "hlobundle", "serve", str(ROOT / "examples" / "lenet5.hlobundle"), "--port",
+         str(port), "--backend", "xla", "--max-batch-size", str(max_batch)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
+                return proc, port
+        except OSError:  # not listening yet
+            time.sleep(0.1)
+    raise RuntimeError("the server did not start")
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int([line.split()[1] for line in f if line.startswith("VmRSS")][0])
+
+
+def _load(
+    port: int, body: bytes, header: int, want: bytes, clients: int, each: int
+) -> tuple[float, int]:
+    """Requests per second from `clients` threads, each with its own keep-alive connection
+    sending `each` binary requests; and how many answers were lost or wrong."""
+    import http.client
+    import threading
+
+    bad = []
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        for _ in range(each):
+            conn.request("POST", "/v2/models/lenet5/infer", body,
+                         {"Inference-Header-Content-Length": str(header)})  # fmt: skip
+            r = conn.getresponse()
+            data = r.read()
+            n = int(r.headers.get("Inference-Header-Content-Length", len(data)))
+            got = np.frombuffer(data[n:], "<f4") if r.status == 200 else None
+            if (
+                got is None
+                or got.size != want.size
+                or not np.allclose(got, want, rtol=1e-5, atol=1e-6)
+            ):
+                bad.append(1)  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return clients * each / (time.perf_counter() - start), len(bad)
+
+
+def serve_cost(tmp: Path, quick: bool) -> list[dict]:
+    """`hlobundle serve` over loopback: latency over an in-process call, throughput with and
+    without dynamic batching under 16 concurrent clients, and a bounded load test (none lost or
+    wrong, RSS flat). The clients are threads of this process, sharing its 2 cores with the server."""
+    import jax
+
+    import hlobundle
+
+    bundle = hlobundle.load(ROOT / "examples" / "lenet5.hlobundle")
+    images = np.asarray(bundle.tensor("images"))
+    fn = jax.jit(bundle.function("xla"))
+    args = bundle.example_args()
+    want = np.asarray(fn(*args)).reshape(-1)
+    header = json.dumps({
+        "inputs": [{"name": "images", "shape": list(images.shape), "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes}}],
+        "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    body = header + images.astype("<f4").tobytes()
+    n = 200 if quick else 1000
+    local = []
+    for _ in range(n):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        local.append(time.perf_counter() - start)
+    rows = []
+    proc, port = _served(1)
+    try:
+        import http.client
+
+        conn, remote = http.client.HTTPConnection("127.0.0.1", port), []
+        for _ in range(n):  # one client on a keep-alive connection, as clients connect
+            start = time.perf_counter()
+            conn.request("POST", "/v2/models/lenet5/infer", body,
+                         {"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+            conn.getresponse().read()
+            remote.append(time.perf_counter() - start)
+        conn.close()
+        for q in (50, 99):
+            over = float(np.percentile(remote, q) - np.percentile(local, q))
+            rows.append({"case": f"request p{q}, LeNet batch 4 (binary, keep-alive): s, and s over the in-process call",
+                         "s": float(np.percentile(remote, q)), "ratio": over})  # fmt: skip
+        rows.append(
+            {
+                "case": "in-process jitted call p50 (the baseline)",
+                "s": float(np.median(local)),
+                "ratio": 0.0,
+            }
+        )
+        unbatched, _ = _load(port, body, len(header), want, 16, 25 if quick else 125)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    proc, port = _served(16)
+    try:
+        batched, _ = _load(port, body, len(header), want, 16, 25 if quick else 125)
+        total = 1600 if quick else 10_000
+        before = _rss_kib(proc.pid)
+        _, wrong = _load(port, body, len(header), want, 16, total // 16)
+        after = _rss_kib(proc.pid)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    rows += [
+        {"case": "throughput, 16 concurrent clients, no batching (requests/s)", "s": unbatched, "ratio": 1.0},
+        {"case": "throughput, 16 concurrent clients, dynamic batching up to 16 (goal >= 3x)", "s": batched,
+         "ratio": batched / unbatched},
+        {"case": f"load test: {total} requests from 16 clients: wrong or lost", "s": float(wrong), "ratio": 0.0},
+        {"case": "load test: server RSS (MiB) at the end / after warm-up (goal within 1.1)", "s": after / 1024,
+         "ratio": after / before},
+    ]  # fmt: skip
+    return rows
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -609,6 +747,11 @@ def main() -> None:
                 trust_cost(tmp, args.quick),
             ),
             ("Signing: time / a full verify of the same bundle", sign_cost(tmp, args.quick)),
+            (
+                "Serving (hlobundle serve, tritonclient over loopback): latency (ratio column: "
+                "seconds over the in-process call), throughput, load",
+                serve_cost(tmp, args.quick),
+            ),
         ]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

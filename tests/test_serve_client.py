@@ -106,3 +106,45 @@ def test_error_statuses(server, images):
     ok = httpclient.InferInput("images", list(images.shape), "FP32")
     ok.set_data_from_numpy(images)
     assert server.infer("lenet5", [ok]).as_numpy("result").shape == (4, 10)  # still serving
+
+
+def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path, images):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
+         "--backend", "xla", "--max-batch-size", "8", "--batch-timeout-ms", "20"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", concurrency=16)
+        for _ in range(600):
+            try:
+                if client.is_server_ready():
+                    break
+            except Exception:
+                time.sleep(0.1)
+        xs = [(images * (1 + k / 16)).astype(np.float32) for k in range(16)]
+
+        def request(x):
+            inp = httpclient.InferInput("images", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=True)
+            return client.async_infer("lenet5", [inp])  # 16 in flight at once
+
+        pending = [request(x) for x in xs]
+        results = [p.get_result().as_numpy("result") for p in pending]
+        for x, got in zip(xs, results, strict=True):
+            # The batched module is compiled apart from the module: equal within the float32
+            # tolerance of SPEC.md section 7 (1 ulp apart, measured), not bit for bit.
+            np.testing.assert_allclose(got, _reference(x), rtol=1e-5, atol=1e-6)
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+            metrics = r.read().decode()
+        count = float(metrics.split('hlobundle_batch_size_count{model="lenet5"} ')[1].split()[0])
+        total = float(metrics.split('hlobundle_batch_size_sum{model="lenet5"} ')[1].split()[0])
+        assert total == 16 and count < 16  # fewer calls than requests: some were combined
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)

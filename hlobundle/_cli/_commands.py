@@ -241,13 +241,18 @@ def serve(args: argparse.Namespace) -> int:
         ) from None
     from .._serve._models import load_models
 
-    models = load_models(args.bundles, backend=args.backend, **_trust(args))
+    if args.max_batch_size < 1 or args.batch_timeout_ms < 0:
+        raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
+    models = load_models(args.bundles, backend=args.backend, max_batch=args.max_batch_size,
+                         **_trust(args))  # fmt: skip
     names = sorted({m.name for m in models.values()})
     print(f"serving {', '.join(names)} at http://{args.host}:{args.port}/v2", flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    uvicorn.run(app(models, max_body=args.max_body_bytes), host=args.host, port=args.port,
+    served = app(models, max_body=args.max_body_bytes, max_batch=args.max_batch_size,
+                 batch_timeout_s=args.batch_timeout_ms / 1000)  # fmt: skip
+    uvicorn.run(served, host=args.host, port=args.port,
                 log_level="info", timeout_graceful_shutdown=30)  # fmt: skip
     return EXIT_OK
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .._version import __version__
+from ._batching import Batcher
 from ._models import Served
 from ._protocol import HEADER_LENGTH, RequestError, parse_request, read_inputs, response, wanted
 
@@ -15,8 +16,15 @@ log = logging.getLogger("hlobundle.serve")
 DEFAULT_MAX_BODY = 64 << 20
 
 
-def app(models: dict[str, Served], *, max_body: int = DEFAULT_MAX_BODY) -> Any:
-    """The ASGI application serving `models` (by name)."""
+def app(
+    models: dict[str, Served],
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    max_batch: int = 1,
+    batch_timeout_s: float = 0.002,
+) -> Any:
+    """The ASGI application serving `models` (by name); with `max_batch` > 1, concurrent
+    requests for a model with a batched module are combined (`_batching`)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
@@ -30,6 +38,23 @@ def app(models: dict[str, Served], *, max_body: int = DEFAULT_MAX_BODY) -> Any:
     )
     latency = Histogram("hlobundle_request_seconds", "inference time", ["model"], registry=registry,
                         buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5))  # fmt: skip
+
+    batch_sizes = Histogram("hlobundle_batch_size", "requests per model call", ["model"],
+                            registry=registry, buckets=(1, 2, 4, 8, 16, 32, 64))  # fmt: skip
+    batchers = {
+        id(served): Batcher(
+            served, max_batch, batch_timeout_s, batch_sizes.labels(served.name).observe
+        )  # fmt: skip
+        for served in models.values()
+        if max_batch > 1 and served.batchable
+    }
+
+    async def call(served: Served, given: dict[str, Any]) -> Any:
+        batcher = batchers.get(id(served))
+        if batcher is not None:
+            return await batcher(given)
+        batch_sizes.labels(served.name).observe(1)
+        return await run_in_threadpool(served, given)
 
     def error(status: int, message: str) -> Any:
         return JSONResponse({"error": message}, status_code=status)
@@ -82,7 +107,7 @@ def app(models: dict[str, Served], *, max_body: int = DEFAULT_MAX_BODY) -> Any:
             requests.labels(name if name in models else "", str(e.status)).inc()
             return error(e.status, e.message)
         try:
-            outputs = await run_in_threadpool(served, given)
+            outputs = await call(served, given)
         except Exception as e:  # the model failed: report it, keep serving
             log.exception("model %s failed", served.name)
             requests.labels(served.name, "500").inc()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,51 @@ class Served:
         results = self.function.call_flat(*args)
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
 
+    @property
+    def batchable(self) -> bool:
+        """Whether requests can be combined: the bundle has a batched module (SPEC.md 2.6) over
+        exactly its inputs, which `jax.vmap` of its function runs in one call."""
+        batched = self.bundle.manifest.batched
+        return batched is not None and set(batched.arguments) == set(self.inputs)
+
+    def call_many(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Several requests' inputs in one call of the batched module, stacked along a new
+        leading axis whose size is rounded up to a power of two (padded with the first request,
+        whose results are dropped), so that few batch sizes are ever compiled."""
+        if len(many) == 1:
+            return [self(many[0])]
+        size = 1 << (len(many) - 1).bit_length()
+        padded = many + [many[0]] * (size - len(many))
+        stacked = [np.stack([g[name] for g in padded]) for name in self.inputs]
+        results = self._vmapped(*stacked)
+        names = [r.name for r in self.bundle.results]
+        return [
+            {n: np.asarray(x[k]) for n, x in zip(names, results, strict=True)}
+            for k in range(len(many))
+        ]
+
+    @cached_property
+    def _vmapped(self) -> Any:
+        import jax
+
+        positions = {a.name: i for i, a in enumerate(self.bundle.arguments)}
+        order = [positions[n] for n in self.inputs]
+
+        def call(*inputs: Any) -> Any:
+            args = [self.stored.get(a.name) for a in self.bundle.arguments]
+            for i, x in zip(order, inputs, strict=True):
+                args[i] = x
+            return self.function.call_flat(*args)
+
+        return jax.jit(jax.vmap(call))
+
 
 def load_models(
-    paths: Sequence[str | os.PathLike[str]], *, backend: str = "auto", **trust: Any
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    backend: str = "auto",
+    max_batch: int = 1,
+    **trust: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), compiled and warmed up;
     by each of its names."""
@@ -97,6 +140,10 @@ def load_models(
         )
         zeros = {n: np.zeros(s, _dtypes.BY_NAME[d].numpy) for n, (d, s) in served.inputs.items()}
         served(zeros)  # compile now: `ready` means ready
+        size = 2
+        while served.batchable and size <= max_batch:  # and every batch size batching may use
+            served.call_many([zeros] * size)
+            size *= 2
         for name in served.names:
             if name in models:
                 raise InputError(f"two bundles are both called {name!r}", path=Path(path))
