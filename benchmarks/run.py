@@ -748,8 +748,8 @@ def main() -> None:
             ),
             ("Signing: time / a full verify of the same bundle", sign_cost(tmp, args.quick)),
             (
-                "Serving (hlobundle serve, tritonclient over loopback): latency (ratio column: "
-                "seconds over the in-process call), throughput, load",
+                "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
+                "latency (ratio column: seconds over the in-process call), throughput, load",
                 serve_cost(tmp, args.quick),
             ),
         ]

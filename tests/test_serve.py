@@ -4,6 +4,7 @@ keeps serving. In process (Starlette's test client) except where the process is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the 
 from starlette.testclient import TestClient  # noqa: E402
 
 from hlobundle._serve._app import app  # noqa: E402
-from hlobundle._serve._models import load_models  # noqa: E402
+from hlobundle._serve._models import Served, load_models  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 INFER = "/v2/models/lenet5/infer"
@@ -149,16 +150,22 @@ def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images)
 
 def test_a_failing_model_is_a_500_and_the_server_keeps_serving(models, images):
     served = models["lenet5"]
-    broken = TestClient(app({"lenet5": _Failing(served)}))
+    broken = TestClient(
+        app(
+            {
+                "lenet5": _Failing(
+                    **{f.name: getattr(served, f.name) for f in dataclasses.fields(served)}
+                )
+            }
+        )
+    )
     r = broken.post(INFER, json=_json_request(images))
     assert r.status_code == 500 and "model 'lenet5' failed: RuntimeError: boom" in r.json()["error"]
     assert broken.get("/v2/health/live").status_code == 200
 
 
-class _Failing:
-    def __init__(self, served):
-        self.__dict__.update(served.__dict__)
-        self.name, self.version = served.name, served.version
+class _Failing(Served):
+    """A served model whose call fails (as a model's runtime error would)."""
 
     def __call__(self, given):
         raise RuntimeError("boom")
@@ -215,3 +222,27 @@ def test_with_a_public_key_an_unsigned_bundle_is_not_served(tmp_path):
                                                         serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
     with pytest.raises(hlobundle.UnsignedError):
         load_models([EXAMPLE], backend="xla", public_key=tmp_path / "pub.pem")
+
+
+def test_column_major_values_travel_in_the_producers_orientation(tmp_path):
+    # A Julia client sends its (3, 2) array: the bundle stores it as [2, 3], the same bytes.
+    from helpers import identity_module
+
+    julia = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(3, 2))
+    out = hlobundle.pack(identity_module(julia.T), [julia], tmp_path / "cm", layout="column_major")
+    client = TestClient(app(load_models([out], backend="xla")))
+    name = hlobundle.load(out).manifest.function
+    data = list(range(6))
+    body = {"parameters": {"layout": "producer"},
+            "inputs": [{"name": "arg0", "shape": [3, 2], "datatype": "FP32", "data": data}]}  # fmt: skip
+    r = client.post(f"/v2/models/{name}/infer", json=body)
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["outputs"]
+    assert result["shape"] == [3, 2] and result["data"] == data
+    r = client.post(f"/v2/models/{name}/infer", json={**body, "parameters": {}})
+    assert r.status_code == 400 and "shape [3, 2], expected [2, 3]" in r.json()["error"]
+    r = client.post(f"/v2/models/{name}/infer", json={**body, "parameters": {"layout": "julia"}})
+    assert (
+        r.status_code == 400
+        and "parameters.layout must be 'stored' or 'producer'" in r.json()["error"]
+    )

@@ -10,7 +10,15 @@ from typing import Any
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served
-from ._protocol import HEADER_LENGTH, RequestError, parse_request, read_inputs, response, wanted
+from ._protocol import (
+    HEADER_LENGTH,
+    RequestError,
+    parse_request,
+    producer_layout,
+    read_inputs,
+    response,
+    wanted,
+)
 
 log = logging.getLogger("hlobundle.serve")
 DEFAULT_MAX_BODY = 64 << 20
@@ -101,7 +109,10 @@ def app(
             served = model_of(request)
             body = await _body(request, max_body)
             parsed, binary = parse_request(body, request.headers.get(HEADER_LENGTH))
-            given = read_inputs(parsed, binary, served.inputs)
+            producer = producer_layout(parsed)
+            given = read_inputs(parsed, binary, served.wire_inputs(producer))
+            if producer:  # the same bytes, under the stored (axis-reversed) shape
+                given = {n: x.reshape(served.inputs[n][1]) for n, x in given.items()}
             want = wanted(parsed, list(served.outputs))
         except RequestError as e:
             requests.labels(name if name in models else "", str(e.status)).inc()
@@ -112,6 +123,9 @@ def app(
             log.exception("model %s failed", served.name)
             requests.labels(served.name, "500").inc()
             return error(500, f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}")
+        if producer:
+            outputs = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
+                       for n, x in outputs.items()}  # fmt: skip
         content, headers = response(served.name, served.version, parsed.get("id"), outputs, want,
                                     served.outputs)  # fmt: skip
         requests.labels(served.name, "200").inc()

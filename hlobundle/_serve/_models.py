@@ -55,6 +55,20 @@ class Served:
         results = self.function.call_flat(*args)
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
 
+    @cached_property
+    def column_major(self) -> frozenset[str]:
+        """The inputs and results whose producer (Julia) orientation is their axis-reversed shape."""
+        m = self.bundle.manifest
+        return frozenset(v.name for v in [*m.arguments, *m.results] if v.layout == "column_major")
+
+    def wire_inputs(self, producer: bool) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Input shapes as a request gives them: stored, or (`producer`) the producer's."""
+        if not producer:
+            return self.inputs
+        return {
+            n: (d, s[::-1] if n in self.column_major else s) for n, (d, s) in self.inputs.items()
+        }
+
     @property
     def batchable(self) -> bool:
         """Whether requests can be combined: the bundle has a batched module (SPEC.md 2.6) over

@@ -158,6 +158,18 @@ def _from_json(name: str, data: Any, dtype: str, shape: tuple[int, ...]) -> np.n
     return array.reshape(shape)
 
 
+def producer_layout(request: dict[str, Any]) -> bool:
+    """The request's `parameters.layout`: `"stored"` (the default: shapes as the manifest has
+    them) or `"producer"`: column-major values in the producer's (Julia's) orientation, their
+    shapes axis-reversed and their data in the producer's memory order, which is the same bytes."""
+    layout = (request.get("parameters") or {}).get("layout", "stored")
+    if layout not in ("stored", "producer"):
+        raise RequestError(
+            400, f"parameters.layout must be 'stored' or 'producer', not {str(layout)[:40]!r}"
+        )
+    return layout == "producer"
+
+
 def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
     """The outputs the request asks for (all when it names none), and which in binary."""
     every = bool((request.get("parameters") or {}).get("binary_data_output"))
