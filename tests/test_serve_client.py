@@ -148,3 +148,43 @@ def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path,
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+def test_a_request_in_flight_at_sigterm_is_answered(images):
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # A long batch window keeps the request in flight while the signal arrives.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
+         "--backend", "xla", "--max-batch-size", "8", "--batch-timeout-ms", "1500"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    for _ in range(600):
+        try:
+            if client.is_server_ready():
+                break
+        except Exception:
+            time.sleep(0.1)
+    answer = {}
+
+    def ask():
+        inp = httpclient.InferInput("images", list(images.shape), "FP32")
+        inp.set_data_from_numpy(images, binary_data=True)
+        answer["result"] = httpclient.InferenceServerClient(f"127.0.0.1:{port}").infer(
+            "lenet5", [inp]
+        )
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    time.sleep(0.5)  # the request is waiting for its batch
+    proc.terminate()  # SIGTERM
+    asking.join(timeout=60)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    np.testing.assert_allclose(
+        answer["result"].as_numpy("result"), _reference(images), rtol=1e-5, atol=1e-6
+    )
