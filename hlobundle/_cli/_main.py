@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     from .._version import __version__
 
     parser = argparse.ArgumentParser(
-        prog="hlobundle", description="Pack, inspect and verify StableHLO bundles."
+        prog="hlobundle",
+        description="Pack, run, inspect, verify, sign and serve StableHLO bundles.",
     )
     parser.add_argument("--version", action="version", version=f"hlobundle {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
