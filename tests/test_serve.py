@@ -246,3 +246,19 @@ def test_column_major_values_travel_in_the_producers_orientation(tmp_path):
         r.status_code == 400
         and "parameters.layout must be 'stored' or 'producer'" in r.json()["error"]
     )
+
+
+def test_bool_bytes_other_than_0_and_1_are_refused(tmp_path):
+    from helpers import identity_module
+
+    m = np.array([True, False, True])
+    out = hlobundle.pack(identity_module(m), None, tmp_path / "b")
+    client = TestClient(app(load_models([out], backend="xla")))
+    name = hlobundle.load(out).manifest.function
+    header = json.dumps({"inputs": [{"name": "arg0", "shape": [3], "datatype": "BOOL",
+                                     "parameters": {"binary_data_size": 3}}]}).encode()  # fmt: skip
+    for payload, status in ((b"\x01\x00\x01", 200), (b"\x01\x07\x01", 400)):
+        r = client.post(f"/v2/models/{name}/infer", content=header + payload,
+                        headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+        assert r.status_code == status, r.text
+    assert "BOOL bytes must be 0 or 1" in r.json()["error"]

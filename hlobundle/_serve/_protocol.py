@@ -115,6 +115,8 @@ def read_inputs(
                 count=math.prod(shape),
                 offset=offset,
             )
+            if dtype == "bool" and (raw.view(np.uint8) > 1).any():
+                raise RequestError(400, f"input {name!r}: BOOL bytes must be 0 or 1")
             given[name] = raw.reshape(shape)
             offset += size
         else:
