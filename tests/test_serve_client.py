@@ -19,6 +19,7 @@ httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http]
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+pytestmark = pytest.mark.subprocess  # a served process, driven over loopback
 
 
 @pytest.fixture(scope="module")
