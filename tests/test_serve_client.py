@@ -22,27 +22,32 @@ EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 pytestmark = pytest.mark.subprocess  # a served process, driven over loopback
 
 
-@pytest.fixture(scope="module")
-def server():
+def _start(*flags: str, concurrency: int = 1) -> tuple[subprocess.Popen, int, object]:
+    """`hlobundle serve` of the example on a free loopback port with `flags`, once it is ready:
+    the process, its port, and a client."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
-         "--backend", "xla", "--max-body-bytes", str(1 << 20)],
+         "--backend", "xla", *flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", concurrency=concurrency)
     for _ in range(600):
         try:
             if client.is_server_ready():
-                break
+                return proc, port, client
         except Exception:  # not listening yet
             time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail(f"the server did not start: {proc.communicate()[1][-2000:]}")
+    proc.kill()
+    pytest.fail(f"the server did not start: {proc.communicate()[1][-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc, _, client = _start("--max-body-bytes", str(1 << 20))
     yield client
     proc.terminate()
     proc.communicate(timeout=60)
@@ -110,22 +115,8 @@ def test_error_statuses(server, images):
 
 
 def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path, images):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
-         "--backend", "xla", "--max-batch-size", "8", "--batch-timeout-ms", "20"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc, port, client = _start("--max-batch-size", "8", "--batch-timeout-ms", "20", concurrency=16)
     try:
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", concurrency=16)
-        for _ in range(600):
-            try:
-                if client.is_server_ready():
-                    break
-            except Exception:
-                time.sleep(0.1)
         xs = [(images * (1 + k / 16)).astype(np.float32) for k in range(16)]
 
         def request(x):
@@ -154,22 +145,8 @@ def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path,
 def test_a_request_in_flight_at_sigterm_is_answered(images):
     import threading
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     # A long batch window keeps the request in flight while the signal arrives.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
-         "--backend", "xla", "--max-batch-size", "8", "--batch-timeout-ms", "1500"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
-    for _ in range(600):
-        try:
-            if client.is_server_ready():
-                break
-        except Exception:
-            time.sleep(0.1)
+    proc, port, _ = _start("--max-batch-size", "8", "--batch-timeout-ms", "1500")
     answer = {}
 
     def ask():

@@ -25,22 +25,23 @@ class Batcher:
     async def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.queue is None:  # created on the server's event loop, with its worker
             self.queue = asyncio.Queue()
-            asyncio.get_running_loop().create_task(self._work())
+            asyncio.get_running_loop().create_task(self._work(self.queue))
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         await self.queue.put((given, done))
         return await done
 
-    async def _work(self) -> None:
+    async def _work(
+        self, queue: asyncio.Queue[tuple[dict[str, np.ndarray], asyncio.Future[Any]]]
+    ) -> None:
         from starlette.concurrency import run_in_threadpool
 
-        assert self.queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self.queue.get()]
+            batch = [await queue.get()]
             deadline = loop.time() + self.timeout_s
             while len(batch) < self.max_batch:
                 try:
-                    batch.append(await asyncio.wait_for(self.queue.get(), deadline - loop.time()))
+                    batch.append(await asyncio.wait_for(queue.get(), deadline - loop.time()))
                 except (TimeoutError, ValueError):
                     break
             self.observe(len(batch))
