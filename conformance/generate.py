@@ -8,6 +8,7 @@ do not change with JAX's lowering; expected outputs are computed once by the xla
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -365,6 +366,55 @@ def _(path: Path) -> None:
     (bundle / "model.sig").write_text("{}")
     edit(bundle, lambda m: m["files"].update({"model.sig": {"size": 0, "sha256": "0" * 64}}))
     rehash(bundle, "model.sig")
+
+
+# --- executables (SPEC.md 2.7, "Executables"; format 1.3) ---------------------------------------
+
+
+def foreign_executable(bundle: Path) -> None:
+    """Store an executable no reader here can use (another architecture and IREE version): a
+    reader must ignore it and run the portable artifact. Its bytes are not an executable at all,
+    so a reader that loaded it would fail."""
+    (bundle / "compiled").mkdir()
+    (bundle / "compiled" / "llvm-cpu.vmfb").write_bytes(b"not an executable\n")
+    source = hashlib.sha256((bundle / "module.mlirbc").read_bytes()).hexdigest()
+    entry = {"target": "llvm-cpu", "file": "compiled/llvm-cpu.vmfb", "compiler": "iree",
+             "compiler_version": "0.0.1", "architecture": "riscv64", "cpu": "generic",
+             "flags": ["--iree-hal-target-backends=llvm-cpu"], "source_sha256": source}  # fmt: skip
+
+    def change(m: dict) -> None:
+        m.update(format_version="1.3", executables=[entry])
+        m["files"]["compiled/llvm-cpu.vmfb"] = {"size": 0, "sha256": "0" * 64}
+
+    edit(bundle, change)
+    rehash(bundle, "compiled/llvm-cpu.vmfb")
+
+
+@case(
+    "valid_executable_foreign",
+    "an executable for another architecture and IREE version (format 1.3): ignored, not loaded",
+)
+def _(path: Path) -> None:
+    t = tensor((3,), "float32")
+    bundle = valid(path, func([t], [t], ["%x = stablehlo.sine %a0 : " + t], ["%x"]),
+                   [values((3,), "float32", 4)])  # fmt: skip
+    foreign_executable(bundle)
+
+
+@case("invalid_executable_hash_mismatch", "a byte of the stored executable changed",
+      "HASH_MISMATCH")  # fmt: skip
+def _(path: Path) -> None:
+    bundle = base(path)
+    foreign_executable(bundle)
+    _flip_last_byte(bundle / "compiled" / "llvm-cpu.vmfb")
+
+
+@case("invalid_executable_unlisted", "executables names a file that files does not list",
+      "MANIFEST_INVALID")  # fmt: skip
+def _(path: Path) -> None:
+    bundle = base(path)
+    foreign_executable(bundle)
+    edit(bundle, lambda m: m["executables"][0].update(file="compiled/other.vmfb"))
 
 
 # --- invalid cases ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._format._errors import (
     BackendUnavailableError,
+    BackendUnsupportedError,
     BundleError,
     ConfigError,
     DevicesUnavailableError,
@@ -51,6 +52,7 @@ _LAZY = {
     "Result": "._format._manifest",
     "Bundle": "._read._reader",
     "load": "._read._reader",
+    "compile": "._write._compile",
     "emit_script": "._emit._emit",
     "export": "._write._export",
     "from_exported": "._write._jax_export",
@@ -82,6 +84,7 @@ if TYPE_CHECKING:
     from ._emit._emit import emit_script
     from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
     from ._read._reader import Bundle, load
+    from ._write._compile import compile
     from ._write._export import export
     from ._write._jax_export import from_exported
     from ._write._reactant import pack_reactant
@@ -92,6 +95,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Argument",
     "BackendUnavailableError",
+    "BackendUnsupportedError",
     "Bundle",
     "BundleError",
     "ConfigError",
@@ -129,6 +133,7 @@ __all__ = [
     "VersionError",
     "X64DisabledError",
     "__version__",
+    "compile",
     "emit_script",
     "export",
     "from_exported",

@@ -181,7 +181,8 @@ def test_argument_errors(lenet_bundle, backend, call, message):
 
 def test_unknown_backend(lenet_bundle):
     with pytest.raises(
-        hlobundle.InputError, match=r"backend must be one of \('auto', 'enzyme', 'xla'\), got 'tpu'"
+        hlobundle.InputError,
+        match=r"backend must be one of \('auto', 'enzyme', 'xla', 'iree'\), got 'tpu'",
     ):
         lenet_bundle.function("tpu")
 

@@ -104,14 +104,15 @@ def run(args: argparse.Namespace) -> int:
         "--save-outputs", args.save_outputs, (".npz", ".safetensors")
     )
     bundle = load(args.bundle, verify=args.verify, **_trust(args))
-    import jax
-
-    if needs_x64(bundle.manifest):
-        jax.config.update("jax_enable_x64", True)
-    if not (args.no_cache or os.environ.get("HLOBUNDLE_NO_CACHE")):
-        _enable_compilation_cache(jax)
-    if args.distributed:
-        _initialize_distributed(jax)
+    if args.backend == "iree":
+        if args.distributed or args.devices not in (None, 1):
+            args.parser.error("--backend iree runs one device: no --distributed or --devices")
+        if args.no_cache:
+            os.environ["HLOBUNDLE_NO_CACHE"] = "1"
+    else:
+        if args.trust_executables:
+            args.parser.error("--trust-executables applies to --backend iree")
+        _start_jax(args, needs_x64(bundle.manifest))
     given = read_files(args.inputs) if args.inputs else None
     producer = args.layout == "producer"
     report, outputs = _run.run(
@@ -122,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         atol=args.atol,
         producer_layout=producer,
         devices=args.devices,
+        trust_executables=args.trust_executables,
     )
     if save:
         _run.save_outputs(save, bundle, outputs, producer_layout=producer)
@@ -130,6 +132,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_run.render(report, bundle.path))
     return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _start_jax(args: argparse.Namespace, x64: bool) -> None:
+    import jax
+
+    if x64:
+        jax.config.update("jax_enable_x64", True)
+    if not (args.no_cache or os.environ.get("HLOBUNDLE_NO_CACHE")):
+        _enable_compilation_cache(jax)
+    if args.distributed:
+        _initialize_distributed(jax)
 
 
 def _initialize_distributed(jax: Any) -> None:
@@ -170,10 +183,13 @@ def emit(args: argparse.Namespace) -> int:
 
     if args.output:
         output_path("-o", args.output)
-    bundle = load(args.bundle)
+    if args.trust_executables and args.backend != "iree":
+        args.parser.error("--trust-executables applies to --backend iree")
+    bundle = load(args.bundle, **_trust(args))
     path = args.output or default_script_path(bundle.path)
-    backend = _backends.resolve(args.backend).NAME
-    emit_script(bundle, path, backend=backend, force=args.force)
+    backend = "iree" if args.backend == "iree" else _backends.resolve(args.backend).NAME
+    emit_script(bundle, path, backend=backend, force=args.force,
+                trust_executables=args.trust_executables)  # fmt: skip
     print(f"wrote {path} (backend {backend}; run it with: python {path})")
     return EXIT_OK
 
@@ -268,6 +284,22 @@ def refresh(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def compile_bundle(args: argparse.Namespace) -> int:
+    from .._write._compile import compile as compile_executables
+
+    if not args.private_key and (args.signing_certificate or args.certificate_chain):
+        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
+    key = _signing_key(args) if args.private_key else None
+    entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
+                                  sign_key=key)  # fmt: skip
+    for e in entries:
+        print(f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
+              f"{e.architecture} cpu {e.cpu})")  # fmt: skip
+    print(f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
+          "PUB.pem (a signed bundle), or --trust-executables")  # fmt: skip
+    return EXIT_OK
+
+
 def _signing_key(args: argparse.Namespace) -> Any:
     from .._format._signature import SigningKey, paths
 
@@ -291,18 +323,22 @@ def conformance(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
 
-    import jax
-
     from . import _conformance
 
-    jax.config.update("jax_enable_x64", True)
+    if args.implementation and args.backend != "auto":
+        args.parser.error("--backend chooses this library's backend; --implementation runs another")
+    if args.backend != "iree":
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
     command = shlex.split(args.implementation) if args.implementation else None
     root = Path(args.dir) if args.dir else _conformance.INSTALLED
     selected = [c for c in _conformance.cases(root) if not args.k or args.k in c.name]
-    outcomes = [_conformance.run_case(c, command) for c in selected]
-    ok = all(o.passed for o in outcomes)
+    outcomes = [_conformance.run_case(c, command, args.backend) for c in selected]
+    ok = all(o.passed or o.refused for o in outcomes)
     if args.json:
-        print(json.dumps({"ok": ok, "cases": [dataclasses.asdict(o) for o in outcomes]}))
+        cases = [{**dataclasses.asdict(o), "result": o.result} for o in outcomes]
+        print(json.dumps({"ok": ok, "cases": cases}))
     else:
         print(_conformance.render(outcomes))
     return EXIT_OK if ok else EXIT_FAIL

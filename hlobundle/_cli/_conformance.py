@@ -10,6 +10,9 @@ A case is a folder (SPEC.md, "Conformance"):
 Another implementation is held to the suite through a command (`--implementation CMD`) that
 accepts `CMD verify BUNDLE --json`, printing `{"ok": bool, "code": ...}`, and
 `CMD run BUNDLE [--inputs FILE] --save-outputs OUT.safetensors --json`, as `hlobundle` does.
+
+A valid case an implementation cannot run (a dtype or op its runtime lacks) may be refused with
+`BACKEND_UNSUPPORTED`: it is reported as refused, neither passed nor failed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from .._format._errors import HloBundleError, InputError
 from .._format._manifest import Manifest
 from .._format._tolerance import agree
 
+REFUSAL = "BACKEND_UNSUPPORTED"  # a valid case the implementation says it cannot run
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -37,6 +42,14 @@ class Outcome:
     got: str
     passed: bool
     detail: str = ""
+
+    @property
+    def refused(self) -> bool:
+        return self.expect == "ok" and self.got == REFUSAL
+
+    @property
+    def result(self) -> str:
+        return "pass" if self.passed else "refused" if self.refused else "FAIL"
 
 
 # The cases shipped with the package (package data), which `hlobundle conformance` runs by default.
@@ -50,12 +63,14 @@ def cases(root: Path) -> list[Path]:
     return found
 
 
-def run_case(case: Path, implementation: list[str] | None = None) -> Outcome:
+def run_case(case: Path, implementation: list[str] | None = None, backend: str = "auto") -> Outcome:
     spec = json.loads((case / "case.json").read_text())
     expect = spec["expect"]
     key = case / spec["public_key"] if "public_key" in spec else None  # verify its signature
     got, detail, outputs = (
-        _run_external(case, implementation, key) if implementation else _run_here(case, key)
+        _run_external(case, implementation, key)
+        if implementation
+        else _run_here(case, key, backend)
     )
     if got == "ok" and expect == "ok":
         detail = _compare(case, outputs, spec["rtol"], spec["atol"])
@@ -65,7 +80,7 @@ def run_case(case: Path, implementation: list[str] | None = None) -> Outcome:
     return Outcome(case.name, expect, got, passed, detail)
 
 
-def _run_here(case: Path, key: Path | None) -> tuple[str, str, dict[str, np.ndarray]]:
+def _run_here(case: Path, key: Path | None, backend: str) -> tuple[str, str, dict[str, np.ndarray]]:
     from .._read._reader import load
 
     try:
@@ -73,7 +88,7 @@ def _run_here(case: Path, key: Path | None) -> tuple[str, str, dict[str, np.ndar
             warnings.simplefilter("ignore")
             bundle = load(case / "bundle")
             bundle.verify(public_key=key)
-            fn = bundle.function("auto")
+            fn = bundle.function(backend)
             args = _inputs(case, bundle.manifest) or [
                 bundle.tensor(a.name) for a in bundle.arguments
             ]
@@ -102,7 +117,7 @@ def _run_external(
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "outputs.safetensors"
         extra = ["--inputs", str(case / "inputs.npz")] if (case / "inputs.npz").exists() else []
-        _call(
+        ran = _call(
             [
                 *command,
                 "run",
@@ -118,6 +133,8 @@ def _run_external(
             ]
         )
         if not out.exists():
+            if ran.get("code") == REFUSAL:
+                return REFUSAL, str(ran.get("message", "")), {}
             return "NO_OUTPUTS", f"{shlex.join(command)} run wrote no outputs", {}
         return "ok", "", _read_outputs(out, _manifest(bundle))
 
@@ -163,11 +180,12 @@ def _compare(case: Path, got: dict[str, np.ndarray], rtol: float, atol: float) -
 def render(outcomes: list[Outcome]) -> str:
     from .._read._inspect import table
 
-    rows = [
-        (o.case, o.expect, o.got, "pass" if o.passed else "FAIL", o.detail[:60]) for o in outcomes
-    ]
-    failed = sum(not o.passed for o in outcomes)
+    rows = [(o.case, o.expect, o.got, o.result, o.detail[:60]) for o in outcomes]
+    passed = sum(o.passed for o in outcomes)
+    refused = sum(o.refused for o in outcomes)
+    failed = len(outcomes) - passed - refused
     return "\n".join([
         table(("case", "expect", "got", "result", "detail"), rows),
-        f"{len(outcomes) - failed} passed, {failed} failed, {len(outcomes)} cases",
+        f"{passed} passed, " + (f"{refused} refused ({REFUSAL}), " if refused else "")
+        + f"{failed} failed, {len(outcomes)} cases",
     ])  # fmt: skip

@@ -73,13 +73,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="the script's path (default: <bundle>_run.py beside it)")
     p.add_argument(
         "--backend",
-        choices=["auto", "enzyme", "xla"],
+        choices=["auto", "enzyme", "xla", "iree"],
         default="auto",
-        help="how the script calls the module: xla (needs only jax), enzyme (enzyme-ad), or "
+        help="how the script calls the module: xla (needs only jax), enzyme (enzyme-ad), "
+        "iree (needs only iree-base-runtime; runs the executable `hlobundle compile` stored), or "
         "auto: enzyme where it is installed here, else xla (default)",
     )
     p.add_argument("--force", action="store_true", help="replace an existing file")
-    p.set_defaults(handler=_commands.emit)
+    _add_trust(p)
+    p.add_argument("--trust-executables", action="store_true",
+                   help="iree: write a script running the stored executable (native code) of a "
+                   "bundle no --public-key verified")  # fmt: skip
+    p.set_defaults(handler=_commands.emit, parser=p)
     p = sub.add_parser("inspect", help="show a bundle's arguments, results and provenance")
     p.add_argument("bundle")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -116,6 +121,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="the StableHLO version to write (default: what pack writes today)")  # fmt: skip
     _add_signing_key(p, "--sign-key", required=False)
     p.set_defaults(handler=_commands.refresh, parser=p)
+    p = sub.add_parser(
+        "compile", help="store ahead-of-time IREE executables in a bundle (extra iree)"
+    )
+    p.add_argument("bundle")
+    p.add_argument("--target", action="append", dest="targets", metavar="TARGET",
+                   help="an IREE target: llvm-cpu (default) or vmvx; may be repeated")  # fmt: skip
+    p.add_argument("--cpu", default="generic",
+                   help="llvm-cpu's target CPU: generic (default; any CPU of this architecture), "
+                   "host, or a name such as znver3 (faster; faults on CPUs without its features)")  # fmt: skip
+    _add_signing_key(p, "--sign-key", required=False)
+    p.set_defaults(handler=_commands.compile_bundle, parser=p)
     p = sub.add_parser("sign", help="sign a bundle (OpenSSF model signing, model.sig)")
     p.add_argument("bundle")
     _add_signing_key(p, "--private-key", required=True)
@@ -131,8 +147,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--implementation", metavar="CMD",
                    help="a command speaking the protocol of SPEC.md, 'Conformance' (default: this library)")  # fmt: skip
     p.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
+    p.add_argument("--backend", choices=["auto", "enzyme", "xla", "iree"], default="auto",
+                   help="this library's backend to run the valid cases on (default: auto)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_commands.conformance)
+    p.set_defaults(handler=_commands.conformance, parser=p)
     p = sub.add_parser("schema", help="print the manifest's JSON schema")
     p.add_argument("-o", "--output", help="write it to this file instead")
     p.set_defaults(handler=_commands.schema)
@@ -225,7 +243,12 @@ def _add_run(sub: Any) -> None:
         help="producer: --inputs and --save-outputs use the producer's orientation (Julia's, "
         "for column-major values)",
     )  # fmt: skip
-    p.add_argument("--backend", choices=["auto", "enzyme", "xla"], default="auto")
+    p.add_argument("--backend", choices=["auto", "enzyme", "xla", "iree"], default="auto",
+                   help="auto: enzyme where installed, else xla; iree: IREE's CPU runtime (extra "
+                   "iree), which needs no jax")  # fmt: skip
+    p.add_argument("--trust-executables", action="store_true",
+                   help="iree: run the bundle's stored executable (native code) although no "
+                   "--public-key verified its signature (SPEC.md, 'Executables')")  # fmt: skip
     p.add_argument(
         "--rtol", type=_tolerance("--rtol"), help="relative tolerance (default: per dtype)"
     )
@@ -249,7 +272,7 @@ def _add_run(sub: Any) -> None:
         help="do not use the persistent compilation cache (default: $HLOBUNDLE_CACHE_DIR, or "
         "~/.cache/hlobundle; HLOBUNDLE_NO_CACHE=1 also turns it off)",
     )  # fmt: skip
-    p.set_defaults(handler=_commands.run)
+    p.set_defaults(handler=_commands.run, parser=p)
 
 
 def _tolerance(flag: str) -> Any:

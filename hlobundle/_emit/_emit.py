@@ -11,6 +11,7 @@ the bundle relative to its own location.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import keyword
 import os
 import pprint
@@ -19,8 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .._format._errors import OutputExistsError
-from .._format._manifest import Argument, Result, identifier, needs_x64
+from .._format._errors import InputError, OutputExistsError
+from .._format._manifest import Argument, Executable, Result, identifier, needs_x64
 from .._format._sharding import partition_spec_entries
 from .._read._reader import Bundle, load
 from .._run import _backends
@@ -35,6 +36,7 @@ def emit_script(
     *,
     backend: str = "auto",
     force: bool = False,
+    trust_executables: bool = False,
 ) -> str:
     """Write (when `path` is given) and return the source of a standalone script for `bundle`.
 
@@ -45,13 +47,18 @@ def emit_script(
       location. Without `path`, the script is returned and expects to sit beside the bundle.
     - `backend`: how the script calls the module: `"xla"` (needs only jax; differentiable when
       the bundle stores a backward module), `"enzyme"` (enzyme_ad's `hlo_call`, Python 3.11), or
-      `"auto"` (enzyme where it is installed here, else xla, as `run` chooses).
+      `"auto"` (enzyme where it is installed here, else xla, as `run` chooses), or `"iree"`
+      (needs only iree-base-runtime: the bundle's stored executable, from `hlobundle compile`).
     - `force`: replace an existing file at `path`.
+    - `trust_executables`: iree: write a script that runs the stored executable (native code)
+      of a bundle whose signature was not verified with a key (`load(..., public_key=...)`).
 
     **Returns:** the script's source.
     """
-    chosen = _backends.resolve(backend).NAME
+    chosen = "iree" if backend == "iree" else _backends.resolve(backend).NAME
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
+    if chosen == "iree":
+        _executable_for_script(bundle, trust_executables)  # refuse before writing anything
     if path is None:
         return _source(bundle, bundle.path.resolve().name, chosen)
     target = Path(path)
@@ -66,24 +73,16 @@ def emit_script(
 
 
 def _source(bundle: Bundle, where: str, backend: str) -> str:
+    if backend == "iree":
+        return _iree_source(bundle, where)
     m = bundle.manifest
     enzyme = backend == "enzyme"
     prepared = prepared_for_hlo_call(bundle) if enzyme else None
     vjp = m.vjp.portable.file if m.vjp else None
     slots = {
-        "WHERE": where,
-        "ABOUT": {"function": m.function, "format_version": m.format_version,
-                  "producer": m.provenance.producer, "producer_version": m.provenance.producer_version,
-                  "emitted_by": f"hlobundle {__version__}"},
+        **_data_slots(bundle, where),
         "BACKEND": backend,
         "X64": needs_x64(m),
-        "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
-        "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
-        "PATHS": {a.name: a.path for a in m.arguments},
-        "INPUTS": [(a.value.file, a.value.key) for a in m.arguments]  # type: ignore[union-attr]
-        if bundle.has_example_inputs else None,
-        "EXPECTED": [(r.expected.file, r.expected.key) for r in m.results if r.expected]  # type: ignore[union-attr]
-        if all(r.expected for r in m.results) else [],
         "ARGUMENT_CARRIERS": list(prepared.argument_carriers) if prepared else [],
         "RESULT_CARRIERS": list(prepared.result_carriers) if prepared else [],
         "MESH_AXES": [(a.name, a.size) for a in m.mesh.axes] if m.mesh else None,
@@ -98,9 +97,68 @@ def _source(bundle: Bundle, where: str, backend: str) -> str:
     return fill(template(), slots).replace(_NAMED, _named_function(bundle), 1)
 
 
+def _data_slots(bundle: Bundle, where: str) -> dict[str, Any]:
+    """The slots every template has: where the bundle is, what it is, its values' files."""
+    m = bundle.manifest
+    return {
+        "WHERE": where,
+        "ABOUT": {"function": m.function, "format_version": m.format_version,
+                  "producer": m.provenance.producer, "producer_version": m.provenance.producer_version,
+                  "emitted_by": f"hlobundle {__version__}"},
+        "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
+        "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
+        "PATHS": {a.name: a.path for a in m.arguments},
+        "INPUTS": [(a.value.file, a.value.key) for a in m.arguments]  # type: ignore[union-attr]
+        if bundle.has_example_inputs else None,
+        "EXPECTED": [(r.expected.file, r.expected.key) for r in m.results if r.expected]  # type: ignore[union-attr]
+        if all(r.expected for r in m.results) else [],
+    }  # fmt: skip
+
+
+def _executable_for_script(bundle: Bundle, trusted: bool) -> tuple[Executable, bytes]:
+    """The stored executable an IREE script runs: one this runtime can use, checked."""
+    from .._run._backends import _iree
+
+    if not (trusted or bundle.trusted):
+        raise InputError(
+            "an iree script runs the bundle's stored executable, which is native code: verify "
+            "the bundle's signature (--public-key) or pass --trust-executables",
+            argument="trust_executables",
+        )
+    reasons = []
+    for entry in bundle.manifest.executables or []:
+        why = _iree.usable(entry, bundle)
+        if why is None:
+            return entry, bundle.executable(entry.target)  # type: ignore[return-value]
+        reasons.append(f"{entry.file}: {why}")
+    raise InputError(
+        f"{bundle.path} has no executable this IREE runtime can run"
+        + (f" ({'; '.join(reasons)})" if reasons else "")
+        + f": store one with: hlobundle compile {bundle.path}",
+        argument="backend",
+    )
+
+
+def _iree_source(bundle: Bundle, where: str) -> str:
+    from .._run._backends import _iree
+
+    m = bundle.manifest
+    entry, data = _executable_for_script(bundle, trusted=True)  # checked by emit_script
+    dtypes = sorted({v.dtype for v in [*m.arguments, *m.results]})
+    slots = {
+        **_data_slots(bundle, where),
+        "EXECUTABLE_FILE": entry.file,
+        "EXECUTABLE_SHA256": hashlib.sha256(data).hexdigest(),
+        "IREE_VERSION": entry.compiler_version,
+        "ELEMENT_TYPES": {d: _iree.element_type_name(d) for d in dtypes},
+    }
+    text = fill(template("run_iree_template.py"), slots)
+    return text.replace(_NAMED, _named_function(bundle, "NumPy"), 1)
+
+
 @cache
-def template() -> str:
-    return (Path(__file__).parent / "run_template.py").read_text(encoding="utf-8")
+def template(name: str = "run_template.py") -> str:
+    return (Path(__file__).parent / name).read_text(encoding="utf-8")
 
 
 _SLOT = re.compile(r"^(?P<name>[A-Z_0-9]+) = .*?  # slot: (?P<about>.*)$", re.M)
@@ -126,6 +184,7 @@ def fill(source: str, slots: dict[str, Any]) -> str:
 # Names the template defines or imports; the bundle's function and parameters must not shadow them.
 _TAKEN = frozenset(
     {"dataclasses", "json", "os", "sys", "jax", "jnp", "np", "BUNDLE", "call", "close", "main"}
+    | {"hashlib", "rt", "ml_dtypes"}
     | {name for name in dir(builtins) if not name.startswith("_")}
 )
 _TEMPLATE_NAMES = re.compile(r"^(?:def |)([A-Za-z_][A-Za-z0-9_]*)(?: = |\()", re.M)
@@ -150,7 +209,8 @@ def _usable(name: str) -> bool:
 
 @cache
 def _template_names() -> frozenset[str]:
-    return frozenset(_TEMPLATE_NAMES.findall(template()))
+    """Every name either template defines (a script is written from one of them)."""
+    return frozenset(_TEMPLATE_NAMES.findall(template() + template("run_iree_template.py")))
 
 
 def _identifier(name: str) -> str:
@@ -171,7 +231,7 @@ def parameter_names(names: list[str]) -> list[str]:
     return chosen
 
 
-def _named_function(bundle: Bundle) -> str:
+def _named_function(bundle: Bundle, kinds: str = "JAX or NumPy") -> str:
     m = bundle.manifest
     fn = _identifier(m.function)
     names = parameter_names([a.name for a in m.arguments])
@@ -187,7 +247,7 @@ def _named_function(bundle: Bundle) -> str:
         or "        none\n"
     )
     return f'''def {fn}({params}):
-    """Call the bundle's function (ABOUT["function"]). Every argument is a JAX or NumPy array.
+    """Call the bundle's function (ABOUT["function"]). Every argument is a {kinds} array.
 
     Args:
 {args_doc}

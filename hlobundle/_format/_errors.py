@@ -35,6 +35,7 @@ HloBundleError
 ├── ConfigError                    (family) the Python environment cannot run the bundle as asked
 │   ├── X64DisabledError               X64_DISABLED
 │   ├── BackendUnavailableError        BACKEND_UNAVAILABLE
+│   ├── BackendUnsupportedError        BACKEND_UNSUPPORTED: the backend cannot run this bundle
 │   └── DevicesUnavailableError        DEVICES_UNAVAILABLE
 ├── TransformError                 TRANSFORM_UNSUPPORTED
 └── OutputExistsError              OUTPUT_EXISTS
@@ -47,6 +48,7 @@ from pathlib import Path
 
 __all__ = [
     "BackendUnavailableError",
+    "BackendUnsupportedError",
     "BundleError",
     "ConfigError",
     "DevicesUnavailableError",
@@ -246,6 +248,13 @@ class X64DisabledError(ConfigError):
 
 class BackendUnavailableError(ConfigError):
     code = "BACKEND_UNAVAILABLE"
+
+
+class BackendUnsupportedError(ConfigError):
+    """The chosen backend cannot run this bundle (a dtype, sharding, custom call or limit it
+    lacks); the message names the reason. Another backend may run it."""
+
+    code = "BACKEND_UNSUPPORTED"
 
 
 class DevicesUnavailableError(ConfigError):

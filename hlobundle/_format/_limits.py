@@ -20,6 +20,10 @@ MAX_MLIR_NESTING = 256  # brackets open at once in a text module, outside string
 MAX_RANK = 64  # dimensions of any tensor type in a text module
 CHILD_TIMEOUT_S = 120  # a portable artifact deserialized in a child process
 CHILD_MEMORY_BYTES = 16 * GIB  # its address-space limit
+COMPILE_TIMEOUT_S = 600  # iree-compile of a bundle's module, in a child process
+
+# An ahead-of-time executable (SPEC.md, "Executables"), read whole into memory once.
+MAX_EXECUTABLE_BYTES = 256 * MIB
 
 # safetensors headers: a fixed allowance plus a budget per tensor the manifest lists in the file
 TENSOR_HEADER_BASE = 64 * 1024

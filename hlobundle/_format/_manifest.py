@@ -26,8 +26,10 @@ from ._dtypes import NAMES
 # Format version history (SPEC.md, "Versions"):
 # 1.0 (2026-12-02): first version.
 # 1.1 (2026-12-02): `batched`, an optional batched module.
+# 1.2 (2026-12-02): `model.sig` reserved for a signature; sub-byte dtypes.
+# 1.3 (2026-12-03): `executables`, ahead-of-time compiled forms of the module.
 FORMAT = "hlobundle"
-FORMAT_VERSION = "1.2"
+FORMAT_VERSION = "1.3"
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 
@@ -133,6 +135,20 @@ class BatchedModule(_Model):
     arguments: list[str] = Field(min_length=1)
 
 
+class Executable(_Model):
+    """An ahead-of-time compiled form of `module` (SPEC.md, "Executables"; format 1.3): native
+    code, which a reader runs only from a bundle it trusts and otherwise ignores."""
+
+    target: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")  # IREE's target backend: llvm-cpu
+    file: RelPath
+    compiler: Literal["iree"]
+    compiler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
+    architecture: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")  # e.g. x86_64, aarch64
+    cpu: str = Field(pattern=r"^[A-Za-z0-9_.+-]{1,64}$")  # "generic" runs on any CPU of it
+    flags: list[str] = Field(default_factory=list)
+    source_sha256: Sha256  # the portable artifact (module.portable.file) it was compiled from
+
+
 class Provenance(_Model):
     producer: str
     producer_version: str
@@ -159,6 +175,7 @@ class Manifest(_Model):
     vjp: Module | None = None
     batched: BatchedModule | None = None
     mesh: DeviceMesh | None = None
+    executables: list[Executable] | None = None
     provenance: Provenance
     files: dict[RelPath, FileEntry]
 
@@ -166,6 +183,7 @@ class Manifest(_Model):
     def _consistent(self) -> Manifest:
         _check_unique([a.name for a in self.arguments], "arguments")
         _check_unique([r.name for r in self.results], "results")
+        _check_unique([e.target for e in self.executables or []], "executables target")
         if self.batched is not None:
             _check_unique(self.batched.arguments, "batched.arguments")
             unknown = sorted(set(self.batched.arguments) - {a.name for a in self.arguments})

@@ -12,6 +12,7 @@ from .._format._errors import (
     FileMissingError,
     FileUnlistedError,
     HashMismatchError,
+    LimitError,
     ManifestError,
     ModuleError,
     NotABundleError,
@@ -67,6 +68,7 @@ def _references(manifest: Manifest) -> list[tuple[str, str]]:
     if manifest.batched is not None:
         b = manifest.batched
         refs += [("batched.text", b.text), ("batched.portable.file", b.portable.file)]
+    refs += [(f"executables[{i}].file", e.file) for i, e in enumerate(manifest.executables or [])]
     refs += [
         (f"arguments[{i}].value.file", a.value.file)
         for i, a in enumerate(manifest.arguments)
@@ -184,8 +186,24 @@ def read_manifest(root: Path) -> tuple[Manifest, str]:
 
 def read_module_file(root: Path, manifest: Manifest, name: str) -> tuple[bytes, str]:
     """A module file's bytes, read once (size-limited), and their sha256, checked."""
+    _prechecks.check_module_size(manifest.files[name].size, path=name)
+    return _read_checked(root, manifest, name)
+
+
+def read_executable_file(root: Path, manifest: Manifest, name: str) -> bytes:
+    """An executable's bytes, read once (size-limited), their sha256 checked."""
+    size = manifest.files[name].size
+    if size > _limits.MAX_EXECUTABLE_BYTES:
+        raise LimitError(
+            f"{name} is {size} bytes; executables are limited to "
+            f"{_limits.MAX_EXECUTABLE_BYTES} (SPEC.md, 'Limits')",
+            path=name,
+        )
+    return _read_checked(root, manifest, name)[0]
+
+
+def _read_checked(root: Path, manifest: Manifest, name: str) -> tuple[bytes, str]:
     listed = manifest.files[name]
-    _prechecks.check_module_size(listed.size, path=name)
     with open(_paths.resolve(root, name), "rb") as f:
         data = f.read(listed.size + 1)
     digest = hashlib.sha256(data).hexdigest()

@@ -183,6 +183,11 @@ def render(summary: Summary) -> str:
                 if m.batched
                 else []
             ),
+            *(
+                f"compiled  {e.file}: IREE {e.compiler_version}, {e.target}, {e.architecture} "
+                f"cpu {e.cpu} (native code: run only from a trusted bundle)"
+                for e in m.executables or []
+            ),
             f"files     {len(m.files)}, {human_bytes(size)} ({size:,} bytes)",
             "signed    no" if summary.signer is None else
             f"signed    by {summary.signer} (unverified: verify --public-key checks it)",

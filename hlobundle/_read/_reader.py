@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -25,9 +25,6 @@ from .._format._manifest import (
     unflatten,
 )
 from . import _files
-
-if TYPE_CHECKING:
-    from .._run._function import BundleFunction
 
 
 def load(
@@ -93,6 +90,7 @@ class Bundle:
         self.signature: _mlir.Signature = signature
         self._tensor_files = _files.open_tensor_files(root, self.manifest)
         self._same_program: set[str] = set()
+        self._executables: dict[str, bytes] = {}
         self.signer: str | None = None  # who signed, once verify(public_key=...) has checked it
 
     def __repr__(self) -> str:
@@ -155,6 +153,24 @@ class Bundle:
         """The stored batched module's portable artifact, if the bundle has one."""
         return self.artifact("batched")
 
+    def executable(self, target: str) -> bytes | None:
+        """The stored ahead-of-time executable for `target` (SPEC.md, "Executables"), read once
+        with its sha256 checked; None when the bundle has none for it. It is native code:
+        whether to run it is the runner's decision (`trusted`)."""
+        entry = next((e for e in self.manifest.executables or [] if e.target == target), None)
+        if entry is None:
+            return None
+        if target not in self._executables:
+            data = _files.read_executable_file(self.path, self.manifest, entry.file)
+            self._executables[target] = data
+        return self._executables[target]
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the bundle's signature was verified with a key or chain the caller gave
+        (`verify(public_key=...)`): only then does the runner use stored executables unasked."""
+        return self.signer is not None
+
     @property
     def has_example_inputs(self) -> bool:
         return all(a.value is not None for a in self.arguments)
@@ -202,28 +218,33 @@ class Bundle:
 
     def function(
         self,
-        backend: Literal["auto", "enzyme", "xla"] = "auto",
+        backend: Literal["auto", "enzyme", "xla", "iree"] = "auto",
         *,
         donate: Sequence[str] | str = (),
         devices: int | None = None,
-    ) -> BundleFunction:
-        """The bundle's `@main` as a JAX function (see `hlobundle._run._function`).
+        trust_executables: bool = False,
+    ) -> Any:
+        """The bundle's `@main` as a JAX function (see `hlobundle._run._function`), or on IREE.
 
         **Arguments:**
 
         - `backend`: `"enzyme"` (enzyme_ad's `hlo_call`), `"xla"` (a `jax.export.Exported`
-          of the stored portable artifact; needs only jax) or `"auto"` (enzyme when it imports).
+          of the stored portable artifact; needs only jax), `"auto"` (enzyme when it imports),
+          or `"iree"` (IREE's CPU runtime, extra `iree`: NumPy arrays in and out, no jax; not
+          a JAX function, so no jit, grad or vmap).
         - `donate`: argument names whose buffers the call may reuse (`jax.jit` donation), or
           `"aliased"` for every argument that a result writes back (`results[k].aliases`).
         - `devices`: for a bundle with a device mesh, run on that many devices (default: the
           mesh's size, placing each argument by its recorded sharding), or 1 to run unsharded.
+        - `trust_executables`: on iree, run a stored executable (native code, SPEC.md
+          "Executables") even though the bundle's signature was not verified with a key.
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see README, "Calling a bundle").
         """
-        from .._run._function import BundleFunction
+        from .._run._function import function
 
-        return BundleFunction(self, backend, donate, devices)
+        return function(self, backend, donate, devices, trust_executables)
 
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was
@@ -258,6 +279,8 @@ class Bundle:
             )
         for key in self.modules:
             self.artifact(key)
+        for entry in self.manifest.executables or []:
+            self.executable(entry.target)
         for field, ref, dtype, shape in _files.stored_tensors(self.manifest):
             bits = 1 if dtype == "bool" else _dtypes.SUB_BYTE_BITS.get(dtype)
             if bits is not None and (self._array(ref, "uint8", shape) >> bits).any():

@@ -12,15 +12,36 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _dtypes
-from .._format._errors import X64DisabledError
+from .._format._errors import InputError, X64DisabledError
 from .._format._manifest import Manifest, identifier, needs_x64
 from . import _backends, _binding, _placement
 
 if TYPE_CHECKING:
     from .._read._reader import Bundle
 
-Backend = Literal["auto", "enzyme", "xla"]
-__all__ = ["BundleFunction", "check_x64", "needs_x64"]
+Backend = Literal["auto", "enzyme", "xla", "iree"]
+__all__ = ["BundleFunction", "check_x64", "function", "needs_x64"]
+
+
+def function(
+    bundle: Bundle,
+    backend: Backend = "auto",
+    donate: Sequence[str] | str = (),
+    devices: int | None = None,
+    trust_executables: bool = False,
+) -> Any:
+    """`Bundle.function()`: a `BundleFunction` on a JAX backend, or an `IreeFunction`."""
+    if backend != "iree":
+        return BundleFunction(bundle, backend, donate, devices)
+    from ._backends._iree import IreeFunction
+
+    if donate or (devices or 1) > 1:
+        raise InputError(
+            "the iree backend runs one device and copies its arguments: donate and devices "
+            "are not available on it",
+            argument="donate" if donate else "devices",
+        )
+    return IreeFunction(bundle, trust_executables=trust_executables)
 
 
 class BundleFunction:

@@ -35,6 +35,7 @@ class RunReport:
     outputs: list[OutputReport]
     first_call_s: float
     second_call_s: float
+    module: str | None = None  # iree: a stored executable, the compile cache, or compiled now
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,22 +102,22 @@ def run(
     bundle: Bundle,
     given: list[_inputs.Keyed] | None = None,
     *,
-    backend: Literal["auto", "enzyme", "xla"] = "auto",
+    backend: Literal["auto", "enzyme", "xla", "iree"] = "auto",
     rtol: float | None = None,
     atol: float | None = None,
     producer_layout: bool = False,
     devices: int | None = None,
+    trust_executables: bool = False,
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs."""
-    import jax
-
-    fn = bundle.function(backend, devices=devices)
+    fn = bundle.function(backend, devices=devices, trust_executables=trust_executables)
+    wait = _ready if fn.backend != "iree" else lambda x: x  # iree returns NumPy arrays
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)
     start = time.perf_counter()
-    outputs = jax.block_until_ready(fn.call_flat(*args))
+    outputs = wait(fn.call_flat(*args))
     first = time.perf_counter() - start
     start = time.perf_counter()
-    jax.block_until_ready(fn.call_flat(*args))
+    wait(fn.call_flat(*args))
     second = time.perf_counter() - start
     arrays = [_placement.to_host(o) for o in outputs]
     expected = bundle.expected_outputs() if source == "stored" else {}
@@ -125,7 +126,14 @@ def run(
         for r, a in zip(bundle.results, arrays, strict=True)
     ]
     ok = all(r.ok is not False for r in reports)
-    return RunReport(ok, fn.backend, source, reports, first, second), arrays
+    module = getattr(fn, "source", None)
+    return RunReport(ok, fn.backend, source, reports, first, second, module), arrays
+
+
+def _ready(x: Any) -> Any:
+    import jax
+
+    return jax.block_until_ready(x)
 
 
 def _compare(
@@ -177,7 +185,9 @@ def render(report: RunReport, path: Path) -> str:
     from .._read._inspect import table
 
     lines = [
-        f"{path}: {len(report.outputs)} output(s), backend {report.backend}, {report.inputs} inputs",
+        f"{path}: {len(report.outputs)} output(s), backend {report.backend}"
+        + (f" ({report.module})" if report.module else "")
+        + f", {report.inputs} inputs",
         table(("name", "shape", "dtype", "max_abs_diff", "check"), rows)
         if rows
         else "  no outputs",

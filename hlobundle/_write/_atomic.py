@@ -92,7 +92,9 @@ def rewrite_bundle(out: Path, manifest: Manifest, replaced: dict[str, bytes]) ->
             except OSError:
                 shutil.copy2(source, target)
         for name, data in replaced.items():
-            tmp.joinpath(*name.split("/")).write_bytes(data)
+            target = tmp.joinpath(*name.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
             table[name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
         final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
         (tmp / MANIFEST_NAME).write_bytes(final.to_json())
@@ -263,8 +265,8 @@ def _set_modes(root: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(root, 0o777 & ~umask)
-    for path in root.iterdir():
-        os.chmod(path, 0o666 & ~umask)
+    for path in root.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -11,7 +11,10 @@ A backend module has:
 
 `resolve(name)` picks one: `xla` (a `jax.export.Exported` of the stored portable artifact; needs
 only jax), `enzyme` (enzyme-ad's `hlo_call` on the module text), or `auto` (enzyme when it imports,
-else xla). A third backend is one more module here and one more entry in `_BACKENDS`.
+else xla).
+
+`iree` (`_iree`) is the one backend outside JAX: IREE's runtime with NumPy arrays in and out, so it
+has its own function class (`_iree.IreeFunction`) instead of `implementation`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from types import ModuleType
 
 from ..._format._errors import BackendUnavailableError, InputError
 
-NAMES = ("auto", "enzyme", "xla")
+JAX_NAMES = ("auto", "enzyme", "xla")
+NAMES = (*JAX_NAMES, "iree")
 
 
 def _module(name: str) -> ModuleType:
@@ -34,8 +38,8 @@ def _module(name: str) -> ModuleType:
 
 
 def resolve(name: str) -> ModuleType:
-    """The backend module for `name` (one of NAMES)."""
-    if name not in NAMES:
+    """The JAX backend module for `name` (one of JAX_NAMES)."""
+    if name not in JAX_NAMES:
         raise InputError(f"backend must be one of {NAMES}, got {name!r}", argument="backend")
     if name == "auto":
         return _module("enzyme") if _module("enzyme").available() else _module("xla")

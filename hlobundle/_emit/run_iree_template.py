@@ -1,0 +1,193 @@
+"""Run a bundle with IREE's runtime: a script written by `hlobundle emit --backend iree`.
+
+It needs only iree-base-runtime (and numpy and ml_dtypes, which it brings): no jax, no jaxlib,
+no compiler. It runs the bundle's stored executable (EXECUTABLE_FILE, native code compiled by
+`hlobundle compile`), after checking that the file's sha256 is the one `hlobundle emit` verified,
+and reads the bundle relative to this file's location.
+Run it as a script to call the bundle's function on its example inputs (or on generated ones
+of the right kinds) and compare the results with its expected outputs, when it has them.
+Import it to call the function from your own code: the function named after the bundle's at the
+end of this file, or `call`, which takes one NumPy array per argument.
+
+The constants below are the bundle's data, written by `hlobundle emit`; everything else is the
+same in every emitted script.
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+import iree.runtime as rt
+import ml_dtypes
+import numpy as np
+from iree.runtime.version import VERSION as RUNTIME_VERSION
+
+# --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
+WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file
+ABOUT = {}  # slot: function, format_version, producer, producer_version
+ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
+RESULTS = []  # slot: (name, shape, dtype) of each result
+PATHS = {}  # slot: where each argument came from in the producer's program
+INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
+EXPECTED = []  # slot: (file, key) of each result's expected value, or [] when there are none
+EXECUTABLE_FILE = "compiled/llvm-cpu.vmfb"  # slot: the stored executable this script runs
+EXECUTABLE_SHA256 = ""  # slot: its sha256, as verified when the script was written
+IREE_VERSION = ""  # slot: the IREE version that compiled it (the runtime must be the same)
+ELEMENT_TYPES = {}  # slot: IREE's element type (HalElementType) for each dtype the bundle uses
+
+# -----------------------------------------------------------------------------------------------
+
+BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), WHERE)
+DRIVER = "local-task"  # IREE's CPU driver
+
+
+def numpy_dtype(name):
+    """A SPEC.md dtype name as a NumPy dtype (ml_dtypes has the ones NumPy lacks)."""
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+def read_executable():
+    """The stored executable's bytes, read once and checked against the sha256 emit verified."""
+    with open(os.path.join(BUNDLE, EXECUTABLE_FILE), "rb") as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != EXECUTABLE_SHA256:
+        sys.exit(f"{EXECUTABLE_FILE} changed since this script was written: not running it")
+    return data
+
+
+def load_main():
+    """The module's `main`, loaded into IREE's CPU runtime."""
+    if RUNTIME_VERSION != IREE_VERSION:
+        sys.exit(
+            f"{EXECUTABLE_FILE} was compiled by IREE {IREE_VERSION}; this is {RUNTIME_VERSION}"
+        )
+    device = rt.get_device(DRIVER)
+    context = rt.SystemContext(config=rt.Config(device=device))
+    module = rt.VmModule.copy_buffer(context.instance, read_executable())
+    context.add_vm_module(module)
+    return device, context.modules[module.name]["main"]
+
+
+_device, _main = load_main()
+
+
+def check_arguments(*args):
+    """Raise TypeError unless the arguments have exactly the module's shapes and dtypes."""
+    if len(args) != len(ARGUMENTS):
+        raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
+    for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS, strict=True)):
+        got = (tuple(np.shape(value)), np.asarray(value).dtype)
+        if got != (tuple(shape), numpy_dtype(dtype)):
+            raise TypeError(
+                f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
+            )
+
+
+def to_device(x, dtype):
+    """A NumPy array as a buffer view of IREE's element type, its bytes copied as they are."""
+    x = np.asarray(x, order="C")  # ascontiguousarray would make a 0-d array 1-d
+    raw = x.reshape(-1).view(np.uint8) if x.size else np.zeros(0, np.uint8)
+    buffer = _device.allocator.allocate_buffer_copy(
+        memory_type=rt.MemoryType.DEVICE_LOCAL,
+        allowed_usage=rt.BufferUsage.DEFAULT,
+        device=_device,
+        buffer=raw,
+    )
+    return rt.HalBufferView(buffer, list(x.shape), getattr(rt.HalElementType, ELEMENT_TYPES[dtype]))
+
+
+def to_host(x, shape, dtype):
+    """A result's bytes as the bundle's dtype and shape."""
+    host = np.asarray(x.to_host(), order="C")
+    return host.reshape(-1).view(np.uint8).view(numpy_dtype(dtype)).reshape(tuple(shape)).copy()
+
+
+def call(*args):
+    """The bundle's function: one NumPy array per argument (ARGUMENTS), a tuple of one array
+    per result (RESULTS)."""
+    check_arguments(*args)
+    views = [to_device(x, dtype) for x, (_, _, dtype) in zip(args, ARGUMENTS, strict=True)]
+    out = _main(*views)
+    out = out if isinstance(out, tuple) else () if out is None else (out,)
+    return tuple(to_host(x, s, d) for x, (_, s, d) in zip(out, RESULTS, strict=True))
+
+
+def load_tensor(file, key, shape, dtype):
+    """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header."""
+    path = os.path.join(BUNDLE, file)
+    with open(path, "rb") as f:
+        header_size = int.from_bytes(f.read(8), "little")
+        begin, end = json.loads(f.read(header_size))[key]["data_offsets"]
+    data = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=8 + header_size + begin)
+    return data.view(numpy_dtype(dtype)).reshape(shape)
+
+
+def tolerance(dtype):
+    """rtol and atol for comparing results: exact for ints and bools, a few ulps for floats."""
+    dtype = numpy_dtype(dtype)
+    if dtype.kind in "iub":
+        return 0.0
+    return max(1e-5, 8 * float(ml_dtypes.finfo(dtype).eps))
+
+
+def close(got, want, tol):
+    """Whether two results agree within `tol` (relative and absolute), compared in float64 or
+    complex128; NaNs agree with NaNs."""
+    wide = np.complex128 if np.asarray(got).dtype.kind == "c" else np.float64
+    return np.allclose(
+        np.asarray(got).astype(wide),
+        np.asarray(want).astype(wide),
+        rtol=tol,
+        atol=tol,
+        equal_nan=True,
+    )
+
+
+def random_input(rng, shape, dtype):
+    """Values of the right kind: small non-negative ints, bools, normal floats."""
+    dtype = numpy_dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 10, shape).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def example_inputs():
+    """The stored example inputs, or (when the bundle stores none) generated ones."""
+    if INPUTS is not None:
+        return [
+            load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)
+        ]
+    rng = np.random.default_rng(0)
+    return [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]
+
+
+def run_example():
+    """Call the function on the example inputs; compare with the expected outputs."""
+    outputs = call(*example_inputs())
+    failures = []
+    for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
+        line = f"{name}: {dtype}{list(shape)}"
+        if EXPECTED:
+            want = load_tensor(*EXPECTED[k], shape, dtype)
+            wide = np.complex128 if value.dtype.kind == "c" else np.float64
+            diff = np.abs(value.astype(wide) - want.astype(wide))
+            line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
+            if not close(value, want, tolerance(dtype)):
+                failures.append(name)
+        print(line)
+        print(np.array2string(value, threshold=20))
+    if failures:
+        sys.exit(f"FAILED: {', '.join(failures)} differ from the expected outputs")
+    print("ok")
+
+
+# named: the bundle's function, one parameter per argument (written here by `hlobundle emit`)
+
+
+if __name__ == "__main__":
+    run_example()

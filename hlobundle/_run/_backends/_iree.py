@@ -1,0 +1,211 @@
+"""The iree backend (extra `iree`): the bundle's `@main` on IREE's CPU runtime, with NumPy arrays
+in and out and no jax import. The one place that imports `iree.runtime`.
+
+The module comes from one of two places (SPEC.md, "Executables"):
+
+- a stored executable (`compiled/<target>.vmfb`), only when the bundle is trusted (its signature
+  verified with the caller's key, or `trust_executables=True`) and it was compiled from this
+  module's portable artifact by this IREE version for this machine's architecture: an
+  executable is native code, which no hash check makes safe to run;
+- otherwise the checked portable artifact, compiled in a child process (`_write._iree_compile`)
+  and kept in a persistent cache keyed by source, flags and compiler version.
+
+It is not a JAX function: no jit, grad or vmap (use the xla or enzyme backend for those).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..._format import _dtypes
+from ..._format._errors import BackendUnavailableError, BackendUnsupportedError
+from ..._write import _iree_compile
+from .. import _binding
+
+if TYPE_CHECKING:
+    from ..._format._manifest import Executable
+    from ..._read._reader import Bundle
+
+NAME = "iree"
+UNAVAILABLE = _iree_compile.UNAVAILABLE
+DRIVER = "local-task"  # IREE's multi-threaded CPU driver; it runs llvm-cpu and vmvx modules
+
+# SPEC.md's dtype names to IREE's HAL element types (by attribute name).
+_ELEMENT_TYPES = {
+    "bool": "BOOL_8", "int8": "SINT_8", "int16": "SINT_16", "int32": "SINT_32",
+    "int64": "SINT_64", "uint8": "UINT_8", "uint16": "UINT_16", "uint32": "UINT_32",
+    "uint64": "UINT_64", "float16": "FLOAT_16", "bfloat16": "BFLOAT_16", "float32": "FLOAT_32",
+    "float64": "FLOAT_64", "complex64": "COMPLEX_64", "complex128": "COMPLEX_128",
+    "float8_e4m3fn": "FLOAT_8_E4M3_FN", "float8_e5m2": "FLOAT_8_E5M2",
+    "float8_e4m3fnuz": "FLOAT_8_E4M3_FNUZ", "float8_e5m2fnuz": "FLOAT_8_E5M2_FNUZ",
+    "float8_e8m0fnu": "FLOAT_8_E8M0_FNU",
+}  # fmt: skip
+
+
+def element_type_name(dtype: str) -> str:
+    """IREE's HAL element type (`iree.runtime.HalElementType`'s attribute) for a SPEC dtype."""
+    return _ELEMENT_TYPES[dtype]
+
+
+def available() -> bool:
+    return importlib.util.find_spec("iree.runtime") is not None and _iree_compile.available()
+
+
+def runtime_version() -> str:
+    from iree.runtime.version import VERSION
+
+    return str(VERSION)
+
+
+def usable(entry: Executable, bundle: Bundle) -> str | None:
+    """Why a stored executable cannot be used here; None when it can (trust aside)."""
+    source = bundle.modules["module"].portable_sha256
+    checks = [
+        (entry.compiler == "iree", f"it was made by {entry.compiler!r}"),
+        (entry.target in _iree_compile.TARGETS, f"target {entry.target!r} is not a CPU target"),
+        (entry.architecture == platform.machine(),
+         f"it is for {entry.architecture}, this machine is {platform.machine()}"),
+        (entry.compiler_version == runtime_version(),
+         f"it was compiled by IREE {entry.compiler_version}, the runtime is {runtime_version()}"),
+        (entry.source_sha256 == source, "it was compiled from another portable artifact"),
+    ]  # fmt: skip
+    return next((why for ok, why in checks if not ok), None)
+
+
+class IreeFunction:
+    """The bundle's `@main` on IREE: NumPy arrays in (by position, name or pytree), NumPy arrays
+    out, in the manifest's `output_tree` when it has one."""
+
+    backend = NAME
+
+    def __init__(self, bundle: Bundle, *, trust_executables: bool = False) -> None:
+        if not available():
+            raise BackendUnavailableError(UNAVAILABLE)
+        _iree_compile.check_supported(bundle.manifest)
+        self.bundle = bundle
+        self.manifest = bundle.manifest
+        vmfb, self.source = _module_bytes(bundle, trust_executables or bundle.trusted)
+        self._main = _load(vmfb)
+
+    def __repr__(self) -> str:
+        return f"<hlobundle function {self.manifest.function!r} backend=iree ({self.source})>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = _binding.bind(self.manifest, args, kwargs)
+        return _binding.structure(self.manifest, self.call_flat(*flat))
+
+    def call_flat(self, *flat: Any) -> tuple[np.ndarray, ...]:
+        """Call with one array per argument in manifest order; returns one array per result."""
+        from iree import runtime as rt
+
+        arguments = self.manifest.arguments
+        if len(flat) != len(arguments):
+            raise _binding.count_error(arguments, len(flat))
+        device = rt.get_device(DRIVER)
+        views = [
+            _to_device(rt, device, _binding.check_value(x, a, i), a.dtype)
+            for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
+        ]
+        try:
+            out = self._main(*views)
+        except (RuntimeError, ValueError, IndexError) as e:
+            reason = " ".join(str(e).split())[:300]
+            raise BackendUnsupportedError(
+                f"IREE's runtime failed to run the module: {reason}"
+            ) from None
+        out = out if isinstance(out, tuple) else () if out is None else (out,)
+        return tuple(_to_host(x, r.dtype, r.shape) for x, r in zip(out, self.manifest.results,
+                                                                   strict=True))  # fmt: skip
+
+
+def _module_bytes(bundle: Bundle, trusted: bool) -> tuple[bytes, str]:
+    """The module to run and where it came from (a stored executable, the cache, the compiler)."""
+    for entry in bundle.manifest.executables or []:
+        if trusted and usable(entry, bundle) is None:
+            data = bundle.executable(entry.target)
+            if data is not None:
+                return data, f"stored executable {entry.file}"
+    portable = bundle.portable_artifact
+    # Compiled for this CPU ("host"), so the key names this CPU too: a cache shared by machines
+    # with other CPUs must not hand them code with instructions they lack.
+    key = _iree_compile.cache_key(portable, "llvm-cpu", "host", _host_cpu())
+    cached = _cache_dir() / f"{key}.vmfb"
+    if cached.is_file():
+        return cached.read_bytes(), "compile cache"
+    compiled = _iree_compile.compile_portable(portable, bundle.manifest, cpu="host")
+    _store(cached, compiled.vmfb)
+    return compiled.vmfb, "compiled"
+
+
+def _host_cpu() -> str:
+    """What distinguishes this CPU for code compiled for it: architecture and feature flags."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        flags = ""
+    return f"{platform.machine()} {platform.processor()} {flags.strip()}"
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("HLOBUNDLE_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hlobundle"
+    )
+    return Path(root) / "iree"
+
+
+def _store(path: Path, data: bytes) -> None:
+    """Best effort: a cache that cannot be written is not an error."""
+    if os.environ.get("HLOBUNDLE_NO_CACHE"):
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
+            f.write(data)
+        os.replace(f.name, path)
+    except OSError:
+        pass
+
+
+def _load(vmfb: bytes) -> Any:
+    from iree import runtime as rt
+
+    try:
+        context = rt.SystemContext(config=rt.Config(device=rt.get_device(DRIVER)))
+        module = rt.VmModule.copy_buffer(context.instance, vmfb)
+        context.add_vm_module(module)
+        return context.modules[module.name]["main"]
+    except (RuntimeError, ValueError, IndexError, KeyError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise BackendUnsupportedError(
+            f"IREE's runtime cannot load this bundle's module: {reason}. Use --backend xla"
+        ) from None
+
+
+def _to_device(rt: Any, device: Any, x: Any, dtype: str) -> Any:
+    """A NumPy array as a buffer view of IREE's element type for `dtype`, bytes copied as they are."""
+    x = np.asarray(x, order="C")  # ascontiguousarray would make a 0-d array 1-d
+    element = getattr(rt.HalElementType, element_type_name(dtype))
+    raw = x.reshape(-1).view(np.uint8) if x.size else np.zeros(0, np.uint8)
+    buffer = device.allocator.allocate_buffer_copy(
+        memory_type=rt.MemoryType.DEVICE_LOCAL,
+        allowed_usage=rt.BufferUsage.DEFAULT,
+        device=device,
+        buffer=raw,
+    )
+    return rt.HalBufferView(buffer, list(x.shape), element)
+
+
+def _to_host(x: Any, dtype: str, shape: Sequence[int]) -> np.ndarray:
+    """A result's bytes, as the manifest's dtype and shape (IREE maps exotic types to bytes)."""
+    host = np.asarray(x.to_host(), order="C")
+    want = _dtypes.BY_NAME[dtype].numpy
+    return host.reshape(-1).view(np.uint8).view(want).reshape(tuple(shape)).copy()

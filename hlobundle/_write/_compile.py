@@ -1,0 +1,86 @@
+"""`compile()`: store ahead-of-time IREE executables in a bundle (SPEC.md, "Executables"), so that
+a trusted bundle runs on IREE's runtime without a compiler and without compiling at start-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from .._format import _signature
+from .._format._errors import InputError
+from .._format._manifest import Executable, Manifest
+from .._read._reader import Bundle, load
+from . import _iree_compile
+from ._atomic import rewrite_bundle
+
+EXECUTABLES_VERSION = (1, 3)  # the format version that added `executables`
+
+
+def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
+    bundle: Bundle | str | os.PathLike[str],
+    targets: Sequence[str] = ("llvm-cpu",),
+    *,
+    cpu: str = "generic",
+    sign_key: _signature.SigningKey | None = None,
+) -> list[Executable]:
+    """Compile the bundle's checked portable artifact with IREE for each target and store the
+    executables as `compiled/<target>.vmfb`, listed and hashed in the manifest with the compiler
+    version, flags, CPU and architecture; atomically. An executable already stored for a target
+    is replaced.
+
+    **Arguments:**
+
+    - `targets`: IREE target backends, from `("llvm-cpu", "vmvx")`.
+    - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
+      `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
+    - `sign_key`: a signed bundle is refused unless given; the new bundle is then signed again.
+
+    **Returns:** the manifest entries written.
+    """
+    if not targets or len(set(targets)) != len(targets):
+        raise InputError(f"give each target once, got {list(targets)}", argument="targets")
+    for target in targets:
+        _iree_compile.flags(target, cpu)  # an unknown target, before any work
+    b = bundle if isinstance(bundle, Bundle) else load(bundle)
+    b.verify()
+    if b.signed and sign_key is None:
+        raise InputError(
+            f"{b.path} is signed, and compiling adds files its signature does not cover: give a "
+            "key to sign the compiled bundle (--sign-key)",
+            argument="sign_key",
+        )
+    source = b.modules["module"].portable_sha256
+    written: dict[str, bytes] = {}
+    entries = []
+    for target in targets:
+        done = _iree_compile.compile_portable(b.portable_artifact, b.manifest, target=target,
+                                              cpu=cpu)  # fmt: skip
+        entry = Executable(target=target, file=f"compiled/{target}.vmfb", compiler="iree",
+                           compiler_version=done.compiler_version, architecture=done.architecture,
+                           cpu=done.cpu, flags=list(done.flags), source_sha256=source)  # fmt: skip
+        written[entry.file] = done.vmfb
+        entries.append(entry)
+    path = Path(b.path)
+    rewrite_bundle(path, _with_executables(b.manifest, entries), written)
+    if sign_key is not None:
+        from ._sign import sign
+
+        sign(path, sign_key.private_key, signing_certificate=sign_key.certificate,
+             certificate_chain=sign_key.certificate_chain, force=True)  # fmt: skip
+    return entries
+
+
+def _with_executables(manifest: Manifest, entries: list[Executable]) -> Manifest:
+    """The manifest with `entries` replacing any for the same targets (and their files)."""
+    new = {e.target for e in entries}
+    kept = [e for e in manifest.executables or [] if e.target not in new]
+    dropped = {e.file for e in manifest.executables or [] if e.target in new}
+    files = {k: v for k, v in manifest.files.items() if k not in dropped}
+    major, minor = (int(p) for p in manifest.format_version.split("."))
+    version = max((major, minor), EXECUTABLES_VERSION)
+    return manifest.model_copy(update={
+        "executables": sorted([*kept, *entries], key=lambda e: e.target),
+        "files": files,
+        "format_version": f"{version[0]}.{version[1]}",
+    })  # fmt: skip

@@ -1,0 +1,378 @@
+"""The iree backend, stored executables (`hlobundle compile`) and IREE scripts (SPEC.md,
+"Executables")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    ALL_DTYPES,
+    INSTALLED_BACKENDS,
+    ROOT,
+    cli,
+    edit_manifest,
+    lowered_text,
+    rehash,
+    sample,
+)
+
+import hlobundle
+from hlobundle._cli import _conformance
+from hlobundle._run._backends import _iree
+from hlobundle._write import _iree_compile
+
+pytestmark = pytest.mark.skipif(
+    not _iree.available(), reason="the iree extra (iree-base-compiler, iree-base-runtime) is absent"
+)
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+# What IREE 3.13 cannot run among the conformance cases, each refused with BACKEND_UNSUPPORTED.
+REFUSED = {f"valid_dtype_{d}" for d in _iree_compile.UNSUPPORTED_DTYPES} | {"valid_many_arguments"}
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path_factory, monkeypatch):
+    """One compile cache for this module's tests, never the user's."""
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
+    """The example, with an llvm-cpu executable stored."""
+    out = tmp_path_factory.mktemp("compiled") / "lenet5.hlobundle"
+    shutil.copytree(EXAMPLE, out)
+    hlobundle.compile(out)
+    return out
+
+
+def _bundle(tmp_path: Path, fn, *args, name: str = "b") -> Path:
+    return hlobundle.export(fn, *args, out=tmp_path / name)
+
+
+def test_the_backends_agree_on_the_example():
+    b = hlobundle.load(EXAMPLE)
+    want = b.expected_outputs()["result"]
+    outputs = {name: np.asarray(b.function(name)(*b.example_args())) for name in INSTALLED_BACKENDS}
+    outputs["iree"] = b.function("iree")(*b.example_args())
+    assert type(outputs["iree"]) is np.ndarray
+    for name, got in outputs.items():
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(outputs["iree"], outputs["xla"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", [*INSTALLED_BACKENDS, "iree"])
+def test_multi_result_and_zero_argument_bundles(tmp_path, backend):
+    x = sample((2, 3), "float32", 1)
+    multi = hlobundle.load(_bundle(tmp_path, lambda x: (jnp.sin(x), x.sum(), x > 0), x, name="m"))
+    want = (np.sin(x), x.sum(), x > 0)
+    got = multi.function(backend).call_flat(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
+        assert np.asarray(g).dtype == w.dtype
+    constant = hlobundle.load(_bundle(tmp_path, lambda: jnp.arange(5.0) * 2, name="z"))
+    (got,) = constant.function(backend).call_flat()
+    np.testing.assert_array_equal(np.asarray(got), np.arange(5.0) * 2)
+
+
+SUPPORTED = [d for d in ALL_DTYPES if d not in _iree_compile.UNSUPPORTED_DTYPES]
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED)
+def test_every_dtype_iree_supports_gives_xlas_bytes(tmp_path, dtype):
+    x = sample((2, 3), dtype, 5)
+    text = lowered_text(lambda x: (x, x.T, jnp.concatenate([x[:, 1:], x], 1)), x)
+    b = hlobundle.load(hlobundle.pack(text, [x], tmp_path / "b"))
+    ours = b.function("iree").call_flat(x)
+    theirs = b.function("xla").call_flat(x)
+    for g, w in zip(ours, theirs, strict=True):
+        assert g.dtype == np.asarray(w).dtype and g.shape == w.shape
+        assert g.tobytes() == np.asarray(w).tobytes()
+
+
+def test_an_op_iree_cannot_compile_is_a_coded_refusal(tmp_path):
+    """IREE 3.13 does not compile `stablehlo.reverse` of unsigned integers (SPEC.md,
+    "Executables", lists it): the compiler's message comes back as BACKEND_UNSUPPORTED."""
+    x = np.arange(6, dtype=np.uint32).reshape(2, 3)
+    b = hlobundle.load(
+        hlobundle.pack(lowered_text(lambda x: jnp.flip(x, 0), x), [x], tmp_path / "b")
+    )
+    with pytest.raises(
+        hlobundle.BackendUnsupportedError,
+        match="IREE cannot compile this bundle: failed to legalize",
+    ):
+        b.function("iree")
+    np.testing.assert_array_equal(b.function("xla").call_flat(x)[0], x[::-1])
+
+
+@pytest.mark.parametrize("dtype", sorted(_iree_compile.UNSUPPORTED_DTYPES))
+def test_dtypes_iree_lacks_are_refused_with_the_reason(tmp_path, dtype):
+    x = sample((4,), dtype, 2)
+    b = hlobundle.load(hlobundle.pack(lowered_text(lambda x: x, x), [x], tmp_path / "b"))
+    with pytest.raises(hlobundle.BackendUnsupportedError, match=f"element type.*{dtype}"):
+        b.function("iree")
+
+
+def test_sharded_and_custom_call_bundles_are_refused(tmp_path):
+    sharded = hlobundle.load(ROOT / "hlobundle/conformance_cases/valid_zero_d/bundle")
+    manifest = sharded.manifest
+    assert _iree_compile.refusal(manifest) is None
+    mesh = {"axes": [{"name": "x", "size": 2}]}
+    with_mesh = manifest.model_validate({**manifest.model_dump(), "mesh": mesh})
+    assert "sharded" in _iree_compile.refusal(with_mesh)
+    module = {**manifest.module.model_dump(), "allowed_custom_calls": ["my_kernel"]}
+    with_call = manifest.model_validate({**manifest.model_dump(), "module": module})
+    assert "custom calls ['my_kernel']" in _iree_compile.refusal(with_call)
+
+
+def test_conformance_on_iree_passes_or_refuses_with_the_code():
+    outcomes = [
+        _conformance.run_case(c, backend="iree") for c in _conformance.cases(_conformance.INSTALLED)
+    ]
+    refused = {o.case for o in outcomes if o.refused}
+    failed = [(o.case, o.got, o.detail) for o in outcomes if not (o.passed or o.refused)]
+    assert failed == []
+    assert refused == REFUSED
+    many = next(o for o in outcomes if o.case == "valid_many_arguments")
+    assert "binding count" in many.detail
+
+
+def test_compile_stores_a_listed_hashed_executable(compiled):
+    manifest = json.loads((compiled / "manifest.json").read_text())
+    (entry,) = manifest["executables"]
+    assert manifest["format_version"] == "1.3"
+    assert entry["file"] == "compiled/llvm-cpu.vmfb" and entry["cpu"] == "generic"
+    assert entry["compiler_version"] == _iree.runtime_version()
+    assert "--iree-llvmcpu-target-cpu=generic" in entry["flags"]
+    data = (compiled / entry["file"]).read_bytes()
+    assert manifest["files"][entry["file"]]["size"] == len(data)
+    assert (compiled / "compiled").stat().st_mode & 0o111  # a directory others can enter
+    hlobundle.load(compiled).verify()
+
+
+def test_a_flipped_executable_byte_fails_verify(compiled, tmp_path):
+    b = tmp_path / "b"
+    shutil.copytree(compiled, b)
+    vmfb = b / "compiled" / "llvm-cpu.vmfb"
+    data = bytearray(vmfb.read_bytes())
+    data[len(data) // 2] ^= 1
+    vmfb.write_bytes(bytes(data))
+    r = cli("verify", b)
+    assert r.returncode == 1 and "[HASH_MISMATCH] compiled/llvm-cpu.vmfb" in r.stderr
+
+
+def _swap_in_another_program(compiled: Path, tmp_path: Path) -> Path:
+    """`compiled` with its stored executable replaced by another program's (same signature,
+    results doubled), rehashed: what an attacker who can rewrite the manifest could do."""
+    b = tmp_path / "swapped"
+    shutil.copytree(compiled, b)
+    bundle = hlobundle.load(b)
+    other = lowered_text(
+        lambda *a: (jnp.zeros((4, 10), jnp.float32) + 2.0,), *bundle.example_inputs().values()
+    )
+    other_vmfb = _iree_compile.compile_portable(
+        hlobundle.load(hlobundle.pack(other, list(bundle.example_inputs().values()), tmp_path / "o",
+                                      names=[a.name for a in bundle.arguments])).portable_artifact,
+        bundle.manifest,
+    ).vmfb  # fmt: skip
+    (b / "compiled" / "llvm-cpu.vmfb").write_bytes(other_vmfb)
+    rehash(b, "compiled/llvm-cpu.vmfb")
+    return b
+
+
+def test_stored_executables_run_only_from_a_trusted_bundle(compiled, tmp_path):
+    b = hlobundle.load(_swap_in_another_program(compiled, tmp_path))
+    b.verify()  # the hashes agree: verification alone cannot tell native code is honest
+    args = b.example_args()
+    untrusted = b.function("iree")
+    assert "stored" not in untrusted.source
+    np.testing.assert_allclose(
+        untrusted(*args), b.expected_outputs()["result"], rtol=1e-5, atol=1e-6
+    )
+    trusted = b.function("iree", trust_executables=True)
+    assert trusted.source == "stored executable compiled/llvm-cpu.vmfb"
+    np.testing.assert_array_equal(trusted(*args), np.full((4, 10), 2.0, np.float32))
+
+
+def test_a_signed_bundle_verified_with_a_key_runs_its_executable(compiled, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    (tmp_path / "pub.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    b = tmp_path / "b"
+    shutil.copytree(EXAMPLE, b)
+    hlobundle.sign(b, tmp_path / "key.pem")
+    r = cli("compile", b)
+    assert r.returncode == 1 and "is signed" in r.stderr and "--sign-key" in r.stderr
+    assert cli("compile", b, "--sign-key", tmp_path / "key.pem").returncode == 0
+    r = cli("run", b, "--backend", "iree", "--public-key", tmp_path / "pub.pem", "--json")
+    report = json.loads(r.stdout)
+    assert r.returncode == 0 and report["ok"]
+    assert report["module"] == "stored executable compiled/llvm-cpu.vmfb"
+    assert "stored" not in json.loads(cli("run", b, "--backend", "iree", "--json").stdout)["module"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("compiler_version", "0.0.1", "compiled by IREE 0.0.1"),
+        ("architecture", "riscv64", "it is for riscv64"),
+        ("source_sha256", "0" * 64, "from another portable artifact"),
+    ],
+)
+def test_executables_this_runtime_cannot_use_are_ignored(compiled, tmp_path, field, value, why):
+    b = tmp_path / "b"
+    shutil.copytree(compiled, b)
+    edit_manifest(b, lambda m: m["executables"][0].update({field: value}))
+    bundle = hlobundle.load(b)
+    assert why in _iree.usable(bundle.manifest.executables[0], bundle)
+    fn = bundle.function("iree", trust_executables=True)
+    assert "stored" not in fn.source
+    np.testing.assert_allclose(fn(*bundle.example_args()), bundle.expected_outputs()["result"],
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_the_compile_cache_is_used_the_second_time(tmp_path):
+    b = hlobundle.load(_bundle(tmp_path, lambda x: jnp.cos(x) * 3, sample((7,), "float32", 9)))
+    assert b.function("iree").source == "compiled"
+    assert b.function("iree").source == "compile cache"
+
+
+def test_compiler_failures_and_hangs_are_coded(monkeypatch):
+    b = hlobundle.load(EXAMPLE)
+    with pytest.raises(hlobundle.BackendUnsupportedError, match="IREE cannot compile this bundle"):
+        _iree_compile.compile_portable(b"\x00garbage", b.manifest)
+    monkeypatch.setattr(_iree_compile._limits, "COMPILE_TIMEOUT_S", 0.01)
+    with pytest.raises(hlobundle.BackendUnsupportedError, match="did not finish within 0.01 s"):
+        _iree_compile.compile_portable(b.portable_artifact, b.manifest)
+
+
+def test_iree_options_are_checked():
+    b = hlobundle.load(EXAMPLE)
+    with pytest.raises(hlobundle.InputError, match="donate and devices"):
+        b.function("iree", donate=["images"])
+    with pytest.raises(hlobundle.InputError, match="--target must be one of"):
+        hlobundle.compile(EXAMPLE, ["cuda"])
+    r = cli("run", EXAMPLE, "--trust-executables")
+    assert r.returncode == 2 and "--trust-executables applies to --backend iree" in r.stderr
+    fn = b.function("iree")
+    with pytest.raises(hlobundle.InputError, match="argument 'images'.*expected float32"):
+        fn(
+            *[
+                np.zeros(a.shape, np.float64) if a.name == "images" else b.tensor(a.name)
+                for a in b.arguments
+            ]
+        )
+
+
+@pytest.mark.subprocess
+def test_the_iree_path_imports_no_jax(compiled):
+    code = (
+        "import sys, hlobundle\n"
+        f"b = hlobundle.load({str(compiled)!r}, verify=True)\n"
+        "out = b.function('iree', trust_executables=True)(*b.example_args())\n"
+        "assert out.shape == (4, 10)\n"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+BLOCK = (
+    "import sys\n"
+    "class Block:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('jax', 'jaxlib', 'enzyme_ad', 'hlobundle'):\n"
+    "            raise ImportError('blocked: ' + name)\n"
+    "sys.meta_path.insert(0, Block())\n"
+    "import runpy\n"
+    "runpy.run_path(sys.argv[1], run_name='__main__')\n"
+)
+
+
+@pytest.mark.subprocess
+def test_the_emitted_iree_script_runs_with_jax_blocked(compiled, tmp_path):
+    script = tmp_path / "run.py"
+    r = cli("emit", compiled, "--backend", "iree", "-o", script)
+    assert r.returncode == 1 and "native code" in r.stderr and "--trust-executables" in r.stderr
+    assert (
+        cli("emit", compiled, "--backend", "iree", "-o", script, "--trust-executables").returncode
+        == 0
+    )
+    run = subprocess.run([sys.executable, "-c", BLOCK, str(script)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "max abs diff from expected" in run.stdout and run.stdout.strip().endswith("ok")
+    vmfb = compiled / "compiled" / "llvm-cpu.vmfb"
+    original = vmfb.read_bytes()
+    try:  # the script runs only the bytes emit verified
+        vmfb.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+        run = subprocess.run(
+            [sys.executable, "-c", BLOCK, str(script)], capture_output=True, text=True
+        )
+        assert run.returncode == 1 and "changed since this script was written" in run.stderr
+    finally:
+        vmfb.write_bytes(original)
+
+
+def test_emit_iree_needs_an_executable_this_runtime_runs(tmp_path):
+    b = tmp_path / "b"
+    shutil.copytree(EXAMPLE, b)
+    r = cli("emit", b, "--backend", "iree", "--trust-executables", "-o", tmp_path / "r.py")
+    assert r.returncode == 1 and f"store one with: hlobundle compile {b}" in r.stderr
+
+
+def test_cli_compile_run_and_inspect(tmp_path):
+    b = tmp_path / "b"
+    shutil.copytree(EXAMPLE, b)
+    r = cli("compile", b, "--target", "llvm-cpu", "--target", "vmvx")
+    assert r.returncode == 0 and "compiled/vmvx.vmfb" in r.stdout
+    assert "compiled  compiled/vmvx.vmfb: IREE" in cli("inspect", b).stdout
+    r = cli("run", b, "--backend", "iree", "--trust-executables")
+    assert (
+        r.returncode == 0 and "backend iree (stored executable compiled/llvm-cpu.vmfb)" in r.stdout
+    )
+    # vmvx (IREE's portable bytecode) alone is used too
+    edit_manifest(
+        b, lambda m: m.update(executables=[e for e in m["executables"] if e["target"] == "vmvx"])
+    )
+    manifest = json.loads((b / "manifest.json").read_text())
+    del manifest["files"]["compiled/llvm-cpu.vmfb"]
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    (b / "compiled" / "llvm-cpu.vmfb").unlink()
+    r = cli("run", b, "--backend", "iree", "--trust-executables", "--json")
+    assert (
+        r.returncode == 0
+        and json.loads(r.stdout)["module"] == "stored executable compiled/vmvx.vmfb"
+    )
+
+
+def test_cli_run_refuses_what_iree_lacks(tmp_path):
+    x = sample((4,), "int4", 2)
+    b = hlobundle.pack(lowered_text(lambda x: x, x), [x], tmp_path / "b")
+    r = cli("run", b, "--backend", "iree")
+    assert r.returncode == 1
+    assert (
+        "error [BACKEND_UNSUPPORTED] the iree backend cannot run this bundle: IREE does not compile"
+        in r.stderr
+    )
+
+
+def test_conformance_cli_reports_refusals():
+    r = cli("conformance", "--backend", "iree", "-k", "valid_dtype_int")
+    assert r.returncode == 0
+    assert "valid_dtype_int4" in r.stdout and "refused" in r.stdout and "0 failed" in r.stdout
