@@ -41,3 +41,26 @@ def test_readme_signing_block_runs(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "Verification succeeded" in r.stdout + r.stderr
     assert r.stdout.rstrip().endswith("ok")  # hlobundle run's last line
+
+
+IREE = re.search(r"## Without JAX: IREE.*?```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+@pytest.mark.subprocess
+def test_readme_iree_block_runs(tmp_path):
+    from hlobundle._run._backends import _iree
+
+    if not _iree.available():
+        pytest.skip("the iree extra is not installed")
+    import subprocess
+    import sys
+
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    bin_dir = os.path.dirname(sys.executable)  # hlobundle and this python
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", IREE[1]], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "backend iree (stored executable compiled/llvm-cpu.vmfb)" in r.stdout
+    assert r.stdout.rstrip().endswith("ok")  # the emitted script's last line
