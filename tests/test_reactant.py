@@ -140,11 +140,32 @@ def packed(tmp_path_factory):
     )
 
 
-@pytest.mark.parametrize("backend", ["enzyme", "xla"])
+# What IREE refuses among Reactant's modules, and why (SPEC.md 2.7).
+IREE_REFUSED = {
+    "13_enzymejax_comimager_complex_fft_gather": "IREE cannot compile this bundle: failed to legalize operation 'stablehlo.fft'",
+    "14_enzymejax_sdy_sharding": "sharded over a device mesh",
+}
+# Runs out of memory on IREE: its runtime keeps every iteration of the 1024 x 1024 host-driven
+# loop until the call returns (test_iree_out_of_memory_is_a_coded_error, in a process of its own).
+IREE_OUT_OF_MEMORY = "06_reactant_docs_nbody_while_enzymexla_attrs"
+
+
+@pytest.mark.parametrize("backend", ["enzyme", "xla", "iree"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixture_runs_on_each_backend_and_matches_reference(packed, name, backend):
     make_inputs, reference = CASES[name]
     bundle = packed(name)
+    if backend == "iree":
+        from hlobundle._run._backends import _iree
+
+        if not _iree.available():
+            pytest.skip("the iree extra is not installed")
+        if name in IREE_REFUSED:
+            with pytest.raises(hlobundle.BackendUnsupportedError, match=IREE_REFUSED[name]):
+                bundle.function("iree")
+            return
+        if name == IREE_OUT_OF_MEMORY:
+            pytest.skip("runs out of memory on IREE: test_iree_out_of_memory_is_a_coded_error")
     # The same inputs on each backend, whichever tests ran before (durbin is ill-conditioned).
     RNG.bit_generator.state = np.random.default_rng(0).bit_generator.state
     inputs = make_inputs()
@@ -208,3 +229,22 @@ def test_fixture_16_is_refused(tmp_path):
         )
     assert e.value.code == "MODULE_NOT_PORTABLE"
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.subprocess
+def test_iree_out_of_memory_is_a_coded_error(packed):
+    """IREE's runtime grows without bound on fixture 06's nested loop; under `--max-memory` the
+    command ends with LIMIT_EXCEEDED and exit 1, not the out-of-memory killer or a crash."""
+    import subprocess
+    import sys
+
+    from hlobundle._run._backends import _iree
+
+    if not _iree.available():
+        pytest.skip("the iree extra is not installed")
+    bundle = packed(IREE_OUT_OF_MEMORY)
+    r = subprocess.run([sys.executable, "-m", "hlobundle", "run", str(bundle.path), "--backend",
+                        "iree", "--max-memory", "1G"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "error [LIMIT_EXCEEDED] IREE's runtime ran out of memory running the module" in r.stderr
+    assert "Traceback" not in r.stderr

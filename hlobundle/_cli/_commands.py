@@ -109,7 +109,12 @@ def run(args: argparse.Namespace) -> int:
             args.parser.error("--backend iree runs one device: no --distributed or --devices")
         if args.no_cache:
             os.environ["HLOBUNDLE_NO_CACHE"] = "1"
+        from .._run._backends import _iree
+
+        _iree.limit_memory(args.max_memory)
     else:
+        if args.max_memory is not None:
+            args.parser.error("--max-memory applies to --backend iree")
         if args.trust_executables:
             args.parser.error("--trust-executables applies to --backend iree")
         _start_jax(args, needs_x64(bundle.manifest))

@@ -44,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "json", False):
             print(json.dumps({"ok": False, "code": e.code, "message": e.message, **e.context()}))
         _print_error(e)
+        if e.fatal:  # skip the teardown of a runtime whose state is lost (it would crash)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_FAIL)
         return EXIT_FAIL
     finally:
         _progress.enable(False)
@@ -249,6 +253,10 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--trust-executables", action="store_true",
                    help="iree: run the bundle's stored executable (native code) although no "
                    "--public-key verified its signature (SPEC.md, 'Executables')")  # fmt: skip
+    p.add_argument("--max-memory", type=_size, metavar="BYTES",
+                   help="iree: end with an error (LIMIT_EXCEEDED) rather than be killed when the "
+                   "process would use more memory (default: the memory available at start; "
+                   "suffixes K, M, G)")  # fmt: skip
     p.add_argument(
         "--rtol", type=_tolerance("--rtol"), help="relative tolerance (default: per dtype)"
     )
@@ -287,6 +295,15 @@ def _tolerance(flag: str) -> Any:
 
     parse.__name__ = flag  # argparse names the option in its message
     return parse
+
+
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    scale = units.get(text[-1:].upper(), 1)
+    digits = text[:-1] if text[-1:].upper() in units else text
+    if not digits.isdigit() or int(digits) == 0:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 8G, got {text!r}")
+    return int(digits) * scale
 
 
 def _csv(text: str) -> list[str]:

@@ -100,6 +100,9 @@ class HloBundleError(Exception):
     """
 
     code: str = "ERROR"
+    # The process's runtime state is lost (IREE's, after it ran out of memory): a command line
+    # reports the error and exits at once, without the runtime's teardown, which would crash.
+    fatal: bool = False
 
     def __init__(
         self,

@@ -14,7 +14,8 @@ import sys
 
 
 def main() -> int:
-    limit = int(sys.argv[1])
+    limit, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # never above ours
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     data = sys.stdin.buffer.read()

@@ -135,7 +135,8 @@ def _run_compiler(portable: bytes, chosen: tuple[str, ...]) -> bytes:
 # would do the same, but it makes subprocess fork a multi-threaded process, which can deadlock.)
 _LIMIT_AND_EXEC = (
     "import os, resource, sys\n"
-    "limit = int(sys.argv[1])\n"
+    "limit, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]\n"
+    "limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)\n"
     "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
     "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._format import _dtypes
-from ..._format._errors import BackendUnavailableError, BackendUnsupportedError
+from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, LimitError
 from ..._write import _iree_compile
 from .. import _binding
 
@@ -116,14 +116,66 @@ class IreeFunction:
         ]
         try:
             out = self._main(*views)
+        except MemoryError:
+            raise _out_of_memory("std::bad_alloc") from None
         except (RuntimeError, ValueError, IndexError) as e:
             reason = " ".join(str(e).split())[:300]
+            if "RESOURCE_EXHAUSTED" in reason:
+                raise _out_of_memory(reason) from None
             raise BackendUnsupportedError(
                 f"IREE's runtime failed to run the module: {reason}"
             ) from None
         out = out if isinstance(out, tuple) else () if out is None else (out,)
         return tuple(_to_host(x, r.dtype, r.shape) for x, r in zip(out, self.manifest.results,
                                                                    strict=True))  # fmt: skip
+
+
+def _out_of_memory(reason: str) -> LimitError:
+    if _limited:  # what IREE holds is not given back: lift our cap, so that the error is told
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (_limited[0], _limited[1]))
+    error = LimitError(
+        f"IREE's runtime ran out of memory running the module ({reason[:200]}). IREE keeps the "
+        "work of every iteration of a loop whose condition it computes on the host until the "
+        "call returns, so a long loop can need memory in proportion to its trip count; run it "
+        "with --backend xla (SPEC.md, 'Executables')"
+    )
+    error.fatal = True  # IREE's runtime crashes in its teardown after an allocation failed
+    return error
+
+
+def limit_memory(limit: int | None = None) -> int:
+    """Cap this process's address space at `limit` bytes (default: what it has mapped now plus
+    three quarters of the memory available), so that a module IREE's runtime cannot run in the
+    memory there is ends in a coded error, not in the kernel's out-of-memory killer. For a
+    process of hlobundle's own (`hlobundle run --backend iree`); a library never calls it.
+
+    **Returns:** the limit set."""
+    import resource
+
+    if limit is None:  # leave a quarter of what is available to the rest of the machine
+        available = _proc_kib("/proc/meminfo", "MemAvailable:") * 3 // 4
+        limit = (_proc_kib("/proc/self/status", "VmSize:") + available) * 1024
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    if limit > 0:
+        _limited[:] = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit
+
+
+_limited: list[int] = []  # the address-space limits before limit_memory(), once it ran
+
+
+def _proc_kib(path: str, key: str) -> int:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            line = next((line for line in f if line.startswith(key)), "")
+    except OSError:
+        return 0
+    parts = line.split()
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
 def _module_bytes(bundle: Bundle, trusted: bool) -> tuple[bytes, str]:
