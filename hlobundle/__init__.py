@@ -56,6 +56,7 @@ _LAZY = {
     "emit_script": "._emit._emit",
     "export": "._write._export",
     "from_exported": "._write._jax_export",
+    "from_reactant_server": "._write._reactant_server",
     "pack_reactant": "._write._reactant",
     "pack": "._write._writer",
     "pack_files": "._write._writer",
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     from ._write._export import export
     from ._write._jax_export import from_exported
     from ._write._reactant import pack_reactant
+    from ._write._reactant_server import from_reactant_server
     from ._write._refresh import refresh
     from ._write._sign import sign
     from ._write._writer import pack, pack_files
@@ -137,6 +139,7 @@ __all__ = [
     "emit_script",
     "export",
     "from_exported",
+    "from_reactant_server",
     "load",
     "pack",
     "pack_files",

@@ -31,16 +31,22 @@ def pack(args: argparse.Namespace) -> int:
     from .. import pack_files, pack_reactant  # the public surface: it registers the runner
 
     modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
-    sources = [x for x in (args.module, args.from_reactant, args.from_jax_export) if x is not None]
+    sources = [x for x in (args.module, args.from_reactant, args.from_jax_export,
+                           args.from_reactant_server) if x is not None]  # fmt: skip
     if not sources and len(modules) == 1:
         # `pack --inputs a.npz m.mlir`: --inputs takes every file after it, the module too
         args.module = modules[0]
         args.inputs = [i for i in args.inputs if i != modules[0]]
         sources = [args.module]
     if len(sources) != 1:
-        args.parser.error("give one of MODULE, --from-reactant PATH or --from-jax-export BLOB")
+        args.parser.error("give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
+                          "or --from-jax-export BLOB")  # fmt: skip
+    if args.batch_size is not None and not args.from_reactant_server:
+        args.parser.error("--batch-size applies to --from-reactant-server")
     if args.from_jax_export:
         return _pack_jax_export(args)
+    if args.from_reactant_server:
+        return _pack_reactant_server(args)
     if args.from_reactant and (args.inputs or args.layout != "auto"):
         args.parser.error("--from-reactant takes the inputs and layout from the export")
     options = dict(
@@ -68,6 +74,26 @@ def pack(args: argparse.Namespace) -> int:
         layout = args.layout.replace("-", "_")
         out = pack_files(args.module, args.inputs, args.output, layout=layout, **options)
     print(f"wrote {out}")
+    return EXIT_OK
+
+
+def _pack_reactant_server(args: argparse.Namespace) -> int:
+    from .. import pack  # noqa: F401  (the public surface: it registers the runner)
+    from .._write._reactant_server import from_reactant_server
+
+    given = [flag for flag, on in (("--inputs", args.inputs), ("--names", args.names),
+             ("--result-names", args.result_names), ("--expected", args.expected),
+             ("--compute-expected", args.compute_expected), ("--with-vjp", args.with_vjp),
+             ("--role", args.role), ("--function", args.function)) if on]  # fmt: skip
+    if given or args.layout != "auto":
+        args.parser.error(f"--from-reactant-server takes names, roles, layout and weights from the "
+                          f"bundle; {given[0] if given else '--layout'} does not apply")  # fmt: skip
+    options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
+    if args.private_key:
+        options["sign_key"] = _signing_key(args)
+    out = from_reactant_server(args.from_reactant_server, args.output,
+                               batch_size=args.batch_size, **options)  # fmt: skip
+    print(f"wrote {out} (the inputs have no stored values: run it with --inputs NAME=FILE)")
     return EXIT_OK
 
 

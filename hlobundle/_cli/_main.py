@@ -169,6 +169,13 @@ def _add_pack(sub: Any) -> None:
         help="the .py that Reactant's export_to_enzymejax wrote, or its directory (instead of MODULE)",
     )  # fmt: skip
     p.add_argument(
+        "--from-reactant-server", metavar="DIR",
+        help="a ReactantServer.jl model bundle (manifest.yaml, model.mlir, weights.safetensors), "
+        "instead of MODULE",
+    )  # fmt: skip
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help="--from-reactant-server: the compiled batch size to take (default: the smallest)")  # fmt: skip
+    p.add_argument(
         "--from-jax-export", metavar="BLOB",
         help="a serialized jax.export.Exported (Exported.serialize()), instead of MODULE",
     )  # fmt: skip

@@ -217,7 +217,13 @@ class TensorFile:
             raise self._invalid(f"its header is not JSON ({e})") from None
         if not isinstance(header, dict):
             raise self._invalid("its header is not a JSON object")
-        header.pop("__metadata__", None)
+        metadata = header.pop("__metadata__", None)
+        # Free-form strings (safetensors' own rule); anything else is not metadata.
+        self.metadata: dict[str, str] = (
+            {k: v for k, v in metadata.items() if isinstance(v, str)}
+            if isinstance(metadata, dict)
+            else {}
+        )
         entries = {key: self._entry(key, value) for key, value in header.items()}
         end = 0
         for key, e in sorted(entries.items(), key=lambda item: item[1].begin):

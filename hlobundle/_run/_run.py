@@ -69,9 +69,15 @@ def example_arguments(
         return values, "given" if None not in ordered else "given and stored"
     if bundle.has_example_inputs:
         return [bundle.tensor(a.name) for a in arguments], "stored"  # mapped, read on use
-    _check_generated_size(arguments)
+    # Invented values for the arguments without stored ones; stored weights stay what they are.
+    missing = [a for a in arguments if a.value is None]
+    _check_generated_size(missing)
     rng = np.random.default_rng(seed)
-    return [generate(rng, tuple(a.shape), a.dtype) for a in arguments], "generated"
+    values = [
+        generate(rng, tuple(a.shape), a.dtype) if a.value is None else bundle.tensor(a.name)
+        for a in arguments
+    ]
+    return values, "generated" if len(missing) == len(arguments) else "generated and stored"
 
 
 def _check_generated_size(arguments: list[Any]) -> None:

@@ -44,7 +44,7 @@ def plan(
     names = _names(opt.names, n, "arg", "names")
     paths = _sized(opt.paths, n, "paths") or [f"%arg{i}" for i in range(n)]
     roles = _expand_roles(dict(opt.roles or {}), names)
-    ordered = None if items is None else _inputs.assign(items, names)
+    ordered = None if items is None else _inputs.assign(items, names, optional=opt.without_values)
     layout = opt.layout
     if layout == "auto":  # without arrays there is nothing to tell: the tensors' own shapes
         layout = (
@@ -55,7 +55,7 @@ def plan(
     for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths, strict=True)):
         role = roles.get(name, "input")
         value = None
-        if ordered is not None:
+        if ordered is not None and ordered[i] is not None:
             array = _inputs.check(ordered[i], t, name=name, path=path, column_major=transpose)
             file = TENSOR_FILES[role]
             arrays.setdefault(file, {})[name] = (array, t.dtype)

@@ -60,6 +60,7 @@ class PackOptions:
     expected: list[_inputs.Keyed] | str | None = None  # arrays, or "compute"
     allow_custom_calls: Sequence[str] = ()
     already_permuted: bool = False  # column-major arrays already have the tensors' shapes
+    without_values: Sequence[str] = ()  # arguments stored with no example value (ReactantServer)
     with_vjp: bool | Callable[..., Any] = False
     batched: str | Callable[..., Any] | None = None
     batched_arguments: Sequence[str] = ()

@@ -1,0 +1,168 @@
+"""`pack --from-reactant-server`: ReactantServer.jl model bundles (manifest.yaml, model.mlir or
+model.b{N}.mlir, weights.safetensors with argument_order), written here as that server's own
+test helper writes them: the module as a portable artifact, the weights as SafeTensors.jl stores
+a Julia array (Python reads the same shape)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from helpers import cli, lowered_text
+from safetensors.numpy import save_file
+
+import hlobundle
+
+RNG = np.random.default_rng(7)
+W_JULIA = RNG.standard_normal((2, 3)).astype(np.float32)  # Dense(3 => 2): Julia's weight
+B_JULIA = RNG.standard_normal(2).astype(np.float32)
+MANIFEST = """\
+format_version: "2.0"
+name: dense
+kind: model
+description: a Lux Dense layer, y = W x .+ b
+executable_inputs:
+  - name: x
+    dtype: f32
+    shape: "in"
+    dims: {i: 3}
+executable_outputs:
+  - name: y
+    dtype: f32
+    shape: "on"
+    dims: {o: 2}
+batching:
+  compiled_batch_sizes: [4, 8]
+"""
+
+
+def _portable(text: str) -> bytes:
+    from hlobundle._format import _mlir
+
+    return _mlir.to_portable(_mlir.parse(text), _mlir.default_target())
+
+
+def server_bundle(tmp_path: Path, manifest: str = MANIFEST, order=("weight", "bias")) -> Path:
+    """What Reactant compiles for a Dense layer per batch size: @main(x, W, b) in the module's
+    (row-major) orientation, x: n x 3, W: 3 x 2 (Julia's 2 x 3 reversed), b: 2."""
+    root = tmp_path / "dense"
+    root.mkdir()
+    (root / "manifest.yaml").write_text(manifest)
+    for n in (4, 8):
+        x = np.zeros((n, 3), np.float32)
+        text = lowered_text(lambda x, w, b: x @ w + b, x, W_JULIA.T, B_JULIA)
+        (root / f"model.b{n}.mlir").write_bytes(_portable(text))
+    tensors = {"weight": W_JULIA, "bias": B_JULIA}
+    save_file({k: tensors[k] for k in order}, root / "weights.safetensors",
+              metadata={"argument_order": json.dumps(list(order))})  # fmt: skip
+    return root
+
+
+def julia_dense(x_julia: np.ndarray) -> np.ndarray:
+    return W_JULIA @ x_julia + B_JULIA[:, None]
+
+
+def test_a_server_bundle_packs_and_runs_in_julias_orientation(tmp_path):
+    out = hlobundle.from_reactant_server(server_bundle(tmp_path), tmp_path / "b")
+    b = hlobundle.load(out, verify=True)
+    assert [(a.name, a.role, a.layout, a.shape) for a in b.arguments] == [
+        ("x", "input", "column_major", [4, 3]),
+        ("weight", "parameter", "column_major", [3, 2]),
+        ("bias", "parameter", "column_major", [2]),
+    ]
+    assert [r.name for r in b.results] == ["y"] and b.manifest.function == "dense"
+    assert b.arguments[0].value is None  # a server's inputs come with requests
+    np.testing.assert_array_equal(b.tensor("weight", layout="producer"), W_JULIA)
+    x_julia = RNG.standard_normal((3, 4)).astype(np.float32)
+    (y,) = b.function("xla").call_flat(x_julia.T, b.tensor("weight"), b.tensor("bias"))
+    np.testing.assert_allclose(np.asarray(y).T, julia_dense(x_julia), rtol=1e-6)
+
+
+def test_cli_pack_and_run_with_julia_inputs(tmp_path):
+    src = server_bundle(tmp_path)
+    r = cli("pack", "--from-reactant-server", src, "--batch-size", "8", "-o", tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    assert "the inputs have no stored values" in r.stdout
+    x_julia = RNG.standard_normal((3, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x_julia)
+    r = cli("run", tmp_path / "b", "--inputs", f"x={tmp_path / 'x.npy'}", "--layout", "producer",
+            "--save-outputs", tmp_path / "y.npz", "--backend", "xla")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], julia_dense(x_julia), rtol=1e-6)
+    r = cli("run", tmp_path / "b", "--backend", "xla")  # invented x, the stored weights
+    assert r.returncode == 0 and "generated and stored inputs" in r.stdout
+
+
+def test_the_weights_follow_argument_order_not_the_files_order(tmp_path):
+    src = server_bundle(tmp_path, order=("weight", "bias"))
+    (src / "weights.safetensors").unlink()
+    save_file({"bias": B_JULIA, "weight": W_JULIA}, src / "weights.safetensors",
+              metadata={"argument_order": json.dumps(["weight", "bias"])})  # fmt: skip
+    b = hlobundle.load(hlobundle.from_reactant_server(src, tmp_path / "b"))
+    assert [a.name for a in b.arguments] == ["x", "weight", "bias"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.replace("kind: model", "kind: meta"), "a meta bundle is Julia code"),
+        (lambda m: m.replace("name: dense", "name: other"), "is not the directory's name"),
+        (lambda m: m.replace('"2.0"', '"3.0"'), "format_version '3.0'"),
+        (
+            lambda m: m.replace("dims: {i: 3}", "dims: {i: 5}"),
+            "'x' is float32[4, 5] in the module's orientation",
+        ),
+        (lambda m: m.replace("dims: {i: 3}", "dims: {i: -1}"), "a variable (-1)"),
+        (
+            lambda m: m.replace('dtype: f32\n    shape: "in"', 'dtype: f64\n    shape: "in"'),
+            "'x' is float64",
+        ),
+        (lambda m: m.replace("dtype: f32", "dtype: f128", 1), "dtype 'f128' is not one of"),
+        (lambda m: m.replace('shape: "in"', 'shape: "nn"'), "repeats a letter"),
+        (lambda m: m + "extra: &a [1, 2]\nmore: *a\n", "aliases (*name) are not accepted"),
+        (lambda m: m + "broken: [\n", "manifest.yaml is not valid YAML"),
+        (lambda m: "- just a list\n", "manifest.yaml is not a mapping"),
+        (
+            lambda m: m.replace("compiled_batch_sizes: [4, 8]", "compiled_batch_sizes: [0]"),
+            "positive integers",
+        ),
+    ],
+)
+def test_hostile_or_inconsistent_manifests_are_refused(tmp_path, edit, message):
+    src = server_bundle(tmp_path, manifest=edit(MANIFEST))
+    r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr
+    assert message in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_weights_without_argument_order_and_a_missing_batch_size(tmp_path):
+    src = server_bundle(tmp_path)
+    r = cli("pack", "--from-reactant-server", src, "--batch-size", "16", "-o", tmp_path / "b")
+    assert r.returncode == 1 and "no model.b16.mlir (compiled batch sizes: [4, 8])" in r.stderr
+    save_file({"weight": W_JULIA}, src / "weights.safetensors")
+    r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "no argument_order metadata" in r.stderr
+
+
+def test_model_jl_is_left_behind_with_a_warning(tmp_path):
+    src = server_bundle(tmp_path)
+    (src / "model.jl").write_text("register_model(...)  # never run\n")
+    with pytest.warns(hlobundle.HloBundleWarning, match="model.jl .* is not carried"):
+        hlobundle.from_reactant_server(src, tmp_path / "b")
+    assert not (tmp_path / "b" / "model.jl").exists()
+
+
+def test_a_text_module_is_read_too(tmp_path):
+    src = server_bundle(tmp_path)
+    for n in (4, 8):
+        (src / f"model.b{n}.mlir").unlink()
+    x = np.zeros((4, 3), np.float32)
+    (src / "model.mlir").write_text(lowered_text(lambda x, w, b: x @ w + b, x, W_JULIA.T, B_JULIA))
+    (src / "manifest.yaml").write_text(MANIFEST.replace("[4, 8]", "[4]"))
+    b = hlobundle.load(hlobundle.from_reactant_server(src, tmp_path / "b"))
+    assert b.arguments[0].shape == [4, 3]
+    assert jax.numpy.asarray(b.tensor("bias")).shape == (2,)
