@@ -54,6 +54,7 @@ _LAZY = {
     "load": "._read._reader",
     "compile": "._write._compile",
     "emit_script": "._emit._emit",
+    "emit_reactant_server": "._emit._reactant_server",
     "export": "._write._export",
     "from_exported": "._write._jax_export",
     "from_reactant_server": "._write._reactant_server",
@@ -83,6 +84,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from ._emit._emit import emit_script
+    from ._emit._reactant_server import emit_reactant_server
     from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
     from ._read._reader import Bundle, load
     from ._write._compile import compile
@@ -136,6 +138,7 @@ __all__ = [
     "X64DisabledError",
     "__version__",
     "compile",
+    "emit_reactant_server",
     "emit_script",
     "export",
     "from_exported",

@@ -212,6 +212,8 @@ def emit(args: argparse.Namespace) -> int:
     from .._read._reader import load
     from .._run import _backends
 
+    if args.format == "reactant-server":
+        return _emit_reactant_server(args)
     if args.output:
         output_path("-o", args.output)
     if args.trust_executables and args.backend != "iree":
@@ -222,6 +224,21 @@ def emit(args: argparse.Namespace) -> int:
     emit_script(bundle, path, backend=backend, force=args.force,
                 trust_executables=args.trust_executables)  # fmt: skip
     print(f"wrote {path} (backend {backend}; run it with: python {path})")
+    return EXIT_OK
+
+
+def _emit_reactant_server(args: argparse.Namespace) -> int:
+    from .._emit._reactant_server import emit_reactant_server
+    from .._read._reader import load
+
+    if not args.output:
+        args.parser.error("--format reactant-server writes the directory -o names")
+    if args.backend != "auto" or args.trust_executables or args.force:
+        args.parser.error(
+            "--format reactant-server takes none of --backend, --trust-executables, --force"
+        )
+    out = emit_reactant_server(load(args.bundle, **_trust(args)), output_path("-o", args.output))
+    print(f"wrote {out} (a ReactantServer.jl model bundle named {out.name!r})")
     return EXIT_OK
 
 

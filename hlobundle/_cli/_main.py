@@ -72,8 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_pack(sub)
     _add_run(sub)
-    p = sub.add_parser("emit", help="write a standalone run.py for a bundle")
+    p = sub.add_parser(
+        "emit", help="write a standalone run.py for a bundle, or a ReactantServer.jl bundle"
+    )
     p.add_argument("bundle")
+    p.add_argument("--format", choices=["script", "reactant-server"], default="script",
+                   help="script: a run.py (default); reactant-server: the directory -o names, a "
+                   "model bundle ReactantServer.jl loads")  # fmt: skip
     p.add_argument("-o", "--output", help="the script's path (default: <bundle>_run.py beside it)")
     p.add_argument(
         "--backend",

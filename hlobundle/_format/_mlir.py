@@ -269,6 +269,13 @@ def drop_unnamed_top_level_ops(module: ir.Module) -> list[str]:
     return names
 
 
+def tensor_type(shape: tuple[int, ...], dtype: str) -> ir.RankedTensorType:
+    """The MLIR tensor type of a shape and a dtype name (SPEC.md's)."""
+    from jaxlib.mlir import ir
+
+    return ir.RankedTensorType.get(list(shape), ir.Type.parse(_dtypes.BY_NAME[dtype].mlir))
+
+
 def default_target() -> str:
     from jaxlib.mlir.dialects import stablehlo
 

@@ -34,8 +34,13 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 DATA_ALIGNMENT = 64
 
 
-def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> str | None:
+def write(
+    path: Path,
+    arrays: dict[str, tuple[np.ndarray, _dtypes.DType]],
+    metadata: dict[str, str] | None = None,
+) -> str | None:
     """Write `{key: (array, dtype row)}` with safetensors; deterministic (safetensors orders keys).
+    `metadata` adds `__metadata__` entries (the header is then not the predicted one).
 
     **Returns:** the file's sha256, computed from memory while safetensors writes, or None when
     the written header is not the predicted one (the caller then hashes the file).
@@ -54,7 +59,7 @@ def write(path: Path, arrays: dict[str, tuple[np.ndarray, _dtypes.DType]]) -> st
     hasher.start()
     size = len(header.raw) + sum(a.nbytes for a in stored.values())
     with _progress.watching(f"writing {path.name}", path, size):
-        serialize_file(specs, str(path), metadata={"pad": header.pad})
+        serialize_file(specs, str(path), metadata={"pad": header.pad, **(metadata or {})})
     hasher.join()
     with open(path, "rb") as f:
         written = f.read(len(header.raw))

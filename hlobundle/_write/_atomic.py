@@ -49,7 +49,7 @@ def write_bundle(
         digests = {
             name: _tensors.write(tmp / name, tensors) for name, tensors in sorted(arrays.items())
         }
-        _set_modes(tmp)
+        set_modes(tmp)
         table = {
             name: FileEntry(
                 size=(tmp / name).stat().st_size,
@@ -98,7 +98,7 @@ def rewrite_bundle(out: Path, manifest: Manifest, replaced: dict[str, bytes]) ->
             table[name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
         final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
         (tmp / MANIFEST_NAME).write_bytes(final.to_json())
-        _set_modes(tmp)
+        set_modes(tmp)
         _fsync_tree(tmp)
         _move_into_place(tmp, out, force=True)
     except BaseException:
@@ -260,7 +260,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _set_modes(root: Path) -> None:
+def set_modes(root: Path) -> None:
     """mkdtemp makes the directory private; give it and its files the usual umask modes."""
     umask = os.umask(0)
     os.umask(umask)

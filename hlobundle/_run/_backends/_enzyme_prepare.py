@@ -117,6 +117,4 @@ def _carried(t: _mlir.TensorType, carrier: str | None) -> object:
 
 
 def _tensor(shape: tuple[int, ...], dtype: str) -> object:
-    from jaxlib.mlir import ir
-
-    return ir.RankedTensorType.get(list(shape), ir.Type.parse(_dtypes.BY_NAME[dtype].mlir))
+    return _mlir.tensor_type(shape, dtype)
