@@ -77,17 +77,24 @@ def pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refuse_flags(args: argparse.Namespace, extra: str, *, because: str, hint: str = "") -> None:
+    """A usage error for the first `pack` option a source that brings its own names ignores."""
+    flags = {"--inputs": args.inputs, "--names": args.names, "--result-names": args.result_names,
+             "--expected": args.expected, "--compute-expected": args.compute_expected,
+             "--with-vjp": args.with_vjp, "--function": args.function}  # fmt: skip
+    flags[extra] = {"--role": args.role, "--sign-key": args.private_key}[extra]
+    given = [flag for flag, value in flags.items() if value]
+    given += ["--layout"] if args.layout != "auto" else []
+    if given:
+        args.parser.error(f"{because}; {given[0]} does not apply{hint}")
+
+
 def _pack_reactant_server(args: argparse.Namespace) -> int:
     from .. import pack  # noqa: F401  (the public surface: it registers the runner)
     from .._write._reactant_server import from_reactant_server
 
-    given = [flag for flag, on in (("--inputs", args.inputs), ("--names", args.names),
-             ("--result-names", args.result_names), ("--expected", args.expected),
-             ("--compute-expected", args.compute_expected), ("--with-vjp", args.with_vjp),
-             ("--role", args.role), ("--function", args.function)) if on]  # fmt: skip
-    if given or args.layout != "auto":
-        args.parser.error(f"--from-reactant-server takes names, roles, layout and weights from the "
-                          f"bundle; {given[0] if given else '--layout'} does not apply")  # fmt: skip
+    _refuse_flags(args, "--role", because="--from-reactant-server takes names, roles, layout "
+                  "and weights from the bundle")  # fmt: skip
     options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
     if args.private_key:
         options["sign_key"] = _signing_key(args)
@@ -101,15 +108,9 @@ def _pack_jax_export(args: argparse.Namespace) -> int:
     from .. import from_exported  # the public surface: it registers the runner
     from .._write._jax_export import read_blob
 
-    given = [flag for flag, on in (("--inputs", args.inputs), ("--names", args.names),
-             ("--result-names", args.result_names), ("--expected", args.expected),
-             ("--compute-expected", args.compute_expected), ("--with-vjp", args.with_vjp),
-             ("--function", args.function), ("--sign-key", args.private_key)) if on]  # fmt: skip
-    if given or args.layout != "auto":
-        args.parser.error(
-            f"--from-jax-export takes names, results and the VJP from the Exported; {given[0] if given else '--layout'} "
-            "does not apply (example inputs: hlobundle.from_exported(..., inputs=...) in Python)"
-        )
+    _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
+                  "VJP from the Exported", hint=" (example inputs: hlobundle.from_exported(..., "
+                  "inputs=...) in Python)")  # fmt: skip
     import jax
 
     jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
