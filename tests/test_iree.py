@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,8 @@ from hlobundle._run._backends import _iree
 from hlobundle._write import _iree_compile
 
 pytestmark = pytest.mark.skipif(
-    not _iree.available(), reason="the iree extra (iree-base-compiler, iree-base-runtime) is absent"
+    not (_iree.available() and _iree_compile.available()),
+    reason="the iree extra (iree-base-compiler, iree-base-runtime) is absent",
 )
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 # What IREE 3.13 cannot run among the conformance cases, each refused with BACKEND_UNSUPPORTED.
@@ -376,3 +378,32 @@ def test_conformance_cli_reports_refusals():
     r = cli("conformance", "--backend", "iree", "-k", "valid_dtype_int")
     assert r.returncode == 0
     assert "valid_dtype_int4" in r.stdout and "refused" in r.stdout and "0 failed" in r.stdout
+
+
+@pytest.mark.subprocess
+def test_a_stored_executable_runs_without_the_compiler(compiled):
+    """A deployment with iree-base-runtime alone: the trusted stored executable runs; without
+    one, the missing compiler is named."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.startswith('iree.compiler'): raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import hlobundle\n"
+        f"b = hlobundle.load({str(compiled)!r})\n"
+        "print(b.function('iree', trust_executables=True).source)\n"
+        "try:\n"
+        "    b.function('iree')\n"
+        "except hlobundle.BackendUnavailableError as e:\n"
+        "    print(e.code)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "HLOBUNDLE_NO_CACHE": "1"})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [
+        "stored",
+        "executable",
+        "compiled/llvm-cpu.vmfb",
+        "BACKEND_UNAVAILABLE",
+    ]

@@ -48,7 +48,10 @@ class Compiled:
 
 
 def available() -> bool:
-    return importlib.util.find_spec("iree.compiler") is not None
+    try:
+        return importlib.util.find_spec("iree.compiler") is not None
+    except ImportError:  # a parent package that does not import
+        return False
 
 
 def compiler_version() -> str:

@@ -56,7 +56,8 @@ def element_type_name(dtype: str) -> str:
 
 
 def available() -> bool:
-    return importlib.util.find_spec("iree.runtime") is not None and _iree_compile.available()
+    """IREE's runtime imports; its compiler is needed only where no stored executable is used."""
+    return importlib.util.find_spec("iree.runtime") is not None
 
 
 def runtime_version() -> str:
@@ -186,6 +187,12 @@ def _module_bytes(bundle: Bundle, trusted: bool) -> tuple[bytes, str]:
             if data is not None:
                 return data, f"stored executable {entry.file}"
     portable = bundle.portable_artifact
+    if not _iree_compile.available():
+        raise BackendUnavailableError(
+            "the bundle has no stored executable this runtime may run (a trusted one, compiled by "
+            f"this IREE version for this machine), and IREE's compiler is not installed: "
+            f"{UNAVAILABLE}"
+        )
     # Compiled for this CPU ("host"), so the key names this CPU too: a cache shared by machines
     # with other CPUs must not hand them code with instructions they lack.
     key = _iree_compile.cache_key(portable, "llvm-cpu", "host", _host_cpu())
