@@ -407,3 +407,14 @@ def test_a_stored_executable_runs_without_the_compiler(compiled):
         "compiled/llvm-cpu.vmfb",
         "BACKEND_UNAVAILABLE",
     ]
+
+
+def test_jax_transformations_of_the_iree_function_are_a_coded_error():
+    import jax
+
+    b = hlobundle.load(EXAMPLE)
+    fn = b.function("iree")
+    args = b.example_args()
+    for transform in (jax.jit, jax.grad):
+        with pytest.raises(hlobundle.TransformError, match="cannot be traced by jax.jit, jax.grad"):
+            transform(lambda *a: fn(*a).sum())(*args)

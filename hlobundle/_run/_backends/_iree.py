@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._format import _dtypes
-from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, LimitError
+from ..._format._errors import (
+    BackendUnavailableError,
+    BackendUnsupportedError,
+    LimitError,
+    TransformError,
+)
 from ..._write import _iree_compile
 from .. import _binding
 
@@ -110,6 +115,11 @@ class IreeFunction:
         arguments = self.manifest.arguments
         if len(flat) != len(arguments):
             raise _binding.count_error(arguments, len(flat))
+        if any(type(x).__name__.endswith("Tracer") for x in flat):  # without importing jax
+            raise TransformError(
+                "the iree backend runs outside JAX, with NumPy arrays: it cannot be traced by "
+                "jax.jit, jax.grad or jax.vmap. Use bundle.function('xla') (or 'enzyme') there"
+            )
         device = rt.get_device(DRIVER)
         views = [
             _to_device(rt, device, _binding.check_value(x, a, i), a.dtype)
