@@ -678,6 +678,27 @@ def _load(
     return clients * each / (time.perf_counter() - start), len(bad)
 
 
+def _ceiling(port: int, clients: int, each: int) -> float:
+    """Requests per second the same clients get from the server when no model runs at all: what
+    HTTP on both sides costs, the most any batching could reach."""
+    import http.client
+    import threading
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        for _ in range(each):
+            conn.request("GET", "/v2/health/live")
+            conn.getresponse().read()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return clients * each / (time.perf_counter() - start)
+
+
 def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     """`hlobundle serve` over loopback: latency over an in-process call, throughput with and
     without dynamic batching under 16 concurrent clients, and a bounded load test (none lost or
@@ -728,6 +749,7 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
             }
         )
         unbatched, _ = _load(port, body, len(header), want, 16, 25 if quick else 125)
+        ceiling = _ceiling(port, 16, 25 if quick else 125)
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
@@ -745,6 +767,8 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
         {"case": "throughput, 16 concurrent clients, no batching (requests/s)", "s": unbatched, "ratio": 1.0},
         {"case": "throughput, 16 concurrent clients, dynamic batching up to 16 (goal >= 3x)", "s": batched,
          "ratio": batched / unbatched},
+        {"case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s)", "s": ceiling,
+         "ratio": ceiling / unbatched},
         {"case": f"load test: {total} requests from 16 clients: wrong or lost", "s": float(wrong), "ratio": 0.0},
         {"case": "load test: server RSS (MiB) at the end / after warm-up (goal within 1.1)", "s": after / 1024,
          "ratio": after / before},
