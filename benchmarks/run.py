@@ -678,6 +678,22 @@ def _load(
     return clients * each / (time.perf_counter() - start), len(bad)
 
 
+def _model_bound(images: np.ndarray, reps: int) -> list[dict]:
+    """The most batching can give, with no request overhead at all: 16 requests' inputs in one
+    call of the batched module (as the server makes it) against 16 calls, in this process."""
+    from hlobundle._serve._models import load_models
+
+    served = load_models([str(ROOT / "examples" / "lenet5.hlobundle")], backend="xla",
+                         max_batch=16)["lenet5"]  # fmt: skip
+    many = [{"images": images}] * 16
+    served.call_many(many)  # compiles
+    times = interleaved({"one": lambda: [served(g) for g in many],
+                         "batched": lambda: served.call_many(many)}, reps)  # fmt: skip
+    return [{"case": "model only, in process: 16 requests one by one / in one batched call "
+             "(the bound on any batching gain)", "s": times["batched"][0],
+             "ratio": times["one"][0] / times["batched"][0]}]  # fmt: skip
+
+
 def _ceiling(port: int, clients: int, each: int) -> float:
     """Requests per second the same clients get from the server when no model runs at all: what
     HTTP on both sides costs, the most any batching could reach."""
@@ -724,7 +740,7 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
         local.append(time.perf_counter() - start)
-    rows = []
+    rows = _model_bound(images, n // 10)
     proc, port = _served(1)
     try:
         import http.client

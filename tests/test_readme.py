@@ -14,6 +14,12 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_python_block_runs(tmp_path, monkeypatch, index):
+    if 'function("iree"' in BLOCKS[index]:
+        from hlobundle._run._backends import _iree
+        from hlobundle._write import _iree_compile
+
+        if not (_iree.available() and _iree_compile.available()):
+            pytest.skip("the block uses the iree extra, which is not installed")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
     code = compile(BLOCKS[index], f"README.md python block {index}", "exec")

@@ -40,6 +40,9 @@ class Batcher:
             batch = [await queue.get()]
             deadline = loop.time() + self.timeout_s
             while len(batch) < self.max_batch:
+                if not queue.empty():  # those already waiting, without a timer each
+                    batch.append(queue.get_nowait())
+                    continue
                 try:
                     batch.append(await asyncio.wait_for(queue.get(), deadline - loop.time()))
                 except (TimeoutError, ValueError):

@@ -85,12 +85,10 @@ class Served:
         size = 1 << (len(many) - 1).bit_length()
         padded = many + [many[0]] * (size - len(many))
         stacked = [np.stack([g[name] for g in padded]) for name in self.inputs]
-        results = self._vmapped(*stacked)
+        # One transfer per result, then views: indexing device arrays would dispatch per request.
+        results = [np.asarray(x) for x in self._vmapped(*stacked)]
         names = [r.name for r in self.bundle.results]
-        return [
-            {n: np.asarray(x[k]) for n, x in zip(names, results, strict=True)}
-            for k in range(len(many))
-        ]
+        return [{n: x[k] for n, x in zip(names, results, strict=True)} for k in range(len(many))]
 
     @cached_property
     def _vmapped(self) -> Any:
