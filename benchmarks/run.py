@@ -649,7 +649,6 @@ def _load(
     """Requests per second from `clients` threads, each with its own keep-alive connection
     sending `each` binary requests; and how many answers were lost or wrong."""
     import http.client
-    import threading
 
     bad = []
 
@@ -669,13 +668,7 @@ def _load(
             ):
                 bad.append(1)  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return clients * each / (time.perf_counter() - start), len(bad)
+    return clients * each / _in_threads(client, clients), len(bad)
 
 
 def _model_bound(images: np.ndarray, reps: int) -> list[dict]:
@@ -698,7 +691,6 @@ def _ceiling(port: int, clients: int, each: int) -> float:
     """Requests per second the same clients get from the server when no model runs at all: what
     HTTP on both sides costs, the most any batching could reach."""
     import http.client
-    import threading
 
     def client() -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port)
@@ -706,13 +698,20 @@ def _ceiling(port: int, clients: int, each: int) -> float:
             conn.request("GET", "/v2/health/live")
             conn.getresponse().read()
 
+    return clients * each / _in_threads(client, clients)
+
+
+def _in_threads(client: Callable[[], None], clients: int) -> float:
+    """Seconds `clients` threads take to run `client` each, all started together."""
+    import threading
+
     threads = [threading.Thread(target=client) for _ in range(clients)]
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return clients * each / (time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 def serve_cost(tmp: Path, quick: bool) -> list[dict]:
