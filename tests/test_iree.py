@@ -418,3 +418,27 @@ def test_jax_transformations_of_the_iree_function_are_a_coded_error():
     for transform in (jax.jit, jax.grad):
         with pytest.raises(hlobundle.TransformError, match="cannot be traced by jax.jit, jax.grad"):
             transform(lambda *a: fn(*a).sum())(*args)
+
+
+def test_serve_on_iree_answers_as_the_xla_backend(compiled):
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the dev extra)")
+    from starlette.testclient import TestClient
+
+    from hlobundle._serve._app import app
+    from hlobundle._serve._models import load_models
+
+    models = load_models([compiled], backend="iree", max_batch=16, trust_executables=True)
+    served = models["lenet5"]
+    assert served.function.source == "stored executable compiled/llvm-cpu.vmfb"
+    assert not served.batchable  # jax.vmap runs the batched module; the iree function is not JAX
+    bundle = hlobundle.load(compiled)
+    images = np.asarray(bundle.tensor("images"))
+    request = {"inputs": [{"name": "images", "shape": list(images.shape), "datatype": "FP32",
+                           "data": images.reshape(-1).tolist()}]}  # fmt: skip
+    r = TestClient(app(models, max_batch=16)).post("/v2/models/lenet5/infer", json=request)
+    assert r.status_code == 200, r.text
+    (out,) = r.json()["outputs"]
+    want = np.asarray(bundle.function("xla")(*bundle.example_args()))
+    np.testing.assert_allclose(np.asarray(out["data"], np.float32).reshape(out["shape"]), want,
+                               rtol=1e-5, atol=1e-6)  # fmt: skip

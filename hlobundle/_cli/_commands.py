@@ -308,8 +308,13 @@ def serve(args: argparse.Namespace) -> int:
 
     if args.max_batch_size < 1 or args.batch_timeout_ms < 0:
         raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
+    if args.trust_executables and args.backend != "iree":
+        raise InputError(
+            "--trust-executables applies to --backend iree", argument="trust_executables"
+        )
+    extra = {"trust_executables": True} if args.trust_executables else {}
     models = load_models(args.bundles, backend=args.backend, max_batch=args.max_batch_size,
-                         **_trust(args))  # fmt: skip
+                         **_trust(args), **extra)  # fmt: skip
     names = sorted({m.name for m in models.values()})
     print(f"serving {', '.join(names)} at http://{args.host}:{args.port}/v2", flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler

@@ -112,7 +112,10 @@ def _parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="the address to listen on (default: loopback)"
     )
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--backend", choices=["auto", "enzyme", "xla"], default="auto")
+    p.add_argument("--backend", choices=["auto", "enzyme", "xla", "iree"], default="auto",
+                   help="iree: IREE's CPU runtime, no jax (and no dynamic batching)")  # fmt: skip
+    p.add_argument("--trust-executables", action="store_true",
+                   help="iree: run stored executables (native code) of bundles no --public-key verified")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=64 << 20, metavar="N",
                    help="refuse larger requests with HTTP 413 (default: 64 MiB)")  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=8, metavar="N",

@@ -74,6 +74,8 @@ class Served:
         """Whether requests can be combined: the bundle has a batched module (SPEC.md 2.6) over
         exactly its inputs, which `jax.vmap` of its function runs in one call."""
         batched = self.bundle.manifest.batched
+        if getattr(self.function, "backend", None) == "iree":  # jax.vmap runs the batched module
+            return False
         return batched is not None and set(batched.arguments) == set(self.inputs)
 
     def call_many(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -114,14 +116,17 @@ def load_models(
     **trust: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), compiled and warmed up;
-    by each of its names."""
-    import jax
-
+    by each of its names. On `backend="iree"` no jax is imported, and stored executables run
+    when the key verified the bundle or `trust_executables` says so."""
+    iree = backend == "iree"
+    trust_executables = bool(trust.pop("trust_executables", False))
     models: dict[str, Served] = {}
     for path in paths:
         bundle = load(path, **trust)
         m = bundle.manifest
-        if needs_x64(m):
+        if needs_x64(m) and not iree:
+            import jax
+
             jax.config.update("jax_enable_x64", True)
         wire = [a for a in m.arguments if a.role == "input"] + list(m.results)
         strange = [f"{v.name} ({v.dtype})" for v in wire if v.dtype not in BY_DTYPE]
@@ -141,13 +146,13 @@ def load_models(
             bundle,
             tuple(dict.fromkeys([m.function, Path(path).name.removesuffix(".hlobundle")])),
             bundle.manifest_sha256[:12],
-            bundle.function(backend),
+            bundle.function(backend, trust_executables=trust_executables)
+            if iree
+            else bundle.function(backend),
             inputs={a.name: (a.dtype, tuple(a.shape)) for a in m.arguments if a.role == "input"},
             outputs={r.name: r.dtype for r in m.results},
             stored={
-                a.name: jax.device_put(bundle.tensor(a.name))
-                for a in m.arguments
-                if a.role != "input"
+                a.name: _kept(bundle.tensor(a.name), iree) for a in m.arguments if a.role != "input"
             },  # fmt: skip
         )
         zeros = {n: np.zeros(s, _dtypes.BY_NAME[d].numpy) for n, (d, s) in served.inputs.items()}
@@ -161,3 +166,13 @@ def load_models(
                 raise InputError(f"two bundles are both called {name!r}", path=Path(path))
             models[name] = served
     return models
+
+
+def _kept(value: np.ndarray, iree: bool) -> Any:
+    """A stored value as a server keeps it: on the device (jax), or in host memory (iree, whose
+    function takes NumPy arrays)."""
+    if iree:
+        return np.asarray(value)
+    import jax
+
+    return jax.device_put(value)
