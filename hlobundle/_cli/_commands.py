@@ -198,11 +198,12 @@ def _initialize_distributed(jax: Any) -> None:
 
 def _enable_compilation_cache(jax: Any) -> None:
     """JAX's persistent compilation cache, in a user cache directory, for every compiled program."""
-    from pathlib import Path
+    from .._run._backends import cache_root
 
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hlobundle" / "jax"
+    root = cache_root()
     jax.config.update(
-        "jax_compilation_cache_dir", os.environ.get("HLOBUNDLE_CACHE_DIR", str(default))
+        "jax_compilation_cache_dir",
+        str(root if os.environ.get("HLOBUNDLE_CACHE_DIR") else root / "jax"),
     )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
@@ -312,9 +313,8 @@ def serve(args: argparse.Namespace) -> int:
         raise InputError(
             "--trust-executables applies to --backend iree", argument="trust_executables"
         )
-    extra = {"trust_executables": True} if args.trust_executables else {}
     models = load_models(args.bundles, backend=args.backend, max_batch=args.max_batch_size,
-                         **_trust(args), **extra)  # fmt: skip
+                         trust_executables=args.trust_executables, **_trust(args))  # fmt: skip
     names = sorted({m.name for m in models.values()})
     print(f"serving {', '.join(names)} at http://{args.host}:{args.port}/v2", flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler

@@ -57,24 +57,26 @@ def emit_script(
     """
     chosen = "iree" if backend == "iree" else _backends.resolve(backend).NAME
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
-    if chosen == "iree":
-        _executable_for_script(bundle, trust_executables)  # refuse before writing anything
+    # An iree script runs a stored executable: chosen and checked before anything is written.
+    stored = _executable_for_script(bundle, trust_executables) if chosen == "iree" else None
     if path is None:
-        return _source(bundle, bundle.path.resolve().name, chosen)
+        return _source(bundle, bundle.path.resolve().name, chosen, stored)
     target = Path(path)
     if target.exists() and not force:
         raise OutputExistsError(
             f"{str(target)!r} already exists; pass --force to replace it", path=target
         )
     where = os.path.relpath(bundle.path.resolve(), target.resolve().parent)
-    source = _source(bundle, where, chosen)
+    source = _source(bundle, where, chosen, stored)
     write_file_atomically(target, source.encode("utf-8"))
     return source
 
 
-def _source(bundle: Bundle, where: str, backend: str) -> str:
-    if backend == "iree":
-        return _iree_source(bundle, where)
+def _source(
+    bundle: Bundle, where: str, backend: str, stored: tuple[Executable, bytes] | None = None
+) -> str:
+    if stored is not None:
+        return _iree_source(bundle, where, *stored)
     m = bundle.manifest
     enzyme = backend == "enzyme"
     prepared = prepared_for_hlo_call(bundle) if enzyme else None
@@ -139,11 +141,10 @@ def _executable_for_script(bundle: Bundle, trusted: bool) -> tuple[Executable, b
     )
 
 
-def _iree_source(bundle: Bundle, where: str) -> str:
+def _iree_source(bundle: Bundle, where: str, entry: Executable, data: bytes) -> str:
     from .._run._backends import _iree
 
     m = bundle.manifest
-    entry, data = _executable_for_script(bundle, trusted=True)  # checked by emit_script
     dtypes = sorted({v.dtype for v in [*m.arguments, *m.results]})
     slots = {
         **_data_slots(bundle, where),

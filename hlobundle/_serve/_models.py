@@ -113,13 +113,13 @@ def load_models(
     *,
     backend: str = "auto",
     max_batch: int = 1,
+    trust_executables: bool = False,
     **trust: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), compiled and warmed up;
     by each of its names. On `backend="iree"` no jax is imported, and stored executables run
     when the key verified the bundle or `trust_executables` says so."""
     iree = backend == "iree"
-    trust_executables = bool(trust.pop("trust_executables", False))
     models: dict[str, Served] = {}
     for path in paths:
         bundle = load(path, **trust)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from .._format import _signature
 from .._format._errors import InputError
 from .._format._manifest import Executable, Manifest
 from .._read._reader import Bundle, load
 from . import _iree_compile
-from ._atomic import rewrite_bundle
+from ._sign import check_resignable, rewrite_and_resign
 
 EXECUTABLES_VERSION = (1, 3)  # the format version that added `executables`
 
@@ -44,12 +43,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         _iree_compile.flags(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     b.verify()
-    if b.signed and sign_key is None:
-        raise InputError(
-            f"{b.path} is signed, and compiling adds files its signature does not cover: give a "
-            "key to sign the compiled bundle (--sign-key)",
-            argument="sign_key",
-        )
+    check_resignable(b, sign_key, doing="compiling")
     source = b.modules["module"].portable_sha256
     written: dict[str, bytes] = {}
     entries = []
@@ -61,13 +55,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
                            cpu=done.cpu, flags=list(done.flags), source_sha256=source)  # fmt: skip
         written[entry.file] = done.vmfb
         entries.append(entry)
-    path = Path(b.path)
-    rewrite_bundle(path, _with_executables(b.manifest, entries), written)
-    if sign_key is not None:
-        from ._sign import sign
-
-        sign(path, sign_key.private_key, signing_certificate=sign_key.certificate,
-             certificate_chain=sign_key.certificate_chain, force=True)  # fmt: skip
+    rewrite_and_resign(b, _with_executables(b.manifest, entries), written, sign_key)
     return entries
 
 

@@ -4,13 +4,11 @@ target (SPEC.md, "Versions"), so that a bundle outlives the artifacts' compatibi
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .._format import _mlir, _portable, _signature
-from .._format._errors import InputError
 from .._format._manifest import PortableArtifact
 from .._read._reader import Bundle, load
-from ._atomic import rewrite_bundle
+from ._sign import check_resignable, rewrite_and_resign
 
 
 def refresh(
@@ -31,12 +29,7 @@ def refresh(
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     target = target_version or _mlir.default_target()
     _portable.check_target(target, what="--target-version")
-    if b.signed and sign_key is None:
-        raise InputError(
-            f"{b.path} is signed, and refreshing rewrites files its signature covers: give a key "
-            "to sign the refreshed bundle (--sign-key)",
-            argument="sign_key",
-        )
+    check_resignable(b, sign_key, doing="refreshing")
     replaced: dict[str, bytes] = {}
     manifest = b.manifest
     for key, stored in b.modules.items():
@@ -47,11 +40,5 @@ def refresh(
         moved = entry.model_copy(update={"portable": PortableArtifact(file=stored.portable_file,
                                                                       target_version=target)})  # fmt: skip
         manifest = manifest.model_copy(update={key: moved})
-    path = Path(b.path)
-    rewrite_bundle(path, manifest, replaced)
-    if sign_key is not None:
-        from ._sign import sign
-
-        sign(path, sign_key.private_key, signing_certificate=sign_key.certificate,
-             certificate_chain=sign_key.certificate_chain, force=True)  # fmt: skip
+    rewrite_and_resign(b, manifest, replaced, sign_key)
     return target

@@ -6,9 +6,10 @@ import os
 from collections.abc import Sequence
 
 from .._format import _signature
-from .._format._errors import OutputExistsError
+from .._format._errors import InputError, OutputExistsError
+from .._format._manifest import Manifest
 from .._read._reader import Bundle, load
-from ._atomic import write_file_atomically
+from ._atomic import rewrite_bundle, write_file_atomically
 
 
 def sign(
@@ -45,3 +46,26 @@ def sign(
     # The temporary lives beside the bundle, not in it: a crash leaves no unlisted file inside.
     write_file_atomically(b.path / _signature.SIGNATURE_NAME, data, scratch=b.path.parent)
     return _signature.signer(data)
+
+
+def check_resignable(b: Bundle, sign_key: _signature.SigningKey | None, *, doing: str) -> None:
+    """Refuse, before any work, to change a signed bundle without a key to sign it again."""
+    if b.signed and sign_key is None:
+        raise InputError(
+            f"{b.path} is signed, and {doing} changes files its signature covers: give a key to "
+            "sign the new bundle (--sign-key)",
+            argument="sign_key",
+        )
+
+
+def rewrite_and_resign(
+    b: Bundle,
+    manifest: Manifest,
+    replaced: dict[str, bytes],
+    sign_key: _signature.SigningKey | None,
+) -> None:
+    """`rewrite_bundle`, then (with `sign_key`) a signature over the new files."""
+    rewrite_bundle(b.path, manifest, replaced)
+    if sign_key is not None:
+        sign(b.path, sign_key.private_key, signing_certificate=sign_key.certificate,
+             certificate_chain=sign_key.certificate_chain, force=True)  # fmt: skip

@@ -225,10 +225,9 @@ def _host_cpu() -> str:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("HLOBUNDLE_CACHE_DIR") or str(
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hlobundle"
-    )
-    return Path(root) / "iree"
+    from . import cache_root
+
+    return cache_root() / "iree"
 
 
 def _store(path: Path, data: bytes) -> None:
