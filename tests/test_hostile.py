@@ -317,3 +317,48 @@ def test_bracket_depth_is_the_same_counted_by_python_and_by_numpy(data):
     assert python == numpy >= 0
     if data.count(b"(") and not data.translate(None, b")]}"):
         assert python >= 1
+
+
+# Escapes that decode to invalid UTF-8, in each kind of string MLIR text holds. jaxlib's
+# bindings parse them, then throw (or terminate the process) when the name reaches Python.
+# Names, keys and locations are refused before MLIR parses the text; values are legal (opaque
+# bytes exist in real modules), and a value the reader reads as text is a coded error.
+_ESCAPES = {
+    "module name": ("module @jit__lambda", 'module @"\\FF"', True),
+    "function name": ("func.func public @main", 'func.func private @"\\C3\\28"() {\n    return\n  }\n  func.func public @main', True),
+    "attribute name": ("attributes {", 'attributes {"\\FF" = 1 : i32, ', True),
+    "location": ("return %arg0 : tensor<3xf32>", 'return %arg0 : tensor<3xf32> loc("\\FF":1:2)', True),
+    "result info": ('"result[0]"', '"\\FF"', False),
+    "attribute value": ("attributes {", 'attributes {mhlo.foo = "\\E2\\82", ', False),
+    "sharding value": ("{jax.result_info", '{mhlo.sharding = "\\FF", jax.result_info', True),
+    "generic sym_name": ("func.func public @main", '"func.func"() <{function_type = () -> (), sym_name = "\\C0", sym_visibility = "private"}> ({\n    "func.return"() : () -> ()\n  }) : () -> ()\n  func.func public @main', True),
+}  # fmt: skip
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("where", sorted(_ESCAPES))
+def test_invalid_utf8_escapes_never_abort(tmp_path, where):
+    # Each command in a process of its own: an abort (SIGABRT) is what this guards against.
+    from helpers import cli_process, rehash
+
+    x = sample((3,), "float32")
+    bundle = hlobundle.pack(identity_module(x), [x], tmp_path / "b")
+    old, new, refused = _ESCAPES[where]
+    text = (bundle / "module.mlir").read_text()
+    assert old in text
+    hostile = text.replace(old, new, 1)
+    (bundle / "module.mlir").write_text(hostile)
+    rehash(bundle, "module.mlir")
+    (tmp_path / "m.mlir").write_text(hostile)
+    for args in (["verify", bundle], ["inspect", bundle], ["run", bundle, "--backend", "xla"],
+                 ["pack", tmp_path / "m.mlir", "-o", tmp_path / "out"]):  # fmt: skip
+        r = cli_process(*args)
+        assert "Traceback" not in r.stderr and r.returncode >= 0, (args, r.stderr[-2000:])
+        if refused:
+            assert r.returncode == 1, (args, r.returncode, r.stderr[-2000:])
+            assert "[MLIR_INVALID]" in r.stderr and "UTF-8" in r.stderr, (args, r.stderr[-2000:])
+        elif args[0] == "pack":  # a legal value: the bundle is written, and it loads
+            assert r.returncode == 0, r.stderr[-2000:]
+            assert cli_process("verify", tmp_path / "out").returncode == 0
+        else:  # the text no longer matches its artifact
+            assert r.returncode == 1 and "[MODULE_MISMATCH]" in r.stderr, r.stderr[-2000:]

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, edit_manifest, rehash, sample
+from helpers import INSTALLED_BACKENDS, ROOT, cli, edit_manifest, rehash, sample
 
 import hlobundle
 from hlobundle._format import _mlir
@@ -48,12 +48,34 @@ def swap_artifact(bundle, tmp_path, text, name="module.mlirbc"):
 
 def test_artifact_computing_something_else_is_refused(add_bundle, tmp_path):
     swap_artifact(add_bundle, tmp_path, MUL)
-    bundle = hlobundle.load(add_bundle)  # load reads only the text
     with pytest.raises(hlobundle.ModuleMismatchError, match="not the same program") as e:
-        bundle.verify()
+        hlobundle.load(add_bundle)  # every backend runs one of the two: load refuses
     assert e.value.code == "MODULE_MISMATCH" and e.value.path == "module.mlirbc"
-    with pytest.raises(hlobundle.ModuleMismatchError):
-        hlobundle.load(add_bundle).function("xla")  # before anything is compiled or run
+
+
+@pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
+def test_every_backend_refuses_text_and_artifact_that_differ(add_bundle, tmp_path, backend):
+    # The enzyme backend runs the text, xla the artifact: neither runs a two-program bundle.
+    swap_artifact(add_bundle, tmp_path, MUL)
+    r = cli("run", add_bundle, "--backend", backend)
+    assert r.returncode == 1 and "MODULE_MISMATCH" in r.stderr, r.stderr
+
+
+def test_what_verify_checked_is_what_runs_after_an_in_place_overwrite(add_bundle):
+    # verify(), then another process rewrites weights in place (same size, same inode): the
+    # function still computes with the bytes whose sha256 verify() checked.
+    bundle = hlobundle.load(add_bundle)
+    bundle.verify()
+    fn = bundle.function("xla")
+    want = np.asarray(fn(*bundle.example_args())[0])
+    stored = bundle.tensor("w").copy()
+    with open(add_bundle / "inputs.safetensors", "r+b") as f:
+        data = f.read()
+        f.seek(0)
+        f.write(data.replace(stored.tobytes(), (stored + 100).tobytes()))
+    assert (add_bundle / "inputs.safetensors").read_bytes() != data
+    np.testing.assert_array_equal(bundle.tensor("w"), stored)
+    np.testing.assert_array_equal(np.asarray(fn(*bundle.example_args())[0]), want)
 
 
 def test_artifact_written_by_another_jaxlib_is_compared_by_meaning(add_bundle, tmp_path):
@@ -85,13 +107,57 @@ def test_mutated_artifact_never_crashes_the_reader(add_bundle, tmp_path, seed):
         assert e.path == "module.mlirbc"
 
 
+def deep_artifact(depth: int) -> bytes:
+    """MLIR bytecode of `depth` nested modules: a few KiB that print as depth**2 characters."""
+    import io
+
+    from jaxlib.mlir import ir
+
+    with _mlir.context(), ir.Location.unknown():
+        top = ir.Module.create()
+        block = top.body
+        for _ in range(depth):
+            with ir.InsertionPoint(block):
+                op = ir.Operation.create("builtin.module", regions=1)
+            block = op.regions[0].blocks.append()
+        buffer = io.BytesIO()
+        top.operation.write_bytecode(buffer)
+        return buffer.getvalue()
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+def test_a_deep_artifact_is_refused_without_printing_it(add_bundle, depth):
+    # 5000 deep: 57 KiB that printed as 50 MB of indentation before the child checked nesting.
+    (add_bundle / "module.mlirbc").write_bytes(deep_artifact(depth))
+    rehash(add_bundle, "module.mlirbc")
+    with pytest.raises(hlobundle.LimitError, match="nest more than 256 deep") as e:
+        hlobundle.load(add_bundle).verify()
+    assert e.value.path == "module.mlirbc"
+
+
+def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, tmp_path):
+    # Another program whose print is longer: the child stops at the text's length.
+    from hlobundle._format import _portable
+
+    pads = "".join(f"func.func private @pad{i}() {{\n  return\n}}\n" for i in range(50))
+    longer = module(f"stablehlo.add %x, %w : {T}", pads)
+    other = hlobundle.pack(longer, None, tmp_path / "other", names=["x", "w"])
+    artifact = (other / "module.mlirbc").read_bytes()
+    text, whole = _portable._canonical_prefix(artifact, "module.mlirbc", 100)
+    assert len(text) == 100 and not whole
+    (add_bundle / "module.mlirbc").write_bytes(artifact)
+    rehash(add_bundle, "module.mlirbc")
+    with pytest.raises(hlobundle.ModuleMismatchError, match="not the same program"):
+        hlobundle.load(add_bundle).verify()
+
+
 @pytest.mark.subprocess
 def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch):
     # Stand in for a crashing MLIR: the child kills itself the way a segfault would.
     from hlobundle._format import _portable
 
     crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
-    monkeypatch.setattr(_portable, "_child_command", lambda: [sys.executable, "-c", crash])
+    monkeypatch.setattr(_portable, "_child_command", lambda _: [sys.executable, "-c", crash])
     with pytest.raises(hlobundle.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"):
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._format._errors import DevicesUnavailableError, InputError
+from .._format._errors import DevicesUnavailableError, HloBundleError, InputError
 
 EXIT_OK, EXIT_FAIL = 0, 1
 
@@ -252,13 +252,30 @@ def inspect(args: argparse.Namespace) -> int:
     from .._read._inspect import render, summarize
 
     summary = summarize(args.bundle)
+    refusal = _refusal(args.bundle)
     if args.json:
+        if refusal is not None:
+            raise refusal
         dump = summary.manifest.model_dump(mode="json")
         print(json.dumps({"path": str(summary.path), **dump, "ops": summary.ops,
                           "signer": summary.signer}))  # fmt: skip
     else:
         print(render(summary))
+        if refusal is not None:
+            print("the reader refuses this bundle (load, run and verify fail):")
+            raise refusal
     return EXIT_OK
+
+
+def _refusal(path: str) -> HloBundleError | None:
+    """What `load()` refuses in the bundle (its modules parsed and checked), or None."""
+    from .._read._reader import load
+
+    try:
+        load(path)
+    except HloBundleError as e:
+        return e
+    return None
 
 
 def verify(args: argparse.Namespace) -> int:
@@ -269,7 +286,7 @@ def verify(args: argparse.Namespace) -> int:
         args.parser.error("a signature covers every file's sha256: --quick cannot check it")
     bundle = load(args.bundle)
     if not args.quick:
-        bundle.verify(**trust)
+        bundle.verify(in_memory=False, **trust)  # nothing runs after: no private copies
     files = len(bundle.manifest.files)
     checked = "sizes and structure checked" if args.quick else "sha256 checked"
     if bundle.signer:

@@ -18,7 +18,8 @@ MAX_INT_DIGITS = 20  # any integer in the manifest (sizes, dims) fits in 64 bits
 MAX_MODULE_BYTES = 256 * MIB
 MAX_MLIR_NESTING = 256  # brackets open at once in a text module, outside strings and comments
 MAX_RANK = 64  # dimensions of any tensor type in a text module
-CHILD_TIMEOUT_S = 120  # a portable artifact deserialized in a child process
+CHILD_TIMEOUT_S = 120  # a portable artifact deserialized in a child process, at most
+CHILD_BASE_S, CHILD_S_PER_MIB = 10, 2  # ... and 10 s plus 2 s per MiB of artifact
 CHILD_MEMORY_BYTES = 16 * GIB  # its address-space limit
 COMPILE_TIMEOUT_S = 600  # iree-compile of a bundle's module, in a child process
 
@@ -35,3 +36,8 @@ MAX_GENERATED_INPUT_BYTES = 4 * GIB
 
 # A signature file (SPEC.md, "Signature"): a few KiB, even with a certificate chain.
 MAX_SIGNATURE_BYTES = 1 << 20
+
+
+def child_timeout_s(artifact_bytes: int) -> float:
+    """How long a child may take to deserialize and print an artifact of this size."""
+    return min(CHILD_TIMEOUT_S, CHILD_BASE_S + CHILD_S_PER_MIB * artifact_bytes / MIB)

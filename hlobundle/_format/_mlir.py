@@ -97,7 +97,18 @@ def _optional_string(attrs: Any, key: str, owner: str, path: str | None) -> str 
         return None
     if not isinstance(attrs[key], ir.StringAttr):
         raise ModuleError(f"{owner}'s {key} must be a string, got {attrs[key]}", path=path)
-    return ir.StringAttr(attrs[key]).value
+    return string_value(attrs[key], f"{owner}'s {key}", path)
+
+
+def string_value(attr: Any, what: str, path: str | None) -> str:
+    """A string attribute's text; bytes that are not UTF-8 are a ModuleError (the bindings'
+    `.value` raises a bare RuntimeError)."""
+    from jaxlib.mlir import ir
+
+    try:
+        return bytes(ir.StringAttr(attr).value_bytes).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ModuleError(f"{what} is not UTF-8", path=path) from None
 
 
 def signature(module: ir.Module, *, path: str | None = None) -> Signature:
@@ -121,7 +132,7 @@ def _signature(module: ir.Module, path: str | None) -> Signature:
             _tensor_type(t, f"@main result {i}", path) for i, t in enumerate(ftype.results)
         )
         name_attr = module.operation.attributes
-        name = ir.StringAttr(name_attr["sym_name"]).value if "sym_name" in name_attr else None
+        name = _optional_string(name_attr, "sym_name", "the module", path)
         body = main.regions[0].blocks[0]
         unused = frozenset(i for i, a in enumerate(body.arguments) if not list(a.uses))
         sharding = _sharding(module, main, len(args), len(results), path)
@@ -148,13 +159,12 @@ def main_types(
 
 
 def find_main(module: ir.Module, path: str | None = None) -> ir.Operation:
-    from jaxlib.mlir import ir
 
     names = []
     for op in module.body.operations:
         attrs = op.operation.attributes
         if op.operation.name == "func.func" and "sym_name" in attrs:
-            name = ir.StringAttr(attrs["sym_name"]).value
+            name = string_value(attrs["sym_name"], "a function's name", path)
             if name == ENTRY:
                 if not op.operation.regions[0].blocks:
                     raise ModuleError(
@@ -204,7 +214,6 @@ def _value_attrs(main: ir.Operation, key: str, n: int) -> list[ir.DictAttr | Non
 def _sharding(
     module: ir.Module, main: ir.Operation, n_args: int, n_results: int, path: str | None
 ) -> Sharding | None:
-    from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import sdy
 
     meshes = {}
@@ -212,7 +221,7 @@ def _sharding(
         if op.operation.name == "sdy.mesh":
             mesh = sdy.MeshAttr(op.operation.attributes["mesh"])
             axes = tuple((sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh.axes)
-            meshes[ir.StringAttr(op.operation.attributes["sym_name"]).value] = (
+            meshes[string_value(op.operation.attributes["sym_name"], "a mesh's name", path)] = (
                 axes,
                 tuple(mesh.device_ids),
             )

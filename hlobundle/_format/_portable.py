@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _limits, _mlir
-from ._errors import ModuleError, ModuleMismatchError, VersionError
+from ._errors import LimitError, ModuleError, ModuleMismatchError, VersionError
 from ._mlir_context import canonical
 
 MAGIC = b"ML\xefR"
@@ -35,9 +35,11 @@ def check_same_program(
     ours = _mlir.to_portable(text_module, target, path=text)
     if ours == artifact:
         return
-    theirs = canonical_in_child(artifact, path=path)
     with _mlir.context():
         mine = canonical(_mlir.from_portable(ours, path=text))
+    theirs, whole = _canonical_prefix(artifact, path, len(mine))
+    if not whole:
+        theirs += "\n(the artifact prints more)"
     if mine != theirs:
         line, want, got = _first_difference(mine, theirs)
         raise ModuleMismatchError(
@@ -51,19 +53,31 @@ def check_same_program(
 
 def canonical_in_child(artifact: bytes, *, path: str) -> str:
     """The artifact's canonical text, deserialized in a child process that may crash."""
+    text, whole = _canonical_prefix(artifact, path, _limits.MAX_MODULE_BYTES)
+    if not whole:
+        raise LimitError(
+            f"{path} prints as more than {_limits.MAX_MODULE_BYTES} characters of text, the limit "
+            "for a module (SPEC.md, 'Reader safety and security')",
+            path=path,
+        )
+    return text
+
+
+def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, bool]:
+    """The first `max_chars` characters of the artifact's canonical text, deserialized in a
+    child process that may crash, and whether that is the whole text."""
+    timeout = _limits.child_timeout_s(len(artifact))
     try:
         done = subprocess.run(
-            _child_command(),
-            input=artifact,
-            capture_output=True,
-            timeout=_limits.CHILD_TIMEOUT_S,
-            check=False,
+            _child_command(max_chars), input=artifact, capture_output=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
         raise ModuleError(
-            f"{path}: deserializing the portable artifact took over {_limits.CHILD_TIMEOUT_S} s",
+            f"{path}: deserializing the portable artifact took over {timeout:.0f} s, the limit "
+            f"for {len(artifact)} bytes (SPEC.md, 'Reader safety and security')",
             path=path,
         ) from None
+    why = _mlir.short(done.stderr.decode("utf-8", "replace").strip())
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
         raise ModuleError(
@@ -71,17 +85,30 @@ def canonical_in_child(artifact: bytes, *, path: str) -> str:
             "caught in a child process): it is malformed",
             path=path,
         )
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip() or f"exit status {done.returncode}"
-        raise ModuleError(
-            f"the StableHLO portable artifact does not load: {_mlir.short(why)}", path=path
+    if done.returncode == 3:
+        raise LimitError(
+            f"the StableHLO portable artifact {path}: {why}; the limit is "
+            f"{_limits.MAX_MLIR_NESTING} (SPEC.md, 'Reader safety and security')",
+            path=path,
         )
-    return done.stdout.decode("utf-8")
+    if done.returncode not in (0, 4):
+        raise ModuleError(
+            f"the StableHLO portable artifact does not load: {why or done.returncode}", path=path
+        )
+    try:
+        return done.stdout.decode("utf-8"), done.returncode == 0
+    except UnicodeDecodeError:
+        raise ModuleError(
+            f"the StableHLO portable artifact {path} holds strings that are not UTF-8 (SPEC.md, "
+            "'Reader safety and security')",
+            path=path,
+        ) from None
 
 
-def _child_command() -> list[str]:
+def _child_command(max_chars: int) -> list[str]:
     # -E -s: no PYTHON* variables, no user site; the script's folder gives it `_mlir_context`.
-    return [sys.executable, "-E", "-s", str(_CHILD), str(_limits.CHILD_MEMORY_BYTES)]
+    limits = (_limits.CHILD_MEMORY_BYTES, _limits.MAX_MLIR_NESTING, max_chars)
+    return [sys.executable, "-E", "-s", str(_CHILD), *map(str, limits)]
 
 
 def _first_difference(a: str, b: str) -> tuple[int, str, str]:

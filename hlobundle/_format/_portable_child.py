@@ -4,9 +4,12 @@ MLIR's bytecode reader is not hardened: a few mutated bytes can crash the proces
 a glibc abort). The reader therefore hands artifact bytes to this script in a child process
 (`_portable.canonical`) and reads back the canonical text, or a crash as an exit status.
 
-Protocol: the artifact on stdin; on success exit 0 and the canonical text on stdout; when the
-artifact does not load, exit 1 and one line on stderr. The first argument is the address-space
-limit in bytes.
+Protocol: the artifact on stdin; arguments: the address-space limit in bytes, the deepest op
+nesting allowed, and the most characters of canonical text wanted. On success exit 0 and the
+canonical text on stdout; when the artifact does not load, exit 1 and one line on stderr; when
+its ops nest deeper than allowed, exit 3 and one line on stderr (it is not printed: a print
+indents every line by its depth, so a deep module of a few KiB prints gigabytes); when the text
+is longer than wanted, exit 4 and its first characters on stdout.
 """
 
 import resource
@@ -15,6 +18,7 @@ import sys
 
 def main() -> int:
     limit, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]
+    max_depth, max_chars = int(sys.argv[2]), int(sys.argv[3])
     limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # never above ours
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -23,13 +27,34 @@ def main() -> int:
     from _mlir_context import canonical, new_context
     from jaxlib.mlir.dialects import stablehlo
 
+    context = new_context()
     try:
-        module = stablehlo.deserialize_portable_artifact(new_context(), data)
+        module = stablehlo.deserialize_portable_artifact(context, data)
     except Exception as e:  # the bindings raise bare ValueError/RuntimeError
         sys.stderr.write(" ".join(str(e).split())[:600])
         return 1
-    sys.stdout.write(canonical(module))
-    return 0
+    with context:
+        if nesting_over(module, max_depth):
+            sys.stderr.write(f"its operations nest more than {max_depth} deep")
+            return 3
+    text = canonical(module)
+    sys.stdout.write(text[:max_chars])
+    return 4 if len(text) > max_chars else 0
+
+
+def nesting_over(module: object, limit: int) -> bool:
+    """Whether any op lies more than `limit` ops deep (a pre-order walk that stops there)."""
+    from jaxlib.mlir import ir
+
+    depths: dict[object, int] = {}
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        parent = op.parent
+        depths[op] = depth = 0 if parent is None else depths.get(parent, 0) + 1
+        return ir.WalkResult.INTERRUPT if depth > limit else ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)  # type: ignore[attr-defined]
+    return max(depths.values(), default=0) > limit
 
 
 if __name__ == "__main__":

@@ -11,10 +11,14 @@ import re
 from itertools import accumulate
 
 from . import _limits
-from ._errors import LimitError
+from ._errors import LimitError, ModuleError
 
 # Strings (MLIR and JSON share the syntax; neither allows a raw newline inside) and MLIR comments.
 _STRINGS_AND_COMMENTS = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+# An MLIR string escape that yields a byte >= 0x80; without one, UTF-8 text has UTF-8 strings.
+_HIGH_ESCAPE = re.compile(rb"\\[89a-fA-F][0-9a-fA-F]")
+_ESCAPE = re.compile(rb"\\([0-9a-fA-F]{2}|.)", re.DOTALL)
+_UNESCAPED = {b'"': b'"', b"\\": b"\\", b"n": b"\n", b"t": b"\t"}
 _RANK_OVER_LIMIT = re.compile(rb"tensor<(?:[0-9?]+x){%d}" % (_limits.MAX_RANK + 1))
 
 
@@ -58,8 +62,9 @@ def parse_json_int(text: str) -> int:
 
 
 def check_mlir_text(data: bytes, *, path: str) -> None:
-    """Size, bracket nesting and tensor rank of a text module, before MLIR parses it."""
+    """Size, UTF-8, bracket nesting and tensor rank of a text module, before MLIR parses it."""
     check_module_size(len(data), path=path)
+    check_utf8_strings(data, path=path)
     code = _STRINGS_AND_COMMENTS.sub(b"", data).replace(b"->", b"")
     for what, openers, closers in (("brackets", b"([{", b")]}"), ("angle brackets", b"<", b">")):
         depth = max_depth(code, openers, closers)
@@ -75,6 +80,47 @@ def check_mlir_text(data: bytes, *, path: str) -> None:
             "(SPEC.md, 'Reader safety and security')",
             path=path,
         )
+
+
+def check_utf8_strings(data: bytes, *, path: str) -> None:
+    """The text is UTF-8, and so is every string literal in it, escapes decoded, except an
+    attribute's value (`backend_config = "\\00\\90"`: opaque bytes exist in real modules).
+
+    jaxlib's bindings parse a name whose escapes (`@"\\FF"`) decode to invalid UTF-8, then
+    throw, or terminate the process, when it reaches Python (a symbol name, an attribute name,
+    a location): no such text may reach the parser. Values are read through
+    `_mlir.string_value`, which decodes them with a coded error.
+    """
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ModuleError(
+            f"the text is not UTF-8 (byte {e.start}) (SPEC.md, 'Reader safety and security')",
+            path=path,
+        ) from None
+    if not _HIGH_ESCAPE.search(data):
+        return
+    for match in _STRINGS_AND_COMMENTS.finditer(data):
+        literal = match.group()
+        if not literal.startswith(b'"') or not _HIGH_ESCAPE.search(literal):
+            continue
+        if data[: match.start()].rstrip().endswith(b"="):
+            continue  # an attribute's value (binary backend_config exists): read as bytes
+        try:
+            _ESCAPE.sub(_unescape, literal[1:-1]).decode("utf-8")
+        except UnicodeDecodeError:
+            line = data.count(b"\n", 0, match.start()) + 1
+            raise ModuleError(
+                f"line {line}: a string's escapes decode to bytes that are not UTF-8: "
+                f"{short(literal.decode('ascii', 'backslashreplace'), 80)} "
+                "(SPEC.md, 'Reader safety and security')",
+                path=path,
+            ) from None
+
+
+def _unescape(m: re.Match[bytes]) -> bytes:
+    code = m.group(1)
+    return bytes.fromhex(code.decode()) if len(code) == 2 else _UNESCAPED.get(code, code)
 
 
 def check_module_size(size: int, *, path: str) -> None:

@@ -39,7 +39,7 @@ def load(
     Loading checks the structure, the format version, the path rules, every file's size, and
     that the manifest, `@main`'s signature and the safetensors headers agree. Every module file
     is read once into memory, its sha256 checked and parsed from those bytes, which are the
-    ones that run. Tensor data is not read: `Bundle.tensor()` maps it lazily from the files
+    ones that run; each form's text and portable artifact must be one program. Tensor data is not read: `Bundle.tensor()` maps it lazily from the files
     opened here.
 
     **Arguments:**
@@ -90,6 +90,8 @@ class Bundle:
         self.signature: _mlir.Signature = signature
         self._tensor_files = _files.open_tensor_files(root, self.manifest)
         self._same_program: set[str] = set()
+        for key in self.modules:  # one program per form, whichever form a backend runs
+            self.artifact(key)
         self._executables: dict[str, bytes] = {}
         self.signer: str | None = None  # who signed, once verify(public_key=...) has checked it
 
@@ -257,7 +259,7 @@ class Bundle:
     def verify(
         self,
         *,
-        in_memory: bool = False,
+        in_memory: bool = True,
         public_key: str | os.PathLike[str] | None = None,
         certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
     ) -> None:
@@ -267,8 +269,10 @@ class Bundle:
         files (`UnsignedError`, `SignatureInvalidError`).
 
         Module files were checked when the bundle was loaded, from the bytes that run. Tensor
-        files are hashed through the files opened at load; with `in_memory=True` they are first
-        copied into private memory, and tensors are read from the copies from then on.
+        files are copied into private memory and hashed there, and tensors are read from those
+        copies from then on: what was verified is what runs, even if a file changes in place
+        later. `in_memory=False` hashes them through the files opened at load instead, without
+        a copy: for checking alone, when nothing runs after.
 
         Raises the first problem found as an `HloBundleError`; returns None when the bundle is valid.
         """

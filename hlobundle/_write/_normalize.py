@@ -126,7 +126,7 @@ def _clean_module_name(module: Any, changes: list[str]) -> None:
     attrs = module.operation.attributes
     if "sym_name" not in attrs:
         return
-    name = ir.StringAttr(attrs["sym_name"]).value
+    name = _mlir.string_value(attrs["sym_name"], "the module's name", None)
     clean = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
     if clean and clean.group(0) == name:
         return

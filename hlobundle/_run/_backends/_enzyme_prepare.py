@@ -69,7 +69,7 @@ def _prefix_private_symbols(module: object, prefix: str) -> bool:
 
     renamed = False
     for op in module.body.operations:  # type: ignore[attr-defined]
-        name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+        name = _mlir.string_value(op.operation.attributes["sym_name"], "a symbol's name", None)
         if name == _mlir.ENTRY:
             continue
         new = prefix + name
