@@ -302,3 +302,73 @@ def test_refresh_signs_again_with_the_key(bundle, keys):
     r = cli("refresh", bundle, "--sign-key", keys / "a.pem")
     assert r.returncode == 0, r.stderr
     assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+
+
+# --- the signature covers every listed byte: our verdict is the standard tool's ---------------
+
+
+def _list_file(bundle: Path, name: str, data: bytes) -> None:
+    """Add `name` to the bundle as a listed file no module, tensor or executable refers to."""
+    (bundle / name).write_bytes(data)
+    edit_manifest(bundle, lambda m: m["files"].update({name: {"size": 0, "sha256": "0" * 64}}))
+    rehash(bundle, name)
+
+
+def _flip(path: Path, where: float = 0.5) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= 1
+    path.write_bytes(bytes(data))
+
+
+TAMPERINGS = {
+    "nothing": lambda b: None,
+    "unreferenced file replaced, same size": lambda b: (b / "LICENSE").write_bytes(
+        b"MIT license, not Apache-2.0, read it".ljust(len((b / "LICENSE").read_bytes()), b" ")
+    ),
+    "module text byte": lambda b: _flip(b / "module.mlir"),
+    "artifact byte": lambda b: _flip(b / "module.mlirbc"),
+    "weights byte": lambda b: _flip(b / "weights.safetensors", 0.99),
+    "manifest byte": lambda b: (b / "manifest.json").write_bytes(
+        (b / "manifest.json").read_bytes().replace(b'"float32"', b'"float16"', 1)
+    ),
+    "added file": lambda b: (b / "notes.txt").write_text("added after signing"),
+    "removed file": lambda b: (b / "LICENSE").unlink(),
+    "model.sig byte": lambda b: _flip(b / "model.sig", 0.6),
+}
+
+
+def _standard_verdict(bundle: Path, public_key: Path) -> bool:
+    import model_signing.verifying
+
+    config = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=public_key)
+    try:
+        config.verify(bundle, bundle / "model.sig")
+    except Exception:  # the tool's refusal, of whatever kind
+        return False
+    return True
+
+
+@pytest.mark.parametrize("tamper", TAMPERINGS)
+def test_our_verdict_is_the_standard_tools(bundle, keys, tamper):
+    _list_file(bundle, "LICENSE", b"Apache-2.0; see https://www.apache.org/licenses/\n")
+    _signed(bundle, keys)
+    TAMPERINGS[tamper](bundle)
+    standard = _standard_verdict(bundle, keys / "a.pub")
+    assert standard == (tamper == "nothing")
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert (r.returncode == 0) == standard, r.stdout + r.stderr
+    try:
+        hlobundle.load(bundle, public_key=keys / "a.pub")
+        loaded = True
+    except hlobundle.HloBundleError:
+        loaded = False
+    assert loaded == standard
+
+
+def test_sign_hashes_every_listed_file(bundle, keys):
+    _list_file(bundle, "LICENSE", b"Apache-2.0\n")
+    (bundle / "LICENSE").write_bytes(b"MIT-2.0!!\n\n")  # same size, not what the manifest says
+    r = cli("sign", bundle, "--private-key", keys / "a.pem")
+    assert r.returncode == 1
+    assert r.stderr.startswith("error [HASH_MISMATCH] LICENSE: sha256 is ")
+    assert not (bundle / "model.sig").exists()
