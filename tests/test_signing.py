@@ -372,3 +372,112 @@ def test_sign_hashes_every_listed_file(bundle, keys):
     assert r.returncode == 1
     assert r.stderr.startswith("error [HASH_MISMATCH] LICENSE: sha256 is ")
     assert not (bundle / "model.sig").exists()
+
+
+# --- re-signing (refresh, compile) never launders: the old signature verifies first ------------
+
+
+def _snapshot(bundle: Path) -> dict[str, bytes]:
+    return {p.relative_to(bundle).as_posix(): p.read_bytes() for p in bundle.rglob("*")
+            if p.is_file()}  # fmt: skip
+
+
+RESIGNING = {
+    "refresh": ("refresh",),
+    "compile": ("compile", "--target", "vmvx"),  # refused before anything compiles
+}
+
+
+@pytest.mark.parametrize("command", RESIGNING)
+def test_resigning_refuses_a_bundle_whose_signature_does_not_verify(bundle, keys, command):
+    r = cli("sign", bundle, "--private-key", keys / "b.pem")  # the vendor's signature
+    assert r.returncode == 0, r.stderr
+    before = _snapshot(bundle)
+    r = cli(*RESIGNING[command], bundle, "--sign-key", keys / "a.pem")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith("error [SIGNATURE_INVALID] model.sig does not verify")
+    assert "--replace-signature" in r.stderr and "--public-key" in r.stderr
+    assert _snapshot(bundle) == before
+    assert cli("verify", bundle, "--public-key", keys / "b.pub").returncode == 0
+
+
+def test_resigning_a_tampered_bundle_with_the_signers_own_key_is_refused(bundle, keys):
+    # The laundering attack: a signed bundle changed (manifest and hashes consistent), then
+    # re-signed by an automated refresh holding the signer's key.
+    _signed(bundle, keys)
+    edit_manifest(bundle, lambda m: m["provenance"].update(producer="someone else"))
+    before = _snapshot(bundle)
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem")
+    assert r.returncode == 1 and r.stderr.startswith("error [SIGNATURE_INVALID]")
+    assert _snapshot(bundle) == before
+
+
+def test_resigning_takes_the_vendors_key_or_an_explicit_replacement(bundle, keys):
+    assert cli("sign", bundle, "--private-key", keys / "b.pem").returncode == 0
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem", "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and "SIGNATURE_INVALID" in r.stderr  # a key it was not signed by
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem", "--public-key", keys / "b.pub")
+    assert r.returncode == 0, r.stderr
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+    (bundle / "model.sig").write_bytes(b"{}")  # a broken signature: only the override passes
+    assert cli("refresh", bundle, "--sign-key", keys / "a.pem").returncode == 1
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem", "--replace-signature")
+    assert r.returncode == 0, r.stderr
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+    r = cli("refresh", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 2 and "--sign-key" in r.stderr
+
+
+def _unusable_key(keys: Path, kind: str, tmp_path: Path) -> Path:
+    if kind == "missing":
+        return tmp_path / "no-such-key.pem"
+    if kind == "a public key":
+        return keys / "a.pub"
+    key = serialization.load_pem_private_key((keys / "a.pem").read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted.pem"  # its password is not given: a wrong one
+    encrypted.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"password")))  # fmt: skip
+    return encrypted
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["checked", "replace-signature"])
+@pytest.mark.parametrize("kind", ["missing", "a public key", "encrypted"])
+@pytest.mark.parametrize("command", RESIGNING)
+def test_a_key_that_cannot_sign_changes_nothing(bundle, keys, tmp_path, command, kind, replace):
+    _signed(bundle, keys)
+    before = _snapshot(bundle)
+    flags = ["--replace-signature"] if replace else []
+    r = cli(*RESIGNING[command], bundle, "--sign-key", _unusable_key(keys, kind, tmp_path), *flags)
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith("error [INPUT_INVALID] cannot sign with ")
+    assert _snapshot(bundle) == before
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+
+
+def test_a_failed_signature_leaves_the_old_bundle_whole(bundle, keys, monkeypatch):
+    from hlobundle._format import _signature
+    from hlobundle._format._errors import InputError
+
+    _signed(bundle, keys)
+    before = _snapshot(bundle)
+    real = _signature.sign
+
+    def fails_on_the_new_files(root, digests, key, *, name=None):
+        if root != bundle:  # the rewritten bundle, built beside the old one
+            raise InputError("the signing service is down", argument="private_key")
+        return real(root, digests, key, name=name)
+
+    monkeypatch.setattr(_signature, "sign", fails_on_the_new_files)
+    key = _signature.SigningKey(keys / "a.pem")
+    with pytest.raises(InputError, match="the signing service is down"):
+        hlobundle.refresh(bundle, target_version=_oldest(), sign_key=key)
+    assert _snapshot(bundle) == before
+    assert sorted(p.name for p in bundle.parent.iterdir()) == [bundle.name]  # nothing left over
+    hlobundle.load(bundle, public_key=keys / "a.pub")
+
+
+def _oldest() -> str:
+    from hlobundle._format import _mlir
+
+    return _mlir.minimum_version()

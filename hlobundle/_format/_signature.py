@@ -124,6 +124,29 @@ def sign(root: Path, digests: dict[str, str], key: SigningKey, *, name: str | No
         ) from None
 
 
+@contextlib.contextmanager
+def own_trust(key: SigningKey) -> Iterator[Trust]:
+    """What a signature made with `key` verifies against: its certificate chain when it has
+    one, else the public key derived from the private key (in a scratch file while open)."""
+    if key.certificate is not None and key.certificate_chain:
+        yield Trust(certificate_chain=key.certificate_chain)
+        return
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        private = serialization.load_pem_private_key(key.private_key.read_bytes(), password=None)
+        public = private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    except (ValueError, TypeError, OSError) as e:
+        raise InputError(
+            f"cannot sign with {key.private_key}: {_reason(e)}", argument="private_key"
+        ) from None
+    with _scratch() as d:
+        (d / "public.pem").write_bytes(public)
+        yield Trust(public_key=d / "public.pem")
+
+
 def read(root: Path) -> bytes | None:
     """The signature's bytes (size-limited, not through a symlink), or None when there is none."""
     path = root / SIGNATURE_NAME
