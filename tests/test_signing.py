@@ -481,3 +481,25 @@ def _oldest() -> str:
     from hlobundle._format import _mlir
 
     return _mlir.minimum_version()
+
+
+@pytest.mark.parametrize("name", [".gitignore", ".github/workflow.yml", ".git/HEAD"])
+def test_sign_refuses_a_file_the_standard_tool_skips(bundle, keys, name):
+    # model_signing never hashes git files: a signature over one would verify here and fail there.
+    (bundle / name).parent.mkdir(exist_ok=True)
+    _list_file(bundle, name, b"x\n")
+    r = cli("sign", bundle, "--private-key", keys / "a.pem")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"error [INPUT_INVALID] {name} cannot be signed: ")
+    assert not (bundle / "model.sig").exists()
+
+
+def test_resigning_with_a_certificate_checks_against_its_chain(bundle, pki, keys):
+    signing = ["--signing-certificate", pki / "leaf.crt", "--certificate-chain", pki / "root.crt"]
+    assert cli("sign", bundle, "--private-key", pki / "leaf.pem", *signing).returncode == 0
+    r = cli("refresh", bundle, "--sign-key", pki / "leaf.pem", *signing)
+    assert r.returncode == 0, r.stderr
+    assert cli("verify", bundle, "--certificate-chain", pki / "root.crt").returncode == 0
+    assert cli("sign", bundle, "--private-key", keys / "a.pem", "--force").returncode == 0
+    r = cli("refresh", bundle, "--sign-key", pki / "leaf.pem", *signing)  # a key, not the chain
+    assert r.returncode == 1 and r.stderr.startswith("error [SIGNATURE_INVALID]")

@@ -103,9 +103,21 @@ def _scratch() -> Iterator[Path]:
         yield Path(d)
 
 
+# The names model-signing's verify never hashes (its hashing.Config ignores git files by default).
+STANDARD_TOOL_SKIPS = (".git", ".gitattributes", ".github", ".gitignore")
+
+
 def sign(root: Path, digests: dict[str, str], key: SigningKey, *, name: str | None = None) -> bytes:
     """The signature of the bundle at `root` (named `name`, default its directory's name), whose
     files have these (verified) sha256 digests."""
+    for file in sorted(digests):
+        if file.split("/")[0] in STANDARD_TOOL_SKIPS:
+            raise InputError(
+                f"{file} cannot be signed: the standard model_signing tool skips git files "
+                f"({', '.join(STANDARD_TOOL_SKIPS)}), so its verify would reject the signature; "
+                "rename it or leave it out of the bundle",
+                path=file,
+            )
     ms = _model_signing()
     config = ms.signing.Config().set_hashing_config(_hashing_from(digests, name or root.name))
     try:
