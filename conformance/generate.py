@@ -449,6 +449,21 @@ broken("invalid_file_unlisted", "a file the manifest does not list", "FILE_UNLIS
 broken("invalid_hash_mismatch", "a tensor byte changed", "HASH_MISMATCH")(
     lambda b: _flip_last_byte(b / "inputs.safetensors")
 )
+
+
+@case(
+    "invalid_unreferenced_hash_mismatch",
+    "a listed file no field refers to (LICENSE) replaced with other bytes of the same size",
+    "HASH_MISMATCH",
+)
+def _(path: Path) -> None:
+    bundle = base(path)
+    (bundle / "LICENSE").write_bytes(b"Apache-2.0\n")
+    edit(bundle, lambda m: m["files"].update({"LICENSE": {"size": 0, "sha256": "0" * 64}}))
+    rehash(bundle, "LICENSE")
+    (bundle / "LICENSE").write_bytes(b"MIT-2.0!!\n\n")
+
+
 broken("invalid_size_mismatch", "module.mlir grew by one byte", "SIZE_MISMATCH")(
     lambda b: _append(b / "module.mlir", b"\n")
 )

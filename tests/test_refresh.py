@@ -3,7 +3,6 @@ target, atomically; `verify` names the command when an artifact is too old for t
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import numpy as np
@@ -25,7 +24,7 @@ def bundle(tmp_path):
 
 def test_refresh_to_the_oldest_target_verifies_and_runs(bundle):
     oldest = _mlir.minimum_version()
-    weights_inode = os.stat(bundle / "weights.safetensors").st_ino
+    weights = (bundle / "weights.safetensors").read_bytes()
     r = cli("refresh", bundle, "--target-version", oldest)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"refreshed {bundle}: portable artifacts for StableHLO {oldest}"
@@ -33,7 +32,7 @@ def test_refresh_to_the_oldest_target_verifies_and_runs(bundle):
     assert {m.target_version for m in b.modules.values()} == {oldest}
     assert b.manifest.module.portable.target_version == oldest
     assert b.manifest.batched.portable.target_version == oldest
-    assert os.stat(bundle / "weights.safetensors").st_ino == weights_inode  # carried, not copied
+    assert (bundle / "weights.safetensors").read_bytes() == weights
     assert sorted(p.name for p in bundle.parent.iterdir()) == [bundle.name]  # nothing left over
     r = cli("run", bundle, "--backend", "xla", "--json")
     assert r.returncode == 0, r.stderr
@@ -65,3 +64,31 @@ def test_refresh_refuses_targets_out_of_range_and_signed_bundles(bundle, tmp_pat
     assert r.returncode == 1 and "is signed" in r.stderr and "--sign-key" in r.stderr
     (bundle / "model.sig").unlink()
     assert sorted((p.name, p.stat().st_mtime_ns) for p in bundle.iterdir()) == before
+
+
+def test_refresh_copies_the_other_files_never_hard_links_them(bundle, monkeypatch):
+    from hlobundle._write import _atomic
+
+    links: dict[str, int] = {}
+    move = _atomic._move_into_place
+
+    def count_links_first(tmp, out, force):
+        links.update({p.name: p.stat().st_nlink for p in tmp.iterdir()})
+        return move(tmp, out, force)
+
+    monkeypatch.setattr(_atomic, "_move_into_place", count_links_first)
+    assert cli("refresh", bundle).returncode == 0
+    assert "weights.safetensors" in links and set(links.values()) == {1}
+    hlobundle.load(bundle, verify=True)
+
+
+def test_refresh_checks_what_it_carries_over(bundle):
+    data = bytearray((bundle / "weights.safetensors").read_bytes())
+    data[-1] ^= 1  # same size: loading alone does not see it
+    (bundle / "weights.safetensors").write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in bundle.iterdir()}
+    r = cli("refresh", bundle, "--target-version", _mlir.minimum_version())
+    assert r.returncode == 1
+    assert r.stderr.startswith("error [HASH_MISMATCH] weights.safetensors: sha256 is ")
+    assert {p.name: p.read_bytes() for p in bundle.iterdir()} == before
+    assert sorted(p.name for p in bundle.parent.iterdir()) == [bundle.name]

@@ -302,3 +302,204 @@ def test_refresh_signs_again_with_the_key(bundle, keys):
     r = cli("refresh", bundle, "--sign-key", keys / "a.pem")
     assert r.returncode == 0, r.stderr
     assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+
+
+# --- the signature covers every listed byte: our verdict is the standard tool's ---------------
+
+
+def _list_file(bundle: Path, name: str, data: bytes) -> None:
+    """Add `name` to the bundle as a listed file no module, tensor or executable refers to."""
+    (bundle / name).write_bytes(data)
+    edit_manifest(bundle, lambda m: m["files"].update({name: {"size": 0, "sha256": "0" * 64}}))
+    rehash(bundle, name)
+
+
+def _flip(path: Path, where: float = 0.5) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= 1
+    path.write_bytes(bytes(data))
+
+
+TAMPERINGS = {
+    "nothing": lambda b: None,
+    "unreferenced file replaced, same size": lambda b: (b / "LICENSE").write_bytes(
+        b"MIT license, not Apache-2.0, read it".ljust(len((b / "LICENSE").read_bytes()), b" ")
+    ),
+    "module text byte": lambda b: _flip(b / "module.mlir"),
+    "artifact byte": lambda b: _flip(b / "module.mlirbc"),
+    "weights byte": lambda b: _flip(b / "weights.safetensors", 0.99),
+    "manifest byte": lambda b: (b / "manifest.json").write_bytes(
+        (b / "manifest.json").read_bytes().replace(b'"float32"', b'"float16"', 1)
+    ),
+    "added file": lambda b: (b / "notes.txt").write_text("added after signing"),
+    "removed file": lambda b: (b / "LICENSE").unlink(),
+    "model.sig byte": lambda b: _flip(b / "model.sig", 0.6),
+}
+
+
+def _standard_verdict(bundle: Path, public_key: Path) -> bool:
+    import model_signing.verifying
+
+    config = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=public_key)
+    try:
+        config.verify(bundle, bundle / "model.sig")
+    except Exception:  # the tool's refusal, of whatever kind
+        return False
+    return True
+
+
+@pytest.mark.parametrize("tamper", TAMPERINGS)
+def test_our_verdict_is_the_standard_tools(bundle, keys, tamper):
+    _list_file(bundle, "LICENSE", b"Apache-2.0; see https://www.apache.org/licenses/\n")
+    _signed(bundle, keys)
+    TAMPERINGS[tamper](bundle)
+    standard = _standard_verdict(bundle, keys / "a.pub")
+    assert standard == (tamper == "nothing")
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert (r.returncode == 0) == standard, r.stdout + r.stderr
+    try:
+        hlobundle.load(bundle, public_key=keys / "a.pub")
+        loaded = True
+    except hlobundle.HloBundleError:
+        loaded = False
+    assert loaded == standard
+
+
+def test_sign_hashes_every_listed_file(bundle, keys):
+    _list_file(bundle, "LICENSE", b"Apache-2.0\n")
+    (bundle / "LICENSE").write_bytes(b"MIT-2.0!!\n\n")  # same size, not what the manifest says
+    r = cli("sign", bundle, "--private-key", keys / "a.pem")
+    assert r.returncode == 1
+    assert r.stderr.startswith("error [HASH_MISMATCH] LICENSE: sha256 is ")
+    assert not (bundle / "model.sig").exists()
+
+
+# --- re-signing (refresh, compile) never launders: the old signature verifies first ------------
+
+
+def _snapshot(bundle: Path) -> dict[str, bytes]:
+    return {p.relative_to(bundle).as_posix(): p.read_bytes() for p in bundle.rglob("*")
+            if p.is_file()}  # fmt: skip
+
+
+RESIGNING = {
+    "refresh": ("refresh",),
+    "compile": ("compile", "--target", "vmvx"),  # refused before anything compiles
+}
+
+
+@pytest.mark.parametrize("command", RESIGNING)
+def test_resigning_refuses_a_bundle_whose_signature_does_not_verify(bundle, keys, command):
+    r = cli("sign", bundle, "--private-key", keys / "b.pem")  # the vendor's signature
+    assert r.returncode == 0, r.stderr
+    before = _snapshot(bundle)
+    r = cli(*RESIGNING[command], bundle, "--sign-key", keys / "a.pem")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith("error [SIGNATURE_INVALID] model.sig does not verify")
+    assert "--replace-signature" in r.stderr and "--public-key" in r.stderr
+    assert _snapshot(bundle) == before
+    assert cli("verify", bundle, "--public-key", keys / "b.pub").returncode == 0
+
+
+def test_resigning_a_tampered_bundle_with_the_signers_own_key_is_refused(bundle, keys):
+    # The laundering attack: a signed bundle changed (manifest and hashes consistent), then
+    # re-signed by an automated refresh holding the signer's key.
+    _signed(bundle, keys)
+    edit_manifest(bundle, lambda m: m["provenance"].update(producer="someone else"))
+    before = _snapshot(bundle)
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem")
+    assert r.returncode == 1 and r.stderr.startswith("error [SIGNATURE_INVALID]")
+    assert _snapshot(bundle) == before
+
+
+def test_resigning_takes_the_vendors_key_or_an_explicit_replacement(bundle, keys):
+    assert cli("sign", bundle, "--private-key", keys / "b.pem").returncode == 0
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem", "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and "SIGNATURE_INVALID" in r.stderr  # a key it was not signed by
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem", "--public-key", keys / "b.pub")
+    assert r.returncode == 0, r.stderr
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+    (bundle / "model.sig").write_bytes(b"{}")  # a broken signature: only the override passes
+    assert cli("refresh", bundle, "--sign-key", keys / "a.pem").returncode == 1
+    r = cli("refresh", bundle, "--sign-key", keys / "a.pem", "--replace-signature")
+    assert r.returncode == 0, r.stderr
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+    r = cli("refresh", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 2 and "--sign-key" in r.stderr
+
+
+def _unusable_key(keys: Path, kind: str, tmp_path: Path) -> Path:
+    if kind == "missing":
+        return tmp_path / "no-such-key.pem"
+    if kind == "a public key":
+        return keys / "a.pub"
+    key = serialization.load_pem_private_key((keys / "a.pem").read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted.pem"  # its password is not given: a wrong one
+    encrypted.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"password")))  # fmt: skip
+    return encrypted
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["checked", "replace-signature"])
+@pytest.mark.parametrize("kind", ["missing", "a public key", "encrypted"])
+@pytest.mark.parametrize("command", RESIGNING)
+def test_a_key_that_cannot_sign_changes_nothing(bundle, keys, tmp_path, command, kind, replace):
+    _signed(bundle, keys)
+    before = _snapshot(bundle)
+    flags = ["--replace-signature"] if replace else []
+    r = cli(*RESIGNING[command], bundle, "--sign-key", _unusable_key(keys, kind, tmp_path), *flags)
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith("error [INPUT_INVALID] cannot sign with ")
+    assert _snapshot(bundle) == before
+    assert cli("verify", bundle, "--public-key", keys / "a.pub").returncode == 0
+
+
+def test_a_failed_signature_leaves_the_old_bundle_whole(bundle, keys, monkeypatch):
+    from hlobundle._format import _signature
+    from hlobundle._format._errors import InputError
+
+    _signed(bundle, keys)
+    before = _snapshot(bundle)
+    real = _signature.sign
+
+    def fails_on_the_new_files(root, digests, key, *, name=None):
+        if root != bundle:  # the rewritten bundle, built beside the old one
+            raise InputError("the signing service is down", argument="private_key")
+        return real(root, digests, key, name=name)
+
+    monkeypatch.setattr(_signature, "sign", fails_on_the_new_files)
+    key = _signature.SigningKey(keys / "a.pem")
+    with pytest.raises(InputError, match="the signing service is down"):
+        hlobundle.refresh(bundle, target_version=_oldest(), sign_key=key)
+    assert _snapshot(bundle) == before
+    assert sorted(p.name for p in bundle.parent.iterdir()) == [bundle.name]  # nothing left over
+    hlobundle.load(bundle, public_key=keys / "a.pub")
+
+
+def _oldest() -> str:
+    from hlobundle._format import _mlir
+
+    return _mlir.minimum_version()
+
+
+@pytest.mark.parametrize("name", [".gitignore", ".github/workflow.yml", ".git/HEAD"])
+def test_sign_refuses_a_file_the_standard_tool_skips(bundle, keys, name):
+    # model_signing never hashes git files: a signature over one would verify here and fail there.
+    (bundle / name).parent.mkdir(exist_ok=True)
+    _list_file(bundle, name, b"x\n")
+    r = cli("sign", bundle, "--private-key", keys / "a.pem")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"error [INPUT_INVALID] {name} cannot be signed: ")
+    assert not (bundle / "model.sig").exists()
+
+
+def test_resigning_with_a_certificate_checks_against_its_chain(bundle, pki, keys):
+    signing = ["--signing-certificate", pki / "leaf.crt", "--certificate-chain", pki / "root.crt"]
+    assert cli("sign", bundle, "--private-key", pki / "leaf.pem", *signing).returncode == 0
+    r = cli("refresh", bundle, "--sign-key", pki / "leaf.pem", *signing)
+    assert r.returncode == 0, r.stderr
+    assert cli("verify", bundle, "--certificate-chain", pki / "root.crt").returncode == 0
+    assert cli("sign", bundle, "--private-key", keys / "a.pem", "--force").returncode == 0
+    r = cli("refresh", bundle, "--sign-key", pki / "leaf.pem", *signing)  # a key, not the chain
+    assert r.returncode == 1 and r.stderr.startswith("error [SIGNATURE_INVALID]")

@@ -273,3 +273,60 @@ def test_bundle_with_non_portable_custom_call_is_refused_on_load(tmp_path):
     ) as e:
         hlobundle.load(out)
     assert e.value.code == "MODULE_NOT_PORTABLE" and e.value.path == "module.mlir"
+
+
+def _list_file(bundle, name, data):
+    """A listed file that no module, tensor or executable refers to (a LICENSE, a README)."""
+    (bundle / name).write_bytes(data)
+    edit_manifest(bundle, lambda m: m["files"].update({name: {"size": 0, "sha256": "0" * 64}}))
+    rehash(bundle, name)
+
+
+def test_a_changed_unreferenced_listed_file_is_a_hash_mismatch(bundle):
+    _list_file(bundle, "LICENSE", b"Apache-2.0\n")
+    (bundle / "LICENSE").write_bytes(b"MIT-2.0!!\n\n")  # same size
+    b = hlobundle.load(bundle)  # sizes agree: the hash is verify's to check
+    with pytest.raises(
+        hlobundle.HashMismatchError, match=r"LICENSE: sha256 is [0-9a-f]{64}, the manifest says"
+    ) as e:
+        b.verify()
+    assert e.value.code == "HASH_MISMATCH" and e.value.path == "LICENSE"
+
+
+def test_unreferenced_listed_files_are_held_from_load(bundle):
+    _list_file(bundle, "LICENSE", b"Apache-2.0\n")
+    b = hlobundle.load(bundle)
+    # Another name put in its place after load: verify checks the file load opened, as it does
+    # for tensor files, and reports on what it holds.
+    (bundle / "LICENSE.new").write_bytes(b"MIT-2.0!!\n\n")
+    os.replace(bundle / "LICENSE.new", bundle / "LICENSE")
+    b.verify()
+    with pytest.raises(hlobundle.HashMismatchError):
+        hlobundle.load(bundle).verify()
+
+
+@pytest.mark.parametrize("name", ["inputs.safetensors", "module.mlir", "module.mlirbc", "LICENSE"])
+def test_a_hard_linked_listed_file_is_refused(bundle, tmp_path, name):
+    _list_file(bundle, "LICENSE", b"Apache-2.0\n")
+    os.link(bundle / name, tmp_path / "outside")  # changes there would change the bundle's file
+    with pytest.raises(hlobundle.UnsafePathError, match=f"{name!r} has 2 hard links") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "PATH_UNSAFE" and e.value.path == name
+
+
+@pytest.mark.parametrize("name", ["inputs.safetensors", "module.mlir", "LICENSE"])
+def test_a_hard_link_made_after_the_file_set_check_is_refused_when_opened(
+    bundle, tmp_path, monkeypatch, name
+):
+    from hlobundle._read import _files, _reader
+
+    _list_file(bundle, "LICENSE", b"Apache-2.0\n")
+    checked = _files.check_file_set
+
+    def then_link(root, manifest):
+        checked(root, manifest)
+        os.link(bundle / name, tmp_path / "outside")
+
+    monkeypatch.setattr(_reader._files, "check_file_set", then_link)
+    with pytest.raises(hlobundle.UnsafePathError, match=f"{name!r} has 2 hard links"):
+        hlobundle.load(bundle)

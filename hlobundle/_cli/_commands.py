@@ -349,8 +349,10 @@ def refresh(args: argparse.Namespace) -> int:
 
     if not args.private_key and (args.signing_certificate or args.certificate_chain):
         args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
-    key = _signing_key(args) if args.private_key else None
-    target = refresh_bundle(args.bundle, target_version=args.target_version, sign_key=key)
+    key = _resigning_key(args)
+    target = refresh_bundle(args.bundle, target_version=args.target_version, sign_key=key,
+                            public_key=args.public_key,
+                            replace_signature=args.replace_signature)  # fmt: skip
     print(f"refreshed {args.bundle}: portable artifacts for StableHLO {target}")
     return EXIT_OK
 
@@ -360,15 +362,23 @@ def compile_bundle(args: argparse.Namespace) -> int:
 
     if not args.private_key and (args.signing_certificate or args.certificate_chain):
         args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
-    key = _signing_key(args) if args.private_key else None
+    key = _resigning_key(args)
     entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
-                                  sign_key=key)  # fmt: skip
+                                  sign_key=key, public_key=args.public_key,
+                                  replace_signature=args.replace_signature)  # fmt: skip
     for e in entries:
         print(f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
               f"{e.architecture} cpu {e.cpu})")  # fmt: skip
     print(f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
           "PUB.pem (a signed bundle), or --trust-executables")  # fmt: skip
     return EXIT_OK
+
+
+def _resigning_key(args: argparse.Namespace) -> Any:
+    if not args.private_key and (args.public_key or args.replace_signature):
+        args.parser.error("--public-key and --replace-signature are about signing again: "
+                          "give --sign-key")  # fmt: skip
+    return _signing_key(args) if args.private_key else None
 
 
 def _signing_key(args: argparse.Namespace) -> Any:

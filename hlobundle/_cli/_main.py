@@ -132,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target-version", metavar="X.Y.Z",
                    help="the StableHLO version to write (default: what pack writes today)")  # fmt: skip
     _add_signing_key(p, "--sign-key", required=False)
+    _add_resigning(p)
     p.set_defaults(handler=_commands.refresh, parser=p)
     p = sub.add_parser(
         "compile", help="store ahead-of-time IREE executables in a bundle (extra iree)"
@@ -143,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="llvm-cpu's target CPU: generic (default; any CPU of this architecture), "
                    "host, or a name such as znver3 (faster; faults on CPUs without its features)")  # fmt: skip
     _add_signing_key(p, "--sign-key", required=False)
+    _add_resigning(p)
     p.set_defaults(handler=_commands.compile_bundle, parser=p)
     p = sub.add_parser("sign", help="sign a bundle (OpenSSF model signing, model.sig)")
     p.add_argument("bundle")
@@ -229,6 +231,15 @@ def _add_pack(sub: Any) -> None:
         help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>",
     )  # fmt: skip
     p.set_defaults(handler=_commands.pack, parser=p)
+
+
+def _add_resigning(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--public-key", metavar="PUB.pem",
+                   help="a signed bundle's signature must verify with this key before it is "
+                   "signed again (default: the --sign-key's own public key)")  # fmt: skip
+    p.add_argument("--replace-signature", action="store_true",
+                   help="sign again even though the bundle's signature does not verify (take "
+                   "the bundle over)")  # fmt: skip
 
 
 def _add_signing_key(p: argparse.ArgumentParser, flag: str, *, required: bool) -> None:

@@ -78,3 +78,14 @@ def walk(root: Path) -> list[str]:
             if entry in filenames:
                 found.append(rel)
     return sorted(found)
+
+
+def check_single_link(st: os.stat_result, name: str) -> None:
+    """A listed file must have one hard link: another name, maybe outside the bundle, could
+    change its bytes in place after they were checked (SPEC.md, 'Reader safety')."""
+    if st.st_nlink > 1:
+        raise UnsafePathError(
+            f"{name!r} has {st.st_nlink} hard links; a listed file may have only its name in "
+            "the bundle (SPEC.md, 'Reader safety')",
+            path=name,
+        )

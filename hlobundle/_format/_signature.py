@@ -103,9 +103,21 @@ def _scratch() -> Iterator[Path]:
         yield Path(d)
 
 
+# The names model-signing's verify never hashes (its hashing.Config ignores git files by default).
+STANDARD_TOOL_SKIPS = (".git", ".gitattributes", ".github", ".gitignore")
+
+
 def sign(root: Path, digests: dict[str, str], key: SigningKey, *, name: str | None = None) -> bytes:
     """The signature of the bundle at `root` (named `name`, default its directory's name), whose
     files have these (verified) sha256 digests."""
+    for file in sorted(digests):
+        if file.split("/")[0] in STANDARD_TOOL_SKIPS:
+            raise InputError(
+                f"{file} cannot be signed: the standard model_signing tool skips git files "
+                f"({', '.join(STANDARD_TOOL_SKIPS)}), so its verify would reject the signature; "
+                "rename it or leave it out of the bundle",
+                path=file,
+            )
     ms = _model_signing()
     config = ms.signing.Config().set_hashing_config(_hashing_from(digests, name or root.name))
     try:
@@ -122,6 +134,29 @@ def sign(root: Path, digests: dict[str, str], key: SigningKey, *, name: str | No
         raise InputError(
             f"cannot sign with {key.private_key}: {_reason(e)}", argument="private_key"
         ) from None
+
+
+@contextlib.contextmanager
+def own_trust(key: SigningKey) -> Iterator[Trust]:
+    """What a signature made with `key` verifies against: its certificate chain when it has
+    one, else the public key derived from the private key (in a scratch file while open)."""
+    if key.certificate is not None and key.certificate_chain:
+        yield Trust(certificate_chain=key.certificate_chain)
+        return
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        private = serialization.load_pem_private_key(key.private_key.read_bytes(), password=None)
+        public = private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    except (ValueError, TypeError, OSError) as e:
+        raise InputError(
+            f"cannot sign with {key.private_key}: {_reason(e)}", argument="private_key"
+        ) from None
+    with _scratch() as d:
+        (d / "public.pem").write_bytes(public)
+        yield Trust(public_key=d / "public.pem")
 
 
 def read(root: Path) -> bytes | None:

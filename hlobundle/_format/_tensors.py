@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import _progress
-from . import _dtypes
+from . import _dtypes, _paths
 from ._errors import LimitError, TensorFileError
 
 if TYPE_CHECKING:
@@ -167,7 +167,9 @@ class TensorFile:
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         closer = weakref.finalize(self, os.close, self._fd)  # held for the Bundle's lifetime
         try:
-            size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
+            _paths.check_single_link(st, name)
+            size = st.st_size
             n = self._header_length(size, header_limit)
             if with_safetensors:
                 self._validate_with_safetensors()

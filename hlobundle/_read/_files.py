@@ -5,6 +5,9 @@ and module files read once with their sha256 checked. Needs neither numpy nor ML
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
+import weakref
 from pathlib import Path
 
 from .._format import _dtypes, _limits, _paths, _prechecks, _tensors
@@ -49,7 +52,9 @@ def check_file_set(root: Path, manifest: Manifest) -> None:
         if name not in listed:
             raise ManifestError(f"{field} names {name!r}, which is not in files", field=field)
     for name, entry in manifest.files.items():
-        size = (root / name).stat().st_size
+        st = _paths.resolve(root, name).lstat()
+        _paths.check_single_link(st, name)
+        size = st.st_size
         if size != entry.size:
             raise SizeMismatchError(
                 f"{name} is {size} bytes, the manifest says {entry.size}",
@@ -204,11 +209,66 @@ def read_executable_file(root: Path, manifest: Manifest, name: str) -> bytes:
 
 def _read_checked(root: Path, manifest: Manifest, name: str) -> tuple[bytes, str]:
     listed = manifest.files[name]
-    with open(_paths.resolve(root, name), "rb") as f:
+    with os.fdopen(open_listed(root, name), "rb") as f:
         data = f.read(listed.size + 1)
     digest = hashlib.sha256(data).hexdigest()
     check_digest(name, len(data), digest, listed)
     return data, digest
+
+
+def open_listed(root: Path, name: str) -> int:
+    """A listed file, opened without following a symlink, checked to be a regular file with
+    one hard link (checked on what was opened, not on the name, which may change meanwhile)."""
+    try:
+        fd = os.open(_paths.resolve(root, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise FileMissingError(f"{name} is listed in the manifest but missing", path=name) from None
+    except OSError as e:  # a symlink put in its place (ELOOP), no permission
+        raise UnsafePathError(f"{name!r} cannot be opened: {e.strerror}", path=name) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{name!r} is not a regular file", path=name)
+        _paths.check_single_link(st, name)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class HeldFile:
+    """A listed file that no field refers to (a LICENSE, a README), held open from load, so
+    that `verify` hashes the file that was opened and checked, in bounded memory."""
+
+    def __init__(self, root: Path, name: str, listed: FileEntry) -> None:
+        self.name = name
+        self.listed = listed
+        self._fd = open_listed(root, name)
+        weakref.finalize(self, os.close, self._fd)  # held for the Bundle's lifetime
+
+    def check(self) -> None:
+        """Hash the held file (at most one byte past its listed size) against the manifest."""
+        h, offset, limit = hashlib.sha256(), 0, self.listed.size + 1
+        while offset < limit:
+            chunk = os.pread(self._fd, min(_CHUNK, limit - offset), offset)
+            if not chunk:
+                break
+            h.update(chunk)
+            offset += len(chunk)
+        check_digest(self.name, offset, h.hexdigest(), self.listed)
+
+
+_CHUNK = 1 << 20
+
+
+def open_unreferenced_files(root: Path, manifest: Manifest) -> dict[str, HeldFile]:
+    """Every listed file that no module, tensor or executable field names, held open."""
+    referenced = {name for _, name in _references(manifest)}
+    return {
+        name: HeldFile(root, name, entry)
+        for name, entry in sorted(manifest.files.items())
+        if name not in referenced
+    }
 
 
 def module_text(data: bytes, name: str) -> str:

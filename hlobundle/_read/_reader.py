@@ -89,6 +89,7 @@ class Bundle:
             raise ModuleError("@main's signature was not read", path=self.manifest.module.text)
         self.signature: _mlir.Signature = signature
         self._tensor_files = _files.open_tensor_files(root, self.manifest)
+        self._unreferenced = _files.open_unreferenced_files(root, self.manifest)
         self._same_program: set[str] = set()
         for key in self.modules:  # one program per form, whichever form a backend runs
             self.artifact(key)
@@ -281,6 +282,8 @@ class Bundle:
             _files.check_digest(
                 name, self.manifest.files[name].size, got, self.manifest.files[name]
             )
+        for held in self._unreferenced.values():
+            held.check()
         for key in self.modules:
             self.artifact(key)
         for entry in self.manifest.executables or []:

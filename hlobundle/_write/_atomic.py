@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._format import _paths, _signature, _tensors
-from .._format._errors import OutputExistsError
+from .._format._errors import HashMismatchError, OutputExistsError
 from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
 
 
@@ -73,31 +73,37 @@ def write_bundle(
     return out
 
 
-def rewrite_bundle(out: Path, manifest: Manifest, replaced: dict[str, bytes]) -> Path:
+def rewrite_bundle(
+    out: Path,
+    manifest: Manifest,
+    replaced: dict[str, bytes],
+    *,
+    sign_key: _signature.SigningKey | None = None,
+) -> Path:
     """Replace some files of the bundle `out`, and its manifest, atomically: the new bundle is
-    built beside it, every other listed file carried over (hard-linked where the file system
-    allows, else copied, with the manifest's entry unchanged), and swapped into place."""
+    built beside it, every other listed file copied over with its sha256 checked (never
+    hard-linked: a bundle's file has one name), signed with `sign_key` when given, and swapped
+    into place. The old `model.sig` is never carried over: it no longer covers the files."""
     _remove_stale_partials(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
     try:
         table = dict(manifest.files)
         for name in sorted(manifest.files):
-            if name in replaced:
-                continue
-            target = tmp.joinpath(*name.split("/"))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = _paths.resolve(out, name)
-            try:
-                os.link(source, target)
-            except OSError:
-                shutil.copy2(source, target)
+            if name not in replaced:
+                _copy_checked(out, name, tmp.joinpath(*name.split("/")), manifest.files[name])
         for name, data in replaced.items():
             target = tmp.joinpath(*name.split("/"))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             table[name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
         final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
-        (tmp / MANIFEST_NAME).write_bytes(final.to_json())
+        manifest_bytes = final.to_json()
+        (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
+        if sign_key is not None:  # the last step: every file is written and hashed
+            digests = {name: entry.sha256 for name, entry in table.items()}
+            digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
+            signature = _signature.sign(tmp, digests, sign_key, name=out.name)
+            (tmp / _signature.SIGNATURE_NAME).write_bytes(signature)
         set_modes(tmp)
         _fsync_tree(tmp)
         _move_into_place(tmp, out, force=True)
@@ -105,6 +111,25 @@ def rewrite_bundle(out: Path, manifest: Manifest, replaced: dict[str, bytes]) ->
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _copy_checked(bundle: Path, name: str, target: Path, listed: FileEntry) -> None:
+    """Copy a listed file, hashing the bytes copied: what the new manifest (and signature)
+    says of it is then true of the copy."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    with open(_paths.resolve(bundle, name), "rb") as src, open(target, "xb") as dst:
+        while chunk := src.read(1 << 20):
+            h.update(chunk)
+            dst.write(chunk)
+        size = dst.tell()
+    if (size, h.hexdigest()) != (listed.size, listed.sha256):
+        raise HashMismatchError(
+            f"{name}: sha256 is {h.hexdigest()} ({size} bytes), the manifest says "
+            f"{listed.sha256} ({listed.size} bytes); it changed while being carried over",
+            path=name,
+            field=f"files[{name!r}].sha256",
+        )
 
 
 def write_file_atomically(

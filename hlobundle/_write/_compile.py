@@ -22,6 +22,8 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     *,
     cpu: str = "generic",
     sign_key: _signature.SigningKey | None = None,
+    public_key: str | os.PathLike[str] | None = None,
+    replace_signature: bool = False,
 ) -> list[Executable]:
     """Compile the bundle's checked portable artifact with IREE for each target and store the
     executables as `compiled/<target>.vmfb`, listed and hashed in the manifest with the compiler
@@ -33,7 +35,10 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     - `targets`: IREE target backends, from `("llvm-cpu", "vmvx")`.
     - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
       `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
-    - `sign_key`: a signed bundle is refused unless given; the new bundle is then signed again.
+    - `sign_key`: a signed bundle is refused unless given; the new bundle is then signed again,
+      in the same atomic rewrite, once the key is shown to sign and the old signature to verify
+      against `public_key` (default: `sign_key`'s own), before anything is compiled.
+    - `replace_signature`: sign again even though the old signature does not verify.
 
     **Returns:** the manifest entries written.
     """
@@ -43,7 +48,8 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         _iree_compile.flags(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     b.verify()
-    check_resignable(b, sign_key, doing="compiling")
+    check_resignable(b, sign_key, doing="compiling", public_key=public_key,
+                     replace_signature=replace_signature, verified=True)  # fmt: skip
     source = b.modules["module"].portable_sha256
     written: dict[str, bytes] = {}
     entries = []

@@ -16,20 +16,26 @@ def refresh(
     *,
     target_version: str | None = None,
     sign_key: _signature.SigningKey | None = None,
+    public_key: str | os.PathLike[str] | None = None,
+    replace_signature: bool = False,
 ) -> str:
     """Rewrite every portable artifact (module, backward, batched) of `bundle` from its checked
     text, for `target_version` (default: what `pack` writes today), atomically. The manifest
     records each artifact's new target.
 
     A signed bundle is refused unless `sign_key` is given: the refreshed bundle is then signed
-    again (its old signature would no longer verify).
+    again (its old signature would no longer verify), in the same atomic rewrite. Before any
+    write, the key must sign and the old signature must verify against `public_key` (default:
+    `sign_key`'s own public key), unless `replace_signature` (`SignatureInvalidError`,
+    `InputError`): re-signing never launders a bundle changed since it was signed.
 
     **Returns:** the target written.
     """
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     target = target_version or _mlir.default_target()
     _portable.check_target(target, what="--target-version")
-    check_resignable(b, sign_key, doing="refreshing")
+    check_resignable(b, sign_key, doing="refreshing", public_key=public_key,
+                     replace_signature=replace_signature)  # fmt: skip
     replaced: dict[str, bytes] = {}
     manifest = b.manifest
     for key, stored in b.modules.items():

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from .._format import _signature
-from .._format._errors import InputError, OutputExistsError
+from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
 from .._format._manifest import Manifest
 from .._read._reader import Bundle, load
 from ._atomic import rewrite_bundle, write_file_atomically
@@ -48,14 +50,58 @@ def sign(
     return _signature.signer(data)
 
 
-def check_resignable(b: Bundle, sign_key: _signature.SigningKey | None, *, doing: str) -> None:
-    """Refuse, before any work, to change a signed bundle without a key to sign it again."""
-    if b.signed and sign_key is None:
-        raise InputError(
-            f"{b.path} is signed, and {doing} changes files its signature covers: give a key to "
-            "sign the new bundle (--sign-key)",
-            argument="sign_key",
-        )
+def check_resignable(
+    b: Bundle,
+    sign_key: _signature.SigningKey | None,
+    *,
+    doing: str,
+    public_key: str | os.PathLike[str] | None = None,
+    replace_signature: bool = False,
+    verified: bool = False,
+) -> None:
+    """Refuse, before any work or write, to change a bundle unless it can be signed again
+    without laundering: a signed bundle needs `sign_key`, the key must sign, and the existing
+    signature must verify against `public_key` (default: `sign_key`'s own) unless
+    `replace_signature` takes the bundle over. `verified`: `b.verify()` has already run."""
+    if sign_key is None:
+        if b.signed:
+            raise InputError(
+                f"{b.path} is signed, and {doing} changes files its signature covers: give a "
+                "key to sign the new bundle (--sign-key)",
+                argument="sign_key",
+            )
+        if public_key is not None or replace_signature:
+            raise InputError(
+                "public_key and replace_signature are about signing again: give sign_key",
+                argument="public_key" if public_key is not None else "replace_signature",
+            )
+        return
+    _signature.sign(b.path, b.digests(), sign_key)  # the key signs: thrown away, nothing written
+    if b.signed and not replace_signature:
+        if not verified:
+            b.verify()
+        _check_existing_signature(b, sign_key, public_key, doing)
+
+
+def _check_existing_signature(
+    b: Bundle,
+    sign_key: _signature.SigningKey,
+    public_key: str | os.PathLike[str] | None,
+    doing: str,
+) -> None:
+    given = _signature.Trust(public_key=Path(public_key)) if public_key is not None else None
+    with contextlib.ExitStack() as stack:
+        trust = given or stack.enter_context(_signature.own_trust(sign_key))
+        try:
+            _signature.verify(b.path, b.digests(), trust)
+        except SignatureInvalidError as e:
+            whose = "the given public key" if given else "the signing key's own"
+            raise SignatureInvalidError(
+                f"{e.message}; checked with {whose}. {doing.capitalize()} signs a bundle again only "
+                "when its signature verifies: give the key it was signed with (--public-key "
+                "PUB.pem), or take the bundle over (--replace-signature)",
+                path=_signature.SIGNATURE_NAME,
+            ) from None
 
 
 def rewrite_and_resign(
@@ -64,8 +110,6 @@ def rewrite_and_resign(
     replaced: dict[str, bytes],
     sign_key: _signature.SigningKey | None,
 ) -> None:
-    """`rewrite_bundle`, then (with `sign_key`) a signature over the new files."""
-    rewrite_bundle(b.path, manifest, replaced)
-    if sign_key is not None:
-        sign(b.path, sign_key.private_key, signing_certificate=sign_key.certificate,
-             certificate_chain=sign_key.certificate_chain, force=True)  # fmt: skip
+    """`rewrite_bundle`, with (given `sign_key`) a signature over the new files made inside the
+    same atomic rewrite: the new files and their signature land together, or not at all."""
+    rewrite_bundle(b.path, manifest, replaced, sign_key=sign_key)
