@@ -4,7 +4,8 @@
 
 A seed bundle holds all three module forms (module, backward, batched), each as text and as a
 portable artifact, plus tensor files and the manifest. Each run mutates 1-4 bytes of one file
-(flip, truncate or insert), then rehashes it in the manifest so the mutation reaches the parser
+(flip, truncate or insert), or, in half the text modules' cases, replaces names and strings
+(symbols, attribute names, string values, locations) by escapes of random bytes, then rehashes it in the manifest so the mutation reaches the parser
 instead of stopping at the sha256 check, and calls `load()`, `verify()` and reads every tensor.
 The only allowed outcomes are success and an `HloBundleError`; anything else is a finding, and
 so is a worker that dies (a crash in a parser): the case it was on is reported, and the exit
@@ -19,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -64,6 +66,24 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(raw)
 
 
+# Names and strings of a text module: symbols (`@main`, `@"x"`), attribute names and string
+# values, locations. MLIR reads escapes in them (`\\FF`); jaxlib's bindings once aborted on
+# a name whose escapes decode to invalid UTF-8.
+_NAMES = re.compile(rb'@[A-Za-z_][\w$.]*|@?"(?:[^"\\\n]|\\.)*"|\b[a-z_]+\.[a-z_.]+(?= = )')
+
+
+def mutate_names(data: bytes, rng: random.Random) -> bytes:
+    """Replace 1-3 names or strings by quoted strings of random escapes (often not UTF-8)."""
+    spans = [m.span() for m in _NAMES.finditer(data)]
+    raw = data
+    for start, end in sorted(rng.sample(spans, min(len(spans), rng.randint(1, 3))), reverse=True):
+        escapes = b"".join(b"\\%02X" % rng.choice([rng.randrange(256), rng.randrange(0x80, 0x100)])
+                           for _ in range(rng.randint(1, 4)))  # fmt: skip
+        quoted = (b"@" if raw[start : start + 1] == b"@" else b"") + b'"' + escapes + b'"'
+        raw = raw[:start] + quoted + raw[end:]
+    return raw
+
+
 def rehash(bundle: Path, name: str) -> None:
     manifest = json.loads((bundle / "manifest.json").read_text())
     data = (bundle / name).read_bytes()
@@ -98,11 +118,13 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
             bundle = scratch / "bundle"
             shutil.rmtree(bundle, ignore_errors=True)
             shutil.copytree(seed, bundle)
-            (bundle / name).write_bytes(mutate((seed / name).read_bytes(), rng))
+            data = (seed / name).read_bytes()
+            in_names = name.endswith(".mlir") and rng.random() < 0.5
+            (bundle / name).write_bytes(mutate_names(data, rng) if in_names else mutate(data, rng))
             if name != "manifest.json":
                 rehash(bundle, name)
             progress.write_text(f"case {case}: {name}\n")
-            outcomes[f"{name}: {attempt(bundle)}"] += 1
+            outcomes[f"{name}{' (names)' if in_names else ''}: {attempt(bundle)}"] += 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return outcomes

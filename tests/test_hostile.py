@@ -202,6 +202,7 @@ def test_fuzzer_past_the_hash_checks_in_child_processes():
     for form in ("module", "vjp", "batched"):
         for suffix in (".mlir", ".mlirbc"):
             assert f"{form}{suffix}: " in r.stdout, f"{form}{suffix} was never reached"
+        assert f"{form}.mlir (names): " in r.stdout, f"{form}.mlir's names were never mutated"
 
 
 def _bombs(bundle: Path) -> dict[str, Callable[[], None]]:
