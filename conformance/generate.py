@@ -724,6 +724,43 @@ def _(b: Path) -> None:
     rehash(b, "module.mlir")
 
 
+@broken(
+    "invalid_utf8_symbol_name",
+    'a function named @"\\C3\\28": its escapes decode to bytes that are not UTF-8',
+    "MLIR_INVALID",
+)
+def _(b: Path) -> None:
+    text = (b / "module.mlir").read_text()
+    extra = 'func.func private @"\\C3\\28"() {\n    return\n  }\n  func.func'
+    (b / "module.mlir").write_text(text.replace("func.func", extra, 1))
+    rehash(b, "module.mlir")
+
+
+@broken(
+    "invalid_artifact_nested_too_deep",
+    "module.mlirbc: 5,000 nested modules (57 KiB that print as 50 MB of indentation)",
+    "LIMIT_EXCEEDED",
+)
+def _(b: Path) -> None:
+    import io
+
+    from jaxlib.mlir import ir
+
+    from hlobundle._format._mlir_context import new_context
+
+    with new_context(), ir.Location.unknown():
+        top = ir.Module.create()
+        block = top.body
+        for _ in range(5000):
+            with ir.InsertionPoint(block):
+                op = ir.Operation.create("builtin.module", regions=1)
+            block = op.regions[0].blocks.append()
+        buffer = io.BytesIO()
+        top.operation.write_bytecode(buffer)
+    (b / "module.mlirbc").write_bytes(buffer.getvalue())
+    rehash(b, "module.mlirbc")
+
+
 @broken("invalid_rank_too_high", "a rank-65 tensor type", "LIMIT_EXCEEDED")
 def _(b: Path) -> None:
     high = "tensor<" + "1x" * 65 + "f32>"
