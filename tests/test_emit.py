@@ -282,3 +282,45 @@ def test_emit_unknown_backend_is_a_usage_error(bundles, tmp_path):
     assert r.returncode == 2 and "invalid choice: 'tpu'" in r.stderr
     with pytest.raises(hlobundle.InputError, match="backend must be one of"):
         hlobundle.emit_script(bundles["relu"], backend="tpu")
+
+
+# --- a script runs only the files emit verified ----------------------------------------------
+
+
+def _twin_bundles(tmp_path):
+    """Two bundles with the same file names and signature, computing different things."""
+    w, x = np.arange(4, dtype=np.float32), np.ones(4, np.float32)
+    roles = {"w": "parameter"}
+    a = hlobundle.export(lambda w, x: x * w + 1, w, x, out=tmp_path / "a", roles=roles)
+    b = hlobundle.export(lambda w, x: x * w - 1, w + 7, x, out=tmp_path / "b", roles=roles)
+    return a, b
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("backend", ["xla", "enzyme"])
+def test_script_refuses_files_swapped_after_emit(tmp_path, backend):
+    """Another bundle's same-named module, weights and expected files, the manifest rewritten: the
+    script names the first changed file and exits 1 (unpinned, it would run them and print ok)."""
+    import shutil
+
+    a, b = _twin_bundles(tmp_path)
+    module = "module.mlirbc" if backend == "xla" else "module.mlir"
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(a, script, backend=backend)
+    r = run_script(script)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]
+    pair = ["module.mlir", "module.mlirbc"]
+    weights = ["weights.safetensors", "expected.safetensors"]
+    for first, swapped in ((module, pair), ("weights.safetensors", weights)):
+        for name in [*swapped, "manifest.json"]:
+            shutil.copyfile(a / name, tmp_path / f"saved-{name}")
+        for name in swapped:
+            shutil.copyfile(b / name, a / name)
+            rehash(a, name)
+        hlobundle.load(a, verify=True)  # a valid bundle again: only the script can tell
+        r = run_script(script)
+        assert r.returncode == 1, (r.stdout, r.stderr[-2000:])
+        assert f"{first} changed since this script was written" in r.stderr
+        assert "ok" not in r.stdout.split()
+        for name in [*swapped, "manifest.json"]:
+            shutil.copyfile(tmp_path / f"saved-{name}", a / name)

@@ -26,6 +26,7 @@ from helpers import (
 
 import hlobundle
 from hlobundle._cli import _conformance
+from hlobundle._run import _cache
 from hlobundle._run._backends import _iree
 from hlobundle._write import _iree_compile
 
@@ -254,6 +255,108 @@ def test_the_compile_cache_is_used_the_second_time(tmp_path):
     assert b.function("iree").source == "compile cache"
 
 
+# --- the compile cache is trusted input: private, bound to its source, checked on read -------
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """Two bundles of one signature computing different things, and the second's module
+    compiled for this CPU: the program a planted cache entry would run instead of the first's."""
+    tmp = tmp_path_factory.mktemp("twins")
+    x = sample((5,), "float32", 3)
+    a = _bundle(tmp, lambda x: x + 1, x, name="a")
+    b = _bundle(tmp, lambda x: x * 0 - 5, x, name="b")
+    other = hlobundle.load(b)
+    return a, b, _iree_compile.compile_portable(other.portable_artifact, other.manifest,
+                                                cpu="host").vmfb  # fmt: skip
+
+
+def _key(bundle):
+    return _iree_compile.cache_key(bundle.portable_artifact, "llvm-cpu", "host", _iree._host_cpu())
+
+
+def _runs_its_own_module(path):
+    bundle = hlobundle.load(path)
+    fn = bundle.function("iree")
+    np.testing.assert_array_equal(fn(*bundle.example_args()), bundle.expected_outputs()["result"])
+    return fn.source
+
+
+def _files_under(root):
+    return sorted((str(p), p.read_bytes()) for p in Path(root).rglob("*") if p.is_file())
+
+
+def test_planted_cache_entries_never_run(tmp_path, monkeypatch, twins):
+    a, b, other = twins
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    key, entries = _key(hlobundle.load(a)), tmp_path / "cache" / "iree"
+    assert hlobundle.load(b).function("iree").source == "compiled"
+    (theirs,) = entries.iterdir()
+    shutil.copyfile(theirs, entries / theirs.name.replace(_key(hlobundle.load(b)), key))
+    (entries / f"{key}.vmfb").write_bytes(other)  # the name entries had before they were bound
+    (tmp_path / "elsewhere.vmfb").write_bytes(other)
+    (entries / _cache.entry_name(key, other)).symlink_to(tmp_path / "elsewhere.vmfb")
+    planted = set(entries.iterdir())
+    assert _runs_its_own_module(a) == "compiled"
+    (ours,) = set(entries.iterdir()) - planted
+    assert _runs_its_own_module(a) == "compile cache"
+    ours.write_bytes(other)  # our own entry, its bytes replaced: ignored and compiled again
+    assert _runs_its_own_module(a) == "compiled"
+    assert _runs_its_own_module(a) == "compile cache"
+
+
+def _unsafe_root(tmp_path, kind, key, other):
+    """A cache root holding an entry for `key` named as ours would be, made unsafe by `kind`."""
+    real = tmp_path / "real"
+    (real / "iree").mkdir(parents=True, mode=0o700)
+    os.chmod(real, 0o700)
+    (real / "iree" / _cache.entry_name(key, other)).write_bytes(other)
+    if kind == "symlink":
+        (tmp_path / "link").symlink_to(real)
+        return tmp_path / "link", real
+    if kind == "group_writable_root":
+        os.chmod(real, 0o770)
+    elif kind == "world_writable_entries":
+        os.chmod(real / "iree", 0o777)
+    elif os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    else:
+        os.chown(real, 4242, 4242)
+    return real, real
+
+
+@pytest.mark.parametrize(
+    "kind", ["symlink", "group_writable_root", "world_writable_entries", "foreign_owner"]
+)
+def test_an_unsafe_cache_directory_is_not_used(tmp_path, monkeypatch, twins, kind):
+    a, _, other = twins
+    root, real = _unsafe_root(tmp_path, kind, _key(hlobundle.load(a)), other)
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
+    before = _files_under(real)
+    with pytest.warns(hlobundle.HloBundleWarning, match="not using the compile cache: .*" + {
+        "symlink": "is a symlink", "group_writable_root": "writable by group or others",
+        "world_writable_entries": "writable by group or others", "foreign_owner": "owned by uid 4242",
+    }[kind]):  # fmt: skip
+        assert _runs_its_own_module(a) == "compiled"
+    assert _files_under(real) == before
+
+
+def test_no_cache_neither_reads_nor_writes(tmp_path, monkeypatch, twins):
+    a, _, other = twins
+    monkeypatch.setenv("HLOBUNDLE_NO_CACHE", "1")
+    root = tmp_path / "cache"
+    (root / "iree").mkdir(parents=True, mode=0o700)
+    os.chmod(root, 0o700)
+    (root / "iree" / _cache.entry_name(_key(hlobundle.load(a)), other)).write_bytes(other)
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
+    before = _files_under(root)
+    assert _runs_its_own_module(a) == "compiled"
+    assert _files_under(root) == before
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "absent"))
+    assert _runs_its_own_module(a) == "compiled"
+    assert not (tmp_path / "absent").exists()
+
+
 def test_compiler_failures_and_hangs_are_coded(monkeypatch):
     b = hlobundle.load(EXAMPLE)
     with pytest.raises(hlobundle.BackendUnsupportedError, match="IREE cannot compile this bundle"):
@@ -329,6 +432,17 @@ def test_the_emitted_iree_script_runs_with_jax_blocked(compiled, tmp_path):
         assert run.returncode == 1 and "changed since this script was written" in run.stderr
     finally:
         vmfb.write_bytes(original)
+    weights = compiled / "weights.safetensors"
+    original = weights.read_bytes()
+    try:  # and reads only the tensor files emit verified
+        weights.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+        run = subprocess.run(
+            [sys.executable, "-c", BLOCK, str(script)], capture_output=True, text=True
+        )
+        assert run.returncode == 1, run.stdout
+        assert "weights.safetensors changed since this script was written" in run.stderr
+    finally:
+        weights.write_bytes(original)
 
 
 def test_emit_iree_needs_an_executable_this_runtime_runs(tmp_path):

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ENZYME, ROOT, cli, identity_module, rehash, sample
+from helpers import ENZYME, ROOT, cli, cli_process, identity_module, rehash, sample
 from safetensors.numpy import load_file
 
 import hlobundle
@@ -213,3 +213,32 @@ def test_compilation_cache_is_used_and_can_be_turned_off(tmp_path):
         env=env,
     )
     assert r.returncode == 0 and not (tmp_path / "other").exists()
+
+
+@pytest.mark.subprocess
+def test_no_cache_turns_off_a_jax_cache_the_user_configured(tmp_path):
+    """`--no-cache` means no persistent cache at all, not only ours: JAX's own settings (here
+    from its environment variables) are overridden too."""
+    env = {"HLOBUNDLE_CACHE_DIR": str(tmp_path / "ours"),
+           "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_own"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}  # fmt: skip
+    r = cli_process("run", EXAMPLE, "--no-cache", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not (tmp_path / "ours").exists() and not (tmp_path / "jax_own").exists()
+
+
+@pytest.mark.subprocess
+def test_jax_cache_is_not_kept_in_a_directory_others_can_write(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    for root, why in (
+        (tmp_path / "link", "is a symlink"),
+        (real, "is writable by group or others"),
+    ):
+        os.chmod(real, 0o700 if root != real else 0o777)
+        r = cli_process("run", EXAMPLE, env={"HLOBUNDLE_CACHE_DIR": str(root)})
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"warning: not using the compile cache: {root} {why}" in r.stderr
+        assert not any(real.iterdir())

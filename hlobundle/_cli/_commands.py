@@ -121,7 +121,13 @@ def _pack_jax_export(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._run import _cache
 
+    with _cache.turned_off(args.no_cache):  # every cache: IREE's in the runner, JAX's here
+        return _run_bundle(args)
+
+
+def _run_bundle(args: argparse.Namespace) -> int:
     from .._format._manifest import needs_x64
     from .._read._inputs import read_files
     from .._read._reader import load
@@ -134,8 +140,6 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "iree":
         if args.distributed or args.devices not in (None, 1):
             args.parser.error("--backend iree runs one device: no --distributed or --devices")
-        if args.no_cache:
-            os.environ["HLOBUNDLE_NO_CACHE"] = "1"
         from .._run._backends import _iree
 
         _iree.limit_memory(args.max_memory)
@@ -171,8 +175,7 @@ def _start_jax(args: argparse.Namespace, x64: bool) -> None:
 
     if x64:
         jax.config.update("jax_enable_x64", True)
-    if not (args.no_cache or os.environ.get("HLOBUNDLE_NO_CACHE")):
-        _enable_compilation_cache(jax)
+    _enable_compilation_cache(jax)
     if args.distributed:
         _initialize_distributed(jax)
 
@@ -197,14 +200,18 @@ def _initialize_distributed(jax: Any) -> None:
 
 
 def _enable_compilation_cache(jax: Any) -> None:
-    """JAX's persistent compilation cache, in a user cache directory, for every compiled program."""
-    from .._run._backends import cache_root
+    """JAX's persistent compilation cache, for every compiled program, in our private cache
+    directory; off (whatever JAX was configured with) when there is none or caching is off.
+    XLA reads its entries unchecked: they are trusted as this user's own files (SPEC.md
+    section 8, "Compile caches")."""
+    from .._run import _cache
 
-    root = cache_root()
-    jax.config.update(
-        "jax_compilation_cache_dir",
-        str(root if os.environ.get("HLOBUNDLE_CACHE_DIR") else root / "jax"),
-    )
+    where = _cache.directory("jax")
+    if where is None:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", str(where))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

@@ -303,8 +303,9 @@ def _add_run(sub: Any) -> None:
                    "JAX_NUM_PROCESSES, JAX_PROCESS_ID)")  # fmt: skip
     p.add_argument(
         "--no-cache", action="store_true",
-        help="do not use the persistent compilation cache (default: $HLOBUNDLE_CACHE_DIR, or "
-        "~/.cache/hlobundle; HLOBUNDLE_NO_CACHE=1 also turns it off)",
+        help="read and write no persistent compilation cache, JAX's or IREE's (default: a "
+        "private $HLOBUNDLE_CACHE_DIR, or ~/.cache/hlobundle; HLOBUNDLE_NO_CACHE=1 also turns "
+        "it off)",
     )  # fmt: skip
     p.set_defaults(handler=_commands.run, parser=p)
 

@@ -81,8 +81,10 @@ def _source(
     enzyme = backend == "enzyme"
     prepared = prepared_for_hlo_call(bundle) if enzyme else None
     vjp = m.vjp.portable.file if m.vjp else None
+    modules = [m.module.portable.file, vjp] if backend == "xla" else [m.module.text]
+    read = modules if not (prepared and prepared.changed) else []
     slots = {
-        **_data_slots(bundle, where),
+        **_data_slots(bundle, where, read),
         "BACKEND": backend,
         "X64": needs_x64(m),
         "ARGUMENT_CARRIERS": list(prepared.argument_carriers) if prepared else [],
@@ -99,9 +101,15 @@ def _source(
     return fill(template(), slots).replace(_NAMED, _named_function(bundle), 1)
 
 
-def _data_slots(bundle: Bundle, where: str) -> dict[str, Any]:
-    """The slots every template has: where the bundle is, what it is, its values' files."""
+def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[str, Any]:
+    """The slots every template has: where the bundle is, what it is, its values' files, and
+    the sha256 of each file the script reads (`modules` and the tensor files), as checked here."""
     m = bundle.manifest
+    inputs = [(a.value.file, a.value.key) for a in m.arguments  # type: ignore[union-attr]
+              ] if bundle.has_example_inputs else None  # fmt: skip
+    expected = [(r.expected.file, r.expected.key) for r in m.results  # type: ignore[union-attr]
+                ] if all(r.expected for r in m.results) else []  # fmt: skip
+    read = {*modules, *(f for f, _ in [*(inputs or []), *expected])} - {None}
     return {
         "WHERE": where,
         "ABOUT": {"function": m.function, "format_version": m.format_version,
@@ -110,10 +118,9 @@ def _data_slots(bundle: Bundle, where: str) -> dict[str, Any]:
         "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
         "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
         "PATHS": {a.name: a.path for a in m.arguments},
-        "INPUTS": [(a.value.file, a.value.key) for a in m.arguments]  # type: ignore[union-attr]
-        if bundle.has_example_inputs else None,
-        "EXPECTED": [(r.expected.file, r.expected.key) for r in m.results if r.expected]  # type: ignore[union-attr]
-        if all(r.expected for r in m.results) else [],
+        "INPUTS": inputs,
+        "EXPECTED": expected,
+        "SHA256": {name: bundle.checked_sha256(name) for name in sorted(read)},  # type: ignore[arg-type]
     }  # fmt: skip
 
 
@@ -147,7 +154,7 @@ def _iree_source(bundle: Bundle, where: str, entry: Executable, data: bytes) -> 
     m = bundle.manifest
     dtypes = sorted({v.dtype for v in [*m.arguments, *m.results]})
     slots = {
-        **_data_slots(bundle, where),
+        **_data_slots(bundle, where, []),
         "EXECUTABLE_FILE": entry.file,
         "EXECUTABLE_SHA256": hashlib.sha256(data).hexdigest(),
         "IREE_VERSION": entry.compiler_version,

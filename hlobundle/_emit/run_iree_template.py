@@ -35,6 +35,7 @@ EXECUTABLE_FILE = "compiled/llvm-cpu.vmfb"  # slot: the stored executable this s
 EXECUTABLE_SHA256 = ""  # slot: its sha256, as verified when the script was written
 IREE_VERSION = ""  # slot: the IREE version that compiled it (the runtime must be the same)
 ELEMENT_TYPES = {}  # slot: IREE's element type (HalElementType) for each dtype the bundle uses
+SHA256 = {}  # slot: the sha256 of each tensor file this script reads, as emit verified it
 
 # -----------------------------------------------------------------------------------------------
 
@@ -47,13 +48,19 @@ def numpy_dtype(name):
     return np.dtype(getattr(ml_dtypes, name, None) or name)
 
 
+def read_file(name, sha256):
+    """A file of the bundle, read once into memory and checked against the sha256 that
+    `hlobundle emit` verified: the script never runs or reads a file swapped in since."""
+    with open(os.path.join(BUNDLE, name), "rb") as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        sys.exit(f"{name} changed since this script was written: not running it")
+    return data
+
+
 def read_executable():
     """The stored executable's bytes, read once and checked against the sha256 emit verified."""
-    with open(os.path.join(BUNDLE, EXECUTABLE_FILE), "rb") as f:
-        data = f.read()
-    if hashlib.sha256(data).hexdigest() != EXECUTABLE_SHA256:
-        sys.exit(f"{EXECUTABLE_FILE} changed since this script was written: not running it")
-    return data
+    return read_file(EXECUTABLE_FILE, EXECUTABLE_SHA256)
 
 
 def load_main():
@@ -115,12 +122,16 @@ def call(*args):
 
 def load_tensor(file, key, shape, dtype):
     """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header."""
-    path = os.path.join(BUNDLE, file)
-    with open(path, "rb") as f:
-        header_size = int.from_bytes(f.read(8), "little")
-        begin, end = json.loads(f.read(header_size))[key]["data_offsets"]
-    data = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=8 + header_size + begin)
-    return data.view(numpy_dtype(dtype)).reshape(shape)
+    if file not in _verified:
+        _verified[file] = read_file(file, SHA256.get(file))
+    data = _verified[file]
+    header_size = int.from_bytes(data[:8], "little")
+    begin, end = json.loads(data[8 : 8 + header_size])[key]["data_offsets"]
+    raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + header_size + begin)
+    return raw.copy().view(numpy_dtype(dtype)).reshape(shape)
+
+
+_verified = {}  # file name: its bytes, checked
 
 
 def tolerance(dtype):

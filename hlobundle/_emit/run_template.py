@@ -14,6 +14,7 @@ same in every emitted script.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -41,6 +42,7 @@ PORTABLE_FILE = "module.mlirbc"  # slot: xla: the module's portable artifact
 BACKWARD_FILE = None  # slot: xla: the backward module's portable artifact (the VJP), or None
 MODULE_FILE = "module.mlir"  # slot: enzyme: the module text, which hlo_call runs as it is, or:
 MODULE_LINES = []  # slot: enzyme: the module prepared for hlo_call (private names, wider dtypes)
+SHA256 = {}  # slot: the sha256 of each file of the bundle this script reads, as emit verified it
 
 # -----------------------------------------------------------------------------------------------
 
@@ -50,8 +52,18 @@ if X64:  # without x64, JAX would silently truncate 64-bit values
 
 
 def read_file(name):
-    with open(os.path.join(BUNDLE, name), "rb") as f:
-        return f.read()
+    """A file of the bundle, read once into memory and checked against the sha256 that
+    `hlobundle emit` verified: the script never runs or reads a file swapped in since."""
+    if name not in _verified:
+        with open(os.path.join(BUNDLE, name), "rb") as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != SHA256.get(name):
+            sys.exit(f"{name} changed since this script was written: not running it")
+        _verified[name] = data
+    return _verified[name]
+
+
+_verified = {}
 
 
 def check_arguments(*args):
@@ -161,12 +173,11 @@ def call(*args):
 
 def load_tensor(file, key, shape, dtype):
     """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header."""
-    path = os.path.join(BUNDLE, file)
-    with open(path, "rb") as f:
-        header_size = int.from_bytes(f.read(8), "little")
-        begin, end = json.loads(f.read(header_size))[key]["data_offsets"]
-    data = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=8 + header_size + begin)
-    return data.view(jnp.dtype(dtype)).reshape(shape)
+    data = read_file(file)
+    header_size = int.from_bytes(data[:8], "little")
+    begin, end = json.loads(data[8 : 8 + header_size])[key]["data_offsets"]
+    raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + header_size + begin)
+    return raw.copy().view(jnp.dtype(dtype)).reshape(shape)
 
 
 def tolerance(dtype):

@@ -305,6 +305,19 @@ class Bundle:
             )
             self.signer = _signature.verify(self.path, self.digests(), trust)
 
+    def checked_sha256(self, name: str) -> str:
+        """The sha256 of a module or tensor file of the bundle, computed from the bytes it is
+        used from (a module file's as read at load, a tensor file's now) and checked against
+        the manifest (`HASH_MISMATCH`)."""
+        for stored in self.modules.values():
+            if name in (stored.text_file, stored.portable_file):
+                return stored.text_sha256 if name == stored.text_file else stored.portable_sha256
+        if name not in self._tensor_files:
+            raise InputError(f"{name!r} is not a module or tensor file of {self.path}", path=name)
+        listed = self.manifest.files[name]
+        _files.check_digest(name, listed.size, self._tensor_files[name].sha256(), listed)
+        return listed.sha256
+
     def digests(self) -> dict[str, str]:
         """The sha256 of every file a signature covers: the listed files (as the manifest says,
         which `verify()` checks) and the manifest (as read)."""

@@ -19,8 +19,6 @@ has its own function class (`_iree.IreeFunction`) instead of `implementation`.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from types import ModuleType
 
 from ..._format._errors import BackendUnavailableError, InputError
@@ -49,11 +47,3 @@ def resolve(name: str) -> ModuleType:
     if not backend.available():
         raise BackendUnavailableError(backend.UNAVAILABLE)
     return backend
-
-
-def cache_root() -> Path:
-    """Where compiled programs are kept between processes: `$HLOBUNDLE_CACHE_DIR`, else
-    `$XDG_CACHE_HOME/hlobundle` (`~/.cache/hlobundle`). JAX's cache is this directory when the
-    variable names it (else its `jax/`); IREE's is its `iree/`."""
-    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return Path(os.environ.get("HLOBUNDLE_CACHE_DIR") or home / "hlobundle")

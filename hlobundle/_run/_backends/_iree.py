@@ -8,7 +8,8 @@ The module comes from one of two places (SPEC.md, "Executables"):
   module's portable artifact by this IREE version for this machine's architecture: an
   executable is native code, which no hash check makes safe to run;
 - otherwise the checked portable artifact, compiled in a child process (`_write._iree_compile`)
-  and kept in a persistent cache keyed by source, flags and compiler version.
+  and kept in a private persistent cache (`_cache`), each entry named by source, flags,
+  compiler version and CPU, and checked against its own digest before it is used.
 
 It is not a JAX function: no jit, grad or vmap (use the xla or enzyme backend for those).
 """
@@ -16,11 +17,8 @@ It is not a JAX function: no jit, grad or vmap (use the xla or enzyme backend fo
 from __future__ import annotations
 
 import importlib.util
-import os
 import platform
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +31,7 @@ from ..._format._errors import (
     TransformError,
 )
 from ..._write import _iree_compile
-from .. import _binding
+from .. import _binding, _cache
 
 if TYPE_CHECKING:
     from ..._format._manifest import Executable
@@ -206,11 +204,13 @@ def _module_bytes(bundle: Bundle, trusted: bool) -> tuple[bytes, str]:
     # Compiled for this CPU ("host"), so the key names this CPU too: a cache shared by machines
     # with other CPUs must not hand them code with instructions they lack.
     key = _iree_compile.cache_key(portable, "llvm-cpu", "host", _host_cpu())
-    cached = _cache_dir() / f"{key}.vmfb"
-    if cached.is_file():
-        return cached.read_bytes(), "compile cache"
+    where = _cache.directory("iree")
+    cached = _cache.read(where, key) if where is not None else None
+    if cached is not None:
+        return cached, "compile cache"
     compiled = _iree_compile.compile_portable(portable, bundle.manifest, cpu="host")
-    _store(cached, compiled.vmfb)
+    if where is not None:
+        _cache.write(where, key, compiled.vmfb)
     return compiled.vmfb, "compiled"
 
 
@@ -222,25 +222,6 @@ def _host_cpu() -> str:
     except OSError:
         flags = ""
     return f"{platform.machine()} {platform.processor()} {flags.strip()}"
-
-
-def _cache_dir() -> Path:
-    from . import cache_root
-
-    return cache_root() / "iree"
-
-
-def _store(path: Path, data: bytes) -> None:
-    """Best effort: a cache that cannot be written is not an error."""
-    if os.environ.get("HLOBUNDLE_NO_CACHE"):
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
-            f.write(data)
-        os.replace(f.name, path)
-    except OSError:
-        pass
 
 
 def _load(vmfb: bytes) -> Any:

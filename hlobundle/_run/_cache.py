@@ -1,0 +1,173 @@
+"""The persistent compile caches (SPEC.md section 8, "Compile caches"): trusted input, so kept
+where only this user can write, and (IREE's, whose entries we read ourselves) bound to what
+they were compiled from.
+
+- `directory(name)`: `cache_root()/name`, used only when the root and it are real directories
+  (not symlinks) owned by this user and writable by no one else; missing ones are created 0700.
+  Otherwise a warning, and no caching. `HLOBUNDLE_NO_CACHE` turns every cache off: nothing is
+  read, created or written.
+- `read(directory, key)` / `write(directory, key, data)`: an entry is named
+  `<key>.<sha256 of key and bytes>.vmfb`, where `key` names the source, flags, compiler and CPU.
+  It is read as a regular file of ours (no symlink followed), and used only when its bytes give
+  its name's digest: a copied, renamed, truncated or replaced entry is ignored (and the module
+  compiled again), never run. Nothing here deletes an entry it finds wrong.
+
+JAX's persistent cache is read by XLA itself, which checks nothing: it is enabled only in such a
+private directory, and trusted as this user's own files are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from .._format._errors import HloBundleWarning
+from .._format._limits import MAX_EXECUTABLE_BYTES
+
+SUFFIX = ".vmfb"
+_DIGEST_LENGTH = 64
+_MAX_CANDIDATES = 8  # entries looked at for one key (there is one, unless planted)
+
+
+def cache_root() -> Path:
+    """Where compiled programs are kept between processes: `$HLOBUNDLE_CACHE_DIR`, else
+    `$XDG_CACHE_HOME/hlobundle` (`~/.cache/hlobundle`). JAX's cache is its `jax/`, IREE's its
+    `iree/`."""
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("HLOBUNDLE_CACHE_DIR") or home / "hlobundle")
+
+
+def disabled() -> bool:
+    """`HLOBUNDLE_NO_CACHE` (any value but empty; what `--no-cache` sets): no cache is used."""
+    return bool(os.environ.get("HLOBUNDLE_NO_CACHE"))
+
+
+@contextlib.contextmanager
+def turned_off(off: bool = True) -> Iterator[None]:
+    """Within it, when `off`, no cache is read or written (`HLOBUNDLE_NO_CACHE=1`, restored after)."""
+    before = os.environ.get("HLOBUNDLE_NO_CACHE")
+    if off:
+        os.environ["HLOBUNDLE_NO_CACHE"] = "1"
+    try:
+        yield
+    finally:
+        if off and before is None:
+            del os.environ["HLOBUNDLE_NO_CACHE"]
+        elif off:
+            os.environ["HLOBUNDLE_NO_CACHE"] = before  # type: ignore[assignment]
+
+
+def directory(name: str) -> Path | None:
+    """The private cache directory `cache_root()/name`, created 0700 where missing; None when
+    caching is off, or (with a `HloBundleWarning`) when it is not private."""
+    if disabled():
+        return None
+    root = cache_root()
+    try:
+        for path in (root, root / name):
+            why = _not_private(path)
+            if why is not None:
+                raise _NotPrivate(f"{path} {why}")
+    except (_NotPrivate, OSError) as e:
+        warnings.warn(
+            f"not using the compile cache: {e}. A compile cache is trusted input: it must be a "
+            "directory of this user's that no one else can write (SPEC.md section 8, 'Compile "
+            "caches'); set HLOBUNDLE_CACHE_DIR to one, or HLOBUNDLE_NO_CACHE=1",
+            HloBundleWarning,
+            stacklevel=3,
+        )
+        return None
+    return root / name
+
+
+class _NotPrivate(Exception):
+    pass
+
+
+def _not_private(path: Path) -> str | None:
+    """Why `path` cannot hold a cache (creating it 0700 when missing); None when it can."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # made by another process meanwhile: checked below as it is
+            pass
+        st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def entry_name(key: str, data: bytes) -> str:
+    """The file name of the entry for `key` holding `data`: bound to both."""
+    digest = hashlib.sha256(key.encode() + b"\n" + data).hexdigest()
+    return f"{key}.{digest}{SUFFIX}"
+
+
+def read(where: Path, key: str) -> bytes | None:
+    """The bytes of an entry for `key` that we wrote, checked; None when there is none."""
+    try:
+        names = sorted(n for n in os.listdir(where) if _is_entry_name(n, key))
+    except OSError:
+        return None
+    for name in names[:_MAX_CANDIDATES]:
+        data = _read_regular_file(where / name)
+        if data is not None and entry_name(key, data) == name:
+            return data
+    return None
+
+
+def _is_entry_name(name: str, key: str) -> bool:
+    digest = name[len(key) + 1 : -len(SUFFIX)]
+    return (name.startswith(f"{key}.") and name.endswith(SUFFIX)
+            and len(digest) == _DIGEST_LENGTH)  # fmt: skip
+
+
+def _read_regular_file(path: Path) -> bytes | None:
+    """A regular file's bytes, owned by this user, not reached through a symlink, within the
+    executable limit; None otherwise (a FIFO does not block: it is opened non-blocking)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        mine = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
+        if not (stat.S_ISREG(st.st_mode) and mine and st.st_size <= MAX_EXECUTABLE_BYTES):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_EXECUTABLE_BYTES + 1)
+        return data if len(data) <= MAX_EXECUTABLE_BYTES else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write(where: Path, key: str, data: bytes) -> None:
+    """Store an entry for `key` (best effort: a cache that cannot be written is not an error).
+    Written to a new private file, then renamed into place."""
+    temporary = None
+    try:
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".partial-", delete=False) as f:
+            temporary = f.name
+            f.write(data)
+        os.replace(temporary, where / entry_name(key, data))
+    except OSError:
+        if temporary is not None:  # ours: made just now
+            Path(temporary).unlink(missing_ok=True)
