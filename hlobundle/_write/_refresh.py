@@ -4,10 +4,11 @@ target (SPEC.md, "Versions"), so that a bundle outlives the artifacts' compatibi
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .._format import _mlir, _portable, _signature
 from .._format._manifest import PortableArtifact
-from .._read._reader import Bundle, load
+from .._read._reader import Bundle
 from ._sign import check_resignable, rewrite_and_resign
 
 
@@ -31,7 +32,8 @@ def refresh(
 
     **Returns:** the target written.
     """
-    b = bundle if isinstance(bundle, Bundle) else load(bundle)
+    # The artifacts are replaced from the texts: they need not be readable here (too old).
+    b = bundle if isinstance(bundle, Bundle) else Bundle(Path(bundle), check_artifacts=False)
     target = target_version or _mlir.default_target()
     _portable.check_target(target, what="--target-version")
     check_resignable(b, sign_key, doing="refreshing", public_key=public_key,
