@@ -262,3 +262,119 @@ def test_bool_bytes_other_than_0_and_1_are_refused(tmp_path):
                         headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
         assert r.status_code == status, r.text
     assert "BOOL bytes must be 0 or 1" in r.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def rolling(tmp_path_factory):
+    """x * 2 (x: f32[3]), whose producer-written batched module rolls the batch: row k of a
+    batched call answers with row k-1's input (another client's)."""
+    import jax
+    import jax.numpy as jnp
+    from helpers import lowered_text
+    from jax import export
+
+    x = np.zeros(3, np.float32)
+    (b,) = export.symbolic_shape("b")
+    rolls = jax.jit(lambda xs: jnp.roll(xs * 2, 1, axis=0))
+    batched = export.export(rolls)(jax.ShapeDtypeStruct((b, 3), jnp.float32)).mlir_module()
+    out = tmp_path_factory.mktemp("rolling") / "rolling"
+    return hlobundle.pack(lowered_text(lambda x: x * 2, x), [x], out, names=["x"],
+                          batched=batched, batched_arguments=["x"])  # fmt: skip
+
+
+def _concurrent_answers(models, clients: int) -> tuple[list[list[float]], str]:
+    """The answers to `clients` concurrent requests (client k sends [k, k, k]), with batching
+    up to `clients` that waits long enough for all of them to join one batch; and /metrics."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (name,) = {m.name for m in models.values()}
+    with TestClient(app(models, max_batch=clients, batch_timeout_s=30)) as client:
+
+        def ask(k: int) -> list[float]:
+            body = {"inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [k] * 3}]}
+            r = client.post(f"/v2/models/{name}/infer", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()["outputs"][0]["data"]
+
+        with ThreadPoolExecutor(clients) as pool:
+            answers = list(pool.map(ask, range(clients)))
+        metrics = client.get("/metrics").text.replace(f'model="{name}"', 'model="m"')
+    return answers, metrics
+
+
+def test_an_unverified_batched_module_never_mixes_clients(rolling):
+    answers, metrics = _concurrent_answers(load_models([rolling], backend="xla", max_batch=4), 4)
+    assert answers == [[2.0 * k] * 3 for k in range(4)]  # each client its own answer
+    assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
+
+
+def test_trust_batched_runs_the_producers_batched_module(rolling):
+    models = load_models([rolling], backend="xla", max_batch=4, trust_batched=True)
+    answers, metrics = _concurrent_answers(models, 4)
+    # The batched module ran (one call of 4): it answers each client with another's input.
+    assert sorted(a[0] for a in answers) == [0.0, 2.0, 4.0, 6.0]
+    assert answers != [[2.0 * k] * 3 for k in range(4)]
+    assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
+
+
+@pytest.fixture(scope="module")
+def divides(tmp_path_factory):
+    """x / (x - x) (x: f32[3]): [0, 1, -1] gives NaN, Infinity and -Infinity."""
+    from helpers import lowered_text
+
+    x = np.zeros(3, np.float32)
+    out = tmp_path_factory.mktemp("divides") / "divides"
+    bundle = hlobundle.pack(lowered_text(lambda x: x / (x - x), x), [x], out, names=["x"])
+    models = load_models([bundle], backend="xla")
+    return TestClient(app(models)), f"/v2/models/{next(iter(models))}/infer"
+
+
+X = {"name": "x", "shape": [3], "datatype": "FP32", "data": [0, 1, -1]}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"inputs": [X], "parameters": ["layout"]}, "'parameters' must be an object"),
+        ({"inputs": [X], "parameters": "producer"}, "'parameters' must be an object"),
+        ({"inputs": [X], "parameters": {"binary_data_output": "no"}},
+         "parameters.binary_data_output must be true or false, not \"no\""),
+        ({"inputs": [X], "parameters": {"layout": ["producer"]}},
+         "parameters.layout must be 'stored' or 'producer'"),
+        ({"inputs": [X], "id": {"a": 1}}, "'id' must be a string"),
+        ({"inputs": [X], "outputs": [{"name": "result0", "parameters": ["binary_data"]}]},
+         "output 'result0': 'parameters' must be an object"),
+        ({"inputs": [X], "outputs": [{"name": "result0", "parameters": {"binary_data": 1}}]},
+         "output 'result0': parameters.binary_data must be true or false, not 1"),
+        ({"inputs": [X], "outputs": [{"name": "result0"}, {"name": "result0"}]},
+         "output 'result0' is asked for twice"),
+        ({"inputs": [X], "outputs": {"name": "result0"}}, "'outputs' must be a list"),
+        ({"inputs": [{**X, "parameters": "binary"}]}, "input 'x': 'parameters' must be an object"),
+        ({"inputs": [{**X, "data": [[0, 1], [-1]]}]}, "input 'x': 'data' is not a list of"),
+        ({"inputs": [{**X, "data": ["NaN", "nan", 1]}]}, "input 'x': values must be FP32 numbers"),
+        ({"inputs": {"x": X}}, "must be a JSON object with an 'inputs' list"),
+    ],
+)  # fmt: skip
+def test_every_malformed_field_is_a_coded_400(divides, body, message):
+    client, infer = divides
+    r = client.post(infer, json=body)
+    assert r.status_code == 400, r.text
+    assert message in r.json()["error"] and r.json()["code"] == "INPUT_INVALID", r.json()
+
+
+def _strict(text: bytes):
+    def bare(token):
+        raise AssertionError(f"a bare {token} in the response")
+
+    return json.loads(text, parse_constant=bare)
+
+
+def test_non_finite_outputs_are_strings_in_strict_json(divides):
+    client, infer = divides
+    r = client.post(infer, json={"inputs": [X]})
+    assert r.status_code == 200, r.text
+    assert _strict(r.content)["outputs"][0]["data"] == ["NaN", "Infinity", "-Infinity"]
+    # ... and a client may send them back as they came
+    r = client.post(infer, json={"inputs": [{**X, "data": ["NaN", "Infinity", "-Infinity"]}]})
+    assert r.status_code == 200, r.text
+    assert _strict(r.content)["outputs"][0]["data"] == ["NaN", "NaN", "NaN"]

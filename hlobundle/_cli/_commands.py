@@ -305,6 +305,7 @@ def serve(args: argparse.Namespace) -> int:
         raise BackendUnavailableError(
             f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
         ) from None
+    from .._read._inspect import shown
     from .._serve._models import load_models
 
     if args.max_batch_size < 1 or args.batch_timeout_ms < 0:
@@ -313,9 +314,13 @@ def serve(args: argparse.Namespace) -> int:
         raise InputError(
             "--trust-executables applies to --backend iree", argument="trust_executables"
         )
+    if args.trust_batched and args.backend == "iree":
+        raise InputError("--trust-batched applies to the jax backends: iree does not batch",
+                         argument="trust_batched")  # fmt: skip
     models = load_models(args.bundles, backend=args.backend, max_batch=args.max_batch_size,
-                         trust_executables=args.trust_executables, **_trust(args))  # fmt: skip
-    names = sorted({m.name for m in models.values()})
+                         trust_executables=args.trust_executables,
+                         trust_batched=args.trust_batched, **_trust(args))  # fmt: skip
+    names = sorted({shown(m.name) for m in models.values()})
     print(f"serving {', '.join(names)} at http://{args.host}:{args.port}/v2", flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.

@@ -119,8 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=64 << 20, metavar="N",
                    help="refuse larger requests with HTTP 413 (default: 64 MiB)")  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=8, metavar="N",
-                   help="combine up to N concurrent requests for a bundle with a batched module "
-                   "into one call (1: never; default 8)")  # fmt: skip
+                   help="combine up to N concurrent requests for a bundle with a trusted batched "
+                   "module into one call (1: never; default 8)")  # fmt: skip
+    p.add_argument("--trust-batched", action="store_true",
+                   help="batch through the batched modules of bundles no --public-key verified "
+                   "(without: their requests run one by one on the verified module)")  # fmt: skip
     p.add_argument("--batch-timeout-ms", type=float, default=2.0, metavar="MS",
                    help="how long a request waits for others to join its batch (default 2)")  # fmt: skip
     _add_trust(p)

@@ -67,6 +67,9 @@ def app(
     def error(status: int, message: str) -> Any:
         return JSONResponse({"error": message}, status_code=status)
 
+    def refused(e: RequestError) -> Any:
+        return JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
+
     def model_of(request: Request) -> Served:
         name = request.path_params["model"]
         served = models.get(name)
@@ -93,13 +96,13 @@ def app(
         try:
             return JSONResponse(model_of(request).metadata())
         except RequestError as e:
-            return error(e.status, e.message)
+            return refused(e)
 
     async def model_ready(request: Request) -> Any:
         try:
             served = model_of(request)
         except RequestError as e:
-            return error(e.status, e.message)
+            return refused(e)
         return JSONResponse({"name": served.name, "ready": True})
 
     async def infer(request: Request) -> Any:
@@ -116,7 +119,7 @@ def app(
             want = wanted(parsed, list(served.outputs))
         except RequestError as e:
             requests.labels(name if name in models else "", str(e.status)).inc()
-            return error(e.status, e.message)
+            return refused(e)
         try:
             outputs = await call(served, given)
         except Exception as e:  # the model failed: report it, keep serving
