@@ -132,7 +132,7 @@ def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images)
     )
     _error(client, status=400, message="the request is not JSON", content=b"{not json")
     _error(client, status=400, message="nested", content=b"[" * 5000 + b"]" * 5000)
-    _error(client, status=413, message="over the limit of 1048576 bytes", content=b" " * (2 << 20))
+    _error(client, status=413, message="over the limit of 266240 bytes", content=b" " * (2 << 20))
     header = json.dumps(
         {"inputs": [{**inp, "data": None, "parameters": {"binary_data_size": 12544}}]}
     ).encode()
@@ -318,15 +318,19 @@ def test_trust_batched_runs_the_producers_batched_module(rolling):
 
 
 @pytest.fixture(scope="module")
-def divides(tmp_path_factory):
+def divides_models(tmp_path_factory):
     """x / (x - x) (x: f32[3]): [0, 1, -1] gives NaN, Infinity and -Infinity."""
     from helpers import lowered_text
 
     x = np.zeros(3, np.float32)
     out = tmp_path_factory.mktemp("divides") / "divides"
     bundle = hlobundle.pack(lowered_text(lambda x: x / (x - x), x), [x], out, names=["x"])
-    models = load_models([bundle], backend="xla")
-    return TestClient(app(models)), f"/v2/models/{next(iter(models))}/infer"
+    return load_models([bundle], backend="xla")
+
+
+@pytest.fixture(scope="module")
+def divides(divides_models):
+    return TestClient(app(divides_models)), f"/v2/models/{next(iter(divides_models))}/infer"
 
 
 X = {"name": "x", "shape": [3], "datatype": "FP32", "data": [0, 1, -1]}
@@ -378,3 +382,39 @@ def test_non_finite_outputs_are_strings_in_strict_json(divides):
     r = client.post(infer, json={"inputs": [{**X, "data": ["NaN", "Infinity", "-Infinity"]}]})
     assert r.status_code == 200, r.text
     assert _strict(r.content)["outputs"][0]["data"] == ["NaN", "NaN", "NaN"]
+
+
+def test_the_body_limit_follows_the_models_inputs(divides, divides_models):
+    # 3 values: 64 KiB + 64 bytes each, far below --max-body-bytes (64 MiB by default)
+    client, infer = divides
+    big = json.dumps({"inputs": [{**X, "data": [0.5] * 200_000}]}).encode()
+    r = client.post(infer, content=big)
+    assert r.status_code == 413 and r.json()["code"] == "LIMIT_EXCEEDED", r.text
+    assert "over the limit of 65728 bytes" in r.json()["error"]
+    chunked = client.post(infer, content=iter([big[:50_000], big[50_000:]]))  # no content-length
+    assert chunked.status_code == 413, chunked.text
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    smaller = TestClient(app(divides_models, max_body=1000)).post(infer, content=b" " * 1001)
+    assert smaller.status_code == 413 and "over the limit of 1000 bytes" in smaller.text
+
+
+def test_requests_are_decoded_off_the_event_loop(divides, monkeypatch):
+    import asyncio
+
+    from hlobundle._serve import _app
+
+    where = []
+
+    def parse(*args):
+        try:
+            asyncio.get_running_loop()
+            where.append("event loop")
+        except RuntimeError:
+            where.append("thread")
+        return _app.parse_request.__wrapped__(*args)
+
+    parse.__wrapped__ = _app.parse_request
+    monkeypatch.setattr(_app, "parse_request", parse)
+    client, infer = divides
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    assert where == ["thread"]

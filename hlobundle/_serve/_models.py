@@ -3,6 +3,7 @@ function compiled before the server says it is ready."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,14 @@ class Served:
                 for a in self.bundle.arguments]  # fmt: skip
         results = self.function.call_flat(*args)
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
+
+    @cached_property
+    def max_request_bytes(self) -> int:
+        """The most bytes a request for this model may send: 64 KiB for the request's JSON
+        around the data, and 64 bytes per input value (a float64 printed by JSON takes 24, a
+        binary value at most 8; the rest is room for separators and indentation)."""
+        values = sum(math.prod(shape) for _, shape in self.inputs.values())
+        return (64 << 10) + 64 * values
 
     @cached_property
     def column_major(self) -> frozenset[str]:
