@@ -4,6 +4,7 @@ keeps serving. In process (Starlette's test client) except where the process is 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -418,3 +420,103 @@ def test_requests_are_decoded_off_the_event_loop(divides, monkeypatch):
     client, infer = divides
     assert client.post(infer, json={"inputs": [X]}).status_code == 200
     assert where == ["thread"]
+
+
+@contextlib.contextmanager
+def _listening(models, limits):
+    """`hlobundle serve`'s uvicorn server (`_server.server`) for `models`, in a thread, on a
+    free loopback port; yields the port."""
+    import threading
+
+    from hlobundle._serve._server import server
+
+    asgi = app(models, max_body=limits.max_body, read_timeout_s=limits.read_timeout_s)
+    srv = server(asgi, "127.0.0.1", 0, limits)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield srv.servers[0].sockets[0].getsockname()[1]
+    finally:
+        srv.should_exit = True
+        thread.join(30)
+
+
+def _live(port) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/live", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_silent_and_slow_clients_are_cut_off(divides_models):
+    # 50 connections: 20 send nothing, 15 trickle their headers, 15 their body (a byte at a
+    # time, forever). Each is closed once it has not finished within the read timeout.
+    import select
+
+    from hlobundle._serve._server import Limits
+
+    infer = f"/v2/models/{next(iter(divides_models))}/infer"
+    with _listening(divides_models, Limits(read_timeout_s=1.0)) as port:
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(50)]
+        headers, bodies = clients[20:35], clients[35:]
+        for s in headers:
+            s.sendall(f"POST {infer} HTTP/1.1\r\nHost: a\r\nX-Slow: ".encode())
+        for s in bodies:
+            s.sendall(f"POST {infer} HTTP/1.1\r\nHost: a\r\nContent-Length: 999\r\n\r\n{{".encode())
+        open_, answers = set(clients), {}
+        for _ in range(100):  # at most 100 rounds of 0.2 s: 20 s for a 1 s deadline
+            if not open_:
+                break
+            for s in headers + bodies:
+                if s in open_:
+                    with contextlib.suppress(OSError):
+                        s.send(b"x")
+            for s in select.select(list(open_), [], [], 0.2)[0]:
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                answers[s] = answers.get(s, b"") + data
+                if not data:
+                    open_.discard(s)
+            assert _live(port) == 200  # the others are served meanwhile
+        assert not open_, f"{len(open_)} of 50 connections are still open"
+        assert all(answers.get(s, b"").startswith(b"HTTP/1.1 408") for s in bodies)
+        for s in clients:
+            s.close()
+
+
+def test_connections_over_the_cap_are_answered_503(divides_models):
+    from hlobundle._serve._server import Limits
+
+    with _listening(divides_models, Limits(read_timeout_s=60, max_connections=8)) as port:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(8)]
+        try:
+            assert _live(port) == 503
+        finally:
+            for s in idle:
+                s.close()
+        for _ in range(100):  # the server sees the closes
+            if _live(port) == 200:
+                break
+            time.sleep(0.05)
+        assert _live(port) == 200
+
+
+def test_manifest_strings_reach_the_terminal_escaped(models, images, caplog):
+    from hlobundle._serve._server import banner
+
+    served = dataclasses.replace(models["lenet5"], names=("evil\x1b[2J\u202e",))
+    assert banner({"evil": served}, "127.0.0.1", 8000) == (
+        "serving evil\\x1b[2J\\u202e at http://127.0.0.1:8000/v2"
+    )
+    fields = {f.name: getattr(served, f.name) for f in dataclasses.fields(served)}
+    client = TestClient(app({"lenet5": _Failing(**fields)}))
+    assert client.post(INFER, json=_json_request(images)).status_code == 500
+    (record,) = [r for r in caplog.records if r.name == "hlobundle.serve"]
+    assert "evil\\x1b[2J\\u202e failed" in record.getMessage()

@@ -118,6 +118,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="iree: run stored executables (native code) of bundles no --public-key verified")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=64 << 20, metavar="N",
                    help="refuse larger requests with HTTP 413 (default: 64 MiB)")  # fmt: skip
+    p.add_argument("--read-timeout", type=float, default=30.0, metavar="S",
+                   help="close a connection whose request headers, or refuse (408) a request "
+                   "whose body, has not arrived within S seconds (default 30)")  # fmt: skip
+    p.add_argument("--max-connections", type=int, default=512, metavar="N",
+                   help="answer requests beyond N open connections with 503 (default 512)")  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=8, metavar="N",
                    help="combine up to N concurrent requests for a bundle with a trusted batched "
                    "module into one call (1: never; default 8)")  # fmt: skip
