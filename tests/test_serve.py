@@ -520,3 +520,25 @@ def test_manifest_strings_reach_the_terminal_escaped(models, images, caplog):
     assert client.post(INFER, json=_json_request(images)).status_code == 500
     (record,) = [r for r in caplog.records if r.name == "hlobundle.serve"]
     assert "evil\\x1b[2J\\u202e failed" in record.getMessage()
+
+
+def test_a_bundle_the_users_key_verified_batches_through_its_batched_module(rolling, tmp_path):
+    pytest.importorskip("model_signing", reason="the sign extra is not installed")
+    import shutil
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                         serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))  # fmt: skip
+    (tmp_path / "pub.pem").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                       serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    signed = shutil.copytree(rolling, tmp_path / "signed")
+    hlobundle.sign(signed, tmp_path / "key.pem")
+    assert not load_models([signed], backend="xla")["_lambda"].batchable  # no key given
+    models = load_models([signed], backend="xla", max_batch=4, public_key=tmp_path / "pub.pem")
+    answers, metrics = _concurrent_answers(models, 4)
+    assert answers != [[2.0 * k] * 3 for k in range(4)]  # the (signed, rolling) module ran
+    assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
