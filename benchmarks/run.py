@@ -626,7 +626,7 @@ def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [PY, "-m", "hlobundle", "serve", str(ROOT / "examples" / "lenet5.hlobundle"), "--port",
-         str(port), "--backend", "xla", "--max-batch-size", str(max_batch)],
+         str(port), "--backend", "xla", "--max-batch-size", str(max_batch), "--trust-batched"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     for _ in range(600):
@@ -677,7 +677,7 @@ def _model_bound(images: np.ndarray, reps: int) -> list[dict]:
     from hlobundle._serve._models import load_models
 
     served = load_models([str(ROOT / "examples" / "lenet5.hlobundle")], backend="xla",
-                         max_batch=16)["lenet5"]  # fmt: skip
+                         max_batch=16, trust_batched=True)["lenet5"]  # fmt: skip
     many = [{"images": images}] * 16
     served.call_many(many)  # compiles
     times = interleaved({"one": lambda: [served(g) for g in many],

@@ -4,6 +4,7 @@ keeps serving. In process (Starlette's test client) except where the process is 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -132,7 +134,7 @@ def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images)
     )
     _error(client, status=400, message="the request is not JSON", content=b"{not json")
     _error(client, status=400, message="nested", content=b"[" * 5000 + b"]" * 5000)
-    _error(client, status=413, message="over the limit of 1048576 bytes", content=b" " * (2 << 20))
+    _error(client, status=413, message="over the limit of 266240 bytes", content=b" " * (2 << 20))
     header = json.dumps(
         {"inputs": [{**inp, "data": None, "parameters": {"binary_data_size": 12544}}]}
     ).encode()
@@ -262,3 +264,281 @@ def test_bool_bytes_other_than_0_and_1_are_refused(tmp_path):
                         headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
         assert r.status_code == status, r.text
     assert "BOOL bytes must be 0 or 1" in r.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def rolling(tmp_path_factory):
+    """x * 2 (x: f32[3]), whose producer-written batched module rolls the batch: row k of a
+    batched call answers with row k-1's input (another client's)."""
+    import jax
+    import jax.numpy as jnp
+    from helpers import lowered_text
+    from jax import export
+
+    x = np.zeros(3, np.float32)
+    (b,) = export.symbolic_shape("b")
+    rolls = jax.jit(lambda xs: jnp.roll(xs * 2, 1, axis=0))
+    batched = export.export(rolls)(jax.ShapeDtypeStruct((b, 3), jnp.float32)).mlir_module()
+    out = tmp_path_factory.mktemp("rolling") / "rolling"
+    return hlobundle.pack(lowered_text(lambda x: x * 2, x), [x], out, names=["x"],
+                          batched=batched, batched_arguments=["x"])  # fmt: skip
+
+
+def _concurrent_answers(models, clients: int) -> tuple[list[list[float]], str]:
+    """The answers to `clients` concurrent requests (client k sends [k, k, k]), with batching
+    up to `clients` that waits long enough for all of them to join one batch; and /metrics."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (name,) = {m.name for m in models.values()}
+    with TestClient(app(models, max_batch=clients, batch_timeout_s=30)) as client:
+
+        def ask(k: int) -> list[float]:
+            body = {"inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [k] * 3}]}
+            r = client.post(f"/v2/models/{name}/infer", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()["outputs"][0]["data"]
+
+        with ThreadPoolExecutor(clients) as pool:
+            answers = list(pool.map(ask, range(clients)))
+        metrics = client.get("/metrics").text.replace(f'model="{name}"', 'model="m"')
+    return answers, metrics
+
+
+def test_an_unverified_batched_module_never_mixes_clients(rolling):
+    answers, metrics = _concurrent_answers(load_models([rolling], backend="xla", max_batch=4), 4)
+    assert answers == [[2.0 * k] * 3 for k in range(4)]  # each client its own answer
+    assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
+
+
+def test_trust_batched_runs_the_producers_batched_module(rolling):
+    models = load_models([rolling], backend="xla", max_batch=4, trust_batched=True)
+    answers, metrics = _concurrent_answers(models, 4)
+    # The batched module ran (one call of 4): it answers each client with another's input.
+    assert sorted(a[0] for a in answers) == [0.0, 2.0, 4.0, 6.0]
+    assert answers != [[2.0 * k] * 3 for k in range(4)]
+    assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
+
+
+@pytest.fixture(scope="module")
+def divides_models(tmp_path_factory):
+    """x / (x - x) (x: f32[3]): [0, 1, -1] gives NaN, Infinity and -Infinity."""
+    from helpers import lowered_text
+
+    x = np.zeros(3, np.float32)
+    out = tmp_path_factory.mktemp("divides") / "divides"
+    bundle = hlobundle.pack(lowered_text(lambda x: x / (x - x), x), [x], out, names=["x"])
+    return load_models([bundle], backend="xla")
+
+
+@pytest.fixture(scope="module")
+def divides(divides_models):
+    return TestClient(app(divides_models)), f"/v2/models/{next(iter(divides_models))}/infer"
+
+
+X = {"name": "x", "shape": [3], "datatype": "FP32", "data": [0, 1, -1]}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"inputs": [X], "parameters": ["layout"]}, "'parameters' must be an object"),
+        ({"inputs": [X], "parameters": "producer"}, "'parameters' must be an object"),
+        ({"inputs": [X], "parameters": {"binary_data_output": "no"}},
+         "parameters.binary_data_output must be true or false, not \"no\""),
+        ({"inputs": [X], "parameters": {"layout": ["producer"]}},
+         "parameters.layout must be 'stored' or 'producer'"),
+        ({"inputs": [X], "id": {"a": 1}}, "'id' must be a string"),
+        ({"inputs": [X], "outputs": [{"name": "result0", "parameters": ["binary_data"]}]},
+         "output 'result0': 'parameters' must be an object"),
+        ({"inputs": [X], "outputs": [{"name": "result0", "parameters": {"binary_data": 1}}]},
+         "output 'result0': parameters.binary_data must be true or false, not 1"),
+        ({"inputs": [X], "outputs": [{"name": "result0"}, {"name": "result0"}]},
+         "output 'result0' is asked for twice"),
+        ({"inputs": [X], "outputs": {"name": "result0"}}, "'outputs' must be a list"),
+        ({"inputs": [{**X, "parameters": "binary"}]}, "input 'x': 'parameters' must be an object"),
+        ({"inputs": [{**X, "data": [[0, 1], [-1]]}]}, "input 'x': 'data' is not a list of"),
+        ({"inputs": [{**X, "data": ["NaN", "nan", 1]}]}, "input 'x': values must be FP32 numbers"),
+        ({"inputs": {"x": X}}, "must be a JSON object with an 'inputs' list"),
+    ],
+)  # fmt: skip
+def test_every_malformed_field_is_a_coded_400(divides, body, message):
+    client, infer = divides
+    r = client.post(infer, json=body)
+    assert r.status_code == 400, r.text
+    assert message in r.json()["error"] and r.json()["code"] == "INPUT_INVALID", r.json()
+
+
+def _strict(text: bytes):
+    def bare(token):
+        raise AssertionError(f"a bare {token} in the response")
+
+    return json.loads(text, parse_constant=bare)
+
+
+def test_non_finite_outputs_are_strings_in_strict_json(divides):
+    client, infer = divides
+    r = client.post(infer, json={"inputs": [X]})
+    assert r.status_code == 200, r.text
+    assert _strict(r.content)["outputs"][0]["data"] == ["NaN", "Infinity", "-Infinity"]
+    # ... and a client may send them back as they came
+    r = client.post(infer, json={"inputs": [{**X, "data": ["NaN", "Infinity", "-Infinity"]}]})
+    assert r.status_code == 200, r.text
+    assert _strict(r.content)["outputs"][0]["data"] == ["NaN", "NaN", "NaN"]
+
+
+def test_the_body_limit_follows_the_models_inputs(divides, divides_models):
+    # 3 values: 64 KiB + 64 bytes each, far below --max-body-bytes (64 MiB by default)
+    client, infer = divides
+    big = json.dumps({"inputs": [{**X, "data": [0.5] * 200_000}]}).encode()
+    r = client.post(infer, content=big)
+    assert r.status_code == 413 and r.json()["code"] == "LIMIT_EXCEEDED", r.text
+    assert "over the limit of 65728 bytes" in r.json()["error"]
+    chunked = client.post(infer, content=iter([big[:50_000], big[50_000:]]))  # no content-length
+    assert chunked.status_code == 413, chunked.text
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    smaller = TestClient(app(divides_models, max_body=1000)).post(infer, content=b" " * 1001)
+    assert smaller.status_code == 413 and "over the limit of 1000 bytes" in smaller.text
+
+
+def test_requests_are_decoded_off_the_event_loop(divides, monkeypatch):
+    import asyncio
+
+    from hlobundle._serve import _app
+
+    where = []
+
+    def parse(*args):
+        try:
+            asyncio.get_running_loop()
+            where.append("event loop")
+        except RuntimeError:
+            where.append("thread")
+        return _app.parse_request.__wrapped__(*args)
+
+    parse.__wrapped__ = _app.parse_request
+    monkeypatch.setattr(_app, "parse_request", parse)
+    client, infer = divides
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    assert where == ["thread"]
+
+
+@contextlib.contextmanager
+def _listening(models, limits):
+    """`hlobundle serve`'s uvicorn server (`_server.server`) for `models`, in a thread, on a
+    free loopback port; yields the port."""
+    import threading
+
+    from hlobundle._serve._server import server
+
+    asgi = app(models, max_body=limits.max_body, read_timeout_s=limits.read_timeout_s)
+    srv = server(asgi, "127.0.0.1", 0, limits)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield srv.servers[0].sockets[0].getsockname()[1]
+    finally:
+        srv.should_exit = True
+        thread.join(30)
+
+
+def _live(port) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/live", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_silent_and_slow_clients_are_cut_off(divides_models):
+    # 50 connections: 20 send nothing, 15 trickle their headers, 15 their body (a byte at a
+    # time, forever). Each is closed once it has not finished within the read timeout.
+    import select
+
+    from hlobundle._serve._server import Limits
+
+    infer = f"/v2/models/{next(iter(divides_models))}/infer"
+    with _listening(divides_models, Limits(read_timeout_s=1.0)) as port:
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(50)]
+        headers, bodies = clients[20:35], clients[35:]
+        for s in headers:
+            s.sendall(f"POST {infer} HTTP/1.1\r\nHost: a\r\nX-Slow: ".encode())
+        for s in bodies:
+            s.sendall(f"POST {infer} HTTP/1.1\r\nHost: a\r\nContent-Length: 999\r\n\r\n{{".encode())
+        open_, answers = set(clients), {}
+        for _ in range(100):  # at most 100 rounds of 0.2 s: 20 s for a 1 s deadline
+            if not open_:
+                break
+            for s in headers + bodies:
+                if s in open_:
+                    with contextlib.suppress(OSError):
+                        s.send(b"x")
+            for s in select.select(list(open_), [], [], 0.2)[0]:
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                answers[s] = answers.get(s, b"") + data
+                if not data:
+                    open_.discard(s)
+            assert _live(port) == 200  # the others are served meanwhile
+        assert not open_, f"{len(open_)} of 50 connections are still open"
+        assert all(answers.get(s, b"").startswith(b"HTTP/1.1 408") for s in bodies)
+        for s in clients:
+            s.close()
+
+
+def test_connections_over_the_cap_are_answered_503(divides_models):
+    from hlobundle._serve._server import Limits
+
+    with _listening(divides_models, Limits(read_timeout_s=60, max_connections=8)) as port:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(8)]
+        try:
+            assert _live(port) == 503
+        finally:
+            for s in idle:
+                s.close()
+        for _ in range(100):  # the server sees the closes
+            if _live(port) == 200:
+                break
+            time.sleep(0.05)
+        assert _live(port) == 200
+
+
+def test_manifest_strings_reach_the_terminal_escaped(models, images, caplog):
+    from hlobundle._serve._server import banner
+
+    served = dataclasses.replace(models["lenet5"], names=("evil\x1b[2J\u202e",))
+    assert banner({"evil": served}, "127.0.0.1", 8000) == (
+        "serving evil\\x1b[2J\\u202e at http://127.0.0.1:8000/v2"
+    )
+    fields = {f.name: getattr(served, f.name) for f in dataclasses.fields(served)}
+    client = TestClient(app({"lenet5": _Failing(**fields)}))
+    assert client.post(INFER, json=_json_request(images)).status_code == 500
+    (record,) = [r for r in caplog.records if r.name == "hlobundle.serve"]
+    assert "evil\\x1b[2J\\u202e failed" in record.getMessage()
+
+
+def test_a_bundle_the_users_key_verified_batches_through_its_batched_module(rolling, tmp_path):
+    pytest.importorskip("model_signing", reason="the sign extra is not installed")
+    import shutil
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                         serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))  # fmt: skip
+    (tmp_path / "pub.pem").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                       serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    signed = shutil.copytree(rolling, tmp_path / "signed")
+    hlobundle.sign(signed, tmp_path / "key.pem")
+    assert not load_models([signed], backend="xla")["_lambda"].batchable  # no key given
+    models = load_models([signed], backend="xla", max_batch=4, public_key=tmp_path / "pub.pem")
+    answers, metrics = _concurrent_answers(models, 4)
+    assert answers != [[2.0 * k] * 3 for k in range(4)]  # the (signed, rolling) module ran
+    assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics

@@ -115,7 +115,9 @@ def test_error_statuses(server, images):
 
 
 def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path, images):
-    proc, port, client = _start("--max-batch-size", "8", "--batch-timeout-ms", "20", concurrency=16)
+    # The example is not signed: --trust-batched lets its batched module combine requests.
+    proc, port, client = _start("--max-batch-size", "8", "--batch-timeout-ms", "20",
+                                "--trust-batched", concurrency=16)  # fmt: skip
     try:
         xs = [(images * (1 + k / 16)).astype(np.float32) for k in range(16)]
 
@@ -146,7 +148,7 @@ def test_a_request_in_flight_at_sigterm_is_answered(images):
     import threading
 
     # A long batch window keeps the request in flight while the signal arrives.
-    proc, port, _ = _start("--max-batch-size", "8", "--batch-timeout-ms", "1500")
+    proc, port, _ = _start("--max-batch-size", "8", "--batch-timeout-ms", "1500", "--trust-batched")
     answer = {}
 
     def ask():

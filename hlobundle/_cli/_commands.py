@@ -320,7 +320,7 @@ def serve(args: argparse.Namespace) -> int:
     import signal
 
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
         from .._serve._app import app
     except ImportError as e:
@@ -330,24 +330,31 @@ def serve(args: argparse.Namespace) -> int:
             f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
         ) from None
     from .._serve._models import load_models
+    from .._serve._server import Limits, banner, server
 
     if args.max_batch_size < 1 or args.batch_timeout_ms < 0:
         raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
+    if args.read_timeout <= 0 or args.max_connections < 1 or args.max_body_bytes < 1:
+        raise InputError("--read-timeout, --max-connections and --max-body-bytes must be positive")
     if args.trust_executables and args.backend != "iree":
         raise InputError(
             "--trust-executables applies to --backend iree", argument="trust_executables"
         )
+    if args.trust_batched and args.backend == "iree":
+        raise InputError("--trust-batched applies to the jax backends: iree does not batch",
+                         argument="trust_batched")  # fmt: skip
     models = load_models(args.bundles, backend=args.backend, max_batch=args.max_batch_size,
-                         trust_executables=args.trust_executables, **_trust(args))  # fmt: skip
-    names = sorted({m.name for m in models.values()})
-    print(f"serving {', '.join(names)} at http://{args.host}:{args.port}/v2", flush=True)
+                         trust_executables=args.trust_executables,
+                         trust_batched=args.trust_batched, **_trust(args))  # fmt: skip
+    limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
+    print(banner(models, args.host, args.port), flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    served = app(models, max_body=args.max_body_bytes, max_batch=args.max_batch_size,
-                 batch_timeout_s=args.batch_timeout_ms / 1000)  # fmt: skip
-    uvicorn.run(served, host=args.host, port=args.port,
-                log_level="info", timeout_graceful_shutdown=30)  # fmt: skip
+    served = app(models, max_body=limits.max_body, max_batch=args.max_batch_size,
+                 batch_timeout_s=args.batch_timeout_ms / 1000,
+                 read_timeout_s=limits.read_timeout_s)  # fmt: skip
+    server(served, args.host, args.port, limits).run()
     return EXIT_OK
 
 

@@ -118,9 +118,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="iree: run stored executables (native code) of bundles no --public-key verified")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=64 << 20, metavar="N",
                    help="refuse larger requests with HTTP 413 (default: 64 MiB)")  # fmt: skip
+    p.add_argument("--read-timeout", type=float, default=30.0, metavar="S",
+                   help="close a connection whose request headers, or refuse (408) a request "
+                   "whose body, has not arrived within S seconds (default 30)")  # fmt: skip
+    p.add_argument("--max-connections", type=int, default=512, metavar="N",
+                   help="answer requests beyond N open connections with 503 (default 512)")  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=8, metavar="N",
-                   help="combine up to N concurrent requests for a bundle with a batched module "
-                   "into one call (1: never; default 8)")  # fmt: skip
+                   help="combine up to N concurrent requests for a bundle with a trusted batched "
+                   "module into one call (1: never; default 8)")  # fmt: skip
+    p.add_argument("--trust-batched", action="store_true",
+                   help="batch through the batched modules of bundles no --public-key verified "
+                   "(without: their requests run one by one on the verified module)")  # fmt: skip
     p.add_argument("--batch-timeout-ms", type=float, default=2.0, metavar="MS",
                    help="how long a request waits for others to join its batch (default 2)")  # fmt: skip
     _add_trust(p)

@@ -1,18 +1,28 @@
 """The HTTP side: an ASGI application (Starlette) with the Open Inference Protocol's REST
-endpoints, Prometheus metrics at `/metrics`, and coded JSON errors; uvicorn serves it."""
+endpoints, Prometheus metrics at `/metrics`, and coded JSON errors; uvicorn serves it (`_server`).
+
+A request's body is read within a deadline and a size bound (`Served.max_request_bytes`) before
+anything parses it; decoding and encoding run in a worker thread, so that one large request
+never stalls the event loop that answers the others."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from .._read._inspect import shown
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served
 from ._protocol import (
     HEADER_LENGTH,
     RequestError,
+    Wanted,
     parse_request,
     producer_layout,
     read_inputs,
@@ -22,6 +32,7 @@ from ._protocol import (
 
 log = logging.getLogger("hlobundle.serve")
 DEFAULT_MAX_BODY = 64 << 20
+DEFAULT_READ_TIMEOUT_S = 30.0
 
 
 def app(
@@ -30,9 +41,12 @@ def app(
     max_body: int = DEFAULT_MAX_BODY,
     max_batch: int = 1,
     batch_timeout_s: float = 0.002,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> Any:
     """The ASGI application serving `models` (by name); with `max_batch` > 1, concurrent
-    requests for a model with a batched module are combined (`_batching`)."""
+    requests for a model with a trusted batched module are combined (`_batching`). A request
+    body is at most `max_body` bytes and the model's `max_request_bytes`, and must arrive
+    within `read_timeout_s` of its headers."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
@@ -67,6 +81,9 @@ def app(
     def error(status: int, message: str) -> Any:
         return JSONResponse({"error": message}, status_code=status)
 
+    def refused(e: RequestError) -> Any:
+        return JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
+
     def model_of(request: Request) -> Served:
         name = request.path_params["model"]
         served = models.get(name)
@@ -93,13 +110,13 @@ def app(
         try:
             return JSONResponse(model_of(request).metadata())
         except RequestError as e:
-            return error(e.status, e.message)
+            return refused(e)
 
     async def model_ready(request: Request) -> Any:
         try:
             served = model_of(request)
         except RequestError as e:
-            return error(e.status, e.message)
+            return refused(e)
         return JSONResponse({"name": served.name, "ready": True})
 
     async def infer(request: Request) -> Any:
@@ -107,27 +124,19 @@ def app(
         start = time.perf_counter()
         try:
             served = model_of(request)
-            body = await _body(request, max_body)
-            parsed, binary = parse_request(body, request.headers.get(HEADER_LENGTH))
-            producer = producer_layout(parsed)
-            given = read_inputs(parsed, binary, served.wire_inputs(producer))
-            if producer:  # the same bytes, under the stored (axis-reversed) shape
-                given = {n: x.reshape(served.inputs[n][1]) for n, x in given.items()}
-            want = wanted(parsed, list(served.outputs))
+            limit = min(max_body, served.max_request_bytes)
+            body = await _body(request, limit, read_timeout_s)
+            decoded = await run_in_threadpool(_decode, served, body, request.headers)
         except RequestError as e:
             requests.labels(name if name in models else "", str(e.status)).inc()
-            return error(e.status, e.message)
+            return refused(e)
         try:
-            outputs = await call(served, given)
+            outputs = await call(served, decoded.given)
         except Exception as e:  # the model failed: report it, keep serving
-            log.exception("model %s failed", served.name)
+            log.exception("model %s failed", shown(served.name))
             requests.labels(served.name, "500").inc()
             return error(500, f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}")
-        if producer:
-            outputs = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
-                       for n, x in outputs.items()}  # fmt: skip
-        content, headers = response(served.name, served.version, parsed.get("id"), outputs, want,
-                                    served.outputs)  # fmt: skip
+        content, headers = await run_in_threadpool(_encode, served, decoded, outputs)
         requests.labels(served.name, "200").inc()
         latency.labels(served.name).observe(time.perf_counter() - start)
         return Response(content, headers=headers)
@@ -152,17 +161,53 @@ def app(
     return Starlette(routes=routes)
 
 
-async def _body(request: Any, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it is known to exceed `limit` bytes."""
+async def _body(request: Any, limit: int, timeout_s: float) -> bytes:
+    """The request body, refused (413) as soon as it is known to exceed `limit` bytes, or
+    (408) when it has not all arrived within `timeout_s`."""
+    over = (f"the request body is over the limit of {limit} bytes (--max-body-bytes, and for "
+            "this model 64 KiB + 64 bytes per input value)")  # fmt: skip
     declared = request.headers.get("content-length")
-    if declared is not None and not declared.isdigit():
+    if declared is not None and not (declared.isascii() and declared.isdigit()):
         raise RequestError(400, "content-length is not a number")
     if declared is not None and int(declared) > limit:
-        raise RequestError(413, f"the request body is over the limit of {limit} bytes")
+        raise RequestError(413, over)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"the request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise RequestError(413, over)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestError(408, f"the request body did not arrive within {timeout_s:g} s") from None
     return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    id: str | None
+    given: dict[str, np.ndarray]
+    want: Wanted
+    producer: bool  # column-major values travel in the producer's orientation
+
+
+def _decode(served: Served, body: bytes, headers: Any) -> _Decoded:
+    """The request's inputs, checked against the model (in a worker thread: it parses JSON)."""
+    parsed, binary = parse_request(body, headers.get(HEADER_LENGTH))
+    producer = producer_layout(parsed)
+    given = read_inputs(parsed, binary, served.wire_inputs(producer))
+    if producer:  # the same bytes, under the stored (axis-reversed) shape
+        given = {n: x.reshape(served.inputs[n][1]) for n, x in given.items()}
+    return _Decoded(parsed.get("id"), given, wanted(parsed, list(served.outputs)), producer)
+
+
+def _encode(
+    served: Served, decoded: _Decoded, outputs: dict[str, np.ndarray]
+) -> tuple[bytes, dict[str, str]]:
+    """The response's body and headers (in a worker thread: it writes JSON)."""
+    if decoded.producer:
+        outputs = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
+                   for n, x in outputs.items()}  # fmt: skip
+    return response(served.name, served.version, decoded.id, outputs, decoded.want,
+                    served.outputs)  # fmt: skip

@@ -3,6 +3,7 @@ function compiled before the server says it is ready."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class Served:
     inputs: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     stored: dict[str, Any] = field(default_factory=dict)
+    trust_batched: bool = False  # run the batched module for requests though no key verified it
 
     @property
     def name(self) -> str:
@@ -56,6 +58,14 @@ class Served:
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
 
     @cached_property
+    def max_request_bytes(self) -> int:
+        """The most bytes a request for this model may send: 64 KiB for the request's JSON
+        around the data, and 64 bytes per input value (a float64 printed by JSON takes 24, a
+        binary value at most 8; the rest is room for separators and indentation)."""
+        values = sum(math.prod(shape) for _, shape in self.inputs.values())
+        return (64 << 10) + 64 * values
+
+    @cached_property
     def column_major(self) -> frozenset[str]:
         """The inputs and results whose producer (Julia) orientation is their axis-reversed shape."""
         m = self.bundle.manifest
@@ -72,11 +82,15 @@ class Served:
     @property
     def batchable(self) -> bool:
         """Whether requests can be combined: the bundle has a batched module (SPEC.md 2.6) over
-        exactly its inputs, which `jax.vmap` of its function runs in one call."""
+        exactly its inputs, which `jax.vmap` of its function runs in one call, and the user
+        trusts it (a key verified the bundle, or `trust_batched`). Nothing shows that a batched
+        module is the batch of the module: an untrusted one could answer a client with another
+        client's input, so then every request runs the verified module alone."""
         batched = self.bundle.manifest.batched
         if getattr(self.function, "backend", None) == "iree":  # jax.vmap runs the batched module
             return False
-        return batched is not None and set(batched.arguments) == set(self.inputs)
+        trusted = self.bundle.trusted or self.trust_batched
+        return trusted and batched is not None and set(batched.arguments) == set(self.inputs)
 
     def call_many(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """Several requests' inputs in one call of the batched module, stacked along a new
@@ -114,11 +128,14 @@ def load_models(
     backend: str = "auto",
     max_batch: int = 1,
     trust_executables: bool = False,
+    trust_batched: bool = False,
     **trust: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), compiled and warmed up;
     by each of its names. On `backend="iree"` no jax is imported, and stored executables run
-    when the key verified the bundle or `trust_executables` says so."""
+    when the key verified the bundle or `trust_executables` says so. Requests are batched
+    through a bundle's batched module when the key verified the bundle or `trust_batched`
+    says so (`Served.batchable`)."""
     iree = backend == "iree"
     models: dict[str, Served] = {}
     for path in paths:
@@ -154,6 +171,7 @@ def load_models(
             stored={
                 a.name: _kept(bundle.tensor(a.name), iree) for a in m.arguments if a.role != "input"
             },  # fmt: skip
+            trust_batched=trust_batched,
         )
         zeros = {n: np.zeros(s, _dtypes.BY_NAME[d].numpy) for n, (d, s) in served.inputs.items()}
         served(zeros)  # compile now: `ready` means ready

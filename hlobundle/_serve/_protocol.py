@@ -1,6 +1,8 @@
 """The Open Inference Protocol's tensors: OIP datatypes, request parsing (JSON data and the binary
 tensor data extension) and response building. Every request is hostile until checked: each
-problem is a `RequestError` with the HTTP status and a message naming the input."""
+problem is a `RequestError` with the HTTP status, a stable code and a message naming the field.
+Responses are strict JSON: a non-finite float is the string "NaN", "Infinity" or "-Infinity"
+(and requests may send those strings for float inputs)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ DATATYPES = {
 }  # fmt: skip
 BY_DTYPE = {v: k for k, v in DATATYPES.items()}
 HEADER_LENGTH = "inference-header-content-length"  # the binary extension's header
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+# The SPEC.md error code a client gets with each status: a request that does not fit the model
+# (or names none) is INPUT_INVALID; one over a size or time limit is LIMIT_EXCEEDED.
+CODES = {400: "INPUT_INVALID", 404: "INPUT_INVALID", 408: "LIMIT_EXCEEDED", 413: "LIMIT_EXCEEDED"}
 
 
 class RequestError(Exception):
@@ -29,6 +35,10 @@ class RequestError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+    @property
+    def code(self) -> str:
+        return CODES[self.status]
 
 
 @dataclass(frozen=True)
@@ -58,12 +68,41 @@ def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any
     except LimitError as e:
         raise RequestError(400, e.message) from None
     try:
-        request = json.loads(text)
+        request = json.loads(text, parse_int=_prechecks.parse_json_int)
+    except LimitError as e:
+        raise RequestError(400, e.message) from None
     except (ValueError, RecursionError) as e:
         raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise RequestError(400, "the request must be a JSON object with an 'inputs' list")
+    if not isinstance(request.get("id", ""), str):
+        raise RequestError(400, f"'id' must be a string, not {_shown(request['id'])}")
+    parameters(request, "")
     return request, rest
+
+
+def parameters(holder: dict[str, Any], where: str) -> dict[str, Any]:
+    """The `parameters` object of the request, an input or an output (`where` says which)."""
+    params = holder.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise RequestError(400, f"{where}'parameters' must be an object, not {_shown(params)}")
+    return params
+
+
+def _flag(params: dict[str, Any], key: str, where: str) -> bool:
+    value = params.get(key, False)
+    if type(value) is not bool:
+        raise RequestError(
+            400, f"{where}parameters.{key} must be true or false, not {_shown(value)}"
+        )
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_inputs(
@@ -93,9 +132,7 @@ def read_inputs(
             raise RequestError(400, f"input {name!r}: shape must be a list of integers")
         if tuple(got_shape) != shape:
             raise RequestError(400, f"input {name!r}: shape {got_shape}, expected {list(shape)}")
-        params = item.get("parameters") or {}
-        if not isinstance(params, dict):
-            raise RequestError(400, f"input {name!r}: parameters must be an object")
+        params = parameters(item, f"input {name!r}: ")
         size = params.get("binary_data_size")
         if size is not None:
             want = math.prod(shape) * np.dtype(_numpy(dtype)).itemsize
@@ -146,35 +183,54 @@ def _from_json(name: str, data: Any, dtype: str, shape: tuple[int, ...]) -> np.n
         )
     if not isinstance(data, list):
         raise RequestError(400, f"input {name!r}: 'data' must be a list (or use binary_data_size)")
-    flat = np.asarray(data, dtype=object).reshape(-1) if data else np.zeros(0, object)
-    if flat.size != math.prod(shape):
-        raise RequestError(400, f"input {name!r}: {flat.size} values for shape {list(shape)}")
-    kinds = bool if dtype == "bool" else (int, float) if dtype.startswith("float") else int
+    flat = _flattened(name, data)
+    if len(flat) != math.prod(shape):
+        raise RequestError(400, f"input {name!r}: {len(flat)} values for shape {list(shape)}")
+    floats = dtype.startswith("float")
+    if floats:
+        flat = [NON_FINITE.get(v, v) if isinstance(v, str) else v for v in flat]
+    kinds = bool if dtype == "bool" else (int, float) if floats else int
     if not all(isinstance(v, kinds) and (dtype == "bool" or not isinstance(v, bool)) for v in flat):
-        raise RequestError(400, f"input {name!r}: values must be {BY_DTYPE[dtype]} numbers")
+        raise RequestError(
+            400,
+            f"input {name!r}: values must be {BY_DTYPE[dtype]} numbers"
+            + (' (or "NaN", "Infinity", "-Infinity")' if floats else ""),
+        )
     try:
         with np.errstate(over="raise", invalid="raise"):
-            array = np.array(flat.tolist(), dtype=np.dtype(dtype))
+            array = np.array(flat, dtype=np.dtype(dtype))
     except (OverflowError, FloatingPointError, ValueError):
         raise RequestError(400, f"input {name!r}: a value does not fit {BY_DTYPE[dtype]}") from None
     return array.reshape(shape)
+
+
+def _flattened(name: str, data: list[Any]) -> list[Any]:
+    """The values of `data`, a flat list or lists nested in row-major order (all of a level of
+    the same length, as the OIP's nested form of a tensor)."""
+    while any(isinstance(v, list) for v in data):
+        if not all(isinstance(v, list) for v in data) or len({len(v) for v in data}) != 1:
+            raise RequestError(
+                400, f"input {name!r}: 'data' is not a list of values or of equal-length lists"
+            )
+        data = [x for v in data for x in v]
+    return data
 
 
 def producer_layout(request: dict[str, Any]) -> bool:
     """The request's `parameters.layout`: `"stored"` (the default: shapes as the manifest has
     them) or `"producer"`: column-major values in the producer's (Julia's) orientation, their
     shapes axis-reversed and their data in the producer's memory order, which is the same bytes."""
-    layout = (request.get("parameters") or {}).get("layout", "stored")
+    layout = parameters(request, "").get("layout", "stored")
     if layout not in ("stored", "producer"):
         raise RequestError(
-            400, f"parameters.layout must be 'stored' or 'producer', not {str(layout)[:40]!r}"
+            400, f"parameters.layout must be 'stored' or 'producer', not {_shown(layout)}"
         )
     return layout == "producer"
 
 
 def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
     """The outputs the request asks for (all when it names none), and which in binary."""
-    every = bool((request.get("parameters") or {}).get("binary_data_output"))
+    every = _flag(parameters(request, ""), "binary_data_output", "")
     asked = request.get("outputs")
     if asked is None:
         return Wanted(None, set(names) if every else set())
@@ -185,7 +241,13 @@ def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
     unknown = [o["name"] for o in asked if o["name"] not in names]
     if unknown:
         raise RequestError(400, f"unknown output(s) {unknown[:5]}; the outputs are {names}")
-    binary = {o["name"] for o in asked if every or (o.get("parameters") or {}).get("binary_data")}
+    binary = set()
+    for i, o in enumerate(asked):
+        where = f"output {o['name']!r}: "
+        if o["name"] in (p["name"] for p in asked[:i]):
+            raise RequestError(400, f"output {o['name']!r} is asked for twice")
+        if _flag(parameters(o, where), "binary_data", where) or every:
+            binary.add(o["name"])
     return Wanted([o["name"] for o in asked], binary)
 
 
@@ -211,15 +273,26 @@ def response(
             item["parameters"] = {"binary_data_size": len(data)}
             blobs.append(data)
         else:
-            item["data"] = value.reshape(-1).tolist()
+            item["data"] = _json_values(value)
         items.append(item)
     body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": items}
     if request_id is not None:
         body["id"] = request_id
-    text = json.dumps(body).encode()
+    text = json.dumps(body, allow_nan=False).encode()
     if not blobs:
         return text, {"content-type": "application/json"}
     return text + b"".join(blobs), {
         "content-type": "application/octet-stream",
         HEADER_LENGTH: str(len(text)),
     }
+
+
+def _json_values(value: np.ndarray) -> list[Any]:
+    """The values of `value`, flat, as strict JSON has them: non-finite floats as strings."""
+    values = value.reshape(-1).tolist()
+    if value.dtype.kind == "f":
+        for i in np.flatnonzero(~np.isfinite(value.reshape(-1))).tolist():
+            values[i] = (
+                "NaN" if math.isnan(values[i]) else "Infinity" if values[i] > 0 else "-Infinity"
+            )
+    return values

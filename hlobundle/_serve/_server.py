@@ -1,0 +1,79 @@
+"""uvicorn as `hlobundle serve` runs it: a deadline for each request's headers (the app has one
+for its body) and a cap on open connections, so that clients that send slowly, or connect and
+send nothing, cannot hold the server. uvicorn's own keep-alive timer is re-armed by every byte
+that arrives and is not armed at all before a connection's first byte."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from .._read._inspect import shown
+from ._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
+from ._models import Served
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may take of the server."""
+
+    max_body: int = DEFAULT_MAX_BODY  # bytes of a request body (see also Served.max_request_bytes)
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # to send a request's headers; again its body
+    max_connections: int = 512  # open at once; a request over it is answered 503
+
+
+def server(asgi: Any, host: str, port: int, limits: Limits) -> Any:
+    """A `uvicorn.Server` for the ASGI application `asgi` (`_app.app`, given the same limits)."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        asgi,
+        host=host,
+        port=port,
+        http=_with_header_deadline(limits.read_timeout_s),
+        limit_concurrency=limits.max_connections,
+        log_level="info",
+        timeout_graceful_shutdown=30,
+    )
+    return uvicorn.Server(config)
+
+
+def banner(models: dict[str, Served], host: str, port: int) -> str:
+    """The start-up line; model names come from manifests, so they are shown escaped."""
+    names = sorted({shown(m.name) for m in models.values()})
+    return f"serving {', '.join(names)} at http://{host}:{port}/v2"
+
+
+def _with_header_deadline(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (httptools, or h11 without it), closing a connection whose next
+    request's headers have not all arrived `timeout_s` after it opened or after the last
+    response. Both protocols start a request (`cycle`) once its headers are complete."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class HeaderDeadline(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self.loop.call_later(timeout_s, self._expire, self.cycle)
+
+        def _expire(self, waiting_after: Any) -> None:
+            if self.cycle is waiting_after and not self.transport.is_closing():
+                self.transport.close()  # no new request's headers in time
+
+    return HeaderDeadline
