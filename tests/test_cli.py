@@ -124,10 +124,7 @@ def test_newer_minor_version_warns_on_stderr(tmp_path):
     edit_manifest(b, lambda m: m.update(format_version="1.99"))
     r = cli("verify", b)
     assert r.returncode == 0
-    assert (
-        "warning: manifest.json: format_version 1.99 is newer than this reader's "
-        f"{hlobundle.FORMAT_VERSION}" in r.stderr
-    )
+    assert "warning: manifest.json: format_version 1.99 is newer than this reader's 1.3" in r.stderr
 
 
 # --- the first hour: command lines that used to end in a traceback -----------------------

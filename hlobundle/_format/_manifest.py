@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,16 +21,21 @@ from pydantic import (
     model_validator,
 )
 
-from . import _limits
-from ._dtypes import NAMES
+from . import _limits, _symbolic
+from ._dtypes import NAMES, SUB_BYTE_BITS
 
 # Format version history (SPEC.md, "Versions"):
 # 1.0 (2026-12-02): first version.
 # 1.1 (2026-12-02): `batched`, an optional batched module.
 # 1.2 (2026-12-02): `model.sig` reserved for a signature; sub-byte dtypes.
 # 1.3 (2026-12-03): `executables`, ahead-of-time compiled forms of the module.
+# 2.0 (2026-12-03): `functions`, several named functions over one set of files, with symbolic
+#     dimensions and `constraints`; `default_function`. A writer writes the oldest version that
+#     can express a bundle (`minimum_version`): one static function is still 1.x.
 FORMAT = "hlobundle"
-FORMAT_VERSION = "1.3"
+FORMAT_VERSION = "2.0"
+NEWEST_MINOR = {1: 3, 2: 0}  # the newest minor version of each major version this reader knows
+MAX_FUNCTIONS = 64
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 
@@ -37,6 +43,21 @@ DTypeName = Literal[NAMES]  # type: ignore[valid-type]
 Layout = Literal["row_major", "column_major"]
 Role = Literal["input", "parameter", "state"]
 Dim = Annotated[int, Field(ge=0)]
+
+
+def _check_expression(text: str) -> str:
+    try:
+        dim = _symbolic.parse(text)
+    except _symbolic.SymbolicError as e:
+        raise ValueError(f"not a dimension expression (SPEC.md 2.8): {e}") from None
+    if not dim.symbols:
+        raise ValueError(f"dimension {text!r} has no symbol: write it as an integer")
+    return text
+
+
+# A symbolic dimension (format 2.0, SPEC.md 2.8): `b`, `2*b`, `b + 1`.
+DimExpr = Annotated[str, AfterValidator(_check_expression)]
+Shape = list[Dim | DimExpr]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 RelPath = Annotated[str, Field(min_length=1, max_length=255)]
 
@@ -85,7 +106,7 @@ PartitionSpec = list[list[str]]
 class Argument(_Model):
     name: str
     path: str
-    shape: list[Dim]
+    shape: Shape
     dtype: DTypeName
     layout: Layout = "row_major"
     role: Role = "input"
@@ -101,7 +122,7 @@ class Argument(_Model):
 
 class Result(_Model):
     name: str
-    shape: list[Dim]
+    shape: Shape
     dtype: DTypeName
     layout: Layout = "row_major"
     aliases: int | None = Field(default=None, ge=0)
@@ -176,11 +197,13 @@ class Manifest(_Model):
     batched: BatchedModule | None = None
     mesh: DeviceMesh | None = None
     executables: list[Executable] | None = None
+    constraints: list[str] | None = None  # on the symbols of the shapes (2.0, SPEC.md 2.8)
     provenance: Provenance
     files: dict[RelPath, FileEntry]
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
+        _check_symbols(self)
         _check_unique([a.name for a in self.arguments], "arguments")
         _check_unique([r.name for r in self.results], "results")
         _check_unique([e.target for e in self.executables or []], "executables target")
@@ -213,6 +236,11 @@ class Manifest(_Model):
                 )
         return self
 
+    @property
+    def symbolic(self) -> bool:
+        """Whether any argument or result has a symbolic dimension (format 2.0)."""
+        return any(isinstance(d, str) for v in [*self.arguments, *self.results] for d in v.shape)
+
     def argument(self, name: str) -> Argument:
         for a in self.arguments:
             if a.name == name:
@@ -223,6 +251,144 @@ class Manifest(_Model):
         """Canonical bytes: sorted keys, two-space indent, trailing newline."""
         data = self.model_dump(mode="json", exclude_none=True)
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _check_symbols(m: Manifest) -> None:
+    """Symbolic dimensions and constraints: format 2.0 only, bounded, constraints over known
+    symbols, and no batched module or mesh beside them (SPEC.md 2.8)."""
+    dims = [d for v in [*m.arguments, *m.results] for d in v.shape if isinstance(d, str)]
+    if not dims and not m.constraints:
+        return
+    if m.format_version.split(".")[0] == "1":
+        raise ValueError("symbolic dimensions and constraints need format_version 2.0")
+    symbols = {s for d in dims for s in _symbolic.parse(d).symbols}
+    if len(symbols) > _symbolic.MAX_SYMBOLS:
+        raise ValueError(f"{len(symbols)} symbols; the limit is {_symbolic.MAX_SYMBOLS}")
+    arg_symbols = {
+        s for a in m.arguments for d in a.shape if isinstance(d, str)
+        for s in _symbolic.parse(d).symbols
+    }  # fmt: skip
+    if symbols - arg_symbols:
+        raise ValueError(
+            f"result dimensions use symbols {sorted(symbols - arg_symbols)} that no argument's "
+            "shape has: a caller could not determine them (SPEC.md 2.8)"
+        )
+    if len(m.constraints or []) > _symbolic.MAX_CONSTRAINTS:
+        raise ValueError(f"more than {_symbolic.MAX_CONSTRAINTS} constraints")
+    for text in m.constraints or []:
+        try:
+            left, _, right = _symbolic.parse_constraint(text)
+        except _symbolic.SymbolicError as e:
+            raise ValueError(f"constraints: {e}") from None
+        unknown = (left.symbols | right.symbols) - symbols
+        if unknown:
+            raise ValueError(f"constraint {text!r} uses symbols {sorted(unknown)} no shape has")
+    if m.batched is not None or m.mesh is not None:
+        raise ValueError("a function with symbolic dimensions has no batched module or mesh")
+
+
+class FunctionEntry(_Model):
+    """One function of a 2.0 bundle (SPEC.md 2.8): what a 1.x manifest holds for its one
+    function, under a name."""
+
+    name: str
+    arguments: list[Argument]
+    results: list[Result]
+    input_tree: Any = None
+    output_tree: Any = None
+    module: Module
+    vjp: Module | None = None
+    batched: BatchedModule | None = None
+    mesh: DeviceMesh | None = None
+    executables: list[Executable] | None = None
+    constraints: list[str] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, name: str) -> str:
+        return _check_identifier(name)
+
+
+_FUNCTION_FIELDS = tuple(f for f in FunctionEntry.model_fields if f != "name")
+
+
+class BundleManifest(_Model):
+    """`manifest.json` of a 2.0 bundle: several named functions over one set of files."""
+
+    format: Literal["hlobundle"]
+    format_version: str = Field(pattern=r"^2\.\d+$")
+    default_function: str | None = None
+    functions: list[FunctionEntry] = Field(min_length=1, max_length=MAX_FUNCTIONS)
+    provenance: Provenance
+    files: dict[RelPath, FileEntry]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BundleManifest:
+        names = [f.name for f in self.functions]
+        _check_unique(names, "functions")
+        if self.default_function is not None and self.default_function not in names:
+            raise ValueError(f"default_function {self.default_function!r} is not among {names}")
+        for i, f in enumerate(self.functions):
+            try:
+                self.view(f.name)
+            except ValueError as e:  # pydantic's ValidationError is one
+                raise ValueError(f"functions[{i}] ({f.name}): {_first_error(e)}") from None
+        return self
+
+    def view(self, name: str) -> Manifest:
+        """Function `name` as a manifest of its own (validated as one)."""
+        f = next(f for f in self.functions if f.name == name)
+        data = {k: getattr(f, k) for k in _FUNCTION_FIELDS}
+        return Manifest.model_validate(
+            {**data, "format": self.format, "format_version": self.format_version,
+             "function": f.name, "provenance": self.provenance, "files": self.files},
+            strict=False,
+        )  # fmt: skip
+
+    def to_json(self) -> bytes:
+        data = self.model_dump(mode="json", exclude_none=True)
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def functions_of(m: Manifest | BundleManifest) -> tuple[dict[str, Manifest], str | None]:
+    """Each function's manifest by name, in manifest order, and the default function's name
+    (a 1.x manifest's one function is its default)."""
+    if isinstance(m, Manifest):
+        return {m.function: m}, m.function
+    return {f.name: m.view(f.name) for f in m.functions}, m.default_function
+
+
+def combine(
+    views: list[Manifest], default: str | None, files: dict[str, FileEntry]
+) -> BundleManifest:
+    """A 2.0 manifest of several functions, each given as a manifest of its own."""
+    first = views[0]
+    return BundleManifest(
+        format=FORMAT, format_version=FORMAT_VERSION, default_function=default,
+        functions=[FunctionEntry(name=v.function, **{k: getattr(v, k) for k in _FUNCTION_FIELDS})
+                   for v in views],
+        provenance=first.provenance, files=files,
+    )  # fmt: skip
+
+
+def _first_error(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        return f"{where + ': ' if where else ''}{first['msg']}"
+    return str(e)
+
+
+def minimum_version(m: Manifest) -> str:
+    """The oldest format version that can express a one-function bundle (SPEC.md 5)."""
+    if m.symbolic or m.constraints:
+        return "2.0"
+    if m.executables:
+        return "1.3"
+    if any(v.dtype in SUB_BYTE_BITS for v in [*m.arguments, *m.results]):
+        return "1.2"
+    return "1.1" if m.batched is not None else "1.0"
 
 
 X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})

@@ -19,7 +19,14 @@ from ._errors import (
     ManifestTooLargeError,
     VersionError,
 )
-from ._manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
+from ._manifest import (
+    FORMAT,
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    NEWEST_MINOR,
+    BundleManifest,
+    Manifest,
+)
 
 
 def read_manifest_bytes(file: Path) -> bytes:
@@ -30,8 +37,9 @@ def read_manifest_bytes(file: Path) -> bytes:
         return f.read(min(size, MAX_MANIFEST_BYTES) + 1)
 
 
-def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest:
-    """Validate manifest bytes: size, UTF-8, JSON, version, then the model."""
+def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest | BundleManifest:
+    """Validate manifest bytes: size, UTF-8, JSON, version, then the model: a `Manifest` for a
+    1.x bundle (one function), a `BundleManifest` for 2.x (SPEC.md 2.8)."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ManifestTooLargeError(
             f"manifest is {len(raw)} bytes; the limit is {MAX_MANIFEST_BYTES} "
@@ -39,9 +47,10 @@ def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest:
             path=path,
         )
     data = _decode_json(raw, path)
-    tolerant = _check_version(data, path)
+    major, tolerant = _check_version(data, path)
+    model = BundleManifest if major == 2 else Manifest
     try:
-        return Manifest.model_validate(data, context={"tolerant": tolerant})
+        return model.model_validate(data, context={"tolerant": tolerant})
     except ValidationError as e:
         raise _manifest_error(e, path) from None
 
@@ -64,8 +73,8 @@ def _decode_json(raw: bytes, path: str) -> dict[str, Any]:
     return data
 
 
-def _check_version(data: dict[str, Any], path: str) -> bool:
-    """Returns True when the manifest is a newer minor version, read tolerantly."""
+def _check_version(data: dict[str, Any], path: str) -> tuple[int, bool]:
+    """The major version, and whether the manifest is a newer minor one, read tolerantly."""
     version = data.get("format_version")
     if data.get("format") != FORMAT or not isinstance(version, str):
         raise ManifestError(
@@ -74,24 +83,24 @@ def _check_version(data: dict[str, Any], path: str) -> bool:
             path=path,
             field="format",
         )
-    ours = _major_minor(FORMAT_VERSION)
     theirs = _major_minor(version)
-    if theirs is None or theirs[0] != ours[0]:
+    if theirs is None or theirs[0] not in NEWEST_MINOR:
         raise VersionError(
-            f"format_version {version!r} is not readable by this reader, which reads "
-            f"major version {ours[0]} (SPEC.md, 'Versions')",
+            f"format_version {version!r} is not readable by this reader, which reads major "
+            f"versions {sorted(NEWEST_MINOR)} (SPEC.md, 'Versions')",
             path=path,
             field="format_version",
         )
-    if theirs[1] > ours[1]:
+    newest = f"{theirs[0]}.{NEWEST_MINOR[theirs[0]]}"
+    if theirs[1] > NEWEST_MINOR[theirs[0]]:
         warnings.warn(
-            f"{path}: format_version {version} is newer than this reader's "
-            f"{FORMAT_VERSION}; fields it does not know are ignored",
+            f"{path}: format_version {version} is newer than this reader's {newest}; fields "
+            "it does not know are ignored",
             HloBundleWarning,
             stacklevel=3,
         )
-        return True
-    return False
+        return theirs[0], True
+    return theirs[0], False
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:
@@ -103,9 +112,10 @@ def _major_minor(version: str) -> tuple[int, int] | None:
 
 def _manifest_error(e: ValidationError, path: str) -> ManifestError:
     first = e.errors()[0]
+    # pydantic names the branch of a union it tried (`constrained-int`): not a field
+    loc = [p for p in first["loc"] if isinstance(p, int) or not ("-" in p or "[" in p)]
     field = "".join(
-        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
-        for i, p in enumerate(first["loc"])
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc)
     )
     got = f" (got {first.get('input')!r:.80})" if field else ""
     return ManifestError(

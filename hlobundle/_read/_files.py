@@ -10,7 +10,7 @@ import stat
 import weakref
 from pathlib import Path
 
-from .._format import _dtypes, _limits, _paths, _prechecks, _tensors
+from .._format import _dtypes, _limits, _paths, _prechecks, _symbolic, _tensors
 from .._format._errors import (
     FileMissingError,
     FileUnlistedError,
@@ -23,12 +23,32 @@ from .._format._errors import (
     TensorMismatchError,
     UnsafePathError,
 )
-from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest, TensorRef
+from .._format._manifest import (
+    MANIFEST_NAME,
+    BundleManifest,
+    FileEntry,
+    Manifest,
+    TensorRef,
+    functions_of,
+)
+
+AnyManifest = Manifest | BundleManifest
+
+
+def _each_function(manifest: AnyManifest) -> list[tuple[str, Manifest]]:
+    """(field prefix, the function's manifest) for each function: "" for a 1.x manifest,
+    `functions[NAME].` for a function of a 2.0 one."""
+    views, _ = functions_of(manifest)
+    if isinstance(manifest, Manifest):
+        return [("", manifest)]
+    return [(f"functions[{name}].", view) for name, view in views.items()]
+
+
 from .._format._manifest_json import parse_manifest, read_manifest_bytes
 from .._format._signature import SIGNATURE_NAME
 
 
-def check_file_set(root: Path, manifest: Manifest) -> None:
+def check_file_set(root: Path, manifest: AnyManifest) -> None:
     """Every file is listed, every listed file exists with its size, every reference is listed."""
     for name in manifest.files:
         _paths.check_name(name, field=f"files[{name!r}]")
@@ -63,7 +83,16 @@ def check_file_set(root: Path, manifest: Manifest) -> None:
             )
 
 
-def _references(manifest: Manifest) -> list[tuple[str, str]]:
+def _references(manifest: AnyManifest) -> list[tuple[str, str]]:
+    """(field, file name) of every file a field of any function names."""
+    return [
+        (prefix + field, name)
+        for prefix, view in _each_function(manifest)
+        for field, name in _function_references(view)
+    ]
+
+
+def _function_references(manifest: Manifest) -> list[tuple[str, str]]:
     refs = [
         ("module.text", manifest.module.text),
         ("module.portable.file", manifest.module.portable.file),
@@ -87,23 +116,25 @@ def _references(manifest: Manifest) -> list[tuple[str, str]]:
     return refs
 
 
-def stored_tensors(manifest: Manifest) -> list[tuple[str, TensorRef, str, list[int]]]:
-    """(field, reference, dtype, shape) of every stored tensor the manifest names."""
-    found = [
-        (f"arguments[{i}]", a.value, a.dtype, a.shape)
-        for i, a in enumerate(manifest.arguments)
-        if a.value
-    ]
-    found += [
-        (f"results[{i}]", r.expected, r.dtype, r.shape)
-        for i, r in enumerate(manifest.results)
-        if r.expected
-    ]
+def stored_tensors(manifest: AnyManifest) -> list[tuple[str, TensorRef, str, list[int | str]]]:
+    """(field, reference, dtype, shape) of every stored tensor any function names."""
+    found = []
+    for prefix, view in _each_function(manifest):
+        found += [
+            (f"{prefix}arguments[{i}]", a.value, a.dtype, a.shape)
+            for i, a in enumerate(view.arguments)
+            if a.value
+        ]
+        found += [
+            (f"{prefix}results[{i}]", r.expected, r.dtype, r.shape)
+            for i, r in enumerate(view.results)
+            if r.expected
+        ]
     return found  # type: ignore[return-value]
 
 
 def open_tensor_files(
-    root: Path, manifest: Manifest, *, with_safetensors: bool = True
+    root: Path, manifest: AnyManifest, *, with_safetensors: bool = True
 ) -> dict[str, _tensors.TensorFile]:
     """Every tensor file, open, its header checked against the manifest (`with_safetensors`:
     validated by safetensors too; `inspect` leaves that out, to not import numpy)."""
@@ -121,6 +152,9 @@ def open_tensor_files(
     for field, ref, dtype, shape in stored:
         _check_header_entry(files[ref.file], ref, _dtypes.BY_NAME[dtype], tuple(shape), field)
         used[ref.file].add(ref.key)
+    for prefix, view in _each_function(manifest):
+        if view.symbolic:
+            _check_symbolic_values(view, files, prefix)
     for name, tf in files.items():
         extra = sorted(set(tf.entries) - used[name])
         if extra:
@@ -129,6 +163,39 @@ def open_tensor_files(
                 path=name,
             )
     return files
+
+
+def _check_symbolic_values(
+    view: Manifest, files: dict[str, _tensors.TensorFile], prefix: str
+) -> None:
+    """The stored values of a function with symbolic dimensions are one instance of its
+    shapes: the arguments' shapes bind its symbols, which the expected results then fit."""
+    args = [a for a in view.arguments if a.value]
+    results = [r for r in view.results if r.expected]
+    declared = [(a.name, _dims(a.shape)) for a in args] + [
+        (r.name, _dims(r.shape)) for r in results
+    ]
+    actual = [
+        _logical_shape(files[v.file].entries[v.key].shape, x.dtype)
+        for x, v in [*((a, a.value) for a in args), *((r, r.expected) for r in results)]
+    ]
+    constraints = [_symbolic.parse_constraint(c) for c in view.constraints or []]
+    try:
+        _symbolic.bind(declared, actual, constraints)
+    except _symbolic.ShapeError as e:
+        raise TensorMismatchError(
+            f"{prefix}the stored values do not fit the symbolic shapes: {e} (SPEC.md 2.8)",
+            field=f"{prefix}arguments",
+        ) from None
+
+
+def _dims(shape: list[int | str]) -> list[int | _symbolic.Dimension]:
+    return [d if isinstance(d, int) else _symbolic.parse(d) for d in shape]
+
+
+def _logical_shape(stored: tuple[int, ...], dtype: str) -> tuple[int, ...]:
+    """A stored tensor's shape without the trailing pair axis of complex dtypes (SPEC.md 3)."""
+    return stored[:-1] if _dtypes.BY_NAME[dtype].pair_axis else stored
 
 
 def _header_budget(keys: list[str]) -> int:
@@ -147,7 +214,11 @@ def _check_header_entry(
             path=ref.file,
             field=field,
         )
-    want = (row.safetensors, row.storage_shape(shape))
+    if any(isinstance(d, str) for d in shape):  # symbolic: the function's values bind them
+        want = (row.safetensors, entry.shape)
+        shape = list(_logical_shape(entry.shape, row.name))
+    else:
+        want = (row.safetensors, row.storage_shape(shape))
     if (entry.code, entry.shape) != want:
         raise TensorMismatchError(
             f"{field}: {ref.file}[{ref.key!r}] is {entry.code}{list(entry.shape)}, the manifest's "
@@ -172,7 +243,7 @@ def check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
         )
 
 
-def read_manifest(root: Path) -> tuple[Manifest, str]:
+def read_manifest(root: Path) -> tuple[AnyManifest, str]:
     """The bundle's manifest, parsed and checked, and the sha256 of the bytes it was parsed from."""
     if not root.exists():
         raise NotABundleError(f"{str(root)!r} does not exist", path=root)
@@ -189,13 +260,13 @@ def read_manifest(root: Path) -> tuple[Manifest, str]:
     return parse_manifest(data, path=MANIFEST_NAME), hashlib.sha256(data).hexdigest()
 
 
-def read_module_file(root: Path, manifest: Manifest, name: str) -> tuple[bytes, str]:
+def read_module_file(root: Path, manifest: AnyManifest, name: str) -> tuple[bytes, str]:
     """A module file's bytes, read once (size-limited), and their sha256, checked."""
     _prechecks.check_module_size(manifest.files[name].size, path=name)
     return _read_checked(root, manifest, name)
 
 
-def read_executable_file(root: Path, manifest: Manifest, name: str) -> bytes:
+def read_executable_file(root: Path, manifest: AnyManifest, name: str) -> bytes:
     """An executable's bytes, read once (size-limited), their sha256 checked."""
     size = manifest.files[name].size
     if size > _limits.MAX_EXECUTABLE_BYTES:
@@ -207,7 +278,7 @@ def read_executable_file(root: Path, manifest: Manifest, name: str) -> bytes:
     return _read_checked(root, manifest, name)[0]
 
 
-def _read_checked(root: Path, manifest: Manifest, name: str) -> tuple[bytes, str]:
+def _read_checked(root: Path, manifest: AnyManifest, name: str) -> tuple[bytes, str]:
     listed = manifest.files[name]
     with os.fdopen(open_listed(root, name), "rb") as f:
         data = f.read(listed.size + 1)
@@ -261,7 +332,7 @@ class HeldFile:
 _CHUNK = 1 << 20
 
 
-def open_unreferenced_files(root: Path, manifest: Manifest) -> dict[str, HeldFile]:
+def open_unreferenced_files(root: Path, manifest: AnyManifest) -> dict[str, HeldFile]:
     """Every listed file that no module, tensor or executable field names, held open."""
     referenced = {name for _, name in _references(manifest)}
     return {

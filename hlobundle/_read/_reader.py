@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,8 +21,10 @@ from .._format._errors import (
 from .._format._manifest import (
     MANIFEST_NAME,
     Argument,
+    Manifest,
     Result,
     TensorRef,
+    functions_of,
     unflatten,
 )
 from . import _files
@@ -72,32 +75,88 @@ class StoredModule:
     signature: _mlir.Signature | None  # `@main`'s, when the form's check read it
 
 
+@dataclass
+class _Shared:
+    """What every function of one opened bundle shares, and what checks found out."""
+
+    same_program: set[tuple[str, str]] = field(default_factory=set)  # (function, form)
+    executables: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (function, target)
+    signer: str | None = None
+
+
 class Bundle:
-    """An opened, structurally valid bundle."""
+    """An opened, structurally valid bundle, and one of its functions (SPEC.md 2.8): the
+    default one, or the one `select()` names. `manifest`, `arguments`, `results`, `modules`
+    and `signature` are that function's; everything else is the bundle's."""
 
     def __init__(self, root: Path, *, check_artifacts: bool = True) -> None:
         """Open and check the bundle at `root`. `check_artifacts=False` is for `refresh()`
         alone, which replaces every artifact from its checked text (an artifact too old for
         this reader cannot be shown to be that text)."""
         self.path = root
-        self.manifest, self.manifest_sha256 = _files.read_manifest(root)
-        _files.check_file_set(root, self.manifest)
-        self.modules = {
-            form.key: self._read_module(form)
-            for form in _stored.FORMS
-            if form.entry(self.manifest) is not None
+        self.bundle_manifest, self.manifest_sha256 = _files.read_manifest(root)
+        self._views, self.default_function = functions_of(self.bundle_manifest)
+        _files.check_file_set(root, self.bundle_manifest)
+        self._modules = {
+            name: {
+                form.key: self._read_module(view, form)
+                for form in _stored.FORMS
+                if form.entry(view) is not None
+            }
+            for name, view in self._views.items()
         }
+        self._tensor_files = _files.open_tensor_files(root, self.bundle_manifest)
+        self._unreferenced = _files.open_unreferenced_files(root, self.bundle_manifest)
+        self._shared = _Shared()
+        self._select(self.default_function or next(iter(self._views)))
+        for name, modules in self._modules.items() if check_artifacts else ():
+            for key in modules:  # one program per form, whichever form a backend runs
+                self.select(name).artifact(key)
+
+    def _select(self, name: str) -> None:
+        self.manifest: Manifest = self._views[name]
+        self.modules: dict[str, StoredModule] = self._modules[name]
         signature = self.modules["module"].signature
         if signature is None:  # the module form's check always reads it
             raise ModuleError("@main's signature was not read", path=self.manifest.module.text)
         self.signature: _mlir.Signature = signature
-        self._tensor_files = _files.open_tensor_files(root, self.manifest)
-        self._unreferenced = _files.open_unreferenced_files(root, self.manifest)
-        self._same_program: set[str] = set()
-        for key in self.modules if check_artifacts else ():  # one program per form,
-            self.artifact(key)  # whichever form a backend runs
-        self._executables: dict[str, bytes] = {}
-        self.signer: str | None = None  # who signed, once verify(public_key=...) has checked it
+
+    @property
+    def functions(self) -> list[str]:
+        """The bundle's function names, in manifest order (one for a 1.x bundle)."""
+        return list(self._views)
+
+    def select(self, name: str | None = None) -> Bundle:
+        """The bundle with function `name` selected (a view sharing everything opened); `None`
+        selects the only function, or the default one."""
+        if name is None:
+            if len(self._views) == 1:
+                name = next(iter(self._views))
+            elif self.default_function is None:
+                raise InputError(
+                    f"this bundle has functions {self.functions[:20]} and no default function: "
+                    "name one (name=..., or --function NAME)",
+                    argument="name",
+                )
+            else:
+                name = self.default_function
+        if name not in self._views:
+            raise InputError(
+                f"no function named {name!r}; the bundle's functions are {self.functions[:20]}",
+                argument="name",
+            )
+        view = copy.copy(self)
+        view._select(name)
+        return view
+
+    @property
+    def signer(self) -> str | None:
+        """Who signed, once `verify(public_key=...)` has checked it (None until then)."""
+        return self._shared.signer
+
+    @signer.setter
+    def signer(self, value: str | None) -> None:
+        self._shared.signer = value
 
     def __repr__(self) -> str:
         m = self.manifest
@@ -114,18 +173,16 @@ class Bundle:
     def results(self) -> list[Result]:
         return self.manifest.results
 
-    def _read_module(self, form: _stored.Form) -> StoredModule:
+    def _read_module(self, view: Manifest, form: _stored.Form) -> StoredModule:
         """Read a form's two files once, check their sha256, parse and check the text."""
-        entry = form.entry(self.manifest)
+        entry = form.entry(view)
         if entry is None:
             raise ManifestError(f"the manifest has no {form.key}", field=form.key)
-        text_bytes, text_sha = _files.read_module_file(self.path, self.manifest, entry.text)
-        portable, portable_sha = _files.read_module_file(
-            self.path, self.manifest, entry.portable.file
-        )
+        text_bytes, text_sha = _files.read_module_file(self.path, view, entry.text)
+        portable, portable_sha = _files.read_module_file(self.path, view, entry.portable.file)
         text = _files.module_text(text_bytes, entry.text)
         parsed = _mlir.parse(text_bytes, path=entry.text)
-        sig = _stored.check(form, parsed, self.manifest, entry.text)
+        sig = _stored.check(form, parsed, view, entry.text)
         return StoredModule(form, entry.text, text, text_sha, entry.portable.file, portable,
                             portable_sha, entry.portable.target_version, parsed, sig)  # fmt: skip
 
@@ -139,10 +196,10 @@ class Bundle:
         stored = self.modules.get(key)
         if stored is None:
             return None
-        if key not in self._same_program:
+        if (self.manifest.function, key) not in self._shared.same_program:
             _portable.check_same_program(stored.parsed, stored.portable, stored.target_version,
                                          text=stored.text_file, path=stored.portable_file)  # fmt: skip
-            self._same_program.add(key)
+            self._shared.same_program.add((self.manifest.function, key))
         return stored.portable
 
     @property
@@ -166,10 +223,11 @@ class Bundle:
         entry = next((e for e in self.manifest.executables or [] if e.target == target), None)
         if entry is None:
             return None
-        if target not in self._executables:
+        held = self._shared.executables
+        if (self.manifest.function, target) not in held:
             data = _files.read_executable_file(self.path, self.manifest, entry.file)
-            self._executables[target] = data
-        return self._executables[target]
+            held[(self.manifest.function, target)] = data
+        return held[(self.manifest.function, target)]
 
     @property
     def trusted(self) -> bool:
@@ -226,14 +284,18 @@ class Bundle:
         self,
         backend: Literal["auto", "enzyme", "xla", "iree"] = "auto",
         *,
+        name: str | None = None,
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         trust_executables: bool = False,
     ) -> Any:
-        """The bundle's `@main` as a JAX function (see `hlobundle._run._function`), or on IREE.
+        """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
+        or on IREE.
 
         **Arguments:**
 
+        - `name`: which function (`Bundle.functions`); may be omitted when the bundle has one
+          function or a default one.
         - `backend`: `"enzyme"` (enzyme_ad's `hlo_call`), `"xla"` (a `jax.export.Exported`
           of the stored portable artifact; needs only jax), `"auto"` (enzyme when it imports),
           or `"iree"` (IREE's CPU runtime, extra `iree`: NumPy arrays in and out, no jax; not
@@ -250,7 +312,7 @@ class Bundle:
         """
         from .._run._function import function
 
-        return function(self, backend, donate, devices, trust_executables)
+        return function(self.select(name), backend, donate, devices, trust_executables)
 
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was
@@ -287,11 +349,13 @@ class Bundle:
             )
         for held in self._unreferenced.values():
             held.check()
-        for key in self.modules:
-            self.artifact(key)
-        for entry in self.manifest.executables or []:
-            self.executable(entry.target)
-        for field, ref, dtype, shape in _files.stored_tensors(self.manifest):
+        for name in self.functions:
+            view = self.select(name)
+            for key in view.modules:
+                view.artifact(key)
+            for entry in view.manifest.executables or []:
+                view.executable(entry.target)
+        for field, ref, dtype, shape in _files.stored_tensors(self.bundle_manifest):
             bits = 1 if dtype == "bool" else _dtypes.SUB_BYTE_BITS.get(dtype)
             if bits is not None and (self._array(ref, "uint8", shape) >> bits).any():
                 allowed = "0 and 1" if dtype == "bool" else f"values below {1 << bits}"
@@ -312,7 +376,7 @@ class Bundle:
         """The sha256 of a module or tensor file of the bundle, computed from the bytes it is
         used from (a module file's as read at load, a tensor file's now) and checked against
         the manifest (`HASH_MISMATCH`)."""
-        for stored in self.modules.values():
+        for stored in (m for modules in self._modules.values() for m in modules.values()):
             if name in (stored.text_file, stored.portable_file):
                 return stored.text_sha256 if name == stored.text_file else stored.portable_sha256
         if name not in self._tensor_files:
@@ -337,5 +401,10 @@ class Bundle:
     def _file(self, name: str) -> Path:
         return _paths.resolve(self.path, name)
 
-    def _array(self, ref: TensorRef, dtype: str, shape: list[int]) -> np.ndarray:
-        return self._tensor_files[ref.file].array(ref.key, _dtypes.BY_NAME[dtype], tuple(shape))
+    def _array(self, ref: TensorRef, dtype: str, shape: list[int | str]) -> np.ndarray:
+        tf = self._tensor_files[ref.file]
+        row = _dtypes.BY_NAME[dtype]
+        if any(isinstance(d, str) for d in shape):  # symbolic: the stored instance's shape
+            stored = tf.entries[ref.key].shape
+            shape = list(stored[:-1] if row.pair_axis else stored)
+        return tf.array(ref.key, row, tuple(shape))  # type: ignore[arg-type]

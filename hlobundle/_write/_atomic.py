@@ -22,7 +22,40 @@ import numpy as np
 
 from .._format import _paths, _signature, _tensors
 from .._format._errors import HashMismatchError, OutputExistsError
-from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
+from .._format._manifest import (
+    MANIFEST_NAME,
+    BundleManifest,
+    FileEntry,
+    Manifest,
+    combine,
+    functions_of,
+    minimum_version,
+)
+
+SIGNATURE_VERSION = "1.2"  # model.sig is reserved since 1.2: a signed bundle is at least that
+
+
+def final_manifest(
+    manifest: Manifest | BundleManifest, table: dict[str, FileEntry], *, signed: bool
+) -> Manifest | BundleManifest:
+    """The manifest a writer stores, with this file table, validated: in the oldest format
+    version that can express it (SPEC.md 5): one static function is 1.x, and the format
+    version is the oldest with every field it uses; several functions, or symbolic
+    dimensions, are 2.0."""
+    views, default = functions_of(manifest)
+    if len(views) == 1:
+        (m,) = views.values()
+        version = minimum_version(m)
+        if signed and _version(version) < _version(SIGNATURE_VERSION):
+            version = SIGNATURE_VERSION
+        if _version(version) < (2, 0):
+            data = m.model_copy(update={"files": table, "format_version": version}).model_dump()
+            return Manifest.model_validate(data)
+    return combine(list(views.values()), default if len(views) > 1 else None, table)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("."))
 
 
 def sha256_file(path: Path) -> str:
@@ -32,7 +65,7 @@ def sha256_file(path: Path) -> str:
 
 def write_bundle(
     out: Path,
-    manifest: Manifest,
+    manifest: Manifest | BundleManifest,
     files: dict[str, bytes],
     arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
     *,
@@ -44,6 +77,8 @@ def write_bundle(
     _remove_stale_partials(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
     try:
+        for name in [*files, *arrays]:
+            tmp.joinpath(*name.split("/")).parent.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         digests = {
@@ -57,7 +92,7 @@ def write_bundle(
             )
             for name in sorted([*files, *arrays])
         }
-        final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
+        final = final_manifest(manifest, table, signed=signing_key is not None)
         manifest_bytes = final.to_json()
         (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
         if signing_key is not None:  # the last step: every file is written and hashed
@@ -75,7 +110,7 @@ def write_bundle(
 
 def rewrite_bundle(
     out: Path,
-    manifest: Manifest,
+    manifest: Manifest | BundleManifest,
     replaced: dict[str, bytes],
     *,
     sign_key: _signature.SigningKey | None = None,
@@ -96,7 +131,7 @@ def rewrite_bundle(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             table[name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
-        final = Manifest.model_validate(manifest.model_copy(update={"files": table}).model_dump())
+        final = final_manifest(manifest, table, signed=sign_key is not None)
         manifest_bytes = final.to_json()
         (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
         if sign_key is not None:  # the last step: every file is written and hashed
