@@ -31,6 +31,8 @@ from .._format._manifest import (
     TensorRef,
     functions_of,
 )
+from .._format._manifest_json import parse_manifest, read_manifest_bytes
+from .._format._signature import SIGNATURE_NAME
 
 AnyManifest = Manifest | BundleManifest
 
@@ -42,10 +44,6 @@ def _each_function(manifest: AnyManifest) -> list[tuple[str, Manifest]]:
     if isinstance(manifest, Manifest):
         return [("", manifest)]
     return [(f"functions[{name}].", view) for name, view in views.items()]
-
-
-from .._format._manifest_json import parse_manifest, read_manifest_bytes
-from .._format._signature import SIGNATURE_NAME
 
 
 def check_file_set(root: Path, manifest: AnyManifest) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,8 +80,10 @@ class StoredModule:
 class _Shared:
     """What every function of one opened bundle shares, and what checks found out."""
 
-    same_program: set[tuple[str, str]] = field(default_factory=set)  # (function, form)
-    executables: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (function, target)
+    same_program: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # (function, form)
+    executables: dict[tuple[str, str], bytes] = dataclasses.field(
+        default_factory=dict
+    )  # (function, target)
     signer: str | None = None
 
 
