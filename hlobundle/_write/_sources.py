@@ -60,14 +60,14 @@ def read_regular(path: Path, limit: int, *, what: str) -> bytes:
     except OSError as e:  # ELOOP: the name is a symlink
         why = "is a symlink" if e.errno == errno.ELOOP else f"cannot be read: {e.strerror}"
         raise InputError(f"{what} {str(path)!r} {why}", path=path) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        why = "is not a regular file" if not stat.S_ISREG(info.st_mode) else (
+            f"is {info.st_size} bytes; the limit is {limit}")  # fmt: skip
+        raise InputError(f"{what} {str(path)!r} {why}", path=path)
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{what} {str(path)!r} is not a regular file", path=path)
-        if info.st_size > limit:
-            raise InputError(f"{what} {str(path)!r} is {info.st_size} bytes; the limit is {limit}",
-                             path=path)  # fmt: skip
-        os.set_blocking(fd, True)
         data = f.read(limit + 1)
     if len(data) > limit:  # grew since fstat
         raise InputError(f"{what} {str(path)!r} is over the limit of {limit} bytes", path=path)
