@@ -51,31 +51,31 @@ def check_same_program(
 
 def canonical_in_child(artifact: bytes, *, path: str) -> str:
     """The artifact's canonical text, deserialized in a child process that may crash."""
+    return run_child(_child_command(), artifact, path=path, what="the StableHLO portable artifact")
+
+
+def run_child(command: list[str], data: bytes, *, path: str, what: str) -> str:
+    """The stdout of a child process reading untrusted `data` (`what`, from `path`) on stdin,
+    which exits 0, or 1 with one line on stderr when `data` does not load; a crash, a timeout
+    or another exit status is a ModuleError too."""
     try:
         done = subprocess.run(
-            _child_command(),
-            input=artifact,
-            capture_output=True,
-            timeout=_limits.CHILD_TIMEOUT_S,
-            check=False,
+            command, input=data, capture_output=True, timeout=_limits.CHILD_TIMEOUT_S, check=False
         )
     except subprocess.TimeoutExpired:
         raise ModuleError(
-            f"{path}: deserializing the portable artifact took over {_limits.CHILD_TIMEOUT_S} s",
-            path=path,
+            f"{path}: deserializing {what} took over {_limits.CHILD_TIMEOUT_S} s", path=path
         ) from None
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
         raise ModuleError(
-            f"the StableHLO portable artifact {path} crashed MLIR's bytecode reader ({name}, "
-            "caught in a child process): it is malformed",
+            f"{what} {path} crashed MLIR's bytecode reader ({name}, caught in a child "
+            "process): it is malformed",
             path=path,
         )
     if done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip() or f"exit status {done.returncode}"
-        raise ModuleError(
-            f"the StableHLO portable artifact does not load: {_mlir.short(why)}", path=path
-        )
+        raise ModuleError(f"{what} does not load: {_mlir.short(why)}", path=path)
     return done.stdout.decode("utf-8")
 
 

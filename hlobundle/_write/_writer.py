@@ -61,7 +61,7 @@ class PackOptions:
     allow_custom_calls: Sequence[str] = ()
     already_permuted: bool = False  # column-major arrays already have the tensors' shapes
     without_values: Sequence[str] = ()  # arguments stored with no example value (ReactantServer)
-    with_vjp: bool | Callable[..., Any] = False
+    with_vjp: bool | str | Callable[..., Any] = False  # str: the backward module's text
     batched: str | Callable[..., Any] | None = None
     batched_arguments: Sequence[str] = ()
     sign_key: _signature.SigningKey | None = None  # sign as the last step (`pack --sign-key`)
@@ -86,7 +86,7 @@ def pack(
     output_tree: Any = None,
     expected: Sequence[Any] | Mapping[str, Any] | Literal["compute"] | None = None,
     allow_custom_calls: Sequence[str] = (),
-    with_vjp: bool | Callable[..., Any] = False,
+    with_vjp: bool | str | Callable[..., Any] = False,
     batched: str | Callable[..., Any] | None = None,
     batched_arguments: Sequence[str] = (),
 ) -> Path:
@@ -112,7 +112,8 @@ def pack(
       leaves are argument (result) names.
     - `with_vjp`: also store a backward module (SPEC.md, "Backward module"), so that the xla
       backend can differentiate: lowered from the module's Enzyme gradient (needs enzyme-ad),
-      or, when `with_vjp` is a function of the flat arguments (as `export()` passes), from it.
+      or, when `with_vjp` is a function of the flat arguments (as `export()` passes), from it;
+      a string is the backward module's MLIR text, lowered already (`from_exported` passes it).
     - `batched`, `batched_arguments`: also store a batched module (SPEC.md, "Batched module")
       taking `batched_arguments` with a leading batch dimension, so that `jax.vmap` over them
       runs it instead of a loop: its MLIR text, or a function of the flat arguments (as
@@ -226,8 +227,11 @@ def _add_backward(
     """Lower the backward module and add its two forms to `files` and the manifest."""
     from ._lowering import lower_backward
 
-    primal = opt.with_vjp if callable(opt.with_vjp) else executor().primal(manifest, text)
-    backward = lower_backward(manifest, primal)
+    if isinstance(opt.with_vjp, str):  # lowered already (from an Exported's VJP, in a child)
+        backward = opt.with_vjp
+    else:
+        primal = opt.with_vjp if callable(opt.with_vjp) else executor().primal(manifest, text)
+        backward = lower_backward(manifest, primal)
     vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
     manifest = manifest.model_copy(update={"vjp": vjp})
     _store_form("vjp", backward, manifest, target, files)
