@@ -44,7 +44,7 @@ def check_file_set(root: Path, manifest: Manifest) -> None:
             f"{name} is in the bundle but not listed in the manifest's files",
             path=name,
         )
-    for field, name in _references(manifest):
+    for field, name in references(manifest):
         _paths.check_name(name, field=field)
         if name not in listed:
             raise ManifestError(f"{field} names {name!r}, which is not in files", field=field)
@@ -58,7 +58,7 @@ def check_file_set(root: Path, manifest: Manifest) -> None:
             )
 
 
-def _references(manifest: Manifest) -> list[tuple[str, str]]:
+def references(manifest: Manifest) -> list[tuple[str, str]]:
     refs = [
         ("module.text", manifest.module.text),
         ("module.portable.file", manifest.module.portable.file),
