@@ -166,7 +166,7 @@ def _pack_checked(
 ) -> Path:
     text, source = _read_module(module)
     normalized = _normalize.normalize(text, path=source, allow_custom_calls=opt.allow_custom_calls)
-    text = normalized.text
+    text = without_locations(normalized.text, path=source)
     parsed = _mlir.parse(text, path=source)
     sig = _mlir.signature(parsed, path=source)
     manifest, arrays = plan(sig, items, opt)
@@ -262,10 +262,20 @@ def _store_form(
 ) -> None:
     """Check a form's text as the reader will (`_stored`), and add its text and artifact."""
     form = _stored.BY_KEY[key]
+    text = without_locations(text, path=form.text_file)
     parsed = _mlir.parse(text, path=form.text_file)
     _stored.check(form, parsed, manifest, form.text_file)
     files[form.text_file] = text.encode()
     files[form.portable_file] = _mlir.to_portable(parsed, target, path=form.text_file)
+
+
+def without_locations(text: str, *, path: str | None) -> str:
+    """The text a bundle stores of any module form: without MLIR source locations, which name
+    the producer's files (its home, project and site-packages; SPEC.md 8). Text that has none
+    is stored as it is; parsed without a file name, it gives the portable artifact none either."""
+    if "loc(" not in text:
+        return text
+    return str(_mlir.parse(text, path=path).operation.get_asm(enable_debug_info=False))
 
 
 def _add_expected(
