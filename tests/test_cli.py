@@ -310,3 +310,26 @@ def test_roles_by_glob(tmp_path):
     roles = {a.name: a.role for a in hlobundle.load(tmp_path / "b").arguments}
     assert roles["images"] == "input"
     assert {roles[n] for n in roles if n.startswith("params_")} == {"parameter"}
+
+
+def test_no_writer_puts_its_output_inside_a_bundle(tmp_path):
+    """pack -o, emit -o and emit --format reactant-server -o inside a bundle would leave it
+    with an unlisted file (FILE_UNLISTED): each is refused, naming the path."""
+    from helpers import small_bundle
+
+    b = small_bundle(tmp_path)
+    module = tmp_path / "m.mlir"
+    module.write_text((b / "module.mlir").read_text())
+    for args in (
+        ("pack", module, "-o", b / "inner"),
+        ("emit", b, "-o", b / "run.py"),
+        ("emit", b, "-o", b / "sub" / "run.py"),
+        ("emit", b, "--format", "reactant-server", "-o", b / "server"),
+    ):
+        if args[-1].parent.name == "sub":
+            args[-1].parent.mkdir()
+        r = cli(*args)
+        assert r.returncode == 1 and "[INPUT_INVALID]" in r.stderr, (args, r.stderr)
+        assert f"is inside the bundle {str(b)!r}" in r.stderr
+        (b / "sub").exists() and (b / "sub").rmdir()
+        hlobundle.load(b).verify()

@@ -556,3 +556,36 @@ def test_serve_on_iree_answers_as_the_xla_backend(compiled):
     want = np.asarray(bundle.function("xla")(*bundle.example_args()))
     np.testing.assert_allclose(np.asarray(out["data"], np.float32).reshape(out["shape"]), want,
                                rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("shared", ["module.mlirbc", "module.mlir", "inputs.safetensors"])
+def test_compile_never_drops_a_file_another_field_references(tmp_path, shared):
+    """An executable being replaced whose file is also the module's artifact (or text, or a
+    tensor file) leaves that file listed: compile removes only what nothing else references."""
+    b = _bundle(tmp_path, lambda x: x * 2, np.float32([1, 2, 3]))
+    listed = json.loads((b / "manifest.json").read_text())["files"]
+    assert shared in listed
+    entry = {"target": "llvm-cpu", "file": shared, "compiler": "iree", "compiler_version": "0",
+             "architecture": "x86_64", "cpu": "generic", "flags": [], "source_sha256": "0" * 64}  # fmt: skip
+    edit_manifest(b, lambda m: m.update(format_version="1.3", executables=[entry]))
+    hlobundle.load(b).verify()
+    hlobundle.compile(b)
+    after = hlobundle.load(b)
+    after.verify()
+    assert shared in after.manifest.files
+    assert [e.file for e in after.manifest.executables] == ["compiled/llvm-cpu.vmfb"]
+
+
+def test_compile_never_overwrites_a_file_another_field_references(tmp_path):
+    b = _bundle(tmp_path, lambda x: x * 2, np.float32([1, 2, 3]))
+    manifest = json.loads((b / "manifest.json").read_text())
+    entry = manifest["files"].pop("inputs.safetensors")
+    manifest["files"]["compiled/llvm-cpu.vmfb"] = entry
+    manifest["arguments"][0]["value"]["file"] = "compiled/llvm-cpu.vmfb"
+    (b / "compiled").mkdir()
+    (b / "inputs.safetensors").rename(b / "compiled" / "llvm-cpu.vmfb")
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    hlobundle.load(b).verify()
+    with pytest.raises(hlobundle.InputError, match="compile would write 'compiled/llvm-cpu.vmfb'"):
+        hlobundle.compile(b)
+    hlobundle.load(b).verify()

@@ -103,3 +103,41 @@ def test_a_file_that_is_not_a_blob_is_a_clean_error(tmp_path):
         tmp_path / "b",
     )
     assert r.returncode == 2 and "--inputs does not apply" in r.stderr
+
+
+def test_the_packer_never_deserializes_the_vjp_itself(exported, tmp_path, monkeypatch):
+    """The nested VJP (flatbuffer and MLIR bytecode) is read in a child process, like the
+    module's artifact: this process deserializes the outer Exported once, never its VJP."""
+    from jax._src.export import serialization
+
+    calls = []
+    real = serialization._deserialize_exported
+    monkeypatch.setattr(
+        serialization, "_deserialize_exported", lambda exp: calls.append(exp) or real(exp)
+    )
+    blob = tmp_path / "model.jax"
+    blob.write_bytes(exported.serialize(vjp_order=1))
+    r = cli("pack", "--from-jax-export", blob, "-o", tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    assert len(calls) == 1  # the outer Exported, never the VJP inside it
+    assert hlobundle.load(tmp_path / "b", verify=True).manifest.vjp is not None
+
+
+def test_every_mutated_blob_is_a_coded_error(exported, tmp_path):
+    """Seeded mutations of a real blob (bytes flipped, or cut short): a coded error each time
+    the packer refuses it, never a traceback."""
+    blob = bytes(exported.serialize(vjp_order=1))
+    rng = np.random.default_rng(20250101)
+    mutants = [blob[: int(rng.integers(1, len(blob)))] for _ in range(3)]
+    for _ in range(9):
+        data = bytearray(blob)
+        for k in rng.integers(0, len(blob), size=int(rng.integers(1, 4))):
+            data[k] ^= int(rng.integers(1, 256))
+        mutants.append(bytes(data))
+    for k, data in enumerate(mutants):
+        (tmp_path / f"m{k}.jax").write_bytes(data)
+        r = cli("pack", "--from-jax-export", tmp_path / f"m{k}.jax", "-o", tmp_path / f"b{k}")
+        assert "Traceback" not in r.stderr, (k, r.stderr[-3000:])
+        assert r.returncode == 0 or r.stderr.startswith("error ["), (k, r.stderr[-3000:])
+        if r.returncode == 0:  # a flip the blob tolerates: the bundle is whole
+            hlobundle.load(tmp_path / f"b{k}", verify=True)

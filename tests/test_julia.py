@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -96,6 +97,88 @@ def test_from_reactant_usage_errors(tmp_path):
     assert cli("pack", "-o", tmp_path / "b").returncode == 2
     r = cli("pack", "--from-reactant", tmp_path, "-o", tmp_path / "b")
     assert r.returncode == 1 and "expected one script written by export_to_enzymejax" in r.stderr
+
+
+def _hostile_export(tmp_path, make_module):
+    """A copy of the Lux export whose script names the module `make_module(src)` returns."""
+    src = tmp_path / "src"
+    shutil.copytree(LUX, src)
+    for p in src.iterdir():
+        p.chmod(0o644)
+    name = make_module(src)
+    script = (src / "run_lux_model.py").read_text().replace('"run_lux_model_0.mlir"', repr(name))
+    (src / "run_lux_model.py").write_text(script)
+    return src
+
+
+def _fifo(src):
+    os.mkfifo(src / "pipe.mlir")
+    return "pipe.mlir"
+
+
+def _symlink_to_dev_zero(src):
+    (src / "zero.mlir").symlink_to("/dev/zero")
+    return "zero.mlir"
+
+
+def _symlink_to_the_real_module(src):
+    (src / "link.mlir").symlink_to(src / "run_lux_model_0.mlir")
+    return "link.mlir"
+
+
+@needs_fixtures
+@pytest.mark.parametrize(
+    "make_module, message",
+    [
+        (lambda src: "../outside.mlir", "'..'"),
+        (lambda src: str(src / "run_lux_model_0.mlir"), "absolute"),
+        (_fifo, "not a regular file"),
+        (_symlink_to_dev_zero, "symlink"),
+        (_symlink_to_the_real_module, "symlink"),
+        (lambda src: (src / "sub.mlir").mkdir() or "sub.mlir", "not a regular file"),
+    ],
+    ids=["dotdot", "absolute", "fifo", "dev-zero", "symlink", "directory"],
+)
+def test_a_hostile_script_names_no_module_outside_its_directory(tmp_path, make_module, message):
+    (tmp_path / "outside.mlir").write_text((LUX / "run_lux_model_0.mlir").read_text())
+    src = _hostile_export(tmp_path, make_module)
+    with pytest.raises(hlobundle.InputError, match=message) as e:
+        hlobundle.pack_reactant(src, tmp_path / "b")
+    assert e.value.code == "INPUT_INVALID"
+    assert not (tmp_path / "b").exists()
+
+
+@needs_fixtures
+def test_a_hostile_script_names_no_inputs_outside_its_directory(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(LUX, src)
+    for p in src.iterdir():
+        p.chmod(0o644)
+    (src / "run_lux_model_0_inputs.npz").rename(tmp_path / "elsewhere_inputs.npz")
+    script = (src / "run_lux_model.py").read_text()
+    script = script.replace('"run_lux_model_0_inputs.npz"', '"../elsewhere_inputs.npz"')
+    (src / "run_lux_model.py").write_text(script)
+    r = cli("pack", "--from-reactant", src, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "[INPUT_INVALID]" in r.stderr and "'..'" in r.stderr, r.stderr
+
+
+@needs_fixtures
+def test_a_module_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from hlobundle._format import _limits
+
+    monkeypatch.setattr(_limits, "MAX_MODULE_BYTES", 1000)
+    with pytest.raises(hlobundle.InputError, match="the limit is 1000"):
+        hlobundle.pack_reactant(LUX, tmp_path / "b")
+
+
+def test_a_fifo_or_symlink_among_the_scripts_is_refused_not_read(tmp_path):
+    os.mkfifo(tmp_path / "a.py")
+    with pytest.raises(hlobundle.InputError, match="not a regular file"):
+        hlobundle.pack_reactant(tmp_path, tmp_path / "b")
+    (tmp_path / "a.py").unlink()
+    (tmp_path / "a.py").symlink_to("/dev/zero")
+    with pytest.raises(hlobundle.InputError, match="symlink"):
+        hlobundle.pack_reactant(tmp_path, tmp_path / "b")
 
 
 # --- the manual flow: @code_hlo text plus arrays in Julia's orientation ----------------------

@@ -6,6 +6,8 @@ a Julia array (Python reads the same shape)."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import jax
@@ -136,6 +138,44 @@ def test_hostile_or_inconsistent_manifests_are_refused(tmp_path, edit, message):
     r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "b")
     assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr
     assert message in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.replace("dims: {i: 3}", "dims: {i: " + "9" * 5000 + "}"), "not valid YAML"),
+        (lambda m: m + "created: 2023-02-30\n", "not valid YAML"),
+        (lambda m: m + "created: 2023-02-01 10:00:00 +99:00\n", "not valid YAML"),
+        (lambda m: m + "? [a, b]\n: 1\n", "not valid YAML"),
+        (lambda m: m + "code: !!python/name:os.system\n", "not valid YAML"),
+        (lambda m: m.replace("dtype: f32", "dtype: [f32]", 1), "dtype ['f32'] is not one of"),
+        (lambda m: m.replace('shape: "in"', "shape: {i: 1}"), "is not a string of letters"),
+    ],
+    ids=["huge-int", "feb-30", "tz-offset", "unhashable-key", "python-tag",
+         "list-dtype", "map-shape"],
+)  # fmt: skip
+def test_every_yaml_value_error_is_a_coded_error(tmp_path, edit, message):
+    src = server_bundle(tmp_path, manifest=edit(MANIFEST))
+    with pytest.raises(hlobundle.InputError, match=re.escape(message)) as e:
+        hlobundle.from_reactant_server(src, tmp_path / "b")
+    assert e.value.code == "INPUT_INVALID" and not (tmp_path / "b").exists()
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("name", ["weights.safetensors", "model.b4.mlir", "manifest.yaml"])
+@pytest.mark.parametrize("make", [_fifo, Path.mkdir, lambda p: p.symlink_to("/dev/zero")],
+                         ids=["fifo", "directory", "dev-zero"])  # fmt: skip
+def test_a_named_file_that_is_not_a_regular_file_is_refused(tmp_path, name, make):
+    src = server_bundle(tmp_path)
+    (src / name).unlink()
+    make(src / name)
+    r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+    assert name in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "b").exists()
 
 

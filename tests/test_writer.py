@@ -225,3 +225,53 @@ def test_concurrent_packs_to_one_path_exactly_one_wins(tmp_path):
         assert len(winners) == 1
         bundle = hlobundle.load(out)
         np.testing.assert_array_equal(bundle.tensor(bundle.arguments[0].name), xs[winners[0]])
+
+
+def _machine_paths(tmp_path):
+    """Absolute paths of the writing machine that a bundle must not carry."""
+    import sysconfig
+    from pathlib import Path
+
+    here = [os.getcwd(), os.path.expanduser("~"), sysconfig.get_paths()["purelib"], str(tmp_path)]
+    here += [str(Path(hlobundle.__file__).parent.parent), str(Path(__file__).parent)]
+    return sorted({p for p in here if len(p) > 1})
+
+
+def _assert_no_machine_paths(bundle, tmp_path):
+    for path in sorted(p for p in bundle.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        for leaked in _machine_paths(tmp_path):
+            assert leaked.encode() not in data, f"{path.name} carries {leaked!r}"
+
+
+def test_no_absolute_path_of_the_writing_machine_reaches_any_file_of_a_bundle(tmp_path):
+    import jax
+    import jax.numpy as jnp
+    from jax import export as jax_export
+
+    def f(w, x):
+        return jnp.tanh(x @ w)
+
+    w, x = sample((3, 2), "float32", 1), sample((4, 3), "float32", 2)
+    out = hlobundle.export(f, w, x, out=tmp_path / "e", with_vjp=True, vmap_in_axes=(None, 0))
+    assert hlobundle.load(out).manifest.batched is not None
+    _assert_no_machine_paths(out, tmp_path)
+    # Text with its locations (as jax prints them with debug_info=True) and a batched module.
+    text = jax.jit(f).lower(w, x).as_text(debug_info=True)
+    assert str(__file__) in text
+    batched = jax_export.export(jax.jit(jax.vmap(f, in_axes=(None, 0))))(
+        w, jax.ShapeDtypeStruct((jax_export.symbolic_shape("B")[0], 4, 3), np.float32)
+    )
+    out = hlobundle.pack(text, [w, x], tmp_path / "p", batched=batched.mlir_module(),
+                         batched_arguments=["arg1"])  # fmt: skip
+    _assert_no_machine_paths(out, tmp_path)
+    exported = jax_export.export(jax.jit(f))(w, x)
+    _assert_no_machine_paths(hlobundle.from_exported(exported, tmp_path / "x"), tmp_path)
+
+
+def test_the_shipped_example_carries_no_machine_paths(tmp_path):
+    from helpers import ROOT
+
+    example = ROOT / "examples" / "lenet5.hlobundle"
+    for path in example.iterdir():
+        assert b'loc("/' not in path.read_bytes(), path.name

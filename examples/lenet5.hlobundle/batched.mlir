@@ -1,289 +1,139 @@
-#loc = loc(unknown)
-#loc4 = loc("args[0]")
-#loc5 = loc("args[1]")
-#loc6 = loc("args[2]")
-#loc7 = loc("args[3]")
-#loc8 = loc("args[4]")
-#loc9 = loc("args[5]")
-#loc10 = loc("args[6]")
-#loc11 = loc("args[7]")
-#loc12 = loc("args[8]")
-#loc13 = loc("args[9]")
-#loc14 = loc("args[10]")
-#loc37 = loc("reduce_window_max")
-#loc69 = loc("reduce_window_max:"(#loc37))
 module @jit__lambda attributes {jax.uses_shape_polymorphism = true, mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func public @main(%arg0: tensor<6xf32> loc(unknown), %arg1: tensor<6x1x5x5xf32> loc(unknown), %arg2: tensor<16xf32> loc(unknown), %arg3: tensor<16x6x5x5xf32> loc(unknown), %arg4: tensor<128xf32> loc(unknown), %arg5: tensor<256x128xf32> loc(unknown), %arg6: tensor<84xf32> loc(unknown), %arg7: tensor<128x84xf32> loc(unknown), %arg8: tensor<10xf32> loc(unknown), %arg9: tensor<84x10xf32> loc(unknown), %arg10: tensor<?x4x1x28x28xf32> loc(unknown)) -> (tensor<?x4x10xf32> {jax.result_info = "result[0]"}) {
-    %c = stablehlo.constant dense<1> : tensor<i32> loc(#loc)
-    %0 = stablehlo.get_dimension_size %arg10, dim = 0 : (tensor<?x4x1x28x28xf32>) -> tensor<i32> loc(#loc1)
-    %1 = stablehlo.compare GE, %0, %c, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1> loc(#loc2)
-    stablehlo.custom_call @shape_assertion(%1, %0) {api_version = 2 : i32, error_message = "Input shapes do not match the polymorphic shapes specification. Expected value >= 1 for dimension variable 'b'. Using the following polymorphic shapes specifications: args[10].shape = (b, 4, 1, 28, 28). Obtained dimension variables: 'b' = {0} from specification 'b' for dimension args[10].shape[0] (= {0}), . Please see https://docs.jax.dev/en/latest/export/shape_poly.html#shape-assertion-errors for more details.", has_side_effect = true} : (tensor<i1>, tensor<i32>) -> () loc(#loc3)
-    %2 = call @_wrapped_jax_export_main(%0, %arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6, %arg7, %arg8, %arg9, %arg10) : (tensor<i32>, tensor<6xf32>, tensor<6x1x5x5xf32>, tensor<16xf32>, tensor<16x6x5x5xf32>, tensor<128xf32>, tensor<256x128xf32>, tensor<84xf32>, tensor<128x84xf32>, tensor<10xf32>, tensor<84x10xf32>, tensor<?x4x1x28x28xf32>) -> tensor<?x4x10xf32> loc(#loc)
-    return %2 : tensor<?x4x10xf32> loc(#loc)
-  } loc(#loc)
-  func.func private @_wrapped_jax_export_main(%arg0: tensor<i32> {jax.global_constant = "b"} loc(unknown), %arg1: tensor<6xf32> loc("args[0]"), %arg2: tensor<6x1x5x5xf32> loc("args[1]"), %arg3: tensor<16xf32> loc("args[2]"), %arg4: tensor<16x6x5x5xf32> loc("args[3]"), %arg5: tensor<128xf32> loc("args[4]"), %arg6: tensor<256x128xf32> loc("args[5]"), %arg7: tensor<84xf32> loc("args[6]"), %arg8: tensor<128x84xf32> loc("args[7]"), %arg9: tensor<10xf32> loc("args[8]"), %arg10: tensor<84x10xf32> loc("args[9]"), %arg11: tensor<?x4x1x28x28xf32> loc("args[10]")) -> (tensor<?x4x10xf32> {jax.result_info = "result[0]"}) {
-    %c = stablehlo.constant dense<10> : tensor<1xi32> loc(#loc108)
-    %c_0 = stablehlo.constant dense<84> : tensor<1xi32> loc(#loc109)
-    %c_1 = stablehlo.constant dense<128> : tensor<1xi32> loc(#loc110)
-    %c_2 = stablehlo.constant dense<256> : tensor<1xi32> loc(#loc111)
-    %c_3 = stablehlo.constant dense<8> : tensor<1xi32> loc(#loc)
-    %c_4 = stablehlo.constant dense<16> : tensor<1xi32> loc(#loc)
-    %c_5 = stablehlo.constant dense<12> : tensor<1xi32> loc(#loc)
-    %cst = stablehlo.constant dense<0xFF800000> : tensor<f32> loc(#loc)
-    %c_6 = stablehlo.constant dense<24> : tensor<1xi32> loc(#loc)
-    %c_7 = stablehlo.constant dense<6> : tensor<1xi32> loc(#loc)
-    %c_8 = stablehlo.constant dense<4> : tensor<1xi32> loc(#loc)
-    %c_9 = stablehlo.constant dense<28> : tensor<1xi32> loc(#loc)
-    %c_10 = stablehlo.constant dense<1> : tensor<1xi32> loc(#loc130)
-    %c_11 = stablehlo.constant dense<4> : tensor<i32> loc(#loc)
-    %0 = stablehlo.convert %arg0 : tensor<i32> loc(#loc146)
-    %1 = stablehlo.multiply %0, %c_11 : tensor<i32> loc(#loc147)
-    %2 = stablehlo.reshape %1 : (tensor<i32>) -> tensor<1xi32> loc(#loc130)
-    %3 = stablehlo.concatenate %2, %c_10, %c_9, %c_9, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<4xi32> loc(#loc130)
-    %4 = stablehlo.dynamic_reshape %arg11, %3 : (tensor<?x4x1x28x28xf32>, tensor<4xi32>) -> tensor<?x1x28x28xf32> loc(#loc130)
-    %5 = stablehlo.convolution(%4, %arg2) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<?x1x28x28xf32>, tensor<6x1x5x5xf32>) -> tensor<?x6x24x24xf32> loc(#loc132)
-    %6 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc130)
-    %7 = stablehlo.concatenate %6, %c_8, %c_7, %c_6, %c_6, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32> loc(#loc130)
-    %8 = stablehlo.dynamic_reshape %5, %7 : (tensor<?x6x24x24xf32>, tensor<5xi32>) -> tensor<?x4x6x24x24xf32> loc(#loc130)
-    %9 = stablehlo.broadcast_in_dim %arg1, dims = [1] : (tensor<6xf32>) -> tensor<1x6x1x1xf32> loc(#loc133)
-    %10 = stablehlo.broadcast_in_dim %9, dims = [1, 2, 3, 4] : (tensor<1x6x1x1xf32>) -> tensor<1x1x6x1x1xf32> loc(#loc134)
-    %11 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc135)
-    %12 = stablehlo.concatenate %11, %c_8, %c_7, %c_6, %c_6, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32> loc(#loc135)
-    %13 = stablehlo.dynamic_broadcast_in_dim %10, %12, dims = [0, 1, 2, 3, 4] : (tensor<1x1x6x1x1xf32>, tensor<5xi32>) -> tensor<?x4x6x24x24xf32> loc(#loc135)
-    %14 = stablehlo.add %8, %13 : tensor<?x4x6x24x24xf32> loc(#loc135)
-    %15 = call @relu(%arg0, %14) : (tensor<i32>, tensor<?x4x6x24x24xf32>) -> tensor<?x4x6x24x24xf32> loc(#loc136)
-    %16 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<f32> loc(#loc137)
+  func.func public @main(%arg0: tensor<6xf32>, %arg1: tensor<6x1x5x5xf32>, %arg2: tensor<16xf32>, %arg3: tensor<16x6x5x5xf32>, %arg4: tensor<128xf32>, %arg5: tensor<256x128xf32>, %arg6: tensor<84xf32>, %arg7: tensor<128x84xf32>, %arg8: tensor<10xf32>, %arg9: tensor<84x10xf32>, %arg10: tensor<?x4x1x28x28xf32>) -> (tensor<?x4x10xf32> {jax.result_info = "result[0]"}) {
+    %c = stablehlo.constant dense<1> : tensor<i32>
+    %0 = stablehlo.get_dimension_size %arg10, dim = 0 : (tensor<?x4x1x28x28xf32>) -> tensor<i32>
+    %1 = stablehlo.compare GE, %0, %c, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.custom_call @shape_assertion(%1, %0) {api_version = 2 : i32, error_message = "Input shapes do not match the polymorphic shapes specification. Expected value >= 1 for dimension variable 'b'. Using the following polymorphic shapes specifications: args[10].shape = (b, 4, 1, 28, 28). Obtained dimension variables: 'b' = {0} from specification 'b' for dimension args[10].shape[0] (= {0}), . Please see https://docs.jax.dev/en/latest/export/shape_poly.html#shape-assertion-errors for more details.", has_side_effect = true} : (tensor<i1>, tensor<i32>) -> ()
+    %2 = call @_wrapped_jax_export_main(%0, %arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6, %arg7, %arg8, %arg9, %arg10) : (tensor<i32>, tensor<6xf32>, tensor<6x1x5x5xf32>, tensor<16xf32>, tensor<16x6x5x5xf32>, tensor<128xf32>, tensor<256x128xf32>, tensor<84xf32>, tensor<128x84xf32>, tensor<10xf32>, tensor<84x10xf32>, tensor<?x4x1x28x28xf32>) -> tensor<?x4x10xf32>
+    return %2 : tensor<?x4x10xf32>
+  }
+  func.func private @_wrapped_jax_export_main(%arg0: tensor<i32> {jax.global_constant = "b"}, %arg1: tensor<6xf32>, %arg2: tensor<6x1x5x5xf32>, %arg3: tensor<16xf32>, %arg4: tensor<16x6x5x5xf32>, %arg5: tensor<128xf32>, %arg6: tensor<256x128xf32>, %arg7: tensor<84xf32>, %arg8: tensor<128x84xf32>, %arg9: tensor<10xf32>, %arg10: tensor<84x10xf32>, %arg11: tensor<?x4x1x28x28xf32>) -> (tensor<?x4x10xf32> {jax.result_info = "result[0]"}) {
+    %c = stablehlo.constant dense<10> : tensor<1xi32>
+    %c_0 = stablehlo.constant dense<84> : tensor<1xi32>
+    %c_1 = stablehlo.constant dense<128> : tensor<1xi32>
+    %c_2 = stablehlo.constant dense<256> : tensor<1xi32>
+    %c_3 = stablehlo.constant dense<8> : tensor<1xi32>
+    %c_4 = stablehlo.constant dense<16> : tensor<1xi32>
+    %c_5 = stablehlo.constant dense<12> : tensor<1xi32>
+    %cst = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %c_6 = stablehlo.constant dense<24> : tensor<1xi32>
+    %c_7 = stablehlo.constant dense<6> : tensor<1xi32>
+    %c_8 = stablehlo.constant dense<4> : tensor<1xi32>
+    %c_9 = stablehlo.constant dense<28> : tensor<1xi32>
+    %c_10 = stablehlo.constant dense<1> : tensor<1xi32>
+    %c_11 = stablehlo.constant dense<4> : tensor<i32>
+    %0 = stablehlo.convert %arg0 : tensor<i32>
+    %1 = stablehlo.multiply %0, %c_11 : tensor<i32>
+    %2 = stablehlo.reshape %1 : (tensor<i32>) -> tensor<1xi32>
+    %3 = stablehlo.concatenate %2, %c_10, %c_9, %c_9, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<4xi32>
+    %4 = stablehlo.dynamic_reshape %arg11, %3 : (tensor<?x4x1x28x28xf32>, tensor<4xi32>) -> tensor<?x1x28x28xf32>
+    %5 = stablehlo.convolution(%4, %arg2) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<?x1x28x28xf32>, tensor<6x1x5x5xf32>) -> tensor<?x6x24x24xf32>
+    %6 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %7 = stablehlo.concatenate %6, %c_8, %c_7, %c_6, %c_6, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32>
+    %8 = stablehlo.dynamic_reshape %5, %7 : (tensor<?x6x24x24xf32>, tensor<5xi32>) -> tensor<?x4x6x24x24xf32>
+    %9 = stablehlo.broadcast_in_dim %arg1, dims = [1] : (tensor<6xf32>) -> tensor<1x6x1x1xf32>
+    %10 = stablehlo.broadcast_in_dim %9, dims = [1, 2, 3, 4] : (tensor<1x6x1x1xf32>) -> tensor<1x1x6x1x1xf32>
+    %11 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %12 = stablehlo.concatenate %11, %c_8, %c_7, %c_6, %c_6, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32>
+    %13 = stablehlo.dynamic_broadcast_in_dim %10, %12, dims = [0, 1, 2, 3, 4] : (tensor<1x1x6x1x1xf32>, tensor<5xi32>) -> tensor<?x4x6x24x24xf32>
+    %14 = stablehlo.add %8, %13 : tensor<?x4x6x24x24xf32>
+    %15 = call @relu(%arg0, %14) : (tensor<i32>, tensor<?x4x6x24x24xf32>) -> tensor<?x4x6x24x24xf32>
+    %16 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<f32>
     %17 = "stablehlo.reduce_window"(%15, %16) <{window_dimensions = array<i64: 1, 1, 1, 2, 2>, window_strides = array<i64: 1, 1, 1, 2, 2>}> ({
-    ^bb0(%arg12: tensor<f32> loc("reduce_window_max:"(#loc37)), %arg13: tensor<f32> loc("reduce_window_max:"(#loc37))):
-      %62 = stablehlo.maximum %arg12, %arg13 : tensor<f32> loc(#loc137)
-      stablehlo.return %62 : tensor<f32> loc(#loc137)
-    }) : (tensor<?x4x6x24x24xf32>, tensor<f32>) -> tensor<?x4x6x12x12xf32> loc(#loc137)
-    %18 = stablehlo.convert %arg0 : tensor<i32> loc(#loc148)
-    %19 = stablehlo.multiply %18, %c_11 : tensor<i32> loc(#loc149)
-    %20 = stablehlo.reshape %19 : (tensor<i32>) -> tensor<1xi32> loc(#loc139)
-    %21 = stablehlo.concatenate %20, %c_7, %c_5, %c_5, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<4xi32> loc(#loc139)
-    %22 = stablehlo.dynamic_reshape %17, %21 : (tensor<?x4x6x12x12xf32>, tensor<4xi32>) -> tensor<?x6x12x12xf32> loc(#loc139)
-    %23 = stablehlo.convolution(%22, %arg4) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<?x6x12x12xf32>, tensor<16x6x5x5xf32>) -> tensor<?x16x8x8xf32> loc(#loc140)
-    %24 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc139)
-    %25 = stablehlo.concatenate %24, %c_8, %c_4, %c_3, %c_3, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32> loc(#loc139)
-    %26 = stablehlo.dynamic_reshape %23, %25 : (tensor<?x16x8x8xf32>, tensor<5xi32>) -> tensor<?x4x16x8x8xf32> loc(#loc139)
-    %27 = stablehlo.broadcast_in_dim %arg3, dims = [1] : (tensor<16xf32>) -> tensor<1x16x1x1xf32> loc(#loc141)
-    %28 = stablehlo.broadcast_in_dim %27, dims = [1, 2, 3, 4] : (tensor<1x16x1x1xf32>) -> tensor<1x1x16x1x1xf32> loc(#loc142)
-    %29 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc143)
-    %30 = stablehlo.concatenate %29, %c_8, %c_4, %c_3, %c_3, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32> loc(#loc143)
-    %31 = stablehlo.dynamic_broadcast_in_dim %28, %30, dims = [0, 1, 2, 3, 4] : (tensor<1x1x16x1x1xf32>, tensor<5xi32>) -> tensor<?x4x16x8x8xf32> loc(#loc143)
-    %32 = stablehlo.add %26, %31 : tensor<?x4x16x8x8xf32> loc(#loc143)
-    %33 = call @relu_0(%arg0, %32) : (tensor<i32>, tensor<?x4x16x8x8xf32>) -> tensor<?x4x16x8x8xf32> loc(#loc144)
-    %34 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<f32> loc(#loc145)
+    ^bb0(%arg12: tensor<f32>, %arg13: tensor<f32>):
+      %62 = stablehlo.maximum %arg12, %arg13 : tensor<f32>
+      stablehlo.return %62 : tensor<f32>
+    }) : (tensor<?x4x6x24x24xf32>, tensor<f32>) -> tensor<?x4x6x12x12xf32>
+    %18 = stablehlo.convert %arg0 : tensor<i32>
+    %19 = stablehlo.multiply %18, %c_11 : tensor<i32>
+    %20 = stablehlo.reshape %19 : (tensor<i32>) -> tensor<1xi32>
+    %21 = stablehlo.concatenate %20, %c_7, %c_5, %c_5, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<4xi32>
+    %22 = stablehlo.dynamic_reshape %17, %21 : (tensor<?x4x6x12x12xf32>, tensor<4xi32>) -> tensor<?x6x12x12xf32>
+    %23 = stablehlo.convolution(%22, %arg4) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<?x6x12x12xf32>, tensor<16x6x5x5xf32>) -> tensor<?x16x8x8xf32>
+    %24 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %25 = stablehlo.concatenate %24, %c_8, %c_4, %c_3, %c_3, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32>
+    %26 = stablehlo.dynamic_reshape %23, %25 : (tensor<?x16x8x8xf32>, tensor<5xi32>) -> tensor<?x4x16x8x8xf32>
+    %27 = stablehlo.broadcast_in_dim %arg3, dims = [1] : (tensor<16xf32>) -> tensor<1x16x1x1xf32>
+    %28 = stablehlo.broadcast_in_dim %27, dims = [1, 2, 3, 4] : (tensor<1x16x1x1xf32>) -> tensor<1x1x16x1x1xf32>
+    %29 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %30 = stablehlo.concatenate %29, %c_8, %c_4, %c_3, %c_3, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32>
+    %31 = stablehlo.dynamic_broadcast_in_dim %28, %30, dims = [0, 1, 2, 3, 4] : (tensor<1x1x16x1x1xf32>, tensor<5xi32>) -> tensor<?x4x16x8x8xf32>
+    %32 = stablehlo.add %26, %31 : tensor<?x4x16x8x8xf32>
+    %33 = call @relu_0(%arg0, %32) : (tensor<i32>, tensor<?x4x16x8x8xf32>) -> tensor<?x4x16x8x8xf32>
+    %34 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<f32>
     %35 = "stablehlo.reduce_window"(%33, %34) <{window_dimensions = array<i64: 1, 1, 1, 2, 2>, window_strides = array<i64: 1, 1, 1, 2, 2>}> ({
-    ^bb0(%arg12: tensor<f32> loc("reduce_window_max:"(#loc37)), %arg13: tensor<f32> loc("reduce_window_max:"(#loc37))):
-      %62 = stablehlo.maximum %arg12, %arg13 : tensor<f32> loc(#loc145)
-      stablehlo.return %62 : tensor<f32> loc(#loc145)
-    }) : (tensor<?x4x16x8x8xf32>, tensor<f32>) -> tensor<?x4x16x4x4xf32> loc(#loc145)
-    %36 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc111)
-    %37 = stablehlo.concatenate %36, %c_8, %c_2, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32> loc(#loc111)
-    %38 = stablehlo.dynamic_reshape %35, %37 : (tensor<?x4x16x4x4xf32>, tensor<3xi32>) -> tensor<?x4x256xf32> loc(#loc111)
-    %39 = stablehlo.dot_general %38, %arg6, contracting_dims = [2] x [0] : (tensor<?x4x256xf32>, tensor<256x128xf32>) -> tensor<?x4x128xf32> loc(#loc122)
-    %40 = stablehlo.broadcast_in_dim %arg5, dims = [1] : (tensor<128xf32>) -> tensor<1x128xf32> loc(#loc123)
-    %41 = stablehlo.broadcast_in_dim %40, dims = [1, 2] : (tensor<1x128xf32>) -> tensor<1x1x128xf32> loc(#loc123)
-    %42 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc110)
-    %43 = stablehlo.concatenate %42, %c_8, %c_1, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32> loc(#loc110)
-    %44 = stablehlo.dynamic_broadcast_in_dim %41, %43, dims = [0, 1, 2] : (tensor<1x1x128xf32>, tensor<3xi32>) -> tensor<?x4x128xf32> loc(#loc110)
-    %45 = stablehlo.add %39, %44 : tensor<?x4x128xf32> loc(#loc110)
-    %46 = call @relu_1(%arg0, %45) : (tensor<i32>, tensor<?x4x128xf32>) -> tensor<?x4x128xf32> loc(#loc124)
-    %47 = stablehlo.dot_general %46, %arg8, contracting_dims = [2] x [0] : (tensor<?x4x128xf32>, tensor<128x84xf32>) -> tensor<?x4x84xf32> loc(#loc125)
-    %48 = stablehlo.broadcast_in_dim %arg7, dims = [1] : (tensor<84xf32>) -> tensor<1x84xf32> loc(#loc126)
-    %49 = stablehlo.broadcast_in_dim %48, dims = [1, 2] : (tensor<1x84xf32>) -> tensor<1x1x84xf32> loc(#loc126)
-    %50 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc109)
-    %51 = stablehlo.concatenate %50, %c_8, %c_0, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32> loc(#loc109)
-    %52 = stablehlo.dynamic_broadcast_in_dim %49, %51, dims = [0, 1, 2] : (tensor<1x1x84xf32>, tensor<3xi32>) -> tensor<?x4x84xf32> loc(#loc109)
-    %53 = stablehlo.add %47, %52 : tensor<?x4x84xf32> loc(#loc109)
-    %54 = call @relu_2(%arg0, %53) : (tensor<i32>, tensor<?x4x84xf32>) -> tensor<?x4x84xf32> loc(#loc127)
-    %55 = stablehlo.dot_general %54, %arg10, contracting_dims = [2] x [0] : (tensor<?x4x84xf32>, tensor<84x10xf32>) -> tensor<?x4x10xf32> loc(#loc128)
-    %56 = stablehlo.broadcast_in_dim %arg9, dims = [1] : (tensor<10xf32>) -> tensor<1x10xf32> loc(#loc129)
-    %57 = stablehlo.broadcast_in_dim %56, dims = [1, 2] : (tensor<1x10xf32>) -> tensor<1x1x10xf32> loc(#loc129)
-    %58 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc108)
-    %59 = stablehlo.concatenate %58, %c_8, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32> loc(#loc108)
-    %60 = stablehlo.dynamic_broadcast_in_dim %57, %59, dims = [0, 1, 2] : (tensor<1x1x10xf32>, tensor<3xi32>) -> tensor<?x4x10xf32> loc(#loc108)
-    %61 = stablehlo.add %55, %60 : tensor<?x4x10xf32> loc(#loc108)
-    return %61 : tensor<?x4x10xf32> loc(#loc92)
-  } loc(#loc)
-  func.func private @relu(%arg0: tensor<i32> {jax.global_constant = "b"} loc(unknown), %arg1: tensor<?x4x6x24x24xf32> loc(unknown)) -> tensor<?x4x6x24x24xf32> {
-    %c = stablehlo.constant dense<24> : tensor<1xi32> loc(#loc)
-    %c_0 = stablehlo.constant dense<6> : tensor<1xi32> loc(#loc46)
-    %c_1 = stablehlo.constant dense<4> : tensor<1xi32> loc(#loc46)
-    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32> loc(#loc)
-    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc46)
-    %1 = stablehlo.concatenate %0, %c_1, %c_0, %c, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32> loc(#loc46)
-    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<5xi32>) -> tensor<?x4x6x24x24xf32> loc(#loc46)
-    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x6x24x24xf32> loc(#loc46)
-    return %3 : tensor<?x4x6x24x24xf32> loc(#loc)
-  } loc(#loc77)
-  func.func private @relu_0(%arg0: tensor<i32> {jax.global_constant = "b"} loc(unknown), %arg1: tensor<?x4x16x8x8xf32> loc(unknown)) -> tensor<?x4x16x8x8xf32> {
-    %c = stablehlo.constant dense<8> : tensor<1xi32> loc(#loc)
-    %c_0 = stablehlo.constant dense<16> : tensor<1xi32> loc(#loc46)
-    %c_1 = stablehlo.constant dense<4> : tensor<1xi32> loc(#loc46)
-    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32> loc(#loc)
-    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc46)
-    %1 = stablehlo.concatenate %0, %c_1, %c_0, %c, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32> loc(#loc46)
-    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<5xi32>) -> tensor<?x4x16x8x8xf32> loc(#loc46)
-    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x16x8x8xf32> loc(#loc46)
-    return %3 : tensor<?x4x16x8x8xf32> loc(#loc)
-  } loc(#loc77)
-  func.func private @relu_1(%arg0: tensor<i32> {jax.global_constant = "b"} loc(unknown), %arg1: tensor<?x4x128xf32> loc(unknown)) -> tensor<?x4x128xf32> {
-    %c = stablehlo.constant dense<128> : tensor<1xi32> loc(#loc46)
-    %c_0 = stablehlo.constant dense<4> : tensor<1xi32> loc(#loc46)
-    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32> loc(#loc)
-    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc46)
-    %1 = stablehlo.concatenate %0, %c_0, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32> loc(#loc46)
-    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<3xi32>) -> tensor<?x4x128xf32> loc(#loc46)
-    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x128xf32> loc(#loc46)
-    return %3 : tensor<?x4x128xf32> loc(#loc)
-  } loc(#loc77)
-  func.func private @relu_2(%arg0: tensor<i32> {jax.global_constant = "b"} loc(unknown), %arg1: tensor<?x4x84xf32> loc(unknown)) -> tensor<?x4x84xf32> {
-    %c = stablehlo.constant dense<84> : tensor<1xi32> loc(#loc46)
-    %c_0 = stablehlo.constant dense<4> : tensor<1xi32> loc(#loc46)
-    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32> loc(#loc)
-    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32> loc(#loc46)
-    %1 = stablehlo.concatenate %0, %c_0, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32> loc(#loc46)
-    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<3xi32>) -> tensor<?x4x84xf32> loc(#loc46)
-    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x84xf32> loc(#loc46)
-    return %3 : tensor<?x4x84xf32> loc(#loc)
-  } loc(#loc77)
-} loc(#loc)
-#loc1 = loc("dimension_size")
-#loc2 = loc("ge")
-#loc3 = loc("shape_assertion")
-#loc15 = loc("/work/main/examples/lenet5.py":59:11 to :60)
-#loc16 = loc("/work/main/hlobundle/_export.py":62:15 to :68)
-#loc17 = loc("/work/main/hlobundle/_export.py":95:54 to :65)
-#loc18 = loc("/work/main/hlobundle/_batched.py":75:28 to :37)
-#loc19 = loc("/work/main/hlobundle/_batched.py":77:11 to :71)
-#loc20 = loc("/work/main/hlobundle/_writer.py":236:15 to :68)
-#loc21 = loc("/work/main/hlobundle/_writer.py":196:19 to :61)
-#loc22 = loc("/work/main/hlobundle/_writer.py":162:15 to :53)
-#loc23 = loc("/work/main/hlobundle/_writer.py":143:11 to :51)
-#loc24 = loc("/work/main/hlobundle/_export.py":78:11 to 97:5)
-#loc25 = loc("/work/main/examples/lenet5.py":69:11 to 77:5)
-#loc26 = loc("/work/main/examples/lenet5.py":82:4 to :23)
-#loc27 = loc("/work/main/examples/lenet5.py":58:20 to :69)
-#loc28 = loc("/work/main/examples/lenet5.py":57:20 to :69)
-#loc29 = loc("/work/main/examples/lenet5.py":56:8 to :33)
-#loc30 = loc("/work/main/examples/lenet5.py":43:8 to 45:5)
-#loc31 = loc("/work/main/examples/lenet5.py":54:18 to :53)
-#loc32 = loc("/work/main/examples/lenet5.py":46:27 to :54)
-#loc33 = loc("/work/main/examples/lenet5.py":46:23 to :54)
-#loc34 = loc("/work/main/examples/lenet5.py":46:11 to :55)
-#loc35 = loc("/work/main/examples/lenet5.py":50:11 to :95)
-#loc36 = loc("/work/main/examples/lenet5.py":54:8 to :54)
-#loc38 = loc("/work/main/examples/lenet5.py":55:18 to :48)
-#loc39 = loc("/work/main/examples/lenet5.py":55:8 to :49)
-#loc40 = loc("/work/main/examples/lenet5.py":57:20 to :45)
-#loc41 = loc("/work/main/examples/lenet5.py":57:8 to :70)
-#loc42 = loc("/work/main/examples/lenet5.py":58:20 to :45)
-#loc43 = loc("/work/main/examples/lenet5.py":58:8 to :70)
-#loc44 = loc("/work/main/examples/lenet5.py":59:11 to :36)
-#loc45 = loc("jit")
-#loc46 = loc("max")
-#loc47 = loc("lenet5"(#loc15))
-#loc48 = loc("export.<locals>.flat_fn"(#loc16))
-#loc49 = loc("export.<locals>.<lambda>"(#loc17))
-#loc50 = loc("lower.<locals>.<lambda>"(#loc18))
-#loc51 = loc("lower"(#loc19))
-#loc52 = loc("_add_batched"(#loc20))
-#loc53 = loc("_pack_checked"(#loc21))
-#loc54 = loc("_pack"(#loc22))
-#loc55 = loc("pack"(#loc23))
-#loc56 = loc("export"(#loc24))
-#loc57 = loc("main"(#loc25))
-#loc58 = loc("<module>"(#loc26))
-#loc59 = loc("lenet5"(#loc27))
-#loc60 = loc("lenet5"(#loc28))
-#loc61 = loc("lenet5"(#loc29))
-#loc62 = loc("_conv_relu"(#loc30))
-#loc63 = loc("lenet5"(#loc31))
-#loc64 = loc("_conv_relu"(#loc32))
-#loc65 = loc("_conv_relu"(#loc33))
-#loc66 = loc("_conv_relu"(#loc34))
-#loc67 = loc("_maxpool2"(#loc35))
-#loc68 = loc("lenet5"(#loc36))
-#loc70 = loc("lenet5"(#loc38))
-#loc71 = loc("lenet5"(#loc39))
-#loc72 = loc("lenet5"(#loc40))
-#loc73 = loc("lenet5"(#loc41))
-#loc74 = loc("lenet5"(#loc42))
-#loc75 = loc("lenet5"(#loc43))
-#loc76 = loc("lenet5"(#loc44))
-#loc77 = loc("jit:"(#loc45))
-#loc78 = loc(callsite(#loc57 at #loc58))
-#loc79 = loc(callsite(#loc49 at #loc50))
-#loc80 = loc(callsite(#loc56 at #loc78))
-#loc81 = loc(callsite(#loc48 at #loc79))
-#loc82 = loc(callsite(#loc55 at #loc80))
-#loc83 = loc(callsite(#loc63 at #loc81))
-#loc84 = loc(callsite(#loc70 at #loc81))
-#loc85 = loc(callsite(#loc54 at #loc82))
-#loc86 = loc(callsite(#loc62 at #loc83))
-#loc87 = loc(callsite(#loc62 at #loc84))
-#loc88 = loc(callsite(#loc53 at #loc85))
-#loc89 = loc(callsite(#loc52 at #loc88))
-#loc90 = loc(callsite(#loc51 at #loc89))
-#loc91 = loc(callsite(#loc50 at #loc90))
-#loc92 = loc("jit(<lambda>)"(#loc90))
-#loc93 = loc(callsite(#loc49 at #loc91))
-#loc94 = loc(callsite(#loc48 at #loc93))
-#loc95 = loc(callsite(#loc47 at #loc94))
-#loc96 = loc(callsite(#loc59 at #loc94))
-#loc97 = loc(callsite(#loc60 at #loc94))
-#loc98 = loc(callsite(#loc61 at #loc94))
-#loc99 = loc(callsite(#loc63 at #loc94))
-#loc100 = loc(callsite(#loc68 at #loc94))
-#loc101 = loc(callsite(#loc70 at #loc94))
-#loc102 = loc(callsite(#loc71 at #loc94))
-#loc103 = loc(callsite(#loc72 at #loc94))
-#loc104 = loc(callsite(#loc73 at #loc94))
-#loc105 = loc(callsite(#loc74 at #loc94))
-#loc106 = loc(callsite(#loc75 at #loc94))
-#loc107 = loc(callsite(#loc76 at #loc94))
-#loc108 = loc("jit(<lambda>)/vmap()/add"(#loc95))
-#loc109 = loc("jit(<lambda>)/vmap()/add"(#loc96))
-#loc110 = loc("jit(<lambda>)/vmap()/add"(#loc97))
-#loc111 = loc("jit(<lambda>)/vmap()/reshape"(#loc98))
-#loc112 = loc(callsite(#loc62 at #loc99))
-#loc113 = loc(callsite(#loc64 at #loc99))
-#loc114 = loc(callsite(#loc65 at #loc99))
-#loc115 = loc(callsite(#loc66 at #loc99))
-#loc116 = loc(callsite(#loc67 at #loc100))
-#loc117 = loc(callsite(#loc62 at #loc101))
-#loc118 = loc(callsite(#loc64 at #loc101))
-#loc119 = loc(callsite(#loc65 at #loc101))
-#loc120 = loc(callsite(#loc66 at #loc101))
-#loc121 = loc(callsite(#loc67 at #loc102))
-#loc122 = loc("jit(<lambda>)/vmap()/dot_general"(#loc103))
-#loc123 = loc("jit(<lambda>)/vmap()/broadcast_in_dim"(#loc97))
-#loc124 = loc("jit(<lambda>)/vmap()/jit(relu)"(#loc104))
-#loc125 = loc("jit(<lambda>)/vmap()/dot_general"(#loc105))
-#loc126 = loc("jit(<lambda>)/vmap()/broadcast_in_dim"(#loc96))
-#loc127 = loc("jit(<lambda>)/vmap()/jit(relu)"(#loc106))
-#loc128 = loc("jit(<lambda>)/vmap()/dot_general"(#loc107))
-#loc129 = loc("jit(<lambda>)/vmap()/broadcast_in_dim"(#loc95))
-#loc130 = loc("jit(<lambda>)/vmap()/reshape"(#loc112))
-#loc131 = loc(callsite(#loc86 at #loc112))
-#loc132 = loc("jit(<lambda>)/vmap()/conv_general_dilated"(#loc112))
-#loc133 = loc("jit(<lambda>)/vmap()/broadcast_in_dim"(#loc113))
-#loc134 = loc("jit(<lambda>)/vmap()/broadcast_in_dim"(#loc114))
-#loc135 = loc("jit(<lambda>)/vmap()/add"(#loc114))
-#loc136 = loc("jit(<lambda>)/vmap()/jit(relu)"(#loc115))
-#loc137 = loc("jit(<lambda>)/vmap()/reduce_window_max"(#loc116))
-#loc138 = loc(callsite(#loc87 at #loc117))
-#loc139 = loc("jit(<lambda>)/vmap()/reshape"(#loc117))
-#loc140 = loc("jit(<lambda>)/vmap()/conv_general_dilated"(#loc117))
-#loc141 = loc("jit(<lambda>)/vmap()/broadcast_in_dim"(#loc118))
-#loc142 = loc("jit(<lambda>)/vmap()/broadcast_in_dim"(#loc119))
-#loc143 = loc("jit(<lambda>)/vmap()/add"(#loc119))
-#loc144 = loc("jit(<lambda>)/vmap()/jit(relu)"(#loc120))
-#loc145 = loc("jit(<lambda>)/vmap()/reduce_window_max"(#loc121))
-#loc146 = loc("jit(<lambda>)/vmap()/convert_element_type"(#loc131))
-#loc147 = loc("jit(<lambda>)/vmap()/mul"(#loc131))
-#loc148 = loc("jit(<lambda>)/vmap()/convert_element_type"(#loc138))
-#loc149 = loc("jit(<lambda>)/vmap()/mul"(#loc138))
+    ^bb0(%arg12: tensor<f32>, %arg13: tensor<f32>):
+      %62 = stablehlo.maximum %arg12, %arg13 : tensor<f32>
+      stablehlo.return %62 : tensor<f32>
+    }) : (tensor<?x4x16x8x8xf32>, tensor<f32>) -> tensor<?x4x16x4x4xf32>
+    %36 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %37 = stablehlo.concatenate %36, %c_8, %c_2, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+    %38 = stablehlo.dynamic_reshape %35, %37 : (tensor<?x4x16x4x4xf32>, tensor<3xi32>) -> tensor<?x4x256xf32>
+    %39 = stablehlo.dot_general %38, %arg6, contracting_dims = [2] x [0] : (tensor<?x4x256xf32>, tensor<256x128xf32>) -> tensor<?x4x128xf32>
+    %40 = stablehlo.broadcast_in_dim %arg5, dims = [1] : (tensor<128xf32>) -> tensor<1x128xf32>
+    %41 = stablehlo.broadcast_in_dim %40, dims = [1, 2] : (tensor<1x128xf32>) -> tensor<1x1x128xf32>
+    %42 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %43 = stablehlo.concatenate %42, %c_8, %c_1, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+    %44 = stablehlo.dynamic_broadcast_in_dim %41, %43, dims = [0, 1, 2] : (tensor<1x1x128xf32>, tensor<3xi32>) -> tensor<?x4x128xf32>
+    %45 = stablehlo.add %39, %44 : tensor<?x4x128xf32>
+    %46 = call @relu_1(%arg0, %45) : (tensor<i32>, tensor<?x4x128xf32>) -> tensor<?x4x128xf32>
+    %47 = stablehlo.dot_general %46, %arg8, contracting_dims = [2] x [0] : (tensor<?x4x128xf32>, tensor<128x84xf32>) -> tensor<?x4x84xf32>
+    %48 = stablehlo.broadcast_in_dim %arg7, dims = [1] : (tensor<84xf32>) -> tensor<1x84xf32>
+    %49 = stablehlo.broadcast_in_dim %48, dims = [1, 2] : (tensor<1x84xf32>) -> tensor<1x1x84xf32>
+    %50 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %51 = stablehlo.concatenate %50, %c_8, %c_0, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+    %52 = stablehlo.dynamic_broadcast_in_dim %49, %51, dims = [0, 1, 2] : (tensor<1x1x84xf32>, tensor<3xi32>) -> tensor<?x4x84xf32>
+    %53 = stablehlo.add %47, %52 : tensor<?x4x84xf32>
+    %54 = call @relu_2(%arg0, %53) : (tensor<i32>, tensor<?x4x84xf32>) -> tensor<?x4x84xf32>
+    %55 = stablehlo.dot_general %54, %arg10, contracting_dims = [2] x [0] : (tensor<?x4x84xf32>, tensor<84x10xf32>) -> tensor<?x4x10xf32>
+    %56 = stablehlo.broadcast_in_dim %arg9, dims = [1] : (tensor<10xf32>) -> tensor<1x10xf32>
+    %57 = stablehlo.broadcast_in_dim %56, dims = [1, 2] : (tensor<1x10xf32>) -> tensor<1x1x10xf32>
+    %58 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %59 = stablehlo.concatenate %58, %c_8, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+    %60 = stablehlo.dynamic_broadcast_in_dim %57, %59, dims = [0, 1, 2] : (tensor<1x1x10xf32>, tensor<3xi32>) -> tensor<?x4x10xf32>
+    %61 = stablehlo.add %55, %60 : tensor<?x4x10xf32>
+    return %61 : tensor<?x4x10xf32>
+  }
+  func.func private @relu(%arg0: tensor<i32> {jax.global_constant = "b"}, %arg1: tensor<?x4x6x24x24xf32>) -> tensor<?x4x6x24x24xf32> {
+    %c = stablehlo.constant dense<24> : tensor<1xi32>
+    %c_0 = stablehlo.constant dense<6> : tensor<1xi32>
+    %c_1 = stablehlo.constant dense<4> : tensor<1xi32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %1 = stablehlo.concatenate %0, %c_1, %c_0, %c, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32>
+    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<5xi32>) -> tensor<?x4x6x24x24xf32>
+    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x6x24x24xf32>
+    return %3 : tensor<?x4x6x24x24xf32>
+  }
+  func.func private @relu_0(%arg0: tensor<i32> {jax.global_constant = "b"}, %arg1: tensor<?x4x16x8x8xf32>) -> tensor<?x4x16x8x8xf32> {
+    %c = stablehlo.constant dense<8> : tensor<1xi32>
+    %c_0 = stablehlo.constant dense<16> : tensor<1xi32>
+    %c_1 = stablehlo.constant dense<4> : tensor<1xi32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %1 = stablehlo.concatenate %0, %c_1, %c_0, %c, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<5xi32>
+    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<5xi32>) -> tensor<?x4x16x8x8xf32>
+    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x16x8x8xf32>
+    return %3 : tensor<?x4x16x8x8xf32>
+  }
+  func.func private @relu_1(%arg0: tensor<i32> {jax.global_constant = "b"}, %arg1: tensor<?x4x128xf32>) -> tensor<?x4x128xf32> {
+    %c = stablehlo.constant dense<128> : tensor<1xi32>
+    %c_0 = stablehlo.constant dense<4> : tensor<1xi32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %1 = stablehlo.concatenate %0, %c_0, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<3xi32>) -> tensor<?x4x128xf32>
+    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x128xf32>
+    return %3 : tensor<?x4x128xf32>
+  }
+  func.func private @relu_2(%arg0: tensor<i32> {jax.global_constant = "b"}, %arg1: tensor<?x4x84xf32>) -> tensor<?x4x84xf32> {
+    %c = stablehlo.constant dense<84> : tensor<1xi32>
+    %c_0 = stablehlo.constant dense<4> : tensor<1xi32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %0 = stablehlo.reshape %arg0 : (tensor<i32>) -> tensor<1xi32>
+    %1 = stablehlo.concatenate %0, %c_0, %c, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+    %2 = stablehlo.dynamic_broadcast_in_dim %cst, %1, dims = [] : (tensor<f32>, tensor<3xi32>) -> tensor<?x4x84xf32>
+    %3 = stablehlo.maximum %arg1, %2 : tensor<?x4x84xf32>
+    return %3 : tensor<?x4x84xf32>
+  }
+}

@@ -114,8 +114,9 @@ def _pack_jax_export(args: argparse.Namespace) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
-    out = from_exported(read_blob(args.from_jax_export), args.output, roles=dict(args.role),
-                        force=args.force, target_version=args.target_version)  # fmt: skip
+    exported, blob = read_blob(args.from_jax_export)
+    out = from_exported(exported, args.output, roles=dict(args.role), force=args.force,
+                        target_version=args.target_version, blob=blob)  # fmt: skip
     print(f"wrote {out}")
     return EXIT_OK
 

@@ -27,7 +27,7 @@ from .._read._reader import Bundle, load
 from .._run import _backends
 from .._run._backends._enzyme import prepared_for_hlo_call
 from .._version import __version__
-from .._write._atomic import write_file_atomically
+from .._write._atomic import refuse_inside_a_bundle, write_file_atomically
 
 
 def emit_script(
@@ -62,6 +62,7 @@ def emit_script(
     if path is None:
         return _source(bundle, bundle.path.resolve().name, chosen, stored)
     target = Path(path)
+    refuse_inside_a_bundle(target)
     if target.exists() and not force:
         raise OutputExistsError(
             f"{str(target)!r} already exists; pass --force to replace it", path=target

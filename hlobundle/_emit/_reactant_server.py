@@ -23,7 +23,7 @@ from .._format import _dtypes, _mlir, _tensors
 from .._format._errors import InputError, OutputExistsError
 from .._format._manifest import Manifest
 from .._read._reader import Bundle, load
-from .._write._atomic import set_modes
+from .._write._atomic import refuse_inside_a_bundle, set_modes
 from .._write._reactant_server import BATCH_LETTERS, FORMAT_VERSIONS, TOKENS
 
 _TOKEN_OF = {name: token for token, name in TOKENS.items()}
@@ -44,6 +44,7 @@ def emit_reactant_server(
     """
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     target = Path(out)
+    refuse_inside_a_bundle(target)
     if target.exists() or target.is_symlink():
         raise OutputExistsError(f"{str(target)!r} already exists", path=target)
     m = b.manifest

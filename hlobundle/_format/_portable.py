@@ -66,43 +66,57 @@ def canonical_in_child(artifact: bytes, *, path: str) -> str:
 def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, bool]:
     """The first `max_chars` characters of the artifact's canonical text, deserialized in a
     child process that may crash, and whether that is the whole text."""
-    timeout = _limits.child_timeout_s(len(artifact))
-    try:
-        done = subprocess.run(
-            _child_command(max_chars), input=artifact, capture_output=True, timeout=timeout
+    what = "the StableHLO portable artifact"
+    stdout, why, status = run_child(_child_command(max_chars), artifact, path=path, what=what,
+                                    statuses=(0, 3, 4))  # fmt: skip
+    if status == 3:
+        raise LimitError(
+            f"{what} {path}: {why}; the limit is "
+            f"{_limits.MAX_MLIR_NESTING} (SPEC.md, 'Reader safety and security')",
+            path=path,
         )
+    try:
+        return stdout.decode("utf-8"), status == 0
+    except UnicodeDecodeError:
+        raise ModuleError(
+            f"{what} {path} holds strings that are not UTF-8 (SPEC.md, 'Reader safety and "
+            "security')",
+            path=path,
+        ) from None
+
+
+def run_child(
+    command: list[str],
+    data: bytes,
+    *,
+    path: str,
+    what: str,
+    statuses: tuple[int, ...] = (0,),
+) -> tuple[bytes, str, int]:
+    """(stdout, stderr's line, exit status) of a child process reading untrusted `data` (`what`,
+    from `path`) on stdin. It exits with one of `statuses`, or 1 with one line on stderr when
+    `data` does not load; a crash, a timeout or another exit status is a ModuleError. The time
+    limit grows with the data's size."""
+    timeout = _limits.child_timeout_s(len(data))
+    try:
+        done = subprocess.run(command, input=data, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ModuleError(
-            f"{path}: deserializing the portable artifact took over {timeout:.0f} s, the limit "
-            f"for {len(artifact)} bytes (SPEC.md, 'Reader safety and security')",
+            f"{path}: deserializing {what} took over {timeout:.0f} s, the limit for "
+            f"{len(data)} bytes (SPEC.md, 'Reader safety and security')",
             path=path,
         ) from None
     why = _mlir.short(done.stderr.decode("utf-8", "replace").strip())
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
         raise ModuleError(
-            f"the StableHLO portable artifact {path} crashed MLIR's bytecode reader ({name}, "
-            "caught in a child process): it is malformed",
+            f"{what} {path} crashed MLIR's bytecode reader ({name}, caught in a child "
+            "process): it is malformed",
             path=path,
         )
-    if done.returncode == 3:
-        raise LimitError(
-            f"the StableHLO portable artifact {path}: {why}; the limit is "
-            f"{_limits.MAX_MLIR_NESTING} (SPEC.md, 'Reader safety and security')",
-            path=path,
-        )
-    if done.returncode not in (0, 4):
-        raise ModuleError(
-            f"the StableHLO portable artifact does not load: {why or done.returncode}", path=path
-        )
-    try:
-        return done.stdout.decode("utf-8"), done.returncode == 0
-    except UnicodeDecodeError:
-        raise ModuleError(
-            f"the StableHLO portable artifact {path} holds strings that are not UTF-8 (SPEC.md, "
-            "'Reader safety and security')",
-            path=path,
-        ) from None
+    if done.returncode not in statuses:
+        raise ModuleError(f"{what} does not load: {why or done.returncode}", path=path)
+    return done.stdout, why, done.returncode
 
 
 def _child_command(max_chars: int) -> list[str]:

@@ -65,7 +65,7 @@ def check_file_set(root: Path, manifest: AnyManifest) -> None:
             f"{name} is in the bundle but not listed in the manifest's files",
             path=name,
         )
-    for field, name in _references(manifest):
+    for field, name in references(manifest):
         _paths.check_name(name, field=field)
         if name not in listed:
             raise ManifestError(f"{field} names {name!r}, which is not in files", field=field)
@@ -81,7 +81,7 @@ def check_file_set(root: Path, manifest: AnyManifest) -> None:
             )
 
 
-def _references(manifest: AnyManifest) -> list[tuple[str, str]]:
+def references(manifest: AnyManifest) -> list[tuple[str, str]]:
     """(field, file name) of every file a field of any function names."""
     return [
         (prefix + field, name)
@@ -332,7 +332,7 @@ _CHUNK = 1 << 20
 
 def open_unreferenced_files(root: Path, manifest: AnyManifest) -> dict[str, HeldFile]:
     """Every listed file that no module, tensor or executable field names, held open."""
-    referenced = {name for _, name in _references(manifest)}
+    referenced = {name for _, name in references(manifest)}
     return {
         name: HeldFile(root, name, entry)
         for name, entry in sorted(manifest.files.items())

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._format import _paths, _signature, _tensors
-from .._format._errors import HashMismatchError, OutputExistsError
+from .._format._errors import HashMismatchError, InputError, OutputExistsError
 from .._format._manifest import (
     MANIFEST_NAME,
     BundleManifest,
@@ -187,7 +187,20 @@ def write_file_atomically(
         raise
 
 
+def refuse_inside_a_bundle(out: Path) -> None:
+    """An InputError when `out` would land inside a bundle (an ancestor directory is one): the
+    bundle would then hold an unlisted file (FILE_UNLISTED), and a signed one no longer verify."""
+    for parent in Path(os.path.abspath(out)).parents:
+        if _is_bundle(parent):
+            raise InputError(
+                f"{str(out)!r} is inside the bundle {str(parent)!r}; write outside it (a bundle "
+                "holds exactly the files its manifest lists)",
+                path=out,
+            )
+
+
 def _check_target(out: Path, force: bool) -> None:
+    refuse_inside_a_bundle(out)
     if not (out.exists() or out.is_symlink()):
         return
     if not force:

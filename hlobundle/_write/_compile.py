@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from .._format import _signature
 from .._format._errors import InputError
 from .._format._manifest import Executable, Manifest
+from .._read._files import references
 from .._read._reader import Bundle, load
 from . import _iree_compile
 from ._sign import check_resignable, rewrite_and_resign
@@ -69,12 +70,19 @@ def _with_executables(manifest: Manifest, entries: list[Executable]) -> Manifest
     """The manifest with `entries` replacing any for the same targets (and their files)."""
     new = {e.target for e in entries}
     kept = [e for e in manifest.executables or [] if e.target not in new]
-    dropped = {e.file for e in manifest.executables or [] if e.target in new}
-    files = {k: v for k, v in manifest.files.items() if k not in dropped}
     major, minor = (int(p) for p in manifest.format_version.split("."))
     version = max((major, minor), EXECUTABLES_VERSION)
-    return manifest.model_copy(update={
+    updated = manifest.model_copy(update={
         "executables": sorted([*kept, *entries], key=lambda e: e.target),
-        "files": files,
         "format_version": f"{version[0]}.{version[1]}",
     })  # fmt: skip
+    others = {name for _, name in references(manifest.model_copy(update={"executables": kept}))}
+    taken = sorted(others & {e.file for e in entries})
+    if taken:
+        raise InputError(f"compile would write {taken[0]!r}, a file another manifest field "
+                         "references; it overwrites no such file", path=taken[0])  # fmt: skip
+    # An old executable's file goes only when nothing in the new manifest names it any more.
+    still = {name for _, name in references(updated)}
+    dropped = {e.file for e in manifest.executables or [] if e.target in new} - still
+    files = {k: v for k, v in manifest.files.items() if k not in dropped}
+    return updated.model_copy(update={"files": files})

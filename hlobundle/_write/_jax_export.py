@@ -10,6 +10,7 @@ several platforms, effects, symbolic shapes, and arguments jax dropped as unused
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from .._format._manifest import Role
 from ._export import _identifier, _json_tree, _key_part, _result_name, _unique
 from ._writer import pack
 
+_CHILD = Path(__file__).with_name("_jax_export_child.py")
+
 
 def from_exported(
     exported: Any,
@@ -32,6 +35,7 @@ def from_exported(
     force: bool = False,
     target_version: str | None = None,
     timestamp: str | None = None,
+    blob: bytes | None = None,
 ) -> Path:
     """Write a `jax.export.Exported` as a bundle.
 
@@ -45,6 +49,8 @@ def from_exported(
     - `inputs`: example positional arguments (pytrees, as the Exported takes them); stored
       with the results the Exported computes on them as expected outputs.
     - `roles`, `force`, `target_version`, `timestamp`: as for `pack()`.
+    - `blob`: the bytes `exported` was deserialized from (`read_blob`), if it was: its VJP is
+      then read from them in a child process, never in this one.
     """
     import jax
 
@@ -64,10 +70,6 @@ def from_exported(
         flat = [np.asarray(x) for x in flat_inputs]
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*inputs))]
 
-    def primal(*flat_args: Any) -> Any:
-        args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, flat_args)
-        return jax.tree_util.tree_leaves(exported.call(*args, **kwargs))
-
     allowed = [t for c in exported.disabled_safety_checks if (t := c.is_custom_call())]
     return pack(
         text,
@@ -86,12 +88,24 @@ def from_exported(
         output_tree=_json_tree(jax.tree_util.tree_unflatten(exported.out_tree, result_names)),
         expected=expected,
         allow_custom_calls=allowed,
-        with_vjp=primal if exported.has_vjp() else False,
+        with_vjp=_backward_in_child(exported, blob) if exported.has_vjp() else False,
     )
 
 
-def read_blob(path: str | os.PathLike[str]) -> Any:
-    """A serialized `jax.export.Exported` (`Exported.serialize()`), size-limited and checked."""
+def _backward_in_child(exported: Any, blob: bytes | None) -> str:
+    """The backward module, lowered through the Exported's VJP in a child process: the VJP is
+    a nested blob whose flatbuffer and MLIR bytecode this process never deserializes."""
+    data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
+    command = [sys.executable, "-E", "-s", str(_CHILD), str(_limits.CHILD_MEMORY_BYTES)]
+    stdout, _, _ = _portable.run_child(
+        command, data, path="the Exported", what="the Exported's VJP"
+    )
+    return stdout.decode("utf-8")
+
+
+def read_blob(path: str | os.PathLike[str]) -> tuple[Any, bytes]:
+    """A serialized `jax.export.Exported` (`Exported.serialize()`), size-limited and checked,
+    and its bytes. Only the outer Exported is deserialized: its module and VJP stay bytes."""
     from jax import export
 
     source = Path(path)
@@ -104,8 +118,9 @@ def read_blob(path: str | os.PathLike[str]) -> Any:
             f"{source} is {size} bytes; a jax.export blob may have at most "
             f"{_limits.MAX_MODULE_BYTES}", path=source,
         )  # fmt: skip
+    data = source.read_bytes()
     try:
-        return export.deserialize(bytearray(source.read_bytes()))
+        return export.deserialize(bytearray(data)), data
     except Exception as e:  # flatbuffers and jax raise many kinds on a blob that is not one
         raise InputError(
             f"{source} is not a serialized jax.export.Exported jax {_jax_version()} can read: "

@@ -33,18 +33,46 @@ def lower_backward(manifest: Manifest, primal: Callable[..., Sequence[Any]]) -> 
     """StableHLO text of the backward module of `primal`, a function of the flat arguments."""
     import jax
 
-    n = len(manifest.arguments)
     primals = [
         jax.ShapeDtypeStruct(tuple(a.shape), _dtypes.BY_NAME[a.dtype].numpy)
         for a in manifest.arguments
     ]
-    cotangents = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in cotangent_avals(manifest.results)]
+    return lower_backward_of(primals, cotangent_avals(manifest.results), primal)
+
+
+def lower_backward_of(
+    primals: Sequence[Any], cotangents: Sequence[Any], primal: Callable[..., Sequence[Any]]
+) -> str:
+    """`lower_backward` from the avals of the primals and of the results' cotangents."""
+    import jax
+
+    n = len(primals)
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in cotangents]
 
     def backward(*primals_and_cotangents: Any) -> tuple[Any, ...]:
         _, pullback = jax.vjp(lambda *args: tuple(primal(*args)), *primals_and_cotangents[:n])
         return tuple(pullback(tuple(primals_and_cotangents[n:])))
 
-    return jax.jit(backward, keep_unused=True).lower(*primals, *cotangents).as_text()
+    return jax.jit(backward, keep_unused=True).lower(*primals, *specs).as_text()
+
+
+def backward_of_exported(exported: Any) -> str:
+    """The backward module of a `jax.export.Exported` with a VJP, as `lower_backward` lowers it
+    (JAX differentiates `exported.call` through the Exported's VJP). Run in a child process
+    (`_jax_export_child.py`): it deserializes the VJP, an untrusted blob's bytes."""
+    import jax
+    from jax import dtypes
+
+    def cotangent(aval: Any) -> Any:
+        differentiable = jax.numpy.issubdtype(aval.dtype, jax.numpy.inexact)
+        return jax.core.ShapedArray(aval.shape, aval.dtype if differentiable else dtypes.float0)
+
+    def primal(*flat_args: Any) -> Any:
+        args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, flat_args)
+        return jax.tree_util.tree_leaves(exported.call(*args, **kwargs))
+
+    primals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.in_avals]
+    return lower_backward_of(primals, [cotangent(a) for a in exported.out_avals], primal)
 
 
 def lower_batched(

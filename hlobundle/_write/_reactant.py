@@ -12,8 +12,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._format import _limits
 from .._format._errors import InputError
 from .._format._manifest import identifier
+from ._sources import check_regular, inside, read_regular
+
+# A generated script: a few KiB of code and one docstring line per argument.
+MAX_SCRIPT_BYTES = 16 << 20
 
 _ARG_LINE = re.compile(
     r"^\s*arg(\d+): Array of shape \(([\d,\s]*)\) and dtype (\w+)\. Path: (\S+)\s*$", re.M
@@ -42,9 +47,10 @@ class ReactantExport:
 
 def read_export(path: str | Path) -> ReactantExport:
     script = _find_script(Path(path))
+    source = read_regular(script, MAX_SCRIPT_BYTES, what="the Reactant script")
     try:
-        tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
-    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+        tree = ast.parse(source.decode("utf-8"), filename=str(script))
+    except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError) as e:
         raise InputError(
             f"cannot read the Reactant script {str(script)!r}: {e}", path=script
         ) from None
@@ -61,8 +67,8 @@ def read_export(path: str | Path) -> ReactantExport:
     arguments = _arguments(script, strings)
     return ReactantExport(
         script=script,
-        module=script.parent / module,  # type: ignore[operator]
-        inputs=None if inputs is None else script.parent / inputs,
+        module=inside(script.parent, module, what="the module the script opens"),  # type: ignore[arg-type]
+        inputs=None if inputs is None else inside(script.parent, inputs, what="the inputs file"),
         arguments=arguments,
     )
 
@@ -72,9 +78,7 @@ def _find_script(path: Path) -> Path:
         return path
     if not path.is_dir():
         raise InputError(f"{str(path)!r} is neither a Reactant script nor its directory", path=path)
-    scripts = sorted(
-        p for p in path.glob("*.py") if "export_to_enzymejax" in p.read_text(errors="replace")
-    )
+    scripts = sorted(p for p in path.glob("*.py") if b"export_to_enzymejax" in _script_bytes(p))
     if len(scripts) != 1:
         raise InputError(
             f"expected one script written by export_to_enzymejax in {str(path)!r}, found "
@@ -82,6 +86,11 @@ def _find_script(path: Path) -> Path:
             path=path,
         )
     return scripts[0]
+
+
+def _script_bytes(path: Path) -> bytes:
+    check_regular(path, what="the Python file")  # a FIFO or a link to /dev/zero is never read
+    return read_regular(path, MAX_SCRIPT_BYTES, what="the Python file")
 
 
 def _one(script: Path, found: list[str], what: str, *, required: bool) -> str | None:
@@ -125,13 +134,18 @@ def pack_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
     from ._writer import pack_files
 
     export = read_export(path)
-    text = export.module.read_text(encoding="utf-8")
+    data = read_regular(export.module, _limits.MAX_MODULE_BYTES, what="the module")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"the module {str(export.module)!r} is not UTF-8 text",
+                         path=export.module) from None  # fmt: skip
     sig = _mlir.signature(_mlir.parse(_normalize.normalize(text, path=str(export.module)).text))
     _check_against_module(export, sig)
     if options.get("names") is None:
         options["names"] = [a.name for a in export.arguments]
     return pack_files(
-        export.module,
+        text,
         [export.inputs] if export.inputs else [],
         out,
         paths=[a.path for a in export.arguments],

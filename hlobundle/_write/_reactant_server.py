@@ -35,6 +35,7 @@ import numpy as np
 from .._format import _dtypes, _limits, _mlir, _tensors
 from .._format._errors import HloBundleWarning, InputError
 from .._format._manifest import identifier
+from ._sources import check_regular, read_regular
 
 MAX_YAML_BYTES = 1 << 20
 MAX_TENSORS = 100_000
@@ -118,18 +119,14 @@ def _load_yaml(path: Path) -> object:
     data = _read_regular(path, MAX_YAML_BYTES)
     try:
         return yaml.load(data.decode("utf-8"), Loader=NoAliases)  # noqa: S506 (a SafeLoader)
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+    # Constructors raise plain ValueError, TypeError, OverflowError on values they cannot make
+    # (an integer of 5,000 digits, 2023-02-30, a +99:00 offset): each is bad YAML here.
+    except (yaml.YAMLError, ValueError, TypeError, ArithmeticError, RecursionError) as e:
         raise InputError(f"manifest.yaml is not valid YAML: {str(e)[:300]}", path=path) from None
 
 
 def _read_regular(path: Path, limit: int) -> bytes:
-    if path.is_symlink() or not path.is_file():
-        raise InputError(f"{str(path)!r} is missing, or not a regular file", path=path)
-    size = path.stat().st_size
-    if size > limit:
-        raise InputError(f"{path.name} is {size} bytes; the limit is {limit}", path=path)
-    with open(path, "rb") as f:
-        return f.read(limit + 1)
+    return read_regular(path, limit, what=path.name)
 
 
 def _tensor_list(raw: dict, section: str, path: Path) -> tuple[TensorSpec, ...]:
@@ -153,7 +150,7 @@ def _tensor(item: object, where: str, path: Path) -> TensorSpec:
     dims = item.get("dims") or {}
     if not isinstance(name, str) or not name:
         raise bad("no name")
-    if token not in TOKENS:
+    if not isinstance(token, str) or token not in TOKENS:
         raise bad(f"dtype {token!r} is not one of {sorted(TOKENS)}")
     if not isinstance(letters, str) or not re.fullmatch(r"[A-Za-z]{0,64}", letters):
         raise bad(f"shape {letters!r} is not a string of letters (einsum style)")
@@ -199,10 +196,9 @@ def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]
 def weights(root: Path) -> tuple[list[str], _tensors.TensorFile | None]:
     """The weights' names in `@main` order, and their file."""
     path = root / "weights.safetensors"
-    if not path.exists():
+    if not (path.exists() or path.is_symlink()):
         return [], None
-    if path.is_symlink():
-        raise InputError("weights.safetensors is a symlink", path=path)
+    check_regular(path, what="weights.safetensors")  # a FIFO would block the open below
     tf = _tensors.TensorFile(path, name="weights.safetensors")
     order = tf.metadata.get("argument_order")
     if order is None:

@@ -61,7 +61,7 @@ class PackOptions:
     allow_custom_calls: Sequence[str] = ()
     already_permuted: bool = False  # column-major arrays already have the tensors' shapes
     without_values: Sequence[str] = ()  # arguments stored with no example value (ReactantServer)
-    with_vjp: bool | Callable[..., Any] = False
+    with_vjp: bool | str | Callable[..., Any] = False  # str: the backward module's text
     batched: str | Callable[..., Any] | None = None
     batched_arguments: Sequence[str] = ()
     sign_key: _signature.SigningKey | None = None  # sign as the last step (`pack --sign-key`)
@@ -86,7 +86,7 @@ def pack(
     output_tree: Any = None,
     expected: Sequence[Any] | Mapping[str, Any] | Literal["compute"] | None = None,
     allow_custom_calls: Sequence[str] = (),
-    with_vjp: bool | Callable[..., Any] = False,
+    with_vjp: bool | str | Callable[..., Any] = False,
     batched: str | Callable[..., Any] | None = None,
     batched_arguments: Sequence[str] = (),
 ) -> Path:
@@ -112,7 +112,8 @@ def pack(
       leaves are argument (result) names.
     - `with_vjp`: also store a backward module (SPEC.md, "Backward module"), so that the xla
       backend can differentiate: lowered from the module's Enzyme gradient (needs enzyme-ad),
-      or, when `with_vjp` is a function of the flat arguments (as `export()` passes), from it.
+      or, when `with_vjp` is a function of the flat arguments (as `export()` passes), from it;
+      a string is the backward module's MLIR text, lowered already (`from_exported` passes it).
     - `batched`, `batched_arguments`: also store a batched module (SPEC.md, "Batched module")
       taking `batched_arguments` with a leading batch dimension, so that `jax.vmap` over them
       runs it instead of a loop: its MLIR text, or a function of the flat arguments (as
@@ -165,7 +166,7 @@ def _pack_checked(
 ) -> Path:
     text, source = _read_module(module)
     normalized = _normalize.normalize(text, path=source, allow_custom_calls=opt.allow_custom_calls)
-    text = normalized.text
+    text = without_locations(normalized.text, path=source)
     parsed = _mlir.parse(text, path=source)
     sig = _mlir.signature(parsed, path=source)
     manifest, arrays = plan(sig, items, opt)
@@ -226,8 +227,11 @@ def _add_backward(
     """Lower the backward module and add its two forms to `files` and the manifest."""
     from ._lowering import lower_backward
 
-    primal = opt.with_vjp if callable(opt.with_vjp) else executor().primal(manifest, text)
-    backward = lower_backward(manifest, primal)
+    if isinstance(opt.with_vjp, str):  # lowered already (from an Exported's VJP, in a child)
+        backward = opt.with_vjp
+    else:
+        primal = opt.with_vjp if callable(opt.with_vjp) else executor().primal(manifest, text)
+        backward = lower_backward(manifest, primal)
     vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
     manifest = manifest.model_copy(update={"vjp": vjp})
     _store_form("vjp", backward, manifest, target, files)
@@ -258,10 +262,20 @@ def _store_form(
 ) -> None:
     """Check a form's text as the reader will (`_stored`), and add its text and artifact."""
     form = _stored.BY_KEY[key]
+    text = without_locations(text, path=form.text_file)
     parsed = _mlir.parse(text, path=form.text_file)
     _stored.check(form, parsed, manifest, form.text_file)
     files[form.text_file] = text.encode()
     files[form.portable_file] = _mlir.to_portable(parsed, target, path=form.text_file)
+
+
+def without_locations(text: str, *, path: str | None) -> str:
+    """The text a bundle stores of any module form: without MLIR source locations, which name
+    the producer's files (its home, project and site-packages; SPEC.md 8). Text that has none
+    is stored as it is; parsed without a file name, it gives the portable artifact none either."""
+    if "loc(" not in text:
+        return text
+    return str(_mlir.parse(text, path=path).operation.get_asm(enable_debug_info=False))
 
 
 def _add_expected(
