@@ -59,6 +59,29 @@ def test_lux_export_round_trips_and_equals_the_generated_script(tmp_path):
 
 
 @needs_fixtures
+def test_the_readme_role_line_marks_the_models_parameters(tmp_path):
+    # README "From Julia": the export numbers the arguments but does not say which are `ps`.
+    out = hlobundle.pack_reactant(LUX, tmp_path / "b", roles={"arg_3_*": "parameter"})
+    roles = {a.name: a.role for a in hlobundle.load(out).arguments}
+    assert roles.pop("arg_2") == "input" and set(roles.values()) == {"parameter"}
+
+
+@needs_fixtures
+def test_the_same_export_npz_packed_both_ways_differs_only_in_the_flag(tmp_path):
+    # What README "From Julia" explains: the .npz holds arrays already at the tensors' shapes.
+    a = hlobundle.pack_reactant(LUX, tmp_path / "a")
+    b = hlobundle.pack_files(
+        LUX / "run_lux_model_0.mlir", [LUX / "run_lux_model_0_inputs.npz"], tmp_path / "b",
+        layout="auto",
+    )  # fmt: skip
+    a, b = hlobundle.load(a), hlobundle.load(b)
+    assert {x.layout for x in a.arguments} == {"column_major"}
+    assert {x.layout for x in b.arguments} == {"row_major"}
+    for x, y in zip(a.arguments, b.arguments, strict=True):
+        np.testing.assert_array_equal(a.tensor(x.name), b.tensor(y.name))
+
+
+@needs_fixtures
 def test_export_without_data_runs_on_generated_inputs(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(LUX, src)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -85,3 +86,43 @@ def test_dtype_table_itemsizes_are_numpys():
 
     for row in _dtypes.TABLE:
         assert row.itemsize == row.numpy.itemsize, row.name
+
+
+@pytest.mark.subprocess
+def test_the_wheel_holds_the_conformance_cases_and_runs_them_outside_the_checkout(tmp_path):
+    # A wheel built from the repository, unpacked away from it, must run `hlobundle conformance`
+    # and `hlobundle schema` on its own files (package data, not the checkout's).
+    import importlib.metadata
+    import shutil
+    import zipfile
+
+    if int(importlib.metadata.version("setuptools").split(".")[0]) < 77:
+        pytest.skip("the build backend needs setuptools>=77 (pyproject.toml), offline here")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    src = tmp_path / "src"
+    for name in tracked.stdout.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps",
+                        "--no-build-isolation", "-q", "-w", str(tmp_path / "dist")],
+                       cwd=src, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("hlobundle-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    cases = ROOT / "hlobundle" / "conformance_cases"
+    shipped = {p.relative_to(ROOT).as_posix() for p in cases.rglob("*") if p.is_file()}
+    assert "hlobundle/conformance_cases/index.json" in names
+    assert sorted(shipped - names) == []  # every file of every case folder
+    assert "hlobundle/_format/_schema.py" in names  # `hlobundle schema` generates it from code
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
+    where = subprocess.run([sys.executable, "-c", "import hlobundle; print(hlobundle.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    assert where.stdout.startswith(str(tmp_path / "site")), where.stdout + where.stderr
+    for command in (["conformance", "-k", "valid_dtype_float32"], ["conformance", "-k", "invalid_json"],
+                    ["schema"]):  # fmt: skip
+        r = subprocess.run([sys.executable, "-m", "hlobundle", *command], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads(r.stdout)["$schema"].startswith("https://json-schema.org/")

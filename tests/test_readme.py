@@ -70,3 +70,67 @@ def test_readme_iree_block_runs(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "backend iree (stored executable compiled/llvm-cpu.vmfb)" in r.stdout
     assert r.stdout.rstrip().endswith("ok")  # the emitted script's last line
+
+
+README = (ROOT / "README.md").read_text()
+
+# Every fenced block's language, and what the tests do with it. A new language must be added
+# here with its reason, so that no block is left untested by accident.
+FENCES = {
+    "python": "run in-process, each block alone and all of them in order (above)",
+    "sh": "the signing and IREE blocks run (above); the others need a fresh venv or Julia's output",
+    "": "not code: the bundle's file tree (checked below)",
+    "julia": "skipped: it needs Julia with Reactant.jl and NPZ.jl, which this test suite has not",
+}
+
+
+def test_every_readme_block_is_run_or_skipped_with_a_reason():
+    languages = set(re.findall(r"^```(\w*)\n.*?^```$", README, re.S | re.M))
+    assert languages <= set(FENCES), (
+        f"README blocks in {languages - set(FENCES)}: add them to FENCES"
+    )
+
+
+JULIA_BLOCKS = re.findall(r"```julia\n(.*?)```", README, re.S)
+
+
+@pytest.mark.parametrize("index", range(len(JULIA_BLOCKS)))
+def test_readme_julia_block(index):
+    pytest.skip(FENCES["julia"])
+
+
+def test_readme_python_blocks_run_one_after_another(tmp_path, monkeypatch):
+    # A reader runs them in one directory: no block may write where an earlier one wrote.
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    for index, block in enumerate(BLOCKS):
+        if 'function("iree"' in block:
+            continue  # the iree extra: run alone above, when it is installed
+        exec(compile(block, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
+
+
+def _tree() -> str:
+    return re.search(r"## What it is.*?```\n(.*?)```", README, re.S)[1]
+
+
+def test_the_readme_tree_lists_every_file_a_bundle_can_hold():
+    from hlobundle._format._signature import SIGNATURE_NAME
+    from hlobundle._format._stored import FORMS
+    from hlobundle._write._plan import EXPECTED_FILE, TENSOR_FILES
+
+    listed = set(re.findall(r"^\s+(\S+)", _tree(), re.M))
+    listed |= {name.replace("(bc)", "") for name in listed} | {
+        name.replace("(bc)", "bc") for name in listed
+    }
+    names = {"manifest.json", SIGNATURE_NAME, EXPECTED_FILE, *TENSOR_FILES.values()}
+    names |= {f for form in FORMS for f in (form.text_file, form.portable_file)}
+    assert sorted(names - listed) == []
+    # the writer's executables (hlobundle/_write/_compile.py): compiled/<target>.vmfb
+    assert any(re.fullmatch(r"compiled/[\w*-]+\.vmfb", name) for name in listed)
+
+
+def test_the_first_commands_install_for_users_before_contributors():
+    first = README[: README.index("## What it is")]
+    user = re.search(r"pip install \.(\s|$|\")", first)
+    assert user, "a plain `pip install .` (no dev tools) among the first commands"
+    assert user.start() < first.index('.[dev]"'), "the user's install before the contributor's"

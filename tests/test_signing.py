@@ -156,9 +156,12 @@ def test_a_changed_file_with_a_rewritten_manifest_fails(bundle, keys, name):
     assert cli("verify", bundle).returncode == 0  # integrity alone is satisfied
     r = cli("verify", bundle, "--public-key", keys / "a.pub")
     assert r.returncode == 1, r.stdout
+    changed = sorted({name, "manifest.json"})  # a rewritten manifest changed too
     assert r.stderr.startswith(
-        "error [SIGNATURE_INVALID] model.sig does not verify: Signature mismatch"
-    )
+        "error [SIGNATURE_INVALID] model.sig verifies, but files changed since signing: "
+        f"changed: {', '.join(changed)}"
+    ), r.stderr
+    assert "Digest(" not in r.stderr
 
 
 def test_a_file_added_to_the_manifest_fails(bundle, keys):
@@ -170,7 +173,29 @@ def test_a_file_added_to_the_manifest_fails(bundle, keys):
     rehash(bundle, "notes.txt")  # a listed file, with its true hash
     assert cli("verify", bundle).returncode == 0
     r = cli("verify", bundle, "--public-key", keys / "a.pub")
-    assert r.returncode == 1 and "Extra files found" in r.stderr
+    assert r.returncode == 1
+    assert "files changed since signing: changed: manifest.json; added: notes.txt" in r.stderr
+
+
+def test_a_removed_file_is_named(bundle, keys):
+    _list_file(bundle, "LICENSE", b"Apache-2.0\n")
+    _signed(bundle, keys)
+    (bundle / "LICENSE").unlink()
+    edit_manifest(bundle, lambda m: m["files"].pop("LICENSE"))
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1
+    assert "files changed since signing: changed: manifest.json; removed: LICENSE" in r.stderr
+
+
+def test_a_signature_that_does_not_verify_names_no_files(bundle, keys):
+    # A signature by another key lists digests nobody vouches for: they must not be reported.
+    assert cli("sign", bundle, "--private-key", keys / "b.pem").returncode == 0
+    edit_manifest(bundle, lambda m: m["provenance"].update(producer="someone else"))
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and r.stderr.startswith(
+        "error [SIGNATURE_INVALID] model.sig does not verify"
+    )
+    assert "changed" not in r.stderr and "manifest.json" not in r.stderr
 
 
 def test_run_and_load_refuse_a_tampered_signed_bundle_before_running(bundle, keys, tmp_path):

@@ -83,12 +83,16 @@ def _statement(digests: dict[str, str], name: str) -> Any:
     return ms.manifest.Manifest(name, items, serialization)
 
 
-def _hashing_from(digests: dict[str, str], name: str) -> Any:
-    """A hashing configuration that returns the already-verified digests instead of hashing."""
+def _hashing_from(digests: dict[str, str], name: str, asked: list[bool] | None = None) -> Any:
+    """A hashing configuration that returns the already-verified digests instead of hashing.
+    model-signing asks it for them only once the envelope's signature has verified: that is
+    recorded in `asked`."""
     ms = _model_signing()
 
     class Verified(ms.hashing.Config):  # type: ignore[misc, name-defined]
         def hash(self, model_path: Any, *, files_to_hash: Any = None) -> Any:
+            if asked is not None:
+                asked.append(True)
             return _statement(digests, name)
 
         def add_ignored_paths(self, *, model_path: Any, paths: Any) -> None:
@@ -198,7 +202,10 @@ def verify(root: Path, digests: dict[str, str], trust: Trust) -> str:
             f"the bundle is not signed: it has no {SIGNATURE_NAME}", path=SIGNATURE_NAME
         )
     ms = _model_signing()
-    config = ms.verifying.Config().set_hashing_config(_hashing_from(digests, root.name))
+    envelope_verified: list[bool] = []
+    config = ms.verifying.Config().set_hashing_config(
+        _hashing_from(digests, root.name, envelope_verified)
+    )
     try:
         if trust.public_key is not None:
             config.use_elliptic_key_verifier(public_key=trust.public_key)
@@ -214,10 +221,45 @@ def verify(root: Path, digests: dict[str, str], trust: Trust) -> str:
         try:
             config.verify(root, d / SIGNATURE_NAME)
         except Exception as e:  # model-signing and its crypto raise many kinds
+            changes = _changes(data, digests) if envelope_verified else None
+            if changes:
+                raise SignatureInvalidError(
+                    f"{SIGNATURE_NAME} verifies, but files changed since signing: {changes}",
+                    path=SIGNATURE_NAME,
+                ) from None
             raise SignatureInvalidError(
                 f"{SIGNATURE_NAME} does not verify: {_reason(e)}", path=SIGNATURE_NAME
             ) from None
     return signer(data)
+
+
+def _changes(data: bytes, digests: dict[str, str]) -> str | None:
+    """What differs between the files a signature lists and `digests`, as "changed: a, b;
+    added: c; removed: d"; None when its statement cannot be read. Call it only once the
+    signature's envelope has verified: the statement it reads is then the signer's."""
+    import base64
+
+    from model_signing._signing.signing import dsse_payload_to_manifest  # not re-exported
+
+    try:
+        payload = json.loads(base64.b64decode(json.loads(data)["dsseEnvelope"]["payload"]))
+        signed = {
+            str(rd.identifier): rd.digest.digest_hex
+            for rd in dsse_payload_to_manifest(payload).resource_descriptors()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    parts = {
+        "changed": [f for f in sorted(signed.keys() & digests.keys()) if signed[f] != digests[f]],
+        "added": sorted(digests.keys() - signed.keys()),
+        "removed": sorted(signed.keys() - digests.keys()),
+    }
+    return "; ".join(f"{kind}: {_names(files)}" for kind, files in parts.items() if files) or None
+
+
+def _names(files: list[str], most: int = 20) -> str:
+    shown = ", ".join(files[:most])
+    return shown if len(files) <= most else f"{shown} and {len(files) - most} more"
 
 
 def _reason(e: Exception) -> str:
