@@ -31,7 +31,8 @@ HloBundleError
 │   └── NotPortableError               MODULE_NOT_PORTABLE
 ├── InputError (ValueError)        INPUT_INVALID
 │   ├── InputDtypeError (TypeError)    INPUT_INVALID: a value of the wrong dtype
-│   └── InputAmbiguousError            INPUT_AMBIGUOUS
+│   ├── InputAmbiguousError            INPUT_AMBIGUOUS
+│   └── TensorConflictError            TENSOR_CONFLICT: one shared tensor, two values
 ├── ConfigError                    (family) the Python environment cannot run the bundle as asked
 │   ├── X64DisabledError               X64_DISABLED
 │   ├── BackendUnavailableError        BACKEND_UNAVAILABLE
@@ -74,6 +75,7 @@ __all__ = [
     "SignatureError",
     "SignatureInvalidError",
     "SizeMismatchError",
+    "TensorConflictError",
     "TensorFileError",
     "TensorMismatchError",
     "TransformError",
@@ -231,6 +233,12 @@ class InputError(HloBundleError, ValueError):
     raises for a bad argument)."""
 
     code = "INPUT_INVALID"
+
+
+class TensorConflictError(InputError):
+    """Two functions of one bundle give one shared tensor different values (SPEC.md 2.8)."""
+
+    code = "TENSOR_CONFLICT"
 
 
 class InputDtypeError(InputError, TypeError):

@@ -111,25 +111,27 @@ def string_value(attr: Any, what: str, path: str | None) -> str:
         raise ModuleError(f"{what} is not UTF-8", path=path) from None
 
 
-def signature(module: ir.Module, *, path: str | None = None) -> Signature:
-    """Read `@main`'s types; every one must be a static tensor of a dtype in the table."""
+def signature(module: ir.Module, *, path: str | None = None, dynamic: bool = False) -> Signature:
+    """Read `@main`'s types; every one must be a tensor of a dtype in the table, static unless
+    `dynamic` (a function with symbolic dimensions: a dynamic one is None)."""
     try:
-        return _signature(module, path)
+        return _signature(module, path, dynamic)
     except (ValueError, TypeError, IndexError, KeyError) as e:  # attributes of the wrong kind
         raise ModuleError(f"@main's attributes are malformed: {short(str(e))}", path=path) from None
 
 
-def _signature(module: ir.Module, path: str | None) -> Signature:
+def _signature(module: ir.Module, path: str | None, dynamic: bool = False) -> Signature:
     from jaxlib.mlir import ir
 
     with context():
         main = find_main(module, path)
         ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         args = tuple(
-            _tensor_type(t, f"@main argument {i}", path) for i, t in enumerate(ftype.inputs)
+            _tensor_type(t, f"@main argument {i}", path, dynamic)
+            for i, t in enumerate(ftype.inputs)
         )
         results = tuple(
-            _tensor_type(t, f"@main result {i}", path) for i, t in enumerate(ftype.results)
+            _tensor_type(t, f"@main result {i}", path, dynamic) for i, t in enumerate(ftype.results)
         )
         name_attr = module.operation.attributes
         name = _optional_string(name_attr, "sym_name", "the module", path)

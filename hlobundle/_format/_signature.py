@@ -42,6 +42,11 @@ class SigningKey:
     certificate_chain: tuple[Path, ...] = ()
 
 
+def signing_key(private_key: str | os.PathLike[str]) -> SigningKey:
+    """A key that signs with this private key file (PEM) alone."""
+    return SigningKey(Path(private_key))
+
+
 @dataclass(frozen=True)
 class Trust:
     """What a signature must verify against: a public key, or a certificate chain."""

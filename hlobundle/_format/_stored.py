@@ -41,9 +41,17 @@ def check(form: Form, parsed: Any, manifest: Manifest, path: str) -> _mlir.Signa
 
 def check_main(parsed: Any, manifest: Manifest, source: str) -> _mlir.Signature:
     """The manifest's arguments and results must have exactly `@main`'s types and aliasing."""
-    sig = _mlir.signature(parsed, path=source)
+    sig = _mlir.signature(parsed, path=source, dynamic=manifest.symbolic)
     check_signature(sig, manifest, source)
     return sig
+
+
+def fits(declared: Sequence[int | str], module: Sequence[int | None]) -> bool:
+    """A manifest shape agrees with a module's: equal, a symbolic dimension where the module's
+    is dynamic (`?`), an integer where it is static (SPEC.md 2.8)."""
+    return len(declared) == len(module) and all(
+        (m is None) if isinstance(d, str) else d == m for d, m in zip(declared, module, strict=True)
+    )
 
 
 def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
@@ -59,10 +67,10 @@ def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
             )
         for i, (entry, t) in enumerate(zip(entries, types, strict=True)):
             got = (entry.dtype, tuple(entry.shape))
-            if got != (t.dtype.name, t.shape):
+            if entry.dtype != t.dtype.name or not fits(entry.shape, t.shape):
                 raise SignatureError(
                     f"{what}[{i}] ({entry.name}): the manifest says {got[0]}{list(got[1])}, "
-                    f"@main in {source} says {t.dtype.name}{list(t.shape)}",
+                    f"@main in {source} says {t.dtype.name}{_shown(t.shape)}",
                     path=source,
                     field=f"{what}[{i}]",
                 )
@@ -97,15 +105,25 @@ def _check_sharding(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
         )
 
 
+def _shown(shape: Sequence[int | None]) -> list[int | str]:
+    return ["?" if d is None else d for d in shape]
+
+
 def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
     """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
-    sig = _mlir.signature(parsed, path=source)
+    sig = _mlir.signature(parsed, path=source, dynamic=manifest.symbolic)
     want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]
     want_in += [(cotangent_dtype(r.dtype), tuple(r.shape)) for r in manifest.results]
     want_out = [(cotangent_dtype(a.dtype), tuple(a.shape)) for a in manifest.arguments]
     got_in = [(t.dtype.name, t.shape) for t in sig.arguments]
     got_out = [(t.dtype.name, t.shape) for t in sig.results]
-    if (got_in, got_out) != (want_in, want_out):
+
+    def agree(want: list[Any], got: list[Any]) -> bool:
+        return len(want) == len(got) and all(
+            wd == gd and fits(ws, gs) for (wd, ws), (gd, gs) in zip(want, got, strict=True)
+        )
+
+    if not (agree(want_in, got_in) and agree(want_out, got_out)):
         raise SignatureError(
             f"the backward module {source} has signature {got_in} -> {got_out}; the manifest "
             f"requires {want_in} -> {want_out} (SPEC.md, 'Backward module')",

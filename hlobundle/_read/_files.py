@@ -315,6 +315,12 @@ class HeldFile:
         self._fd = open_listed(root, name)
         weakref.finalize(self, os.close, self._fd)  # held for the Bundle's lifetime
 
+    def read(self) -> bytes:
+        """The held file's bytes (at most one past its listed size), checked against the manifest."""
+        data = os.pread(self._fd, self.listed.size + 1, 0)
+        check_digest(self.name, len(data), hashlib.sha256(data).hexdigest(), self.listed)
+        return data
+
     def check(self) -> None:
         """Hash the held file (at most one byte past its listed size) against the manifest."""
         h, offset, limit = hashlib.sha256(), 0, self.listed.size + 1

@@ -222,7 +222,9 @@ def check(
             f"{where}: expected dtype {expected.dtype.name}, got {np.dtype(value.dtype).name}",
             **({"argument": name} if what == "argument" else {"field": path}),
         )
-    if tuple(value.shape) != want_shape:
+    if len(value.shape) != len(want_shape) or any(
+        w is not None and w != g for w, g in zip(want_shape, value.shape, strict=True)
+    ):  # None: a symbolic dimension, which the values' shapes bind together
         raise InputError(
             f"{where}: expected shape {want_shape}{orientation}, got {tuple(value.shape)}",
             **({"argument": name} if what == "argument" else {"field": path}),

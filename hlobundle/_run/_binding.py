@@ -83,7 +83,10 @@ def check_value(x: Any, arg: Argument, index: int) -> Any:
     elif not hasattr(x, "shape") or not hasattr(x, "dtype"):
         x = np.asarray(x)
     got = (np.dtype(x.dtype), tuple(x.shape))
-    if got != (want_dtype, tuple(arg.shape)):
+    fits = len(got[1]) == len(arg.shape) and all(
+        isinstance(d, str) or d == n for d, n in zip(arg.shape, got[1], strict=True)
+    )  # a symbolic dimension (str) is checked with the others (`check_symbols`)
+    if got[0] != want_dtype or not fits:
         # A wrong dtype is a TypeError, a wrong shape a ValueError, as JAX raises them.
         error = InputDtypeError if got[0] != want_dtype else InputError
         raise error(
@@ -92,6 +95,27 @@ def check_value(x: Any, arg: Argument, index: int) -> Any:
             argument=arg.name,
         )
     return x
+
+
+def check_symbols(manifest: Manifest, values: Sequence[Any]) -> None:
+    """The arguments' shapes bind the function's symbols consistently (SPEC.md 2.8)."""
+    if not manifest.symbolic:
+        return
+    from .._format import _symbolic
+
+    declared = [
+        (a.name, [d if isinstance(d, int) else _symbolic.parse(d) for d in a.shape])
+        for a in manifest.arguments
+    ]
+    constraints = [_symbolic.parse_constraint(c) for c in manifest.constraints or ()]
+    try:
+        _symbolic.bind(declared, [tuple(np.shape(x)) for x in values], constraints)
+    except _symbolic.ShapeError as e:
+        raise InputError(
+            f"the arguments' shapes do not fit {manifest.function}'s symbolic shapes: {e} "
+            "(SPEC.md 2.8)",
+            argument=e.where.split(".")[0],
+        ) from None
 
 
 def _flatten_by_tree(tree: Any, value: Any, where: str) -> dict[str, Any]:

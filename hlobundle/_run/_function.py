@@ -66,7 +66,9 @@ class BundleFunction:
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
         self._used = [
-            i for i in range(len(self.manifest.arguments)) if i not in bundle.signature.unused
+            i
+            for i in range(len(self.manifest.arguments))
+            if i not in bundle.signature.unused or self.manifest.symbolic  # no zeros to make
         ]
         names = [self.manifest.arguments[i].name for i in self._used]
         self.mesh = _placement.device_mesh(self.manifest, devices)
@@ -105,6 +107,7 @@ class BundleFunction:
             _binding.check_value(x, a, i)
             for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
         ]
+        _binding.check_symbols(self.manifest, checked)
         self._backend.check_derivatives(self.bundle, checked)
         checked = [checked[i] for i in self._used]
         if self._in_shardings is not None:

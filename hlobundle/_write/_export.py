@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._format import _signature
 from .._format._errors import InputError
 from .._format._manifest import Role, identifier
-from ._writer import pack
+from .._read._inputs import from_python
+from ._functions import add_function
+from ._writer import PackOptions, pack_planned
 
 
 def export(
     fn: Callable[..., Any],
     *example_args: Any,
     out: str | os.PathLike[str],
+    name: str | None = None,
+    shapes_specs: Any = None,
+    constraints: Sequence[str] = (),
+    add: bool = False,
+    default: bool = False,
     force: bool = False,
     roles: Mapping[str, Role] | None = None,
     store_inputs: bool = True,
@@ -27,6 +36,9 @@ def export(
     vmap_in_axes: Any = None,
     target_version: str | None = None,
     timestamp: str | None = None,
+    sign_key: str | os.PathLike[str] | None = None,
+    public_key: str | os.PathLike[str] | None = None,
+    replace_signature: bool = False,
 ) -> Path:
     """Lower `fn` on `example_args` with `jax.jit` and write it as a bundle.
 
@@ -37,7 +49,17 @@ def export(
 
     **Arguments:**
 
-    - `fn`: the function; `example_args`: its positional arguments.
+    - `fn`: the function; `example_args`: its positional arguments, concrete (stored as the
+      example even when `shapes_specs` makes the function's shapes symbolic).
+    - `name`: the function's name in the bundle (default: `fn.__name__`).
+    - `shapes_specs`: symbolic shapes, exactly what `jax.export.symbolic_args_specs` takes
+      (for example `(None, "b, 8")`), with its `constraints` (`("b >= 2",)`): the function
+      then takes any sizes that fit (format 2.0, SPEC.md 2.8).
+    - `add`: add the function to the existing bundle `out` (format 2.0), rewritten
+      atomically, its parameters stored once with the others' (same name and bytes shared;
+      same name, other bytes: `TensorConflictError`). `default`: make it the default function.
+    - `sign_key`, `public_key`, `replace_signature`: with `add`, sign the bundle again (a
+      signed bundle must be), under `refresh()`'s rules; without `add`, sign the new bundle.
     - `roles`: by argument name, or by `fn`'s parameter name for all the leaves under it,
       for example `{"params": "parameter"}`.
     - `out`, `force`, `target_version`, `timestamp`: as for `pack()`.
@@ -61,7 +83,15 @@ def export(
         return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
 
     jitted = jax.jit(flat_fn, keep_unused=True)
-    lowered = jitted.lower(*[_abstract(leaf) for _, leaf in leaves])
+    if shapes_specs is None:
+        lowered = jitted.lower(*[_abstract(leaf) for _, leaf in leaves])
+        text, out_info, symbolic = lowered.as_text(), lowered.out_info, None
+    else:
+        if vmap_in_axes is not None:
+            raise InputError("a function with symbolic shapes needs no batched module: "
+                             "vmap_in_axes and shapes_specs exclude each other",
+                             argument="vmap_in_axes")  # fmt: skip
+        text, out_info, symbolic = _lower_symbolic(jitted, example_args, shapes_specs, constraints)
     expected = None
     if store_inputs and store_expected:
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
@@ -72,28 +102,64 @@ def export(
         n: (roles or {}).get(n, (roles or {}).get(h)) for n, h in zip(names, heads, strict=True)
     }
     batched = _batched_arguments(vmap_in_axes, in_tree, names, [_abstract(x) for _, x in leaves])
-    out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(lowered.out_info)
+    out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out_info)
     result_names = _unique([_result_name(path) for path, _ in out_leaves])
-    return pack(
-        lowered.as_text(),
-        flat if store_inputs else None,
-        out,
-        names=names,
-        paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
-        roles={n: r for n, r in leaf_roles.items() if r is not None},
-        result_names=result_names,
-        function=getattr(fn, "__name__", "main"),
-        force=force,
-        target_version=target_version,
-        producer=("jax", jax.__version__),
-        timestamp=timestamp,
-        input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
-        output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
-        expected=expected,
-        with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
-        batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,
-        batched_arguments=batched,
-    )
+    key = _signature.signing_key(sign_key) if sign_key is not None else None
+    if not add and (public_key is not None or replace_signature or default):
+        raise InputError("public_key, replace_signature and default go with add=True",
+                         argument="add")  # fmt: skip
+
+    def write(target: Path, signing: _signature.SigningKey | None) -> Path:
+        options = PackOptions(
+            names=names,
+            paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
+            roles={n: r for n, r in leaf_roles.items() if r is not None},
+            result_names=result_names,
+            function=name or getattr(fn, "__name__", "main"),
+            force=force,
+            target_version=target_version,
+            producer=("jax", jax.__version__),
+            timestamp=timestamp,
+            input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
+            output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
+            expected=None if expected is None else from_python(expected),
+            with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
+            batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,
+            batched_arguments=tuple(batched),
+            sign_key=signing,
+            shapes=None if symbolic is None else symbolic[0],
+            result_shapes=None if symbolic is None else symbolic[1],
+            constraints=tuple(constraints),
+        )
+        items = from_python(flat) if store_inputs else None
+        return pack_planned(text, items, target, options)
+
+    if not add:
+        return write(Path(out), key)
+    with tempfile.TemporaryDirectory(prefix=".hlobundle-add-", dir=Path(out).parent) as scratch:
+        new = write(Path(scratch) / "function.hlobundle", None)
+        return add_function(out, new, default=default, sign_key=key, public_key=public_key,
+                            replace_signature=replace_signature)  # fmt: skip
+
+
+def _lower_symbolic(
+    jitted: Any, example_args: tuple[Any, ...], shapes_specs: Any, constraints: Sequence[str]
+) -> tuple[str, Any, tuple[list[list[int | str]], list[list[int | str]]]]:
+    """`jax.export` of `jitted` with symbolic shapes: its text, its results' structure, and
+    the arguments' and results' shapes, a symbolic dimension as its expression."""
+    import jax
+    from jax import export
+
+    try:
+        specs = export.symbolic_args_specs(example_args, shapes_specs, constraints=constraints)
+    except (ValueError, TypeError) as e:  # jax's message says which spec and why
+        raise InputError(f"shapes_specs: {e}", argument="shapes_specs") from None
+    flat_specs = jax.tree_util.tree_leaves(specs)
+    exported = export.export(jitted)(*flat_specs)
+    out_info = jax.tree_util.tree_unflatten(exported.out_tree, list(exported.out_avals))
+    shape = lambda aval: [d if isinstance(d, int) else str(d) for d in aval.shape]  # noqa: E731
+    shapes = ([shape(a) for a in exported.in_avals], [shape(a) for a in exported.out_avals])
+    return exported.mlir_module(), out_info, shapes
 
 
 def _batched_arguments(

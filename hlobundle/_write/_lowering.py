@@ -12,32 +12,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._format import _dtypes
-from .._format._manifest import Argument, Manifest, Result
-from .._format._stored import BATCH_DIMENSION, differentiable
-
-
-def cotangent_avals(values: Sequence[Argument] | Sequence[Result]) -> list[Any]:
-    import jax
-    from jax import dtypes
-
-    return [
-        jax.core.ShapedArray(
-            tuple(v.shape),
-            _dtypes.BY_NAME[v.dtype].numpy if differentiable(v.dtype) else dtypes.float0,
-        )
-        for v in values
-    ]
+from .._format._manifest import Manifest
+from .._format._stored import BATCH_DIMENSION
+from .._run._avals import cotangent_avals, is_symbolic, value_avals
 
 
 def lower_backward(manifest: Manifest, primal: Callable[..., Sequence[Any]]) -> str:
     """StableHLO text of the backward module of `primal`, a function of the flat arguments."""
-    import jax
-
-    primals = [
-        jax.ShapeDtypeStruct(tuple(a.shape), _dtypes.BY_NAME[a.dtype].numpy)
-        for a in manifest.arguments
-    ]
-    return lower_backward_of(primals, cotangent_avals(manifest.results), primal)
+    primals = value_avals(manifest, manifest.arguments)
+    return lower_backward_of(primals, cotangent_avals(manifest, manifest.results), primal)
 
 
 def lower_backward_of(
@@ -53,7 +36,20 @@ def lower_backward_of(
         _, pullback = jax.vjp(lambda *args: tuple(primal(*args)), *primals_and_cotangents[:n])
         return tuple(pullback(tuple(primals_and_cotangents[n:])))
 
-    return jax.jit(backward, keep_unused=True).lower(*primals, *specs).as_text()
+    return lower(backward, [*primals, *specs])
+
+
+def lower(fn: Callable[..., Any], specs: Sequence[Any]) -> str:
+    """StableHLO text of `jax.jit(fn)` on `specs`; through `jax.export` when a shape is
+    symbolic, so that `@main` takes only the arrays and derives its dimensions from them."""
+    import jax
+
+    jitted = jax.jit(fn, keep_unused=True)
+    if not is_symbolic(specs):
+        return jitted.lower(*specs).as_text()
+    from jax import export
+
+    return export.export(jitted)(*specs).mlir_module()
 
 
 def backward_of_exported(exported: Any) -> str:

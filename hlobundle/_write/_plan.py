@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._format import _mlir
+from .._format import _mlir, _symbolic
 from .._format._errors import InputError
 from .._format._manifest import (
     FORMAT,
@@ -23,6 +23,7 @@ from .._format._manifest import (
     TensorRef,
 )
 from .._format._sharding import manifest_mesh, sharding_fields
+from .._format._stored import fits
 from .._read import _inputs
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def plan(
             "row_major" if ordered is None else _inputs.detect_layout(ordered, sig.arguments, names)
         )
     transpose = layout == "column_major" and not opt.already_permuted
+    shapes = _declared_shapes(opt.shapes, sig.arguments, "arguments")
     arguments, arrays = [], {}
     for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths, strict=True)):
         role = roles.get(name, "input")
@@ -64,7 +66,7 @@ def plan(
             Argument(
                 name=name,
                 path=path,
-                shape=list(t.shape),
+                shape=shapes[i],
                 dtype=t.dtype.name,
                 layout=layout,
                 role=role,
@@ -72,10 +74,11 @@ def plan(
                 **sharding_fields(sig.sharding, "arguments", i),
             )  # fmt: skip
         )
+    result_shapes = _declared_shapes(opt.result_shapes, sig.results, "results")
     results = [
         Result(
             name=rn,
-            shape=list(t.shape),
+            shape=result_shapes[k],
             dtype=t.dtype.name,
             layout=layout,
             aliases=sig.aliases.get(k),
@@ -89,9 +92,12 @@ def plan(
             )
         )
     ]
+    if opt.shapes is not None and ordered is not None:
+        _check_symbolic_examples(arguments, ordered, opt.constraints)
     manifest = Manifest.model_construct(
         format=FORMAT,
         format_version=FORMAT_VERSION,
+        constraints=list(opt.constraints) or None,
         function=opt.function or _default_function_name(sig),
         arguments=arguments,
         results=results,
@@ -102,6 +108,42 @@ def plan(
         files={},
     )
     return manifest, arrays
+
+
+def _declared_shapes(
+    given: Sequence[Sequence[int | str]] | None, types: Sequence[_mlir.TensorType], what: str
+) -> list[list[int | str]]:
+    """Each value's manifest shape: the module's, or the given symbolic one, which must agree
+    with it (an expression exactly where the module's dimension is `?`)."""
+    if given is None:
+        return [list(t.shape) for t in types]
+    if len(given) != len(types):
+        raise InputError(f"{what}: {len(given)} symbolic shapes for {len(types)} values")
+    for k, (shape, t) in enumerate(zip(given, types, strict=True)):
+        if not fits(list(shape), t.shape):
+            shown = ["?" if d is None else d for d in t.shape]
+            raise InputError(
+                f"{what}[{k}]: the symbolic shape {list(shape)} does not fit the module's {shown}"
+            )
+    return [list(shape) for shape in given]
+
+
+def _check_symbolic_examples(
+    arguments: list[Argument], ordered: list[Any], constraints: Sequence[str]
+) -> None:
+    """The example values are one instance of the symbolic shapes (SPEC.md 2.8)."""
+    declared, actual = [], []
+    for a, item in zip(arguments, ordered, strict=True):
+        if item is not None:
+            declared.append(
+                (a.name, [d if isinstance(d, int) else _symbolic.parse(d) for d in a.shape])
+            )
+            actual.append(tuple(np.shape(item.array)))
+    try:
+        _symbolic.bind(declared, actual, [_symbolic.parse_constraint(c) for c in constraints])
+    except _symbolic.ShapeError as e:
+        raise InputError(f"the example values do not fit the symbolic shapes: {e}",
+                         argument=e.where.split(".")[0]) from None  # fmt: skip
 
 
 def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, str]:

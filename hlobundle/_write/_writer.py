@@ -65,6 +65,11 @@ class PackOptions:
     batched: str | Callable[..., Any] | None = None
     batched_arguments: Sequence[str] = ()
     sign_key: _signature.SigningKey | None = None  # sign as the last step (`pack --sign-key`)
+    # Symbolic dimensions (format 2.0, SPEC.md 2.8): each argument's and result's shape, where
+    # the module's dynamic (`?`) dimensions are expressions; and constraints on their symbols.
+    shapes: Sequence[Sequence[int | str]] | None = None
+    result_shapes: Sequence[Sequence[int | str]] | None = None
+    constraints: Sequence[str] = ()
 
 
 def pack(
@@ -152,6 +157,13 @@ def pack_files(
     return _pack(module, items, Path(out), PackOptions(**options, expected=expected))
 
 
+def pack_planned(
+    module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions
+) -> Path:
+    """`pack()` with its options already gathered (the producers' entry: `export()`...)."""
+    return _pack(module, items, out, opt)
+
+
 def _pack(module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions) -> Path:
     try:
         return _pack_checked(module, items, out, opt)
@@ -168,7 +180,7 @@ def _pack_checked(
     normalized = _normalize.normalize(text, path=source, allow_custom_calls=opt.allow_custom_calls)
     text = without_locations(normalized.text, path=source)
     parsed = _mlir.parse(text, path=source)
-    sig = _mlir.signature(parsed, path=source)
+    sig = _mlir.signature(parsed, path=source, dynamic=opt.shapes is not None)
     manifest, arrays = plan(sig, items, opt)
     target = opt.target_version or _mlir.default_target()
     portable = _mlir.to_portable(parsed, target, path=source)
@@ -293,7 +305,7 @@ def _add_expected(
         values = [
             _inputs.check(
                 item,
-                _mlir.TensorType(tuple(r.shape), row),
+                _mlir.TensorType(tuple(None if isinstance(d, str) else d for d in r.shape), row),
                 name=r.name,
                 path=f"results[{k}]",
                 column_major=r.layout == "column_major" and not opt.already_permuted,

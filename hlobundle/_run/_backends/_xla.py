@@ -10,11 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ... import _compat
-from ..._format import _dtypes
 from ..._format._errors import TransformError
 from ..._format._manifest import Manifest
-from ..._write._lowering import cotangent_avals
 from .. import _batched, _transforms
+from .._avals import cotangent_avals, value_avals
 
 if TYPE_CHECKING:
     from ..._read._reader import Bundle
@@ -70,12 +69,6 @@ def _no_second_order(_: Any) -> Any:
     )
 
 
-def _avals(values: Sequence[Any]) -> list[Any]:
-    import jax
-
-    return [jax.core.ShapedArray(tuple(v.shape), _dtypes.BY_NAME[v.dtype].numpy) for v in values]
-
-
 def to_exported(bundle: Bundle) -> Any:
     """The bundle as a `jax.export.Exported`: its portable artifact, called with the pytrees it
     was exported with (when the manifest records them), and its backward module as the VJP."""
@@ -107,8 +100,9 @@ def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
         return _no_vjp
 
     def get_vjp(_: Any) -> Any:
-        return exported_for(m, backward, inputs=[*_avals(m.arguments), *cotangent_avals(m.results)],
-                            outputs=cotangent_avals(m.arguments), name=f"{m.function}_vjp",
+        return exported_for(m, backward, inputs=[*value_avals(m, m.arguments),
+                                                 *cotangent_avals(m, m.results)],
+                            outputs=cotangent_avals(m, m.arguments), name=f"{m.function}_vjp",
                             get_vjp=_no_second_order)  # fmt: skip
 
     return get_vjp
@@ -134,8 +128,8 @@ def exported_for(
     import jax
     from jax import export
 
-    in_avals = tuple(inputs if inputs is not None else _avals(manifest.arguments))
-    out_avals = tuple(outputs if outputs is not None else _avals(manifest.results))
+    in_avals = tuple(inputs if inputs is not None else value_avals(manifest, manifest.arguments))
+    out_avals = tuple(outputs if outputs is not None else value_avals(manifest, manifest.results))
     n, m = len(in_avals), len(out_avals)
     fields = {
         "fun_name": name or manifest.function,
@@ -156,7 +150,7 @@ def exported_for(
         "mlir_module_serialized": portable,
         "calling_convention_version": export.maximum_supported_calling_convention_version,
         "module_kept_var_idx": tuple(range(n)),
-        "uses_global_constants": polymorphic,  # symbolic dimensions (a batched module)
+        "uses_global_constants": polymorphic or manifest.symbolic,  # symbolic dimensions
         "_get_vjp": get_vjp,
     }
     return _compat.new_exported(fields)
