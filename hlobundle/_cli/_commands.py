@@ -319,16 +319,10 @@ def _trust(args: argparse.Namespace) -> dict[str, Any]:
 def serve(args: argparse.Namespace) -> int:
     import signal
 
-    try:
-        import uvicorn  # noqa: F401
+    from .._serve._server import require_extra
 
-        from .._serve._app import app
-    except ImportError as e:
-        from .._format._errors import BackendUnavailableError
-
-        raise BackendUnavailableError(
-            f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
-        ) from None
+    require_extra()
+    from .._serve._app import app
     from .._serve._models import load_models
     from .._serve._server import Limits, banner, server
 

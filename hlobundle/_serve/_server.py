@@ -6,9 +6,11 @@ that arrives and is not armed at all before a connection's first byte."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from .._format._errors import BackendUnavailableError
 from .._read._inspect import shown
 from ._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from ._models import Served
@@ -21,6 +23,21 @@ class Limits:
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body (see also Served.max_request_bytes)
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # to send a request's headers; again its body
     max_connections: int = 512  # open at once; a request over it is answered 503
+
+
+EXTRA = ("starlette", "uvicorn", "prometheus_client")  # what the serve extra installs and we import
+
+
+def require_extra() -> None:
+    """Refuse, with the pip line, where the serve extra is not installed: its modules are
+    imported only when the server is built, after the bundles were compiled."""
+    for name in EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise BackendUnavailableError(
+                f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
+            ) from None
 
 
 def server(asgi: Any, host: str, port: int, limits: Limits) -> Any:
