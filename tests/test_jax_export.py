@@ -94,12 +94,61 @@ def test_a_file_that_is_not_a_blob_is_a_clean_error(tmp_path):
     assert r.stderr.startswith("error [INPUT_INVALID] ")
     assert "is not a serialized jax.export.Exported" in r.stderr
     r = cli(
-        "pack",
-        "--from-jax-export",
-        tmp_path / "junk.jax",
-        "--inputs",
-        "x.npy",
-        "-o",
-        tmp_path / "b",
+        "pack", "--from-jax-export", tmp_path / "junk.jax", "--names", "a", "-o", tmp_path / "b"
     )
-    assert r.returncode == 2 and "--inputs does not apply" in r.stderr
+    assert r.returncode == 2 and "--names does not apply" in r.stderr
+
+
+def _blob(exported, tmp_path, vjp_order=0):
+    blob = tmp_path / "model.jax"
+    blob.write_bytes(exported.serialize(vjp_order=vjp_order))
+    return blob
+
+
+def test_a_blob_with_inputs_by_name_and_computed_results(exported, tmp_path):
+    blob = _blob(exported, tmp_path)
+    np.save(tmp_path / "w.npy", PARAMS["w"])
+    np.save(tmp_path / "b.npy", PARAMS["b"])
+    np.save(tmp_path / "x.npy", X)
+    inputs = [f"arg0_w={tmp_path / 'w.npy'}", f"arg0_b={tmp_path / 'b.npy'}",
+              f"arg1={tmp_path / 'x.npy'}"]  # fmt: skip
+    r = cli("pack", "--from-jax-export", blob, "--inputs", *inputs, "--compute-expected",
+            "-o", tmp_path / "m")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "m", verify=True)
+    _same(bundle.example_args(), (PARAMS, X))
+    _same(bundle.expected_outputs()["y"], exported.call(PARAMS, X)["y"])
+    r = cli("run", tmp_path / "m", "--backend", "xla")  # exits 1 when a result differs
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_blob_with_inputs_by_position_and_given_results(exported, tmp_path):
+    blob = _blob(exported, tmp_path)
+    np.savez(tmp_path / "in.npz", PARAMS["b"], PARAMS["w"], X)  # arr_0.. in argument order
+    want = exported.call(PARAMS, X)
+    np.savez(tmp_path / "out.npz", y=np.asarray(want["y"]), total=np.asarray(want["total"]))
+    r = cli("pack", "--from-jax-export", blob, "--inputs", tmp_path / "in.npz",
+            "--expected", tmp_path / "out.npz", "-o", tmp_path / "m")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "m")
+    _same(bundle.example_args(), (PARAMS, X))
+    _same(bundle.expected_outputs()["total"], want["total"])
+    np.save(tmp_path / "x.npy", X)
+    r = cli("pack", "--from-jax-export", blob, "--inputs", tmp_path / "x.npy", "-o", tmp_path / "n")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error [INPUT_INVALID] expected 3 input array(s)"), r.stderr
+
+
+def test_no_backward_module_says_how_a_blob_gets_one(exported, tmp_path):
+    r = cli("pack", "--from-jax-export", _blob(exported, tmp_path), "-o", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    fn = hlobundle.load(tmp_path / "m").function("xla")
+    with pytest.raises(hlobundle.TransformError, match=r"exported\.serialize\(vjp_order=1\)") as e:
+        jax.grad(lambda p: fn(p, X)["total"])(PARAMS)
+    assert "--with-vjp" not in str(e.value)  # which --from-jax-export refuses
+
+
+def test_a_blob_given_as_module_text_points_at_from_jax_export(exported, tmp_path):
+    r = cli("pack", _blob(exported, tmp_path), "-o", tmp_path / "m")
+    assert r.returncode == 1 and r.stderr.startswith("error [INPUT_INVALID]"), r.stderr
+    assert "--from-jax-export" in r.stderr

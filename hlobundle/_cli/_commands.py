@@ -77,24 +77,29 @@ def pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _refuse_flags(args: argparse.Namespace, extra: str, *, because: str, hint: str = "") -> None:
+def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str = "") -> None:
     """A usage error for the first `pack` option a source that brings its own names ignores."""
     flags = {"--inputs": args.inputs, "--names": args.names, "--result-names": args.result_names,
              "--expected": args.expected, "--compute-expected": args.compute_expected,
-             "--with-vjp": args.with_vjp, "--function": args.function}  # fmt: skip
-    flags[extra] = {"--role": args.role, "--sign-key": args.private_key}[extra]
-    given = [flag for flag, value in flags.items() if value]
+             "--with-vjp": args.with_vjp, "--function": args.function,
+             "--role": args.role, "--sign-key": args.private_key}  # fmt: skip
+    given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
     given += ["--layout"] if args.layout != "auto" else []
     if given:
         args.parser.error(f"{because}; {given[0]} does not apply{hint}")
+
+
+# What every source that brings its own names refuses; each caller adds its own.
+_REFUSABLE = ("--names", "--result-names", "--with-vjp", "--function")
 
 
 def _pack_reactant_server(args: argparse.Namespace) -> int:
     from .. import pack  # noqa: F401  (the public surface: it registers the runner)
     from .._write._reactant_server import from_reactant_server
 
-    _refuse_flags(args, "--role", because="--from-reactant-server takes names, roles, layout "
-                  "and weights from the bundle")  # fmt: skip
+    _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role",
+                  because="--from-reactant-server takes names, roles, layout and weights from "
+                  "the bundle")  # fmt: skip
     options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
     if args.private_key:
         options["sign_key"] = _signing_key(args)
@@ -105,17 +110,19 @@ def _pack_reactant_server(args: argparse.Namespace) -> int:
 
 
 def _pack_jax_export(args: argparse.Namespace) -> int:
-    from .. import from_exported  # the public surface: it registers the runner
-    from .._write._jax_export import read_blob
+    from .. import from_exported  # noqa: F401  (the public surface: it registers the runner)
+    from .._write._jax_export import from_exported_files, read_blob
 
     _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
-                  "VJP from the Exported", hint=" (example inputs: hlobundle.from_exported(..., "
-                  "inputs=...) in Python)")  # fmt: skip
+                  "VJP from the Exported", hint=" (the arguments' names: hlobundle inspect "
+                  "after packing without --inputs)")  # fmt: skip
     import jax
 
     jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
-    out = from_exported(read_blob(args.from_jax_export), args.output, roles=dict(args.role),
-                        force=args.force, target_version=args.target_version)  # fmt: skip
+    out = from_exported_files(read_blob(args.from_jax_export), args.inputs, args.output,
+                              roles=dict(args.role), force=args.force,
+                              target_version=args.target_version,
+                              expected="compute" if args.compute_expected else args.expected)  # fmt: skip
     print(f"wrote {out}")
     return EXIT_OK
 

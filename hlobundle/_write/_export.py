@@ -14,6 +14,8 @@ from .._format._errors import InputError
 from .._format._manifest import Role, identifier
 from ._writer import pack
 
+PRODUCER = "jax"  # the provenance's producer of a bundle that export() wrote
+
 
 def export(
     fn: Callable[..., Any],
@@ -85,7 +87,7 @@ def export(
         function=getattr(fn, "__name__", "main"),
         force=force,
         target_version=target_version,
-        producer=("jax", jax.__version__),
+        producer=(PRODUCER, jax.__version__),
         timestamp=timestamp,
         input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
         output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),

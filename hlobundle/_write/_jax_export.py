@@ -20,7 +20,9 @@ from .._format import _limits, _portable
 from .._format._errors import InputError
 from .._format._manifest import Role
 from ._export import _identifier, _json_tree, _key_part, _result_name, _unique
-from ._writer import pack
+from ._writer import pack, pack_files
+
+PRODUCER = "jax.export"  # the provenance's producer of a bundle from an Exported
 
 
 def from_exported(
@@ -48,6 +50,33 @@ def from_exported(
     """
     import jax
 
+    text, options = _pack_options(exported)
+    flat, expected = None, None
+    if inputs is not None:
+        flat_inputs, _ = jax.tree_util.tree_flatten((tuple(inputs), {}))
+        flat = [np.asarray(x) for x in flat_inputs]
+        expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*inputs))]
+    return pack(text, flat, out, roles=roles, force=force, target_version=target_version,
+                timestamp=timestamp, expected=expected, **options)  # fmt: skip
+
+
+def from_exported_files(
+    exported: Any,
+    input_files: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    **options: Any,
+) -> Path:
+    """`from_exported()` with example inputs read from files, one array per flat argument (by
+    name, `arr_<k>` or position, as `pack_files()` takes them): the CLI's form. `expected` is
+    `"compute"`, files of expected results, or None; the other options are `pack()`'s."""
+    text, own = _pack_options(exported)
+    return pack_files(text, input_files, out, **own, **options)
+
+
+def _pack_options(exported: Any) -> tuple[str, dict[str, Any]]:
+    """The module text of `exported` and the `pack()` options that name and describe it."""
+    import jax
+
     _refuse_what_a_bundle_cannot_hold(exported)
     text = _portable.canonical_in_child(exported.mlir_module_serialized, path="the Exported")
     tree = jax.tree_util.tree_unflatten(exported.in_tree, list(range(exported.in_tree.num_leaves)))
@@ -58,33 +87,20 @@ def from_exported(
         jax.tree_util.tree_unflatten(exported.out_tree, list(range(exported.out_tree.num_leaves)))
     )
     result_names = _unique([_result_name(path) for path, _ in out_leaves])
-    flat, expected = None, None
-    if inputs is not None:
-        flat_inputs, _ = jax.tree_util.tree_flatten((tuple(inputs), {}))
-        flat = [np.asarray(x) for x in flat_inputs]
-        expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*inputs))]
 
     def primal(*flat_args: Any) -> Any:
         args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, flat_args)
         return jax.tree_util.tree_leaves(exported.call(*args, **kwargs))
 
     allowed = [t for c in exported.disabled_safety_checks if (t := c.is_custom_call())]
-    return pack(
-        text,
-        flat,
-        out,
+    return text, dict(
         names=names,
         paths=[_producer_path(path) for path, _ in leaves],
-        roles=roles,
         result_names=result_names,
         function=exported.fun_name,
-        force=force,
-        target_version=target_version,
-        producer=("jax.export", jax.__version__),
-        timestamp=timestamp,
+        producer=(PRODUCER, jax.__version__),
         input_tree=None if kwargs_tree else _json_tree(args_tree),
         output_tree=_json_tree(jax.tree_util.tree_unflatten(exported.out_tree, result_names)),
-        expected=expected,
         allow_custom_calls=allowed,
         with_vjp=primal if exported.has_vjp() else False,
     )
