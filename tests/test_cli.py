@@ -338,10 +338,10 @@ def _private_key(tmp_path):
     [
         ("iree", ["run", "{b}", "--backend", "iree"], "iree"),
         ("iree", ["compile", "{b}"], "iree"),
-        ("iree", ["serve", "{b}", "--backend", "iree", "--port", "1"], "iree"),
+        ("iree", ["serve", "{b}", "--backend", "iree", "--port", "0"], "iree"),
         ("enzyme_ad", ["run", "{b}", "--backend", "enzyme"], "enzyme-ad"),
-        ("starlette", ["serve", "{b}", "--port", "1"], "serve"),
-        ("uvicorn", ["serve", "{b}", "--port", "1"], "serve"),
+        ("starlette", ["serve", "{b}", "--port", "0"], "serve"),
+        ("uvicorn", ["serve", "{b}", "--port", "0"], "serve"),
         ("model_signing", ["sign", "{b}", "--private-key", "{t}/key.pem"], "sign"),
         ("model_signing", ["verify", "{b}", "--public-key", "{t}/key.pub"], "sign"),
         ("model_signing", ["pack", "{m}", "-o", "{t}/c", "--sign-key", "{t}/key.pem"], "sign"),

@@ -324,14 +324,11 @@ def _trust(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import signal
-
     from .._serve._server import require_extra
 
     require_extra()
-    from .._serve._app import app
     from .._serve._models import load_models
-    from .._serve._server import Limits, banner, server
+    from .._serve._server import listening
 
     if args.max_batch_size < 1 or args.batch_timeout_ms < 0:
         raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
@@ -344,19 +341,36 @@ def serve(args: argparse.Namespace) -> int:
     if args.trust_batched and args.backend == "iree":
         raise InputError("--trust-batched applies to the jax backends: iree does not batch",
                          argument="trust_batched")  # fmt: skip
-    models = load_models(args.bundles, backend=args.backend, max_batch=args.max_batch_size,
-                         trust_executables=args.trust_executables,
-                         trust_batched=args.trust_batched, **_trust(args))  # fmt: skip
+    with listening(args.host, args.port) as sock:  # before anything compiles
+        models = load_models([_named(b) for b in args.bundles], backend=args.backend,
+                             max_batch=args.max_batch_size,
+                             trust_executables=args.trust_executables,
+                             trust_batched=args.trust_batched, **_trust(args))  # fmt: skip
+        _serve_on(sock, models, args)
+    return EXIT_OK
+
+
+def _named(arg: str) -> str | tuple[str, str]:
+    """`NAME=BUNDLE` as (NAME, BUNDLE); a plain BUNDLE (or one whose path has a '=') as is."""
+    name, sep, path = arg.partition("=")
+    return (name, path) if sep and not Path(arg).exists() else arg
+
+
+def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> None:
+    import signal
+
+    from .._serve._app import app
+    from .._serve._server import Limits, banner, server
+
     limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
-    print(banner(models, args.host, args.port), flush=True)
+    print(banner(models, args.host, sock.getsockname()[1]), flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
     served = app(models, max_body=limits.max_body, max_batch=args.max_batch_size,
                  batch_timeout_s=args.batch_timeout_ms / 1000,
                  read_timeout_s=limits.read_timeout_s)  # fmt: skip
-    server(served, args.host, args.port, limits).run()
-    return EXIT_OK
+    server(served, args.host, args.port, limits).run(sockets=[sock])
 
 
 def refresh(args: argparse.Namespace) -> int:
