@@ -160,3 +160,15 @@ def assert_close(got: Any, want: Any, rtol: float = 1e-5) -> None:
         g, w = np.asarray(g), np.asarray(w)
         scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)
+
+
+def without_modules(tmp_path: Path, *names: str) -> dict[str, str]:
+    """An environment for `cli_process` in which `names` (top-level packages) do not import, as
+    where their extra is not installed: a sitecustomize sets `sys.modules[name] = None`."""
+    where = tmp_path / "blocked"
+    where.mkdir(exist_ok=True)
+    (where / "sitecustomize.py").write_text(
+        f"import sys\nfor name in {list(names)!r}:\n    sys.modules[name] = None\n"
+    )
+    path = os.pathsep.join(p for p in (str(where), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}

@@ -257,7 +257,7 @@ def test_inspect_gives_sizes_in_human_units_and_counts_per_role():
 
     r = cli("inspect", ROOT / "examples" / "lenet5.hlobundle")
     assert r.returncode == 0
-    assert "files     7, 232 KiB (237,484 bytes)" in r.stdout
+    assert "files     7, 222 KiB (227,830 bytes)" in r.stdout
     assert "params    47,154 values in 10 tensors, 184 KiB" in r.stdout
     assert "inputs    3,136 values in 1 tensor, 12.2 KiB" in r.stdout
     assert "128 KiB" in r.stdout  # dense1's weight, per tensor
@@ -333,3 +333,54 @@ def test_no_writer_puts_its_output_inside_a_bundle(tmp_path):
         assert f"is inside the bundle {str(b)!r}" in r.stderr
         (b / "sub").exists() and (b / "sub").rmdir()
         hlobundle.load(b).verify()
+
+
+def _private_key(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    (tmp_path / "key.pem").write_bytes(pem)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (tmp_path / "key.pub").write_bytes(public)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("blocked", "argv", "pip"),
+    [
+        ("iree", ["run", "{b}", "--backend", "iree"], "iree"),
+        ("iree", ["compile", "{b}"], "iree"),
+        ("iree", ["serve", "{b}", "--backend", "iree", "--port", "0"], "iree"),
+        ("enzyme_ad", ["run", "{b}", "--backend", "enzyme"], "enzyme-ad"),
+        ("starlette", ["serve", "{b}", "--port", "0"], "serve"),
+        ("uvicorn", ["serve", "{b}", "--port", "0"], "serve"),
+        ("model_signing", ["sign", "{b}", "--private-key", "{t}/key.pem"], "sign"),
+        ("model_signing", ["verify", "{b}", "--public-key", "{t}/key.pub"], "sign"),
+        ("model_signing", ["pack", "{m}", "-o", "{t}/c", "--sign-key", "{t}/key.pem"], "sign"),
+    ],  # fmt: skip
+    ids=lambda v: "-".join(v) if isinstance(v, list) else v,
+)
+def test_a_missing_extra_is_a_coded_error_with_the_pip_line(tmp_path, blocked, argv, pip):
+    from helpers import without_modules
+
+    b = small_bundle(tmp_path)
+    _private_key(tmp_path)
+    m = tmp_path / "m.mlir"
+    m.write_text(identity_module(np.ones(3, np.float32)))
+    if argv[0] == "verify":  # a signed bundle, whose signature needs model-signing to check
+        assert cli("sign", b, "--private-key", tmp_path / "key.pem").returncode == 0
+    args = [a.format(b=b, t=tmp_path, m=m) for a in argv]
+    r = cli_process(*args, env=without_modules(tmp_path, blocked))
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error [BACKEND_UNAVAILABLE]"), r.stderr
+    wanted = f"pip install '{pip}" if "-" in pip else f"pip install 'hlobundle[{pip}]'"
+    assert wanted in r.stderr, r.stderr

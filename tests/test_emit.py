@@ -260,6 +260,16 @@ def test_xla_script_without_a_backward_module_says_how_to_get_one(bundles, tmp_p
     )
     assert r.returncode == 1
     assert "stores no backward module" in r.stderr and "--with-vjp" in r.stderr
+    # one from export(): with_vjp=True there (the advice fits how the bundle was made)
+    made = hlobundle.export(lambda x: (jnp.sin(x) * x,), np.float32([1.0, -2.0, 3.0, 0.5]),
+                            out=tmp_path / "e")  # fmt: skip
+    hlobundle.emit_script(made, script, backend="xla", force=True)
+    r = subprocess.run(
+        [sys.executable, "-c", GRADIENT, str(script)], capture_output=True, text=True
+    )
+    assert r.returncode == 1
+    assert "export it again with hlobundle.export(..., with_vjp=True)" in r.stderr, r.stderr[-2000:]
+    assert "--with-vjp" not in r.stderr
 
 
 def test_emit_cli_backend_xla_says_what_it_wrote(bundles, tmp_path):

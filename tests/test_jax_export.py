@@ -3,6 +3,8 @@ so it outlives the blob's compatibility window), and gives an Exported back."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,11 +78,6 @@ def test_what_a_bundle_cannot_hold_is_refused_with_the_reason(tmp_path):
     dropped = export.export(jax.jit(lambda x, unused: x * 2))(X, X)
     with pytest.raises(hlobundle.InputError, match=r"dropped unused arguments.*keep_unused=True"):
         hlobundle.from_exported(dropped, tmp_path / "a")
-    poly = export.export(jax.jit(lambda x: x * 2))(
-        jax.ShapeDtypeStruct(export.symbolic_shape("n, 3"), np.float32)
-    )
-    with pytest.raises(hlobundle.InputError, match="symbolic \\(polymorphic\\) shapes"):
-        hlobundle.from_exported(poly, tmp_path / "b")
     multi = export.export(jax.jit(lambda x: x * 2), platforms=("cpu", "cuda"))(X)
     with pytest.raises(hlobundle.InputError, match="several platforms"):
         hlobundle.from_exported(multi, tmp_path / "c")
@@ -94,15 +91,9 @@ def test_a_file_that_is_not_a_blob_is_a_clean_error(tmp_path):
     assert r.stderr.startswith("error [INPUT_INVALID] ")
     assert "is not a serialized jax.export.Exported" in r.stderr
     r = cli(
-        "pack",
-        "--from-jax-export",
-        tmp_path / "junk.jax",
-        "--inputs",
-        "x.npy",
-        "-o",
-        tmp_path / "b",
+        "pack", "--from-jax-export", tmp_path / "junk.jax", "--names", "a", "-o", tmp_path / "b"
     )
-    assert r.returncode == 2 and "--inputs does not apply" in r.stderr
+    assert r.returncode == 2 and "--names does not apply" in r.stderr
 
 
 def test_the_packer_never_deserializes_the_vjp_itself(exported, tmp_path, monkeypatch):
@@ -141,3 +132,81 @@ def test_every_mutated_blob_is_a_coded_error(exported, tmp_path):
         assert r.returncode == 0 or r.stderr.startswith("error ["), (k, r.stderr[-3000:])
         if r.returncode == 0:  # a flip the blob tolerates: the bundle is whole
             hlobundle.load(tmp_path / f"b{k}", verify=True)
+
+
+def _blob(exported, tmp_path, vjp_order=0):
+    blob = tmp_path / "model.jax"
+    blob.write_bytes(exported.serialize(vjp_order=vjp_order))
+    return blob
+
+
+def test_a_blob_with_inputs_by_name_and_computed_results(exported, tmp_path):
+    blob = _blob(exported, tmp_path)
+    np.save(tmp_path / "w.npy", PARAMS["w"])
+    np.save(tmp_path / "b.npy", PARAMS["b"])
+    np.save(tmp_path / "x.npy", X)
+    inputs = [f"arg0_w={tmp_path / 'w.npy'}", f"arg0_b={tmp_path / 'b.npy'}",
+              f"arg1={tmp_path / 'x.npy'}"]  # fmt: skip
+    r = cli("pack", "--from-jax-export", blob, "--inputs", *inputs, "--compute-expected",
+            "-o", tmp_path / "m")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "m", verify=True)
+    _same(bundle.example_args(), (PARAMS, X))
+    _same(bundle.expected_outputs()["y"], exported.call(PARAMS, X)["y"])
+    r = cli("run", tmp_path / "m", "--backend", "xla")  # exits 1 when a result differs
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_blob_with_inputs_by_position_and_given_results(exported, tmp_path):
+    blob = _blob(exported, tmp_path)
+    np.savez(tmp_path / "in.npz", PARAMS["b"], PARAMS["w"], X)  # arr_0.. in argument order
+    want = exported.call(PARAMS, X)
+    np.savez(tmp_path / "out.npz", y=np.asarray(want["y"]), total=np.asarray(want["total"]))
+    r = cli("pack", "--from-jax-export", blob, "--inputs", tmp_path / "in.npz",
+            "--expected", tmp_path / "out.npz", "-o", tmp_path / "m")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "m")
+    _same(bundle.example_args(), (PARAMS, X))
+    _same(bundle.expected_outputs()["total"], want["total"])
+    np.save(tmp_path / "x.npy", X)
+    r = cli("pack", "--from-jax-export", blob, "--inputs", tmp_path / "x.npy", "-o", tmp_path / "n")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error [INPUT_INVALID] expected 3 input array(s)"), r.stderr
+
+
+def test_no_backward_module_says_how_a_blob_gets_one(exported, tmp_path):
+    r = cli("pack", "--from-jax-export", _blob(exported, tmp_path), "-o", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    fn = hlobundle.load(tmp_path / "m").function("xla")
+    with pytest.raises(hlobundle.TransformError, match=r"exported\.serialize\(vjp_order=1\)") as e:
+        jax.grad(lambda p: fn(p, X)["total"])(PARAMS)
+    assert "--with-vjp" not in str(e.value)  # which --from-jax-export refuses
+
+
+def test_a_blob_given_as_module_text_points_at_from_jax_export(exported, tmp_path):
+    r = cli("pack", _blob(exported, tmp_path), "-o", tmp_path / "m")
+    assert r.returncode == 1 and r.stderr.startswith("error [INPUT_INVALID]"), r.stderr
+    assert "--from-jax-export" in r.stderr
+
+
+def test_a_blob_with_symbolic_shapes_is_a_2_0_bundle_for_every_size(tmp_path):
+    """jax.export's symbolic dimensions (format 2.0): kept as expressions, run for any size."""
+    fn = jax.jit(lambda w, x: jnp.tanh(x @ w).sum(axis=1))
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    specs = export.symbolic_args_specs((w, np.ones((2, 8), np.float32)), (None, "b, 8"))
+    blob = tmp_path / "poly.jax"
+    blob.write_bytes(export.export(fn)(*specs).serialize(vjp_order=1))
+    r = cli("pack", "--from-jax-export", blob, "-o", tmp_path / "p")
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "p", verify=True)
+    assert json.loads((tmp_path / "p" / "manifest.json").read_text())["format_version"] == "2.0"
+    assert bundle.manifest.arguments[1].shape == ["b", 8] and bundle.manifest.results[0].shape == [
+        "b"
+    ]
+    f = bundle.function("xla")
+    for n in (1, 3, 17):
+        x = np.random.default_rng(n).random((n, 8), np.float32)
+        np.testing.assert_allclose(np.asarray(f(w, x)), np.asarray(fn(w, x)), rtol=1e-6)
+    grad = jax.grad(lambda w: f(w, np.ones((4, 8), np.float32)).sum())(w)
+    want = jax.grad(lambda w: fn(w, np.ones((4, 8), np.float32)).sum())(w)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-6)

@@ -542,3 +542,70 @@ def test_a_bundle_the_users_key_verified_batches_through_its_batched_module(roll
     answers, metrics = _concurrent_answers(models, 4)
     assert answers != [[2.0 * k] * 3 for k in range(4)]  # the (signed, rolling) module ran
     assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The bundles whose function was made (compiled) in this test, by directory name."""
+    from hlobundle._read._reader import Bundle
+
+    made, function = [], Bundle.function
+    monkeypatch.setattr(Bundle, "function", lambda self, *a, **k: made.append(self.path.name)
+                        or function(self, *a, **k))  # fmt: skip
+    return made
+
+
+def test_two_copies_of_a_model_are_served_under_names_given(tmp_path, monkeypatch, compiled):
+    import shutil
+
+    from helpers import cli
+
+    from hlobundle._serve import _server
+
+    copy = shutil.copytree(EXAMPLE, tmp_path / "lenet5.hlobundle")
+    answers = {}
+
+    def in_process(asgi, host, port, limits):  # the app the CLI built, asked through Starlette
+        client = TestClient(asgi)
+        paths = ["/v2/models/old/ready", "/v2/models/new/ready", "/v2/models/lenet5/ready"]
+        return type("Server", (), {"run": lambda self, sockets: answers.update(
+            {p: client.get(p).status_code for p in paths})})()  # fmt: skip
+
+    monkeypatch.setattr(_server, "server", in_process)
+    r = cli("serve", f"old={EXAMPLE}", f"new={copy}", "--backend", "xla", "--port", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("serving new, old at http://127.0.0.1:"), r.stdout
+    assert answers == {"/v2/models/old/ready": 200, "/v2/models/new/ready": 200,
+                       "/v2/models/lenet5/ready": 404}  # fmt: skip
+    assert sorted(compiled) == ["lenet5.hlobundle"] * 2
+
+
+def test_a_name_clash_is_refused_before_anything_compiles(tmp_path, compiled):
+    import shutil
+
+    from helpers import cli
+
+    copy = shutil.copytree(EXAMPLE, tmp_path / "v2")
+    r = cli("serve", EXAMPLE, copy, "--backend", "xla", "--port", "0")
+    assert r.returncode == 1 and "serving" not in r.stdout, r.stdout + r.stderr
+    assert r.stderr.startswith("error [INPUT_INVALID] two bundles are both called 'lenet5'")
+    assert "NAME=BUNDLE" in r.stderr
+    for bad in ("a/b", "", "../x", ".x", "a b"):
+        r = cli("serve", f"{bad}={EXAMPLE}", "--backend", "xla", "--port", "0")
+        assert r.returncode == 1 and r.stderr.startswith("error [INPUT_INVALID] model name"), (
+            r.stderr
+        )
+    assert compiled == []
+
+
+def test_a_busy_port_is_refused_before_anything_compiles(compiled):
+    from helpers import cli
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = cli("serve", EXAMPLE, "--backend", "xla", "--port", port)
+    assert r.returncode == 1 and "serving" not in r.stdout, r.stdout + r.stderr
+    assert r.stderr.startswith(f"error [INPUT_INVALID] --port {port}: 127.0.0.1:{port} is in use")
+    assert compiled == []

@@ -186,8 +186,14 @@ def test_linearize_on_xla_is_jax_own_forward_mode_error(lenet):
 
 
 def test_xla_without_backward_module_says_how_to_get_one(tmp_path):
+    """Said for how the bundle was made (its provenance): export(), or pack of module text."""
     w, x = sample((3, 2), "float32", 1), sample((4, 3), "float32", 2)
     fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b")).function("xla")
+    how = "export it again with hlobundle.export(..., with_vjp=True)"
+    with pytest.raises(hlobundle.TransformError, match=re.escape(f"it stores none: {how}")):
+        jax.grad(lambda w: fn(w, x).sum())(w)
+    text = jax.jit(_mlp).lower(w, x).as_text()
+    fn = hlobundle.load(hlobundle.pack(text, None, tmp_path / "c")).function("xla")
     how = (
         "pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use backend='enzyme'"
         if ENZYME
@@ -195,7 +201,7 @@ def test_xla_without_backward_module_says_how_to_get_one(tmp_path):
         "--with-vjp where enzyme-ad is installed (Python 3.11)"
     )
     with pytest.raises(hlobundle.TransformError, match=re.escape(f"it stores none: {how}")):
-        jax.grad(lambda w: fn(w, x).sum())(w)
+        jax.grad(lambda w: fn(w, x)[0].sum())(w)  # a packed module returns a tuple
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -77,24 +77,29 @@ def pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _refuse_flags(args: argparse.Namespace, extra: str, *, because: str, hint: str = "") -> None:
+def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str = "") -> None:
     """A usage error for the first `pack` option a source that brings its own names ignores."""
     flags = {"--inputs": args.inputs, "--names": args.names, "--result-names": args.result_names,
              "--expected": args.expected, "--compute-expected": args.compute_expected,
-             "--with-vjp": args.with_vjp, "--function": args.function}  # fmt: skip
-    flags[extra] = {"--role": args.role, "--sign-key": args.private_key}[extra]
-    given = [flag for flag, value in flags.items() if value]
+             "--with-vjp": args.with_vjp, "--function": args.function,
+             "--role": args.role, "--sign-key": args.private_key}  # fmt: skip
+    given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
     given += ["--layout"] if args.layout != "auto" else []
     if given:
         args.parser.error(f"{because}; {given[0]} does not apply{hint}")
+
+
+# What every source that brings its own names refuses; each caller adds its own.
+_REFUSABLE = ("--names", "--result-names", "--with-vjp", "--function")
 
 
 def _pack_reactant_server(args: argparse.Namespace) -> int:
     from .. import pack  # noqa: F401  (the public surface: it registers the runner)
     from .._write._reactant_server import from_reactant_server
 
-    _refuse_flags(args, "--role", because="--from-reactant-server takes names, roles, layout "
-                  "and weights from the bundle")  # fmt: skip
+    _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role",
+                  because="--from-reactant-server takes names, roles, layout and weights from "
+                  "the bundle")  # fmt: skip
     options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
     if args.private_key:
         options["sign_key"] = _signing_key(args)
@@ -105,18 +110,20 @@ def _pack_reactant_server(args: argparse.Namespace) -> int:
 
 
 def _pack_jax_export(args: argparse.Namespace) -> int:
-    from .. import from_exported  # the public surface: it registers the runner
-    from .._write._jax_export import read_blob
+    from .. import from_exported  # noqa: F401  (the public surface: it registers the runner)
+    from .._write._jax_export import from_exported_files, read_blob
 
     _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
-                  "VJP from the Exported", hint=" (example inputs: hlobundle.from_exported(..., "
-                  "inputs=...) in Python)")  # fmt: skip
+                  "VJP from the Exported", hint=" (the arguments' names: hlobundle inspect "
+                  "after packing without --inputs)")  # fmt: skip
     import jax
 
     jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
     exported, blob = read_blob(args.from_jax_export)
-    out = from_exported(exported, args.output, roles=dict(args.role), force=args.force,
-                        target_version=args.target_version, blob=blob)  # fmt: skip
+    out = from_exported_files(exported, args.inputs, args.output, blob=blob,
+                              roles=dict(args.role), force=args.force,
+                              target_version=args.target_version,
+                              expected="compute" if args.compute_expected else args.expected)  # fmt: skip
     print(f"wrote {out}")
     return EXIT_OK
 
@@ -318,20 +325,11 @@ def _trust(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import signal
+    from .._serve._server import require_extra
 
-    try:
-        import uvicorn  # noqa: F401
-
-        from .._serve._app import app
-    except ImportError as e:
-        from .._format._errors import BackendUnavailableError
-
-        raise BackendUnavailableError(
-            f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
-        ) from None
+    require_extra()
     from .._serve._models import load_models
-    from .._serve._server import Limits, banner, server
+    from .._serve._server import listening
 
     if args.max_batch_size < 1 or args.batch_timeout_ms < 0:
         raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
@@ -344,19 +342,36 @@ def serve(args: argparse.Namespace) -> int:
     if args.trust_batched and args.backend == "iree":
         raise InputError("--trust-batched applies to the jax backends: iree does not batch",
                          argument="trust_batched")  # fmt: skip
-    models = load_models(args.bundles, backend=args.backend, max_batch=args.max_batch_size,
-                         trust_executables=args.trust_executables,
-                         trust_batched=args.trust_batched, **_trust(args))  # fmt: skip
+    with listening(args.host, args.port) as sock:  # before anything compiles
+        models = load_models([_named(b) for b in args.bundles], backend=args.backend,
+                             max_batch=args.max_batch_size,
+                             trust_executables=args.trust_executables,
+                             trust_batched=args.trust_batched, **_trust(args))  # fmt: skip
+        _serve_on(sock, models, args)
+    return EXIT_OK
+
+
+def _named(arg: str) -> str | tuple[str, str]:
+    """`NAME=BUNDLE` as (NAME, BUNDLE); a plain BUNDLE (or one whose path has a '=') as is."""
+    name, sep, path = arg.partition("=")
+    return (name, path) if sep and not Path(arg).exists() else arg
+
+
+def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> None:
+    import signal
+
+    from .._serve._app import app
+    from .._serve._server import Limits, banner, server
+
     limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
-    print(banner(models, args.host, args.port), flush=True)
+    print(banner(models, args.host, sock.getsockname()[1]), flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
     served = app(models, max_body=limits.max_body, max_batch=args.max_batch_size,
                  batch_timeout_s=args.batch_timeout_ms / 1000,
                  read_timeout_s=limits.read_timeout_s)  # fmt: skip
-    server(served, args.host, args.port, limits).run()
-    return EXIT_OK
+    server(served, args.host, args.port, limits).run(sockets=[sock])
 
 
 def refresh(args: argparse.Namespace) -> int:

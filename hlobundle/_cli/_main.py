@@ -107,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "serve", help="serve bundles over the Open Inference Protocol (KServe v2 REST)"
     )
-    p.add_argument("bundles", nargs="+", metavar="BUNDLE")
+    p.add_argument("bundles", nargs="+", metavar="[NAME=]BUNDLE",
+                   help="a bundle, served under its function's name and its directory's stem, "
+                   "or under NAME alone")  # fmt: skip
     p.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default: loopback)"
     )

@@ -142,14 +142,22 @@ def exported(file, in_avals, out_avals, name, get_vjp):
     return export.Exported(**{k: v for k, v in fields.items() if k in known})
 
 
+# How a bundle gets a backward module, by its provenance's producer (else: packed module text).
+HOW_TO_STORE_A_VJP = {
+    "jax.export": "serialize it with `exported.serialize(vjp_order=1)` and pack that blob again",
+    "jax": "export it again with hlobundle.export(..., with_vjp=True)",
+}
+
+
 def xla_function():
     """The portable artifact as a `jax.export` function; its VJP is the stored backward module."""
 
     def backward(_):
         if BACKWARD_FILE is None:
+            how = HOW_TO_STORE_A_VJP.get(ABOUT["producer"], "pack it with --with-vjp")
             raise NotImplementedError(
                 "this bundle stores no backward module, so the xla backend cannot differentiate "
-                "it: pack it with --with-vjp, or emit with --backend enzyme"
+                f"it: {how}, or emit with --backend enzyme"
             )
         inputs = avals(ARGUMENTS) + avals(RESULTS, cotangents=True)
         outputs = avals(ARGUMENTS, cotangents=True)

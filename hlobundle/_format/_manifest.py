@@ -364,8 +364,10 @@ def combine(
     """A 2.0 manifest of several functions, each given as a manifest of its own."""
     first = views[0]
     return BundleManifest(
-        format=FORMAT, format_version=FORMAT_VERSION, default_function=default,
-        functions=[FunctionEntry(name=v.function, **{k: getattr(v, k) for k in _FUNCTION_FIELDS})
+        format=FORMAT, format_version=FORMAT_VERSION,
+        default_function=None if default is None else identifier(default),
+        functions=[FunctionEntry(name=identifier(v.function),
+                                 **{k: getattr(v, k) for k in _FUNCTION_FIELDS})
                    for v in views],
         provenance=first.provenance, files=files,
     )  # fmt: skip

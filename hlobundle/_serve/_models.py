@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,7 +16,8 @@ import numpy as np
 
 from .._format import _dtypes
 from .._format._errors import InputError
-from .._format._manifest import needs_x64
+from .._format._manifest import Manifest, needs_x64
+from .._read._inspect import shown
 from .._read._reader import Bundle, load
 from ._protocol import BY_DTYPE
 
@@ -26,7 +28,7 @@ class Served:
     others (parameters, state) are the bundle's stored values."""
 
     bundle: Bundle
-    names: tuple[str, ...]  # the function's name, then the directory's stem
+    names: tuple[str, ...]  # the name given, or the function's name, then the directory's stem
     version: str  # the first 12 hex digits of the manifest's sha256: it changes with the content
     function: Any
     inputs: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
@@ -122,8 +124,25 @@ class Served:
         return jax.jit(jax.vmap(call))
 
 
+Named = tuple[str, "str | os.PathLike[str]"]  # a bundle served under the name given
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def model_name(name: str) -> str:
+    """`name`, when it can be an Open Inference Protocol model name: one segment of the path
+    `/v2/models/{name}` (no `/`), of letters, digits, `_`, `.` and `-`, starting with one of the
+    first two."""
+    if not _MODEL_NAME.match(name):
+        raise InputError(
+            f"model name {shown(name)!r}: expected 1 to 128 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit (it is a segment of /v2/models/NAME)",
+            argument="bundles",
+        )
+    return name
+
+
 def load_models(
-    paths: Sequence[str | os.PathLike[str]],
+    paths: Sequence[str | os.PathLike[str] | Named],
     *,
     backend: str = "auto",
     max_batch: int = 1,
@@ -132,58 +151,98 @@ def load_models(
     **trust: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), compiled and warmed up;
-    by each of its names. On `backend="iree"` no jax is imported, and stored executables run
+    by each of its names: a `(name, path)` pair is served under that name alone, a path under
+    its function's name and its directory's stem. Every bundle is loaded and every name checked
+    before anything compiles. On `backend="iree"` no jax is imported, and stored executables run
     when the key verified the bundle or `trust_executables` says so. Requests are batched
     through a bundle's batched module when the key verified the bundle or `trust_batched`
     says so (`Served.batchable`)."""
-    iree = backend == "iree"
+    loaded = _load_named(paths, trust)
     models: dict[str, Served] = {}
-    for path in paths:
-        bundle = load(path, **trust)
-        m = bundle.manifest
-        if needs_x64(m) and not iree:
-            import jax
-
-            jax.config.update("jax_enable_x64", True)
-        wire = [a for a in m.arguments if a.role == "input"] + list(m.results)
-        strange = [f"{v.name} ({v.dtype})" for v in wire if v.dtype not in BY_DTYPE]
-        if strange:
-            raise InputError(
-                f"{path}: the Open Inference Protocol has no datatype for {', '.join(strange[:5])}",
-                path=Path(path),
-            )
-        unstored = [a.name for a in m.arguments if a.role != "input" and a.value is None]
-        if unstored:
-            raise InputError(
-                f"{path}: arguments {unstored[:5]} are not inputs and have no stored value to "
-                "serve them with (give them role 'input' when packing)",
-                path=Path(path),
-            )
-        served = Served(
-            bundle,
-            tuple(dict.fromkeys([m.function, Path(path).name.removesuffix(".hlobundle")])),
-            bundle.manifest_sha256[:12],
-            bundle.function(backend, trust_executables=trust_executables)
-            if iree
-            else bundle.function(backend),
-            inputs={a.name: (a.dtype, tuple(a.shape)) for a in m.arguments if a.role == "input"},
-            outputs={r.name: r.dtype for r in m.results},
-            stored={
-                a.name: _kept(bundle.tensor(a.name), iree) for a in m.arguments if a.role != "input"
-            },  # fmt: skip
-            trust_batched=trust_batched,
-        )
+    for path, bundle, names in loaded:
+        served = _served(path, bundle, names, backend, trust_executables, trust_batched)
         zeros = {n: np.zeros(s, _dtypes.BY_NAME[d].numpy) for n, (d, s) in served.inputs.items()}
         served(zeros)  # compile now: `ready` means ready
         size = 2
         while served.batchable and size <= max_batch:  # and every batch size batching may use
             served.call_many([zeros] * size)
             size *= 2
-        for name in served.names:
-            if name in models:
-                raise InputError(f"two bundles are both called {name!r}", path=Path(path))
-            models[name] = served
+        models.update(dict.fromkeys(names, served))
     return models
+
+
+def _load_named(
+    paths: Sequence[str | os.PathLike[str] | Named], trust: dict[str, Any]
+) -> list[tuple[Path, Bundle, tuple[str, ...]]]:
+    """Each bundle loaded (checked, nothing compiled) with the names it is served under; two
+    bundles that would share a name are refused here, before the first one compiles."""
+    loaded, owner = [], {}
+    for entry in paths:
+        given, path = entry if isinstance(entry, tuple) else (None, entry)
+        bundle = load(path, **trust)
+        path = Path(path)
+        _check_servable(path, bundle.manifest)
+        stem = path.name.removesuffix(".hlobundle")
+        names = (model_name(given),) if given is not None else tuple(
+            dict.fromkeys([bundle.manifest.function, stem]))  # fmt: skip
+        for name in names:
+            if name in owner:
+                raise InputError(
+                    f"two bundles are both called {shown(name)!r} ({owner[name]} and {path}): "
+                    "name them with NAME=BUNDLE (hlobundle serve a=BUNDLE1 b=BUNDLE2)",
+                    path=path,
+                )
+            owner[name] = path
+        loaded.append((path, bundle, names))
+    return loaded
+
+
+def _check_servable(path: Path, m: Manifest) -> None:
+    wire = [a for a in m.arguments if a.role == "input"] + list(m.results)
+    strange = [f"{v.name} ({v.dtype})" for v in wire if v.dtype not in BY_DTYPE]
+    if strange:
+        raise InputError(
+            f"{path}: the Open Inference Protocol has no datatype for {', '.join(strange[:5])}",
+            path=path,
+        )
+    unstored = [a.name for a in m.arguments if a.role != "input" and a.value is None]
+    if unstored:
+        raise InputError(
+            f"{path}: arguments {unstored[:5]} are not inputs and have no stored value to "
+            "serve them with (give them role 'input' when packing)",
+            path=path,
+        )
+
+
+def _served(
+    path: Path,
+    bundle: Bundle,
+    names: tuple[str, ...],
+    backend: str,
+    trust_executables: bool,
+    trust_batched: bool,
+) -> Served:
+    """The bundle behind the protocol, its function made (not yet compiled)."""
+    iree = backend == "iree"
+    m = bundle.manifest
+    if needs_x64(m) and not iree:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    return Served(
+        bundle,
+        names,
+        bundle.manifest_sha256[:12],
+        bundle.function(backend, trust_executables=trust_executables)
+        if iree
+        else bundle.function(backend),
+        inputs={a.name: (a.dtype, tuple(a.shape)) for a in m.arguments if a.role == "input"},
+        outputs={r.name: r.dtype for r in m.results},
+        stored={
+            a.name: _kept(bundle.tensor(a.name), iree) for a in m.arguments if a.role != "input"
+        },
+        trust_batched=trust_batched,
+    )
 
 
 def _kept(value: np.ndarray, iree: bool) -> Any:

@@ -6,9 +6,13 @@ that arrives and is not armed at all before a connection's first byte."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import importlib
+import socket
 from dataclasses import dataclass
 from typing import Any
 
+from .._format._errors import BackendUnavailableError, InputError
 from .._read._inspect import shown
 from ._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from ._models import Served
@@ -21,6 +25,40 @@ class Limits:
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body (see also Served.max_request_bytes)
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # to send a request's headers; again its body
     max_connections: int = 512  # open at once; a request over it is answered 503
+
+
+EXTRA = ("starlette", "uvicorn", "prometheus_client")  # what the serve extra installs and we import
+
+
+def require_extra() -> None:
+    """Refuse, with the pip line, where the serve extra is not installed: its modules are
+    imported only when the server is built, after the bundles were compiled."""
+    for name in EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise BackendUnavailableError(
+                f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
+            ) from None
+
+
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port`, for `server(...).run(sockets=[...])`: bound before any
+    bundle compiles, so that a port in use is a clear error, not uvicorn's exit after start-up."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: no TIME_WAIT wait
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        why = "is in use" if e.errno == errno.EADDRINUSE else "cannot be listened on"
+        raise InputError(
+            f"--port {port}: {where} {why} ({e.strerror}); choose another --port or --host",
+            argument="port",
+        ) from None
+    return sock
 
 
 def server(asgi: Any, host: str, port: int, limits: Limits) -> Any:

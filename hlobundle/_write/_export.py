@@ -18,6 +18,8 @@ from .._read._inputs import from_python
 from ._functions import add_function
 from ._writer import PackOptions, pack_planned
 
+PRODUCER = "jax"  # the provenance's producer of a bundle that export() wrote
+
 
 def export(
     fn: Callable[..., Any],
@@ -118,7 +120,7 @@ def export(
             function=name or getattr(fn, "__name__", "main"),
             force=force,
             target_version=target_version,
-            producer=("jax", jax.__version__),
+            producer=(PRODUCER, jax.__version__),
             timestamp=timestamp,
             input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
             output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),

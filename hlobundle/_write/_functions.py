@@ -28,6 +28,7 @@ from .._format._manifest import (
     Result,
     TensorRef,
     combine,
+    identifier,
 )
 from .._read._reader import Bundle, load
 from ._atomic import write_bundle
@@ -62,8 +63,8 @@ def add_function(
     if len(incoming.functions) != 1:
         raise InputError(f"{new} has {len(incoming.functions)} functions; add them one by one",
                          argument="new")  # fmt: skip
-    name = incoming.functions[0]
-    if name in existing.functions:
+    name = identifier(incoming.functions[0])
+    if name in map(identifier, existing.functions):
         raise InputError(
             f"{out} already has a function named {name!r}; name the new one differently "
             "(name=..., --function NAME)",
@@ -87,7 +88,7 @@ def add_function(
 def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:
     """Function `b` (selected) with its files under `NAME/`, its parameters in the shared
     weights; adds its files' bytes and its tensors."""
-    m = b.manifest
+    m = b.manifest.model_copy(update={"function": identifier(b.manifest.function)})
     prefix = f"{m.function}/"
     updates: dict[str, Any] = {}
     for key, stored in b.modules.items():

@@ -20,8 +20,11 @@ import numpy as np
 from .._format import _limits, _portable
 from .._format._errors import InputError
 from .._format._manifest import Role
+from .._read._inputs import from_python
 from ._export import _identifier, _json_tree, _key_part, _result_name, _unique
-from ._writer import pack
+from ._writer import PackOptions, pack_files, pack_planned
+
+PRODUCER = "jax.export"  # the provenance's producer of a bundle from an Exported
 
 _CHILD = Path(__file__).with_name("_jax_export_child.py")
 
@@ -54,6 +57,37 @@ def from_exported(
     """
     import jax
 
+    text, options = _pack_options(exported, blob)
+    flat, expected = None, None
+    if inputs is not None:
+        flat_inputs, _ = jax.tree_util.tree_flatten((tuple(inputs), {}))
+        flat = [np.asarray(x) for x in flat_inputs]
+        expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*inputs))]
+    opt = PackOptions(roles=roles, force=force, target_version=target_version,
+                      timestamp=timestamp, expected=None if expected is None else from_python(expected),
+                      **options)  # fmt: skip
+    return pack_planned(text, None if flat is None else from_python(flat), Path(out), opt)
+
+
+def from_exported_files(
+    exported: Any,
+    input_files: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    blob: bytes | None = None,
+    **options: Any,
+) -> Path:
+    """`from_exported()` with example inputs read from files, one array per flat argument (by
+    name, `arr_<k>` or position, as `pack_files()` takes them): the CLI's form. `expected` is
+    `"compute"`, files of expected results, or None; the other options are `pack()`'s."""
+    text, own = _pack_options(exported, blob)
+    return pack_files(text, input_files, out, **own, **options)
+
+
+def _pack_options(exported: Any, blob: bytes | None) -> tuple[str, dict[str, Any]]:
+    """The module text of `exported` and the `pack()` options that name and describe it."""
+    import jax
+
     _refuse_what_a_bundle_cannot_hold(exported)
     text = _portable.canonical_in_child(exported.mlir_module_serialized, path="the Exported")
     tree = jax.tree_util.tree_unflatten(exported.in_tree, list(range(exported.in_tree.num_leaves)))
@@ -64,32 +98,30 @@ def from_exported(
         jax.tree_util.tree_unflatten(exported.out_tree, list(range(exported.out_tree.num_leaves)))
     )
     result_names = _unique([_result_name(path) for path, _ in out_leaves])
-    flat, expected = None, None
-    if inputs is not None:
-        flat_inputs, _ = jax.tree_util.tree_flatten((tuple(inputs), {}))
-        flat = [np.asarray(x) for x in flat_inputs]
-        expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*inputs))]
 
     allowed = [t for c in exported.disabled_safety_checks if (t := c.is_custom_call())]
-    return pack(
-        text,
-        flat,
-        out,
+    return text, dict(
         names=names,
         paths=[_producer_path(path) for path, _ in leaves],
-        roles=roles,
         result_names=result_names,
         function=exported.fun_name,
-        force=force,
-        target_version=target_version,
-        producer=("jax.export", jax.__version__),
-        timestamp=timestamp,
+        producer=(PRODUCER, jax.__version__),
         input_tree=None if kwargs_tree else _json_tree(args_tree),
         output_tree=_json_tree(jax.tree_util.tree_unflatten(exported.out_tree, result_names)),
-        expected=expected,
         allow_custom_calls=allowed,
         with_vjp=_backward_in_child(exported, blob) if exported.has_vjp() else False,
+        **_symbolic_options(exported),
     )
+
+
+def _symbolic_options(exported: Any) -> dict[str, Any]:
+    """`pack()`'s symbolic shapes for an Exported with symbolic dimensions (format 2.0)."""
+    avals = [*exported.in_avals, *exported.out_avals]
+    if all(_static(a.shape) for a in avals):
+        return {}
+    shape = lambda aval: [int(d) if _static([d]) else str(d) for d in aval.shape]  # noqa: E731
+    return {"shapes": [shape(a) for a in exported.in_avals],
+            "result_shapes": [shape(a) for a in exported.out_avals]}  # fmt: skip
 
 
 def _backward_in_child(exported: Any, blob: bytes | None) -> str:
@@ -142,9 +174,6 @@ def _refuse_what_a_bundle_cannot_hold(exported: Any) -> None:
                    "module is one program; export for one platform)")  # fmt: skip
     if exported.ordered_effects or exported.unordered_effects:
         why.append("it has effects (ordered or unordered); a bundle's function has none")
-    avals = [*exported.in_avals, *exported.out_avals]
-    if exported.uses_global_constants or any(not _static(a.shape) for a in avals):
-        why.append("it has symbolic (polymorphic) shapes; a bundle's shapes are static")
     if tuple(exported.module_kept_var_idx) != tuple(range(len(exported.in_avals))):
         why.append("jax dropped unused arguments from its module; export with "
                    "jax.jit(f, keep_unused=True)")  # fmt: skip

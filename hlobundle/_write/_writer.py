@@ -338,21 +338,41 @@ def _compute_expected(
     return executor().outputs(manifest, portable, values)
 
 
+_MLIR_BYTECODE = b"ML\xefR"  # MLIR bytecode's magic number, never valid UTF-8
+
+
+def _binary_hint(data: bytes) -> str:
+    """What a binary file given as module text probably is, and what takes it."""
+    if data.startswith(_MLIR_BYTECODE):
+        return (
+            "a .mlirbc portable artifact is what the bundle stores beside it, not what pack takes"
+        )
+    if _MLIR_BYTECODE in data[:_HINT_SCAN]:  # a flatbuffer around a portable artifact
+        return ("this looks like a serialized jax.export.Exported: pack it with "
+                "`pack --from-jax-export BLOB` (hlobundle.from_exported in Python)")  # fmt: skip
+    return ("a serialized jax.export.Exported takes `pack --from-jax-export BLOB`; a .mlirbc "
+            "portable artifact is what the bundle stores, not what pack takes")  # fmt: skip
+
+
+_HINT_SCAN = 1 << 20
+
+
 def _read_module(module: Any) -> tuple[str, str | None]:
     """MLIR text and the file it came from (None for text given directly)."""
     if isinstance(module, os.PathLike) or (isinstance(module, str) and "{" not in module):
         path = Path(module)
         try:
-            return path.read_text(encoding="utf-8"), str(path)
-        except UnicodeDecodeError:
-            raise InputError(
-                f"the module {str(path)!r} is not UTF-8 text; give MLIR text (a .mlirbc portable "
-                "artifact is what the bundle stores beside it, not what pack takes)",
-                path=path,
-            ) from None
+            data = path.read_bytes()
         except OSError as e:
             raise InputError(
                 f"cannot read the module {str(path)!r}: {e.strerror}", path=path
+            ) from None
+        try:
+            return data.decode("utf-8"), str(path)
+        except UnicodeDecodeError:
+            raise InputError(
+                f"the module {str(path)!r} is not UTF-8 text; give MLIR text ({_binary_hint(data)})",
+                path=path,
             ) from None
     if not isinstance(module, str):
         raise InputError(f"module must be MLIR text or a path, got {type(module).__name__}")

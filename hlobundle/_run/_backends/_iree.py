@@ -60,7 +60,10 @@ def element_type_name(dtype: str) -> str:
 
 def available() -> bool:
     """IREE's runtime imports; its compiler is needed only where no stored executable is used."""
-    return importlib.util.find_spec("iree.runtime") is not None
+    try:
+        return importlib.util.find_spec("iree.runtime") is not None
+    except ImportError:  # find_spec imports the parent package: `iree` itself is missing
+        return False
 
 
 def runtime_version() -> str:

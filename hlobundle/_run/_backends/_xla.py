@@ -46,19 +46,33 @@ def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     return lambda *flat: tuple(exported.call(*flat))
 
 
-def _no_vjp(_: Any) -> Any:
+def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
+    """The refusal to differentiate a bundle without a backward module, saying how one is
+    stored for a bundle made the way this one was (its provenance's producer)."""
+    from ..._write import _export, _jax_export
     from . import _enzyme
 
-    where = (
-        "pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use backend='enzyme'"
-        if _enzyme.available()
-        else "export it from JAX with hlobundle.export(..., with_vjp=True), or pack it with "
-        "--with-vjp where enzyme-ad is installed (Python 3.11)"
-    )
-    raise TransformError(
-        "differentiating this bundle on the xla backend needs a backward module, and it stores "
-        f"none: {where}"
-    )
+    producer = bundle.manifest.provenance.producer
+    if producer == _jax_export.PRODUCER:
+        where = ("serialize it with `exported.serialize(vjp_order=1)` and pack that blob again "
+                 "(pack --from-jax-export, or hlobundle.from_exported(exported, ...))")  # fmt: skip
+    elif producer == _export.PRODUCER:
+        where = "export it again with hlobundle.export(..., with_vjp=True)"
+    elif _enzyme.available():
+        where = (
+            "pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use backend='enzyme'"
+        )
+    else:
+        where = ("export it from JAX with hlobundle.export(..., with_vjp=True), or pack it with "
+                 "--with-vjp where enzyme-ad is installed (Python 3.11)")  # fmt: skip
+
+    def refuse(_: Any) -> Any:
+        raise TransformError(
+            "differentiating this bundle on the xla backend needs a backward module, and it "
+            f"stores none: {where}"
+        )
+
+    return refuse
 
 
 def _no_second_order(_: Any) -> Any:
@@ -97,7 +111,7 @@ def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
     m = bundle.manifest
     backward = bundle.backward_artifact
     if backward is None:
-        return _no_vjp
+        return _no_vjp(bundle)
 
     def get_vjp(_: Any) -> Any:
         return exported_for(m, backward, inputs=[*value_avals(m, m.arguments),
