@@ -437,8 +437,8 @@ def broken(name: str, description: str, expect: str):
     return register
 
 
-broken("invalid_major_version", "format_version 2.0", "VERSION_UNSUPPORTED")(
-    lambda b: edit(b, lambda m: m.update(format_version="2.0"))
+broken("invalid_major_version", "format_version 3.0", "VERSION_UNSUPPORTED")(
+    lambda b: edit(b, lambda m: m.update(format_version="3.0"))
 )
 broken("invalid_file_missing", "a listed file is missing", "FILE_MISSING")(
     lambda b: (b / "inputs.safetensors").unlink()
@@ -826,6 +826,126 @@ def _(path: Path) -> None:
     data[-2] = 7
     (b / "inputs.safetensors").write_bytes(bytes(data))
     rehash(b, "inputs.safetensors")
+
+
+# --- format 2.0: several functions, shared tensors, symbolic dimensions (SPEC.md 2.8) -----------
+
+
+def two_functions(path: Path, *, second: str = "mul", w_shape: tuple[int, ...] = (3,)) -> Path:
+    """`add(x, w)` (the default) and `mul(x, w)` over one shared parameter w."""
+    from hlobundle._write._functions import add_function
+
+    t, tw = tensor((3,), "float32"), tensor(w_shape, "float32")
+    w, x = values((3,), "float32", 1), values((3,), "float32", 2)
+    add = func([t, t], [t], [f"%x = stablehlo.add %a0, %a1 : {t}"], ["%x"])
+    bundle = pack(path, add, [x, w], names=["x", "w"], roles={"w": "parameter"}, function="add")
+    scratch = path / "scratch"
+    if second == "mul":
+        other = func([t, t], [t], [f"%x = stablehlo.multiply %a0, %a1 : {t}"], ["%x"])
+        inputs, names = [x, w], ["x", "w"]
+    else:  # a second parameter v of another shape
+        other = func([t, tw], [t], ["%x = stablehlo.add %a0, %a0 : " + t], ["%x"])
+        inputs, names = [x, values(w_shape, "float32", 3)], ["x", "v"]
+    scratch.mkdir()
+    second_bundle = hlobundle.pack(other, inputs, scratch / "b", names=names, function=second,
+                                   roles={names[1]: "parameter"}, target_version=TARGET,
+                                   producer=("conformance", "1"))  # fmt: skip
+    add_function(bundle, second_bundle)
+    shutil.rmtree(scratch)
+    _strip_environment(bundle)
+    return bundle
+
+
+@case(
+    "valid_functions_shared_weights",
+    "two functions over one stored parameter; runs the default (add)",
+)
+def _(path: Path) -> None:
+    bundle = two_functions(path)
+    save_outputs(path, bundle)
+
+
+@case("valid_functions_named", "two functions over one stored parameter; runs the one named mul")
+def _(path: Path) -> dict:
+    bundle = two_functions(path)
+    b = hlobundle.load(bundle).select("mul")
+    results = b.function("xla").call_flat(*[b.tensor(a.name) for a in b.arguments])
+    _tensors.write(path / "outputs.safetensors",
+                   {r.name: (np.asarray(x), _dtypes.BY_NAME[r.dtype])
+                    for r, x in zip(b.results, results, strict=True)})  # fmt: skip
+    return {"function": "mul"}
+
+
+def symbolic(path: Path) -> Path:
+    """`y = x + x` for x of shape (b, 3), b symbolic; stored example b = 2."""
+    from hlobundle._read._inputs import from_python
+    from hlobundle._write._writer import PackOptions, pack_planned
+
+    t = "tensor<?x3xf32>"
+    text = func([t], [t], [f"%y = stablehlo.add %a0, %a0 : {t}"], ["%y"])
+    options = PackOptions(names=["x"], result_names=["y"], target_version=TARGET,
+                          producer=("conformance", "1"), expected="compute",
+                          shapes=[["b", 3]], result_shapes=[["b", 3]], constraints=("b >= 1",))  # fmt: skip
+    bundle = pack_planned(
+        text, from_python([values((2, 3), "float32", 4)]), path / "bundle", options
+    )
+    _strip_environment(bundle)
+    return bundle
+
+
+@case("valid_symbolic_dimension", "x and y of shape (b, 3): a symbolic dimension, b = 2 stored")
+def _(path: Path) -> None:
+    save_outputs(path, symbolic(path))
+
+
+@case("valid_symbolic_other_size", "the symbolic bundle run on inputs of another size (b = 5)")
+def _(path: Path) -> None:
+    inputs = [values((5, 3), "float32", 5)]
+    bundle = symbolic(path)
+    np.savez(path / "inputs.npz", x=inputs[0])
+    save_outputs(path, bundle, inputs)
+
+
+def _function(m: dict, name: str) -> dict:
+    return next(f for f in m["functions"] if f["name"] == name)
+
+
+@case("invalid_functions_tensor_typed_differently",
+      "function v names the shared tensor w, which add types float32[3], as float32[2, 3]",
+      "TENSOR_MISMATCH")  # fmt: skip
+def _(path: Path) -> None:
+    bundle = two_functions(path, second="other", w_shape=(2, 3))
+    edit(bundle, lambda m: _function(m, "other")["arguments"][1]["value"].update(key="w"))
+
+
+@case("invalid_default_function_unknown", "default_function names no function", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    edit(two_functions(path), lambda m: m.update(default_function="nope"))
+
+
+@case(
+    "invalid_symbol_expression_bomb", "a dimension nested 20 parentheses deep", "MANIFEST_INVALID"
+)
+def _(path: Path) -> None:
+    bomb = "(" * 20 + "b" + ")" * 20
+    edit(symbolic(path), lambda m: m["functions"][0]["arguments"][0].update(shape=[bomb, 3]))
+
+
+@case("invalid_symbolic_example_mismatch",
+      "the result is declared (2*b, 3): the stored x (b = 2) and y (2*b = 2) disagree",
+      "TENSOR_MISMATCH")  # fmt: skip
+def _(path: Path) -> None:
+    edit(symbolic(path), lambda m: m["functions"][0]["results"][0].update(shape=["2*b", 3]))
+
+
+@case("invalid_symbolic_in_1x", "a symbolic dimension in a format 1.3 manifest", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    def flatten(m: dict) -> None:
+        (f,) = m.pop("functions")
+        m.update({k: v for k, v in f.items() if k != "name"}, function=f["name"],
+                 format_version="1.3")  # fmt: skip
+
+    edit(symbolic(path), flatten)
 
 
 def generate(out: Path) -> None:

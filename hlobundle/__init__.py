@@ -72,8 +72,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'hlobundle' has no attribute {name!r}")
     import importlib
 
-    from . import _run  # noqa: F401  (registers the runner into the writer: README, "Layout")
-
     value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     globals()[name] = value
     return value

@@ -50,6 +50,14 @@ def call_exported_p() -> Any:
     return call_exported_p
 
 
+def refine_polymorphic_shapes(module: Any) -> Any:
+    """jax's own shape refinement: a module whose `@main` has static argument types but uses
+    dynamic shapes inside (a symbolic function lowered at concrete shapes) made static."""
+    from jax._src.interpreters import mlir
+
+    return mlir.refine_polymorphic_shapes(module)
+
+
 def flatten_axes(*args: Any) -> Any:
     from jax._src.api_util import flatten_axes
 

@@ -27,8 +27,7 @@ from helpers import (
 import hlobundle
 from hlobundle._cli import _conformance
 from hlobundle._run import _cache
-from hlobundle._run._backends import _iree
-from hlobundle._write import _iree_compile
+from hlobundle._run._backends import _iree, _iree_compile
 
 pytestmark = pytest.mark.skipif(
     not (_iree.available() and _iree_compile.available()),

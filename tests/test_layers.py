@@ -1,12 +1,16 @@
 """The package's layers (README, "Layout of the repository"): imports only go down.
 
-    _format  <-  _read  <-  _write  <-  _run  <-  _emit  <-  _serve  <-  _cli
-    (what a bundle is) (load, verify)  (pack)   (backends) (run.py)  (OIP v2)  (commands)
+    _format  <-  _read  <-  _run  <-  _write  <-  _emit  <-  _serve  <-  _cli
+    (what a bundle is) (load, verify) (backends) (pack)  (run.py)  (OIP v2)  (commands)
 
-A layer imports its own modules and the layers to its left, never one to its right. The
-documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the entry points from
-a read bundle into the runner, which import `_run._function` and the xla backend inside the method (and `_run` registers how to run a
-module into `_write`, which never imports `_run`).
+A layer imports its own modules and the layers to its left, never one to its right: the writer
+imports the runner it calls (expected outputs, backward modules), nothing registers itself
+anywhere. The documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the
+entry points from a read bundle into the runner, which import `_run._function` and the xla
+backend inside the method.
+
+Each guard is also run on small made-up modules that break its rule, so that it is shown to
+fail on the thing it names.
 """
 
 from __future__ import annotations
@@ -15,30 +19,38 @@ import ast
 
 from helpers import ROOT
 
-ORDER = ["_format", "_read", "_write", "_run", "_emit", "_serve", "_cli"]
+import hlobundle
+
+ORDER = ["_format", "_read", "_run", "_write", "_emit", "_serve", "_cli"]
 LEAVES = {
     "hlobundle._version",
     "hlobundle._compat",
     "hlobundle._progress",
 }  # import nothing of the package
+CHILD_SCRIPTS = {"hlobundle._format._portable_child"}  # run alone: import nothing of the package
 ALLOWED_UPWARD = {
     ("hlobundle._read._reader", "hlobundle._run._function"),  # Bundle.function()
     ("hlobundle._read._reader", "hlobundle._run._backends._xla"),  # Bundle.to_exported()
 }
+LAZY = {name: "hlobundle" + module for name, module in hlobundle._LAZY.items()}
 
 
 def _modules():
     for path in sorted((ROOT / "hlobundle").rglob("*.py")):
         rel = path.relative_to(ROOT).with_suffix("")
         parts = list(rel.parts)
-        if parts[-1] == "__init__":
+        is_package = parts[-1] == "__init__"
+        if is_package:
             parts.pop()
-        yield ".".join(parts), path
+        yield ".".join(parts), path.read_text(), is_package
 
 
-def _imports(name: str, path):
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+def _imports(name: str, source: str, is_package: bool = False):
+    """Every module of the package that `source` (module `name`) imports: `import` and `from`
+    statements anywhere (functions included), names of the top-level package's lazy surface
+    (`from hlobundle import load`), and `importlib.import_module("hlobundle...")` calls."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -48,9 +60,23 @@ def _imports(name: str, path):
             if target.startswith("hlobundle"):
                 yield target
                 for alias in node.names:  # `from . import _x` imports a module
-                    yield f"{target}.{alias.name}"
+                    yield (
+                        LAZY.get(alias.name, f"{target}.{alias.name}")
+                        if target == "hlobundle"
+                        else f"{target}.{alias.name}"
+                    )
         elif isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("hlobundle"))
+        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                yield first.value if first.value.startswith("hlobundle") else ""
+
+
+def _is_import_module(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
+        isinstance(func, ast.Name) and func.id == "import_module"
+    )
 
 
 def _layer(module: str) -> int | None:
@@ -58,37 +84,77 @@ def _layer(module: str) -> int | None:
     return ORDER.index(parts[1]) if len(parts) > 1 and parts[1] in ORDER else None
 
 
-def test_imports_only_go_down():
-    known = {name for name, _ in _modules()}
-    upward = []
-    for name, path in _modules():
+def _upward(modules) -> list[tuple[str, str]]:
+    """(importer, imported) for every import that goes up a layer, or out of a leaf."""
+    modules = list(modules)
+    known = {name for name, _, _ in modules} | set(LAZY.values())
+    found = []
+    for name, source, is_package in modules:
         mine = _layer(name)
-        for target in _imports(name, path):
+        for target in _imports(name, source, is_package):
             if target not in known or target in LEAVES or target == "hlobundle":
                 continue
             theirs = _layer(target)
-            if name in LEAVES or name == "hlobundle._portable_child":
-                upward.append((name, target))
+            if name in LEAVES or name in CHILD_SCRIPTS:
+                found.append((name, target))
             elif mine is not None and theirs is not None and theirs > mine:
                 if (name, target) not in ALLOWED_UPWARD:
-                    upward.append((name, target))
-    assert upward == []
+                    found.append((name, target))
+    return found
+
+
+def test_imports_only_go_down():
+    assert _upward(_modules()) == []
+
+
+def test_the_layer_guard_fails_on_each_kind_of_upward_import():
+    real = list(_modules())
+    broken = {
+        "hlobundle._format._a": "from hlobundle import load\n",
+        "hlobundle._format._b": "from .. import pack\n",
+        "hlobundle._read._c": "import importlib\nimportlib.import_module('hlobundle._run._run')\n",
+        "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
+        "hlobundle._format._portable_child": "from hlobundle._format import _mlir\n",
+    }
+    found = _upward(real + [(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+
+
+def _module_level_jax(source: str) -> list[str]:
+    """jax or enzyme_ad imported when the module is: at its top level, or inside a top-level
+    `try`, `if` or `with` block (not inside a function)."""
+    found: list[str] = []
+    pending = list(ast.parse(source).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.append(node.module or "")
+        elif isinstance(node, (ast.Try, ast.If, ast.With)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                for child in getattr(node, field, []):
+                    pending.extend(child.body if isinstance(child, ast.ExceptHandler) else [child])
+    return [m for m in found if m.split(".")[0] in ("jax", "enzyme_ad")]
 
 
 def test_format_read_and_write_never_import_a_backend_or_jax_at_module_level():
-    for name, path in _modules():
-        if _layer(name) is None or _layer(name) > ORDER.index("_write"):
+    for name, source, _ in _modules():
+        if name.startswith("hlobundle._run") or _layer(name) is None:
             continue
-        tree = ast.parse(path.read_text())
-        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        modules = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
-        modules += [n.module or "" for n in top if isinstance(n, ast.ImportFrom) and not n.level]
-        assert not [m for m in modules if m.split(".")[0] in ("jax", "enzyme_ad")], name
+        if _layer(name) > ORDER.index("_write"):
+            continue
+        assert _module_level_jax(source) == [], name
+
+
+def test_the_jax_guard_fails_on_a_guarded_import():
+    assert _module_level_jax("try:\n    import jax\nexcept ImportError:\n    jax = None\n")
+    assert _module_level_jax("if True:\n    from jax import numpy\n")
+    assert not _module_level_jax("def f():\n    import jax\n")
 
 
 def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
-    for name, path in _modules():
+    for name, source, _ in _modules():
         if name == "hlobundle._compat":
             continue
-        text = path.read_text()
-        assert "jax._src" not in text and "enzyme_ad.jax import primitives" not in text, name
+        assert "jax._src" not in source and "enzyme_ad.jax import primitives" not in source, name

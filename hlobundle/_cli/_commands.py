@@ -144,7 +144,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
     save = args.save_outputs and output_path(
         "--save-outputs", args.save_outputs, (".npz", ".safetensors")
     )
-    bundle = load(args.bundle, verify=args.verify, **_trust(args))
+    bundle = load(args.bundle, verify=args.verify, **_trust(args)).select(args.function)
     if args.backend == "iree":
         if args.distributed or args.devices not in (None, 1):
             args.parser.error("--backend iree runs one device: no --distributed or --devices")
@@ -235,7 +235,7 @@ def emit(args: argparse.Namespace) -> int:
         output_path("-o", args.output)
     if args.trust_executables and args.backend != "iree":
         args.parser.error("--trust-executables applies to --backend iree")
-    bundle = load(args.bundle, **_trust(args))
+    bundle = load(args.bundle, **_trust(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
     backend = "iree" if args.backend == "iree" else _backends.resolve(args.backend).NAME
     emit_script(bundle, path, backend=backend, force=args.force,

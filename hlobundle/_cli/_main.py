@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
         "emit", help="write a standalone run.py for a bundle, or a ReactantServer.jl bundle"
     )
     p.add_argument("bundle")
+    p.add_argument("--function", metavar="NAME", help="which function of a bundle with several "
+                   "(default: its default function)")  # fmt: skip
     p.add_argument("--format", choices=["script", "reactant-server"], default="script",
                    help="script: a run.py (default); reactant-server: the directory -o names, a "
                    "model bundle ReactantServer.jl loads")  # fmt: skip
@@ -272,6 +274,8 @@ def _add_trust(p: argparse.ArgumentParser) -> None:
 def _add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run a bundle and check it against its expected outputs")
     p.add_argument("bundle")
+    p.add_argument("--function", metavar="NAME", help="which function of a bundle with several "
+                   "(default: its default function)")  # fmt: skip
     p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE|NAME=FILE",
                    help="inputs to use instead of the stored ones: by key or by NAME=FILE (a file "
                    "of one array); arguments not given keep their stored values")  # fmt: skip

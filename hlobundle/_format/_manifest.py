@@ -36,6 +36,10 @@ FORMAT = "hlobundle"
 FORMAT_VERSION = "2.0"
 NEWEST_MINOR = {1: 3, 2: 0}  # the newest minor version of each major version this reader knows
 MAX_FUNCTIONS = 64
+# The provenance's producer, for bundles this package's producers write: `export()` (a JAX
+# function) and `from_exported()` (a jax.export.Exported). The runner's hints depend on it.
+PRODUCER_JAX = "jax"
+PRODUCER_JAX_EXPORT = "jax.export"
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 

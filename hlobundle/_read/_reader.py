@@ -111,6 +111,7 @@ class Bundle:
         self._tensor_files = _files.open_tensor_files(root, self.bundle_manifest)
         self._unreferenced = _files.open_unreferenced_files(root, self.bundle_manifest)
         self._shared = _Shared()
+        self._chosen: str | None = None  # the function `select()` chose, if it was asked
         self._select(self.default_function or next(iter(self._views)))
         for name, modules in self._modules.items() if check_artifacts else ():
             for key in modules:  # one program per form, whichever form a backend runs
@@ -131,7 +132,9 @@ class Bundle:
 
     def select(self, name: str | None = None) -> Bundle:
         """The bundle with function `name` selected (a view sharing everything opened); `None`
-        selects the only function, or the default one."""
+        keeps the function already selected, or selects the only function, or the default."""
+        if name is None and self._chosen is not None:
+            return self
         if name is None:
             if len(self._views) == 1:
                 name = next(iter(self._views))
@@ -150,6 +153,7 @@ class Bundle:
             )
         view = copy.copy(self)
         view._select(name)
+        view._chosen = name
         return view
 
     @property

@@ -11,7 +11,7 @@ from .._format._errors import InputError
 from .._format._manifest import Executable, Manifest
 from .._read._files import references
 from .._read._reader import Bundle, load
-from . import _iree_compile
+from .._run._backends import _iree_compile
 from ._sign import check_resignable, rewrite_and_resign
 
 EXECUTABLES_VERSION = (1, 3)  # the format version that added `executables`

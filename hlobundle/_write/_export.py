@@ -13,12 +13,12 @@ import numpy as np
 
 from .._format import _signature
 from .._format._errors import InputError
-from .._format._manifest import Role, identifier
+from .._format._manifest import PRODUCER_JAX, Role, identifier
 from .._read._inputs import from_python
 from ._functions import add_function
 from ._writer import PackOptions, pack_planned
 
-PRODUCER = "jax"  # the provenance's producer of a bundle that export() wrote
+PRODUCER = PRODUCER_JAX  # the provenance's producer of a bundle that export() wrote
 
 
 def export(

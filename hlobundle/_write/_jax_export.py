@@ -19,12 +19,12 @@ import numpy as np
 
 from .._format import _limits, _portable
 from .._format._errors import InputError
-from .._format._manifest import Role
+from .._format._manifest import PRODUCER_JAX_EXPORT, Role
 from .._read._inputs import from_python
 from ._export import _identifier, _json_tree, _key_part, _result_name, _unique
 from ._writer import PackOptions, pack_files, pack_planned
 
-PRODUCER = "jax.export"  # the provenance's producer of a bundle from an Exported
+PRODUCER = PRODUCER_JAX_EXPORT  # the provenance's producer of a bundle from an Exported
 
 _CHILD = Path(__file__).with_name("_jax_export_child.py")
 

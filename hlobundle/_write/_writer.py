@@ -8,13 +8,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import ValidationError
 
 from .._format import _dtypes, _mlir, _signature, _stored
-from .._format._errors import BackendUnavailableError, InputError
+from .._format._errors import InputError
 from .._format._manifest import (
     BatchedModule,
     Layout,
@@ -25,6 +25,7 @@ from .._format._manifest import (
     TensorRef,
 )
 from .._read import _inputs
+from .._run import _compute
 from . import _normalize
 from ._atomic import write_bundle
 from ._plan import EXPECTED_FILE, plan
@@ -206,33 +207,6 @@ def _pack_checked(
     return write_bundle(out, manifest, files, arrays, force=opt.force, signing_key=opt.sign_key)
 
 
-class Executor(Protocol):
-    """What the writer needs run: registered by `hlobundle._run`, which the writer never imports
-    (the layers' rule, README "Layout"), as JAX's core takes lowering rules from its backends."""
-
-    def outputs(self, manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.ndarray]:
-        """The results of the portable artifact on `values` (for `expected="compute"`)."""
-
-    def primal(self, manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
-        """A JAX-differentiable function of the flat arguments running the module `text`."""
-
-
-_executors: list[Executor] = []
-
-
-def register_executor(runner: Executor) -> None:
-    _executors[:] = [runner]
-
-
-def executor() -> Executor:
-    if not _executors:
-        raise BackendUnavailableError(
-            "packing with computed expected outputs or a backward module runs the module, and no "
-            "runner is registered: import hlobundle (which registers hlobundle._run)"
-        )
-    return _executors[0]
-
-
 def _add_backward(
     manifest: Manifest, text: str, opt: PackOptions, target: str, files: dict[str, bytes]
 ) -> Manifest:
@@ -242,7 +216,7 @@ def _add_backward(
     if isinstance(opt.with_vjp, str):  # lowered already (from an Exported's VJP, in a child)
         backward = opt.with_vjp
     else:
-        primal = opt.with_vjp if callable(opt.with_vjp) else executor().primal(manifest, text)
+        primal = opt.with_vjp if callable(opt.with_vjp) else _compute.primal(manifest, text)
         backward = lower_backward(manifest, primal)
     vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
     manifest = manifest.model_copy(update={"vjp": vjp})
@@ -335,7 +309,7 @@ def _compute_expected(
             argument="expected",
         )
     values = [arrays[a.value.file][a.name][0] for a in manifest.arguments]  # type: ignore[union-attr]
-    return executor().outputs(manifest, portable, values)
+    return _compute.outputs(manifest, portable, values)
 
 
 _MLIR_BYTECODE = b"ML\xefR"  # MLIR bytecode's magic number, never valid UTF-8

@@ -84,11 +84,51 @@ def enzyme_blockers(bundle: Bundle) -> EnzymeBlockers:
 
 
 def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    if bundle.manifest.symbolic:
+        return _refined_per_shape(bundle)
     prepared = prepared_for_hlo_call(bundle)
     register_module(prepared.text, enzyme_blockers(bundle))
     if (fast := _batched.fast_path(bundle, "jvp", prepared.result_carriers)) is not None:
         _batched.register(prepared.text, fast)
     return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
+
+
+def _refined_per_shape(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    """A function with symbolic dimensions (SPEC.md 2.8): enzyme-ad's `hlo_call` needs static
+    shapes, so the module is refined to each call's shapes, once per shape, and cached (the
+    verified artifact, lowered at the concrete shapes through jax.export and refined by jax's
+    own shape refinement)."""
+    from ._enzyme_prepare import for_hlo_call, symbol_prefix
+    from ._xla import exported_for
+
+    exported = exported_for(bundle.manifest, bundle.portable_artifact)
+    results = [r.dtype for r in bundle.manifest.results]
+    blockers = enzyme_blockers(bundle)
+    digest = bundle.modules["module"].text_sha256
+    cache: dict[tuple[tuple[int, ...], ...], Callable[..., tuple[Any, ...]]] = {}
+
+    def impl(*flat: Any) -> tuple[Any, ...]:
+        shapes = tuple(tuple(x.shape) for x in flat)
+        if shapes not in cache:
+            text = _refine(exported, flat)
+            key = hashlib.sha256(f"{digest} {shapes}".encode()).hexdigest()
+            prepared = for_hlo_call(text, prefix=symbol_prefix(key))
+            register_module(prepared.text, blockers)
+            cache[shapes] = enzyme_callable(prepared, results)
+        return cache[shapes](*flat)
+
+    return impl
+
+
+def _refine(exported: Any, flat: Sequence[Any]) -> str:
+    """The static text of `exported` at the shapes of `flat`."""
+    import jax
+
+    from ... import _compat
+
+    specs = [jax.ShapeDtypeStruct(tuple(x.shape), x.dtype) for x in flat]
+    lowered = jax.jit(lambda *xs: tuple(exported.call(*xs))).lower(*specs)
+    return str(_compat.refine_polymorphic_shapes(lowered.compiler_ir("stablehlo")))
 
 
 def enzyme_callable(

@@ -7,7 +7,7 @@ The module comes from one of two places (SPEC.md, "Executables"):
   verified with the caller's key, or `trust_executables=True`) and it was compiled from this
   module's portable artifact by this IREE version for this machine's architecture: an
   executable is native code, which no hash check makes safe to run;
-- otherwise the checked portable artifact, compiled in a child process (`_write._iree_compile`)
+- otherwise the checked portable artifact, compiled in a child process (`_iree_compile`)
   and kept in a private persistent cache (`_cache`), each entry named by source, flags,
   compiler version and CPU, and checked against its own digest before it is used.
 
@@ -30,8 +30,8 @@ from ..._format._errors import (
     LimitError,
     TransformError,
 )
-from ..._write import _iree_compile
 from .. import _binding, _cache
+from . import _iree_compile
 
 if TYPE_CHECKING:
     from ..._format._manifest import Executable

@@ -49,14 +49,14 @@ def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
 def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
     """The refusal to differentiate a bundle without a backward module, saying how one is
     stored for a bundle made the way this one was (its provenance's producer)."""
-    from ..._write import _export, _jax_export
+    from ..._format._manifest import PRODUCER_JAX, PRODUCER_JAX_EXPORT
     from . import _enzyme
 
     producer = bundle.manifest.provenance.producer
-    if producer == _jax_export.PRODUCER:
+    if producer == PRODUCER_JAX_EXPORT:
         where = ("serialize it with `exported.serialize(vjp_order=1)` and pack that blob again "
                  "(pack --from-jax-export, or hlobundle.from_exported(exported, ...))")  # fmt: skip
-    elif producer == _export.PRODUCER:
+    elif producer == PRODUCER_JAX:
         where = "export it again with hlobundle.export(..., with_vjp=True)"
     elif _enzyme.available():
         where = (

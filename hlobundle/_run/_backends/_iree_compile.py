@@ -17,9 +17,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .._format import _limits
-from .._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
-from .._format._manifest import Manifest
+from ..._format import _limits
+from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
+from ..._format._manifest import Manifest
 
 UNAVAILABLE = (
     "the iree backend needs IREE's compiler and runtime: pip install 'hlobundle[iree]' "

@@ -1,0 +1,44 @@
+"""What the writer runs before a bundle exists: a module's outputs on example values
+(`expected="compute"`), and a text module as a differentiable JAX function (the primal whose
+backward module `with_vjp=True` lowers, through enzyme-ad). The writer imports this (layers:
+_format < _read < _run < _write)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._format._errors import BackendUnavailableError
+from .._format._manifest import Manifest
+
+
+def outputs(manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.ndarray]:
+    """The results of the portable artifact on `values`."""
+    from ._backends._xla import exported_for
+    from ._function import check_x64
+
+    check_x64(manifest)
+    return [np.asarray(x) for x in exported_for(manifest, portable).call(*values)]
+
+
+def primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
+    """A JAX-differentiable function of the flat arguments running the module `text`."""
+    import hashlib
+
+    from ._backends import _enzyme
+    from ._backends._enzyme import enzyme_callable
+
+    if not _enzyme.available():
+        raise BackendUnavailableError(
+            "--with-vjp (with_vjp=True) lowers the backward module of a module text through "
+            "enzyme-ad, which is not installed (wheels exist for Python 3.11 only). For a JAX "
+            "function, hlobundle.export(..., with_vjp=True) needs only jax"
+        )
+    from ._backends._enzyme_prepare import for_hlo_call, symbol_prefix
+    from ._function import check_x64
+
+    check_x64(manifest)
+    prefix = symbol_prefix(hashlib.sha256(text.encode()).hexdigest())
+    return enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
