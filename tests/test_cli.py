@@ -313,3 +313,13 @@ def test_roles_by_glob(tmp_path):
     roles = {a.name: a.role for a in hlobundle.load(tmp_path / "b").arguments}
     assert roles["images"] == "input"
     assert {roles[n] for n in roles if n.startswith("params_")} == {"parameter"}
+
+
+def test_run_with_one_loose_npy_for_several_arguments_says_name_equals_file(tmp_path):
+    b = small_bundle(tmp_path)
+    np.save(tmp_path / "x_new.npy", sample((4, 3), "float32", 7))
+    r = cli("run", b, "--inputs", tmp_path / "x_new.npy")
+    assert r.returncode == 1
+    assert "x_new.npy" in r.stderr and "--inputs x=" in r.stderr and "NAME=FILE" in r.stderr
+    r = cli("run", b, "--inputs", f"x={tmp_path / 'x_new.npy'}")  # what the message suggests
+    assert r.returncode == 0, r.stderr
