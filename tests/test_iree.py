@@ -452,6 +452,14 @@ def test_emit_iree_needs_an_executable_this_runtime_runs(tmp_path):
     assert r.returncode == 1 and f"store one with: hlobundle compile {b}" in r.stderr
 
 
+def test_emit_iree_of_a_bundle_never_compiled_says_compile_first_not_key(tmp_path):
+    b = tmp_path / "b"
+    shutil.copytree(EXAMPLE, b)
+    r = cli("emit", b, "--backend", "iree", "-o", tmp_path / "r.py")  # no key, no trust flag
+    assert r.returncode == 1 and f"hlobundle compile {b}" in r.stderr
+    assert "--public-key" not in r.stderr and not (tmp_path / "r.py").exists()
+
+
 def test_cli_compile_run_and_inspect(tmp_path):
     b = tmp_path / "b"
     shutil.copytree(EXAMPLE, b)
