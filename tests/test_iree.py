@@ -460,6 +460,13 @@ def test_emit_iree_of_a_bundle_never_compiled_says_compile_first_not_key(tmp_pat
     assert "--public-key" not in r.stderr and not (tmp_path / "r.py").exists()
 
 
+def test_run_of_a_stored_executable_does_not_claim_a_compile(compiled):
+    r = cli("run", compiled, "--backend", "iree", "--trust-executables")
+    assert r.returncode == 0, r.stderr
+    assert "(compile + run)" not in r.stdout
+    assert "(load + run; nothing compiled)" in r.stdout
+
+
 def test_cli_compile_run_and_inspect(tmp_path):
     b = tmp_path / "b"
     shutil.copytree(EXAMPLE, b)
