@@ -103,3 +103,14 @@ def test_a_file_that_is_not_a_blob_is_a_clean_error(tmp_path):
         tmp_path / "b",
     )
     assert r.returncode == 2 and "--inputs does not apply" in r.stderr
+
+
+def test_from_exported_takes_roles_as_export_does(exported, tmp_path):
+    """A name covers the leaves under it (`arg0`: every leaf of the first argument), as
+    `export(..., roles={"params": ...})` does; an argument's own name wins."""
+    roles = {"arg0": "parameter", "arg0_b": "state"}
+    out = hlobundle.from_exported(exported, tmp_path / "b", inputs=(PARAMS, X), roles=roles)
+    got = {a.name: a.role for a in hlobundle.load(out).arguments}
+    assert got == {"arg0_b": "state", "arg0_w": "parameter", "arg1": "input"}
+    with pytest.raises(hlobundle.InputError, match="names no argument"):
+        hlobundle.from_exported(exported, tmp_path / "c", roles={"params": "parameter"})

@@ -19,7 +19,7 @@ import numpy as np
 from .._format import _limits, _portable
 from .._format._errors import InputError
 from .._format._manifest import Role
-from ._export import _identifier, _json_tree, _key_part, _result_name, _unique
+from ._export import _identifier, _json_tree, _key_part, _result_name, _unique, leaf_roles
 from ._writer import pack
 
 
@@ -44,7 +44,9 @@ def from_exported(
 
     - `inputs`: example positional arguments (pytrees, as the Exported takes them); stored
       with the results the Exported computes on them as expected outputs.
-    - `roles`, `force`, `target_version`, `timestamp`: as for `pack()`.
+    - `roles`: as for `export()`: by argument name, or by the name of a positional argument
+      (`arg0`) or keyword argument for all the leaves under it.
+    - `force`, `target_version`, `timestamp`: as for `pack()`.
     """
     import jax
 
@@ -75,7 +77,7 @@ def from_exported(
         out,
         names=names,
         paths=[_producer_path(path) for path, _ in leaves],
-        roles=roles,
+        roles=leaf_roles(roles, names, [_argument_name(path[:2]) for path, _ in leaves]),
         result_names=result_names,
         function=exported.fun_name,
         force=force,
