@@ -8,9 +8,7 @@ steps of at least `MIN_BYTES`. This module imports nothing of the package (a lea
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,36 +41,9 @@ def task(what: str, total: int) -> Iterator[Callable[[int], None]]:
 
     bar: Any = tqdm(
         total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024,
-        file=sys.stderr, leave=False, dynamic_ncols=True,
+        file=sys.stderr, leave=True, dynamic_ncols=True,
     )  # fmt: skip
     try:
         yield bar.update
     finally:
         bar.close()
-
-
-@contextlib.contextmanager
-def watching(what: str, path: os.PathLike[str] | str, total: int) -> Iterator[None]:
-    """A step that writes `path` (`total` bytes) through code that reports nothing, such as
-    safetensors' `serialize_file`: progress is the file's size, looked at ten times a second."""
-    with task(what, total) as advance:
-        if advance is _nothing:
-            yield
-            return
-        done = threading.Event()
-
-        def watch() -> None:
-            seen = 0
-            while not done.wait(0.1):
-                with contextlib.suppress(OSError):
-                    size = os.stat(path).st_size
-                    advance(size - seen)
-                    seen = size
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
-            yield
-        finally:
-            done.set()
-            watcher.join()

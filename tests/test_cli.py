@@ -384,3 +384,13 @@ def test_a_missing_extra_is_a_coded_error_with_the_pip_line(tmp_path, blocked, a
     assert r.stderr.startswith("error [BACKEND_UNAVAILABLE]"), r.stderr
     wanted = f"pip install '{pip}" if "-" in pip else f"pip install 'hlobundle[{pip}]'"
     assert wanted in r.stderr, r.stderr
+
+
+def test_run_with_one_loose_npy_for_several_arguments_says_name_equals_file(tmp_path):
+    b = small_bundle(tmp_path)
+    np.save(tmp_path / "x_new.npy", sample((4, 3), "float32", 7))
+    r = cli("run", b, "--inputs", tmp_path / "x_new.npy")
+    assert r.returncode == 1
+    assert "x_new.npy" in r.stderr and "--inputs x=" in r.stderr and "NAME=FILE" in r.stderr
+    r = cli("run", b, "--inputs", f"x={tmp_path / 'x_new.npy'}")  # what the message suggests
+    assert r.returncode == 0, r.stderr

@@ -28,13 +28,15 @@ import lenet5  # noqa: E402
 
 # Run the script, then prove it never imported hlobundle.
 RUNNER = (
-    "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__'); "
+    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); "
     "assert 'hlobundle' not in sys.modules, 'the script imported hlobundle'"
 )
 
 
-def run_script(path):
-    return subprocess.run([sys.executable, "-c", RUNNER, str(path)], capture_output=True, text=True)
+def run_script(path, *args):
+    return subprocess.run(
+        [sys.executable, "-c", RUNNER, str(path), *map(str, args)], capture_output=True, text=True
+    )
 
 
 def _all_dtypes(*xs):
@@ -334,3 +336,29 @@ def test_script_refuses_files_swapped_after_emit(tmp_path, backend):
         assert "ok" not in r.stdout.split()
         for name in [*swapped, "manifest.json"]:
             shutil.copyfile(tmp_path / f"saved-{name}", a / name)
+
+
+@pytest.mark.subprocess
+def test_script_takes_help_and_inputs_like_hlobundle_run(tmp_path):
+    from safetensors.numpy import save_file
+
+    x, w = sample((4, 3), "float32", 1), sample((3, 2), "float32", 2)
+    b = hlobundle.export(lambda x, w: x @ w, x, w, out=tmp_path / "b")
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(b, script, backend="xla")
+    r = run_script(script, "--help")
+    assert r.returncode == 0 and "--inputs" in r.stdout and "NAME=FILE" in r.stdout
+    x_new = sample((4, 3), "float32", 9)
+    np.save(tmp_path / "x_new.npy", x_new)
+    r = run_script(script, "--inputs", f"x={tmp_path / 'x_new.npy'}")  # w: its stored value
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert np.array2string(x_new @ w, threshold=20) in r.stdout
+    assert "max abs diff" not in r.stdout  # the expected outputs are for the stored inputs
+    save_file({"x": x_new, "w": w + 1}, str(tmp_path / "both.safetensors"))
+    r = run_script(script, "--inputs", tmp_path / "both.safetensors")
+    assert r.returncode == 0 and np.array2string(x_new @ (w + 1), threshold=20) in r.stdout
+    r = run_script(script, "--inputs", tmp_path / "x_new.npy")  # one loose file of two
+    assert r.returncode == 1 and "NAME=FILE" in r.stderr and "--inputs x=" in r.stderr
+    np.save(tmp_path / "bad.npy", np.zeros((2, 2), np.float32))
+    r = run_script(script, "--inputs", f"x={tmp_path / 'bad.npy'}")
+    assert r.returncode == 1 and "expected float32[4, 3]" in r.stderr

@@ -234,3 +234,25 @@ def test_enzyme_backend_missing(lenet_bundle, monkeypatch):
         lenet_bundle.function("enzyme")
     assert e.value.code == "BACKEND_UNAVAILABLE"
     assert lenet_bundle.function("auto").backend == "xla"
+
+
+def _with_parameters(tmp_path):
+    x, w = sample((4, 3), "float32", 1), sample((3, 2), "float32", 2)
+    b = hlobundle.export(lambda x, w: x @ w, x, w, out=tmp_path / "p", roles={"w": "parameter"})
+    return hlobundle.load(b), x, w
+
+
+def test_a_call_by_name_takes_stored_parameters_for_the_rest(tmp_path):
+    bundle, x, w = _with_parameters(tmp_path)
+    f = bundle.function("xla")
+    y = f(x=x + 1)  # as `run --inputs x=...`: w keeps its stored value
+    np.testing.assert_allclose(np.asarray(y), (x + 1) @ w, rtol=1e-5)
+    with pytest.raises(hlobundle.InputError, match=r"missing argument\(s\) \['x'\]"):
+        f(w=w)  # an input is never taken from the stored example
+
+
+def test_parameters_are_the_stored_values_by_name(tmp_path):
+    bundle, _, w = _with_parameters(tmp_path)
+    params = bundle.parameters()
+    assert list(params) == ["w"]
+    np.testing.assert_array_equal(params["w"], w)

@@ -76,6 +76,14 @@ def test_op_histogram_is_what_mlir_parses(tmp_path, name, text):
     assert op_histogram(text) == _walked(text), name
 
 
+def test_inspect_labels_the_two_stablehlo_versions():
+    out = cli("inspect", EXAMPLE).stdout
+    m = hlobundle.load(EXAMPLE).manifest
+    made = m.provenance.stablehlo_version
+    assert f"producer's StableHLO {made}" in out
+    assert f"artifact target StableHLO {m.module.portable.target_version}" in out
+
+
 def test_inspect_shows_the_op_histogram_and_what_it_checked():
     r = cli("inspect", EXAMPLE)
     assert r.returncode == 0, r.stderr

@@ -405,7 +405,8 @@ BLOCK = (
     "            raise ImportError('blocked: ' + name)\n"
     "sys.meta_path.insert(0, Block())\n"
     "import runpy\n"
-    "runpy.run_path(sys.argv[1], run_name='__main__')\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
 )
 
 
@@ -444,11 +445,54 @@ def test_the_emitted_iree_script_runs_with_jax_blocked(compiled, tmp_path):
         weights.write_bytes(original)
 
 
+@pytest.mark.subprocess
+def test_the_emitted_iree_script_takes_help_and_inputs(compiled, tmp_path):
+    script = tmp_path / "run.py"
+    assert (
+        cli("emit", compiled, "--backend", "iree", "-o", script, "--trust-executables").returncode
+        == 0
+    )
+    bundle = hlobundle.load(compiled)
+    first = bundle.arguments[-1].name
+    np.save(tmp_path / "a.npy", np.asarray(bundle.tensor(first)) * 2)
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-c", BLOCK, str(script), *map(str, args)],
+            capture_output=True,
+            text=True,
+        )
+
+    r = run("--help")
+    assert r.returncode == 0 and "NAME=FILE" in r.stdout
+    r = run("--inputs", f"{first}={tmp_path / 'a.npy'}")
+    assert r.returncode == 0, r.stderr
+    assert "max abs diff" not in r.stdout and r.stdout.strip().endswith("ok")
+    if len(bundle.arguments) > 1:
+        r = run("--inputs", tmp_path / "a.npy")
+        assert r.returncode == 1 and "NAME=FILE" in r.stderr
+
+
 def test_emit_iree_needs_an_executable_this_runtime_runs(tmp_path):
     b = tmp_path / "b"
     shutil.copytree(EXAMPLE, b)
     r = cli("emit", b, "--backend", "iree", "--trust-executables", "-o", tmp_path / "r.py")
     assert r.returncode == 1 and f"store one with: hlobundle compile {b}" in r.stderr
+
+
+def test_emit_iree_of_a_bundle_never_compiled_says_compile_first_not_key(tmp_path):
+    b = tmp_path / "b"
+    shutil.copytree(EXAMPLE, b)
+    r = cli("emit", b, "--backend", "iree", "-o", tmp_path / "r.py")  # no key, no trust flag
+    assert r.returncode == 1 and f"hlobundle compile {b}" in r.stderr
+    assert "--public-key" not in r.stderr and not (tmp_path / "r.py").exists()
+
+
+def test_run_of_a_stored_executable_does_not_claim_a_compile(compiled):
+    r = cli("run", compiled, "--backend", "iree", "--trust-executables")
+    assert r.returncode == 0, r.stderr
+    assert "(compile + run)" not in r.stdout
+    assert "(load + run; nothing compiled)" in r.stdout
 
 
 def test_cli_compile_run_and_inspect(tmp_path):

@@ -210,3 +210,14 @@ def test_a_blob_with_symbolic_shapes_is_a_2_0_bundle_for_every_size(tmp_path):
     grad = jax.grad(lambda w: f(w, np.ones((4, 8), np.float32)).sum())(w)
     want = jax.grad(lambda w: fn(w, np.ones((4, 8), np.float32)).sum())(w)
     np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-6)
+
+
+def test_from_exported_takes_roles_as_export_does(exported, tmp_path):
+    """A name covers the leaves under it (`arg0`: every leaf of the first argument), as
+    `export(..., roles={"params": ...})` does; an argument's own name wins."""
+    roles = {"arg0": "parameter", "arg0_b": "state"}
+    out = hlobundle.from_exported(exported, tmp_path / "b", inputs=(PARAMS, X), roles=roles)
+    got = {a.name: a.role for a in hlobundle.load(out).arguments}
+    assert got == {"arg0_b": "state", "arg0_w": "parameter", "arg1": "input"}
+    with pytest.raises(hlobundle.InputError, match="names no argument"):
+        hlobundle.from_exported(exported, tmp_path / "c", roles={"params": "parameter"})

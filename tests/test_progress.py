@@ -106,3 +106,85 @@ def test_load_into_memory_reports_every_byte(big, monkeypatch):
     checking = seen.index(("checking inputs.safetensors", size))
     assert sum(n for what, n in seen[reading + 1 : checking] if what == "+") == size
     assert sum(n for what, n in seen[checking + 1 :] if what == "+") == size
+
+
+def test_pack_reports_bytes_as_they_reach_the_file(tmp_path, monkeypatch):
+    """The bar moves while the file grows (not 0% until the end) and leaves a final line."""
+    x = np.zeros(BIG, np.float32)
+    seen: list[tuple[int, int]] = []  # (bytes reported so far, bytes on disk then)
+    kept: list[bool] = []
+
+    class Recorder:
+        def __init__(self, total, desc, leave=True, **_):
+            self.path = tmp_path / "b" if desc.startswith("writing") else None
+            self.done = 0
+            kept.append(leave)
+
+        def update(self, n):
+            self.done += n
+            partial = [p for p in tmp_path.glob(".b.partial-*/inputs.safetensors")]
+            seen.append((self.done, partial[0].stat().st_size if partial else -1))
+
+        def close(self):
+            pass
+
+    import tqdm
+
+    monkeypatch.setattr(tqdm, "tqdm", Recorder)
+    monkeypatch.setattr(_progress, "_enabled", True)
+    b = hlobundle.pack(identity_module(x), [x], tmp_path / "b")
+    size = (b / "inputs.safetensors").stat().st_size
+    assert len(seen) > 2 and seen[-1][0] == size
+    assert all(0 < done <= on_disk for done, on_disk in seen)  # reported as written, not guessed
+    assert kept and all(kept)  # the last line stays on the terminal
+
+
+def _partial_size(parent) -> int:
+    for p in parent.glob(".out.partial-*/inputs.safetensors"):
+        try:
+            return p.stat().st_size
+        except FileNotFoundError:
+            pass
+    return 0
+
+
+_SLOW_WRITES = """
+import os, sys, time
+real = os.write
+def slow(fd, data):
+    time.sleep(0.1)
+    return real(fd, data)
+os.write = slow
+from hlobundle._cli._main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_during_pack_stops_it_promptly_and_leaves_nothing(big, tmp_path):
+    import signal
+    import time
+
+    module = tmp_path / "m.mlir"
+    module.write_text(identity_module(np.zeros(BIG, np.float32)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_WRITES, "pack", str(module), "--inputs",
+         str(big.parent / "x.npy"), "-o", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        full = (big / "inputs.safetensors").stat().st_size
+        deadline = time.monotonic() + 60
+        while not 0 < _partial_size(tmp_path) < full:  # caught mid-write
+            assert proc.poll() is None, "pack finished before its tensors were written in steps"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and b"interrupted" in stderr, stderr
+    assert took < 2, f"Ctrl-C took {took:.1f} s to act"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.mlir"]  # no half bundle

@@ -528,3 +528,11 @@ def test_resigning_with_a_certificate_checks_against_its_chain(bundle, pki, keys
     assert cli("sign", bundle, "--private-key", keys / "a.pem", "--force").returncode == 0
     r = cli("refresh", bundle, "--sign-key", pki / "leaf.pem", *signing)  # a key, not the chain
     assert r.returncode == 1 and r.stderr.startswith("error [SIGNATURE_INVALID]")
+
+
+def test_verify_without_a_key_says_the_signature_was_not_checked(bundle, keys, tmp_path):
+    unsigned = cli("verify", bundle)
+    assert unsigned.returncode == 0 and "signed" not in unsigned.stdout
+    r = cli("verify", _signed(bundle, keys))
+    assert r.returncode == 0, r.stderr
+    assert "signed" in r.stdout and "not checked" in r.stdout and "--public-key" in r.stdout

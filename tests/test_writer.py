@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import identity_module, pack_identity, sample
+from helpers import cli, identity_module, lowered_text, pack_identity, sample
 
 import hlobundle
 from hlobundle._write import _atomic
@@ -275,3 +275,46 @@ def test_the_shipped_example_carries_no_machine_paths(tmp_path):
     example = ROOT / "examples" / "lenet5.hlobundle"
     for path in example.iterdir():
         assert b'loc("/' not in path.read_bytes(), path.name
+
+
+def _with_info(args: list[str], results: list[str]) -> str:
+    """A JAX-lowered module of (x, w) -> (x @ w, x) whose values carry these `jax.arg_info` /
+    `jax.result_info` attributes (raw attribute values, quoted or not)."""
+    text = lowered_text(
+        lambda x, w: (x @ w, x), np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)
+    )
+    text = text.replace(
+        "%arg0: tensor<4x3xf32>", f"%arg0: tensor<4x3xf32> {{jax.arg_info = {args[0]}}}"
+    )
+    text = text.replace(
+        "%arg1: tensor<3x2xf32>", f"%arg1: tensor<3x2xf32> {{jax.arg_info = {args[1]}}}"
+    )
+    head, sep, rest = text.partition("-> (")
+    rest = rest.replace('"result[0]"', results[0], 1).replace('"result[1]"', results[1], 1)
+    return head + sep + rest
+
+
+@pytest.mark.parametrize(
+    ("args", "results", "want_args", "want_results"),
+    [
+        (['"x"', "\"params['w']\""], ["\"result['y']\"", '"result[1]"'],
+         ["x", "params_w"], ["y", "result1"]),
+        (["\"args[0]['w']\"", '"args[1]"'], ["\"result['t'][0]\"", '"result"'],
+         ["arg0_w", "arg1"], ["t_0", "result1"]),
+        (['"\\FF"', '"x"'], ['"r"', "[1]"], ["arg0", "x"], ["r", "result1"]),  # not UTF-8
+        (['"arg1"', '"args[1]"'], ['"r"', '"r"'], ["arg0", "arg1"], ["result0", "result1"]),  # clash: defaults
+        # untrusted text that is no key path, a keyword, not a string: that value's default
+        # name; names that would clash: every default name
+        (['"x; import os"', '"x"'], ['"result"', '"result"'], ["arg0", "x"], ["result0", "result1"]),
+        (['"class"', '"x"'], ['"__import__(\'os\')"', '"r"'], ["arg0", "x"], ["result0", "r"]),
+        (['"x"', '"x"'], ["7 : i32", '"r"'], ["arg0", "arg1"], ["result0", "r"]),
+    ],
+)  # fmt: skip
+def test_pack_names_values_as_jax_recorded_them(tmp_path, args, results, want_args, want_results):
+    module = tmp_path / "m.mlir"
+    module.write_text(_with_info(args, results))
+    r = cli("pack", module, "-o", tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "b", verify=True)
+    assert [a.name for a in bundle.arguments] == want_args
+    assert [x.name for x in bundle.results] == want_results

@@ -294,6 +294,7 @@ def _refusal(path: str) -> HloBundleError | None:
 
 
 def verify(args: argparse.Namespace) -> int:
+    from .._format._signature import SIGNATURE_NAME
     from .._read._reader import load
 
     trust = _trust(args)
@@ -306,6 +307,11 @@ def verify(args: argparse.Namespace) -> int:
     checked = "sizes and structure checked" if args.quick else "sha256 checked"
     if bundle.signer:
         checked += f", signed by {bundle.signer}"
+    elif bundle.signed:
+        checked += (
+            f", signed: its {SIGNATURE_NAME} was not checked "
+            "(give --public-key or --certificate-chain to check it)"
+        )
     if args.json:
         report = {"ok": True, "path": str(bundle.path), "files": files, "quick": args.quick,
                   "signed": bundle.signed, "signer": bundle.signer}  # fmt: skip

@@ -129,6 +129,12 @@ def _executable_for_script(bundle: Bundle, trusted: bool) -> tuple[Executable, b
     """The stored executable an IREE script runs: one this runtime can use, checked."""
     from .._run._backends import _iree
 
+    if not bundle.manifest.executables:  # nothing to trust yet: say what to do first
+        raise InputError(
+            f"{bundle.path} has no stored executable for an iree script to run; compile "
+            f"first: store one with: hlobundle compile {bundle.path}",
+            argument="backend",
+        )
     if not (trusted or bundle.trusted):
         raise InputError(
             "an iree script runs the bundle's stored executable, which is native code: verify "

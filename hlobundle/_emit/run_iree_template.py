@@ -167,23 +167,28 @@ def random_input(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def stored_inputs():
+    """The stored example inputs, one array per argument."""
+    return [load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)]
+
+
 def example_inputs():
     """The stored example inputs, or (when the bundle stores none) generated ones."""
     if INPUTS is not None:
-        return [
-            load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)
-        ]
+        return stored_inputs()
     rng = np.random.default_rng(0)
     return [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]
 
 
-def run_example():
-    """Call the function on the example inputs; compare with the expected outputs."""
-    outputs = call(*example_inputs())
+def run_example(inputs=None):
+    """Call the function on the example inputs and compare with the expected outputs, or on
+    `inputs` (one array per argument) and print the results."""
+    compare = inputs is None
+    outputs = call(*(example_inputs() if inputs is None else inputs))
     failures = []
     for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
         line = f"{name}: {dtype}{list(shape)}"
-        if EXPECTED:
+        if EXPECTED and compare:
             want = load_tensor(*EXPECTED[k], shape, dtype)
             wide = np.complex128 if value.dtype.kind == "c" else np.float64
             diff = np.abs(value.astype(wide) - want.astype(wide))
@@ -197,8 +202,101 @@ def run_example():
     print("ok")
 
 
+SAFETENSORS_DTYPES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
+    "U32": "uint32", "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16",
+    "BF16": "bfloat16", "F32": "float32", "F64": "float64", "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+}  # fmt: skip
+
+
+def read_input_file(path):
+    """{key: array} from a .npz or .safetensors file, or {None: array} from a .npy file."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".npy":
+        return {None: np.load(path, allow_pickle=False)}
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    if suffix == ".safetensors":
+        with open(path, "rb") as f:
+            data = f.read()
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + size])
+        header.pop("__metadata__", None)
+        arrays = {}
+        for key, entry in header.items():
+            begin, end = entry["data_offsets"]
+            raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + size + begin)
+            dtype = numpy_dtype(SAFETENSORS_DTYPES[entry["dtype"]])
+            arrays[key] = raw.copy().view(dtype).reshape(entry["shape"])
+        return arrays
+    raise ValueError(f"{path}: expected a .npy, .npz or .safetensors file")
+
+
+def given_inputs(specs):
+    """{argument name: array} from `--inputs [NAME=]FILE ...`: keys are argument names, or
+    loose .npy files give every argument in order."""
+    names = [name for name, _, _ in ARGUMENTS]
+    given, loose = {}, []
+    for spec in specs:
+        name, equals, path = spec.partition("=")
+        if equals and name in names:
+            (array,) = read_input_file(path).values()
+            given[name] = array
+            continue
+        for key, array in read_input_file(spec).items():
+            if key is None:
+                loose.append((spec, array))
+            elif key in names:
+                given[key] = array
+            else:
+                raise ValueError(f"{spec}: key {key!r} is not an argument name {names}")
+    if loose and (given or len(loose) != len(names)):
+        raise ValueError(
+            f"{', '.join(s for s, _ in loose)} names no argument: give each file as NAME=FILE, "
+            f"e.g. --inputs {names[0]}={loose[0][0]} (the arguments are {names})"
+        )
+    return dict(zip(names, (a for _, a in loose), strict=True)) if loose else given
+
+
+def main(argv):
+    """`python run.py [--inputs [NAME=]FILE ...]`: run on the example inputs, or on these."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description=f"Run {ABOUT.get('function', 'the function')} of the bundle {WHERE} on its "
+        "example inputs (compared with its expected outputs), or on the arrays given; "
+        "print the results.",
+    )
+    parser.add_argument(
+        "--inputs", nargs="+", action="extend", default=[], metavar="[NAME=]FILE",
+        help=".npy, .npz or .safetensors; NAME=FILE for one argument; arguments not given take "
+        "their stored example values",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    if not args.inputs:
+        return run_example()
+    try:
+        given = given_inputs(args.inputs)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"error: {e}")
+    missing = [name for name, _, _ in ARGUMENTS if name not in given]
+    if missing and INPUTS is None:
+        sys.exit(f"error: no value for argument(s) {missing}, and the bundle stores none")
+    stored = stored_inputs() if missing else None
+    values = [
+        given[name] if name in given else stored[i] for i, (name, _, _) in enumerate(ARGUMENTS)
+    ]
+    try:
+        check_arguments(*values)
+    except TypeError as e:
+        sys.exit(f"error: {e}")
+    run_example(values)
+
+
 # named: the bundle's function, one parameter per argument (written here by `hlobundle emit`)
 
 
 if __name__ == "__main__":
-    run_example()
+    main(sys.argv[1:])

@@ -5,6 +5,7 @@ This imports `jaxlib.mlir` only (about 0.1 s), never `jax`, so `verify` stays li
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,9 @@ class Signature:
     aliases: dict[int, int]
     unused: frozenset[int] = frozenset()  # arguments @main never reads
     sharding: Sharding | None = None
+    # JAX's `jax.arg_info` / `jax.result_info` of each value (untrusted text), None when absent
+    argument_info: tuple[str | None, ...] = ()
+    result_info: tuple[str | None, ...] = ()
 
 
 @cache
@@ -138,7 +142,27 @@ def _signature(module: ir.Module, path: str | None, dynamic: bool = False) -> Si
         body = main.regions[0].blocks[0]
         unused = frozenset(i for i, a in enumerate(body.arguments) if not list(a.uses))
         sharding = _sharding(module, main, len(args), len(results), path)
-        return Signature(name, args, results, _aliases(main), unused, sharding)
+        return Signature(
+            name, args, results, _aliases(main), unused, sharding,
+            _recorded(main, "arg_attrs", "jax.arg_info", len(args)),
+            _recorded(main, "res_attrs", "jax.result_info", len(results)),
+        )  # fmt: skip
+
+
+def _recorded(main: ir.Operation, key: str, name: str, n: int) -> tuple[str | None, ...]:
+    """Each value's string attribute `name`, or None where it is absent, not a string or not
+    UTF-8 (a name, not something to refuse the module for)."""
+    from jaxlib.mlir import ir
+
+    found: list[str | None] = []
+    for attrs in _value_attrs(main, key, n):
+        value = attrs[name] if attrs is not None and name in attrs else None
+        text = None
+        if isinstance(value, ir.StringAttr):
+            with contextlib.suppress(UnicodeDecodeError):
+                text = bytes(value.value_bytes).decode("utf-8")
+        found.append(text)
+    return tuple(found) if len(found) == n else (None,) * n
 
 
 def main_types(

@@ -1,4 +1,7 @@
-"""Tensor files: written by safetensors, validated by safetensors, read back memory-mapped.
+"""Tensor files: written in safetensors' layout, validated by safetensors, read back memory-mapped.
+
+Written here, in steps, rather than by safetensors' `serialize_file` (which writes elsewhere and
+renames at the end, in Rust): so a progress bar follows the bytes and Ctrl-C acts at once.
 
 safetensors' own reader (`safe_open`) checks the header, dtypes and offsets (no overlap,
 no holes, no overflow). Only then does this module map each tensor's validated byte range
@@ -13,7 +16,6 @@ import math
 import mmap
 import os
 import struct
-import threading
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -38,32 +40,43 @@ def write(
     path: Path,
     arrays: dict[str, tuple[np.ndarray, _dtypes.DType]],
     metadata: dict[str, str] | None = None,
-) -> str | None:
-    """Write `{key: (array, dtype row)}` with safetensors; deterministic (safetensors orders keys).
-    `metadata` adds `__metadata__` entries (the header is then not the predicted one).
+) -> str:
+    """Write `{key: (array, dtype row)}` as a new safetensors file, laid out as safetensors
+    lays it out (deterministic); `metadata` adds `__metadata__` entries.
 
-    **Returns:** the file's sha256, computed from memory while safetensors writes, or None when
-    the written header is not the predicted one (the caller then hashes the file).
+    **Returns:** the file's sha256, computed from the bytes as they are written.
     """
-    from safetensors import TensorSpec, serialize_file
-
     stored = {key: _dtypes.to_storage(a, row) for key, (a, row) in arrays.items()}
-    specs = {
-        key: TensorSpec(
-            dtype=a.dtype.name, shape=list(a.shape), data_ptr=a.ctypes.data, data_len=a.nbytes
-        )
-        for key, a in stored.items()
-    }
-    order, header = _layout(stored)
-    hasher = _HashThread(header, [stored[k] for k in order])
-    hasher.start()
+    order, header = _layout(stored, metadata or {})
     size = len(header.raw) + sum(a.nbytes for a in stored.values())
-    with _progress.watching(f"writing {path.name}", path, size):
-        serialize_file(specs, str(path), metadata={"pad": header.pad, **(metadata or {})})
-    hasher.join()
-    with open(path, "rb") as f:
-        written = f.read(len(header.raw))
-    return hasher.hexdigest if written == header.raw else None
+    h = hashlib.sha256(header.raw)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        with _progress.task(f"writing {path.name}", size) as advance:
+            _write_all(fd, memoryview(header.raw))
+            advance(len(header.raw))
+            for key in order:
+                data = _bytes_of(stored[key])
+                # In steps, in Python: the bar moves, and Ctrl-C acts between two steps.
+                for begin in range(0, len(data), _WRITE_CHUNK):
+                    chunk = data[begin : begin + _WRITE_CHUNK]
+                    h.update(chunk)
+                    _write_all(fd, chunk)
+                    advance(len(chunk))
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def _bytes_of(a: np.ndarray) -> memoryview:
+    import numpy as np
+
+    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 @dataclass(frozen=True)
@@ -72,13 +85,12 @@ class _Header:
     pad: str
 
 
-def _layout(stored: dict[str, np.ndarray]) -> tuple[list[str], _Header]:
+def _layout(stored: dict[str, np.ndarray], metadata: dict[str, str]) -> tuple[list[str], _Header]:
     """safetensors' tensor order and header, with metadata padding that puts the data at a
     multiple of DATA_ALIGNMENT.
 
-    safetensors writes a compact JSON header, tensors ordered by dtype (its enum, largest
-    first) then name. If this prediction is ever off, the file is just as valid: only the
-    alignment and the in-memory hash are lost.
+    As safetensors writes it: a compact JSON header, tensors ordered by dtype (its enum, largest
+    first) then name; safetensors' reader checks the result whenever a bundle is opened.
     """
     order = sorted(stored, key=lambda k: (-_RANK[_code(stored[k])], k))
     entries, offset = {}, 0
@@ -92,7 +104,8 @@ def _layout(stored: dict[str, np.ndarray]) -> tuple[list[str], _Header]:
         offset += a.nbytes
 
     def dump(pad: str) -> bytes:
-        return json.dumps({"__metadata__": {"pad": pad}, **entries}, separators=(",", ":")).encode()
+        meta = {"pad": pad, **metadata}
+        return json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
 
     length = len(dump(""))
     target = (length + 8 + DATA_ALIGNMENT - 1) // DATA_ALIGNMENT * DATA_ALIGNMENT - 8
@@ -104,25 +117,6 @@ def _layout(stored: dict[str, np.ndarray]) -> tuple[list[str], _Header]:
 def _code(stored: np.ndarray) -> str:
     """The safetensors code of an array as `to_storage` returns it (its dtype is native)."""
     return _dtypes.BY_NAME[stored.dtype.name].safetensors
-
-
-class _HashThread(threading.Thread):
-    """sha256 of header + tensor bytes in file order; hashlib releases the GIL on large updates."""
-
-    def __init__(self, header: _Header, tensors: list[np.ndarray]) -> None:
-        super().__init__(daemon=True)
-        self.header = header
-        self.tensors = tensors
-        self.hexdigest = ""
-
-    def run(self) -> None:
-        import numpy as np
-
-        h = hashlib.sha256(self.header.raw)
-        for a in self.tensors:
-            if a.nbytes:
-                h.update(memoryview(a.reshape(-1).view(np.uint8)))
-        self.hexdigest = h.hexdigest()
 
 
 # safetensors' dtype order (its Dtype enum); the header lists tensors from the last to the first.
@@ -329,3 +323,4 @@ class TensorFile:
 
 
 _CHUNK = 16 * 1024 * 1024
+_WRITE_CHUNK = 4 * 1024 * 1024  # small enough that Ctrl-C acts at once

@@ -157,7 +157,7 @@ def assign(
     if keys and all(_ARR_KEY.match(k) for k in keys):
         return _assign_numbered(items, names)
     if items and all(it.positional for it in items):
-        _require_count(len(items), len(names))
+        _require_count(items, names)
         return items
     unknown = sorted(set(keys) - set(names))
     raise InputAmbiguousError(
@@ -189,9 +189,19 @@ def _require_all(by_key: dict[str, Keyed], names: Sequence[str]) -> None:
         )
 
 
-def _require_count(got: int, expected: int) -> None:
-    if got != expected:
-        raise InputError(f"expected {expected} input array(s), one per argument, got {got}")
+def _require_count(items: list[Keyed], names: Sequence[str]) -> None:
+    got, expected = len(items), len(names)
+    if got == expected:
+        return
+    hint = ""
+    if 0 < got < expected:  # some arguments meant: a loose file does not say which
+        given = ", ".join(it.source for it in items)
+        hint = (
+            f"; {given} names no argument: give each file as NAME=FILE, e.g. "
+            f"--inputs {names[0]}={items[0].source} (any argument not given keeps its "
+            "stored value)"
+        )
+    raise InputError(f"expected {expected} input array(s), one per argument, got {got}{hint}")
 
 
 def check(

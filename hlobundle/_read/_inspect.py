@@ -138,7 +138,7 @@ def render(summary: Summary) -> str:
         for k, v in (
             ("jax", p.jax_version),
             ("jaxlib", p.jaxlib_version),
-            ("StableHLO", p.stablehlo_version),
+            ("producer's StableHLO", p.stablehlo_version),  # the artifact's target is another
         )
         if v
     )
@@ -174,7 +174,7 @@ def render(summary: Summary) -> str:
             f"producer  {p.producer} {p.producer_version}"
             + (f" ({versions})" if versions else "")
             + (f", {p.timestamp}" if p.timestamp else ""),
-            f"module    {m.module.text} + {m.module.portable.file} (StableHLO {m.module.portable.target_version})",
+            f"module    {m.module.text} + {m.module.portable.file} (artifact target StableHLO {m.module.portable.target_version})",
             *([f"backward  {m.vjp.text} + {m.vjp.portable.file}"] if m.vjp else []),
             *(
                 [

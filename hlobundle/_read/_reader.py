@@ -268,6 +268,15 @@ class Bundle:
         """Every stored argument value by name, in `@main` order (stored orientation)."""
         return {a.name: self.tensor(a.name) for a in self.arguments if a.value is not None}
 
+    def parameters(self) -> dict[str, np.ndarray]:
+        """The stored values of the parameter and state arguments (role other than `input`),
+        by name, in `@main` order: what a call leaves out, it takes from here."""
+        return {
+            a.name: self.tensor(a.name)
+            for a in self.arguments
+            if a.role != "input" and a.value is not None
+        }
+
     def example_args(self) -> tuple[Any, ...]:
         """The stored example inputs as the positional arguments the function was exported
         with: the pytrees of `input_tree` when the manifest records it, else one array per

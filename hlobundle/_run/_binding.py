@@ -3,7 +3,7 @@ checked before anything is traced (README, "Calling a bundle")."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,8 +13,17 @@ from .._format._errors import InputDtypeError, InputError
 from .._format._manifest import Argument, Manifest, unflatten
 
 
-def bind(manifest: Manifest, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-    """One value per argument, in manifest order, from positional, named or pytree arguments."""
+def bind(
+    manifest: Manifest,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    stored: Callable[[str], Any] | None = None,
+) -> list[Any]:
+    """One value per argument, in manifest order, from positional, named or pytree arguments.
+
+    A parameter or state argument left out takes its stored value from `stored(name)`, as
+    `run --inputs NAME=FILE` does; an input is never taken from the stored example.
+    """
     arguments = manifest.arguments
     tree = manifest.input_tree
     if tree is not None and not kwargs and any(isinstance(a, (dict, list, tuple)) for a in args):
@@ -39,9 +48,16 @@ def bind(manifest: Manifest, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
                 f"argument {name!r} given twice (by position and by name)", argument=name
             )
         values[name] = x
+    for a in arguments:
+        if a.name not in values and stored is not None and a.role != "input" and a.value:
+            values[a.name] = stored(a.name)
     missing = [a.name for a in arguments if a.name not in values]
     if missing:
-        raise InputError(f"missing argument(s) {missing}", argument=missing[0])
+        raise InputError(
+            f"missing argument(s) {missing}; left out, only parameter and state arguments "
+            "take their stored values (bundle.parameters())",
+            argument=missing[0],
+        )
     return [values[a.name] for a in arguments]
 
 

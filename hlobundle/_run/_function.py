@@ -118,7 +118,7 @@ class BundleFunction:
 
     def bind(self, args: Sequence[Any], kwargs: Any) -> list[Any]:
         """One value per argument, in manifest order, from positional, named or pytree arguments."""
-        return _binding.bind(self.manifest, args, kwargs)
+        return _binding.bind(self.manifest, args, kwargs, stored=self.bundle.tensor)
 
     def structure(self, flat: tuple[Any, ...]) -> Any:
         return _binding.structure(self.manifest, flat)

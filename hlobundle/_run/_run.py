@@ -197,8 +197,15 @@ def render(report: RunReport, path: Path) -> str:
         table(("name", "shape", "dtype", "max_abs_diff", "check"), rows)
         if rows
         else "  no outputs",
-        f"time: first call {report.first_call_s * 1e3:.1f} ms (compile + run), "
+        f"time: first call {report.first_call_s * 1e3:.1f} ms ({_first_call(report.module)}), "
         f"second call {report.second_call_s * 1e3:.2f} ms",
         "ok" if report.ok else "FAILED: outputs differ from the expected outputs",
     ]
     return "\n".join(lines)
+
+
+def _first_call(module: str | None) -> str:
+    """What the first call did: iree says where its module came from; XLA/enzyme compile."""
+    if module is not None and (module.startswith("stored executable") or module == "compile cache"):
+        return "load + run; nothing compiled"
+    return "compile + run"

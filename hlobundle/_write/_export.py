@@ -100,9 +100,6 @@ def export(
     params = _positional_names(fn)
     names = _unique([_leaf_name(path, params) for path, _ in leaves])
     heads = [_leaf_name(path[:1], params) for path, _ in leaves]
-    leaf_roles = {
-        n: (roles or {}).get(n, (roles or {}).get(h)) for n, h in zip(names, heads, strict=True)
-    }
     batched = _batched_arguments(vmap_in_axes, in_tree, names, [_abstract(x) for _, x in leaves])
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out_info)
     result_names = _unique([_result_name(path) for path, _ in out_leaves])
@@ -115,7 +112,7 @@ def export(
         options = PackOptions(
             names=names,
             paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
-            roles={n: r for n, r in leaf_roles.items() if r is not None},
+            roles=leaf_roles(roles, names, heads),
             result_names=result_names,
             function=name or getattr(fn, "__name__", "main"),
             force=force,
@@ -291,3 +288,18 @@ def _to_json(node: Any) -> Any:
     if isinstance(node, dict) and all(isinstance(k, str) for k in node):
         return {k: _to_json(v) for k, v in node.items()}
     raise _NotJson
+
+
+def leaf_roles(
+    roles: Mapping[str, Role] | None, names: Sequence[str], heads: Sequence[str]
+) -> dict[str, Role]:
+    """Roles by argument name, where a key that is the head of leaves (the parameter, or the
+    positional argument, they are under) covers them all; an argument's own name wins. Other
+    keys (globs, or names of nothing) go to `pack()`, which matches or refuses them."""
+    roles = roles or {}
+    resolved: dict[str, Role] = {}
+    for name, head in zip(names, heads, strict=True):
+        if head in roles and head not in names:
+            resolved[name] = roles[head]
+    resolved.update({k: r for k, r in roles.items() if k not in heads or k in names})
+    return resolved

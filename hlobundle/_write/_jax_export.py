@@ -21,7 +21,7 @@ from .._format import _limits, _portable
 from .._format._errors import InputError
 from .._format._manifest import PRODUCER_JAX_EXPORT, Role
 from .._read._inputs import from_python
-from ._export import _identifier, _json_tree, _key_part, _result_name, _unique
+from ._export import _identifier, _json_tree, _key_part, _result_name, _unique, leaf_roles
 from ._writer import PackOptions, pack_files, pack_planned
 
 PRODUCER = PRODUCER_JAX_EXPORT  # the provenance's producer of a bundle from an Exported
@@ -51,19 +51,21 @@ def from_exported(
 
     - `inputs`: example positional arguments (pytrees, as the Exported takes them); stored
       with the results the Exported computes on them as expected outputs.
-    - `roles`, `force`, `target_version`, `timestamp`: as for `pack()`.
+    - `roles`: as for `export()`: by argument name, or by the name of a positional argument
+      (`arg0`) or keyword argument for all the leaves under it.
+    - `force`, `target_version`, `timestamp`: as for `pack()`.
     - `blob`: the bytes `exported` was deserialized from (`read_blob`), if it was: its VJP is
       then read from them in a child process, never in this one.
     """
     import jax
 
-    text, options = _pack_options(exported, blob)
+    text, options = _pack_options(exported, blob, roles)
     flat, expected = None, None
     if inputs is not None:
         flat_inputs, _ = jax.tree_util.tree_flatten((tuple(inputs), {}))
         flat = [np.asarray(x) for x in flat_inputs]
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*inputs))]
-    opt = PackOptions(roles=roles, force=force, target_version=target_version,
+    opt = PackOptions(force=force, target_version=target_version,
                       timestamp=timestamp, expected=None if expected is None else from_python(expected),
                       **options)  # fmt: skip
     return pack_planned(text, None if flat is None else from_python(flat), Path(out), opt)
@@ -80,11 +82,13 @@ def from_exported_files(
     """`from_exported()` with example inputs read from files, one array per flat argument (by
     name, `arr_<k>` or position, as `pack_files()` takes them): the CLI's form. `expected` is
     `"compute"`, files of expected results, or None; the other options are `pack()`'s."""
-    text, own = _pack_options(exported, blob)
+    text, own = _pack_options(exported, blob, options.pop("roles", None))
     return pack_files(text, input_files, out, **own, **options)
 
 
-def _pack_options(exported: Any, blob: bytes | None) -> tuple[str, dict[str, Any]]:
+def _pack_options(
+    exported: Any, blob: bytes | None, roles: Mapping[str, Role] | None
+) -> tuple[str, dict[str, Any]]:
     """The module text of `exported` and the `pack()` options that name and describe it."""
     import jax
 
@@ -103,6 +107,7 @@ def _pack_options(exported: Any, blob: bytes | None) -> tuple[str, dict[str, Any
     return text, dict(
         names=names,
         paths=[_producer_path(path) for path, _ in leaves],
+        roles=leaf_roles(roles, names, [_argument_name(path[:2]) for path, _ in leaves]),
         result_names=result_names,
         function=exported.fun_name,
         producer=(PRODUCER, jax.__version__),

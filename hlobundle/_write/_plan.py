@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import keyword
+import re
 from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ def plan(
 ) -> tuple[Manifest, dict[str, dict[str, tuple[np.ndarray, Any]]]]:
     """The manifest (without the module and file table) and the arrays per tensor file."""
     n = len(sig.arguments)
-    names = _names(opt.names, n, "arg", "names")
+    names = _names(opt.names or _jax_names(sig.argument_info, "arg"), n, "arg", "names")
     paths = _sized(opt.paths, n, "paths") or [f"%arg{i}" for i in range(n)]
     roles = _expand_roles(dict(opt.roles or {}), names)
     ordered = None if items is None else _inputs.assign(items, names, optional=opt.without_values)
@@ -87,7 +88,12 @@ def plan(
         for k, (t, rn) in enumerate(
             zip(
                 sig.results,
-                _names(opt.result_names, len(sig.results), "result", "result_names"),
+                _names(
+                    opt.result_names or _jax_names(sig.result_info, "result"),
+                    len(sig.results),
+                    "result",
+                    "result_names",
+                ),
                 strict=True,
             )
         )
@@ -171,6 +177,38 @@ def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[
             raise InputError(f"{what}: {name!r} is given twice", argument=name)
         seen.add(name)
     return names
+
+
+# A key path as JAX records it: `x`, `params['w']`, `result[0]` (quoted keys are identifiers).
+_KEY_PATH = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]{0,99}(?:\[(?:'[A-Za-z0-9_]{1,100}'|[0-9]{1,9})\]){0,16}"
+)
+
+
+def _jax_names(recorded: Sequence[str | None], prefix: str) -> list[str] | None:
+    """Names from JAX's `jax.arg_info` / `jax.result_info` (untrusted text): `params['w']` ->
+    `params_w`, `args[0]['w']` -> `arg0_w`, `result['y']` -> `y`. A value whose text is only a
+    position (`result[1]`), no plain key path, or a keyword keeps `<prefix><i>`. None (every
+    default name) when nothing is recorded or the names would clash."""
+    if not any(recorded):
+        return None
+    names = [_jax_name(text, prefix) or f"{prefix}{i}" for i, text in enumerate(recorded)]
+    return names if len(set(names)) == len(names) else None
+
+
+def _jax_name(text: str | None, prefix: str) -> str | None:
+    if text is None or not _KEY_PATH.fullmatch(text):
+        return None
+    head, *keys = re.findall(r"[A-Za-z0-9_]+", text)
+    if head in ("args", "result") and all(k.isdigit() for k in keys):
+        return None  # a position says no more than the default name
+    if head == "args":
+        head, *keys = [f"arg{keys[0]}", *keys[1:]] if keys[0].isdigit() else keys
+    elif head == "result":
+        head, *keys = keys
+    name = "_".join([head, *keys])
+    name = f"{prefix}_{name}" if name[0].isdigit() else name
+    return None if keyword.iskeyword(name) else name
 
 
 def _sized(given: Sequence[str] | None, n: int, what: str) -> list[str] | None:

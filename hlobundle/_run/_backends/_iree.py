@@ -106,7 +106,7 @@ class IreeFunction:
         return f"<hlobundle function {self.manifest.function!r} backend=iree ({self.source})>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        flat = _binding.bind(self.manifest, args, kwargs)
+        flat = _binding.bind(self.manifest, args, kwargs, stored=self.bundle.tensor)
         return _binding.structure(self.manifest, self.call_flat(*flat))
 
     def call_flat(self, *flat: Any) -> tuple[np.ndarray, ...]:
