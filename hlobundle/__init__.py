@@ -3,7 +3,7 @@
 The public surface is exactly `__all__`; everything else lives in private modules.
 """
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from ._format._errors import (
     BackendUnavailableError,
@@ -23,6 +23,7 @@ from ._format._errors import (
     InputError,
     IntegrityError,
     LimitError,
+    MainSignatureError,
     ManifestError,
     ManifestTooLargeError,
     ModuleError,
@@ -59,7 +60,7 @@ _LAZY = {
     "export": "._write._export",
     "from_exported": "._write._jax_export",
     "from_reactant_server": "._write._reactant_server",
-    "pack_reactant": "._write._reactant",
+    "from_reactant": "._write._reactant",
     "pack": "._write._writer",
     "pack_files": "._write._writer",
     "sign": "._write._sign",
@@ -67,7 +68,22 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+# Names of the surface before 2.0, kept working with a DeprecationWarning. The scheme now:
+# `pack` (MLIR text), `export` (a JAX function), `from_<system>` (a foreign system's artifact),
+# `emit_<format>` (writing one), and `Bundle.to_exported()`.
+_DEPRECATED = {"pack_reactant": "from_reactant"}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _DEPRECATED:
+        import warnings
+
+        warnings.warn(
+            f"hlobundle.{name} is now hlobundle.{_DEPRECATED[name]}; the old name goes in 3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(_DEPRECATED[name])
     if name not in _LAZY:
         raise AttributeError(f"module 'hlobundle' has no attribute {name!r}")
     import importlib
@@ -81,7 +97,7 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._emit._emit import emit_script
     from ._emit._reactant_server import emit_reactant_server
     from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
@@ -89,7 +105,7 @@ if TYPE_CHECKING:
     from ._write._compile import compile
     from ._write._export import export
     from ._write._jax_export import from_exported
-    from ._write._reactant import pack_reactant
+    from ._write._reactant import from_reactant
     from ._write._reactant_server import from_reactant_server
     from ._write._refresh import refresh
     from ._write._sign import sign
@@ -116,6 +132,7 @@ __all__ = [
     "InputError",
     "IntegrityError",
     "LimitError",
+    "MainSignatureError",
     "Manifest",
     "ManifestError",
     "ManifestTooLargeError",
@@ -146,7 +163,7 @@ __all__ = [
     "load",
     "pack",
     "pack_files",
-    "pack_reactant",
+    "from_reactant",
     "refresh",
     "sign",
 ]

@@ -61,7 +61,7 @@ def test_lux_export_round_trips_and_equals_the_generated_script(tmp_path):
 @needs_fixtures
 def test_the_readme_role_line_marks_the_models_parameters(tmp_path):
     # README "From Julia": the export numbers the arguments but does not say which are `ps`.
-    out = hlobundle.pack_reactant(LUX, tmp_path / "b", roles={"arg_3_*": "parameter"})
+    out = hlobundle.from_reactant(LUX, tmp_path / "b", roles={"arg_3_*": "parameter"})
     roles = {a.name: a.role for a in hlobundle.load(out).arguments}
     assert roles.pop("arg_2") == "input" and set(roles.values()) == {"parameter"}
 
@@ -69,7 +69,7 @@ def test_the_readme_role_line_marks_the_models_parameters(tmp_path):
 @needs_fixtures
 def test_the_same_export_npz_packed_both_ways_differs_only_in_the_flag(tmp_path):
     # What README "From Julia" explains: the .npz holds arrays already at the tensors' shapes.
-    a = hlobundle.pack_reactant(LUX, tmp_path / "a")
+    a = hlobundle.from_reactant(LUX, tmp_path / "a")
     b = hlobundle.pack_files(
         LUX / "run_lux_model_0.mlir", [LUX / "run_lux_model_0_inputs.npz"], tmp_path / "b",
         layout="auto",
@@ -89,7 +89,7 @@ def test_export_without_data_runs_on_generated_inputs(tmp_path):
     script = (src / "run_lux_model.py").read_text()
     script = re.sub(r"def load_inputs\(\):.*?return tuple\(inputs\)\n", "", script, flags=re.S)
     (src / "run_lux_model.py").write_text(script)
-    out = hlobundle.pack_reactant(src, tmp_path / "b", names=[f"p{i}" for i in range(11)])
+    out = hlobundle.from_reactant(src, tmp_path / "b", names=[f"p{i}" for i in range(11)])
     bundle = hlobundle.load(out)
     assert not bundle.has_example_inputs
     assert bundle.arguments[0].name == "p0" and bundle.arguments[0].path == "arg.2"
@@ -113,7 +113,7 @@ def test_docstring_that_disagrees_with_the_module(tmp_path):
             "arg3 (Path: arg.3.1.2) is documented as float32[7], but @main's argument 2 is float32[6]"
         ),
     ):
-        hlobundle.pack_reactant(src / "run_lux_model.py", tmp_path / "b")
+        hlobundle.from_reactant(src / "run_lux_model.py", tmp_path / "b")
 
 
 def test_from_reactant_usage_errors(tmp_path):
@@ -166,7 +166,7 @@ def test_a_hostile_script_names_no_module_outside_its_directory(tmp_path, make_m
     (tmp_path / "outside.mlir").write_text((LUX / "run_lux_model_0.mlir").read_text())
     src = _hostile_export(tmp_path, make_module)
     with pytest.raises(hlobundle.InputError, match=message) as e:
-        hlobundle.pack_reactant(src, tmp_path / "b")
+        hlobundle.from_reactant(src, tmp_path / "b")
     assert e.value.code == "INPUT_INVALID"
     assert not (tmp_path / "b").exists()
 
@@ -191,17 +191,17 @@ def test_a_module_over_the_size_limit_is_refused_before_it_is_read(tmp_path, mon
 
     monkeypatch.setattr(_limits, "MAX_MODULE_BYTES", 1000)
     with pytest.raises(hlobundle.InputError, match="the limit is 1000"):
-        hlobundle.pack_reactant(LUX, tmp_path / "b")
+        hlobundle.from_reactant(LUX, tmp_path / "b")
 
 
 def test_a_fifo_or_symlink_among_the_scripts_is_refused_not_read(tmp_path):
     os.mkfifo(tmp_path / "a.py")
     with pytest.raises(hlobundle.InputError, match="not a regular file"):
-        hlobundle.pack_reactant(tmp_path, tmp_path / "b")
+        hlobundle.from_reactant(tmp_path, tmp_path / "b")
     (tmp_path / "a.py").unlink()
     (tmp_path / "a.py").symlink_to("/dev/zero")
     with pytest.raises(hlobundle.InputError, match="symlink"):
-        hlobundle.pack_reactant(tmp_path, tmp_path / "b")
+        hlobundle.from_reactant(tmp_path, tmp_path / "b")
 
 
 # --- the manual flow: @code_hlo text plus arrays in Julia's orientation ----------------------

@@ -13,9 +13,29 @@ import hlobundle
 from hlobundle._format._schema import schema_text
 
 
+def _surface(module) -> set[str]:
+    """What a module offers: its public globals (not `dir()`, which `__dir__` may answer with
+    `__all__` itself) and the names its `__getattr__` serves lazily."""
+    names = {n for n in vars(module) if not n.startswith("_")}
+    return names | set(getattr(module, "_LAZY", {})) | {"__version__"}
+
+
 def test_public_names_are_exactly_all():
-    public = {n for n in dir(hlobundle) if not n.startswith("_")} | {"__version__"}
-    assert public == set(hlobundle.__all__)
+    assert _surface(hlobundle) == set(hlobundle.__all__)
+    for name in hlobundle.__all__:
+        getattr(hlobundle, name)  # every listed name resolves
+    assert _surface(hlobundle) == set(hlobundle.__all__)  # nothing new appeared on first use
+
+
+def test_the_surface_guard_fails_on_a_name_left_out_of_all():
+    import types
+
+    fake = types.ModuleType("fake")
+    fake.__all__ = ["load", "__version__"]
+    fake._LAZY = {"load": "._read._reader"}
+    fake.__dir__ = lambda: fake.__all__  # what hid extra names from the old check
+    fake.helper = object()  # public, but not in __all__
+    assert _surface(fake) != set(fake.__all__)
 
 
 def test_schema_is_current():
@@ -126,3 +146,10 @@ def test_the_wheel_holds_the_conformance_cases_and_runs_them_outside_the_checkou
                            capture_output=True, text=True, timeout=300)  # fmt: skip
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert json.loads(r.stdout)["$schema"].startswith("https://json-schema.org/")
+
+
+def test_a_name_before_2_0_still_works_with_a_deprecation_warning():
+    with pytest.warns(
+        DeprecationWarning, match="hlobundle.pack_reactant is now hlobundle.from_reactant"
+    ):
+        assert hlobundle.pack_reactant is hlobundle.from_reactant

@@ -28,7 +28,8 @@ def output_path(flag: str, path: str, suffixes: tuple[str, ...] = ()) -> Path:
 
 
 def pack(args: argparse.Namespace) -> int:
-    from .. import pack_files, pack_reactant  # the public surface: it registers the runner
+    from .._write._reactant import from_reactant
+    from .._write._writer import pack_files
 
     modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
     sources = [x for x in (args.module, args.from_reactant, args.from_jax_export,
@@ -69,7 +70,7 @@ def pack(args: argparse.Namespace) -> int:
 
         jax.config.update("jax_enable_x64", True)
     if args.from_reactant:
-        out = pack_reactant(args.from_reactant, args.output, **options)
+        out = from_reactant(args.from_reactant, args.output, **options)
     else:
         layout = args.layout.replace("-", "_")
         out = pack_files(args.module, args.inputs, args.output, layout=layout, **options)
@@ -94,7 +95,6 @@ _REFUSABLE = ("--names", "--result-names", "--with-vjp", "--function")
 
 
 def _pack_reactant_server(args: argparse.Namespace) -> int:
-    from .. import pack  # noqa: F401  (the public surface: it registers the runner)
     from .._write._reactant_server import from_reactant_server
 
     _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role",
@@ -110,7 +110,6 @@ def _pack_reactant_server(args: argparse.Namespace) -> int:
 
 
 def _pack_jax_export(args: argparse.Namespace) -> int:
-    from .. import from_exported  # noqa: F401  (the public surface: it registers the runner)
     from .._write._jax_export import from_exported_files, read_blob
 
     _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "

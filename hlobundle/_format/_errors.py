@@ -23,9 +23,11 @@ HloBundleError
 │   │   └── SignatureInvalidError          SIGNATURE_INVALID: model.sig does not verify
 │   ├── TensorFileError                SAFETENSORS_INVALID
 │   │   └── TensorMismatchError            TENSOR_MISMATCH
-│   ├── SignatureError                 SIGNATURE_MISMATCH: @main's types differ from the manifest
-│   ├── ModuleMismatchError            MODULE_MISMATCH
-│   └── LimitError                     LIMIT_EXCEEDED
+│   ├── MainSignatureError             SIGNATURE_MISMATCH: @main's types differ from the manifest
+│   │                                  (alias: SignatureError, its name before 2.0)
+│   └── ModuleMismatchError            MODULE_MISMATCH
+├── LimitError                     LIMIT_EXCEEDED: over a limit on what a bundle, an input or a
+│                                  run may take (a manifest's nesting, IREE's memory at run time)
 ├── ModuleError                    MLIR_INVALID
 │   ├── DtypeUnsupportedError          DTYPE_UNSUPPORTED
 │   └── NotPortableError               MODULE_NOT_PORTABLE
@@ -65,6 +67,7 @@ __all__ = [
     "InputError",
     "IntegrityError",
     "LimitError",
+    "MainSignatureError",
     "ManifestError",
     "ManifestTooLargeError",
     "ModuleError",
@@ -198,8 +201,12 @@ class TensorMismatchError(TensorFileError):
     code = "TENSOR_MISMATCH"
 
 
-class SignatureError(BundleError):
+class MainSignatureError(BundleError):
     code = "SIGNATURE_MISMATCH"
+
+
+# Its name before 2.0 (kept: callers catch it); it is about @main's types, not model.sig.
+SignatureError = MainSignatureError
 
 
 class ModuleMismatchError(BundleError):
@@ -208,7 +215,7 @@ class ModuleMismatchError(BundleError):
     code = "MODULE_MISMATCH"
 
 
-class LimitError(BundleError):
+class LimitError(HloBundleError):
     """Something exceeds a limit of SPEC.md section 8 (size, nesting, rank, header, allocation)."""
 
     code = "LIMIT_EXCEEDED"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _mlir, _sharding
-from ._errors import SignatureError
+from ._errors import MainSignatureError
 from ._manifest import BatchedModule, Manifest, Module
 from ._policy import refuse_unportable
 
@@ -60,7 +60,7 @@ def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
         ("results", manifest.results, sig.results),
     ):
         if len(entries) != len(types):
-            raise SignatureError(
+            raise MainSignatureError(
                 f"the manifest has {len(entries)} {what}, @main in {source} has {len(types)}",
                 path=source,
                 field=what,
@@ -68,7 +68,7 @@ def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
         for i, (entry, t) in enumerate(zip(entries, types, strict=True)):
             got = (entry.dtype, tuple(entry.shape))
             if entry.dtype != t.dtype.name or not fits(entry.shape, t.shape):
-                raise SignatureError(
+                raise MainSignatureError(
                     f"{what}[{i}] ({entry.name}): the manifest says {got[0]}{list(got[1])}, "
                     f"@main in {source} says {t.dtype.name}{_shown(t.shape)}",
                     path=source,
@@ -77,7 +77,7 @@ def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
     _check_sharding(sig, manifest, source)
     declared = {k: r.aliases for k, r in enumerate(manifest.results) if r.aliases is not None}
     if declared != sig.aliases:
-        raise SignatureError(
+        raise MainSignatureError(
             f"result aliasing in the manifest {declared} differs from @main's "
             f"tf.aliasing_output {sig.aliases} in {source}",
             path=source,
@@ -91,14 +91,14 @@ def _check_sharding(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
             want = _sharding.sharding_fields(sig.sharding, what, i)
             got = {"sharding": entry.sharding, "hlo_sharding": entry.hlo_sharding} if want else {}
             if want and got != want or not want and (entry.sharding or entry.hlo_sharding):
-                raise SignatureError(
+                raise MainSignatureError(
                     f"{what}[{i}] ({entry.name}): the manifest's sharding {got or None} differs from "
                     f"@main's in {source}: {want or None}",
                     path=source,
                     field=f"{what}[{i}].sharding",
                 )
     if manifest.mesh != _sharding.manifest_mesh(sig.sharding):
-        raise SignatureError(
+        raise MainSignatureError(
             f"the manifest's mesh differs from the module's sdy.mesh in {source}",
             path=source,
             field="mesh",
@@ -124,7 +124,7 @@ def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
         )
 
     if not (agree(want_in, got_in) and agree(want_out, got_out)):
-        raise SignatureError(
+        raise MainSignatureError(
             f"the backward module {source} has signature {got_in} -> {got_out}; the manifest "
             f"requires {want_in} -> {want_out} (SPEC.md, 'Backward module')",
             path=source,
@@ -134,14 +134,14 @@ def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
 
 def check_batched(parsed: Any, manifest: Manifest, source: str) -> None:
     if manifest.batched is None:
-        raise SignatureError("no batched module in the manifest", path=source, field="batched")
+        raise MainSignatureError("no batched module in the manifest", path=source, field="batched")
     types = _mlir.main_types(parsed, path=source)
     want_in, want_out = expected_types(manifest, manifest.batched.arguments)
     got_in = [(t.dtype.name, t.shape) for t in types[0]]
     got_out = [(t.dtype.name, t.shape) for t in types[1]]
     if (got_in, got_out) != (want_in, want_out):
         show = lambda ts: [f"{d}{list(s)}".replace("None", "?") for d, s in ts]  # noqa: E731
-        raise SignatureError(
+        raise MainSignatureError(
             f"the batched module {source} has signature {show(got_in)} -> {show(got_out)}; the "
             f"manifest requires {show(want_in)} -> {show(want_out)} (SPEC.md, 'Batched module')",
             path=source,

@@ -117,7 +117,7 @@ def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]
     return tuple(found[k] for k in sorted(found))
 
 
-def pack_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
+def from_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
     """Pack what `export_to_enzymejax` wrote: its module, its inputs, its argument paths.
 
     **Arguments:**
