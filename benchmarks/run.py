@@ -225,8 +225,8 @@ if {backend!r} == "iree":
     f = b.function("iree", trust_executables=True)
     first = lambda: f.call_flat(*args)
 else:
-    from hlobundle._cli._commands import _enable_compilation_cache
-    _enable_compilation_cache(jax)
+    from hlobundle._run._process import enable_compilation_cache as _enable_compilation_cache
+    _enable_compilation_cache()
     f = b.function("xla")
     first = lambda: jax.block_until_ready(f.call_flat(*args))
 args = [b.tensor(a.name) for a in b.arguments]; t3 = time.perf_counter()

@@ -55,6 +55,7 @@ _LAZY = {
     "Bundle": "._read._reader",
     "load": "._read._reader",
     "compile": "._write._compile",
+    "configure_jax": "._run._process",
     "emit_script": "._emit._emit",
     "emit_reactant_server": "._emit._reactant_server",
     "export": "._write._export",
@@ -102,6 +103,7 @@ if _typing.TYPE_CHECKING:
     from ._emit._reactant_server import emit_reactant_server
     from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
     from ._read._reader import Bundle, load
+    from ._run._process import configure_jax
     from ._write._compile import compile
     from ._write._export import export
     from ._write._jax_export import from_exported
@@ -155,6 +157,7 @@ __all__ = [
     "X64DisabledError",
     "__version__",
     "compile",
+    "configure_jax",
     "emit_reactant_server",
     "emit_script",
     "export",

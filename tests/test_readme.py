@@ -16,7 +16,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re
 def test_readme_python_block_runs(tmp_path, monkeypatch, index):
     if 'function("iree"' in BLOCKS[index]:
         from hlobundle._run._backends import _iree
-        from hlobundle._write import _iree_compile
+        from hlobundle._run._backends import _iree_compile
 
         if not (_iree.available() and _iree_compile.available()):
             pytest.skip("the block uses the iree extra, which is not installed")

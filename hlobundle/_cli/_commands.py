@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from .._format._errors import DevicesUnavailableError, HloBundleError, InputError
+from .._format._errors import HloBundleError, InputError
 
 EXIT_OK, EXIT_FAIL = 0, 1
 
@@ -66,9 +65,9 @@ def pack(args: argparse.Namespace) -> int:
     elif args.signing_certificate or args.certificate_chain:
         args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
     if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
-        import jax
+        from .._run._process import enable_x64
 
-        jax.config.update("jax_enable_x64", True)
+        enable_x64()
     if args.from_reactant:
         out = from_reactant(args.from_reactant, args.output, **options)
     else:
@@ -115,9 +114,9 @@ def _pack_jax_export(args: argparse.Namespace) -> int:
     _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
                   "VJP from the Exported", hint=" (the arguments' names: hlobundle inspect "
                   "after packing without --inputs)")  # fmt: skip
-    import jax
+    from .._run._process import enable_x64
 
-    jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
+    enable_x64()  # the Exported's own dtypes, 64-bit ones too
     exported, blob = read_blob(args.from_jax_export)
     out = from_exported_files(exported, args.inputs, args.output, blob=blob,
                               roles=dict(args.role), force=args.force,
@@ -178,49 +177,9 @@ def _run_bundle(args: argparse.Namespace) -> int:
 
 
 def _start_jax(args: argparse.Namespace, x64: bool) -> None:
-    import jax
+    from .._run._process import configure_jax
 
-    if x64:
-        jax.config.update("jax_enable_x64", True)
-    _enable_compilation_cache(jax)
-    if args.distributed:
-        _initialize_distributed(jax)
-
-
-def _initialize_distributed(jax: Any) -> None:
-    """`jax.distributed.initialize` from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID."""
-
-    env = os.environ
-    if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in env:  # CPU processes talk over gloo
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    try:
-        jax.distributed.initialize(
-            coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),
-            num_processes=int(env["JAX_NUM_PROCESSES"]) if "JAX_NUM_PROCESSES" in env else None,
-            process_id=int(env["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in env else None,
-        )
-    except (ValueError, RuntimeError) as e:
-        raise DevicesUnavailableError(
-            f"jax.distributed.initialize() failed: {e}. Set JAX_COORDINATOR_ADDRESS (host:port of "
-            "process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host",
-        ) from None
-
-
-def _enable_compilation_cache(jax: Any) -> None:
-    """JAX's persistent compilation cache, for every compiled program, in our private cache
-    directory; off (whatever JAX was configured with) when there is none or caching is off.
-    XLA reads its entries unchecked: they are trusted as this user's own files (SPEC.md
-    section 8, "Compile caches")."""
-    from .._run import _cache
-
-    where = _cache.directory("jax")
-    if where is None:
-        jax.config.update("jax_enable_compilation_cache", False)
-        return
-    jax.config.update("jax_enable_compilation_cache", True)
-    jax.config.update("jax_compilation_cache_dir", str(where))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    configure_jax(x64=x64, distributed=args.distributed)
 
 
 def emit(args: argparse.Namespace) -> int:
@@ -444,9 +403,9 @@ def conformance(args: argparse.Namespace) -> int:
     if args.implementation and args.backend != "auto":
         args.parser.error("--backend chooses this library's backend; --implementation runs another")
     if args.backend != "iree":
-        import jax
+        from .._run._process import enable_x64
 
-        jax.config.update("jax_enable_x64", True)
+        enable_x64()
     command = shlex.split(args.implementation) if args.implementation else None
     root = Path(args.dir) if args.dir else _conformance.INSTALLED
     selected = [c for c in _conformance.cases(root) if not args.k or args.k in c.name]

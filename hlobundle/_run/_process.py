@@ -1,0 +1,81 @@
+"""Process-wide JAX policy, in one place for the library and the command line (README,
+"Calling a bundle"): 64-bit values, JAX's persistent compilation cache in hlobundle's private
+cache directory, and multi-host start-up. `hlobundle.configure_jax()` gives a Python program
+what every `hlobundle` command does before it runs a bundle.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._format._errors import DevicesUnavailableError
+
+
+def configure_jax(
+    *, x64: bool = True, compile_cache: bool = True, distributed: bool = False
+) -> None:
+    """Configure JAX as `hlobundle run` does, before anything is compiled.
+
+    **Arguments:**
+
+    - `x64`: turn on `jax_enable_x64`, so that 64-bit values stay 64-bit (bundles with int64 or
+      float64 values refuse to run without it: `X64DisabledError`).
+    - `compile_cache`: JAX's persistent compilation cache in hlobundle's private cache
+      directory (SPEC.md section 8, "Compile caches"); off when caching is off
+      (`HLOBUNDLE_NO_CACHE=1`) or the directory is not safe to use.
+    - `distributed`: `jax.distributed.initialize()` from `JAX_COORDINATOR_ADDRESS`,
+      `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID`, with gloo collectives on CPU.
+    """
+    import jax
+
+    if x64:
+        jax.config.update("jax_enable_x64", True)
+    if compile_cache:
+        enable_compilation_cache()
+    if distributed:
+        initialize_distributed()
+
+
+def enable_x64() -> None:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+def initialize_distributed() -> None:
+    """`jax.distributed.initialize` from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID."""
+    import jax
+
+    env = os.environ
+    if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in env:  # CPU processes talk over gloo
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(
+            coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),
+            num_processes=int(env["JAX_NUM_PROCESSES"]) if "JAX_NUM_PROCESSES" in env else None,
+            process_id=int(env["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in env else None,
+        )
+    except (ValueError, RuntimeError) as e:
+        raise DevicesUnavailableError(
+            f"jax.distributed.initialize() failed: {e}. Set JAX_COORDINATOR_ADDRESS (host:port of "
+            "process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host",
+        ) from None
+
+
+def enable_compilation_cache() -> None:
+    """JAX's persistent compilation cache, for every compiled program, in our private cache
+    directory; off (whatever JAX was configured with) when there is none or caching is off.
+    XLA reads its entries unchecked: they are trusted as this user's own files (SPEC.md
+    section 8, "Compile caches")."""
+    import jax
+
+    from . import _cache
+
+    where = _cache.directory("jax")
+    if where is None:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", str(where))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
