@@ -271,15 +271,28 @@ def inspect(args: argparse.Namespace) -> int:
     if args.json:
         if refusal is not None:
             raise refusal
-        dump = summary.manifest.model_dump(mode="json")
-        print(json.dumps({"path": str(summary.path), **dump, "ops": summary.ops,
-                          "signer": summary.signer}))  # fmt: skip
+        print(json.dumps(_inspect_json(summary)))
     else:
         print(render(summary))
         if refusal is not None:
             print("the reader refuses this bundle (load, run and verify fail):")
             raise refusal
     return EXIT_OK
+
+
+def _inspect_json(summary: Any) -> dict[str, Any]:
+    """The manifest as JSON, with the op histograms; a 2.0 bundle's functions each say whether
+    they are the default, and the tensors several functions share are listed."""
+    from .._read._inspect import shared_tensors
+
+    dump = summary.bundle_manifest.model_dump(mode="json")
+    if not summary.several:
+        return {"path": str(summary.path), **dump, "ops": summary.ops, "signer": summary.signer}
+    for entry in dump["functions"]:
+        entry["default"] = entry["name"] == summary.default
+        entry["ops"] = summary.function_ops[entry["name"]]
+    shared = [{"file": f, "key": k, "functions": names} for f, k, names in shared_tensors(summary)]
+    return {"path": str(summary.path), **dump, "shared_tensors": shared, "signer": summary.signer}
 
 
 def _refusal(path: str) -> HloBundleError | None:
