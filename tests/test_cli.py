@@ -7,7 +7,15 @@ import json
 import jax
 import numpy as np
 import pytest
-from helpers import cli, cli_process, edit_manifest, identity_module, sample, small_bundle
+from helpers import (
+    cli,
+    cli_process,
+    edit_manifest,
+    identity_module,
+    sample,
+    small_bundle,
+    two_functions,
+)
 
 import hlobundle
 
@@ -384,3 +392,38 @@ def test_a_missing_extra_is_a_coded_error_with_the_pip_line(tmp_path, blocked, a
     assert r.stderr.startswith("error [BACKEND_UNAVAILABLE]"), r.stderr
     wanted = f"pip install '{pip}" if "-" in pip else f"pip install 'hlobundle[{pip}]'"
     assert wanted in r.stderr, r.stderr
+
+
+# --- format 2.0: a bundle of several functions ------------------------------------------
+
+
+def test_run_and_emit_name_a_function(tmp_path):
+    b = two_functions(tmp_path)
+    r = cli("run", b, "--backend", "xla", "--json")  # the default function: predict
+    assert r.returncode == 0, r.stderr
+    assert [o["name"] for o in json.loads(r.stdout)["outputs"]] == ["result"]
+    r = cli("run", b, "--function", "loss", "--backend", "xla", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ok"]
+    r = cli("run", b, "--function", "nope", "--backend", "xla")
+    assert r.returncode == 1 and "no function named 'nope'" in r.stderr
+    assert "['predict', 'loss']" in r.stderr and "Traceback" not in r.stderr
+    script = tmp_path / "loss_run.py"
+    r = cli("emit", b, "--function", "loss", "--backend", "xla", "-o", script)
+    assert r.returncode == 0, r.stderr
+    assert "loss" in script.read_text()
+    r = cli("emit", b, "--function", "nope", "-o", tmp_path / "x.py")
+    assert r.returncode == 1 and "no function named 'nope'" in r.stderr
+
+
+def test_without_a_default_function_run_and_emit_say_which_exist(tmp_path):
+    b = two_functions(tmp_path)
+    edit_manifest(b, lambda m: m.pop("default_function"))
+    for argv in (("run", b, "--backend", "xla"), ("emit", b, "-o", tmp_path / "s.py")):
+        r = cli(*argv)
+        assert r.returncode == 1, r.stdout
+        assert r.stderr.startswith("error [INPUT_INVALID]")
+        assert "functions ['predict', 'loss'] and no default function" in r.stderr
+        assert "--function NAME" in r.stderr and "Traceback" not in r.stderr
+    r = cli("run", b, "--function", "predict", "--backend", "xla")
+    assert r.returncode == 0, r.stderr

@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 
 import pytest
-from helpers import FIXTURES, ROOT, cli, identity_module, rehash, sample
+from helpers import FIXTURES, ROOT, cli, identity_module, rehash, sample, two_functions
 
 import hlobundle
 from hlobundle._read._inspect import op_histogram
@@ -160,23 +160,8 @@ def test_inspect_says_when_the_reader_refuses_the_module(tmp_path, case):
 # --- format 2.0: several functions ------------------------------------------------------
 
 
-def _two_functions(tmp_path):
-    import jax.numpy as jnp
-    import numpy as np
-
-    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
-    x, y = np.ones((5, 8), np.float32), np.zeros((5, 3), np.float32)
-    out = tmp_path / "two"
-    roles = {"w": "parameter"}
-    hlobundle.export(lambda w, x: jnp.tanh(x @ w), w, x, out=out, name="predict", roles=roles,
-                     shapes_specs=(None, "b, 8"))  # fmt: skip
-    hlobundle.export(lambda w, x, y: ((x @ w - y) ** 2).mean(), w, x, y, out=out, name="loss",
-                     roles=roles, shapes_specs=(None, "b, 8", "b, 3"), add=True)  # fmt: skip
-    return out
-
-
 def test_inspect_lists_every_function_of_a_2_0_bundle(tmp_path):
-    r = cli("inspect", _two_functions(tmp_path))
+    r = cli("inspect", two_functions(tmp_path))
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "format 2.0, 2 functions, default predict" in out
@@ -190,7 +175,7 @@ def test_inspect_lists_every_function_of_a_2_0_bundle(tmp_path):
 
 
 def test_inspect_json_of_a_2_0_bundle(tmp_path):
-    data = json.loads(cli("inspect", _two_functions(tmp_path), "--json").stdout)
+    data = json.loads(cli("inspect", two_functions(tmp_path), "--json").stdout)
     assert data["default_function"] == "predict"
     by_name = {f["name"]: f for f in data["functions"]}
     assert by_name["predict"]["default"] and not by_name["loss"]["default"]
