@@ -60,6 +60,21 @@ def small_bundle(tmp_path: Path, name: str = "b") -> Path:
     return hlobundle.export(lambda x, w: jax.nn.relu(x @ w), x, w, out=tmp_path / name)
 
 
+def two_functions(tmp_path: Path, name: str = "two") -> Path:
+    """A 2.0 bundle of `predict(w, x)` (the default) and `loss(w, x, y)`, sharing the parameter
+    `w`, with a symbolic batch dimension `b`."""
+    import jax.numpy as jnp
+
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    x, y = np.ones((5, 8), np.float32), np.zeros((5, 3), np.float32)
+    out, roles = tmp_path / name, {"w": "parameter"}
+    hlobundle.export(lambda w, x: jnp.tanh(x @ w), w, x, out=out, name="predict", roles=roles,
+                     shapes_specs=(None, "b, 8"))  # fmt: skip
+    hlobundle.export(lambda w, x, y: ((x @ w - y) ** 2).mean(), w, x, y, out=out, name="loss",
+                     roles=roles, shapes_specs=(None, "b, 8", "b, 3"), add=True)  # fmt: skip
+    return out
+
+
 def edit_manifest(bundle: Path, edit: Any) -> None:
     path = bundle / "manifest.json"
     data = json.loads(path.read_text())

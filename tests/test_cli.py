@@ -7,7 +7,16 @@ import json
 import jax
 import numpy as np
 import pytest
-from helpers import cli, cli_process, edit_manifest, identity_module, sample, small_bundle
+from helpers import (
+    cli,
+    cli_process,
+    edit_manifest,
+    identity_module,
+    lowered_text,
+    sample,
+    small_bundle,
+    two_functions,
+)
 
 import hlobundle
 
@@ -394,3 +403,93 @@ def test_run_with_one_loose_npy_for_several_arguments_says_name_equals_file(tmp_
     assert "x_new.npy" in r.stderr and "--inputs x=" in r.stderr and "NAME=FILE" in r.stderr
     r = cli("run", b, "--inputs", f"x={tmp_path / 'x_new.npy'}")  # what the message suggests
     assert r.returncode == 0, r.stderr
+
+
+# --- format 2.0: a bundle of several functions ------------------------------------------
+
+
+def test_run_and_emit_name_a_function(tmp_path):
+    b = two_functions(tmp_path)
+    r = cli("run", b, "--backend", "xla", "--json")  # the default function: predict
+    assert r.returncode == 0, r.stderr
+    assert [o["name"] for o in json.loads(r.stdout)["outputs"]] == ["result"]
+    r = cli("run", b, "--function", "loss", "--backend", "xla", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ok"]
+    r = cli("run", b, "--function", "nope", "--backend", "xla")
+    assert r.returncode == 1 and "no function named 'nope'" in r.stderr
+    assert "['predict', 'loss']" in r.stderr and "Traceback" not in r.stderr
+    script = tmp_path / "loss_run.py"
+    r = cli("emit", b, "--function", "loss", "--backend", "xla", "-o", script)
+    assert r.returncode == 0, r.stderr
+    assert "loss" in script.read_text()
+    r = cli("emit", b, "--function", "nope", "-o", tmp_path / "x.py")
+    assert r.returncode == 1 and "no function named 'nope'" in r.stderr
+
+
+def test_without_a_default_function_run_and_emit_say_which_exist(tmp_path):
+    b = two_functions(tmp_path)
+    edit_manifest(b, lambda m: m.pop("default_function"))
+    for argv in (("run", b, "--backend", "xla"), ("emit", b, "-o", tmp_path / "s.py")):
+        r = cli(*argv)
+        assert r.returncode == 1, r.stdout
+        assert r.stderr.startswith("error [INPUT_INVALID]")
+        assert "functions ['predict', 'loss'] and no default function" in r.stderr
+        assert "--function NAME" in r.stderr and "Traceback" not in r.stderr
+    r = cli("run", b, "--function", "predict", "--backend", "xla")
+    assert r.returncode == 0, r.stderr
+
+
+def _double_module(tmp_path):
+    """MLIR text of @main(x: f32[8]) -> 2x, which shares no argument name with `two_functions`."""
+    path = tmp_path / "double.mlir"
+    path.write_text(lowered_text(lambda z: z * 2, np.ones(8, np.float32)))
+    np.savez(tmp_path / "z.npz", z=np.arange(8, dtype=np.float32))
+    return path
+
+
+def test_pack_add_puts_a_function_from_mlir_text_into_a_bundle(tmp_path):
+    b = two_functions(tmp_path)
+    module = _double_module(tmp_path)
+    argv = ["pack", module, "--inputs", tmp_path / "z.npz", "--names", "z", "-o", b]
+    r = cli(*argv, "--function", "double", "--add", "--compute-expected")
+    assert r.returncode == 0, r.stderr
+    assert f"added function double to {b}" in r.stdout
+    bundle = hlobundle.load(b, verify=True)
+    assert bundle.functions == ["predict", "loss", "double"]
+    assert bundle.default_function == "predict"
+    assert cli("run", b, "--function", "double", "--backend", "xla").returncode == 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no scratch left
+    r = cli(*argv, "--function", "triple", "--add", "--default")
+    assert r.returncode == 0, r.stderr
+    assert hlobundle.load(b).default_function == "triple"
+    r = cli(*argv, "--function", "double", "--add")  # a name the bundle has
+    assert r.returncode == 1 and "already has a function named 'double'" in r.stderr
+    assert hlobundle.load(b).functions == ["predict", "loss", "double", "triple"]
+
+
+def test_pack_add_needs_a_bundle_and_default_needs_add(tmp_path):
+    module = _double_module(tmp_path)
+    r = cli("pack", module, "-o", tmp_path / "none", "--add")
+    assert r.returncode == 1 and "[NOT_A_BUNDLE]" in r.stderr, r.stderr
+    assert not (tmp_path / "none").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    for extra in (["--default"], ["--replace-signature"], ["--public-key", tmp_path / "k"]):
+        r = cli("pack", module, "-o", tmp_path / "b", *extra)
+        assert r.returncode == 2, (extra, r.stderr)
+
+
+def test_pack_add_signs_a_signed_bundle_again_under_refreshs_rules(tmp_path):
+    pytest.importorskip("model_signing")
+    b = two_functions(tmp_path)
+    _private_key(tmp_path)
+    assert cli("sign", b, "--private-key", tmp_path / "key.pem").returncode == 0
+    module = _double_module(tmp_path)
+    argv = ["pack", module, "--inputs", tmp_path / "z.npz", "--names", "z", "-o", b, "--add"]
+    r = cli(*argv, "--function", "double")  # unsigned, it would drop the signature
+    assert r.returncode == 1 and "sign" in r.stderr, r.stderr
+    assert hlobundle.load(b).functions == ["predict", "loss"]
+    r = cli(*argv, "--function", "double", "--sign-key", tmp_path / "key.pem")
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(b, public_key=tmp_path / "key.pub")
+    assert bundle.functions == ["predict", "loss", "double"] and bundle.signed

@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 
 import pytest
-from helpers import FIXTURES, ROOT, cli, identity_module, rehash, sample
+from helpers import FIXTURES, ROOT, cli, identity_module, rehash, sample, two_functions
 
 import hlobundle
 from hlobundle._read._inspect import op_histogram
@@ -163,3 +163,32 @@ def test_inspect_says_when_the_reader_refuses_the_module(tmp_path, case):
     assert f"[{code}]" in r.stderr and message in r.stderr, r.stderr
     r = cli("inspect", bundle, "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["code"] == code
+
+
+# --- format 2.0: several functions ------------------------------------------------------
+
+
+def test_inspect_lists_every_function_of_a_2_0_bundle(tmp_path):
+    r = cli("inspect", two_functions(tmp_path))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "format 2.0, 2 functions, default predict" in out
+    assert "function  predict (default)" in out and "function  loss\n" in out
+    # symbolic dimensions print as their expressions, sizes as unknown
+    assert "x     (b, 8)  float32" in out and "y     (b, 3)  float32" in out
+    assert "predict/module.mlir + predict/module.mlirbc" in out
+    assert out.count("ops (") == 2
+    assert "shared tensors (1)" in out
+    assert "weights.safetensors:w  float32  (8, 3)  96 bytes  loss, predict" in out
+
+
+def test_inspect_json_of_a_2_0_bundle(tmp_path):
+    data = json.loads(cli("inspect", two_functions(tmp_path), "--json").stdout)
+    assert data["default_function"] == "predict"
+    by_name = {f["name"]: f for f in data["functions"]}
+    assert by_name["predict"]["default"] and not by_name["loss"]["default"]
+    assert [a["shape"] for a in by_name["loss"]["arguments"]] == [[8, 3], ["b", 8], ["b", 3]]
+    assert sum(by_name["loss"]["ops"].values()) > 0
+    assert data["shared_tensors"] == [
+        {"file": "weights.safetensors", "key": "w", "functions": ["loss", "predict"]}
+    ]

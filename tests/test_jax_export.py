@@ -221,3 +221,25 @@ def test_from_exported_takes_roles_as_export_does(exported, tmp_path):
     assert got == {"arg0_b": "state", "arg0_w": "parameter", "arg1": "input"}
     with pytest.raises(hlobundle.InputError, match="names no argument"):
         hlobundle.from_exported(exported, tmp_path / "c", roles={"params": "parameter"})
+
+
+def test_several_named_blobs_make_one_bundle_of_functions(exported, tmp_path):
+    (tmp_path / "m.jax").write_bytes(exported.serialize())
+    other = export.export(jax.jit(lambda params, x: x @ params["w"] + params["b"]))(PARAMS, X)
+    (tmp_path / "p.jax").write_bytes(other.serialize())
+    out = tmp_path / "b"
+    r = cli("pack", "--from-jax-export", f"model={tmp_path / 'm.jax'}",
+            "--from-jax-export", f"project={tmp_path / 'p.jax'}", "-o", out)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "functions model, project" in r.stdout
+    bundle = hlobundle.load(out, verify=True)
+    assert bundle.functions == ["model", "project"] and bundle.default_function == "model"
+    _same(bundle.function("xla", name="project")(PARAMS, X), other.call(PARAMS, X))
+    _same(bundle.function("xla", name="model")(PARAMS, X), exported.call(PARAMS, X))
+    r = cli("pack", "--from-jax-export", tmp_path / "m.jax", "--from-jax-export",
+            tmp_path / "p.jax", "-o", tmp_path / "c")  # fmt: skip
+    assert r.returncode == 2 and "NAME=PATH" in r.stderr
+    r = cli("pack", "--from-jax-export", f"model={tmp_path / 'm.jax'}",
+            "--from-jax-export", f"bad={tmp_path / 'nothing.jax'}", "-o", tmp_path / "d")  # fmt: skip
+    assert r.returncode == 1 and not (tmp_path / "d").exists()  # no bundle of one of them
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

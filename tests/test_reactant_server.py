@@ -75,7 +75,13 @@ def test_a_server_bundle_packs_and_runs_in_julias_orientation(tmp_path):
         ("weight", "parameter", "column_major", [3, 2]),
         ("bias", "parameter", "column_major", [2]),
     ]
-    assert [r.name for r in b.results] == ["y"] and b.manifest.function == "dense"
+    assert [r.name for r in b.results] == ["y"] and b.manifest.function == "b4"
+    # every compiled batch size is a function, the smallest the default, the weights stored once
+    assert b.functions == ["b4", "b8"] and b.default_function == "b4"
+    assert b.select("b8").arguments[0].shape == [8, 3]
+    assert [f for f in b.bundle_manifest.files if f.endswith(".safetensors")] == [
+        "weights.safetensors"
+    ]
     assert b.arguments[0].value is None  # a server's inputs come with requests
     np.testing.assert_array_equal(b.tensor("weight", layout="producer"), W_JULIA)
     x_julia = RNG.standard_normal((3, 4)).astype(np.float32)
@@ -88,6 +94,7 @@ def test_cli_pack_and_run_with_julia_inputs(tmp_path):
     r = cli("pack", "--from-reactant-server", src, "--batch-size", "8", "-o", tmp_path / "b")
     assert r.returncode == 0, r.stderr
     assert "the inputs have no stored values" in r.stdout
+    assert hlobundle.load(tmp_path / "b").functions == ["dense"]  # that batch size alone
     x_julia = RNG.standard_normal((3, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x_julia)
     r = cli("run", tmp_path / "b", "--inputs", f"x={tmp_path / 'x.npy'}", "--layout", "producer",

@@ -15,8 +15,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_python_block_runs(tmp_path, monkeypatch, index):
     if 'function("iree"' in BLOCKS[index]:
-        from hlobundle._run._backends import _iree
-        from hlobundle._run._backends import _iree_compile
+        from hlobundle._run._backends import _iree, _iree_compile
 
         if not (_iree.available() and _iree_compile.available()):
             pytest.skip("the block uses the iree extra, which is not installed")

@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._format._errors import HloBundleError, InputError
+from .._format._errors import (
+    HloBundleError,
+    InputError,
+    OutputExistsError,
+)
 
 EXIT_OK, EXIT_FAIL = 0, 1
 
@@ -27,9 +31,6 @@ def output_path(flag: str, path: str, suffixes: tuple[str, ...] = ()) -> Path:
 
 
 def pack(args: argparse.Namespace) -> int:
-    from .._write._reactant import from_reactant
-    from .._write._writer import pack_files
-
     modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
     sources = [x for x in (args.module, args.from_reactant, args.from_jax_export,
                            args.from_reactant_server) if x is not None]  # fmt: skip
@@ -43,8 +44,49 @@ def pack(args: argparse.Namespace) -> int:
                           "or --from-jax-export BLOB")  # fmt: skip
     if args.batch_size is not None and not args.from_reactant_server:
         args.parser.error("--batch-size applies to --from-reactant-server")
+    if args.default and not args.add:
+        args.parser.error("--default applies to --add")
+    if not args.add and (args.public_key or args.replace_signature):
+        args.parser.error("--public-key and --replace-signature apply to --add (signing a "
+                          "bundle again)")  # fmt: skip
+    parts = _parts(args)
+    if len(parts) == 1 and not args.add:
+        out, note = _pack_one(parts[0])
+        print(f"wrote {out}{note}")
+        return EXIT_OK
+    return _pack_functions(args, parts)
+
+
+def _parts(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """One `pack` per function: a repeated --from-jax-export or --from-reactant gives one
+    each, named by its NAME= (and the options apply to each)."""
+    for flag, given in (("--from-jax-export", args.from_jax_export),
+                        ("--from-reactant", args.from_reactant)):  # fmt: skip
+        if not given:
+            continue
+        named = [_named(item) for item in given]
+        if len(named) > 1 and not all(isinstance(n, tuple) for n in named):
+            args.parser.error(f"a repeated {flag} names each function: {flag} NAME=PATH")
+        if len(named) > 1 and (args.inputs or args.expected or args.function):
+            args.parser.error(f"several {flag} take their inputs and names from each source; "
+                              "--inputs, --expected and --function do not apply")  # fmt: skip
+        key = flag.removeprefix("--").replace("-", "_")
+        return [_part(args, key, n) for n in named]
+    return [args]
+
+
+def _part(args: argparse.Namespace, key: str, named: str | tuple[str, str]) -> argparse.Namespace:
+    name, path = named if isinstance(named, tuple) else (None, named)
+    return argparse.Namespace(**{**vars(args), key: path, "function": name or args.function})
+
+
+def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
+    """Pack one function (`args.output`), its path and what to say of it."""
+    from .._write._reactant import from_reactant
+    from .._write._writer import pack_files
+
     if args.from_jax_export:
-        return _pack_jax_export(args)
+        return _pack_jax_export(args), ""
     if args.from_reactant_server:
         return _pack_reactant_server(args)
     if args.from_reactant and (args.inputs or args.layout != "auto"):
@@ -69,11 +111,56 @@ def pack(args: argparse.Namespace) -> int:
 
         enable_x64()
     if args.from_reactant:
-        out = from_reactant(args.from_reactant, args.output, **options)
+        return from_reactant(args.from_reactant, args.output, **options), ""
+    layout = args.layout.replace("-", "_")
+    return pack_files(args.module, args.inputs, args.output, layout=layout, **options), ""
+
+
+def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -> int:
+    """Several functions, or one added (--add): each packed into a scratch directory beside
+    the bundle, then added to it by `add_function` (which signs it again, as refresh does)."""
+    import shutil
+    import tempfile
+
+    from .._read._files import read_manifest
+    from .._write._functions import add_function
+
+    target = output_path("-o", args.output)
+    if args.add:
+        if args.force:
+            args.parser.error("--add rewrites the bundle in place: --force does not apply")
+        read_manifest(target)  # a bundle, before anything is packed
+    elif target.exists() and not args.force:
+        raise OutputExistsError(f"{str(target)!r} already exists; pass --force to replace it",
+                                path=target)  # fmt: skip
+    key = _resigning_key(args)
+    unsigned = {"private_key": None, "signing_certificate": None, "certificate_chain": []}
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".add", dir=target.parent))
+    created = False
+    try:
+        queue = parts
+        if not args.add:  # the first function makes the bundle
+            _pack_one(argparse.Namespace(**{**vars(parts[0]), **unsigned, "output": target}))
+            created, queue = True, parts[1:]
+        trust = {"public_key": args.public_key, "replace_signature": args.replace_signature}
+        for i, part in enumerate(queue):
+            packed = scratch / str(i)
+            _pack_one(argparse.Namespace(**{**vars(part), **unsigned, "output": packed,
+                                            "force": False}))  # fmt: skip
+            add_function(target, packed, default=args.default and i == 0, sign_key=key, **trust)
+            trust = {}  # from now on, the bundle is signed by the key itself
+    except BaseException:
+        if created:  # a bundle of some of the functions is no bundle asked for
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # made above
+    functions = [f.name for f in read_manifest(target)[0].functions]  # type: ignore[union-attr]
+    if args.add:
+        added = functions[len(functions) - len(queue) :]
+        print(f"added function{'s' * (len(added) > 1)} {', '.join(added)} to {target}")
     else:
-        layout = args.layout.replace("-", "_")
-        out = pack_files(args.module, args.inputs, args.output, layout=layout, **options)
-    print(f"wrote {out}")
+        print(f"wrote {target} (functions {', '.join(functions)})")
     return EXIT_OK
 
 
@@ -90,13 +177,13 @@ def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str
 
 
 # What every source that brings its own names refuses; each caller adds its own.
-_REFUSABLE = ("--names", "--result-names", "--with-vjp", "--function")
+_REFUSABLE = ("--names", "--result-names", "--with-vjp")
 
 
-def _pack_reactant_server(args: argparse.Namespace) -> int:
+def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
     from .._write._reactant_server import from_reactant_server
 
-    _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role",
+    _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role", "--function",
                   because="--from-reactant-server takes names, roles, layout and weights from "
                   "the bundle")  # fmt: skip
     options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
@@ -104,11 +191,10 @@ def _pack_reactant_server(args: argparse.Namespace) -> int:
         options["sign_key"] = _signing_key(args)
     out = from_reactant_server(args.from_reactant_server, args.output,
                                batch_size=args.batch_size, **options)  # fmt: skip
-    print(f"wrote {out} (the inputs have no stored values: run it with --inputs NAME=FILE)")
-    return EXIT_OK
+    return out, " (the inputs have no stored values: run it with --inputs NAME=FILE)"
 
 
-def _pack_jax_export(args: argparse.Namespace) -> int:
+def _pack_jax_export(args: argparse.Namespace) -> Path:
     from .._write._jax_export import from_exported_files, read_blob
 
     _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
@@ -121,9 +207,9 @@ def _pack_jax_export(args: argparse.Namespace) -> int:
     out = from_exported_files(exported, args.inputs, args.output, blob=blob,
                               roles=dict(args.role), force=args.force,
                               target_version=args.target_version,
-                              expected="compute" if args.compute_expected else args.expected)  # fmt: skip
-    print(f"wrote {out}")
-    return EXIT_OK
+                              expected="compute" if args.compute_expected else args.expected,
+                              **({"function": args.function} if args.function else {}))  # fmt: skip
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -229,15 +315,28 @@ def inspect(args: argparse.Namespace) -> int:
     if args.json:
         if refusal is not None:
             raise refusal
-        dump = summary.manifest.model_dump(mode="json")
-        print(json.dumps({"path": str(summary.path), **dump, "ops": summary.ops,
-                          "signer": summary.signer}))  # fmt: skip
+        print(json.dumps(_inspect_json(summary)))
     else:
         print(render(summary))
         if refusal is not None:
             print("the reader refuses this bundle (load, run and verify fail):")
             raise refusal
     return EXIT_OK
+
+
+def _inspect_json(summary: Any) -> dict[str, Any]:
+    """The manifest as JSON, with the op histograms; a 2.0 bundle's functions each say whether
+    they are the default, and the tensors several functions share are listed."""
+    from .._read._inspect import shared_tensors
+
+    dump = summary.bundle_manifest.model_dump(mode="json")
+    if not summary.several:
+        return {"path": str(summary.path), **dump, "ops": summary.ops, "signer": summary.signer}
+    for entry in dump["functions"]:
+        entry["default"] = entry["name"] == summary.default
+        entry["ops"] = summary.function_ops[entry["name"]]
+    shared = [{"file": f, "key": k, "functions": names} for f, k, names in shared_tensors(summary)]
+    return {"path": str(summary.path), **dump, "shared_tensors": shared, "signer": summary.signer}
 
 
 def _refusal(path: str) -> HloBundleError | None:

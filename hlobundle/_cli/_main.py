@@ -187,8 +187,9 @@ def _add_pack(sub: Any) -> None:
     p = sub.add_parser("pack", help="write a bundle from an MLIR module and example inputs")
     p.add_argument("module", nargs="?", help="StableHLO/MLIR text file (@main is the entry)")
     p.add_argument(
-        "--from-reactant", metavar="PATH",
-        help="the .py that Reactant's export_to_enzymejax wrote, or its directory (instead of MODULE)",
+        "--from-reactant", metavar="[NAME=]PATH", action="append",
+        help="the .py that Reactant's export_to_enzymejax wrote, or its directory (instead of "
+        "MODULE); repeated as NAME=PATH: one function NAME each, equal weights stored once",
     )  # fmt: skip
     p.add_argument(
         "--from-reactant-server", metavar="DIR",
@@ -196,10 +197,12 @@ def _add_pack(sub: Any) -> None:
         "instead of MODULE",
     )  # fmt: skip
     p.add_argument("--batch-size", type=int, metavar="N",
-                   help="--from-reactant-server: the compiled batch size to take (default: the smallest)")  # fmt: skip
+                   help="--from-reactant-server: take this compiled batch size alone (default: "
+                   "every one, a function bN each, the smallest the default)")  # fmt: skip
     p.add_argument(
-        "--from-jax-export", metavar="BLOB",
-        help="a serialized jax.export.Exported (Exported.serialize()), instead of MODULE",
+        "--from-jax-export", metavar="[NAME=]BLOB", action="append",
+        help="a serialized jax.export.Exported (Exported.serialize()), instead of MODULE; "
+        "repeated as NAME=BLOB: one function NAME each",
     )  # fmt: skip
     p.add_argument(
         "--inputs", nargs="+", action="extend", default=[], metavar="FILE",
@@ -232,7 +235,13 @@ def _add_pack(sub: Any) -> None:
     p.add_argument("--function", help="the function's name (default: the module's name)")
     p.add_argument("--target-version", help="StableHLO version of the portable artifact")
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
+    p.add_argument("--add", action="store_true",
+                   help="add the function to the existing bundle -o names (format 2.0), "
+                   "packed beside it first; a signed bundle needs --sign-key")  # fmt: skip
+    p.add_argument("--default", action="store_true",
+                   help="--add: make the (first) added function the bundle's default")  # fmt: skip
     _add_signing_key(p, "--sign-key", required=False)
+    _add_resigning(p)
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--compute-expected", action="store_true",

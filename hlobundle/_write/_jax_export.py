@@ -83,7 +83,7 @@ def from_exported_files(
     name, `arr_<k>` or position, as `pack_files()` takes them): the CLI's form. `expected` is
     `"compute"`, files of expected results, or None; the other options are `pack()`'s."""
     text, own = _pack_options(exported, blob, options.pop("roles", None))
-    return pack_files(text, input_files, out, **own, **options)
+    return pack_files(text, input_files, out, **{**own, **options})  # function= renames it
 
 
 def _pack_options(

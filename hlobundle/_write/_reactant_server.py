@@ -171,7 +171,7 @@ def _tensor(item: object, where: str, path: Path) -> TensorSpec:
 def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]:
     """The module for one batch size (its text) and that batch size."""
     root = server.root
-    per_size = {int(m.group(1)): root / f for f in os.listdir(root) if (m := _MODULE_FILE.match(f))}
+    per_size = _modules_per_size(root)
     if per_size:
         size = batch_size if batch_size is not None else min(per_size)
         if size not in per_size:
@@ -227,14 +227,13 @@ def from_reactant_server(
 ) -> Path:  # fmt: skip
     """Pack a ReactantServer.jl model bundle: its module (for one compiled batch size: the
     smallest, or `batch_size`), its weights as stored parameters, its input and output names.
-    The inputs have no stored values (a server takes them from requests).
+    The inputs have no stored values (a server takes them from requests). Without
+    `batch_size`, a bundle compiled for several batch sizes (`model.b{N}.mlir`) becomes one
+    function `bN` per size (format 2.0), the smallest the default, the weights stored once.
 
     **Arguments:** `path`, the bundle's directory; `out`, the hlobundle to write; `options`, as
     for `pack()` (not `names`, `layout` or inputs, which the bundle gives).
     """
-    from .._read import _inputs
-    from ._writer import PackOptions, _pack
-
     root = Path(path)
     if not root.is_dir():
         raise InputError(f"{str(root)!r} is not a directory (a ReactantServer.jl bundle is one)",
@@ -244,6 +243,51 @@ def from_reactant_server(
         warnings.warn(f"{root.name}/model.jl (Julia pre- and post-processing) is not carried: "
                       "the bundle holds the compiled function alone", HloBundleWarning,
                       stacklevel=2)  # fmt: skip
+    sizes = sorted(_modules_per_size(root))
+    if batch_size is not None or len(sizes) < 2:
+        return _pack_size(server, Path(out), batch_size, server.name, options)
+    return _pack_sizes(server, Path(out), sizes, options)
+
+
+def _modules_per_size(root: Path) -> dict[int, Path]:
+    return {int(m.group(1)): root / f for f in os.listdir(root) if (m := _MODULE_FILE.match(f))}
+
+
+def _pack_sizes(server: ServerBundle, out: Path, sizes: list[int], options: dict) -> Path:
+    """One function `bN` per batch size: the smallest written to `out`, each other packed
+    beside it and added (signed once every function is in, when `sign_key` is given)."""
+    import shutil
+    import tempfile
+
+    from ._functions import add_function
+
+    sign_key = options.pop("sign_key", None)
+    if out.exists() and not options.get("force"):
+        from .._format._errors import OutputExistsError
+
+        raise OutputExistsError(f"{str(out)!r} already exists; pass force=True (--force)",
+                                path=out)  # fmt: skip
+    written = _pack_size(server, out, sizes[0], f"b{sizes[0]}", options)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".sizes", dir=out.parent))
+    try:
+        for i, size in enumerate(sizes[1:], start=1):
+            part = _pack_size(server, scratch / f"b{size}", size, f"b{size}", options)
+            add_function(out, part, sign_key=sign_key if i == len(sizes) - 1 else None)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # written above: not the bundle asked for
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # made above
+    return written
+
+
+def _pack_size(
+    server: ServerBundle, out: Path, batch_size: int | None, function: str, options: dict
+) -> Path:
+    from .._read import _inputs
+    from ._writer import PackOptions, _pack
+
+    root = server.root
     text, batch = module_text(server, batch_size)
     from . import _normalize
 
@@ -265,14 +309,14 @@ def from_reactant_server(
                          f"{names[:10]}", path=root)  # fmt: skip
     items = [_inputs.Keyed(key=k, array=v, source="weights.safetensors") for k, v in values.items()]
     opt = PackOptions(names=names, layout="column_major", already_permuted=True,
-                      without_values=names[: len(specs)], function=server.name,
+                      without_values=names[: len(specs)], function=function,
                       paths=[f"executable_inputs[{s.name!r}]" for s in specs]
                       + [f"weights.safetensors[{n!r}]" for n in order],
                       roles={n: "parameter" for n in names[len(specs) :]},
                       result_names=[_name(o.name) for o in server.outputs],
                       producer=("ReactantServer.jl bundle", server.format_version),
                       **options)  # type: ignore[arg-type]  # fmt: skip
-    return _pack(text, items, Path(out), opt)
+    return _pack(text, items, out, opt)
 
 
 def _name(text: str) -> str:
