@@ -632,3 +632,66 @@ def test_compile_never_overwrites_a_file_another_field_references(tmp_path):
     with pytest.raises(hlobundle.InputError, match="compile would write 'compiled/llvm-cpu.vmfb'"):
         hlobundle.compile(b)
     hlobundle.load(b).verify()
+
+
+# Format 2.0: symbolic functions run from one module for any size; each function its own module.
+W = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+
+
+@pytest.fixture(scope="module")
+def symbolic(tmp_path_factory) -> Path:
+    """predict(w, x) = tanh(x @ w) (x: f32[b, 8], the default) and pair(x, y) = (x @ w) * y
+    with w constant (y: f32[b, 3]; IREE lacks a dynamic slice's gather and broadcast)."""
+    out = tmp_path_factory.mktemp("symbolic") / "fns"
+    x, y = np.ones((2, 8), np.float32), np.ones((2, 3), np.float32)
+    hlobundle.export(lambda w, x: jnp.tanh(x @ w), W, x, out=out, name="predict",
+                     shapes_specs=(None, "b, 8"))  # fmt: skip
+    hlobundle.export(lambda x, y: (x @ W) * y, x, y, out=out, name="pair",
+                     shapes_specs=("b, 8", "b, 3"), add=True)  # fmt: skip
+    return out
+
+
+def test_a_symbolic_function_runs_on_iree_for_any_size_as_on_xla(symbolic):
+    bundle = hlobundle.load(symbolic)
+    for name in ("predict", "pair"):
+        iree, xla = bundle.function("iree", name=name), bundle.function("xla", name=name)
+        for rows in (1, 3, 17):
+            x = sample((rows, 8), "float32", seed=rows)
+            args = (W, x) if name == "predict" else (x, sample((rows, 3), "float32"))
+            got, want = iree(*args), np.asarray(xla(*args))
+            assert got.shape == want.shape == (rows, 3)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_iree_refuses_shapes_that_do_not_bind_the_symbols(symbolic):
+    pair = hlobundle.load(symbolic).function("iree", name="pair")
+    with pytest.raises(hlobundle.InputError, match=r"y.shape\[0\] is 3, but b = 2 with b=2"):
+        pair(np.ones((2, 8), np.float32), np.ones((3, 3), np.float32))
+
+
+def test_compile_stores_an_executable_per_function(symbolic, tmp_path):
+    out = shutil.copytree(symbolic, tmp_path / "fns")
+    hlobundle.compile(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = {f["name"]: [e["file"] for e in f["executables"]] for f in manifest["functions"]}
+    assert files == {"predict": ["predict/compiled/llvm-cpu.vmfb"],
+                     "pair": ["pair/compiled/llvm-cpu.vmfb"]}  # fmt: skip
+    bundle = hlobundle.load(out)
+    bundle.verify()
+    x = sample((5, 8), "float32")
+    for name, args in (("predict", (W, x)), ("pair", (x, np.ones((5, 3), np.float32)))):
+        fn = bundle.function("iree", name=name, trust_executables=True)
+        assert fn.source.startswith(f"stored executable {name}/compiled/"), fn.source
+        want = np.asarray(bundle.function("xla", name=name)(*args))
+        np.testing.assert_allclose(fn(*args), want, rtol=1e-5, atol=1e-5)
+
+
+def test_compile_of_one_named_function(symbolic, tmp_path):
+    out = shutil.copytree(symbolic, tmp_path / "fns")
+    hlobundle.compile(out, function="pair")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {f["name"]: f.get("executables") is not None for f in manifest["functions"]} == {
+        "predict": False, "pair": True}  # fmt: skip
+    hlobundle.load(out).verify()
+    with pytest.raises(hlobundle.InputError, match="no function named 'nope'"):
+        hlobundle.compile(out, function="nope")

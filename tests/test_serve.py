@@ -609,3 +609,145 @@ def test_a_busy_port_is_refused_before_anything_compiles(compiled):
     assert r.returncode == 1 and "serving" not in r.stdout, r.stdout + r.stderr
     assert r.stderr.startswith(f"error [INPUT_INVALID] --port {port}: 127.0.0.1:{port} is in use")
     assert compiled == []
+
+
+# Format 2.0: every function of a bundle is a model; symbolic dimensions bind per request.
+W = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+
+
+@pytest.fixture(scope="module")
+def functions(tmp_path_factory):
+    """`fns`: predict(w, x) = tanh(x @ w) (the default; rows independent), center(x) = x minus
+    the batch's mean (rows depend on each other) and pair(x, y) = x[:, :3] + y, with x: f32[b, 8]
+    and y: f32[b, 3], w stored."""
+    import jax.numpy as jnp
+
+    out = tmp_path_factory.mktemp("functions") / "fns"
+    x, y = np.ones((2, 8), np.float32), np.ones((2, 3), np.float32)
+    hlobundle.export(lambda w, x: jnp.tanh(x @ w), W, x, out=out, name="predict",
+                     roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
+    hlobundle.export(lambda x: x - x.mean(axis=0, keepdims=True), x, out=out, name="center",
+                     shapes_specs=("b, 8",), add=True)  # fmt: skip
+    hlobundle.export(lambda x, y: x[:, :3] + y, x, y, out=out, name="pair",
+                     shapes_specs=("b, 8", "b, 3"), add=True)  # fmt: skip
+    return out
+
+
+def _alone(bundle, name, **inputs):
+    fn = hlobundle.load(bundle).function("xla", name=name)
+    stored = {"w": W} if name == "predict" else {}
+    return np.asarray(fn(**stored, **inputs)).tolist()
+
+
+def _x(rows: int, k: int = 0) -> np.ndarray:
+    return (np.arange(rows * 8, dtype=np.float32).reshape(rows, 8) + 10 * k) / 50
+
+
+def _ask(client, model, **inputs):
+    body = {"inputs": [{"name": n, "shape": list(v.shape), "datatype": "FP32",
+                        "data": v.reshape(-1).tolist()} for n, v in inputs.items()]}  # fmt: skip
+    return client.post(f"/v2/models/{model}/infer", json=body)
+
+
+def test_every_function_of_a_bundle_is_a_model_with_variable_dimensions(functions):
+    models = load_models([functions], backend="xla")
+    assert sorted(models) == ["fns", "fns.center", "fns.pair", "fns.predict"]
+    assert models["fns"] is models["fns.predict"]  # the default function, under both names
+    client = TestClient(app(models))
+    meta = client.get("/v2/models/fns.predict").json()
+    assert meta["name"] == "fns"
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}]
+    assert meta["outputs"] == [{"name": "result", "datatype": "FP32", "shape": [-1, 3]}]
+    assert client.get("/v2/models/fns.pair").json()["name"] == "fns.pair"
+    for rows in (1, 3, 17):
+        r = _ask(client, "fns.predict", x=_x(rows))
+        assert r.status_code == 200, r.text
+        (out,) = r.json()["outputs"]
+        assert out["shape"] == [rows, 3]
+        np.testing.assert_array_equal(
+            out["data"], np.ravel(_alone(functions, "predict", x=_x(rows)))
+        )
+    r = _ask(client, "fns.pair", x=_x(2), y=np.ones((2, 3), np.float32))
+    assert r.status_code == 200, r.text
+
+
+def test_a_2_0_bundle_named_by_the_user_prefixes_its_functions(functions):
+    models = load_models([("m", functions)], backend="xla")
+    assert sorted(models) == ["m", "m.center", "m.pair", "m.predict"]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"x": np.ones((2, 7), np.float32)}, "input 'x': shape [2, 7], expected [b, 8]"),
+        ({"x": np.ones((2, 8, 1), np.float32)}, "input 'x': shape [2, 8, 1], expected [b, 8]"),
+        ({"x": np.ones((0, 8), np.float32)}, "symbol 'b' would be 0; it must be at least 1"),
+    ],
+)
+def test_request_shapes_must_fit_the_symbolic_ones(functions, inputs, message):
+    client = TestClient(app(load_models([functions], backend="xla")))
+    r = _ask(client, "fns.predict", **inputs)
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert message in r.json()["error"], r.json()
+
+
+def test_symbols_bind_across_inputs_and_negative_dimensions_are_refused(functions):
+    client = TestClient(app(load_models([functions], backend="xla")))
+    r = _ask(client, "fns.pair", x=_x(2), y=np.ones((3, 3), np.float32))
+    assert r.status_code == 400, r.text
+    assert "y.shape[0] is 3, but b = 2 with b=2" in r.json()["error"]
+    body = {"inputs": [{"name": "x", "shape": [-1, 8], "datatype": "FP32", "data": [0.0] * 8}]}
+    r = client.post("/v2/models/fns.predict/infer", json=body)
+    assert r.status_code == 400 and "shape [-1, 8], expected [b, 8]" in r.json()["error"], r.text
+
+
+def _concurrent(models, model, sizes) -> tuple[list[list[float]], str]:
+    """The answers to one concurrent request per size (rows of `_x(size, k)`), batched up to
+    `len(sizes)`, waiting long enough for all to join one batch; and /metrics."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with TestClient(app(models, max_batch=len(sizes), batch_timeout_s=30)) as client:
+
+        def ask(k: int) -> list[float]:
+            r = _ask(client, model, x=_x(sizes[k], k))
+            assert r.status_code == 200, r.text
+            (out,) = r.json()["outputs"]
+            assert out["shape"][0] == sizes[k]
+            return out["data"]
+
+        with ThreadPoolExecutor(len(sizes)) as pool:
+            answers = list(pool.map(ask, range(len(sizes))))
+        metrics = client.get("/metrics").text.replace(f'model="{models[model].name}"', 'model="m"')
+    return answers, metrics
+
+
+SIZES = (1, 4, 2, 3)
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_symbolic_batch_dimension_batches_any_sizes_exactly(functions, trusted):
+    models = load_models([functions], backend="xla", max_batch=4, trust_batched=trusted)
+    answers, metrics = _concurrent(models, "fns.predict", SIZES)
+    want = [
+        np.ravel(_alone(functions, "predict", x=_x(n, k))).tolist() for k, n in enumerate(SIZES)
+    ]
+    # Each client its own answer (a batch of 10 rows may round an ulp apart from a row alone).
+    for got, expected in zip(answers, want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    if trusted:  # one call of 10 rows, no padding
+        assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
+    else:
+        assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
+
+
+def test_rows_are_batched_together_only_under_the_batched_modules_trust(functions):
+    """center's rows depend on each other: batched, a client's answer depends on the others'
+    inputs. Without trust each request runs alone and gets its own answer."""
+    want = [np.ravel(_alone(functions, "center", x=_x(n, k))).tolist() for k, n in enumerate(SIZES)]
+    answers, metrics = _concurrent(load_models([functions], backend="xla", max_batch=4),
+                                   "fns.center", SIZES)  # fmt: skip
+    assert answers == want
+    assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
+    trusted = load_models([functions], backend="xla", max_batch=4, trust_batched=True)
+    answers, metrics = _concurrent(trusted, "fns.center", SIZES)
+    assert answers != want and 'hlobundle_batch_size_count{model="m"} 1.0' in metrics

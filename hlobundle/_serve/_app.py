@@ -198,7 +198,9 @@ def _decode(served: Served, body: bytes, headers: Any) -> _Decoded:
     producer = producer_layout(parsed)
     given = read_inputs(parsed, binary, served.wire_inputs(producer))
     if producer:  # the same bytes, under the stored (axis-reversed) shape
-        given = {n: x.reshape(served.inputs[n][1]) for n, x in given.items()}
+        given = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
+                 for n, x in given.items()}  # fmt: skip
+    served.check_shapes(given)
     return _Decoded(parsed.get("id"), given, wanted(parsed, list(served.outputs)), producer)
 
 

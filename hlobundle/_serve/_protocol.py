@@ -106,9 +106,11 @@ def _shown(value: Any) -> str:
 
 
 def read_inputs(
-    request: dict[str, Any], binary: bytes, expected: dict[str, tuple[str, tuple[int, ...]]]
+    request: dict[str, Any], binary: bytes, expected: dict[str, tuple[str, tuple[int | str, ...]]]
 ) -> dict[str, np.ndarray]:
-    """One array per expected input (name -> (dtype, shape)), checked against the request."""
+    """One array per expected input (name -> (dtype, shape)), checked against the request. A
+    symbolic dimension (a string) takes any size of at least 0 here; whether the sizes bind
+    the symbols consistently is the model's check (`Served.check_shapes`)."""
     given: dict[str, np.ndarray] = {}
     offset = 0
     for item in request["inputs"]:
@@ -130,8 +132,11 @@ def read_inputs(
             )
         if not (isinstance(got_shape, list) and all(type(d) is int for d in got_shape)):
             raise RequestError(400, f"input {name!r}: shape must be a list of integers")
-        if tuple(got_shape) != shape:
-            raise RequestError(400, f"input {name!r}: shape {got_shape}, expected {list(shape)}")
+        if not _fits(got_shape, shape):
+            raise RequestError(
+                400, f"input {name!r}: shape {got_shape}, expected {_shown_shape(shape)}"
+            )
+        shape = tuple(got_shape)  # a symbolic dimension's size is the request's
         params = parameters(item, f"input {name!r}: ")
         size = params.get("binary_data_size")
         if size is not None:
@@ -166,6 +171,16 @@ def read_inputs(
     if missing:
         raise RequestError(400, f"missing input(s) {missing}")
     return given
+
+
+def _fits(got: list[int], shape: tuple[int | str, ...]) -> bool:
+    return len(got) == len(shape) and all(
+        d == n if isinstance(d, int) else n >= 0 for d, n in zip(shape, got, strict=True)
+    )
+
+
+def _shown_shape(shape: tuple[int | str, ...]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 def _numpy(dtype: str) -> Any:

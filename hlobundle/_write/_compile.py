@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from .._format import _signature
 from .._format._errors import InputError
-from .._format._manifest import Executable, Manifest
+from .._format._manifest import BundleManifest, Executable, Manifest, combine
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run._backends import _iree_compile
@@ -21,19 +21,21 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     bundle: Bundle | str | os.PathLike[str],
     targets: Sequence[str] = ("llvm-cpu",),
     *,
+    function: str | None = None,
     cpu: str = "generic",
     sign_key: _signature.SigningKey | None = None,
     public_key: str | os.PathLike[str] | None = None,
     replace_signature: bool = False,
 ) -> list[Executable]:
-    """Compile the bundle's checked portable artifact with IREE for each target and store the
-    executables as `compiled/<target>.vmfb`, listed and hashed in the manifest with the compiler
-    version, flags, CPU and architecture; atomically. An executable already stored for a target
-    is replaced.
+    """Compile each function's checked portable artifact with IREE for each target and store
+    the executables as `compiled/<target>.vmfb` (`NAME/compiled/<target>.vmfb` for function
+    NAME of a 2.0 bundle), listed and hashed in the manifest with the compiler version, flags,
+    CPU and architecture; atomically. An executable already stored for a target is replaced.
 
     **Arguments:**
 
     - `targets`: IREE target backends, from `("llvm-cpu", "vmvx")`.
+    - `function`: compile only this function (`Bundle.functions`); default: every function.
     - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
       `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
     - `sign_key`: a signed bundle is refused unless given; the new bundle is then signed again,
@@ -48,41 +50,72 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     for target in targets:
         _iree_compile.flags(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
+    chosen = b.functions if function is None else [b.select(function).manifest.function]
     b.verify()
     check_resignable(b, sign_key, doing="compiling", public_key=public_key,
                      replace_signature=replace_signature, verified=True)  # fmt: skip
-    source = b.modules["module"].portable_sha256
+    several = not isinstance(b.bundle_manifest, Manifest)
     written: dict[str, bytes] = {}
-    entries = []
-    for target in targets:
-        done = _iree_compile.compile_portable(b.portable_artifact, b.manifest, target=target,
-                                              cpu=cpu)  # fmt: skip
-        entry = Executable(target=target, file=f"compiled/{target}.vmfb", compiler="iree",
-                           compiler_version=done.compiler_version, architecture=done.architecture,
-                           cpu=done.cpu, flags=list(done.flags), source_sha256=source)  # fmt: skip
-        written[entry.file] = done.vmfb
-        entries.append(entry)
-    rewrite_and_resign(b, _with_executables(b.manifest, entries), written, sign_key)
-    return entries
+    added: dict[str, list[Executable]] = {}
+    for name in chosen:
+        view = b.select(name)
+        prefix = f"{name}/" if several else ""
+        added[name] = [_compiled(view, target, cpu, prefix, written) for target in targets]
+    views = {n: b.select(n).manifest for n in b.functions}
+    rewrite_and_resign(b, _with_executables(b.bundle_manifest, views, added, b.default_function),
+                       written, sign_key)  # fmt: skip
+    return [e for entries in added.values() for e in entries]
 
 
-def _with_executables(manifest: Manifest, entries: list[Executable]) -> Manifest:
-    """The manifest with `entries` replacing any for the same targets (and their files)."""
-    new = {e.target for e in entries}
-    kept = [e for e in manifest.executables or [] if e.target not in new]
-    major, minor = (int(p) for p in manifest.format_version.split("."))
-    version = max((major, minor), EXECUTABLES_VERSION)
-    updated = manifest.model_copy(update={
-        "executables": sorted([*kept, *entries], key=lambda e: e.target),
-        "format_version": f"{version[0]}.{version[1]}",
-    })  # fmt: skip
-    others = {name for _, name in references(manifest.model_copy(update={"executables": kept}))}
-    taken = sorted(others & {e.file for e in entries})
+def _compiled(
+    view: Bundle, target: str, cpu: str, prefix: str, written: dict[str, bytes]
+) -> Executable:
+    """Function `view` compiled for `target`: its manifest entry, its bytes in `written`."""
+    done = _iree_compile.compile_portable(view.portable_artifact, view.manifest, target=target,
+                                          cpu=cpu)  # fmt: skip
+    entry = Executable(target=target, file=f"{prefix}compiled/{target}.vmfb", compiler="iree",
+                       compiler_version=done.compiler_version, architecture=done.architecture,
+                       cpu=done.cpu, flags=list(done.flags),
+                       source_sha256=view.modules["module"].portable_sha256)  # fmt: skip
+    written[entry.file] = done.vmfb
+    return entry
+
+
+def _with_executables(
+    old: Manifest | BundleManifest,
+    views: dict[str, Manifest],
+    added: dict[str, list[Executable]],
+    default: str | None,
+) -> Manifest | BundleManifest:
+    """The manifest with each function's `added` entries replacing any for the same targets
+    (and their files, when nothing else names them)."""
+    kept = {
+        n: [e for e in v.executables or [] if e.target not in {a.target for a in added.get(n, [])}]
+        for n, v in views.items()
+    }
+    others = {name for n, v in views.items()
+              for _, name in references(v.model_copy(update={"executables": kept[n]}))}  # fmt: skip
+    taken = sorted(others & {e.file for entries in added.values() for e in entries})
     if taken:
         raise InputError(f"compile would write {taken[0]!r}, a file another manifest field "
                          "references; it overwrites no such file", path=taken[0])  # fmt: skip
+    updated = {n: _updated(v, kept[n] + added.get(n, [])) for n, v in views.items()}
     # An old executable's file goes only when nothing in the new manifest names it any more.
-    still = {name for _, name in references(updated)}
-    dropped = {e.file for e in manifest.executables or [] if e.target in new} - still
-    files = {k: v for k, v in manifest.files.items() if k not in dropped}
-    return updated.model_copy(update={"files": files})
+    still = {name for v in updated.values() for _, name in references(v)}
+    replaced = {e.file for n, v in views.items() for e in v.executables or []
+                if e not in kept[n]}  # fmt: skip
+    files = {k: v for k, v in old.files.items() if k not in replaced - still}
+    if isinstance(old, Manifest):
+        (only,) = updated.values()
+        return only.model_copy(update={"files": files})
+    return combine(list(updated.values()), default, files)
+
+
+def _updated(view: Manifest, executables: list[Executable]) -> Manifest:
+    """One function's manifest with these executables (format 1.3 at least)."""
+    major, minor = (int(p) for p in view.format_version.split("."))
+    version = max((major, minor), EXECUTABLES_VERSION) if executables else (major, minor)
+    return view.model_copy(update={
+        "executables": sorted(executables, key=lambda e: e.target) or None,
+        "format_version": f"{version[0]}.{version[1]}",
+    })  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .._format import _signature
 from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
-from .._format._manifest import Manifest
+from .._format._manifest import BundleManifest, Manifest
 from .._read._reader import Bundle, load
 from ._atomic import rewrite_bundle, write_file_atomically
 
@@ -106,7 +106,7 @@ def _check_existing_signature(
 
 def rewrite_and_resign(
     b: Bundle,
-    manifest: Manifest,
+    manifest: Manifest | BundleManifest,
     replaced: dict[str, bytes],
     sign_key: _signature.SigningKey | None,
 ) -> None:

@@ -122,9 +122,11 @@ class IreeFunction:
                 "jax.jit, jax.grad or jax.vmap. Use bundle.function('xla') (or 'enzyme') there"
             )
         device = rt.get_device(DRIVER)
+        checked = [_binding.check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments,
+                                                                               strict=True))]  # fmt: skip
+        _binding.check_symbols(self.manifest, checked)
         views = [
-            _to_device(rt, device, _binding.check_value(x, a, i), a.dtype)
-            for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
+            _to_device(rt, device, x, a.dtype) for x, a in zip(checked, arguments, strict=True)
         ]
         try:
             out = self._main(*views)
@@ -256,8 +258,13 @@ def _to_device(rt: Any, device: Any, x: Any, dtype: str) -> Any:
     return rt.HalBufferView(buffer, list(x.shape), element)
 
 
-def _to_host(x: Any, dtype: str, shape: Sequence[int]) -> np.ndarray:
-    """A result's bytes, as the manifest's dtype and shape (IREE maps exotic types to bytes)."""
+def _to_host(x: Any, dtype: str, shape: Sequence[int | str]) -> np.ndarray:
+    """A result's bytes, as the manifest's dtype and shape (IREE maps exotic types to bytes).
+    A symbolic dimension (format 2.0) stays dynamic in IREE's module: its size is the one the
+    result's buffer view reports, every static dimension the manifest's."""
     host = np.asarray(x.to_host(), order="C")
     want = _dtypes.BY_NAME[dtype].numpy
+    if any(isinstance(d, str) for d in shape):
+        dims = tuple(x.shape)
+        shape = [d if isinstance(d, int) else dims[k] for k, d in enumerate(shape)]
     return host.reshape(-1).view(np.uint8).view(want).reshape(tuple(shape)).copy()
