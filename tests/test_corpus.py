@@ -4,6 +4,7 @@ This reader loads, verifies and runs every one of them, and gets its stored expe
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import platform
 import sys
@@ -71,20 +72,56 @@ def test_runs_to_its_expected_outputs(path, backend):
         assert_close(got[name], want)
 
 
-def test_the_signed_bundle_needs_its_own_key(tmp_path):
+def new_key(where: Path) -> tuple[Path, Path]:
+    """A fresh P-256 key pair as PEM files: (private, public)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    other = tmp_path / "other.pub.pem"
-    other.write_bytes(
-        ec.generate_private_key(ec.SECP256R1())
-        .public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = where / "key.pem", where / "key.pub.pem"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
     )
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private, public
+
+
+def test_the_signed_bundle_needs_its_own_key(tmp_path):
+    _, other = new_key(tmp_path)
     with pytest.raises(hlobundle.SignatureInvalidError):
         hlobundle.load(CORPUS / "1.2" / "signed.hlobundle", public_key=other)
     with pytest.raises(hlobundle.UnsignedError):
         hlobundle.load(CORPUS / "1.2" / "predict.hlobundle", public_key=other)
+
+
+def test_todays_writer_writes_each_recipe_at_the_corpus_version(tmp_path):
+    """A writer writes the oldest version that can express a bundle (SPEC.md 5): the corpus's
+    recipes, written again by today's writer, come out at the version their corpus folder has."""
+    private, public = new_key(tmp_path)
+    written = {
+        "1.0/predict": write_corpus.write_predict(tmp_path / "predict"),
+        "1.0/column_major": write_corpus.write_column_major(tmp_path / "column_major"),
+        "1.1/batched": write_corpus.write_predict(tmp_path / "batched", vmap_in_axes=(None, 0)),
+        "1.2/int4": write_corpus.write_int4(tmp_path / "int4"),
+        "1.2/signed": write_corpus.write_predict(tmp_path / "signed"),
+    }
+    hlobundle.sign(written["1.2/signed"], private)
+    if importlib.util.find_spec("iree.compiler") is not None:
+        written["1.3/iree"] = write_corpus.write_predict(tmp_path / "iree")
+        hlobundle.compile(written["1.3/iree"], ["llvm-cpu"])
+    for name, path in written.items():
+        version = json.loads((path / "manifest.json").read_bytes())["format_version"]
+        assert version == name.split("/")[0], name
+        assert (CORPUS / f"{name}.hlobundle").is_dir()
+    hlobundle.load(written["1.2/signed"], public_key=public)
 
 
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
