@@ -269,6 +269,33 @@ def test_the_library_signs_and_verifies(bundle, keys):
     assert b.signer == who
 
 
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_signing_an_older_bundle_makes_it_1_2(tmp_path, keys, version):
+    # model.sig is reserved since 1.2: a 1.0 or 1.1 reader refuses it as an unlisted file
+    # (FILE_UNLISTED), so a signed bundle that still said 1.0 would lie about who can read it.
+    bundle = shutil.copytree(
+        ROOT / "tests" / "corpus" / version / "predict.hlobundle", tmp_path / "b"
+    )
+    before = json.loads((bundle / "manifest.json").read_bytes())
+    assert before["format_version"] == version
+    hlobundle.sign(bundle, keys / "a.pem")
+    after = json.loads((bundle / "manifest.json").read_bytes())
+    assert after == {**before, "format_version": "1.2"}
+    hlobundle.load(bundle, public_key=keys / "a.pub")
+    r = cli("verify", bundle, "--public-key", keys / "a.pub")
+    assert r.returncode == 0, r.stderr
+
+
+def test_signing_a_1_2_or_newer_bundle_leaves_its_manifest_alone(tmp_path, keys):
+    bundle = shutil.copytree(
+        ROOT / "tests" / "corpus" / "1.3" / "predict.hlobundle", tmp_path / "b"
+    )
+    before = (bundle / "manifest.json").read_bytes()
+    hlobundle.sign(bundle, keys / "a.pem")
+    assert (bundle / "manifest.json").read_bytes() == before
+    hlobundle.load(bundle, public_key=keys / "a.pub")
+
+
 # --- a hostile model.sig: read once, bounded, never through a link ---------------------------
 
 

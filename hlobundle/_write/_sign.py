@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from .._format import _signature
 from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
-from .._format._manifest import BundleManifest, Manifest
+from .._format._manifest import MANIFEST_NAME, BundleManifest, Manifest
 from .._read._reader import Bundle, load
-from ._atomic import rewrite_bundle, write_file_atomically
+from ._atomic import (
+    SIGNATURE_VERSION,
+    _version,
+    final_manifest,
+    rewrite_bundle,
+    write_file_atomically,
+)
 
 
 def sign(
@@ -44,10 +51,27 @@ def sign(
         _signature.paths([signing_certificate])[0] if signing_certificate else None,
         _signature.paths(certificate_chain),
     )
-    data = _signature.sign(b.path, b.digests(), key)
-    # The temporary lives beside the bundle, not in it: a crash leaves no unlisted file inside.
+    manifest = _manifest_to_sign(b)
+    digests = b.digests()
+    if manifest is not None:
+        digests[MANIFEST_NAME] = hashlib.sha256(manifest).hexdigest()
+    data = _signature.sign(b.path, digests, key)
+    # The temporaries live beside the bundle, not in it: a crash leaves no unlisted file inside.
+    # One that falls between the two writes leaves a valid, unsigned 1.2 bundle.
+    if manifest is not None:
+        write_file_atomically(b.path / MANIFEST_NAME, manifest, scratch=b.path.parent)
     write_file_atomically(b.path / _signature.SIGNATURE_NAME, data, scratch=b.path.parent)
     return _signature.signer(data)
+
+
+def _manifest_to_sign(b: Bundle) -> bytes | None:
+    """The manifest a signed `b` needs, when its own will not do: `model.sig` is reserved since
+    1.2 (SPEC.md 5), and a 1.0 or 1.1 reader refuses it as an unlisted file, so a signed bundle
+    is at least 1.2. None when the manifest already says 1.2 or newer."""
+    m = b.bundle_manifest
+    if not isinstance(m, Manifest) or _version(m.format_version) >= _version(SIGNATURE_VERSION):
+        return None
+    return final_manifest(m, dict(m.files), signed=True).to_json()
 
 
 def check_resignable(
