@@ -334,3 +334,50 @@ def test_script_refuses_files_swapped_after_emit(tmp_path, backend):
         assert "ok" not in r.stdout.split()
         for name in [*swapped, "manifest.json"]:
             shutil.copyfile(tmp_path / f"saved-{name}", a / name)
+
+
+# --- symbolic shapes (format 2.0) ---------------------------------------------------------------
+
+SYMBOLIC_CALLS = (
+    "import importlib.util, sys, numpy as np\n"
+    "spec = importlib.util.spec_from_file_location('run', sys.argv[1])\n"
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)\n"
+    "for n in (1, 5):\n"
+    "    x = np.arange(n * 8, dtype=np.float32).reshape(n, 8) / 10\n"
+    "    print(n, np.abs(np.asarray(m.predict(w, x)[0]) - np.tanh(x @ w)).max())\n"
+    "try:\n    m.predict(w, np.zeros((2, 7), np.float32))\n"
+    "except TypeError as e:\n    print(e)\n"
+)
+
+
+def _symbolic_bundle(tmp_path):
+    def predict(w, x):
+        return jnp.tanh(x @ w)
+
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    return hlobundle.export(predict, w, np.ones((4, 8), np.float32), out=tmp_path / "sym",
+                            roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
+
+
+@pytest.mark.subprocess
+def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(_symbolic_bundle(tmp_path), script, backend="xla")
+    r = run_script(script)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-3000:]
+    assert "result: float32['b', 3], max abs diff from expected 0" in r.stdout
+    r = subprocess.run([sys.executable, "-c", SYMBOLIC_CALLS, str(script)], capture_output=True,
+                       text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["1", "5"]
+    assert all(float(line.split()[1]) < 1e-6 for line in lines[:2])
+    assert lines[2] == "argument x (#1): expected float32['b', 8], got float32[2, 7]"
+
+
+def test_emit_of_a_symbolic_bundle_refuses_enzyme_and_auto_chooses_xla(tmp_path):
+    bundle = _symbolic_bundle(tmp_path)
+    with pytest.raises(hlobundle.InputError, match=r"symbolic shapes.*--backend xla"):
+        hlobundle.emit_script(bundle, backend="enzyme")
+    assert "BACKEND = 'xla'" in hlobundle.emit_script(bundle)
