@@ -26,6 +26,7 @@ import numpy as np
 
 VOCAB, CONTEXT, D_MODEL, HEADS, LAYERS = 256, 128, 128, 4, 2
 HEAD = D_MODEL // HEADS
+ROOT_HEAD = float(np.sqrt(HEAD))  # a Python float: weakly typed, float32 stays float32 with x64
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE.parent / "SPEC.md"
 
@@ -84,7 +85,7 @@ def forward(params: Params, tokens: jax.Array) -> tuple[jax.Array, list[tuple[ja
     for p in params["layers"]:
         q, k, v = jnp.split(_norm(x, p["norm1"]) @ p["qkv"], 3, axis=-1)
         q, k, v = (_heads(t).transpose(0, 2, 1, 3) for t in (q, k, v))
-        scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / np.sqrt(HEAD), -1e9)
+        scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / ROOT_HEAD, -1e9)
         att = jax.nn.softmax(scores, axis=-1) @ v  # (b, HEADS, s, HEAD)
         x = x + att.transpose(0, 2, 1, 3).reshape(x.shape) @ p["out"]
         x = _mlp(x, p)
@@ -114,7 +115,7 @@ def decode(params: Params, cache: Cache, token: jax.Array) -> tuple[jax.Array, C
         q, k, v = (_heads(t) for t in jnp.split(_norm(x, p["norm1"]) @ p["qkv"], 3, axis=-1))
         ks = jnp.where(here, k[:, :, None, :], cache["k"][i])
         vs = jnp.where(here, v[:, :, None, :], cache["v"][i])
-        scores = jnp.where(seen, jnp.einsum("bhd,bhtd->bht", q, ks) / np.sqrt(HEAD), -1e9)
+        scores = jnp.where(seen, jnp.einsum("bhd,bhtd->bht", q, ks) / ROOT_HEAD, -1e9)
         att = jnp.einsum("bht,bhtd->bhd", jax.nn.softmax(scores, axis=-1), vs)
         x = _mlp(x + att.reshape(x.shape) @ p["out"], p)
         keys.append(ks)
@@ -134,6 +135,8 @@ def generate(
 ) -> list[str]:
     """Continue each prompt (the same length in bytes) by `steps` bytes: greedy at temperature
     0, else sampled. `prefill_fn` and `decode_fn` are `prefill` and `decode` or the bundle's."""
+    if len({len(p.encode()) for p in prompts}) != 1:
+        raise ValueError("the prompts must have the same length in bytes")
     tokens = np.array([list(p.encode()) for p in prompts], np.int32)
     if tokens.shape[1] + steps > CONTEXT:
         raise ValueError(f"prompt and continuation exceed the context of {CONTEXT} bytes")
@@ -237,3 +240,21 @@ def main(out: str = str(HERE / "lm.hlobundle"), steps: str = "700") -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+
+
+def storage(path: str | Path) -> dict[str, int]:
+    """The bytes of the bundle's tensor files, against one copy of the weights plus the stored
+    examples (every function's other example inputs and expected outputs)."""
+    import hlobundle
+
+    bundle = hlobundle.load(path)
+    weights = sum(a.nbytes for a in jax.tree.leaves(init_params()))
+    examples = 0
+    for name in bundle.functions:
+        function = bundle.select(name)
+        inputs = function.example_inputs()
+        examples += sum(inputs[a.name].nbytes for a in function.arguments if a.role != "parameter")
+        examples += sum(x.nbytes for x in function.expected_outputs().values())
+    files = [f for f in bundle.manifest.files if f.endswith(".safetensors")]
+    stored = sum((Path(path) / f).stat().st_size for f in files)
+    return {"stored": stored, "weights": weights, "examples": examples}

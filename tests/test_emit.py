@@ -381,3 +381,7 @@ def test_emit_of_a_symbolic_bundle_refuses_enzyme_and_auto_chooses_xla(tmp_path)
     with pytest.raises(hlobundle.InputError, match=r"symbolic shapes.*--backend xla"):
         hlobundle.emit_script(bundle, backend="enzyme")
     assert "BACKEND = 'xla'" in hlobundle.emit_script(bundle)
+    r = cli("emit", bundle, "-o", tmp_path / "s.py")
+    assert r.returncode == 0 and "(backend xla;" in r.stdout, r.stderr
+    r = cli("emit", bundle, "--backend", "enzyme", "-o", tmp_path / "e.py")
+    assert r.returncode == 1 and "emit it with --backend xla" in r.stderr

@@ -56,7 +56,7 @@ def emit_script(
     **Returns:** the script's source.
     """
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
-    chosen = _script_backend(bundle, backend)
+    chosen = script_backend(bundle, backend)
     # An iree script runs a stored executable: chosen and checked before anything is written.
     stored = _executable_for_script(bundle, trust_executables) if chosen == "iree" else None
     if path is None:
@@ -73,7 +73,7 @@ def emit_script(
     return source
 
 
-def _script_backend(bundle: Bundle, backend: str) -> str:
+def script_backend(bundle: Bundle, backend: str) -> str:
     """The backend the script uses: xla for symbolic shapes, which hlo_call cannot take."""
     if not bundle.manifest.symbolic:
         return "iree" if backend == "iree" else _backends.resolve(backend).NAME
