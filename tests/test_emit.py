@@ -362,3 +362,54 @@ def test_script_takes_help_and_inputs_like_hlobundle_run(tmp_path):
     np.save(tmp_path / "bad.npy", np.zeros((2, 2), np.float32))
     r = run_script(script, "--inputs", f"x={tmp_path / 'bad.npy'}")
     assert r.returncode == 1 and "expected float32[4, 3]" in r.stderr
+
+
+# --- symbolic shapes (format 2.0) ---------------------------------------------------------------
+
+SYMBOLIC_CALLS = (
+    "import importlib.util, sys, numpy as np\n"
+    "spec = importlib.util.spec_from_file_location('run', sys.argv[1])\n"
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)\n"
+    "for n in (1, 5):\n"
+    "    x = np.arange(n * 8, dtype=np.float32).reshape(n, 8) / 10\n"
+    "    print(n, np.abs(np.asarray(m.predict(w, x)[0]) - np.tanh(x @ w)).max())\n"
+    "try:\n    m.predict(w, np.zeros((2, 7), np.float32))\n"
+    "except TypeError as e:\n    print(e)\n"
+)
+
+
+def _symbolic_bundle(tmp_path):
+    def predict(w, x):
+        return jnp.tanh(x @ w)
+
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    return hlobundle.export(predict, w, np.ones((4, 8), np.float32), out=tmp_path / "sym",
+                            roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
+
+
+@pytest.mark.subprocess
+def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(_symbolic_bundle(tmp_path), script, backend="xla")
+    r = run_script(script)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-3000:]
+    assert "result: float32['b', 3], max abs diff from expected 0" in r.stdout
+    r = subprocess.run([sys.executable, "-c", SYMBOLIC_CALLS, str(script)], capture_output=True,
+                       text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["1", "5"]
+    assert all(float(line.split()[1]) < 1e-6 for line in lines[:2])
+    assert lines[2] == "argument x (#1): expected float32['b', 8], got float32[2, 7]"
+
+
+def test_emit_of_a_symbolic_bundle_refuses_enzyme_and_auto_chooses_xla(tmp_path):
+    bundle = _symbolic_bundle(tmp_path)
+    with pytest.raises(hlobundle.InputError, match=r"symbolic shapes.*--backend xla"):
+        hlobundle.emit_script(bundle, backend="enzyme")
+    assert "BACKEND = 'xla'" in hlobundle.emit_script(bundle)
+    r = cli("emit", bundle, "-o", tmp_path / "s.py")
+    assert r.returncode == 0 and "(backend xla;" in r.stdout, r.stderr
+    r = cli("emit", bundle, "--backend", "enzyme", "-o", tmp_path / "e.py")
+    assert r.returncode == 1 and "emit it with --backend xla" in r.stderr

@@ -12,8 +12,19 @@ from helpers import ROOT
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
+def _missing_extra(block: str) -> str | None:
+    """Why `block` cannot run here: an extra it uses is not installed."""
+    from helpers import ENZYME
+
+    if '"enzyme"' in block and not ENZYME:
+        return "the block uses enzyme-ad, which is not installed"
+    return None
+
+
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_python_block_runs(tmp_path, monkeypatch, index):
+    if _missing_extra(BLOCKS[index]):
+        pytest.skip(_missing_extra(BLOCKS[index]))
     if 'function("iree"' in BLOCKS[index]:
         from hlobundle._run._backends import _iree, _iree_compile
 
@@ -71,13 +82,32 @@ def test_readme_iree_block_runs(tmp_path):
     assert r.stdout.rstrip().endswith("ok")  # the emitted script's last line
 
 
+LM = re.search(r"## A language model.*?```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+@pytest.mark.subprocess
+def test_readme_lm_emit_block_generates_text(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    bin_dir = os.path.dirname(sys.executable)  # hlobundle and this python
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", LM[1]], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "(backend xla;" in r.stdout  # chosen for the symbolic shapes
+    assert r.stdout.rstrip("\n").splitlines()[-1].startswith("A bundle artifact the manifest")
+
+
 README = (ROOT / "README.md").read_text()
 
 # Every fenced block's language, and what the tests do with it. A new language must be added
 # here with its reason, so that no block is left untested by accident.
 FENCES = {
     "python": "run in-process, each block alone and all of them in order (above)",
-    "sh": "the signing and IREE blocks run (above); the others need a fresh venv or Julia's output",
+    "sh": "the signing, IREE and language-model blocks run (above); the others need a fresh "
+    "venv or Julia's output",
     "": "not code: the bundle's file tree (checked below)",
     "julia": "skipped: it needs Julia with Reactant.jl and NPZ.jl, which this test suite has not",
 }
@@ -103,8 +133,8 @@ def test_readme_python_blocks_run_one_after_another(tmp_path, monkeypatch):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
     for index, block in enumerate(BLOCKS):
-        if 'function("iree"' in block:
-            continue  # the iree extra: run alone above, when it is installed
+        if 'function("iree"' in block or _missing_extra(block):
+            continue  # an extra: run alone above, when it is installed
         exec(compile(block, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
 
 

@@ -269,9 +269,8 @@ def _start_jax(args: argparse.Namespace, x64: bool) -> None:
 
 
 def emit(args: argparse.Namespace) -> int:
-    from .._emit._emit import emit_script
+    from .._emit._emit import emit_script, script_backend
     from .._read._reader import load
-    from .._run import _backends
 
     if args.format == "reactant-server":
         return _emit_reactant_server(args)
@@ -281,7 +280,7 @@ def emit(args: argparse.Namespace) -> int:
         args.parser.error("--trust-executables applies to --backend iree")
     bundle = load(args.bundle, **_trust(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
-    backend = "iree" if args.backend == "iree" else _backends.resolve(args.backend).NAME
+    backend = script_backend(bundle, args.backend)
     emit_script(bundle, path, backend=backend, force=args.force,
                 trust_executables=args.trust_executables)  # fmt: skip
     print(f"wrote {path} (backend {backend}; run it with: python {path})")

@@ -55,8 +55,8 @@ def emit_script(
 
     **Returns:** the script's source.
     """
-    chosen = "iree" if backend == "iree" else _backends.resolve(backend).NAME
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
+    chosen = script_backend(bundle, backend)
     # An iree script runs a stored executable: chosen and checked before anything is written.
     stored = _executable_for_script(bundle, trust_executables) if chosen == "iree" else None
     if path is None:
@@ -73,6 +73,19 @@ def emit_script(
     return source
 
 
+def script_backend(bundle: Bundle, backend: str) -> str:
+    """The backend the script uses: xla for symbolic shapes, which hlo_call cannot take."""
+    if not bundle.manifest.symbolic:
+        return "iree" if backend == "iree" else _backends.resolve(backend).NAME
+    if backend not in ("auto", "xla"):
+        raise InputError(
+            f"function {bundle.manifest.function!r} has symbolic shapes (SPEC.md 2.8), which "
+            f"an emitted {backend} script cannot call: emit it with --backend xla",
+            argument="backend",
+        )
+    return "xla"
+
+
 def _source(
     bundle: Bundle, where: str, backend: str, stored: tuple[Executable, bytes] | None = None
 ) -> str:
@@ -87,6 +100,7 @@ def _source(
     slots = {
         **_data_slots(bundle, where, read),
         "BACKEND": backend,
+        "CONSTRAINTS": list(m.constraints or ()),
         "X64": needs_x64(m),
         "ARGUMENT_CARRIERS": list(prepared.argument_carriers) if prepared else [],
         "RESULT_CARRIERS": list(prepared.result_carriers) if prepared else [],

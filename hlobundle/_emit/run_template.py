@@ -29,6 +29,7 @@ ABOUT = {}  # slot: function, format_version, producer, producer_version
 BACKEND = "enzyme"  # slot: how this script calls the module: "xla" or "enzyme"
 X64 = False  # slot: the bundle has 64-bit values
 ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
+CONSTRAINTS = []  # slot: constraints on the symbolic dimensions (names in shapes), jax.export's
 RESULTS = []  # slot: (name, shape, dtype) of each result
 PATHS = {}  # slot: where each argument came from in the producer's program
 INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
@@ -47,6 +48,7 @@ SHA256 = {}  # slot: the sha256 of each file of the bundle this script reads, as
 # -----------------------------------------------------------------------------------------------
 
 BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), WHERE)
+SYMBOLIC = any(isinstance(d, str) for _, shape, _ in ARGUMENTS + RESULTS for d in shape)
 if X64:  # without x64, JAX would silently truncate 64-bit values
     jax.config.update("jax_enable_x64", True)
 
@@ -67,12 +69,16 @@ _verified = {}
 
 
 def check_arguments(*args):
-    """Raise TypeError unless the arguments have exactly the module's shapes and dtypes."""
+    """Raise TypeError unless the arguments have the module's dtypes and shapes: exactly, or for
+    a symbolic dimension (a string) any size, which jax.export then checks against the others."""
     if len(args) != len(ARGUMENTS):
         raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
     for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS, strict=True)):
         got = (tuple(np.shape(value)), jnp.dtype(value.dtype).name)
-        if got != (tuple(shape), dtype):
+        fits = len(got[0]) == len(shape) and all(
+            isinstance(want, str) or size == want for size, want in zip(got[0], shape, strict=True)
+        )
+        if not fits or got[1] != dtype:
             raise TypeError(
                 f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
             )
@@ -107,7 +113,29 @@ def avals(values, cotangents=False):
             return jax.dtypes.float0
         return jnp.dtype(name)
 
-    return tuple(jax.core.ShapedArray(tuple(shape), dtype(d)) for _, shape, d in values)
+    return tuple(jax.core.ShapedArray(aval_shape(shape), dtype(d)) for _, shape, d in values)
+
+
+def aval_shape(shape):
+    """A shape as JAX takes it: a symbolic dimension (a string) as a `jax.export` one, in one
+    scope with CONSTRAINTS, as the module was exported."""
+    if all(isinstance(d, int) for d in shape):
+        return tuple(shape)
+    from jax import export
+
+    return tuple(export.symbolic_shape(", ".join(map(str, shape)), scope=symbolic_scope()))
+
+
+def symbolic_scope():
+    global _scope
+    if _scope is None:
+        from jax import export
+
+        _scope = export.SymbolicScope(CONSTRAINTS)
+    return _scope
+
+
+_scope = None
 
 
 def exported(file, in_avals, out_avals, name, get_vjp):
@@ -134,7 +162,7 @@ def exported(file, in_avals, out_avals, name, get_vjp):
         "mlir_module_serialized": read_file(file),
         "calling_convention_version": export.maximum_supported_calling_convention_version,
         "module_kept_var_idx": tuple(range(n)),
-        "uses_global_constants": False,
+        "uses_global_constants": SYMBOLIC,  # symbolic dimensions are global constants
         "_get_vjp": get_vjp,
     }
     # Exported is a dataclass; jax versions differ in a few private fields: pass those it has.
@@ -180,12 +208,15 @@ def call(*args):
 
 
 def load_tensor(file, key, shape, dtype):
-    """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header."""
+    """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header.
+    A symbolic dimension of `shape` takes the stored size."""
     data = read_file(file)
     header_size = int.from_bytes(data[:8], "little")
-    begin, end = json.loads(data[8 : 8 + header_size])[key]["data_offsets"]
+    entry = json.loads(data[8 : 8 + header_size])[key]
+    begin, end = entry["data_offsets"]
     raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + header_size + begin)
-    return raw.copy().view(jnp.dtype(dtype)).reshape(shape)
+    stored = entry["shape"] if SYMBOLIC else shape
+    return raw.copy().view(jnp.dtype(dtype)).reshape(stored)
 
 
 def tolerance(dtype):
@@ -268,6 +299,8 @@ def example_inputs(inputs=None):
     """`inputs`, else the stored example inputs, else generated ones; on the mesh, if any."""
     if inputs is None and INPUTS is not None:
         inputs = stored_inputs()
+    elif inputs is None and SYMBOLIC:
+        sys.exit("this bundle stores no example inputs and has symbolic shapes: call its function")
     elif inputs is None:
         rng = np.random.default_rng(0)
         inputs = [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]
