@@ -372,7 +372,9 @@ def test_iree_options_are_checked():
     with pytest.raises(hlobundle.InputError, match="--target must be one of"):
         hlobundle.compile(EXAMPLE, ["cuda"])
     r = cli("run", EXAMPLE, "--trust-executables")
-    assert r.returncode == 2 and "--trust-executables applies to --backend iree" in r.stderr
+    assert (
+        r.returncode == 2 and "--trust-executables applies to --backend iree, not auto" in r.stderr
+    )
     fn = b.function("iree")
     with pytest.raises(hlobundle.InputError, match="argument 'images'.*expected float32"):
         fn(

@@ -228,19 +228,20 @@ def _run_bundle(args: argparse.Namespace) -> int:
     save = args.save_outputs and output_path(
         "--save-outputs", args.save_outputs, (".npz", ".safetensors")
     )
-    bundle = load(args.bundle, verify=args.verify, **_trust(args)).select(args.function)
-    if args.backend == "iree":
-        if args.distributed or args.devices not in (None, 1):
-            args.parser.error("--backend iree runs one device: no --distributed or --devices")
-        from .._run._backends import _iree
+    from .._run import _backends
 
-        _iree.limit_memory(args.max_memory)
-    else:
-        if args.max_memory is not None:
-            args.parser.error("--max-memory applies to --backend iree")
-        if args.trust_executables:
-            args.parser.error("--trust-executables applies to --backend iree")
+    bundle = load(args.bundle, verify=args.verify, **_trust(args)).select(args.function)
+    kind = _backends.kind(args.backend)
+    _applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    _applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
+    if kind.JAX:
         _start_jax(args, needs_x64(bundle.manifest))
+    else:
+        if args.distributed or args.devices not in (None, 1):
+            args.parser.error(
+                f"--backend {kind.NAME} runs one device: no --distributed or --devices"
+            )
+        kind.limit_memory(args.max_memory)
     given = read_files(args.inputs) if args.inputs else None
     producer = args.layout == "producer"
     report, outputs = _run.run(
@@ -262,6 +263,19 @@ def _run_bundle(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAIL
 
 
+def _applies(args: argparse.Namespace, flag: str, given: bool, capability: str) -> None:
+    """A usage error for an option the chosen backend has nothing to do with: one whose backend
+    module lacks `capability` (a true attribute, or a function)."""
+    from .._run import _backends
+
+    def able(name: str) -> bool:
+        return bool(getattr(_backends.kind(name), capability, False))
+
+    if given and not able(args.backend):
+        which = " or ".join(n for n in _backends.NAMES if able(n))
+        args.parser.error(f"{flag} applies to --backend {which}, not {args.backend}")
+
+
 def _start_jax(args: argparse.Namespace, x64: bool) -> None:
     from .._run._process import configure_jax
 
@@ -276,8 +290,7 @@ def emit(args: argparse.Namespace) -> int:
         return _emit_reactant_server(args)
     if args.output:
         output_path("-o", args.output)
-    if args.trust_executables and args.backend != "iree":
-        args.parser.error("--trust-executables applies to --backend iree")
+    _applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
     bundle = load(args.bundle, **_trust(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
     backend = script_backend(bundle, args.backend)
@@ -397,13 +410,7 @@ def serve(args: argparse.Namespace) -> int:
         raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
     if args.read_timeout <= 0 or args.max_connections < 1 or args.max_body_bytes < 1:
         raise InputError("--read-timeout, --max-connections and --max-body-bytes must be positive")
-    if args.trust_executables and args.backend != "iree":
-        raise InputError(
-            "--trust-executables applies to --backend iree", argument="trust_executables"
-        )
-    if args.trust_batched and args.backend == "iree":
-        raise InputError("--trust-batched applies to the jax backends: iree does not batch",
-                         argument="trust_batched")  # fmt: skip
+    _applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
     with listening(args.host, args.port) as sock:  # before anything compiles
         models = load_models([_named(b) for b in args.bundles], backend=args.backend,
                              max_batch=args.max_batch_size,
@@ -500,7 +507,9 @@ def conformance(args: argparse.Namespace) -> int:
 
     if args.implementation and args.backend != "auto":
         args.parser.error("--backend chooses this library's backend; --implementation runs another")
-    if args.backend != "iree":
+    from .._run import _backends
+
+    if _backends.kind(args.backend).JAX:
         from .._run._process import enable_x64
 
         enable_x64()

@@ -57,8 +57,10 @@ def emit_script(
     """
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = script_backend(bundle, backend)
-    # An iree script runs a stored executable: chosen and checked before anything is written.
-    stored = _executable_for_script(bundle, trust_executables) if chosen == "iree" else None
+    # A script outside JAX (iree) runs a stored executable: chosen and checked before anything
+    # is written.
+    outside_jax = not _backends.kind(chosen).JAX
+    stored = _executable_for_script(bundle, trust_executables) if outside_jax else None
     if path is None:
         return _source(bundle, bundle.path.resolve().name, chosen, stored)
     target = Path(path)
@@ -75,8 +77,9 @@ def emit_script(
 
 def script_backend(bundle: Bundle, backend: str) -> str:
     """The backend the script uses: xla for symbolic shapes, which hlo_call cannot take."""
-    if not bundle.manifest.symbolic:
-        return "iree" if backend == "iree" else _backends.resolve(backend).NAME
+    if not bundle.manifest.symbolic:  # a script outside JAX needs no backend installed here
+        kind = _backends.kind(backend)
+        return kind.NAME if not kind.JAX else _backends.resolve(backend).NAME
     if backend not in ("auto", "xla"):
         raise InputError(
             f"function {bundle.manifest.function!r} has symbolic shapes (SPEC.md 2.8), which "

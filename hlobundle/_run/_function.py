@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _dtypes
-from .._format._errors import InputError, X64DisabledError
+from .._format._errors import X64DisabledError
 from .._format._manifest import Manifest, identifier, needs_x64
 from . import _backends, _binding, _placement
 
@@ -30,18 +30,10 @@ def function(
     devices: int | None = None,
     trust_executables: bool = False,
 ) -> Any:
-    """`Bundle.function()`: a `BundleFunction` on a JAX backend, or an `IreeFunction`."""
-    if backend != "iree":
-        return BundleFunction(bundle, backend, donate, devices)
-    from ._backends._iree import IreeFunction
-
-    if donate or (devices or 1) > 1:
-        raise InputError(
-            "the iree backend runs one device and copies its arguments: donate and devices "
-            "are not available on it",
-            argument="donate" if donate else "devices",
-        )
-    return IreeFunction(bundle, trust_executables=trust_executables)
+    """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
+    return _backends.resolve(backend).make(
+        bundle, donate=donate, devices=devices, trust_executables=trust_executables
+    )
 
 
 class BundleFunction:
@@ -59,6 +51,7 @@ class BundleFunction:
         self.bundle = bundle
         self.manifest = bundle.manifest
         self._backend = _backends.resolve(backend)
+        self.jax_function = self._backend.JAX
         self.backend = self._backend.NAME
         self.donated = _binding.donated_arguments(self.manifest, donate)
         self._backend.install_rules()

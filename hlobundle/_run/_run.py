@@ -117,7 +117,7 @@ def run(
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs."""
     fn = bundle.function(backend, devices=devices, trust_executables=trust_executables)
-    wait = _ready if fn.backend != "iree" else lambda x: x  # iree returns NumPy arrays
+    wait = _ready if fn.jax_function else lambda x: x  # others return NumPy arrays
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)
     start = time.perf_counter()
     outputs = wait(fn.call_flat(*args))

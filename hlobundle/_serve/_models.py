@@ -120,7 +120,7 @@ class Served:
     def stackable(self) -> bool:
         """A batched module over exactly the inputs, run through `jax.vmap` (not on iree)."""
         batched = self.bundle.manifest.batched
-        if getattr(self.function, "backend", None) == "iree":  # jax.vmap runs the batched module
+        if not self.function.jax_function:  # jax.vmap runs the batched module
             return False
         return batched is not None and set(batched.arguments) == set(self.inputs)
 
@@ -334,32 +334,33 @@ def _served(
     trust_batched: bool,
 ) -> Served:
     """The bundle behind the protocol, its function made (not yet compiled)."""
-    iree = backend == "iree"
-    m = bundle.manifest
-    if needs_x64(m) and not iree:
-        import jax
+    from .._run import _backends
+    from .._run._process import enable_x64
 
-        jax.config.update("jax_enable_x64", True)
+    m = bundle.manifest
+    jax_backend = _backends.kind(backend).JAX
+    if needs_x64(m) and jax_backend:
+        enable_x64()
     return Served(
         bundle,
         names,
         bundle.manifest_sha256[:12],
-        bundle.function(backend, trust_executables=trust_executables)
-        if iree
-        else bundle.function(backend),
+        bundle.function(backend, trust_executables=trust_executables),
         inputs={a.name: (a.dtype, tuple(a.shape)) for a in m.arguments if a.role == "input"},
         outputs={r.name: r.dtype for r in m.results},
         stored={
-            a.name: _kept(bundle.tensor(a.name), iree) for a in m.arguments if a.role != "input"
+            a.name: _kept(bundle.tensor(a.name), jax_backend)
+            for a in m.arguments
+            if a.role != "input"
         },
         trust_batched=trust_batched,
     )
 
 
-def _kept(value: np.ndarray, iree: bool) -> Any:
-    """A stored value as a server keeps it: on the device (jax), or in host memory (iree, whose
-    function takes NumPy arrays)."""
-    if iree:
+def _kept(value: np.ndarray, jax_backend: bool) -> Any:
+    """A stored value as a server keeps it: on the device (a jax backend), or in host memory
+    (iree, whose function takes NumPy arrays)."""
+    if not jax_backend:
         return np.asarray(value)
     import jax
 

@@ -3,18 +3,20 @@
 A backend module has:
 
 - `NAME`: what `function(backend=...)` and `run --backend` call it;
+- `JAX`: whether its functions are JAX functions (jit, grad and vmap them; 64-bit values need
+  `jax_enable_x64`), or run outside JAX with NumPy arrays in and out (iree);
+- `STORED_EXECUTABLES`: whether it runs a bundle's stored executables (SPEC.md 2.7);
 - `available()`: whether it can run here (its imports work);
-- `install_rules()`: the JAX transformation rules its calls need, once per process;
-- `implementation(bundle)`: a function of the flat arguments returning the flat results, to be
-  jitted by `BundleFunction`;
-- `check_derivatives(bundle, args)`: refuse, before tracing, derivatives it cannot compute.
+- `make(bundle, *, donate, devices, trust_executables)`: the bundle's function on it, an object
+  with `backend` (its NAME), `jax_function` (as `JAX`), `call_flat(*flat)` (one array per
+  argument in, one per result out) and `__call__` (positional, named or pytree arguments).
+  The JAX backends make a `BundleFunction` from their `implementation(bundle)`, with
+  `install_rules()` and `check_derivatives(bundle, args)`.
 
 `resolve(name)` picks one: `xla` (a `jax.export.Exported` of the stored portable artifact; needs
-only jax), `enzyme` (enzyme-ad's `hlo_call` on the module text), or `auto` (enzyme when it imports,
-else xla).
-
-`iree` (`_iree`) is the one backend outside JAX: IREE's runtime with NumPy arrays in and out, so it
-has its own function class (`_iree.IreeFunction`) instead of `implementation`.
+only jax), `enzyme` (enzyme-ad's `hlo_call` on the module text), `iree` (IREE's CPU runtime), or
+`auto` (enzyme when it imports, else xla). Nothing outside this folder asks which one it holds:
+it asks the module or the function what it can do.
 """
 
 from __future__ import annotations
@@ -32,14 +34,18 @@ def _module(name: str) -> ModuleType:
         from . import _xla
 
         return _xla
+    if name == "iree":
+        from . import _iree
+
+        return _iree
     from . import _enzyme
 
     return _enzyme
 
 
 def resolve(name: str) -> ModuleType:
-    """The JAX backend module for `name` (one of JAX_NAMES)."""
-    if name not in JAX_NAMES:
+    """The backend module for `name` (one of NAMES), available here."""
+    if name not in NAMES:
         raise InputError(f"backend must be one of {NAMES}, got {name!r}", argument="backend")
     if name == "auto":
         return _module("enzyme") if _module("enzyme").available() else _module("xla")
@@ -47,3 +53,11 @@ def resolve(name: str) -> ModuleType:
     if not backend.available():
         raise BackendUnavailableError(backend.UNAVAILABLE)
     return backend
+
+
+def kind(name: str) -> ModuleType:
+    """The backend module for `name`, whether or not it can run here (what it can do, for
+    checking options before anything is loaded)."""
+    if name not in NAMES:
+        raise InputError(f"backend must be one of {NAMES}, got {name!r}", argument="backend")
+    return _module("xla" if name == "auto" else name)

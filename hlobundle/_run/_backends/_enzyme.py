@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ..._read._reader import Bundle
 
 NAME = "enzyme"
+JAX = True
+STORED_EXECUTABLES = False
 UNAVAILABLE = (
     "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
     "pip install 'enzyme-ad>=0.0.16', or use backend='xla'"
@@ -29,6 +31,15 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def make(
+    bundle: Bundle, *, donate: Any = (), devices: int | None = None, trust_executables: bool = False
+) -> Any:
+    """The backend's function (`_backends`' interface): a `BundleFunction`."""
+    from .._function import BundleFunction
+
+    return BundleFunction(bundle, NAME, donate, devices)
 
 
 def install_rules() -> None:

@@ -27,6 +27,7 @@ from ..._format import _dtypes
 from ..._format._errors import (
     BackendUnavailableError,
     BackendUnsupportedError,
+    InputError,
     LimitError,
     TransformError,
 )
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from ..._read._reader import Bundle
 
 NAME = "iree"
+JAX = False  # NumPy arrays in and out: no jit, grad or vmap
+STORED_EXECUTABLES = True
 UNAVAILABLE = _iree_compile.UNAVAILABLE
 DRIVER = "local-task"  # IREE's multi-threaded CPU driver; it runs llvm-cpu and vmvx modules
 
@@ -87,11 +90,25 @@ def usable(entry: Executable, bundle: Bundle) -> str | None:
     return next((why for ok, why in checks if not ok), None)
 
 
+def make(
+    bundle: Bundle, *, donate: Any = (), devices: int | None = None, trust_executables: bool = False
+) -> IreeFunction:
+    """The backend's function (`_backends`' interface)."""
+    if donate or (devices or 1) > 1:
+        raise InputError(
+            "the iree backend runs one device and copies its arguments: donate and devices "
+            "are not available on it",
+            argument="donate" if donate else "devices",
+        )
+    return IreeFunction(bundle, trust_executables=trust_executables)
+
+
 class IreeFunction:
     """The bundle's `@main` on IREE: NumPy arrays in (by position, name or pytree), NumPy arrays
     out, in the manifest's `output_tree` when it has one."""
 
     backend = NAME
+    jax_function = JAX
 
     def __init__(self, bundle: Bundle, *, trust_executables: bool = False) -> None:
         if not available():

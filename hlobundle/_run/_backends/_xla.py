@@ -19,11 +19,22 @@ if TYPE_CHECKING:
     from ..._read._reader import Bundle
 
 NAME = "xla"
+JAX = True
+STORED_EXECUTABLES = False
 UNAVAILABLE = "the xla backend needs jax"
 
 
 def available() -> bool:
     return True
+
+
+def make(
+    bundle: Bundle, *, donate: Any = (), devices: int | None = None, trust_executables: bool = False
+) -> Any:
+    """The backend's function (`_backends`' interface): a `BundleFunction`."""
+    from .._function import BundleFunction
+
+    return BundleFunction(bundle, NAME, donate, devices)
 
 
 def install_rules() -> None:
