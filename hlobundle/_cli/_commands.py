@@ -298,7 +298,8 @@ def _emit_reactant_server(args: argparse.Namespace) -> int:
         args.parser.error(
             "--format reactant-server takes none of --backend, --trust-executables, --force"
         )
-    out = emit_reactant_server(load(args.bundle, **_trust(args)), output_path("-o", args.output))
+    out = emit_reactant_server(load(args.bundle, **_trust(args)), output_path("-o", args.output),
+                               function=args.function)  # fmt: skip
     print(f"wrote {out} (a ReactantServer.jl model bundle named {out.name!r})")
     return EXIT_OK
 
