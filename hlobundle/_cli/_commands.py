@@ -458,7 +458,7 @@ def compile_bundle(args: argparse.Namespace) -> int:
         args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
     key = _resigning_key(args)
     entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
-                                  sign_key=key, public_key=args.public_key,
+                                  function=args.function, sign_key=key, public_key=args.public_key,
                                   replace_signature=args.replace_signature)  # fmt: skip
     for e in entries:
         print(f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
