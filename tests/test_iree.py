@@ -697,3 +697,16 @@ def test_compile_of_one_named_function(symbolic, tmp_path):
     hlobundle.load(out).verify()
     with pytest.raises(hlobundle.InputError, match="no function named 'nope'"):
         hlobundle.compile(out, function="nope")
+
+
+def test_cli_compile_of_one_named_function(symbolic, tmp_path):
+    out = shutil.copytree(symbolic, tmp_path / "fns")
+    r = cli("compile", out, "--function", "pair")
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out / 'pair' / 'compiled' / 'llvm-cpu.vmfb'}" in r.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [f["name"] for f in manifest["functions"] if f.get("executables")] == ["pair"]
+    r = cli("run", out, "--function", "pair", "--backend", "iree", "--trust-executables")
+    assert r.returncode == 0 and "stored executable pair/compiled/llvm-cpu.vmfb" in r.stdout
+    r = cli("compile", out, "--function", "nope")
+    assert r.returncode == 1 and "error [INPUT_INVALID] no function named 'nope'" in r.stderr

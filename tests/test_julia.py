@@ -116,6 +116,42 @@ def test_docstring_that_disagrees_with_the_module(tmp_path):
         hlobundle.from_reactant(src / "run_lux_model.py", tmp_path / "b")
 
 
+@needs_fixtures
+def test_two_named_exports_make_one_bundle_with_the_weights_stored_once(tmp_path):
+    """`pack --from-reactant a=DIR --from-reactant b=DIR2`: a function per export; the model's
+    parameters, the same bytes in both, are one tensor of the shared weights.safetensors."""
+    other = tmp_path / "other"
+    shutil.copytree(LUX, other)
+    npz = dict(np.load(LUX / "run_lux_model_0_inputs.npz"))
+    npz["arr_1"] = npz["arr_1"][::-1].copy()  # other images, the same model
+    (other / "run_lux_model_0_inputs.npz").chmod(0o644)
+    np.savez(other / "run_lux_model_0_inputs.npz", **npz)
+    r = cli("pack", "--from-reactant", f"first={LUX}", "--from-reactant", f"second={other}",
+            "--role", "arg_3_*=parameter", "-o", tmp_path / "b")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "functions first, second" in r.stdout
+    b = hlobundle.load(tmp_path / "b", verify=True)
+    assert b.functions == ["first", "second"] and b.default_function == "first"
+    params = [a for a in b.arguments if a.role == "parameter"]
+    assert len(params) == 10 and params == [
+        a for a in b.select("second").arguments if a.role == "parameter"
+    ]  # each function's parameter is the one stored tensor
+    assert {a.value.file for a in params} == {"weights.safetensors"}
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "b" / "weights.safetensors", "np") as f:
+        assert sorted(f.keys()) == sorted(a.value.key for a in params)
+    images = {f: b.select(f).tensor("arg_2") for f in b.functions}  # the npz's shapes
+    np.testing.assert_array_equal(images["second"], npz["arr_1"])
+    np.testing.assert_array_equal(images["first"], npz["arr_1"][::-1])
+    for f in b.functions:  # each function runs on its own example images
+        r = cli("run", tmp_path / "b", "--function", f, "--backend", "xla",
+                "--save-outputs", tmp_path / f"{f}.npz")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    assert not np.array_equal(np.load(tmp_path / "first.npz")["result0"],
+                              np.load(tmp_path / "second.npz")["result0"])  # fmt: skip
+
+
 def test_from_reactant_usage_errors(tmp_path):
     assert cli("pack", "-o", tmp_path / "b").returncode == 2
     r = cli("pack", "--from-reactant", tmp_path, "-o", tmp_path / "b")

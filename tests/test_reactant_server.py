@@ -249,3 +249,95 @@ def test_emit_reactant_server_refuses_what_the_server_cannot_hold(tmp_path):
     r = cli("emit", b, "--format", "reactant-server", "-o", tmp_path / "out")
     assert r.returncode == 1 and "no dtype token for ['complex64']" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_emit_a_bundle_of_batch_sizes_writes_one_module_per_size(tmp_path):
+    """Import a multi-size server bundle, emit it, import it again: every size comes back as a
+    function, the weights' bytes and the results are the same."""
+    first = hlobundle.load(hlobundle.from_reactant_server(server_bundle(tmp_path), tmp_path / "b"))
+    (tmp_path / "again").mkdir()
+    out = hlobundle.emit_reactant_server(first, tmp_path / "again" / "dense")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.yaml", "model.b4.mlir", "model.b8.mlir", "weights.safetensors",
+    ]  # fmt: skip
+    yaml_text = (out / "manifest.yaml").read_text()
+    assert "compiled_batch_sizes:\n  - 4\n  - 8" in yaml_text
+    back = hlobundle.load(hlobundle.from_reactant_server(out, tmp_path / "back"))
+    assert back.functions == first.functions == ["b4", "b8"]
+    assert back.default_function == "b4"
+    for name in ("weight", "bias"):
+        assert back.tensor(name).tobytes() == first.tensor(name).tobytes()
+    for size in (4, 8):
+        f, g = first.select(f"b{size}"), back.select(f"b{size}")
+        assert [(a.name, a.role, a.shape) for a in g.arguments] == [
+            (a.name, a.role, a.shape) for a in f.arguments
+        ]
+        x = RNG.standard_normal((size, 3)).astype(np.float32)
+        args = [x, first.tensor("weight"), first.tensor("bias")]
+        (want,) = f.function("xla").call_flat(*args)
+        (got,) = g.function("xla").call_flat(*args)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_emit_one_function_of_several_with_function(tmp_path):
+    b = hlobundle.from_reactant_server(server_bundle(tmp_path), tmp_path / "b")
+    r = cli("emit", b, "--format", "reactant-server", "--function", "b8", "-o", tmp_path / "d8")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "d8").iterdir()) == [
+        "manifest.yaml", "model.mlir", "weights.safetensors",
+    ]  # fmt: skip
+    back = hlobundle.load(hlobundle.from_reactant_server(tmp_path / "d8", tmp_path / "back"))
+    assert back.functions == ["d8"] and back.arguments[0].shape == [8, 3]
+
+
+def _two_functions(tmp_path: Path, second, x, name="b8") -> Path:
+    w = np.ones((3, 2), np.float32)
+    out = hlobundle.export(lambda w, x: x @ w, w, np.ones((4, 3), np.float32),
+                           out=tmp_path / "b", name="b4", roles={"w": "parameter"})  # fmt: skip
+    weight = second.__code__.co_varnames[0]
+    hlobundle.export(second, w, x, out=out, name=name, roles={weight: "parameter"}, add=True)
+    return out
+
+
+X8 = np.ones((8, 3), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("second", "x", "kw", "message"),
+    [
+        (lambda w, x: x @ w, X8, {}, None),
+        (lambda w, x: (x @ w)[:, :1], X8, {},
+         "result 'result' is float32[8, 1] in b8 but float32[4, 2] in b4"),
+        (lambda w, x: x[:, :2] @ w[:2], np.ones((8, 4), np.float32), {},
+         "argument 'x' is float32[8, 4] in b8 but float32[4, 3] in b4"),
+        (lambda w, x: x @ w, np.ones((4, 3), np.float32), {},
+         "no input has an axis whose size is each function's batch size"),
+        (lambda w, x: x @ w, X8, {"name": "large"}, "'large' is not named bN"),
+        (lambda v, x: x @ v, X8, {}, "b8 takes ['v', 'x'] but b4 takes ['w', 'x']"),
+    ],
+    ids=["same-model", "result-shape", "input-shape", "no-batch-axis", "name", "weight-name"],
+)  # fmt: skip
+def test_emit_refuses_functions_that_are_not_batch_sizes_of_one_model(
+    tmp_path, second, x, kw, message
+):
+    b = _two_functions(tmp_path, second, x, **kw)
+    if message is None:  # the control: the same model at two batch sizes is emitted
+        out = hlobundle.emit_reactant_server(b, tmp_path / "ok")
+        assert (out / "model.b8.mlir").is_file()
+        return
+    r = cli("emit", b, "--format", "reactant-server", "-o", tmp_path / "out")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+    assert "not batch sizes of one model" in r.stderr and message in r.stderr
+    assert "--function NAME" in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_emit_refuses_a_symbolic_shape_and_a_missing_directory(tmp_path):
+    w = np.ones((3, 2), np.float32)
+    b = hlobundle.export(lambda w, x: x @ w, w, np.ones((4, 3), np.float32), out=tmp_path / "b",
+                         roles={"w": "parameter"}, shapes_specs=(None, "b, 3"))  # fmt: skip
+    with pytest.raises(hlobundle.InputError, match="x has a symbolic dimension") as e:
+        hlobundle.emit_reactant_server(b, tmp_path / "out")
+    assert e.value.code == "INPUT_INVALID" and not (tmp_path / "out").exists()
+    fixed = hlobundle.from_reactant_server(server_bundle(tmp_path), tmp_path / "fixed")
+    with pytest.raises(hlobundle.InputError, match="'.*missing' does not exist; create it"):
+        hlobundle.emit_reactant_server(fixed, tmp_path / "missing" / "out")

@@ -310,7 +310,8 @@ def _emit_reactant_server(args: argparse.Namespace) -> int:
         args.parser.error(
             "--format reactant-server takes none of --backend, --trust-executables, --force"
         )
-    out = emit_reactant_server(load(args.bundle, **_trust(args)), output_path("-o", args.output))
+    out = emit_reactant_server(load(args.bundle, **_trust(args)), output_path("-o", args.output),
+                               function=args.function)  # fmt: skip
     print(f"wrote {out} (a ReactantServer.jl model bundle named {out.name!r})")
     return EXIT_OK
 
@@ -463,7 +464,7 @@ def compile_bundle(args: argparse.Namespace) -> int:
         args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
     key = _resigning_key(args)
     entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
-                                  sign_key=key, public_key=args.public_key,
+                                  function=args.function, sign_key=key, public_key=args.public_key,
                                   replace_signature=args.replace_signature)  # fmt: skip
     for e in entries:
         print(f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "

@@ -152,6 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("bundle")
     p.add_argument("--target", action="append", dest="targets", metavar="TARGET",
                    help="an IREE target: llvm-cpu (default) or vmvx; may be repeated")  # fmt: skip
+    p.add_argument("--function", metavar="NAME", help="compile this function of a bundle with "
+                   "several alone (default: every function)")  # fmt: skip
     p.add_argument("--cpu", default="generic",
                    help="llvm-cpu's target CPU: generic (default; any CPU of this architecture), "
                    "host, or a name such as znver3 (faster; faults on CPUs without its features)")  # fmt: skip

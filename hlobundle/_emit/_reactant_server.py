@@ -1,6 +1,7 @@
 """`emit_reactant_server()`: a bundle as a ReactantServer.jl model bundle, the directory that
 server loads (SPEC.md section 6.3, read the other way): `manifest.yaml`, `model.mlir` (a
-portable artifact) and `weights.safetensors` with its `argument_order`.
+portable artifact; a `model.bN.mlir` per function when a bundle's functions are one model's
+batch sizes `bN`) and `weights.safetensors` with its `argument_order`.
 
 That server calls `@main` with the request's inputs first, then the weights. A bundle whose
 `@main` takes them in another order (JAX's: parameters first) gets a new `@main` in that order,
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,17 +30,25 @@ from .._write._reactant_server import BATCH_LETTERS, FORMAT_VERSIONS, TOKENS
 
 _TOKEN_OF = {name: token for token, name in TOKENS.items()}
 # One letter per axis; `n` and `b` mark a batch axis, which these static shapes do not have.
+_BATCH = BATCH_LETTERS[0]
 _LETTERS = "".join(c for c in "abcdefghijklmnopqrstuvwxyz" if c not in BATCH_LETTERS) + (
     "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
 
 
 def emit_reactant_server(
-    bundle: Bundle | str | os.PathLike[str], out: str | os.PathLike[str]
+    bundle: Bundle | str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    function: str | None = None,
 ) -> Path:
     """Write `out`, a ReactantServer.jl model bundle named after its directory, for `bundle`:
     its inputs (role `input`) as the executable inputs, its other arguments as weights (their
-    stored values), one static shape (no batch axis; `compiled_batch_sizes` empty).
+    stored values). One function (`function`, or a bundle's only one) is one static shape,
+    `model.mlir` (`compiled_batch_sizes` empty). A bundle whose functions are batch sizes of
+    one model (`bN`, as `from_reactant_server` imports them) is written whole: a `model.bN.mlir`
+    per function, the batch axis `n`, one `weights.safetensors`; any other bundle of several
+    functions is refused unless `function` names the one to write.
 
     **Returns:** `out`. It must not exist: nothing is replaced.
     """
@@ -47,28 +57,34 @@ def emit_reactant_server(
     refuse_inside_a_bundle(target)
     if target.exists() or target.is_symlink():
         raise OutputExistsError(f"{str(target)!r} already exists", path=target)
-    m = b.manifest
-    _check_servable(m)
+    if not target.parent.is_dir():
+        raise InputError(f"the directory {str(target.parent)!r} does not exist; create it first",
+                         path=target)  # fmt: skip
+    if function is not None or len(b.functions) == 1:
+        views, batch_axes = {"model.mlir": b.select(function)}, {}
+    else:
+        by_size, batch_axes = _batch_sizes(b)
+        views = {f"model.b{n}.mlir": view for n, view in by_size.items()}
+    ref = next(iter(views.values()))
+    for view in views.values():
+        _check_servable(view.manifest)
+    m = ref.manifest
     inputs = [i for i, a in enumerate(m.arguments) if a.role == "input"]
     weights = [i for i, a in enumerate(m.arguments) if a.role != "input"]
     unstored = [m.arguments[i].name for i in weights if m.arguments[i].value is None]
     if unstored:
         raise InputError(f"a ReactantServer.jl bundle stores every weight; {unstored[:5]} have "
                          "no stored value", argument=unstored[0])  # fmt: skip
-    module = _mlir.parse(b.module_text)
-    if inputs + weights != list(range(len(m.arguments))):
-        _reorder_main(module, b.signature, inputs + weights)
-    files = {
-        "manifest.yaml": _manifest_yaml(m, target.name, inputs).encode("utf-8"),
-        "model.mlir": _mlir.to_portable(module, _mlir.default_target()),
-    }
+    sizes = [int(v.manifest.function[1:]) for v in views.values()] if batch_axes else []
+    files = {"manifest.yaml": _manifest_yaml(m, target.name, inputs, batch_axes, sizes)}
+    files |= {file: _portable_main(view, inputs + weights) for file, view in views.items()}
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         _tensors.write(
             tmp / "weights.safetensors",
-            {m.arguments[i].name: _julia_stored(b.tensor(m.arguments[i].name), m.arguments[i].dtype)
+            {m.arguments[i].name: _julia_stored(ref.tensor(m.arguments[i].name), m.arguments[i].dtype)
              for i in weights},
             metadata={"argument_order": json.dumps([m.arguments[i].name for i in weights])},
         )  # fmt: skip
@@ -80,6 +96,83 @@ def emit_reactant_server(
     return target
 
 
+def _portable_main(view: Bundle, order: list[int]) -> bytes:
+    """The function's module as a portable artifact whose `@main` takes inputs, then weights."""
+    module = _mlir.parse(view.module_text)
+    if order != list(range(len(order))):
+        _reorder_main(module, view.signature, order)
+    return _mlir.to_portable(module, _mlir.default_target())
+
+
+def _not_batch_sizes(b: Bundle, why: str) -> InputError:
+    return InputError(
+        f"the functions {b.functions[:10]} are not batch sizes of one model (a "
+        f"ReactantServer.jl bundle's model.bN.mlir): {why}; emit one of them alone "
+        "(function=NAME, --function NAME)",
+        argument="function",
+    )
+
+
+def _batch_sizes(b: Bundle) -> tuple[dict[int, Bundle], dict[tuple[str, str], int | None]]:
+    """The functions by batch size (smallest first), if they are one model's compiled batch
+    sizes, and each input's and result's batch axis (in the module's orientation; None: none)."""
+    sizes = {}
+    for name in b.functions:
+        match = re.fullmatch(r"b([1-9][0-9]{0,8})", name)
+        if match is None:
+            raise _not_batch_sizes(b, f"{name!r} is not named bN (N its batch size)")
+        sizes[int(match.group(1))] = b.select(name)
+    views = dict(sorted(sizes.items()))
+    ref = next(iter(views.values()))
+    for view in views.values():
+        for what, attr in (("takes", "arguments"), ("gives", "results")):
+            got, want = (
+                [(v.name, getattr(v, "role", None)) for v in getattr(x.manifest, attr)]
+                for x in (view, ref)
+            )
+            if got != want:
+                raise _not_batch_sizes(b, f"{view.manifest.function} {what} {[n for n, _ in got]} "
+                                     f"but {ref.manifest.function} {what} {[n for n, _ in want]}")  # fmt: skip
+    axes: dict[tuple[str, str], int | None] = {}
+    for kind, attr in (("argument", "arguments"), ("result", "results")):
+        for k, value in enumerate(getattr(ref.manifest, attr)):
+            per_size = {n: getattr(v.manifest, attr)[k] for n, v in views.items()}
+            axes[(kind, value.name)] = _batch_axis(b, kind, per_size, views)
+    if not any(axes[("argument", a.name)] is not None for a in ref.arguments if a.role == "input"):
+        raise _not_batch_sizes(b, "no input has an axis whose size is each function's batch size")
+    return views, axes
+
+
+def _batch_axis(b: Bundle, kind: str, per_size: dict, views: dict[int, Bundle]) -> int | None:
+    """The one axis of a tensor whose size is each function's batch size, None when the tensor
+    is the same in every function; a weight is the same stored tensor in every function."""
+    (n0, first), *rest = per_size.items()
+    fn = {n: v.manifest.function for n, v in views.items()}
+    for n, value in rest:
+        if (value.dtype, len(value.shape)) != (first.dtype, len(first.shape)) or not all(
+            type(d) is int for d in (*value.shape, *first.shape)
+        ):
+            raise _not_batch_sizes(b, _differ(kind, value, fn[n], first, fn[n0]))
+    differ = {k for n, v in rest for k, d in enumerate(v.shape) if d != first.shape[k]}
+    weight = getattr(first, "role", "input") != "input"
+    if weight and (differ or any(v.value != first.value for v in per_size.values())):
+        raise _not_batch_sizes(b, f"weight {first.name!r} differs between the functions")
+    if not differ:
+        return None
+    axis = min(differ)
+    for n, value in [*rest, (n0, first)]:  # each function against the smallest, then it
+        if len(differ) > 1 or value.shape[axis] != n:
+            other = next(m for m in per_size if m != n)
+            raise _not_batch_sizes(b, _differ(kind, value, fn[n], per_size[other], fn[other]))
+    return axis
+
+
+def _differ(kind: str, value: object, fn: str, other: object, other_fn: str) -> str:
+    v, o = value, other
+    return (f"{kind} {v.name!r} is {v.dtype}{list(v.shape)} in {fn} but "  # type: ignore[attr-defined]
+            f"{o.dtype}{list(o.shape)} in {other_fn}")  # type: ignore[attr-defined]  # fmt: skip
+
+
 def _check_servable(m: Manifest) -> None:
     if m.mesh is not None:
         raise InputError("a sharded bundle: ReactantServer.jl runs a model on one device")
@@ -88,34 +181,48 @@ def _check_servable(m: Manifest) -> None:
     if lacking:
         raise InputError(f"ReactantServer.jl has no dtype token for {lacking}; it knows "
                          f"{sorted(_TOKEN_OF)}")  # fmt: skip
+    symbolic = [v.name for v in values if any(type(d) is not int for d in v.shape)]
+    if symbolic:
+        raise InputError(f"{symbolic[0]} has a symbolic dimension; a ReactantServer.jl bundle "
+                         "holds static shapes (a module per batch size)", argument=symbolic[0])  # fmt: skip
     deep = [v.name for v in values if len(v.shape) > len(_LETTERS)]
     if deep:
         raise InputError(f"{deep[0]} has more axes than the {len(_LETTERS)} shape letters")
 
 
-def _tensor_spec(name: str, dtype: str, shape: list[int]) -> dict:
+def _tensor_spec(name: str, dtype: str, shape: list, batch_axis: int | None = None) -> dict:
+    """Julia's axes (the module's reversed), a letter each: `n` the batch axis, sized by the
+    module file; every other letter's size in `dims`."""
     julia = list(reversed(shape))
-    letters = _LETTERS[: len(julia)]
-    return {"name": name, "dtype": _TOKEN_OF[dtype], "shape": letters,
-            "dims": dict(zip(letters, julia, strict=True))}  # fmt: skip
+    batch = None if batch_axis is None else len(shape) - 1 - batch_axis
+    letters = [_BATCH if k == batch else c for k, c in enumerate(_LETTERS[: len(julia)])]
+    return {"name": name, "dtype": _TOKEN_OF[dtype], "shape": "".join(letters),
+            "dims": {c: d for k, (c, d) in enumerate(zip(letters, julia, strict=True))
+                     if k != batch}}  # fmt: skip
 
 
-def _manifest_yaml(m: Manifest, name: str, inputs: list[int]) -> str:
+def _manifest_yaml(
+    m: Manifest, name: str, inputs: list[int], axes: dict[tuple[str, str], int | None],
+    sizes: list[int],
+) -> bytes:  # fmt: skip
     import yaml
 
     doc = {
         "format_version": FORMAT_VERSIONS[0],
         "name": name,
         "kind": "model",
-        "description": f"{m.function}, from an hlobundle ({m.provenance.producer})",
+        "description": f"{m.function if not axes else f'batch sizes {sizes}'}, from an "
+        f"hlobundle ({m.provenance.producer})",
         "executable_inputs": [
-            _tensor_spec(m.arguments[i].name, m.arguments[i].dtype, m.arguments[i].shape)
-            for i in inputs
+            _tensor_spec(a.name, a.dtype, a.shape, axes.get(("argument", a.name)))
+            for a in (m.arguments[i] for i in inputs)
         ],
-        "executable_outputs": [_tensor_spec(r.name, r.dtype, r.shape) for r in m.results],
-        "batching": {"compiled_batch_sizes": []},
+        "executable_outputs": [
+            _tensor_spec(r.name, r.dtype, r.shape, axes.get(("result", r.name))) for r in m.results
+        ],
+        "batching": {"compiled_batch_sizes": sizes},
     }
-    return yaml.safe_dump(doc, sort_keys=False)
+    return yaml.safe_dump(doc, sort_keys=False).encode("utf-8")
 
 
 def _julia_stored(value: np.ndarray, dtype: str) -> tuple[np.ndarray, _dtypes.DType]:
