@@ -11,205 +11,16 @@ from typing import Any
 from .._format._errors import (
     HloBundleError,
     InputError,
-    OutputExistsError,
 )
-
-EXIT_OK, EXIT_FAIL = 0, 1
-
-
-def output_path(flag: str, path: str, suffixes: tuple[str, ...] = ()) -> Path:
-    """An output path whose directory exists and whose suffix is known, checked before any work."""
-    out = Path(path)
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(
-            f"{flag}: the directory {str(parent)!r} does not exist; create it first", path=out
-        )
-    if suffixes and out.suffix.lower() not in suffixes:
-        raise InputError(f"{flag} {str(out)!r}: expected a {' or '.join(suffixes)} file", path=out)
-    return out
-
-
-def pack(args: argparse.Namespace) -> int:
-    modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
-    sources = [x for x in (args.module, args.from_reactant, args.from_jax_export,
-                           args.from_reactant_server) if x is not None]  # fmt: skip
-    if not sources and len(modules) == 1:
-        # `pack --inputs a.npz m.mlir`: --inputs takes every file after it, the module too
-        args.module = modules[0]
-        args.inputs = [i for i in args.inputs if i != modules[0]]
-        sources = [args.module]
-    if len(sources) != 1:
-        args.parser.error("give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
-                          "or --from-jax-export BLOB")  # fmt: skip
-    if args.batch_size is not None and not args.from_reactant_server:
-        args.parser.error("--batch-size applies to --from-reactant-server")
-    if args.default and not args.add:
-        args.parser.error("--default applies to --add")
-    if not args.add and (args.public_key or args.replace_signature):
-        args.parser.error("--public-key and --replace-signature apply to --add (signing a "
-                          "bundle again)")  # fmt: skip
-    parts = _parts(args)
-    if len(parts) == 1 and not args.add:
-        out, note = _pack_one(parts[0])
-        print(f"wrote {out}{note}")
-        return EXIT_OK
-    return _pack_functions(args, parts)
-
-
-def _parts(args: argparse.Namespace) -> list[argparse.Namespace]:
-    """One `pack` per function: a repeated --from-jax-export or --from-reactant gives one
-    each, named by its NAME= (and the options apply to each)."""
-    for flag, given in (("--from-jax-export", args.from_jax_export),
-                        ("--from-reactant", args.from_reactant)):  # fmt: skip
-        if not given:
-            continue
-        named = [_named(item) for item in given]
-        if len(named) > 1 and not all(isinstance(n, tuple) for n in named):
-            args.parser.error(f"a repeated {flag} names each function: {flag} NAME=PATH")
-        if len(named) > 1 and (args.inputs or args.expected or args.function):
-            args.parser.error(f"several {flag} take their inputs and names from each source; "
-                              "--inputs, --expected and --function do not apply")  # fmt: skip
-        key = flag.removeprefix("--").replace("-", "_")
-        return [_part(args, key, n) for n in named]
-    return [args]
-
-
-def _part(args: argparse.Namespace, key: str, named: str | tuple[str, str]) -> argparse.Namespace:
-    name, path = named if isinstance(named, tuple) else (None, named)
-    return argparse.Namespace(**{**vars(args), key: path, "function": name or args.function})
-
-
-def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
-    """Pack one function (`args.output`), its path and what to say of it."""
-    from .._write._reactant import from_reactant
-    from .._write._writer import pack_files
-
-    if args.from_jax_export:
-        return _pack_jax_export(args), ""
-    if args.from_reactant_server:
-        return _pack_reactant_server(args)
-    if args.from_reactant and (args.inputs or args.layout != "auto"):
-        args.parser.error("--from-reactant takes the inputs and layout from the export")
-    options = dict(
-        names=args.names,
-        result_names=args.result_names,
-        roles=dict(args.role),
-        function=args.function,
-        target_version=args.target_version,
-        force=args.force,
-        expected="compute" if args.compute_expected else args.expected,
-        allow_custom_calls=args.allow_custom_call,
-        with_vjp=args.with_vjp,
-    )
-    if args.private_key:
-        options["sign_key"] = _signing_key(args)
-    elif args.signing_certificate or args.certificate_chain:
-        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
-    if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
-        from .._run._process import enable_x64
-
-        enable_x64()
-    if args.from_reactant:
-        return from_reactant(args.from_reactant, args.output, **options), ""
-    layout = args.layout.replace("-", "_")
-    return pack_files(args.module, args.inputs, args.output, layout=layout, **options), ""
-
-
-def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -> int:
-    """Several functions, or one added (--add): each packed into a scratch directory beside
-    the bundle, then added to it by `add_function` (which signs it again, as refresh does)."""
-    import shutil
-    import tempfile
-
-    from .._read._files import read_manifest
-    from .._write._functions import add_function
-
-    target = output_path("-o", args.output)
-    if args.add:
-        if args.force:
-            args.parser.error("--add rewrites the bundle in place: --force does not apply")
-        read_manifest(target)  # a bundle, before anything is packed
-    elif target.exists() and not args.force:
-        raise OutputExistsError(f"{str(target)!r} already exists; pass --force to replace it",
-                                path=target)  # fmt: skip
-    key = _resigning_key(args)
-    unsigned = {"private_key": None, "signing_certificate": None, "certificate_chain": []}
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".add", dir=target.parent))
-    created = False
-    try:
-        queue = parts
-        if not args.add:  # the first function makes the bundle
-            _pack_one(argparse.Namespace(**{**vars(parts[0]), **unsigned, "output": target}))
-            created, queue = True, parts[1:]
-        trust = {"public_key": args.public_key, "replace_signature": args.replace_signature}
-        for i, part in enumerate(queue):
-            packed = scratch / str(i)
-            _pack_one(argparse.Namespace(**{**vars(part), **unsigned, "output": packed,
-                                            "force": False}))  # fmt: skip
-            add_function(target, packed, default=args.default and i == 0, sign_key=key, **trust)
-            trust = {}  # from now on, the bundle is signed by the key itself
-    except BaseException:
-        if created:  # a bundle of some of the functions is no bundle asked for
-            shutil.rmtree(target, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)  # made above
-    functions = [f.name for f in read_manifest(target)[0].functions]  # type: ignore[union-attr]
-    if args.add:
-        added = functions[len(functions) - len(queue) :]
-        print(f"added function{'s' * (len(added) > 1)} {', '.join(added)} to {target}")
-    else:
-        print(f"wrote {target} (functions {', '.join(functions)})")
-    return EXIT_OK
-
-
-def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str = "") -> None:
-    """A usage error for the first `pack` option a source that brings its own names ignores."""
-    flags = {"--inputs": args.inputs, "--names": args.names, "--result-names": args.result_names,
-             "--expected": args.expected, "--compute-expected": args.compute_expected,
-             "--with-vjp": args.with_vjp, "--function": args.function,
-             "--role": args.role, "--sign-key": args.private_key}  # fmt: skip
-    given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
-    given += ["--layout"] if args.layout != "auto" else []
-    if given:
-        args.parser.error(f"{because}; {given[0]} does not apply{hint}")
-
-
-# What every source that brings its own names refuses; each caller adds its own.
-_REFUSABLE = ("--names", "--result-names", "--with-vjp")
-
-
-def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
-    from .._write._reactant_server import from_reactant_server
-
-    _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role", "--function",
-                  because="--from-reactant-server takes names, roles, layout and weights from "
-                  "the bundle")  # fmt: skip
-    options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
-    if args.private_key:
-        options["sign_key"] = _signing_key(args)
-    out = from_reactant_server(args.from_reactant_server, args.output,
-                               batch_size=args.batch_size, **options)  # fmt: skip
-    return out, " (the inputs have no stored values: run it with --inputs NAME=FILE)"
-
-
-def _pack_jax_export(args: argparse.Namespace) -> Path:
-    from .._write._jax_export import from_exported_files, read_blob
-
-    _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
-                  "VJP from the Exported", hint=" (the arguments' names: hlobundle inspect "
-                  "after packing without --inputs)")  # fmt: skip
-    from .._run._process import enable_x64
-
-    enable_x64()  # the Exported's own dtypes, 64-bit ones too
-    exported, blob = read_blob(args.from_jax_export)
-    out = from_exported_files(exported, args.inputs, args.output, blob=blob,
-                              roles=dict(args.role), force=args.force,
-                              target_version=args.target_version,
-                              expected="compute" if args.compute_expected else args.expected,
-                              **({"function": args.function} if args.function else {}))  # fmt: skip
-    return out
+from ._common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    applies,
+    named_bundle,
+    output_path,
+    resigning_key,
+    trust_options,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -230,10 +41,10 @@ def _run_bundle(args: argparse.Namespace) -> int:
     )
     from .._run import _backends
 
-    bundle = load(args.bundle, verify=args.verify, **_trust(args)).select(args.function)
+    bundle = load(args.bundle, verify=args.verify, **trust_options(args)).select(args.function)
     kind = _backends.kind(args.backend)
-    _applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
-    _applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
+    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
     if kind.JAX:
         _start_jax(args, needs_x64(bundle.manifest))
     else:
@@ -263,19 +74,6 @@ def _run_bundle(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAIL
 
 
-def _applies(args: argparse.Namespace, flag: str, given: bool, capability: str) -> None:
-    """A usage error for an option the chosen backend has nothing to do with: one whose backend
-    module lacks `capability` (a true attribute, or a function)."""
-    from .._run import _backends
-
-    def able(name: str) -> bool:
-        return bool(getattr(_backends.kind(name), capability, False))
-
-    if given and not able(args.backend):
-        which = " or ".join(n for n in _backends.NAMES if able(n))
-        args.parser.error(f"{flag} applies to --backend {which}, not {args.backend}")
-
-
 def _start_jax(args: argparse.Namespace, x64: bool) -> None:
     from .._run._process import configure_jax
 
@@ -290,8 +88,8 @@ def emit(args: argparse.Namespace) -> int:
         return _emit_reactant_server(args)
     if args.output:
         output_path("-o", args.output)
-    _applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
-    bundle = load(args.bundle, **_trust(args)).select(args.function)
+    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    bundle = load(args.bundle, **trust_options(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
     backend = script_backend(bundle, args.backend)
     emit_script(bundle, path, backend=backend, force=args.force,
@@ -310,7 +108,7 @@ def _emit_reactant_server(args: argparse.Namespace) -> int:
         args.parser.error(
             "--format reactant-server takes none of --backend, --trust-executables, --force"
         )
-    out = emit_reactant_server(load(args.bundle, **_trust(args)), output_path("-o", args.output),
+    out = emit_reactant_server(load(args.bundle, **trust_options(args)), output_path("-o", args.output),
                                function=args.function)  # fmt: skip
     print(f"wrote {out} (a ReactantServer.jl model bundle named {out.name!r})")
     return EXIT_OK
@@ -367,7 +165,7 @@ def verify(args: argparse.Namespace) -> int:
     from .._format._signature import SIGNATURE_NAME
     from .._read._reader import load
 
-    trust = _trust(args)
+    trust = trust_options(args)
     if trust and args.quick:
         args.parser.error("a signature covers every file's sha256: --quick cannot check it")
     bundle = load(args.bundle)
@@ -391,15 +189,6 @@ def verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _trust(args: argparse.Namespace) -> dict[str, Any]:
-    """`load()`'s public_key / certificate_chain from --public-key / --certificate-chain."""
-    if getattr(args, "public_key", None):
-        return {"public_key": args.public_key}
-    if getattr(args, "certificate_chain", None):
-        return {"certificate_chain": args.certificate_chain}
-    return {}
-
-
 def serve(args: argparse.Namespace) -> int:
     from .._serve._server import require_extra
 
@@ -411,20 +200,14 @@ def serve(args: argparse.Namespace) -> int:
         raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
     if args.read_timeout <= 0 or args.max_connections < 1 or args.max_body_bytes < 1:
         raise InputError("--read-timeout, --max-connections and --max-body-bytes must be positive")
-    _applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
     with listening(args.host, args.port) as sock:  # before anything compiles
-        models = load_models([_named(b) for b in args.bundles], backend=args.backend,
+        models = load_models([named_bundle(b) for b in args.bundles], backend=args.backend,
                              max_batch=args.max_batch_size,
                              trust_executables=args.trust_executables,
-                             trust_batched=args.trust_batched, **_trust(args))  # fmt: skip
+                             trust_batched=args.trust_batched, **trust_options(args))  # fmt: skip
         _serve_on(sock, models, args)
     return EXIT_OK
-
-
-def _named(arg: str) -> str | tuple[str, str]:
-    """`NAME=BUNDLE` as (NAME, BUNDLE); a plain BUNDLE (or one whose path has a '=') as is."""
-    name, sep, path = arg.partition("=")
-    return (name, path) if sep and not Path(arg).exists() else arg
 
 
 def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> None:
@@ -449,7 +232,7 @@ def refresh(args: argparse.Namespace) -> int:
 
     if not args.private_key and (args.signing_certificate or args.certificate_chain):
         args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
-    key = _resigning_key(args)
+    key = resigning_key(args)
     target = refresh_bundle(args.bundle, target_version=args.target_version, sign_key=key,
                             public_key=args.public_key,
                             replace_signature=args.replace_signature)  # fmt: skip
@@ -462,7 +245,7 @@ def compile_bundle(args: argparse.Namespace) -> int:
 
     if not args.private_key and (args.signing_certificate or args.certificate_chain):
         args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
-    key = _resigning_key(args)
+    key = resigning_key(args)
     entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
                                   function=args.function, sign_key=key, public_key=args.public_key,
                                   replace_signature=args.replace_signature)  # fmt: skip
@@ -472,20 +255,6 @@ def compile_bundle(args: argparse.Namespace) -> int:
     print(f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
           "PUB.pem (a signed bundle), or --trust-executables")  # fmt: skip
     return EXIT_OK
-
-
-def _resigning_key(args: argparse.Namespace) -> Any:
-    if not args.private_key and (args.public_key or args.replace_signature):
-        args.parser.error("--public-key and --replace-signature are about signing again: "
-                          "give --sign-key")  # fmt: skip
-    return _signing_key(args) if args.private_key else None
-
-
-def _signing_key(args: argparse.Namespace) -> Any:
-    from .._format._signature import SigningKey, paths
-
-    certificate = Path(args.signing_certificate) if args.signing_certificate else None
-    return SigningKey(Path(args.private_key), certificate, paths(args.certificate_chain))
 
 
 def sign(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import _progress
 from .._format._errors import HloBundleError
-from . import _commands
+from . import _commands, _pack
 
 EXIT_OK, EXIT_FAIL = 0, 1  # argparse exits 2 on usage errors
 
@@ -253,7 +253,7 @@ def _add_pack(sub: Any) -> None:
         "--expected", nargs="+", metavar="FILE",
         help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>",
     )  # fmt: skip
-    p.set_defaults(handler=_commands.pack, parser=p)
+    p.set_defaults(handler=_pack.pack, parser=p)
 
 
 def _add_resigning(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import _prechecks
+from ._bundle_manifest import BundleManifest
 from ._errors import (
     HloBundleWarning,
     LimitError,
@@ -19,14 +20,7 @@ from ._errors import (
     ManifestTooLargeError,
     VersionError,
 )
-from ._manifest import (
-    FORMAT,
-    MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
-    NEWEST_MINOR,
-    BundleManifest,
-    Manifest,
-)
+from ._manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, NEWEST_MINOR, Manifest
 
 
 def read_manifest_bytes(file: Path) -> bytes:

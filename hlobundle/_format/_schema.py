@@ -7,7 +7,8 @@ import json
 
 from pydantic import TypeAdapter
 
-from ._manifest import FORMAT_VERSION, BundleManifest, Manifest
+from ._bundle_manifest import BundleManifest
+from ._manifest import FORMAT_VERSION, Manifest
 
 
 def schema_text() -> str:

@@ -11,6 +11,7 @@ import weakref
 from pathlib import Path
 
 from .._format import _dtypes, _limits, _paths, _prechecks, _symbolic, _tensors
+from .._format._bundle_manifest import BundleManifest, functions_of
 from .._format._errors import (
     FileMissingError,
     FileUnlistedError,
@@ -23,14 +24,7 @@ from .._format._errors import (
     TensorMismatchError,
     UnsafePathError,
 )
-from .._format._manifest import (
-    MANIFEST_NAME,
-    BundleManifest,
-    FileEntry,
-    Manifest,
-    TensorRef,
-    functions_of,
-)
+from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest, TensorRef
 from .._format._manifest_json import parse_manifest, read_manifest_bytes
 from .._format._signature import SIGNATURE_NAME
 

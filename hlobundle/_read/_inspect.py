@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .._format import _dtypes, _signature
-from .._format._manifest import BundleManifest, Manifest, functions_of
+from .._format._bundle_manifest import BundleManifest, functions_of
+from .._format._manifest import Manifest
 from . import _files
 
 

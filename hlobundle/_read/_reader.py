@@ -13,21 +13,14 @@ from typing import Any, Literal
 import numpy as np
 
 from .._format import _dtypes, _mlir, _paths, _portable, _signature, _stored
+from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
     ManifestError,
     ModuleError,
     TensorMismatchError,
 )
-from .._format._manifest import (
-    MANIFEST_NAME,
-    Argument,
-    Manifest,
-    Result,
-    TensorRef,
-    functions_of,
-    unflatten,
-)
+from .._format._manifest import MANIFEST_NAME, Argument, Manifest, Result, TensorRef, unflatten
 from . import _files
 
 

@@ -21,16 +21,9 @@ from typing import Any
 import numpy as np
 
 from .._format import _paths, _signature, _tensors
+from .._format._bundle_manifest import BundleManifest, combine, functions_of, minimum_version
 from .._format._errors import HashMismatchError, InputError, OutputExistsError
-from .._format._manifest import (
-    MANIFEST_NAME,
-    BundleManifest,
-    FileEntry,
-    Manifest,
-    combine,
-    functions_of,
-    minimum_version,
-)
+from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
 
 SIGNATURE_VERSION = "1.2"  # model.sig is reserved since 1.2: a signed bundle is at least that
 

@@ -7,8 +7,9 @@ import os
 from collections.abc import Sequence
 
 from .._format import _signature
+from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
-from .._format._manifest import BundleManifest, Executable, Manifest, combine
+from .._format._manifest import Executable, Manifest
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run._backends import _iree_compile

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._format import _dtypes, _signature, _stored
+from .._format._bundle_manifest import combine
 from .._format._errors import InputError, TensorConflictError
 from .._format._manifest import (
     Argument,
@@ -27,7 +28,6 @@ from .._format._manifest import (
     PortableArtifact,
     Result,
     TensorRef,
-    combine,
     identifier,
 )
 from .._read._reader import Bundle, load

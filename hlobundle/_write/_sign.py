@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._format import _signature
+from .._format._bundle_manifest import BundleManifest
 from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
-from .._format._manifest import MANIFEST_NAME, BundleManifest, Manifest
+from .._format._manifest import MANIFEST_NAME, Manifest
 from .._read._reader import Bundle, load
 from ._atomic import (
     SIGNATURE_VERSION,

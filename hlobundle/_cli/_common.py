@@ -1,0 +1,66 @@
+"""What several commands share: exit statuses, output paths, and the signing and trust options."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .._format._errors import InputError
+
+EXIT_OK, EXIT_FAIL = 0, 1
+
+
+def output_path(flag: str, path: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """An output path whose directory exists and whose suffix is known, checked before any work."""
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(
+            f"{flag}: the directory {str(parent)!r} does not exist; create it first", path=out
+        )
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise InputError(f"{flag} {str(out)!r}: expected a {' or '.join(suffixes)} file", path=out)
+    return out
+
+
+def trust_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`load()`'s public_key / certificate_chain from --public-key / --certificate-chain."""
+    if getattr(args, "public_key", None):
+        return {"public_key": args.public_key}
+    if getattr(args, "certificate_chain", None):
+        return {"certificate_chain": args.certificate_chain}
+    return {}
+
+
+def named_bundle(arg: str) -> str | tuple[str, str]:
+    """`NAME=BUNDLE` as (NAME, BUNDLE); a plain BUNDLE (or one whose path has a '=') as is."""
+    name, sep, path = arg.partition("=")
+    return (name, path) if sep and not Path(arg).exists() else arg
+
+
+def applies(args: argparse.Namespace, flag: str, given: bool, capability: str) -> None:
+    """A usage error for an option the chosen backend has nothing to do with: one whose backend
+    module lacks `capability` (a true attribute, or a function)."""
+    from .._run import _backends
+
+    def able(name: str) -> bool:
+        return bool(getattr(_backends.kind(name), capability, False))
+
+    if given and not able(args.backend):
+        which = " or ".join(n for n in _backends.NAMES if able(n))
+        args.parser.error(f"{flag} applies to --backend {which}, not {args.backend}")
+
+
+def resigning_key(args: argparse.Namespace) -> Any:
+    if not args.private_key and (args.public_key or args.replace_signature):
+        args.parser.error("--public-key and --replace-signature are about signing again: "
+                          "give --sign-key")  # fmt: skip
+    return signing_key_of(args) if args.private_key else None
+
+
+def signing_key_of(args: argparse.Namespace) -> Any:
+    from .._format._signature import SigningKey, paths
+
+    certificate = Path(args.signing_certificate) if args.signing_certificate else None
+    return SigningKey(Path(args.private_key), certificate, paths(args.certificate_chain))

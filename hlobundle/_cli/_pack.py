@@ -1,0 +1,193 @@
+"""`hlobundle pack`: one function from MLIR text, a Reactant export, a ReactantServer.jl bundle
+or a jax.export blob, or several as one bundle of functions (format 2.0), or one added (--add)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .._format._errors import OutputExistsError
+from ._common import EXIT_OK, named_bundle, output_path, resigning_key, signing_key_of
+
+
+def pack(args: argparse.Namespace) -> int:
+    modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
+    sources = [x for x in (args.module, args.from_reactant, args.from_jax_export,
+                           args.from_reactant_server) if x is not None]  # fmt: skip
+    if not sources and len(modules) == 1:
+        # `pack --inputs a.npz m.mlir`: --inputs takes every file after it, the module too
+        args.module = modules[0]
+        args.inputs = [i for i in args.inputs if i != modules[0]]
+        sources = [args.module]
+    if len(sources) != 1:
+        args.parser.error("give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
+                          "or --from-jax-export BLOB")  # fmt: skip
+    if args.batch_size is not None and not args.from_reactant_server:
+        args.parser.error("--batch-size applies to --from-reactant-server")
+    if args.default and not args.add:
+        args.parser.error("--default applies to --add")
+    if not args.add and (args.public_key or args.replace_signature):
+        args.parser.error("--public-key and --replace-signature apply to --add (signing a "
+                          "bundle again)")  # fmt: skip
+    parts = _parts(args)
+    if len(parts) == 1 and not args.add:
+        out, note = _pack_one(parts[0])
+        print(f"wrote {out}{note}")
+        return EXIT_OK
+    return _pack_functions(args, parts)
+
+
+def _parts(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """One `pack` per function: a repeated --from-jax-export or --from-reactant gives one
+    each, named by its NAME= (and the options apply to each)."""
+    for flag, given in (("--from-jax-export", args.from_jax_export),
+                        ("--from-reactant", args.from_reactant)):  # fmt: skip
+        if not given:
+            continue
+        named = [named_bundle(item) for item in given]
+        if len(named) > 1 and not all(isinstance(n, tuple) for n in named):
+            args.parser.error(f"a repeated {flag} names each function: {flag} NAME=PATH")
+        if len(named) > 1 and (args.inputs or args.expected or args.function):
+            args.parser.error(f"several {flag} take their inputs and names from each source; "
+                              "--inputs, --expected and --function do not apply")  # fmt: skip
+        key = flag.removeprefix("--").replace("-", "_")
+        return [_part(args, key, n) for n in named]
+    return [args]
+
+
+def _part(args: argparse.Namespace, key: str, named: str | tuple[str, str]) -> argparse.Namespace:
+    name, path = named if isinstance(named, tuple) else (None, named)
+    return argparse.Namespace(**{**vars(args), key: path, "function": name or args.function})
+
+
+def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
+    """Pack one function (`args.output`), its path and what to say of it."""
+    from .._write._reactant import from_reactant
+    from .._write._writer import pack_files
+
+    if args.from_jax_export:
+        return _pack_jax_export(args), ""
+    if args.from_reactant_server:
+        return _pack_reactant_server(args)
+    if args.from_reactant and (args.inputs or args.layout != "auto"):
+        args.parser.error("--from-reactant takes the inputs and layout from the export")
+    options = dict(
+        names=args.names,
+        result_names=args.result_names,
+        roles=dict(args.role),
+        function=args.function,
+        target_version=args.target_version,
+        force=args.force,
+        expected="compute" if args.compute_expected else args.expected,
+        allow_custom_calls=args.allow_custom_call,
+        with_vjp=args.with_vjp,
+    )
+    if args.private_key:
+        options["sign_key"] = signing_key_of(args)
+    elif args.signing_certificate or args.certificate_chain:
+        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
+    if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
+        from .._run._process import enable_x64
+
+        enable_x64()
+    if args.from_reactant:
+        return from_reactant(args.from_reactant, args.output, **options), ""
+    layout = args.layout.replace("-", "_")
+    return pack_files(args.module, args.inputs, args.output, layout=layout, **options), ""
+
+
+def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -> int:
+    """Several functions, or one added (--add): each packed into a scratch directory beside
+    the bundle, then added to it by `add_function` (which signs it again, as refresh does)."""
+    import shutil
+    import tempfile
+
+    from .._read._files import read_manifest
+    from .._write._functions import add_function
+
+    target = output_path("-o", args.output)
+    if args.add:
+        if args.force:
+            args.parser.error("--add rewrites the bundle in place: --force does not apply")
+        read_manifest(target)  # a bundle, before anything is packed
+    elif target.exists() and not args.force:
+        raise OutputExistsError(f"{str(target)!r} already exists; pass --force to replace it",
+                                path=target)  # fmt: skip
+    key = resigning_key(args)
+    unsigned = {"private_key": None, "signing_certificate": None, "certificate_chain": []}
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".add", dir=target.parent))
+    created = False
+    try:
+        queue = parts
+        if not args.add:  # the first function makes the bundle
+            _pack_one(argparse.Namespace(**{**vars(parts[0]), **unsigned, "output": target}))
+            created, queue = True, parts[1:]
+        trust = {"public_key": args.public_key, "replace_signature": args.replace_signature}
+        for i, part in enumerate(queue):
+            packed = scratch / str(i)
+            _pack_one(argparse.Namespace(**{**vars(part), **unsigned, "output": packed,
+                                            "force": False}))  # fmt: skip
+            add_function(target, packed, default=args.default and i == 0, sign_key=key, **trust)
+            trust = {}  # from now on, the bundle is signed by the key itself
+    except BaseException:
+        if created:  # a bundle of some of the functions is no bundle asked for
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # made above
+    functions = [f.name for f in read_manifest(target)[0].functions]  # type: ignore[union-attr]
+    if args.add:
+        added = functions[len(functions) - len(queue) :]
+        print(f"added function{'s' * (len(added) > 1)} {', '.join(added)} to {target}")
+    else:
+        print(f"wrote {target} (functions {', '.join(functions)})")
+    return EXIT_OK
+
+
+def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str = "") -> None:
+    """A usage error for the first `pack` option a source that brings its own names ignores."""
+    flags = {"--inputs": args.inputs, "--names": args.names, "--result-names": args.result_names,
+             "--expected": args.expected, "--compute-expected": args.compute_expected,
+             "--with-vjp": args.with_vjp, "--function": args.function,
+             "--role": args.role, "--sign-key": args.private_key}  # fmt: skip
+    given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
+    given += ["--layout"] if args.layout != "auto" else []
+    if given:
+        args.parser.error(f"{because}; {given[0]} does not apply{hint}")
+
+
+# What every source that brings its own names refuses; each caller adds its own.
+_REFUSABLE = ("--names", "--result-names", "--with-vjp")
+
+
+def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
+    from .._write._reactant_server import from_reactant_server
+
+    _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role", "--function",
+                  because="--from-reactant-server takes names, roles, layout and weights from "
+                  "the bundle")  # fmt: skip
+    options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
+    if args.private_key:
+        options["sign_key"] = signing_key_of(args)
+    out = from_reactant_server(args.from_reactant_server, args.output,
+                               batch_size=args.batch_size, **options)  # fmt: skip
+    return out, " (the inputs have no stored values: run it with --inputs NAME=FILE)"
+
+
+def _pack_jax_export(args: argparse.Namespace) -> Path:
+    from .._write._jax_export import from_exported_files, read_blob
+
+    _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
+                  "VJP from the Exported", hint=" (the arguments' names: hlobundle inspect "
+                  "after packing without --inputs)")  # fmt: skip
+    from .._run._process import enable_x64
+
+    enable_x64()  # the Exported's own dtypes, 64-bit ones too
+    exported, blob = read_blob(args.from_jax_export)
+    out = from_exported_files(exported, args.inputs, args.output, blob=blob,
+                              roles=dict(args.role), force=args.force,
+                              target_version=args.target_version,
+                              expected="compute" if args.compute_expected else args.expected,
+                              **({"function": args.function} if args.function else {}))  # fmt: skip
+    return out

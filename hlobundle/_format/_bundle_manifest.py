@@ -1,0 +1,141 @@
+"""Format 2.0's manifest (SPEC.md 2.8): several named functions over one set of files.
+
+`BundleManifest` is what a 2.x `manifest.json` holds; each of its functions is checked, and
+used, as the one-function `Manifest` of `_manifest` (`view`), so that everything that reads a
+function reads the same model whatever the version. `minimum_version` gives the oldest format
+version that can express a one-function bundle (SPEC.md 5).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ._dtypes import SUB_BYTE_BITS
+from ._manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    MAX_FUNCTIONS,
+    Argument,
+    BatchedModule,
+    DeviceMesh,
+    Executable,
+    FileEntry,
+    Manifest,
+    Module,
+    Provenance,
+    RelPath,
+    Result,
+    _check_identifier,
+    _check_unique,
+    _Model,
+    identifier,
+)
+
+
+class FunctionEntry(_Model):
+    """One function of a 2.0 bundle (SPEC.md 2.8): what a 1.x manifest holds for its one
+    function, under a name."""
+
+    name: str
+    arguments: list[Argument]
+    results: list[Result]
+    input_tree: Any = None
+    output_tree: Any = None
+    module: Module
+    vjp: Module | None = None
+    batched: BatchedModule | None = None
+    mesh: DeviceMesh | None = None
+    executables: list[Executable] | None = None
+    constraints: list[str] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, name: str) -> str:
+        return _check_identifier(name)
+
+
+_FUNCTION_FIELDS = tuple(f for f in FunctionEntry.model_fields if f != "name")
+
+
+class BundleManifest(_Model):
+    """`manifest.json` of a 2.0 bundle: several named functions over one set of files."""
+
+    format: Literal["hlobundle"]
+    format_version: str = Field(pattern=r"^2\.\d+$")
+    default_function: str | None = None
+    functions: list[FunctionEntry] = Field(min_length=1, max_length=MAX_FUNCTIONS)
+    provenance: Provenance
+    files: dict[RelPath, FileEntry]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BundleManifest:
+        names = [f.name for f in self.functions]
+        _check_unique(names, "functions")
+        if self.default_function is not None and self.default_function not in names:
+            raise ValueError(f"default_function {self.default_function!r} is not among {names}")
+        for i, f in enumerate(self.functions):
+            try:
+                self.view(f.name)
+            except ValueError as e:  # pydantic's ValidationError is one
+                raise ValueError(f"functions[{i}] ({f.name}): {_first_error(e)}") from None
+        return self
+
+    def view(self, name: str) -> Manifest:
+        """Function `name` as a manifest of its own (validated as one)."""
+        f = next(f for f in self.functions if f.name == name)
+        data = {k: getattr(f, k) for k in _FUNCTION_FIELDS}
+        return Manifest.model_validate(
+            {**data, "format": self.format, "format_version": self.format_version,
+             "function": f.name, "provenance": self.provenance, "files": self.files},
+            strict=False,
+        )  # fmt: skip
+
+    def to_json(self) -> bytes:
+        data = self.model_dump(mode="json", exclude_none=True)
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def functions_of(m: Manifest | BundleManifest) -> tuple[dict[str, Manifest], str | None]:
+    """Each function's manifest by name, in manifest order, and the default function's name
+    (a 1.x manifest's one function is its default)."""
+    if isinstance(m, Manifest):
+        return {m.function: m}, m.function
+    return {f.name: m.view(f.name) for f in m.functions}, m.default_function
+
+
+def combine(
+    views: list[Manifest], default: str | None, files: dict[str, FileEntry]
+) -> BundleManifest:
+    """A 2.0 manifest of several functions, each given as a manifest of its own."""
+    first = views[0]
+    return BundleManifest(
+        format=FORMAT, format_version=FORMAT_VERSION,
+        default_function=None if default is None else identifier(default),
+        functions=[FunctionEntry(name=identifier(v.function),
+                                 **{k: getattr(v, k) for k in _FUNCTION_FIELDS})
+                   for v in views],
+        provenance=first.provenance, files=files,
+    )  # fmt: skip
+
+
+def _first_error(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        return f"{where + ': ' if where else ''}{first['msg']}"
+    return str(e)
+
+
+def minimum_version(m: Manifest) -> str:
+    """The oldest format version that can express a one-function bundle (SPEC.md 5)."""
+    if m.symbolic or m.constraints:
+        return "2.0"
+    if m.executables:
+        return "1.3"
+    if any(v.dtype in SUB_BYTE_BITS for v in [*m.arguments, *m.results]):
+        return "1.2"
+    return "1.1" if m.batched is not None else "1.0"
