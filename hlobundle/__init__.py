@@ -53,6 +53,7 @@ _LAZY = {
     "Manifest": "._format._manifest",
     "Result": "._format._manifest",
     "Bundle": "._read._reader",
+    "Function": "._run._function",
     "load": "._read._reader",
     "compile": "._write._compile",
     "configure_jax": "._run._process",
@@ -103,6 +104,7 @@ if _typing.TYPE_CHECKING:
     from ._emit._reactant_server import emit_reactant_server
     from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
     from ._read._reader import Bundle, load
+    from ._run._function import Function
     from ._run._process import configure_jax
     from ._write._compile import compile
     from ._write._export import export
@@ -126,6 +128,7 @@ __all__ = [
     "FileMissingError",
     "FileSetError",
     "FileUnlistedError",
+    "Function",
     "HashMismatchError",
     "HloBundleError",
     "HloBundleWarning",

@@ -42,9 +42,10 @@ class SigningKey:
     certificate_chain: tuple[Path, ...] = ()
 
 
-def signing_key(private_key: str | os.PathLike[str]) -> SigningKey:
-    """A key that signs with this private key file (PEM) alone."""
-    return SigningKey(Path(private_key))
+def signing_key(private_key: str | os.PathLike[str] | SigningKey) -> SigningKey:
+    """A key that signs with this private key file (PEM) alone; a `SigningKey` as it is. The
+    writers' `sign_key=` takes either, as `sign()` takes `private_key`."""
+    return private_key if isinstance(private_key, SigningKey) else SigningKey(Path(private_key))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from .._format._errors import (
 )
 from .._format._manifest import MANIFEST_NAME, Argument, Manifest, Result, TensorRef, unflatten
 from . import _files
+
+if TYPE_CHECKING:
+    from .._run._function import Function
 
 
 def load(
@@ -297,7 +300,7 @@ class Bundle:
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         trust_executables: bool = False,
-    ) -> Any:
+    ) -> Function:
         """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
         or on IREE.
 

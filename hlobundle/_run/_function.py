@@ -9,7 +9,7 @@ implementation (`_backends`). Results come back in the manifest's `output_tree` 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .._format import _dtypes
 from .._format._errors import X64DisabledError
@@ -20,7 +20,29 @@ if TYPE_CHECKING:
     from .._read._reader import Bundle
 
 Backend = Literal["auto", "enzyme", "xla", "iree"]
-__all__ = ["BundleFunction", "check_x64", "function", "needs_x64"]
+__all__ = ["BundleFunction", "Function", "check_x64", "function", "needs_x64"]
+
+
+@runtime_checkable
+class Function(Protocol):
+    """What `Bundle.function()` returns, whatever the backend (`hlobundle.Function`).
+
+    - `backend`: the backend's name; `jax_function`: whether it is a JAX function (jit, grad
+      and vmap it) or runs outside JAX with NumPy arrays in and out (iree);
+    - `manifest`: the function's manifest; `bundle`: the bundle it came from;
+    - `__call__`: positional, named or pytree arguments (stored parameters for those left
+      out), the results in the manifest's `output_tree`;
+    - `call_flat`: one array per argument in manifest order, one per result back.
+    """
+
+    backend: str
+    jax_function: bool
+    manifest: Manifest
+    bundle: Bundle
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def call_flat(self, *flat: Any) -> tuple[Any, ...]: ...
 
 
 def function(
@@ -29,7 +51,7 @@ def function(
     donate: Sequence[str] | str = (),
     devices: int | None = None,
     trust_executables: bool = False,
-) -> Any:
+) -> Function:
     """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
     return _backends.resolve(backend).make(
         bundle, donate=donate, devices=devices, trust_executables=trust_executables

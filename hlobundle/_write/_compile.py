@@ -24,7 +24,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     *,
     function: str | None = None,
     cpu: str = "generic",
-    sign_key: _signature.SigningKey | None = None,
+    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
     public_key: str | os.PathLike[str] | None = None,
     replace_signature: bool = False,
 ) -> list[Executable]:
@@ -46,6 +46,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
 
     **Returns:** the manifest entries written.
     """
+    sign_key = None if sign_key is None else _signature.signing_key(sign_key)
     if not targets or len(set(targets)) != len(targets):
         raise InputError(f"give each target once, got {list(targets)}", argument="targets")
     for target in targets:

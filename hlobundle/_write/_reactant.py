@@ -8,13 +8,16 @@ and, from its docstring, each argument's shape, dtype and Julia path (`Path: arg
 from __future__ import annotations
 
 import ast
+import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from .._format import _limits
+from .._format import _limits, _signature
 from .._format._errors import InputError
-from .._format._manifest import identifier
+from .._format._manifest import Role, identifier
 from ._sources import check_regular, inside, read_regular
 
 # A generated script: a few KiB of code and one docstring line per argument.
@@ -117,14 +120,29 @@ def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]
     return tuple(found[k] for k in sorted(found))
 
 
-def from_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
+def from_reactant(
+    path: str | Path,
+    out: str | Path,
+    *,
+    names: Sequence[str] | None = None,
+    result_names: Sequence[str] | None = None,
+    roles: Mapping[str, Role] | None = None,
+    function: str | None = None,
+    force: bool = False,
+    target_version: str | None = None,
+    expected: Sequence[str | os.PathLike[str]] | Literal["compute"] | None = None,
+    allow_custom_calls: Sequence[str] = (),
+    with_vjp: bool = False,
+    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
+) -> Path:
     """Pack what `export_to_enzymejax` wrote: its module, its inputs, its argument paths.
 
     **Arguments:**
 
     - `path`: the generated `.py`, or the directory it is in.
-    - `out`: the bundle to write; `options`: as for `pack()` (`names` overrides the names
-      derived from the Julia paths).
+    - `out`: the bundle to write; the other arguments as for `pack()` (`names` overrides the
+      names derived from the Julia paths; `expected`: files of expected results, or
+      `"compute"`; `sign_key`: a private key to sign the bundle with, as `sign()` takes it).
 
     Arrays in the `_inputs.npz` are already permuted to the MLIR shapes, so they are stored as
     they are and flagged `column_major`: the producer's (Julia's) arrays are their axis-reversed views.
@@ -142,8 +160,6 @@ def from_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
                          path=export.module) from None  # fmt: skip
     sig = _mlir.signature(_mlir.parse(_normalize.normalize(text, path=str(export.module)).text))
     _check_against_module(export, sig)
-    if options.get("names") is None:
-        options["names"] = [a.name for a in export.arguments]
     return pack_files(
         text,
         [export.inputs] if export.inputs else [],
@@ -152,7 +168,16 @@ def from_reactant(path: str | Path, out: str | Path, **options: object) -> Path:
         layout="column_major",
         already_permuted=True,
         producer=("Reactant.jl export_to_enzymejax", "unknown"),
-        **options,
+        names=names if names is not None else [a.name for a in export.arguments],
+        result_names=result_names,
+        roles=roles,
+        function=function,
+        force=force,
+        target_version=target_version,
+        expected=expected,
+        allow_custom_calls=allow_custom_calls,
+        with_vjp=with_vjp,
+        sign_key=None if sign_key is None else _signature.signing_key(sign_key),
     )
 
 

@@ -16,7 +16,7 @@ def refresh(
     bundle: Bundle | str | os.PathLike[str],
     *,
     target_version: str | None = None,
-    sign_key: _signature.SigningKey | None = None,
+    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
     public_key: str | os.PathLike[str] | None = None,
     replace_signature: bool = False,
 ) -> str:
@@ -34,6 +34,7 @@ def refresh(
     """
     # The artifacts are replaced from the texts: they need not be readable here (too old).
     b = bundle if isinstance(bundle, Bundle) else Bundle(Path(bundle), check_artifacts=False)
+    sign_key = None if sign_key is None else _signature.signing_key(sign_key)
     target = target_version or _mlir.default_target()
     _portable.check_target(target, what="--target-version")
     check_resignable(b, sign_key, doing="refreshing", public_key=public_key,
