@@ -83,8 +83,8 @@ def _missing_extra(block: str) -> str | None:
     return None
 
 
-def _exec(file: str, index: int, code: str) -> None:
-    exec(compile(code, f"{file} python block {index}", "exec"), {"__name__": "__docs__"})
+def _exec(file: str, section: str, code: str) -> None:
+    exec(compile(code, f"{file} python block in {section!r}", "exec"), {"__name__": "__docs__"})
 
 
 @pytest.mark.parametrize(("file", "section", "code"), PYTHON, ids=_ids(PYTHON))
@@ -93,7 +93,7 @@ def test_python_block_runs(tmp_path, monkeypatch, file, section, code):
         pytest.skip(_missing_extra(code))
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
-    _exec(file, 0, code)
+    _exec(file, section, code)
     assert os.getcwd() == str(tmp_path)
 
 
@@ -102,10 +102,9 @@ def test_python_blocks_of_a_file_run_one_after_another(tmp_path, monkeypatch, fi
     # A reader runs them in one directory: no block may write where an earlier one wrote.
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
-    blocks = [code for f, _, code in PYTHON if f == file]
-    for index, code in enumerate(blocks):
+    for section, code in [(s, code) for f, s, code in PYTHON if f == file]:
         if not _missing_extra(code):  # an extra: run alone above, when it is installed
-            _exec(file, index, code)
+            _exec(file, section, code)
 
 
 def _bash(block: str, cwd: Path, **env: str):
