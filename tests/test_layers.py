@@ -1,4 +1,4 @@
-"""The package's layers (README, "Layout of the repository"): imports only go down.
+"""The package's layers (docs/layout.md): imports only go down.
 
     _format  <-  _read  <-  _run  <-  _write  <-  _emit  <-  _serve  <-  _cli
     (what a bundle is) (load, verify) (backends) (pack)  (run.py)  (OIP v2)  (commands)

@@ -1,141 +1,191 @@
-"""Every Python code block of the README runs as written (from the repository root's view of
-`examples/`, in a scratch directory for what the blocks write)."""
+"""Every code block of README.md and of each guide in docs/ runs as written, or is skipped with
+its reason (FENCES, SH_SKIPPED): python blocks in-process (from the repository root's view of
+`examples/`, in a scratch directory for what the blocks write), the sh blocks that can run here
+in bash."""
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
 
-BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-
-
-def _missing_extra(block: str) -> str | None:
-    """Why `block` cannot run here: an extra it uses is not installed."""
-    from helpers import ENZYME
-
-    if '"enzyme"' in block and not ENZYME:
-        return "the block uses enzyme-ad, which is not installed"
-    return None
-
-
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_python_block_runs(tmp_path, monkeypatch, index):
-    if _missing_extra(BLOCKS[index]):
-        pytest.skip(_missing_extra(BLOCKS[index]))
-    if 'function("iree"' in BLOCKS[index]:
-        from hlobundle._run._backends import _iree, _iree_compile
-
-        if not (_iree.available() and _iree_compile.available()):
-            pytest.skip("the block uses the iree extra, which is not installed")
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    monkeypatch.chdir(tmp_path)
-    code = compile(BLOCKS[index], f"README.md python block {index}", "exec")
-    exec(code, {"__name__": "__readme__"})
-    assert os.getcwd() == str(tmp_path)
-
-
-SIGNING = re.search(r"## Signed bundles.*?```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-
-
-@pytest.mark.subprocess
-def test_readme_signing_block_runs(tmp_path):
-    pytest.importorskip("model_signing", reason="the sign extra is not installed")
-    import shutil
-    import subprocess
-    import sys
-
-    if shutil.which("openssl") is None:
-        pytest.skip("the block makes its key with the openssl command, which is not installed")
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    bin_dir = os.path.dirname(sys.executable)  # hlobundle and model_signing
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", SIGNING[1]], cwd=tmp_path, env=env,
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "Verification succeeded" in r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("ok")  # hlobundle run's last line
-
-
-IREE = re.search(r"## Without JAX: IREE.*?```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-
-
-@pytest.mark.subprocess
-def test_readme_iree_block_runs(tmp_path):
-    from hlobundle._run._backends import _iree
-
-    if not _iree.available():
-        pytest.skip("the iree extra is not installed")
-    import subprocess
-    import sys
-
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    bin_dir = os.path.dirname(sys.executable)  # hlobundle and this python
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", IREE[1]], cwd=tmp_path, env=env,
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "backend iree (stored executable compiled/llvm-cpu.vmfb)" in r.stdout
-    assert r.stdout.rstrip().endswith("ok")  # the emitted script's last line
-
-
-LM = re.search(r"## A language model.*?```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-
-
-@pytest.mark.subprocess
-def test_readme_lm_emit_block_generates_text(tmp_path):
-    import subprocess
-    import sys
-
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    bin_dir = os.path.dirname(sys.executable)  # hlobundle and this python
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", LM[1]], cwd=tmp_path, env=env,
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "(backend xla;" in r.stdout  # chosen for the symbolic shapes
-    assert r.stdout.rstrip("\n").splitlines()[-1].startswith("A bundle artifact the manifest")
-
-
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README = (ROOT / "README.md").read_text()
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 
 # Every fenced block's language, and what the tests do with it. A new language must be added
 # here with its reason, so that no block is left untested by accident.
 FENCES = {
-    "python": "run in-process, each block alone and all of them in order (above)",
-    "sh": "the signing, IREE and language-model blocks run (above); the others need a fresh "
-    "venv or Julia's output",
+    "python": "run in-process, each block alone and each file's blocks in order (below)",
+    "sh": "the blocks of SH_RUN run in bash; SH_SKIPPED gives each other block's reason",
     "": "not code: the bundle's file tree (checked below)",
     "julia": "skipped: it needs Julia with Reactant.jl and NPZ.jl, which this test suite has not",
+    "dockerfile": "skipped: building an image needs a container engine and a package source",
+    "yaml": "skipped: a KServe InferenceService needs a Kubernetes cluster",
 }
 
 
-def test_every_readme_block_is_run_or_skipped_with_a_reason():
-    languages = set(re.findall(r"^```(\w*)\n.*?^```$", README, re.S | re.M))
-    assert languages <= set(FENCES), (
-        f"README blocks in {languages - set(FENCES)}: add them to FENCES"
-    )
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
-JULIA_BLOCKS = re.findall(r"```julia\n(.*?)```", README, re.S)
+def _section(text: str, at: int) -> str:
+    """The title of the heading (any level) above offset `at`."""
+    titles = re.findall(r"^#+ (.*)$", FENCE.sub("", text[:at]), re.M)  # not a code comment
+    return titles[-1] if titles else ""
 
 
-@pytest.mark.parametrize("index", range(len(JULIA_BLOCKS)))
-def test_readme_julia_block(index):
-    pytest.skip(FENCES["julia"])
+def _blocks(language: str) -> list[tuple[str, str, str]]:
+    """(file, section, code) of every block in `language`, in the order of DOCS."""
+    found = []
+    for path in DOCS:
+        text = path.read_text()
+        for m in FENCE.finditer(text):
+            if m[1] == language:
+                found.append((_name(path), _section(text, m.start()), m[2]))
+    return found
 
 
-def test_readme_python_blocks_run_one_after_another(tmp_path, monkeypatch):
+def _ids(blocks: list[tuple[str, str, str]]) -> list[str]:
+    counts: dict[str, int] = {}
+    ids = []
+    for file, _, _ in blocks:
+        counts[file] = counts.get(file, -1) + 1
+        ids.append(f"{file}:{counts[file]}")
+    return ids
+
+
+PYTHON = _blocks("python")
+SH = _blocks("sh")
+JULIA = _blocks("julia")
+
+
+def _missing_extra(block: str) -> str | None:
+    """Why `block` cannot run here: an extra it uses is not installed."""
+    import importlib.util
+
+    from helpers import ENZYME
+
+    if '"enzyme"' in block and not ENZYME:
+        return "the block uses enzyme-ad, which is not installed"
+    if 'function("iree"' in block:
+        from hlobundle._run._backends import _iree, _iree_compile
+
+        if not (_iree.available() and _iree_compile.available()):
+            return "the block uses the iree extra, which is not installed"
+    if "starlette" in block and not all(
+        importlib.util.find_spec(m) for m in ("starlette", "httpx2")
+    ):
+        return "the block uses the serve extra and Starlette's test client (httpx2)"
+    return None
+
+
+def _exec(file: str, section: str, code: str) -> None:
+    exec(compile(code, f"{file} python block in {section!r}", "exec"), {"__name__": "__docs__"})
+
+
+@pytest.mark.parametrize(("file", "section", "code"), PYTHON, ids=_ids(PYTHON))
+def test_python_block_runs(tmp_path, monkeypatch, file, section, code):
+    if _missing_extra(code):
+        pytest.skip(_missing_extra(code))
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    _exec(file, section, code)
+    assert os.getcwd() == str(tmp_path)
+
+
+@pytest.mark.parametrize("file", sorted({file for file, _, _ in PYTHON}))
+def test_python_blocks_of_a_file_run_one_after_another(tmp_path, monkeypatch, file):
     # A reader runs them in one directory: no block may write where an earlier one wrote.
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
-    for index, block in enumerate(BLOCKS):
-        if 'function("iree"' in block or _missing_extra(block):
-            continue  # an extra: run alone above, when it is installed
-        exec(compile(block, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
+    for section, code in [(s, code) for f, s, code in PYTHON if f == file]:
+        if not _missing_extra(code):  # an extra: run alone above, when it is installed
+            _exec(file, section, code)
+
+
+def _bash(block: str, cwd: Path, **env: str):
+    import subprocess
+    import sys
+
+    (cwd / "examples").symlink_to(ROOT / "examples")
+    bin_dir = os.path.dirname(sys.executable)  # hlobundle, model_signing and this python
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env}
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=cwd, env=env,
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return r
+
+
+def _sh(file: str, section: str) -> str:
+    (code,) = [c for f, s, c in SH if (f, s) == (file, section)]
+    return code
+
+
+# The sh blocks that run here, by (file, section), and why the others do not.
+SH_RUN = {
+    ("docs/signing.md", "Signed bundles"): "test_signing_block_runs",
+    ("docs/iree.md", "Without JAX: IREE and stored executables"): "test_iree_block_runs",
+    ("docs/jax.md", "A language model: several functions over one set of weights"):
+        "test_lm_emit_block_generates_text",
+}  # fmt: skip
+SH_SKIPPED = {
+    ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",
+    ("README.md", "Command line"): "a synopsis of every command, not commands to run",
+    ("docs/julia.md", "From Julia (Reactant.jl)"): "it packs what the Julia blocks write",
+}
+
+
+def test_every_block_is_run_or_skipped_with_a_reason():
+    for path in DOCS:
+        languages = {m[1] for m in FENCE.finditer(path.read_text())}
+        assert languages <= set(FENCES), (
+            f"{_name(path)} has blocks in {languages - set(FENCES)}: add them to FENCES"
+        )
+    unplaced = {(f, s) for f, s, _ in SH} - set(SH_RUN) - set(SH_SKIPPED)
+    assert not unplaced, f"sh blocks neither run nor skipped with a reason: {unplaced}"
+    for file, section in SH_RUN:
+        assert len([1 for f, s, _ in SH if (f, s) == (file, section)]) == 1, (file, section)
+
+
+@pytest.mark.subprocess
+def test_signing_block_runs(tmp_path):
+    pytest.importorskip("model_signing", reason="the sign extra is not installed")
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the block makes its key with the openssl command, which is not installed")
+    r = _bash(_sh("docs/signing.md", "Signed bundles"), tmp_path)
+    assert "Verification succeeded" in r.stdout + r.stderr
+    assert r.stdout.rstrip().endswith("ok")  # hlobundle run's last line
+
+
+@pytest.mark.subprocess
+def test_iree_block_runs(tmp_path):
+    from hlobundle._run._backends import _iree
+
+    if not _iree.available():
+        pytest.skip("the iree extra is not installed")
+    block = _sh("docs/iree.md", "Without JAX: IREE and stored executables")
+    r = _bash(block, tmp_path, HLOBUNDLE_CACHE_DIR=str(tmp_path / "cache"))
+    assert "backend iree (stored executable compiled/llvm-cpu.vmfb)" in r.stdout
+    assert r.stdout.rstrip().endswith("ok")  # the emitted script's last line
+
+
+@pytest.mark.subprocess
+def test_lm_emit_block_generates_text(tmp_path):
+    r = _bash(_sh("docs/jax.md", "A language model: several functions over one set of weights"),
+              tmp_path)  # fmt: skip
+    assert "(backend xla;" in r.stdout  # chosen for the symbolic shapes
+    assert r.stdout.rstrip("\n").splitlines()[-1].startswith("A bundle artifact the manifest")
+
+
+@pytest.mark.parametrize(("file", "section", "code"), JULIA, ids=_ids(JULIA))
+def test_julia_block(file, section, code):
+    pytest.skip(FENCES["julia"])
 
 
 def _tree() -> str:
@@ -163,3 +213,20 @@ def test_the_first_commands_install_for_users_before_contributors():
     user = re.search(r"pip install \.(\s|$|\")", first)
     assert user, "a plain `pip install .` (no dev tools) among the first commands"
     assert user.start() < first.index('.[dev]"'), "the user's install before the contributor's"
+
+
+def test_ci_runs_the_readme_s_example_and_test_command():
+    blocks = [code for f, s, code in SH if (f, s) == ("README.md", "hlobundle")]
+    example = blocks[0].rsplit("&& ", 1)[1].strip()  # after the user's install
+    tests = blocks[1].strip().splitlines()[-1]  # after the contributor's install
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert example in ci and tests in ci, (example, tests)
+
+
+def test_every_guide_is_linked_from_the_readme_and_links_resolve():
+    for path in DOCS[1:]:
+        assert f"(docs/{path.name})" in README, f"README links no {_name(path)}"
+    for path in [*DOCS, ROOT / "conformance" / "README.md"]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+            if not re.match(r"\w+://", target):
+                assert (path.parent / target).exists(), f"{_name(path)} links {target}"

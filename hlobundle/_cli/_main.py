@@ -1,4 +1,5 @@
-"""The `hlobundle` command line: pack, inspect, verify, schema.
+"""The `hlobundle` command line: pack, run, emit, inspect, verify, serve, refresh, compile, sign,
+conformance and schema (README.md, "Command line").
 
 Errors print `error [CODE] message` on stderr and exit 1; usage errors exit 2.
 Set `HLOBUNDLE_TRACEBACK=1` to see Python tracebacks.
@@ -66,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="hlobundle",
-        description="Pack, run, inspect, verify, sign and serve StableHLO bundles.",
+        description="Pack, run, emit, inspect, verify, sign, compile and serve StableHLO bundles.",
     )
     parser.add_argument("--version", action="version", version=f"hlobundle {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

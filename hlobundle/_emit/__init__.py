@@ -1,1 +1,2 @@
-"""The emitter of a standalone `run.py`: `run_template.py` filled with a bundle's data."""
+"""The emitters: a standalone `run.py` (`run_template.py` or `run_iree_template.py` filled with a
+bundle's data) and a ReactantServer.jl model bundle. Above `_write`, below `_serve`."""

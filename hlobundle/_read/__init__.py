@@ -1,2 +1,3 @@
-"""Reading bundles: `load`, `Bundle` and `verify`, `inspect`'s table, and input files given by
-the user. Imports `_format` only (and the runner inside `Bundle.function()`, the entry point)."""
+"""Reading bundles: `load`, `Bundle` (with its functions, `select`) and `verify`, `inspect`'s
+table, and input files given by the user. Imports `_format` only (and the runner inside
+`Bundle.function()`, the entry point)."""

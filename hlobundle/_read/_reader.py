@@ -320,7 +320,8 @@ class Bundle:
           "Executables") even though the bundle's signature was not verified with a key.
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
-        or as the exported pytrees, and returning the results (see README, "Calling a bundle").
+        or as the exported pytrees, and returning the results (see docs/jax.md, "Calling a
+        bundle from JAX").
         """
         from .._run._function import function
 

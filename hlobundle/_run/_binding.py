@@ -1,5 +1,5 @@
 """Binding a call's arguments to the bundle's: positions, names, or the exported pytrees;
-checked before anything is traced (README, "Calling a bundle")."""
+checked before anything is traced (docs/jax.md, "Calling a bundle from JAX")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A bundle as a JAX function: `Bundle.function()` (README, "Calling a bundle").
+"""A bundle as a JAX function: `Bundle.function()` (docs/jax.md, "Calling a bundle from
+JAX").
 
 Arguments are bound and checked before anything is traced (`_binding`), placed on the bundle's
 mesh when it has one (`_placement`), then passed to one cached `jax.jit` of the chosen backend's

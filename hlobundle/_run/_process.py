@@ -1,6 +1,6 @@
-"""Process-wide JAX policy, in one place for the library and the command line (README,
-"Calling a bundle"): 64-bit values, JAX's persistent compilation cache in hlobundle's private
-cache directory, and multi-host start-up. `hlobundle.configure_jax()` gives a Python program
+"""Process-wide JAX policy, in one place for the library and the command line (docs/jax.md,
+"Calling a bundle from JAX"): 64-bit values, JAX's persistent compilation cache in hlobundle's
+private cache directory, and multi-host start-up. `hlobundle.configure_jax()` gives a Python program
 what every `hlobundle` command does before it runs a bundle.
 """
 

@@ -1,4 +1,4 @@
-"""Transformation rules shared by the backends (README, "Transformations").
+"""Transformation rules shared by the backends (docs/jax.md, "Transformations").
 
 - **vmap.** Neither enzyme-ad 0.0.16's primitives nor `jax.export`'s `call_exported` has a
   batching rule. `install_loop_rule` registers one that loops over the batch with `lax.map`,

@@ -1,4 +1,5 @@
-"""Writing bundles: `pack`, `export` (JAX), Reactant ingestion, normalization, the lowering of
-backward and batched modules, and atomic directory and file writes. Imports `_format` and
-`_read`; what it must run (expected outputs, Enzyme's primal) goes through the executor that
-`_run` registers."""
+"""Writing bundles: `pack`, `export` (JAX), `from_exported`, Reactant and ReactantServer.jl
+ingestion, normalization, the lowering of backward and batched modules, several functions in one
+bundle (`add_function`), `sign`, `refresh`, `compile`, and atomic directory and file writes.
+Imports `_format`, `_read` and `_run`: what it must run (expected outputs, Enzyme's primal) it
+runs through the runner (`_run._compute`)."""

@@ -1,4 +1,4 @@
-"""The rules enzyme-ad 0.0.16 lacks, and the refusals it needs (README, "Transformations").
+"""The rules enzyme-ad 0.0.16 lacks, and the refusals it needs (docs/jax.md, "Transformations").
 
 - **jax.checkpoint.** Under `jax.checkpoint` (remat) JAX splits the linearized function with
   per-primitive `partial_eval_jaxpr_custom` rules, and enzyme-ad 0.0.16 registers only the
