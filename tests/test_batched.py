@@ -69,6 +69,7 @@ def test_other_axes_and_empty_batches_loop(lenet, backend):
     assert jax.vmap(fn, (None, 0))(params, batch[:0]).shape == (0, 4, 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_derivatives_are_the_loops(lenet, backend):
     bundle, params, batch = lenet

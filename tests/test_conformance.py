@@ -26,6 +26,7 @@ def load_generator():
     return module
 
 
+@pytest.mark.slow
 def test_cases_are_current(tmp_path):
     load_generator().generate(tmp_path / "cases")
     index = json.loads((CASES / "index.json").read_text())
@@ -85,6 +86,7 @@ PROTOCOL_SAMPLE = ["valid_dtype_complex128", "valid_no_example_inputs", "valid_c
                    "invalid_symlink", "invalid_hash_mismatch", "invalid_mlir_dtype"]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_protocol_with_the_cli_as_another_implementation():
     r = subprocess.run(

@@ -308,6 +308,7 @@ def _twin_bundles(tmp_path):
     return a, b
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("backend", ["xla", "enzyme"])
 def test_script_refuses_files_swapped_after_emit(tmp_path, backend):
@@ -338,6 +339,7 @@ def test_script_refuses_files_swapped_after_emit(tmp_path, backend):
             shutil.copyfile(tmp_path / f"saved-{name}", a / name)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_script_takes_help_and_inputs_like_hlobundle_run(tmp_path):
     from safetensors.numpy import save_file

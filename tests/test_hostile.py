@@ -189,6 +189,7 @@ def test_file_renames_and_links(base, data):
     shutil.rmtree(bundle.parent)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_fuzzer_past_the_hash_checks_in_child_processes():
     # fuzz/fuzz_forms.py: 1,000 mutations of every module form (text and artifact), the
@@ -256,6 +257,7 @@ def test_memory_stays_bounded(base, bomb):
     assert peak < 16 << 20, f"{bomb}: {peak} bytes"
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
     big = [sample((1024, 1024), "float32", i) for i in range(8)]  # 32 MiB, so pack takes a while
@@ -336,6 +338,7 @@ _ESCAPES = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("where", sorted(_ESCAPES))
 def test_invalid_utf8_escapes_never_abort(tmp_path, where):

@@ -132,6 +132,7 @@ def test_sharded_and_custom_call_bundles_are_refused(tmp_path):
     assert "custom calls ['my_kernel']" in _iree_compile.refusal(with_call)
 
 
+@pytest.mark.slow
 def test_conformance_on_iree_passes_or_refuses_with_the_code():
     outcomes = [
         _conformance.run_case(c, backend="iree") for c in _conformance.cases(_conformance.INSTALLED)
@@ -533,6 +534,7 @@ def test_cli_run_refuses_what_iree_lacks(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_conformance_cli_reports_refusals():
     r = cli("conformance", "--backend", "iree", "-k", "valid_dtype_int")
     assert r.returncode == 0

@@ -114,6 +114,7 @@ def test_the_packer_never_deserializes_the_vjp_itself(exported, tmp_path, monkey
     assert hlobundle.load(tmp_path / "b", verify=True).manifest.vjp is not None
 
 
+@pytest.mark.slow
 def test_every_mutated_blob_is_a_coded_error(exported, tmp_path):
     """Seeded mutations of a real blob (bytes flipped, or cut short): a coded error each time
     the packer refuses it, never a traceback."""
@@ -212,6 +213,7 @@ def test_a_blob_with_symbolic_shapes_is_a_2_0_bundle_for_every_size(tmp_path):
     np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_from_exported_takes_roles_as_export_does(exported, tmp_path):
     """A name covers the leaves under it (`arg0`: every leaf of the first argument), as
     `export(..., roles={"params": ...})` does; an argument's own name wins."""

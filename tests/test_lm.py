@@ -74,6 +74,7 @@ def test_the_weights_are_stored_once():
     assert got["stored"] <= 1.02 * (got["weights"] + got["examples"]), got
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_emitted_scripts_generate_jax_s_text(tmp_path, params):
     for name in ("prefill", "decode"):

@@ -97,6 +97,7 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
     return done
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
     one = subprocess.run([sys.executable, "-c", WORKER, str(sharded)], env=_env(4),
@@ -119,6 +120,7 @@ def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
     assert single["sha256"] == hashlib.sha256((np.asarray(w) * 2 + 1).tobytes()).hexdigest()
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_cli_runs_across_two_processes(sharded, tmp_path):
     argv = [sys.executable, "-m", "hlobundle", "run", str(sharded), "--distributed", "--json",
@@ -131,6 +133,7 @@ def test_the_cli_runs_across_two_processes(sharded, tmp_path):
         np.testing.assert_array_equal(np.load(tmp_path / f"out{k}.npz")["result"], w * 2 + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_too_few_devices_across_processes_names_the_variables(sharded):
     argv = [
@@ -149,6 +152,7 @@ def test_too_few_devices_across_processes_names_the_variables(sharded):
         assert "JAX_NUM_PROCESSES" in err
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_emitted_script_runs_across_two_processes(sharded, tmp_path):
     script = tmp_path / "run.py"

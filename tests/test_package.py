@@ -108,6 +108,7 @@ def test_dtype_table_itemsizes_are_numpys():
         assert row.itemsize == row.numpy.itemsize, row.name
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_wheel_holds_the_conformance_cases_and_runs_them_outside_the_checkout(tmp_path):
     # A wheel built from the repository, unpacked away from it, must run `hlobundle conformance`

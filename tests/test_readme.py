@@ -151,6 +151,7 @@ def test_every_block_is_run_or_skipped_with_a_reason():
         assert len([1 for f, s, _ in SH if (f, s) == (file, section)]) == 1, (file, section)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_signing_block_runs(tmp_path):
     pytest.importorskip("model_signing", reason="the sign extra is not installed")
@@ -163,6 +164,7 @@ def test_signing_block_runs(tmp_path):
     assert r.stdout.rstrip().endswith("ok")  # hlobundle run's last line
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_iree_block_runs(tmp_path):
     from hlobundle._run._backends import _iree
@@ -175,6 +177,7 @@ def test_iree_block_runs(tmp_path):
     assert r.stdout.rstrip().endswith("ok")  # the emitted script's last line
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_lm_emit_block_generates_text(tmp_path):
     r = _bash(_sh("docs/jax.md", "A language model: several functions over one set of weights"),

@@ -198,6 +198,7 @@ def test_unused_arguments_are_not_read(tmp_path):
     assert cli("run", out).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_compilation_cache_is_used_and_can_be_turned_off(tmp_path):
     env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")}
@@ -228,6 +229,7 @@ def test_no_cache_turns_off_a_jax_cache_the_user_configured(tmp_path):
     assert not (tmp_path / "ours").exists() and not (tmp_path / "jax_own").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_jax_cache_is_not_kept_in_a_directory_others_can_write(tmp_path):
     real = tmp_path / "real"

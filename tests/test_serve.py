@@ -453,6 +453,7 @@ def _live(port) -> int:
         return e.code
 
 
+@pytest.mark.slow
 def test_silent_and_slow_clients_are_cut_off(divides_models):
     # 50 connections: 20 send nothing, 15 trickle their headers, 15 their body (a byte at a
     # time, forever). Each is closed once it has not finished within the read timeout.

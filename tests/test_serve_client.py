@@ -114,6 +114,7 @@ def test_error_statuses(server, images):
     assert server.infer("lenet5", [ok]).as_numpy("result").shape == (4, 10)  # still serving
 
 
+@pytest.mark.slow
 def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path, images):
     # The example is not signed: --trust-batched lets its batched module combine requests.
     proc, port, client = _start("--max-batch-size", "8", "--batch-timeout-ms", "20",
@@ -144,6 +145,7 @@ def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path,
         proc.communicate(timeout=60)
 
 
+@pytest.mark.slow
 def test_a_request_in_flight_at_sigterm_is_answered(images):
     import threading
 

@@ -65,6 +65,7 @@ def test_reactant_sdy_fixture_on_8_devices(tmp_path):
     assert json.loads(r.stdout)["ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_device_count_errors(tmp_path):
     out = hlobundle.pack(
@@ -130,6 +131,7 @@ def test_emitted_script_runs_a_sharded_bundle(tmp_path, backend):
     assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_distributed_single_process(tmp_path):
     import socket
