@@ -891,8 +891,8 @@ def main() -> None:
                 column_major(tmp, args.quick),
             ),
             (
-                "Start-up: time / `python -c pass` (goal for inspect < 10: it imports neither jax, jaxlib "
-                "nor numpy; verify parses MLIR with jaxlib, without jax)",
+                "Start-up: time / `python -c pass` (inspect and verify parse and check the modules "
+                "with jaxlib's MLIR bindings, as load() does, without jax)",
                 startup(),
             ),
             ("Scale: a sparse bundle of many GiB", scale(tmp, args.quick)),
