@@ -419,7 +419,10 @@ def test_requests_are_decoded_off_the_event_loop(divides, monkeypatch):
     monkeypatch.setattr(_app, "parse_request", parse)
     client, infer = divides
     assert client.post(infer, json={"inputs": [X]}).status_code == 200
-    assert where == ["thread"]
+    assert where == ["event loop"]  # a small body: parsed inline, cheaper than a thread hop
+    monkeypatch.setattr(_app, "INLINE_BYTES", 16)  # now it counts as large
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    assert where == ["event loop", "thread"]
 
 
 @contextlib.contextmanager

@@ -53,7 +53,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         _iree_compile.flags(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
-    b.verify()
+    b.verify(in_memory=False)  # compiles the module bytes load() checked
     check_resignable(b, sign_key, doing="compiling", public_key=public_key,
                      replace_signature=replace_signature, verified=True)  # fmt: skip
     several = not isinstance(b.bundle_manifest, Manifest)

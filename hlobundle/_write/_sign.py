@@ -46,7 +46,7 @@ def sign(
             f"{b.path} is already signed; pass --force (force=True) to replace its signature",
             path=b.path / _signature.SIGNATURE_NAME,
         )
-    b.verify()
+    b.verify(in_memory=False)  # signs the digests it checked; runs nothing
     key = _signature.SigningKey(
         _signature.paths([private_key])[0],
         _signature.paths([signing_certificate])[0] if signing_certificate else None,
@@ -104,7 +104,7 @@ def check_resignable(
     _signature.sign(b.path, b.digests(), sign_key)  # the key signs: thrown away, nothing written
     if b.signed and not replace_signature:
         if not verified:
-            b.verify()
+            b.verify(in_memory=False)
         _check_existing_signature(b, sign_key, public_key, doing)
 
 
