@@ -9,7 +9,7 @@ version that can express a one-function bundle (SPEC.md 5).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,16 +18,11 @@ from ._manifest import (
     FORMAT,
     FORMAT_VERSION,
     MAX_FUNCTIONS,
-    Argument,
-    BatchedModule,
-    DeviceMesh,
-    Executable,
     FileEntry,
+    FunctionFields,
     Manifest,
-    Module,
     Provenance,
     RelPath,
-    Result,
     _check_identifier,
     _check_unique,
     _Model,
@@ -35,21 +30,11 @@ from ._manifest import (
 )
 
 
-class FunctionEntry(_Model):
+class FunctionEntry(FunctionFields):
     """One function of a 2.0 bundle (SPEC.md 2.8): what a 1.x manifest holds for its one
     function, under a name."""
 
     name: str
-    arguments: list[Argument]
-    results: list[Result]
-    input_tree: Any = None
-    output_tree: Any = None
-    module: Module
-    vjp: Module | None = None
-    batched: BatchedModule | None = None
-    mesh: DeviceMesh | None = None
-    executables: list[Executable] | None = None
-    constraints: list[str] | None = None
 
     @field_validator("name")
     @classmethod
@@ -57,7 +42,7 @@ class FunctionEntry(_Model):
         return _check_identifier(name)
 
 
-_FUNCTION_FIELDS = tuple(f for f in FunctionEntry.model_fields if f != "name")
+_FUNCTION_FIELDS = tuple(FunctionFields.model_fields)
 
 
 class BundleManifest(_Model):

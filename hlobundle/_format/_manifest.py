@@ -188,10 +188,10 @@ class FileEntry(_Model):
     sha256: Sha256
 
 
-class Manifest(_Model):
-    format: Literal["hlobundle"]
-    format_version: str = Field(pattern=r"^\d+\.\d+$")
-    function: str = Field(min_length=1)
+class FunctionFields(_Model):
+    """What describes one function: a 1.x manifest's own fields, and each of a 2.0 manifest's
+    `functions` (SPEC.md 2.8)."""
+
     arguments: list[Argument]
     results: list[Result]
     input_tree: Any = None
@@ -202,6 +202,12 @@ class Manifest(_Model):
     mesh: DeviceMesh | None = None
     executables: list[Executable] | None = None
     constraints: list[str] | None = None  # on the symbols of the shapes (2.0, SPEC.md 2.8)
+
+
+class Manifest(FunctionFields):
+    format: Literal["hlobundle"]
+    format_version: str = Field(pattern=r"^\d+\.\d+$")
+    function: str = Field(min_length=1)
     provenance: Provenance
     files: dict[RelPath, FileEntry]
 

@@ -85,20 +85,30 @@ def write_bundle(
             )
             for name in sorted([*files, *arrays])
         }
-        final = final_manifest(manifest, table, signed=signing_key is not None)
-        manifest_bytes = final.to_json()
-        (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
-        if signing_key is not None:  # the last step: every file is written and hashed
-            digests = {name: entry.sha256 for name, entry in table.items()}
-            digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
-            signature = _signature.sign(tmp, digests, signing_key, name=out.name)
-            (tmp / _signature.SIGNATURE_NAME).write_bytes(signature)
+        _finish(tmp, out.name, manifest, table, signing_key)
         _fsync_tree(tmp)
         _move_into_place(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _finish(
+    tmp: Path,
+    name: str,
+    manifest: Manifest | BundleManifest,
+    table: dict[str, FileEntry],
+    key: _signature.SigningKey | None,
+) -> None:
+    """Write the final manifest with this file table into the bundle being built, and, with a
+    key, its signature as the last step (every file is written and hashed by then)."""
+    manifest_bytes = final_manifest(manifest, table, signed=key is not None).to_json()
+    (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
+    if key is not None:
+        digests = {file: entry.sha256 for file, entry in table.items()}
+        digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
+        (tmp / _signature.SIGNATURE_NAME).write_bytes(_signature.sign(tmp, digests, key, name=name))
 
 
 def rewrite_bundle(
@@ -124,14 +134,7 @@ def rewrite_bundle(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             table[name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
-        final = final_manifest(manifest, table, signed=sign_key is not None)
-        manifest_bytes = final.to_json()
-        (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
-        if sign_key is not None:  # the last step: every file is written and hashed
-            digests = {name: entry.sha256 for name, entry in table.items()}
-            digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
-            signature = _signature.sign(tmp, digests, sign_key, name=out.name)
-            (tmp / _signature.SIGNATURE_NAME).write_bytes(signature)
+        _finish(tmp, out.name, manifest, table, sign_key)
         set_modes(tmp)
         _fsync_tree(tmp)
         _move_into_place(tmp, out, force=True)
