@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import edit_manifest, small_bundle
+from helpers import ROOT, edit_manifest, small_bundle
 
 import hlobundle
 from hlobundle._format._manifest import MAX_MANIFEST_BYTES
@@ -133,3 +133,12 @@ def test_manifest_json_is_canonical(bundle):
     raw = (bundle / "manifest.json").read_bytes()
     m = hlobundle.load(bundle).manifest
     assert m.to_json() == raw
+
+
+def test_a_copy_of_a_2_0_manifest_has_its_own_views(tmp_path):
+    from hlobundle._format._manifest_json import parse_manifest
+
+    m = parse_manifest((ROOT / "examples" / "lm.hlobundle" / "manifest.json").read_bytes())
+    assert list(m.views) == ["prefill", "decode"]
+    one = m.model_copy(update={"functions": m.functions[1:], "default_function": None})
+    assert list(one.views) == ["decode"] and list(m.views) == ["prefill", "decode"]

@@ -167,18 +167,13 @@ def _manifest(bundle: Path, function: str | None) -> Manifest:
     return views[function or default or next(iter(views))]
 
 
-def _stored_shape(tf: _tensors.TensorFile, key: str, dtype: str) -> tuple[int, ...]:
-    """A result's shape as the file stores it (a symbolic shape has no one size)."""
-    shape = tf.entries[key].shape
-    return shape[:-1] if _dtypes.BY_NAME[dtype].pair_axis else shape
-
-
 def _read_outputs(path: Path, manifest: Manifest) -> dict[str, np.ndarray]:
     tf = _tensors.TensorFile(path, name=path.name)
     return {
-        r.name: tf.array(r.name, _dtypes.BY_NAME[r.dtype], _stored_shape(tf, r.name, r.dtype))
+        # as the file stores it: a symbolic shape has no one size
+        r.name: tf.array(r.name, row, row.logical_shape(tf.entries[r.name].shape))
         for r in manifest.results
-        if r.name in tf.entries
+        if r.name in tf.entries and (row := _dtypes.BY_NAME[r.dtype])
     }
 
 

@@ -9,7 +9,8 @@ version that can express a one-function bundle (SPEC.md 5).
 from __future__ import annotations
 
 import json
-from typing import Literal
+from functools import cached_property
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -61,22 +62,35 @@ class BundleManifest(_Model):
         _check_unique(names, "functions")
         if self.default_function is not None and self.default_function not in names:
             raise ValueError(f"default_function {self.default_function!r} is not among {names}")
-        for i, f in enumerate(self.functions):
-            try:
-                self.view(f.name)
-            except ValueError as e:  # pydantic's ValidationError is one
-                raise ValueError(f"functions[{i}] ({f.name}): {_first_error(e)}") from None
+        self.views  # noqa: B018  (each function validated as a manifest of its own, once)
         return self
 
+    @cached_property
+    def views(self) -> dict[str, Manifest]:
+        """Each function as a manifest of its own (validated as one), by name, in order."""
+        views = {}
+        for i, f in enumerate(self.functions):
+            data = {k: getattr(f, k) for k in _FUNCTION_FIELDS}
+            try:
+                views[f.name] = Manifest.model_validate(
+                    {**data, "format": self.format, "format_version": self.format_version,
+                     "function": f.name, "provenance": self.provenance, "files": self.files},
+                    strict=False,
+                )  # fmt: skip
+            except ValueError as e:  # pydantic's ValidationError is one
+                raise ValueError(f"functions[{i}] ({f.name}): {_first_error(e)}") from None
+        return views
+
     def view(self, name: str) -> Manifest:
-        """Function `name` as a manifest of its own (validated as one)."""
-        f = next(f for f in self.functions if f.name == name)
-        data = {k: getattr(f, k) for k in _FUNCTION_FIELDS}
-        return Manifest.model_validate(
-            {**data, "format": self.format, "format_version": self.format_version,
-             "function": f.name, "provenance": self.provenance, "files": self.files},
-            strict=False,
-        )  # fmt: skip
+        """Function `name` as a manifest of its own."""
+        return self.views[name]
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy whose views are made again from its own fields (pydantic copies the cached
+        ones with `__dict__`, which `update` may have made stale)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("views", None)
+        return copy
 
     def to_json(self) -> bytes:
         data = self.model_dump(mode="json", exclude_none=True)
@@ -88,7 +102,7 @@ def functions_of(m: Manifest | BundleManifest) -> tuple[dict[str, Manifest], str
     (a 1.x manifest's one function is its default)."""
     if isinstance(m, Manifest):
         return {m.function: m}, m.function
-    return {f.name: m.view(f.name) for f in m.functions}, m.default_function
+    return dict(m.views), m.default_function
 
 
 def combine(

@@ -37,6 +37,10 @@ class DType:
     def storage_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (*shape, 2) if self.pair_axis else shape
 
+    def logical_shape(self, stored: tuple[int, ...]) -> tuple[int, ...]:
+        """A stored tensor's shape without the trailing pair axis (`storage_shape` undone)."""
+        return stored[:-1] if self.pair_axis else stored
+
 
 TABLE: tuple[DType, ...] = (
     DType("bool", "i1", "BOOL", 1),

@@ -271,13 +271,11 @@ def _check_symbols(m: Manifest) -> None:
         return
     if m.format_version.split(".")[0] == "1":
         raise ValueError("symbolic dimensions and constraints need format_version 2.0")
+    arg_dims = [d for a in m.arguments for d in a.shape if isinstance(d, str)]
     symbols = {s for d in dims for s in _symbolic.parse(d).symbols}
     if len(symbols) > _symbolic.MAX_SYMBOLS:
         raise ValueError(f"{len(symbols)} symbols; the limit is {_symbolic.MAX_SYMBOLS}")
-    arg_symbols = {
-        s for a in m.arguments for d in a.shape if isinstance(d, str)
-        for s in _symbolic.parse(d).symbols
-    }  # fmt: skip
+    arg_symbols = {s for d in arg_dims for s in _symbolic.parse(d).symbols}
     if symbols - arg_symbols:
         raise ValueError(
             f"result dimensions use symbols {sorted(symbols - arg_symbols)} that no argument's "

@@ -251,5 +251,18 @@ def _solve(pending: list[tuple[str, Dimension, int]], env: dict[str, int]) -> No
             progress = True
 
 
+def bind_shapes(
+    declared: Sequence[tuple[str, Sequence[int | str]]],
+    actual: Sequence[Sequence[int]],
+    constraints: Iterable[str] = (),
+) -> dict[str, int]:
+    """`bind` for shapes as a manifest writes them (an int, or an expression's text) and
+    constraints as text."""
+    parsed = [
+        (name, [d if isinstance(d, int) else parse(d) for d in dims]) for name, dims in declared
+    ]
+    return bind(parsed, actual, [parse_constraint(c) for c in constraints])
+
+
 def symbols_of(dims: Iterable[int | Dimension]) -> set[str]:
     return {s for d in dims if not isinstance(d, int) for s in d.symbols}

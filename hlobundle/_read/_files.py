@@ -11,7 +11,7 @@ import weakref
 from pathlib import Path
 
 from .._format import _dtypes, _limits, _paths, _prechecks, _symbolic, _tensors
-from .._format._bundle_manifest import BundleManifest, functions_of
+from .._format._bundle_manifest import BundleManifest
 from .._format._errors import (
     FileMissingError,
     FileUnlistedError,
@@ -34,10 +34,9 @@ AnyManifest = Manifest | BundleManifest
 def _each_function(manifest: AnyManifest) -> list[tuple[str, Manifest]]:
     """(field prefix, the function's manifest) for each function: "" for a 1.x manifest,
     `functions[NAME].` for a function of a 2.0 one."""
-    views, _ = functions_of(manifest)
     if isinstance(manifest, Manifest):
         return [("", manifest)]
-    return [(f"functions[{name}].", view) for name, view in views.items()]
+    return [(f"functions[{name}].", view) for name, view in manifest.views.items()]
 
 
 def check_file_set(root: Path, manifest: AnyManifest) -> None:
@@ -164,30 +163,19 @@ def _check_symbolic_values(
     shapes: the arguments' shapes bind its symbols, which the expected results then fit."""
     args = [a for a in view.arguments if a.value]
     results = [r for r in view.results if r.expected]
-    declared = [(a.name, _dims(a.shape)) for a in args] + [
-        (r.name, _dims(r.shape)) for r in results
-    ]
+    stored = [*((a, a.value) for a in args), *((r, r.expected) for r in results)]
+    declared = [(x.name, x.shape) for x, _ in stored]
     actual = [
-        _logical_shape(files[v.file].entries[v.key].shape, x.dtype)
-        for x, v in [*((a, a.value) for a in args), *((r, r.expected) for r in results)]
+        _dtypes.BY_NAME[x.dtype].logical_shape(files[v.file].entries[v.key].shape)
+        for x, v in stored
     ]
-    constraints = [_symbolic.parse_constraint(c) for c in view.constraints or []]
     try:
-        _symbolic.bind(declared, actual, constraints)
+        _symbolic.bind_shapes(declared, actual, view.constraints or ())
     except _symbolic.ShapeError as e:
         raise TensorMismatchError(
             f"{prefix}the stored values do not fit the symbolic shapes: {e} (SPEC.md 2.8)",
             field=f"{prefix}arguments",
         ) from None
-
-
-def _dims(shape: list[int | str]) -> list[int | _symbolic.Dimension]:
-    return [d if isinstance(d, int) else _symbolic.parse(d) for d in shape]
-
-
-def _logical_shape(stored: tuple[int, ...], dtype: str) -> tuple[int, ...]:
-    """A stored tensor's shape without the trailing pair axis of complex dtypes (SPEC.md 3)."""
-    return stored[:-1] if _dtypes.BY_NAME[dtype].pair_axis else stored
 
 
 def _header_budget(keys: list[str]) -> int:
@@ -208,7 +196,7 @@ def _check_header_entry(
         )
     if any(isinstance(d, str) for d in shape):  # symbolic: the function's values bind them
         want = (row.safetensors, entry.shape)
-        shape = list(_logical_shape(entry.shape, row.name))
+        shape = list(row.logical_shape(entry.shape))
     else:
         want = (row.safetensors, row.storage_shape(shape))
     if (entry.code, entry.shape) != want:

@@ -418,6 +418,5 @@ class Bundle:
         tf = self._tensor_files[ref.file]
         row = _dtypes.BY_NAME[dtype]
         if any(isinstance(d, str) for d in shape):  # symbolic: the stored instance's shape
-            stored = tf.entries[ref.key].shape
-            shape = list(stored[:-1] if row.pair_axis else stored)
+            shape = list(row.logical_shape(tf.entries[ref.key].shape))
         return tf.array(ref.key, row, tuple(shape))  # type: ignore[arg-type]

@@ -119,13 +119,9 @@ def check_symbols(manifest: Manifest, values: Sequence[Any]) -> None:
         return
     from .._format import _symbolic
 
-    declared = [
-        (a.name, [d if isinstance(d, int) else _symbolic.parse(d) for d in a.shape])
-        for a in manifest.arguments
-    ]
-    constraints = [_symbolic.parse_constraint(c) for c in manifest.constraints or ()]
+    declared = [(a.name, a.shape) for a in manifest.arguments]
     try:
-        _symbolic.bind(declared, [tuple(np.shape(x)) for x in values], constraints)
+        _symbolic.bind_shapes(declared, [np.shape(x) for x in values], manifest.constraints or ())
     except _symbolic.ShapeError as e:
         raise InputError(
             f"the arguments' shapes do not fit {manifest.function}'s symbolic shapes: {e} "

@@ -138,15 +138,10 @@ def _check_symbolic_examples(
     arguments: list[Argument], ordered: list[Any], constraints: Sequence[str]
 ) -> None:
     """The example values are one instance of the symbolic shapes (SPEC.md 2.8)."""
-    declared, actual = [], []
-    for a, item in zip(arguments, ordered, strict=True):
-        if item is not None:
-            declared.append(
-                (a.name, [d if isinstance(d, int) else _symbolic.parse(d) for d in a.shape])
-            )
-            actual.append(tuple(np.shape(item.array)))
+    given = [(a, item) for a, item in zip(arguments, ordered, strict=True) if item is not None]
     try:
-        _symbolic.bind(declared, actual, [_symbolic.parse_constraint(c) for c in constraints])
+        _symbolic.bind_shapes([(a.name, a.shape) for a, _ in given],
+                              [np.shape(item.array) for _, item in given], constraints)  # fmt: skip
     except _symbolic.ShapeError as e:
         raise InputError(f"the example values do not fit the symbolic shapes: {e}",
                          argument=e.where.split(".")[0]) from None  # fmt: skip
