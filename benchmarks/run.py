@@ -849,74 +849,97 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str, list[dict]]]]]:
+    """Each benchmark by a short name (for --only), giving its titled tables."""
+
+    def one(
+        title: str, fn: Callable[[Path, bool], list[dict]]
+    ) -> Callable[[], list[tuple[str, list[dict]]]]:
+        return lambda: [(title, fn(tmp, quick))]
+
+    def load_pack() -> list[tuple[str, list[dict]]]:
+        load_rows, pack_rows = load_and_pack(tmp, quick)
+        return [
+            (
+                "Load to device-ready arrays: speedup over the baseline (goal >= 3); peak RSS / weights (goal <= 1.2)",
+                load_rows,
+            ),
+            ("Pack with checksums: time / safetensors save_file (goal <= 1.3)", pack_rows),
+        ]
+
+    return {
+        "overhead": one(
+            "Run overhead: bundle function under jit / native jax.jit of the same JAX function (goal <= 1.02)",
+            overhead,
+        ),
+        "vmap": one(
+            "vmap: time / native jax.vmap of the same function. A loop, unless the bundle has a "
+            "batched module for the mapped arguments (export(..., vmap_in_axes=...))",
+            vmap_cost,
+        ),
+        "first": one(
+            "Time to first result, fresh process (goal: ratio <= 1; cached second run <= 0.5)",
+            first_result,
+        ),
+        "iree": one(
+            "IREE: time to first result, fresh process, stored executable / xla backend with a "
+            "warm compile cache (goal <= 0.5)",
+            iree_first_result,
+        ),
+        "pack": load_pack,
+        "column": one("Column-major packing: peak RSS above start-up / weights", column_major),
+        "startup": lambda: [
+            (
+                "Start-up: time / `python -c pass` (inspect and verify parse and check the modules "
+                "with jaxlib's MLIR bindings, as load() does, without jax)",
+                startup(),
+            )
+        ],
+        "scale": one("Scale: a sparse bundle of many GiB", scale),
+        "lm": one(
+            "Language model (examples/lm.hlobundle): decode per token under jit / native jax.jit "
+            "(goal <= 1.05); tensor bytes / one copy of the weights + examples (goal <= 1.02)",
+            lm_cost,
+        ),
+        "trust": one(
+            "Trust: load() and verify --quick of the checking reader / the reader before it",
+            trust_cost,
+        ),
+        "sign": one("Signing: time / a full verify of the same bundle", sign_cost),
+        "serve": one(
+            "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
+            "latency (ratio column: seconds over the in-process call), throughput, load",
+            serve_cost,
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated section names; prints them and writes --out only if given",
+    )
+    parser.add_argument("--out", default=None, help="default: benchmarks/RESULTS.md for a full run")
     args = parser.parse_args()
     import jax
 
     jax.config.update("jax_enable_x64", True)
     tmp = Path(tempfile.mkdtemp(prefix="hlobundle-bench-"))
     try:
-        sections = [
-            (
-                "Run overhead: bundle function under jit / native jax.jit of the same JAX function (goal <= 1.02)",
-                overhead(tmp, args.quick),
-            ),
-            (
-                "vmap: time / native jax.vmap of the same function. A loop, unless the bundle has a "
-                "batched module for the mapped arguments (export(..., vmap_in_axes=...))",
-                vmap_cost(tmp, args.quick),
-            ),
-            (
-                "Time to first result, fresh process (goal: ratio <= 1; cached second run <= 0.5)",
-                first_result(tmp, args.quick),
-            ),
-        ]
-        sections.append((
-            "IREE: time to first result, fresh process, stored executable / xla backend with a "
-            "warm compile cache (goal <= 0.5)",
-            iree_first_result(tmp, args.quick),
-        ))  # fmt: skip
-        load_rows, pack_rows = load_and_pack(tmp, args.quick)
-        sections += [
-            (
-                "Load to device-ready arrays: speedup over the baseline (goal >= 3); peak RSS / weights (goal <= 1.2)",
-                load_rows,
-            ),
-            ("Pack with checksums: time / safetensors save_file (goal <= 1.3)", pack_rows),
-            (
-                "Column-major packing: peak RSS above start-up / weights",
-                column_major(tmp, args.quick),
-            ),
-            (
-                "Start-up: time / `python -c pass` (inspect and verify parse and check the modules "
-                "with jaxlib's MLIR bindings, as load() does, without jax)",
-                startup(),
-            ),
-            ("Scale: a sparse bundle of many GiB", scale(tmp, args.quick)),
-            (
-                "Language model (examples/lm.hlobundle): decode per token under jit / native jax.jit "
-                "(goal <= 1.05); tensor bytes / one copy of the weights + examples (goal <= 1.02)",
-                lm_cost(tmp, args.quick),
-            ),
-            (
-                "Trust: load() and verify --quick of the checking reader / the reader before it",
-                trust_cost(tmp, args.quick),
-            ),
-            ("Signing: time / a full verify of the same bundle", sign_cost(tmp, args.quick)),
-            (
-                "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
-                "latency (ratio column: seconds over the in-process call), throughput, load",
-                serve_cost(tmp, args.quick),
-            ),
-        ]
+        available = sections_of(tmp, args.quick)
+        chosen = [name for name in args.only.split(",") if name] or list(available)
+        unknown = [name for name in chosen if name not in available]
+        if unknown:
+            parser.error(f"unknown sections {unknown}; choose from {list(available)}")
+        sections = [section for name in chosen for section in available[name]()]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, jax {jax.__version__}"
     body = "\n\n".join(f"## {title}\n\n{table(rows)}" for title, rows in sections)
-    Path(args.out).write_text(
+    text = (
         textwrap.dedent(f"""\
         # Benchmark results
 
@@ -928,7 +951,10 @@ def main() -> None:
         + body
         + "\n"
     )
-    print(Path(args.out).read_text())
+    out = args.out or (None if args.only else str(ROOT / "benchmarks" / "RESULTS.md"))
+    if out:
+        Path(out).write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
