@@ -9,6 +9,9 @@ hlobundle never imports jax. This module imports nothing of the package (a leaf 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
+import weakref
 from typing import Any
 
 
@@ -48,6 +51,56 @@ def call_exported_p() -> Any:
     from jax._src.export._export import call_exported_p
 
     return call_exported_p
+
+
+def initialize_lapack() -> None:
+    """Give jax's CPU LAPACK kernels their functions (from scipy), as jax does before it lowers
+    a linear-algebra op; a module calling `lapack_*` targets needs it before it runs."""
+    from jax._src.lax import linalg
+
+    linalg.initialize_lapack()
+
+
+_LAPACK_FREE: set[int] = set()  # ids of live Exporteds whose module calls no LAPACK kernel
+_SKIPPING = threading.local()
+
+
+def skip_lapack_initialization(exported: Any) -> None:
+    """Lower `exported` without initializing LAPACK. jax does it for every Exported it lowers
+    on CPU, and that imports scipy (about 0.1 s in a fresh process); for a module whose checked
+    custom calls include no LAPACK target it is not needed. Exporteds not marked keep jax's
+    behaviour; without the private hooks (another jax), nothing changes."""
+    if not _install_lapack_hook():
+        return
+    key = id(exported)
+    _LAPACK_FREE.add(key)
+    weakref.finalize(exported, _LAPACK_FREE.discard, key)
+
+
+@functools.cache
+def _install_lapack_hook() -> bool:
+    try:
+        from jax._src.export import _export
+        from jax._src.interpreters import mlir
+
+        ensure, lowering = _export._ensure_backends_initialized, _export._call_exported_lowering
+    except (ImportError, AttributeError):
+        return False
+
+    def ensure_unless_skipping(platforms: tuple[str, ...]) -> None:
+        if not getattr(_SKIPPING, "on", False):
+            ensure(platforms)
+
+    def lower(ctx: Any, *args: Any, exported: Any) -> Any:
+        _SKIPPING.on = id(exported) in _LAPACK_FREE
+        try:
+            return lowering(ctx, *args, exported=exported)
+        finally:
+            _SKIPPING.on = False
+
+    _export._ensure_backends_initialized = ensure_unless_skipping
+    mlir.register_lowering(_export.call_exported_p, lower)
+    return True
 
 
 def refine_polymorphic_shapes(module: Any) -> Any:

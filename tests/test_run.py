@@ -244,3 +244,39 @@ def test_jax_cache_is_not_kept_in_a_directory_others_can_write(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         assert f"warning: not using the compile cache: {root} {why}" in r.stderr
         assert not any(real.iterdir())
+
+
+def _solve_bundle(out):
+    import jax.numpy as jnp
+
+    a = np.array([[4.0, 1.0], [2.0, 3.0]], np.float32)
+    b = np.array([1.0, 2.0], np.float32)
+    return hlobundle.export(lambda a, b: jnp.linalg.solve(a, b), a, b, out=out)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("backend", ["enzyme", "xla"] if ENZYME else ["xla"])
+def test_a_bundle_calling_lapack_runs_on_every_backend(tmp_path, backend):
+    """A module calling LAPACK (jnp.linalg.solve) needs jax's LAPACK kernels initialized before
+    it runs; uninitialized, the call jumps through a null pointer (SIGSEGV)."""
+    bundle = _solve_bundle(tmp_path / "solve")
+    assert "lapack_sgetrf_ffi" in hlobundle.load(bundle).module_text
+    r = cli_process("run", bundle, "--backend", backend, "--json")
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert json.loads(r.stdout)["ok"] is True
+
+
+@pytest.mark.subprocess
+def test_a_module_without_lapack_calls_does_not_import_scipy(tmp_path):
+    """jax initializes LAPACK (importing scipy) whenever it lowers an Exported on CPU; the xla
+    backend skips that for a module whose checked custom calls include no LAPACK target."""
+    code = (
+        "import sys, jax, hlobundle\n"
+        f"b = hlobundle.load({str(EXAMPLE)!r})\n"
+        "f = b.function('xla')\n"
+        "jax.block_until_ready(f.call_flat(*[b.tensor(a.name) for a in b.arguments]))\n"
+        "print('scipy' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "False"

@@ -75,6 +75,12 @@ HINT = (
 )
 
 
+def calls_lapack(targets: Iterable[str]) -> bool:
+    """Whether a module's custom calls include one of jax's CPU LAPACK kernels, which run only
+    once jax has initialized them (`_compat.initialize_lapack`)."""
+    return any(t.startswith("lapack_") for t in targets)
+
+
 def target_problem(target: str, allowed: Iterable[str]) -> str | None:
     """Why a custom call target is refused, or None when the policy accepts it."""
     if target.startswith(NEVER_TARGET_PREFIXES):

@@ -30,13 +30,16 @@ class Form:
         return getattr(manifest, self.key)  # type: ignore[no-any-return]
 
 
-def check(form: Form, parsed: Any, manifest: Manifest, path: str) -> _mlir.Signature | None:
+def check(
+    form: Form, parsed: Any, manifest: Manifest, path: str
+) -> tuple[_mlir.Signature | None, tuple[str, ...]]:
     """A parsed form is portable (6.1, 8) and has the signature its section requires.
 
-    **Returns:** the `@main` signature the check read, if it read one (the module's does).
+    **Returns:** the `@main` signature the check read, if it read one (the module's does), and
+    every custom call target in the form (what a runner may have to prepare, such as LAPACK).
     """
-    refuse_unportable(parsed, manifest.module.allowed_custom_calls, path)
-    return form.check_signature(parsed, manifest, path)
+    calls = refuse_unportable(parsed, manifest.module.allowed_custom_calls, path)
+    return form.check_signature(parsed, manifest, path), calls
 
 
 def check_main(parsed: Any, manifest: Manifest, source: str) -> _mlir.Signature:

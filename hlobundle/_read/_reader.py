@@ -70,6 +70,7 @@ class StoredModule:
     target_version: str
     parsed: Any  # the text, parsed
     signature: _mlir.Signature | None  # `@main`'s, when the form's check read it
+    custom_calls: tuple[str, ...]  # every custom call target, as the check found them
 
 
 @dataclass
@@ -185,9 +186,9 @@ class Bundle:
         portable, portable_sha = _files.read_module_file(self.path, view, entry.portable.file)
         text = _files.module_text(text_bytes, entry.text)
         parsed = _mlir.parse(text_bytes, path=entry.text)
-        sig = _stored.check(form, parsed, view, entry.text)
+        sig, calls = _stored.check(form, parsed, view, entry.text)
         return StoredModule(form, entry.text, text, text_sha, entry.portable.file, portable,
-                            portable_sha, entry.portable.target_version, parsed, sig)  # fmt: skip
+                            portable_sha, entry.portable.target_version, parsed, sig, calls)  # fmt: skip
 
     @property
     def module_text(self) -> str:

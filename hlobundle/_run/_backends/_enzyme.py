@@ -8,7 +8,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ... import _compat
 from ..._format import _dtypes
+from ..._format._policy import calls_lapack
 from .. import _batched, _transforms
 from ._enzyme_prepare import Prepared
 from ._enzyme_rules import EnzymeBlockers, register_module
@@ -95,8 +97,11 @@ def enzyme_blockers(bundle: Bundle) -> EnzymeBlockers:
 
 
 def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+    lapack = any(calls_lapack(m.custom_calls) for m in bundle.modules.values())
+    if lapack:  # hlo_call does not, and an uninitialized kernel jumps through a null pointer
+        _compat.initialize_lapack()
     if bundle.manifest.symbolic:
-        return _refined_per_shape(bundle)
+        return _refined_per_shape(bundle, lapack)
     prepared = prepared_for_hlo_call(bundle)
     register_module(prepared.text, enzyme_blockers(bundle))
     if (fast := _batched.fast_path(bundle, "jvp", prepared.result_carriers)) is not None:
@@ -104,7 +109,7 @@ def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
 
 
-def _refined_per_shape(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+def _refined_per_shape(bundle: Bundle, lapack: bool) -> Callable[..., tuple[Any, ...]]:
     """A function with symbolic dimensions (SPEC.md 2.8): enzyme-ad's `hlo_call` needs static
     shapes, so the module is refined to each call's shapes, once per shape, and cached (the
     verified artifact, lowered at the concrete shapes through jax.export and refined by jax's
@@ -112,7 +117,7 @@ def _refined_per_shape(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     from ._enzyme_prepare import for_hlo_call, symbol_prefix
     from ._xla import exported_for
 
-    exported = exported_for(bundle.manifest, bundle.portable_artifact)
+    exported = exported_for(bundle.manifest, bundle.portable_artifact, lapack=lapack)
     results = [r.dtype for r in bundle.manifest.results]
     blockers = enzyme_blockers(bundle)
     digest = bundle.modules["module"].text_sha256

@@ -51,7 +51,8 @@ def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
 
 
 def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
-    exported = exported_for(bundle.manifest, bundle.portable_artifact, get_vjp=_vjp_of(bundle))
+    exported = exported_for(bundle.manifest, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
+                            lapack=_calls_lapack(bundle, "module"))  # fmt: skip
     if (fast := _batched.fast_path(bundle, "vjp")) is not None:
         _batched.register(exported, fast)
     return lambda *flat: tuple(exported.call(*flat))
@@ -114,7 +115,14 @@ def to_exported(bundle: Bundle) -> Any:
         if jax.tree_util.tree_leaves(results) == list(range(len(m.results))):
             out_tree = jax.tree_util.tree_structure(results)
     return exported_for(m, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
-                        in_tree=in_tree, out_tree=out_tree)  # fmt: skip
+                        in_tree=in_tree, out_tree=out_tree,
+                        lapack=_calls_lapack(bundle, "module"))  # fmt: skip
+
+
+def _calls_lapack(bundle: Bundle, form: str) -> bool:
+    from ..._format._policy import calls_lapack
+
+    return calls_lapack(bundle.modules[form].custom_calls)
 
 
 def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
@@ -128,7 +136,7 @@ def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
         return exported_for(m, backward, inputs=[*value_avals(m, m.arguments),
                                                  *cotangent_avals(m, m.results)],
                             outputs=cotangent_avals(m, m.arguments), name=f"{m.function}_vjp",
-                            get_vjp=_no_second_order)  # fmt: skip
+                            get_vjp=_no_second_order, lapack=_calls_lapack(bundle, "vjp"))  # fmt: skip
 
     return get_vjp
 
@@ -144,11 +152,13 @@ def exported_for(
     polymorphic: bool = False,
     in_tree: Any = None,
     out_tree: Any = None,
+    lapack: bool = True,
 ) -> Any:
     """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6).
 
     By default its avals are the manifest's arguments and results, and its trees flat; a
-    backward module passes its own avals.
+    backward module passes its own avals. `lapack=False` says the module's checked custom calls
+    include no LAPACK kernel, so lowering it need not initialize them.
     """
     import jax
     from jax import export
@@ -178,4 +188,7 @@ def exported_for(
         "uses_global_constants": polymorphic or manifest.symbolic,  # symbolic dimensions
         "_get_vjp": get_vjp,
     }
-    return _compat.new_exported(fields)
+    exported = _compat.new_exported(fields)
+    if not lapack:
+        _compat.skip_lapack_initialization(exported)
+    return exported
