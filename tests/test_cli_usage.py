@@ -70,7 +70,11 @@ USAGE_ERRORS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("argv", "option"), USAGE_ERRORS, ids=lambda v: " ".join(v) or "none")
+def _id(value: tuple[str, ...] | str) -> str:
+    return (" ".join(value) or "no command") if isinstance(value, tuple) else f"names {value}"
+
+
+@pytest.mark.parametrize(("argv", "option"), USAGE_ERRORS, ids=_id)
 def test_a_usage_error_exits_2_naming_the_option(tmp_path, argv, option):
     missing = tmp_path / "missing"
     r = cli(*[a.format(missing=missing, tmp=tmp_path / "out") for a in argv])
