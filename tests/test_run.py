@@ -77,7 +77,7 @@ def test_save_outputs(tmp_path):
     assert cli("run", EXAMPLE, "--save-outputs", tmp_path / "out.safetensors").returncode == 0
     np.testing.assert_array_equal(load_file(str(tmp_path / "out.safetensors"))["result"], want)
     r = cli("run", EXAMPLE, "--save-outputs", tmp_path / "out.csv")
-    assert r.returncode == 1 and "expected a .npz or .safetensors file" in r.stderr
+    assert r.returncode == 2 and "--save-outputs: expected a .npz or .safetensors file" in r.stderr
 
 
 def test_run_on_given_inputs(tmp_path):

@@ -1,4 +1,5 @@
-"""What each `hlobundle` command does, once its arguments are parsed (`_main` parses them)."""
+"""What each command that reads or runs bundles does (run, emit, inspect, verify, serve,
+conformance, schema), once `_main` has parsed its arguments; `_writes` has those that write."""
 
 from __future__ import annotations
 
@@ -8,18 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._format._errors import (
-    HloBundleError,
-    InputError,
-)
+from .._format._errors import HloBundleError, InputError
 from ._common import (
     EXIT_FAIL,
     EXIT_OK,
     applies,
     named_bundle,
     output_path,
-    resigning_key,
     trust_options,
+    usage,
 )
 
 
@@ -34,24 +32,18 @@ def _run_bundle(args: argparse.Namespace) -> int:
     from .._format._manifest import needs_x64
     from .._read._inputs import read_files
     from .._read._reader import load
-    from .._run import _run
+    from .._run import _backends, _run
 
-    save = args.save_outputs and output_path(
-        "--save-outputs", args.save_outputs, (".npz", ".safetensors")
-    )
-    from .._run import _backends
-
-    bundle = load(args.bundle, verify=args.verify, **trust_options(args)).select(args.function)
     kind = _backends.kind(args.backend)
     applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
     applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
+    if not kind.JAX and (args.distributed or args.devices not in (None, 1)):
+        usage(args, f"--backend {kind.NAME} runs one device: no --distributed or --devices")
+    save = args.save_outputs and output_path("--save-outputs", args.save_outputs)
+    bundle = load(args.bundle, verify=args.verify, **trust_options(args)).select(args.function)
     if kind.JAX:
         _start_jax(args, needs_x64(bundle.manifest))
     else:
-        if args.distributed or args.devices not in (None, 1):
-            args.parser.error(
-                f"--backend {kind.NAME} runs one device: no --distributed or --devices"
-            )
         kind.limit_memory(args.max_memory)
     given = read_files(args.inputs) if args.inputs else None
     producer = args.layout == "producer"
@@ -103,10 +95,10 @@ def _emit_reactant_server(args: argparse.Namespace) -> int:
     from .._read._reader import load
 
     if not args.output:
-        args.parser.error("--format reactant-server writes the directory -o names")
+        usage(args, "--format reactant-server writes the directory -o names")
     if args.backend != "auto" or args.trust_executables or args.force:
-        args.parser.error(
-            "--format reactant-server takes none of --backend, --trust-executables, --force"
+        usage(
+            args, "--format reactant-server takes none of --backend, --trust-executables, --force"
         )
     out = emit_reactant_server(load(args.bundle, **trust_options(args)), output_path("-o", args.output),
                                function=args.function)  # fmt: skip
@@ -167,7 +159,7 @@ def verify(args: argparse.Namespace) -> int:
 
     trust = trust_options(args)
     if trust and args.quick:
-        args.parser.error("a signature covers every file's sha256: --quick cannot check it")
+        usage(args, "a signature covers every file's sha256: --quick cannot check it")
     bundle = load(args.bundle)
     if not args.quick:
         bundle.verify(in_memory=False, **trust)  # nothing runs after: no private copies
@@ -192,15 +184,11 @@ def verify(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     from .._serve._server import require_extra
 
+    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
     require_extra()
     from .._serve._models import load_models
     from .._serve._server import listening
 
-    if args.max_batch_size < 1 or args.batch_timeout_ms < 0:
-        raise InputError("--max-batch-size must be at least 1 and --batch-timeout-ms not negative")
-    if args.read_timeout <= 0 or args.max_connections < 1 or args.max_body_bytes < 1:
-        raise InputError("--read-timeout, --max-connections and --max-body-bytes must be positive")
-    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
     with listening(args.host, args.port) as sock:  # before anything compiles
         models = load_models([named_bundle(b) for b in args.bundles], backend=args.backend,
                              max_batch=args.max_batch_size,
@@ -227,56 +215,14 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     server(served, args.host, args.port, limits).run(sockets=[sock])
 
 
-def refresh(args: argparse.Namespace) -> int:
-    from .._write._refresh import refresh as refresh_bundle
-
-    if not args.private_key and (args.signing_certificate or args.certificate_chain):
-        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
-    key = resigning_key(args)
-    target = refresh_bundle(args.bundle, target_version=args.target_version, sign_key=key,
-                            public_key=args.public_key,
-                            replace_signature=args.replace_signature)  # fmt: skip
-    print(f"refreshed {args.bundle}: portable artifacts for StableHLO {target}")
-    return EXIT_OK
-
-
-def compile_bundle(args: argparse.Namespace) -> int:
-    from .._write._compile import compile as compile_executables
-
-    if not args.private_key and (args.signing_certificate or args.certificate_chain):
-        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
-    key = resigning_key(args)
-    entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
-                                  function=args.function, sign_key=key, public_key=args.public_key,
-                                  replace_signature=args.replace_signature)  # fmt: skip
-    for e in entries:
-        print(f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
-              f"{e.architecture} cpu {e.cpu})")  # fmt: skip
-    print(f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
-          "PUB.pem (a signed bundle), or --trust-executables")  # fmt: skip
-    return EXIT_OK
-
-
-def sign(args: argparse.Namespace) -> int:
-    from .._write._sign import sign as sign_bundle
-
-    who = sign_bundle(args.bundle, args.private_key, signing_certificate=args.signing_certificate,
-                      certificate_chain=args.certificate_chain, force=args.force)  # fmt: skip
-    print(
-        f"signed {args.bundle} ({who}); check it with: hlobundle verify {args.bundle} --public-key ..."
-    )
-    return EXIT_OK
-
-
 def conformance(args: argparse.Namespace) -> int:
     import dataclasses
     import shlex
-    from pathlib import Path
 
     from . import _conformance
 
     if args.implementation and args.backend != "auto":
-        args.parser.error("--backend chooses this library's backend; --implementation runs another")
+        usage(args, "--backend chooses this library's backend; --implementation runs another")
     from .._run import _backends
 
     if _backends.kind(args.backend).JAX:
@@ -285,7 +231,11 @@ def conformance(args: argparse.Namespace) -> int:
         enable_x64()
     command = shlex.split(args.implementation) if args.implementation else None
     root = Path(args.dir) if args.dir else _conformance.INSTALLED
-    selected = [c for c in _conformance.cases(root) if not args.k or args.k in c.name]
+    found = _conformance.cases(root)
+    selected = [c for c in found if not args.k or args.k in c.name]
+    if not selected:  # no case run is no case passed
+        raise InputError(f"-k {args.k!r} matches none of the {len(found)} cases under "
+                         f"{str(root)!r}", path=root)  # fmt: skip
     outcomes = [_conformance.run_case(c, command, args.backend) for c in selected]
     ok = all(o.passed or o.refused for o in outcomes)
     if args.json:

@@ -1,26 +1,33 @@
-"""What several commands share: exit statuses, output paths, and the signing and trust options."""
+"""What several commands share: exit statuses, usage errors, output paths, and the signing and
+trust options."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .._format._errors import InputError
 
-EXIT_OK, EXIT_FAIL = 0, 1
+EXIT_OK, EXIT_FAIL = 0, 1  # and 2, argparse's, for usage errors (_parser.EXIT_STATUSES)
 
 
-def output_path(flag: str, path: str, suffixes: tuple[str, ...] = ()) -> Path:
-    """An output path whose directory exists and whose suffix is known, checked before any work."""
+def usage(args: argparse.Namespace, message: str) -> NoReturn:
+    """End with a usage error (exit 2): what the command line alone shows wrong, found by a
+    handler before it reads any file. A value of the wrong form is refused by its `type=`
+    (`_values`), an unknown or missing option by argparse: the same message and exit status."""
+    args.parser.error(message)  # the command's usage, `hlobundle CMD: error: message`, exit 2
+
+
+def output_path(flag: str, path: str) -> Path:
+    """An output path whose directory exists, checked before any work (its suffix, a question of
+    form, is a usage error: `_values.file_of`)."""
     out = Path(path)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(
             f"{flag}: the directory {str(parent)!r} does not exist; create it first", path=out
         )
-    if suffixes and out.suffix.lower() not in suffixes:
-        raise InputError(f"{flag} {str(out)!r}: expected a {' or '.join(suffixes)} file", path=out)
     return out
 
 
@@ -49,13 +56,18 @@ def applies(args: argparse.Namespace, flag: str, given: bool, capability: str) -
 
     if given and not able(args.backend):
         which = " or ".join(n for n in _backends.NAMES if able(n))
-        args.parser.error(f"{flag} applies to --backend {which}, not {args.backend}")
+        usage(args, f"{flag} applies to --backend {which}, not {args.backend}")
+
+
+def check_certificates(args: argparse.Namespace) -> None:
+    if not args.private_key and (args.signing_certificate or args.certificate_chain):
+        usage(args, "--signing-certificate and --certificate-chain sign with --sign-key")
 
 
 def resigning_key(args: argparse.Namespace) -> Any:
+    check_certificates(args)
     if not args.private_key and (args.public_key or args.replace_signature):
-        args.parser.error("--public-key and --replace-signature are about signing again: "
-                          "give --sign-key")  # fmt: skip
+        usage(args, "--public-key and --replace-signature are about signing again: give --sign-key")
     return signing_key_of(args) if args.private_key else None
 
 

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from .._format._errors import OutputExistsError
-from ._common import EXIT_OK, named_bundle, output_path, resigning_key, signing_key_of
+from ._common import (
+    EXIT_OK,
+    check_certificates,
+    named_bundle,
+    output_path,
+    resigning_key,
+    signing_key_of,
+    usage,
+)
 
 
 def pack(args: argparse.Namespace) -> int:
@@ -21,16 +29,20 @@ def pack(args: argparse.Namespace) -> int:
         args.inputs = [i for i in args.inputs if i != modules[0]]
         sources = [args.module]
     if len(sources) != 1:
-        args.parser.error("give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
-                          "or --from-jax-export BLOB")  # fmt: skip
+        usage(args, "give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
+                    "or --from-jax-export BLOB")  # fmt: skip
     if args.batch_size is not None and not args.from_reactant_server:
-        args.parser.error("--batch-size applies to --from-reactant-server")
+        usage(args, "--batch-size applies to --from-reactant-server")
     if args.default and not args.add:
-        args.parser.error("--default applies to --add")
+        usage(args, "--default applies to --add")
     if not args.add and (args.public_key or args.replace_signature):
-        args.parser.error("--public-key and --replace-signature apply to --add (signing a "
-                          "bundle again)")  # fmt: skip
+        usage(args, "--public-key and --replace-signature apply to --add (signing a "
+                    "bundle again)")  # fmt: skip
+    if args.add and args.force:
+        usage(args, "--add rewrites the bundle in place: --force does not apply")
     parts = _parts(args)
+    for part in parts:  # every usage error before anything is read or written
+        _check_usage(part)
     if len(parts) == 1 and not args.add:
         out, note = _pack_one(parts[0])
         print(f"wrote {out}{note}")
@@ -47,10 +59,10 @@ def _parts(args: argparse.Namespace) -> list[argparse.Namespace]:
             continue
         named = [named_bundle(item) for item in given]
         if len(named) > 1 and not all(isinstance(n, tuple) for n in named):
-            args.parser.error(f"a repeated {flag} names each function: {flag} NAME=PATH")
+            usage(args, f"a repeated {flag} names each function: {flag} NAME=PATH")
         if len(named) > 1 and (args.inputs or args.expected or args.function):
-            args.parser.error(f"several {flag} take their inputs and names from each source; "
-                              "--inputs, --expected and --function do not apply")  # fmt: skip
+            usage(args, f"several {flag} take their inputs and names from each source; "
+                        "--inputs, --expected and --function do not apply")  # fmt: skip
         key = flag.removeprefix("--").replace("-", "_")
         return [_part(args, key, n) for n in named]
     return [args]
@@ -70,8 +82,6 @@ def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
         return _pack_jax_export(args), ""
     if args.from_reactant_server:
         return _pack_reactant_server(args)
-    if args.from_reactant and (args.inputs or args.layout != "auto"):
-        args.parser.error("--from-reactant takes the inputs and layout from the export")
     options = dict(
         names=args.names,
         result_names=args.result_names,
@@ -85,8 +95,6 @@ def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
     )
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
-    elif args.signing_certificate or args.certificate_chain:
-        args.parser.error("--signing-certificate and --certificate-chain sign with --sign-key")
     if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
         from .._run._process import enable_x64
 
@@ -95,6 +103,21 @@ def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
         return from_reactant(args.from_reactant, args.output, **options), ""
     layout = args.layout.replace("-", "_")
     return pack_files(args.module, args.inputs, args.output, layout=layout, **options), ""
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    """The usage errors of one function's options, given its source."""
+    check_certificates(args)
+    if args.from_reactant and (args.inputs or args.layout != "auto"):
+        usage(args, "--from-reactant takes the inputs and layout from the export")
+    if args.from_reactant_server:
+        _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role", "--function",
+                      because="--from-reactant-server takes names, roles, layout and weights "
+                      "from the bundle")  # fmt: skip
+    if args.from_jax_export:
+        _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and "
+                      "the VJP from the Exported", hint=" (the arguments' names: hlobundle "
+                      "inspect after packing without --inputs)")  # fmt: skip
 
 
 def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -> int:
@@ -108,8 +131,6 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
 
     target = output_path("-o", args.output)
     if args.add:
-        if args.force:
-            args.parser.error("--add rewrites the bundle in place: --force does not apply")
         read_manifest(target)  # a bundle, before anything is packed
     elif target.exists() and not args.force:
         raise OutputExistsError(f"{str(target)!r} already exists; pass --force to replace it",
@@ -154,7 +175,7 @@ def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str
     given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
     given += ["--layout"] if args.layout != "auto" else []
     if given:
-        args.parser.error(f"{because}; {given[0]} does not apply{hint}")
+        usage(args, f"{because}; {given[0]} does not apply{hint}")
 
 
 # What every source that brings its own names refuses; each caller adds its own.
@@ -164,9 +185,6 @@ _REFUSABLE = ("--names", "--result-names", "--with-vjp")
 def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
     from .._write._reactant_server import from_reactant_server
 
-    _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role", "--function",
-                  because="--from-reactant-server takes names, roles, layout and weights from "
-                  "the bundle")  # fmt: skip
     options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
@@ -176,12 +194,8 @@ def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
 
 
 def _pack_jax_export(args: argparse.Namespace) -> Path:
-    from .._write._jax_export import from_exported_files, read_blob
-
-    _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
-                  "VJP from the Exported", hint=" (the arguments' names: hlobundle inspect "
-                  "after packing without --inputs)")  # fmt: skip
     from .._run._process import enable_x64
+    from .._write._jax_export import from_exported_files, read_blob
 
     enable_x64()  # the Exported's own dtypes, 64-bit ones too
     exported, blob = read_blob(args.from_jax_export)

@@ -11,6 +11,10 @@ at the end of this file, or `call`, which takes one array per argument.
 
 The constants below are the bundle's data, written by `hlobundle emit`; everything else is the
 same in every emitted script.
+
+This is one file because it is one script: it runs beside the bundle with jax and numpy alone,
+without hlobundle, so it can import none of hlobundle's helpers, and whatever it shares with
+run_iree_template.py (reading safetensors and `--inputs`, comparing results) is written in each.
 """
 
 import dataclasses
@@ -207,16 +211,29 @@ def call(*args):
     return _call(*args)
 
 
-def load_tensor(file, key, shape, dtype):
-    """One stored value: safetensors holds raw little-endian, row-major bytes after a JSON header.
-    A symbolic dimension of `shape` takes the stored size."""
-    data = read_file(file)
-    header_size = int.from_bytes(data[:8], "little")
-    entry = json.loads(data[8 : 8 + header_size])[key]
+def safetensors_header(data):
+    """The entries of a safetensors file's bytes, and where their data begins: safetensors holds
+    raw little-endian, row-major bytes after an 8-byte length and a JSON header."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
+def stored_array(data, start, entry, dtype, shape):
+    """The array of one safetensors entry, as `dtype` and `shape`, in memory of its own."""
     begin, end = entry["data_offsets"]
-    raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + header_size + begin)
-    stored = entry["shape"] if SYMBOLIC else shape
-    return raw.copy().view(jnp.dtype(dtype)).reshape(stored)
+    raw = np.frombuffer(data, np.uint8, count=end - begin, offset=start + begin)
+    return raw.copy().view(jnp.dtype(dtype)).reshape(shape)
+
+
+def load_tensor(file, key, shape, dtype):
+    """One stored value, in the bundle's dtype; a symbolic dimension of `shape` takes the stored
+    size."""
+    data = read_file(file)
+    header, start = safetensors_header(data)
+    entry = header[key]
+    return stored_array(data, start, entry, dtype, entry["shape"] if SYMBOLIC else shape)
 
 
 def tolerance(dtype):
@@ -226,17 +243,15 @@ def tolerance(dtype):
     return max(1e-5, 8 * float(jnp.finfo(dtype).eps))
 
 
+def widened(x):
+    """An array as float64, or complex128 when complex: how results are compared."""
+    x = np.asarray(x)
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+
+
 def close(got, want, tol):
-    """Whether two results agree within `tol` (relative and absolute), compared in float64 or
-    complex128; NaNs agree with NaNs."""
-    wide = np.complex128 if np.asarray(got).dtype.kind == "c" else np.float64
-    return np.allclose(
-        np.asarray(got).astype(wide),
-        np.asarray(want).astype(wide),
-        rtol=tol,
-        atol=tol,
-        equal_nan=True,
-    )
+    """Whether two results agree within `tol` (relative and absolute); NaNs agree with NaNs."""
+    return np.allclose(widened(got), widened(want), rtol=tol, atol=tol, equal_nan=True)
 
 
 def random_input(rng, shape, dtype):
@@ -319,8 +334,7 @@ def run_example(inputs=None):
         line = f"{name}: {dtype}{list(shape)}"
         if EXPECTED and compare:
             want = load_tensor(*EXPECTED[k], shape, dtype)
-            wide = np.complex128 if value.dtype.kind == "c" else np.float64
-            diff = np.abs(value.astype(wide) - want.astype(wide))
+            diff = np.abs(widened(value) - widened(want))
             line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
             if not close(value, want, tolerance(dtype)):
                 failures.append(name)
@@ -350,16 +364,11 @@ def read_input_file(path):
     if suffix == ".safetensors":
         with open(path, "rb") as f:
             data = f.read()
-        size = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8 : 8 + size])
-        header.pop("__metadata__", None)
-        arrays = {}
-        for key, entry in header.items():
-            begin, end = entry["data_offsets"]
-            raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + size + begin)
-            dtype = jnp.dtype(SAFETENSORS_DTYPES[entry["dtype"]])
-            arrays[key] = raw.copy().view(dtype).reshape(entry["shape"])
-        return arrays
+        header, start = safetensors_header(data)
+        return {
+            key: stored_array(data, start, e, SAFETENSORS_DTYPES[e["dtype"]], e["shape"])
+            for key, e in header.items()
+        }
     raise ValueError(f"{path}: expected a .npy, .npz or .safetensors file")
 
 

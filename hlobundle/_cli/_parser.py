@@ -1,0 +1,53 @@
+"""The `hlobundle` argument parser: its commands, in the order `hlobundle --help` lists them,
+each with its handler (`_commands`, `_pack`) and its own parser (`usage()` reports through it)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import _commands, _parser_read, _parser_write
+
+EXIT_STATUSES = """\
+exit status:
+  0    done (run: every result agrees with its expected output)
+  1    an error, printed as `error [CODE] message`: found in a bundle, a file or while running
+       (a --function the bundle lacks, a missing file, an unverified signature), or a result
+       that differs from its expected output
+  2    a usage error, printed with the command's usage: what the command line alone shows
+       wrong (an unknown or missing option, options that conflict, a value of the wrong form,
+       an option that does not apply to the --backend chosen), before any file is read
+  130  interrupted (Ctrl-C)"""
+
+
+def build() -> argparse.ArgumentParser:
+    from .._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="hlobundle",
+        description="Pack, run, emit, inspect, verify, sign, compile and serve StableHLO bundles.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"hlobundle {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _parser_write.add_pack(sub)
+    _parser_read.add_run(sub)
+    _parser_read.add_emit(sub)
+    _parser_read.add_inspect(sub)
+    _parser_read.add_verify(sub)
+    _parser_read.add_serve(sub)
+    _parser_write.add_refresh(sub)
+    _parser_write.add_compile(sub)
+    _parser_write.add_sign(sub)
+    _parser_read.add_conformance(sub)
+    _add_schema(sub)
+    for command in sub.choices.values():  # a handler's usage errors name its command
+        command.set_defaults(parser=command)
+    return parser
+
+
+def _add_schema(sub: Any) -> None:
+    p = sub.add_parser("schema", help="print the manifest's JSON schema")
+    p.add_argument("-o", "--output", help="write it to this file instead")
+    p.set_defaults(handler=_commands.schema)

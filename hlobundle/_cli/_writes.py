@@ -1,0 +1,50 @@
+"""What each command that writes into a bundle does (refresh, compile, sign), once `_main` has
+parsed its arguments; `hlobundle pack`, which writes a new one, is `_pack`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ._common import EXIT_OK, resigning_key, usage
+
+
+def refresh(args: argparse.Namespace) -> int:
+    from .._write._refresh import refresh as refresh_bundle
+
+    key = resigning_key(args)
+    target = refresh_bundle(args.bundle, target_version=args.target_version, sign_key=key,
+                            public_key=args.public_key,
+                            replace_signature=args.replace_signature)  # fmt: skip
+    print(f"refreshed {args.bundle}: portable artifacts for StableHLO {target}")
+    return EXIT_OK
+
+
+def compile_bundle(args: argparse.Namespace) -> int:
+    from .._run._backends._iree_compile import TARGETS
+    from .._write._compile import compile as compile_executables
+
+    unknown = [t for t in args.targets or () if t not in TARGETS]
+    if unknown:
+        usage(args, f"--target {unknown[0]}: expected one of {', '.join(TARGETS)}")
+    key = resigning_key(args)
+    entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
+                                  function=args.function, sign_key=key, public_key=args.public_key,
+                                  replace_signature=args.replace_signature)  # fmt: skip
+    for e in entries:
+        print(f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
+              f"{e.architecture} cpu {e.cpu})")  # fmt: skip
+    print(f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
+          "PUB.pem (a signed bundle), or --trust-executables")  # fmt: skip
+    return EXIT_OK
+
+
+def sign(args: argparse.Namespace) -> int:
+    from .._write._sign import sign as sign_bundle
+
+    who = sign_bundle(args.bundle, args.private_key, signing_certificate=args.signing_certificate,
+                      certificate_chain=args.certificate_chain, force=args.force)  # fmt: skip
+    print(
+        f"signed {args.bundle} ({who}); check it with: hlobundle verify {args.bundle} --public-key ..."
+    )
+    return EXIT_OK
