@@ -176,7 +176,8 @@ def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
 
 
 def _pack_jax_export(args: argparse.Namespace) -> Path:
-    from .._write._jax_export import from_exported_files, read_blob
+    from .._interop._jax_export import read_blob
+    from .._write._jax_export import from_exported_files
 
     _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and the "
                   "VJP from the Exported", hint=" (the arguments' names: hlobundle inspect "

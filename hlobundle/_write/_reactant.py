@@ -18,7 +18,7 @@ from typing import Literal
 from .._format import _limits, _signature
 from .._format._errors import InputError
 from .._format._manifest import Role, identifier
-from ._sources import check_regular, inside, read_regular
+from .._interop._sources import check_regular, inside, read_regular
 
 # A generated script: a few KiB of code and one docstring line per argument.
 MAX_SCRIPT_BYTES = 16 << 20
