@@ -63,8 +63,8 @@ def _part(args: argparse.Namespace, key: str, named: str | tuple[str, str]) -> a
 
 def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
     """Pack one function (`args.output`), its path and what to say of it."""
+    from .._write._pack_files import pack_files
     from .._write._reactant import from_reactant
-    from .._write._writer import pack_files
 
     if args.from_jax_export:
         return _pack_jax_export(args), ""
@@ -190,5 +190,5 @@ def _pack_jax_export(args: argparse.Namespace) -> Path:
                               roles=dict(args.role), force=args.force,
                               target_version=args.target_version,
                               expected="compute" if args.compute_expected else args.expected,
-                              **({"function": args.function} if args.function else {}))  # fmt: skip
+                              function=args.function or None)  # fmt: skip
     return out

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,7 +23,8 @@ from .._format._manifest import Role
 from .._interop._jax_export import PRODUCER, refuse_what_a_bundle_cannot_hold, symbolic_shapes
 from .._read._inputs import from_python
 from ._export import _identifier, _json_tree, _key_part, _result_name, _unique, leaf_roles
-from ._writer import PackOptions, pack_files, pack_planned
+from ._pack_files import pack_file_inputs
+from ._writer import PackOptions, pack_planned
 
 _CHILD = Path(__file__).with_name("_jax_export_child.py")
 
@@ -75,14 +76,29 @@ def from_exported_files(
     input_files: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
     *,
+    roles: Mapping[str, Role] | None = None,
+    function: str | None = None,
+    force: bool = False,
+    target_version: str | None = None,
+    timestamp: str | None = None,
+    expected: Sequence[str | os.PathLike[str]] | Literal["compute"] | None = None,
     blob: bytes | None = None,
-    **options: Any,
 ) -> Path:
-    """`from_exported()` with example inputs read from files, one array per flat argument (by
-    name, `arr_<k>` or position, as `pack_files()` takes them): the CLI's form. `expected` is
-    `"compute"`, files of expected results, or None; the other options are `pack()`'s."""
-    text, own = _pack_options(exported, blob, options.pop("roles", None))
-    return pack_files(text, input_files, out, **{**own, **options})  # function= renames it
+    """`from_exported()` with example inputs read from files: the CLI's form.
+
+    **Arguments:**
+
+    - `input_files`: one array per flat argument (by name, `arr_<k>` or position), as
+      `pack_files()` takes them.
+    - `function`: the function's name (default: the Exported's `fun_name`).
+    - `expected`: files of expected results, or `"compute"` to run the module on the inputs.
+    - `roles`, `force`, `target_version`, `timestamp`, `blob`: as for `from_exported()`.
+    """
+    text, own = _pack_options(exported, blob, roles)
+    if function is not None:
+        own["function"] = function
+    options = PackOptions(force=force, target_version=target_version, timestamp=timestamp, **own)
+    return pack_file_inputs(text, input_files, out, options, expected=expected)
 
 
 def _pack_options(
