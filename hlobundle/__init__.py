@@ -64,7 +64,7 @@ _LAZY = {
     "from_reactant_server": "._write._reactant_server",
     "from_reactant": "._write._reactant",
     "pack": "._write._writer",
-    "pack_files": "._write._writer",
+    "pack_files": "._write._pack_files",
     "sign": "._write._sign",
     "refresh": "._write._refresh",
 }
@@ -109,11 +109,12 @@ if _typing.TYPE_CHECKING:
     from ._write._compile import compile
     from ._write._export import export
     from ._write._jax_export import from_exported
+    from ._write._pack_files import pack_files
     from ._write._reactant import from_reactant
     from ._write._reactant_server import from_reactant_server
     from ._write._refresh import refresh
     from ._write._sign import sign
-    from ._write._writer import pack, pack_files
+    from ._write._writer import pack
 
 __all__ = [
     "Argument",

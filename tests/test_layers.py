@@ -1,11 +1,12 @@
 """The package's layers (docs/layout.md): imports only go down.
 
-    _format  <-  _read  <-  _run  <-  _write  <-  _emit  <-  _serve  <-  _cli
-    (what a bundle is) (load, verify) (backends) (pack)  (run.py)  (OIP v2)  (commands)
+    _format  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _emit  <-  _serve  <-  _cli
+    (what a bundle is) (foreign formats) (load, verify) (backends) (pack) (run.py) (OIP v2) (commands)
 
 A layer imports its own modules and the layers to its left, never one to its right: the writer
 imports the runner it calls (expected outputs, backward modules), nothing registers itself
-anywhere. The documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the
+anywhere. A foreign system read and written both ways has one room in `_interop`, which its
+importer and its emitter or exporter import (`ROOMS`). The documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the
 entry points from a read bundle into the runner, which import `_run._function` and the xla
 backend inside the method.
 
@@ -21,7 +22,7 @@ from helpers import ROOT
 
 import hlobundle
 
-ORDER = ["_format", "_read", "_run", "_write", "_emit", "_serve", "_cli"]
+ORDER = ["_format", "_interop", "_read", "_run", "_write", "_emit", "_serve", "_cli"]
 LEAVES = {
     "hlobundle._version",
     "hlobundle._compat",
@@ -114,10 +115,47 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._format._b": "from .. import pack\n",
         "hlobundle._read._c": "import importlib\nimportlib.import_module('hlobundle._run._run')\n",
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
+        "hlobundle._interop._e": "from .._read import _reader\n",
         "hlobundle._format._portable_child": "from hlobundle._format import _mlir\n",
     }
     found = _upward(real + [(n, s, False) for n, s in broken.items()])
     assert {n for n, _ in found} == set(broken), found
+
+
+# Each foreign system read and written both ways: its room, and the modules of each direction.
+ROOMS = {
+    "hlobundle._interop._jax_export": [
+        "hlobundle._write._jax_export",
+        "hlobundle._run._backends._xla",
+    ],
+    "hlobundle._interop._reactant_server": [
+        "hlobundle._write._reactant_server",
+        "hlobundle._emit._reactant_server",
+    ],
+}
+
+
+def _outside_rooms(modules) -> list[tuple[str, str]]:
+    """(direction, room) for each direction that does not import its room."""
+    found = []
+    for name, source, is_package in modules:
+        imported = set(_imports(name, source, is_package))
+        for room, directions in ROOMS.items():
+            if name in directions and room not in imported:
+                found.append((name, room))
+    return found
+
+
+def test_each_foreign_system_has_one_room_that_both_directions_import():
+    assert _outside_rooms(_modules()) == []
+
+
+def test_the_room_guard_fails_on_a_direction_that_keeps_its_own_format():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    own = "BATCH_LETTERS = ('n', 'b')\n"  # the emitter spelling the format itself again
+    real["hlobundle._emit._reactant_server"] = (own, False)
+    found = _outside_rooms([(n, s, p) for n, (s, p) in real.items()])
+    assert found == [("hlobundle._emit._reactant_server", "hlobundle._interop._reactant_server")]
 
 
 def _module_level_jax(source: str) -> list[str]:

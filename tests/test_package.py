@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 from helpers import ROOT, small_bundle
@@ -154,3 +156,46 @@ def test_a_name_before_2_0_still_works_with_a_deprecation_warning():
         DeprecationWarning, match="hlobundle.pack_reactant is now hlobundle.from_reactant"
     ):
         assert hlobundle.pack_reactant is hlobundle.from_reactant
+
+
+def _hidden_keywords(namespace: types.ModuleType | types.SimpleNamespace) -> list[str]:
+    """Public functions, and public methods of public classes, that take `**kwargs`: options
+    neither a user nor a type checker can see. (A bundle function's `__call__` takes the
+    user's own keyword arguments; dunder methods are not looked at.)"""
+    found = []
+    for name in namespace.__all__:
+        obj = getattr(namespace, name)
+        members = [(name, obj)] if inspect.isfunction(obj) else []
+        if inspect.isclass(obj):
+            members = [(f"{name}.{m}", f) for m, f in vars(obj).items()
+                       if not m.startswith("_") and inspect.isfunction(f)]  # fmt: skip
+        for where, f in members:
+            kinds = [p.kind for p in inspect.signature(f).parameters.values()]
+            if inspect.Parameter.VAR_KEYWORD in kinds:
+                found.append(where)
+    return found
+
+
+def test_no_public_function_hides_its_options_in_kwargs():
+    assert _hidden_keywords(hlobundle) == []
+
+
+def test_the_kwargs_guard_fails_on_a_function_and_a_method_with_kwargs():
+    def pack_files(module, inputs, out, **options): ...
+
+    class Bundle:
+        def select(self, name, **options): ...
+
+    fake = types.SimpleNamespace(__all__=["pack_files", "Bundle"], pack_files=pack_files,
+                                 Bundle=Bundle)  # fmt: skip
+    assert _hidden_keywords(fake) == ["pack_files", "Bundle.select"]
+
+
+def test_pack_files_takes_packs_keywords_and_a_signing_key():
+    def keywords(f):
+        params = inspect.signature(f).parameters.values()
+        return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+
+    files = keywords(hlobundle.pack_files)
+    assert files.pop("sign_key") is None
+    assert files == keywords(hlobundle.pack)

@@ -138,6 +138,12 @@ def test_the_weights_follow_argument_order_not_the_files_order(tmp_path):
             lambda m: m.replace("compiled_batch_sizes: [4, 8]", "compiled_batch_sizes: [0]"),
             "positive integers",
         ),
+        (  # its first output matches @main's one result: the count alone is wrong
+            lambda m: m.replace(
+                "batching:", '  - {name: z, dtype: f32, shape: "", dims: {}}\nbatching:'
+            ),
+            "manifest.yaml lists 2 executable_outputs; @main has 1",
+        ),
     ],
 )
 def test_hostile_or_inconsistent_manifests_are_refused(tmp_path, edit, message):

@@ -563,3 +563,17 @@ def test_verify_without_a_key_says_the_signature_was_not_checked(bundle, keys, t
     r = cli("verify", _signed(bundle, keys))
     assert r.returncode == 0, r.stderr
     assert "signed" in r.stdout and "not checked" in r.stdout and "--public-key" in r.stdout
+
+
+def test_pack_files_and_from_reactant_server_sign_with_a_key_file(tmp_path, keys):
+    from test_reactant_server import server_bundle
+
+    x = sample((2, 3), "float32")
+    np.save(tmp_path / "x.npy", x)
+    packed = hlobundle.pack_files(identity_module(x), [tmp_path / "x.npy"], tmp_path / "p",
+                                  names=["x"], sign_key=keys / "a.pem")  # fmt: skip
+    served = hlobundle.from_reactant_server(server_bundle(tmp_path), tmp_path / "s",
+                                            sign_key=keys / "a.pem")  # fmt: skip
+    for out in (packed, served):  # the server bundle's: signed once both batch sizes are in
+        b = hlobundle.load(out, verify=True, public_key=keys / "a.pub")
+        assert b.signer is not None and b.signer.startswith("key "), out

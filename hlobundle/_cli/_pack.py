@@ -75,8 +75,8 @@ def _part(args: argparse.Namespace, key: str, named: str | tuple[str, str]) -> a
 
 def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
     """Pack one function (`args.output`), its path and what to say of it."""
+    from .._write._pack_files import pack_files
     from .._write._reactant import from_reactant
-    from .._write._writer import pack_files
 
     if args.from_jax_export:
         return _pack_jax_export(args), ""
@@ -194,8 +194,9 @@ def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
 
 
 def _pack_jax_export(args: argparse.Namespace) -> Path:
+    from .._interop._jax_export import read_blob
     from .._run._process import enable_x64
-    from .._write._jax_export import from_exported_files, read_blob
+    from .._write._jax_export import from_exported_files
 
     enable_x64()  # the Exported's own dtypes, 64-bit ones too
     exported, blob = read_blob(args.from_jax_export)
@@ -203,5 +204,5 @@ def _pack_jax_export(args: argparse.Namespace) -> Path:
                               roles=dict(args.role), force=args.force,
                               target_version=args.target_version,
                               expected="compute" if args.compute_expected else args.expected,
-                              **({"function": args.function} if args.function else {}))  # fmt: skip
+                              function=args.function or None)  # fmt: skip
     return out

@@ -1,39 +1,28 @@
 """`emit_reactant_server()`: a bundle as a ReactantServer.jl model bundle, the directory that
 server loads (SPEC.md section 6.3, read the other way): `manifest.yaml`, `model.mlir` (a
 portable artifact; a `model.bN.mlir` per function when a bundle's functions are one model's
-batch sizes `bN`) and `weights.safetensors` with its `argument_order`.
+batch sizes `bN`) and `weights.safetensors` with its `argument_order`. What that layout is, and
+how each file is written, is `_interop/_reactant_server.py` (the importer reads it there too).
 
 That server calls `@main` with the request's inputs first, then the weights. A bundle whose
 `@main` takes them in another order (JAX's: parameters first) gets a new `@main` in that order,
-which calls the original. Shapes are written in Julia's axis order (the module's reversed), and
-each weight as SafeTensors.jl will read it into the Julia array whose memory is the tensor's.
-Manifest strings reach `manifest.yaml` only through a YAML serializer, as quoted data.
+which calls the original.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from .._format import _dtypes, _mlir, _tensors
+from .._format import _mlir
 from .._format._errors import InputError, OutputExistsError
 from .._format._manifest import Manifest
+from .._interop import _reactant_server as rs
 from .._read._reader import Bundle, load
 from .._write._atomic import refuse_inside_a_bundle, set_modes
-from .._write._reactant_server import BATCH_LETTERS, FORMAT_VERSIONS, TOKENS
-
-_TOKEN_OF = {name: token for token, name in TOKENS.items()}
-# One letter per axis; `n` and `b` mark a batch axis, which these static shapes do not have.
-_BATCH = BATCH_LETTERS[0]
-_LETTERS = "".join(c for c in "abcdefghijklmnopqrstuvwxyz" if c not in BATCH_LETTERS) + (
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-)
 
 
 def emit_reactant_server(
@@ -61,10 +50,10 @@ def emit_reactant_server(
         raise InputError(f"the directory {str(target.parent)!r} does not exist; create it first",
                          path=target)  # fmt: skip
     if function is not None or len(b.functions) == 1:
-        views, batch_axes = {"model.mlir": b.select(function)}, {}
+        views, batch_axes = {rs.MODULE: b.select(function)}, {}
     else:
         by_size, batch_axes = _batch_sizes(b)
-        views = {f"model.b{n}.mlir": view for n, view in by_size.items()}
+        views = {rs.module_file(n): view for n, view in by_size.items()}
     ref = next(iter(views.values()))
     for view in views.values():
         _check_servable(view.manifest)
@@ -76,18 +65,14 @@ def emit_reactant_server(
         raise InputError(f"a ReactantServer.jl bundle stores every weight; {unstored[:5]} have "
                          "no stored value", argument=unstored[0])  # fmt: skip
     sizes = [int(v.manifest.function[1:]) for v in views.values()] if batch_axes else []
-    files = {"manifest.yaml": _manifest_yaml(m, target.name, inputs, batch_axes, sizes)}
+    files = {rs.MANIFEST: _manifest_yaml(m, target.name, inputs, batch_axes, sizes)}
     files |= {file: _portable_main(view, inputs + weights) for file, view in views.items()}
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-        _tensors.write(
-            tmp / "weights.safetensors",
-            {m.arguments[i].name: _julia_stored(ref.tensor(m.arguments[i].name), m.arguments[i].dtype)
-             for i in weights},
-            metadata={"argument_order": json.dumps([m.arguments[i].name for i in weights])},
-        )  # fmt: skip
+        stored = (m.arguments[i] for i in weights)
+        rs.write_weights(tmp / rs.WEIGHTS, {a.name: (ref.tensor(a.name), a.dtype) for a in stored})
         set_modes(tmp)  # mkdtemp's directory is private
         os.rename(tmp, target)  # fails, rather than replaces, if `out` appeared meanwhile
     except BaseException:
@@ -177,58 +162,34 @@ def _check_servable(m: Manifest) -> None:
     if m.mesh is not None:
         raise InputError("a sharded bundle: ReactantServer.jl runs a model on one device")
     values = [*m.arguments, *m.results]
-    lacking = sorted({v.dtype for v in values} - set(_TOKEN_OF))
+    lacking = sorted({v.dtype for v in values} - set(rs.TOKEN_OF))
     if lacking:
         raise InputError(f"ReactantServer.jl has no dtype token for {lacking}; it knows "
-                         f"{sorted(_TOKEN_OF)}")  # fmt: skip
+                         f"{sorted(rs.TOKEN_OF)}")  # fmt: skip
     symbolic = [v.name for v in values if any(type(d) is not int for d in v.shape)]
     if symbolic:
         raise InputError(f"{symbolic[0]} has a symbolic dimension; a ReactantServer.jl bundle "
                          "holds static shapes (a module per batch size)", argument=symbolic[0])  # fmt: skip
-    deep = [v.name for v in values if len(v.shape) > len(_LETTERS)]
+    deep = [v.name for v in values if len(v.shape) > len(rs.LETTERS)]
     if deep:
-        raise InputError(f"{deep[0]} has more axes than the {len(_LETTERS)} shape letters")
-
-
-def _tensor_spec(name: str, dtype: str, shape: list, batch_axis: int | None = None) -> dict:
-    """Julia's axes (the module's reversed), a letter each: `n` the batch axis, sized by the
-    module file; every other letter's size in `dims`."""
-    julia = list(reversed(shape))
-    batch = None if batch_axis is None else len(shape) - 1 - batch_axis
-    letters = [_BATCH if k == batch else c for k, c in enumerate(_LETTERS[: len(julia)])]
-    return {"name": name, "dtype": _TOKEN_OF[dtype], "shape": "".join(letters),
-            "dims": {c: d for k, (c, d) in enumerate(zip(letters, julia, strict=True))
-                     if k != batch}}  # fmt: skip
+        raise InputError(f"{deep[0]} has more axes than the {len(rs.LETTERS)} shape letters")
 
 
 def _manifest_yaml(
     m: Manifest, name: str, inputs: list[int], axes: dict[tuple[str, str], int | None],
     sizes: list[int],
 ) -> bytes:  # fmt: skip
-    import yaml
-
-    doc = {
-        "format_version": FORMAT_VERSIONS[0],
-        "name": name,
-        "kind": "model",
-        "description": f"{m.function if not axes else f'batch sizes {sizes}'}, from an "
-        f"hlobundle ({m.provenance.producer})",
-        "executable_inputs": [
-            _tensor_spec(a.name, a.dtype, a.shape, axes.get(("argument", a.name)))
-            for a in (m.arguments[i] for i in inputs)
-        ],
-        "executable_outputs": [
-            _tensor_spec(r.name, r.dtype, r.shape, axes.get(("result", r.name))) for r in m.results
-        ],
-        "batching": {"compiled_batch_sizes": sizes},
-    }
-    return yaml.safe_dump(doc, sort_keys=False).encode("utf-8")
-
-
-def _julia_stored(value: np.ndarray, dtype: str) -> tuple[np.ndarray, _dtypes.DType]:
-    """The weight as Python will see it after SafeTensors.jl reads the Julia array whose
-    memory is the tensor's row-major memory: its axes reversed."""
-    return np.asarray(np.asarray(value).transpose(), order="C"), _dtypes.BY_NAME[dtype]
+    description = (f"{m.function if not axes else f'batch sizes {sizes}'}, from an hlobundle "
+                   f"({m.provenance.producer})")  # fmt: skip
+    return rs.manifest_yaml(
+        name,
+        description,
+        [rs.tensor_spec(a.name, a.dtype, a.shape, axes.get(("argument", a.name)))
+         for a in (m.arguments[i] for i in inputs)],
+        [rs.tensor_spec(r.name, r.dtype, r.shape, axes.get(("result", r.name)))
+         for r in m.results],
+        sizes,
+    )  # fmt: skip
 
 
 def _reorder_main(module: object, sig: _mlir.Signature, order: list[int]) -> None:

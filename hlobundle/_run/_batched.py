@@ -115,7 +115,7 @@ def fast_path(
     On the enzyme backend the call's results may be carried in other dtypes (`carriers`): the
     batched module's are converted to them, exactly.
     """
-    from ._backends._xla import exported_for
+    from .._interop._jax_export import exported_for
 
     m = bundle.manifest
     batched_module = m.batched if m.mesh is None else None

@@ -16,7 +16,7 @@ from .._format._manifest import Manifest
 
 def outputs(manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.ndarray]:
     """The results of the portable artifact on `values`."""
-    from ._backends._xla import exported_for
+    from .._interop._jax_export import exported_for
     from ._function import check_x64
 
     check_x64(manifest)

@@ -1,6 +1,7 @@
 """`jax.export` in: `from_exported(exported, out)` and `pack --from-jax-export BLOB` write a
 `jax.export.Exported` (or its serialized blob) as a bundle, which keeps the module text and so
-outlives the blob's 6-month compatibility window. (Out: `Bundle.to_exported()`, in the runner.)
+outlives the blob's 6-month compatibility window. What an Exported is made of, both ways, is
+`_interop/_jax_export.py` (out: `Bundle.to_exported()`, through the xla backend).
 
 The module text comes from the Exported's portable artifact, deserialized in a child process
 (MLIR's bytecode reader is not hardened). What a bundle cannot hold is refused with a reason:
@@ -13,18 +14,17 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .._format import _limits, _portable
-from .._format._errors import InputError
-from .._format._manifest import PRODUCER_JAX_EXPORT, Role
+from .._format._manifest import Role
+from .._interop._jax_export import PRODUCER, refuse_what_a_bundle_cannot_hold, symbolic_shapes
 from .._read._inputs import from_python
 from ._export import _identifier, _json_tree, _key_part, _result_name, _unique, leaf_roles
-from ._writer import PackOptions, pack_files, pack_planned
-
-PRODUCER = PRODUCER_JAX_EXPORT  # the provenance's producer of a bundle from an Exported
+from ._pack_files import pack_file_inputs
+from ._writer import PackOptions, pack_planned
 
 _CHILD = Path(__file__).with_name("_jax_export_child.py")
 
@@ -76,14 +76,29 @@ def from_exported_files(
     input_files: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
     *,
+    roles: Mapping[str, Role] | None = None,
+    function: str | None = None,
+    force: bool = False,
+    target_version: str | None = None,
+    timestamp: str | None = None,
+    expected: Sequence[str | os.PathLike[str]] | Literal["compute"] | None = None,
     blob: bytes | None = None,
-    **options: Any,
 ) -> Path:
-    """`from_exported()` with example inputs read from files, one array per flat argument (by
-    name, `arr_<k>` or position, as `pack_files()` takes them): the CLI's form. `expected` is
-    `"compute"`, files of expected results, or None; the other options are `pack()`'s."""
-    text, own = _pack_options(exported, blob, options.pop("roles", None))
-    return pack_files(text, input_files, out, **{**own, **options})  # function= renames it
+    """`from_exported()` with example inputs read from files: the CLI's form.
+
+    **Arguments:**
+
+    - `input_files`: one array per flat argument (by name, `arr_<k>` or position), as
+      `pack_files()` takes them.
+    - `function`: the function's name (default: the Exported's `fun_name`).
+    - `expected`: files of expected results, or `"compute"` to run the module on the inputs.
+    - `roles`, `force`, `target_version`, `timestamp`, `blob`: as for `from_exported()`.
+    """
+    text, own = _pack_options(exported, blob, roles)
+    if function is not None:
+        own["function"] = function
+    options = PackOptions(force=force, target_version=target_version, timestamp=timestamp, **own)
+    return pack_file_inputs(text, input_files, out, options, expected=expected)
 
 
 def _pack_options(
@@ -92,7 +107,7 @@ def _pack_options(
     """The module text of `exported` and the `pack()` options that name and describe it."""
     import jax
 
-    _refuse_what_a_bundle_cannot_hold(exported)
+    refuse_what_a_bundle_cannot_hold(exported)
     text = _portable.canonical_in_child(exported.mlir_module_serialized, path="the Exported")
     tree = jax.tree_util.tree_unflatten(exported.in_tree, list(range(exported.in_tree.num_leaves)))
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
@@ -115,18 +130,8 @@ def _pack_options(
         output_tree=_json_tree(jax.tree_util.tree_unflatten(exported.out_tree, result_names)),
         allow_custom_calls=allowed,
         with_vjp=_backward_in_child(exported, blob) if exported.has_vjp() else False,
-        **_symbolic_options(exported),
+        **symbolic_shapes(exported),
     )
-
-
-def _symbolic_options(exported: Any) -> dict[str, Any]:
-    """`pack()`'s symbolic shapes for an Exported with symbolic dimensions (format 2.0)."""
-    avals = [*exported.in_avals, *exported.out_avals]
-    if all(_static(a.shape) for a in avals):
-        return {}
-    shape = lambda aval: [int(d) if _static([d]) else str(d) for d in aval.shape]  # noqa: E731
-    return {"shapes": [shape(a) for a in exported.in_avals],
-            "result_shapes": [shape(a) for a in exported.out_avals]}  # fmt: skip
 
 
 def _backward_in_child(exported: Any, blob: bytes | None) -> str:
@@ -138,58 +143,6 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
         command, data, path="the Exported", what="the Exported's VJP"
     )
     return stdout.decode("utf-8")
-
-
-def read_blob(path: str | os.PathLike[str]) -> tuple[Any, bytes]:
-    """A serialized `jax.export.Exported` (`Exported.serialize()`), size-limited and checked,
-    and its bytes. Only the outer Exported is deserialized: its module and VJP stay bytes."""
-    from jax import export
-
-    source = Path(path)
-    try:
-        size = source.stat().st_size
-    except OSError as e:
-        raise InputError(f"{str(source)!r}: {e.strerror}", path=source) from None
-    if size > _limits.MAX_MODULE_BYTES:
-        raise InputError(
-            f"{source} is {size} bytes; a jax.export blob may have at most "
-            f"{_limits.MAX_MODULE_BYTES}", path=source,
-        )  # fmt: skip
-    data = source.read_bytes()
-    try:
-        return export.deserialize(bytearray(data)), data
-    except Exception as e:  # flatbuffers and jax raise many kinds on a blob that is not one
-        raise InputError(
-            f"{source} is not a serialized jax.export.Exported jax {_jax_version()} can read: "
-            f"{type(e).__name__}: {str(e)[:300]}",
-            path=source,
-        ) from None
-
-
-def _jax_version() -> str:
-    import jax
-
-    return jax.__version__
-
-
-def _refuse_what_a_bundle_cannot_hold(exported: Any) -> None:
-    why = []
-    if len(exported.platforms) != 1:
-        why.append(f"it is lowered for several platforms {list(exported.platforms)} (a bundle's "
-                   "module is one program; export for one platform)")  # fmt: skip
-    if exported.ordered_effects or exported.unordered_effects:
-        why.append("it has effects (ordered or unordered); a bundle's function has none")
-    if tuple(exported.module_kept_var_idx) != tuple(range(len(exported.in_avals))):
-        why.append("jax dropped unused arguments from its module; export with "
-                   "jax.jit(f, keep_unused=True)")  # fmt: skip
-    if why:
-        raise InputError(
-            f"this jax.export.Exported cannot be a bundle: {'; '.join(why)}", argument="exported"
-        )
-
-
-def _static(shape: Sequence[Any]) -> bool:
-    return all(isinstance(d, (int, np.integer)) for d in shape)
 
 
 def _argument_name(path: Any) -> str:

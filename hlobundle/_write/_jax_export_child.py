@@ -3,7 +3,7 @@
 The VJP is a nested Exported (a flatbuffer and a StableHLO portable artifact) inside an untrusted
 blob; MLIR's bytecode reader is not hardened. This script deserializes the blob and lowers the
 backward module through its VJP, so that a crash is an exit status of this process, never of
-the packer's (`_jax_export.backward_in_child`).
+the packer's (`_jax_export._backward_in_child`).
 
 Protocol: the blob on stdin; on success exit 0 and the backward module's text on stdout; when
 the blob does not load, exit 1 and one line on stderr. The first argument is the address-space

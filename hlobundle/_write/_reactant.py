@@ -18,7 +18,7 @@ from typing import Literal
 from .._format import _limits, _signature
 from .._format._errors import InputError
 from .._format._manifest import Role, identifier
-from ._sources import check_regular, inside, read_regular
+from .._interop._sources import check_regular, inside, read_regular
 
 # A generated script: a few KiB of code and one docstring line per argument.
 MAX_SCRIPT_BYTES = 16 << 20
@@ -149,7 +149,8 @@ def from_reactant(
     """
     from .._format import _mlir
     from . import _normalize
-    from ._writer import pack_files
+    from ._pack_files import pack_file_inputs
+    from ._writer import PackOptions
 
     export = read_export(path)
     data = read_regular(export.module, _limits.MAX_MODULE_BYTES, what="the module")
@@ -160,10 +161,7 @@ def from_reactant(
                          path=export.module) from None  # fmt: skip
     sig = _mlir.signature(_mlir.parse(_normalize.normalize(text, path=str(export.module)).text))
     _check_against_module(export, sig)
-    return pack_files(
-        text,
-        [export.inputs] if export.inputs else [],
-        out,
+    options = PackOptions(
         paths=[a.path for a in export.arguments],
         layout="column_major",
         already_permuted=True,
@@ -174,11 +172,12 @@ def from_reactant(
         function=function,
         force=force,
         target_version=target_version,
-        expected=expected,
-        allow_custom_calls=allow_custom_calls,
+        allow_custom_calls=tuple(allow_custom_calls),
         with_vjp=with_vjp,
         sign_key=None if sign_key is None else _signature.signing_key(sign_key),
     )
+    inputs = [export.inputs] if export.inputs else []
+    return pack_file_inputs(text, inputs, out, options, expected=expected)
 
 
 def _check_against_module(export: ReactantExport, sig: object) -> None:

@@ -144,20 +144,6 @@ def pack(
     return _pack(module, items, Path(out), options)
 
 
-def pack_files(
-    module: str | os.PathLike[str],
-    input_files: Sequence[str | os.PathLike[str]],
-    out: str | os.PathLike[str],
-    **options: Any,
-) -> Path:
-    """`pack()` with inputs read from `.npz`, `.npy` and `.safetensors` files (the CLI's form)."""
-    items = _inputs.read_files(input_files) if input_files else None
-    expected = options.pop("expected", None)
-    if expected is not None and not isinstance(expected, str):  # files of expected results
-        expected = _inputs.read_files(expected)
-    return _pack(module, items, Path(out), PackOptions(**options, expected=expected))
-
-
 def pack_planned(
     module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions
 ) -> Path:

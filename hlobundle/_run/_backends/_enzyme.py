@@ -114,8 +114,8 @@ def _refined_per_shape(bundle: Bundle, lapack: bool) -> Callable[..., tuple[Any,
     shapes, so the module is refined to each call's shapes, once per shape, and cached (the
     verified artifact, lowered at the concrete shapes through jax.export and refined by jax's
     own shape refinement)."""
+    from ..._interop._jax_export import exported_for
     from ._enzyme_prepare import for_hlo_call, symbol_prefix
-    from ._xla import exported_for
 
     exported = exported_for(bundle.manifest, bundle.portable_artifact, lapack=lapack)
     results = [r.dtype for r in bundle.manifest.results]

@@ -1,4 +1,5 @@
-"""The xla backend: a `jax.export.Exported` of the stored portable artifact; needs only jax.
+"""The xla backend: a `jax.export.Exported` of the stored portable artifact (built by the
+jax.export room, `_interop/_jax_export.py`); needs only jax. `to_exported` is the exporter.
 
 Differentiation uses the stored backward module (SPEC.md 2.4) as the Exported's VJP; vmap loops,
 or runs the batched module (`_batched`). Forward mode is not available: an Exported has a VJP only.
@@ -11,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _compat
 from ..._format._errors import TransformError
-from ..._format._manifest import Manifest
+from ..._interop._jax_export import cotangent_avals, exported_for, trees, value_avals
 from .. import _batched, _transforms
-from .._avals import cotangent_avals, value_avals
 
 if TYPE_CHECKING:
     from ..._read._reader import Bundle
@@ -98,23 +98,8 @@ def _no_second_order(_: Any) -> Any:
 def to_exported(bundle: Bundle) -> Any:
     """The bundle as a `jax.export.Exported`: its portable artifact, called with the pytrees it
     was exported with (when the manifest records them), and its backward module as the VJP."""
-    import jax
-
-    from ..._format._manifest import unflatten
-
-    m = bundle.manifest
-    in_tree = out_tree = None
-    if m.input_tree is not None:
-        positions = {a.name: i for i, a in enumerate(m.arguments)}
-        args = unflatten(m.input_tree, positions)
-        if jax.tree_util.tree_leaves(args) == list(range(len(m.arguments))):  # @main's order
-            in_tree = jax.tree_util.tree_structure((tuple(args), {}))
-    if m.output_tree is not None:
-        positions = {r.name: i for i, r in enumerate(m.results)}
-        results = unflatten(m.output_tree, positions)
-        if jax.tree_util.tree_leaves(results) == list(range(len(m.results))):
-            out_tree = jax.tree_util.tree_structure(results)
-    return exported_for(m, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
+    in_tree, out_tree = trees(bundle.manifest)
+    return exported_for(bundle.manifest, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
                         in_tree=in_tree, out_tree=out_tree,
                         lapack=_calls_lapack(bundle, "module"))  # fmt: skip
 
@@ -139,56 +124,3 @@ def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
                             get_vjp=_no_second_order, lapack=_calls_lapack(bundle, "vjp"))  # fmt: skip
 
     return get_vjp
-
-
-def exported_for(
-    manifest: Manifest,
-    portable: bytes,
-    *,
-    inputs: Sequence[Any] | None = None,
-    outputs: Sequence[Any] | None = None,
-    name: str | None = None,
-    get_vjp: Callable[[Any], Any] | None = None,
-    polymorphic: bool = False,
-    in_tree: Any = None,
-    out_tree: Any = None,
-    lapack: bool = True,
-) -> Any:
-    """A `jax.export.Exported` for a portable artifact, built field by field (any jax >= 0.6).
-
-    By default its avals are the manifest's arguments and results, and its trees flat; a
-    backward module passes its own avals. `lapack=False` says the module's checked custom calls
-    include no LAPACK kernel, so lowering it need not initialize them.
-    """
-    import jax
-    from jax import export
-
-    in_avals = tuple(inputs if inputs is not None else value_avals(manifest, manifest.arguments))
-    out_avals = tuple(outputs if outputs is not None else value_avals(manifest, manifest.results))
-    n, m = len(in_avals), len(out_avals)
-    fields = {
-        "fun_name": name or manifest.function,
-        "in_tree": in_tree or jax.tree_util.tree_structure((tuple(range(n)), {})),
-        "in_avals": in_avals,
-        "out_tree": out_tree or jax.tree_util.tree_structure(tuple(range(m))),
-        "out_avals": out_avals,
-        "_has_named_shardings": True,  # all None (unspecified), as jax.export writes them
-        "_in_named_shardings": (None,) * n,
-        "_out_named_shardings": (None,) * m,
-        "in_shardings_hlo": (None,) * n,
-        "out_shardings_hlo": (None,) * m,
-        "nr_devices": 1,
-        "platforms": ("cpu",),
-        "ordered_effects": (),
-        "unordered_effects": (),
-        "disabled_safety_checks": (export.DisabledSafetyCheck.platform(),),
-        "mlir_module_serialized": portable,
-        "calling_convention_version": export.maximum_supported_calling_convention_version,
-        "module_kept_var_idx": tuple(range(n)),
-        "uses_global_constants": polymorphic or manifest.symbolic,  # symbolic dimensions
-        "_get_vjp": get_vjp,
-    }
-    exported = _compat.new_exported(fields)
-    if not lapack:
-        _compat.skip_lapack_initialization(exported)
-    return exported

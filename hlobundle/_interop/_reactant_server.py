@@ -1,0 +1,290 @@
+"""ReactantServer.jl's model bundle (EnzymeAD/ReactantServer.jl, `format_version` 2.0): the one
+place that knows its layout, both ways. The importer (`_write/_reactant_server.py`,
+`from_reactant_server`, `pack --from-reactant-server DIR`) reads one with `read_manifest`,
+`module_text` and `weights`; the emitter (`_emit/_reactant_server.py`, `emit_reactant_server`)
+writes one with `manifest_yaml` and `write_weights`.
+
+Such a bundle is a directory named after its model with:
+
+- `manifest.yaml`: `name`, `format_version`, `kind` (`model`; a `meta` bundle is Julia code over
+  other models and is refused), `executable_inputs` and `executable_outputs` (each a `name`, a
+  `dtype` token such as `f32`, and a `shape` of einsum letters in Julia's axis order, with `dims`
+  giving each letter's size; `n` or `b` marks the batch axis), and `batching.compiled_batch_sizes`;
+- `model.mlir`, or `model.b{N}.mlir` per compiled batch size: the StableHLO module (a portable
+  artifact, or text);
+- `weights.safetensors`: the weights, whose `__metadata__` `argument_order` (a JSON list) gives
+  their order. `@main` takes the executable inputs in manifest order, then the weights;
+- optionally `model.jl`, Julia pre- and post-processing, which is not code this package runs:
+  it is left behind, with a warning.
+
+Julia is column-major: a manifest shape lists Julia's axes, the module's tensor types the same
+axes reversed, and SafeTensors.jl stores a Julia array so that Python reads the same shape, which
+is the axis-reversed view of the tensor `@main` takes. Every value is therefore stored transposed
+into the module's orientation and flagged `column_major` (SPEC.md section 4). The YAML is read
+with a safe loader that refuses aliases; sizes and counts are bounded; nothing is executed.
+Strings reach a written `manifest.yaml` only through a YAML serializer, as quoted data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .._format import _dtypes, _limits, _mlir, _tensors
+from .._format._errors import InputError
+from ._sources import check_regular, read_regular
+
+MANIFEST, WEIGHTS = "manifest.yaml", "weights.safetensors"
+MODULE, JULIA_CODE = "model.mlir", "model.jl"  # or `module_file(N)` per compiled batch size
+ARGUMENT_ORDER = "argument_order"  # the weights file's metadata key: a JSON list of names
+MAX_YAML_BYTES = 1 << 20
+MAX_TENSORS = 100_000
+FORMAT_VERSIONS = ("2.0", "2")
+BATCH_LETTERS = ("n", "b")
+TOKENS = {
+    "f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16",
+    "f8_e5m2": "float8_e5m2", "f8_e4m3": "float8_e4m3fn", "i8": "int8", "i16": "int16",
+    "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
+    "u64": "uint64", "bool": "bool",
+}  # fmt: skip
+TOKEN_OF = {name: token for token, name in TOKENS.items()}
+# The letters a writer gives axes: `n` marks the batch axis, the others are sized in `dims`.
+LETTERS = "".join(c for c in "abcdefghijklmnopqrstuvwxyz" if c not in BATCH_LETTERS) + (
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+_MODULE_FILE = re.compile(r"^model\.b(\d{1,9})\.mlir$")
+
+
+def module_file(batch_size: int) -> str:
+    """The module file of one compiled batch size."""
+    return f"model.b{batch_size}.mlir"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # SPEC.md's dtype name
+    julia_shape: tuple[int | None, ...]  # None: the batch axis
+
+    def shape(self, batch: int) -> tuple[int, ...]:
+        """The module's tensor shape: Julia's axes reversed, the batch axis at `batch`."""
+        return tuple(batch if d is None else d for d in reversed(self.julia_shape))
+
+
+@dataclass(frozen=True)
+class ServerBundle:
+    root: Path
+    name: str
+    format_version: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batch_sizes: tuple[int, ...]
+
+
+def read_manifest(root: Path) -> ServerBundle:
+    """`manifest.yaml`, parsed safely and checked as ReactantServer.jl checks it."""
+    path = root / MANIFEST
+    raw = _load_yaml(path)
+    where = "manifest.yaml"
+    if not isinstance(raw, dict):
+        raise InputError(f"{where} is not a mapping", path=path)
+    version = str(raw.get("format_version"))
+    if version not in FORMAT_VERSIONS:
+        raise InputError(f"{where}: format_version {version!r}; this reader knows "
+                         f"{FORMAT_VERSIONS[0]} (ReactantServer.jl's)", path=path)  # fmt: skip
+    if raw.get("kind", "model") != "model":
+        raise InputError(
+            f"{where}: kind {raw.get('kind')!r}: a meta bundle is Julia code over other models, "
+            "not a compiled function; import the models it calls",
+            path=path,
+        )
+    name = raw.get("name")
+    if not isinstance(name, str) or name != root.resolve().name:
+        raise InputError(f"{where}: name {name!r} is not the directory's name "
+                         f"{root.resolve().name!r}", path=path)  # fmt: skip
+    batching = raw.get("batching") or {}
+    sizes = batching.get("compiled_batch_sizes", []) if isinstance(batching, dict) else None
+    if not isinstance(sizes, list) or not all(type(s) is int and s > 0 for s in sizes):
+        raise InputError(f"{where}: batching.compiled_batch_sizes must be a list of positive "
+                         "integers", path=path)  # fmt: skip
+    return ServerBundle(root, name, version, _tensor_list(raw, "executable_inputs", path),
+                        _tensor_list(raw, "executable_outputs", path), tuple(sizes))  # fmt: skip
+
+
+def _load_yaml(path: Path) -> object:
+    try:
+        import yaml
+    except ImportError:
+        raise InputError(
+            "reading manifest.yaml needs PyYAML: pip install pyyaml",
+            argument="from_reactant_server",
+        ) from None
+
+    class NoAliases(yaml.SafeLoader):  # an alias can make a small file a huge graph
+        def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("aliases (*name) are not accepted")
+            return super().compose_node(parent, index)
+
+    data = _read_regular(path, MAX_YAML_BYTES)
+    try:
+        return yaml.load(data.decode("utf-8"), Loader=NoAliases)  # noqa: S506 (a SafeLoader)
+    # Constructors raise plain ValueError, TypeError, OverflowError on values they cannot make
+    # (an integer of 5,000 digits, 2023-02-30, a +99:00 offset): each is bad YAML here.
+    except (yaml.YAMLError, ValueError, TypeError, ArithmeticError, RecursionError) as e:
+        raise InputError(f"manifest.yaml is not valid YAML: {str(e)[:300]}", path=path) from None
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    return read_regular(path, limit, what=path.name)
+
+
+def _tensor_list(raw: dict, section: str, path: Path) -> tuple[TensorSpec, ...]:
+    items = raw.get(section)
+    if not isinstance(items, list) or len(items) > MAX_TENSORS:
+        raise InputError(f"manifest.yaml: {section} must be a list", path=path, field=section)
+    specs = tuple(_tensor(item, f"{section}[{k}]", path) for k, item in enumerate(items))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise InputError(f"manifest.yaml: {section} names a tensor twice", path=path, field=section)
+    return specs
+
+
+def _tensor(item: object, where: str, path: Path) -> TensorSpec:
+    def bad(why: str) -> InputError:
+        return InputError(f"manifest.yaml: {where}: {why}", path=path, field=where)
+
+    if not isinstance(item, dict):
+        raise bad("not a mapping")
+    name, token, letters = item.get("name"), item.get("dtype"), item.get("shape")
+    dims = item.get("dims") or {}
+    if not isinstance(name, str) or not name:
+        raise bad("no name")
+    if not isinstance(token, str) or token not in TOKENS:
+        raise bad(f"dtype {token!r} is not one of {sorted(TOKENS)}")
+    if not isinstance(letters, str) or not re.fullmatch(r"[A-Za-z]{0,64}", letters):
+        raise bad(f"shape {letters!r} is not a string of letters (einsum style)")
+    if len(set(letters)) != len(letters) or sum(c in BATCH_LETTERS for c in letters) > 1:
+        raise bad(f"shape {letters!r} repeats a letter or has two batch axes")
+    if not isinstance(dims, dict) or set(map(str, dims)) != set(letters) - set(BATCH_LETTERS):
+        raise bad(f"dims {dims!r} must give the size of each letter of {letters!r} but n and b")
+    shape: list[int | None] = []
+    for c in letters:
+        size = None if c in BATCH_LETTERS else dims[c]
+        if size is not None and (type(size) is not int or not 0 < size < 1 << 40):
+            raise bad(f"dims[{c!r}] = {size!r}: a variable (-1) or invalid size; hlobundle "
+                      "stores static shapes")  # fmt: skip
+        shape.append(size)
+    return TensorSpec(name, TOKENS[token], tuple(shape))
+
+
+def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]:
+    """The module for one batch size (its text) and that batch size."""
+    root = server.root
+    per_size = modules_per_size(root)
+    if per_size:
+        size = batch_size if batch_size is not None else min(per_size)
+        if size not in per_size:
+            raise InputError(f"{root.name} has no model.b{size}.mlir (compiled batch sizes: "
+                             f"{sorted(per_size)})", argument="batch_size")  # fmt: skip
+        path = per_size[size]
+    else:
+        path = root / MODULE
+        size = batch_size or (min(server.batch_sizes) if server.batch_sizes else 1)
+    data = _read_regular(path, _limits.MAX_MODULE_BYTES)
+    if data.startswith(b"ML\xefR"):  # a portable artifact: read in a child process
+        from .._format._portable import canonical_in_child
+
+        return canonical_in_child(data, path=path.name), size
+    try:
+        return data.decode("utf-8"), size
+    except UnicodeDecodeError:
+        raise InputError(f"{path.name} is neither a StableHLO portable artifact nor UTF-8 text",
+                         path=path) from None  # fmt: skip
+
+
+def weights(root: Path) -> tuple[list[str], _tensors.TensorFile | None]:
+    """The weights' names in `@main` order, and their file."""
+    path = root / WEIGHTS
+    if not (path.exists() or path.is_symlink()):
+        return [], None
+    check_regular(path, what="weights.safetensors")  # a FIFO would block the open below
+    tf = _tensors.TensorFile(path, name="weights.safetensors")
+    order = tf.metadata.get(ARGUMENT_ORDER)
+    if order is None:
+        if tf.entries:
+            raise InputError("weights.safetensors has tensors but no argument_order metadata "
+                             "(ReactantServer.jl refuses it too)", path=path)  # fmt: skip
+        return [], tf
+    try:
+        names = json.loads(order)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError(
+            "weights.safetensors: argument_order is not a JSON list of names", path=path
+        )
+    missing = sorted(set(names) - set(tf.entries))
+    if missing or len(set(names)) != len(names):
+        raise InputError(f"weights.safetensors: argument_order names {missing[:5] or 'a weight twice'}, "
+                         "which the file does not hold once", path=path)  # fmt: skip
+    return names, tf
+
+
+def modules_per_size(root: Path) -> dict[int, Path]:
+    return {int(m.group(1)): root / f for f in os.listdir(root) if (m := _MODULE_FILE.match(f))}
+
+
+def weight(tf: _tensors.TensorFile, name: str, t: _mlir.TensorType) -> np.ndarray:
+    """A weight in the module's orientation: SafeTensors.jl's (Python's) view, axes reversed."""
+    entry = tf.entries[name]
+    row = _dtypes.BY_NAME[t.dtype.name]
+    julia = tuple(reversed(t.shape))
+    if (entry.code, entry.shape) != (row.safetensors, row.storage_shape(julia)):
+        raise InputError(
+            f"weights.safetensors[{name!r}] is {entry.code}{list(entry.shape)}; @main takes "
+            f"{t.dtype.name}{list(t.shape)}, which Julia stores as {row.safetensors}{list(julia)}",
+            argument=name,
+        )
+    return np.asarray(tf.array(name, row, julia).transpose(), order="C")
+
+
+def tensor_spec(name: str, dtype: str, shape: list, batch_axis: int | None = None) -> dict:
+    """A manifest entry: Julia's axes (the module's reversed), a letter each: `n` the batch
+    axis (`batch_axis` in the module's orientation), sized by the module file; every other
+    letter's size in `dims`."""
+    julia = list(reversed(shape))
+    batch = None if batch_axis is None else len(shape) - 1 - batch_axis
+    letters = [BATCH_LETTERS[0] if k == batch else c for k, c in enumerate(LETTERS[: len(julia)])]
+    return {"name": name, "dtype": TOKEN_OF[dtype], "shape": "".join(letters),
+            "dims": {c: d for k, (c, d) in enumerate(zip(letters, julia, strict=True))
+                     if k != batch}}  # fmt: skip
+
+
+def manifest_yaml(
+    name: str, description: str, inputs: list[dict], outputs: list[dict], sizes: list[int]
+) -> bytes:
+    """`manifest.yaml` of a model bundle: `inputs` and `outputs` are `tensor_spec`s."""
+    import yaml
+
+    doc = {"format_version": FORMAT_VERSIONS[0], "name": name, "kind": "model",
+           "description": description, "executable_inputs": inputs,
+           "executable_outputs": outputs, "batching": {"compiled_batch_sizes": sizes}}  # fmt: skip
+    return yaml.safe_dump(doc, sort_keys=False).encode("utf-8")
+
+
+def write_weights(path: Path, weights: dict[str, tuple[np.ndarray, str]]) -> None:
+    """`weights.safetensors`: each weight (a value in the module's orientation, and its dtype)
+    as SafeTensors.jl will read it into the Julia array whose memory is the tensor's row-major
+    memory (its axes reversed), in `@main`'s order (the mapping's) as `argument_order`."""
+    _tensors.write(
+        path,
+        {name: (np.asarray(np.asarray(value).transpose(), order="C"), _dtypes.BY_NAME[dtype])
+         for name, (value, dtype) in weights.items()},
+        metadata={ARGUMENT_ORDER: json.dumps(list(weights))},
+    )  # fmt: skip
