@@ -1,4 +1,13 @@
+import atexit
 import os
+import shutil
+import tempfile
+
+# The suite never reads or writes the user's caches (compiled programs, check verdicts): each
+# session (each xdist worker) gets its own private, empty cache root, removed at its end.
+_CACHE_ROOT = tempfile.mkdtemp(prefix="hlobundle-test-cache-")
+os.environ["HLOBUNDLE_CACHE_DIR"] = _CACHE_ROOT
+atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
 
 # One CPU device count for the whole session, set before jax is imported, so that sharded
 # bundles run in this process; tests of other device counts start a process of their own.

@@ -474,3 +474,70 @@ def test_a_sub_byte_value_with_a_high_bit_set_is_refused(tmp_path, dtype, byte):
         hlobundle.TensorMismatchError, match=f"bytes other than values below .* in a {dtype} tensor"
     ):
         hlobundle.load(out).verify()
+
+
+# --- cached check verdicts (SPEC.md section 8, "Caches") -------------------------------
+
+
+def _verdicts(root):
+    return sorted((root / "checks").glob("*.json")) if (root / "checks").is_dir() else []
+
+
+def test_a_verdict_is_recorded_once_a_bundle_passed_and_recalled_without_parsing(
+    add_bundle, tmp_path
+):
+    root = tmp_path / "cache"
+    env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(root)}
+    code = f"import sys, hlobundle; hlobundle.load({str(add_bundle)!r}); print('jaxlib.mlir.ir' in sys.modules)"
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert first.stdout.strip() == "True", first.stderr[-2000:]  # parsed and checked
+    assert len(_verdicts(root)) == 1
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert again.stdout.strip() == "False", again.stderr[-2000:]  # recalled: no MLIR at all
+    bundle = hlobundle.load(add_bundle)  # in process, recalled, it still runs and tells the same
+    assert [str(t.dtype.name) for t in bundle.signature.arguments] == ["float32", "float32"]
+
+
+def test_a_verdict_covers_only_the_bytes_it_was_given_for(tmp_path, monkeypatch, add_bundle):
+    """Another program under the same names (text and artifact replaced, rehashed) is checked
+    afresh: the verdict is keyed by the bytes read, not by names or the manifest's word."""
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    hlobundle.load(add_bundle)
+    assert _verdicts(tmp_path / "cache")
+    (add_bundle / "module.mlir").write_text(MUL)  # the artifact stays ADD's
+    rehash(add_bundle, "module.mlir")
+    with pytest.raises(hlobundle.ModuleMismatchError, match="not the same program"):
+        hlobundle.load(add_bundle)
+
+
+def test_a_verdict_covers_only_the_manifest_it_was_given_for(tmp_path, monkeypatch):
+    """A manifest edited to declare other types for the same module is checked afresh."""
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = hlobundle.pack(ADD, None, tmp_path / "b", names=["x", "w"])
+    hlobundle.load(bundle)
+    edit_manifest(bundle, lambda m: m["arguments"][0].update(shape=[4]))
+    with pytest.raises(hlobundle.MainSignatureError, match=r"arguments\[0\]"):
+        hlobundle.load(bundle)
+
+
+def test_an_entry_that_is_not_a_verdict_is_a_miss(tmp_path, monkeypatch, add_bundle):
+    """An entry whose bytes give its name but hold no verdict is ignored: the bundle is checked
+    in full, nothing crashes."""
+    from hlobundle._read import _cache
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
+    hlobundle.load(add_bundle)
+    (entry,) = _verdicts(root)
+    key = entry.name.split(".")[0]
+    entry.unlink()
+    for junk in (b"[]", b'{"signature": {"arguments": 1}}', b"\xff"):
+        (root / "checks" / _cache.entry_name(key, junk, ".json")).write_bytes(junk)
+        assert hlobundle.load(add_bundle).signature.arguments[0].shape == (3,)
+
+
+def test_no_cache_records_no_verdict(tmp_path, monkeypatch, add_bundle):
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HLOBUNDLE_NO_CACHE", "1")
+    hlobundle.load(add_bundle)
+    assert not _verdicts(tmp_path / "cache")

@@ -22,7 +22,7 @@ from ._common import (
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._run import _cache
+    from .._read import _cache
 
     with _cache.turned_off(args.no_cache):  # every cache: IREE's in the runner, JAX's here
         return _run_bundle(args)

@@ -27,8 +27,8 @@ def add_run(sub: Any) -> None:
         help="producer: --inputs and --save-outputs use the producer's orientation (Julia's, "
         "for column-major values)",
     )  # fmt: skip
-    _add_backend(p, "auto: enzyme where installed, else xla; iree: IREE's CPU runtime (extra "
-                 "iree), which needs no jax")  # fmt: skip
+    _add_backend(p, "auto (default): xla, which needs only jax; enzyme: enzyme-ad's hlo_call "
+                 "on the text; iree: IREE's CPU runtime (extra iree), which needs no jax")  # fmt: skip
     p.add_argument("--trust-executables", action="store_true",
                    help="iree: run the bundle's stored executable (native code) although no "
                    "--public-key verified its signature (SPEC.md, 'Executables')")  # fmt: skip

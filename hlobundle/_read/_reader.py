@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .._format import _dtypes, _mlir, _paths, _portable, _signature, _stored
+from .._format import _dtypes, _mlir, _paths, _signature, _stored
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
-    ManifestError,
     ModuleError,
     TensorMismatchError,
 )
 from .._format._manifest import MANIFEST_NAME, Argument, Manifest, Result, TensorRef, unflatten
-from . import _files
+from . import _files, _modules
+from ._modules import StoredModule
 
 if TYPE_CHECKING:
     from .._run._function import Function
@@ -56,28 +56,10 @@ def load(
     return bundle
 
 
-@dataclass(frozen=True)
-class StoredModule:
-    """One form of the bundle's program, as read and checked (`_stored.FORMS`)."""
-
-    form: _stored.Form
-    text_file: str
-    text: str
-    text_sha256: str  # computed from the bytes read, never taken from the manifest
-    portable_file: str
-    portable: bytes
-    portable_sha256: str
-    target_version: str
-    parsed: Any  # the text, parsed
-    signature: _mlir.Signature | None  # `@main`'s, when the form's check read it
-    custom_calls: tuple[str, ...]  # every custom call target, as the check found them
-
-
 @dataclass
 class _Shared:
     """What every function of one opened bundle shares, and what checks found out."""
 
-    same_program: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # (function, form)
     executables: dict[tuple[str, str], bytes] = dataclasses.field(
         default_factory=dict
     )  # (function, target)
@@ -99,7 +81,7 @@ class Bundle:
         _files.check_file_set(root, self.bundle_manifest)
         self._modules = {
             name: {
-                form.key: self._read_module(view, form)
+                form.key: _modules.read_form(root, view, form)
                 for form in _stored.FORMS
                 if form.entry(view) is not None
             }
@@ -110,9 +92,10 @@ class Bundle:
         self._shared = _Shared()
         self._chosen: str | None = None  # the function `select()` chose, if it was asked
         self._select(self.default_function or next(iter(self._views)))
-        for name, modules in self._modules.items() if check_artifacts else ():
-            for key in modules:  # one program per form, whichever form a backend runs
-                self.select(name).artifact(key)
+        for modules in self._modules.values() if check_artifacts else ():
+            for stored in modules.values():  # one program per form, whichever form a backend runs
+                stored.check_artifact()
+                _modules.remember(stored)
 
     def _select(self, name: str) -> None:
         self.manifest: Manifest = self._views[name]
@@ -177,19 +160,6 @@ class Bundle:
     def results(self) -> list[Result]:
         return self.manifest.results
 
-    def _read_module(self, view: Manifest, form: _stored.Form) -> StoredModule:
-        """Read a form's two files once, check their sha256, parse and check the text."""
-        entry = form.entry(view)
-        if entry is None:
-            raise ManifestError(f"the manifest has no {form.key}", field=form.key)
-        text_bytes, text_sha = _files.read_module_file(self.path, view, entry.text)
-        portable, portable_sha = _files.read_module_file(self.path, view, entry.portable.file)
-        text = _files.module_text(text_bytes, entry.text)
-        parsed = _mlir.parse(text_bytes, path=entry.text)
-        sig, calls = _stored.check(form, parsed, view, entry.text)
-        return StoredModule(form, entry.text, text, text_sha, entry.portable.file, portable,
-                            portable_sha, entry.portable.target_version, parsed, sig, calls)  # fmt: skip
-
     @property
     def module_text(self) -> str:
         return self.modules["module"].text
@@ -200,10 +170,7 @@ class Bundle:
         stored = self.modules.get(key)
         if stored is None:
             return None
-        if (self.manifest.function, key) not in self._shared.same_program:
-            _portable.check_same_program(stored.parsed, stored.portable, stored.target_version,
-                                         text=stored.text_file, path=stored.portable_file)  # fmt: skip
-            self._shared.same_program.add((self.manifest.function, key))
+        stored.check_artifact()
         return stored.portable
 
     @property

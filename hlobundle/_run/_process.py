@@ -21,7 +21,7 @@ def configure_jax(
     - `x64`: turn on `jax_enable_x64`, so that 64-bit values stay 64-bit (bundles with int64 or
       float64 values refuse to run without it: `X64DisabledError`).
     - `compile_cache`: JAX's persistent compilation cache in hlobundle's private cache
-      directory (SPEC.md section 8, "Compile caches"); off when caching is off
+      directory (SPEC.md section 8, "Caches"); off when caching is off
       (`HLOBUNDLE_NO_CACHE=1`) or the directory is not safe to use.
     - `distributed`: `jax.distributed.initialize()` from `JAX_COORDINATOR_ADDRESS`,
       `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID`, with gloo collectives on CPU.
@@ -69,7 +69,7 @@ def enable_compilation_cache() -> None:
     section 8, "Compile caches")."""
     import jax
 
-    from . import _cache
+    from .._read import _cache
 
     where = _cache.directory("jax")
     if where is None:

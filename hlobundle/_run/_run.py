@@ -15,7 +15,7 @@ from .._format._errors import InputError, LimitError
 from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
-from . import _placement
+from . import _backends, _placement
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,9 @@ def run(
     devices: int | None = None,
     trust_executables: bool = False,
 ) -> tuple[RunReport, list[np.ndarray]]:
-    """Run once to compile and once more to time; compare with the stored expected outputs."""
+    """Run once to compile and once more to time; compare with the stored expected outputs.
+    `auto` runs on xla: a forward run needs only jax (`_backends.for_forward_calls`)."""
+    backend = _backends.for_forward_calls(backend)  # type: ignore[assignment]
     fn = bundle.function(backend, devices=devices, trust_executables=trust_executables)
     wait = _ready if fn.jax_function else lambda x: x  # others return NumPy arrays
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)

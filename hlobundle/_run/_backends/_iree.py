@@ -31,7 +31,8 @@ from ..._format._errors import (
     LimitError,
     TransformError,
 )
-from .. import _binding, _cache
+from ..._read import _cache
+from .. import _binding
 from . import _iree_compile
 
 if TYPE_CHECKING:

@@ -1,13 +1,14 @@
-"""The persistent compile caches (SPEC.md section 8, "Compile caches"): trusted input, so kept
-where only this user can write, and (IREE's, whose entries we read ourselves) bound to what
-they were compiled from.
+"""The persistent caches (SPEC.md section 8, "Caches"): compiled programs, and the verdicts of
+module checks (`_checks`). Trusted input, so kept where only this user can write, and (those
+whose entries we read ourselves) bound to what they were made from.
 
 - `directory(name)`: `cache_root()/name`, used only when the root and it are real directories
   (not symlinks) owned by this user and writable by no one else; missing ones are created 0700.
   Otherwise a warning, and no caching. `HLOBUNDLE_NO_CACHE` turns every cache off: nothing is
   read, created or written.
 - `read(directory, key)` / `write(directory, key, data)`: an entry is named
-  `<key>.<sha256 of key and bytes>.vmfb`, where `key` names the source, flags, compiler and CPU.
+  `<key>.<sha256 of key and bytes><suffix>`, where `key` names what it was made from (for IREE
+  the source, flags, compiler and CPU).
   It is read as a regular file of ours (no symlink followed), and used only when its bytes give
   its name's digest: a copied, renamed, truncated or replaced entry is ignored (and the module
   compiled again), never run. Nothing here deletes an entry it finds wrong.
@@ -76,9 +77,9 @@ def directory(name: str) -> Path | None:
                 raise _NotPrivate(f"{path} {why}")
     except (_NotPrivate, OSError) as e:
         warnings.warn(
-            f"not using the compile cache: {e}. A compile cache is trusted input: it must be a "
-            "directory of this user's that no one else can write (SPEC.md section 8, 'Compile "
-            "caches'); set HLOBUNDLE_CACHE_DIR to one, or HLOBUNDLE_NO_CACHE=1",
+            f"not using the cache: {e}. A cache is trusted input: it must be a "
+            "directory of this user's that no one else can write (SPEC.md section 8, "
+            "'Caches'); set HLOBUNDLE_CACHE_DIR to one, or HLOBUNDLE_NO_CACHE=1",
             HloBundleWarning,
             stacklevel=3,
         )
@@ -112,28 +113,28 @@ def _not_private(path: Path) -> str | None:
     return None
 
 
-def entry_name(key: str, data: bytes) -> str:
+def entry_name(key: str, data: bytes, suffix: str = SUFFIX) -> str:
     """The file name of the entry for `key` holding `data`: bound to both."""
     digest = hashlib.sha256(key.encode() + b"\n" + data).hexdigest()
-    return f"{key}.{digest}{SUFFIX}"
+    return f"{key}.{digest}{suffix}"
 
 
-def read(where: Path, key: str) -> bytes | None:
+def read(where: Path, key: str, suffix: str = SUFFIX) -> bytes | None:
     """The bytes of an entry for `key` that we wrote, checked; None when there is none."""
     try:
-        names = sorted(n for n in os.listdir(where) if _is_entry_name(n, key))
+        names = sorted(n for n in os.listdir(where) if _is_entry_name(n, key, suffix))
     except OSError:
         return None
     for name in names[:_MAX_CANDIDATES]:
         data = _read_regular_file(where / name)
-        if data is not None and entry_name(key, data) == name:
+        if data is not None and entry_name(key, data, suffix) == name:
             return data
     return None
 
 
-def _is_entry_name(name: str, key: str) -> bool:
-    digest = name[len(key) + 1 : -len(SUFFIX)]
-    return (name.startswith(f"{key}.") and name.endswith(SUFFIX)
+def _is_entry_name(name: str, key: str, suffix: str) -> bool:
+    digest = name[len(key) + 1 : -len(suffix)]
+    return (name.startswith(f"{key}.") and name.endswith(suffix)
             and len(digest) == _DIGEST_LENGTH)  # fmt: skip
 
 
@@ -159,7 +160,7 @@ def _read_regular_file(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def write(where: Path, key: str, data: bytes) -> None:
+def write(where: Path, key: str, data: bytes, suffix: str = SUFFIX) -> None:
     """Store an entry for `key` (best effort: a cache that cannot be written is not an error).
     Written to a new private file, then renamed into place."""
     temporary = None
@@ -167,7 +168,7 @@ def write(where: Path, key: str, data: bytes) -> None:
         with tempfile.NamedTemporaryFile(dir=where, prefix=".partial-", delete=False) as f:
             temporary = f.name
             f.write(data)
-        os.replace(temporary, where / entry_name(key, data))
+        os.replace(temporary, where / entry_name(key, data, suffix))
     except OSError:
         if temporary is not None:  # ours: made just now
             Path(temporary).unlink(missing_ok=True)

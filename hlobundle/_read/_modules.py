@@ -1,0 +1,170 @@
+"""Reading a bundle's module forms: each form's two files read once, hashed, parsed and checked
+(SPEC.md 8), and the checks' verdicts kept in the private cache (`_cache`, directory `checks/`).
+
+A verdict is keyed by the sha256 of everything the checks read: the text's and the artifact's
+bytes (as read and hashed here, never the manifest's word for them), the function's manifest,
+the artifact's target, the form, and the checking code itself (every source file of `_format`,
+this module, and jaxlib's version). It holds what the checks found that later steps use (`@main`'s
+signature and the custom call targets), so a second load of the same bytes by the same code
+skips parsing: no MLIR is imported. A missing, unreadable or malformed entry is a miss, and the
+form is checked in full. Only forms that passed every check (the artifact shown to be the text's
+program included) are recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._format import _dtypes, _mlir, _portable, _stored
+from .._format._errors import ManifestError
+from .._format._manifest import Manifest
+from . import _cache, _files
+
+CHECKS = "checks"  # the cache's subdirectory
+_SUFFIX = ".json"
+
+
+@dataclass
+class StoredModule:
+    """One form of a function's program, as read and checked (`_stored.FORMS`)."""
+
+    form: _stored.Form
+    text_file: str
+    text_bytes: bytes
+    text_sha256: str  # computed from the bytes read, never taken from the manifest
+    portable_file: str
+    portable: bytes
+    portable_sha256: str
+    target_version: str
+    signature: _mlir.Signature | None  # `@main`'s, when the form's check read it
+    custom_calls: tuple[str, ...]  # every custom call target, as the check found them
+    same_program: bool = False  # the artifact was shown to be the text's program
+    verdict_key: str | None = None  # where to record the verdict; None when it was recalled
+    _parsed: Any = field(default=None, repr=False)
+
+    @functools.cached_property
+    def text(self) -> str:
+        return self.text_bytes.decode("utf-8")  # checked to decode when read
+
+    @property
+    def parsed(self) -> Any:
+        """The text, parsed (from the bytes hashed at load; parsed on first use after a cached
+        verdict)."""
+        if self._parsed is None:
+            self._parsed = _mlir.parse(self.text_bytes, path=self.text_file)
+        return self._parsed
+
+    def check_artifact(self) -> None:
+        """Show the artifact to be the text's program (once), then record the verdict."""
+        if self.same_program:
+            return
+        _portable.check_same_program(self.parsed, self.portable, self.target_version,
+                                     text=self.text_file, path=self.portable_file)  # fmt: skip
+        self.same_program = True
+
+
+def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
+    """Read a form's two files once and check their sha256; parse and check the text unless a
+    verdict for these bytes is cached (then the artifact is known to be the text's program)."""
+    entry = form.entry(view)
+    if entry is None:
+        raise ManifestError(f"the manifest has no {form.key}", field=form.key)
+    text_bytes, text_sha = _files.read_module_file(root, view, entry.text)
+    portable, portable_sha = _files.read_module_file(root, view, entry.portable.file)
+    _files.module_text(text_bytes, entry.text)  # UTF-8, or a coded error
+    stored = StoredModule(form, entry.text, text_bytes, text_sha, entry.portable.file, portable,
+                          portable_sha, entry.portable.target_version, None, ())  # fmt: skip
+    key = _key(stored, view)
+    cached = _recall(key)
+    if cached is not None:
+        stored.signature, stored.custom_calls = cached
+        stored.same_program = True
+        return stored
+    stored.signature, stored.custom_calls = _stored.check(form, stored.parsed, view, entry.text)
+    stored.verdict_key = key
+    return stored
+
+
+def remember(stored: StoredModule) -> None:
+    """Record a form's verdict once every check passed (best effort)."""
+    key = stored.verdict_key
+    where = _cache.directory(CHECKS) if key is not None and stored.same_program else None
+    if where is not None:
+        data = json.dumps({"signature": _encode(stored.signature),
+                           "custom_calls": list(stored.custom_calls)}).encode()  # fmt: skip
+        _cache.write(where, key, data, _SUFFIX)
+        stored.verdict_key = None
+
+
+def _key(stored: StoredModule, view: Manifest) -> str:
+    parts = [_code_digest(), stored.form.key, stored.text_file, stored.text_sha256,
+             stored.portable_file, stored.portable_sha256, stored.target_version,
+             hashlib.sha256(view.model_dump_json().encode()).hexdigest()]  # fmt: skip
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The checking code's identity: every source file of `_format` and this one, and jaxlib's
+    version (its parser and serializer decide the verdicts too)."""
+    from jaxlib.version import __version__ as jaxlib_version
+
+    digest = hashlib.sha256(jaxlib_version.encode())
+    here = Path(__file__)
+    for path in [*sorted(here.parent.parent.joinpath("_format").glob("*.py")), here]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _recall(key: str) -> tuple[_mlir.Signature | None, tuple[str, ...]] | None:
+    where = _cache.directory(CHECKS)
+    data = _cache.read(where, key, _SUFFIX) if where is not None else None
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        return _decode(entry["signature"]), tuple(str(t) for t in entry["custom_calls"])
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None  # not one we wrote: a miss
+
+
+def _encode(sig: _mlir.Signature | None) -> Any:
+    if sig is None:
+        return None
+    types = lambda ts: [[list(t.shape), t.dtype.name] for t in ts]  # noqa: E731
+    s = sig.sharding
+    return {
+        "module_name": sig.module_name,
+        "arguments": types(sig.arguments),
+        "results": types(sig.results),
+        "aliases": [[k, v] for k, v in sig.aliases.items()],
+        "unused": sorted(sig.unused),
+        "sharding": None if s is None else {
+            "mesh": s.mesh, "device_ids": s.device_ids, "arguments": s.arguments,
+            "results": s.results, "hlo_arguments": s.hlo_arguments, "hlo_results": s.hlo_results,
+        },
+        "argument_info": list(sig.argument_info),
+        "result_info": list(sig.result_info),
+    }  # fmt: skip
+
+
+def _decode(d: Any) -> _mlir.Signature | None:
+    if d is None:
+        return None
+    types = lambda ts: tuple(_mlir.TensorType(tuple(shape), _dtypes.BY_NAME[name])  # noqa: E731
+                             for shape, name in ts)  # fmt: skip
+    s = d["sharding"]
+    partitions = lambda ps: tuple(None if p is None else tuple(tuple(a) for a in p) for p in ps)  # noqa: E731
+    sharding = None if s is None else _mlir.Sharding(
+        None if s["mesh"] is None else tuple((str(n), int(k)) for n, k in s["mesh"]),
+        tuple(s["device_ids"]), partitions(s["arguments"]), partitions(s["results"]),
+        tuple(s["hlo_arguments"]), tuple(s["hlo_results"]),
+    )  # fmt: skip
+    return _mlir.Signature(d["module_name"], types(d["arguments"]), types(d["results"]),
+                           {int(k): int(v) for k, v in d["aliases"]}, frozenset(d["unused"]),
+                           sharding, tuple(d["argument_info"]), tuple(d["result_info"]))  # fmt: skip
