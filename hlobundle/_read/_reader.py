@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from .._format import _dtypes, _mlir, _paths, _signature, _stored
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
@@ -19,9 +17,10 @@ from .._format._errors import (
     ModuleError,
     TensorMismatchError,
 )
-from .._format._manifest import MANIFEST_NAME, Argument, Manifest, Result, TensorRef, unflatten
+from .._format._manifest import MANIFEST_NAME, Manifest
 from . import _files, _modules
 from ._modules import StoredModule
+from ._values import StoredValues
 
 if TYPE_CHECKING:
     from .._run._function import Function
@@ -66,7 +65,7 @@ class _Shared:
     signer: str | None = None
 
 
-class Bundle:
+class Bundle(StoredValues):
     """An opened, structurally valid bundle, and one of its functions (SPEC.md 2.8): the
     default one, or the one `select()` names. `manifest`, `arguments`, `results`, `modules`
     and `signature` are that function's; everything else is the bundle's."""
@@ -153,14 +152,6 @@ class Bundle:
         )
 
     @property
-    def arguments(self) -> list[Argument]:
-        return self.manifest.arguments
-
-    @property
-    def results(self) -> list[Result]:
-        return self.manifest.results
-
-    @property
     def module_text(self) -> str:
         return self.modules["module"].text
 
@@ -205,60 +196,6 @@ class Bundle:
         """Whether the bundle's signature was verified with a key or chain the caller gave
         (`verify(public_key=...)`): only then does the runner use stored executables unasked."""
         return self.signer is not None
-
-    @property
-    def has_example_inputs(self) -> bool:
-        return all(a.value is not None for a in self.arguments)
-
-    def tensor(self, name: str, *, layout: Literal["stored", "producer"] = "stored") -> np.ndarray:
-        """An argument's stored example value, memory-mapped and read-only.
-
-        With `layout="producer"`, a column-major argument comes back axis-reversed (Julia's
-        orientation) as a view, without a copy.
-        """
-        try:
-            arg = self.manifest.argument(name)
-        except KeyError:
-            names = [a.name for a in self.arguments]
-            raise InputError(
-                f"no argument named {name!r}; the arguments are {names[:20]}", argument=name
-            ) from None
-        if arg.value is None:
-            raise InputError(f"argument {name!r} has no stored example value", argument=name)
-        array = self._array(arg.value, arg.dtype, arg.shape)
-        return array.T if layout == "producer" and arg.layout == "column_major" else array
-
-    def example_inputs(self) -> dict[str, np.ndarray]:
-        """Every stored argument value by name, in `@main` order (stored orientation)."""
-        return {a.name: self.tensor(a.name) for a in self.arguments if a.value is not None}
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        """The stored values of the parameter and state arguments (role other than `input`),
-        by name, in `@main` order: what a call leaves out, it takes from here."""
-        return {
-            a.name: self.tensor(a.name)
-            for a in self.arguments
-            if a.role != "input" and a.value is not None
-        }
-
-    def example_args(self) -> tuple[Any, ...]:
-        """The stored example inputs as the positional arguments the function was exported
-        with: the pytrees of `input_tree` when the manifest records it, else one array per
-        argument. `bundle.function()(*bundle.example_args())` runs the stored example."""
-        inputs = self.example_inputs()
-        missing = [a.name for a in self.arguments if a.name not in inputs]
-        if missing:
-            raise InputError(
-                f"no stored example value for argument(s) {missing[:20]}", argument=missing[0]
-            )
-        tree = self.manifest.input_tree
-        return tuple(inputs.values()) if tree is None else unflatten(tree, inputs)
-
-    def expected_outputs(self) -> dict[str, np.ndarray]:
-        """Every stored expected result by name (stored orientation)."""
-        return {
-            r.name: self._array(r.expected, r.dtype, r.shape) for r in self.results if r.expected
-        }
 
     def function(
         self,
@@ -381,10 +318,3 @@ class Bundle:
 
     def _file(self, name: str) -> Path:
         return _paths.resolve(self.path, name)
-
-    def _array(self, ref: TensorRef, dtype: str, shape: list[int | str]) -> np.ndarray:
-        tf = self._tensor_files[ref.file]
-        row = _dtypes.BY_NAME[dtype]
-        if any(isinstance(d, str) for d in shape):  # symbolic: the stored instance's shape
-            shape = list(row.logical_shape(tf.entries[ref.key].shape))
-        return tf.array(ref.key, row, tuple(shape))  # type: ignore[arg-type]
