@@ -13,7 +13,6 @@ disk works while the next steps are copied in, and the final fsync has little le
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import os
@@ -132,9 +131,8 @@ _SYNC_FILE_RANGE_WRITE = 2  # start writeback of the range's dirty pages, withou
 
 def _start_writeback(fd: int, offset: int, size: int) -> None:
     libc = _libc()
-    if libc is not None:  # a hint: a failure only means the fsync does all the work
-        with contextlib.suppress(OSError):
-            libc.sync_file_range(fd, offset, size, _SYNC_FILE_RANGE_WRITE)
+    if libc is not None:  # a hint: its result is ignored (a failure leaves the work to fsync)
+        libc.sync_file_range(fd, offset, size, _SYNC_FILE_RANGE_WRITE)
 
 
 @cache
