@@ -24,7 +24,9 @@ from types import TracebackType
 from typing import Any
 
 STEP_BYTES = 8 * 1024 * 1024  # small enough that Ctrl-C acts at once, large for few syscalls
-_AHEAD = 8  # steps the writer may run ahead of the hash (views of the arrays: no memory)
+# Steps the writer may run ahead of the hash: mostly views of the arrays, but a converted copy
+# (a transposed column-major array) lives until it is hashed, so this bounds them too.
+_AHEAD = 8
 _MAX_BUFFERS = 512  # per writev; Linux's IOV_MAX is 1024
 _new_hash = hashlib.sha256
 
