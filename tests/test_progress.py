@@ -150,11 +150,11 @@ def _partial_size(parent) -> int:
 
 _SLOW_WRITES = """
 import os, sys, time
-real = os.write
-def slow(fd, data):
+real = os.writev
+def slow(fd, buffers):
     time.sleep(0.1)
-    return real(fd, data)
-os.write = slow
+    return real(fd, buffers)
+os.writev = slow
 from hlobundle._cli._main import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -160,8 +160,8 @@ def _racing(monkeypatch, act):
 
     real = _atomic._fsync_tree
 
-    def fsync_then_act(root):
-        real(root)
+    def fsync_then_act(root, **kwargs):
+        real(root, **kwargs)
         act()
 
     monkeypatch.setattr(_atomic, "_fsync_tree", fsync_then_act)

@@ -17,13 +17,14 @@ import mmap
 import os
 import struct
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .. import _progress
-from . import _dtypes, _paths
+from . import _dtypes, _hashing_writer, _paths
 from ._errors import LimitError, TensorFileError
 
 if TYPE_CHECKING:
@@ -40,32 +41,60 @@ def write(
     path: Path,
     arrays: dict[str, tuple[np.ndarray, _dtypes.DType]],
     metadata: dict[str, str] | None = None,
+    *,
+    fsync: bool = False,
 ) -> str:
     """Write `{key: (array, dtype row)}` as a new safetensors file, laid out as safetensors
-    lays it out (deterministic); `metadata` adds `__metadata__` entries.
+    lays it out (deterministic); `metadata` adds `__metadata__` entries; `fsync` syncs the file.
+
+    Each array is converted to its stored form (`_dtypes.to_storage`: a copy only for a
+    transposed or converted array) just before its bytes are written, so that only a few such
+    copies exist at once, and hashed in a second thread as it is written (`_hashing_writer`).
 
     **Returns:** the file's sha256, computed from the bytes as they are written.
     """
-    stored = {key: _dtypes.to_storage(a, row) for key, (a, row) in arrays.items()}
-    order, header = _layout(stored, metadata or {})
-    size = len(header.raw) + sum(a.nbytes for a in stored.values())
-    h = hashlib.sha256(header.raw)
+    planned = {key: _planned(a, row) for key, (a, row) in arrays.items()}
+    order, header = _layout(planned, metadata or {})
+    size = len(header.raw) + sum(p.nbytes for p in planned.values())
+
+    def buffers() -> Iterator[memoryview]:
+        yield memoryview(header.raw)
+        for key in order:
+            a, row = arrays[key]
+            data = _bytes_of(_dtypes.to_storage(a, row))
+            if len(data) != planned[key].nbytes:  # an array-like whose shape said otherwise
+                raise TensorFileError(
+                    f"{path.name}: tensor {key!r} has {len(data)} bytes, its header "
+                    f"{planned[key].nbytes} (shape {planned[key].shape})",
+                    path=path.name,
+                )
+            yield data
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
-        with _progress.task(f"writing {path.name}", size) as advance:
-            _write_all(fd, memoryview(header.raw))
-            advance(len(header.raw))
-            for key in order:
-                data = _bytes_of(stored[key])
-                # In steps, in Python: the bar moves, and Ctrl-C acts between two steps.
-                for begin in range(0, len(data), _WRITE_CHUNK):
-                    chunk = data[begin : begin + _WRITE_CHUNK]
-                    h.update(chunk)
-                    _write_all(fd, chunk)
-                    advance(len(chunk))
+        with (
+            _progress.task(f"writing {path.name}", size) as advance,
+            _hashing_writer.HashingWriter(fd) as writer,
+        ):
+            for step in _hashing_writer.steps(buffers()):
+                advance(writer.write(step))
+            return writer.finish(fsync=fsync)
     finally:
         os.close(fd)
-    return h.hexdigest()
+
+
+class _Planned(NamedTuple):
+    code: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def _planned(a: np.ndarray, row: _dtypes.DType) -> _Planned:
+    """How an array is stored (`to_storage`), known from its shape without converting it."""
+    import numpy as np
+
+    shape = row.storage_shape(tuple(np.shape(a)))
+    return _Planned(row.safetensors, shape, math.prod(shape) * _CODE_BYTES[row.safetensors])
 
 
 def _bytes_of(a: np.ndarray) -> memoryview:
@@ -74,34 +103,29 @@ def _bytes_of(a: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
 
 
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        data = data[os.write(fd, data) :]
-
-
 @dataclass(frozen=True)
 class _Header:
     raw: bytes  # the 8-byte length and the JSON header, as safetensors writes them
     pad: str
 
 
-def _layout(stored: dict[str, np.ndarray], metadata: dict[str, str]) -> tuple[list[str], _Header]:
-    """safetensors' tensor order and header, with metadata padding that puts the data at a
-    multiple of DATA_ALIGNMENT.
+def _layout(planned: dict[str, _Planned], metadata: dict[str, str]) -> tuple[list[str], _Header]:
+    """safetensors' tensor order and header for tensors of these codes, shapes and sizes, with
+    metadata padding that puts the data at a multiple of DATA_ALIGNMENT.
 
     As safetensors writes it: a compact JSON header, tensors ordered by dtype (its enum, largest
     first) then name; safetensors' reader checks the result whenever a bundle is opened.
     """
-    order = sorted(stored, key=lambda k: (-_RANK[_code(stored[k])], k))
+    order = sorted(planned, key=lambda k: (-_RANK[planned[k].code], k))
     entries, offset = {}, 0
     for key in order:
-        a = stored[key]
+        p = planned[key]
         entries[key] = {
-            "dtype": _code(a),
-            "shape": list(a.shape),
-            "data_offsets": [offset, offset + a.nbytes],
+            "dtype": p.code,
+            "shape": list(p.shape),
+            "data_offsets": [offset, offset + p.nbytes],
         }
-        offset += a.nbytes
+        offset += p.nbytes
 
     def dump(pad: str) -> bytes:
         meta = {"pad": pad, **metadata}
@@ -112,11 +136,6 @@ def _layout(stored: dict[str, np.ndarray], metadata: dict[str, str]) -> tuple[li
     pad = " " * (target - length)
     text = dump(pad)
     return order, _Header(struct.pack("<Q", len(text)) + text, pad)
-
-
-def _code(stored: np.ndarray) -> str:
-    """The safetensors code of an array as `to_storage` returns it (its dtype is native)."""
-    return _dtypes.BY_NAME[stored.dtype.name].safetensors
 
 
 # safetensors' dtype order (its Dtype enum); the header lists tensors from the last to the first.
@@ -323,4 +342,3 @@ class TensorFile:
 
 
 _CHUNK = 16 * 1024 * 1024
-_WRITE_CHUNK = 4 * 1024 * 1024  # small enough that Ctrl-C acts at once

@@ -13,7 +13,9 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
+from collections.abc import Collection
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -74,19 +76,19 @@ def write_bundle(
             tmp.joinpath(*name.split("/")).parent.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-        digests = {
-            name: _tensors.write(tmp / name, tensors) for name, tensors in sorted(arrays.items())
-        }
+        # Hashed from the bytes given, and the tensors as they are written: nothing is read back.
+        digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        synced = set()
+        for name, tensors in sorted(arrays.items()):  # each fsynced as its hash finishes
+            digests[name] = _tensors.write(tmp / name, tensors, fsync=True)
+            synced.add(tmp / name)
         set_modes(tmp)
         table = {
-            name: FileEntry(
-                size=(tmp / name).stat().st_size,
-                sha256=digests.get(name) or sha256_file(tmp / name),
-            )
+            name: FileEntry(size=(tmp / name).stat().st_size, sha256=digests[name])
             for name in sorted([*files, *arrays])
         }
         _finish(tmp, out.name, manifest, table, signing_key)
-        _fsync_tree(tmp)
+        _fsync_tree(tmp, synced=synced)
         _move_into_place(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -330,16 +332,22 @@ def _alive(pid: int) -> bool:
 
 
 def set_modes(root: Path) -> None:
-    """mkdtemp makes the directory private; give it and its files the usual umask modes."""
+    """mkdtemp makes the directory private; give it and its files the usual umask modes. A path
+    that has its mode already is left alone (a chmod would dirty an inode fsynced already)."""
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(root, 0o777 & ~umask)
-    for path in root.rglob("*"):
-        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+    for path in [root, *root.rglob("*")]:
+        st = path.lstat()
+        mode = (0o777 if stat.S_ISDIR(st.st_mode) else 0o666) & ~umask
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(path, mode)
 
 
-def _fsync_tree(root: Path) -> None:
-    for path in [*root.iterdir(), root]:
+def _fsync_tree(root: Path, *, synced: Collection[Path] = ()) -> None:
+    """fsync every file and directory under `root`, then `root`, but the files in `synced`."""
+    for path in [*sorted(root.rglob("*"), key=lambda p: -len(p.parts)), root]:
+        if path in synced:
+            continue
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
