@@ -134,3 +134,25 @@ def test_value_forms_are_the_manifest_s():
     assert (
         Executable.model_json_schema()["properties"]["cpu"]["pattern"] == f"^{_values.CPU.pattern}$"
     )
+
+
+def test_a_full_disk_is_a_message_and_exit_1_not_a_traceback(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    import numpy as np
+    from helpers import relu_module_text
+
+    (tmp_path / "relu.mlir").write_text(relu_module_text())
+    np.save(tmp_path / "x.npy", np.ones((4,), np.float32))
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out"))
+
+    monkeypatch.setattr(os, "writev", full)  # the tensor writer's system call
+    r = cli("pack", tmp_path / "relu.mlir", "--inputs", tmp_path / "x.npy", "-o", tmp_path / "out")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert re.fullmatch(
+        r"error \[OS_ERROR\] No space left on device \(path: .*out\)\n", r.stderr
+    ), r.stderr
+    assert not (tmp_path / "out").exists()

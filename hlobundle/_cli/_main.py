@@ -47,13 +47,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.flush()
             os._exit(EXIT_FAIL)
         return EXIT_FAIL
+    except OSError as e:  # the machine's, not the bundle's: a full disk, a read-only output
+        if os.environ.get("HLOBUNDLE_TRACEBACK"):
+            raise
+        where = f" (path: {e.filename})" if e.filename else ""
+        print(_shown(f"error [OS_ERROR] {e.strerror or e}{where}"), file=sys.stderr)
+        return EXIT_FAIL
     finally:
         _progress.enable(False)
 
 
 def _print_error(e: HloBundleError) -> None:
-    from .._read._inspect import shown
-
     where = ", ".join(f"{k}: {v}" for k, v in e.context().items())
     text = f"error [{e.code}] {e.message}" + (f" ({where})" if where else "")
-    print(shown(text), file=sys.stderr)
+    print(_shown(text), file=sys.stderr)
+
+
+def _shown(text: str) -> str:
+    from .._read._inspect import shown
+
+    return shown(text)

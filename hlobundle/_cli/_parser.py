@@ -13,7 +13,8 @@ exit status:
   0    done (run: every result agrees with its expected output)
   1    an error, printed as `error [CODE] message`: found in a bundle, a file or while running
        (a --function the bundle lacks, a missing file, an unverified signature), or a result
-       that differs from its expected output
+       that differs from its expected output; `error [OS_ERROR]` when the machine refuses (a
+       full disk, an output directory that cannot be written)
   2    a usage error, printed with the command's usage: what the command line alone shows
        wrong (an unknown or missing option, options that conflict, a value of the wrong form,
        an option that does not apply to the --backend chosen), before any file is read
