@@ -319,6 +319,28 @@ def test_trust_batched_runs_the_producers_batched_module(rolling):
     assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
 
 
+def test_batches_run_at_exact_sizes_compiled_at_start_up(rolling):
+    models = load_models([rolling], backend="xla", max_batch=4, trust_batched=True)
+    served = next(iter(models.values()))
+    assert served.compiled_sizes == (2, 3, 4)
+    compiled = served._vmapped._cache_size()
+    answers = served.call_many([{"x": np.full(3, k, np.float32)} for k in (1, 2, 3)])
+    # The module rolls its batch: within exactly 3 rows, with no padding row to roll in.
+    assert [float(next(iter(a.values()))[0]) for a in answers] == [6.0, 2.0, 4.0]
+    assert served._vmapped._cache_size() == compiled  # no request compiles
+
+
+def test_batch_sizes_are_exact_up_to_16_then_pad_by_under_an_eighth():
+    from hlobundle._serve._served import batch_sizes
+
+    assert batch_sizes(1) == () and batch_sizes(8) == tuple(range(2, 9))
+    sizes = batch_sizes(100)
+    assert sizes[:15] == tuple(range(2, 17)) and sizes[15:19] == (18, 20, 22, 24)
+    assert sizes[-1] == 100 and len(sizes) < 40
+    for n in range(2, 101):  # the size n requests run at
+        assert min(s for s in sizes if s >= n) < n * 9 / 8
+
+
 @pytest.fixture(scope="module")
 def divides_models(tmp_path_factory):
     """x / (x - x) (x: f32[3]): [0, 1, -1] gives NaN, Infinity and -Infinity."""
@@ -423,6 +445,40 @@ def test_requests_are_decoded_off_the_event_loop(divides, monkeypatch):
     monkeypatch.setattr(_app, "INLINE_BYTES", 16)  # now it counts as large
     assert client.post(infer, json={"inputs": [X]}).status_code == 200
     assert where == ["event loop", "thread"]
+
+
+def _where_called(monkeypatch, module, name) -> list[str]:
+    """Replaces `module.name` with a wrapper that notes where each call ran: on the event loop
+    or in a thread."""
+    import asyncio
+
+    where, inner = [], getattr(module, name)
+
+    def noted(*args):
+        try:
+            asyncio.get_running_loop()
+            where.append("event loop")
+        except RuntimeError:
+            where.append("thread")
+        return inner(*args)
+
+    monkeypatch.setattr(module, name, noted)
+    return where
+
+
+def test_short_model_calls_and_small_results_stay_on_the_event_loop(divides_models, monkeypatch):
+    from hlobundle._serve import _app
+
+    served = next(iter(divides_models.values()))
+    assert served.call_s is not None  # timed at start-up
+    encoded = _where_called(monkeypatch, _app, "_encode")
+    called = _where_called(monkeypatch, type(served), "__call__")
+    client, infer = TestClient(app(divides_models)), f"/v2/models/{served.name}/infer"
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    assert called == encoded == ["event loop"]  # a hop to a thread costs more than either
+    monkeypatch.setattr(_app, "INLINE_CALL_S", 0.0)  # now every call counts as long
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    assert called == ["event loop", "thread"]
 
 
 @contextlib.contextmanager
