@@ -102,6 +102,44 @@ def test_binary_inference_both_ways(client, images):
     np.testing.assert_array_equal(got, _want(x))
 
 
+def test_a_binary_header_is_parsed_once_and_each_request_gets_its_own_data(client, images):
+    from hlobundle._serve import _protocol
+
+    header = json.dumps({
+        "inputs": [{"name": "images", "shape": list(images.shape), "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes}}],
+        "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    parsed = _protocol._parsed_header.cache_info()
+    for scale in (0.25, 2.0):  # the same header text, other data
+        x = (images * scale).astype(np.float32)
+        r = client.post(INFER, content=header + x.tobytes(),
+                        headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+        assert r.status_code == 200, r.text
+        got = np.frombuffer(r.content[int(r.headers["inference-header-content-length"]) :], "<f4")
+        np.testing.assert_array_equal(got.reshape(4, 10), _want(x))
+    now = _protocol._parsed_header.cache_info()
+    assert now.hits >= parsed.hits + 1 and now.misses <= parsed.misses + 1
+
+
+def test_inference_is_answered_without_starlettes_routing(client, images, monkeypatch):
+    from starlette.routing import Router
+
+    assert client.get(INFER).status_code == 405  # through Starlette: inference is a POST
+
+    def unreachable(*args):
+        raise AssertionError("routed through Starlette")
+
+    monkeypatch.setattr(Router, "__call__", unreachable)
+    for path in (
+        INFER,
+        f"/v2/models/lenet5/versions/{hlobundle.load(EXAMPLE).manifest_sha256[:12]}/infer",
+    ):
+        assert client.post(path, json=_json_request(images)).status_code == 200
+    with pytest.raises(AssertionError, match="routed through Starlette"):
+        client.get("/v2/health/live")
+
+
 def _error(client, body=None, *, status, message, **kwargs):
     r = client.post(INFER, **({"json": body} if body is not None else kwargs))
     assert r.status_code == status, r.text

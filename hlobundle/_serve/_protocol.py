@@ -6,6 +6,7 @@ Responses are strict JSON: a non-finite float is the string "NaN", "Infinity" or
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ class Wanted:
     binary: set[str]
 
 
-def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
+def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
     """The request's JSON object, and the binary data after it (the binary extension)."""
     if header_length is not None:
         try:
@@ -60,25 +61,35 @@ def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any
             ) from None
         if not 0 <= n <= len(body):
             raise RequestError(400, f"{HEADER_LENGTH} {n} is outside the body's {len(body)} bytes")
-        text, rest = body[:n], body[n:]
+        text, rest = body[:n], memoryview(body)[n:]  # the data: a view, not a copy
     else:
-        text, rest = body, b""
-    try:
-        _prechecks.check_json(text, path="the request")  # nesting, before json recurses
-    except LimitError as e:
-        raise RequestError(400, e.message) from None
-    try:
-        request = json.loads(text, parse_int=_prechecks.parse_json_int)
-    except LimitError as e:
-        raise RequestError(400, e.message) from None
-    except (ValueError, RecursionError) as e:
-        raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
+        text, rest = body, memoryview(b"")
+    # A binary request's JSON header is the same text from one request to the next (its data
+    # follows it): parsed once, then shared, read-only. JSON data differs in every request.
+    request = _parsed_header(bytes(text)) if rest and len(text) <= 4096 else _parsed(text)
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise RequestError(400, "the request must be a JSON object with an 'inputs' list")
     if not isinstance(request.get("id", ""), str):
         raise RequestError(400, f"'id' must be a string, not {_shown(request['id'])}")
     parameters(request, "")
     return request, rest
+
+
+def _parsed(text: bytes) -> Any:
+    """The JSON value of `text`, nesting and integers bounded before and while it parses."""
+    try:
+        _prechecks.check_json(text, path="the request")  # nesting, before json recurses
+    except LimitError as e:
+        raise RequestError(400, e.message) from None
+    try:
+        return json.loads(text, parse_int=_prechecks.parse_json_int)
+    except LimitError as e:
+        raise RequestError(400, e.message) from None
+    except (ValueError, RecursionError) as e:
+        raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
+
+
+_parsed_header = functools.lru_cache(maxsize=64)(_parsed)  # at most 64 x 4 KiB held
 
 
 def parameters(holder: dict[str, Any], where: str) -> dict[str, Any]:
@@ -106,7 +117,9 @@ def _shown(value: Any) -> str:
 
 
 def read_inputs(
-    request: dict[str, Any], binary: bytes, expected: dict[str, tuple[str, tuple[int | str, ...]]]
+    request: dict[str, Any],
+    binary: memoryview,
+    expected: dict[str, tuple[str, tuple[int | str, ...]]],
 ) -> dict[str, np.ndarray]:
     """One array per expected input (name -> (dtype, shape)), checked against the request. A
     symbolic dimension (a string) takes any size of at least 0 here; whether the sizes bind
