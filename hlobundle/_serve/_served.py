@@ -82,12 +82,16 @@ class Served:
 
     def check_shapes(self, given: dict[str, np.ndarray]) -> None:
         """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why."""
-        if not self.bundle.manifest.symbolic:
+        if not self._symbolic:
             return  # every dimension is an integer, which the request's parsing checked
         try:
             _binding.check_symbols(self.bundle.manifest, self._arguments(given))
         except InputError as e:
             raise RequestError(400, e.message) from None
+
+    @cached_property
+    def _symbolic(self) -> bool:
+        return self.bundle.manifest.symbolic
 
     @cached_property
     def max_request_bytes(self) -> int:
