@@ -780,8 +780,8 @@ def _in_threads(client: Callable[[], None], clients: int) -> float:
 
 def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     """`hlobundle serve` over loopback: latency over an in-process call, and where it goes;
-    throughput with and without dynamic batching under 16 concurrent clients, against the bounds
-    the model and HTTP set; and a bounded load test (none lost or wrong, RSS flat). The clients
+    throughput with and without dynamic batching under 16 concurrent clients, against the bound
+    the model sets; and a bounded load test (none lost or wrong, RSS flat). The clients
     are threads of this process, sharing its 2 cores with the server."""
     import jax
 
@@ -846,8 +846,6 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
         {"case": f"in which, in process and warm: the whole ASGI app, no HTTP ({share})", "s": parts["app"], "ratio": parts["app"] / p50},
     ]  # fmt: skip
     bound = one_s / batched_s
-    http_s = 1 / ceiling  # seconds of HTTP per request at 16 clients, no model
-    reachable = (http_s + one_s) / (http_s + batched_s)
     rows += [
         {"case": "throughput, 16 concurrent clients, no batching (requests/s)", "s": unbatched, "ratio": 1.0},
         {"case": "throughput, 16 concurrent clients, dynamic batching up to 16 (requests/s; ratio: over no batching)",
@@ -855,8 +853,6 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
         {"case": "batching gain / the model-only bound (goal >= 0.8)", "s": batched / unbatched, "ratio": batched / unbatched / bound},
         {"case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s)", "s": ceiling,
          "ratio": ceiling / unbatched},
-        {"case": "HTTP-limited bound on the batching gain: (1/ceiling + model s per request one by one) / "
-         "(1/ceiling + model s per request batched); ratio: over the model-only bound", "s": reachable, "ratio": reachable / bound},
         {"case": f"load test: {total} requests from 16 clients: wrong or lost", "s": float(wrong), "ratio": 0.0},
         {"case": "load test: server RSS (MiB) at the end / after warm-up (goal within 1.1)", "s": after / 1024,
          "ratio": after / before},
