@@ -24,16 +24,8 @@ from .._read._inspect import shown
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served
-from ._protocol import (
-    HEADER_LENGTH,
-    RequestError,
-    Wanted,
-    parse_request,
-    producer_layout,
-    read_inputs,
-    response,
-    wanted,
-)
+from ._protocol import HEADER_LENGTH, RequestError, parse_request, producer_layout, read_inputs
+from ._responses import Wanted, response, wanted
 
 log = logging.getLogger("hlobundle.serve")
 DEFAULT_MAX_BODY = 64 << 20

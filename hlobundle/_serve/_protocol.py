@@ -1,5 +1,5 @@
-"""The Open Inference Protocol's tensors: OIP datatypes, request parsing (JSON data and the binary
-tensor data extension) and response building. Every request is hostile until checked: each
+"""The Open Inference Protocol's tensors: OIP datatypes and request parsing (JSON data and the
+binary tensor data extension); `_responses` builds the answers. Every request is hostile until checked: each
 problem is a `RequestError` with the HTTP status, a stable code and a message naming the field.
 Responses are strict JSON: a non-finite float is the string "NaN", "Infinity" or "-Infinity"
 (and requests may send those strings for float inputs)."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,14 +39,6 @@ class RequestError(Exception):
     @property
     def code(self) -> str:
         return CODES[self.status]
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """What the client asked of the outputs: which, and which in binary."""
-
-    names: list[str] | None
-    binary: set[str]
 
 
 def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
@@ -100,15 +91,6 @@ def parameters(holder: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise RequestError(400, f"{where}'parameters' must be an object, not {_shown(params)}")
     return params
-
-
-def _flag(params: dict[str, Any], key: str, where: str) -> bool:
-    value = params.get(key, False)
-    if type(value) is not bool:
-        raise RequestError(
-            400, f"{where}parameters.{key} must be true or false, not {_shown(value)}"
-        )
-    return value
 
 
 def _shown(value: Any) -> str:
@@ -254,73 +236,3 @@ def producer_layout(request: dict[str, Any]) -> bool:
             400, f"parameters.layout must be 'stored' or 'producer', not {_shown(layout)}"
         )
     return layout == "producer"
-
-
-def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
-    """The outputs the request asks for (all when it names none), and which in binary."""
-    every = _flag(parameters(request, ""), "binary_data_output", "")
-    asked = request.get("outputs")
-    if asked is None:
-        return Wanted(None, set(names) if every else set())
-    if not isinstance(asked, list) or not all(
-        isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked
-    ):
-        raise RequestError(400, "'outputs' must be a list of objects with a 'name'")
-    unknown = [o["name"] for o in asked if o["name"] not in names]
-    if unknown:
-        raise RequestError(400, f"unknown output(s) {unknown[:5]}; the outputs are {names}")
-    binary = set()
-    for i, o in enumerate(asked):
-        where = f"output {o['name']!r}: "
-        if o["name"] in (p["name"] for p in asked[:i]):
-            raise RequestError(400, f"output {o['name']!r} is asked for twice")
-        if _flag(parameters(o, where), "binary_data", where) or every:
-            binary.add(o["name"])
-    return Wanted([o["name"] for o in asked], binary)
-
-
-def response(
-    model: str,
-    version: str,
-    request_id: Any,
-    outputs: dict[str, np.ndarray],
-    want: Wanted,
-    dtypes: dict[str, str],
-) -> tuple[bytes, dict[str, str]]:
-    """The response body and headers (the binary extension's when any output is binary)."""
-    items, blobs = [], []
-    for name in want.names or list(outputs):
-        value = np.ascontiguousarray(outputs[name])
-        item: dict[str, Any] = {
-            "name": name,
-            "datatype": BY_DTYPE[dtypes[name]],
-            "shape": list(value.shape),
-        }
-        if name in want.binary or dtypes[name] == "bfloat16":
-            data = value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes()
-            item["parameters"] = {"binary_data_size": len(data)}
-            blobs.append(data)
-        else:
-            item["data"] = _json_values(value)
-        items.append(item)
-    body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": items}
-    if request_id is not None:
-        body["id"] = request_id
-    text = json.dumps(body, allow_nan=False).encode()
-    if not blobs:
-        return text, {"content-type": "application/json"}
-    return text + b"".join(blobs), {
-        "content-type": "application/octet-stream",
-        HEADER_LENGTH: str(len(text)),
-    }
-
-
-def _json_values(value: np.ndarray) -> list[Any]:
-    """The values of `value`, flat, as strict JSON has them: non-finite floats as strings."""
-    values = value.reshape(-1).tolist()
-    if value.dtype.kind == "f":
-        for i in np.flatnonzero(~np.isfinite(value.reshape(-1))).tolist():
-            values[i] = (
-                "NaN" if math.isnan(values[i]) else "Infinity" if values[i] > 0 else "-Infinity"
-            )
-    return values
