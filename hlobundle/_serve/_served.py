@@ -70,7 +70,7 @@ class Served:
         }
 
     def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.function.jax_function:  # one jitted call: the checks ran when it was traced
+        if self._one_jit:  # one jitted call: the checks ran when it was traced
             results = self._jitted(self._stored_args, *[given[n] for n in self.inputs])
         else:
             results = self.function.call_flat(*self._arguments(given))
@@ -88,6 +88,12 @@ class Served:
             _binding.check_symbols(self.bundle.manifest, self._arguments(given))
         except InputError as e:
             raise RequestError(400, e.message) from None
+
+    @cached_property
+    def _one_jit(self) -> bool:
+        """Whether a call is one jitted call over the stored and given arguments: a JAX
+        function without a mesh (whose arguments `call_flat` places on it, call by call)."""
+        return bool(self.function.jax_function) and self.bundle.manifest.mesh is None
 
     @cached_property
     def _symbolic(self) -> bool:
