@@ -102,6 +102,44 @@ def test_binary_inference_both_ways(client, images):
     np.testing.assert_array_equal(got, _want(x))
 
 
+def test_a_binary_header_is_parsed_once_and_each_request_gets_its_own_data(client, images):
+    from hlobundle._serve import _protocol
+
+    header = json.dumps({
+        "inputs": [{"name": "images", "shape": list(images.shape), "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes}}],
+        "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    parsed = _protocol._parsed_header.cache_info()
+    for scale in (0.25, 2.0):  # the same header text, other data
+        x = (images * scale).astype(np.float32)
+        r = client.post(INFER, content=header + x.tobytes(),
+                        headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+        assert r.status_code == 200, r.text
+        got = np.frombuffer(r.content[int(r.headers["inference-header-content-length"]) :], "<f4")
+        np.testing.assert_array_equal(got.reshape(4, 10), _want(x))
+    now = _protocol._parsed_header.cache_info()
+    assert now.hits >= parsed.hits + 1 and now.misses <= parsed.misses + 1
+
+
+def test_inference_is_answered_without_starlettes_routing(client, images, monkeypatch):
+    from starlette.routing import Router
+
+    assert client.get(INFER).status_code == 405  # through Starlette: inference is a POST
+
+    def unreachable(*args):
+        raise AssertionError("routed through Starlette")
+
+    monkeypatch.setattr(Router, "__call__", unreachable)
+    for path in (
+        INFER,
+        f"/v2/models/lenet5/versions/{hlobundle.load(EXAMPLE).manifest_sha256[:12]}/infer",
+    ):
+        assert client.post(path, json=_json_request(images)).status_code == 200
+    with pytest.raises(AssertionError, match="routed through Starlette"):
+        client.get("/v2/health/live")
+
+
 def _error(client, body=None, *, status, message, **kwargs):
     r = client.post(INFER, **({"json": body} if body is not None else kwargs))
     assert r.status_code == status, r.text
@@ -319,6 +357,28 @@ def test_trust_batched_runs_the_producers_batched_module(rolling):
     assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
 
 
+def test_batches_run_at_exact_sizes_compiled_at_start_up(rolling):
+    models = load_models([rolling], backend="xla", max_batch=4, trust_batched=True)
+    served = next(iter(models.values()))
+    assert served.compiled_sizes == (2, 3, 4)
+    compiled = served._vmapped._cache_size()
+    answers = served.call_many([{"x": np.full(3, k, np.float32)} for k in (1, 2, 3)])
+    # The module rolls its batch: within exactly 3 rows, with no padding row to roll in.
+    assert [float(next(iter(a.values()))[0]) for a in answers] == [6.0, 2.0, 4.0]
+    assert served._vmapped._cache_size() == compiled  # no request compiles
+
+
+def test_batch_sizes_are_exact_up_to_16_then_pad_by_under_an_eighth():
+    from hlobundle._serve._served import batch_sizes
+
+    assert batch_sizes(1) == () and batch_sizes(8) == tuple(range(2, 9))
+    sizes = batch_sizes(100)
+    assert sizes[:15] == tuple(range(2, 17)) and sizes[15:19] == (18, 20, 22, 24)
+    assert sizes[-1] == 100 and len(sizes) < 40
+    for n in range(2, 101):  # the size n requests run at
+        assert min(s for s in sizes if s >= n) < n * 9 / 8
+
+
 @pytest.fixture(scope="module")
 def divides_models(tmp_path_factory):
     """x / (x - x) (x: f32[3]): [0, 1, -1] gives NaN, Infinity and -Infinity."""
@@ -423,6 +483,40 @@ def test_requests_are_decoded_off_the_event_loop(divides, monkeypatch):
     monkeypatch.setattr(_app, "INLINE_BYTES", 16)  # now it counts as large
     assert client.post(infer, json={"inputs": [X]}).status_code == 200
     assert where == ["event loop", "thread"]
+
+
+def _where_called(monkeypatch, module, name) -> list[str]:
+    """Replaces `module.name` with a wrapper that notes where each call ran: on the event loop
+    or in a thread."""
+    import asyncio
+
+    where, inner = [], getattr(module, name)
+
+    def noted(*args):
+        try:
+            asyncio.get_running_loop()
+            where.append("event loop")
+        except RuntimeError:
+            where.append("thread")
+        return inner(*args)
+
+    monkeypatch.setattr(module, name, noted)
+    return where
+
+
+def test_short_model_calls_and_small_results_stay_on_the_event_loop(divides_models, monkeypatch):
+    from hlobundle._serve import _app
+
+    served = next(iter(divides_models.values()))
+    assert served.call_s is not None  # timed at start-up
+    encoded = _where_called(monkeypatch, _app, "_encode")
+    called = _where_called(monkeypatch, type(served), "__call__")
+    client, infer = TestClient(app(divides_models)), f"/v2/models/{served.name}/infer"
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    assert called == encoded == ["event loop"]  # a hop to a thread costs more than either
+    monkeypatch.setattr(_app, "INLINE_CALL_S", 0.0)  # now every call counts as long
+    assert client.post(infer, json={"inputs": [X]}).status_code == 200
+    assert called == ["event loop", "thread"]
 
 
 @contextlib.contextmanager

@@ -1,14 +1,19 @@
-"""The HTTP side: an ASGI application (Starlette) with the Open Inference Protocol's REST
-endpoints, Prometheus metrics at `/metrics`, and coded JSON errors; uvicorn serves it (`_server`).
+"""The HTTP side: an ASGI application with the Open Inference Protocol's REST endpoints
+(inference as a bare ASGI handler, the others through Starlette), Prometheus metrics at
+`/metrics`, and coded JSON errors; uvicorn serves it (`_server`).
 
 A request's body is read within a deadline and a size bound (`Served.max_request_bytes`) before
-anything parses it; decoding and encoding run in a worker thread, so that one large request
-never stalls the event loop that answers the others."""
+anything parses it. A large body's decoding, a large result's encoding and a long model call run
+in a worker thread, so that one large request never stalls the event loop that answers the
+others; small ones run on the loop, where they cost less than the hop to a thread."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,16 +24,8 @@ from .._read._inspect import shown
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served
-from ._protocol import (
-    HEADER_LENGTH,
-    RequestError,
-    Wanted,
-    parse_request,
-    producer_layout,
-    read_inputs,
-    response,
-    wanted,
-)
+from ._protocol import HEADER_LENGTH, RequestError, parse_request, producer_layout, read_inputs
+from ._responses import Wanted, response, wanted
 
 log = logging.getLogger("hlobundle.serve")
 DEFAULT_MAX_BODY = 64 << 20
@@ -39,6 +36,10 @@ DEFAULT_READ_TIMEOUT_S = 30.0
 # them to a thread (well under a millisecond); larger ones go to a thread, so that one large
 # request cannot stall the others. Results up to an eighth of it are encoded inline likewise.
 INLINE_BYTES = 64 << 10
+# A model whose warm call took at most this long at start-up (`Served.call_s`) runs on the event
+# loop too: handing it to a thread and back costs about as much as the call (measured: 0.1 to
+# 0.3 ms on 2 cores); a longer one runs in a thread, so that it cannot stall the others.
+INLINE_CALL_S = 0.001
 
 
 def app(
@@ -69,6 +70,7 @@ def app(
 
     batch_sizes = Histogram("hlobundle_batch_size", "requests per model call", ["model"],
                             registry=registry, buckets=(1, 2, 4, 8, 16, 32, 64))  # fmt: skip
+    batched_one = functools.cache(batch_sizes.labels)
     batchers = {
         id(served): Batcher(
             served, max_batch, batch_timeout_s, batch_sizes.labels(served.name).observe
@@ -77,25 +79,33 @@ def app(
         if max_batch > 1 and served.batchable
     }
 
+    @functools.cache
+    def counted(name: str, status: int) -> Any:  # a metric's child, looked up once
+        return requests.labels(name, str(status))
+
+    @functools.cache
+    def timed(name: str) -> Any:
+        return latency.labels(name)
+
     async def call(served: Served, given: dict[str, Any]) -> Any:
         batcher = batchers.get(id(served))
         if batcher is not None:
             return await batcher(given)
-        batch_sizes.labels(served.name).observe(1)
+        batched_one(served.name).observe(1)
+        if served.call_s is not None and served.call_s <= INLINE_CALL_S:
+            return served(given)
         return await run_in_threadpool(served, given)
-
-    def error(status: int, message: str) -> Any:
-        return JSONResponse({"error": message}, status_code=status)
 
     def refused(e: RequestError) -> Any:
         return JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
 
     def model_of(request: Request) -> Served:
-        name = request.path_params["model"]
+        return named(request.path_params["model"], request.path_params.get("version"))
+
+    def named(name: str, version: str | None) -> Served:
         served = models.get(name)
         if served is None:
             raise RequestError(404, f"no model {name[:80]!r}; the models are {sorted(models)}")
-        version = request.path_params.get("version")
         if version is not None and version != served.version:
             raise RequestError(
                 404, f"model {name!r} has version {served.version}, not {version[:40]!r}"
@@ -125,36 +135,44 @@ def app(
             return refused(e)
         return JSONResponse({"name": served.name, "ready": True})
 
-    async def infer(request: Request) -> Any:
-        name = request.path_params["model"]
+    async def infer(scope: Any, receive: Any, send: Any, name: str, version: str | None) -> None:
+        """POST .../infer as a bare ASGI handler: Starlette's middleware, routing and request
+        and response objects cost as much as decoding a request (measured)."""
         start = time.perf_counter()
         try:
-            served = model_of(request)
+            served = named(name, version)
             limit = min(max_body, served.max_request_bytes)
-            body = await _body(request, limit, read_timeout_s)
+            body = await _body(receive, _header(scope, b"content-length"), limit, read_timeout_s)
+            header_length = _header(scope, HEADER_LENGTH.encode())
             decoded = (  # a large body is decoded off the event loop; a small one costs less
-                _decode(served, body, request.headers)  # than the hop to a thread
+                _decode(served, body, header_length)  # than the hop to a thread
                 if len(body) <= INLINE_BYTES
-                else await run_in_threadpool(_decode, served, body, request.headers)
+                else await run_in_threadpool(_decode, served, body, header_length)
             )
         except RequestError as e:
-            requests.labels(name if name in models else "", str(e.status)).inc()
-            return refused(e)
+            counted(name if name in models else "", e.status).inc()
+            return await _send_json(send, e.status, {"error": e.message, "code": e.code})
         try:
             outputs = await call(served, decoded.given)
         except Exception as e:  # the model failed: report it, keep serving
             log.exception("model %s failed", shown(served.name))
-            requests.labels(served.name, "500").inc()
-            return error(500, f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}")
-        small = sum(getattr(o, "nbytes", INLINE_BYTES) for o in outputs) <= INLINE_BYTES // 8
+            counted(served.name, 500).inc()
+            failed = f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}"
+            return await _send_json(send, 500, {"error": failed})
+        small = sum(x.nbytes for x in outputs.values()) <= INLINE_BYTES // 8
         content, headers = (
             _encode(served, decoded, outputs)
             if small
             else await run_in_threadpool(_encode, served, decoded, outputs)
         )
-        requests.labels(served.name, "200").inc()
-        latency.labels(served.name).observe(time.perf_counter() - start)
-        return Response(content, headers=headers)
+        counted(served.name, 200).inc()
+        timed(served.name).observe(time.perf_counter() - start)
+        await _send(send, 200, content, [(k.encode(), v.encode()) for k, v in headers.items()])
+
+    class Infer:  # the same handler behind Starlette's routing (which answers 405 to a GET)
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            params = scope["path_params"]
+            await infer(scope, receive, send, params["model"], params.get("version"))
 
     async def metrics(_: Request) -> Any:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
@@ -169,34 +187,71 @@ def app(
         Route(versioned, model_metadata),
         Route(f"{model}/ready", model_ready),
         Route(f"{versioned}/ready", model_ready),
-        Route(f"{model}/infer", infer, methods=["POST"]),
-        Route(f"{versioned}/infer", infer, methods=["POST"]),
+        Route(f"{model}/infer", Infer(), methods=["POST"]),
+        Route(f"{versioned}/infer", Infer(), methods=["POST"]),
         Route("/metrics", metrics),
     ]
-    return Starlette(routes=routes)
+    routed = Starlette(routes=routes)
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        found = (
+            scope["type"] == "http" and scope["method"] == "POST" and _INFER.match(scope["path"])
+        )
+        if found:
+            return await infer(scope, receive, send, found["model"], found["version"])
+        await routed(scope, receive, send)
+
+    return asgi
 
 
-async def _body(request: Any, limit: int, timeout_s: float) -> bytes:
-    """The request body, refused (413) as soon as it is known to exceed `limit` bytes, or
-    (408) when it has not all arrived within `timeout_s`."""
+# POST /v2/models/{model}[/versions/{version}]/infer, a segment each, as Starlette matches them.
+_INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer\Z")
+
+
+def _header(scope: Any, name: bytes) -> str | None:
+    """The first value of the request header `name` (lower case, as ASGI servers give them)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    length = (b"content-length", str(len(body)).encode())
+    await send({"type": "http.response.start", "status": status, "headers": [length, *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_json(send: Any, status: int, content: dict[str, Any]) -> None:
+    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    await _send(send, status, body.encode(), [(b"content-type", b"application/json")])
+
+
+async def _body(receive: Any, declared: str | None, limit: int, timeout_s: float) -> bytes:
+    """The request body (its ASGI messages), refused (413) as soon as it is known to exceed
+    `limit` bytes (`declared`: its content-length), or (408) when it has not all arrived within
+    `timeout_s`."""
     over = (f"the request body is over the limit of {limit} bytes (--max-body-bytes, and for "
             "this model 64 KiB + 64 bytes per input value)")  # fmt: skip
-    declared = request.headers.get("content-length")
     if declared is not None and not (declared.isascii() and declared.isdigit()):
         raise RequestError(400, "content-length is not a number")
     if declared is not None and int(declared) > limit:
         raise RequestError(413, over)
-    chunks, size = [], 0
+    chunks, size, more = [], 0, True
     try:
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise RequestError(400, "the client left before sending the whole body")
+                chunk, more = message.get("body", b""), message.get("more_body", False)
                 size += len(chunk)
                 if size > limit:
                     raise RequestError(413, over)
                 chunks.append(chunk)
     except TimeoutError:
         raise RequestError(408, f"the request body did not arrive within {timeout_s:g} s") from None
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 @dataclass(frozen=True)
@@ -207,9 +262,10 @@ class _Decoded:
     producer: bool  # column-major values travel in the producer's orientation
 
 
-def _decode(served: Served, body: bytes, headers: Any) -> _Decoded:
-    """The request's inputs, checked against the model (in a worker thread: it parses JSON)."""
-    parsed, binary = parse_request(body, headers.get(HEADER_LENGTH))
+def _decode(served: Served, body: bytes, header_length: str | None) -> _Decoded:
+    """The request's inputs, checked against the model (`header_length`: the binary
+    extension's header)."""
+    parsed, binary = parse_request(body, header_length)
     producer = producer_layout(parsed)
     given = read_inputs(parsed, binary, served.wire_inputs(producer))
     if producer:  # the same bytes, under the stored (axis-reversed) shape
@@ -222,7 +278,7 @@ def _decode(served: Served, body: bytes, headers: Any) -> _Decoded:
 def _encode(
     served: Served, decoded: _Decoded, outputs: dict[str, np.ndarray]
 ) -> tuple[bytes, dict[str, str]]:
-    """The response's body and headers (in a worker thread: it writes JSON)."""
+    """The response's body and headers."""
     if decoded.producer:
         outputs = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
                    for n, x in outputs.items()}  # fmt: skip

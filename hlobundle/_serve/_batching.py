@@ -1,15 +1,23 @@
-"""Dynamic batching: concurrent requests for a model with a batched module are combined, up to
-`max_batch` of them or as many as arrive within `timeout_s` of the first, into one call."""
+"""Dynamic batching: concurrent requests for a model with a batched module are combined into one
+call of at most `max_batch` of them. A batch runs in the model's own worker thread, one at a
+time; while one runs, the next gathers every request that arrives (a busy model is the cheapest
+wait there is). When the model is idle, a batch waits for others up to `timeout_s` after its
+first request arrived, and never once it holds `max_batch`."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ._models import Served
+from ._served import Served
+
+_Waiting = tuple[dict[str, np.ndarray], "asyncio.Future[Any]", float]  # inputs, answer, arrival
 
 
 class Batcher:
@@ -20,41 +28,61 @@ class Batcher:
         self.max_batch = max_batch
         self.timeout_s = timeout_s
         self.observe = observe  # told the size of every batch run (for /metrics)
-        self.queue: asyncio.Queue[tuple[dict[str, np.ndarray], asyncio.Future[Any]]] | None = None
+        self.waiting: collections.deque[_Waiting] = collections.deque()
+        self.busy = False  # a batch is running
+        self._wake: asyncio.Event | None = None  # set when a request arrives or a batch ends
+        self._worker: asyncio.Task[None] | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="hlobundle-batch")
 
     async def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.queue is None:  # created on the server's event loop, with its worker
-            self.queue = asyncio.Queue()
-            asyncio.get_running_loop().create_task(self._work(self.queue))
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        await self.queue.put((given, done))
+        loop = asyncio.get_running_loop()
+        if self._wake is None:  # created on the server's event loop, with its worker
+            self._wake = asyncio.Event()
+            self._worker = loop.create_task(self._work(self._wake))
+        done: asyncio.Future[Any] = loop.create_future()
+        self.waiting.append((given, done, loop.time()))
+        self._wake.set()
         return await done
 
-    async def _work(
-        self, queue: asyncio.Queue[tuple[dict[str, np.ndarray], asyncio.Future[Any]]]
-    ) -> None:
-        from starlette.concurrency import run_in_threadpool
-
+    async def _work(self, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await queue.get()]
-            deadline = loop.time() + self.timeout_s
-            while len(batch) < self.max_batch:
-                if not queue.empty():  # those already waiting, without a timer each
-                    batch.append(queue.get_nowait())
-                    continue
+            while self.busy or not self._gathered(loop.time()):
+                wake.clear()
+                deadline = None if self.busy or not self.waiting else self._deadline()
                 try:
-                    batch.append(await asyncio.wait_for(queue.get(), deadline - loop.time()))
-                except (TimeoutError, ValueError):
-                    break
+                    async with asyncio.timeout_at(deadline):
+                        await wake.wait()
+                except TimeoutError:
+                    pass
+            count = min(len(self.waiting), self.max_batch)
+            batch = [self.waiting.popleft() for _ in range(count)]
+            self.busy = True
             self.observe(len(batch))
-            try:
-                results = await run_in_threadpool(self.served.call_many, [g for g, _ in batch])
-            except Exception as e:  # every request of the batch gets the model's failure
-                for _, done in batch:
-                    if not done.done():
-                        done.set_exception(e)
+            running = loop.run_in_executor(
+                self._thread, self.served.call_many, [given for given, _, _ in batch]
+            )
+            running.add_done_callback(functools.partial(self._answer, batch, wake))
+
+    def _deadline(self) -> float:
+        return self.waiting[0][2] + self.timeout_s
+
+    def _gathered(self, now: float) -> bool:
+        """Whether the waiting requests are a batch to run now (the model being idle)."""
+        if not self.waiting:
+            return False
+        return len(self.waiting) >= self.max_batch or now >= self._deadline()
+
+    def _answer(self, batch: list[_Waiting], wake: asyncio.Event, running: Any) -> None:
+        """Every request of the batch gets its answer, or the model's failure."""
+        self.busy = False
+        wake.set()
+        failed = asyncio.CancelledError() if running.cancelled() else running.exception()
+        results = [None] * len(batch) if failed is not None else running.result()
+        for (_, done, _), result in zip(batch, results, strict=True):
+            if done.done():  # the client left
                 continue
-            for (_, done), result in zip(batch, results, strict=True):
-                if not done.done():
-                    done.set_result(result)
+            if failed is not None:
+                done.set_exception(failed)
+            else:
+                done.set_result(result)

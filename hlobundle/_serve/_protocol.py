@@ -1,14 +1,14 @@
-"""The Open Inference Protocol's tensors: OIP datatypes, request parsing (JSON data and the binary
-tensor data extension) and response building. Every request is hostile until checked: each
+"""The Open Inference Protocol's tensors: OIP datatypes and request parsing (JSON data and the
+binary tensor data extension); `_responses` builds the answers. Every request is hostile until checked: each
 problem is a `RequestError` with the HTTP status, a stable code and a message naming the field.
 Responses are strict JSON: a non-finite float is the string "NaN", "Infinity" or "-Infinity"
 (and requests may send those strings for float inputs)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,15 +41,7 @@ class RequestError(Exception):
         return CODES[self.status]
 
 
-@dataclass(frozen=True)
-class Wanted:
-    """What the client asked of the outputs: which, and which in binary."""
-
-    names: list[str] | None
-    binary: set[str]
-
-
-def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
+def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
     """The request's JSON object, and the binary data after it (the binary extension)."""
     if header_length is not None:
         try:
@@ -60,25 +52,35 @@ def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any
             ) from None
         if not 0 <= n <= len(body):
             raise RequestError(400, f"{HEADER_LENGTH} {n} is outside the body's {len(body)} bytes")
-        text, rest = body[:n], body[n:]
+        text, rest = body[:n], memoryview(body)[n:]  # the data: a view, not a copy
     else:
-        text, rest = body, b""
-    try:
-        _prechecks.check_json(text, path="the request")  # nesting, before json recurses
-    except LimitError as e:
-        raise RequestError(400, e.message) from None
-    try:
-        request = json.loads(text, parse_int=_prechecks.parse_json_int)
-    except LimitError as e:
-        raise RequestError(400, e.message) from None
-    except (ValueError, RecursionError) as e:
-        raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
+        text, rest = body, memoryview(b"")
+    # A binary request's JSON header is the same text from one request to the next (its data
+    # follows it): parsed once, then shared, read-only. JSON data differs in every request.
+    request = _parsed_header(bytes(text)) if rest and len(text) <= 4096 else _parsed(text)
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise RequestError(400, "the request must be a JSON object with an 'inputs' list")
     if not isinstance(request.get("id", ""), str):
         raise RequestError(400, f"'id' must be a string, not {_shown(request['id'])}")
     parameters(request, "")
     return request, rest
+
+
+def _parsed(text: bytes) -> Any:
+    """The JSON value of `text`, nesting and integers bounded before and while it parses."""
+    try:
+        _prechecks.check_json(text, path="the request")  # nesting, before json recurses
+    except LimitError as e:
+        raise RequestError(400, e.message) from None
+    try:
+        return json.loads(text, parse_int=_prechecks.parse_json_int)
+    except LimitError as e:
+        raise RequestError(400, e.message) from None
+    except (ValueError, RecursionError) as e:
+        raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
+
+
+_parsed_header = functools.lru_cache(maxsize=64)(_parsed)  # at most 64 x 4 KiB held
 
 
 def parameters(holder: dict[str, Any], where: str) -> dict[str, Any]:
@@ -91,22 +93,15 @@ def parameters(holder: dict[str, Any], where: str) -> dict[str, Any]:
     return params
 
 
-def _flag(params: dict[str, Any], key: str, where: str) -> bool:
-    value = params.get(key, False)
-    if type(value) is not bool:
-        raise RequestError(
-            400, f"{where}parameters.{key} must be true or false, not {_shown(value)}"
-        )
-    return value
-
-
 def _shown(value: Any) -> str:
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_inputs(
-    request: dict[str, Any], binary: bytes, expected: dict[str, tuple[str, tuple[int | str, ...]]]
+    request: dict[str, Any],
+    binary: memoryview,
+    expected: dict[str, tuple[str, tuple[int | str, ...]]],
 ) -> dict[str, np.ndarray]:
     """One array per expected input (name -> (dtype, shape)), checked against the request. A
     symbolic dimension (a string) takes any size of at least 0 here; whether the sizes bind
@@ -241,73 +236,3 @@ def producer_layout(request: dict[str, Any]) -> bool:
             400, f"parameters.layout must be 'stored' or 'producer', not {_shown(layout)}"
         )
     return layout == "producer"
-
-
-def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
-    """The outputs the request asks for (all when it names none), and which in binary."""
-    every = _flag(parameters(request, ""), "binary_data_output", "")
-    asked = request.get("outputs")
-    if asked is None:
-        return Wanted(None, set(names) if every else set())
-    if not isinstance(asked, list) or not all(
-        isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked
-    ):
-        raise RequestError(400, "'outputs' must be a list of objects with a 'name'")
-    unknown = [o["name"] for o in asked if o["name"] not in names]
-    if unknown:
-        raise RequestError(400, f"unknown output(s) {unknown[:5]}; the outputs are {names}")
-    binary = set()
-    for i, o in enumerate(asked):
-        where = f"output {o['name']!r}: "
-        if o["name"] in (p["name"] for p in asked[:i]):
-            raise RequestError(400, f"output {o['name']!r} is asked for twice")
-        if _flag(parameters(o, where), "binary_data", where) or every:
-            binary.add(o["name"])
-    return Wanted([o["name"] for o in asked], binary)
-
-
-def response(
-    model: str,
-    version: str,
-    request_id: Any,
-    outputs: dict[str, np.ndarray],
-    want: Wanted,
-    dtypes: dict[str, str],
-) -> tuple[bytes, dict[str, str]]:
-    """The response body and headers (the binary extension's when any output is binary)."""
-    items, blobs = [], []
-    for name in want.names or list(outputs):
-        value = np.ascontiguousarray(outputs[name])
-        item: dict[str, Any] = {
-            "name": name,
-            "datatype": BY_DTYPE[dtypes[name]],
-            "shape": list(value.shape),
-        }
-        if name in want.binary or dtypes[name] == "bfloat16":
-            data = value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes()
-            item["parameters"] = {"binary_data_size": len(data)}
-            blobs.append(data)
-        else:
-            item["data"] = _json_values(value)
-        items.append(item)
-    body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": items}
-    if request_id is not None:
-        body["id"] = request_id
-    text = json.dumps(body, allow_nan=False).encode()
-    if not blobs:
-        return text, {"content-type": "application/json"}
-    return text + b"".join(blobs), {
-        "content-type": "application/octet-stream",
-        HEADER_LENGTH: str(len(text)),
-    }
-
-
-def _json_values(value: np.ndarray) -> list[Any]:
-    """The values of `value`, flat, as strict JSON has them: non-finite floats as strings."""
-    values = value.reshape(-1).tolist()
-    if value.dtype.kind == "f":
-        for i in np.flatnonzero(~np.isfinite(value.reshape(-1))).tolist():
-            values[i] = (
-                "NaN" if math.isnan(values[i]) else "Infinity" if values[i] > 0 else "-Infinity"
-            )
-    return values

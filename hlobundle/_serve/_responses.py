@@ -1,0 +1,101 @@
+"""The Open Inference Protocol's responses: which outputs a request asks for, and in which form
+(JSON values or the binary tensor data extension), and the response's body and headers. They
+are strict JSON: a non-finite float is the string "NaN", "Infinity" or "-Infinity"."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._protocol import BY_DTYPE, HEADER_LENGTH, RequestError, _shown, parameters
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the client asked of the outputs: which, and which in binary."""
+
+    names: list[str] | None
+    binary: set[str]
+
+
+def _flag(params: dict[str, Any], key: str, where: str) -> bool:
+    value = params.get(key, False)
+    if type(value) is not bool:
+        raise RequestError(
+            400, f"{where}parameters.{key} must be true or false, not {_shown(value)}"
+        )
+    return value
+
+
+def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
+    """The outputs the request asks for (all when it names none), and which in binary."""
+    every = _flag(parameters(request, ""), "binary_data_output", "")
+    asked = request.get("outputs")
+    if asked is None:
+        return Wanted(None, set(names) if every else set())
+    if not isinstance(asked, list) or not all(
+        isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked
+    ):
+        raise RequestError(400, "'outputs' must be a list of objects with a 'name'")
+    unknown = [o["name"] for o in asked if o["name"] not in names]
+    if unknown:
+        raise RequestError(400, f"unknown output(s) {unknown[:5]}; the outputs are {names}")
+    binary = set()
+    for i, o in enumerate(asked):
+        where = f"output {o['name']!r}: "
+        if o["name"] in (p["name"] for p in asked[:i]):
+            raise RequestError(400, f"output {o['name']!r} is asked for twice")
+        if _flag(parameters(o, where), "binary_data", where) or every:
+            binary.add(o["name"])
+    return Wanted([o["name"] for o in asked], binary)
+
+
+def response(
+    model: str,
+    version: str,
+    request_id: Any,
+    outputs: dict[str, np.ndarray],
+    want: Wanted,
+    dtypes: dict[str, str],
+) -> tuple[bytes, dict[str, str]]:
+    """The response body and headers (the binary extension's when any output is binary)."""
+    items, blobs = [], []
+    for name in want.names or list(outputs):
+        value = np.ascontiguousarray(outputs[name])
+        item: dict[str, Any] = {
+            "name": name,
+            "datatype": BY_DTYPE[dtypes[name]],
+            "shape": list(value.shape),
+        }
+        if name in want.binary or dtypes[name] == "bfloat16":
+            data = value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes()
+            item["parameters"] = {"binary_data_size": len(data)}
+            blobs.append(data)
+        else:
+            item["data"] = _json_values(value)
+        items.append(item)
+    body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": items}
+    if request_id is not None:
+        body["id"] = request_id
+    text = json.dumps(body, allow_nan=False).encode()
+    if not blobs:
+        return text, {"content-type": "application/json"}
+    return text + b"".join(blobs), {
+        "content-type": "application/octet-stream",
+        HEADER_LENGTH: str(len(text)),
+    }
+
+
+def _json_values(value: np.ndarray) -> list[Any]:
+    """The values of `value`, flat, as strict JSON has them: non-finite floats as strings."""
+    values = value.reshape(-1).tolist()
+    if value.dtype.kind == "f":
+        for i in np.flatnonzero(~np.isfinite(value.reshape(-1))).tolist():
+            values[i] = (
+                "NaN" if math.isnan(values[i]) else "Infinity" if values[i] > 0 else "-Infinity"
+            )
+    return values

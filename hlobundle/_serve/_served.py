@@ -1,0 +1,238 @@
+"""One served function: a bundle's function behind the protocol, its stored arguments kept, and
+its calls: one request's inputs (`Served.__call__`), or several requests' in one call
+(`Served.call_many`, which dynamic batching uses)."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .._format._errors import InputError
+from .._read._reader import Bundle
+from .._run import _binding
+from ._protocol import BY_DTYPE, RequestError
+
+# Batch sizes compiled for a batched module: each size up to EXACT_UP_TO (no padding at all),
+# then sizes with 3 significant bits (18, 20, ..., 32, 36, 40, ...), which pad a batch by under
+# an eighth while a batching limit of N compiles about 8 log2(N) sizes, not N.
+EXACT_UP_TO = 16
+
+
+def batch_sizes(max_batch: int) -> tuple[int, ...]:
+    """The sizes (above 1) that the batched module is compiled for under `max_batch`."""
+    sizes = [n for n in range(2, min(max_batch, EXACT_UP_TO) + 1)]
+    n = EXACT_UP_TO
+    while n < max_batch:
+        n += 1 << max(n.bit_length() - 4, 0)
+        sizes.append(min(n, max_batch))
+    return tuple(sizes)
+
+
+@dataclass
+class Served:
+    """One bundle behind the protocol. Arguments with role `input` come from requests; the
+    others (parameters, state) are the bundle's stored values."""
+
+    bundle: Bundle
+    names: tuple[str, ...]  # the name given, or the function's name, then the directory's stem
+    version: str  # the first 12 hex digits of the manifest's sha256: it changes with the content
+    function: Any
+    inputs: dict[str, tuple[str, tuple[int | str, ...]]] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    stored: dict[str, Any] = field(default_factory=dict)
+    trust_batched: bool = False  # run the batched module for requests though no key verified it
+    call_s: float | None = None  # a warm call's seconds, measured at start-up (None: unknown)
+    compiled_sizes: tuple[int, ...] = ()  # the batch sizes the batched module was compiled for
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+    def metadata(self) -> dict[str, Any]:
+        def tensor(name: str, dtype: str, shape: Sequence[int | str]) -> dict[str, Any]:
+            dims = [d if isinstance(d, int) else -1 for d in shape]  # -1: the OIP's variable dim
+            return {"name": name, "datatype": BY_DTYPE[dtype], "shape": dims}
+
+        m = self.bundle.manifest
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": "hlobundle",
+            "inputs": [tensor(n, d, s) for n, (d, s) in self.inputs.items()],
+            "outputs": [tensor(r.name, r.dtype, r.shape) for r in m.results],
+        }
+
+    def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._one_jit:  # one jitted call: the checks ran when it was traced
+            results = self._jitted(self._stored_args, *[given[n] for n in self.inputs])
+        else:
+            results = self.function.call_flat(*self._arguments(given))
+        return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
+
+    def _arguments(self, given: dict[str, Any]) -> list[Any]:
+        return [given[a.name] if a.name in self.inputs else self.stored[a.name]
+                for a in self.bundle.arguments]  # fmt: skip
+
+    def check_shapes(self, given: dict[str, np.ndarray]) -> None:
+        """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why."""
+        if not self._symbolic:
+            return  # every dimension is an integer, which the request's parsing checked
+        try:
+            _binding.check_symbols(self.bundle.manifest, self._arguments(given))
+        except InputError as e:
+            raise RequestError(400, e.message) from None
+
+    @cached_property
+    def _one_jit(self) -> bool:
+        """Whether a call is one jitted call over the stored and given arguments: a JAX
+        function without a mesh (whose arguments `call_flat` places on it, call by call)."""
+        return bool(self.function.jax_function) and self.bundle.manifest.mesh is None
+
+    @cached_property
+    def _symbolic(self) -> bool:
+        return self.bundle.manifest.symbolic
+
+    @cached_property
+    def max_request_bytes(self) -> int:
+        """The most bytes a request for this model may send: 64 KiB for the request's JSON
+        around the data, and 64 bytes per input value (a float64 printed by JSON takes 24, a
+        binary value at most 8; the rest is room for separators and indentation). With a
+        symbolic dimension there is no such bound: the server's `max_body` alone applies."""
+        shapes = [shape for _, shape in self.inputs.values()]
+        if any(isinstance(d, str) for s in shapes for d in s):
+            return sys.maxsize
+        values = sum(math.prod(s) for s in shapes)  # type: ignore[misc]
+        return (64 << 10) + 64 * values
+
+    @cached_property
+    def column_major(self) -> frozenset[str]:
+        """The inputs and results whose producer (Julia) orientation is their axis-reversed shape."""
+        m = self.bundle.manifest
+        return frozenset(v.name for v in [*m.arguments, *m.results] if v.layout == "column_major")
+
+    def wire_inputs(self, producer: bool) -> dict[str, tuple[str, tuple[int | str, ...]]]:
+        """Input shapes as a request gives them: stored, or (`producer`) the producer's."""
+        if not producer:
+            return self.inputs
+        return {
+            n: (d, s[::-1] if n in self.column_major else s) for n, (d, s) in self.inputs.items()
+        }
+
+    @property
+    def batchable(self) -> bool:
+        """Whether requests can be combined, which only the user's trust allows (a key verified
+        the bundle, or `trust_batched`): through the bundle's batched module (SPEC.md 2.6) over
+        exactly its inputs, which `jax.vmap` of its function runs in one call; or, for a
+        function whose inputs and results all lead with one bare symbol (`concatenated`), by
+        concatenating requests along it. Neither the batched module nor the function shows
+        that rows are independent: an untrusted one could answer a client with another
+        client's input, so then every request runs the verified function alone."""
+        if not (self.bundle.trusted or self.trust_batched):
+            return False
+        return self.concatenated is not None or self.stackable
+
+    @property
+    def stackable(self) -> bool:
+        """A batched module over exactly the inputs, run through `jax.vmap` (not on iree)."""
+        batched = self.bundle.manifest.batched
+        if not self.function.jax_function:  # jax.vmap runs the batched module
+            return False
+        return batched is not None and set(batched.arguments) == set(self.inputs)
+
+    @cached_property
+    def concatenated(self) -> str | None:
+        """The symbol along which requests concatenate: every input's and result's leading
+        dimension is that bare symbol (`b`), which appears nowhere else (no other dimension, no
+        stored argument, no constraint); None when there is none."""
+        m = self.bundle.manifest
+        inputs = [a for a in m.arguments if a.name in self.inputs]
+        leading = {v.shape[0] if v.shape else None for v in [*inputs, *m.results]}
+        if len(leading) != 1 or not inputs:
+            return None
+        (symbol,) = leading
+        if not isinstance(symbol, str) or not re.fullmatch(r"[a-z_][a-z0-9_]*", symbol):
+            return None
+        rest = [d for v in [*inputs, *m.results] for d in v.shape[1:]]
+        rest += [d for a in m.arguments if a.name not in self.inputs for d in a.shape]
+        mentions = [d for d in rest if isinstance(d, str)] + list(m.constraints or ())
+        if any(symbol in re.findall(r"[a-z_][a-z0-9_]*", text) for text in mentions):
+            return None
+        return symbol
+
+    def call_many(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Several requests' inputs in one call: concatenated along the batch symbol
+        (`concatenated`), or stacked for the batched module (`stacked`)."""
+        if len(many) == 1:
+            return [self(many[0])]
+        if self.concatenated is not None:
+            return self._concatenated(many)
+        return self._stacked(many)
+
+    def _concatenated(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """One call over every request's rows, its results split back by each request's
+        number of rows: exact, with no padding. Requests whose other dimensions differ (other
+        symbols) run in one call per shape."""
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for k, given in enumerate(many):
+            groups.setdefault(tuple(given[n].shape[1:] for n in self.inputs), []).append(k)
+        answers: list[dict[str, np.ndarray]] = [{} for _ in many]
+        for members in groups.values():
+            first = next(iter(self.inputs))
+            sizes = [many[k][first].shape[0] for k in members]
+            joined = {n: np.concatenate([many[k][n] for k in members]) for n in self.inputs}
+            results = self(joined)
+            edges = np.cumsum(sizes)[:-1]
+            for n, x in results.items():
+                if x.shape[0] != sum(sizes):
+                    raise RuntimeError(f"result {n!r} has {x.shape[0]} rows for {sum(sizes)}")
+                for k, part in zip(members, np.split(x, edges), strict=True):
+                    answers[k][n] = part
+        return answers
+
+    def padded_size(self, n: int) -> int:
+        """The batch size `n` requests run at: the smallest compiled size that holds them."""
+        return min((s for s in self.compiled_sizes if s >= n), default=n)
+
+    def _stacked(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Several requests' inputs in one call of the batched module, stacked along a new
+        leading axis whose size is one the module was compiled for (`padded_size`; padded with
+        the first request, whose extra results are dropped), so that no request compiles."""
+        size = self.padded_size(len(many))
+        padded = many + [many[0]] * (size - len(many))
+        stacked = [np.stack([g[name] for g in padded]) for name in self.inputs]
+        # One transfer per result, then views: indexing device arrays would dispatch per request.
+        results = [np.asarray(x) for x in self._vmapped(self._stored_args, *stacked)]
+        names = [r.name for r in self.bundle.results]
+        return [{n: x[k] for n, x in zip(names, results, strict=True)} for k in range(len(many))]
+
+    @cached_property
+    def _stored_args(self) -> tuple[Any, ...]:
+        """The stored arguments, passed to the jitted calls (as arguments, not constants)."""
+        return tuple(
+            self.stored[a.name] for a in self.bundle.arguments if a.name not in self.inputs
+        )
+
+    def _call_flat(self, stored: tuple[Any, ...], *inputs: Any) -> tuple[Any, ...]:
+        given, kept = dict(zip(self.inputs, inputs, strict=True)), iter(stored)
+        args = [given[a.name] if a.name in given else next(kept) for a in self.bundle.arguments]
+        return tuple(self.function.call_flat(*args))
+
+    @cached_property
+    def _jitted(self) -> Any:
+        import jax
+
+        return jax.jit(lambda stored, *inputs: self._call_flat(stored, *inputs))
+
+    @cached_property
+    def _vmapped(self) -> Any:
+        import jax
+
+        axes = (None, *[0] * len(self.inputs))  # the stored arguments are shared by the batch
+        return jax.jit(jax.vmap(lambda stored, *inputs: self._call_flat(stored, *inputs), axes))
