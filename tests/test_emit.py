@@ -253,6 +253,7 @@ def test_xla_script_differentiates_through_the_backward_module(tmp_path):
     np.testing.assert_allclose(got, np.cos(x) * x + np.sin(x), rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_xla_script_without_a_backward_module_says_how_to_get_one(bundles, tmp_path):
     script = tmp_path / "run.py"
@@ -390,6 +391,7 @@ def _symbolic_bundle(tmp_path):
                             roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
     script = tmp_path / "run.py"

@@ -106,6 +106,7 @@ def fresh(base: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(data=st.data())
 def test_byte_mutations(base, data):

@@ -286,6 +286,7 @@ def _files_under(root):
     return sorted((str(p), p.read_bytes()) for p in Path(root).rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_planted_cache_entries_never_run(tmp_path, monkeypatch, twins):
     a, b, other = twins
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
@@ -498,6 +499,7 @@ def test_run_of_a_stored_executable_does_not_claim_a_compile(compiled):
     assert "(load + run; nothing compiled)" in r.stdout
 
 
+@pytest.mark.slow
 def test_cli_compile_run_and_inspect(tmp_path):
     b = tmp_path / "b"
     shutil.copytree(EXAMPLE, b)
