@@ -1,12 +1,13 @@
-"""A long-lived child that runs `hlobundle` commands one after another (helpers.CliChild).
+"""A long-lived child that runs `hlobundle` commands one after another (helpers.ChildProcess).
 
     python tests/cli_child.py [--main MODULE:FUNCTION]
 
-Each request is a JSON line on stdin: {"args": [...], "out": PATH, "err": PATH}. The command's
-file descriptors 1 and 2 (Python's output and C++'s alike) are pointed at those files while it
-runs, as a process of its own would have them, and its exit status is answered as a JSON line
-on the descriptor that was stdout at start. A command that kills the process (a signal, an
-abort, `os._exit`) answers nothing: the parent reads the end of the pipe and the child's status.
+Each request is a JSON line on stdin: {"args": [...], "out": PATH, "err": PATH, "cwd": PATH}.
+The command runs in that directory, its file descriptors 1 and 2 (Python's output and C++'s
+alike) pointed at those files, as a process of its own would have them, and its exit status is
+answered as a JSON line on the descriptor that was stdout at start. A command that kills the
+process (a signal, an abort, `os._exit`) answers nothing: the parent reads the end of the pipe
+and the child's status.
 `--main` runs another function than hlobundle's `main` (`crash_on`, to test that path).
 """
 
@@ -65,6 +66,7 @@ def serve(target: str) -> None:
     channel = os.fdopen(os.dup(1), "w")
     for line in sys.stdin:
         request = json.loads(line)
+        os.chdir(request["cwd"])
         code = run(main, request["args"], request["out"], request["err"])
         channel.write(json.dumps({"returncode": code}) + "\n")
         channel.flush()

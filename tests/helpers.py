@@ -189,39 +189,43 @@ def without_modules(tmp_path: Path, *names: str) -> dict[str, str]:
     return {"PYTHONPATH": path}
 
 
-class CliChild:
-    """Runs `hlobundle ARGS` commands in one long-lived child process (tests/cli_child.py),
-    for tests whose point is that a command never kills its process: a command that does (a
-    signal, an abort) ends the child, its result says so as `cli_process`'s would (a negative
-    returncode for a signal), and the next command starts a fresh child. It saves the start of
-    Python and jax (about 0.5-1 s) per command. Call `close()` when done."""
+class ChildProcess:
+    """Runs requests in one long-lived child process, each answered as `subprocess.run` would
+    answer a process of its own (returncode, stdout, stderr), without the start of Python and
+    jax (about 0.5-1 s) each time: `tests/cli_child.py` runs `hlobundle ARGS` commands one
+    after another; `tests/script_zygote.py` runs `python SCRIPT ARGS` in a fork of itself.
 
-    def __init__(self, scratch: Path, main: str = "hlobundle._cli._main:main") -> None:
-        self._scratch, self._main, self._proc, self._count = scratch, main, None, 0
+    A request that ends the child (a signal, an abort) is answered with its status, as
+    `cli_process`'s would be (a negative returncode for a signal), and the next request starts
+    a fresh child. Call `close()` when done."""
+
+    def __init__(self, scratch: Path, script: str, *options: str) -> None:
+        self._command = [sys.executable, str(ROOT / "tests" / script), *options]
+        self._scratch, self._proc, self._count = scratch, None, 0
 
     def __call__(self, *args: Any) -> subprocess.CompletedProcess[str]:
         if self._proc is None:
             self._proc = subprocess.Popen(
-                [sys.executable, str(ROOT / "tests" / "cli_child.py"), "--main", self._main],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
         self._count += 1
         out, err = (self._scratch / f"{self._count}.{n}" for n in ("out", "err"))
         argv = [str(a) for a in args]
         try:
-            self._proc.stdin.write(json.dumps({"args": argv, "out": str(out), "err": str(err)}))
+            request = {"args": argv, "out": str(out), "err": str(err), "cwd": os.getcwd()}
+            self._proc.stdin.write(json.dumps(request))
             self._proc.stdin.write("\n")
             self._proc.stdin.flush()
             answer = self._proc.stdout.readline()
-        except BrokenPipeError:  # the child ended before it read the command
+        except BrokenPipeError:  # the child ended before it read the request
             answer = ""
         if answer:
             code = json.loads(answer)["returncode"]
-        else:  # the command ended the child: its status is the command's
+        else:  # the request ended the child: its status is the request's
             code = self._proc.wait()
             self.close()
         text = [p.read_text(errors="replace") if p.exists() else "" for p in (out, err)]
-        return subprocess.CompletedProcess(["hlobundle", *argv], code, *text)
+        return subprocess.CompletedProcess(argv, code, *text)
 
     def close(self) -> None:
         if self._proc is not None:

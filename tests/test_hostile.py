@@ -341,9 +341,9 @@ _ESCAPES = {
 
 @pytest.fixture(scope="module")
 def cli_child(tmp_path_factory):
-    from helpers import CliChild
+    from helpers import ChildProcess
 
-    child = CliChild(tmp_path_factory.mktemp("cli-child"))
+    child = ChildProcess(tmp_path_factory.mktemp("cli-child"), "cli_child.py")
     yield child
     child.close()
 
@@ -351,9 +351,9 @@ def cli_child(tmp_path_factory):
 @pytest.mark.subprocess
 def test_a_command_that_kills_the_cli_child_is_reported_and_the_next_gets_a_fresh_one(tmp_path):
     # What test_invalid_utf8_escapes_never_abort relies on to see an abort.
-    from helpers import CliChild
+    from helpers import ChildProcess
 
-    child = CliChild(tmp_path, main="cli_child:crash_on")
+    child = ChildProcess(tmp_path, "cli_child.py", "--main", "cli_child:crash_on")
     try:
         assert child("a").stdout == "ran a\n"
         assert child("abort").returncode == -signal.SIGABRT
