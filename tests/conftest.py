@@ -22,10 +22,17 @@ jax.config.update("jax_enable_x64", True)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Where enzyme-ad is not installed (it has wheels for Python 3.11 only), every test run on
+    """Tests marked slow run first, so that with `-n 2` the longest start early and the others
+    fill in beside them (pyproject.toml's `--dist worksteal` splits the list between the
+    workers, and a worker that runs dry takes half of what the other has left); a long test
+    left to the end would keep one worker busy while the other idles.
+
+    Where enzyme-ad is not installed (it has wheels for Python 3.11 only), every test run on
     the enzyme backend (a `backend` parameter of "enzyme") skips, with that reason."""
     from helpers import ENZYME, needs_enzyme
 
+    # A stable sort: within each group, the files and their tests keep their order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if ENZYME:
         return
     for item in items:

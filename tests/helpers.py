@@ -187,3 +187,52 @@ def without_modules(tmp_path: Path, *names: str) -> dict[str, str]:
     )
     path = os.pathsep.join(p for p in (str(where), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path}
+
+
+class ChildProcess:
+    """Runs requests in one long-lived child process, each answered as `subprocess.run` would
+    answer a process of its own (returncode, stdout, stderr), without the start of Python and
+    jax (about 0.5-1 s) each time: `tests/cli_child.py` runs `hlobundle ARGS` commands one
+    after another; `tests/script_zygote.py` runs `python SCRIPT ARGS` in a fork of itself.
+
+    A request that ends the child (a signal, an abort) is answered with its status, as
+    `cli_process`'s would be (a negative returncode for a signal), and the next request starts
+    a fresh child. Call `close()` when done."""
+
+    def __init__(self, scratch: Path, script: str, *options: str) -> None:
+        self._command = [sys.executable, str(ROOT / "tests" / script), *options]
+        self._scratch, self._proc, self._count = scratch, None, 0
+
+    def __call__(self, *args: Any) -> subprocess.CompletedProcess[str]:
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+        self._count += 1
+        out, err = (self._scratch / f"{self._count}.{n}" for n in ("out", "err"))
+        argv = [str(a) for a in args]
+        try:
+            request = {"args": argv, "out": str(out), "err": str(err), "cwd": os.getcwd()}
+            self._proc.stdin.write(json.dumps(request))
+            self._proc.stdin.write("\n")
+            self._proc.stdin.flush()
+            answer = self._proc.stdout.readline()
+        except BrokenPipeError:  # the child ended before it read the request
+            answer = ""
+        if answer:
+            code = json.loads(answer)["returncode"]
+        else:  # the request ended the child: its status is the request's
+            code = self._proc.wait()
+            self.close()
+        text = [p.read_text(errors="replace") if p.exists() else "" for p in (out, err)]
+        return subprocess.CompletedProcess(argv, code, *text)
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            self._proc.wait()
+            self._proc.stdout.close()
+            self._proc = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 from helpers import (
     ALL_DTYPES,
     ROOT,
+    ChildProcess,
     cli,
     identity_module,
     needs_enzyme,
@@ -26,17 +28,46 @@ import hlobundle
 sys.path.insert(0, str(ROOT / "examples"))
 import lenet5  # noqa: E402
 
-# Run the script, then prove it never imported hlobundle.
+# Run the script, then prove it never imported hlobundle (in a directory of the test's own).
 RUNNER = (
     "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); "
     "assert 'hlobundle' not in sys.modules, 'the script imported hlobundle'"
 )
+_ZYGOTE: list[ChildProcess] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _zygote(tmp_path_factory):
+    _ZYGOTE.append(ChildProcess(tmp_path_factory.mktemp("zygote"), "script_zygote.py"))
+    yield
+    _ZYGOTE.pop().close()
 
 
 def run_script(path, *args):
-    return subprocess.run(
-        [sys.executable, "-c", RUNNER, str(path), *map(str, args)], capture_output=True, text=True
+    """`python SCRIPT ARGS` in a process of its own (a fork of tests/script_zygote.py, which
+    has imported jax and numpy, never hlobundle), then a failure if it imported hlobundle."""
+    return _ZYGOTE[0](path, *args)
+
+
+@pytest.mark.subprocess
+def test_each_script_runs_in_a_fresh_process_whose_end_is_reported(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import sys, os, jax\n"
+        "print(jax.config.jax_enable_x64, sys.argv[1:])\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "if sys.argv[1:] == ['abort']: os.abort()\n"
+        "if sys.argv[1:] == ['hlobundle']: import hlobundle\n"
+        "if sys.argv[1:] == ['3']: sys.exit(3)\n"
     )
+    r = run_script(script, "a")
+    assert (r.returncode, r.stdout) == (0, "False ['a']\n")  # x64 off: a process of its own
+    assert run_script(script, "abort").returncode == -signal.SIGABRT
+    assert run_script(script, "3").returncode == 3
+    r = run_script(script, "hlobundle")
+    assert r.returncode == 1 and "the script imported hlobundle" in r.stderr
+    r = run_script(script, "b")
+    assert (r.returncode, r.stdout) == (0, "False ['b']\n")
 
 
 def _all_dtypes(*xs):
@@ -253,6 +284,7 @@ def test_xla_script_differentiates_through_the_backward_module(tmp_path):
     np.testing.assert_allclose(got, np.cos(x) * x + np.sin(x), rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_xla_script_without_a_backward_module_says_how_to_get_one(bundles, tmp_path):
     script = tmp_path / "run.py"
@@ -390,6 +422,7 @@ def _symbolic_bundle(tmp_path):
                             roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
     script = tmp_path / "run.py"

@@ -106,6 +106,7 @@ def fresh(base: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(data=st.data())
 def test_byte_mutations(base, data):
@@ -338,12 +339,37 @@ _ESCAPES = {
 }  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def cli_child(tmp_path_factory):
+    from helpers import ChildProcess
+
+    child = ChildProcess(tmp_path_factory.mktemp("cli-child"), "cli_child.py")
+    yield child
+    child.close()
+
+
+@pytest.mark.subprocess
+def test_a_command_that_kills_the_cli_child_is_reported_and_the_next_gets_a_fresh_one(tmp_path):
+    # What test_invalid_utf8_escapes_never_abort relies on to see an abort.
+    from helpers import ChildProcess
+
+    child = ChildProcess(tmp_path, "cli_child.py", "--main", "cli_child:crash_on")
+    try:
+        assert child("a").stdout == "ran a\n"
+        assert child("abort").returncode == -signal.SIGABRT
+        assert child("exit", "3").returncode == 3
+        r = child("b")
+        assert (r.returncode, r.stdout) == (0, "ran b\n")
+    finally:
+        child.close()
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize("where", sorted(_ESCAPES))
-def test_invalid_utf8_escapes_never_abort(tmp_path, where):
-    # Each command in a process of its own: an abort (SIGABRT) is what this guards against.
-    from helpers import cli_process, rehash
+def test_invalid_utf8_escapes_never_abort(tmp_path, where, cli_child):
+    # Commands run in a child process (one for the module, restarted when a command ends it):
+    # an abort (SIGABRT) is what this guards against.
+    from helpers import rehash
 
     x = sample((3,), "float32")
     bundle = hlobundle.pack(identity_module(x), [x], tmp_path / "b")
@@ -356,13 +382,13 @@ def test_invalid_utf8_escapes_never_abort(tmp_path, where):
     (tmp_path / "m.mlir").write_text(hostile)
     for args in (["verify", bundle], ["inspect", bundle], ["run", bundle, "--backend", "xla"],
                  ["pack", tmp_path / "m.mlir", "-o", tmp_path / "out"]):  # fmt: skip
-        r = cli_process(*args)
+        r = cli_child(*args)
         assert "Traceback" not in r.stderr and r.returncode >= 0, (args, r.stderr[-2000:])
         if refused:
             assert r.returncode == 1, (args, r.returncode, r.stderr[-2000:])
             assert "[MLIR_INVALID]" in r.stderr and "UTF-8" in r.stderr, (args, r.stderr[-2000:])
         elif args[0] == "pack":  # a legal value: the bundle is written, and it loads
             assert r.returncode == 0, r.stderr[-2000:]
-            assert cli_process("verify", tmp_path / "out").returncode == 0
+            assert cli_child("verify", tmp_path / "out").returncode == 0
         else:  # the text no longer matches its artifact
             assert r.returncode == 1 and "[MODULE_MISMATCH]" in r.stderr, r.stderr[-2000:]

@@ -20,6 +20,7 @@ from helpers import (
     cli,
     edit_manifest,
     lowered_text,
+    np_dtype,
     rehash,
     sample,
 )
@@ -85,16 +86,19 @@ def test_multi_result_and_zero_argument_bundles(tmp_path, backend):
 SUPPORTED = [d for d in ALL_DTYPES if d not in _iree_compile.UNSUPPORTED_DTYPES]
 
 
-@pytest.mark.parametrize("dtype", SUPPORTED)
-def test_every_dtype_iree_supports_gives_xlas_bytes(tmp_path, dtype):
-    x = sample((2, 3), dtype, 5)
-    text = lowered_text(lambda x: (x, x.T, jnp.concatenate([x[:, 1:], x], 1)), x)
-    b = hlobundle.load(hlobundle.pack(text, [x], tmp_path / "b"))
-    ours = b.function("iree").call_flat(x)
-    theirs = b.function("xla").call_flat(x)
-    for g, w in zip(ours, theirs, strict=True):
-        assert g.dtype == np.asarray(w).dtype and g.shape == w.shape
-        assert g.tobytes() == np.asarray(w).tobytes()
+def test_every_dtype_iree_supports_gives_xlas_bytes(tmp_path):
+    # One module over every dtype, so one IREE compile (about 0.4 s each) rather than one per
+    # dtype: each argument comes back as itself, transposed and concatenated, byte for byte.
+    xs = [sample((2, 3), dtype, 5) for dtype in SUPPORTED]
+    text = lowered_text(lambda *xs: [(x, x.T, jnp.concatenate([x[:, 1:], x], 1)) for x in xs], *xs)
+    b = hlobundle.load(hlobundle.pack(text, xs, tmp_path / "b"))
+    ours = b.function("iree").call_flat(*xs)
+    theirs = b.function("xla").call_flat(*xs)
+    assert len(ours) == len(theirs) == 3 * len(SUPPORTED)
+    for k, (g, w) in enumerate(zip(ours, theirs, strict=True)):
+        dtype, w = SUPPORTED[k // 3], np.asarray(w)
+        assert g.dtype == w.dtype == np_dtype(dtype) and g.shape == w.shape, (dtype, k % 3)
+        assert g.tobytes() == w.tobytes(), (dtype, k % 3)
 
 
 def test_an_op_iree_cannot_compile_is_a_coded_refusal(tmp_path):
@@ -286,6 +290,7 @@ def _files_under(root):
     return sorted((str(p), p.read_bytes()) for p in Path(root).rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_planted_cache_entries_never_run(tmp_path, monkeypatch, twins):
     a, b, other = twins
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
@@ -504,6 +509,7 @@ def test_run_of_a_stored_executable_does_not_claim_a_compile(compiled):
     assert "(load + run; nothing compiled)" in r.stdout
 
 
+@pytest.mark.slow
 def test_cli_compile_run_and_inspect(tmp_path):
     b = tmp_path / "b"
     shutil.copytree(EXAMPLE, b)

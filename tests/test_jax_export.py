@@ -36,6 +36,7 @@ def _same(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_a_blob_round_trips_through_a_bundle(exported, tmp_path):
     blob = tmp_path / "model.jax"
     blob.write_bytes(exported.serialize(vjp_order=1))
@@ -55,6 +56,7 @@ def test_a_blob_round_trips_through_a_bundle(exported, tmp_path):
     _same(grad, jax.grad(lambda p: model(p, X)["total"])(PARAMS))
 
 
+@pytest.mark.slow
 def test_from_exported_stores_example_inputs_and_results(exported, tmp_path):
     out = hlobundle.from_exported(exported, tmp_path / "b", inputs=(PARAMS, X))
     r = cli("run", out, "--backend", "xla", "--json")
@@ -96,6 +98,7 @@ def test_a_file_that_is_not_a_blob_is_a_clean_error(tmp_path):
     assert r.returncode == 2 and "--names does not apply" in r.stderr
 
 
+@pytest.mark.slow
 def test_the_packer_never_deserializes_the_vjp_itself(exported, tmp_path, monkeypatch):
     """The nested VJP (flatbuffer and MLIR bytecode) is read in a child process, like the
     module's artifact: this process deserializes the outer Exported once, never its VJP."""
@@ -190,6 +193,7 @@ def test_a_blob_given_as_module_text_points_at_from_jax_export(exported, tmp_pat
     assert "--from-jax-export" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_blob_with_symbolic_shapes_is_a_2_0_bundle_for_every_size(tmp_path):
     """jax.export's symbolic dimensions (format 2.0): kept as expressions, run for any size."""
     fn = jax.jit(lambda w, x: jnp.tanh(x @ w).sum(axis=1))

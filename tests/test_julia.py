@@ -22,6 +22,7 @@ LUX = FIXTURES / "export_to_enzymejax_lux"
 # --- export_to_enzymejax ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @needs_fixtures
 @needs_enzyme  # the generated script calls enzyme_ad's hlo_call

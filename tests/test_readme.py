@@ -97,6 +97,7 @@ def test_python_block_runs(tmp_path, monkeypatch, file, section, code):
     assert os.getcwd() == str(tmp_path)
 
 
+@pytest.mark.slow  # a second run of every block; each runs alone above in the edit-test loop
 @pytest.mark.parametrize("file", sorted({file for file, _, _ in PYTHON}))
 def test_python_blocks_of_a_file_run_one_after_another(tmp_path, monkeypatch, file):
     # A reader runs them in one directory: no block may write where an earlier one wrote.

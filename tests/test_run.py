@@ -216,6 +216,7 @@ def test_compilation_cache_is_used_and_can_be_turned_off(tmp_path):
     assert r.returncode == 0 and not (tmp_path / "other").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_no_cache_turns_off_a_jax_cache_the_user_configured(tmp_path):
     """`--no-cache` means no persistent cache at all, not only ours: JAX's own settings (here
@@ -254,6 +255,7 @@ def _solve_bundle(out):
     return hlobundle.export(lambda a, b: jnp.linalg.solve(a, b), a, b, out=out)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("backend", ["enzyme", "xla"] if ENZYME else ["xla"])
 def test_a_bundle_calling_lapack_runs_on_every_backend(tmp_path, backend):

@@ -103,6 +103,7 @@ def test_while_loop_and_complex_gradients(tmp_path, backend, fn, args):
     assert_close(jax.grad(f, argnums=(0, 1))(*args), jax.grad(fn, argnums=(0, 1))(*args))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_vmap_jacrev_and_per_example_gradients(lenet, backend):
     bundle, params, images = lenet
@@ -249,6 +250,7 @@ def test_dtype_matrix_backward(tmp_path, backend, dtype):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @needs_enzyme  # packing the backward module of a module text needs it; running it does not
 def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):

@@ -405,6 +405,7 @@ def _npz_bomb(path, key, nbytes):
             f.write(chunk)
 
 
+@pytest.mark.slow
 def test_npz_members_are_checked_before_they_are_inflated(add_bundle, tmp_path):
     import tracemalloc
 

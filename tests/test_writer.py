@@ -244,6 +244,7 @@ def _assert_no_machine_paths(bundle, tmp_path):
             assert leaked.encode() not in data, f"{path.name} carries {leaked!r}"
 
 
+@pytest.mark.slow
 def test_no_absolute_path_of_the_writing_machine_reaches_any_file_of_a_bundle(tmp_path):
     import jax
     import jax.numpy as jnp
