@@ -6,6 +6,7 @@ documented safe behaviour, never a crash, a hang or a silently different computa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -535,6 +536,38 @@ def test_an_entry_that_is_not_a_verdict_is_a_miss(tmp_path, monkeypatch, add_bun
     for junk in (b"[]", b'{"signature": {"arguments": 1}}', b"\xff"):
         (root / "checks" / _cache.entry_name(key, junk, ".json")).write_bytes(junk)
         assert hlobundle.load(add_bundle).signature.arguments[0].shape == (3,)
+
+
+def test_a_well_named_entry_that_is_not_what_we_write_is_a_miss(tmp_path, monkeypatch, add_bundle):
+    """Garbage under a verdict's right name (deep nesting, an infinite number, a string for the
+    custom calls, no signature for the module form, a shape of strings) is a miss, checked in
+    full: never a traceback, nor a verdict the checks would not give."""
+    from hlobundle._read import _cache
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
+    hlobundle.load(add_bundle)
+    (entry,) = _verdicts(root)
+    key, good = entry.name.split(".")[0], json.loads(entry.read_bytes())
+    entry.unlink()
+    signature = good["signature"]
+    junk = [
+        b"[" * 100_000,
+        {**good, "signature": {**signature, "aliases": [[float("inf"), 0]]}},
+        {**good, "custom_calls": "lapack_sgetrf_ffi"},
+        {**good, "signature": None},
+        {**good, "signature": {**signature, "arguments": [[["3"], "float32"]] * 2}},
+        {**good, "signature": {**signature, "unused": [True]}},
+    ]
+    for data in junk:
+        data = data if isinstance(data, bytes) else json.dumps(data).encode()
+        planted = root / "checks" / _cache.entry_name(key, data, ".json")
+        planted.write_bytes(data)
+        bundle = hlobundle.load(add_bundle)
+        assert bundle.signature.arguments[0].shape == (3,), data[:80]
+        assert bundle.modules["module"].custom_calls == ()
+        assert bundle.signature.unused == frozenset()
+        planted.unlink()
 
 
 def test_no_cache_records_no_verdict(tmp_path, monkeypatch, add_bundle):

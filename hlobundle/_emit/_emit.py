@@ -22,6 +22,7 @@ from typing import Any
 
 from .._format._errors import InputError, OutputExistsError
 from .._format._manifest import Argument, Executable, Result, identifier, needs_x64
+from .._format._policy import calls_lapack
 from .._format._sharding import partition_spec_entries
 from .._read._reader import Bundle, load
 from .._run import _backends
@@ -115,6 +116,7 @@ def _source(
         "BACKWARD_FILE": vjp,
         "MODULE_FILE": m.module.text,
         "MODULE_LINES": prepared.text.split("\n") if prepared and prepared.changed else [],
+        "CALLS_LAPACK": enzyme and calls_lapack(bundle.modules["module"].custom_calls),
     }  # fmt: skip
     return fill(template(), slots).replace(_NAMED, _named_function(bundle), 1)
 

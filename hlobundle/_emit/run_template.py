@@ -47,6 +47,7 @@ PORTABLE_FILE = "module.mlirbc"  # slot: xla: the module's portable artifact
 BACKWARD_FILE = None  # slot: xla: the backward module's portable artifact (the VJP), or None
 MODULE_FILE = "module.mlir"  # slot: enzyme: the module text, which hlo_call runs as it is, or:
 MODULE_LINES = []  # slot: enzyme: the module prepared for hlo_call (private names, wider dtypes)
+CALLS_LAPACK = False  # slot: enzyme: the module calls jax's CPU LAPACK kernels (`lapack_*`)
 SHA256 = {}  # slot: the sha256 of each file of the bundle this script reads, as emit verified it
 
 # -----------------------------------------------------------------------------------------------
@@ -93,6 +94,8 @@ def enzyme_function():
     from enzyme_ad.jax import hlo_call
 
     module = "\n".join(MODULE_LINES) if MODULE_LINES else read_file(MODULE_FILE).decode("utf-8")
+    if CALLS_LAPACK:
+        initialize_lapack()
 
     def function(*args):
         # enzyme_ad 0.0.16 cannot pass some dtypes (bool, float16, ...); the prepared module's
@@ -107,6 +110,13 @@ def enzyme_function():
         )
 
     return function
+
+
+def initialize_lapack():
+    """jax's CPU LAPACK kernels get their functions (from scipy) when jax lowers a linear-algebra
+    op; hlo_call does not do it, and a kernel called uninitialized jumps through a null pointer.
+    Lowering one small Cholesky factorization does it, with jax's public API only."""
+    jax.jit(jnp.linalg.cholesky).lower(jax.ShapeDtypeStruct((1, 1), np.float32))
 
 
 def avals(values, cotangents=False):

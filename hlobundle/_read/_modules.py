@@ -80,7 +80,7 @@ def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
     stored = StoredModule(form, entry.text, text_bytes, text_sha, entry.portable.file, portable,
                           portable_sha, entry.portable.target_version, None, ())  # fmt: skip
     key = _key(stored, view)
-    cached = _recall(key)
+    cached = _recall(key, form)
     if cached is not None:
         stored.signature, stored.custom_calls = cached
         stored.same_program = True
@@ -121,16 +121,42 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _recall(key: str) -> tuple[_mlir.Signature | None, tuple[str, ...]] | None:
+def _recall(key: str, form: _stored.Form) -> tuple[_mlir.Signature | None, tuple[str, ...]] | None:
     where = _cache.directory(CHECKS)
     data = _cache.read(where, key, _SUFFIX) if where is not None else None
     if data is None:
         return None
     try:
         entry = json.loads(data)
-        return _decode(entry["signature"]), tuple(str(t) for t in entry["custom_calls"])
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        signature = _decode(entry["signature"])
+        calls = tuple(_str(t) for t in _list(entry["custom_calls"]))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError,
+            RecursionError):  # fmt: skip
         return None  # not one we wrote: a miss
+    if (signature is None) != (form.key != "module"):  # only the module form's check reads it
+        return None
+    return signature, calls
+
+
+def _int(x: Any, none: bool = False) -> Any:
+    """`x` when it is a non-negative int (or None, where `none`); else a TypeError."""
+    if type(x) is int and x >= 0 or none and x is None:
+        return x
+    raise TypeError(f"not a verdict: {x!r:.40}")
+
+
+def _list(x: Any) -> list[Any]:
+    """`x` when it is a list (a string is iterable too, one character at a time); else a TypeError."""
+    if isinstance(x, list):
+        return x
+    raise TypeError(f"not a verdict: {x!r:.40}")
+
+
+def _str(x: Any, none: bool = False) -> Any:
+    """`x` when it is a string (or None, where `none`); else a TypeError."""
+    if isinstance(x, str) or none and x is None:
+        return x
+    raise TypeError(f"not a verdict: {x!r:.40}")
 
 
 def _encode(sig: _mlir.Signature | None) -> Any:
@@ -154,17 +180,34 @@ def _encode(sig: _mlir.Signature | None) -> Any:
 
 
 def _decode(d: Any) -> _mlir.Signature | None:
+    """What `_encode` wrote, each value's type checked: anything else raises (a miss)."""
     if d is None:
         return None
-    types = lambda ts: tuple(_mlir.TensorType(tuple(shape), _dtypes.BY_NAME[name])  # noqa: E731
-                             for shape, name in ts)  # fmt: skip
     s = d["sharding"]
-    partitions = lambda ps: tuple(None if p is None else tuple(tuple(a) for a in p) for p in ps)  # noqa: E731
     sharding = None if s is None else _mlir.Sharding(
-        None if s["mesh"] is None else tuple((str(n), int(k)) for n, k in s["mesh"]),
-        tuple(s["device_ids"]), partitions(s["arguments"]), partitions(s["results"]),
-        tuple(s["hlo_arguments"]), tuple(s["hlo_results"]),
+        None if s["mesh"] is None else tuple((_str(n), _int(k)) for n, k in _list(s["mesh"])),
+        tuple(_int(i) for i in _list(s["device_ids"])), _partitions(s["arguments"]),
+        _partitions(s["results"]), _strings(s["hlo_arguments"]), _strings(s["hlo_results"]),
     )  # fmt: skip
-    return _mlir.Signature(d["module_name"], types(d["arguments"]), types(d["results"]),
-                           {int(k): int(v) for k, v in d["aliases"]}, frozenset(d["unused"]),
-                           sharding, tuple(d["argument_info"]), tuple(d["result_info"]))  # fmt: skip
+    return _mlir.Signature(_str(d["module_name"], none=True), _types(d["arguments"]),
+                           _types(d["results"]), {_int(k): _int(v) for k, v in _list(d["aliases"])},
+                           frozenset(_int(i) for i in _list(d["unused"])), sharding,
+                           _strings(d["argument_info"]), _strings(d["result_info"]))  # fmt: skip
+
+
+def _types(ts: Any) -> tuple[_mlir.TensorType, ...]:
+    return tuple(
+        _mlir.TensorType(
+            tuple(_int(n, none=True) for n in _list(shape)), _dtypes.BY_NAME[_str(name)]
+        )
+        for shape, name in _list(ts)
+    )
+
+
+def _strings(xs: Any) -> tuple[str | None, ...]:
+    return tuple(_str(x, none=True) for x in _list(xs))
+
+
+def _partitions(ps: Any) -> tuple[tuple[tuple[str, ...], ...] | None, ...]:
+    axes = lambda p: tuple(tuple(_str(n) for n in _list(a)) for a in _list(p))  # noqa: E731
+    return tuple(None if p is None else axes(p) for p in _list(ps))
