@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._format import _dtypes, _mlir, _portable, _stored
+from .._format import _dtypes, _main_signature, _mlir, _portable, _stored
 from .._format._errors import ManifestError
 from .._format._manifest import Manifest
 from . import _cache, _files
@@ -41,7 +41,7 @@ class StoredModule:
     portable: bytes
     portable_sha256: str
     target_version: str
-    signature: _mlir.Signature | None  # `@main`'s, when the form's check read it
+    signature: _main_signature.Signature | None  # `@main`'s, when the form's check read it
     custom_calls: tuple[str, ...]  # every custom call target, as the check found them
     same_program: bool = False  # the artifact was shown to be the text's program
     verdict_key: str | None = None  # where to record the verdict; None when it was recalled
@@ -121,7 +121,7 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _recall(key: str) -> tuple[_mlir.Signature | None, tuple[str, ...]] | None:
+def _recall(key: str) -> tuple[_main_signature.Signature | None, tuple[str, ...]] | None:
     where = _cache.directory(CHECKS)
     data = _cache.read(where, key, _SUFFIX) if where is not None else None
     if data is None:
@@ -133,7 +133,7 @@ def _recall(key: str) -> tuple[_mlir.Signature | None, tuple[str, ...]] | None:
         return None  # not one we wrote: a miss
 
 
-def _encode(sig: _mlir.Signature | None) -> Any:
+def _encode(sig: _main_signature.Signature | None) -> Any:
     if sig is None:
         return None
     types = lambda ts: [[list(t.shape), t.dtype.name] for t in ts]  # noqa: E731
@@ -153,18 +153,18 @@ def _encode(sig: _mlir.Signature | None) -> Any:
     }  # fmt: skip
 
 
-def _decode(d: Any) -> _mlir.Signature | None:
+def _decode(d: Any) -> _main_signature.Signature | None:
     if d is None:
         return None
-    types = lambda ts: tuple(_mlir.TensorType(tuple(shape), _dtypes.BY_NAME[name])  # noqa: E731
+    types = lambda ts: tuple(_main_signature.TensorType(tuple(shape), _dtypes.BY_NAME[name])  # noqa: E731
                              for shape, name in ts)  # fmt: skip
     s = d["sharding"]
     partitions = lambda ps: tuple(None if p is None else tuple(tuple(a) for a in p) for p in ps)  # noqa: E731
-    sharding = None if s is None else _mlir.Sharding(
+    sharding = None if s is None else _main_signature.Sharding(
         None if s["mesh"] is None else tuple((str(n), int(k)) for n, k in s["mesh"]),
         tuple(s["device_ids"]), partitions(s["arguments"]), partitions(s["results"]),
         tuple(s["hlo_arguments"]), tuple(s["hlo_results"]),
     )  # fmt: skip
-    return _mlir.Signature(d["module_name"], types(d["arguments"]), types(d["results"]),
+    return _main_signature.Signature(d["module_name"], types(d["arguments"]), types(d["results"]),
                            {int(k): int(v) for k, v in d["aliases"]}, frozenset(d["unused"]),
                            sharding, tuple(d["argument_info"]), tuple(d["result_info"]))  # fmt: skip
