@@ -6,11 +6,11 @@ import pytest
 from helpers import FIXTURES, needs_fixtures
 
 import hlobundle
-from hlobundle._format import _mlir
+from hlobundle._format import _main_signature, _mlir
 
 
 def sig(text):
-    return _mlir.signature(_mlir.parse(text))
+    return _main_signature.signature(_mlir.parse(text))
 
 
 def test_dtypes_and_aliasing():

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .._format import _mlir
+from .._format import _main_signature, _mlir
 from .._format._errors import InputError, OutputExistsError
 from .._format._manifest import Manifest
 from .._interop import _reactant_server as rs
@@ -192,7 +192,7 @@ def _manifest_yaml(
     )  # fmt: skip
 
 
-def _reorder_main(module: object, sig: _mlir.Signature, order: list[int]) -> None:
+def _reorder_main(module: object, sig: _main_signature.Signature, order: list[int]) -> None:
     """Rename `@main` and add a public `@main` taking its arguments in `order`, which calls it."""
     from jaxlib.mlir import ir
 
@@ -200,12 +200,12 @@ def _reorder_main(module: object, sig: _mlir.Signature, order: list[int]) -> Non
         _add_reordered_main(module, sig, order)
 
 
-def _add_reordered_main(module: object, sig: _mlir.Signature, order: list[int]) -> None:
+def _add_reordered_main(module: object, sig: _main_signature.Signature, order: list[int]) -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import func
 
     inner_name = "hlobundle_original_main"
-    main = _mlir.find_main(module)
+    main = _main_signature.find_main(module)
     ir.SymbolTable.set_symbol_name(main, inner_name)
     main.attributes["sym_visibility"] = ir.StringAttr.get("private")
     args = [_mlir.tensor_type(t.shape, t.dtype.name) for t in sig.arguments]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _mlir
+from . import _main_signature
 from ._manifest import DeviceMesh, MeshAxis
 
 
-def sharding_fields(sharding: _mlir.Sharding | None, what: str, i: int) -> dict[str, Any]:
+def sharding_fields(sharding: _main_signature.Sharding | None, what: str, i: int) -> dict[str, Any]:
     if sharding is None:
         return {}
     spec = getattr(sharding, what)[i]
@@ -16,7 +16,7 @@ def sharding_fields(sharding: _mlir.Sharding | None, what: str, i: int) -> dict[
     return {"sharding": None if spec is None else [list(d) for d in spec], "hlo_sharding": hlo}
 
 
-def manifest_mesh(sharding: _mlir.Sharding | None) -> DeviceMesh | None:
+def manifest_mesh(sharding: _main_signature.Sharding | None) -> DeviceMesh | None:
     if sharding is None or sharding.mesh is None:
         return None
     return DeviceMesh(

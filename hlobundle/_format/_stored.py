@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _mlir, _sharding
+from . import _main_signature, _sharding
 from ._errors import MainSignatureError
 from ._manifest import BatchedModule, Manifest, Module
 from ._policy import refuse_unportable
@@ -24,7 +24,7 @@ class Form:
     text_file: str  # the file names the reference writer uses
     portable_file: str
     # (parsed module, manifest, file) -> `@main`'s signature when the rule read it, else None
-    check_signature: Callable[[Any, Manifest, str], _mlir.Signature | None]
+    check_signature: Callable[[Any, Manifest, str], _main_signature.Signature | None]
 
     def entry(self, manifest: Manifest) -> Module | BatchedModule | None:
         return getattr(manifest, self.key)  # type: ignore[no-any-return]
@@ -32,7 +32,7 @@ class Form:
 
 def check(
     form: Form, parsed: Any, manifest: Manifest, path: str
-) -> tuple[_mlir.Signature | None, tuple[str, ...]]:
+) -> tuple[_main_signature.Signature | None, tuple[str, ...]]:
     """A parsed form is portable (6.1, 8) and has the signature its section requires.
 
     **Returns:** the `@main` signature the check read, if it read one (the module's does), and
@@ -42,9 +42,9 @@ def check(
     return form.check_signature(parsed, manifest, path), calls
 
 
-def check_main(parsed: Any, manifest: Manifest, source: str) -> _mlir.Signature:
+def check_main(parsed: Any, manifest: Manifest, source: str) -> _main_signature.Signature:
     """The manifest's arguments and results must have exactly `@main`'s types and aliasing."""
-    sig = _mlir.signature(parsed, path=source, dynamic=manifest.symbolic)
+    sig = _main_signature.signature(parsed, path=source, dynamic=manifest.symbolic)
     check_signature(sig, manifest, source)
     return sig
 
@@ -57,7 +57,7 @@ def fits(declared: Sequence[int | str], module: Sequence[int | None]) -> bool:
     )
 
 
-def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
+def check_signature(sig: _main_signature.Signature, manifest: Manifest, source: str) -> None:
     for what, entries, types in (
         ("arguments", manifest.arguments, sig.arguments),
         ("results", manifest.results, sig.results),
@@ -88,7 +88,7 @@ def check_signature(sig: _mlir.Signature, manifest: Manifest, source: str) -> No
         )
 
 
-def _check_sharding(sig: _mlir.Signature, manifest: Manifest, source: str) -> None:
+def _check_sharding(sig: _main_signature.Signature, manifest: Manifest, source: str) -> None:
     for what, entries in (("arguments", manifest.arguments), ("results", manifest.results)):
         for i, entry in enumerate(entries):
             want = _sharding.sharding_fields(sig.sharding, what, i)
@@ -114,7 +114,7 @@ def _shown(shape: Sequence[int | None]) -> list[int | str]:
 
 def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
     """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
-    sig = _mlir.signature(parsed, path=source, dynamic=manifest.symbolic)
+    sig = _main_signature.signature(parsed, path=source, dynamic=manifest.symbolic)
     want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]
     want_in += [(cotangent_dtype(r.dtype), tuple(r.shape)) for r in manifest.results]
     want_out = [(cotangent_dtype(a.dtype), tuple(a.shape)) for a in manifest.arguments]
@@ -138,7 +138,7 @@ def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
 def check_batched(parsed: Any, manifest: Manifest, source: str) -> None:
     if manifest.batched is None:
         raise MainSignatureError("no batched module in the manifest", path=source, field="batched")
-    types = _mlir.main_types(parsed, path=source)
+    types = _main_signature.main_types(parsed, path=source)
     want_in, want_out = expected_types(manifest, manifest.batched.arguments)
     got_in = [(t.dtype.name, t.shape) for t in types[0]]
     got_out = [(t.dtype.name, t.shape) for t in types[1]]

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._format import _dtypes, _limits, _mlir, _tensors
+from .._format import _dtypes, _limits, _main_signature, _tensors
 from .._format._errors import InputError
 from ._sources import check_regular, read_regular
 
@@ -240,7 +240,7 @@ def modules_per_size(root: Path) -> dict[int, Path]:
     return {int(m.group(1)): root / f for f in os.listdir(root) if (m := _MODULE_FILE.match(f))}
 
 
-def weight(tf: _tensors.TensorFile, name: str, t: _mlir.TensorType) -> np.ndarray:
+def weight(tf: _tensors.TensorFile, name: str, t: _main_signature.TensorType) -> np.ndarray:
     """A weight in the module's orientation: SafeTensors.jl's (Python's) view, axes reversed."""
     entry = tf.entries[name]
     row = _dtypes.BY_NAME[t.dtype.name]

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._format import _dtypes
 from .._format._errors import InputAmbiguousError, InputError, TensorFileError
-from .._format._mlir import TensorType
+from .._format._main_signature import TensorType
 
 _ARR_KEY = re.compile(r"^arr_(\d+)$")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._format import _dtypes, _mlir, _portable, _stored
+from .._format import _dtypes, _main_signature, _mlir, _portable, _stored
 from .._format._errors import ManifestError
 from .._format._manifest import Manifest
 from . import _cache, _files
@@ -41,7 +41,7 @@ class StoredModule:
     portable: bytes
     portable_sha256: str
     target_version: str
-    signature: _mlir.Signature | None  # `@main`'s, when the form's check read it
+    signature: _main_signature.Signature | None  # `@main`'s, when the form's check read it
     custom_calls: tuple[str, ...]  # every custom call target, as the check found them
     same_program: bool = False  # the artifact was shown to be the text's program
     verdict_key: str | None = None  # where to record the verdict; None when it was recalled
@@ -121,7 +121,9 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _recall(key: str, form: _stored.Form) -> tuple[_mlir.Signature | None, tuple[str, ...]] | None:
+def _recall(
+    key: str, form: _stored.Form
+) -> tuple[_main_signature.Signature | None, tuple[str, ...]] | None:
     where = _cache.directory(CHECKS)
     data = _cache.read(where, key, _SUFFIX) if where is not None else None
     if data is None:
@@ -159,7 +161,7 @@ def _str(x: Any, none: bool = False) -> Any:
     raise TypeError(f"not a verdict: {x!r:.40}")
 
 
-def _encode(sig: _mlir.Signature | None) -> Any:
+def _encode(sig: _main_signature.Signature | None) -> Any:
     if sig is None:
         return None
     types = lambda ts: [[list(t.shape), t.dtype.name] for t in ts]  # noqa: E731
@@ -179,25 +181,25 @@ def _encode(sig: _mlir.Signature | None) -> Any:
     }  # fmt: skip
 
 
-def _decode(d: Any) -> _mlir.Signature | None:
+def _decode(d: Any) -> _main_signature.Signature | None:
     """What `_encode` wrote, each value's type checked: anything else raises (a miss)."""
     if d is None:
         return None
     s = d["sharding"]
-    sharding = None if s is None else _mlir.Sharding(
+    sharding = None if s is None else _main_signature.Sharding(
         None if s["mesh"] is None else tuple((_str(n), _int(k)) for n, k in _list(s["mesh"])),
         tuple(_int(i) for i in _list(s["device_ids"])), _partitions(s["arguments"]),
         _partitions(s["results"]), _strings(s["hlo_arguments"]), _strings(s["hlo_results"]),
     )  # fmt: skip
-    return _mlir.Signature(_str(d["module_name"], none=True), _types(d["arguments"]),
+    return _main_signature.Signature(_str(d["module_name"], none=True), _types(d["arguments"]),
                            _types(d["results"]), {_int(k): _int(v) for k, v in _list(d["aliases"])},
                            frozenset(_int(i) for i in _list(d["unused"])), sharding,
                            _strings(d["argument_info"]), _strings(d["result_info"]))  # fmt: skip
 
 
-def _types(ts: Any) -> tuple[_mlir.TensorType, ...]:
+def _types(ts: Any) -> tuple[_main_signature.TensorType, ...]:
     return tuple(
-        _mlir.TensorType(
+        _main_signature.TensorType(
             tuple(_int(n, none=True) for n in _list(shape)), _dtypes.BY_NAME[_str(name)]
         )
         for shape, name in _list(ts)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._format import _dtypes, _mlir, _paths, _signature, _stored
+from .._format import _dtypes, _main_signature, _paths, _signature, _stored
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
@@ -102,7 +102,7 @@ class Bundle(StoredValues):
         signature = self.modules["module"].signature
         if signature is None:  # the module form's check always reads it
             raise ModuleError("@main's signature was not read", path=self.manifest.module.text)
-        self.signature: _mlir.Signature = signature
+        self.signature: _main_signature.Signature = signature
 
     @property
     def functions(self) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._format import _dtypes, _limits, _mlir, _tensors
+from .._format import _dtypes, _limits, _main_signature, _tensors
 from .._format._errors import InputError, LimitError
 from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
@@ -59,7 +59,7 @@ def example_arguments(
             if item is None
             else _inputs.check(
                 item,
-                _mlir.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]),
+                _main_signature.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]),
                 name=a.name,
                 path=a.path,
                 column_major=producer_layout and a.layout == "column_major",

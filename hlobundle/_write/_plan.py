@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._format import _mlir, _symbolic
+from .._format import _main_signature, _mlir, _symbolic
 from .._format._errors import InputError
 from .._format._manifest import (
     FORMAT,
@@ -39,7 +39,7 @@ TENSOR_FILES: dict[str, str] = {
 
 
 def plan(
-    sig: _mlir.Signature, items: list[_inputs.Keyed] | None, opt: PackOptions
+    sig: _main_signature.Signature, items: list[_inputs.Keyed] | None, opt: PackOptions
 ) -> tuple[Manifest, dict[str, dict[str, tuple[np.ndarray, Any]]]]:
     """The manifest (without the module and file table) and the arrays per tensor file."""
     n = len(sig.arguments)
@@ -117,7 +117,9 @@ def plan(
 
 
 def _declared_shapes(
-    given: Sequence[Sequence[int | str]] | None, types: Sequence[_mlir.TensorType], what: str
+    given: Sequence[Sequence[int | str]] | None,
+    types: Sequence[_main_signature.TensorType],
+    what: str,
 ) -> list[list[int | str]]:
     """Each value's manifest shape: the module's, or the given symbolic one, which must agree
     with it (an expression exactly where the module's dimension is `?`)."""
@@ -214,7 +216,7 @@ def _sized(given: Sequence[str] | None, n: int, what: str) -> list[str] | None:
     return list(given)
 
 
-def _default_function_name(sig: _mlir.Signature) -> str:
+def _default_function_name(sig: _main_signature.Signature) -> str:
     name = sig.module_name or "main"
     for prefix in ("jit_", "reactant_"):
         name = name.removeprefix(prefix)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .._format import _limits, _signature
+from .._format import _limits, _main_signature, _signature
 from .._format._errors import InputError
 from .._format._manifest import Role, identifier
 from .._interop._sources import check_regular, inside, read_regular
@@ -159,7 +159,9 @@ def from_reactant(
     except UnicodeDecodeError:
         raise InputError(f"the module {str(export.module)!r} is not UTF-8 text",
                          path=export.module) from None  # fmt: skip
-    sig = _mlir.signature(_mlir.parse(_normalize.normalize(text, path=str(export.module)).text))
+    sig = _main_signature.signature(
+        _mlir.parse(_normalize.normalize(text, path=str(export.module)).text)
+    )
     _check_against_module(export, sig)
     options = PackOptions(
         paths=[a.path for a in export.arguments],

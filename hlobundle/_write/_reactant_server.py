@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _mlir, _signature
+from .._format import _main_signature, _mlir, _signature
 from .._format._errors import HloBundleWarning, InputError, OutputExistsError
 from .._format._manifest import identifier
 from .._interop import _reactant_server as rs
@@ -104,7 +104,7 @@ def _pack_size(
 
     root = server.root
     text, batch = rs.module_text(server, batch_size)
-    sig = _mlir.signature(_mlir.parse(_normalize.normalize(text, path=rs.MODULE).text))
+    sig = _main_signature.signature(_mlir.parse(_normalize.normalize(text, path=rs.MODULE).text))
     order, tf = rs.weights(root)
     specs = [*server.inputs]
     if len(sig.arguments) != len(specs) + len(order):

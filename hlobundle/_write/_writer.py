@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import ValidationError
 
-from .._format import _dtypes, _mlir, _signature, _stored
+from .._format import _dtypes, _main_signature, _mlir, _signature, _stored
 from .._format._errors import InputError
 from .._format._manifest import (
     BatchedModule,
@@ -167,7 +167,7 @@ def _pack_checked(
     normalized = _normalize.normalize(text, path=source, allow_custom_calls=opt.allow_custom_calls)
     text = without_locations(normalized.text, path=source)
     parsed = _mlir.parse(text, path=source)
-    sig = _mlir.signature(parsed, path=source, dynamic=opt.shapes is not None)
+    sig = _main_signature.signature(parsed, path=source, dynamic=opt.shapes is not None)
     manifest, arrays = plan(sig, items, opt)
     target = opt.target_version or _mlir.default_target()
     portable = _mlir.to_portable(parsed, target, path=source)
@@ -265,7 +265,9 @@ def _add_expected(
         values = [
             _inputs.check(
                 item,
-                _mlir.TensorType(tuple(None if isinstance(d, str) else d for d in r.shape), row),
+                _main_signature.TensorType(
+                    tuple(None if isinstance(d, str) else d for d in r.shape), row
+                ),
                 name=r.name,
                 path=f"results[{k}]",
                 column_major=r.layout == "column_major" and not opt.already_permuted,

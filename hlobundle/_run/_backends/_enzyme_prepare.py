@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..._format import _dtypes, _mlir
+from ..._format import _dtypes, _main_signature, _mlir
 
 # dtype name -> the dtype that carries it through hlo_call 0.0.16.
 CARRIERS: dict[str, str] = {
@@ -51,7 +51,7 @@ def for_hlo_call(text: str, prefix: str) -> Prepared:
     from jaxlib.mlir import ir
 
     module = _mlir.parse(text)
-    sig = _mlir.signature(module)
+    sig = _main_signature.signature(module)
     with _mlir.context(), ir.Location.unknown():
         dropped = bool(_mlir.drop_unnamed_top_level_ops(module))
         renamed = _prefix_private_symbols(module, prefix)
@@ -81,7 +81,7 @@ def _prefix_private_symbols(module: object, prefix: str) -> bool:
 
 def _wrap_main(
     module: object,
-    sig: _mlir.Signature,
+    sig: _main_signature.Signature,
     prefix: str,
     arg_carriers: tuple[str | None, ...],
     result_carriers: tuple[str | None, ...],
@@ -90,7 +90,7 @@ def _wrap_main(
     from jaxlib.mlir.dialects import func, stablehlo
 
     inner_name = prefix + _mlir.ENTRY
-    main = _mlir.find_main(module)
+    main = _main_signature.find_main(module)
     ir.SymbolTable.set_symbol_name(main, inner_name)
     main.attributes["sym_visibility"] = ir.StringAttr.get("private")
     inner_args = [_tensor(t.shape, t.dtype.name) for t in sig.arguments]
@@ -112,7 +112,7 @@ def _wrap_main(
         func.ReturnOp(outputs)
 
 
-def _carried(t: _mlir.TensorType, carrier: str | None) -> object:
+def _carried(t: _main_signature.TensorType, carrier: str | None) -> object:
     return _tensor(t.shape, carrier or t.dtype.name)
 
 
