@@ -1,5 +1,3 @@
-import sys
+from ._cli._main import entry
 
-from ._cli._main import main
-
-sys.exit(main())
+entry()

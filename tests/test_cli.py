@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -492,3 +494,26 @@ def test_pack_add_signs_a_signed_bundle_again_under_refreshs_rules(tmp_path):
     assert r.returncode == 0, r.stderr
     bundle = hlobundle.load(b, public_key=tmp_path / "key.pub")
     assert bundle.functions == ["predict", "loss", "double"] and bundle.signed
+
+
+@pytest.mark.subprocess
+def test_the_command_exits_promptly_with_its_status_its_output_and_the_exit_handlers(tmp_path):
+    from helpers import ROOT
+
+    example = ROOT / "examples" / "lenet5.hlobundle"
+    """`hlobundle` skips the interpreter's teardown, but not what a process owes at exit: the
+    exit status, every byte of output (a pipe), and the exit handlers (jax.distributed's)."""
+    code = (
+        "import atexit, sys\n"
+        "from hlobundle._cli._main import entry\n"
+        "atexit.register(lambda: print('exit handler ran', file=sys.stderr))\n"
+        f"entry(['inspect', {str(example)!r}, '--json'])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["arguments"]  # the whole JSON document arrived
+    assert r.stderr.strip() == "exit handler ran"
+    missing = tmp_path / "missing"
+    r = subprocess.run([sys.executable, "-c", code.replace(str(example), str(missing))],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 1 and "NOT_A_BUNDLE" in r.stdout + r.stderr
