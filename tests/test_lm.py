@@ -36,7 +36,7 @@ def _tokens(batch, length, seed=0):
 
 
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
-@pytest.mark.parametrize(("batch", "length"), [(1, 5), (3, 17)])
+@pytest.mark.parametrize(("batch", "length"), [(1, 5), pytest.param(3, 17, marks=pytest.mark.slow)])
 def test_prefill_and_decode_agree_with_jax(bundle, params, backend, batch, length):
     prefill = bundle.function(backend, name="prefill")
     decode = bundle.function(backend, name="decode")
@@ -53,6 +53,7 @@ def test_prefill_and_decode_agree_with_jax(bundle, params, backend, batch, lengt
     assert cache["pos"].tolist() == [length + 1] * batch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
 def test_greedy_text_through_the_bundle_is_jax_s(bundle, params, backend):
     prefill = bundle.function(backend, name="prefill")

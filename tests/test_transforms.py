@@ -52,6 +52,7 @@ def test_lenet_gradients_match_native(lenet, backend, jit):
     assert_close(ct, jax.vjp(lambda x: lenet5.lenet5(params, x), images)[1](jnp.ones_like(out))[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gradients_inside_scan_and_cond(lenet, backend):
     bundle, params, images = lenet
@@ -283,6 +284,7 @@ def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):
     np.testing.assert_allclose(got, np.sin(x) + x * np.cos(x), rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "policy",
