@@ -430,13 +430,13 @@ class PackPhases(dict):
     time (less that of wrapped steps inside it) to this dict, by phase, while in the block."""
 
     def __enter__(self) -> PackPhases:
-        from hlobundle._format import _hashing_writer, _mlir, _tensors
+        from hlobundle._format import _hashing_writer, _main_signature, _mlir, _tensors
         from hlobundle._read import _inputs
         from hlobundle._write import _atomic, _normalize, _writer
 
         steps = {
             "module checks (normalize, parse, @main's signature)": [
-                (_normalize, "normalize"), (_mlir, "parse"), (_mlir, "signature")],
+                (_normalize, "normalize"), (_mlir, "parse"), (_main_signature, "signature")],
             "example inputs checked, manifest planned (pydantic)": [
                 (_inputs, "from_python"), (_writer, "plan")],
             "portable artifact of the module": [(_mlir, "to_portable")],
