@@ -240,7 +240,12 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
     path = ROOT / "hlobundle" / "_emit" / "run_template.py"
     source = path.read_text()
     compile(source, str(path), "exec")
-    assert _emit.template() == source
+    shared = (path.parent / "run_shared.py").read_text()
+    shared = shared[shared.index("\n", shared.index(_emit._SHARED_FROM)) + 1 :].lstrip("\n")
+    assert _emit.template() == source.replace(
+        _emit._SHARED, shared
+    )  # the file, and the shared part
+    compile(_emit.template(), "run.py", "exec")
     helpers: dict = {}
     body = source[source.index("def tolerance(") : source.index("def random_input(")]
     exec(

@@ -192,7 +192,19 @@ def _iree_source(bundle: Bundle, where: str, entry: Executable, data: bytes) -> 
 
 @cache
 def template(name: str = "run_template.py") -> str:
-    return (Path(__file__).parent / name).read_text(encoding="utf-8")
+    """A script template, with the functions every script shares (`run_shared.py`) written in
+    place of its `# shared:` line."""
+    here = Path(__file__).parent
+    shared = (here / "run_shared.py").read_text(encoding="utf-8")
+    shared = shared[shared.index("\n", shared.index(_SHARED_FROM)) + 1 :].lstrip("\n")
+    text = (here / name).read_text(encoding="utf-8")
+    if text.count(_SHARED) != 1:
+        raise RuntimeError(f"{name} must have one {_SHARED!r} line")
+    return text.replace(_SHARED, shared)
+
+
+_SHARED = "# shared: run_shared.py's functions (safetensors, --inputs, the command line), written here by `hlobundle emit`\n"
+_SHARED_FROM = "# --- shared: from here on, written into each script"
 
 
 _SLOT = re.compile(r"^(?P<name>[A-Z_0-9]+) = .*?  # slot: (?P<about>.*)$", re.M)

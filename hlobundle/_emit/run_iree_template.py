@@ -14,7 +14,7 @@ same in every emitted script.
 """
 
 import hashlib
-import json
+import json  # noqa: F401 (run_shared.py's functions use it)
 import os
 import sys
 
@@ -125,10 +125,8 @@ def load_tensor(file, key, shape, dtype):
     if file not in _verified:
         _verified[file] = read_file(file, SHA256.get(file))
     data = _verified[file]
-    header_size = int.from_bytes(data[:8], "little")
-    begin, end = json.loads(data[8 : 8 + header_size])[key]["data_offsets"]
-    raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + header_size + begin)
-    return raw.copy().view(numpy_dtype(dtype)).reshape(shape)
+    header, start = safetensors_header(data)  # noqa: F821 (run_shared.py)
+    return stored_array(data, start, header[key], dtype, shape)  # noqa: F821
 
 
 _verified = {}  # file name: its bytes, checked
@@ -210,93 +208,11 @@ SAFETENSORS_DTYPES = {
 }  # fmt: skip
 
 
-def read_input_file(path):
-    """{key: array} from a .npz or .safetensors file, or {None: array} from a .npy file."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix == ".npy":
-        return {None: np.load(path, allow_pickle=False)}
-    if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
-    if suffix == ".safetensors":
-        with open(path, "rb") as f:
-            data = f.read()
-        size = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8 : 8 + size])
-        header.pop("__metadata__", None)
-        arrays = {}
-        for key, entry in header.items():
-            begin, end = entry["data_offsets"]
-            raw = np.frombuffer(data, np.uint8, count=end - begin, offset=8 + size + begin)
-            dtype = numpy_dtype(SAFETENSORS_DTYPES[entry["dtype"]])
-            arrays[key] = raw.copy().view(dtype).reshape(entry["shape"])
-        return arrays
-    raise ValueError(f"{path}: expected a .npy, .npz or .safetensors file")
-
-
-def given_inputs(specs):
-    """{argument name: array} from `--inputs [NAME=]FILE ...`: keys are argument names, or
-    loose .npy files give every argument in order."""
-    names = [name for name, _, _ in ARGUMENTS]
-    given, loose = {}, []
-    for spec in specs:
-        name, equals, path = spec.partition("=")
-        if equals and name in names:
-            (array,) = read_input_file(path).values()
-            given[name] = array
-            continue
-        for key, array in read_input_file(spec).items():
-            if key is None:
-                loose.append((spec, array))
-            elif key in names:
-                given[key] = array
-            else:
-                raise ValueError(f"{spec}: key {key!r} is not an argument name {names}")
-    if loose and (given or len(loose) != len(names)):
-        raise ValueError(
-            f"{', '.join(s for s, _ in loose)} names no argument: give each file as NAME=FILE, "
-            f"e.g. --inputs {names[0]}={loose[0][0]} (the arguments are {names})"
-        )
-    return dict(zip(names, (a for _, a in loose), strict=True)) if loose else given
-
-
-def main(argv):
-    """`python run.py [--inputs [NAME=]FILE ...]`: run on the example inputs, or on these."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        description=f"Run {ABOUT.get('function', 'the function')} of the bundle {WHERE} on its "
-        "example inputs (compared with its expected outputs), or on the arrays given; "
-        "print the results.",
-    )
-    parser.add_argument(
-        "--inputs", nargs="+", action="extend", default=[], metavar="[NAME=]FILE",
-        help=".npy, .npz or .safetensors; NAME=FILE for one argument; arguments not given take "
-        "their stored example values",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
-    if not args.inputs:
-        return run_example()
-    try:
-        given = given_inputs(args.inputs)
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"error: {e}")
-    missing = [name for name, _, _ in ARGUMENTS if name not in given]
-    if missing and INPUTS is None:
-        sys.exit(f"error: no value for argument(s) {missing}, and the bundle stores none")
-    stored = stored_inputs() if missing else None
-    values = [
-        given[name] if name in given else stored[i] for i, (name, _, _) in enumerate(ARGUMENTS)
-    ]
-    try:
-        check_arguments(*values)
-    except TypeError as e:
-        sys.exit(f"error: {e}")
-    run_example(values)
+# shared: run_shared.py's functions (safetensors, --inputs, the command line), written here by `hlobundle emit`
 
 
 # named: the bundle's function, one parameter per argument (written here by `hlobundle emit`)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1:])  # noqa: F821 (run_shared.py)

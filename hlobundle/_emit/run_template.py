@@ -12,14 +12,15 @@ at the end of this file, or `call`, which takes one array per argument.
 The constants below are the bundle's data, written by `hlobundle emit`; everything else is the
 same in every emitted script.
 
-This is one file because it is one script: it runs beside the bundle with jax and numpy alone,
-without hlobundle, so it can import none of hlobundle's helpers, and whatever it shares with
-run_iree_template.py (reading safetensors and `--inputs`, comparing results) is written in each.
+An emitted script is one file: it runs beside the bundle with jax and numpy alone, without
+hlobundle, so it imports none of hlobundle's helpers. What it shares with run_iree_template.py
+(reading safetensors, `--inputs` and the command line) is kept once, in run_shared.py, and written
+into each script in place of the `# shared:` line.
 """
 
 import dataclasses
 import hashlib
-import json
+import json  # noqa: F401 (run_shared.py's functions use it)
 import os
 import sys
 
@@ -221,29 +222,18 @@ def call(*args):
     return _call(*args)
 
 
-def safetensors_header(data):
-    """The entries of a safetensors file's bytes, and where their data begins: safetensors holds
-    raw little-endian, row-major bytes after an 8-byte length and a JSON header."""
-    size = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8 : 8 + size])
-    header.pop("__metadata__", None)
-    return header, 8 + size
-
-
-def stored_array(data, start, entry, dtype, shape):
-    """The array of one safetensors entry, as `dtype` and `shape`, in memory of its own."""
-    begin, end = entry["data_offsets"]
-    raw = np.frombuffer(data, np.uint8, count=end - begin, offset=start + begin)
-    return raw.copy().view(jnp.dtype(dtype)).reshape(shape)
+def numpy_dtype(name):
+    """A SPEC.md dtype name as a NumPy dtype (jax's, with bfloat16 and the float8 types)."""
+    return jnp.dtype(name)
 
 
 def load_tensor(file, key, shape, dtype):
     """One stored value, in the bundle's dtype; a symbolic dimension of `shape` takes the stored
     size."""
     data = read_file(file)
-    header, start = safetensors_header(data)
+    header, start = safetensors_header(data)  # noqa: F821 (run_shared.py)
     entry = header[key]
-    return stored_array(data, start, entry, dtype, entry["shape"] if SYMBOLIC else shape)
+    return stored_array(data, start, entry, dtype, entry["shape"] if SYMBOLIC else shape)  # noqa: F821
 
 
 def tolerance(dtype):
@@ -363,88 +353,11 @@ SAFETENSORS_DTYPES = {
 }  # fmt: skip
 
 
-def read_input_file(path):
-    """{key: array} from a .npz or .safetensors file, or {None: array} from a .npy file."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix == ".npy":
-        return {None: np.load(path, allow_pickle=False)}
-    if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
-    if suffix == ".safetensors":
-        with open(path, "rb") as f:
-            data = f.read()
-        header, start = safetensors_header(data)
-        return {
-            key: stored_array(data, start, e, SAFETENSORS_DTYPES[e["dtype"]], e["shape"])
-            for key, e in header.items()
-        }
-    raise ValueError(f"{path}: expected a .npy, .npz or .safetensors file")
-
-
-def given_inputs(specs):
-    """{argument name: array} from `--inputs [NAME=]FILE ...`: keys are argument names, or
-    loose .npy files give every argument in order."""
-    names = [name for name, _, _ in ARGUMENTS]
-    given, loose = {}, []
-    for spec in specs:
-        name, equals, path = spec.partition("=")
-        if equals and name in names:
-            (array,) = read_input_file(path).values()
-            given[name] = array
-            continue
-        for key, array in read_input_file(spec).items():
-            if key is None:
-                loose.append((spec, array))
-            elif key in names:
-                given[key] = array
-            else:
-                raise ValueError(f"{spec}: key {key!r} is not an argument name {names}")
-    if loose and (given or len(loose) != len(names)):
-        raise ValueError(
-            f"{', '.join(s for s, _ in loose)} names no argument: give each file as NAME=FILE, "
-            f"e.g. --inputs {names[0]}={loose[0][0]} (the arguments are {names})"
-        )
-    return dict(zip(names, (a for _, a in loose), strict=True)) if loose else given
-
-
-def main(argv):
-    """`python run.py [--inputs [NAME=]FILE ...]`: run on the example inputs, or on these."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        description=f"Run {ABOUT.get('function', 'the function')} of the bundle {WHERE} on its "
-        "example inputs (compared with its expected outputs), or on the arrays given; "
-        "print the results.",
-    )
-    parser.add_argument(
-        "--inputs", nargs="+", action="extend", default=[], metavar="[NAME=]FILE",
-        help=".npy, .npz or .safetensors; NAME=FILE for one argument; arguments not given take "
-        "their stored example values",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
-    if not args.inputs:
-        return run_example()
-    try:
-        given = given_inputs(args.inputs)
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"error: {e}")
-    missing = [name for name, _, _ in ARGUMENTS if name not in given]
-    if missing and INPUTS is None:
-        sys.exit(f"error: no value for argument(s) {missing}, and the bundle stores none")
-    stored = stored_inputs() if missing else None
-    values = [
-        given[name] if name in given else stored[i] for i, (name, _, _) in enumerate(ARGUMENTS)
-    ]
-    try:
-        check_arguments(*values)
-    except TypeError as e:
-        sys.exit(f"error: {e}")
-    run_example(values)
+# shared: run_shared.py's functions (safetensors, --inputs, the command line), written here by `hlobundle emit`
 
 
 # named: the bundle's function, one parameter per argument (written here by `hlobundle emit`)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1:])  # noqa: F821 (run_shared.py)

@@ -19,9 +19,9 @@ import os
 import queue
 import threading
 from collections.abc import Iterable, Iterator
-from functools import cache
 from types import TracebackType
-from typing import Any
+
+from . import _libc
 
 STEP_BYTES = 8 * 1024 * 1024  # small enough that Ctrl-C acts at once, large for few syscalls
 # Steps the writer may run ahead of the hash: mostly views of the arrays, but a converted copy
@@ -132,21 +132,8 @@ _SYNC_FILE_RANGE_WRITE = 2  # start writeback of the range's dirty pages, withou
 
 
 def _start_writeback(fd: int, offset: int, size: int) -> None:
-    libc = _libc()
-    if libc is not None:  # a hint: its result is ignored (a failure leaves the work to fsync)
-        libc.sync_file_range(fd, offset, size, _SYNC_FILE_RANGE_WRITE)
-
-
-@cache
-def _libc() -> Any:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.sync_file_range.argtypes = [
-            ctypes.c_int,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_uint,
-        ]
-        return libc
-    except (OSError, AttributeError):  # not Linux
-        return None
+    call = _libc.function(
+        "sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint
+    )
+    if call is not None:  # a hint: its result is ignored (a failure leaves the work to fsync)
+        call(fd, offset, size, _SYNC_FILE_RANGE_WRITE)

@@ -16,13 +16,12 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Collection
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._format import _paths, _signature, _tensors
+from .._format import _libc, _paths, _signature, _tensors
 from .._format._bundle_manifest import BundleManifest, combine, functions_of, minimum_version
 from .._format._errors import HashMismatchError, InputError, OutputExistsError
 from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
@@ -274,13 +273,11 @@ def _restore(aside: Path, out: Path) -> None:
 
 def _rename_no_replace(src: Path, dst: Path) -> None:
     """rename(2) that fails with FileExistsError when `dst` exists (Linux renameat2)."""
-    libc = _libc()
-    if libc is not None:
+    c = ctypes
+    renameat2 = _libc.function("renameat2", c.c_int, c.c_char_p, c.c_int, c.c_char_p, c.c_uint)
+    if renameat2 is not None:
         at_fdcwd, rename_noreplace = -100, 1
-        if (
-            libc.renameat2(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), rename_noreplace)
-            == 0
-        ):
+        if renameat2(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), rename_noreplace) == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a file system without the flag
@@ -288,22 +285,6 @@ def _rename_no_replace(src: Path, dst: Path) -> None:
     if dst.exists() or dst.is_symlink():
         raise FileExistsError(errno.EEXIST, "exists", str(dst))
     os.rename(src, dst)  # a non-empty directory at dst still makes this fail
-
-
-@cache
-def _libc() -> Any:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.renameat2.argtypes = [
-            ctypes.c_int,
-            ctypes.c_char_p,
-            ctypes.c_int,
-            ctypes.c_char_p,
-            ctypes.c_uint,
-        ]
-        return libc
-    except (OSError, AttributeError):  # not glibc >= 2.28
-        return None
 
 
 def _remove_stale_partials(out: Path) -> None:
