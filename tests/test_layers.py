@@ -28,7 +28,8 @@ LEAVES = {
     "hlobundle._compat",
     "hlobundle._progress",
 }  # import nothing of the package
-CHILD_SCRIPTS = {"hlobundle._format._portable_child"}  # run alone: import nothing of the package
+# run alone (the fork server, and a child script it forks): import nothing of the package
+CHILD_SCRIPTS = {"hlobundle._format._portable_child", "hlobundle._format._fork_server"}
 ALLOWED_UPWARD = {
     ("hlobundle._read._reader", "hlobundle._run._function"),  # Bundle.function()
     ("hlobundle._read._reader", "hlobundle._run._backends._xla"),  # Bundle.to_exported()
@@ -117,6 +118,7 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
         "hlobundle._interop._e": "from .._read import _reader\n",
         "hlobundle._format._portable_child": "from hlobundle._format import _mlir\n",
+        "hlobundle._format._fork_server": "from . import _limits\n",
     }
     found = _upward(real + [(n, s, False) for n, s in broken.items()])
     assert {n for n, _ in found} == set(broken), found

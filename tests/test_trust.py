@@ -154,13 +154,22 @@ def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, 
 
 
 @pytest.mark.subprocess
-def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch):
-    # Stand in for a crashing MLIR: the child kills itself the way a segfault would.
+def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
+    # Stand in for a crashing MLIR: the child kills itself the way a segfault would. Its fork
+    # server survives and forks the next child, the real one.
     from hlobundle._format import _portable
 
-    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
-    monkeypatch.setattr(_portable, "_child_command", lambda _: [sys.executable, "-c", crash])
-    with pytest.raises(hlobundle.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"):
+    crash = tmp_path / "crash.py"
+    crash.write_text("import os, signal\n\ndef main():\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
+    real = _portable.CHILD
+    monkeypatch.setattr(_portable, "CHILD", crash)
+    for _ in range(2):
+        with pytest.raises(
+            hlobundle.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"
+        ):
+            _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+    monkeypatch.setattr(_portable, "CHILD", real)
+    with pytest.raises(hlobundle.ModuleError, match="does not load"):
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 

@@ -3,24 +3,22 @@
 `check_same_program` first re-serializes the (already checked) text at the artifact's target
 version: when the bytes are equal, the artifact is that text and no untrusted bytecode is ever
 deserialized. Otherwise (another producer, another jaxlib) the artifact is deserialized in a
-child process (`_portable_child.py`), where a crash of MLIR's bytecode reader becomes a coded
-error, and its canonical print is compared with the text's, round-tripped the same way.
+child process (`_portable_child.py`, forked by `_children`), where a crash of MLIR's bytecode
+reader becomes a coded error, and its canonical print is compared with the text's, round-tripped the same way.
 """
 
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from . import _limits, _mlir
+from . import _children, _limits, _mlir
 from ._errors import LimitError, ModuleError, ModuleMismatchError, VersionError
 from ._mlir_context import canonical
 
 MAGIC = b"ML\xefR"
-_CHILD = Path(__file__).with_name("_portable_child.py")
+CHILD = Path(__file__).with_name("_portable_child.py")
 
 
 def check_same_program(
@@ -67,8 +65,8 @@ def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, 
     """The first `max_chars` characters of the artifact's canonical text, deserialized in a
     child process that may crash, and whether that is the whole text."""
     what = "the StableHLO portable artifact"
-    stdout, why, status = run_child(_child_command(max_chars), artifact, path=path, what=what,
-                                    statuses=(0, 3, 4))  # fmt: skip
+    stdout, why, status = run_child(CHILD, _child_args(max_chars), artifact, path=path,
+                                    what=what, max_output=4 * max_chars, statuses=(0, 3, 4))  # fmt: skip
     if status == 3:
         raise LimitError(
             f"{what} {path}: {why}; the limit is "
@@ -86,43 +84,54 @@ def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, 
 
 
 def run_child(
-    command: list[str],
+    script: Path,
+    args: list[str],
     data: bytes,
     *,
     path: str,
     what: str,
+    max_output: int,
     statuses: tuple[int, ...] = (0,),
 ) -> tuple[bytes, str, int]:
-    """(stdout, stderr's line, exit status) of a child process reading untrusted `data` (`what`,
-    from `path`) on stdin. It exits with one of `statuses`, or 1 with one line on stderr when
-    `data` does not load; a crash, a timeout or another exit status is a ModuleError. The time
-    limit grows with the data's size."""
+    """(stdout, stderr's line, exit status) of a child process (`script`, with `args`) reading
+    untrusted `data` (`what`, from `path`) on stdin. It exits with one of `statuses`, or 1 with
+    one line on stderr when `data` does not load; a crash, a timeout, more than `max_output`
+    bytes of output or another exit status is a ModuleError. The time limit grows with the
+    data's size."""
     timeout = _limits.child_timeout_s(len(data))
     try:
-        done = subprocess.run(command, input=data, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        done = _children.run(script, args, data, timeout=timeout, max_output=max_output)
+    except _children.ServerError as e:
+        raise ModuleError(f"{path}: {what} could not be read in a child process: {e}",
+                          path=path) from None  # fmt: skip
+    why = _mlir.short(done.stderr.decode("utf-8", "replace").strip())
+    if done.timed_out:
         raise ModuleError(
             f"{path}: deserializing {what} took over {timeout:.0f} s, the limit for "
             f"{len(data)} bytes (SPEC.md, 'Reader safety and security')",
             path=path,
-        ) from None
-    why = _mlir.short(done.stderr.decode("utf-8", "replace").strip())
-    if done.returncode < 0:
-        name = signal.Signals(-done.returncode).name
+        )
+    if done.overflow:
+        raise LimitError(
+            f"{path}: {what} printed more than {max_output} bytes (SPEC.md, 'Reader safety "
+            "and security')",
+            path=path,
+        )
+    if done.status < 0:
+        name = signal.Signals(-done.status).name
         raise ModuleError(
             f"{what} {path} crashed MLIR's bytecode reader ({name}, caught in a child "
             "process): it is malformed",
             path=path,
         )
-    if done.returncode not in statuses:
-        raise ModuleError(f"{what} does not load: {why or done.returncode}", path=path)
-    return done.stdout, why, done.returncode
+    if done.status not in statuses:
+        raise ModuleError(f"{what} does not load: {why or done.status}", path=path)
+    return done.stdout, why, done.status
 
 
-def _child_command(max_chars: int) -> list[str]:
-    # -E -s: no PYTHON* variables, no user site; the script's folder gives it `_mlir_context`.
+def _child_args(max_chars: int) -> list[str]:
     limits = (_limits.CHILD_MEMORY_BYTES, _limits.MAX_MLIR_NESTING, max_chars)
-    return [sys.executable, "-E", "-s", str(_CHILD), *map(str, limits)]
+    return [str(n) for n in limits]
 
 
 def _first_difference(a: str, b: str) -> tuple[int, str, str]:

@@ -2,7 +2,8 @@
 
 MLIR's bytecode reader is not hardened: a few mutated bytes can crash the process (SIGSEGV,
 a glibc abort). The reader therefore hands artifact bytes to this script in a child process
-(`_portable.canonical`) and reads back the canonical text, or a crash as an exit status.
+(`_portable.canonical_in_child`, through a fork server: `_children.py`) and reads back the
+canonical text, or a crash as an exit status.
 
 Protocol: the artifact on stdin; arguments: the address-space limit in bytes, the deepest op
 nesting allowed, and the most characters of canonical text wanted. On success exit 0 and the
@@ -14,6 +15,13 @@ is longer than wanted, exit 4 and its first characters on stdout.
 
 import resource
 import sys
+
+
+def preload() -> None:
+    """What a fork server (`_fork_server.py`) imports once, before it forks per artifact."""
+    import _mlir_context  # noqa: F401
+    from jaxlib.mlir import ir  # noqa: F401
+    from jaxlib.mlir.dialects import stablehlo  # noqa: F401
 
 
 def main() -> int:

@@ -11,7 +11,6 @@ several platforms, effects, symbolic shapes, and arguments jax dropped as unused
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -138,10 +137,10 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
     """The backward module, lowered through the Exported's VJP in a child process: the VJP is
     a nested blob whose flatbuffer and MLIR bytecode this process never deserializes."""
     data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
-    command = [sys.executable, "-E", "-s", str(_CHILD), str(_limits.CHILD_MEMORY_BYTES)]
     stdout, _, _ = _portable.run_child(
-        command, data, path="the Exported", what="the Exported's VJP"
-    )
+        _CHILD, [str(_limits.CHILD_MEMORY_BYTES)], data, path="the Exported",
+        what="the Exported's VJP", max_output=_limits.MAX_MODULE_BYTES,
+    )  # fmt: skip
     return stdout.decode("utf-8")
 
 

@@ -15,6 +15,15 @@ import sys
 from pathlib import Path
 
 
+def preload() -> None:
+    """What a fork server (`_format/_fork_server.py`) imports once, before it forks per blob."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import jax  # noqa: F401
+    from jax import export  # noqa: F401
+
+    from hlobundle._write import _lowering  # noqa: F401
+
+
 def main() -> int:
     limit, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]
     limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # never above ours
