@@ -24,11 +24,10 @@ from ._manifest import (
     Manifest,
     Provenance,
     RelPath,
-    _check_identifier,
-    _check_unique,
     _Model,
     identifier,
 )
+from ._manifest_checks import check_identifier, check_unique
 
 
 class FunctionEntry(FunctionFields):
@@ -40,7 +39,7 @@ class FunctionEntry(FunctionFields):
     @field_validator("name")
     @classmethod
     def _identifier(cls, name: str) -> str:
-        return _check_identifier(name)
+        return check_identifier(name)
 
 
 _FUNCTION_FIELDS = tuple(FunctionFields.model_fields)
@@ -59,7 +58,7 @@ class BundleManifest(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> BundleManifest:
         names = [f.name for f in self.functions]
-        _check_unique(names, "functions")
+        check_unique(names, "functions")
         if self.default_function is not None and self.default_function not in names:
             raise ValueError(f"default_function {self.default_function!r} is not among {names}")
         self.views  # noqa: B018  (each function validated as a manifest of its own, once)

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import _limits, _symbolic
+from . import _limits, _manifest_checks
 from ._dtypes import NAMES
 
 # Format version history (SPEC.md, "Versions"):
@@ -49,18 +49,8 @@ Role = Literal["input", "parameter", "state"]
 Dim = Annotated[int, Field(ge=0)]
 
 
-def _check_expression(text: str) -> str:
-    try:
-        dim = _symbolic.parse(text)
-    except _symbolic.SymbolicError as e:
-        raise ValueError(f"not a dimension expression (SPEC.md 2.8): {e}") from None
-    if not dim.symbols:
-        raise ValueError(f"dimension {text!r} has no symbol: write it as an integer")
-    return text
-
-
 # A symbolic dimension (format 2.0, SPEC.md 2.8): `b`, `2*b`, `b + 1`.
-DimExpr = Annotated[str, AfterValidator(_check_expression)]
+DimExpr = Annotated[str, AfterValidator(_manifest_checks.check_expression)]
 Shape = list[Dim | DimExpr]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 RelPath = Annotated[str, Field(min_length=1, max_length=255)]
@@ -121,7 +111,7 @@ class Argument(_Model):
     @field_validator("name")
     @classmethod
     def _identifier(cls, name: str) -> str:
-        return _check_identifier(name)
+        return _manifest_checks.check_identifier(name)
 
 
 class Result(_Model):
@@ -137,7 +127,7 @@ class Result(_Model):
     @field_validator("name")
     @classmethod
     def _identifier(cls, name: str) -> str:
-        return _check_identifier(name)
+        return _manifest_checks.check_identifier(name)
 
 
 class PortableArtifact(_Model):
@@ -213,37 +203,7 @@ class Manifest(FunctionFields):
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
-        _check_symbols(self)
-        _check_unique([a.name for a in self.arguments], "arguments")
-        _check_unique([r.name for r in self.results], "results")
-        _check_unique([e.target for e in self.executables or []], "executables target")
-        if self.batched is not None:
-            _check_unique(self.batched.arguments, "batched.arguments")
-            unknown = sorted(set(self.batched.arguments) - {a.name for a in self.arguments})
-            if unknown:
-                raise ValueError(f"batched.arguments names {unknown}, which are not arguments")
-        axes = {a.name for a in self.mesh.axes} if self.mesh else set()
-        for what, values in (("arguments", self.arguments), ("results", self.results)):
-            for i, v in enumerate(values):
-                if v.sharding is None:
-                    continue
-                if len(v.sharding) != len(v.shape):
-                    raise ValueError(
-                        f"{what}[{i}].sharding has {len(v.sharding)} entries for {len(v.shape)} dimensions"
-                    )
-                unknown = {a for dim in v.sharding for a in dim} - axes
-                if unknown:
-                    raise ValueError(
-                        f"{what}[{i}].sharding uses mesh axes {sorted(unknown)} that mesh does not define"
-                    )
-        _check_tree(self.input_tree, {a.name for a in self.arguments}, "input_tree")
-        _check_tree(self.output_tree, {r.name for r in self.results}, "output_tree")
-        for i, r in enumerate(self.results):
-            if r.aliases is not None and r.aliases >= len(self.arguments):
-                raise ValueError(
-                    f"results[{i}].aliases = {r.aliases} but there are "
-                    f"{len(self.arguments)} arguments"
-                )
+        _manifest_checks.check_function(self)
         return self
 
     @property
@@ -263,38 +223,6 @@ class Manifest(FunctionFields):
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _check_symbols(m: Manifest) -> None:
-    """Symbolic dimensions and constraints: format 2.0 only, bounded, constraints over known
-    symbols, and no batched module or mesh beside them (SPEC.md 2.8)."""
-    dims = [d for v in [*m.arguments, *m.results] for d in v.shape if isinstance(d, str)]
-    if not dims and not m.constraints:
-        return
-    if m.format_version.split(".")[0] == "1":
-        raise ValueError("symbolic dimensions and constraints need format_version 2.0")
-    arg_dims = [d for a in m.arguments for d in a.shape if isinstance(d, str)]
-    symbols = {s for d in dims for s in _symbolic.parse(d).symbols}
-    if len(symbols) > _symbolic.MAX_SYMBOLS:
-        raise ValueError(f"{len(symbols)} symbols; the limit is {_symbolic.MAX_SYMBOLS}")
-    arg_symbols = {s for d in arg_dims for s in _symbolic.parse(d).symbols}
-    if symbols - arg_symbols:
-        raise ValueError(
-            f"result dimensions use symbols {sorted(symbols - arg_symbols)} that no argument's "
-            "shape has: a caller could not determine them (SPEC.md 2.8)"
-        )
-    if len(m.constraints or []) > _symbolic.MAX_CONSTRAINTS:
-        raise ValueError(f"more than {_symbolic.MAX_CONSTRAINTS} constraints")
-    for text in m.constraints or []:
-        try:
-            left, _, right = _symbolic.parse_constraint(text)
-        except _symbolic.SymbolicError as e:
-            raise ValueError(f"constraints: {e}") from None
-        unknown = (left.symbols | right.symbols) - symbols
-        if unknown:
-            raise ValueError(f"constraint {text!r} uses symbols {sorted(unknown)} no shape has")
-    if m.batched is not None or m.mesh is not None:
-        raise ValueError("a function with symbolic dimensions has no batched module or mesh")
-
-
 X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
 
 
@@ -312,12 +240,6 @@ def identifier(text: str, prefix: str = "_") -> str:
     return prefix + name if not name or name[0].isdigit() or keyword.iskeyword(name) else name
 
 
-def _check_identifier(name: str) -> str:
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise ValueError(f"{name!r} is not a Python identifier")
-    return name
-
-
 def unflatten(tree: Any, by_name: dict[str, Any]) -> Any:
     """Values by name, nested as a pytree of SPEC 2.3 says (JSON arrays become tuples)."""
     if isinstance(tree, str):
@@ -327,35 +249,3 @@ def unflatten(tree: Any, by_name: dict[str, Any]) -> Any:
     if isinstance(tree, dict):
         return {k: unflatten(t, by_name) for k, t in tree.items()}
     return None
-
-
-def _check_tree(tree: Any, names: set[str], field: str) -> None:
-    """A pytree of SPEC 2.3: arrays, objects, null, and strings that name a value, each once."""
-    leaves: list[str] = []
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, str):
-            leaves.append(node)
-        elif isinstance(node, list):
-            pending.extend(node)
-        elif isinstance(node, dict):
-            pending.extend(node.values())
-        elif node is not None:
-            raise ValueError(f"{field} holds {type(node).__name__} {node!r:.40}; only arrays, "
-                             "objects, null and names are allowed (SPEC.md 2.3)")  # fmt: skip
-    unknown = sorted(set(leaves) - names)
-    if unknown:
-        raise ValueError(
-            f"{field} names {unknown[:5]}, which are not its values' names (SPEC.md 2.3)"
-        )
-    if len(leaves) != len(set(leaves)):
-        raise ValueError(f"{field} names a value twice (SPEC.md 2.3)")
-
-
-def _check_unique(names: list[str], what: str) -> None:
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise ValueError(f"duplicate {what} name {n!r}")
-        seen.add(n)

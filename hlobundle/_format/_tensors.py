@@ -21,20 +21,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from .. import _progress
-from . import _dtypes, _hashing_writer, _paths
+from . import _dtypes, _hashing_writer, _paths, _safetensors_layout
 from ._errors import LimitError, TensorFileError
+from ._safetensors_layout import CODE_BYTES, DATA_ALIGNMENT
 
 if TYPE_CHECKING:
     import numpy as np
 
 # safetensors' own limit on the JSON header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-# Tensor data starts at a multiple of this, so that a memory-mapped tensor whose offset is a
-# multiple of it too is aligned enough for XLA to use in place (jax.device_put without a copy).
-DATA_ALIGNMENT = 64
 
 
 def write(
@@ -53,8 +51,8 @@ def write(
 
     **Returns:** the file's sha256, computed from the bytes as they are written.
     """
-    planned = {key: _planned(a, row) for key, (a, row) in arrays.items()}
-    order, header = _layout(planned, metadata or {})
+    planned = {key: _safetensors_layout.planned(a, row) for key, (a, row) in arrays.items()}
+    order, header = _safetensors_layout.layout(planned, metadata or {})
     size = len(header.raw) + sum(p.nbytes for p in planned.values())
 
     def buffers() -> Iterator[memoryview]:
@@ -83,69 +81,10 @@ def write(
         os.close(fd)
 
 
-class _Planned(NamedTuple):
-    code: str
-    shape: tuple[int, ...]
-    nbytes: int
-
-
-def _planned(a: np.ndarray, row: _dtypes.DType) -> _Planned:
-    """How an array is stored (`to_storage`), known from its shape without converting it."""
-    import numpy as np
-
-    shape = row.storage_shape(tuple(np.shape(a)))
-    return _Planned(row.safetensors, shape, math.prod(shape) * _CODE_BYTES[row.safetensors])
-
-
 def _bytes_of(a: np.ndarray) -> memoryview:
     import numpy as np
 
     return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
-
-
-@dataclass(frozen=True)
-class _Header:
-    raw: bytes  # the 8-byte length and the JSON header, as safetensors writes them
-    pad: str
-
-
-def _layout(planned: dict[str, _Planned], metadata: dict[str, str]) -> tuple[list[str], _Header]:
-    """safetensors' tensor order and header for tensors of these codes, shapes and sizes, with
-    metadata padding that puts the data at a multiple of DATA_ALIGNMENT.
-
-    As safetensors writes it: a compact JSON header, tensors ordered by dtype (its enum, largest
-    first) then name; safetensors' reader checks the result whenever a bundle is opened.
-    """
-    order = sorted(planned, key=lambda k: (-_RANK[planned[k].code], k))
-    entries, offset = {}, 0
-    for key in order:
-        p = planned[key]
-        entries[key] = {
-            "dtype": p.code,
-            "shape": list(p.shape),
-            "data_offsets": [offset, offset + p.nbytes],
-        }
-        offset += p.nbytes
-
-    def dump(pad: str) -> bytes:
-        meta = {"pad": pad, **metadata}
-        return json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
-
-    length = len(dump(""))
-    target = (length + 8 + DATA_ALIGNMENT - 1) // DATA_ALIGNMENT * DATA_ALIGNMENT - 8
-    pad = " " * (target - length)
-    text = dump(pad)
-    return order, _Header(struct.pack("<Q", len(text)) + text, pad)
-
-
-# safetensors' dtype order (its Dtype enum); the header lists tensors from the last to the first.
-_RANK = {code: i for i, code in enumerate(
-    ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
-     "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64"])}  # fmt: skip
-
-
-# Bytes per element of each safetensors dtype code a bundle may hold.
-_CODE_BYTES = {code: row.itemsize for code, row in _dtypes.NATIVE.items()}
 
 
 @dataclass(frozen=True)
@@ -263,7 +202,7 @@ class TensorFile:
 
         ok = (
             isinstance(value, dict)
-            and value.get("dtype") in _CODE_BYTES
+            and value.get("dtype") in CODE_BYTES
             and naturals(value.get("shape"))
             and naturals(value.get("data_offsets"))
             and len(value["data_offsets"]) == 2
@@ -272,7 +211,7 @@ class TensorFile:
             raise self._invalid(f"tensor {key!r} has no dtype, shape and data_offsets it knows")
         begin, end = value["data_offsets"]  # type: ignore[index]
         shape = tuple(value["shape"])  # type: ignore[index]
-        if end - begin != math.prod(shape) * _CODE_BYTES[value["dtype"]]:  # type: ignore[index]
+        if end - begin != math.prod(shape) * CODE_BYTES[value["dtype"]]:  # type: ignore[index]
             raise self._invalid(f"tensor {key!r}'s offsets do not span its shape and dtype")
         return Entry(value["dtype"], shape, begin, end)  # type: ignore[index]
 

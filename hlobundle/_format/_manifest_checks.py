@@ -1,0 +1,126 @@
+"""The rules a manifest's validators apply across fields (SPEC.md 2.3, 2.8): unique names,
+pytrees over them, sharding over the mesh, aliases, symbolic dimensions and constraints.
+
+Each raises ValueError, which pydantic reports with the field's location.
+"""
+
+from __future__ import annotations
+
+import keyword
+from typing import Any
+
+from . import _symbolic
+
+
+def check_function(m: Any) -> None:
+    """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
+    check_symbols(m)
+    check_unique([a.name for a in m.arguments], "arguments")
+    check_unique([r.name for r in m.results], "results")
+    check_unique([e.target for e in m.executables or []], "executables target")
+    if m.batched is not None:
+        check_unique(m.batched.arguments, "batched.arguments")
+        unknown = sorted(set(m.batched.arguments) - {a.name for a in m.arguments})
+        if unknown:
+            raise ValueError(f"batched.arguments names {unknown}, which are not arguments")
+    axes = {a.name for a in m.mesh.axes} if m.mesh else set()
+    for what, values in (("arguments", m.arguments), ("results", m.results)):
+        for i, v in enumerate(values):
+            if v.sharding is None:
+                continue
+            if len(v.sharding) != len(v.shape):
+                raise ValueError(
+                    f"{what}[{i}].sharding has {len(v.sharding)} entries for {len(v.shape)} dimensions"
+                )
+            unknown = {a for dim in v.sharding for a in dim} - axes
+            if unknown:
+                raise ValueError(
+                    f"{what}[{i}].sharding uses mesh axes {sorted(unknown)} that mesh does not define"
+                )
+    _check_tree(m.input_tree, {a.name for a in m.arguments}, "input_tree")
+    _check_tree(m.output_tree, {r.name for r in m.results}, "output_tree")
+    for i, r in enumerate(m.results):
+        if r.aliases is not None and r.aliases >= len(m.arguments):
+            raise ValueError(
+                f"results[{i}].aliases = {r.aliases} but there are {len(m.arguments)} arguments"
+            )
+
+
+def check_expression(text: str) -> str:
+    try:
+        dim = _symbolic.parse(text)
+    except _symbolic.SymbolicError as e:
+        raise ValueError(f"not a dimension expression (SPEC.md 2.8): {e}") from None
+    if not dim.symbols:
+        raise ValueError(f"dimension {text!r} has no symbol: write it as an integer")
+    return text
+
+
+def check_identifier(name: str) -> str:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"{name!r} is not a Python identifier")
+    return name
+
+
+def check_symbols(m: Any) -> None:
+    """Symbolic dimensions and constraints: format 2.0 only, bounded, constraints over known
+    symbols, and no batched module or mesh beside them (SPEC.md 2.8)."""
+    dims = [d for v in [*m.arguments, *m.results] for d in v.shape if isinstance(d, str)]
+    if not dims and not m.constraints:
+        return
+    if m.format_version.split(".")[0] == "1":
+        raise ValueError("symbolic dimensions and constraints need format_version 2.0")
+    arg_dims = [d for a in m.arguments for d in a.shape if isinstance(d, str)]
+    symbols = {s for d in dims for s in _symbolic.parse(d).symbols}
+    if len(symbols) > _symbolic.MAX_SYMBOLS:
+        raise ValueError(f"{len(symbols)} symbols; the limit is {_symbolic.MAX_SYMBOLS}")
+    arg_symbols = {s for d in arg_dims for s in _symbolic.parse(d).symbols}
+    if symbols - arg_symbols:
+        raise ValueError(
+            f"result dimensions use symbols {sorted(symbols - arg_symbols)} that no argument's "
+            "shape has: a caller could not determine them (SPEC.md 2.8)"
+        )
+    if len(m.constraints or []) > _symbolic.MAX_CONSTRAINTS:
+        raise ValueError(f"more than {_symbolic.MAX_CONSTRAINTS} constraints")
+    for text in m.constraints or []:
+        try:
+            left, _, right = _symbolic.parse_constraint(text)
+        except _symbolic.SymbolicError as e:
+            raise ValueError(f"constraints: {e}") from None
+        unknown = (left.symbols | right.symbols) - symbols
+        if unknown:
+            raise ValueError(f"constraint {text!r} uses symbols {sorted(unknown)} no shape has")
+    if m.batched is not None or m.mesh is not None:
+        raise ValueError("a function with symbolic dimensions has no batched module or mesh")
+
+
+def _check_tree(tree: Any, names: set[str], field: str) -> None:
+    """A pytree of SPEC 2.3: arrays, objects, null, and strings that name a value, each once."""
+    leaves: list[str] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            leaves.append(node)
+        elif isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            pending.extend(node.values())
+        elif node is not None:
+            raise ValueError(f"{field} holds {type(node).__name__} {node!r:.40}; only arrays, "
+                             "objects, null and names are allowed (SPEC.md 2.3)")  # fmt: skip
+    unknown = sorted(set(leaves) - names)
+    if unknown:
+        raise ValueError(
+            f"{field} names {unknown[:5]}, which are not its values' names (SPEC.md 2.3)"
+        )
+    if len(leaves) != len(set(leaves)):
+        raise ValueError(f"{field} names a value twice (SPEC.md 2.3)")
+
+
+def check_unique(names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"duplicate {what} name {n!r}")
+        seen.add(n)
