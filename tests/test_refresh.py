@@ -67,16 +67,16 @@ def test_refresh_refuses_targets_out_of_range_and_signed_bundles(bundle, tmp_pat
 
 
 def test_refresh_copies_the_other_files_never_hard_links_them(bundle, monkeypatch):
-    from hlobundle._write import _atomic
+    from hlobundle._write import _target
 
     links: dict[str, int] = {}
-    move = _atomic._move_into_place
+    move = _target.move_into_place
 
     def count_links_first(tmp, out, force):
         links.update({p.name: p.stat().st_nlink for p in tmp.iterdir()})
         return move(tmp, out, force)
 
-    monkeypatch.setattr(_atomic, "_move_into_place", count_links_first)
+    monkeypatch.setattr(_target, "move_into_place", count_links_first)
     assert cli("refresh", bundle).returncode == 0
     assert "weights.safetensors" in links and set(links.values()) == {1}
     hlobundle.load(bundle, verify=True)

@@ -28,7 +28,8 @@ from .._read._reader import Bundle, load
 from .._run import _backends
 from .._run._backends._enzyme import prepared_for_hlo_call
 from .._version import __version__
-from .._write._atomic import refuse_inside_a_bundle, write_file_atomically
+from .._write._atomic import write_file_atomically
+from .._write._target import refuse_inside_a_bundle
 
 
 def emit_script(

@@ -22,7 +22,8 @@ from .._format._errors import InputError, OutputExistsError
 from .._format._manifest import Manifest
 from .._interop import _reactant_server as rs
 from .._read._reader import Bundle, load
-from .._write._atomic import refuse_inside_a_bundle, set_modes
+from .._write._atomic import set_modes
+from .._write._target import refuse_inside_a_bundle
 
 
 def emit_reactant_server(
