@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import ValidationError
 
-from .._format import _dtypes, _main_signature, _mlir, _signature, _stored
+from .._format import _main_signature, _mlir, _signature, _stored
 from .._format._errors import InputError
 from .._format._manifest import (
     BatchedModule,
@@ -22,13 +21,12 @@ from .._format._manifest import (
     Module,
     PortableArtifact,
     Role,
-    TensorRef,
 )
 from .._read import _inputs
 from .._run import _compute
-from . import _normalize
+from . import _expected, _module_text, _normalize
 from ._atomic import write_bundle
-from ._plan import EXPECTED_FILE, plan
+from ._plan import plan
 
 # The reference writer's file names (SPEC.md section 1): module forms from the stored-forms table.
 MODULE_TEXT, MODULE_PORTABLE = (
@@ -163,9 +161,9 @@ def _pack(module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOp
 def _pack_checked(
     module: Any, items: list[_inputs.Keyed] | None, out: Path, opt: PackOptions
 ) -> Path:
-    text, source = _read_module(module)
+    text, source = _module_text.read(module)
     normalized = _normalize.normalize(text, path=source, allow_custom_calls=opt.allow_custom_calls)
-    text = without_locations(normalized.text, path=source)
+    text = _module_text.without_locations(normalized.text, path=source)
     parsed = _mlir.parse(text, path=source)
     sig = _main_signature.signature(parsed, path=source, dynamic=opt.shapes is not None)
     manifest, arrays = plan(sig, items, opt)
@@ -189,7 +187,9 @@ def _pack_checked(
     if opt.batched is not None:
         manifest = _add_batched(manifest, opt.batched, opt.batched_arguments, target, files)
     if opt.expected is not None:
-        manifest = _add_expected(manifest, arrays, portable, opt)
+        manifest = _expected.add_expected(
+            manifest, arrays, portable, opt.expected, already_permuted=opt.already_permuted
+        )
     return write_bundle(out, manifest, files, arrays, force=opt.force, signing_key=opt.sign_key)
 
 
@@ -234,108 +234,8 @@ def _store_form(
 ) -> None:
     """Check a form's text as the reader will (`_stored`), and add its text and artifact."""
     form = _stored.BY_KEY[key]
-    text = without_locations(text, path=form.text_file)
+    text = _module_text.without_locations(text, path=form.text_file)
     parsed = _mlir.parse(text, path=form.text_file)
     _stored.check(form, parsed, manifest, form.text_file)
     files[form.text_file] = text.encode()
     files[form.portable_file] = _mlir.to_portable(parsed, target, path=form.text_file)
-
-
-def without_locations(text: str, *, path: str | None) -> str:
-    """The text a bundle stores of any module form: without MLIR source locations, which name
-    the producer's files (its home, project and site-packages; SPEC.md 8). Text that has none
-    is stored as it is; parsed without a file name, it gives the portable artifact none either."""
-    if "loc(" not in text:
-        return text
-    return str(_mlir.parse(text, path=path).operation.get_asm(enable_debug_info=False))
-
-
-def _add_expected(
-    manifest: Manifest,
-    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
-    portable: bytes,
-    opt: PackOptions,
-) -> Manifest:
-    """Store expected results: given (like inputs, keyed by result name) or computed once."""
-    rows = [_dtypes.BY_NAME[r.dtype] for r in manifest.results]
-    if isinstance(opt.expected, str):
-        values = _compute_expected(manifest, arrays, portable, opt.expected)
-    else:
-        ordered = _inputs.assign(opt.expected, [r.name for r in manifest.results])
-        values = [
-            _inputs.check(
-                item,
-                _main_signature.TensorType(
-                    tuple(None if isinstance(d, str) else d for d in r.shape), row
-                ),
-                name=r.name,
-                path=f"results[{k}]",
-                column_major=r.layout == "column_major" and not opt.already_permuted,
-                what="expected result",
-            )
-            for k, (item, r, row) in enumerate(zip(ordered, manifest.results, rows, strict=True))
-        ]
-    stored = arrays.setdefault(EXPECTED_FILE, {})
-    results = []
-    for r, row, value in zip(manifest.results, rows, values, strict=True):
-        stored[r.name] = (np.asarray(value), row)
-        results.append(r.model_copy(update={"expected": TensorRef(file=EXPECTED_FILE, key=r.name)}))
-    return manifest.model_copy(update={"results": results})
-
-
-def _compute_expected(
-    manifest: Manifest,
-    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
-    portable: bytes,
-    how: str,
-) -> list[np.ndarray]:
-    if how != "compute":
-        raise InputError(f"expected must be arrays or 'compute', got {how!r}", argument="expected")
-    if any(a.value is None for a in manifest.arguments):
-        raise InputError(
-            "computing expected outputs needs example inputs for every argument",
-            argument="expected",
-        )
-    values = [arrays[a.value.file][a.name][0] for a in manifest.arguments]  # type: ignore[union-attr]
-    return _compute.outputs(manifest, portable, values)
-
-
-_MLIR_BYTECODE = b"ML\xefR"  # MLIR bytecode's magic number, never valid UTF-8
-
-
-def _binary_hint(data: bytes) -> str:
-    """What a binary file given as module text probably is, and what takes it."""
-    if data.startswith(_MLIR_BYTECODE):
-        return (
-            "a .mlirbc portable artifact is what the bundle stores beside it, not what pack takes"
-        )
-    if _MLIR_BYTECODE in data[:_HINT_SCAN]:  # a flatbuffer around a portable artifact
-        return ("this looks like a serialized jax.export.Exported: pack it with "
-                "`pack --from-jax-export BLOB` (hlobundle.from_exported in Python)")  # fmt: skip
-    return ("a serialized jax.export.Exported takes `pack --from-jax-export BLOB`; a .mlirbc "
-            "portable artifact is what the bundle stores, not what pack takes")  # fmt: skip
-
-
-_HINT_SCAN = 1 << 20
-
-
-def _read_module(module: Any) -> tuple[str, str | None]:
-    """MLIR text and the file it came from (None for text given directly)."""
-    if isinstance(module, os.PathLike) or (isinstance(module, str) and "{" not in module):
-        path = Path(module)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise InputError(
-                f"cannot read the module {str(path)!r}: {e.strerror}", path=path
-            ) from None
-        try:
-            return data.decode("utf-8"), str(path)
-        except UnicodeDecodeError:
-            raise InputError(
-                f"the module {str(path)!r} is not UTF-8 text; give MLIR text ({_binary_hint(data)})",
-                path=path,
-            ) from None
-    if not isinstance(module, str):
-        raise InputError(f"module must be MLIR text or a path, got {type(module).__name__}")
-    return module, None

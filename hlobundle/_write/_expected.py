@@ -1,0 +1,68 @@
+"""A bundle's expected results (SPEC.md 2.5): given by the producer, checked like inputs, or
+computed once from the example inputs by running the module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._format import _dtypes, _main_signature
+from .._format._errors import InputError
+from .._format._manifest import Manifest, TensorRef
+from .._read import _inputs
+from .._run import _compute
+from ._plan import EXPECTED_FILE
+
+
+def add_expected(
+    manifest: Manifest,
+    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
+    portable: bytes,
+    expected: Any,
+    *,
+    already_permuted: bool,
+) -> Manifest:
+    """Store expected results: given (like inputs, keyed by result name) or computed once."""
+    rows = [_dtypes.BY_NAME[r.dtype] for r in manifest.results]
+    if isinstance(expected, str):
+        values = _compute_expected(manifest, arrays, portable, expected)
+    else:
+        ordered = _inputs.assign(expected, [r.name for r in manifest.results])
+        values = [
+            _inputs.check(
+                item,
+                _main_signature.TensorType(
+                    tuple(None if isinstance(d, str) else d for d in r.shape), row
+                ),
+                name=r.name,
+                path=f"results[{k}]",
+                column_major=r.layout == "column_major" and not already_permuted,
+                what="expected result",
+            )
+            for k, (item, r, row) in enumerate(zip(ordered, manifest.results, rows, strict=True))
+        ]
+    stored = arrays.setdefault(EXPECTED_FILE, {})
+    results = []
+    for r, row, value in zip(manifest.results, rows, values, strict=True):
+        stored[r.name] = (np.asarray(value), row)
+        results.append(r.model_copy(update={"expected": TensorRef(file=EXPECTED_FILE, key=r.name)}))
+    return manifest.model_copy(update={"results": results})
+
+
+def _compute_expected(
+    manifest: Manifest,
+    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
+    portable: bytes,
+    how: str,
+) -> list[np.ndarray]:
+    if how != "compute":
+        raise InputError(f"expected must be arrays or 'compute', got {how!r}", argument="expected")
+    if any(a.value is None for a in manifest.arguments):
+        raise InputError(
+            "computing expected outputs needs example inputs for every argument",
+            argument="expected",
+        )
+    values = [arrays[a.value.file][a.name][0] for a in manifest.arguments]  # type: ignore[union-attr]
+    return _compute.outputs(manifest, portable, values)
