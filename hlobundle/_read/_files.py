@@ -1,6 +1,6 @@
 """The files of a bundle against its manifest (SPEC.md section 8): the manifest itself, the file
-set and sizes, the names every field refers to, the safetensors headers of the stored tensors,
-and module files read once with their sha256 checked. Needs neither numpy nor MLIR."""
+set and sizes, the names every field refers to, and module files read once with their sha256
+checked (the tensor files: `_tensor_files`). Needs neither numpy nor MLIR."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import stat
 import weakref
 from pathlib import Path
 
-from .._format import _dtypes, _limits, _paths, _prechecks, _symbolic, _tensors
+from .._format import _limits, _paths, _prechecks
 from .._format._bundle_manifest import BundleManifest
 from .._format._errors import (
     FileMissingError,
@@ -21,17 +21,16 @@ from .._format._errors import (
     ModuleError,
     NotABundleError,
     SizeMismatchError,
-    TensorMismatchError,
     UnsafePathError,
 )
-from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest, TensorRef
+from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
 from .._format._manifest_json import parse_manifest, read_manifest_bytes
 from .._format._signature import SIGNATURE_NAME
 
 AnyManifest = Manifest | BundleManifest
 
 
-def _each_function(manifest: AnyManifest) -> list[tuple[str, Manifest]]:
+def each_function(manifest: AnyManifest) -> list[tuple[str, Manifest]]:
     """(field prefix, the function's manifest) for each function: "" for a 1.x manifest,
     `functions[NAME].` for a function of a 2.0 one."""
     if isinstance(manifest, Manifest):
@@ -78,7 +77,7 @@ def references(manifest: AnyManifest) -> list[tuple[str, str]]:
     """(field, file name) of every file a field of any function names."""
     return [
         (prefix + field, name)
-        for prefix, view in _each_function(manifest)
+        for prefix, view in each_function(manifest)
         for field, name in _function_references(view)
     ]
 
@@ -105,107 +104,6 @@ def _function_references(manifest: Manifest) -> list[tuple[str, str]]:
         if r.expected
     ]
     return refs
-
-
-def stored_tensors(manifest: AnyManifest) -> list[tuple[str, TensorRef, str, list[int | str]]]:
-    """(field, reference, dtype, shape) of every stored tensor any function names."""
-    found = []
-    for prefix, view in _each_function(manifest):
-        found += [
-            (f"{prefix}arguments[{i}]", a.value, a.dtype, a.shape)
-            for i, a in enumerate(view.arguments)
-            if a.value
-        ]
-        found += [
-            (f"{prefix}results[{i}]", r.expected, r.dtype, r.shape)
-            for i, r in enumerate(view.results)
-            if r.expected
-        ]
-    return found  # type: ignore[return-value]
-
-
-def open_tensor_files(
-    root: Path, manifest: AnyManifest, *, with_safetensors: bool = True
-) -> dict[str, _tensors.TensorFile]:
-    """Every tensor file, open, its header checked against the manifest (`with_safetensors`:
-    validated by safetensors too; `inspect` leaves that out, to not import numpy)."""
-    stored = stored_tensors(manifest)
-    keys: dict[str, list[str]] = {}
-    for _, ref, _, _ in stored:
-        keys.setdefault(ref.file, []).append(ref.key)
-    files = {
-        name: _tensors.TensorFile(_paths.resolve(root, name), name=name,
-                                  header_limit=_header_budget(keys[name]),
-                                  with_safetensors=with_safetensors)
-        for name in sorted(keys)
-    }  # fmt: skip
-    used: dict[str, set[str]] = {name: set() for name in files}
-    for field, ref, dtype, shape in stored:
-        _check_header_entry(files[ref.file], ref, _dtypes.BY_NAME[dtype], tuple(shape), field)
-        used[ref.file].add(ref.key)
-    for prefix, view in _each_function(manifest):
-        if view.symbolic:
-            _check_symbolic_values(view, files, prefix)
-    for name, tf in files.items():
-        extra = sorted(set(tf.entries) - used[name])
-        if extra:
-            raise TensorMismatchError(
-                f"{name} holds tensor(s) {extra[:5]} that no argument or result names",
-                path=name,
-            )
-    return files
-
-
-def _check_symbolic_values(
-    view: Manifest, files: dict[str, _tensors.TensorFile], prefix: str
-) -> None:
-    """The stored values of a function with symbolic dimensions are one instance of its
-    shapes: the arguments' shapes bind its symbols, which the expected results then fit."""
-    args = [a for a in view.arguments if a.value]
-    results = [r for r in view.results if r.expected]
-    stored = [*((a, a.value) for a in args), *((r, r.expected) for r in results)]
-    declared = [(x.name, x.shape) for x, _ in stored]
-    actual = [
-        _dtypes.BY_NAME[x.dtype].logical_shape(files[v.file].entries[v.key].shape)
-        for x, v in stored
-    ]
-    try:
-        _symbolic.bind_shapes(declared, actual, view.constraints or ())
-    except _symbolic.ShapeError as e:
-        raise TensorMismatchError(
-            f"{prefix}the stored values do not fit the symbolic shapes: {e} (SPEC.md 2.8)",
-            field=f"{prefix}arguments",
-        ) from None
-
-
-def _header_budget(keys: list[str]) -> int:
-    """The largest safetensors header a file holding these tensors needs (SPEC.md 8)."""
-    per_key = _limits.TENSOR_HEADER_PER_KEY
-    return _limits.TENSOR_HEADER_BASE + sum(per_key + len(k.encode()) for k in keys)
-
-
-def _check_header_entry(
-    tf: _tensors.TensorFile, ref: TensorRef, row: _dtypes.DType, shape: tuple[int, ...], field: str
-) -> None:
-    entry = tf.entries.get(ref.key)
-    if entry is None:
-        raise TensorMismatchError(
-            f"{field}: {ref.file} has no tensor {ref.key!r}",
-            path=ref.file,
-            field=field,
-        )
-    if any(isinstance(d, str) for d in shape):  # symbolic: the function's values bind them
-        want = (row.safetensors, entry.shape)
-        shape = list(row.logical_shape(entry.shape))
-    else:
-        want = (row.safetensors, row.storage_shape(shape))
-    if (entry.code, entry.shape) != want:
-        raise TensorMismatchError(
-            f"{field}: {ref.file}[{ref.key!r}] is {entry.code}{list(entry.shape)}, the manifest's "
-            f"{row.name}{list(shape)} is stored as {want[0]}{list(want[1])} (SPEC.md, 'Dtypes')",
-            path=ref.file,
-            field=field,
-        )
 
 
 def check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from .._format import _dtypes, _signature
 from .._format._bundle_manifest import BundleManifest, functions_of
 from .._format._manifest import Manifest
-from . import _files
+from . import _files, _tensor_files
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,9 @@ def summarize(path: str | os.PathLike[str]) -> Summary:
     root = Path(path)
     manifest, _ = _files.read_manifest(root)
     _files.check_file_set(root, manifest)
-    _files.open_tensor_files(root, manifest, with_safetensors=False)  # agree with the manifest
+    _tensor_files.open_tensor_files(
+        root, manifest, with_safetensors=False
+    )  # agree with the manifest
     views, default = functions_of(manifest)
     function_ops = {}
     for name, view in views.items():

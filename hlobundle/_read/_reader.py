@@ -18,7 +18,7 @@ from .._format._errors import (
     TensorMismatchError,
 )
 from .._format._manifest import MANIFEST_NAME, Manifest
-from . import _files, _modules
+from . import _files, _modules, _tensor_files
 from ._modules import StoredModule
 from ._values import StoredValues
 
@@ -86,7 +86,7 @@ class Bundle(StoredValues):
             }
             for name, view in self._views.items()
         }
-        self._tensor_files = _files.open_tensor_files(root, self.bundle_manifest)
+        self._tensor_files = _tensor_files.open_tensor_files(root, self.bundle_manifest)
         self._unreferenced = _files.open_unreferenced_files(root, self.bundle_manifest)
         self._shared = _Shared()
         self._chosen: str | None = None  # the function `select()` chose, if it was asked
@@ -273,7 +273,7 @@ class Bundle(StoredValues):
                 view.artifact(key)
             for entry in view.manifest.executables or []:
                 view.executable(entry.target)
-        for field, ref, dtype, shape in _files.stored_tensors(self.bundle_manifest):
+        for field, ref, dtype, shape in _tensor_files.stored_tensors(self.bundle_manifest):
             bits = 1 if dtype == "bool" else _dtypes.SUB_BYTE_BITS.get(dtype)
             if bits is not None and (self._array(ref, "uint8", shape) >> bits).any():
                 allowed = "0 and 1" if dtype == "bool" else f"values below {1 << bits}"
