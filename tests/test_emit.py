@@ -233,7 +233,8 @@ def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
 
 
 def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
-    # run_template.py is itself valid Python; its comparison rules are the runner's (SPEC 7).
+    # run_template.py is itself valid Python; its comparison rules (kept in run_shared.py, for
+    # both scripts) are the runner's (SPEC 7), with either script's numpy_dtype.
     from hlobundle._emit import _emit
     from hlobundle._format._tolerance import default_tolerance
 
@@ -246,15 +247,20 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
         _emit._SHARED, shared
     )  # the file, and the shared part
     compile(_emit.template(), "run.py", "exec")
-    helpers: dict = {}
-    body = source[source.index("def tolerance(") : source.index("def random_input(")]
-    exec(
-        compile("import jax.numpy as jnp\nimport numpy as np\n" + body, "helpers", "exec"), helpers
-    )
-    for dtype in ALL_DTYPES:
-        assert helpers["tolerance"](dtype) == default_tolerance(dtype), dtype
-    assert helpers["close"](np.float32([1, np.nan]), np.float32([1 + 1e-7, np.nan]), 1e-5)
-    assert not helpers["close"](np.float32([1]), np.float32([1.1]), 1e-5)
+    body = shared[shared.index("def tolerance(") : shared.index("def random_input(")]
+    iree = (path.parent / "run_iree_template.py").read_text()
+    numpy_dtypes = [
+        "numpy_dtype = jnp.dtype\n",
+        iree[iree.index("def numpy_dtype(") : iree.index("def read_file(")],
+    ]
+    for numpy_dtype in numpy_dtypes:
+        helpers: dict = {}
+        prelude = "import jax.numpy as jnp\nimport ml_dtypes\nimport numpy as np\n"
+        exec(compile(prelude + numpy_dtype + body, "helpers", "exec"), helpers)
+        for dtype in ALL_DTYPES:
+            assert helpers["tolerance"](dtype) == default_tolerance(dtype), dtype
+        assert helpers["close"](np.float32([1, np.nan]), np.float32([1 + 1e-7, np.nan]), 1e-5)
+        assert not helpers["close"](np.float32([1]), np.float32([1.1]), 1e-5)
 
 
 # --- the xla backend: jax only, differentiable through the stored backward module ---------

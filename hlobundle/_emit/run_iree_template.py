@@ -79,18 +79,6 @@ def load_main():
 _device, _main = load_main()
 
 
-def check_arguments(*args):
-    """Raise TypeError unless the arguments have exactly the module's shapes and dtypes."""
-    if len(args) != len(ARGUMENTS):
-        raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
-    for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS, strict=True)):
-        got = (tuple(np.shape(value)), np.asarray(value).dtype)
-        if got != (tuple(shape), numpy_dtype(dtype)):
-            raise TypeError(
-                f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
-            )
-
-
 def to_device(x, dtype):
     """A NumPy array as a buffer view of IREE's element type, its bytes copied as they are."""
     x = np.asarray(x, order="C")  # ascontiguousarray would make a 0-d array 1-d
@@ -113,7 +101,7 @@ def to_host(x, shape, dtype):
 def call(*args):
     """The bundle's function: one NumPy array per argument (ARGUMENTS), a tuple of one array
     per result (RESULTS)."""
-    check_arguments(*args)
+    check_arguments(*args)  # noqa: F821 (run_shared.py)
     views = [to_device(x, dtype) for x, (_, _, dtype) in zip(args, ARGUMENTS, strict=True)]
     out = _main(*views)
     out = out if isinstance(out, tuple) else () if out is None else (out,)
@@ -132,72 +120,19 @@ def load_tensor(file, key, shape, dtype):
 _verified = {}  # file name: its bytes, checked
 
 
-def tolerance(dtype):
-    """rtol and atol for comparing results: exact for ints and bools, a few ulps for floats."""
-    dtype = numpy_dtype(dtype)
-    if dtype.kind in "iub":
-        return 0.0
-    return max(1e-5, 8 * float(ml_dtypes.finfo(dtype).eps))
-
-
-def close(got, want, tol):
-    """Whether two results agree within `tol` (relative and absolute), compared in float64 or
-    complex128; NaNs agree with NaNs."""
-    wide = np.complex128 if np.asarray(got).dtype.kind == "c" else np.float64
-    return np.allclose(
-        np.asarray(got).astype(wide),
-        np.asarray(want).astype(wide),
-        rtol=tol,
-        atol=tol,
-        equal_nan=True,
-    )
-
-
-def random_input(rng, shape, dtype):
-    """Values of the right kind: small non-negative ints, bools, normal floats."""
-    dtype = numpy_dtype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 10, shape).astype(dtype)
-    if np.issubdtype(dtype, np.complexfloating):
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def stored_inputs():
-    """The stored example inputs, one array per argument."""
-    return [load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)]
-
-
 def example_inputs():
     """The stored example inputs, or (when the bundle stores none) generated ones."""
     if INPUTS is not None:
-        return stored_inputs()
+        return stored_inputs()  # noqa: F821 (run_shared.py)
     rng = np.random.default_rng(0)
-    return [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]
+    return [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]  # noqa: F821
 
 
 def run_example(inputs=None):
     """Call the function on the example inputs and compare with the expected outputs, or on
     `inputs` (one array per argument) and print the results."""
-    compare = inputs is None
     outputs = call(*(example_inputs() if inputs is None else inputs))
-    failures = []
-    for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
-        line = f"{name}: {dtype}{list(shape)}"
-        if EXPECTED and compare:
-            want = load_tensor(*EXPECTED[k], shape, dtype)
-            wide = np.complex128 if value.dtype.kind == "c" else np.float64
-            diff = np.abs(value.astype(wide) - want.astype(wide))
-            line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
-            if not close(value, want, tolerance(dtype)):
-                failures.append(name)
-        print(line)
-        print(np.array2string(value, threshold=20))
-    if failures:
-        sys.exit(f"FAILED: {', '.join(failures)} differ from the expected outputs")
-    print("ok")
+    report(outputs, compare=inputs is None)  # noqa: F821 (run_shared.py)
 
 
 SAFETENSORS_DTYPES = {

@@ -1,8 +1,8 @@
 """The functions both emitted scripts share (`run_template.py`, `run_iree_template.py`): reading
-safetensors, `--inputs` files and the command line. `hlobundle emit` writes them into each script
-in place of its `# shared:` line, so a script stays one standalone file. They use what each
-template defines: ARGUMENTS, INPUTS, SAFETENSORS_DTYPES, numpy_dtype, check_arguments,
-stored_inputs and run_example.
+safetensors, `--inputs` files and the command line, and comparing results with the expected ones.
+`hlobundle emit` writes them into each script in place of its `# shared:` line, so a script stays
+one standalone file. They use what each template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED,
+SAFETENSORS_DTYPES, numpy_dtype, load_tensor, check_arguments and run_example.
 """
 
 # ruff: noqa: F821
@@ -23,6 +23,79 @@ def stored_array(data, start, entry, dtype, shape):
     begin, end = entry["data_offsets"]
     raw = np.frombuffer(data, np.uint8, count=end - begin, offset=start + begin)
     return raw.copy().view(numpy_dtype(dtype)).reshape(shape)
+
+
+def check_arguments(*args):
+    """Raise TypeError unless the arguments have the module's dtypes and shapes: exactly, or for
+    a symbolic dimension (a string) any size, which the module's runtime then checks."""
+    if len(args) != len(ARGUMENTS):
+        raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
+    for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS, strict=True)):
+        kind = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+        got = (tuple(np.shape(value)), np.dtype(kind).name)
+        fits = len(got[0]) == len(shape) and all(
+            isinstance(want, str) or size == want for size, want in zip(got[0], shape, strict=True)
+        )
+        if not fits or got[1] != numpy_dtype(dtype).name:
+            raise TypeError(
+                f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
+            )
+
+
+def tolerance(dtype):
+    """rtol and atol for comparing results: exact for ints and bools, a few ulps for floats."""
+    try:
+        eps = float(ml_dtypes.finfo(numpy_dtype(dtype)).eps)
+    except ValueError:  # not inexact: ints (int4 too), bools
+        return 0.0
+    return max(1e-5, 8 * eps)
+
+
+def widened(x):
+    """An array as float64, or complex128 when complex: how results are compared."""
+    x = np.asarray(x)
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+
+
+def close(got, want, tol):
+    """Whether two results agree within `tol` (relative and absolute); NaNs agree with NaNs."""
+    return np.allclose(widened(got), widened(want), rtol=tol, atol=tol, equal_nan=True)
+
+
+def random_input(rng, shape, dtype):
+    """Values of the right kind: small non-negative ints, bools, normal floats."""
+    dtype = numpy_dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 10, shape).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def stored_inputs():
+    """The stored example inputs, one array per argument."""
+    return [load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)]
+
+
+def report(outputs, *, compare):
+    """Print each result (NumPy arrays, in order); with `compare`, also its difference from the
+    expected output, and exit with a failure when any differs."""
+    failures = []
+    for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
+        line = f"{name}: {dtype}{list(shape)}"
+        if EXPECTED and compare:
+            want = load_tensor(*EXPECTED[k], shape, dtype)
+            diff = np.abs(widened(value) - widened(want))
+            line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
+            if not close(value, want, tolerance(dtype)):
+                failures.append(name)
+        print(line)
+        print(np.array2string(value, threshold=20))
+    if failures:
+        sys.exit(f"FAILED: {', '.join(failures)} differ from the expected outputs")
+    print("ok")
 
 
 def read_input_file(path):

@@ -26,6 +26,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes  # noqa: F401 (run_shared.py's functions use it)
 import numpy as np
 
 # --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
@@ -72,22 +73,6 @@ def read_file(name):
 
 
 _verified = {}
-
-
-def check_arguments(*args):
-    """Raise TypeError unless the arguments have the module's dtypes and shapes: exactly, or for
-    a symbolic dimension (a string) any size, which jax.export then checks against the others."""
-    if len(args) != len(ARGUMENTS):
-        raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
-    for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS, strict=True)):
-        got = (tuple(np.shape(value)), jnp.dtype(value.dtype).name)
-        fits = len(got[0]) == len(shape) and all(
-            isinstance(want, str) or size == want for size, want in zip(got[0], shape, strict=True)
-        )
-        if not fits or got[1] != dtype:
-            raise TypeError(
-                f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
-            )
 
 
 def enzyme_function():
@@ -218,7 +203,7 @@ _call = jax.jit(xla_function() if BACKEND == "xla" else enzyme_function())
 def call(*args):
     """The bundle's function: one JAX or NumPy array per argument (ARGUMENTS), a tuple of one
     array per result (RESULTS)."""
-    check_arguments(*args)
+    check_arguments(*args)  # noqa: F821 (run_shared.py)
     return _call(*args)
 
 
@@ -234,36 +219,6 @@ def load_tensor(file, key, shape, dtype):
     header, start = safetensors_header(data)  # noqa: F821 (run_shared.py)
     entry = header[key]
     return stored_array(data, start, entry, dtype, entry["shape"] if SYMBOLIC else shape)  # noqa: F821
-
-
-def tolerance(dtype):
-    """rtol and atol for comparing results: exact for ints and bools, a few ulps for floats."""
-    if not jnp.issubdtype(jnp.dtype(dtype), jnp.inexact):
-        return 0.0
-    return max(1e-5, 8 * float(jnp.finfo(dtype).eps))
-
-
-def widened(x):
-    """An array as float64, or complex128 when complex: how results are compared."""
-    x = np.asarray(x)
-    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
-
-
-def close(got, want, tol):
-    """Whether two results agree within `tol` (relative and absolute); NaNs agree with NaNs."""
-    return np.allclose(widened(got), widened(want), rtol=tol, atol=tol, equal_nan=True)
-
-
-def random_input(rng, shape, dtype):
-    """Values of the right kind: small non-negative ints, bools, normal floats."""
-    dtype = jnp.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 10, shape).astype(dtype)
-    if np.issubdtype(dtype, np.complexfloating):
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 def place_on_mesh(inputs):
@@ -305,20 +260,15 @@ def to_host(x):
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def stored_inputs():
-    """The stored example inputs, one array per argument."""
-    return [load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)]
-
-
 def example_inputs(inputs=None):
     """`inputs`, else the stored example inputs, else generated ones; on the mesh, if any."""
     if inputs is None and INPUTS is not None:
-        inputs = stored_inputs()
+        inputs = stored_inputs()  # noqa: F821 (run_shared.py)
     elif inputs is None and SYMBOLIC:
         sys.exit("this bundle stores no example inputs and has symbolic shapes: call its function")
     elif inputs is None:
         rng = np.random.default_rng(0)
-        inputs = [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]
+        inputs = [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]  # noqa: F821
     return place_on_mesh(inputs) if MESH_AXES else inputs
 
 
@@ -326,23 +276,8 @@ def run_example(inputs=None):
     """Call the function on the example inputs and compare with the expected outputs, or on
     `inputs` (one array per argument) and print the results."""
     start_distributed()
-    compare = inputs is None
     outputs = call(*example_inputs(inputs))
-    failures = []
-    for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
-        value = to_host(value)
-        line = f"{name}: {dtype}{list(shape)}"
-        if EXPECTED and compare:
-            want = load_tensor(*EXPECTED[k], shape, dtype)
-            diff = np.abs(widened(value) - widened(want))
-            line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
-            if not close(value, want, tolerance(dtype)):
-                failures.append(name)
-        print(line)
-        print(np.array2string(value, threshold=20))
-    if failures:
-        sys.exit(f"FAILED: {', '.join(failures)} differ from the expected outputs")
-    print("ok")
+    report([to_host(value) for value in outputs], compare=inputs is None)  # noqa: F821 (run_shared.py)
 
 
 SAFETENSORS_DTYPES = {
