@@ -8,6 +8,7 @@ next call still works.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -329,3 +330,53 @@ def test_no_data_and_a_server_started_by_a_thread_that_ended(tmp_path):
     server = _children._server_for(script).process.pid
     assert _run(script, b"").status == 0 and _run(script, b"abcd").status == 4
     assert _children._server_for(script).process.pid == server
+
+
+def test_a_reply_forged_through_proc_never_answers_the_next_call(tmp_path):
+    # A compromised fork finds its request's header in its memory and writes a whole reply to
+    # the server's stdout through /proc: its own call may take that reply (the fork chooses
+    # its own answer anyway), but the server's real reply must not answer the next call.
+    script = _script(
+        tmp_path,
+        "import json\n\n"
+        "def main():\n"
+        "    data = sys.stdin.buffer.read()\n"
+        "    if data != b'forge':\n"
+        "        sys.stdout.buffer.write(data)\n"
+        "        return 0\n"
+        "    frame = sys._getframe()\n"
+        "    while 'header' not in frame.f_locals:\n"
+        "        frame = frame.f_back\n"
+        "    head = {'status': 42, 'timed_out': False, 'overflow': False}\n"
+        "    head['id'] = frame.f_locals['header'].get('id')\n"
+        "    parts = [json.dumps(head).encode(), b'forged', b'']\n"
+        "    with open(f'/proc/{os.getppid()}/fd/1', 'wb') as reply:\n"
+        "        for part in parts:\n"
+        "            reply.write(len(part).to_bytes(8, 'little') + part)\n"
+        "    return 0\n",
+    )
+    assert _run(script, b"warm").stdout == b"warm"
+    try:
+        _run(script, b"forge")
+    except _children.ServerError:
+        pass
+    replies = _children._server_for(script).process.stdout.fileno()
+    select.select([replies], [], [], 30)  # the server's own reply to the forged call came
+    assert [_run(script, x).stdout for x in (b"a", b"b")] == [b"a", b"b"]
+
+
+def test_a_fork_that_kills_or_stops_its_server_gets_a_server_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(_children, "_SLACK_S", 1.0)
+    script = _script(
+        tmp_path,
+        "def main():\n"
+        "    data = sys.stdin.buffer.read()\n"
+        "    if data:\n"
+        "        os.kill(os.getppid(), getattr(signal, data.decode()))\n"
+        "        time.sleep(60)\n"
+        "    return 0\n",
+    )
+    for sig in ("SIGKILL", "SIGSTOP"):
+        with pytest.raises(_children.ServerError, match="fork server for child.py"):
+            _run(script, sig.encode(), timeout=2)
+        assert _run(script).status == 0

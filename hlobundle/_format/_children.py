@@ -49,7 +49,8 @@ def run(script: Path, args: list[str], data: bytes, *, timeout: float, max_outpu
     with server.lock:
         try:
             return server.call(args, data, timeout, max_output)
-        except (BrokenPipeError, EOFError):  # it had exited (idle, killed): once more afresh
+        except (BrokenPipeError, EOFError):  # it had exited (idle, killed), or lost the thread
+            # of its replies: once more afresh
             try:
                 return server.call(args, data, timeout, max_output)
             except (BrokenPipeError, EOFError) as e:
@@ -87,7 +88,8 @@ class _Server:
     def call(self, args: list[str], data: bytes, timeout: float, max_output: int) -> Done:
         """The server's reply to one request. On any failure (an exception in this thread too,
         such as Ctrl-C) the server is restarted: no reply to this call is read by the next."""
-        header = json.dumps({"args": args, "timeout": timeout, "max_output": max_output})
+        tag = os.urandom(16).hex()  # a reply with another tag answers another request
+        header = json.dumps({"args": args, "timeout": timeout, "max_output": max_output, "id": tag})
         try:
             fd = self.process.stdin.fileno()  # type: ignore[union-attr]
             for part in (header.encode(), data):
@@ -95,6 +97,8 @@ class _Server:
                 _write_all(fd, part)
             reply = self._read_reply(time.monotonic() + timeout + _SLACK_S, max_output)
             head = json.loads(reply[0])
+            if head["id"] != tag:  # a fork wrote a reply of its own through /proc
+                raise EOFError("a reply to another request: once more afresh")
             return Done(int(head["status"]), reply[1], reply[2], bool(head["timed_out"]),
                         bool(head["overflow"]))  # fmt: skip
         except BaseException as e:

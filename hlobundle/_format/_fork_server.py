@@ -17,10 +17,10 @@ Forking is safe only while this process has one thread: when `preload()` started
 fork executes the script afresh instead.
 
 Protocol on stdin and stdout, with lengths as little-endian u64. Request: the length and a JSON
-header (`args`, `timeout` in seconds, `max_output` in bytes), then the length and the data.
-Reply: the length and a JSON header (`status`: the exit status, or minus the signal that ended
-it; `timed_out`; `overflow`), then the length and bytes of stdout, then of stderr. The server
-exits when stdin closes, or after `argv[2]` seconds without a request.
+header (`args`, `timeout` in seconds, `max_output` in bytes, `id`), then the length and the
+data. Reply: the length and a JSON header (the request's `id`; `status`: the exit status, or
+minus the signal that ended it; `timed_out`; `overflow`), then the length and bytes of stdout,
+then of stderr. It exits when stdin closes, or after `argv[2]` seconds without a request.
 """
 
 import contextlib
@@ -77,7 +77,8 @@ def _serve(child, script, forkable, header, stdin):
     _kill_descendants()
     if gone:
         return None
-    return {"status": status, "timed_out": timed_out, "overflow": overflow}, out, err
+    head = {"id": header.get("id"), "status": status, "timed_out": timed_out}
+    return {**head, "overflow": overflow}, out, err
 
 
 def _run_child(child, script, forkable, args, fds):
