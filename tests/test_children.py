@@ -8,9 +8,13 @@ next call still works.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -129,3 +133,250 @@ def test_calls_from_many_threads_each_get_their_own_answer(tmp_path):
     for t in threads:
         t.join()
     assert answers == {i: f"cba-{i}".encode() for i in range(6)}
+
+
+def test_a_fork_finds_nothing_of_the_calls_before_it_in_its_memory(tmp_path):
+    # Another bundle's artifact and its print passed through this server: a compromised fork
+    # searches all of its memory for them (the server never holds a call's bytes itself).
+    script = _script(
+        tmp_path,
+        "import re\n\n"
+        "def main():\n"
+        "    data = sys.stdin.buffer.read()\n"
+        "    if data:\n"
+        "        sys.stdout.buffer.write(data[:39])\n"
+        "        sys.stderr.buffer.write(data[:39])\n"
+        "        return 0\n"
+        "    found = set()\n"
+        "    with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:\n"
+        "        for line in maps:\n"
+        "            span, perms = line.split()[:2]\n"
+        "            start, end = (int(x, 16) for x in span.split('-'))\n"
+        "            if perms[0] != 'r' or line.rstrip().endswith(('[vvar]', '[vsyscall]')):\n"
+        "                continue\n"
+        "            try:\n"
+        "                mem.seek(start)\n"
+        "                found |= set(re.findall(rb'SECRET-[0-9a-f]{32}', mem.read(end - start)))\n"
+        "            except (OSError, ValueError, OverflowError):\n"
+        "                pass\n"
+        "    sys.stdout.buffer.write(b' '.join(sorted(found)))\n"
+        "    return 0\n",
+    )
+    secrets = [f"SECRET-{os.urandom(16).hex()}".encode() for _ in range(3)]
+    for secret, size in zip(secrets, (0, 100_000, 3 << 20), strict=True):
+        assert _run(script, secret + b"\0" * size).stdout == secret
+    assert _run(script, b"").stdout == b""
+
+
+def _gone(pid: int) -> bool:
+    """Whether `pid` has exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_grandchild_holding_the_output_is_killed_when_the_fork_exits(tmp_path):
+    # A fork leaves a daemon (double fork, its own session) that holds stdout open: the call
+    # still ends when the fork does, and nothing it started outlives the call.
+    script = _script(
+        tmp_path,
+        "def main():\n"
+        "    r, w = os.pipe()\n"
+        "    if os.fork() == 0:\n"
+        "        if os.fork() == 0:\n"
+        "            os.setsid()\n"
+        "            os.write(w, str(os.getpid()).encode())\n"
+        "            time.sleep(600)\n"
+        "        os._exit(0)\n"
+        "    os.close(w)\n"
+        "    sys.stdout.write(os.read(r, 64).decode())\n"
+        "    return 0\n",
+    )
+    done = _run(script, timeout=30)
+    daemon = int(done.stdout)
+    try:
+        assert (done.status, done.timed_out) == (0, False)
+        assert _gone(daemon) and not os.path.exists(f"/proc/{daemon}")  # killed and reaped
+    finally:
+        _kill([daemon])
+
+
+def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp_path):
+    # The caller is killed while a fork (and a daemon the fork started) runs: the server sees
+    # its stdin close, kills both and exits, instead of running on to the deadline and beyond.
+    pids = tmp_path / "pids"
+    script = _script(
+        tmp_path,
+        "def main():\n"
+        "    daemon = os.fork()\n"
+        "    if daemon == 0:\n"
+        "        os.setsid()\n"
+        "        time.sleep(600)\n"
+        "        os._exit(0)\n"
+        "    with open(sys.argv[1] + '.tmp', 'w') as f:\n"
+        "        f.write(f'{os.getppid()} {os.getpid()} {daemon}')\n"
+        "    os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+        "    time.sleep(600)\n",
+    )
+    caller = subprocess.Popen([sys.executable, "-c", (
+        "import sys, pathlib\nfrom hlobundle._format import _children\n"
+        "_children.run(pathlib.Path(sys.argv[1]), [sys.argv[2]], b'', timeout=300, "
+        "max_output=1024)\n"), str(script), str(pids)])  # fmt: skip
+    left: list[int] = []
+    try:
+        for _ in range(600):
+            if pids.exists() or caller.poll() is not None:
+                break
+            time.sleep(0.1)
+        left = [int(pid) for pid in pids.read_text().split()]
+        caller.kill()
+        caller.wait()
+        for _ in range(200):
+            if all(_gone(pid) for pid in left):
+                break
+            time.sleep(0.1)
+        assert [pid for pid in left if not _gone(pid)] == []
+    finally:
+        caller.kill()
+        _kill(left)
+
+
+def test_an_interrupted_call_leaves_no_reply_for_the_next_call(tmp_path, monkeypatch):
+    # Ctrl-C (or any exception) after the request went out: its reply must not answer the next.
+    script = _script(tmp_path, "def main():\n    sys.stdout.write(sys.stdin.read())\n")
+    assert _run(script, b"warm").stdout == b"warm"
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_children._Server, "_read_reply", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(script, b"first")
+    monkeypatch.undo()
+    assert _run(script, b"second").stdout == b"second"
+
+
+def _in_a_fork(check) -> int:
+    """The exit status of a forked copy of this process that runs `check()` (its status)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() in a threaded process
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the copy
+        status = 99
+        try:
+            signal.alarm(60)  # a copy that deadlocks fails the test instead of hanging it
+            status = check()
+        finally:
+            os._exit(status)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_a_copy_forked_while_another_thread_started_a_server_starts_its_own(tmp_path):
+    # os.fork() or multiprocessing while a thread holds the lock around starting a server.
+    script = _script(tmp_path, "def main():\n    print(os.getppid())\n    return 0\n")
+    ours = int(_run(script).stdout)
+    with _children._servers_lock:
+        status = _in_a_fork(lambda: 0 if int(_run(script).stdout) != ours else 2)
+    assert status == 0
+
+
+def test_a_server_sees_its_caller_leave_while_a_forked_copy_of_the_caller_lives(tmp_path):
+    script = _script(tmp_path, "def main():\n    return 0\n")
+    server = _children._server_for(script).process
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        copy = os.fork()
+    if copy == 0:  # pragma: no cover - the copy: it lives on, holding what it inherited
+        os.read(r, 1)
+        os._exit(0)
+    try:
+        server.stdin.close()  # what this process does at exit
+        assert server.wait(timeout=30) == 0
+    finally:
+        os.write(w, b"x")
+        os.waitpid(copy, 0)
+        os.close(r)
+        os.close(w)
+        server.stdout.close()
+        del _children._servers[(os.getpid(), script)]
+
+
+@pytest.mark.parametrize(
+    ("end", "status", "stderr"),
+    [("return None", 0, b""), ("return 3", 3, b""), ("sys.exit(None)", 0, b""),
+     ("sys.exit('no')", 1, b"no\n"), ("return 256 + 5", 5, b"")],
+)  # fmt: skip
+def test_main_ends_the_fork_as_sys_exit_main_ends_the_script(tmp_path, end, status, stderr):
+    done = _run(_script(tmp_path, f"def main():\n    {end}\n"))
+    assert (done.status, done.stderr) == (status, stderr)
+
+
+def test_no_data_and_a_server_started_by_a_thread_that_ended(tmp_path):
+    script = _script(tmp_path, "def main():\n    return len(sys.stdin.buffer.read())\n")
+    thread = threading.Thread(target=_run, args=(script, b"abc"))
+    thread.start()
+    thread.join()
+    server = _children._server_for(script).process.pid
+    assert _run(script, b"").status == 0 and _run(script, b"abcd").status == 4
+    assert _children._server_for(script).process.pid == server
+
+
+def test_a_reply_forged_through_proc_never_answers_the_next_call(tmp_path):
+    # A compromised fork finds its request's header in its memory and writes a whole reply to
+    # the server's stdout through /proc: its own call may take that reply (the fork chooses
+    # its own answer anyway), but the server's real reply must not answer the next call.
+    script = _script(
+        tmp_path,
+        "import json\n\n"
+        "def main():\n"
+        "    data = sys.stdin.buffer.read()\n"
+        "    if data != b'forge':\n"
+        "        sys.stdout.buffer.write(data)\n"
+        "        return 0\n"
+        "    frame = sys._getframe()\n"
+        "    while 'header' not in frame.f_locals:\n"
+        "        frame = frame.f_back\n"
+        "    head = {'status': 42, 'timed_out': False, 'overflow': False}\n"
+        "    head['id'] = frame.f_locals['header'].get('id')\n"
+        "    parts = [json.dumps(head).encode(), b'forged', b'']\n"
+        "    with open(f'/proc/{os.getppid()}/fd/1', 'wb') as reply:\n"
+        "        for part in parts:\n"
+        "            reply.write(len(part).to_bytes(8, 'little') + part)\n"
+        "    return 0\n",
+    )
+    assert _run(script, b"warm").stdout == b"warm"
+    try:
+        _run(script, b"forge")
+    except _children.ServerError:
+        pass
+    replies = _children._server_for(script).process.stdout.fileno()
+    select.select([replies], [], [], 30)  # the server's own reply to the forged call came
+    assert [_run(script, x).stdout for x in (b"a", b"b")] == [b"a", b"b"]
+
+
+def test_a_fork_that_kills_or_stops_its_server_gets_a_server_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(_children, "_SLACK_S", 1.0)
+    script = _script(
+        tmp_path,
+        "def main():\n"
+        "    data = sys.stdin.buffer.read()\n"
+        "    if data:\n"
+        "        os.kill(os.getppid(), getattr(signal, data.decode()))\n"
+        "        time.sleep(60)\n"
+        "    return 0\n",
+    )
+    for sig in ("SIGKILL", "SIGSTOP"):
+        with pytest.raises(_children.ServerError, match="fork server for child.py"):
+            _run(script, sig.encode(), timeout=2)
+        assert _run(script).status == 0

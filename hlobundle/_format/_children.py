@@ -49,8 +49,8 @@ def run(script: Path, args: list[str], data: bytes, *, timeout: float, max_outpu
     with server.lock:
         try:
             return server.call(args, data, timeout, max_output)
-        except (BrokenPipeError, EOFError):  # it had exited (idle, killed): once more afresh
-            server.restart()
+        except (BrokenPipeError, EOFError):  # it had exited (idle, killed), or lost the thread
+            # of its replies: once more afresh
             try:
                 return server.call(args, data, timeout, max_output)
             except (BrokenPipeError, EOFError) as e:
@@ -66,37 +66,46 @@ class _Server:
         # -E -s: no PYTHON* variables, no user site. One BLAS thread, so that it can fork.
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
         command = [sys.executable, "-E", "-s", str(_SERVER), str(self.script), str(IDLE_S)]
+        # Unbuffered: a forked copy of this process closes its copies without flushing a thing.
         return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+                                stderr=subprocess.DEVNULL, env=env, bufsize=0)  # fmt: skip
 
     def restart(self) -> None:
         self.stop()
         self.process = self._start()
 
     def stop(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        """Close its pipes: it kills its fork and whatever that left running, and exits (or is
+        killed a second later)."""
         for stream in (self.process.stdin, self.process.stdout):
-            try:
-                stream.close()  # type: ignore[union-attr]
-            except BrokenPipeError:  # a request it never read: it is gone anyway
-                pass
+            stream.close()  # type: ignore[union-attr]
+        try:
+            self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
     def call(self, args: list[str], data: bytes, timeout: float, max_output: int) -> Done:
-        header = {"args": args, "timeout": timeout, "max_output": max_output}
-        stdin = self.process.stdin
-        assert stdin is not None
-        for part in (json.dumps(header).encode(), data):
-            stdin.write(len(part).to_bytes(U64, "little"))
-            stdin.write(part)
-        stdin.flush()
+        """The server's reply to one request. On any failure (an exception in this thread too,
+        such as Ctrl-C) the server is restarted: no reply to this call is read by the next."""
+        tag = os.urandom(16).hex()  # a reply with another tag answers another request
+        header = json.dumps({"args": args, "timeout": timeout, "max_output": max_output, "id": tag})
         try:
+            fd = self.process.stdin.fileno()  # type: ignore[union-attr]
+            for part in (header.encode(), data):
+                _write_all(fd, len(part).to_bytes(U64, "little"))
+                _write_all(fd, part)
             reply = self._read_reply(time.monotonic() + timeout + _SLACK_S, max_output)
-        except (TimeoutError, ValueError) as e:  # no reply, or not one it writes
+            head = json.loads(reply[0])
+            if head["id"] != tag:  # a fork wrote a reply of its own through /proc
+                raise EOFError("a reply to another request: once more afresh")
+            return Done(int(head["status"]), reply[1], reply[2], bool(head["timed_out"]),
+                        bool(head["overflow"]))  # fmt: skip
+        except BaseException as e:
             self.restart()
-            raise ServerError(f"the fork server for {self.script.name} did not reply") from e
-        head = json.loads(reply[0])
-        return Done(head["status"], reply[1], reply[2], head["timed_out"], head["overflow"])
+            if isinstance(e, (TimeoutError, ValueError, KeyError, TypeError)):  # not its reply
+                raise ServerError(f"the fork server for {self.script.name} did not reply") from e
+            raise
 
     def _read_reply(self, deadline: float, max_output: int) -> list[bytes]:
         fd = self.process.stdout.fileno()  # type: ignore[union-attr]
@@ -125,21 +134,36 @@ class _Server:
         return b"".join(parts)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 _servers: dict[tuple[int, Path], _Server] = {}
 _servers_lock = threading.Lock()
 
 
+def _in_a_forked_copy() -> None:
+    """A forked copy of this process (os.fork, multiprocessing) starts its own servers: a new
+    lock, since another thread may have held ours, and none of our servers' pipes, so that a
+    server still sees its stdin close when we exit."""
+    global _servers_lock
+    _servers_lock = threading.Lock()
+    for server in _servers.values():
+        server.process.stdin.close()  # type: ignore[union-attr]
+        server.process.stdout.close()  # type: ignore[union-attr]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_a_forked_copy)
+
+
 @atexit.register
 def _stop_servers() -> None:
-    """Each server exits when its stdin closes; waiting for it keeps exit quiet."""
     for (pid, _), server in list(_servers.items()):
         if pid == os.getpid():
-            server.process.stdin.close()  # type: ignore[union-attr]
-            try:
-                server.process.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                server.process.kill()
-            server.process.stdout.close()  # type: ignore[union-attr]
+            server.stop()
 
 
 def _server_for(script: Path) -> _Server:
