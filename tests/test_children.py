@@ -269,7 +269,9 @@ def test_an_interrupted_call_leaves_no_reply_for_the_next_call(tmp_path, monkeyp
 def _in_a_fork(check) -> int:
     """The exit status of a forked copy of this process that runs `check()` (its status)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork() in a threaded process
+        # fork() in a threaded process: Python's and jax's warnings (the copy uses no jax)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the copy
         status = 99
@@ -296,6 +298,7 @@ def test_a_server_sees_its_caller_leave_while_a_forked_copy_of_the_caller_lives(
     r, w = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
         copy = os.fork()
     if copy == 0:  # pragma: no cover - the copy: it lives on, holding what it inherited
         os.read(r, 1)
