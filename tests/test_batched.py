@@ -42,7 +42,7 @@ def test_export_records_the_batched_arguments(lenet):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("size", [1, 5])
+@pytest.mark.parametrize("size", [pytest.param(1, marks=pytest.mark.slow), 5])
 def test_vmap_runs_the_batched_module(lenet, backend, size):
     bundle, params, batch = lenet
     fn, batch = bundle.function(backend), batch[:size]
@@ -56,7 +56,7 @@ def test_vmap_runs_the_batched_module(lenet, backend, size):
     )
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [pytest.param("enzyme", marks=pytest.mark.slow), "xla"])
 def test_other_axes_and_empty_batches_loop(lenet, backend):
     bundle, params, batch = lenet
     fn = bundle.function(backend)

@@ -368,8 +368,9 @@ def test_a_reply_forged_through_proc_never_answers_the_next_call(tmp_path):
     assert [_run(script, x).stdout for x in (b"a", b"b")] == [b"a", b"b"]
 
 
+@pytest.mark.slow
 def test_a_fork_that_kills_or_stops_its_server_gets_a_server_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(_children, "_SLACK_S", 1.0)
+    monkeypatch.setattr(_children, "_SLACK_S", 0.3)
     script = _script(
         tmp_path,
         "def main():\n"
@@ -381,5 +382,5 @@ def test_a_fork_that_kills_or_stops_its_server_gets_a_server_error(tmp_path, mon
     )
     for sig in ("SIGKILL", "SIGSTOP"):
         with pytest.raises(_children.ServerError, match="fork server for child.py"):
-            _run(script, sig.encode(), timeout=2)
+            _run(script, sig.encode(), timeout=0.5)
         assert _run(script).status == 0

@@ -187,6 +187,7 @@ def test_tensor_of_an_unknown_argument_is_a_project_error(tmp_path):
         bundle.tensor("arg0")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess  # x64 is on in this process (conftest.py), which would hide the bug
 def test_compute_expected_of_a_64_bit_module(tmp_path):
     (tmp_path / "m.mlir").write_text(

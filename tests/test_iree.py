@@ -86,6 +86,7 @@ def test_multi_result_and_zero_argument_bundles(tmp_path, backend):
 SUPPORTED = [d for d in ALL_DTYPES if d not in _iree_compile.UNSUPPORTED_DTYPES]
 
 
+@pytest.mark.slow
 def test_every_dtype_iree_supports_gives_xlas_bytes(tmp_path):
     # One module over every dtype, so one IREE compile (about 0.4 s each) rather than one per
     # dtype: each argument comes back as itself, transposed and concatenated, byte for byte.
@@ -667,6 +668,7 @@ def symbolic(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_a_symbolic_function_runs_on_iree_for_any_size_as_on_xla(symbolic):
     bundle = hlobundle.load(symbolic)
     for name in ("predict", "pair"):
@@ -685,6 +687,7 @@ def test_iree_refuses_shapes_that_do_not_bind_the_symbols(symbolic):
         pair(np.ones((2, 8), np.float32), np.ones((3, 3), np.float32))
 
 
+@pytest.mark.slow
 def test_compile_stores_an_executable_per_function(symbolic, tmp_path):
     out = shutil.copytree(symbolic, tmp_path / "fns")
     hlobundle.compile(out)

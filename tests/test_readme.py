@@ -87,7 +87,14 @@ def _exec(file: str, section: str, code: str) -> None:
     exec(compile(code, f"{file} python block in {section!r}", "exec"), {"__name__": "__docs__"})
 
 
-@pytest.mark.parametrize(("file", "section", "code"), PYTHON, ids=_ids(PYTHON))
+# The serving guide's blocks each start a model server: alone, they run in the full suite only.
+ALONE = [
+    pytest.param(*block, id=name, marks=[pytest.mark.slow] * (block[0] == "docs/serving.md"))
+    for block, name in zip(PYTHON, _ids(PYTHON), strict=True)
+]
+
+
+@pytest.mark.parametrize(("file", "section", "code"), ALONE)
 def test_python_block_runs(tmp_path, monkeypatch, file, section, code):
     if _missing_extra(code):
         pytest.skip(_missing_extra(code))

@@ -269,7 +269,9 @@ def test_a_bundle_calling_lapack_runs_on_every_backend(tmp_path, backend):
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("backend", ["enzyme", "xla"] if ENZYME else ["xla"])
+@pytest.mark.parametrize(
+    "backend", [pytest.param("enzyme", marks=pytest.mark.slow), "xla"] if ENZYME else ["xla"]
+)
 def test_an_emitted_script_of_a_bundle_calling_lapack_runs(tmp_path, backend):
     """The emitted enzyme script calls hlo_call on the module text, which does not initialize
     jax's LAPACK kernels: it must do so itself, or the call jumps through a null pointer."""

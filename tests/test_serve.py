@@ -220,6 +220,7 @@ def test_unservable_bundles_are_refused_at_start(tmp_path):
         load_models([out])
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_serve_starts_compiled_answers_and_drains_on_sigterm(tmp_path, images):
     with socket.socket() as s:

@@ -38,7 +38,7 @@ def loss(f):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_lenet_gradients_match_native(lenet, backend, jit):
     bundle, params, images = lenet
     fn = bundle.function(backend)
