@@ -150,7 +150,8 @@ IREE_REFUSED = {
 IREE_OUT_OF_MEMORY = "06_reactant_docs_nbody_while_enzymexla_attrs"
 
 
-@pytest.mark.parametrize("backend", ["enzyme", "xla", "iree"])
+# IREE compiles each fixture (about 0.4 s each): in the full suite only.
+@pytest.mark.parametrize("backend", ["enzyme", "xla", pytest.param("iree", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixture_runs_on_each_backend_and_matches_reference(packed, name, backend):
     make_inputs, reference = CASES[name]
