@@ -235,18 +235,18 @@ def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
 def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
     # run_template.py is itself valid Python; its comparison rules (kept in run_shared.py, for
     # both scripts) are the runner's (SPEC 7), with either script's numpy_dtype.
-    from hlobundle._emit import _emit
+    from hlobundle._emit import _template
     from hlobundle._format._tolerance import default_tolerance
 
     path = ROOT / "hlobundle" / "_emit" / "run_template.py"
     source = path.read_text()
     compile(source, str(path), "exec")
     shared = (path.parent / "run_shared.py").read_text()
-    shared = shared[shared.index("\n", shared.index(_emit._SHARED_FROM)) + 1 :].lstrip("\n")
-    assert _emit.template() == source.replace(
-        _emit._SHARED, shared
+    shared = shared[shared.index("\n", shared.index(_template._SHARED_FROM)) + 1 :].lstrip("\n")
+    assert _template.template() == source.replace(
+        _template._SHARED, shared
     )  # the file, and the shared part
-    compile(_emit.template(), "run.py", "exec")
+    compile(_template.template(), "run.py", "exec")
     body = shared[shared.index("def tolerance(") : shared.index("def random_input(")]
     iree = (path.parent / "run_iree_template.py").read_text()
     numpy_dtypes = [
