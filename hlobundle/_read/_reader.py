@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._format import _dtypes, _main_signature, _paths, _signature, _stored
+from .._format import _main_signature, _paths, _signature, _stored
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
     ModuleError,
-    TensorMismatchError,
 )
 from .._format._manifest import MANIFEST_NAME, Manifest
 from . import _files, _modules, _tensor_files
@@ -273,16 +272,9 @@ class Bundle(StoredValues):
                 view.artifact(key)
             for entry in view.manifest.executables or []:
                 view.executable(entry.target)
-        for field, ref, dtype, shape in _tensor_files.stored_tensors(self.bundle_manifest):
-            bits = 1 if dtype == "bool" else _dtypes.SUB_BYTE_BITS.get(dtype)
-            if bits is not None and (self._array(ref, "uint8", shape) >> bits).any():
-                allowed = "0 and 1" if dtype == "bool" else f"values below {1 << bits}"
-                raise TensorMismatchError(
-                    f"{field}: {ref.file}[{ref.key!r}] holds bytes other than {allowed} in a "
-                    f"{dtype} tensor (SPEC.md, 'Dtypes')",
-                    path=ref.file,
-                    field=field,
-                )
+        _tensor_files.check_narrow_values(
+            self.bundle_manifest, lambda ref, shape: self._array(ref, "uint8", shape)
+        )
         if public_key is not None or certificate_chain:
             trust = _signature.Trust(
                 Path(public_key) if public_key is not None else None,

@@ -4,12 +4,17 @@ stored values of a function with symbolic dimensions shown to be one instance of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._format import _dtypes, _limits, _paths, _symbolic, _tensors
 from .._format._errors import TensorMismatchError
 from .._format._manifest import Manifest, TensorRef
 from ._files import AnyManifest, each_function
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def stored_tensors(manifest: AnyManifest) -> list[tuple[str, TensorRef, str, list[int | str]]]:
@@ -111,3 +116,20 @@ def _check_header_entry(
             path=ref.file,
             field=field,
         )
+
+
+def check_narrow_values(
+    manifest: AnyManifest, read: Callable[[TensorRef, list[int | str]], np.ndarray]
+) -> None:
+    """Every stored bool holds 0 or 1, and every sub-byte integer fits its bits: `read` gives a
+    stored tensor's bytes (SPEC.md, 'Dtypes')."""
+    for field, ref, dtype, shape in stored_tensors(manifest):
+        bits = 1 if dtype == "bool" else _dtypes.SUB_BYTE_BITS.get(dtype)
+        if bits is not None and (read(ref, shape) >> bits).any():
+            allowed = "0 and 1" if dtype == "bool" else f"values below {1 << bits}"
+            raise TensorMismatchError(
+                f"{field}: {ref.file}[{ref.key!r}] holds bytes other than {allowed} in a "
+                f"{dtype} tensor (SPEC.md, 'Dtypes')",
+                path=ref.file,
+                field=field,
+            )
