@@ -83,6 +83,6 @@ def _print_error(e: HloBundleError) -> None:
 
 
 def _shown(text: str) -> str:
-    from .._read._inspect import shown
+    from .._format._display import shown
 
     return shown(text)

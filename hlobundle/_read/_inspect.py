@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from .._format import _dtypes, _signature
 from .._format._bundle_manifest import BundleManifest, functions_of
+from .._format._display import human_bytes, shown, table
 from .._format._manifest import Manifest
 from . import _files, _tensor_files
 
@@ -91,37 +91,6 @@ def op_histogram(text: str) -> dict[str, int]:
     for applied in _APPLIES.findall(text):
         names.update([applied, "stablehlo.return"])
     return dict(names.most_common())
-
-
-# Control, format (bidi overrides), and line/paragraph separator characters: printed as escapes,
-# so that a manifest cannot move the cursor, recolour the terminal or hide text.
-_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
-
-
-def shown(text: object) -> str:
-    """`text` as a terminal may print it: every control or format character escaped."""
-    return "".join(
-        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in _HIDDEN else c
-        for c in str(text)
-    )
-
-
-def table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
-    rows = [[shown(x) for x in row] for row in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    lines = [
-        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    return "\n".join("  " + line for line in lines)
-
-
-def human_bytes(n: int) -> str:
-    """`1.5 GiB`, `232 KiB`, `12 bytes`: binary units, three significant digits."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} bytes"
 
 
 def _nbytes(shape: Sequence[int | str], dtype: str) -> int | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._read._inspect import shown
+from .._format._display import shown
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from .._format import _dtypes
+from .._format._display import shown
 from .._format._errors import InputError
 from .._format._manifest import Manifest, needs_x64
-from .._read._inspect import shown
 from .._read._reader import Bundle, load
 from ._protocol import BY_DTYPE
 from ._served import Served, batch_sizes

@@ -1,0 +1,37 @@
+"""How the package shows text it did not write (names, paths, messages from a bundle) on a
+terminal, in tables, and sizes in binary units."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+# Control, format (bidi overrides), and line/paragraph separator characters: printed as escapes,
+# so that a manifest cannot move the cursor, recolour the terminal or hide text.
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def shown(text: object) -> str:
+    """`text` as a terminal may print it: every control or format character escaped."""
+    return "".join(
+        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in _HIDDEN else c
+        for c in str(text)
+    )
+
+
+def table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
+    rows = [[shown(x) for x in row] for row in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = [
+        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    return "\n".join("  " + line for line in lines)
+
+
+def human_bytes(n: int) -> str:
+    """`1.5 GiB`, `232 KiB`, `12 bytes`: binary units, three significant digits."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
