@@ -13,9 +13,10 @@ import numpy as np
 
 from .._format import _signature
 from .._format._errors import InputError
-from .._format._manifest import PRODUCER_JAX, Role, identifier
+from .._format._manifest import PRODUCER_JAX, Role
 from .._read._inputs import from_python
 from ._functions import add_function
+from ._pytree_names import json_tree, leaf_name, leaf_roles, result_name, unique
 from ._writer import PackOptions, pack_planned
 
 PRODUCER = PRODUCER_JAX  # the provenance's producer of a bundle that export() wrote
@@ -98,11 +99,11 @@ def export(
     if store_inputs and store_expected:
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
     params = _positional_names(fn)
-    names = _unique([_leaf_name(path, params) for path, _ in leaves])
-    heads = [_leaf_name(path[:1], params) for path, _ in leaves]
+    names = unique([leaf_name(path, params) for path, _ in leaves])
+    heads = [leaf_name(path[:1], params) for path, _ in leaves]
     batched = _batched_arguments(vmap_in_axes, in_tree, names, [_abstract(x) for _, x in leaves])
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out_info)
-    result_names = _unique([_result_name(path) for path, _ in out_leaves])
+    result_names = unique([result_name(path) for path, _ in out_leaves])
     key = _signature.signing_key(sign_key) if sign_key is not None else None
     if not add and (public_key is not None or replace_signature or default):
         raise InputError("public_key, replace_signature and default go with add=True",
@@ -119,8 +120,8 @@ def export(
             target_version=target_version,
             producer=(PRODUCER, jax.__version__),
             timestamp=timestamp,
-            input_tree=_json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
-            output_tree=_json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
+            input_tree=json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
+            output_tree=json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
             expected=None if expected is None else from_python(expected),
             with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
             batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,
@@ -230,76 +231,3 @@ def _positional_names(fn: Callable[..., Any]) -> list[str]:
         return []
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return [p.name for p in sig.parameters.values() if p.kind in kinds]
-
-
-def _key_part(key: Any) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
-def _leaf_name(path: Any, params: list[str]) -> str:
-    first, *rest = path
-    index = int(_key_part(first))
-    head = params[index] if index < len(params) else f"arg{index}"
-    return _identifier("_".join([head, *map(_key_part, rest)]))
-
-
-def _result_name(path: Any) -> str:
-    parts = [_key_part(k) for k in path]
-    if not parts:
-        return "result"
-    name = "_".join(parts)
-    return _identifier(name if not name[0].isdigit() else f"result_{name}")
-
-
-def _identifier(text: str) -> str:
-    return identifier(text)
-
-
-def _unique(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        n = seen.get(name, 0)
-        seen[name] = n + 1
-        out.append(name if n == 0 else f"{name}_{n + 1}")
-    return out
-
-
-class _NotJson(Exception):
-    pass
-
-
-def _json_tree(tree: Any) -> Any:
-    """Nested lists/dicts of names, or None when the pytree uses other node types."""
-    try:
-        return _to_json(tree)
-    except _NotJson:
-        return None
-
-
-def _to_json(node: Any) -> Any:
-    if isinstance(node, str) or node is None:
-        return node
-    if isinstance(node, (list, tuple)) and type(node) in (list, tuple):
-        return [_to_json(x) for x in node]
-    if isinstance(node, dict) and all(isinstance(k, str) for k in node):
-        return {k: _to_json(v) for k, v in node.items()}
-    raise _NotJson
-
-
-def leaf_roles(
-    roles: Mapping[str, Role] | None, names: Sequence[str], heads: Sequence[str]
-) -> dict[str, Role]:
-    """Roles by argument name, where a key that is the head of leaves (the parameter, or the
-    positional argument, they are under) covers them all; an argument's own name wins. Other
-    keys (globs, or names of nothing) go to `pack()`, which matches or refuses them."""
-    roles = roles or {}
-    resolved: dict[str, Role] = {}
-    for name, head in zip(names, heads, strict=True):
-        if head in roles and head not in names:
-            resolved[name] = roles[head]
-    resolved.update({k: r for k, r in roles.items() if k not in heads or k in names})
-    return resolved

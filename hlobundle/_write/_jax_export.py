@@ -18,11 +18,11 @@ from typing import Any, Literal
 import numpy as np
 
 from .._format import _limits, _portable
-from .._format._manifest import Role
+from .._format._manifest import Role, identifier
 from .._interop._jax_export import PRODUCER, refuse_what_a_bundle_cannot_hold, symbolic_shapes
 from .._read._inputs import from_python
-from ._export import _identifier, _json_tree, _key_part, _result_name, _unique, leaf_roles
 from ._pack_files import pack_file_inputs
+from ._pytree_names import json_tree, key_part, leaf_roles, result_name, unique
 from ._writer import PackOptions, pack_planned
 
 _CHILD = Path(__file__).with_name("_jax_export_child.py")
@@ -110,12 +110,12 @@ def _pack_options(
     text = _portable.canonical_in_child(exported.mlir_module_serialized, path="the Exported")
     tree = jax.tree_util.tree_unflatten(exported.in_tree, list(range(exported.in_tree.num_leaves)))
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-    names = _unique([_argument_name(path) for path, _ in leaves])
+    names = unique([_argument_name(path) for path, _ in leaves])
     args_tree, kwargs_tree = jax.tree_util.tree_unflatten(exported.in_tree, names)
     out_leaves, _ = jax.tree_util.tree_flatten_with_path(
         jax.tree_util.tree_unflatten(exported.out_tree, list(range(exported.out_tree.num_leaves)))
     )
-    result_names = _unique([_result_name(path) for path, _ in out_leaves])
+    result_names = unique([result_name(path) for path, _ in out_leaves])
 
     allowed = [t for c in exported.disabled_safety_checks if (t := c.is_custom_call())]
     return text, dict(
@@ -125,8 +125,8 @@ def _pack_options(
         result_names=result_names,
         function=exported.fun_name,
         producer=(PRODUCER, jax.__version__),
-        input_tree=None if kwargs_tree else _json_tree(args_tree),
-        output_tree=_json_tree(jax.tree_util.tree_unflatten(exported.out_tree, result_names)),
+        input_tree=None if kwargs_tree else json_tree(args_tree),
+        output_tree=json_tree(jax.tree_util.tree_unflatten(exported.out_tree, result_names)),
         allow_custom_calls=allowed,
         with_vjp=_backward_in_child(exported, blob) if exported.has_vjp() else False,
         **symbolic_shapes(exported),
@@ -146,12 +146,12 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
 
 def _argument_name(path: Any) -> str:
     """`arg0_w` for the key path `(0, 0, 'w')` (args, first, 'w'); `scale` for `(1, 'scale')`."""
-    kind, first, *rest = (_key_part(k) for k in path)
-    return _identifier("_".join([f"arg{first}" if kind == "0" else first, *rest]))
+    kind, first, *rest = (key_part(k) for k in path)
+    return identifier("_".join([f"arg{first}" if kind == "0" else first, *rest]))
 
 
 def _producer_path(path: Any) -> str:
     import jax
 
     head, *rest = path
-    return ("args" if _key_part(head) == "0" else "kwargs") + jax.tree_util.keystr(tuple(rest))
+    return ("args" if key_part(head) == "0" else "kwargs") + jax.tree_util.keystr(tuple(rest))
