@@ -727,3 +727,21 @@ def test_cli_compile_of_one_named_function(symbolic, tmp_path):
     assert r.returncode == 0 and "stored executable pair/compiled/llvm-cpu.vmfb" in r.stdout
     r = cli("compile", out, "--function", "nope")
     assert r.returncode == 1 and "error [INPUT_INVALID] no function named 'nope'" in r.stderr
+
+
+@pytest.mark.parametrize("cpu", ["", "a b", "x" * 65, "-march=native\n"])
+def test_a_cpu_the_manifest_would_refuse_is_an_input_error_before_any_compile(
+    tmp_path, monkeypatch, cpu
+):
+    # The library's compile(), not only the command line, refuses it before compiling: the
+    # executable's manifest entry (Executable.cpu) would refuse it after the work.
+    out = tmp_path / "b"
+    shutil.copytree(EXAMPLE, out)
+
+    def never(*args, **kwargs):
+        raise AssertionError("compiled before the cpu was checked")
+
+    monkeypatch.setattr(_iree_compile, "compile_portable", never)
+    with pytest.raises(hlobundle.InputError, match="cpu") as e:
+        hlobundle.compile(out, cpu=cpu)
+    assert e.value.argument == "cpu"

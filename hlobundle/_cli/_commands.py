@@ -185,12 +185,13 @@ def serve(args: argparse.Namespace) -> int:
     from .._serve._server import require_extra
 
     applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    named = [named_bundle(args, b) for b in args.bundles]
     require_extra()
     from .._serve._models import load_models
     from .._serve._server import listening
 
     with listening(args.host, args.port) as sock:  # before anything compiles
-        models = load_models([named_bundle(b) for b in args.bundles], backend=args.backend,
+        models = load_models(named, backend=args.backend,
                              max_batch=args.max_batch_size,
                              trust_executables=args.trust_executables,
                              trust_batched=args.trust_batched, **trust_options(args))  # fmt: skip

@@ -40,10 +40,15 @@ def trust_options(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def named_bundle(arg: str) -> str | tuple[str, str]:
-    """`NAME=BUNDLE` as (NAME, BUNDLE); a plain BUNDLE (or one whose path has a '=') as is."""
+def named_bundle(args: argparse.Namespace, arg: str) -> str | tuple[str, str]:
+    """`NAME=BUNDLE` as (NAME, BUNDLE); a plain BUNDLE (or one whose path has a '=') as is. A
+    NAME= without a name or a path is a usage error."""
     name, sep, path = arg.partition("=")
-    return (name, path) if sep and not Path(arg).exists() else arg
+    if not sep or Path(arg).exists():
+        return arg
+    if not name or not path:
+        usage(args, f"{arg!r}: NAME=PATH needs a name before the '=' and a path after it")
+    return name, path
 
 
 def applies(args: argparse.Namespace, flag: str, given: bool, capability: str) -> None:

@@ -57,7 +57,7 @@ def _parts(args: argparse.Namespace) -> list[argparse.Namespace]:
                         ("--from-reactant", args.from_reactant)):  # fmt: skip
         if not given:
             continue
-        named = [named_bundle(item) for item in given]
+        named = [named_bundle(args, item) for item in given]
         if len(named) > 1 and not all(isinstance(n, tuple) for n in named):
             usage(args, f"a repeated {flag} names each function: {flag} NAME=PATH")
         if len(named) > 1 and (args.inputs or args.expected or args.function):

@@ -53,6 +53,7 @@ Dim = Annotated[int, Field(ge=0)]
 DimExpr = Annotated[str, AfterValidator(_manifest_checks.check_expression)]
 Shape = list[Dim | DimExpr]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+CPU_NAME = r"[A-Za-z0-9_.+-]{1,64}"  # an executable's target CPU: generic, host's name, znver3
 RelPath = Annotated[str, Field(min_length=1, max_length=255)]
 
 
@@ -159,7 +160,7 @@ class Executable(_Model):
     compiler: Literal["iree"]
     compiler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
     architecture: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")  # e.g. x86_64, aarch64
-    cpu: str = Field(pattern=r"^[A-Za-z0-9_.+-]{1,64}$")  # "generic" runs on any CPU of it
+    cpu: str = Field(pattern=f"^{CPU_NAME}$")  # "generic" runs on any CPU of it
     flags: list[str] = Field(default_factory=list)
     source_sha256: Sha256  # the portable artifact (module.portable.file) it was compiled from
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import platform
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 
 from ..._format import _limits
 from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
-from ..._format._manifest import Manifest
+from ..._format._manifest import CPU_NAME, Manifest
 
 UNAVAILABLE = (
     "the iree backend needs IREE's compiler and runtime: pip install 'hlobundle[iree]' "
@@ -87,6 +88,12 @@ def flags(target: str, cpu: str) -> tuple[str, ...]:
     """The compiler's command-line flags for a target (recorded in the manifest)."""
     if target not in TARGETS:
         raise InputError(f"--target must be one of {TARGETS}, got {target!r}", argument="target")
+    if not re.fullmatch(CPU_NAME, cpu):
+        raise InputError(
+            f"--cpu must be generic, host or a CPU name such as znver3 (letters, digits, _.+-; "
+            f"at most 64), got {cpu!r}",
+            argument="cpu",
+        )
     chosen = [*BASE_FLAGS, f"--iree-hal-target-backends={target}"]
     if target == "llvm-cpu":
         chosen.append(f"--iree-llvmcpu-target-cpu={cpu}")
