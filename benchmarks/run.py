@@ -772,6 +772,37 @@ def trust_cost(tmp: Path, quick: bool) -> list[dict]:
                        capture_output=True)  # fmt: skip
 
 
+def children_cost(tmp: Path, quick: bool) -> list[dict]:
+    """An untrusted portable artifact deserialized and printed in a child process: a fork of
+    the server (`_format/_children.py`) / a fresh `python -E -s _portable_child.py` per
+    artifact (the design before; the script still runs alone). The same artifact (LeNet's),
+    the same limits, the same canonical text out."""
+    from hlobundle._format import _limits, _portable
+
+    artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
+    limits = [_limits.CHILD_MEMORY_BYTES, _limits.MAX_MLIR_NESTING, _limits.MAX_MODULE_BYTES]
+    fresh = [PY, "-E", "-s", str(_portable.CHILD), *map(str, limits)]
+
+    def forked() -> str:
+        return _portable.canonical_in_child(artifact, path="module.mlirbc")
+
+    def alone() -> str:
+        done = subprocess.run(fresh, input=artifact, capture_output=True, check=True)
+        return done.stdout.decode()
+
+    start = time.perf_counter()
+    first = forked()  # starts the server: it imports MLIR's bindings once
+    started = time.perf_counter() - start
+    assert first == alone(), "the two ways print different texts"
+    t = interleaved({"forked": forked, "alone": alone}, 5 if quick else 30)
+    return [
+        {"case": "one artifact: a fork of the server / a fresh process",
+         "s": t["forked"][0], "ratio": t["forked"][0] / t["alone"][0], "spread": t["forked"][1]},
+        {"case": "the first, starting the server / a fresh process", "s": started,
+         "ratio": started / t["alone"][0], "spread": ""},
+    ]  # fmt: skip
+
+
 # --- signing ------------------------------------------------------------------------------------
 
 
@@ -1176,6 +1207,10 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
         "trust": one(
             "Trust: load() and verify --quick of the checking reader / the reader before it",
             trust_cost,
+        ),
+        "children": one(
+            "Untrusted artifacts in a child process: a fork of one server / a fresh process each",
+            children_cost,
         ),
         "sign": one("Signing: time / a full verify of the same bundle", sign_cost),
         "serve": one(
