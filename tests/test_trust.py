@@ -173,6 +173,18 @@ def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
+@pytest.mark.subprocess
+def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monkeypatch, tmp_path):
+    # A real-time signal (40): its number has no member of signal.Signals.
+    from hlobundle._format import _portable
+
+    crash = tmp_path / "rt.py"
+    crash.write_text("import os\n\ndef main():\n    os.kill(os.getpid(), 40)\n")
+    monkeypatch.setattr(_portable, "CHILD", crash)
+    with pytest.raises(hlobundle.ModuleError, match=r"crashed MLIR's bytecode reader \(signal 40"):
+        _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+
+
 # --- the allow-list, on every form -----------------------------------------------------
 
 

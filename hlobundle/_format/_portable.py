@@ -19,6 +19,7 @@ from ._mlir_context import canonical
 
 MAGIC = b"ML\xefR"
 CHILD = Path(__file__).with_name("_portable_child.py")
+_SIGNALS = frozenset(s.value for s in signal.Signals)  # real-time signals have no name
 
 
 def check_same_program(
@@ -95,9 +96,9 @@ def run_child(
 ) -> tuple[bytes, str, int]:
     """(stdout, stderr's line, exit status) of a child process (`script`, with `args`) reading
     untrusted `data` (`what`, from `path`) on stdin. It exits with one of `statuses`, or 1 with
-    one line on stderr when `data` does not load; a crash, a timeout, more than `max_output`
-    bytes of output or another exit status is a ModuleError. The time limit grows with the
-    data's size."""
+    one line on stderr when `data` does not load; a crash, a timeout or another exit status is
+    a ModuleError, more than `max_output` bytes of output a LimitError. The time limit grows
+    with the data's size."""
     timeout = _limits.child_timeout_s(len(data))
     try:
         done = _children.run(script, args, data, timeout=timeout, max_output=max_output)
@@ -118,7 +119,8 @@ def run_child(
             path=path,
         )
     if done.status < 0:
-        name = signal.Signals(-done.status).name
+        number = -done.status
+        name = signal.Signals(number).name if number in _SIGNALS else f"signal {number}"
         raise ModuleError(
             f"{what} {path} crashed MLIR's bytecode reader ({name}, caught in a child "
             "process): it is malformed",
