@@ -211,9 +211,12 @@ def test_a_grandchild_holding_the_output_is_killed_when_the_fork_exits(tmp_path)
         _kill([daemon])
 
 
-def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp_path):
-    # The caller is killed while a fork (and a daemon the fork started) runs: the server sees
-    # its stdin close, kills both and exits, instead of running on to the deadline and beyond.
+@pytest.mark.parametrize("how", ["killed", "ctrl-c"])
+def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp_path, how):
+    # The caller is killed, or a terminal's Ctrl-C reaches its process group, while a fork (and
+    # a daemon the fork started) runs: the server, in a session of its own, sees its stdin
+    # close, kills both and exits, instead of running on to the deadline and beyond (or dying
+    # of the same Ctrl-C before it could).
     pids = tmp_path / "pids"
     script = _script(
         tmp_path,
@@ -231,7 +234,8 @@ def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp
     caller = subprocess.Popen([sys.executable, "-c", (
         "import sys, pathlib\nfrom hlobundle._format import _children\n"
         "_children.run(pathlib.Path(sys.argv[1]), [sys.argv[2]], b'', timeout=300, "
-        "max_output=1024)\n"), str(script), str(pids)])  # fmt: skip
+        "max_output=1024)\n"), str(script), str(pids)], start_new_session=True,
+        stderr=subprocess.DEVNULL)  # fmt: skip
     left: list[int] = []
     try:
         for _ in range(600):
@@ -239,8 +243,11 @@ def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp
                 break
             time.sleep(0.1)
         left = [int(pid) for pid in pids.read_text().split()]
-        caller.kill()
-        caller.wait()
+        if how == "ctrl-c":
+            os.killpg(caller.pid, signal.SIGINT)  # what a terminal sends its foreground group
+        else:
+            caller.kill()
+        caller.wait(timeout=60)
         for _ in range(200):
             if all(_gone(pid) for pid in left):
                 break

@@ -67,8 +67,11 @@ class _Server:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
         command = [sys.executable, "-E", "-s", str(_SERVER), str(self.script), str(IDLE_S)]
         # Unbuffered: a forked copy of this process closes its copies without flushing a thing.
+        # A session of its own: a terminal's Ctrl-C reaches this process, whose exit closes the
+        # server's stdin, and never the server, which then cleans up after its fork.
         return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env, bufsize=0)  # fmt: skip
+                                stderr=subprocess.DEVNULL, env=env, bufsize=0,
+                                start_new_session=True)  # fmt: skip
 
     def restart(self) -> None:
         self.stop()
