@@ -89,7 +89,7 @@ def _exec(file: str, section: str, code: str) -> None:
 
 # The serving guide's blocks each start a model server: alone, they run in the full suite only.
 ALONE = [
-    pytest.param(*block, id=name, marks=[pytest.mark.slow] * (block[0] == "docs/serving.md"))
+    pytest.param(*block, id=name, marks=pytest.mark.slow if block[0] == "docs/serving.md" else ())
     for block, name in zip(PYTHON, _ids(PYTHON), strict=True)
 ]
 

@@ -7,12 +7,15 @@ Each raises ValueError, which pydantic reports with the field's location.
 from __future__ import annotations
 
 import keyword
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _symbolic
 
+if TYPE_CHECKING:  # _manifest imports this module for its validators
+    from ._manifest import Manifest
 
-def check_function(m: Any) -> None:
+
+def check_function(m: Manifest) -> None:
     """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
     check_symbols(m)
     check_unique([a.name for a in m.arguments], "arguments")
@@ -62,7 +65,7 @@ def check_identifier(name: str) -> str:
     return name
 
 
-def check_symbols(m: Any) -> None:
+def check_symbols(m: Manifest) -> None:
     """Symbolic dimensions and constraints: format 2.0 only, bounded, constraints over known
     symbols, and no batched module or mesh beside them (SPEC.md 2.8)."""
     dims = [d for v in [*m.arguments, *m.results] for d in v.shape if isinstance(d, str)]
