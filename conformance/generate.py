@@ -937,6 +937,46 @@ def _(path: Path) -> None:
     edit(symbolic(path), lambda m: m["functions"][0]["results"][0].update(shape=["2*b", 3]))
 
 
+def independent(path: Path, result: str = "b") -> Path:
+    """`z = x + y` for x of shape (b, 3) and y of shape (c, 3): the manifest calls the sizes
+    independent, the module's add needs them equal. No example values are stored."""
+    from hlobundle._write._writer import PackOptions, pack_planned
+
+    t = "tensor<?x3xf32>"
+    text = func([t, t], [t], [f"%z = stablehlo.add %a0, %a1 : {t}"], ["%z"])
+    options = PackOptions(names=["x", "y"], result_names=["z"], target_version=TARGET,
+                          producer=("conformance", "1"), shapes=[["b", 3], ["c", 3]],
+                          result_shapes=[[result, 3]])  # fmt: skip
+    bundle = pack_planned(text, None, path / "bundle", options)
+    _strip_environment(bundle)
+    return bundle
+
+
+@case("valid_symbolic_independent_agree",
+      "x: (b, 3) and y: (c, 3) added by the module, called with b = c = 3: the module accepts it")  # fmt: skip
+def _(path: Path) -> None:
+    inputs = [values((3, 3), "float32", 6), values((3, 3), "float32", 7)]
+    bundle = independent(path)
+    np.savez(path / "inputs.npz", x=inputs[0], y=inputs[1])
+    save_outputs(path, bundle, inputs)
+
+
+@case("invalid_symbolic_independent_symbols",
+      "x: (b, 3) and y: (c, 3) added by the module, called with b = 4, c = 2: the module refuses "
+      "the shapes the manifest allows", "INPUT_INVALID")  # fmt: skip
+def _(path: Path) -> None:
+    independent(path)
+    np.savez(path / "inputs.npz", x=values((4, 3), "float32", 6), y=values((2, 3), "float32", 7))
+
+
+@case("invalid_symbolic_result_expression",
+      "the result is declared (2*b, 3) where the module computes (b, 3), called with b = c = 2",
+      "INPUT_INVALID")  # fmt: skip
+def _(path: Path) -> None:
+    independent(path, result="2*b")
+    np.savez(path / "inputs.npz", x=values((2, 3), "float32", 6), y=values((2, 3), "float32", 7))
+
+
 @case("invalid_symbolic_in_1x", "a symbolic dimension in a format 1.3 manifest", "MANIFEST_INVALID")
 def _(path: Path) -> None:
     def flatten(m: dict) -> None:

@@ -111,6 +111,25 @@ def refine_polymorphic_shapes(module: Any) -> Any:
     return mlir.refine_polymorphic_shapes(module)
 
 
+def refine_shapes(bytecode: bytes) -> bytes:
+    """jaxlib's shape refinement on MLIR bytecode whose `@main` has static argument types: the
+    module made static, with jax's `shape_assertion`s evaluated (what `jax.export` calls do),
+    or `ValueError` with MLIR's diagnostics (the reason, without jax's dump advice)."""
+    from jaxlib import _jax
+
+    try:
+        return bytes(
+            _jax.mlir.refine_polymorphic_shapes(
+                mlir_module=bytecode,
+                enable_shape_assertions=True,
+                validate_static_shapes=True,
+                enable_shardy=False,
+            )
+        )
+    except Exception as e:  # jaxlib's JaxRuntimeError, a RuntimeError subclass, in 0.10
+        raise ValueError(str(e)) from None
+
+
 def flatten_axes(*args: Any) -> Any:
     from jax._src.api_util import flatten_axes
 

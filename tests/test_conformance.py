@@ -111,7 +111,9 @@ def test_invalid_cases_give_clean_cli_errors(case):
     spec = json.loads((CASES / case / "case.json").read_text())
     key = ["--public-key", CASES / case / spec["public_key"]] if "public_key" in spec else []
     expect = spec["expect"]
-    r = cli("verify", CASES / case / "bundle", *key)
+    inputs = CASES / case / "inputs.npz"  # refused when called on these inputs (SPEC.md 2.8)
+    command = ("run", "--inputs", inputs) if inputs.exists() else ("verify",)
+    r = cli(command[0], CASES / case / "bundle", *command[1:], *key)
     assert r.returncode == 1
     assert r.stderr.startswith(f"error [{expect}] ") and "Traceback" not in r.stderr
 

@@ -194,3 +194,24 @@ def first_complex_op(module: ir.Module) -> tuple[str, str] | None:
     with context():
         module.operation.walk(visit)
     return found[0] if found else None
+
+
+def symbol_names(module: ir.Module) -> set[str]:
+    """The `sym_name` of every top-level op (functions, globals...)."""
+    names = set()
+    for op in module.body.operations:
+        attr = op.operation.attributes
+        if "sym_name" in attr:
+            names.add(string_value(attr["sym_name"], "a symbol's name", None))
+    return names
+
+
+def free_symbol(module: ir.Module, base: str) -> str:
+    """`base`, or `base_1`, `base_2`...: the first name no top-level op of `module` has, for
+    a symbol a rewrite adds beside the module's own."""
+    taken = symbol_names(module)
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name

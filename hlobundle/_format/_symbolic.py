@@ -172,7 +172,8 @@ def bind(
     """The symbols' values that make `actual` shapes fit the `declared` ones (name, dims).
 
     Each symbol is solved from a dimension linear in it once the others are known; every
-    dimension is then checked, each symbol must be at least 1, and every constraint must hold.
+    dimension is then checked, each symbol must be at least 1, and every constraint over the
+    symbols bound must hold.
     """
     env: dict[str, int] = {}
     pending: list[tuple[str, Dimension, int]] = []
@@ -208,6 +209,8 @@ def bind(
             raise ShapeError(f"symbol {symbol!r} would be {value}; it must be at least 1",
                              symbol, symbol)  # fmt: skip
     for left, op, right in constraints:
+        if not (left.symbols | right.symbols) <= set(env):
+            continue  # over a symbol no given value binds (stored values bind only some)
         a, b = left.value(env), right.value(env)
         if not {">=": a >= b, "<=": a <= b, "==": a == b}[op]:
             symbol = min(left.symbols | right.symbols, default=None)

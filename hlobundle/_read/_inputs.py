@@ -233,10 +233,12 @@ def check(
             **({"argument": name} if what == "argument" else {"field": path}),
         )
     if len(value.shape) != len(want_shape) or any(
-        w is not None and w != g for w, g in zip(want_shape, value.shape, strict=True)
-    ):  # None: a symbolic dimension, which the values' shapes bind together
+        isinstance(w, int) and w != g for w, g in zip(want_shape, value.shape, strict=True)
+    ):  # a symbolic dimension (an expression, or None): the values' shapes bind them together
+        shown = (f"[{', '.join(map(str, want_shape))}]"
+                 if any(not isinstance(w, int) for w in want_shape) else str(want_shape))  # fmt: skip
         raise InputError(
-            f"{where}: expected shape {want_shape}{orientation}, got {tuple(value.shape)}",
+            f"{where}: expected shape {shown}{orientation}, got {tuple(value.shape)}",
             **({"argument": name} if what == "argument" else {"field": path}),
         )
     array = np.asarray(value)

@@ -204,6 +204,7 @@ class Bundle(StoredValues):
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         trust_executables: bool = False,
+        max_shapes: int = 32,
     ) -> Function:
         """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
         or on IREE.
@@ -222,6 +223,10 @@ class Bundle(StoredValues):
           mesh's size, placing each argument by its recorded sharding), or 1 to run unsharded.
         - `trust_executables`: on iree, run a stored executable (native code, SPEC.md
           "Executables") even though the bundle's signature was not verified with a key.
+        - `max_shapes`: for a function with symbolic dimensions, how many distinct call shapes
+          it keeps proven against the module and compiled at once (least recently used first
+          out; SPEC.md 2.8). Each new shape is proven (a few ms) and, on xla and enzyme,
+          compiled again.
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see docs/jax.md, "Calling a
@@ -229,7 +234,7 @@ class Bundle(StoredValues):
         """
         from .._run._function import function
 
-        return function(self.select(name), backend, donate, devices, trust_executables)
+        return function(self.select(name), backend, donate, devices, trust_executables, max_shapes)
 
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was

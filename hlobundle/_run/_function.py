@@ -9,13 +9,15 @@ implementation (`_backends`). Results come back in the manifest's `output_tree` 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .._format import _dtypes
 from .._format._errors import X64DisabledError
 from .._format._manifest import Manifest, identifier, needs_x64
-from . import _backends, _binding, _placement
+from . import _backends, _binding, _placement, _shapes
 
 if TYPE_CHECKING:
     from .._read._reader import Bundle
@@ -52,11 +54,13 @@ def function(
     donate: Sequence[str] | str = (),
     devices: int | None = None,
     trust_executables: bool = False,
+    max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
 ) -> Function:
     """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
     return _backends.resolve(backend).make(
-        bundle, donate=donate, devices=devices, trust_executables=trust_executables
-    )
+        bundle, donate=donate, devices=devices, trust_executables=trust_executables,
+        max_shapes=max_shapes,
+    )  # fmt: skip
 
 
 class BundleFunction:
@@ -68,9 +72,8 @@ class BundleFunction:
         backend: Backend = "auto",
         donate: Sequence[str] | str = (),
         devices: int | None = None,
+        max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
     ) -> None:
-        import jax
-
         self.bundle = bundle
         self.manifest = bundle.manifest
         self._backend = _backends.resolve(backend)
@@ -78,7 +81,10 @@ class BundleFunction:
         self.backend = self._backend.NAME
         self.donated = _binding.donated_arguments(self.manifest, donate)
         self._backend.install_rules()
-        impl = self._backend.implementation(bundle)
+        # A symbolic function's call shapes are proven against the module before it runs, and
+        # it keeps at most `max_shapes` shapes compiled (SPEC.md 2.8; `_shapes`).
+        self._prover = _shapes.Prover(bundle, max_shapes) if self.manifest.symbolic else None
+        self._impl = self._backend.implementation(bundle, self._prover)
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
         self._used = [
@@ -86,12 +92,23 @@ class BundleFunction:
             for i in range(len(self.manifest.arguments))
             if i not in bundle.signature.unused or self.manifest.symbolic  # no zeros to make
         ]
-        names = [self.manifest.arguments[i].name for i in self._used]
         self.mesh = _placement.device_mesh(self.manifest, devices)
-        placement = _placement.placement(self.manifest, self.mesh)
+        self._placement = _placement.placement(self.manifest, self.mesh)
+        placement = self._placement
         self._in_shardings = [placement[0][i] for i in self._used] if placement else None
-        self._jitted = jax.jit(
-            _named(_with_zeros_for_unused(impl, self.manifest, self._used), self.manifest),
+        self._jitted = self._jit()
+        self._per_shape: OrderedDict[_shapes.Shapes, Callable[..., Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _jit(self) -> Callable[..., Any]:
+        """A new `jax.jit` of the implementation (one per shape for a symbolic function, so
+        that dropping it drops what it compiled)."""
+        import jax
+
+        placement = self._placement
+        names = [self.manifest.arguments[i].name for i in self._used]
+        return jax.jit(
+            _named(_with_zeros_for_unused(self._impl, self.manifest, self._used), self.manifest),
             donate_argnums=tuple(names.index(n) for n in self.donated if n in names),
             **(
                 {"in_shardings": tuple(self._in_shardings), "out_shardings": tuple(placement[1])}
@@ -99,6 +116,17 @@ class BundleFunction:
                 else {}
             ),
         )
+
+    def _jitted_for(self, shapes: _shapes.Shapes) -> Callable[..., Any]:
+        with self._lock:
+            jitted = self._per_shape.get(shapes)
+            if jitted is not None:
+                self._per_shape.move_to_end(shapes)
+                return jitted
+            jitted = self._per_shape[shapes] = self._jit()
+            while len(self._per_shape) > self._prover.max_shapes:  # type: ignore[union-attr]
+                self._per_shape.popitem(last=False)
+            return jitted
 
     @property
     def arguments_read(self) -> tuple[str, ...]:
@@ -123,14 +151,23 @@ class BundleFunction:
             _binding.check_value(x, a, i)
             for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
         ]
-        _binding.check_symbols(self.manifest, checked)
+        jitted, proof = self._jitted, None
+        shapes = tuple(tuple(x.shape) for x in checked)
+        if self._prover is not None and _shapes.concrete(shapes):
+            proof = self._prover.prove(shapes)
+            jitted = self._jitted_for(proof.shapes)
+        else:  # static, or traced at symbolic shapes (jax refines the caller's module itself)
+            _binding.check_symbols(self.manifest, checked)
         self._backend.check_derivatives(self.bundle, checked)
         checked = [checked[i] for i in self._used]
         if self._in_shardings is not None:
             checked = [
                 _placement.place(x, s) for x, s in zip(checked, self._in_shardings, strict=True)
             ]
-        return tuple(self._jitted(*checked))
+        outs = tuple(jitted(*checked))
+        if proof is not None:
+            _shapes.check_results(self.manifest, proof, outs)
+        return outs
 
     def bind(self, args: Sequence[Any], kwargs: Any) -> list[Any]:
         """One value per argument, in manifest order, from positional, named or pytree arguments."""

@@ -59,7 +59,7 @@ def example_arguments(
             if item is None
             else _inputs.check(
                 item,
-                _main_signature.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]),
+                _main_signature.TensorType(tuple(a.shape), _dtypes.BY_NAME[a.dtype]),  # type: ignore[arg-type]
                 name=a.name,
                 path=a.path,
                 column_major=producer_layout and a.layout == "column_major",
@@ -71,18 +71,51 @@ def example_arguments(
         return [bundle.tensor(a.name) for a in arguments], "stored"  # mapped, read on use
     # Invented values for the arguments without stored ones; stored weights stay what they are.
     missing = [a for a in arguments if a.value is None]
-    _check_generated_size(missing)
+    shapes = _generated_shapes(bundle)
+    _check_generated_size([(shapes[a.name], a.dtype) for a in missing])
     rng = np.random.default_rng(seed)
     values = [
-        generate(rng, tuple(a.shape), a.dtype) if a.value is None else bundle.tensor(a.name)
+        generate(rng, shapes[a.name], a.dtype) if a.value is None else bundle.tensor(a.name)
         for a in arguments
     ]
     return values, "generated" if len(missing) == len(arguments) else "generated and stored"
 
 
-def _check_generated_size(arguments: list[Any]) -> None:
+def _generated_shapes(bundle: Bundle) -> dict[str, tuple[int, ...]]:
+    """Each argument's shape for invented inputs: the manifest's, with each symbol the stored
+    arguments do not bind set to 1 (the smallest size), when the constraints allow it."""
+    from .._format import _symbolic
+
+    arguments = bundle.arguments
+    if not bundle.manifest.symbolic:
+        return {a.name: tuple(a.shape) for a in arguments}  # type: ignore[misc]
+    stored = [a for a in arguments if a.value is not None]
+    env = _symbolic.bind_shapes([(a.name, a.shape) for a in stored],
+                                [tuple(bundle.tensor(a.name).shape) for a in stored])  # fmt: skip
+    free = {s for a in arguments for d in a.shape if isinstance(d, str)
+            for s in _symbolic.parse(d).symbols} - set(env)  # fmt: skip
+    env.update(dict.fromkeys(free, 1))
+    shapes = {
+        a.name: tuple(d if isinstance(d, int) else _symbolic.parse(d).value(env) for d in a.shape)
+        for a in arguments
+    }
+    try:
+        _symbolic.bind_shapes([(a.name, a.shape) for a in arguments],
+                              [shapes[a.name] for a in arguments],
+                              bundle.manifest.constraints or ())  # fmt: skip
+    except _symbolic.ShapeError as e:
+        raise InputError(
+            f"the bundle stores no inputs, and inventing them with each free symbol 1 "
+            f"({', '.join(sorted(free))}) does not fit its symbolic shapes: {e}. Give inputs "
+            "with --inputs",
+            argument=e.where.split(".")[0],
+        ) from None
+    return shapes
+
+
+def _check_generated_size(values: list[tuple[tuple[int, ...], str]]) -> None:
     """Refuse, before allocating, inputs a manifest's shapes would make too large to invent."""
-    total = sum(math.prod(a.shape) * _dtypes.BY_NAME[a.dtype].numpy.itemsize for a in arguments)
+    total = sum(math.prod(shape) * _dtypes.BY_NAME[dtype].numpy.itemsize for shape, dtype in values)
     if total > _limits.MAX_GENERATED_INPUT_BYTES:
         raise LimitError(
             f"the bundle stores no inputs, and inventing its arguments would take {total:,} "

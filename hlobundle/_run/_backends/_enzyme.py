@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +14,7 @@ from ... import _compat
 from ..._format import _dtypes
 from ..._format._policy import calls_lapack
 from .. import _batched, _transforms
+from .._shapes import DEFAULT_MAX_SHAPES, Prover
 from ._enzyme_prepare import Prepared
 from ._enzyme_rules import EnzymeBlockers, register_module
 
@@ -36,12 +39,17 @@ def available() -> bool:
 
 
 def make(
-    bundle: Bundle, *, donate: Any = (), devices: int | None = None, trust_executables: bool = False
+    bundle: Bundle,
+    *,
+    donate: Any = (),
+    devices: int | None = None,
+    trust_executables: bool = False,
+    max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Any:
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, NAME, donate, devices)
+    return BundleFunction(bundle, NAME, donate, devices, max_shapes)
 
 
 def install_rules() -> None:
@@ -96,12 +104,12 @@ def enzyme_blockers(bundle: Bundle) -> EnzymeBlockers:
     return _BLOCKERS[bundle]
 
 
-def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[..., tuple[Any, ...]]:
     lapack = any(calls_lapack(m.custom_calls) for m in bundle.modules.values())
     if lapack:  # hlo_call does not, and an uninitialized kernel jumps through a null pointer
         _compat.initialize_lapack()
-    if bundle.manifest.symbolic:
-        return _refined_per_shape(bundle, lapack)
+    if prover is not None:
+        return _refined_per_shape(bundle, prover)
     prepared = prepared_for_hlo_call(bundle)
     register_module(prepared.text, enzyme_blockers(bundle))
     if (fast := _batched.fast_path(bundle, "jvp", prepared.result_carriers)) is not None:
@@ -109,42 +117,40 @@ def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
     return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
 
 
-def _refined_per_shape(bundle: Bundle, lapack: bool) -> Callable[..., tuple[Any, ...]]:
+def _refined_per_shape(bundle: Bundle, prover: Prover) -> Callable[..., tuple[Any, ...]]:
     """A function with symbolic dimensions (SPEC.md 2.8): enzyme-ad's `hlo_call` needs static
-    shapes, so the module is refined to each call's shapes, once per shape, and cached (the
-    verified artifact, lowered at the concrete shapes through jax.export and refined by jax's
-    own shape refinement)."""
-    from ..._interop._jax_export import exported_for
-    from ._enzyme_prepare import for_hlo_call, symbol_prefix
+    shapes, so it runs the module the prover refined to each call's shapes (`_shapes`), kept
+    for the prover's `max_shapes` most recent shapes."""
+    from jaxlib.mlir import ir
 
-    exported = exported_for(bundle.manifest, bundle.portable_artifact, lapack=lapack)
+    from ..._format import _mlir
+    from ._enzyme_prepare import for_hlo_call, symbol_prefix
+    from ._enzyme_rules import unregister_module
+
     results = [r.dtype for r in bundle.manifest.results]
     blockers = enzyme_blockers(bundle)
     digest = bundle.modules["module"].text_sha256
-    cache: dict[tuple[tuple[int, ...], ...], Callable[..., tuple[Any, ...]]] = {}
+    cache: OrderedDict[tuple[tuple[int, ...], ...], tuple[str, Callable[..., Any]]] = OrderedDict()
+    lock = threading.Lock()
 
     def impl(*flat: Any) -> tuple[Any, ...]:
-        shapes = tuple(tuple(x.shape) for x in flat)
-        if shapes not in cache:
-            text = _refine(exported, flat)
-            key = hashlib.sha256(f"{digest} {shapes}".encode()).hexdigest()
-            prepared = for_hlo_call(text, prefix=symbol_prefix(key))
-            register_module(prepared.text, blockers)
-            cache[shapes] = enzyme_callable(prepared, results)
-        return cache[shapes](*flat)
+        proof = prover.prove([tuple(x.shape) for x in flat])
+        with lock:
+            if proof.shapes in cache:
+                cache.move_to_end(proof.shapes)
+            else:
+                with _mlir.context():
+                    text = str(ir.Module.parse(proof.refined))
+                key = hashlib.sha256(f"{digest} {proof.shapes}".encode()).hexdigest()
+                prepared = for_hlo_call(text, prefix=symbol_prefix(key))
+                register_module(prepared.text, blockers)
+                cache[proof.shapes] = (prepared.text, enzyme_callable(prepared, results))
+                while len(cache) > prover.max_shapes:
+                    unregister_module(cache.popitem(last=False)[1][0])
+            call = cache[proof.shapes][1]
+        return call(*flat)
 
     return impl
-
-
-def _refine(exported: Any, flat: Sequence[Any]) -> str:
-    """The static text of `exported` at the shapes of `flat`."""
-    import jax
-
-    from ... import _compat
-
-    specs = [jax.ShapeDtypeStruct(tuple(x.shape), x.dtype) for x in flat]
-    lowered = jax.jit(lambda *xs: tuple(exported.call(*xs))).lower(*specs)
-    return str(_compat.refine_polymorphic_shapes(lowered.compiler_ir("stablehlo")))
 
 
 def enzyme_callable(

@@ -126,12 +126,13 @@ def _remat_rule(enzyme_rule: Callable[..., Any]) -> Callable[..., Any]:
 _MODULES: dict[str, EnzymeBlockers] = {}
 
 
-# Blockers of the modules bundle functions pass to hlo_call, by module text.
-_MODULES: dict[str, EnzymeBlockers] = {}
-
-
 def register_module(text: str, blockers: EnzymeBlockers) -> None:
     _MODULES[text] = blockers
+
+
+def unregister_module(text: str) -> None:
+    """Forget a module text (a symbolic function's shape dropped from its cache)."""
+    _MODULES.pop(text, None)
 
 
 def _guard(primal: Any) -> None:

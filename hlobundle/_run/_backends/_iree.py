@@ -32,7 +32,7 @@ from ..._format._errors import (
     TransformError,
 )
 from ..._read import _cache
-from .. import _binding
+from .. import _binding, _shapes
 from . import _iree_compile
 
 if TYPE_CHECKING:
@@ -92,7 +92,12 @@ def usable(entry: Executable, bundle: Bundle) -> str | None:
 
 
 def make(
-    bundle: Bundle, *, donate: Any = (), devices: int | None = None, trust_executables: bool = False
+    bundle: Bundle,
+    *,
+    donate: Any = (),
+    devices: int | None = None,
+    trust_executables: bool = False,
+    max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
 ) -> IreeFunction:
     """The backend's function (`_backends`' interface)."""
     if donate or (devices or 1) > 1:
@@ -101,7 +106,7 @@ def make(
             "are not available on it",
             argument="donate" if donate else "devices",
         )
-    return IreeFunction(bundle, trust_executables=trust_executables)
+    return IreeFunction(bundle, trust_executables=trust_executables, max_shapes=max_shapes)
 
 
 class IreeFunction:
@@ -111,12 +116,21 @@ class IreeFunction:
     backend = NAME
     jax_function = JAX
 
-    def __init__(self, bundle: Bundle, *, trust_executables: bool = False) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        *,
+        trust_executables: bool = False,
+        max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
+    ) -> None:
         if not available():
             raise BackendUnavailableError(UNAVAILABLE)
         _iree_compile.check_supported(bundle.manifest)
         self.bundle = bundle
         self.manifest = bundle.manifest
+        # IREE's runtime does not check that dynamic sizes agree: a symbolic function's call
+        # shapes are proven against the module before it runs (`_shapes`, SPEC.md 2.8).
+        self._prover = _shapes.Prover(bundle, max_shapes) if self.manifest.symbolic else None
         vmfb, self.source = _module_bytes(bundle, trust_executables or bundle.trusted)
         self._main = _load(vmfb)
 
@@ -142,7 +156,9 @@ class IreeFunction:
         device = rt.get_device(DRIVER)
         checked = [_binding.check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments,
                                                                                strict=True))]  # fmt: skip
-        _binding.check_symbols(self.manifest, checked)
+        proof = None
+        if self._prover is not None:
+            proof = self._prover.prove([np.shape(x) for x in checked])
         views = [
             _to_device(rt, device, x, a.dtype) for x, a in zip(checked, arguments, strict=True)
         ]
@@ -158,6 +174,8 @@ class IreeFunction:
                 f"IREE's runtime failed to run the module: {reason}"
             ) from None
         out = out if isinstance(out, tuple) else () if out is None else (out,)
+        if proof is not None:
+            _shapes.check_results(self.manifest, proof, out)
         return tuple(_to_host(x, r.dtype, r.shape) for x, r in zip(out, self.manifest.results,
                                                                    strict=True))  # fmt: skip
 

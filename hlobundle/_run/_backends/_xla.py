@@ -14,6 +14,7 @@ from ... import _compat
 from ..._format._errors import TransformError
 from ..._interop._jax_export import cotangent_avals, exported_for, trees, value_avals
 from .. import _batched, _transforms
+from .._shapes import DEFAULT_MAX_SHAPES, Prover
 
 if TYPE_CHECKING:
     from ..._read._reader import Bundle
@@ -29,12 +30,17 @@ def available() -> bool:
 
 
 def make(
-    bundle: Bundle, *, donate: Any = (), devices: int | None = None, trust_executables: bool = False
+    bundle: Bundle,
+    *,
+    donate: Any = (),
+    devices: int | None = None,
+    trust_executables: bool = False,
+    max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Any:
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, NAME, donate, devices)
+    return BundleFunction(bundle, NAME, donate, devices, max_shapes)
 
 
 def install_rules() -> None:
@@ -50,7 +56,7 @@ def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
         )
 
 
-def implementation(bundle: Bundle) -> Callable[..., tuple[Any, ...]]:
+def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[..., tuple[Any, ...]]:
     exported = exported_for(bundle.manifest, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
                             lapack=_calls_lapack(bundle, "module"))  # fmt: skip
     if (fast := _batched.fast_path(bundle, "vjp")) is not None:

@@ -1,0 +1,161 @@
+"""A manifest's symbolic shapes are proven against the module before any backend runs a call
+(SPEC.md 2.8): a manifest that calls sizes independent where the module needs them equal, or
+declares a result the module does not compute, gets a coded error on every backend, never a
+result (on IREE, which checks nothing, a result would be bytes read past a buffer)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import INSTALLED_BACKENDS
+
+import hlobundle
+from hlobundle._read._inputs import from_python
+from hlobundle._write._writer import PackOptions, pack_planned
+
+try:
+    from hlobundle._run._backends import _iree
+
+    HAS_IREE = _iree.available()
+except ImportError:  # pragma: no cover - the iree extra is part of dev
+    HAS_IREE = False
+BACKENDS = (*INSTALLED_BACKENDS, *(("iree",) if HAS_IREE else ()))
+W = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+
+
+def _without_stored_values(bundle: Path) -> None:
+    path = bundle / "manifest.json"
+    m = json.loads(path.read_text())
+    for f in m["functions"]:
+        for v in [*f["arguments"], *f["results"]]:
+            v.pop("value", None)
+            v.pop("expected", None)
+    for name in ("inputs.safetensors", "expected.safetensors"):
+        m["files"].pop(name, None)
+        (bundle / name).unlink(missing_ok=True)
+    path.write_text(json.dumps(m))
+
+
+def _relabel(bundle: Path, function: str, argument: str, shape: list) -> None:
+    path = bundle / "manifest.json"
+    m = json.loads(path.read_text())
+    f = next(f for f in m["functions"] if f["name"] == function)
+    next(a for a in f["arguments"] if a["name"] == argument)["shape"] = shape
+    path.write_text(json.dumps(m))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """jax.export's pair(x, y) = (x @ W) * y for x: f32[b, 8], y: f32[b, 3], its manifest
+    relabelled to y: f32[c, 3] (the module's shape assertions and its multiply need b = c)."""
+    out = tmp_path_factory.mktemp("relabelled") / "pair"
+    x, y = np.ones((2, 8), np.float32), np.ones((2, 3), np.float32)
+    hlobundle.export(lambda x, y: (x @ W) * y, x, y, out=out, name="pair",
+                     shapes_specs=("b, 8", "b, 3"))  # fmt: skip
+    _without_stored_values(out)
+    _relabel(out, "pair", "y", ["c", 3])
+    return out
+
+
+def _hand_written(path: Path, result: str = "b") -> Path:
+    """`z = x + y` on `tensor<?x3xf32>`, with x: (b, 3), y: (c, 3) and z: (`result`, 3)."""
+    t = "tensor<?x3xf32>"
+    text = (f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
+            f"  %z = stablehlo.add %x, %y : {t}\n  return %z : {t}\n}}\n")  # fmt: skip
+    options = PackOptions(names=["x", "y"], result_names=["z"], shapes=[["b", 3], ["c", 3]],
+                          result_shapes=[[result, 3]])  # fmt: skip
+    return pack_planned(text, None, path, options)
+
+
+@pytest.fixture(scope="module")
+def independent(tmp_path_factory) -> Path:
+    return _hand_written(tmp_path_factory.mktemp("independent") / "add")
+
+
+@pytest.fixture(scope="module")
+def wrong_result(tmp_path_factory) -> Path:
+    return _hand_written(tmp_path_factory.mktemp("wrong_result") / "add", result="2*b")
+
+
+def _function(bundle: Path, backend: str):
+    loaded = hlobundle.load(bundle)
+    loaded.verify()  # each bundle is verified: the format checks alone do not see the clash
+    return loaded.function(backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_relabelled_jax_export_symbol_is_refused_on_every_backend(exported, backend):
+    fn = _function(exported, backend)
+    with pytest.raises(hlobundle.InputError, match=r"does not accept the shapes.*symbol 'c'") as e:
+        fn(np.ones((256, 8), np.float32), np.ones((2, 3), np.float32))
+    assert e.value.code == "INPUT_INVALID" and e.value.argument == "y"
+    assert "pair" in e.value.message and "b=256, c=2" in e.value.message
+    x, y = np.ones((5, 8), np.float32), np.full((5, 3), 2, np.float32)
+    np.testing.assert_allclose(np.asarray(fn.call_flat(x, y)[0]), (x @ W) * y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_independent_symbols_the_module_adds_are_refused_on_every_backend(independent, backend):
+    fn = _function(independent, backend)
+    with pytest.raises(hlobundle.InputError, match="does not accept the shapes") as e:
+        fn(np.ones((256, 3), np.float32), np.ones((2, 3), np.float32))
+    assert e.value.argument == "y" and "symbol 'c'" in e.value.message
+    x, y = np.ones((4, 3), np.float32), np.full((4, 3), 2, np.float32)
+    # equal sizes are what the module needs: those run
+    np.testing.assert_array_equal(np.asarray(fn.call_flat(x, y)[0]), x + y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_result_expression_the_module_does_not_compute_is_refused(wrong_result, backend):
+    fn = _function(wrong_result, backend)
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(hlobundle.InputError, match=r"computes result 'z' of shape \[2, 3\]") as e:
+        fn(x, x)
+    assert "declares ['2*b', 3] = [4, 3]" in e.value.message and e.value.argument == "z (b)"
+
+
+def test_a_proof_is_kept_per_shape_up_to_max_shapes(independent):
+    fn = hlobundle.load(independent).function("xla", max_shapes=2)
+    for rows in (1, 2, 3, 2):
+        x = np.ones((rows, 3), np.float32)
+        fn(x, x)
+    assert fn._prover.known() == [((3, 3), (3, 3)), ((2, 3), (2, 3))]
+    assert list(fn._per_shape) == [((3, 3), (3, 3)), ((2, 3), (2, 3))]  # compiled: as many
+    with pytest.raises(hlobundle.InputError, match="max_shapes must be a positive integer"):
+        hlobundle.load(independent).function("xla", max_shapes=0)
+
+
+def test_a_proof_names_a_free_entry_beside_the_modules_own_functions(tmp_path):
+    """The proof renames @main beside the module's functions: a private function already named
+    as the renamed entry would be (hb_proven_main) does not clash."""
+    t = "tensor<?x3xf32>"
+    text = (f"func.func private @hb_proven_main(%x: {t}) -> {t} {{\n  return %x : {t}\n}}\n"
+            f"func.func @main(%x: {t}) -> {t} {{\n"
+            f"  %y = func.call @hb_proven_main(%x) : ({t}) -> {t}\n  return %y : {t}\n}}\n")  # fmt: skip
+    options = PackOptions(names=["x"], shapes=[["b", 3]], result_shapes=[["b", 3]])
+    bundle = pack_planned(text, from_python([np.ones((2, 3), np.float32)]), tmp_path / "b", options)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(np.asarray(hlobundle.load(bundle).function("xla")(x)[0]), x)
+
+
+def test_the_cli_refuses_inconsistent_shapes_with_a_message(exported, tmp_path):
+    from helpers import cli
+
+    np.savez(tmp_path / "in.npz", x=np.ones((256, 8), np.float32), y=np.ones((2, 3), np.float32))
+    r = cli("run", exported, "--inputs", tmp_path / "in.npz")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error [INPUT_INVALID] pair: the module does not accept"), r.stderr
+
+
+def test_a_new_shape_is_proven_from_the_bytes_read_at_load(exported, tmp_path):
+    """Proving reads only the module text read and hashed at load: with the bundle's directory
+    gone, a new shape is still proven and run (nothing is read from disk again)."""
+    copy = shutil.copytree(exported, tmp_path / "pair")
+    fn = hlobundle.load(copy).function("xla")
+    shutil.rmtree(copy)
+    x, y = np.ones((3, 8), np.float32), np.ones((3, 3), np.float32)
+    assert np.asarray(fn(x, y)).shape == (3, 3)
