@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -850,3 +851,119 @@ def test_rows_are_batched_together_only_under_the_batched_modules_trust(function
     trusted = load_models([functions], backend="xla", max_batch=4, trust_batched=True)
     answers, metrics = _concurrent(trusted, "fns.center", SIZES)
     assert answers != want and 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
+
+
+def _deep(w, x):
+    """60 layers of sin, cos and a matmul: about 0.6 s to compile per shape here."""
+    import jax.numpy as jnp
+
+    for k in range(60):
+        x = jnp.sin(x @ w + k) * jnp.cos(x)
+    return x
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
+    """A client choosing 20 new batch sizes: each compiles in a worker thread (one at a time),
+    so that a health check is answered within 0.25 s meanwhile (it waited 0.78 s behind a
+    compile on the event loop before), and the server keeps 4 shapes (--max-shapes 4), so its
+    memory grows under 40 MB (98 MB before: every shape kept)."""
+    out = tmp_path / "deep"
+    hlobundle.export(_deep, np.eye(8, dtype=np.float32) / 2, np.ones((2, 8), np.float32),
+                     out=out, name="predict", roles={"w": "parameter"},
+                     shapes_specs=(None, "b, 8"))  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "hlobundle", "serve", str(out), "--port",
+                             str(port), "--backend", "xla", "--max-shapes", "4"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    worst, stop = [0.0], threading.Event()
+
+    def rss_mb() -> float:
+        with open(f"/proc/{proc.pid}/status") as f:
+            return int(next(line for line in f if line.startswith("VmRSS")).split()[1]) / 1024
+
+    def poll() -> None:
+        while not stop.is_set():
+            start = time.perf_counter()
+            with urllib.request.urlopen(f"{base}/v2/health/live", timeout=30) as r:
+                r.read()
+            worst[0] = max(worst[0], time.perf_counter() - start)
+            time.sleep(0.01)
+
+    def ask(rows: int) -> int:
+        x = np.ones((rows, 8), np.float32)
+        body = {"inputs": [{"name": "x", "shape": [rows, 8], "datatype": "FP32",
+                            "data": x.reshape(-1).tolist()}]}  # fmt: skip
+        request = urllib.request.Request(f"{base}/v2/models/deep.predict/infer",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status
+
+    try:
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        assert [ask(n) for n in range(3, 7)] == [200] * 4  # the 4 shapes it keeps
+        before = rss_mb()
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            assert [ask(n) for n in range(7, 27)] == [200] * 20
+        finally:
+            stop.set()
+            poller.join()
+        grown = rss_mb() - before
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert worst[0] < 0.25, f"a health check waited {worst[0]:.2f} s"
+    assert grown < 40, f"the server grew {grown:.0f} MB over 20 new shapes"
+
+
+def test_pinned_sizes_compile_at_start_up_and_others_are_refused(functions):
+    models = load_models([functions], backend="xla", sizes={"b": [1, 4]})
+    served = models["fns.predict"]
+    assert set(served._warm) >= {((1, 8),), ((4, 8),)}  # compiled before the first request
+    client = TestClient(app(models))
+    assert _ask(client, "fns.predict", x=_x(4)).status_code == 200
+    r = _ask(client, "fns.predict", x=_x(3))
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert "the inputs make 'b' 3; model 'fns' serves b in [1, 4] (serve --sizes)" in r.text
+    with pytest.raises(hlobundle.InputError, match="the sizes pinned give 3 shapes, more than"):
+        load_models([functions], backend="xla", sizes={"b": [1, 2, 3]}, max_shapes=2)
+
+
+def test_a_new_shape_finding_every_compile_slot_taken_gets_a_503(functions, monkeypatch):
+    from hlobundle._serve import _served
+
+    monkeypatch.setattr(_served, "COMPILE_WAIT_S", 0.05)
+    models = load_models([functions], backend="xla")
+    client = TestClient(app(models))
+    assert _ask(client, "fns.predict", x=_x(2)).status_code == 200  # stored b = 2: compiled
+    semaphore = models["fns.predict"].compiles
+    assert semaphore.acquire(blocking=False)  # another shape is compiling
+    try:
+        r = _ask(client, "fns.predict", x=_x(5))
+        assert r.status_code == 503 and r.json()["code"] == "LIMIT_EXCEEDED", r.text
+        assert "is compiling other shapes" in r.json()["error"]
+        assert _ask(client, "fns.predict", x=_x(2)).status_code == 200  # a kept shape runs
+    finally:
+        semaphore.release()
+    assert _ask(client, "fns.predict", x=_x(5)).status_code == 200
+
+
+@pytest.mark.parametrize("value", ["b=0", "b=", "B=4", "b=4,x", "b=" + ",".join(["1"] * 65)])
+def test_malformed_pinned_sizes_are_usage_errors(value):
+    from helpers import cli
+
+    r = cli("serve", EXAMPLE, "--sizes", value)
+    assert r.returncode == 2 and "--sizes: expected SYMBOL=N[,N...]" in r.stderr, r.stderr

@@ -159,3 +159,34 @@ def test_a_new_shape_is_proven_from_the_bytes_read_at_load(exported, tmp_path):
     shutil.rmtree(copy)
     x, y = np.ones((3, 8), np.float32), np.ones((3, 3), np.float32)
     assert np.asarray(fn(x, y)).shape == (3, 3)
+
+
+# Through `serve`: a client never gets bytes it did not send or the function cannot compute.
+def _infer(client, model: str, **inputs):
+    body = {"inputs": [{"name": n, "shape": list(v.shape), "datatype": "FP32",
+                        "data": v.reshape(-1).tolist()} for n, v in inputs.items()]}  # fmt: skip
+    return client.post(f"/v2/models/{model}/infer", json=body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_serve_refuses_what_the_module_refuses_with_a_400(exported, independent, backend):
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the dev extra)")
+    from starlette.testclient import TestClient
+
+    from hlobundle._serve._app import app
+    from hlobundle._serve._models import load_models
+
+    client = TestClient(app(load_models([exported, independent], backend=backend)))
+    x, y = np.ones((256, 8), np.float32), np.ones((2, 3), np.float32)
+    r = _infer(client, "pair.pair", x=x, y=y)
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert r.json()["argument"] == "y" and "symbol 'c'" in r.json()["error"]
+    assert "outputs" not in r.json()
+    r = _infer(client, "add.main", x=np.ones((64, 3), np.float32), y=np.ones((1, 3), np.float32))
+    assert r.status_code == 400 and "outputs" not in r.json(), r.text
+    x, y = np.ones((3, 8), np.float32), np.full((3, 3), 2, np.float32)
+    r = _infer(client, "pair.pair", x=x, y=y)  # and the server goes on serving
+    assert r.status_code == 200, r.text
+    got = np.float32(r.json()["outputs"][0]["data"]).reshape(3, 3)
+    np.testing.assert_allclose(got, (x @ W) * y, rtol=1e-5, atol=1e-5)

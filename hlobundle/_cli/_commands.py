@@ -194,7 +194,8 @@ def serve(args: argparse.Namespace) -> int:
         models = load_models(named, backend=args.backend,
                              max_batch=args.max_batch_size,
                              trust_executables=args.trust_executables,
-                             trust_batched=args.trust_batched, **trust_options(args))  # fmt: skip
+                             trust_batched=args.trust_batched, max_shapes=args.max_shapes,
+                             sizes=dict(args.sizes), **trust_options(args))  # fmt: skip
         _serve_on(sock, models, args)
     return EXIT_OK
 

@@ -130,6 +130,13 @@ def add_serve(sub: Any) -> None:
                    "(without: their requests run one by one on the verified module)")  # fmt: skip
     p.add_argument("--batch-timeout-ms", type=_values.milliseconds, default=2.0, metavar="MS",
                    help="how long a request waits for others to join its batch (default 2)")  # fmt: skip
+    p.add_argument("--max-shapes", type=_values.positive_int, default=16, metavar="N",
+                   help="symbolic dimensions: keep at most N shapes of a function compiled "
+                   "(least recently used out; default 16)")  # fmt: skip
+    p.add_argument("--sizes", type=_values.sizes, action="append", default=[],
+                   metavar="SYMBOL=N[,N...]",
+                   help="symbolic dimensions: serve only these values of SYMBOL, compiled at "
+                   "start-up; others get a 400 (repeat for more symbols)")  # fmt: skip
     _add_trust(p)
     p.set_defaults(handler=_commands.serve)
 

@@ -91,3 +91,18 @@ def role(item: str) -> tuple[str, str]:
     if not sep or role not in ("input", "parameter", "state"):
         raise _refuse("NAME=input|parameter|state", item)
     return name, role
+
+
+_SYMBOL = re.compile(r"[a-z_][a-z0-9_]{0,63}")  # SPEC.md 2.8's symbol names
+MAX_PINNED = 64  # sizes one --sizes option may list
+
+
+def sizes(item: str) -> tuple[str, list[int]]:
+    """`SYMBOL=N[,N...]`: the values a symbolic dimension may take (`serve --sizes b=1,8,32`)."""
+    symbol, sep, values = item.partition("=")
+    parts = values.split(",") if sep else []
+    if (not _SYMBOL.fullmatch(symbol) or not 1 <= len(parts) <= MAX_PINNED
+            or not all(p.isascii() and p.isdigit() and len(p) <= 9 and int(p) >= 1
+                       for p in parts)):  # fmt: skip
+        raise _refuse(f"SYMBOL=N[,N...] with 1 to {MAX_PINNED} whole numbers >= 1", item[:80])
+    return symbol, sorted({int(p) for p in parts})

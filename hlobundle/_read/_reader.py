@@ -204,7 +204,7 @@ class Bundle(StoredValues):
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         trust_executables: bool = False,
-        max_shapes: int = 32,
+        max_shapes: int = 16,
     ) -> Function:
         """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
         or on IREE.

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .._read._reader import Bundle
 
 Shapes = tuple[tuple[int, ...], ...]
-DEFAULT_MAX_SHAPES = 32  # distinct shapes a function keeps proven (and compiled) at once
+DEFAULT_MAX_SHAPES = 16  # distinct shapes a function keeps proven (and compiled) at once
 _ARGS_INDEX = re.compile(r"args\[(\d+)\]")
 
 

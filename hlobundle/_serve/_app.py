@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._format._display import shown
+from .._format._errors import HloBundleError
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served
@@ -89,10 +90,11 @@ def app(
 
     async def call(served: Served, given: dict[str, Any]) -> Any:
         batcher = batchers.get(id(served))
-        if batcher is not None:
+        if batcher is not None:  # in the batcher's thread (a new shape compiles there)
             return await batcher(given)
+        new = served.new_shape(given)  # a symbolic function's new shape: it compiles first
         batched_one(served.name).observe(1)
-        if served.call_s is not None and served.call_s <= INLINE_CALL_S:
+        if not new and served.call_s is not None and served.call_s <= INLINE_CALL_S:
             return served(given)
         return await run_in_threadpool(served, given)
 
@@ -154,6 +156,13 @@ def app(
             return await _send_json(send, e.status, {"error": e.message, "code": e.code})
         try:
             outputs = await call(served, decoded.given)
+        except RequestError as e:  # no compile slot for a new shape (503)
+            counted(served.name, e.status).inc()
+            return await _send_json(send, e.status, {"error": e.message, "code": e.code})
+        except HloBundleError as e:  # the inputs, refused by the function (its module's
+            counted(served.name, 400).inc()  # shapes, a backend's limits): the client's to fix
+            error = {"error": e.message, "code": e.code, **e.context()}
+            return await _send_json(send, 400, error)
         except Exception as e:  # the model failed: report it, keep serving
             log.exception("model %s failed", shown(served.name))
             counted(served.name, 500).inc()

@@ -84,5 +84,7 @@ class Batcher:
                 continue
             if failed is not None:
                 done.set_exception(failed)
+            elif isinstance(result, Exception):  # this request alone was refused
+                done.set_exception(result)
             else:
                 done.set_result(result)

@@ -9,8 +9,10 @@ before), which answers with its default function; and each function of a 2.0 bun
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _dtypes
+from .._format import _dtypes, _symbolic
 from .._format._display import shown
 from .._format._errors import InputError
 from .._format._manifest import Manifest, needs_x64
 from .._read._reader import Bundle, load
+from .._run._shapes import DEFAULT_MAX_SHAPES
 from ._protocol import BY_DTYPE
 from ._served import Served, batch_sizes
 
@@ -52,6 +55,9 @@ def load_models(
     max_batch: int = 1,
     trust_executables: bool = False,
     trust_batched: bool = False,
+    max_shapes: int = DEFAULT_MAX_SHAPES,
+    sizes: dict[str, Sequence[int]] | None = None,
+    compiles: int = 1,
     **trust: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), each of its functions
@@ -60,20 +66,37 @@ def load_models(
     1.x bundle's function name). Every bundle is loaded and every name checked before anything
     compiles. On `backend="iree"` no jax is imported, and stored executables run when the key
     verified the bundle or `trust_executables` says so. Requests are batched when the key
-    verified the bundle or `trust_batched` says so (`Served.batchable`)."""
+    verified the bundle or `trust_batched` says so (`Served.batchable`).
+
+    A function with symbolic dimensions (SPEC.md 2.8) keeps at most `max_shapes` shapes
+    compiled; a request of a new one proves and compiles it in a worker thread, at most
+    `compiles` at a time in the server. `sizes` pins the values a symbol may take (`{"b": [1,
+    8]}`): other values are refused with a 400, and every pinned shape compiles at start-up."""
     loaded = _load_named(paths, trust)
+    pinned = {k: frozenset(v) for k, v in (sizes or {}).items()}
+    semaphore = threading.BoundedSemaphore(compiles)
     models: dict[str, Served] = {}
     for path, bundle, names in loaded:
-        served = _served(path, bundle, names, backend, trust_executables, trust_batched)
+        served = _served(path, bundle, names, backend, trust_executables, trust_batched,
+                         max_shapes)  # fmt: skip
+        served.sizes = {k: v for k, v in pinned.items() if k in _symbols(bundle)}
+        served.compiles = semaphore
         _warm_up(served, max_batch)
         models.update(dict.fromkeys(names, served))
     return models
+
+
+def _symbols(bundle: Bundle) -> set[str]:
+    return {s for a in bundle.manifest.arguments for d in a.shape if isinstance(d, str)
+            for s in _symbolic.parse(d).symbols}  # fmt: skip
 
 
 def _warm_up(served: Served, max_batch: int) -> None:
     """Compile the function now (`ready` means ready), and the batched module at every batch
     size batching may run (`batch_sizes`), so that no request pays a compile; and time a warm
     call (`Served.call_s`: the server runs short calls on its event loop)."""
+    for pinned in _pinned_inputs(served):  # every shape `sizes` allows, compiled now
+        served(pinned)
     warm = _warm_up_inputs(served)
     if warm is None:
         return
@@ -88,6 +111,36 @@ def _warm_up(served: Served, max_batch: int) -> None:
         served.compiled_sizes = batch_sizes(max_batch)
         for size in served.compiled_sizes:
             served.call_many([warm] * size)
+
+
+def _pinned_inputs(served: Served) -> list[dict[str, np.ndarray]]:
+    """Zeros of every input shape the pinned sizes allow, when they pin every symbol of the
+    inputs that stored arguments do not bind (none otherwise: those compile on request)."""
+    if not served.sizes:
+        return []
+    m = served.bundle.manifest
+    stored = [a for a in m.arguments if a.name not in served.inputs]
+    env = _symbolic.bind_shapes([(a.name, a.shape) for a in stored],
+                                [np.shape(served.stored[a.name]) for a in stored])  # fmt: skip
+    free = sorted(_symbols(served.bundle) - set(env))
+    if any(s not in served.sizes for s in free):
+        return []
+    combos = list(itertools.product(*[sorted(served.sizes[s]) for s in free]))
+    if len(combos) > served.max_shapes:
+        raise InputError(
+            f"model {served.name!r}: the sizes pinned give {len(combos)} shapes, more than the "
+            f"{served.max_shapes} it keeps compiled (--max-shapes)",
+            argument="sizes",
+        )
+    inputs = []
+    for values in combos:
+        full = {**env, **dict(zip(free, values, strict=True))}
+        inputs.append({
+            a.name: np.zeros(tuple(d if isinstance(d, int) else _symbolic.parse(d).value(full)
+                                   for d in a.shape), _dtypes.BY_NAME[a.dtype].numpy)
+            for a in m.arguments if a.name in served.inputs
+        })  # fmt: skip
+    return inputs
 
 
 def _warm_up_inputs(served: Served) -> dict[str, np.ndarray] | None:
@@ -172,6 +225,7 @@ def _served(
     backend: str,
     trust_executables: bool,
     trust_batched: bool,
+    max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Served:
     """The bundle behind the protocol, its function made (not yet compiled)."""
     from .._run import _backends
@@ -185,7 +239,7 @@ def _served(
         bundle,
         names,
         bundle.manifest_sha256[:12],
-        bundle.function(backend, trust_executables=trust_executables),
+        bundle.function(backend, trust_executables=trust_executables, max_shapes=max_shapes),
         inputs={a.name: (a.dtype, tuple(a.shape)) for a in m.arguments if a.role == "input"},
         outputs={r.name: r.dtype for r in m.results},
         stored={
@@ -194,6 +248,7 @@ def _served(
             if a.role != "input"
         },
         trust_batched=trust_batched,
+        max_shapes=max_shapes,
     )
 
 

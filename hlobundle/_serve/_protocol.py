@@ -27,7 +27,9 @@ HEADER_LENGTH = "inference-header-content-length"  # the binary extension's head
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # The SPEC.md error code a client gets with each status: a request that does not fit the model
 # (or names none) is INPUT_INVALID; one over a size or time limit is LIMIT_EXCEEDED.
-CODES = {400: "INPUT_INVALID", 404: "INPUT_INVALID", 408: "LIMIT_EXCEEDED", 413: "LIMIT_EXCEEDED"}
+# A request of a new shape that finds every compile slot taken (503) is LIMIT_EXCEEDED too.
+CODES = {400: "INPUT_INVALID", 404: "INPUT_INVALID", 408: "LIMIT_EXCEEDED", 413: "LIMIT_EXCEEDED",
+         503: "LIMIT_EXCEEDED"}  # fmt: skip
 
 
 class RequestError(Exception):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -14,15 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from .._format._errors import InputError
+from .._format import _symbolic
+from .._format._errors import HloBundleError
 from .._read._reader import Bundle
-from .._run import _binding
+from .._run._shapes import DEFAULT_MAX_SHAPES
 from ._protocol import BY_DTYPE, RequestError
 
 # Batch sizes compiled for a batched module: each size up to EXACT_UP_TO (no padding at all),
 # then sizes with 3 significant bits (18, 20, ..., 32, 36, 40, ...), which pad a batch by under
 # an eighth while a batching limit of N compiles about 8 log2(N) sizes, not N.
 EXACT_UP_TO = 16
+# How long a request of a new shape waits for another shape's compile to finish before it is
+# answered 503 (`Served.compiles`): a client that sends new shapes cannot queue up compiles.
+COMPILE_WAIT_S = 5.0
 
 
 def batch_sizes(max_batch: int) -> tuple[int, ...]:
@@ -50,6 +56,14 @@ class Served:
     trust_batched: bool = False  # run the batched module for requests though no key verified it
     call_s: float | None = None  # a warm call's seconds, measured at start-up (None: unknown)
     compiled_sizes: tuple[int, ...] = ()  # the batch sizes the batched module was compiled for
+    # A symbolic function (SPEC.md 2.8): the shapes kept compiled (its function keeps as many),
+    # the symbol values a server accepts (`serve --sizes`; empty: any), and the server's
+    # semaphore of compiles that may run at once (None: no bound).
+    max_shapes: int = DEFAULT_MAX_SHAPES
+    sizes: dict[str, frozenset[int]] = field(default_factory=dict)
+    compiles: threading.Semaphore | None = None
+    _warm: OrderedDict[tuple[Any, ...], None] = field(default_factory=OrderedDict, repr=False)
+    _warm_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
@@ -70,11 +84,45 @@ class Served:
         }
 
     def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._symbolic and self.new_shape(given):
+            return self._first_call(given)
         if self._one_jit:  # one jitted call: the checks ran when it was traced
             results = self._jitted(self._stored_args, *[given[n] for n in self.inputs])
         else:
             results = self.function.call_flat(*self._arguments(given))
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
+
+    def _shape_key(self, given: dict[str, np.ndarray]) -> tuple[Any, ...]:
+        return tuple(given[n].shape for n in self.inputs)
+
+    def new_shape(self, given: dict[str, np.ndarray]) -> bool:
+        """Whether a call on `given` is of a shape not kept compiled (it proves and compiles
+        first: the server never runs it on its event loop)."""
+        return self._symbolic and self._shape_key(given) not in self._warm
+
+    def _first_call(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A call of a new shape: it waits for a compile slot (`compiles`), at most
+        COMPILE_WAIT_S, then proves and compiles; the shape is then kept, up to `max_shapes`
+        (least recently used out, as the function drops them)."""
+        if self.compiles is not None and not self.compiles.acquire(timeout=COMPILE_WAIT_S):
+            raise RequestError(
+                503,
+                f"model {self.name!r} is compiling other shapes; a new shape waits at most "
+                f"{COMPILE_WAIT_S:g} s for a compile slot. Retry, or send a shape the server "
+                "keeps compiled (hlobundle serve --sizes, docs/serving.md)",
+            )
+        try:
+            results = self.function.call_flat(*self._arguments(given))
+            out = {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results,
+                                                         strict=True)}  # fmt: skip
+        finally:
+            if self.compiles is not None:
+                self.compiles.release()
+        with self._warm_lock:
+            self._warm[self._shape_key(given)] = None
+            while len(self._warm) > self.max_shapes:
+                self._warm.popitem(last=False)
+        return out
 
     def _arguments(self, given: dict[str, Any]) -> list[Any]:
         return [given[a.name] if a.name in self.inputs else self.stored[a.name]
@@ -84,16 +132,30 @@ class Served:
         """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why."""
         if not self._symbolic:
             return  # every dimension is an integer, which the request's parsing checked
+        m = self.bundle.manifest
         try:
-            _binding.check_symbols(self.bundle.manifest, self._arguments(given))
-        except InputError as e:
-            raise RequestError(400, e.message) from None
+            env = _symbolic.bind_shapes([(a.name, a.shape) for a in m.arguments],
+                                        [np.shape(x) for x in self._arguments(given)],
+                                        m.constraints or ())  # fmt: skip
+        except _symbolic.ShapeError as e:
+            raise RequestError(400, f"the inputs' shapes do not fit {m.function}'s symbolic "
+                                    f"shapes: {e} (SPEC.md 2.8)") from None  # fmt: skip
+        for symbol, allowed in self.sizes.items():
+            if env.get(symbol, min(allowed)) not in allowed:
+                raise RequestError(
+                    400,
+                    f"the inputs make {symbol!r} {env[symbol]}; model {self.name!r} serves "
+                    f"{symbol} in {sorted(allowed)} (serve --sizes)",
+                )
 
     @cached_property
     def _one_jit(self) -> bool:
         """Whether a call is one jitted call over the stored and given arguments: a JAX
         function without a mesh (whose arguments `call_flat` places on it, call by call)."""
-        return bool(self.function.jax_function) and self.bundle.manifest.mesh is None
+        # Not for a symbolic function: its jit would keep every shape it saw compiled, and the
+        # function keeps at most `max_shapes`.
+        m = self.bundle.manifest
+        return bool(self.function.jax_function) and m.mesh is None and not m.symbolic
 
     @cached_property
     def _symbolic(self) -> bool:
@@ -166,14 +228,26 @@ class Served:
             return None
         return symbol
 
-    def call_many(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    def call_many(
+        self, many: list[dict[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray] | HloBundleError]:
         """Several requests' inputs in one call: concatenated along the batch symbol
-        (`concatenated`), or stacked for the batched module (`stacked`)."""
+        (`concatenated`), or stacked for the batched module (`stacked`). When the function
+        refuses the call, each request runs alone, and a refused one gets its error."""
         if len(many) == 1:
             return [self(many[0])]
-        if self.concatenated is not None:
-            return self._concatenated(many)
-        return self._stacked(many)
+        try:
+            if self.concatenated is not None:
+                return self._concatenated(many)
+            return self._stacked(many)
+        except HloBundleError:  # one request's inputs refused (a shape the module refuses):
+            return [self._alone(given) for given in many]  # each gets its own answer
+
+    def _alone(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray] | HloBundleError:
+        try:
+            return self(given)
+        except HloBundleError as e:
+            return e
 
     def _concatenated(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """One call over every request's rows, its results split back by each request's
