@@ -190,3 +190,36 @@ def test_serve_refuses_what_the_module_refuses_with_a_400(exported, independent,
     assert r.status_code == 200, r.text
     got = np.float32(r.json()["outputs"][0]["data"]).reshape(3, 3)
     np.testing.assert_allclose(got, (x @ W) * y, rtol=1e-5, atol=1e-5)
+
+
+def _unknown_custom_call(path: Path) -> Path:
+    t = "tensor<3xf32>"
+    text = (f"func.func @main(%x: {t}) -> {t} {{\n"
+            f"  %y = stablehlo.custom_call @my_unknown_target(%x) : ({t}) -> {t}\n"
+            f"  return %y : {t}\n}}\n")  # fmt: skip
+    return hlobundle.pack(text, [np.ones(3, np.float32)], path,
+                          allow_custom_calls=["my_unknown_target"])  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
+def test_a_compile_failure_of_a_verified_bundle_is_coded(tmp_path, backend):
+    """A custom call the user allowed, which XLA does not implement: XLA's compile fails."""
+    fn = hlobundle.load(_unknown_custom_call(tmp_path / "cc")).function(backend)
+    with pytest.raises(hlobundle.BackendUnsupportedError, match="my_unknown_target") as e:
+        fn(np.ones(3, np.float32))
+    assert f"the {backend} backend failed to lower, compile or run" in e.value.message
+
+
+def test_serve_answers_a_compile_failure_with_a_400(tmp_path):
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the dev extra)")
+    from starlette.testclient import TestClient
+
+    from hlobundle._serve._app import app
+    from hlobundle._serve._models import Served
+
+    bundle = hlobundle.load(_unknown_custom_call(tmp_path / "cc"))
+    served = Served(bundle, ("cc",), "v1", bundle.function("xla"),
+                    inputs={"arg0": ("float32", (3,))}, outputs={"result0": "float32"})  # fmt: skip
+    r = _infer(TestClient(app({"cc": served})), "cc", arg0=np.ones(3, np.float32))
+    assert r.status_code == 400 and r.json()["code"] == "BACKEND_UNSUPPORTED", r.text

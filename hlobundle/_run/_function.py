@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .._format import _dtypes
-from .._format._errors import X64DisabledError
+from .._format._errors import BackendUnsupportedError, HloBundleError, LimitError, X64DisabledError
 from .._format._manifest import Manifest, identifier, needs_x64
 from . import _backends, _binding, _placement, _shapes
 
@@ -164,7 +164,12 @@ class BundleFunction:
             checked = [
                 _placement.place(x, s) for x, s in zip(checked, self._in_shardings, strict=True)
             ]
-        outs = tuple(jitted(*checked))
+        try:
+            outs = tuple(jitted(*checked))
+        except HloBundleError:
+            raise
+        except (RuntimeError, ValueError, NotImplementedError, MemoryError) as e:  # lowering, shape
+            raise backend_failure(self.backend, e) from None  # refinement or XLA's compile
         if proof is not None:
             _shapes.check_results(self.manifest, proof, outs)
         return outs
@@ -204,6 +209,19 @@ def _with_zeros_for_unused(
         return impl(*values)
 
     return call
+
+
+def backend_failure(backend: str, e: Exception) -> HloBundleError:
+    """A JAX backend's failure on a verified bundle, coded: out of memory is LIMIT_EXCEEDED;
+    anything else (a custom call XLA does not implement, an op it cannot compile) is
+    BACKEND_UNSUPPORTED with the backend's reason."""
+    reason = " ".join(str(e).split())[:400]
+    if "RESOURCE_EXHAUSTED" in reason or isinstance(e, MemoryError):
+        return LimitError(f"the {backend} backend ran out of memory running this bundle: {reason}")
+    return BackendUnsupportedError(
+        f"the {backend} backend failed to lower, compile or run this bundle's module "
+        f"({type(e).__name__}): {reason}"
+    )
 
 
 def check_x64(manifest: Manifest) -> None:

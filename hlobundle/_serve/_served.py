@@ -19,6 +19,7 @@ import numpy as np
 from .._format import _symbolic
 from .._format._errors import HloBundleError
 from .._read._reader import Bundle
+from .._run._function import backend_failure
 from .._run._shapes import DEFAULT_MAX_SHAPES
 from ._protocol import BY_DTYPE, RequestError
 
@@ -87,7 +88,10 @@ class Served:
         if self._symbolic and self.new_shape(given):
             return self._first_call(given)
         if self._one_jit:  # one jitted call: the checks ran when it was traced
-            results = self._jitted(self._stored_args, *[given[n] for n in self.inputs])
+            try:
+                results = self._jitted(self._stored_args, *[given[n] for n in self.inputs])
+            except (RuntimeError, ValueError, NotImplementedError, MemoryError) as e:
+                raise backend_failure(self.function.backend, e) from None  # XLA's compile
         else:
             results = self.function.call_flat(*self._arguments(given))
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
