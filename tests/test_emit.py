@@ -459,3 +459,36 @@ def test_emit_of_a_symbolic_bundle_refuses_enzyme_and_auto_chooses_xla(tmp_path)
     assert r.returncode == 0 and "(backend xla;" in r.stdout, r.stderr
     r = cli("emit", bundle, "--backend", "enzyme", "-o", tmp_path / "e.py")
     assert r.returncode == 1 and "emit it with --backend xla" in r.stderr
+
+
+def test_emit_reactant_server_picks_a_name_the_module_does_not_use(tmp_path):
+    """The new @main calls the original under a new name: a module whose private function
+    already has the name the emitter would pick still emits, and computes the same."""
+    t = "tensor<3xf32>"
+    text = (f"func.func private @hlobundle_original_main(%a: {t}) -> {t} {{\n"
+            f"  %b = stablehlo.negate %a : {t}\n  return %b : {t}\n}}\n"
+            f"func.func @main(%w: {t}, %x: {t}) -> {t} {{\n"
+            f"  %n = func.call @hlobundle_original_main(%x) : ({t}) -> {t}\n"
+            f"  %y = stablehlo.add %n, %w : {t}\n  return %y : {t}\n}}\n")  # fmt: skip
+    w, x = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+    bundle = hlobundle.pack(text, [w, x], tmp_path / "b", names=["w", "x"],
+                            roles={"w": "parameter"})  # fmt: skip
+    r = cli("emit", bundle, "--format", "reactant-server", "-o", tmp_path / "rs")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    back = hlobundle.load(hlobundle.from_reactant_server(tmp_path / "rs", tmp_path / "back"))
+    (got,) = back.function("xla").call_flat(x, w)  # the inputs first, then the weights
+    np.testing.assert_array_equal(np.asarray(got), w - x)
+
+
+def test_emit_reactant_server_reports_an_mlir_failure_with_a_code(tmp_path, monkeypatch):
+    from hlobundle._emit import _reactant_server
+
+    def refuse(*_):
+        raise RuntimeError("an MLIR rewrite failed")
+
+    monkeypatch.setattr(_reactant_server, "_add_reordered_main", refuse)
+    r = cli("emit", ROOT / "examples" / "lenet5.hlobundle", "--format", "reactant-server",
+            "-o", tmp_path / "rs")  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error [MLIR_INVALID] function lenet5: reordering @main's")
+    assert not (tmp_path / "rs").exists()

@@ -18,8 +18,9 @@ import tempfile
 from pathlib import Path
 
 from .._format import _main_signature, _mlir
-from .._format._errors import InputError, OutputExistsError
+from .._format._errors import InputError, ModuleError, OutputExistsError
 from .._format._manifest import Manifest
+from .._format._prechecks import short
 from .._interop import _reactant_server as rs
 from .._read._reader import Bundle, load
 from .._write._atomic import set_modes
@@ -84,9 +85,17 @@ def emit_reactant_server(
 
 def _portable_main(view: Bundle, order: list[int]) -> bytes:
     """The function's module as a portable artifact whose `@main` takes inputs, then weights."""
+    from jaxlib.mlir import ir
+
     module = _mlir.parse(view.module_text)
     if order != list(range(len(order))):
-        _reorder_main(module, view.signature, order)
+        try:
+            _reorder_main(module, view.signature, order)
+        except (ir.MLIRError, RuntimeError, ValueError) as e:  # MLIR refused the rewrite
+            raise ModuleError(
+                f"function {view.manifest.function}: reordering @main's arguments for "
+                f"ReactantServer.jl failed in MLIR: {short(str(e))}"
+            ) from None
     return _mlir.to_portable(module, _mlir.default_target())
 
 
@@ -205,8 +214,8 @@ def _add_reordered_main(module: object, sig: _main_signature.Signature, order: l
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import func
 
-    inner_name = "hlobundle_original_main"
-    main = _main_signature.find_main(module)
+    inner_name = _mlir.free_symbol(module, "hlobundle_original_main")  # the module's own
+    main = _main_signature.find_main(module)  # private functions keep their names
     ir.SymbolTable.set_symbol_name(main, inner_name)
     main.attributes["sym_visibility"] = ir.StringAttr.get("private")
     args = [_mlir.tensor_type(t.shape, t.dtype.name) for t in sig.arguments]
