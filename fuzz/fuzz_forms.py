@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -130,8 +131,17 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
     return outcomes
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(
+    argv: list[str] | None = None,
+    *,
+    script: Path = Path(__file__),
+    seed_bundle: Any = seed_bundle,
+    work: Any = work,
+    description: str = __doc__.split("\n")[0],
+) -> int:
+    """The command line of a fuzzer: this one, or another (`fuzz_shapes.py`) that passes its
+    own `script`, `seed_bundle(root)` and `work(seed, first, runs, progress)`."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--runs", type=int, default=10_000)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--first", type=int, default=0, help="number of the first case (a seed)")
@@ -143,12 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     root = Path(tempfile.mkdtemp(prefix="hlobundle-fuzz-"))
     try:
-        return _drive(seed_bundle(root), root, args.runs, args.jobs, args.first)
+        return _drive(seed_bundle(root), root, args.runs, args.jobs, args.first, script)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _drive(seed: Path, root: Path, runs: int, jobs: int, first: int) -> int:
+def _drive(seed: Path, root: Path, runs: int, jobs: int, first: int, script: Path) -> int:
     """Split the cases over `jobs` worker processes; a dead worker is a finding."""
     share = -(-runs // jobs)
     workers = []
@@ -157,7 +167,7 @@ def _drive(seed: Path, root: Path, runs: int, jobs: int, first: int) -> int:
         if count <= 0:
             continue
         progress = root / f"progress-{j}"
-        cmd = [sys.executable, __file__, "--worker", str(seed), str(progress),
+        cmd = [sys.executable, str(script), "--worker", str(seed), str(progress),
                "--first", str(start), "--runs", str(count)]  # fmt: skip
         workers.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                          text=True), progress))  # fmt: skip

@@ -8,6 +8,7 @@ same inputs every time), plus 1,000 mutations past the hash checks by `fuzz/fuzz
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -205,6 +206,24 @@ def test_fuzzer_past_the_hash_checks_in_child_processes():
         for suffix in (".mlir", ".mlirbc"):
             assert f"{form}{suffix}: " in r.stdout, f"{form}{suffix} was never reached"
         assert f"{form}.mlir (names): " in r.stdout, f"{form}.mlir's names were never mutated"
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_shape_fuzzer_relabelling_symbols_finds_nothing():
+    # fuzz/fuzz_shapes.py: 1,000 relabellings of a symbolic manifest's symbols and constraints
+    # (SPEC.md 2.8), each called with shapes that bind them: a coded error, or the module's own
+    # results; a result for shapes the module refuses is a finding.
+    script = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_shapes.py"
+    r = subprocess.run([sys.executable, str(script), "--runs", "1000", "--jobs", "2"],
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "1000 mutations, no findings" in r.stdout
+    backends = ("xla", "iree") if importlib.util.find_spec("iree.runtime") else ("xla",)
+    for name in ("pair", "cat", "twice", "add"):
+        for backend in backends:  # each reached a call, refused and run
+            for outcome in ("ok", "INPUT_INVALID"):
+                assert f"{name} on {backend}: {outcome}" in r.stdout, (name, backend, outcome)
 
 
 def _bombs(bundle: Path) -> dict[str, Callable[[], None]]:
