@@ -7,9 +7,12 @@ map by position. Anything else is ambiguous and an error.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
 import zipfile
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +72,9 @@ def _read_file(path: Path) -> list[Keyed]:
             return [Keyed(path.stem, array, path.name, positional=True)]
         if suffix == ".safetensors":
             return _read_safetensors(path)
-    except (ValueError, OSError, zipfile.BadZipFile) as e:
+    except InputError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, NotImplementedError) as e:
         raise InputError(f"cannot read input file {str(path)!r}: {e}", path=path) from None
     raise InputError(
         f"input file {str(path)!r} has an unknown extension {suffix!r}; "
@@ -78,16 +83,23 @@ def _read_file(path: Path) -> list[Keyed]:
     )
 
 
+# Deflate's best is 1032:1 (a 258-byte match in two bits): no member inflates further.
+_DEFLATE_MAX_RATIO = 1032
+
+
 class NpzMember:
     """One array of an `.npz` file, known by its header (shape, dtype) until it is used.
 
     Nothing is decompressed before the caller has checked the shape and dtype against the
     argument: a small `.npz` cannot inflate into gigabytes for a key that is then refused.
+    Nor is anything allocated for a header the zip directory does not back: its shape must
+    be the member's size, and that size what the bytes stored for it can hold.
     """
 
-    def __init__(self, path: Path, member: str) -> None:
-        self.path, self.member = path, member
-        with zipfile.ZipFile(path) as zf, zf.open(member) as f:
+    def __init__(self, path: Path, info: zipfile.ZipInfo, file_size: int) -> None:
+        self.path, self.member, self._info = path, info.filename, info
+        self._check_directory(file_size)
+        with self._reading("header"), zipfile.ZipFile(path) as zf, zf.open(info) as f:
             version = np.lib.format.read_magic(f)
             read_header = (
                 np.lib.format.read_array_header_1_0
@@ -95,24 +107,75 @@ class NpzMember:
                 else np.lib.format.read_array_header_2_0
             )
             shape, fortran, dtype = read_header(f)
+            header = f.tell()
         if dtype.hasobject:
-            raise ValueError(f"{member} holds Python objects, which are never unpickled")
+            raise self._error("holds Python objects, which are never unpickled")
+        declared = header + math.prod(shape) * dtype.itemsize
+        if min(shape, default=0) < 0 or declared != info.file_size:
+            raise self._error(
+                f"its header declares shape {tuple(shape)} of {dtype.name} ({declared:,} bytes "
+                f"with the header), but the zip directory says it holds {info.file_size:,} bytes"
+            )
         self.shape: tuple[int, ...] = tuple(shape)
         self.dtype: np.dtype = dtype
         self.fortran_order: bool = bool(fortran)
 
+    def _check_directory(self, file_size: int) -> None:
+        """Refuse, from the zip directory alone, what zipfile would fail on (encryption, other
+        methods), and sizes the file cannot back: a member that runs past the end of the file
+        (truncated), or more bytes than its stored ones can inflate to."""
+        info = self._info
+        if info.flag_bits & 0x41:  # bit 0: encrypted; bit 6: strong encryption
+            raise self._error("is encrypted; encrypted members are never read")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise self._error(
+                f"uses compression method {info.compress_type}; only stored (0) and deflated "
+                "(8) members are read, as np.savez and NPZ.jl write them"
+            )
+        end = info.header_offset + 30 + info.compress_size  # 30: a local header, name aside
+        if end > file_size:
+            raise self._error(
+                f"is truncated: the zip directory puts its {info.compress_size:,} bytes up to "
+                f"offset {end:,}, past the end of the file ({file_size:,} bytes)"
+            )
+        deflated = info.compress_type == zipfile.ZIP_DEFLATED
+        if info.file_size > info.compress_size * (_DEFLATE_MAX_RATIO if deflated else 1):
+            raise self._error(
+                f"the zip directory says it holds {info.file_size:,} bytes, more than "
+                f"{info.compress_size:,} {'deflated' if deflated else 'stored'} bytes can hold"
+            )
+
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """What zipfile and numpy raise on a damaged member, as an `InputError` naming it."""
+        try:
+            yield
+        except EOFError:
+            raise self._error(f"its {what} ends before its declared size (truncated)") from None
+        except zlib.error as e:
+            raise self._error(f"its deflate stream is corrupt ({e})") from None
+        except (zipfile.BadZipFile, ValueError, NotImplementedError) as e:
+            raise self._error(f"cannot read its {what}: {e}") from None
+
+    def _error(self, message: str) -> InputError:
+        return InputError(
+            f"input file {str(self.path)!r}, member {self.member!r}: {message}", path=self.path
+        )
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        with zipfile.ZipFile(self.path) as zf, zf.open(self.member) as f:
+        with self._reading("data"), zipfile.ZipFile(self.path) as zf, zf.open(self._info) as f:
             array = np.lib.format.read_array(f, allow_pickle=False)
         return array if dtype is None else array.astype(dtype)
 
 
 def _read_npz(path: Path) -> list[Keyed]:
     with zipfile.ZipFile(path) as zf:
-        members = [n for n in zf.namelist() if n.endswith(".npy")]
+        members = [i for i in zf.infolist() if i.filename.endswith(".npy")]
+    size = path.stat().st_size
     return [
-        Keyed(m.removesuffix(".npy"), NpzMember(path, m), f"{path.name}[{m.removesuffix('.npy')}]")
-        for m in members
+        Keyed(key, NpzMember(path, info, size), f"{path.name}[{key}]")
+        for info in members
+        for key in [info.filename.removesuffix(".npy")]
     ]
 
 
