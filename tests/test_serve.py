@@ -221,6 +221,17 @@ def test_unservable_bundles_are_refused_at_start(tmp_path):
         load_models([out])
 
 
+def _wait_ready(base: str, tries: int = 600) -> None:
+    """Until the server at `base` says it is ready (each try up to 0.1 s apart)."""
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_serve_starts_compiled_answers_and_drains_on_sigterm(tmp_path, images):
@@ -234,13 +245,7 @@ def test_serve_starts_compiled_answers_and_drains_on_sigterm(tmp_path, images):
     )  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
+        _wait_ready(base)
         request = urllib.request.Request(f"{base}{INFER}", data=json.dumps(_json_request(images)).encode(),
                                          headers={"Content-Type": "application/json"})  # fmt: skip
         with urllib.request.urlopen(request, timeout=30) as r:
@@ -905,13 +910,7 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
             return r.status
 
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
+        _wait_ready(base)
         assert [ask(n) for n in range(3, 7)] == [200] * 4  # the 4 shapes it keeps
         before = rss_mb()
         poller = threading.Thread(target=poll)

@@ -115,13 +115,18 @@ def check_value(x: Any, arg: Argument, index: int) -> Any:
 
 def check_symbols(manifest: Manifest, values: Sequence[Any]) -> None:
     """The arguments' shapes bind the function's symbols consistently (SPEC.md 2.8)."""
-    if not manifest.symbolic:
-        return
+    if manifest.symbolic:
+        bind_symbols(manifest, [np.shape(x) for x in values])
+
+
+def bind_symbols(manifest: Manifest, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+    """The symbols' values the arguments' `shapes` bind, or an `InputError` naming the value,
+    the dimension and the symbol (SPEC.md 2.8, "Binding")."""
     from .._format import _symbolic
 
     declared = [(a.name, a.shape) for a in manifest.arguments]
     try:
-        _symbolic.bind_shapes(declared, [np.shape(x) for x in values], manifest.constraints or ())
+        return _symbolic.bind_shapes(declared, shapes, manifest.constraints or ())
     except _symbolic.ShapeError as e:
         raise InputError(
             f"the arguments' shapes do not fit {manifest.function}'s symbolic shapes: {e} "

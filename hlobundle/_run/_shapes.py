@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .._format import _symbolic
 from .._format._errors import InputError
 from .._format._prechecks import short
+from . import _binding
 
 if TYPE_CHECKING:
     from .._format._manifest import Manifest
@@ -91,7 +92,7 @@ def prove(bundle: Bundle, shapes: Shapes) -> Proof:
     from .. import _compat
 
     manifest = bundle.manifest
-    env = _bind(manifest, shapes)
+    env = _binding.bind_symbols(manifest, shapes)
     bundle.modules["module"].check_artifact()  # the text proven is the artifact's program
     entry = _static_entry(bundle.modules["module"].text_bytes, manifest, shapes)
     try:
@@ -124,18 +125,6 @@ def check_results(manifest: Manifest, proof: Proof, outs: Sequence[Any]) -> None
                 f"{list(got)}, not the proven {list(want)} (SPEC.md 2.8)",
                 argument=r.name,
             )
-
-
-def _bind(manifest: Manifest, shapes: Shapes) -> dict[str, int]:
-    declared = [(a.name, a.shape) for a in manifest.arguments]
-    try:
-        return _symbolic.bind_shapes(declared, shapes, manifest.constraints or ())
-    except _symbolic.ShapeError as e:
-        raise InputError(
-            f"the arguments' shapes do not fit {manifest.function}'s symbolic shapes: {e} "
-            "(SPEC.md 2.8)",
-            argument=e.where.split(".")[0],
-        ) from None
 
 
 def _static_entry(text: bytes, manifest: Manifest, shapes: Shapes) -> bytes:
