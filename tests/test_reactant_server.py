@@ -5,6 +5,7 @@ a Julia array (Python reads the same shape)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -54,13 +55,18 @@ def server_bundle(tmp_path: Path, manifest: str = MANIFEST, order=("weight", "bi
     root.mkdir()
     (root / "manifest.yaml").write_text(manifest)
     for n in (4, 8):
-        x = np.zeros((n, 3), np.float32)
-        text = lowered_text(lambda x, w, b: x @ w + b, x, W_JULIA.T, B_JULIA)
-        (root / f"model.b{n}.mlir").write_bytes(_portable(text))
+        (root / f"model.b{n}.mlir").write_bytes(dense_module(n))
     tensors = {"weight": W_JULIA, "bias": B_JULIA}
     save_file({k: tensors[k] for k in order}, root / "weights.safetensors",
               metadata={"argument_order": json.dumps(list(order))})  # fmt: skip
     return root
+
+
+def dense_module(n: int, fn=lambda x, w, b: x @ w + b, outputs: int = 2) -> bytes:
+    """The module Reactant compiles for batch size `n` (a portable artifact): `fn(x, W, b)`."""
+    x = np.zeros((n, 3), np.float32)
+    w, b = np.zeros((3, outputs), np.float32), np.zeros(outputs, np.float32)
+    return _portable(lowered_text(fn, x, w, b))
 
 
 def julia_dense(x_julia: np.ndarray) -> np.ndarray:
@@ -137,6 +143,10 @@ def test_the_weights_follow_argument_order_not_the_files_order(tmp_path):
         (
             lambda m: m.replace("compiled_batch_sizes: [4, 8]", "compiled_batch_sizes: [0]"),
             "positive integers",
+        ),
+        (
+            lambda m: m.replace("compiled_batch_sizes: [4, 8]", "compiled_batch_sizes: [4, 8, 4]"),
+            "lists batch size 4 twice",
         ),
         (  # its first output matches @main's one result: the count alone is wrong
             lambda m: m.replace(
@@ -219,6 +229,193 @@ def test_a_text_module_is_read_too(tmp_path):
     b = hlobundle.load(hlobundle.from_reactant_server(src, tmp_path / "b"))
     assert b.arguments[0].shape == [4, 3]
     assert jax.numpy.asarray(b.tensor("bias")).shape == (2,)
+
+
+# One module file per batch size, by the names the format defines (issue "Trust, round 4",
+# class 6): `model.b{N}.mlir`, N in ASCII digits without a leading zero, for each N the manifest
+# lists, or the one `model.mlir`. Any other name a reader could take for a size's module is refused,
+# whatever order the directory lists its files in.
+
+ALIASES = {
+    "leading-zero": "model.b04.mlir",
+    "arabic-indic-digit": "model.b\u0664.mlir",  # Python's \d and int() take it as 4
+    "fullwidth-digit": "model.b\uff14.mlir",
+    "trailing-newline": "model.b4.mlir\n",  # `$` matches before a final newline
+    "upper-case": "MODEL.B4.MLIR",  # the same file where names are case-insensitive
+    "sign": "model.b+4.mlir",
+    "not-a-number": "model.backup.mlir",
+    "two-aliases": ("model.b04.mlir", "model.b\u0664.mlir"),
+}
+
+
+def _other_program(x, w, b):
+    return x @ w - b
+
+
+def _listed_in(monkeypatch, order: str, root: Path) -> list:
+    """`os.listdir` answering for `root` in `order` (`sorted`, `reversed`); the calls for `root`,
+    to check that the listing turned is the one the importer reads."""
+    real, calls = os.listdir, []
+
+    def listdir(path="."):
+        names = real(path)
+        if isinstance(path, (str, os.PathLike)) and Path(path) == root:
+            calls.append(path)
+            return sorted(names, reverse=order == "reversed")
+        return names
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    return calls
+
+
+@pytest.mark.parametrize("alias", list(ALIASES.values()), ids=list(ALIASES))
+def test_an_alias_beside_a_batch_sizes_module_is_refused_in_either_order(
+    tmp_path, monkeypatch, alias
+):
+    """Another program beside `model.b4.mlir` under a name read as batch size 4 (before: whichever
+    the directory listed last was packed as b4) or like one: refused in both orders alike, naming
+    the alias, nothing written."""
+    src = server_bundle(tmp_path)
+    aliases = alias if isinstance(alias, tuple) else (alias,)
+    for name in aliases:
+        (src / name).write_bytes(dense_module(4, _other_program))
+    refusals = set()
+    for order in ("sorted", "reversed"):
+        calls = _listed_in(monkeypatch, order, src)
+        with pytest.raises(hlobundle.InputError) as e:
+            hlobundle.from_reactant_server(src, tmp_path / order)
+        assert calls, "the importer lists the directory with os.listdir"
+        assert e.value.code == "INPUT_INVALID"
+        assert all(repr(name) in str(e.value) for name in aliases)
+        assert (
+            "is not a module file name" if len(aliases) == 1 else "are not module file names"
+        ) in str(e.value)
+        assert not (tmp_path / order).exists()
+        refusals.add(str(e.value))
+    assert len(refusals) == 1, refusals
+
+
+def test_cli_refuses_an_alias_whichever_file_was_written_first(tmp_path):
+    errors = []
+    for first in ("alias", "canonical"):
+        (tmp_path / first).mkdir()
+        src = server_bundle(tmp_path / first)
+        files = {"model.b04.mlir": dense_module(4, _other_program),
+                 "model.b4.mlir": (src / "model.b4.mlir").read_bytes()}  # fmt: skip
+        (src / "model.b4.mlir").unlink()
+        for name in files if first == "alias" else reversed(files):
+            (src / name).write_bytes(files[name])
+        r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / first / "b")
+        assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+        assert not (tmp_path / first / "b").exists()
+        errors.append(r.stderr.replace(str(src), "DIR"))
+    assert errors[0] == errors[1] and "'model.b04.mlir'" in errors[0]
+    assert "reads as batch size 4" in errors[0]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "extra", "message"),
+    [
+        ("[4, 8]", 16, "'model.b16.mlir' is the module of batch size 16, which "
+                       "manifest.yaml's batching.compiled_batch_sizes [4, 8] does not list"),
+        ("[4]", None, "'model.b8.mlir' is the module of batch size 8, which "
+                      "manifest.yaml's batching.compiled_batch_sizes [4] does not list"),
+        ("[]", None, "'model.b4.mlir', 'model.b8.mlir' are the modules of batch sizes 4, 8"),
+    ],
+    ids=["another-size", "an-unlisted-file", "none-listed"],
+)  # fmt: skip
+def test_a_module_for_a_size_the_manifest_does_not_list_is_refused(tmp_path, sizes, extra, message):
+    src = server_bundle(tmp_path, manifest=MANIFEST.replace("[4, 8]", sizes))
+    if extra:
+        (src / f"model.b{extra}.mlir").write_bytes(dense_module(extra))
+    r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+    assert message in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_a_listed_size_without_its_module_is_refused(tmp_path, batch_size):
+    src = server_bundle(tmp_path, manifest=MANIFEST.replace("[4, 8]", "[4, 8, 16]"))
+    flags = [] if batch_size is None else ["--batch-size", batch_size]
+    r = cli("pack", "--from-reactant-server", src, *flags, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+    assert "batching.compiled_batch_sizes lists 16, but there is no 'model.b16.mlir'" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("beside", ["model.b4.mlir", "model.b04.mlir"])
+def test_model_mlir_is_the_module_only_without_per_size_files(tmp_path, beside):
+    """`model.mlir` is read when no file names a batch size; beside `model.b4.mlir` (which the
+    server would read instead) or an alias of one, the directory is refused."""
+    src = server_bundle(tmp_path, manifest=MANIFEST.replace("[4, 8]", "[4]"))
+    (src / "model.b8.mlir").unlink()
+    (src / "model.mlir").write_bytes(dense_module(4, _other_program))
+    if beside != "model.b4.mlir":
+        (src / "model.b4.mlir").rename(src / beside)
+    r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+    assert repr(beside) in r.stderr and not (tmp_path / "b").exists()
+    if beside == "model.b4.mlir":
+        assert "both model.mlir and" in r.stderr
+
+
+def test_a_directory_without_a_module_is_refused(tmp_path):
+    src = server_bundle(tmp_path)
+    for n in (4, 8):
+        (src / f"model.b{n}.mlir").unlink()
+    r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "b")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+    assert "dense has no model.mlir and no model.b{N}.mlir" in r.stderr
+
+
+def _tree(root: Path) -> dict[str, object]:
+    """Every path under `root`: a file's sha256 and mode, a directory's mode; and `root`'s inode."""
+    tree: dict[str, object] = {".": (root.stat().st_ino, root.stat().st_mode)}
+    for p in sorted(root.rglob("*")):
+        data = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "directory"
+        tree[str(p.relative_to(root))] = (data, p.stat().st_mode)
+    return tree
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["over-a-bundle", "new"])
+def test_a_refused_second_batch_size_leaves_the_output_as_it_was(tmp_path, existing):
+    """`--force` over a good bundle, with a directory whose second size is refused (its @main
+    returns float32[8, 5], the manifest says [8, 2]): before, b4 was written over OUT and then OUT
+    deleted. Now the bundle is built beside OUT and renamed into place only when whole."""
+    src = server_bundle(tmp_path)
+    out = tmp_path / "out.hlobundle"
+    if existing:
+        hlobundle.from_reactant_server(src, out)
+    before = _tree(out) if existing else None
+    (src / "model.b8.mlir").write_bytes(dense_module(8, outputs=5))
+    r = cli("pack", "--from-reactant-server", src, "-o", out, "--force")
+    assert r.returncode == 1 and "error [INPUT_INVALID]" in r.stderr, r.stderr
+    assert "(Julia's axes reversed, batch 8), but @main has float32[8, 5]" in r.stderr
+    assert (_tree(out) if existing else out.exists()) == (before if existing else False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dense"] + ["out.hlobundle"] * existing
+
+
+def test_force_replaces_a_bundle_whole_and_nothing_else(tmp_path):
+    src = server_bundle(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("not a bundle")
+    r = cli("pack", "--from-reactant-server", src, "-o", mine, "--force")
+    assert r.returncode == 1 and "error [OUTPUT_EXISTS]" in r.stderr, r.stderr
+    assert "exists and is not a bundle; --force only replaces bundles" in r.stderr  # checked first
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (mine / "notes.txt").read_text() == "not a bundle"
+    out = tmp_path / "out.hlobundle"
+    r = cli("pack", "--from-reactant-server", src, "--batch-size", "8", "-o", out)
+    assert r.returncode == 0, r.stderr
+    r = cli("pack", "--from-reactant-server", src, "-o", out)
+    assert r.returncode == 1 and "error [OUTPUT_EXISTS]" in r.stderr
+    assert hlobundle.load(out).functions == ["dense"]
+    r = cli("pack", "--from-reactant-server", src, "-o", out, "--force")
+    assert r.returncode == 0, r.stderr
+    assert hlobundle.load(out, verify=True).functions == ["b4", "b8"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dense", "mine", "out.hlobundle"]
 
 
 def test_emit_reactant_server_round_trips_with_inputs_first(tmp_path):

@@ -10,8 +10,11 @@ Such a bundle is a directory named after its model with:
   other models and is refused), `executable_inputs` and `executable_outputs` (each a `name`, a
   `dtype` token such as `f32`, and a `shape` of einsum letters in Julia's axis order, with `dims`
   giving each letter's size; `n` or `b` marks the batch axis), and `batching.compiled_batch_sizes`;
-- `model.mlir`, or `model.b{N}.mlir` per compiled batch size: the StableHLO module (a portable
-  artifact, or text);
+- `model.b{N}.mlir` for each compiled batch size `N` (ASCII digits, no leading zero), or, for
+  one module, `model.mlir`: the StableHLO module (a portable artifact, or text). Exactly those
+  names are read (`module_files`): a directory with any other name a reader could take for a
+  batch size's module (`model.b04.mlir`, `model.b٤.mlir`), a module for a size the manifest does
+  not list, a listed size without one, or both forms, is refused, whatever its listing's order;
 - `weights.safetensors`: the weights, whose `__metadata__` `argument_order` (a JSON list) gives
   their order. `@main` takes the executable inputs in manifest order, then the weights;
 - optionally `model.jl`, Julia pre- and post-processing, which is not code this package runs:
@@ -57,7 +60,11 @@ TOKEN_OF = {name: token for token, name in TOKENS.items()}
 LETTERS = "".join(c for c in "abcdefghijklmnopqrstuvwxyz" if c not in BATCH_LETTERS) + (
     "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
-_MODULE_FILE = re.compile(r"^model\.b(\d{1,9})\.mlir$")
+# The name of a batch size's module, and what a reader could take for one (casefolded): a looser
+# pattern (Python's `\d` takes any Unicode digit, `$` a final newline) finds the same size twice.
+_MODULE_FILE = re.compile(r"model\.b[1-9][0-9]*\.mlir", re.ASCII)
+_LIKE_A_MODULE_FILE = re.compile(r"model\.b.*\.mlir\s*", re.DOTALL)
+_READ_AS = re.compile(r"model\.b(\d{1,18})\.mlir\s*", re.DOTALL | re.IGNORECASE)
 
 
 def module_file(batch_size: int) -> str:
@@ -112,6 +119,10 @@ def read_manifest(root: Path) -> ServerBundle:
     if not isinstance(sizes, list) or not all(type(s) is int and s > 0 for s in sizes):
         raise InputError(f"{where}: batching.compiled_batch_sizes must be a list of positive "
                          "integers", path=path)  # fmt: skip
+    twice = sorted({s for s in sizes if sizes.count(s) > 1})
+    if twice:
+        raise InputError(f"{where}: batching.compiled_batch_sizes lists batch size {twice[0]} "
+                         "twice", path=path)  # fmt: skip
     return ServerBundle(root, name, version, _tensor_list(raw, "executable_inputs", path),
                         _tensor_list(raw, "executable_outputs", path), tuple(sizes))  # fmt: skip
 
@@ -186,7 +197,7 @@ def _tensor(item: object, where: str, path: Path) -> TensorSpec:
 def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]:
     """The module for one batch size (its text) and that batch size."""
     root = server.root
-    per_size = modules_per_size(root)
+    per_size = module_files(server)
     if per_size:
         size = batch_size if batch_size is not None else min(per_size)
         if size not in per_size:
@@ -236,8 +247,65 @@ def weights(root: Path) -> tuple[list[str], _tensors.TensorFile | None]:
     return names, tf
 
 
-def modules_per_size(root: Path) -> dict[int, Path]:
-    return {int(m.group(1)): root / f for f in os.listdir(root) if (m := _MODULE_FILE.match(f))}
+def module_files(server: ServerBundle) -> dict[int, Path]:
+    """The module of each compiled batch size the manifest lists, `model.b{N}.mlir` by that
+    name exactly; `{}` when the one module is `model.mlir`. Refused (naming the files, in the
+    same words whatever order the directory lists them in): a name a reader could take for a
+    batch size's module that is not one's (`model.b04.mlir`, `model.b٤.mlir`, `MODEL.B4.MLIR`:
+    a second program for one size), a module for a size the manifest does not list, a listed
+    size without its module, and `model.mlir` beside `model.b{N}.mlir` files (which
+    ReactantServer.jl reads instead)."""
+    root = server.root
+    names = sorted(os.listdir(root))
+    sizes = sorted(server.batch_sizes)
+    like = [f for f in names if _LIKE_A_MODULE_FILE.fullmatch(f.casefold())]
+    aliases = [f for f in like if not _MODULE_FILE.fullmatch(f)]
+    if aliases:
+        m = _READ_AS.fullmatch(aliases[0])
+        also = f"; {aliases[0]!r} reads as batch size {int(m.group(1))}" if m else ""
+        what = "is not a module file name" if len(aliases) == 1 else "are not module file names"
+        raise InputError(
+            f"{_listed(aliases)} in {root.name} {what} ReactantServer.jl bundles define: the "
+            "module of batch size N is model.b{N}.mlir, N in ASCII digits without a leading "
+            f"zero{also}; rename or remove {'it' if len(aliases) == 1 else 'them'}",
+            path=root / aliases[0],
+        )
+    listed = {module_file(n) for n in sizes}
+    extra = [f for f in like if f not in listed]
+    if extra:
+        extra_sizes = ", ".join(f[len("model.b") : -len(".mlir")] for f in extra)
+        one = len(extra) == 1
+        raise InputError(
+            f"{_listed(extra)} {'is the module' if one else 'are the modules'} of batch "
+            f"size{'' if one else 's'} {extra_sizes}, which manifest.yaml's "
+            f"batching.compiled_batch_sizes {sizes} does not list; list "
+            f"{'it' if one else 'them'} or remove the file{'' if one else 's'}",
+            path=root / extra[0],
+        )
+    if not like:
+        if MODULE not in names:
+            raise InputError(f"{root.name} has no {MODULE} and no model.b{{N}}.mlir",
+                             path=root / MODULE)  # fmt: skip
+        return {}
+    missing = [n for n in sizes if module_file(n) not in like]
+    if missing:
+        raise InputError(
+            f"manifest.yaml's batching.compiled_batch_sizes lists {missing[0]}, but there is no "
+            f"{module_file(missing[0])!r} in {root.name}",
+            path=root / module_file(missing[0]),
+        )
+    if MODULE in names:
+        raise InputError(
+            f"{root.name} has both {MODULE} and {_listed(like)}: ReactantServer.jl reads the "
+            f"per-size files and ignores {MODULE}; keep one form",
+            path=root / MODULE,
+        )
+    return {n: root / module_file(n) for n in sizes}
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(map(repr, names[:5]))
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def weight(tf: _tensors.TensorFile, name: str, t: _main_signature.TensorType) -> np.ndarray:

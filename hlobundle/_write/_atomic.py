@@ -2,7 +2,8 @@
 
 The bundle is built in `.<name>.partial-<pid>-<random>` beside the target, fsynced, and renamed
 into place: the output name never holds a half bundle. A killed writer's temporaries are removed
-by the next write to the same name, once their process is gone.
+by the next write to the same name, once their process is gone. A bundle made in several steps
+(a function each) is built whole in one such directory first (`built_beside`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,26 @@ def write_bundle(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+@contextlib.contextmanager
+def built_beside(out: Path, *, force: bool) -> Iterator[Path]:
+    """Where to build, in several steps, the bundle that is to be `out`: a path of its name in a
+    `.<name>.partial-<pid>-<random>` directory beside `out` (the same file system), to write and
+    rewrite with `force=False`. When the block ends without an error, that bundle is renamed
+    over `out` (with `force`, only over a bundle, checked now and at the rename); on any error
+    only the scratch directory is removed (what it holds was made here), and `out` is left as
+    it was."""
+    _target.check_target(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _target.remove_stale_partials(out)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
+    try:
+        built = scratch / out.name  # its name: a signature covers it
+        yield built
+        _target.move_into_place(built, out, force)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _finish(

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._format import _main_signature, _mlir, _signature
-from .._format._errors import HloBundleWarning, InputError, OutputExistsError
+from .._format._errors import HloBundleWarning, InputError
 from .._format._manifest import identifier
 from .._interop import _reactant_server as rs
 from .._interop._reactant_server import ServerBundle, TensorSpec
@@ -61,7 +61,7 @@ def from_reactant_server(
     key = None if sign_key is None else _signature.signing_key(sign_key)
     options = dict(force=force, target_version=target_version, timestamp=timestamp,
                    allow_custom_calls=tuple(allow_custom_calls))  # fmt: skip
-    sizes = sorted(rs.modules_per_size(root))
+    sizes = sorted(rs.module_files(server))
     if batch_size is not None or len(sizes) < 2:
         return _pack_size(server, Path(out), batch_size, server.name, {**options, "sign_key": key})
     return _pack_sizes(server, Path(out), sizes, options, key)
@@ -71,28 +71,21 @@ def _pack_sizes(
     server: ServerBundle, out: Path, sizes: list[int], options: dict[str, Any],
     sign_key: _signature.SigningKey | None,
 ) -> Path:  # fmt: skip
-    """One function `bN` per batch size: the smallest written to `out`, each other packed
-    beside it and added (signed once every function is in, when `sign_key` is given)."""
-    import shutil
-    import tempfile
-
+    """One function `bN` per batch size, the bundle built whole beside `out` (the smallest
+    first, each other packed beside it and added, signed once every function is in when
+    `sign_key` is given) and renamed into place only then: a size refused leaves `out` as it
+    was, `force` or not."""
+    from ._atomic import built_beside
     from ._functions import add_function
 
-    if out.exists() and not options["force"]:
-        raise OutputExistsError(f"{str(out)!r} already exists; pass force=True (--force)",
-                                path=out)  # fmt: skip
-    written = _pack_size(server, out, sizes[0], f"b{sizes[0]}", options)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".sizes", dir=out.parent))
-    try:
+    steps = {**options, "force": False}  # each step writes a new path in the scratch directory
+    with built_beside(out, force=options["force"]) as bundle:
+        _pack_size(server, bundle, sizes[0], f"b{sizes[0]}", steps)
         for i, size in enumerate(sizes[1:], start=1):
-            part = _pack_size(server, scratch / f"b{size}", size, f"b{size}", options)
-            add_function(out, part, sign_key=sign_key if i == len(sizes) - 1 else None)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)  # written above: not the bundle asked for
-        raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)  # made above
-    return written
+            part = bundle.with_name(f"{bundle.name}.b{size}")  # never the bundle's own name
+            _pack_size(server, part, size, f"b{size}", steps)
+            add_function(bundle, part, sign_key=sign_key if i == len(sizes) - 1 else None)
+    return out
 
 
 def _pack_size(
