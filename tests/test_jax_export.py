@@ -3,6 +3,7 @@ so it outlives the blob's compatibility window), and gives an Exported back."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import jax
@@ -249,3 +250,32 @@ def test_several_named_blobs_make_one_bundle_of_functions(exported, tmp_path):
             "--from-jax-export", f"bad={tmp_path / 'nothing.jax'}", "-o", tmp_path / "d")  # fmt: skip
     assert r.returncode == 1 and not (tmp_path / "d").exists()  # no bundle of one of them
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def _digests(root):
+    return {p.relative_to(root): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def test_a_refused_function_leaves_the_earlier_bundle_intact(exported, tmp_path):
+    """`pack` of several functions with --force over an earlier bundle, or --add of several:
+    the bundle is built beside it and renamed over it only when every function packed, so a
+    refused one leaves the earlier bundle as it was (before: --force deleted it)."""
+    (tmp_path / "m.jax").write_bytes(exported.serialize())
+    (tmp_path / "bad.jax").write_bytes(b"not a blob")
+    out = tmp_path / "b"
+    first = ["--from-jax-export", f"model={tmp_path / 'm.jax'}"]
+    assert cli("pack", *first, "--from-jax-export", f"again={tmp_path / 'm.jax'}", "-o",
+               out).returncode == 0  # fmt: skip
+    before = _digests(out)
+    bad = ["--from-jax-export", f"bad={tmp_path / 'bad.jax'}"]
+    r = cli("pack", *first, *bad, "-o", out, "--force")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert _digests(out) == before
+    r = cli("pack", "--from-jax-export", f"third={tmp_path / 'm.jax'}", *bad, "-o", out, "--add")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert _digests(out) == before  # not even the first of the two functions added
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    r = cli("pack", "--from-jax-export", f"third={tmp_path / 'm.jax'}", "-o", out, "--add")
+    assert r.returncode == 0, r.stderr
+    assert hlobundle.load(out, verify=True).functions == ["model", "again", "third"]

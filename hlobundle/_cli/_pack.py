@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .._format._errors import OutputExistsError
 from ._common import (
     EXIT_OK,
     check_certificates,
@@ -121,42 +120,36 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 
 def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -> int:
-    """Several functions, or one added (--add): each packed into a scratch directory beside
-    the bundle, then added to it by `add_function` (which signs it again, as refresh does)."""
+    """Several functions, or some added (--add): the bundle is built whole beside the target
+    (`built_beside`; for --add, from a copy of the bundle), each function packed next to it and
+    added by `add_function` (which signs it again, as refresh does), and renamed over the
+    target only when every function is in: a refused one leaves the target as it was."""
     import shutil
-    import tempfile
 
     from .._read._files import read_manifest
+    from .._write._atomic import built_beside
     from .._write._functions import add_function
 
     target = output_path("-o", args.output)
     if args.add:
         read_manifest(target)  # a bundle, before anything is packed
-    elif target.exists() and not args.force:
-        raise OutputExistsError(f"{str(target)!r} already exists; pass --force to replace it",
-                                path=target)  # fmt: skip
     key = resigning_key(args)
     unsigned = {"private_key": None, "signing_certificate": None, "certificate_chain": []}
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".add", dir=target.parent))
-    created = False
-    try:
-        queue = parts
-        if not args.add:  # the first function makes the bundle
-            _pack_one(argparse.Namespace(**{**vars(parts[0]), **unsigned, "output": target}))
-            created, queue = True, parts[1:]
+    queue = parts
+    with built_beside(target, force=args.force or args.add) as bundle:
+        if args.add:  # the bundle as it is (a copy: the reader refuses a second hard link)
+            shutil.copytree(target, bundle, symlinks=True)
+        else:  # the first function makes the bundle
+            _pack_one(argparse.Namespace(**{**vars(parts[0]), **unsigned, "output": bundle,
+                                            "force": False}))  # fmt: skip
+            queue = parts[1:]
         trust = {"public_key": args.public_key, "replace_signature": args.replace_signature}
         for i, part in enumerate(queue):
-            packed = scratch / str(i)
+            packed = bundle.with_name(f"{bundle.name}.{i}")  # never the bundle's own name
             _pack_one(argparse.Namespace(**{**vars(part), **unsigned, "output": packed,
                                             "force": False}))  # fmt: skip
-            add_function(target, packed, default=args.default and i == 0, sign_key=key, **trust)
+            add_function(bundle, packed, default=args.default and i == 0, sign_key=key, **trust)
             trust = {}  # from now on, the bundle is signed by the key itself
-    except BaseException:
-        if created:  # a bundle of some of the functions is no bundle asked for
-            shutil.rmtree(target, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)  # made above
     functions = [f.name for f in read_manifest(target)[0].functions]  # type: ignore[union-attr]
     if args.add:
         added = functions[len(functions) - len(queue) :]
