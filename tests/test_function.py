@@ -163,7 +163,7 @@ def lenet_bundle(tmp_path_factory):
          "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float64[4, 1, 28, 28]"),
         (lambda f, a: f(*a[:-1]), "missing argument(s) ['images']"),
         (lambda f, a: f(*a, a[0]), "expected 11 argument(s) (params_conv1_b, params_conv1_w,"),
-        (lambda f, a: f(*a, bogus=1), "unexpected argument 'bogus'; the arguments are ['params_conv1_b',"),
+        (lambda f, a: f(*a, bogus=1), "unexpected argument 'bogus'. The arguments are ['params_conv1_b',"),
         (lambda f, a: f(*a, images=a[-1]), "argument 'images' given twice (by position and by name)"),
         (lambda f, a: f({"conv1": {}}, a[-1]), "args[0]: expected a dict with keys ['conv1', 'conv2', 'dense1', 'dense2', 'dense3'], got a dict with keys ['conv1']"),
         (lambda f, a: f(lenet5.init_params(), a[-1], a[-1]), "expected 2 positional argument(s) with the exported pytree structure, or 11 arrays; got 3"),

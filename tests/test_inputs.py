@@ -63,7 +63,8 @@ def test_unknown_keys_are_ambiguous(tmp_path, module):
     np.savez(tmp_path / "in.npz", a=X, b=Y)
     with pytest.raises(
         hlobundle.InputError,
-        match=r"key\(s\) \['a', 'b'\] are neither argument names \['arg0', 'arg1'\] nor arr_<k>",
+        match=r"key\(s\) \['a', 'b'\] are neither argument names nor arr_<k>\. The arguments are "
+        r"\['arg0', 'arg1'\]\.",
     ) as e:
         hlobundle.pack_files(module, [tmp_path / "in.npz"], tmp_path / "b")
     assert e.value.code == "INPUT_AMBIGUOUS"

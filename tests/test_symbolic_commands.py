@@ -119,7 +119,7 @@ def test_emit_writes_a_script(bundles, name, tmp_path):
 @pytest.mark.parametrize("name", ["stored", "bare", "huge"])
 def test_refresh_rewrites_the_artifact(bundles, name, tmp_path):
     out = shutil.copytree(bundles[name], tmp_path / name)
-    _clean(cli("refresh", out, "--target", "1.13.7"))
+    _clean(cli("refresh", out, "--target-version", "1.13.7"))
     _clean(cli("verify", out))
 
 

@@ -83,7 +83,12 @@ def emit(args: argparse.Namespace) -> int:
     applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
     bundle = load(args.bundle, **trust_options(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
-    backend = script_backend(bundle, args.backend)
+    try:
+        backend = script_backend(bundle, args.backend)
+    except InputError as e:  # the option is wrong for this bundle, not the bundle: a usage error
+        if e.argument != "backend":
+            raise
+        usage(args, e.message)
     emit_script(bundle, path, backend=backend, force=args.force,
                 trust_executables=args.trust_executables)  # fmt: skip
     print(f"wrote {path} (backend {backend}; run it with: python {path})")

@@ -4,6 +4,8 @@ each with its handler (`_commands`, `_pack`) and its own parser (`usage()` repor
 from __future__ import annotations
 
 import argparse
+import difflib
+from collections.abc import Sequence
 from typing import Any
 
 from . import _commands, _parser_read, _parser_write
@@ -21,10 +23,41 @@ exit status:
   130  interrupted (Ctrl-C)"""
 
 
+class Parser(argparse.ArgumentParser):
+    """A parser that takes no abbreviations, and reports an unknown option with its command's
+    usage and the closest option that command has.
+
+    An abbreviation (`--input` for `--inputs`) would change meaning when a later release adds
+    an option that shares the prefix. argparse hands a subcommand's unknown options up to the
+    top parser, whose usage says nothing of the command's options: here the command reports
+    them. The commands' parsers are of this class too (`add_subparsers` makes its own kind).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            command = getattr(parsed, "parser", self)  # set_defaults(parser=...) in build()
+            given = " ".join(unknown)
+            command.error(f"unrecognized arguments: {given}{command.closest(unknown)}")
+        return parsed
+
+    def closest(self, unknown: Sequence[str]) -> str:
+        """`; did you mean --inputs?` for the first unknown option close to one of ours."""
+        options = [s for action in self._actions for s in action.option_strings]
+        for arg in unknown:
+            close = arg.startswith("-") and difflib.get_close_matches(arg.split("=")[0], options, 1)
+            if close:
+                return f"; did you mean {close[0]}?"
+        return ""
+
+
 def build() -> argparse.ArgumentParser:
     from .._version import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="hlobundle",
         description="Pack, run, emit, inspect, verify, sign, compile and serve StableHLO bundles.",
         epilog=EXIT_STATUSES,

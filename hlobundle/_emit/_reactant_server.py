@@ -179,7 +179,10 @@ def _check_servable(m: Manifest) -> None:
     symbolic = [v.name for v in values if any(type(d) is not int for d in v.shape)]
     if symbolic:
         raise InputError(f"{symbolic[0]} has a symbolic dimension; a ReactantServer.jl bundle "
-                         "holds static shapes (a module per batch size)", argument=symbolic[0])  # fmt: skip
+                         "holds static shapes (a module per batch size): re-export it at fixed "
+                         "sizes (hlobundle.export without shapes_specs, a function bN per batch "
+                         "size N, added with add=True), or pack it from a static module, and "
+                         "emit that bundle", argument=symbolic[0])  # fmt: skip
     deep = [v.name for v in values if len(v.shape) > len(rs.LETTERS)]
     if deep:
         raise InputError(f"{deep[0]} has more axes than the {len(rs.LETTERS)} shape letters")

@@ -3,8 +3,9 @@ terminal, in tables, and sizes in binary units."""
 
 from __future__ import annotations
 
+import difflib
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 # Control, format (bidi overrides), and line/paragraph separator characters: printed as escapes,
 # so that a manifest cannot move the cursor, recolour the terminal or hide text.
@@ -35,3 +36,20 @@ def human_bytes(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} bytes"
+
+
+def some_names(names: Sequence[str], first: Collection[str] = (), limit: int = 8) -> str:
+    """Up to `limit` of `names`, those in `first` ahead (a model's few inputs, which its many
+    parameters would otherwise hide), and how many are left out: a cut list says it is cut."""
+    ordered = [n for n in names if n in first] + [n for n in names if n not in first]
+    left_out = len(ordered) - limit
+    return f"{ordered[:limit]}" + (f" and {left_out} more" if left_out > 0 else "")
+
+
+def did_you_mean(names: Sequence[str], known: Sequence[str]) -> str:
+    """`; did you mean 'x'?` for the first of the mistyped `names` close to one of `known`."""
+    for name in names:
+        close = difflib.get_close_matches(name, known, n=1)
+        if close:
+            return f"; did you mean {close[0]!r}?"
+    return ""

@@ -132,10 +132,22 @@ def read_manifest(root: Path) -> tuple[AnyManifest, str]:
         raise UnsafePathError(f"{MANIFEST_NAME} is a symlink", path=MANIFEST_NAME)
     if not path.is_file():
         raise NotABundleError(
-            f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle", path=MANIFEST_NAME
+            f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle{_packed_how(root)}",
+            path=MANIFEST_NAME,
         )
     data = read_manifest_bytes(path)
     return parse_manifest(data, path=MANIFEST_NAME), hashlib.sha256(data).hexdigest()
+
+
+def _packed_how(root: Path) -> str:
+    """How to make a bundle of a directory that a producer wrote instead: a Reactant export
+    (`export_to_enzymejax`'s `.py`, `.mlir` and `_inputs.npz`) is what users try to run."""
+    if all(any(root.glob(pattern)) for pattern in ("*_inputs.npz", "*.mlir", "*.py")):
+        return (
+            ". It looks like a Reactant export (export_to_enzymejax): make a bundle of it with "
+            f"`hlobundle pack --from-reactant {root} -o OUT` (hlobundle.from_reactant in Python)"
+        )
+    return ""
 
 
 def read_module_file(root: Path, manifest: AnyManifest, name: str) -> tuple[bytes, str]:

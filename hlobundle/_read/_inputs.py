@@ -12,7 +12,7 @@ import math
 import re
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._format import _dtypes
+from .._format._display import did_you_mean, some_names
 from .._format._errors import InputAmbiguousError, InputError, TensorFileError
 from .._format._main_signature import TensorType
 
@@ -202,12 +203,19 @@ def from_python(inputs: Sequence[Any] | Mapping[str, Any]) -> list[Keyed]:
 
 
 def assign(
-    items: list[Keyed], names: Sequence[str], *, optional: Sequence[str] = ()
+    items: list[Keyed],
+    names: Sequence[str],
+    *,
+    optional: Sequence[str] = (),
+    inputs: Collection[str] = (),
 ) -> list[Keyed | None]:
     """Order `items` as the arguments `names`, by name, by `arr_<k>`, or by position.
 
     By name, the arguments in `optional` may be left out (None): the caller has a value for
-    them (a runner's stored example values).
+    them (a runner's stored example values). `inputs` are the arguments of role `input`: a
+    model's few inputs hide among its many parameters, so errors list them first, and one
+    loose array goes to the only one when every other argument is optional (`run B --inputs
+    x.npy` for LeNet's images).
     """
     keys = [it.key for it in items]
     if len(set(keys)) != len(keys):
@@ -220,13 +228,18 @@ def assign(
     if keys and all(_ARR_KEY.match(k) for k in keys):
         return _assign_numbered(items, names)
     if items and all(it.positional for it in items):
-        _require_count(items, names)
+        only = [n for n in names if n in inputs]
+        others_have_values = set(names) <= {*only, *optional}
+        if len(items) == 1 < len(names) and len(only) == 1 and others_have_values:
+            return [items[0] if n == only[0] else None for n in names]
+        _require_count(items, names, only)
         return items
     unknown = sorted(set(keys) - set(names))
     raise InputAmbiguousError(
         f"cannot tell which input goes to which argument: key(s) {unknown[:8]} are neither "
-        f"argument names {list(names)[:8]} nor arr_<k>; rename the keys to argument names, or "
-        "give each file for one argument as NAME=FILE",
+        f"argument names nor arr_<k>{did_you_mean(unknown, names) or '.'} The arguments are "
+        f"{some_names(names, inputs)}. Rename the keys to argument names, or give each file "
+        "for one argument as NAME=FILE",
     )
 
 
@@ -252,7 +265,7 @@ def _require_all(by_key: dict[str, Keyed], names: Sequence[str]) -> None:
         )
 
 
-def _require_count(items: list[Keyed], names: Sequence[str]) -> None:
+def _require_count(items: list[Keyed], names: Sequence[str], inputs: Sequence[str]) -> None:
     got, expected = len(items), len(names)
     if got == expected:
         return
@@ -261,7 +274,7 @@ def _require_count(items: list[Keyed], names: Sequence[str]) -> None:
         given = ", ".join(it.source for it in items)
         hint = (
             f"; {given} names no argument: give each file as NAME=FILE, e.g. "
-            f"--inputs {names[0]}={items[0].source} (any argument not given keeps its "
+            f"--inputs {(inputs or names)[0]}={items[0].source} (any argument not given keeps its "
             "stored value)"
         )
     raise InputError(f"expected {expected} input array(s), one per argument, got {got}{hint}")
@@ -275,10 +288,13 @@ def check(
     path: str,
     column_major: bool,
     what: str = "argument",
+    reversed_hint: str = "",
 ) -> np.ndarray:
     """The array to store for one argument, in the tensor's own (row-major) orientation.
 
     Shape and dtype are checked before the array is read (an `.npz` member is read only then).
+    `reversed_hint` ends the shape error of an array whose shape is the expected one reversed:
+    the caller knows which option takes arrays in that (Julia's) orientation.
     """
     value = item.array
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
@@ -300,8 +316,10 @@ def check(
     ):  # a symbolic dimension (an expression, or None): the values' shapes bind them together
         shown = (f"[{', '.join(map(str, want_shape))}]"
                  if any(not isinstance(w, int) for w in want_shape) else str(want_shape))  # fmt: skip
+        reversed_shape = len(want_shape) > 1 and tuple(value.shape) == tuple(want_shape[::-1])
         raise InputError(
-            f"{where}: expected shape {shown}{orientation}, got {tuple(value.shape)}",
+            f"{where}: expected shape {shown}{orientation}, got {tuple(value.shape)}"
+            + (reversed_hint if reversed_shape else ""),
             **({"argument": name} if what == "argument" else {"field": path}),
         )
     array = np.asarray(value)

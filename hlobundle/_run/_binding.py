@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._format import _dtypes
+from .._format._display import did_you_mean, some_names
 from .._format._errors import InputDtypeError, InputError
 from .._format._manifest import Argument, Manifest, unflatten
 
@@ -37,10 +38,13 @@ def bind(
     if len(args) > len(arguments):
         raise count_error(arguments, len(args) + len(kwargs))
     values: dict[str, Any] = {a.name: x for a, x in zip(arguments, args, strict=False)}
+    names = [a.name for a in arguments]
     for name, x in kwargs.items():
-        if name not in {a.name for a in arguments}:
+        if name not in names:
+            inputs = [a.name for a in arguments if a.role == "input"]
             raise InputError(
-                f"unexpected argument {name!r}; the arguments are {[a.name for a in arguments]}",
+                f"unexpected argument {name!r}{did_you_mean([name], names) or '.'} The "
+                f"arguments are {some_names(names, inputs)}",
                 argument=name,
             )
         if name in values:

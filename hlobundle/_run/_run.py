@@ -12,6 +12,7 @@ import numpy as np
 
 from .._format import _dtypes, _limits, _main_signature, _tensors
 from .._format._errors import InputError, LimitError
+from .._format._manifest import Result
 from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
@@ -41,6 +42,12 @@ class RunReport:
         return asdict(self)
 
 
+_REVERSED_HINT = (
+    ", its reversed shape: Julia's orientation, in which the bundle's producer holds it; "
+    "give arrays in that orientation with --layout producer"
+)
+
+
 def example_arguments(
     bundle: Bundle,
     given: list[_inputs.Keyed] | None,
@@ -53,7 +60,9 @@ def example_arguments(
     if given is not None:
         # Arguments given by name take the given values; the others their stored ones.
         stored = [a.name for a in arguments if a.value is not None]
-        ordered = _inputs.assign(given, [a.name for a in arguments], optional=stored)
+        inputs = [a.name for a in arguments if a.role == "input"]
+        ordered = _inputs.assign(given, [a.name for a in arguments], optional=stored, inputs=inputs)
+        hint = "" if producer_layout else _REVERSED_HINT
         values = [
             bundle.tensor(a.name)
             if item is None
@@ -63,6 +72,7 @@ def example_arguments(
                 name=a.name,
                 path=a.path,
                 column_major=producer_layout and a.layout == "column_major",
+                reversed_hint=hint if a.layout == "column_major" else "",
             )  # fmt: skip
             for item, a in zip(ordered, arguments, strict=True)
         ]
@@ -163,7 +173,7 @@ def run(
     arrays = [_placement.to_host(o) for o in outputs]
     expected = bundle.expected_outputs() if source == "stored" else {}
     reports = [
-        _compare(r.name, r.dtype, a, expected.get(r.name), rtol, atol)
+        _compare(r, a, expected.get(r.name), rtol, atol, producer_layout)
         for r, a in zip(bundle.results, arrays, strict=True)
     ]
     ok = all(r.ok is not False for r in reports)
@@ -178,14 +188,17 @@ def _ready(x: Any) -> Any:
 
 
 def _compare(
-    name: str,
-    dtype: str,
+    result: Result,
     got: np.ndarray,
     want: np.ndarray | None,
     rtol: float | None,
     atol: float | None,
+    producer_layout: bool,
 ) -> OutputReport:
-    shape = list(got.shape)
+    """`got` against `want`, both in the stored orientation; the shape shown is the one the
+    outputs are saved in (`_oriented`)."""
+    name, dtype = result.name, result.dtype
+    shape = list(_oriented(result, got, producer_layout).shape)
     if want is None:
         return OutputReport(name, shape, dtype, None, None)
     tol = default_tolerance(dtype)
@@ -193,14 +206,17 @@ def _compare(
     return OutputReport(name, shape, dtype, max_abs_diff(got, want), agree(got, want, rtol, atol))
 
 
+def _oriented(result: Result, array: np.ndarray, producer_layout: bool) -> np.ndarray:
+    """A result as `--layout producer` gives it: a column-major one (Julia's) reversed. The
+    table and the saved outputs both show this, so that their shapes agree."""
+    return array.T if producer_layout and result.layout == "column_major" else array
+
+
 def save_outputs(
     path: Path, bundle: Bundle, arrays: list[np.ndarray], *, producer_layout: bool
 ) -> None:
     results = bundle.results
-    named = {
-        r.name: (a.T if producer_layout and r.layout == "column_major" else a)
-        for r, a in zip(results, arrays, strict=True)
-    }
+    named = {r.name: _oriented(r, a, producer_layout) for r, a in zip(results, arrays, strict=True)}
     suffix = path.suffix.lower()
     if suffix == ".npz":
         np.savez(path, **named)

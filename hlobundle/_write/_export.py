@@ -80,7 +80,7 @@ def export(
 
     leaves, in_tree = jax.tree_util.tree_flatten_with_path(example_args)
     flat = [np.asarray(leaf) for _, leaf in leaves]
-    _check_x64(flat, [p for p, _ in leaves], jax.config.jax_enable_x64)
+    _check_x64(flat, leaves, jax.config.jax_enable_x64)
 
     def flat_fn(*flat_args: Any) -> Any:
         return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
@@ -205,10 +205,24 @@ def _abstract(leaf: Any) -> Any:
     )
 
 
-def _check_x64(flat: list[np.ndarray], paths: list[Any], enabled: bool) -> None:
+# A Python scalar's 32-bit NumPy type: what jax.jit, x64 off, would trace it as (weakly typed).
+_SCALAR_32 = {float: "np.float32", int: "np.int32", complex: "np.complex64"}
+
+
+def _check_x64(flat: list[np.ndarray], leaves: list[tuple[Any, Any]], enabled: bool) -> None:
+    """Refuse 64-bit example values while x64 is off: JAX would lower them as 32-bit ones. A
+    Python scalar has no width of its own (NumPy gives it 64 bits), so its fix is a 32-bit
+    scalar, not x64."""
     if enabled:
         return
-    for path, a in zip(paths, flat, strict=True):
+    for a, (path, leaf) in zip(flat, leaves, strict=True):
+        if type(leaf) in _SCALAR_32:
+            raise InputError(
+                f"example argument args{_keystr(path)} is a Python {type(leaf).__name__}, which "
+                f"becomes {a.dtype.name}, a dtype JAX cannot lower while jax_enable_x64 is off; "
+                f"give it a 32-bit type: {_SCALAR_32[type(leaf)]}({leaf!r})",
+                argument=_keystr(path),
+            )
         if a.dtype.itemsize == 8 and a.dtype.kind in "iuf" or a.dtype == np.complex128:
             raise InputError(
                 f"example argument args{_keystr(path)} is {a.dtype.name}, but jax_enable_x64 is "

@@ -46,7 +46,12 @@ def plan(
     names = _names(opt.names or _jax_names(sig.argument_info, "arg"), n, "arg", "names")
     paths = _sized(opt.paths, n, "paths") or [f"%arg{i}" for i in range(n)]
     roles = _expand_roles(dict(opt.roles or {}), names)
-    ordered = None if items is None else _inputs.assign(items, names, optional=opt.without_values)
+    inputs = [n for n in names if roles.get(n, "input") == "input"]
+    ordered = (
+        None
+        if items is None
+        else _inputs.assign(items, names, optional=opt.without_values, inputs=inputs)
+    )
     layout = opt.layout
     if layout == "auto":  # without arrays there is nothing to tell: the tensors' own shapes
         layout = (
@@ -150,9 +155,16 @@ def _check_symbolic_examples(
 
 
 def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, str]:
-    """Roles by argument name; a key may be a glob (`params_*`). A later key wins."""
+    """Roles by argument name; a key may be a glob (`params_*`). A later key wins. A role is
+    checked here, where the caller's mapping is read: past here it picks a tensor file."""
     roles: dict[str, str] = {}
     for pattern, role in given.items():
+        if role not in TENSOR_FILES:
+            raise InputError(
+                f"role {role!r} given for {pattern!r} is not a role; roles are "
+                f"{', '.join(TENSOR_FILES)}",
+                argument=pattern,
+            )
         matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         if not matched:
             raise InputError(

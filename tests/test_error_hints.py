@@ -1,0 +1,147 @@
+"""Mistakes a user makes in the first hour get errors that say what to do (issue 33): each test
+runs the user's command or call and checks the message."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from helpers import FIXTURES, ROOT, cli, identity_module, needs_fixtures, two_functions
+
+import hlobundle
+
+LENET = ROOT / "examples" / "lenet5.hlobundle"
+IMAGES = (4, 1, 28, 28)  # LeNet's one input, after ten parameters
+
+
+def test_a_role_typo_in_export_is_a_coded_error_listing_the_roles(tmp_path):
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(hlobundle.InputError, match=r"role 'param' .*input, parameter, state"):
+        hlobundle.export(lambda params, x: x * params, x, x, out=tmp_path / "b",
+                         roles={"params": "param"})  # fmt: skip
+    assert not (tmp_path / "b").exists()
+    (tmp_path / "m.mlir").write_text(identity_module(x))
+    r = cli("pack", tmp_path / "m.mlir", "-o", tmp_path / "c", "--role", "arg0=param")
+    assert r.returncode == 2 and "input|parameter|state, got 'arg0=param'" in r.stderr
+
+
+def test_a_wrong_input_name_lists_the_inputs_first_and_suggests_the_closest(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros(IMAGES, np.float32))
+    r = cli("run", LENET, "--inputs", f"imagez={tmp_path / 'x.npy'}")
+    assert r.returncode == 1
+    assert "did you mean 'images'?" in r.stderr, r.stderr
+    assert "['images', 'params_conv1_b'," in r.stderr and "and 3 more" in r.stderr, r.stderr
+    fn = hlobundle.load(LENET).function("xla")
+    with pytest.raises(
+        hlobundle.InputError, match=r"'imagez'; did you mean 'images'\?.*and 3 more"
+    ):
+        fn(imagez=np.zeros(IMAGES, np.float32))
+
+
+def test_one_unnamed_array_goes_to_the_only_input(tmp_path):
+    images = np.zeros(IMAGES, np.float32)
+    np.save(tmp_path / "x.npy", images)
+    r = cli("run", LENET, "--inputs", tmp_path / "x.npy", "--json", "--save-outputs",
+            tmp_path / "out.npz")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["inputs"] == "given and stored"
+    want = hlobundle.load(LENET).function("xla")(images=images)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["result"], want, rtol=1e-6)
+    # Two loose arrays name no argument: the hint names the input, never a parameter.
+    np.save(tmp_path / "y.npy", images)
+    r = cli("run", LENET, "--inputs", tmp_path / "x.npy", tmp_path / "y.npy")
+    assert r.returncode == 1 and "e.g. --inputs images=x.npy" in r.stderr, r.stderr
+
+
+def _column_major(tmp_path):
+    """A bundle made from Julia's arrays: @main takes and returns a tensor<2x3xf32>, which Julia
+    holds as a 3x2 array."""
+    julia = np.arange(6, dtype=np.float32).reshape(3, 2)
+    text = identity_module(np.zeros((2, 3), np.float32))
+    out = hlobundle.pack(text, [julia], tmp_path / "b", layout="column_major")
+    np.save(tmp_path / "julia.npy", julia)
+    return out
+
+
+def test_an_array_in_julia_s_orientation_gets_a_hint_naming_layout_producer(tmp_path):
+    b = _column_major(tmp_path)
+    r = cli("run", b, "--inputs", f"arg0={tmp_path / 'julia.npy'}")
+    assert r.returncode == 1
+    assert "expected shape (2, 3), got (3, 2)" in r.stderr and "--layout producer" in r.stderr
+    r = cli("run", b, "--inputs", f"arg0={tmp_path / 'julia.npy'}", "--layout", "producer")
+    assert r.returncode == 0, r.stderr
+
+
+def test_layout_producer_shows_and_saves_the_producer_s_shapes(tmp_path):
+    b = _column_major(tmp_path)
+    r = cli("run", b, "--layout", "producer", "--save-outputs", tmp_path / "out.npz")
+    assert r.returncode == 0, r.stderr
+    assert "  result0  (3, 2)  float32" in r.stdout, r.stdout
+    assert np.load(tmp_path / "out.npz")["result0"].shape == (3, 2)
+    r = cli("run", b, "--layout", "producer", "--json")
+    assert json.loads(r.stdout)["outputs"][0]["shape"] == [3, 2]
+    r = cli("run", b)  # the stored orientation, as before
+    assert "  result0  (2, 3)  float32" in r.stdout, r.stdout
+
+
+def test_a_python_float_argument_suggests_a_32_bit_scalar(tmp_path):
+    x = np.ones((3,), np.float32)
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(hlobundle.InputError, match=r"Python float.*np\.float32\(2\.0\)") as e:
+            hlobundle.export(lambda x, s: x * s, x, 2.0, out=tmp_path / "b")
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert "jax_enable_x64', True" not in str(e.value)
+
+
+def test_emit_reactant_server_of_a_symbolic_function_says_how_to_get_static_shapes(tmp_path):
+    two = two_functions(tmp_path)
+    r = cli("emit", two, "--function", "predict", "--format", "reactant-server",
+            "-o", tmp_path / "rs")  # fmt: skip
+    assert r.returncode == 1
+    assert "re-export it at fixed sizes" in r.stderr and "static module" in r.stderr, r.stderr
+
+
+@needs_fixtures
+def test_verify_of_a_reactant_export_suggests_pack_from_reactant():
+    lux = FIXTURES / "export_to_enzymejax_lux"
+    r = cli("verify", lux)
+    assert r.returncode == 1 and r.stderr.startswith("error [NOT_A_BUNDLE]")
+    assert f"hlobundle pack --from-reactant {lux} -o" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("backend", ["iree", "enzyme"])
+def test_a_symbolic_function_refused_by_a_script_backend_is_a_usage_error(tmp_path, backend):
+    two = two_functions(tmp_path)
+    r = cli("emit", two, "--function", "predict", "--backend", backend, "-o", tmp_path / "s.py")
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.stderr.startswith("usage: hlobundle emit") and last.startswith("hlobundle emit: error")
+    assert "symbolic shapes" in last and "--backend xla" in last, last
+    assert not (tmp_path / "s.py").exists()
+
+
+def test_an_unknown_option_names_the_closest_with_the_command_s_usage():
+    r = cli("run", LENET, "--input", "x.npy")  # an abbreviation is not taken for --inputs
+    assert r.returncode == 2
+    assert r.stderr.startswith("usage: hlobundle run "), r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert (
+        last
+        == "hlobundle run: error: unrecognized arguments: --input x.npy; did you mean --inputs?"
+    )
+    r = cli("pack", "m.mlir", "-o", "out", "--compute-expect")
+    assert r.stderr.strip().endswith("did you mean --compute-expected?"), r.stderr
+    assert r.stderr.startswith("usage: hlobundle pack ")
+
+
+def test_no_parser_takes_abbreviations():
+    from hlobundle._cli import _parser
+
+    top = _parser.build()
+    commands = top._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    parsers = [top, *commands.values()]
+    assert len(parsers) == 12 and not any(p.allow_abbrev for p in parsers)
