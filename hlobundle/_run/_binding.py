@@ -3,6 +3,7 @@ checked before anything is traced (docs/jax.md, "Calling a bundle from JAX")."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,9 @@ def bind(
     """
     arguments = manifest.arguments
     tree = manifest.input_tree
-    if tree is not None and not kwargs and any(isinstance(a, (dict, list, tuple)) for a in args):
+    if tree is None and not kwargs and any(_is_tree(a) for a in args):
+        args = _leaves(args)  # the leaves of the pytrees given, in JAX's order
+    if tree is not None and not kwargs and any(_is_tree(a) for a in args):
         if len(args) != len(tree):
             raise InputError(
                 f"expected {len(tree)} positional argument(s) with the exported pytree "
@@ -145,6 +148,8 @@ def _flatten_by_tree(tree: Any, value: Any, where: str) -> dict[str, Any]:
     if tree is None:
         return {}
     if isinstance(tree, list):
+        if not isinstance(value, (list, tuple)) and _is_tree(value):
+            value = _leaves([value])  # a node the bundle stores as its leaves (an Equinox module)
         if not isinstance(value, (list, tuple)) or len(value) != len(tree):
             raise InputError(
                 f"{where}: expected a sequence of {len(tree)}, got {_describe(value)}",
@@ -163,6 +168,25 @@ def _flatten_by_tree(tree: Any, value: Any, where: str) -> dict[str, Any]:
     for k, t in tree.items():
         found.update(_flatten_by_tree(t, value[k], f"{where}[{k!r}]"))
     return found
+
+
+def _is_tree(value: Any) -> bool:
+    """A pytree of arrays rather than one array: a dict, list or tuple, or a node registered
+    with JAX (an Equinox module, a dataclass), which only a program that imported jax has."""
+    if isinstance(value, (dict, list, tuple)):
+        return True
+    jax = sys.modules.get("jax")
+    if jax is None or hasattr(value, "shape"):
+        return False
+    leaves = jax.tree_util.tree_leaves(value)
+    return len(leaves) != 1 or leaves[0] is not value
+
+
+def _leaves(values: Sequence[Any]) -> list[Any]:
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return list(values)
+    return list(jax.tree_util.tree_leaves(list(values)))
 
 
 def _describe(value: Any) -> str:

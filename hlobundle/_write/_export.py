@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._format import _signature
-from .._format._errors import InputError
+from .._format._errors import HloBundleWarning, InputError
 from .._format._manifest import PRODUCER_JAX, Role
 from .._read._inputs import from_python
 from ._functions import add_function
@@ -109,6 +110,20 @@ def export(
         raise InputError("public_key, replace_signature and default go with add=True",
                          argument="add")  # fmt: skip
 
+    flattened: list[str] = []
+    input_tree = json_tree(jax.tree_util.tree_unflatten(in_tree, names), flattened, "args")
+    output_tree = json_tree(jax.tree_util.tree_unflatten(out_tree, result_names), flattened,
+                            "result")  # fmt: skip
+    if flattened:
+        warnings.warn(
+            f"{'; '.join(flattened)}: a bundle cannot store such a pytree node (its class is "
+            "code), so it stores its leaves, and example_args() and the results give back that "
+            "list; call the function with the object itself or with the list (docs/jax.md, "
+            "'Pytrees')",
+            HloBundleWarning,
+            stacklevel=2,
+        )
+
     def write(target: Path, signing: _signature.SigningKey | None) -> Path:
         options = PackOptions(
             names=names,
@@ -120,8 +135,8 @@ def export(
             target_version=target_version,
             producer=(PRODUCER, jax.__version__),
             timestamp=timestamp,
-            input_tree=json_tree(jax.tree_util.tree_unflatten(in_tree, names)),
-            output_tree=json_tree(jax.tree_util.tree_unflatten(out_tree, result_names)),
+            input_tree=input_tree,
+            output_tree=output_tree,
             expected=None if expected is None else from_python(expected),
             with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
             batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,

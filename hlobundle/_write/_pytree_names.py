@@ -43,26 +43,25 @@ def unique(names: list[str]) -> list[str]:
     return out
 
 
-class _NotJson(Exception):
-    pass
+def json_tree(tree: Any, flattened: list[str] | None = None, where: str = "args") -> Any:
+    """A pytree of names as the manifest stores it (SPEC.md 2.3): tuples (NamedTuples too) and
+    lists as arrays, mappings with string keys (Flax's FrozenDict too) as objects. Any other
+    node (an Equinox module, a dataclass, a dict with other keys) is code a bundle cannot
+    store: it becomes the array of its leaves, in JAX's order, and `flattened` gets a line
+    saying where and what it was (`args[0] (type MLP): the list of its 6 leaves`)."""
+    if isinstance(tree, str) or tree is None:
+        return tree
+    if isinstance(tree, (list, tuple)):
+        return [json_tree(x, flattened, f"{where}[{i}]") for i, x in enumerate(tree)]
+    if isinstance(tree, Mapping) and all(isinstance(k, str) for k in tree):
+        return {k: json_tree(v, flattened, f"{where}[{k!r}]") for k, v in tree.items()}
+    import jax
 
-
-def json_tree(tree: Any) -> Any:
-    """Nested lists/dicts of names, or None when the pytree uses other node types."""
-    try:
-        return _to_json(tree)
-    except _NotJson:
-        return None
-
-
-def _to_json(node: Any) -> Any:
-    if isinstance(node, str) or node is None:
-        return node
-    if isinstance(node, (list, tuple)) and type(node) in (list, tuple):
-        return [_to_json(x) for x in node]
-    if isinstance(node, dict) and all(isinstance(k, str) for k in node):
-        return {k: _to_json(v) for k, v in node.items()}
-    raise _NotJson
+    leaves = jax.tree_util.tree_leaves(tree)
+    if flattened is not None:
+        flattened.append(f"{where} (type {type(tree).__name__}): the list of its "
+                         f"{len(leaves)} leaves")  # fmt: skip
+    return list(leaves)
 
 
 def leaf_roles(
