@@ -981,6 +981,7 @@ def _(path: Path) -> None:
 def _(path: Path) -> None:
     def flatten(m: dict) -> None:
         (f,) = m.pop("functions")
+        m.pop("default_function")  # a 2.x field: the case is about the symbolic dimension
         m.update({k: v for k, v in f.items() if k != "name"}, function=f["name"],
                  format_version="1.3")  # fmt: skip
 

@@ -492,3 +492,34 @@ def test_emit_reactant_server_reports_an_mlir_failure_with_a_code(tmp_path, monk
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("error [MLIR_INVALID] function lenet5: reordering @main's")
     assert not (tmp_path / "rs").exists()
+
+
+# --- a script away from its bundle -------------------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_a_script_away_from_its_bundle_names_the_bundle_path_it_needs(bundles, tmp_path):
+    """Copied elsewhere, a script reads the bundle at its relative path there: one line naming
+    that path, no traceback; `--bundle-path absolute` pins the bundle wherever the script goes."""
+    import shutil
+
+    script, away = tmp_path / "run.py", tmp_path / "elsewhere" / "run.py"
+    away.parent.mkdir()
+    assert cli("emit", bundles["relu"], "--backend", "xla", "-o", script).returncode == 0
+    shutil.copyfile(script, away)
+    r = run_script(away)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    where = os.path.relpath(bundles["relu"].resolve(), tmp_path.resolve())
+    needed = os.path.normpath(os.path.join(away.parent, where))
+    assert r.stderr.strip() == (
+        f"error: this script reads the bundle at {needed} ({where!r}, relative to the script), "
+        "and there is none: put the script beside the bundle again, or emit it again (hlobundle "
+        "emit BUNDLE -o SCRIPT; --bundle-path absolute pins the bundle's absolute path)"
+    )
+    r = cli("emit", bundles["relu"], "--backend", "xla", "-o", script, "--force",
+            "--bundle-path", "absolute")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"WHERE = {str(bundles['relu'].resolve())!r}" in script.read_text()
+    shutil.copyfile(script, away)
+    r = run_script(away)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]

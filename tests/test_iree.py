@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -503,11 +504,34 @@ def test_emit_iree_of_a_bundle_never_compiled_says_compile_first_not_key(tmp_pat
     assert "--public-key" not in r.stderr and not (tmp_path / "r.py").exists()
 
 
-def test_run_of_a_stored_executable_does_not_claim_a_compile(compiled):
-    r = cli("run", compiled, "--backend", "iree", "--trust-executables")
+def _time_line(*args) -> str:
+    r = cli("run", *args, "--backend", "iree")
     assert r.returncode == 0, r.stderr
-    assert "(compile + run)" not in r.stdout
-    assert "(load + run; nothing compiled)" in r.stdout
+    (line,) = [line for line in r.stdout.splitlines() if line.startswith("time: ")]
+    return line
+
+
+def test_the_time_line_says_what_compiled_and_when(compiled, tmp_path, monkeypatch):
+    """IREE compiles (or loads) the module when the function is made, never in its first call:
+    the line times that apart, and says "compile" only when something compiled."""
+    ms = r"\d+\.\d+ ms"
+    line = _time_line(compiled, "--trust-executables")
+    assert re.fullmatch(
+        f"time: module loaded in {ms} \\(nothing compiled\\), "
+        f"first call {ms} \\(run\\), second call {ms}",
+        line,
+    ), line
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    line = _time_line(EXAMPLE)
+    assert re.fullmatch(
+        f"time: module compiled by IREE in {ms}, first call {ms} \\(run\\), second call {ms}", line
+    ), line
+    line = _time_line(EXAMPLE)
+    assert re.fullmatch(
+        f"time: module loaded in {ms} \\(nothing compiled\\), "
+        f"first call {ms} \\(run\\), second call {ms}",
+        line,
+    ), line
 
 
 @pytest.mark.slow

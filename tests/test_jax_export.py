@@ -279,3 +279,16 @@ def test_a_refused_function_leaves_the_earlier_bundle_intact(exported, tmp_path)
     r = cli("pack", "--from-jax-export", f"third={tmp_path / 'm.jax'}", "-o", out, "--add")
     assert r.returncode == 0, r.stderr
     assert hlobundle.load(out, verify=True).functions == ["model", "again", "third"]
+
+
+def test_a_symbolic_blob_packed_alone_has_its_function_as_the_default(tmp_path):
+    """A 2.0 bundle of one function: a caller that names none gets it (SPEC.md 2.8)."""
+    w = np.ones((8, 3), np.float32)
+    specs = export.symbolic_args_specs((w, np.ones((2, 8), np.float32)), (None, "b, 8"))
+    blob = tmp_path / "poly.jax"
+    blob.write_bytes(export.export(jax.jit(lambda w, x: x @ w))(*specs).serialize())
+    r = cli("pack", "--from-jax-export", f"predict={blob}", "-o", tmp_path / "p")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert (manifest["format_version"], manifest["default_function"]) == ("2.0", "predict")
+    assert hlobundle.load(tmp_path / "p").default_function == "predict"

@@ -115,6 +115,19 @@ def test_python_blocks_of_a_file_run_one_after_another(tmp_path, monkeypatch, fi
             _exec(file, section, code)
 
 
+@pytest.mark.slow  # each block twice; each runs once alone above in the edit-test loop
+@pytest.mark.parametrize(("file", "section", "code"), ALONE)
+def test_python_block_runs_twice_in_a_row(tmp_path, monkeypatch, file, section, code):
+    # A reader runs a block again after editing it: it writes to fresh paths or replaces
+    # (force=True) what its first run wrote.
+    if _missing_extra(code):
+        pytest.skip(_missing_extra(code))
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        _exec(file, section, code)
+
+
 def _bash(block: str, cwd: Path, **env: str):
     import subprocess
     import sys
@@ -144,7 +157,9 @@ SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",
     ("README.md", "Command line"): "a synopsis of every command, not commands to run",
     ("docs/julia.md", "From Julia (Reactant.jl)"): "it packs what the Julia blocks write",
-}
+    ("docs/serving.md", "Serving: `hlobundle serve`"):
+        "it starts servers that run until stopped; test_serve.py starts serve and queries it",
+}  # fmt: skip
 
 
 def test_every_block_is_run_or_skipped_with_a_reason():

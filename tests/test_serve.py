@@ -966,3 +966,51 @@ def test_malformed_pinned_sizes_are_usage_errors(value):
 
     r = cli("serve", EXAMPLE, "--sizes", value)
     assert r.returncode == 2 and "--sizes: expected SYMBOL=N[,N...]" in r.stderr, r.stderr
+
+
+def _served_by_the_cli(monkeypatch, names, *args: str) -> tuple[str, dict[str, int]]:
+    """`hlobundle serve ARGS`'s start line, and the readiness of each model of `names` as the
+    app the CLI built answers it (in process, through Starlette)."""
+    from helpers import cli
+
+    from hlobundle._serve import _server
+
+    ready = {}
+
+    def in_process(asgi, host, port, limits):
+        client = TestClient(asgi)
+        return type("Server", (), {"run": lambda self, sockets: ready.update(
+            {n: client.get(f"/v2/models/{n}/ready").status_code for n in names})})()  # fmt: skip
+
+    monkeypatch.setattr(_server, "server", in_process)
+    r = cli("serve", *args, "--backend", "xla", "--port", "0")
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()[0], ready
+
+
+def test_the_start_line_names_every_model_served(tmp_path, monkeypatch):
+    from helpers import two_functions
+
+    names = ["l", "lenet5", "two", "two.loss", "two.predict"]
+    line, ready = _served_by_the_cli(
+        monkeypatch, names, str(two_functions(tmp_path)), f"l={EXAMPLE}"
+    )
+    assert line.startswith("serving l, two, two.loss, two.predict at http://127.0.0.1:"), line
+    assert ready == {"l": 200, "lenet5": 404, "two": 200, "two.loss": 200, "two.predict": 200}
+
+
+def test_a_one_function_symbolic_bundle_is_served_under_its_plain_name(tmp_path, monkeypatch):
+    """Its function is its default (docs/serving.md): `m` answers, as `m.predict` does."""
+    from helpers import edit_manifest
+
+    w, x = np.eye(3, dtype=np.float32), np.ones((2, 3), np.float32)
+    out = hlobundle.export(lambda w, x: x @ w, w, x, out=tmp_path / "m", name="predict",
+                           roles={"w": "parameter"}, shapes_specs=(None, "b, 3"))  # fmt: skip
+    assert hlobundle.load(out).default_function == "predict"
+    line, ready = _served_by_the_cli(monkeypatch, ["m", "m.predict"], str(out))
+    assert line.startswith("serving m, m.predict at "), line
+    assert ready == {"m": 200, "m.predict": 200}
+    edit_manifest(out, lambda m: m.pop("default_function"))  # as written before: still `m`
+    line, ready = _served_by_the_cli(monkeypatch, ["m", "m.predict"], str(out))
+    assert line.startswith("serving m, m.predict at "), line
+    assert ready == {"m": 200, "m.predict": 200}

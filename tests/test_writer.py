@@ -319,3 +319,31 @@ def test_pack_names_values_as_jax_recorded_them(tmp_path, args, results, want_ar
     bundle = hlobundle.load(tmp_path / "b", verify=True)
     assert [a.name for a in bundle.arguments] == want_args
     assert [x.name for x in bundle.results] == want_results
+
+
+def test_result_names_follow_the_spec_rule_for_every_producer(tmp_path):
+    """SPEC.md 2.1: by pytree path where the producer knows one, else by position; pack takes
+    a path JAX recorded only when it holds a key."""
+    import jax
+    from jax import export as jax_export
+
+    x = np.ones(3, np.float32)
+
+    def f(x):
+        return x, {"k": x * 2}
+
+    by_path = ["result_0", "result_1_k"]
+    out = hlobundle.export(f, x, out=tmp_path / "e")
+    assert [r.name for r in hlobundle.load(out).results] == by_path
+    blob = tmp_path / "f.jax"
+    blob.write_bytes(jax_export.export(jax.jit(f))(x).serialize())
+    assert cli("pack", "--from-jax-export", blob, "-o", tmp_path / "j").returncode == 0
+    assert [r.name for r in hlobundle.load(tmp_path / "j").results] == by_path
+    (tmp_path / "f.mlir").write_text(lowered_text(f, x))
+    assert cli("pack", tmp_path / "f.mlir", "-o", tmp_path / "p").returncode == 0
+    assert [r.name for r in hlobundle.load(tmp_path / "p").results] == ["result0", "result_1_k"]
+    out = hlobundle.export(lambda x: x * 2, x, out=tmp_path / "one")
+    assert [r.name for r in hlobundle.load(out).results] == ["result"]
+    (tmp_path / "g.mlir").write_text(lowered_text(lambda x: (x, x), x))
+    assert cli("pack", tmp_path / "g.mlir", "-o", tmp_path / "q").returncode == 0
+    assert [r.name for r in hlobundle.load(tmp_path / "q").results] == ["result0", "result1"]

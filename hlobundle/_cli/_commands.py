@@ -90,7 +90,8 @@ def emit(args: argparse.Namespace) -> int:
             raise
         usage(args, e.message)
     emit_script(bundle, path, backend=backend, force=args.force,
-                trust_executables=args.trust_executables)  # fmt: skip
+                trust_executables=args.trust_executables,
+                bundle_path=args.bundle_path)  # fmt: skip
     print(f"wrote {path} (backend {backend}; run it with: python {path})")
     return EXIT_OK
 
@@ -101,10 +102,11 @@ def _emit_reactant_server(args: argparse.Namespace) -> int:
 
     if not args.output:
         usage(args, "--format reactant-server writes the directory -o names")
-    if args.backend != "auto" or args.trust_executables or args.force:
-        usage(
-            args, "--format reactant-server takes none of --backend, --trust-executables, --force"
-        )
+    script_options = (args.backend != "auto", args.trust_executables, args.force,
+                      args.bundle_path != "relative")  # fmt: skip
+    if any(script_options):
+        usage(args, "--format reactant-server takes none of --backend, --trust-executables, "
+              "--force, --bundle-path")  # fmt: skip
     out = emit_reactant_server(load(args.bundle, **trust_options(args)), output_path("-o", args.output),
                                function=args.function)  # fmt: skip
     print(f"wrote {out} (a ReactantServer.jl model bundle named {out.name!r})")

@@ -73,6 +73,10 @@ def add_emit(sub: Any) -> None:
                  "iree (needs only iree-base-runtime; runs the executable `hlobundle compile` "
                  "stored), or auto: enzyme where it is installed here, else xla (default)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.add_argument("--bundle-path", choices=["relative", "absolute"], default="relative",
+                   help="how the script finds the bundle: its path relative to the script "
+                   "(default: move them together) or its absolute path (the script may go "
+                   "anywhere; the bundle stays)")  # fmt: skip
     _add_trust(p)
     p.add_argument("--trust-executables", action="store_true",
                    help="iree: write a script running the stored executable (native code) of a "

@@ -6,7 +6,8 @@ it, with one documented parameter per argument (`_template` writes it). Manifest
 the script only as such literals; the only names written as code are plain ASCII identifiers
 checked there. The script
 imports only jax and numpy, and enzyme_ad for the enzyme backend (never hlobundle), and reads
-the bundle relative to its own location.
+the bundle at its path relative to the script (`bundle_path="relative"`), or at the absolute
+path `bundle_path="absolute"` pins; away from it, the script exits naming the path it needs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._format._errors import InputError, OutputExistsError
 from .._format._manifest import Executable, needs_x64
@@ -36,6 +37,7 @@ def emit_script(
     backend: str = "auto",
     force: bool = False,
     trust_executables: bool = False,
+    bundle_path: Literal["relative", "absolute"] = "relative",
 ) -> str:
     """Write (when `path` is given) and return the source of a standalone script for `bundle`.
 
@@ -51,6 +53,9 @@ def emit_script(
     - `force`: replace an existing file at `path`.
     - `trust_executables`: iree: write a script that runs the stored executable (native code)
       of a bundle whose signature was not verified with a key (`load(..., public_key=...)`).
+    - `bundle_path`: how the script finds the bundle: `"relative"` (its path relative to the
+      script: move or copy both together) or `"absolute"` (the bundle's absolute path: the
+      script may go anywhere on this machine, the bundle may not move).
 
     **Returns:** the script's source.
     """
@@ -60,15 +65,19 @@ def emit_script(
     # is written.
     outside_jax = not _backends.kind(chosen).JAX
     stored = _executable_for_script(bundle, trust_executables) if outside_jax else None
+    if bundle_path not in ("relative", "absolute"):
+        raise InputError(f"bundle_path must be 'relative' or 'absolute', got {bundle_path!r}",
+                         argument="bundle_path")  # fmt: skip
+    absolute = str(bundle.path.resolve()) if bundle_path == "absolute" else None
     if path is None:
-        return _source(bundle, bundle.path.resolve().name, chosen, stored)
+        return _source(bundle, absolute or bundle.path.resolve().name, chosen, stored)
     target = Path(path)
     refuse_inside_a_bundle(target)
     if target.exists() and not force:
         raise OutputExistsError(
             f"{str(target)!r} already exists; pass --force to replace it", path=target
         )
-    where = os.path.relpath(bundle.path.resolve(), target.resolve().parent)
+    where = absolute or os.path.relpath(bundle.path.resolve(), target.resolve().parent)
     source = _source(bundle, where, chosen, stored)
     write_file_atomically(target, source.encode("utf-8"))
     return source

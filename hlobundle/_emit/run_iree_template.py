@@ -3,7 +3,8 @@
 It needs only iree-base-runtime (and numpy and ml_dtypes, which it brings): no jax, no jaxlib,
 no compiler. It runs the bundle's stored executable (EXECUTABLE_FILE, native code compiled by
 `hlobundle compile`), after checking that the file's sha256 is the one `hlobundle emit` verified,
-and reads the bundle relative to this file's location.
+and reads the bundle at its path relative to this file (or the absolute path `emit
+--bundle-path absolute` pinned).
 Run it as a script to call the bundle's function on its example inputs (or on generated ones
 of the right kinds) and compare the results with its expected outputs, when it has them.
 Import it to call the function from your own code: the function named after the bundle's at the
@@ -24,7 +25,7 @@ import numpy as np
 from iree.runtime.version import VERSION as RUNTIME_VERSION
 
 # --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
-WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file
+WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file (or absolute)
 ABOUT = {}  # slot: function, format_version, producer, producer_version
 ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
 RESULTS = []  # slot: (name, shape, dtype) of each result
@@ -39,7 +40,14 @@ SHA256 = {}  # slot: the sha256 of each tensor file this script reads, as emit v
 
 # -----------------------------------------------------------------------------------------------
 
-BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), WHERE)
+BUNDLE = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), WHERE))
+if not os.path.isfile(os.path.join(BUNDLE, "manifest.json")):  # moved, or this script copied
+    sys.exit(
+        f"error: this script reads the bundle at {BUNDLE} "
+        + ("(its absolute path" if os.path.isabs(WHERE) else f"({WHERE!r}, relative to the script")
+        + "), and there is none: put the script beside the bundle again, or emit it again "
+        "(hlobundle emit BUNDLE -o SCRIPT; --bundle-path absolute pins the bundle's absolute path)"
+    )
 DRIVER = "local-task"  # IREE's CPU driver
 
 

@@ -1,7 +1,8 @@
 """Run a bundle with JAX: a script written by `hlobundle emit`.
 
 It needs only jax and numpy (and enzyme_ad when BACKEND is "enzyme"), and reads the bundle
-relative to this file's location. BACKEND says how it calls the bundle's module: "xla" runs the
+at its path relative to this file (or the absolute path `emit --bundle-path absolute`
+pinned). BACKEND says how it calls the bundle's module: "xla" runs the
 portable artifact as a `jax.export` function (its gradient is the stored backward module, when
 the bundle has one); "enzyme" runs the module text with enzyme_ad's `hlo_call`.
 Run it as a script to call the bundle's function on its example inputs (or on generated ones
@@ -30,7 +31,7 @@ import ml_dtypes  # noqa: F401 (run_shared.py's functions use it)
 import numpy as np
 
 # --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
-WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file
+WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file (or absolute)
 ABOUT = {}  # slot: function, format_version, producer, producer_version
 BACKEND = "enzyme"  # slot: how this script calls the module: "xla" or "enzyme"
 X64 = False  # slot: the bundle has 64-bit values
@@ -54,7 +55,14 @@ SHA256 = {}  # slot: the sha256 of each file of the bundle this script reads, as
 
 # -----------------------------------------------------------------------------------------------
 
-BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), WHERE)
+BUNDLE = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), WHERE))
+if not os.path.isfile(os.path.join(BUNDLE, "manifest.json")):  # moved, or this script copied
+    sys.exit(
+        f"error: this script reads the bundle at {BUNDLE} "
+        + ("(its absolute path" if os.path.isabs(WHERE) else f"({WHERE!r}, relative to the script")
+        + "), and there is none: put the script beside the bundle again, or emit it again "
+        "(hlobundle emit BUNDLE -o SCRIPT; --bundle-path absolute pins the bundle's absolute path)"
+    )
 SYMBOLIC = any(isinstance(d, str) for _, shape, _ in ARGUMENTS + RESULTS for d in shape)
 if X64:  # without x64, JAX would silently truncate 64-bit values
     jax.config.update("jax_enable_x64", True)

@@ -184,17 +184,19 @@ def _load_named(
 def _function_names(bundle: Bundle, path: Path, given: str | None) -> dict[str, tuple[str, ...]]:
     """The names each function is served under. A 1.x bundle: the name given, or its
     function's name and its directory's stem. A 2.0 bundle (SPEC.md 2.8): `NAME.FUNCTION` for
-    each function, and `NAME` for its default function, NAME being the name given or the stem."""
+    each function, and `NAME` for its default function (or its only one, in a bundle written
+    without a default), NAME being the name given or the stem."""
     stem = path.name.removesuffix(".hlobundle")
     if isinstance(bundle.bundle_manifest, Manifest):
         names = (model_name(given),) if given is not None else tuple(
             dict.fromkeys([bundle.manifest.function, stem]))  # fmt: skip
         return {bundle.manifest.function: names}
     base = model_name(given if given is not None else stem)
+    only = bundle.functions[0] if len(bundle.functions) == 1 else None  # its default (2.8)
+    default = bundle.default_function or only
     return {
         f: tuple(
-            model_name(n)
-            for n in ([base] if f == bundle.default_function else []) + [f"{base}.{f}"]
+            model_name(n) for n in ([base] if f == default else []) + [f"{base}.{f}"]
         )  # fmt: skip
         for f in bundle.functions
     }

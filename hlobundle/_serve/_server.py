@@ -78,8 +78,9 @@ def server(asgi: Any, host: str, port: int, limits: Limits) -> Any:
 
 
 def banner(models: dict[str, Served], host: str, port: int) -> str:
-    """The start-up line; model names come from manifests, so they are shown escaped."""
-    names = sorted({shown(m.name) for m in models.values()})
+    """The start-up line, naming every model served (each function of a 2.0 bundle as
+    `NAME.FUNCTION` too); model names come from manifests, so they are shown escaped."""
+    names = sorted({shown(name) for m in models.values() for name in m.names})
     return f"serving {', '.join(names)} at http://{host}:{port}/v2"
 
 

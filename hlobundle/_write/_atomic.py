@@ -35,7 +35,8 @@ def final_manifest(
     """The manifest a writer stores, with this file table, validated: in the oldest format
     version that can express it (SPEC.md 5): one static function is 1.x, and the format
     version is the oldest with every field it uses; several functions, or symbolic
-    dimensions, are 2.0."""
+    dimensions, are 2.0. A 2.0 bundle of one function has it as its `default_function`, so that
+    a caller (`serve`'s plain NAME) gets it without naming it."""
     views, default = functions_of(manifest)
     if len(views) == 1:
         (m,) = views.values()
@@ -45,7 +46,7 @@ def final_manifest(
         if _version(version) < (2, 0):
             data = m.model_copy(update={"files": table, "format_version": version}).model_dump()
             return Manifest.model_validate(data)
-    return combine(list(views.values()), default if len(views) > 1 else None, table)
+    return combine(list(views.values()), default if len(views) > 1 else next(iter(views)), table)
 
 
 def _version(text: str) -> tuple[int, ...]:
