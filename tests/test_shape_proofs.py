@@ -223,3 +223,129 @@ def test_serve_answers_a_compile_failure_with_a_400(tmp_path):
                     inputs={"arg0": ("float32", (3,))}, outputs={"result0": "float32"})  # fmt: skip
     r = _infer(TestClient(app({"cc": served})), "cc", arg0=np.ones(3, np.float32))
     assert r.status_code == 400 and r.json()["code"] == "BACKEND_UNSUPPORTED", r.text
+
+
+# A fresh-eyes attack on the proofs found these; each test failed before its fix.
+EVEN = """func.func @main(%x: tensor<?x3xf32>) -> tensor<?x3xf32> {
+  %d = stablehlo.get_dimension_size %x, dim = 0 : (tensor<?x3xf32>) -> tensor<i32>
+  %two = stablehlo.constant dense<2> : tensor<i32>
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %r = stablehlo.remainder %d, %two : tensor<i32>
+  %ok = stablehlo.compare EQ, %r, %zero : (tensor<i32>, tensor<i32>) -> tensor<i1>
+  stablehlo.custom_call @shape_assertion(%ok, %d) {error_message = "b must be even, got {0}", has_side_effect = true} : (tensor<i1>, tensor<i32>) -> ()
+  %y = stablehlo.add %x, %x : tensor<?x3xf32>
+  return %y : tensor<?x3xf32>
+}"""
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "enzyme"])
+def test_batched_requests_are_each_proven_not_only_their_concatenation(tmp_path, backend):
+    """The module asserts an even b: two requests of b = 1 are each refused, although their
+    concatenation (b = 2) would pass; a request of b = 2 beside them is answered."""
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    from hlobundle._serve._models import load_models
+
+    options = PackOptions(names=["x"], result_names=["y"], shapes=[["b", 3]],
+                          result_shapes=[["b", 3]])  # fmt: skip
+    bundle = pack_planned(EVEN, from_python([np.ones((2, 3), np.float32)]), tmp_path / "even",
+                          options)  # fmt: skip
+    served = load_models([bundle], backend=backend, max_batch=4, trust_batched=True)["even"]
+    assert served.concatenated == "b"
+    one, two = {"x": np.ones((1, 3), np.float32)}, {"x": np.ones((2, 3), np.float32)}
+    out = served.call_many([one, one, two])
+    assert [type(o).__name__ for o in out[:2]] == ["InputError", "InputError"]
+    assert "b must be even, got 1" in out[0].message
+    np.testing.assert_array_equal(out[2]["y"], 2 * two["x"])
+
+
+def test_the_servers_kept_shapes_follow_the_functions_order(independent):
+    """A shape used again moves to the recent end in the server as in the function: with
+    max_shapes 2, sizes 3, 2, 4, 3 leave 4 and 3 kept in both (before, the server thought 3
+    kept after the function had dropped it, and ran its compile on the event loop)."""
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    from hlobundle._serve._models import load_models
+
+    served = load_models([independent], backend="xla", max_shapes=2)["add"]
+    for rows in (3, 2, 3, 4, 3):
+        x = np.ones((rows, 3), np.float32)
+        served({"x": x, "y": x})
+    assert [k[0][0] for k in served._warm] == [4, 3]  # the rows of x in each shape kept
+    assert [k[0][0] for k in served.function._per_shape] == [4, 3]
+
+
+def test_a_warm_call_never_waits_for_another_shapes_proof(independent):
+    import threading
+
+    fn = hlobundle.load(independent).function("xla")
+    warm = np.ones((2, 3), np.float32)
+    fn(warm, warm)
+    started, release = threading.Event(), threading.Event()
+    original = _shapes_module().prove
+
+    def slow_prove(bundle, shapes):
+        started.set()
+        release.wait(10)
+        return original(bundle, shapes)
+
+    _shapes_module().prove = slow_prove
+    try:
+        other = threading.Thread(target=lambda: fn(np.ones((5, 3), np.float32),
+                                                   np.ones((5, 3), np.float32)))  # fmt: skip
+        other.start()
+        assert started.wait(10)
+        done = threading.Event()
+        threading.Thread(target=lambda: (fn(warm, warm), done.set())).start()
+        assert done.wait(5), "a call of a proven shape waited for another shape's proof"
+    finally:
+        release.set()
+        other.join()
+        _shapes_module().prove = original
+
+
+def _shapes_module():
+    from hlobundle._run import _shapes
+
+    return _shapes
+
+
+@pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
+def test_tracing_at_symbolic_shapes_is_coded_or_left_to_jax(independent, backend):
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    fn = hlobundle.load(independent).function(backend)
+    b, c = export.symbolic_shape("b, c")
+    specs = [jax.ShapeDtypeStruct((b, 3), jnp.float32), jax.ShapeDtypeStruct((c, 3), jnp.float32)]
+    if backend == "enzyme":  # hlo_call takes static shapes only
+        with pytest.raises(hlobundle.TransformError, match="concrete shapes only"):
+            export.export(jax.jit(fn.call_flat))(*specs)
+    else:  # jax refines the caller's module itself, when it is called
+        assert export.export(jax.jit(fn.call_flat))(*specs).in_avals[0].shape[1] == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_static_op_whose_result_size_its_operands_values_choose_is_refused(tmp_path, backend):
+    """real_dynamic_slice typed tensor<2xf32> but slicing one element: XLA returned an array
+    whose buffer held 1 element under a shape of 2."""
+    text = """func.func @main(%x: tensor<8xf32>, %s: tensor<1xi32>) -> tensor<2xf32> {
+  %one = stablehlo.constant dense<1> : tensor<1xi32>
+  %l = stablehlo.add %s, %one : tensor<1xi32>
+  %y = stablehlo.real_dynamic_slice %x, %s, %l, %one : (tensor<8xf32>, tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<2xf32>
+  return %y : tensor<2xf32>
+}"""
+    bundle = hlobundle.load(pack_planned(text, None, tmp_path / "rds", PackOptions()))
+    bundle.verify()
+    with pytest.raises(hlobundle.ModuleError, match="fails StableHLO's shape refinement"):
+        bundle.function(backend)
+
+
+@pytest.mark.skipif(not HAS_IREE, reason="the iree extra is not installed")
+def test_iree_refuses_a_shape_assertion_it_would_ignore(tmp_path):
+    text = """func.func @main(%x: tensor<8xf32>, %p: tensor<i1>) -> tensor<8xf32> {
+  stablehlo.custom_call @shape_assertion(%p) {error_message = "value-dependent", has_side_effect = true} : (tensor<i1>) -> ()
+  return %x : tensor<8xf32>
+}"""
+    bundle = hlobundle.load(pack_planned(text, None, tmp_path / "sa", PackOptions()))
+    with pytest.raises(hlobundle.ModuleError, match="expects static assert_what"):
+        bundle.function("iree")

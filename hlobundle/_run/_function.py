@@ -35,7 +35,9 @@ class Function(Protocol):
     - `manifest`: the function's manifest; `bundle`: the bundle it came from;
     - `__call__`: positional, named or pytree arguments (stored parameters for those left
       out), the results in the manifest's `output_tree`;
-    - `call_flat`: one array per argument in manifest order, one per result back.
+    - `call_flat`: one array per argument in manifest order, one per result back;
+    - `prove_shapes`: prove one call's argument shapes against the module without running it
+      (SPEC.md 2.8; nothing to prove for a static function), or an `InputError`.
     """
 
     backend: str
@@ -46,6 +48,8 @@ class Function(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def call_flat(self, *flat: Any) -> tuple[Any, ...]: ...
+
+    def prove_shapes(self, shapes: Sequence[Sequence[int]]) -> None: ...
 
 
 def function(
@@ -84,6 +88,8 @@ class BundleFunction:
         # A symbolic function's call shapes are proven against the module before it runs, and
         # it keeps at most `max_shapes` shapes compiled (SPEC.md 2.8; `_shapes`).
         self._prover = _shapes.Prover(bundle, max_shapes) if self.manifest.symbolic else None
+        if self._prover is None and _shapes.needs_proof(bundle):
+            _shapes.prove_static(bundle)  # an op whose result shape its operands' values choose
         self._impl = self._backend.implementation(bundle, self._prover)
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
@@ -170,9 +176,13 @@ class BundleFunction:
             raise
         except (RuntimeError, ValueError, NotImplementedError, MemoryError) as e:  # lowering, shape
             raise backend_failure(self.backend, e) from None  # refinement or XLA's compile
-        if proof is not None:
-            _shapes.check_results(self.manifest, proof, outs)
+        _shapes.check_results(self.manifest, proof, outs)
         return outs
+
+    def prove_shapes(self, shapes: Sequence[Sequence[int]]) -> None:
+        """Prove a call's argument shapes against the module, without running it (SPEC.md 2.8)."""
+        if self._prover is not None:
+            self._prover.prove(shapes)
 
     def bind(self, args: Sequence[Any], kwargs: Any) -> list[Any]:
         """One value per argument, in manifest order, from positional, named or pytree arguments."""

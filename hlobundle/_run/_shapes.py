@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._format import _symbolic
-from .._format._errors import InputError
+from .._format._errors import InputError, ModuleError, TransformError
 from .._format._prechecks import short
 from . import _binding
 
@@ -65,17 +65,25 @@ class Prover:
     def prove(self, shapes: Sequence[Sequence[int]]) -> Proof:
         """The proof of `shapes` (one per argument, bound to the symbols already), computed on
         first use and kept while it is among the `max_shapes` most recent."""
+        if not concrete(shapes):
+            raise TransformError(
+                f"{self.manifest.function}: its symbolic shapes are proven against the module "
+                "for concrete shapes only; tracing it at symbolic shapes (jax.export, "
+                "jax.eval_shape of symbolic specs) is not supported on this backend: use "
+                "backend='xla', whose jax.export call jax refines itself"
+            )
         key = tuple(tuple(int(n) for n in s) for s in shapes)
-        with self._lock:
+        with self._lock:  # held for lookups only: a warm call never waits for a new proof
             proof = self._proofs.get(key)
             if proof is not None:
                 self._proofs.move_to_end(key)
                 return proof
-            proof = prove(self.bundle, key)
+        proof = prove(self.bundle, key)  # two threads may prove one shape: the same verdict
+        with self._lock:
             self._proofs[key] = proof
             while len(self._proofs) > self.max_shapes:
                 self._proofs.popitem(last=False)
-            return proof
+        return proof
 
     def known(self) -> list[Shapes]:
         with self._lock:
@@ -99,7 +107,7 @@ def prove(bundle: Bundle, shapes: Shapes) -> Proof:
         refined = _compat.refine_shapes(entry)
     except ValueError as e:
         raise _refused(manifest, env, shapes, str(e)) from None
-    results = _result_shapes(refined)
+    results = _result_shapes(refined, manifest)
     for r, got in zip(manifest.results, results, strict=True):
         want = tuple(d if isinstance(d, int) else _symbolic.parse(d).value(env) for d in r.shape)
         if got != want:
@@ -115,14 +123,26 @@ def prove(bundle: Bundle, shapes: Shapes) -> Proof:
     return Proof(shapes, env, results, refined)
 
 
-def check_results(manifest: Manifest, proof: Proof, outs: Sequence[Any]) -> None:
-    """Every result a backend returned has the shape the proof computed."""
-    for r, want, x in zip(manifest.results, proof.results, outs, strict=True):
-        got = tuple(int(n) for n in getattr(x, "shape", ()))
-        if got != want:
+def prove_static(bundle: Bundle) -> Proof:
+    """A static function's module, proven once at its own shapes (`needs_proof`)."""
+    return prove(bundle, tuple(tuple(int(d) for d in a.shape) for a in bundle.manifest.arguments))
+
+
+def check_results(manifest: Manifest, proof: Proof | None, outs: Sequence[Any]) -> None:
+    """Every result a backend returned has the shape the proof computed, or for a static
+    function the manifest's (a module whose op computes another size than its type says, a
+    `real_dynamic_slice` of a size its operands choose, must not hand that on)."""
+    wants = proof.results if proof is not None else [tuple(r.shape) for r in manifest.results]
+    for r, want, x in zip(manifest.results, wants, outs, strict=True):
+        got = tuple(getattr(x, "shape", ()))
+        if not concrete([got]):
+            continue  # traced at symbolic shapes (xla): jax refines the caller's module
+        if tuple(int(n) for n in got) != want:
             raise InputError(
-                f"{manifest.function}: the backend returned result {r.name!r} of shape "
-                f"{list(got)}, not the proven {list(want)} (SPEC.md 2.8)",
+                f"{manifest.function}: the module computed result {r.name!r} of shape "
+                f"{list(got)} on these inputs, not the {'proven' if proof else 'declared'} "
+                f"{list(want)}: one of its ops computes another size than its type says "
+                "(SPEC.md 2.8)",
                 argument=r.name,
             )
 
@@ -164,16 +184,46 @@ def _static_entry(text: bytes, manifest: Manifest, shapes: Shapes) -> bytes:
         return buffer.getvalue()
 
 
-def _result_shapes(refined: bytes) -> Shapes:
+def _result_shapes(refined: bytes, manifest: Manifest) -> Shapes:
+    """The refined `@main`'s result shapes; refused while an op whose result shape its operands'
+    values choose is left (refinement turns those of constant operands into static ops)."""
     from jaxlib.mlir import ir
 
     from .._format import _main_signature, _mlir
 
     with _mlir.context(), ir.Location.unknown():
         module = ir.Module.parse(refined)
+        left = _mlir.find_ops(module, VALUE_SHAPED_OPS)
+        if left:
+            name, where = left[0]
+            error = InputError if manifest.symbolic else ModuleError
+            raise error(
+                f"{manifest.function}: {name} at {where} takes its result's shape from its "
+                "operands' values, which nothing proves before the module runs (a backend may "
+                "then return another size than its type says); only shapes computed from the "
+                "arguments' shapes are accepted (SPEC.md 2.8)"
+            )
         main = _main_signature.find_main(module)
         kind = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         return tuple(tuple(ir.RankedTensorType(t).shape) for t in kind.results)
+
+
+# Ops whose result shape comes from operand values: after refinement to static shapes, one left
+# has shape operands that are not constants (they depend on the arguments' values).
+VALUE_SHAPED_OPS = (
+    "stablehlo.real_dynamic_slice", "stablehlo.dynamic_reshape", "stablehlo.dynamic_iota",
+    "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_pad", "stablehlo.dynamic_gather",
+    "stablehlo.dynamic_conv",
+)  # fmt: skip
+
+
+def needs_proof(bundle: Bundle) -> bool:
+    """Whether a static function's module is proven once before it runs: when its text names
+    an op whose result shape its operands' values choose, or a jax shape assertion (which
+    IREE ignores). A mention in a string only costs a proof."""
+    text = bundle.modules["module"].text_bytes
+    names = (*(op.split(".")[1] for op in VALUE_SHAPED_OPS), "shape_assertion")
+    return any(n.encode() in text for n in names)
 
 
 def _shown(manifest: Manifest, shapes: Shapes, env: dict[str, int]) -> str:
@@ -183,12 +233,19 @@ def _shown(manifest: Manifest, shapes: Shapes, env: dict[str, int]) -> str:
     return f"({args}; {bound})" if bound else f"({args})"
 
 
-def _refused(manifest: Manifest, env: dict[str, int], shapes: Shapes, reason: str) -> InputError:
+def _refused(
+    manifest: Manifest, env: dict[str, int], shapes: Shapes, reason: str
+) -> InputError | ModuleError:
     """The module's refusal of a call's shapes, naming an argument and a symbol: the argument a
     jax.export shape assertion names, else the one where the last symbol is first bound (the
     symbol a relabelled manifest made independent of the others)."""
-    argument, symbol = _blamed(manifest, reason)
     detail = short(" ".join(reason.replace("INVALID_ARGUMENT: ", "").split()))[:600]
+    if not manifest.symbolic:  # nothing the caller chose: the module, at its own types
+        return ModuleError(
+            f"{manifest.function}: the module fails StableHLO's shape refinement at its own "
+            f"static shapes: {detail}. It is refused before any backend runs it (SPEC.md 2.8)"
+        )
+    argument, symbol = _blamed(manifest, reason)
     return InputError(
         f"{manifest.function}: the module does not accept the shapes {_shown(manifest, shapes, env)}"
         f" that the manifest's symbolic shapes allow; argument {argument!r}, symbol {symbol!r}: "

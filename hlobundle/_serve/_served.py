@@ -20,7 +20,7 @@ from .._format import _symbolic
 from .._format._errors import HloBundleError
 from .._read._reader import Bundle
 from .._run._function import backend_failure
-from .._run._shapes import DEFAULT_MAX_SHAPES
+from .._run._shapes import DEFAULT_MAX_SHAPES, check_results
 from ._protocol import BY_DTYPE, RequestError
 
 # Batch sizes compiled for a batched module: each size up to EXACT_UP_TO (no padding at all),
@@ -85,16 +85,25 @@ class Served:
         }
 
     def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._symbolic and self.new_shape(given):
-            return self._first_call(given)
+        if self._symbolic:
+            with self._warm_lock:
+                warm = self._shape_key(given) in self._warm
+                if warm:  # kept in the order the function keeps its shapes (least recent out)
+                    self._warm.move_to_end(self._shape_key(given))
+            if not warm:
+                return self._first_call(given)
         if self._one_jit:  # one jitted call: the checks ran when it was traced
             try:
                 results = self._jitted(self._stored_args, *[given[n] for n in self.inputs])
             except (RuntimeError, ValueError, NotImplementedError, MemoryError) as e:
                 raise backend_failure(self.function.backend, e) from None  # XLA's compile
+            check_results(self.bundle.manifest, None, results)  # what call_flat checks
         else:
             results = self.function.call_flat(*self._arguments(given))
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
+
+    def _shapes_of(self, given: dict[str, np.ndarray]) -> list[tuple[int, ...]]:
+        return [tuple(np.shape(x)) for x in self._arguments(given)]
 
     def _shape_key(self, given: dict[str, np.ndarray]) -> tuple[Any, ...]:
         return tuple(given[n].shape for n in self.inputs)
@@ -262,6 +271,8 @@ class Served:
             groups.setdefault(tuple(given[n].shape[1:] for n in self.inputs), []).append(k)
         answers: list[dict[str, np.ndarray]] = [{} for _ in many]
         for members in groups.values():
+            for k in members:  # each request's own shapes, proven: the joined shape may fit
+                self.function.prove_shapes(self._shapes_of(many[k]))  # where one alone does not
             first = next(iter(self.inputs))
             sizes = [many[k][first].shape[0] for k in members]
             joined = {n: np.concatenate([many[k][n] for k in members]) for n in self.inputs}

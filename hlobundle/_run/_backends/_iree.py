@@ -131,6 +131,9 @@ class IreeFunction:
         # IREE's runtime does not check that dynamic sizes agree: a symbolic function's call
         # shapes are proven against the module before it runs (`_shapes`, SPEC.md 2.8).
         self._prover = _shapes.Prover(bundle, max_shapes) if self.manifest.symbolic else None
+        if self._prover is None:  # static: proven once, before IREE compiles anything (its
+            # runtime ignores jax's shape assertions, which refinement evaluates or refuses)
+            _shapes.prove_static(bundle)
         vmfb, self.source = _module_bytes(bundle, trust_executables or bundle.trusted)
         self._main = _load(vmfb)
 
@@ -140,6 +143,11 @@ class IreeFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = _binding.bind(self.manifest, args, kwargs, stored=self.bundle.tensor)
         return _binding.structure(self.manifest, self.call_flat(*flat))
+
+    def prove_shapes(self, shapes: Sequence[Sequence[int]]) -> None:
+        """Prove a call's argument shapes against the module, without running it (SPEC.md 2.8)."""
+        if self._prover is not None:
+            self._prover.prove(shapes)
 
     def call_flat(self, *flat: Any) -> tuple[np.ndarray, ...]:
         """Call with one array per argument in manifest order; returns one array per result."""
@@ -174,8 +182,7 @@ class IreeFunction:
                 f"IREE's runtime failed to run the module: {reason}"
             ) from None
         out = out if isinstance(out, tuple) else () if out is None else (out,)
-        if proof is not None:
-            _shapes.check_results(self.manifest, proof, out)
+        _shapes.check_results(self.manifest, proof, out)
         return tuple(_to_host(x, r.dtype, r.shape) for x, r in zip(out, self.manifest.results,
                                                                    strict=True))  # fmt: skip
 
