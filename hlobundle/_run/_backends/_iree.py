@@ -131,8 +131,9 @@ class IreeFunction:
         # IREE's runtime does not check that dynamic sizes agree: a symbolic function's call
         # shapes are proven against the module before it runs (`_shapes`, SPEC.md 2.8).
         self._prover = _shapes.Prover(bundle, max_shapes) if self.manifest.symbolic else None
-        if self._prover is None:  # static: proven once, before IREE compiles anything (its
-            # runtime ignores jax's shape assertions, which refinement evaluates or refuses)
+        if self._prover is None and _shapes.needs_proof(bundle):  # static: proven once, before
+            # IREE compiles it (its runtime ignores jax's shape assertions, which refinement
+            # evaluates or refuses); other static modules need no jaxlib import
             _shapes.prove_static(bundle)
         vmfb, self.source = _module_bytes(bundle, trust_executables or bundle.trusted)
         self._main = _load(vmfb)
