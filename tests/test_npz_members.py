@@ -149,7 +149,9 @@ def _inflates_past_its_bytes(path: Path, name: str) -> None:
 
 HOSTILE = {
     "truncated": (_truncated, "is truncated: the zip directory puts its"),
-    "short-read": (_short_read, "ends before"),
+    # Python 3.12+'s zipfile sees the moved data overlap the directory first ("possible zip
+    # bomb"); 3.11's reads off the end of the file
+    "short-read": (_short_read, ("ends before", "Overlapped entries")),
     "bad-crc": (_bad_crc, "Bad CRC-32"),
     "corrupt-deflate": (_corrupt_deflate, "deflate stream is corrupt"),
     "corrupt-deflate-header": (_corrupt_deflate_header, "deflate stream is corrupt"),
@@ -214,7 +216,9 @@ def test_a_hostile_member_is_a_coded_error_naming_file_and_member(tmp_path, bund
     assert r.stderr.count("[INPUT_INVALID]") == 1, r.stderr  # not wrapped in a second one
     assert "Traceback" not in r.stderr
     assert file in r.stderr and f"member '{member}.npy'" in r.stderr, r.stderr
-    assert message in r.stderr, r.stderr
+    assert any(m in r.stderr for m in ((message,) if isinstance(message, str) else message)), (
+        r.stderr
+    )
     assert not (tmp_path / "out").exists()
 
 
