@@ -1,4 +1,4 @@
-"""Proving a call's shapes against the module (SPEC.md 2.8, "What the shapes are checked against").
+"""Proving a call's shapes against the module (SPEC.md 2.8, "Proven against the module").
 
 A manifest's symbolic shapes are the producer's word. What a module needs is in the module: a
 module adding two `tensor<?xf32>` needs their sizes equal whatever symbols the manifest gives
@@ -11,7 +11,10 @@ left. Each result's refined shape must then equal its declared expression. A con
 an `InputError` naming the function, an argument (or result) and a symbol.
 
 A proof is kept per distinct shape, up to `max_shapes` per function (least recently used
-first out): the bound the backends' own per-shape work (compiles, registrations) follows.
+first out): the bound the backends' own per-shape work (compiles, registrations) follows. A
+static function's module is proven once, at its own shapes, when it names an op whose result
+shape its operands' values choose or a jax shape assertion (`needs_proof`); and every backend's
+results are checked against the proven (or declared) shapes (`check_results`).
 """
 
 from __future__ import annotations
@@ -113,12 +116,17 @@ def prove(bundle: Bundle, shapes: Shapes) -> Proof:
         if got != want:
             symbol = min(_symbolic.symbols_of(_symbolic.parse(d) for d in r.shape
                                               if isinstance(d, str)), default=None)  # fmt: skip
-            raise InputError(
+            error = InputError if manifest.symbolic else ModuleError
+            raise error(
                 f"{manifest.function}: at {_shown(manifest, shapes, env)} the module computes "
                 f"result {r.name!r} of shape {list(got)}, but the manifest declares "
                 f"{list(r.shape)} = {list(want)}; the bundle's symbolic shapes are not the "
                 "module's (SPEC.md 2.8)",
-                argument=r.name if symbol is None else f"{r.name} ({symbol})",
+                **(
+                    {"argument": r.name if symbol is None else f"{r.name} ({symbol})"}
+                    if manifest.symbolic
+                    else {}
+                ),
             )
     return Proof(shapes, env, results, refined)
 
