@@ -145,3 +145,55 @@ def test_no_parser_takes_abbreviations():
     commands = top._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     parsers = [top, *commands.values()]
     assert len(parsers) == 12 and not any(p.allow_abbrev for p in parsers)
+
+
+def test_a_traceback_is_shown_only_when_asked_for(tmp_path):
+    """HLOBUNDLE_TRACEBACK=0 (or false, no, off, empty) keeps tracebacks off, as unset does."""
+    from helpers import cli_process
+
+    for value in ("0", "false", "no", "off", ""):
+        r = cli_process("verify", tmp_path / "nothing", env={"HLOBUNDLE_TRACEBACK": value})
+        assert r.returncode == 1 and "Traceback" not in r.stderr, (value, r.stderr)
+    r = cli_process("verify", tmp_path / "nothing", env={"HLOBUNDLE_TRACEBACK": "1"})
+    assert r.returncode == 1 and "Traceback" in r.stderr
+
+
+def test_inspect_counts_one_function_in_the_singular(tmp_path):
+    from helpers import two_functions
+
+    b = two_functions(tmp_path)
+    assert "2 functions" in cli("inspect", b).stdout
+    out = tmp_path / "one"
+    hlobundle.export(lambda x: x * 2, np.ones((2, 3), np.float32), out=out, name="double",
+                     shapes_specs=("b, 3",))  # fmt: skip
+    r = cli("inspect", out)
+    assert "1 function," in r.stdout or "1 function\n" in r.stdout, r.stdout
+
+
+def test_export_names_a_leaf_that_is_not_an_array(tmp_path):
+    """A whole Equinox module holds functions (its activation) beside its arrays: export names
+    the first leaf that is not an array and says how to split the model (eqx.partition)."""
+    eqx = pytest.importorskip("equinox", reason="equinox is in the dev extra")
+    import jax
+
+    model = eqx.nn.MLP(3, 2, 4, 2, key=jax.random.PRNGKey(0))
+    with pytest.raises(hlobundle.InputError, match=r"args\[0\]\.activation is a") as e:
+        hlobundle.export(lambda m, x: jax.vmap(m)(x), model, np.ones((5, 3), np.float32),
+                         out=tmp_path / "m")  # fmt: skip
+    assert "eqx.partition(model, eqx.is_array)" in e.value.message
+    assert not (tmp_path / "m").exists()
+    with pytest.raises(hlobundle.InputError, match=r"args\[0\]\['name'\] is a str"):
+        hlobundle.export(lambda d, x: x, {"name": "relu"}, np.ones(3, np.float32),
+                         out=tmp_path / "d")  # fmt: skip
+
+
+def test_pinned_sizes_must_name_a_symbol_of_some_model(tmp_path):
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    from hlobundle._serve._models import load_models
+
+    out = tmp_path / "sym"
+    hlobundle.export(lambda x: x * 2, np.ones((2, 3), np.float32), out=out, name="double",
+                     shapes_specs=("b, 3",))  # fmt: skip
+    with pytest.raises(hlobundle.InputError, match=r"--sizes names symbol\(s\) \['c'\]"):
+        load_models([out], backend="xla", sizes={"c": [1]})
+    assert "sym" in load_models([out], backend="xla", sizes={"b": [1, 2]})

@@ -15,7 +15,7 @@ from jax import export
 
 import hlobundle
 
-pytest.importorskip("flatbuffers", reason="Exported.serialize needs flatbuffers (the dev extra)")
+pytest.importorskip("flatbuffers", reason="Exported.serialize needs flatbuffers (a dependency)")
 
 
 def model(params, x):

@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAIL
     except HloBundleError as e:
-        if os.environ.get("HLOBUNDLE_TRACEBACK"):
+        if _tracebacks():
             raise
         if getattr(args, "json", False):
             print(json.dumps({"ok": False, "code": e.code, "message": e.message, **e.context()}))
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os._exit(EXIT_FAIL)
         return EXIT_FAIL
     except OSError as e:  # the machine's, not the bundle's: a full disk, a read-only output
-        if os.environ.get("HLOBUNDLE_TRACEBACK"):
+        if _tracebacks():
             raise
         where = f" (path: {e.filename})" if e.filename else ""
         print(_shown(f"error [OS_ERROR] {e.strerror or e}{where}"), file=sys.stderr)
@@ -86,3 +86,10 @@ def _shown(text: str) -> str:
     from .._format._display import shown
 
     return shown(text)
+
+
+def _tracebacks() -> bool:
+    """`HLOBUNDLE_TRACEBACK=1` (or true, yes, on) shows tracebacks; 0, false, no, off or empty
+    do not, as unset."""
+    value = os.environ.get("HLOBUNDLE_TRACEBACK", "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")

@@ -178,7 +178,8 @@ def _render_functions(summary: Summary) -> str:
     lines = [
         *(shown(line) for line in [
             f"bundle    {summary.path}",
-            f"format {m.format_version}, {len(summary.functions)} functions{default}",
+            f"format {m.format_version}, {len(summary.functions)} "
+            f"function{'s' * (len(summary.functions) != 1)}{default}",
             *_bundle_lines(summary),
             *_file_lines(summary),
         ]),

@@ -239,7 +239,7 @@ class Bundle(StoredValues):
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was
         exported with, when recorded; the backward module as its VJP). It serializes with
-        `Exported.serialize()` (which needs the `flatbuffers` package)."""
+        `Exported.serialize()` (jax's serialization, through `flatbuffers`, a dependency)."""
         from .._run._backends._xla import to_exported
 
         return to_exported(self)

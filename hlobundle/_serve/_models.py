@@ -74,6 +74,14 @@ def load_models(
     8]}`): other values are refused with a 400, and every pinned shape compiles at start-up."""
     loaded = _load_named(paths, trust)
     pinned = {k: frozenset(v) for k, v in (sizes or {}).items()}
+    known = set().union(*(_symbols(bundle) for _, bundle, _ in loaded))
+    unknown = sorted(set(pinned) - known)
+    if unknown:  # a typo would leave the sizes unpinned, silently
+        raise InputError(
+            f"--sizes names symbol(s) {unknown} that no model served has; their symbols are "
+            f"{sorted(known) or 'none (every shape is static)'}",
+            argument="sizes",
+        )
     semaphore = threading.BoundedSemaphore(compiles)
     models: dict[str, Served] = {}
     for path, bundle, names in loaded:

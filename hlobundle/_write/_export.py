@@ -80,6 +80,7 @@ def export(
     import jax
 
     leaves, in_tree = jax.tree_util.tree_flatten_with_path(example_args)
+    _check_array_leaves(leaves)
     flat = [np.asarray(leaf) for _, leaf in leaves]
     _check_x64(flat, leaves, jax.config.jax_enable_x64)
 
@@ -222,6 +223,28 @@ def _abstract(leaf: Any) -> Any:
 
 # A Python scalar's 32-bit NumPy type: what jax.jit, x64 off, would trace it as (weakly typed).
 _SCALAR_32 = {float: "np.float32", int: "np.int32", complex: "np.complex64"}
+
+
+def _check_array_leaves(leaves: Sequence[tuple[Any, Any]]) -> None:
+    """Every leaf of the example arguments is an array or a number: a function, a string or
+    another object (an Equinox module's activation) cannot be an argument of the module."""
+    import jax
+
+    for path, leaf in leaves:
+        if (
+            hasattr(leaf, "shape")
+            and hasattr(leaf, "dtype")
+            or isinstance(leaf, (bool, int, float, complex, np.generic))
+        ):
+            continue
+        where = f"args{jax.tree_util.keystr(path)}"
+        raise InputError(
+            f"{where} is a {type(leaf).__name__}, not an array: a bundle's arguments are arrays. "
+            "Keep what is not an array out of the arguments: close over it in the function, or "
+            "split the model (for Equinox: params, static = eqx.partition(model, eqx.is_array), "
+            "and export lambda params, x: eqx.combine(params, static)(x))",
+            argument=where,
+        )
 
 
 def _check_x64(flat: list[np.ndarray], leaves: list[tuple[Any, Any]], enabled: bool) -> None:
