@@ -197,3 +197,14 @@ def test_pinned_sizes_must_name_a_symbol_of_some_model(tmp_path):
     with pytest.raises(hlobundle.InputError, match=r"--sizes names symbol\(s\) \['c'\]"):
         load_models([out], backend="xla", sizes={"c": [1]})
     assert "sym" in load_models([out], backend="xla", sizes={"b": [1, 2]})
+
+
+def test_a_partial_set_of_numbered_keys_says_how_to_give_some_arguments(tmp_path):
+    from helpers import small_bundle
+
+    b = small_bundle(tmp_path)
+    np.savez(tmp_path / "one.npz", np.ones((4, 3), np.float32))  # arr_0 only, of two arguments
+    r = cli("run", b, "--inputs", tmp_path / "one.npz")
+    assert r.returncode == 1 and "[INPUT_AMBIGUOUS]" in r.stderr, r.stderr
+    assert "are not one full set for 2 argument(s)" in r.stderr
+    assert "name them: keys named after the arguments (['x', 'w'])" in r.stderr, r.stderr

@@ -52,7 +52,8 @@ def test_npz_numbering_that_fits_neither(tmp_path, module):
     np.savez(tmp_path / "in.npz", arr_0=X, arr_2=Y)
     with pytest.raises(
         hlobundle.InputError,
-        match=r"the arr_<k> keys \[0, 2\] are neither arr_0..arr_1 \(np.savez, 0-based\) nor arr_1..arr_2",
+        match=r"the arr_<k> keys \[0, 2\] are not one full set for 2 argument\(s\): numbered keys "
+        r"give every argument, as arr_0..arr_1 \(np.savez, 0-based\) or arr_1..arr_2",
     ) as e:
         hlobundle.pack_files(module, [tmp_path / "in.npz"], tmp_path / "b")
     assert e.value.code == "INPUT_AMBIGUOUS"

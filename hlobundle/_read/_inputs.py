@@ -251,8 +251,11 @@ def _assign_numbered(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
             return [by_index[base + i] for i in range(n)]
     got = sorted(by_index)
     raise InputAmbiguousError(
-        f"the arr_<k> keys {got[:10]} are neither arr_0..arr_{n - 1} (np.savez, 0-based) "
-        f"nor arr_1..arr_{n} (Julia/NPZ.jl, 1-based) for {n} argument(s)",
+        f"the arr_<k> keys {got[:10]} are not one full set for {n} argument(s): numbered keys "
+        f"give every argument, as arr_0..arr_{n - 1} (np.savez, 0-based) or arr_1..arr_{n} "
+        "(Julia/NPZ.jl, 1-based). To give only some arguments (the rest keep their stored "
+        f"values), name them: keys named after the arguments ({some_names(names)}), or "
+        "NAME=FILE",
     )
 
 
