@@ -407,6 +407,13 @@ def test_script_takes_help_and_inputs_like_hlobundle_run(tmp_path):
     np.save(tmp_path / "bad.npy", np.zeros((2, 2), np.float32))
     r = run_script(script, "--inputs", f"x={tmp_path / 'bad.npy'}")
     assert r.returncode == 1 and "expected float32[4, 3]" in r.stderr
+    np.savez(tmp_path / "all.npz", x_new, w + 1)  # arr_0, arr_1: every argument, as run takes
+    r = run_script(script, "--inputs", tmp_path / "all.npz")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert np.array2string(x_new @ (w + 1), threshold=20) in r.stdout
+    r = run_script(script, "--inputs", f"X={tmp_path / 'x_new.npy'}")  # no argument's name
+    assert r.returncode == 1 and "'X' is not an argument name; did you mean 'x'?" in r.stderr
+    assert "No such file" not in r.stderr
 
 
 # --- symbolic shapes (format 2.0) ---------------------------------------------------------------

@@ -14,9 +14,11 @@ The constants below are the bundle's data, written by `hlobundle emit`; everythi
 same in every emitted script.
 """
 
+import difflib  # noqa: F401 (run_shared.py's functions use it)
 import hashlib
 import json  # noqa: F401 (run_shared.py's functions use it)
 import os
+import re  # noqa: F401 (run_shared.py's functions use it)
 import sys
 
 import iree.runtime as rt

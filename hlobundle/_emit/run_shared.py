@@ -128,7 +128,17 @@ def given_inputs(specs):
             (array,) = read_input_file(path).values()
             given[name] = array
             continue
-        for key, array in read_input_file(spec).items():
+        if equals and not os.path.exists(spec):  # NAME=FILE, NAME no argument's name
+            lower = {n.lower(): n for n in names}  # `X` for `x` too
+            close = difflib.get_close_matches(name.lower(), list(lower), n=1)
+            hint = f"; did you mean {lower[close[0]]!r}?" if close else ""
+            raise ValueError(f"{spec}: {name!r} is not an argument name{hint} (the arguments "
+                             f"are {names})")  # fmt: skip
+        found = read_input_file(spec)
+        numbered = numbered_keys(found, len(names))
+        if numbered is not None:  # arr_0.. (np.savez) or arr_1.. (Julia's NPZ.jl), as run's
+            found = dict(zip(names, numbered, strict=True))
+        for key, array in found.items():
             if key is None:
                 loose.append((spec, array))
             elif key in names:
@@ -141,6 +151,22 @@ def given_inputs(specs):
             f"e.g. --inputs {names[0]}={loose[0][0]} (the arguments are {names})"
         )
     return dict(zip(names, (a for _, a in loose), strict=True)) if loose else given
+
+
+def numbered_keys(found, n):
+    """The arrays of keys arr_0..arr_{n-1} or arr_1..arr_n (one full set), in order; else None."""
+    keys = [k for k in found if k is not None]
+    if (
+        not keys
+        or len(keys) != len(found)
+        or not all(re.fullmatch(r"arr_\d{1,9}", k) for k in keys)
+    ):
+        return None
+    by_index = {int(k[4:]): found[k] for k in keys}
+    for base in (0, 1):
+        if set(by_index) == set(range(base, base + n)):
+            return [by_index[base + i] for i in range(n)]
+    return None
 
 
 def main(argv):

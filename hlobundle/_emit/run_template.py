@@ -20,9 +20,11 @@ into each script in place of the `# shared:` line.
 """
 
 import dataclasses
+import difflib  # noqa: F401 (run_shared.py's functions use it)
 import hashlib
 import json  # noqa: F401 (run_shared.py's functions use it)
 import os
+import re  # noqa: F401 (run_shared.py's functions use it)
 import sys
 
 import jax
