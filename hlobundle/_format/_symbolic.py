@@ -269,3 +269,8 @@ def bind_shapes(
 
 def symbols_of(dims: Iterable[int | Dimension]) -> set[str]:
     return {s for d in dims if not isinstance(d, int) for s in d.symbols}
+
+
+def evaluate(dims: Sequence[int | str], env: Mapping[str, int]) -> tuple[int, ...]:
+    """A manifest shape (integers and expressions' texts) at the symbols' values `env`."""
+    return tuple(d if isinstance(d, int) else parse(d).value(env) for d in dims)

@@ -107,10 +107,7 @@ def _generated_shapes(bundle: Bundle) -> dict[str, tuple[int, ...]]:
     free = {s for a in arguments for d in a.shape if isinstance(d, str)
             for s in _symbolic.parse(d).symbols} - set(env)  # fmt: skip
     env.update(dict.fromkeys(free, 1))
-    shapes = {
-        a.name: tuple(d if isinstance(d, int) else _symbolic.parse(d).value(env) for d in a.shape)
-        for a in arguments
-    }
+    shapes = {a.name: _symbolic.evaluate(a.shape, env) for a in arguments}
     try:
         _symbolic.bind_shapes([(a.name, a.shape) for a in arguments],
                               [shapes[a.name] for a in arguments],

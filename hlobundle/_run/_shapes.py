@@ -112,7 +112,7 @@ def prove(bundle: Bundle, shapes: Shapes) -> Proof:
         raise _refused(manifest, env, shapes, str(e)) from None
     results = _result_shapes(refined, manifest)
     for r, got in zip(manifest.results, results, strict=True):
-        want = tuple(d if isinstance(d, int) else _symbolic.parse(d).value(env) for d in r.shape)
+        want = _symbolic.evaluate(r.shape, env)
         if got != want:
             symbol = min(_symbolic.symbols_of(_symbolic.parse(d) for d in r.shape
                                               if isinstance(d, str)), default=None)  # fmt: skip

@@ -144,8 +144,7 @@ def _pinned_inputs(served: Served) -> list[dict[str, np.ndarray]]:
     for values in combos:
         full = {**env, **dict(zip(free, values, strict=True))}
         inputs.append({
-            a.name: np.zeros(tuple(d if isinstance(d, int) else _symbolic.parse(d).value(full)
-                                   for d in a.shape), _dtypes.BY_NAME[a.dtype].numpy)
+            a.name: np.zeros(_symbolic.evaluate(a.shape, full), _dtypes.BY_NAME[a.dtype].numpy)
             for a in m.arguments if a.name in served.inputs
         })  # fmt: skip
     return inputs

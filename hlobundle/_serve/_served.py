@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _symbolic
 from .._format._errors import HloBundleError
 from .._read._reader import Bundle
+from .._run._binding import bind_symbols
 from .._run._function import backend_failure
 from .._run._shapes import DEFAULT_MAX_SHAPES, check_results
 from ._protocol import BY_DTYPE, RequestError
@@ -145,14 +145,10 @@ class Served:
         """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why."""
         if not self._symbolic:
             return  # every dimension is an integer, which the request's parsing checked
-        m = self.bundle.manifest
         try:
-            env = _symbolic.bind_shapes([(a.name, a.shape) for a in m.arguments],
-                                        [np.shape(x) for x in self._arguments(given)],
-                                        m.constraints or ())  # fmt: skip
-        except _symbolic.ShapeError as e:
-            raise RequestError(400, f"the inputs' shapes do not fit {m.function}'s symbolic "
-                                    f"shapes: {e} (SPEC.md 2.8)") from None  # fmt: skip
+            env = bind_symbols(self.bundle.manifest, self._shapes_of(given))
+        except HloBundleError as e:
+            raise RequestError(400, e.message) from None
         for symbol, allowed in self.sizes.items():
             if env.get(symbol, min(allowed)) not in allowed:
                 raise RequestError(
