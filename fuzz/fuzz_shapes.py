@@ -153,10 +153,11 @@ def attempt(bundle: Path, seed: hlobundle.Bundle, name: str, backend: str,
 
 
 def backends() -> list[str]:
-    from hlobundle._run._backends import _enzyme, _iree
+    from hlobundle._run import _backends
 
-    return ["xla", "iree"] * _iree.available() + ["xla"] * (not _iree.available()) + (
-        ["enzyme"] if _enzyme.available() else [])  # fmt: skip
+    iree = _backends.kind("iree").available()
+    return ["xla", "iree"] * iree + ["xla"] * (not iree) + (
+        ["enzyme"] if _backends.kind("enzyme").available() else [])  # fmt: skip
 
 
 def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Counter[str]:

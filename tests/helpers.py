@@ -88,9 +88,9 @@ needs_fixtures = pytest.mark.skipif(
 
 
 def _enzyme_installed() -> bool:
-    from hlobundle._run._backends import _enzyme
+    from hlobundle._run import _backends
 
-    return _enzyme.available()
+    return _backends.kind("enzyme").available()
 
 
 ENZYME = _enzyme_installed()

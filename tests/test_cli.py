@@ -215,9 +215,9 @@ def test_ctrl_c_prints_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_with_vjp_without_enzyme_says_what_to_do(tmp_path, monkeypatch):
-    from hlobundle._run._backends import _enzyme
+    from hlobundle._run._backends import _installed
 
-    monkeypatch.setattr(_enzyme, "available", lambda: False)
+    monkeypatch.setattr(_installed, "enzyme_ad", lambda: False)
     r = cli("pack", _add_module(tmp_path), "-o", tmp_path / "b", "--with-vjp")
     assert r.returncode == 1
     assert r.stderr.startswith("error [BACKEND_UNAVAILABLE] --with-vjp (with_vjp=True) lowers")

@@ -29,10 +29,10 @@ from helpers import (
 import hlobundle
 from hlobundle._cli import _conformance
 from hlobundle._read import _cache
-from hlobundle._run._backends import _iree, _iree_compile
+from hlobundle._run._backends import _installed, _iree, _iree_compile
 
 pytestmark = pytest.mark.skipif(
-    not (_iree.available() and _iree_compile.available()),
+    not (_iree.BACKEND.available() and _installed.iree_compiler()),
     reason="the iree extra (iree-base-compiler, iree-base-runtime) is absent",
 )
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"

@@ -8,7 +8,7 @@ imports the runner it calls (expected outputs, backward modules), nothing regist
 anywhere. A foreign system read and written both ways has one room in `_interop`, which its
 importer and its emitter or exporter import (`ROOMS`). The documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the
 entry points from a read bundle into the runner, which import `_run._function` and the xla
-backend inside the method.
+backend door (`_run._backends`) inside the method.
 
 Each guard is also run on small made-up modules that break its rule, so that it is shown to
 fail on the thing it names.
@@ -32,7 +32,7 @@ LEAVES = {
 CHILD_SCRIPTS = {"hlobundle._format._portable_child", "hlobundle._format._fork_server"}
 ALLOWED_UPWARD = {
     ("hlobundle._read._reader", "hlobundle._run._function"),  # Bundle.function()
-    ("hlobundle._read._reader", "hlobundle._run._backends._xla"),  # Bundle.to_exported()
+    ("hlobundle._read._reader", "hlobundle._run._backends"),  # Bundle.to_exported(), BackendName
 }
 LAZY = {name: "hlobundle" + module for name, module in hlobundle._LAZY.items()}
 
@@ -76,8 +76,9 @@ def _imports(name: str, source: str, is_package: bool = False):
 
 
 def _is_import_module(func: ast.expr) -> bool:
+    """`importlib.import_module`, `import_module` or `__import__`."""
     return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
-        isinstance(func, ast.Name) and func.id == "import_module"
+        isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
     )
 
 
@@ -115,6 +116,7 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._format._a": "from hlobundle import load\n",
         "hlobundle._format._b": "from .. import pack\n",
         "hlobundle._read._c": "import importlib\nimportlib.import_module('hlobundle._run._run')\n",
+        "hlobundle._read._c2": "__import__('hlobundle._write._writer')\n",
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
         "hlobundle._interop._e": "from .._read import _reader\n",
         "hlobundle._format._portable_child": "from hlobundle._format import _mlir\n",
@@ -198,3 +200,82 @@ def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
         if name == "hlobundle._compat":
             continue
         assert "jax._src" not in source and "enzyme_ad.jax import primitives" not in source, name
+
+
+# The backends' door (`_run/_backends/__init__.py`): the rest of the house asks a `Backend`
+# object what it can do, and never imports a backend's room or branches on a backend's name.
+DOOR = "hlobundle._run._backends"
+# Emitted scripts' templates are standalone programs (they import nothing of the package): a
+# script's own BACKEND setting is its configuration, not the house asking which backend it holds.
+TEMPLATES = {"hlobundle._emit.run_template", "hlobundle._emit.run_iree_template",
+             "hlobundle._emit.run_shared"}  # fmt: skip
+
+
+def _past_the_door(modules) -> list[tuple[str, str]]:
+    """(importer, imported) for each import of a backend's room from outside `_backends/`."""
+    found = []
+    for name, source, is_package in modules:
+        if name == DOOR or name.startswith(DOOR + "."):
+            continue
+        for target in _imports(name, source, is_package):
+            if target.startswith(DOOR + "._"):
+                found.append((name, target))
+    return found
+
+
+def test_nothing_outside_the_backends_imports_a_backends_room():
+    assert _past_the_door(_modules()) == []
+
+
+def test_the_door_guard_fails_on_each_way_past_it():
+    broken = {
+        "hlobundle._emit._a": "from .._run._backends import _iree\n",
+        "hlobundle._write._b": "def f():\n    from .._run._backends._xla import to_exported\n",
+        "hlobundle._cli._c": "import hlobundle._run._backends._enzyme\n",
+        "hlobundle._serve._d": "import importlib\nimportlib.import_module('hlobundle._run._backends._iree')\n",
+    }
+    found = _past_the_door([(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+    assert (
+        _past_the_door([("hlobundle._emit._e", "from .._run._backends import Script\n", False)])
+        == []
+    )
+
+
+def _branches_on_a_backend_name(source: str) -> list[int]:
+    """Lines that compare with a backend's name (`==`, `!=`, `in`, a `match` case): code that
+    asks which backend it holds instead of what it can do."""
+    from hlobundle._run import _backends
+
+    names = set(_backends.NAMES) - {"auto"}  # `auto` is a choice, not a backend
+
+    def named(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, ast.Tuple | ast.List | ast.Set) and any(map(named, node.elts))
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(map(named, [node.left, *node.comparators])):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and named(node.value):
+            lines.append(node.value.lineno)
+    return lines
+
+
+def test_no_code_outside_the_backends_branches_on_a_backend_name():
+    found = {
+        name: lines
+        for name, source, _ in _modules()
+        if not (name == DOOR or name.startswith(DOOR + ".") or name in TEMPLATES)
+        and (lines := _branches_on_a_backend_name(source))
+    }
+    assert found == {}
+
+
+def test_the_branch_guard_fails_on_each_kind_of_branch():
+    assert _branches_on_a_backend_name("if backend == 'enzyme':\n    pass\n") == [1]
+    assert _branches_on_a_backend_name("x = 1 if 'iree' != b else 2\n") == [1]
+    assert _branches_on_a_backend_name("ok = b not in ('auto', 'xla')\n") == [1]
+    assert _branches_on_a_backend_name("match b:\n    case 'xla':\n        pass\n") == [2]
+    assert _branches_on_a_backend_name("if b != 'auto':\n    pass\n") == []

@@ -157,9 +157,9 @@ def test_fixture_runs_on_each_backend_and_matches_reference(packed, name, backen
     make_inputs, reference = CASES[name]
     bundle = packed(name)
     if backend == "iree":
-        from hlobundle._run._backends import _iree
+        from hlobundle._run import _backends
 
-        if not _iree.available():
+        if not _backends.kind("iree").available():
             pytest.skip("the iree extra is not installed")
         if name in IREE_REFUSED:
             with pytest.raises(hlobundle.BackendUnsupportedError, match=IREE_REFUSED[name]):
@@ -239,9 +239,9 @@ def test_iree_out_of_memory_is_a_coded_error(packed):
     import subprocess
     import sys
 
-    from hlobundle._run._backends import _iree
+    from hlobundle._run import _backends
 
-    if not _iree.available():
+    if not _backends.kind("iree").available():
         pytest.skip("the iree extra is not installed")
     bundle = packed(IREE_OUT_OF_MEMORY)
     r = subprocess.run([sys.executable, "-m", "hlobundle", "run", str(bundle.path), "--backend",

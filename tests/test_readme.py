@@ -72,9 +72,9 @@ def _missing_extra(block: str) -> str | None:
     if '"enzyme"' in block and not ENZYME:
         return "the block uses enzyme-ad, which is not installed"
     if 'function("iree"' in block:
-        from hlobundle._run._backends import _iree, _iree_compile
+        from hlobundle._run._backends import _installed
 
-        if not (_iree.available() and _iree_compile.available()):
+        if not (_installed.iree_runtime() and _installed.iree_compiler()):
             return "the block uses the iree extra, which is not installed"
     if "starlette" in block and not all(
         importlib.util.find_spec(m) for m in ("starlette", "httpx2")
@@ -190,9 +190,9 @@ def test_signing_block_runs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_iree_block_runs(tmp_path):
-    from hlobundle._run._backends import _iree
+    from hlobundle._run import _backends
 
-    if not _iree.available():
+    if not _backends.kind("iree").available():
         pytest.skip("the iree extra is not installed")
     block = _sh("docs/iree.md", "Without JAX: IREE and stored executables")
     r = _bash(block, tmp_path, HLOBUNDLE_CACHE_DIR=str(tmp_path / "cache"))

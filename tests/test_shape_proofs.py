@@ -18,9 +18,9 @@ from hlobundle._read._inputs import from_python
 from hlobundle._write._writer import PackOptions, pack_planned
 
 try:
-    from hlobundle._run._backends import _iree
+    from hlobundle._run import _backends
 
-    HAS_IREE = _iree.available()
+    HAS_IREE = _backends.kind("iree").available()
 except ImportError:  # pragma: no cover - the iree extra is part of dev
     HAS_IREE = False
 BACKENDS = (*INSTALLED_BACKENDS, *(("iree",) if HAS_IREE else ()))

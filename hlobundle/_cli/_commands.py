@@ -35,13 +35,13 @@ def _run_bundle(args: argparse.Namespace) -> int:
     from .._run import _backends, _run
 
     kind = _backends.kind(args.backend)
-    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    applies(args, "--trust-executables", args.trust_executables, "stored_executables")
     applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
-    if not kind.JAX and (args.distributed or args.devices not in (None, 1)):
-        usage(args, f"--backend {kind.NAME} runs one device: no --distributed or --devices")
+    if not kind.jax and (args.distributed or args.devices not in (None, 1)):
+        usage(args, f"--backend {kind.name} runs one device: no --distributed or --devices")
     save = args.save_outputs and output_path("--save-outputs", args.save_outputs)
     bundle = load(args.bundle, verify=args.verify, **trust_options(args)).select(args.function)
-    if kind.JAX:
+    if kind.jax:
         _start_jax(args, needs_x64(bundle.manifest))
     else:
         kind.limit_memory(args.max_memory)
@@ -80,7 +80,7 @@ def emit(args: argparse.Namespace) -> int:
         return _emit_reactant_server(args)
     if args.output:
         output_path("-o", args.output)
-    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    applies(args, "--trust-executables", args.trust_executables, "stored_executables")
     bundle = load(args.bundle, **trust_options(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
     try:
@@ -191,7 +191,7 @@ def verify(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     from .._serve._server import require_extra
 
-    applies(args, "--trust-executables", args.trust_executables, "STORED_EXECUTABLES")
+    applies(args, "--trust-executables", args.trust_executables, "stored_executables")
     named = [named_bundle(args, b) for b in args.bundles]
     require_extra()
     from .._serve._models import load_models
@@ -234,7 +234,7 @@ def conformance(args: argparse.Namespace) -> int:
         usage(args, "--backend chooses this library's backend; --implementation runs another")
     from .._run import _backends
 
-    if _backends.kind(args.backend).JAX:
+    if _backends.kind(args.backend).jax:
         from .._run._process import enable_x64
 
         enable_x64()

@@ -53,7 +53,7 @@ def named_bundle(args: argparse.Namespace, arg: str) -> str | tuple[str, str]:
 
 def applies(args: argparse.Namespace, flag: str, given: bool, capability: str) -> None:
     """A usage error for an option the chosen backend has nothing to do with: one whose backend
-    module lacks `capability` (a true attribute, or a function)."""
+    `Backend` lacks `capability` (a true field, or a function)."""
     from .._run import _backends
 
     def able(name: str) -> bool:

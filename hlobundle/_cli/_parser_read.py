@@ -6,11 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .._run._backends import NAMES as BACKENDS
 from . import _commands, _values
-
-# _run/_backends.NAMES (auto and each backend), here without importing it; tests/test_cli_usage.py
-# checks that they agree.
-BACKENDS = ("auto", "enzyme", "xla", "iree")
 
 
 def add_run(sub: Any) -> None:

@@ -21,12 +21,13 @@ def refresh(args: argparse.Namespace) -> int:
 
 
 def compile_bundle(args: argparse.Namespace) -> int:
-    from .._run._backends._iree_compile import TARGETS
+    from .._run import _backends
     from .._write._compile import compile as compile_executables
 
-    unknown = [t for t in args.targets or () if t not in TARGETS]
+    targets = _backends.compiler().executable_targets
+    unknown = [t for t in args.targets or () if t not in targets]
     if unknown:
-        usage(args, f"--target {unknown[0]}: expected one of {', '.join(TARGETS)}")
+        usage(args, f"--target {unknown[0]}: expected one of {', '.join(targets)}")
     key = resigning_key(args)
     entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
                                   function=args.function, sign_key=key, public_key=args.public_key,

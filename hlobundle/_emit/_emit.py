@@ -12,18 +12,14 @@ path `bundle_path="absolute"` pins; away from it, the script exits naming the pa
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 from .._format._errors import InputError, OutputExistsError
-from .._format._manifest import Executable, needs_x64
-from .._format._policy import calls_lapack
-from .._format._sharding import partition_spec_entries
 from .._read._reader import Bundle, load
 from .._run import _backends
-from .._run._backends._enzyme import prepared_for_hlo_call
+from .._run._backends import Script
 from .._version import __version__
 from .._write._atomic import write_file_atomically
 from .._write._target import refuse_inside_a_bundle
@@ -60,17 +56,15 @@ def emit_script(
     **Returns:** the script's source.
     """
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
-    chosen = script_backend(bundle, backend)
-    # A script outside JAX (iree) runs a stored executable: chosen and checked before anything
-    # is written.
-    outside_jax = not _backends.kind(chosen).JAX
-    stored = _executable_for_script(bundle, trust_executables) if outside_jax else None
+    # What the script is (a stored executable it runs, for one) is checked before anything is
+    # written.
+    script = _backends.for_script(backend, bundle.manifest).script(bundle, trust_executables)
     if bundle_path not in ("relative", "absolute"):
         raise InputError(f"bundle_path must be 'relative' or 'absolute', got {bundle_path!r}",
                          argument="bundle_path")  # fmt: skip
     absolute = str(bundle.path.resolve()) if bundle_path == "absolute" else None
     if path is None:
-        return _source(bundle, absolute or bundle.path.resolve().name, chosen, stored)
+        return _source(bundle, absolute or bundle.path.resolve().name, script)
     target = Path(path)
     refuse_inside_a_bundle(target)
     if target.exists() and not force:
@@ -78,54 +72,20 @@ def emit_script(
             f"{str(target)!r} already exists; pass --force to replace it", path=target
         )
     where = absolute or os.path.relpath(bundle.path.resolve(), target.resolve().parent)
-    source = _source(bundle, where, chosen, stored)
+    source = _source(bundle, where, script)
     write_file_atomically(target, source.encode("utf-8"))
     return source
 
 
 def script_backend(bundle: Bundle, backend: str) -> str:
-    """The backend the script uses: xla for symbolic shapes, which hlo_call cannot take."""
-    if not bundle.manifest.symbolic:  # a script outside JAX needs no backend installed here
-        kind = _backends.kind(backend)
-        return kind.NAME if not kind.JAX else _backends.resolve(backend).NAME
-    if backend not in ("auto", "xla"):
-        raise InputError(
-            f"function {bundle.manifest.function!r} has symbolic shapes (SPEC.md 2.8), which "
-            f"an emitted {backend} script cannot call: emit it with --backend xla",
-            argument="backend",
-        )
-    return "xla"
+    """The backend the script uses (`_backends.for_script`): xla for symbolic shapes, which
+    hlo_call cannot take."""
+    return _backends.for_script(backend, bundle.manifest).name
 
 
-def _source(
-    bundle: Bundle, where: str, backend: str, stored: tuple[Executable, bytes] | None = None
-) -> str:
-    if stored is not None:
-        return _iree_source(bundle, where, *stored)
-    m = bundle.manifest
-    enzyme = backend == "enzyme"
-    prepared = prepared_for_hlo_call(bundle) if enzyme else None
-    vjp = m.vjp.portable.file if m.vjp else None
-    modules = [m.module.portable.file, vjp] if backend == "xla" else [m.module.text]
-    read = modules if not (prepared and prepared.changed) else []
-    slots = {
-        **_data_slots(bundle, where, read),
-        "BACKEND": backend,
-        "CONSTRAINTS": list(m.constraints or ()),
-        "X64": needs_x64(m),
-        "ARGUMENT_CARRIERS": list(prepared.argument_carriers) if prepared else [],
-        "RESULT_CARRIERS": list(prepared.result_carriers) if prepared else [],
-        "MESH_AXES": [(a.name, a.size) for a in m.mesh.axes] if m.mesh else None,
-        "DEVICE_ORDER": (m.mesh.device_ids or list(range(m.mesh.size))) if m.mesh else None,
-        "ARGUMENT_SHARDINGS": [list(partition_spec_entries(a.sharding)) for a in m.arguments]
-        if m.mesh else None,
-        "PORTABLE_FILE": m.module.portable.file,
-        "BACKWARD_FILE": vjp,
-        "MODULE_FILE": m.module.text,
-        "MODULE_LINES": prepared.text.split("\n") if prepared and prepared.changed else [],
-        "CALLS_LAPACK": enzyme and calls_lapack(bundle.modules["module"].custom_calls),
-    }  # fmt: skip
-    return _template.written("run_template.py", slots, bundle.manifest, "JAX or NumPy")
+def _source(bundle: Bundle, where: str, script: Script) -> str:
+    slots = {**_data_slots(bundle, where, list(script.reads)), **script.slots}
+    return _template.written(script.template, slots, bundle.manifest, script.takes)
 
 
 def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[str, Any]:
@@ -149,48 +109,3 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
         "EXPECTED": expected,
         "SHA256": {name: bundle.checked_sha256(name) for name in sorted(read)},  # type: ignore[arg-type]
     }  # fmt: skip
-
-
-def _executable_for_script(bundle: Bundle, trusted: bool) -> tuple[Executable, bytes]:
-    """The stored executable an IREE script runs: one this runtime can use, checked."""
-    from .._run._backends import _iree
-
-    if not bundle.manifest.executables:  # nothing to trust yet: say what to do first
-        raise InputError(
-            f"{bundle.path} has no stored executable for an iree script to run; compile "
-            f"first: store one with: hlobundle compile {bundle.path}",
-            argument="backend",
-        )
-    if not (trusted or bundle.trusted):
-        raise InputError(
-            "an iree script runs the bundle's stored executable, which is native code: verify "
-            "the bundle's signature (--public-key) or pass --trust-executables",
-            argument="trust_executables",
-        )
-    reasons = []
-    for entry in bundle.manifest.executables or []:
-        why = _iree.usable(entry, bundle)
-        if why is None:
-            return entry, bundle.executable(entry.target)  # type: ignore[return-value]
-        reasons.append(f"{entry.file}: {why}")
-    raise InputError(
-        f"{bundle.path} has no executable this IREE runtime can run"
-        + (f" ({'; '.join(reasons)})" if reasons else "")
-        + f": store one with: hlobundle compile {bundle.path}",
-        argument="backend",
-    )
-
-
-def _iree_source(bundle: Bundle, where: str, entry: Executable, data: bytes) -> str:
-    from .._run._backends import _iree
-
-    m = bundle.manifest
-    dtypes = sorted({v.dtype for v in [*m.arguments, *m.results]})
-    slots = {
-        **_data_slots(bundle, where, []),
-        "EXECUTABLE_FILE": entry.file,
-        "EXECUTABLE_SHA256": hashlib.sha256(data).hexdigest(),
-        "IREE_VERSION": entry.compiler_version,
-        "ELEMENT_TYPES": {d: _iree.element_type_name(d) for d in dtypes},
-    }
-    return _template.written("run_iree_template.py", slots, bundle.manifest, "NumPy")

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .._format import _main_signature, _paths, _signature, _stored
 from .._format._bundle_manifest import functions_of
@@ -22,6 +22,7 @@ from ._modules import StoredModule
 from ._values import StoredValues
 
 if TYPE_CHECKING:
+    from .._run._backends import BackendName
     from .._run._function import Function
 
 
@@ -198,7 +199,7 @@ class Bundle(StoredValues):
 
     def function(
         self,
-        backend: Literal["auto", "enzyme", "xla", "iree"] = "auto",
+        backend: BackendName = "auto",
         *,
         name: str | None = None,
         donate: Sequence[str] | str = (),
@@ -240,9 +241,9 @@ class Bundle(StoredValues):
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was
         exported with, when recorded; the backward module as its VJP). It serializes with
         `Exported.serialize()` (jax's serialization, through `flatbuffers`, a dependency)."""
-        from .._run._backends._xla import to_exported
+        from .._run._backends import exported
 
-        return to_exported(self)
+        return exported(self)
 
     def verify(
         self,

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from .._format._errors import BackendUnavailableError
 from .._format._manifest import Manifest
 
 
@@ -25,20 +24,9 @@ def outputs(manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.n
 
 def primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
     """A JAX-differentiable function of the flat arguments running the module `text`."""
-    import hashlib
-
-    from ._backends import _enzyme
-    from ._backends._enzyme import enzyme_callable
-
-    if not _enzyme.available():
-        raise BackendUnavailableError(
-            "--with-vjp (with_vjp=True) lowers the backward module of a module text through "
-            "enzyme-ad, which is not installed (wheels exist for Python 3.11 only). For a JAX "
-            "function, hlobundle.export(..., with_vjp=True) needs only jax"
-        )
-    from ._backends._enzyme_prepare import for_hlo_call, symbol_prefix
+    from ._backends import text_primal
     from ._function import check_x64
 
+    primal = text_primal(manifest, text)  # unavailable: said before x64
     check_x64(manifest)
-    prefix = symbol_prefix(hashlib.sha256(text.encode()).hexdigest())
-    return enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
+    return primal

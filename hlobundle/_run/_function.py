@@ -12,17 +12,17 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._format import _dtypes
 from .._format._errors import BackendUnsupportedError, HloBundleError, LimitError, X64DisabledError
 from .._format._manifest import Manifest, identifier, needs_x64
 from . import _backends, _binding, _placement, _shapes
+from ._backends import BackendName
 
 if TYPE_CHECKING:
     from .._read._reader import Bundle
 
-Backend = Literal["auto", "enzyme", "xla", "iree"]
 __all__ = ["BundleFunction", "Function", "check_x64", "function", "needs_x64"]
 
 
@@ -54,7 +54,7 @@ class Function(Protocol):
 
 def function(
     bundle: Bundle,
-    backend: Backend = "auto",
+    backend: BackendName = "auto",
     donate: Sequence[str] | str = (),
     devices: int | None = None,
     trust_executables: bool = False,
@@ -73,24 +73,25 @@ class BundleFunction:
     def __init__(
         self,
         bundle: Bundle,
-        backend: Backend = "auto",
+        backend: _backends.Backend,
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
     ) -> None:
         self.bundle = bundle
         self.manifest = bundle.manifest
-        self._backend = _backends.resolve(backend)
-        self.jax_function = self._backend.JAX
-        self.backend = self._backend.NAME
+        self._backend = backend
+        self.jax_function = backend.jax
+        self.backend = backend.name
         self.donated = _binding.donated_arguments(self.manifest, donate)
-        self._backend.install_rules()
+        backend.install_rules()
         # A symbolic function's call shapes are proven against the module before it runs, and
         # it keeps at most `max_shapes` shapes compiled (SPEC.md 2.8; `_shapes`).
         self._prover = _shapes.Prover(bundle, max_shapes) if self.manifest.symbolic else None
         if self._prover is None and _shapes.needs_proof(bundle):
             _shapes.prove_static(bundle)  # an op whose result shape its operands' values choose
-        self._impl = self._backend.implementation(bundle, self._prover)
+        assert backend.implementation is not None  # a JAX backend's
+        self._impl = backend.implementation(bundle, self._prover)
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
         self._used = [

@@ -6,7 +6,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
 from . import _backends, _placement
+from ._backends import BackendName
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def run(
     bundle: Bundle,
     given: list[_inputs.Keyed] | None = None,
     *,
-    backend: Literal["auto", "enzyme", "xla", "iree"] = "auto",
+    backend: BackendName = "auto",
     rtol: float | None = None,
     atol: float | None = None,
     producer_layout: bool = False,

@@ -22,6 +22,12 @@ from .._format._errors import TransformError
 _AD_TRACERS = ("JVPTracer", "LinearizeTracer")
 
 
+def install_exported_loop_rule() -> None:
+    """The loop rule for `jax.export`'s `call_exported` (which a batched module runs through,
+    on either JAX backend)."""
+    install_loop_rule(_compat.call_exported_p())
+
+
 def install_loop_rule(prim: Any) -> None:
     batching = _compat.batching()
     if prim in batching.fancy_primitive_batchers:  # a rule exists (perhaps a native one): keep it
@@ -62,8 +68,9 @@ def _loop_rule(prim: Any) -> Callable[..., Any]:
     return rule
 
 
-def differentiated(args: Sequence[Any], backend: str) -> Literal["forward", "reverse"] | None:
-    """Which derivative the arguments show: none, forward (jvp) or reverse; second order raises.
+def differentiated(args: Sequence[Any], second_order: str) -> Literal["forward", "reverse"] | None:
+    """Which derivative the arguments show: none, forward (jvp) or reverse; second order raises
+    (`second_order_error`, saying why the backend cannot).
 
     Inside `jax.checkpoint` the arguments are plain tracers; there the enzyme backend's
     refusals come from the wrappers `_enzyme_rules` installs.
@@ -72,16 +79,12 @@ def differentiated(args: Sequence[Any], backend: str) -> Literal["forward", "rev
     if not ad:
         return None
     if any(type(getattr(x, "primal", None)).__name__ in _AD_TRACERS for x in ad):
-        raise second_order_error(backend)
+        raise second_order_error(second_order)
     return "forward" if any(type(x).__name__ == "JVPTracer" for x in ad) else "reverse"
 
 
-def second_order_error(backend: str) -> TransformError:
-    why = (
-        "enzyme-ad 0.0.16 differentiates its modules once"
-        if backend == "enzyme"
-        else "on the xla backend the stored backward module is itself not differentiable"
-    )
+def second_order_error(why: str) -> TransformError:
+    """The refusal of a second derivative, with the backend's reason `why`."""
     return TransformError(
         "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle "
         f"is not supported: {why}. Differentiate once, or export the derivative as a bundle"

@@ -12,7 +12,7 @@ from .._format._errors import InputError
 from .._format._manifest import Executable, Manifest
 from .._read._files import references
 from .._read._reader import Bundle, load
-from .._run._backends import _iree_compile
+from .._run import _backends
 from ._sign import check_resignable, rewrite_and_resign
 
 EXECUTABLES_VERSION = (1, 3)  # the format version that added `executables`
@@ -49,8 +49,10 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     sign_key = None if sign_key is None else _signature.signing_key(sign_key)
     if not targets or len(set(targets)) != len(targets):
         raise InputError(f"give each target once, got {list(targets)}", argument="targets")
+    compiler = _backends.compiler()
+    assert compiler.check_target is not None
     for target in targets:
-        _iree_compile.flags(target, cpu)  # an unknown target, before any work
+        compiler.check_target(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
     b.verify(in_memory=False)  # compiles the module bytes load() checked
@@ -62,7 +64,8 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     for name in chosen:
         view = b.select(name)
         prefix = f"{name}/" if several else ""
-        added[name] = [_compiled(view, target, cpu, prefix, written) for target in targets]
+        added[name] = [_compiled(compiler, view, target, cpu, prefix, written)
+                       for target in targets]  # fmt: skip
     views = {n: b.select(n).manifest for n in b.functions}
     rewrite_and_resign(b, _with_executables(b.bundle_manifest, views, added, b.default_function),
                        written, sign_key)  # fmt: skip
@@ -70,12 +73,18 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
 
 
 def _compiled(
-    view: Bundle, target: str, cpu: str, prefix: str, written: dict[str, bytes]
+    compiler: _backends.Backend,
+    view: Bundle,
+    target: str,
+    cpu: str,
+    prefix: str,
+    written: dict[str, bytes],
 ) -> Executable:
     """Function `view` compiled for `target`: its manifest entry, its bytes in `written`."""
-    done = _iree_compile.compile_portable(view.portable_artifact, view.manifest, target=target,
-                                          cpu=cpu)  # fmt: skip
-    entry = Executable(target=target, file=f"{prefix}compiled/{target}.vmfb", compiler="iree",
+    assert compiler.compile_executable is not None
+    done = compiler.compile_executable(view.portable_artifact, view.manifest, target=target,
+                                       cpu=cpu)  # fmt: skip
+    entry = Executable(target=target, file=f"{prefix}compiled/{target}.vmfb", compiler=done.compiler,
                        compiler_version=done.compiler_version, architecture=done.architecture,
                        cpu=done.cpu, flags=list(done.flags),
                        source_sha256=view.modules["module"].portable_sha256)  # fmt: skip

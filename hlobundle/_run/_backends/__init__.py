@@ -1,70 +1,112 @@
-"""The backends: one room each, behind one small interface.
+"""The backends: one room each, behind this one door.
 
-A backend module has:
-
-- `NAME`: what `function(backend=...)` and `run --backend` call it;
-- `JAX`: whether its functions are JAX functions (jit, grad and vmap them; 64-bit values need
-  `jax_enable_x64`), or run outside JAX with NumPy arrays in and out (iree);
-- `STORED_EXECUTABLES`: whether it runs a bundle's stored executables (SPEC.md 2.7);
-- `available()`: whether it can run here (its imports work);
-- `make(bundle, *, donate, devices, trust_executables)`: the bundle's function on it, an object
-  with `backend` (its NAME), `jax_function` (as `JAX`), `call_flat(*flat)` (one array per
-  argument in, one per result out) and `__call__` (positional, named or pytree arguments).
-  The JAX backends make a `BundleFunction` from their `implementation(bundle)`, with
-  `install_rules()` and `check_derivatives(bundle, args)`.
+Each backend's room builds one `Backend` object (`_backend.py`), which offers everything the
+rest of the house needs from it: its function of a bundle, what it can trace and differentiate,
+its emitted script, its stored executables. Nothing outside this folder imports a backend's
+room or asks which backend it holds by name: it asks the object what it can do.
 
 `resolve(name)` picks one: `xla` (a `jax.export.Exported` of the stored portable artifact; needs
 only jax), `enzyme` (enzyme-ad's `hlo_call` on the module text), `iree` (IREE's CPU runtime), or
-`auto` (enzyme when it imports, else xla; xla for a forward run, `for_forward_calls`). Nothing outside this folder asks which one it holds:
-it asks the module or the function what it can do.
+`auto` (enzyme when it imports, else xla; xla for a forward run, `for_forward_calls`).
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+import importlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..._format._errors import BackendUnavailableError, InputError
+from ._backend import Backend, Compiled, Script
 
-JAX_NAMES = ("auto", "enzyme", "xla")
-NAMES = (*JAX_NAMES, "iree")
+if TYPE_CHECKING:
+    from ..._format._manifest import Manifest
+    from ..._read._reader import Bundle
+
+__all__ = ["NAMES", "Backend", "BackendName", "Compiled", "Script"]
+
+# The one list of backend names: type hints use `BackendName`, the CLI's choices `NAMES`.
+BackendName = Literal["auto", "enzyme", "xla", "iree"]
+NAMES: tuple[str, ...] = get_args(BackendName)
+_AUTO = ("enzyme", "xla")  # what `auto` picks, in order of preference: the first available
+_FORWARD = "xla"  # what `auto` is for a forward run: it needs only jax
+_TEXT_DERIVATIVES = "enzyme"  # the backend that differentiates a module's text
+_EXPORTED = "xla"  # the backend whose function is a `jax.export.Exported`
+_ROOMS = {"xla": "._xla", "enzyme": "._enzyme", "iree": "._iree"}
 
 
-def _module(name: str) -> ModuleType:
-    if name == "xla":
-        from . import _xla
-
-        return _xla
-    if name == "iree":
-        from . import _iree
-
-        return _iree
-    from . import _enzyme
-
-    return _enzyme
+def _backend(name: str) -> Backend:
+    backend: Backend = importlib.import_module(_ROOMS[name], __name__).BACKEND
+    return backend
 
 
-def resolve(name: str) -> ModuleType:
-    """The backend module for `name` (one of NAMES), available here."""
+def _checked(name: str) -> str:
     if name not in NAMES:
         raise InputError(f"backend must be one of {NAMES}, got {name!r}", argument="backend")
-    if name == "auto":
-        return _module("enzyme") if _module("enzyme").available() else _module("xla")
-    backend = _module(name)
+    return name
+
+
+def resolve(name: str) -> Backend:
+    """The backend for `name` (one of NAMES), available here."""
+    if _checked(name) == "auto":
+        return next((b for b in map(_backend, _AUTO) if b.available()), _backend(_AUTO[-1]))
+    backend = _backend(name)
     if not backend.available():
-        raise BackendUnavailableError(backend.UNAVAILABLE)
+        raise BackendUnavailableError(backend.unavailable)
     return backend
+
+
+def kind(name: str) -> Backend:
+    """The backend for `name`, whether or not it can run here (what it can do, for checking
+    options before anything is loaded); `auto` is what a forward run uses."""
+    return _backend(for_forward_calls(_checked(name)))
 
 
 def for_forward_calls(name: str) -> str:
     """The backend a forward run (`hlobundle run`) uses for `name`: `auto` is xla, which needs
     only jax; enzyme-ad's import (about 0.15 s and 270 MB) buys derivatives, which a forward
     run never takes."""
-    return "xla" if name == "auto" else name
+    return _FORWARD if name == "auto" else name
 
 
-def kind(name: str) -> ModuleType:
-    """The backend module for `name`, whether or not it can run here (what it can do, for
-    checking options before anything is loaded)."""
-    if name not in NAMES:
-        raise InputError(f"backend must be one of {NAMES}, got {name!r}", argument="backend")
-    return _module("xla" if name == "auto" else name)
+def for_script(name: str, manifest: Manifest) -> Backend:
+    """The backend an emitted script for `manifest`'s function uses for `name`: a script
+    outside JAX needs no backend installed here; `auto` is what `run` would choose; symbolic
+    shapes (SPEC.md 2.8) only on a backend whose script can call them."""
+    if not manifest.symbolic:
+        chosen = kind(name)
+        return chosen if not chosen.jax else resolve(name)
+    able = [n for n in NAMES if n == "auto" or _backend(n).symbolic_scripts]
+    if name not in able:
+        raise InputError(
+            f"function {manifest.function!r} has symbolic shapes (SPEC.md 2.8), which an "
+            f"emitted {name} script cannot call: emit it with --backend "
+            f"{' or '.join(n for n in able if n != 'auto')}",
+            argument="backend",
+        )
+    return kind(name)
+
+
+def exported(bundle: Bundle) -> Any:
+    """`Bundle.to_exported()`: the bundle as a `jax.export.Exported`."""
+    to_exported = _backend(_EXPORTED).to_exported
+    assert to_exported is not None
+    return to_exported(bundle)
+
+
+def text_primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
+    """A JAX-differentiable function of the flat arguments running the module `text` (the
+    primal whose backward module `with_vjp=True` lowers)."""
+    backend = _backend(_TEXT_DERIVATIVES)
+    if not backend.available() or backend.text_primal is None:
+        raise BackendUnavailableError(
+            "--with-vjp (with_vjp=True) lowers the backward module of a module text through "
+            "enzyme-ad, which is not installed (wheels exist for Python 3.11 only). For a JAX "
+            "function, hlobundle.export(..., with_vjp=True) needs only jax"
+        )
+    return backend.text_primal(manifest, text)
+
+
+def compiler() -> Backend:
+    """The backend that compiles and runs stored executables (`hlobundle compile`)."""
+    return next(b for b in map(_backend, _ROOMS) if b.stored_executables)

@@ -15,27 +15,17 @@ from ..._format import _dtypes
 from ..._format._policy import calls_lapack
 from .. import _batched, _transforms
 from .._shapes import DEFAULT_MAX_SHAPES, Prover
+from . import _installed
+from ._backend import Backend, Script
 from ._enzyme_prepare import Prepared
-from ._enzyme_rules import EnzymeBlockers, register_module
+from ._enzyme_rules import SECOND_ORDER, EnzymeBlockers, register_module
+from ._jax_script import jax_script
 
 if TYPE_CHECKING:
+    from ..._format._manifest import Manifest
     from ..._read._reader import Bundle
 
 NAME = "enzyme"
-JAX = True
-STORED_EXECUTABLES = False
-UNAVAILABLE = (
-    "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
-    "pip install 'enzyme-ad>=0.0.16', or use backend='xla'"
-)
-
-
-def available() -> bool:
-    try:
-        import enzyme_ad.jax  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def make(
@@ -49,18 +39,18 @@ def make(
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, NAME, donate, devices, max_shapes)
+    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes)
 
 
 def install_rules() -> None:
-    from . import _enzyme_rules, _xla
+    from . import _enzyme_rules
 
-    _xla.install_rules()  # a batched module runs through jax.export on either backend
+    _transforms.install_exported_loop_rule()  # a batched module runs through jax.export
     _enzyme_rules.install()
 
 
 def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
-    mode = _transforms.differentiated(args, NAME)
+    mode = _transforms.differentiated(args, SECOND_ORDER)
     if mode is None:
         return
     blockers = enzyme_blockers(bundle)
@@ -173,3 +163,33 @@ def enzyme_callable(
         )
 
     return impl
+
+
+def text_primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
+    """A JAX-differentiable function of the flat arguments running the module `text` (what
+    `with_vjp=True` lowers a module text's backward module from)."""
+    from ._enzyme_prepare import for_hlo_call, symbol_prefix
+
+    prefix = symbol_prefix(hashlib.sha256(text.encode()).hexdigest())
+    return enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
+
+
+def _script(bundle: Bundle, trusted: bool) -> Script:
+    return jax_script(bundle, NAME, prepared_for_hlo_call(bundle))
+
+
+BACKEND = Backend(
+    name=NAME,
+    jax=True,
+    unavailable=(
+        "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
+        "pip install 'enzyme-ad>=0.0.16', or use backend='xla'"
+    ),
+    available=lambda: _installed.enzyme_ad(),  # looked up when asked (tests patch it)
+    make=make,
+    script=_script,
+    implementation=implementation,
+    install_rules=install_rules,
+    check_derivatives=check_derivatives,
+    text_primal=text_primal,
+)

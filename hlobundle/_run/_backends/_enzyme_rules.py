@@ -30,6 +30,8 @@ from ... import _compat
 from ..._format._errors import TransformError
 from .._transforms import install_loop_rule, second_order_error
 
+# Why a second derivative is refused (`_transforms.second_order_error`).
+SECOND_ORDER = "enzyme-ad 0.0.16 differentiates its modules once"
 # Ops whose forward derivative enzyme-ad 0.0.16 cannot compute ("could not compute the adjoint").
 FORWARD_MODE_BLOCKERS = ("stablehlo.reduce_window",)
 
@@ -143,7 +145,7 @@ def _guard(primal: Any) -> None:
 
     def guarded_jvp(primals: Any, tangents: Any, **params: Any) -> Any:
         if params["pipeline_options"].mlir_ad() and params["pipeline_options"].ad_level() > 0:
-            raise second_order_error("enzyme")  # differentiating a derivative
+            raise second_order_error(SECOND_ORDER)  # differentiating a derivative
         return jvp(primals, tangents, **params)
 
     ad.primitive_jvps[primal] = guarded_jvp

@@ -16,7 +16,7 @@ It is not a JAX function: no jit, grad or vmap (use the xla or enzyme backend fo
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import platform
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,16 +33,14 @@ from ..._format._errors import (
 )
 from ..._read import _cache
 from .. import _binding, _shapes
-from . import _iree_compile
+from . import _installed, _iree_compile
+from ._backend import Backend, Script
 
 if TYPE_CHECKING:
     from ..._format._manifest import Executable
     from ..._read._reader import Bundle
 
 NAME = "iree"
-JAX = False  # NumPy arrays in and out: no jit, grad or vmap
-STORED_EXECUTABLES = True
-UNAVAILABLE = _iree_compile.UNAVAILABLE
 DRIVER = "local-task"  # IREE's multi-threaded CPU driver; it runs llvm-cpu and vmvx modules
 
 # SPEC.md's dtype names to IREE's HAL element types (by attribute name).
@@ -60,14 +58,6 @@ _ELEMENT_TYPES = {
 def element_type_name(dtype: str) -> str:
     """IREE's HAL element type (`iree.runtime.HalElementType`'s attribute) for a SPEC dtype."""
     return _ELEMENT_TYPES[dtype]
-
-
-def available() -> bool:
-    """IREE's runtime imports; its compiler is needed only where no stored executable is used."""
-    try:
-        return importlib.util.find_spec("iree.runtime") is not None
-    except ImportError:  # find_spec imports the parent package: `iree` itself is missing
-        return False
 
 
 def runtime_version() -> str:
@@ -114,7 +104,7 @@ class IreeFunction:
     out, in the manifest's `output_tree` when it has one."""
 
     backend = NAME
-    jax_function = JAX
+    jax_function = False  # NumPy arrays in and out: no jit, grad or vmap
 
     def __init__(
         self,
@@ -123,8 +113,8 @@ class IreeFunction:
         trust_executables: bool = False,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
     ) -> None:
-        if not available():
-            raise BackendUnavailableError(UNAVAILABLE)
+        if not _installed.iree_runtime():
+            raise BackendUnavailableError(_iree_compile.UNAVAILABLE)
         _iree_compile.check_supported(bundle.manifest)
         self.bundle = bundle
         self.manifest = bundle.manifest
@@ -244,11 +234,11 @@ def _module_bytes(bundle: Bundle, trusted: bool) -> tuple[bytes, str]:
             if data is not None:
                 return data, f"stored executable {entry.file}"
     portable = bundle.portable_artifact
-    if not _iree_compile.available():
+    if not _installed.iree_compiler():
         raise BackendUnavailableError(
             "the bundle has no stored executable this runtime may run (a trusted one, compiled by "
             f"this IREE version for this machine), and IREE's compiler is not installed: "
-            f"{UNAVAILABLE}"
+            f"{_iree_compile.UNAVAILABLE}"
         )
     # Compiled for this CPU ("host"), so the key names this CPU too: a cache shared by machines
     # with other CPUs must not hand them code with instructions they lack.
@@ -312,3 +302,59 @@ def _to_host(x: Any, dtype: str, shape: Sequence[int | str]) -> np.ndarray:
         dims = tuple(x.shape)
         shape = [d if isinstance(d, int) else dims[k] for k, d in enumerate(shape)]
     return host.reshape(-1).view(np.uint8).view(want).reshape(tuple(shape)).copy()
+
+
+def _script(bundle: Bundle, trusted: bool) -> Script:
+    """An IREE script runs a stored executable: one this runtime can use, checked, and only
+    of a trusted bundle (an executable is native code)."""
+    if not bundle.manifest.executables:  # nothing to trust yet: say what to do first
+        raise InputError(
+            f"{bundle.path} has no stored executable for an iree script to run; compile "
+            f"first: store one with: hlobundle compile {bundle.path}",
+            argument="backend",
+        )
+    if not (trusted or bundle.trusted):
+        raise InputError(
+            "an iree script runs the bundle's stored executable, which is native code: verify "
+            "the bundle's signature (--public-key) or pass --trust-executables",
+            argument="trust_executables",
+        )
+    reasons = []
+    for entry in bundle.manifest.executables or []:
+        why = usable(entry, bundle)
+        if why is None:
+            return _script_of(bundle, entry, bundle.executable(entry.target))  # type: ignore[arg-type]
+        reasons.append(f"{entry.file}: {why}")
+    raise InputError(
+        f"{bundle.path} has no executable this IREE runtime can run"
+        + (f" ({'; '.join(reasons)})" if reasons else "")
+        + f": store one with: hlobundle compile {bundle.path}",
+        argument="backend",
+    )
+
+
+def _script_of(bundle: Bundle, entry: Executable, data: bytes) -> Script:
+    m = bundle.manifest
+    dtypes = sorted({v.dtype for v in [*m.arguments, *m.results]})
+    slots = {
+        "EXECUTABLE_FILE": entry.file,
+        "EXECUTABLE_SHA256": hashlib.sha256(data).hexdigest(),
+        "IREE_VERSION": entry.compiler_version,
+        "ELEMENT_TYPES": {d: element_type_name(d) for d in dtypes},
+    }
+    return Script("run_iree_template.py", slots, (), "NumPy")
+
+
+BACKEND = Backend(
+    name=NAME,
+    jax=False,
+    unavailable=_iree_compile.UNAVAILABLE,
+    available=_installed.iree_runtime,
+    make=make,
+    script=_script,
+    stored_executables=True,
+    executable_targets=_iree_compile.TARGETS,
+    compile_executable=_iree_compile.compile_portable,
+    check_target=_iree_compile.flags,
+    limit_memory=limit_memory,
+)

@@ -11,16 +11,16 @@ is known not to run is refused before it is asked (`refusal`).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import platform
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 
 from ..._format import _limits
 from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
 from ..._format._manifest import CPU_NAME, Manifest
+from . import _installed
+from ._backend import Compiled
 
 UNAVAILABLE = (
     "the iree backend needs IREE's compiler and runtime: pip install 'hlobundle[iree]' "
@@ -34,25 +34,6 @@ UNSUPPORTED_DTYPES = frozenset({"int2", "uint2", "int4", "uint4", "float4_e2m1fn
                                 "float8_e4m3", "float8_e4m3b11fnuz"})  # fmt: skip
 # Without it, IREE demotes f64 to f32 (and c128 to c64): results would silently lose precision.
 BASE_FLAGS = ("--iree-input-type=stablehlo", "--iree-input-demote-f64-to-f32=false")
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """A compiled module and what it was made from and with (a manifest `Executable`'s fields)."""
-
-    vmfb: bytes
-    target: str
-    cpu: str
-    flags: tuple[str, ...]
-    compiler_version: str
-    architecture: str
-
-
-def available() -> bool:
-    try:
-        return importlib.util.find_spec("iree.compiler") is not None
-    except ImportError:  # a parent package that does not import
-        return False
 
 
 def compiler_version() -> str:
@@ -112,12 +93,12 @@ def compile_portable(
 ) -> Compiled:
     """Compile a (checked) portable artifact for `target`; `cpu` is llvm-cpu's target CPU
     (`generic` runs on any CPU of this architecture, `host` only on CPUs like this one)."""
-    if not available():
+    if not _installed.iree_compiler():
         raise BackendUnavailableError(UNAVAILABLE)
     check_supported(manifest)
     chosen = flags(target, cpu)
     vmfb = _run_compiler(portable, chosen)
-    return Compiled(vmfb, target, cpu if target == "llvm-cpu" else "generic", chosen,
+    return Compiled(vmfb, "iree", target, cpu if target == "llvm-cpu" else "generic", chosen,
                     compiler_version(), platform.machine())  # fmt: skip
 
 

@@ -10,23 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ... import _compat
 from ..._format._errors import TransformError
 from ..._interop._jax_export import cotangent_avals, exported_for, trees, value_avals
 from .. import _batched, _transforms
 from .._shapes import DEFAULT_MAX_SHAPES, Prover
+from . import _installed
+from ._backend import Backend, Script
+from ._jax_script import jax_script
 
 if TYPE_CHECKING:
     from ..._read._reader import Bundle
 
 NAME = "xla"
-JAX = True
-STORED_EXECUTABLES = False
-UNAVAILABLE = "the xla backend needs jax"
-
-
-def available() -> bool:
-    return True
+SECOND_ORDER = "on the xla backend the stored backward module is itself not differentiable"
 
 
 def make(
@@ -40,15 +36,11 @@ def make(
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, NAME, donate, devices, max_shapes)
-
-
-def install_rules() -> None:
-    _transforms.install_loop_rule(_compat.call_exported_p())
+    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes)
 
 
 def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
-    if _transforms.differentiated(args, NAME) == "forward":
+    if _transforms.differentiated(args, SECOND_ORDER) == "forward":
         raise TransformError(
             "forward-mode differentiation (jax.jvp, jax.jacfwd) is not available on the xla "
             "backend: a jax.export function has only a VJP. Use reverse mode (jax.grad, "
@@ -68,7 +60,6 @@ def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
     """The refusal to differentiate a bundle without a backward module, saying how one is
     stored for a bundle made the way this one was (its provenance's producer)."""
     from ..._format._manifest import PRODUCER_JAX, PRODUCER_JAX_EXPORT
-    from . import _enzyme
 
     producer = bundle.manifest.provenance.producer
     if producer == PRODUCER_JAX_EXPORT:
@@ -76,7 +67,7 @@ def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
                  "(pack --from-jax-export, or hlobundle.from_exported(exported, ...))")  # fmt: skip
     elif producer == PRODUCER_JAX:
         where = "export it again with hlobundle.export(..., with_vjp=True)"
-    elif _enzyme.available():
+    elif _installed.enzyme_ad():
         where = (
             "pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use backend='enzyme'"
         )
@@ -94,11 +85,7 @@ def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
 
 
 def _no_second_order(_: Any) -> Any:
-    raise TransformError(
-        "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle "
-        "is not supported: on the xla backend the stored backward module is itself not "
-        "differentiable. Differentiate once, or export the derivative as a bundle"
-    )
+    raise _transforms.second_order_error(SECOND_ORDER)
 
 
 def to_exported(bundle: Bundle) -> Any:
@@ -130,3 +117,22 @@ def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
                             get_vjp=_no_second_order, lapack=_calls_lapack(bundle, "vjp"))  # fmt: skip
 
     return get_vjp
+
+
+def _script(bundle: Bundle, trusted: bool) -> Script:
+    return jax_script(bundle, NAME)
+
+
+BACKEND = Backend(
+    name=NAME,
+    jax=True,
+    unavailable="the xla backend needs jax",
+    available=lambda: True,
+    make=make,
+    script=_script,
+    symbolic_scripts=True,  # jax.export calls symbolic shapes
+    implementation=implementation,
+    install_rules=_transforms.install_exported_loop_rule,
+    check_derivatives=check_derivatives,
+    to_exported=to_exported,
+)
