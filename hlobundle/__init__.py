@@ -5,45 +5,16 @@ The public surface is exactly `__all__`; everything else lives in private module
 
 import typing as _typing
 
-from ._format._errors import (
-    BackendUnavailableError,
-    BackendUnsupportedError,
+from . import errors
+from ._version import __version__
+from .errors import (
     BundleError,
     ConfigError,
-    DevicesUnavailableError,
-    DtypeUnsupportedError,
-    FileMissingError,
-    FileSetError,
-    FileUnlistedError,
-    HashMismatchError,
     HloBundleError,
     HloBundleWarning,
-    InputAmbiguousError,
-    InputDtypeError,
     InputError,
-    IntegrityError,
-    LimitError,
-    MainSignatureError,
-    ManifestError,
-    ManifestTooLargeError,
-    ModuleError,
-    ModuleMismatchError,
-    NotABundleError,
-    NotPortableError,
-    OutputExistsError,
-    SignatureError,
-    SignatureInvalidError,
-    SizeMismatchError,
-    TensorConflictError,
-    TensorFileError,
-    TensorMismatchError,
     TransformError,
-    UnsafePathError,
-    UnsignedError,
-    VersionError,
-    X64DisabledError,
 )
-from ._version import __version__
 
 # The rest of the surface is imported on first use (PEP 562), so that `import hlobundle` and
 # light commands (`inspect`) do not pay for pydantic's models, numpy or jax until they need them.
@@ -77,6 +48,16 @@ _DEPRECATED = {"pack_reactant": "from_reactant"}
 
 
 def __getattr__(name: str) -> _typing.Any:
+    if name in errors.__all__ or name in errors._DEPRECATED:  # before 2.1, every error was here
+        import warnings
+
+        target = errors._DEPRECATED.get(name, name)
+        warnings.warn(
+            f"hlobundle.{name} is now hlobundle.errors.{target}; the old name goes in hlobundle 3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(errors, target)
     if name in _DEPRECATED:
         import warnings
 
@@ -118,48 +99,19 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "Argument",
-    "BackendUnavailableError",
-    "BackendUnsupportedError",
     "Bundle",
     "BundleError",
     "ConfigError",
-    "DevicesUnavailableError",
-    "DtypeUnsupportedError",
     "FORMAT_VERSION",
-    "FileMissingError",
-    "FileSetError",
-    "FileUnlistedError",
     "Function",
-    "HashMismatchError",
     "HloBundleError",
     "HloBundleWarning",
-    "InputAmbiguousError",
-    "InputDtypeError",
     "InputError",
-    "IntegrityError",
-    "LimitError",
-    "MainSignatureError",
     "Manifest",
-    "ManifestError",
-    "ManifestTooLargeError",
-    "ModuleError",
-    "ModuleMismatchError",
-    "NotABundleError",
-    "NotPortableError",
-    "OutputExistsError",
     "Result",
-    "SignatureError",
-    "SignatureInvalidError",
-    "SizeMismatchError",
-    "TensorConflictError",
-    "TensorFileError",
-    "TensorMismatchError",
     "TransformError",
-    "UnsafePathError",
-    "UnsignedError",
-    "VersionError",
-    "X64DisabledError",
     "__version__",
+    "errors",
     "compile",
     "configure_jax",
     "emit_reactant_server",

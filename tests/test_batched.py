@@ -150,21 +150,21 @@ def test_reader_checks_the_batched_module(tmp_path):
     out = generate.scale(tmp_path, ["x"])
     edit_manifest(out, lambda m: m["batched"].update(arguments=["w"]))
     with pytest.raises(
-        hlobundle.SignatureError, match="the batched module batched.mlir has signature"
+        hlobundle.errors.MainSignatureError, match="the batched module batched.mlir has signature"
     ):
         hlobundle.load(out)
     edit_manifest(out, lambda m: m["batched"].update(arguments=["x", "x"]))
-    with pytest.raises(hlobundle.ManifestError, match="duplicate batched.arguments name"):
+    with pytest.raises(hlobundle.errors.ManifestError, match="duplicate batched.arguments name"):
         hlobundle.load(out)
     edit_manifest(out, lambda m: m["batched"].update(arguments=["x"]))
     (out / "batched.mlir").write_bytes(b"\xff\xfe not text")
     rehash(out, "batched.mlir")
-    with pytest.raises(hlobundle.ModuleError, match="batched.mlir is not UTF-8 text"):
+    with pytest.raises(hlobundle.errors.ModuleError, match="batched.mlir is not UTF-8 text"):
         hlobundle.load(out)
 
 
 def test_writer_refuses_a_wrong_batched_module(tmp_path):
-    with pytest.raises(hlobundle.SignatureError) as e:
+    with pytest.raises(hlobundle.errors.MainSignatureError) as e:
         generate.scale(tmp_path, ["w"])
     assert e.value.field == "batched"
     assert not (tmp_path / "bundle").exists()
@@ -192,7 +192,7 @@ def test_a_non_portable_batched_module_is_refused(tmp_path):
     )
     t = "tensor<3xf32>"
     text = generate.func([t, t], [t], [f"%y = stablehlo.multiply %a0, %a1 : {t}"], ["%y"])
-    with pytest.raises(hlobundle.ModuleError, match="not portable") as e:
+    with pytest.raises(hlobundle.errors.ModuleError, match="not portable") as e:
         hlobundle.pack(
             text, None, tmp_path / "b", names=["x", "w"], batched=bad, batched_arguments=["x"]
         )

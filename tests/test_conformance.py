@@ -64,7 +64,7 @@ def _signature_verifies(case) -> bool:
     bundle = hlobundle.load(case / "bundle")
     try:
         bundle.verify(public_key=case / spec["public_key"])
-    except hlobundle.SignatureInvalidError:
+    except hlobundle.errors.SignatureInvalidError:
         return spec["expect"] == "SIGNATURE_INVALID"
     return spec["expect"] == "ok"
 

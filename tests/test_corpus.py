@@ -96,9 +96,9 @@ def new_key(where: Path) -> tuple[Path, Path]:
 
 def test_the_signed_bundle_needs_its_own_key(tmp_path):
     _, other = new_key(tmp_path)
-    with pytest.raises(hlobundle.SignatureInvalidError):
+    with pytest.raises(hlobundle.errors.SignatureInvalidError):
         hlobundle.load(CORPUS / "1.2" / "signed.hlobundle", public_key=other)
-    with pytest.raises(hlobundle.UnsignedError):
+    with pytest.raises(hlobundle.errors.UnsignedError):
         hlobundle.load(CORPUS / "1.2" / "predict.hlobundle", public_key=other)
 
 

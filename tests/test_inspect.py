@@ -71,7 +71,7 @@ def test_op_histogram_is_what_mlir_parses(tmp_path, name, text):
     if not isinstance(text, str):
         try:
             text = (hlobundle.pack(text, None, tmp_path / "b") / "module.mlir").read_text()
-        except hlobundle.NotPortableError:
+        except hlobundle.errors.NotPortableError:
             pytest.skip("a fixture the allow-list refuses: no bundle holds it")
     assert op_histogram(text) == _walked(text), name
 
@@ -130,7 +130,7 @@ def test_inspect_refuses_a_broken_safetensors_header(tmp_path, case):
     assert r.returncode == 1, r.stdout
     assert "error [SAFETENSORS_INVALID]" in r.stderr
     assert f"inputs.safetensors is not a valid safetensors file: {why}" in r.stderr
-    with pytest.raises(hlobundle.TensorFileError):  # load() has safetensors check it too
+    with pytest.raises(hlobundle.errors.TensorFileError):  # load() has safetensors check it too
         hlobundle.load(out)
 
 

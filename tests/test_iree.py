@@ -111,7 +111,7 @@ def test_an_op_iree_cannot_compile_is_a_coded_refusal(tmp_path):
         hlobundle.pack(lowered_text(lambda x: jnp.flip(x, 0), x), [x], tmp_path / "b")
     )
     with pytest.raises(
-        hlobundle.BackendUnsupportedError,
+        hlobundle.errors.BackendUnsupportedError,
         match="IREE cannot compile this bundle: failed to legalize",
     ):
         b.function("iree")
@@ -122,7 +122,7 @@ def test_an_op_iree_cannot_compile_is_a_coded_refusal(tmp_path):
 def test_dtypes_iree_lacks_are_refused_with_the_reason(tmp_path, dtype):
     x = sample((4,), dtype, 2)
     b = hlobundle.load(hlobundle.pack(lowered_text(lambda x: x, x), [x], tmp_path / "b"))
-    with pytest.raises(hlobundle.BackendUnsupportedError, match=f"element type.*{dtype}"):
+    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match=f"element type.*{dtype}"):
         b.function("iree")
 
 
@@ -372,10 +372,10 @@ def test_no_cache_neither_reads_nor_writes(tmp_path, monkeypatch, twins):
 
 def test_compiler_failures_and_hangs_are_coded(monkeypatch):
     b = hlobundle.load(EXAMPLE)
-    with pytest.raises(hlobundle.BackendUnsupportedError, match="IREE cannot compile this bundle"):
+    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match="IREE cannot compile this bundle"):
         _iree_compile.compile_portable(b"\x00garbage", b.manifest)
     monkeypatch.setattr(_iree_compile._limits, "COMPILE_TIMEOUT_S", 0.01)
-    with pytest.raises(hlobundle.BackendUnsupportedError, match="did not finish within 0.01 s"):
+    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match="did not finish within 0.01 s"):
         _iree_compile.compile_portable(b.portable_artifact, b.manifest)
 
 
@@ -593,7 +593,7 @@ def test_a_stored_executable_runs_without_the_compiler(compiled):
         "print(b.function('iree', trust_executables=True).source)\n"
         "try:\n"
         "    b.function('iree')\n"
-        "except hlobundle.BackendUnavailableError as e:\n"
+        "except hlobundle.errors.BackendUnavailableError as e:\n"
         "    print(e.code)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

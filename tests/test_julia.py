@@ -383,7 +383,7 @@ def custom_call(target):
 )  # fmt: skip
 def test_non_portable_modules_are_refused(tmp_path, text, what):
     with pytest.raises(
-        hlobundle.ModuleError, match=re.escape(f"the module is not portable: {what}")
+        hlobundle.errors.ModuleError, match=re.escape(f"the module is not portable: {what}")
     ) as e:
         hlobundle.pack(text, None, tmp_path / "b")
     assert e.value.code == "MODULE_NOT_PORTABLE"

@@ -19,7 +19,7 @@ def bundle(tmp_path):
 def test_unknown_major_version_is_refused(bundle):
     edit_manifest(bundle, lambda m: m.update(format_version="3.0"))
     with pytest.raises(
-        hlobundle.VersionError,
+        hlobundle.errors.VersionError,
         match=r"format_version '3.0' is not readable by this reader, which reads major versions \[1, 2\]",
     ) as e:
         hlobundle.load(bundle)
@@ -44,7 +44,7 @@ def test_newer_minor_version_warns_and_ignores_new_fields(bundle):
 def test_unknown_field_in_current_version_is_refused(bundle):
     edit_manifest(bundle, lambda m: m.update(surprise=1))
     with pytest.raises(
-        hlobundle.ManifestError, match=r"manifest field surprise: Extra inputs are not permitted"
+        hlobundle.errors.ManifestError, match=r"manifest field surprise: Extra inputs are not permitted"
     ) as e:
         hlobundle.load(bundle)
     assert e.value.field == "surprise"
@@ -52,7 +52,7 @@ def test_unknown_field_in_current_version_is_refused(bundle):
 
 def test_wrong_format_name(bundle):
     edit_manifest(bundle, lambda m: m.update(format="onnx"))
-    with pytest.raises(hlobundle.ManifestError, match="expected format = 'hlobundle'"):
+    with pytest.raises(hlobundle.errors.ManifestError, match="expected format = 'hlobundle'"):
         hlobundle.load(bundle)
 
 
@@ -99,7 +99,7 @@ def test_wrong_format_name(bundle):
 )
 def test_invalid_fields(bundle, edit, field, message):
     edit_manifest(bundle, edit)
-    with pytest.raises(hlobundle.ManifestError, match=re.escape(message)) as e:
+    with pytest.raises(hlobundle.errors.ManifestError, match=re.escape(message)) as e:
         hlobundle.load(bundle)
     assert e.value.code == "MANIFEST_INVALID"
     if field:
@@ -109,13 +109,13 @@ def test_invalid_fields(bundle, edit, field, message):
 def test_invalid_utf8_and_json(bundle):
     path = bundle / "manifest.json"
     path.write_bytes(b'{"format": "\xff"}')
-    with pytest.raises(hlobundle.ManifestError, match="manifest is not UTF-8"):
+    with pytest.raises(hlobundle.errors.ManifestError, match="manifest is not UTF-8"):
         hlobundle.load(bundle)
     path.write_bytes(b'{"format": ')
-    with pytest.raises(hlobundle.ManifestError, match="manifest is not JSON"):
+    with pytest.raises(hlobundle.errors.ManifestError, match="manifest is not JSON"):
         hlobundle.load(bundle)
     path.write_bytes(b"[1, 2]")
-    with pytest.raises(hlobundle.ManifestError, match="manifest must be a JSON object, got list"):
+    with pytest.raises(hlobundle.errors.ManifestError, match="manifest must be a JSON object, got list"):
         hlobundle.load(bundle)
 
 
@@ -123,7 +123,7 @@ def test_oversized_manifest(bundle):
     path = bundle / "manifest.json"
     path.write_bytes(b" " * (MAX_MANIFEST_BYTES + 1))
     with pytest.raises(
-        hlobundle.ManifestError, match=r"manifest is \d+ bytes; the limit is 16777216"
+        hlobundle.errors.ManifestError, match=r"manifest is \d+ bytes; the limit is 16777216"
     ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "MANIFEST_TOO_LARGE"

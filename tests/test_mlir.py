@@ -51,7 +51,7 @@ def test_dtypes_and_aliasing():
     ],
 )
 def test_refused_modules(text, message):
-    with pytest.raises(hlobundle.ModuleError, match=message):
+    with pytest.raises(hlobundle.errors.ModuleError, match=message):
         sig(text)
 
 

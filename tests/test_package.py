@@ -86,7 +86,7 @@ def test_error_codes_in_spec_match_the_class_tree():
     # One class per code: no two classes define the same code.
     owners = [c.code for c in classes if "code" in vars(c)]
     assert len(owners) == len(set(owners))
-    assert all(hasattr(hlobundle, c.__name__) for c in classes)  # all public
+    assert all(hasattr(hlobundle.errors, c.__name__) for c in classes)  # all public
 
 
 def test_no_raise_site_passes_a_code():
@@ -98,8 +98,8 @@ def test_no_raise_site_passes_a_code():
 
 def test_input_errors_are_what_jax_users_catch():
     assert issubclass(hlobundle.InputError, ValueError)
-    assert issubclass(hlobundle.InputDtypeError, TypeError)
-    assert issubclass(hlobundle.InputDtypeError, hlobundle.InputError)
+    assert issubclass(hlobundle.errors.InputDtypeError, TypeError)
+    assert issubclass(hlobundle.errors.InputDtypeError, hlobundle.InputError)
 
 
 def test_dtype_table_itemsizes_are_numpys():
@@ -199,3 +199,30 @@ def test_pack_files_takes_packs_keywords_and_a_signing_key():
     files = keywords(hlobundle.pack_files)
     assert files.pop("sign_key") is None
     assert files == keywords(hlobundle.pack)
+
+
+def test_errors_is_the_public_namespace_of_every_error():
+    classes = {hlobundle.errors.HloBundleError, *_error_classes()}
+    assert set(hlobundle.errors.__all__) == {c.__name__ for c in classes} | {"HloBundleWarning"}
+    for name in hlobundle.errors.__all__:  # tracebacks name the module users import from
+        assert getattr(hlobundle.errors, name).__module__ == "hlobundle.errors", name
+    top = {n for n in hlobundle.__all__ if n.endswith(("Error", "Warning"))}
+    assert top == {"HloBundleError", "HloBundleWarning", "BundleError", "InputError",
+                   "ConfigError", "TransformError"}  # fmt: skip
+    assert all(getattr(hlobundle, n) is getattr(hlobundle.errors, n) for n in top)
+
+
+def test_an_error_name_no_longer_at_the_top_level_warns_and_says_when_it_goes():
+    with pytest.warns(DeprecationWarning, match=r"hlobundle.errors.ModuleError; .*hlobundle 3\.0"):
+        assert hlobundle.ModuleError is hlobundle.errors.ModuleError
+    with pytest.raises(AttributeError):
+        hlobundle.NoSuchError  # noqa: B018
+
+
+def test_the_signature_error_alias_warns_with_its_removal_version():
+    with pytest.warns(
+        DeprecationWarning, match=r"MainSignatureError; the old name goes in hlobundle 3\.0"
+    ):
+        assert hlobundle.errors.SignatureError is hlobundle.errors.MainSignatureError
+    with pytest.warns(DeprecationWarning, match=r"hlobundle.errors.MainSignatureError; .*3\.0"):
+        assert hlobundle.SignatureError is hlobundle.errors.MainSignatureError

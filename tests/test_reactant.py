@@ -162,7 +162,7 @@ def test_fixture_runs_on_each_backend_and_matches_reference(packed, name, backen
         if not _backends.kind("iree").available():
             pytest.skip("the iree extra is not installed")
         if name in IREE_REFUSED:
-            with pytest.raises(hlobundle.BackendUnsupportedError, match=IREE_REFUSED[name]):
+            with pytest.raises(hlobundle.errors.BackendUnsupportedError, match=IREE_REFUSED[name]):
                 bundle.function("iree")
             return
         if name == IREE_OUT_OF_MEMORY:
@@ -222,7 +222,7 @@ def test_fixture_15_packs_and_inspects_without_allocating(tmp_path):
 
 def test_fixture_16_is_refused(tmp_path):
     with pytest.raises(
-        hlobundle.ModuleError,
+        hlobundle.errors.ModuleError,
         match=r"the module is not portable: llvm.func at line 2, column 3; .*custom_call @enzymexla_compile_cpu at line 27",
     ) as e:
         hlobundle.pack(

@@ -267,7 +267,7 @@ def test_with_a_public_key_an_unsigned_bundle_is_not_served(tmp_path):
     key = ec.generate_private_key(ec.SECP256R1()).public_key()
     (tmp_path / "pub.pem").write_bytes(key.public_bytes(serialization.Encoding.PEM,
                                                         serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
-    with pytest.raises(hlobundle.UnsignedError):
+    with pytest.raises(hlobundle.errors.UnsignedError):
         load_models([EXAMPLE], backend="xla", public_key=tmp_path / "pub.pem")
 
 

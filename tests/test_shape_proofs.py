@@ -205,7 +205,7 @@ def _unknown_custom_call(path: Path) -> Path:
 def test_a_compile_failure_of_a_verified_bundle_is_coded(tmp_path, backend):
     """A custom call the user allowed, which XLA does not implement: XLA's compile fails."""
     fn = hlobundle.load(_unknown_custom_call(tmp_path / "cc")).function(backend)
-    with pytest.raises(hlobundle.BackendUnsupportedError, match="my_unknown_target") as e:
+    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match="my_unknown_target") as e:
         fn(np.ones(3, np.float32))
     assert f"the {backend} backend failed to lower, compile or run" in e.value.message
 
@@ -336,7 +336,7 @@ def test_a_static_op_whose_result_size_its_operands_values_choose_is_refused(tmp
 }"""
     bundle = hlobundle.load(pack_planned(text, None, tmp_path / "rds", PackOptions()))
     bundle.verify()
-    with pytest.raises(hlobundle.ModuleError, match="fails StableHLO's shape refinement"):
+    with pytest.raises(hlobundle.errors.ModuleError, match="fails StableHLO's shape refinement"):
         bundle.function(backend)
 
 
@@ -347,5 +347,5 @@ def test_iree_refuses_a_shape_assertion_it_would_ignore(tmp_path):
   return %x : tensor<8xf32>
 }"""
     bundle = hlobundle.load(pack_planned(text, None, tmp_path / "sa", PackOptions()))
-    with pytest.raises(hlobundle.ModuleError, match="expects static assert_what"):
+    with pytest.raises(hlobundle.errors.ModuleError, match="expects static assert_what"):
         bundle.function("iree")

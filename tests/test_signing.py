@@ -204,7 +204,7 @@ def test_run_and_load_refuse_a_tampered_signed_bundle_before_running(bundle, key
     r = cli("run", bundle, "--public-key", keys / "a.pub")
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.startswith("error [SIGNATURE_INVALID]")
-    with pytest.raises(hlobundle.SignatureInvalidError):
+    with pytest.raises(hlobundle.errors.SignatureInvalidError):
         hlobundle.load(bundle, public_key=keys / "a.pub")
 
 

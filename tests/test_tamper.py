@@ -47,7 +47,7 @@ def test_flipped_byte_in_tensor_data_is_a_hash_mismatch(bundle):
     path.write_bytes(bytes(data))
     hlobundle.load(bundle)  # sizes and structure are intact
     with pytest.raises(
-        hlobundle.IntegrityError,
+        hlobundle.errors.IntegrityError,
         match=r"inputs.safetensors: sha256 is [0-9a-f]{64}, the manifest says",
     ):
         load_and_verify(bundle)
@@ -72,7 +72,7 @@ def test_flipped_byte_in_manifest_is_refused(bundle):
 def test_deleted_file(bundle, name):
     (bundle / name).unlink()
     with pytest.raises(
-        hlobundle.FileSetError, match=f"{name} is listed in the manifest but missing"
+        hlobundle.errors.FileSetError, match=f"{name} is listed in the manifest but missing"
     ) as e:
         load_and_verify(bundle)
     assert e.value.code == "FILE_MISSING" and e.value.path == name
@@ -81,7 +81,7 @@ def test_deleted_file(bundle, name):
 def test_unlisted_file(bundle):
     (bundle / "extra.bin").write_bytes(b"x")
     with pytest.raises(
-        hlobundle.FileSetError, match="extra.bin is in the bundle but not listed"
+        hlobundle.errors.FileSetError, match="extra.bin is in the bundle but not listed"
     ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "FILE_UNLISTED"
@@ -90,7 +90,7 @@ def test_unlisted_file(bundle):
 def test_edited_shape_is_a_signature_mismatch(bundle):
     edit_manifest(bundle, lambda m: m["arguments"][0].update(shape=[4, 4]))
     with pytest.raises(
-        hlobundle.SignatureError,
+        hlobundle.errors.MainSignatureError,
         match=r"arguments\[0\] \(x\): the manifest says float32\[4, 4\], @main in module.mlir says float32\[4, 3\]",
     ) as e:
         hlobundle.load(bundle)
@@ -99,14 +99,14 @@ def test_edited_shape_is_a_signature_mismatch(bundle):
 
 def test_edited_result_dtype_is_a_signature_mismatch(bundle):
     edit_manifest(bundle, lambda m: m["results"][0].update(dtype="float64"))
-    with pytest.raises(hlobundle.SignatureError, match=r"results\[0\] \(result\)"):
+    with pytest.raises(hlobundle.errors.MainSignatureError, match=r"results\[0\] \(result\)"):
         hlobundle.load(bundle)
 
 
 def test_removed_argument_is_a_signature_mismatch(bundle):
     edit_manifest(bundle, lambda m: (m["arguments"].pop(), m.pop("input_tree")))
     with pytest.raises(
-        hlobundle.SignatureError, match="the manifest has 1 arguments, @main in module.mlir has 2"
+        hlobundle.errors.MainSignatureError, match="the manifest has 1 arguments, @main in module.mlir has 2"
     ):
         hlobundle.load(bundle)
 
@@ -115,7 +115,7 @@ def test_size_mismatch(bundle):
     with open(bundle / "module.mlir", "a") as f:
         f.write("\n")
     with pytest.raises(
-        hlobundle.IntegrityError, match=r"module.mlir is \d+ bytes, the manifest says \d+"
+        hlobundle.errors.IntegrityError, match=r"module.mlir is \d+ bytes, the manifest says \d+"
     ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "SIZE_MISMATCH"
@@ -130,7 +130,7 @@ def test_safetensors_header_disagreeing_with_manifest(tmp_path):
     save_file({"x": np.zeros((4, 3), np.float64), "w": np.zeros((3, 2), np.float32)}, str(path))
     rehash(bundle, "inputs.safetensors")
     with pytest.raises(
-        hlobundle.TensorFileError,
+        hlobundle.errors.TensorFileError,
         match=r"inputs.safetensors\['x'\] is F64\[4, 3\], the manifest's float32\[4, 3\] is stored as F32\[4, 3\]",
     ) as e:
         hlobundle.load(bundle)
@@ -143,7 +143,7 @@ def test_truncated_safetensors(bundle):
     edit_manifest(
         bundle, lambda m: m["files"]["inputs.safetensors"].update(size=path.stat().st_size)
     )
-    with pytest.raises(hlobundle.TensorFileError, match="not a valid safetensors file") as e:
+    with pytest.raises(hlobundle.errors.TensorFileError, match="not a valid safetensors file") as e:
         hlobundle.load(bundle)
     assert e.value.code == "SAFETENSORS_INVALID"
 
@@ -151,7 +151,7 @@ def test_truncated_safetensors(bundle):
 def test_header_length_bomb(bundle):
     path = bundle / "inputs.safetensors"
     path.write_bytes((2**62).to_bytes(8, "little") + path.read_bytes()[8:])
-    with pytest.raises(hlobundle.TensorFileError, match="not a valid safetensors file"):
+    with pytest.raises(hlobundle.errors.TensorFileError, match="not a valid safetensors file"):
         hlobundle.load(bundle)
 
 
@@ -163,7 +163,7 @@ def test_unsafe_paths_in_manifest(bundle, name):
         m["files"][name] = m["files"].pop("inputs.safetensors")
 
     edit_manifest(bundle, edit)
-    with pytest.raises(hlobundle.UnsafePathError, match="SPEC.md, 'Reader safety'") as e:
+    with pytest.raises(hlobundle.errors.UnsafePathError, match="SPEC.md, 'Reader safety'") as e:
         hlobundle.load(bundle)
     assert e.value.code == "PATH_UNSAFE"
 
@@ -173,7 +173,7 @@ def test_symlink_in_bundle(bundle, tmp_path):
     target.write_text("secret")
     (bundle / "inputs.safetensors").unlink()
     os.symlink(target, bundle / "inputs.safetensors")
-    with pytest.raises(hlobundle.UnsafePathError, match="'inputs.safetensors' is a symlink") as e:
+    with pytest.raises(hlobundle.errors.UnsafePathError, match="'inputs.safetensors' is a symlink") as e:
         hlobundle.load(bundle)
     assert e.value.code == "PATH_UNSAFE"
 
@@ -181,19 +181,19 @@ def test_symlink_in_bundle(bundle, tmp_path):
 def test_reference_to_unlisted_file(bundle):
     edit_manifest(bundle, lambda m: m["arguments"][0]["value"].update(file="other.safetensors"))
     with pytest.raises(
-        hlobundle.ManifestError,
+        hlobundle.errors.ManifestError,
         match=r"arguments\[0\].value.file names 'other.safetensors', which is not in files",
     ):
         hlobundle.load(bundle)
 
 
 def test_not_a_bundle(tmp_path):
-    with pytest.raises(hlobundle.NotABundleError, match="has no manifest.json"):
+    with pytest.raises(hlobundle.errors.NotABundleError, match="has no manifest.json"):
         hlobundle.load(tmp_path)
-    with pytest.raises(hlobundle.NotABundleError, match="nothing' does not exist"):
+    with pytest.raises(hlobundle.errors.NotABundleError, match="nothing' does not exist"):
         hlobundle.load(tmp_path / "nothing")
     (tmp_path / "file").write_text("")
-    with pytest.raises(hlobundle.NotABundleError, match="is not a directory"):
+    with pytest.raises(hlobundle.errors.NotABundleError, match="is not a directory"):
         hlobundle.load(tmp_path / "file")
 
 
@@ -201,7 +201,7 @@ def test_portable_artifact_that_does_not_load(bundle):
     (bundle / "module.mlirbc").write_bytes(b"ML\xefR garbage")
     rehash(bundle, "module.mlirbc")
     with pytest.raises(
-        hlobundle.ModuleError, match="the StableHLO portable artifact does not load"
+        hlobundle.errors.ModuleError, match="the StableHLO portable artifact does not load"
     ) as e:
         hlobundle.load(bundle)
     assert e.value.path == "module.mlirbc"
@@ -214,7 +214,7 @@ def test_portable_artifact_of_another_function(bundle, tmp_path):
     (bundle / "module.mlirbc").write_bytes((other / "module.mlirbc").read_bytes())
     rehash(bundle, "module.mlirbc")
     with pytest.raises(
-        hlobundle.ModuleMismatchError,
+        hlobundle.errors.ModuleMismatchError,
         match="module.mlirbc and module.mlir are not the same program",
     ) as e:
         load_and_verify(bundle)
@@ -224,7 +224,7 @@ def test_portable_artifact_of_another_function(bundle, tmp_path):
 def test_module_text_not_utf8(bundle):
     (bundle / "module.mlir").write_bytes(b"\xff\xfe module")
     rehash(bundle, "module.mlir")
-    with pytest.raises(hlobundle.ModuleError, match="module.mlir is not UTF-8 text"):
+    with pytest.raises(hlobundle.errors.ModuleError, match="module.mlir is not UTF-8 text"):
         hlobundle.load(bundle)
 
 
@@ -233,13 +233,13 @@ def test_manifest_symlink(bundle, tmp_path):
     real.write_bytes((bundle / "manifest.json").read_bytes())
     (bundle / "manifest.json").unlink()
     os.symlink(real, bundle / "manifest.json")
-    with pytest.raises(hlobundle.UnsafePathError, match="manifest.json is a symlink"):
+    with pytest.raises(hlobundle.errors.UnsafePathError, match="manifest.json is a symlink"):
         hlobundle.load(bundle)
 
 
 def test_special_file_in_bundle(bundle):
     os.mkfifo(bundle / "pipe")
-    with pytest.raises(hlobundle.UnsafePathError, match="'pipe' is not a regular file"):
+    with pytest.raises(hlobundle.errors.UnsafePathError, match="'pipe' is not a regular file"):
         hlobundle.load(bundle)
 
 
@@ -252,7 +252,7 @@ def test_extra_tensor_in_tensor_file(bundle):
     save_file({**tensors, "smuggled": np.zeros(3, np.float32)}, str(path))
     rehash(bundle, "inputs.safetensors")
     with pytest.raises(
-        hlobundle.TensorFileError,
+        hlobundle.errors.TensorFileError,
         match=r"holds tensor\(s\) \['smuggled'\] that no argument or result names",
     ):
         hlobundle.load(bundle)
@@ -268,7 +268,7 @@ def test_bundle_with_non_portable_custom_call_is_refused_on_load(tmp_path):
     hlobundle.load(out)  # allowed when packed, and recorded
     edit_manifest(out, lambda m: m["module"].update(allowed_custom_calls=[]))
     with pytest.raises(
-        hlobundle.ModuleError,
+        hlobundle.errors.ModuleError,
         match="the module is not portable: custom_call @my_kernel at line 2",
     ) as e:
         hlobundle.load(out)
@@ -287,7 +287,7 @@ def test_a_changed_unreferenced_listed_file_is_a_hash_mismatch(bundle):
     (bundle / "LICENSE").write_bytes(b"MIT-2.0!!\n\n")  # same size
     b = hlobundle.load(bundle)  # sizes agree: the hash is verify's to check
     with pytest.raises(
-        hlobundle.HashMismatchError, match=r"LICENSE: sha256 is [0-9a-f]{64}, the manifest says"
+        hlobundle.errors.HashMismatchError, match=r"LICENSE: sha256 is [0-9a-f]{64}, the manifest says"
     ) as e:
         b.verify()
     assert e.value.code == "HASH_MISMATCH" and e.value.path == "LICENSE"
@@ -301,7 +301,7 @@ def test_unreferenced_listed_files_are_held_from_load(bundle):
     (bundle / "LICENSE.new").write_bytes(b"MIT-2.0!!\n\n")
     os.replace(bundle / "LICENSE.new", bundle / "LICENSE")
     b.verify()
-    with pytest.raises(hlobundle.HashMismatchError):
+    with pytest.raises(hlobundle.errors.HashMismatchError):
         hlobundle.load(bundle).verify()
 
 
@@ -309,7 +309,7 @@ def test_unreferenced_listed_files_are_held_from_load(bundle):
 def test_a_hard_linked_listed_file_is_refused(bundle, tmp_path, name):
     _list_file(bundle, "LICENSE", b"Apache-2.0\n")
     os.link(bundle / name, tmp_path / "outside")  # changes there would change the bundle's file
-    with pytest.raises(hlobundle.UnsafePathError, match=f"{name!r} has 2 hard links") as e:
+    with pytest.raises(hlobundle.errors.UnsafePathError, match=f"{name!r} has 2 hard links") as e:
         hlobundle.load(bundle)
     assert e.value.code == "PATH_UNSAFE" and e.value.path == name
 
@@ -328,5 +328,5 @@ def test_a_hard_link_made_after_the_file_set_check_is_refused_when_opened(
         os.link(bundle / name, tmp_path / "outside")
 
     monkeypatch.setattr(_reader._files, "check_file_set", then_link)
-    with pytest.raises(hlobundle.UnsafePathError, match=f"{name!r} has 2 hard links"):
+    with pytest.raises(hlobundle.errors.UnsafePathError, match=f"{name!r} has 2 hard links"):
         hlobundle.load(bundle)

@@ -105,11 +105,11 @@ def test_a_failing_hash_stops_the_pack_and_leaves_nothing(tmp_path, small_steps,
         def update(self, data):
             self.calls += 1
             if self.calls == 5:
-                raise hlobundle.LimitError("the hash gave up", path="inputs.safetensors")
+                raise hlobundle.errors.LimitError("the hash gave up", path="inputs.safetensors")
 
     monkeypatch.setattr(_hashing_writer, "_new_hash", Failing)
     x = sample((100_000,), "float32")  # 100 steps: far more than the queue holds
-    with pytest.raises(hlobundle.LimitError, match="the hash gave up") as e:
+    with pytest.raises(hlobundle.errors.LimitError, match="the hash gave up") as e:
         hlobundle.pack(identity_module(x), [x], tmp_path / "b")
     assert e.value.code == "LIMIT_EXCEEDED" and e.value.path == "inputs.safetensors"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
@@ -141,7 +141,7 @@ def test_an_array_whose_bytes_disagree_with_its_shape_is_refused(tmp_path):
         def __array__(self, dtype=None, copy=None):
             return np.zeros(7, np.float32)
 
-    with pytest.raises(hlobundle.TensorFileError, match="'x' has 28 bytes, its header 40") as e:
+    with pytest.raises(hlobundle.errors.TensorFileError, match="'x' has 28 bytes, its header 40") as e:
         _tensors.write(tmp_path / "t.safetensors", {"x": (Liar(), _dtypes.BY_NAME["float32"])})
     assert e.value.code == "SAFETENSORS_INVALID"
     assert _hash_threads() == []

@@ -50,7 +50,7 @@ def swap_artifact(bundle, tmp_path, text, name="module.mlirbc"):
 
 def test_artifact_computing_something_else_is_refused(add_bundle, tmp_path):
     swap_artifact(add_bundle, tmp_path, MUL)
-    with pytest.raises(hlobundle.ModuleMismatchError, match="not the same program") as e:
+    with pytest.raises(hlobundle.errors.ModuleMismatchError, match="not the same program") as e:
         hlobundle.load(add_bundle)  # every backend runs one of the two: load refuses
     assert e.value.code == "MODULE_MISMATCH" and e.value.path == "module.mlirbc"
 
@@ -132,7 +132,7 @@ def test_a_deep_artifact_is_refused_without_printing_it(add_bundle, depth):
     # 5000 deep: 57 KiB that printed as 50 MB of indentation before the child checked nesting.
     (add_bundle / "module.mlirbc").write_bytes(deep_artifact(depth))
     rehash(add_bundle, "module.mlirbc")
-    with pytest.raises(hlobundle.LimitError, match="nest more than 256 deep") as e:
+    with pytest.raises(hlobundle.errors.LimitError, match="nest more than 256 deep") as e:
         hlobundle.load(add_bundle).verify()
     assert e.value.path == "module.mlirbc"
 
@@ -149,7 +149,7 @@ def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, 
     assert len(text) == 100 and not whole
     (add_bundle / "module.mlirbc").write_bytes(artifact)
     rehash(add_bundle, "module.mlirbc")
-    with pytest.raises(hlobundle.ModuleMismatchError, match="not the same program"):
+    with pytest.raises(hlobundle.errors.ModuleMismatchError, match="not the same program"):
         hlobundle.load(add_bundle).verify()
 
 
@@ -165,11 +165,11 @@ def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
     monkeypatch.setattr(_portable, "CHILD", crash)
     for _ in range(2):
         with pytest.raises(
-            hlobundle.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"
+            hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"
         ):
             _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
     monkeypatch.setattr(_portable, "CHILD", real)
-    with pytest.raises(hlobundle.ModuleError, match="does not load"):
+    with pytest.raises(hlobundle.errors.ModuleError, match="does not load"):
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
@@ -181,7 +181,7 @@ def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monk
     crash = tmp_path / "rt.py"
     crash.write_text("import os\n\ndef main():\n    os.kill(os.getpid(), 40)\n")
     monkeypatch.setattr(_portable, "CHILD", crash)
-    with pytest.raises(hlobundle.ModuleError, match=r"crashed MLIR's bytecode reader \(signal 40"):
+    with pytest.raises(hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(signal 40"):
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
@@ -199,7 +199,7 @@ def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monk
     ],
 )  # fmt: skip
 def test_writer_refuses_what_the_allow_list_does_not_hold(tmp_path, op, allow, what):
-    with pytest.raises(hlobundle.NotPortableError, match=f"not portable: {what}") as e:
+    with pytest.raises(hlobundle.errors.NotPortableError, match=f"not portable: {what}") as e:
         hlobundle.pack(module(op), None, tmp_path / "b", names=["x", "w"], allow_custom_calls=allow)
     assert e.value.code == "MODULE_NOT_PORTABLE"
 
@@ -211,7 +211,7 @@ def test_infeed_is_refused(tmp_path):
         f'  %v, %t2 = "stablehlo.infeed"(%t) : (!stablehlo.token) -> ({T}, !stablehlo.token)\n'
         f"  return %v : {T}\n}}\n"
     )
-    with pytest.raises(hlobundle.NotPortableError, match="stablehlo.infeed at line 3"):
+    with pytest.raises(hlobundle.errors.NotPortableError, match="stablehlo.infeed at line 3"):
         hlobundle.pack(text, None, tmp_path / "b", names=["x", "w"])
 
 
@@ -231,7 +231,7 @@ def test_a_forged_form_with_a_host_callback_is_refused_on_load(tmp_path, name, t
     assert forged != text
     (bundle / name).write_text(forged)
     rehash(bundle, name)
-    with pytest.raises(hlobundle.NotPortableError, match="xla_ffi_python_cpu_callback") as e:
+    with pytest.raises(hlobundle.errors.NotPortableError, match="xla_ffi_python_cpu_callback") as e:
         hlobundle.load(bundle)
     assert e.value.path == name
 
@@ -242,7 +242,7 @@ def test_a_forged_form_with_a_host_callback_is_refused_on_load(tmp_path, name, t
 def test_deep_nesting_is_refused_before_mlir_parses(tmp_path):
     deep = "[" * 10_000 + "]" * 10_000
     text = f"module attributes {{a = {deep}}} {{\n{ADD}}}\n"
-    with pytest.raises(hlobundle.LimitError, match="brackets nested 10001 deep; the limit is 256"):
+    with pytest.raises(hlobundle.errors.LimitError, match="brackets nested 10001 deep; the limit is 256"):
         hlobundle.pack(text, None, tmp_path / "b", names=["x", "w"])
 
 
@@ -250,7 +250,7 @@ def test_deep_nesting_in_a_stored_module_is_refused_on_load(add_bundle):
     text = (add_bundle / "module.mlir").read_text()
     (add_bundle / "module.mlir").write_text(text + "// ((((\n" + "#a = " + "<" * 5000 + ">" * 5000)
     rehash(add_bundle, "module.mlir")
-    with pytest.raises(hlobundle.LimitError, match="angle brackets nested 5000 deep") as e:
+    with pytest.raises(hlobundle.errors.LimitError, match="angle brackets nested 5000 deep") as e:
         hlobundle.load(add_bundle)
     assert e.value.code == "LIMIT_EXCEEDED" and e.value.path == "module.mlir"
 
@@ -258,7 +258,7 @@ def test_deep_nesting_in_a_stored_module_is_refused_on_load(add_bundle):
 def test_high_rank_is_refused(tmp_path):
     t = "tensor<" + "1x" * 65 + "f32>"
     text = f"func.func @main(%x: {t}) -> {t} {{\n  return %x : {t}\n}}\n"
-    with pytest.raises(hlobundle.LimitError, match="more than 64 dimensions"):
+    with pytest.raises(hlobundle.errors.LimitError, match="more than 64 dimensions"):
         hlobundle.pack(text, None, tmp_path / "b")
 
 
@@ -272,7 +272,7 @@ def test_high_rank_is_refused(tmp_path):
     ],
 )  # fmt: skip
 def test_malformed_main_is_a_module_error(tmp_path, text, message):
-    with pytest.raises(hlobundle.ModuleError, match=message):
+    with pytest.raises(hlobundle.errors.ModuleError, match=message):
         hlobundle.pack(text, None, tmp_path / "b")
 
 
@@ -284,7 +284,7 @@ def test_module_hashes_are_checked_on_every_load(add_bundle):
     # keyed by digests, so they must be the digests of the bytes read.
     (add_bundle / "module.mlir").write_text(MUL)
     edit_manifest(add_bundle, lambda m: m["files"]["module.mlir"].update(size=len(MUL)))
-    with pytest.raises(hlobundle.IntegrityError, match="module.mlir: sha256 is") as e:
+    with pytest.raises(hlobundle.errors.IntegrityError, match="module.mlir: sha256 is") as e:
         hlobundle.load(add_bundle)
     assert e.value.code == "HASH_MISMATCH"
 
@@ -333,7 +333,7 @@ def test_bool_tensors_hold_only_zero_and_one(tmp_path):
     data[-2] = 7  # the middle element: a bool that is neither 0 nor 1
     path.write_bytes(bytes(data))
     rehash(out, "inputs.safetensors")
-    with pytest.raises(hlobundle.TensorFileError, match="bytes other than 0 and 1") as e:
+    with pytest.raises(hlobundle.errors.TensorFileError, match="bytes other than 0 and 1") as e:
         hlobundle.load(out).verify()
     assert e.value.code == "TENSOR_MISMATCH"
 
@@ -349,11 +349,11 @@ def _raw_manifest(bundle, text):
     ("edit", "error", "message"),
     [
         (lambda t: t.replace('"size": ', '"size": ' + "9" * 4400, 1),
-         hlobundle.LimitError, r"an integer of 44\d\d digits; the limit is 20"),
+         hlobundle.errors.LimitError, r"an integer of 44\d\d digits; the limit is 20"),
         (lambda t: re.sub(r'"format_version": "[0-9.]+"', '"format_version": "1.' + "0" * 5000 + '"', t),
-         hlobundle.VersionError, "is not readable by this reader"),
+         hlobundle.errors.VersionError, "is not readable by this reader"),
         (lambda t: t[:-2] + ', "output_tree": ' + "[" * 200_000 + "]" * 200_000 + "}\n",
-         hlobundle.LimitError, "JSON nested 200001 deep; the limit is 64"),
+         hlobundle.errors.LimitError, "JSON nested 200001 deep; the limit is 64"),
     ],
 )  # fmt: skip
 def test_hostile_manifest_json(add_bundle, edit, error, message):
@@ -373,7 +373,7 @@ def test_hostile_manifest_json(add_bundle, edit, error, message):
 )
 def test_pytrees_must_name_the_values(add_bundle, tree, message):
     edit_manifest(add_bundle, lambda m: m.update(tree))
-    with pytest.raises(hlobundle.ManifestError, match=message):
+    with pytest.raises(hlobundle.errors.ManifestError, match=message):
         hlobundle.load(add_bundle)
 
 
@@ -395,7 +395,7 @@ def test_a_tree_deeper_than_path_max_is_a_coded_error(add_bundle):
         os.close(old)
     os.close(os.open("f", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
     os.close(fd)
-    with pytest.raises(hlobundle.UnsafePathError, match="cannot be read") as e:
+    with pytest.raises(hlobundle.errors.UnsafePathError, match="cannot be read") as e:
         hlobundle.load(add_bundle)
     assert e.value.code == "PATH_UNSAFE"
 
@@ -494,7 +494,7 @@ def test_a_sub_byte_value_with_a_high_bit_set_is_refused(tmp_path, dtype, byte):
     (out / "inputs.safetensors").write_bytes(bytes(data))
     rehash(out, "inputs.safetensors")
     with pytest.raises(
-        hlobundle.TensorMismatchError, match=f"bytes other than values below .* in a {dtype} tensor"
+        hlobundle.errors.TensorMismatchError, match=f"bytes other than values below .* in a {dtype} tensor"
     ):
         hlobundle.load(out).verify()
 
@@ -529,7 +529,7 @@ def test_a_verdict_covers_only_the_bytes_it_was_given_for(tmp_path, monkeypatch,
     assert _verdicts(tmp_path / "cache")
     (add_bundle / "module.mlir").write_text(MUL)  # the artifact stays ADD's
     rehash(add_bundle, "module.mlir")
-    with pytest.raises(hlobundle.ModuleMismatchError, match="not the same program"):
+    with pytest.raises(hlobundle.errors.ModuleMismatchError, match="not the same program"):
         hlobundle.load(add_bundle)
 
 
@@ -539,7 +539,7 @@ def test_a_verdict_covers_only_the_manifest_it_was_given_for(tmp_path, monkeypat
     bundle = hlobundle.pack(ADD, None, tmp_path / "b", names=["x", "w"])
     hlobundle.load(bundle)
     edit_manifest(bundle, lambda m: m["arguments"][0].update(shape=[4]))
-    with pytest.raises(hlobundle.MainSignatureError, match=r"arguments\[0\]"):
+    with pytest.raises(hlobundle.errors.MainSignatureError, match=r"arguments\[0\]"):
         hlobundle.load(bundle)
 
 

@@ -22,7 +22,7 @@ def test_existing_output_needs_force(tmp_path):
     x = sample((2,), "float32")
     out = pack_identity(tmp_path, x)
     before = (out / "manifest.json").read_bytes()
-    with pytest.raises(hlobundle.OutputExistsError, match="already exists; pass --force") as e:
+    with pytest.raises(hlobundle.errors.OutputExistsError, match="already exists; pass --force") as e:
         pack_identity(tmp_path, x)
     assert e.value.code == "OUTPUT_EXISTS"
     assert (out / "manifest.json").read_bytes() == before
@@ -40,7 +40,7 @@ def test_force_never_replaces_something_else(tmp_path):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "thesis.tex").write_text("years of work")
     with pytest.raises(
-        hlobundle.OutputExistsError,
+        hlobundle.errors.OutputExistsError,
         match="exists and is not a bundle; --force only replaces bundles",
     ):
         pack_identity(tmp_path, sample((2,), "float32"), force=True)
@@ -91,7 +91,7 @@ def test_a_bundle_set_aside_by_a_killed_force_pack_is_put_back(tmp_path):
     aside = tmp_path / f".b.old-{int(proc.stdout)}-abc"
     aside.mkdir()
     os.rename(old, aside / "bundle")  # killed between setting it aside and renaming the new one in
-    with pytest.raises(hlobundle.OutputExistsError):
+    with pytest.raises(hlobundle.errors.OutputExistsError):
         pack_identity(tmp_path, sample((3,), "float32"))  # not --force: the old bundle is back
     hlobundle.load(tmp_path / "b").verify()
     assert not aside.exists()
@@ -104,7 +104,7 @@ def test_module_from_path_and_bad_module(tmp_path):
     assert hlobundle.load(out).module_text == (tmp_path / "m.mlir").read_text()
     with pytest.raises(hlobundle.InputError, match="cannot read the module"):
         hlobundle.pack(tmp_path / "missing.mlir", [x], tmp_path / "c")
-    with pytest.raises(hlobundle.ModuleError, match="the MLIR does not parse") as e:
+    with pytest.raises(hlobundle.errors.ModuleError, match="the MLIR does not parse") as e:
         hlobundle.pack("module { nonsense.op }", [], tmp_path / "c")
     assert e.value.code == "MLIR_INVALID"
 
@@ -126,7 +126,7 @@ def test_module_of_wrong_type(tmp_path):
 
 def test_unknown_portable_target(tmp_path):
     with pytest.raises(
-        hlobundle.ModuleError, match="cannot write a StableHLO portable artifact for target 99.0.0"
+        hlobundle.errors.ModuleError, match="cannot write a StableHLO portable artifact for target 99.0.0"
     ):
         pack_identity(tmp_path, sample((2,), "float32"), target_version="99.0.0")
     assert leftovers(tmp_path) == [] and not (tmp_path / "b").exists()
@@ -149,7 +149,7 @@ def test_force_refuses_a_directory_whose_manifest_is_not_a_bundles(tmp_path):
     data.mkdir()
     (data / "manifest.json").write_text('{"my": "own data"}')
     (data / "precious.txt").write_text("keep me")
-    with pytest.raises(hlobundle.OutputExistsError, match="is not a bundle"):
+    with pytest.raises(hlobundle.errors.OutputExistsError, match="is not a bundle"):
         pack_identity(tmp_path, sample((2,), "float32"), force=True)
     assert (data / "precious.txt").read_text() == "keep me"
 
@@ -175,7 +175,7 @@ def test_a_directory_created_while_pack_runs_is_left_alone(tmp_path, monkeypatch
         (out / "theirs.txt").write_text("theirs")
 
     _racing(monkeypatch, someone_writes)
-    with pytest.raises(hlobundle.OutputExistsError, match="created by someone else") as e:
+    with pytest.raises(hlobundle.errors.OutputExistsError, match="created by someone else") as e:
         pack_identity(tmp_path, sample((2,), "float32"))
     assert e.value.code == "OUTPUT_EXISTS"
     assert [p.name for p in out.iterdir()] == ["theirs.txt"]
@@ -185,7 +185,7 @@ def test_a_directory_created_while_pack_runs_is_left_alone(tmp_path, monkeypatch
 def test_an_empty_directory_created_while_pack_runs_is_not_replaced(tmp_path, monkeypatch):
     out = tmp_path / "b"
     _racing(monkeypatch, out.mkdir)  # rename(2) alone would silently replace an empty directory
-    with pytest.raises(hlobundle.OutputExistsError):
+    with pytest.raises(hlobundle.errors.OutputExistsError):
         pack_identity(tmp_path, sample((2,), "float32"))
     assert out.is_dir() and not any(out.iterdir())
 
@@ -201,7 +201,7 @@ def test_force_rechecks_the_target_when_it_replaces_it(tmp_path, monkeypatch):
         (out / "precious.txt").write_text("keep me")
 
     _racing(monkeypatch, swap_for_user_data)
-    with pytest.raises(hlobundle.OutputExistsError, match="no longer a bundle"):
+    with pytest.raises(hlobundle.errors.OutputExistsError, match="no longer a bundle"):
         pack_identity(tmp_path, sample((3,), "float32"), force=True)
     assert (out / "precious.txt").read_text() == "keep me"
 
@@ -217,7 +217,7 @@ def test_concurrent_packs_to_one_path_exactly_one_wins(tmp_path):
             try:
                 hlobundle.pack(identity_module(xs[i]), [xs[i]], out)
                 return i
-            except hlobundle.OutputExistsError:
+            except hlobundle.errors.OutputExistsError:
                 return None
 
         with ThreadPoolExecutor(4) as pool:

@@ -24,7 +24,7 @@ HloBundleError
 │   ├── TensorFileError                SAFETENSORS_INVALID
 │   │   └── TensorMismatchError            TENSOR_MISMATCH
 │   ├── MainSignatureError             SIGNATURE_MISMATCH: @main's types differ from the manifest
-│   │                                  (alias: SignatureError, its name before 2.0)
+│   │                                  (SignatureError, its name before 2.0, goes in 3.0)
 │   └── ModuleMismatchError            MODULE_MISMATCH
 ├── LimitError                     LIMIT_EXCEEDED: over a limit on what a bundle, an input or a
 │                                  run may take (a manifest's nesting, IREE's memory at run time)
@@ -75,7 +75,6 @@ __all__ = [
     "NotABundleError",
     "NotPortableError",
     "OutputExistsError",
-    "SignatureError",
     "SignatureInvalidError",
     "SizeMismatchError",
     "TensorConflictError",
@@ -205,10 +204,6 @@ class MainSignatureError(BundleError):
     code = "SIGNATURE_MISMATCH"
 
 
-# Its name before 2.0 (kept: callers catch it); it is about @main's types, not model.sig.
-SignatureError = MainSignatureError
-
-
 class ModuleMismatchError(BundleError):
     """A module's text and its portable artifact are not the same program (SPEC.md 8)."""
 
@@ -287,3 +282,9 @@ class TransformError(HloBundleError):
 
 class OutputExistsError(HloBundleError):
     code = "OUTPUT_EXISTS"
+
+
+# Tracebacks and reprs name the public module users import them from (`hlobundle.errors`).
+for _name in __all__:
+    globals()[_name].__module__ = "hlobundle.errors"
+del _name

@@ -1,0 +1,145 @@
+"""The exceptions hlobundle raises: one class per stable code (SPEC.md, "Error codes").
+
+Every failure a user can cause raises a subclass of `HloBundleError`, which carries the code
+(`code`) and what it is about: the file (`path`), the manifest field (`field`) or the function
+argument (`argument`). Catch a family to handle its leaves together:
+
+```
+HloBundleError
+├── BundleError                    the bundle on disk is malformed or tampered with
+│   ├── NotABundleError                NOT_A_BUNDLE
+│   ├── ManifestError                  MANIFEST_INVALID
+│   │   └── ManifestTooLargeError          MANIFEST_TOO_LARGE
+│   ├── VersionError                   VERSION_UNSUPPORTED
+│   ├── UnsafePathError                PATH_UNSAFE
+│   ├── FileSetError                   (family)
+│   │   ├── FileMissingError               FILE_MISSING
+│   │   └── FileUnlistedError              FILE_UNLISTED
+│   ├── IntegrityError                 (family)
+│   │   ├── SizeMismatchError              SIZE_MISMATCH
+│   │   ├── HashMismatchError              HASH_MISMATCH
+│   │   ├── UnsignedError                  SIGNATURE_MISSING: no model.sig where one is required
+│   │   └── SignatureInvalidError          SIGNATURE_INVALID: model.sig does not verify
+│   ├── TensorFileError                SAFETENSORS_INVALID
+│   │   └── TensorMismatchError            TENSOR_MISMATCH
+│   ├── MainSignatureError             SIGNATURE_MISMATCH: @main's types differ from the manifest
+│   │                                  (SignatureError, its name before 2.0, goes in 3.0)
+│   └── ModuleMismatchError            MODULE_MISMATCH
+├── LimitError                     LIMIT_EXCEEDED: over a limit on what a bundle, an input or a
+│                                  run may take (a manifest's nesting, IREE's memory at run time)
+├── ModuleError                    MLIR_INVALID
+│   ├── DtypeUnsupportedError          DTYPE_UNSUPPORTED
+│   └── NotPortableError               MODULE_NOT_PORTABLE
+├── InputError (ValueError)        INPUT_INVALID
+│   ├── InputDtypeError (TypeError)    INPUT_INVALID: a value of the wrong dtype
+│   ├── InputAmbiguousError            INPUT_AMBIGUOUS
+│   └── TensorConflictError            TENSOR_CONFLICT: one shared tensor, two values
+├── ConfigError                    (family) the Python environment cannot run the bundle as asked
+│   ├── X64DisabledError               X64_DISABLED
+│   ├── BackendUnavailableError        BACKEND_UNAVAILABLE
+│   ├── BackendUnsupportedError        BACKEND_UNSUPPORTED: the backend cannot run this bundle
+│   └── DevicesUnavailableError        DEVICES_UNAVAILABLE
+├── TransformError                 TRANSFORM_UNSUPPORTED
+└── OutputExistsError              OUTPUT_EXISTS
+```
+
+The root and the families users catch most are also at the top level (`hlobundle.HloBundleError`,
+`hlobundle.BundleError`, `hlobundle.InputError`, `hlobundle.ConfigError`,
+`hlobundle.TransformError`, and the warning `hlobundle.HloBundleWarning`).
+"""
+
+import typing as _typing
+
+from ._format._errors import (
+    BackendUnavailableError,
+    BackendUnsupportedError,
+    BundleError,
+    ConfigError,
+    DevicesUnavailableError,
+    DtypeUnsupportedError,
+    FileMissingError,
+    FileSetError,
+    FileUnlistedError,
+    HashMismatchError,
+    HloBundleError,
+    HloBundleWarning,
+    InputAmbiguousError,
+    InputDtypeError,
+    InputError,
+    IntegrityError,
+    LimitError,
+    MainSignatureError,
+    ManifestError,
+    ManifestTooLargeError,
+    ModuleError,
+    ModuleMismatchError,
+    NotABundleError,
+    NotPortableError,
+    OutputExistsError,
+    SignatureInvalidError,
+    SizeMismatchError,
+    TensorConflictError,
+    TensorFileError,
+    TensorMismatchError,
+    TransformError,
+    UnsafePathError,
+    UnsignedError,
+    VersionError,
+    X64DisabledError,
+)
+
+# Names before 2.0, kept working with a DeprecationWarning until 3.0.
+_DEPRECATED = {"SignatureError": "MainSignatureError"}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _DEPRECATED:
+        import warnings
+
+        warnings.warn(
+            f"hlobundle.errors.{name} is now hlobundle.errors.{_DEPRECATED[name]}; the old "
+            "name goes in hlobundle 3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[_DEPRECATED[name]]
+    raise AttributeError(f"module 'hlobundle.errors' has no attribute {name!r}")
+
+
+__all__ = [
+    "BackendUnavailableError",
+    "BackendUnsupportedError",
+    "BundleError",
+    "ConfigError",
+    "DevicesUnavailableError",
+    "DtypeUnsupportedError",
+    "FileMissingError",
+    "FileSetError",
+    "FileUnlistedError",
+    "HashMismatchError",
+    "HloBundleError",
+    "HloBundleWarning",
+    "InputAmbiguousError",
+    "InputDtypeError",
+    "InputError",
+    "IntegrityError",
+    "LimitError",
+    "MainSignatureError",
+    "ManifestError",
+    "ManifestTooLargeError",
+    "ModuleError",
+    "ModuleMismatchError",
+    "NotABundleError",
+    "NotPortableError",
+    "OutputExistsError",
+    "SignatureInvalidError",
+    "SizeMismatchError",
+    "TensorConflictError",
+    "TensorFileError",
+    "TensorMismatchError",
+    "TransformError",
+    "UnsafePathError",
+    "UnsignedError",
+    "VersionError",
+    "X64DisabledError",
+]
