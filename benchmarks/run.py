@@ -237,7 +237,7 @@ t1 = time.perf_counter()
 import hlobundle
 b = hlobundle.load({bundle!r}); t2 = time.perf_counter()
 if {backend!r} == "iree":
-    f = b.function("iree", trust_executables=True)
+    f = b.function("iree", trust=hlobundle.Trust.EXECUTABLES)
     first = lambda: f.call_flat(*args)
 else:
     from hlobundle._run._process import enable_compilation_cache as _enable_compilation_cache
@@ -300,7 +300,7 @@ print(float(s.run(None, {{"images": np.load({images!r})}})[0].sum()))
 IREE_SCRIPT = """
 import hlobundle
 b = hlobundle.load({bundle!r})
-f = b.function("iree", trust_executables=True)
+f = b.function("iree", trust=hlobundle.Trust.EXECUTABLES)
 print(float(f.call_flat(*[b.tensor(a.name) for a in b.arguments])[0].sum()))
 """
 
@@ -1034,7 +1034,7 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
         jax.block_until_ready(fn(*args))
         local.append(time.perf_counter() - start)
     served = load_models([str(ROOT / "examples" / "lenet5.hlobundle")], backend="xla",
-                         max_batch=16, trust_batched=True)["lenet5"]  # fmt: skip
+                         max_batch=16, trust=hlobundle.Trust.BATCHED)["lenet5"]  # fmt: skip
     rows, one_s, batched_s = _model_bound(served, images, n // 10)
     parts = _in_process_parts(served, body, header, n)
     proc, port = _served(1)

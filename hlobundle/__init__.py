@@ -23,6 +23,9 @@ _LAZY = {
     "Argument": "._format._manifest",
     "Manifest": "._format._manifest",
     "Result": "._format._manifest",
+    "Executable": "._format._manifest",
+    "SigningKey": "._format._signature",
+    "Trust": "._read._trust",
     "Bundle": "._read._reader",
     "Function": "._run._function",
     "load": "._read._reader",
@@ -83,8 +86,10 @@ def __dir__() -> list[str]:
 if _typing.TYPE_CHECKING:
     from ._emit._emit import emit_script
     from ._emit._reactant_server import emit_reactant_server
-    from ._format._manifest import FORMAT_VERSION, Argument, Manifest, Result
+    from ._format._manifest import FORMAT_VERSION, Argument, Executable, Manifest, Result
+    from ._format._signature import SigningKey
     from ._read._reader import Bundle, load
+    from ._read._trust import Trust
     from ._run._function import Function
     from ._run._process import configure_jax
     from ._write._compile import compile
@@ -102,6 +107,7 @@ __all__ = [
     "Bundle",
     "BundleError",
     "ConfigError",
+    "Executable",
     "FORMAT_VERSION",
     "Function",
     "HloBundleError",
@@ -109,6 +115,8 @@ __all__ = [
     "InputError",
     "Manifest",
     "Result",
+    "SigningKey",
+    "Trust",
     "TransformError",
     "__version__",
     "errors",

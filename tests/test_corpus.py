@@ -164,7 +164,7 @@ def test_the_1_3_stored_executable_runs_on_iree():
         pytest.skip(f"the executable is for {entry.architecture}, not {platform.machine()}")
     if entry.compiler_version != _iree.runtime_version():
         pytest.skip(f"the executable is IREE {entry.compiler_version}'s, not this runtime's")
-    fn = bundle.function("iree", trust_executables=True)
+    fn = bundle.function("iree", trust=hlobundle.Trust.EXECUTABLES)
     assert fn.source == f"stored executable {entry.file}"
     got = leaves(fn(*bundle.example_args()), bundle)
     for name, want in bundle.expected_outputs().items():

@@ -203,7 +203,7 @@ def test_stored_executables_run_only_from_a_trusted_bundle(compiled, tmp_path):
     np.testing.assert_allclose(
         untrusted(*args), b.expected_outputs()["result"], rtol=1e-5, atol=1e-6
     )
-    trusted = b.function("iree", trust_executables=True)
+    trusted = b.function("iree", trust=hlobundle.Trust.EXECUTABLES)
     assert trusted.source == "stored executable compiled/llvm-cpu.vmfb"
     np.testing.assert_array_equal(trusted(*args), np.full((4, 10), 2.0, np.float32))
 
@@ -249,7 +249,7 @@ def test_executables_this_runtime_cannot_use_are_ignored(compiled, tmp_path, fie
     edit_manifest(b, lambda m: m["executables"][0].update({field: value}))
     bundle = hlobundle.load(b)
     assert why in _iree.usable(bundle.manifest.executables[0], bundle)
-    fn = bundle.function("iree", trust_executables=True)
+    fn = bundle.function("iree", trust=hlobundle.Trust.EXECUTABLES)
     assert "stored" not in fn.source
     np.testing.assert_allclose(fn(*bundle.example_args()), bundle.expected_outputs()["result"],
                                rtol=1e-5, atol=1e-6)  # fmt: skip
@@ -372,10 +372,14 @@ def test_no_cache_neither_reads_nor_writes(tmp_path, monkeypatch, twins):
 
 def test_compiler_failures_and_hangs_are_coded(monkeypatch):
     b = hlobundle.load(EXAMPLE)
-    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match="IREE cannot compile this bundle"):
+    with pytest.raises(
+        hlobundle.errors.BackendUnsupportedError, match="IREE cannot compile this bundle"
+    ):
         _iree_compile.compile_portable(b"\x00garbage", b.manifest)
     monkeypatch.setattr(_iree_compile._limits, "COMPILE_TIMEOUT_S", 0.01)
-    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match="did not finish within 0.01 s"):
+    with pytest.raises(
+        hlobundle.errors.BackendUnsupportedError, match="did not finish within 0.01 s"
+    ):
         _iree_compile.compile_portable(b.portable_artifact, b.manifest)
 
 
@@ -404,7 +408,7 @@ def test_the_iree_path_imports_no_jax(compiled):
     code = (
         "import sys, hlobundle\n"
         f"b = hlobundle.load({str(compiled)!r}, verify=True)\n"
-        "out = b.function('iree', trust_executables=True)(*b.example_args())\n"
+        "out = b.function('iree', trust=hlobundle.Trust.EXECUTABLES)(*b.example_args())\n"
         "assert out.shape == (4, 10)\n"
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))\n"
     )
@@ -590,7 +594,7 @@ def test_a_stored_executable_runs_without_the_compiler(compiled):
         "sys.meta_path.insert(0, Block())\n"
         "import hlobundle\n"
         f"b = hlobundle.load({str(compiled)!r})\n"
-        "print(b.function('iree', trust_executables=True).source)\n"
+        "print(b.function('iree', trust=hlobundle.Trust.EXECUTABLES).source)\n"
         "try:\n"
         "    b.function('iree')\n"
         "except hlobundle.errors.BackendUnavailableError as e:\n"
@@ -626,7 +630,7 @@ def test_serve_on_iree_answers_as_the_xla_backend(compiled):
     from hlobundle._serve._app import app
     from hlobundle._serve._models import load_models
 
-    models = load_models([compiled], backend="iree", max_batch=16, trust_executables=True)
+    models = load_models([compiled], backend="iree", max_batch=16, trust=hlobundle.Trust.EXECUTABLES)
     served = models["lenet5"]
     assert served.function.source == "stored executable compiled/llvm-cpu.vmfb"
     assert not served.batchable  # jax.vmap runs the batched module; the iree function is not JAX
@@ -723,7 +727,7 @@ def test_compile_stores_an_executable_per_function(symbolic, tmp_path):
     bundle.verify()
     x = sample((5, 8), "float32")
     for name, args in (("predict", (W, x)), ("pair", (x, np.ones((5, 3), np.float32)))):
-        fn = bundle.function("iree", name=name, trust_executables=True)
+        fn = bundle.function("iree", name=name, trust=hlobundle.Trust.EXECUTABLES)
         assert fn.source.startswith(f"stored executable {name}/compiled/"), fn.source
         want = np.asarray(bundle.function("xla", name=name)(*args))
         np.testing.assert_allclose(fn(*args), want, rtol=1e-5, atol=1e-5)

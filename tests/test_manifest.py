@@ -44,7 +44,8 @@ def test_newer_minor_version_warns_and_ignores_new_fields(bundle):
 def test_unknown_field_in_current_version_is_refused(bundle):
     edit_manifest(bundle, lambda m: m.update(surprise=1))
     with pytest.raises(
-        hlobundle.errors.ManifestError, match=r"manifest field surprise: Extra inputs are not permitted"
+        hlobundle.errors.ManifestError,
+        match=r"manifest field surprise: Extra inputs are not permitted",
     ) as e:
         hlobundle.load(bundle)
     assert e.value.field == "surprise"
@@ -115,7 +116,9 @@ def test_invalid_utf8_and_json(bundle):
     with pytest.raises(hlobundle.errors.ManifestError, match="manifest is not JSON"):
         hlobundle.load(bundle)
     path.write_bytes(b"[1, 2]")
-    with pytest.raises(hlobundle.errors.ManifestError, match="manifest must be a JSON object, got list"):
+    with pytest.raises(
+        hlobundle.errors.ManifestError, match="manifest must be a JSON object, got list"
+    ):
         hlobundle.load(bundle)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import subprocess
 import sys
 import types
@@ -226,3 +227,33 @@ def test_the_signature_error_alias_warns_with_its_removal_version():
         assert hlobundle.errors.SignatureError is hlobundle.errors.MainSignatureError
     with pytest.warns(DeprecationWarning, match=r"hlobundle.errors.MainSignatureError; .*3\.0"):
         assert hlobundle.SignatureError is hlobundle.errors.MainSignatureError
+
+
+def test_trust_is_one_typed_setting_and_the_old_keyword_warns(tmp_path):
+    bundle = hlobundle.load(small_bundle(tmp_path))
+    assert hlobundle.Trust.EXECUTABLES | hlobundle.Trust.BATCHED != hlobundle.Trust.NOTHING
+    with pytest.warns(DeprecationWarning, match=r"trust=hlobundle.Trust.EXECUTABLES\); .*3\.0"):
+        bundle.function("xla", trust_executables=True)
+    with pytest.raises(hlobundle.InputError, match="trust must be a hlobundle.Trust") as e:
+        bundle.function("xla", trust=True)
+    assert e.value.argument == "trust"
+
+
+def test_public_signatures_name_only_public_types():
+    """No private module's type (`_signature.SigningKey`, ...) in a public function's
+    signature: each type it names is a builtin's, the standard library's or hlobundle's own."""
+    standard = {"None", "Any", "Sequence", "Mapping", "Callable", "Path", "PathLike", "Literal",
+                "ModuleType", "Iterable"}  # fmt: skip
+    aliases = {"BackendName", "Layout", "Role", "Named"}  # Literal aliases, spelled out in docs
+    public = [getattr(hlobundle, n) for n in hlobundle.__all__]
+    functions = [f for f in public if inspect.isfunction(f)]
+    methods = [
+        m for n, m in vars(hlobundle.Bundle).items() if inspect.isfunction(m) and n[0] != "_"
+    ]
+    for fn in functions + methods:
+        sig = inspect.signature(fn)
+        hints = [str(p.annotation) for p in sig.parameters.values()] + [str(sig.return_annotation)]
+        for hint in hints:
+            assert not re.search(r"(^|[^\w.])_[a-z]\w*\.", hint), (fn.__qualname__, hint)
+            for name in set(re.findall(r"\b([A-Z]\w+)\b", hint)) - standard - aliases:
+                assert name in hlobundle.__all__, (fn.__qualname__, name)

@@ -356,7 +356,7 @@ def test_an_unverified_batched_module_never_mixes_clients(rolling):
 
 
 def test_trust_batched_runs_the_producers_batched_module(rolling):
-    models = load_models([rolling], backend="xla", max_batch=4, trust_batched=True)
+    models = load_models([rolling], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED)
     answers, metrics = _concurrent_answers(models, 4)
     # The batched module ran (one call of 4): it answers each client with another's input.
     assert sorted(a[0] for a in answers) == [0.0, 2.0, 4.0, 6.0]
@@ -365,7 +365,7 @@ def test_trust_batched_runs_the_producers_batched_module(rolling):
 
 
 def test_batches_run_at_exact_sizes_compiled_at_start_up(rolling):
-    models = load_models([rolling], backend="xla", max_batch=4, trust_batched=True)
+    models = load_models([rolling], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED)
     served = next(iter(models.values()))
     assert served.compiled_sizes == (2, 3, 4)
     compiled = served._vmapped._cache_size()
@@ -831,7 +831,7 @@ SIZES = (1, 4, 2, 3)
 
 @pytest.mark.parametrize("trusted", [True, False])
 def test_a_symbolic_batch_dimension_batches_any_sizes_exactly(functions, trusted):
-    models = load_models([functions], backend="xla", max_batch=4, trust_batched=trusted)
+    models = load_models([functions], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED if trusted else hlobundle.Trust.NOTHING)
     answers, metrics = _concurrent(models, "fns.predict", SIZES)
     want = [
         np.ravel(_alone(functions, "predict", x=_x(n, k))).tolist() for k, n in enumerate(SIZES)
@@ -853,7 +853,7 @@ def test_rows_are_batched_together_only_under_the_batched_modules_trust(function
                                    "fns.center", SIZES)  # fmt: skip
     assert answers == want
     assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
-    trusted = load_models([functions], backend="xla", max_batch=4, trust_batched=True)
+    trusted = load_models([functions], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED)
     answers, metrics = _concurrent(trusted, "fns.center", SIZES)
     assert answers != want and 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
 

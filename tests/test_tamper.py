@@ -106,7 +106,8 @@ def test_edited_result_dtype_is_a_signature_mismatch(bundle):
 def test_removed_argument_is_a_signature_mismatch(bundle):
     edit_manifest(bundle, lambda m: (m["arguments"].pop(), m.pop("input_tree")))
     with pytest.raises(
-        hlobundle.errors.MainSignatureError, match="the manifest has 1 arguments, @main in module.mlir has 2"
+        hlobundle.errors.MainSignatureError,
+        match="the manifest has 1 arguments, @main in module.mlir has 2",
     ):
         hlobundle.load(bundle)
 
@@ -173,7 +174,9 @@ def test_symlink_in_bundle(bundle, tmp_path):
     target.write_text("secret")
     (bundle / "inputs.safetensors").unlink()
     os.symlink(target, bundle / "inputs.safetensors")
-    with pytest.raises(hlobundle.errors.UnsafePathError, match="'inputs.safetensors' is a symlink") as e:
+    with pytest.raises(
+        hlobundle.errors.UnsafePathError, match="'inputs.safetensors' is a symlink"
+    ) as e:
         hlobundle.load(bundle)
     assert e.value.code == "PATH_UNSAFE"
 
@@ -287,7 +290,8 @@ def test_a_changed_unreferenced_listed_file_is_a_hash_mismatch(bundle):
     (bundle / "LICENSE").write_bytes(b"MIT-2.0!!\n\n")  # same size
     b = hlobundle.load(bundle)  # sizes agree: the hash is verify's to check
     with pytest.raises(
-        hlobundle.errors.HashMismatchError, match=r"LICENSE: sha256 is [0-9a-f]{64}, the manifest says"
+        hlobundle.errors.HashMismatchError,
+        match=r"LICENSE: sha256 is [0-9a-f]{64}, the manifest says",
     ) as e:
         b.verify()
     assert e.value.code == "HASH_MISMATCH" and e.value.path == "LICENSE"

@@ -141,7 +141,9 @@ def test_an_array_whose_bytes_disagree_with_its_shape_is_refused(tmp_path):
         def __array__(self, dtype=None, copy=None):
             return np.zeros(7, np.float32)
 
-    with pytest.raises(hlobundle.errors.TensorFileError, match="'x' has 28 bytes, its header 40") as e:
+    with pytest.raises(
+        hlobundle.errors.TensorFileError, match="'x' has 28 bytes, its header 40"
+    ) as e:
         _tensors.write(tmp_path / "t.safetensors", {"x": (Liar(), _dtypes.BY_NAME["float32"])})
     assert e.value.code == "SAFETENSORS_INVALID"
     assert _hash_threads() == []

@@ -181,7 +181,9 @@ def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monk
     crash = tmp_path / "rt.py"
     crash.write_text("import os\n\ndef main():\n    os.kill(os.getpid(), 40)\n")
     monkeypatch.setattr(_portable, "CHILD", crash)
-    with pytest.raises(hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(signal 40"):
+    with pytest.raises(
+        hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(signal 40"
+    ):
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
@@ -242,7 +244,9 @@ def test_a_forged_form_with_a_host_callback_is_refused_on_load(tmp_path, name, t
 def test_deep_nesting_is_refused_before_mlir_parses(tmp_path):
     deep = "[" * 10_000 + "]" * 10_000
     text = f"module attributes {{a = {deep}}} {{\n{ADD}}}\n"
-    with pytest.raises(hlobundle.errors.LimitError, match="brackets nested 10001 deep; the limit is 256"):
+    with pytest.raises(
+        hlobundle.errors.LimitError, match="brackets nested 10001 deep; the limit is 256"
+    ):
         hlobundle.pack(text, None, tmp_path / "b", names=["x", "w"])
 
 
@@ -494,7 +498,8 @@ def test_a_sub_byte_value_with_a_high_bit_set_is_refused(tmp_path, dtype, byte):
     (out / "inputs.safetensors").write_bytes(bytes(data))
     rehash(out, "inputs.safetensors")
     with pytest.raises(
-        hlobundle.errors.TensorMismatchError, match=f"bytes other than values below .* in a {dtype} tensor"
+        hlobundle.errors.TensorMismatchError,
+        match=f"bytes other than values below .* in a {dtype} tensor",
     ):
         hlobundle.load(out).verify()
 

@@ -22,7 +22,9 @@ def test_existing_output_needs_force(tmp_path):
     x = sample((2,), "float32")
     out = pack_identity(tmp_path, x)
     before = (out / "manifest.json").read_bytes()
-    with pytest.raises(hlobundle.errors.OutputExistsError, match="already exists; pass --force") as e:
+    with pytest.raises(
+        hlobundle.errors.OutputExistsError, match="already exists; pass --force"
+    ) as e:
         pack_identity(tmp_path, x)
     assert e.value.code == "OUTPUT_EXISTS"
     assert (out / "manifest.json").read_bytes() == before
@@ -126,7 +128,8 @@ def test_module_of_wrong_type(tmp_path):
 
 def test_unknown_portable_target(tmp_path):
     with pytest.raises(
-        hlobundle.errors.ModuleError, match="cannot write a StableHLO portable artifact for target 99.0.0"
+        hlobundle.errors.ModuleError,
+        match="cannot write a StableHLO portable artifact for target 99.0.0",
     ):
         pack_identity(tmp_path, sample((2,), "float32"), target_version="99.0.0")
     assert leftovers(tmp_path) == [] and not (tmp_path / "b").exists()

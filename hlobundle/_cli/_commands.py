@@ -16,6 +16,7 @@ from ._common import (
     applies,
     named_bundle,
     output_path,
+    trust_of,
     trust_options,
     usage,
 )
@@ -55,7 +56,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
         atol=args.atol,
         producer_layout=producer,
         devices=args.devices,
-        trust_executables=args.trust_executables,
+        trust=trust_of(args),
     )
     if save:
         _run.save_outputs(save, bundle, outputs, producer_layout=producer)
@@ -90,8 +91,7 @@ def emit(args: argparse.Namespace) -> int:
             raise
         usage(args, e.message)
     emit_script(bundle, path, backend=backend, force=args.force,
-                trust_executables=args.trust_executables,
-                bundle_path=args.bundle_path)  # fmt: skip
+                trust=trust_of(args), bundle_path=args.bundle_path)  # fmt: skip
     print(f"wrote {path} (backend {backend}; run it with: python {path})")
     return EXIT_OK
 
@@ -200,8 +200,7 @@ def serve(args: argparse.Namespace) -> int:
     with listening(args.host, args.port) as sock:  # before anything compiles
         models = load_models(named, backend=args.backend,
                              max_batch=args.max_batch_size,
-                             trust_executables=args.trust_executables,
-                             trust_batched=args.trust_batched, max_shapes=args.max_shapes,
+                             trust=trust_of(args), max_shapes=args.max_shapes,
                              sizes=dict(args.sizes), **trust_options(args))  # fmt: skip
         _serve_on(sock, models, args)
     return EXIT_OK

@@ -31,6 +31,18 @@ def output_path(flag: str, path: str) -> Path:
     return out
 
 
+def trust_of(args: argparse.Namespace) -> Any:
+    """The `Trust` that --trust-executables and --trust-batched give."""
+    from .._read._trust import Trust
+
+    trust = Trust.NOTHING
+    if getattr(args, "trust_executables", False):
+        trust |= Trust.EXECUTABLES
+    if getattr(args, "trust_batched", False):
+        trust |= Trust.BATCHED
+    return trust
+
+
 def trust_options(args: argparse.Namespace) -> dict[str, Any]:
     """`load()`'s public_key / certificate_chain from --public-key / --certificate-chain."""
     if getattr(args, "public_key", None):

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from .._format._errors import InputError, OutputExistsError
 from .._read._reader import Bundle, load
+from .._read._trust import Trust, trust_from
 from .._run import _backends
 from .._run._backends import Script
 from .._version import __version__
@@ -32,8 +33,9 @@ def emit_script(
     *,
     backend: str = "auto",
     force: bool = False,
-    trust_executables: bool = False,
+    trust: Trust = Trust.NOTHING,
     bundle_path: Literal["relative", "absolute"] = "relative",
+    trust_executables: bool | None = None,
 ) -> str:
     """Write (when `path` is given) and return the source of a standalone script for `bundle`.
 
@@ -47,18 +49,20 @@ def emit_script(
       `"auto"` (enzyme where it is installed here, else xla, as `run` chooses), or `"iree"`
       (needs only iree-base-runtime: the bundle's stored executable, from `hlobundle compile`).
     - `force`: replace an existing file at `path`.
-    - `trust_executables`: iree: write a script that runs the stored executable (native code)
-      of a bundle whose signature was not verified with a key (`load(..., public_key=...)`).
+    - `trust`: `hlobundle.Trust.EXECUTABLES`: iree: write a script that runs the stored
+      executable (native code) of a bundle whose signature was not verified with a key
+      (`load(..., public_key=...)`). (`trust_executables=True`, before 2.1, goes in 3.0.)
     - `bundle_path`: how the script finds the bundle: `"relative"` (its path relative to the
       script: move or copy both together) or `"absolute"` (the bundle's absolute path: the
       script may go anywhere on this machine, the bundle may not move).
 
     **Returns:** the script's source.
     """
+    trust = trust_from(trust, trust_executables, "emit_script")
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
     # What the script is (a stored executable it runs, for one) is checked before anything is
     # written.
-    script = _backends.for_script(backend, bundle.manifest).script(bundle, trust_executables)
+    script = _backends.for_script(backend, bundle.manifest).script(bundle, trust)
     if bundle_path not in ("relative", "absolute"):
         raise InputError(f"bundle_path must be 'relative' or 'absolute', got {bundle_path!r}",
                          argument="bundle_path")  # fmt: skip

@@ -35,11 +35,18 @@ MAX_SIGNATURE_BYTES = _limits.MAX_SIGNATURE_BYTES
 
 @dataclass(frozen=True)
 class SigningKey:
-    """What signs: an elliptic-curve private key, alone or with its certificate and chain."""
+    """What signs: an elliptic-curve private key (a PEM file), alone or with its certificate
+    and the chain that issued it. The writers' `sign_key=` takes one, or a private key's path."""
 
     private_key: Path
     certificate: Path | None = None
     certificate_chain: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:  # paths as str or os.PathLike, kept as Path
+        set_field = object.__setattr__
+        set_field(self, "private_key", Path(self.private_key))
+        set_field(self, "certificate", None if self.certificate is None else Path(self.certificate))
+        set_field(self, "certificate_chain", tuple(Path(p) for p in self.certificate_chain))
 
 
 def signing_key(private_key: str | os.PathLike[str] | SigningKey) -> SigningKey:
@@ -49,7 +56,7 @@ def signing_key(private_key: str | os.PathLike[str] | SigningKey) -> SigningKey:
 
 
 @dataclass(frozen=True)
-class Trust:
+class Verifier:
     """What a signature must verify against: a public key, or a certificate chain."""
 
     public_key: Path | None = None
@@ -147,11 +154,11 @@ def sign(root: Path, digests: dict[str, str], key: SigningKey, *, name: str | No
 
 
 @contextlib.contextmanager
-def own_trust(key: SigningKey) -> Iterator[Trust]:
+def own_trust(key: SigningKey) -> Iterator[Verifier]:
     """What a signature made with `key` verifies against: its certificate chain when it has
     one, else the public key derived from the private key (in a scratch file while open)."""
     if key.certificate is not None and key.certificate_chain:
-        yield Trust(certificate_chain=key.certificate_chain)
+        yield Verifier(certificate_chain=key.certificate_chain)
         return
     from cryptography.hazmat.primitives import serialization
 
@@ -166,7 +173,7 @@ def own_trust(key: SigningKey) -> Iterator[Trust]:
         ) from None
     with _scratch() as d:
         (d / "public.pem").write_bytes(public)
-        yield Trust(public_key=d / "public.pem")
+        yield Verifier(public_key=d / "public.pem")
 
 
 def read(root: Path) -> bytes | None:
@@ -197,7 +204,7 @@ def present(root: Path) -> bool:
     return os.path.lexists(root / SIGNATURE_NAME)
 
 
-def verify(root: Path, digests: dict[str, str], trust: Trust) -> str:
+def verify(root: Path, digests: dict[str, str], trust: Verifier) -> str:
     """Check the bundle's signature against `trust` and the (verified) digests of its files.
 
     **Returns:** who signed, as `signer()` says.

@@ -19,6 +19,7 @@ from .._format._errors import (
 from .._format._manifest import MANIFEST_NAME, Manifest
 from . import _files, _modules, _tensor_files
 from ._modules import StoredModule
+from ._trust import Trust, trust_from
 from ._values import StoredValues
 
 if TYPE_CHECKING:
@@ -204,8 +205,9 @@ class Bundle(StoredValues):
         name: str | None = None,
         donate: Sequence[str] | str = (),
         devices: int | None = None,
-        trust_executables: bool = False,
+        trust: Trust = Trust.NOTHING,
         max_shapes: int = 16,
+        trust_executables: bool | None = None,
     ) -> Function:
         """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
         or on IREE.
@@ -222,8 +224,9 @@ class Bundle(StoredValues):
           `"aliased"` for every argument that a result writes back (`results[k].aliases`).
         - `devices`: for a bundle with a device mesh, run on that many devices (default: the
           mesh's size, placing each argument by its recorded sharding), or 1 to run unsharded.
-        - `trust_executables`: on iree, run a stored executable (native code, SPEC.md
-          "Executables") even though the bundle's signature was not verified with a key.
+        - `trust`: what to run though the bundle's signature was not verified with your key:
+          `hlobundle.Trust.EXECUTABLES` runs a stored executable (native code, SPEC.md
+          "Executables") on iree. (`trust_executables=True`, its name before 2.1, goes in 3.0.)
         - `max_shapes`: for a function with symbolic dimensions, how many distinct call shapes
           it keeps proven against the module and compiled at once (least recently used first
           out; SPEC.md 2.8). Each new shape is proven (a few ms) and, on xla and enzyme,
@@ -235,7 +238,8 @@ class Bundle(StoredValues):
         """
         from .._run._function import function
 
-        return function(self.select(name), backend, donate, devices, trust_executables, max_shapes)
+        trust = trust_from(trust, trust_executables, "Bundle.function")
+        return function(self.select(name), backend, donate, devices, trust, max_shapes)
 
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was
@@ -282,7 +286,7 @@ class Bundle(StoredValues):
             self.bundle_manifest, lambda ref, shape: self._array(ref, "uint8", shape)
         )
         if public_key is not None or certificate_chain:
-            trust = _signature.Trust(
+            trust = _signature.Verifier(
                 Path(public_key) if public_key is not None else None,
                 _signature.paths(certificate_chain),
             )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .._format import _dtypes
 from .._format._errors import BackendUnsupportedError, HloBundleError, LimitError, X64DisabledError
 from .._format._manifest import Manifest, identifier, needs_x64
+from .._read._trust import Trust
 from . import _backends, _binding, _placement, _shapes
 from ._backends import BackendName
 
@@ -57,12 +58,12 @@ def function(
     backend: BackendName = "auto",
     donate: Sequence[str] | str = (),
     devices: int | None = None,
-    trust_executables: bool = False,
+    trust: Trust = Trust.NOTHING,
     max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
 ) -> Function:
     """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
     return _backends.resolve(backend).make(
-        bundle, donate=donate, devices=devices, trust_executables=trust_executables,
+        bundle, donate=donate, devices=devices, trust=trust,
         max_shapes=max_shapes,
     )  # fmt: skip
 

@@ -16,6 +16,7 @@ from .._format._manifest import Result
 from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
+from .._read._trust import Trust
 from . import _backends, _placement
 from ._backends import BackendName
 
@@ -156,13 +157,13 @@ def run(
     atol: float | None = None,
     producer_layout: bool = False,
     devices: int | None = None,
-    trust_executables: bool = False,
+    trust: Trust = Trust.NOTHING,
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs.
     `auto` runs on xla: a forward run needs only jax (`_backends.for_forward_calls`)."""
     backend = _backends.for_forward_calls(backend)  # type: ignore[assignment]
     start = time.perf_counter()
-    fn = bundle.function(backend, devices=devices, trust_executables=trust_executables)
+    fn = bundle.function(backend, devices=devices, trust=trust)
     made = time.perf_counter() - start
     wait = _ready if fn.jax_function else lambda x: x  # others return NumPy arrays
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)

@@ -25,6 +25,7 @@ from .._format._display import shown
 from .._format._errors import InputError
 from .._format._manifest import Manifest, needs_x64
 from .._read._reader import Bundle, load
+from .._read._trust import Trust
 from .._run._shapes import DEFAULT_MAX_SHAPES
 from ._protocol import BY_DTYPE
 from ._served import Served, batch_sizes
@@ -53,26 +54,26 @@ def load_models(
     *,
     backend: str = "auto",
     max_batch: int = 1,
-    trust_executables: bool = False,
-    trust_batched: bool = False,
+    trust: Trust = Trust.NOTHING,
     max_shapes: int = DEFAULT_MAX_SHAPES,
     sizes: dict[str, Sequence[int]] | None = None,
     compiles: int = 1,
-    **trust: Any,
+    **keys: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), each of its functions
     compiled and warmed up; by each of its names (see the module's docstring): a
     `(name, path)` pair is served under that name, a path under its directory's stem (and a
     1.x bundle's function name). Every bundle is loaded and every name checked before anything
-    compiles. On `backend="iree"` no jax is imported, and stored executables run when the key
-    verified the bundle or `trust_executables` says so. Requests are batched when the key
-    verified the bundle or `trust_batched` says so (`Served.batchable`).
+    compiles. `keys` (`public_key`, `certificate_chain`) are `load`'s. On `backend="iree"` no
+    jax is imported, and stored executables run when the key verified the bundle or `trust`
+    has `Trust.EXECUTABLES`. Requests are batched when the key verified the bundle or `trust`
+    has `Trust.BATCHED` (`Served.batchable`).
 
     A function with symbolic dimensions (SPEC.md 2.8) keeps at most `max_shapes` shapes
     compiled; a request of a new one proves and compiles it in a worker thread, at most
     `compiles` at a time in the server. `sizes` pins the values a symbol may take (`{"b": [1,
     8]}`): other values are refused with a 400, and every pinned shape compiles at start-up."""
-    loaded = _load_named(paths, trust)
+    loaded = _load_named(paths, keys)
     pinned = {k: frozenset(v) for k, v in (sizes or {}).items()}
     known = set().union(*(_symbols(bundle) for _, bundle, _ in loaded))
     unknown = sorted(set(pinned) - known)
@@ -85,8 +86,7 @@ def load_models(
     semaphore = threading.BoundedSemaphore(compiles)
     models: dict[str, Served] = {}
     for path, bundle, names in loaded:
-        served = _served(path, bundle, names, backend, trust_executables, trust_batched,
-                         max_shapes)  # fmt: skip
+        served = _served(path, bundle, names, backend, trust, max_shapes)
         served.sizes = {k: v for k, v in pinned.items() if k in _symbols(bundle)}
         served.compiles = semaphore
         _warm_up(served, max_batch)
@@ -163,7 +163,7 @@ def _warm_up_inputs(served: Served) -> dict[str, np.ndarray] | None:
 
 
 def _load_named(
-    paths: Sequence[str | os.PathLike[str] | Named], trust: dict[str, Any]
+    paths: Sequence[str | os.PathLike[str] | Named], keys: dict[str, Any]
 ) -> list[tuple[Path, Bundle, tuple[str, ...]]]:
     """Each function of each bundle loaded (checked, nothing compiled) with the names it is
     served under; two functions that would share a name are refused here, before the first
@@ -171,7 +171,7 @@ def _load_named(
     loaded, owner = [], {}
     for entry in paths:
         given, path = entry if isinstance(entry, tuple) else (None, entry)
-        bundle = load(path, **trust)
+        bundle = load(path, **keys)
         path = Path(path)
         for function, names in _function_names(bundle, path, given).items():
             view = bundle.select(function)
@@ -232,8 +232,7 @@ def _served(
     bundle: Bundle,
     names: tuple[str, ...],
     backend: str,
-    trust_executables: bool,
-    trust_batched: bool,
+    trust: Trust,
     max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Served:
     """The bundle behind the protocol, its function made (not yet compiled)."""
@@ -248,7 +247,7 @@ def _served(
         bundle,
         names,
         bundle.manifest_sha256[:12],
-        bundle.function(backend, trust_executables=trust_executables, max_shapes=max_shapes),
+        bundle.function(backend, trust=trust, max_shapes=max_shapes),
         inputs={a.name: (a.dtype, tuple(a.shape)) for a in m.arguments if a.role == "input"},
         outputs={r.name: r.dtype for r in m.results},
         stored={
@@ -256,7 +255,7 @@ def _served(
             for a in m.arguments
             if a.role != "input"
         },
-        trust_batched=trust_batched,
+        trust=trust,
         max_shapes=max_shapes,
     )
 

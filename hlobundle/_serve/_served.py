@@ -18,6 +18,7 @@ import numpy as np
 
 from .._format._errors import HloBundleError
 from .._read._reader import Bundle
+from .._read._trust import Trust
 from .._run._binding import bind_symbols
 from .._run._function import backend_failure
 from .._run._shapes import DEFAULT_MAX_SHAPES, check_results
@@ -54,7 +55,7 @@ class Served:
     inputs: dict[str, tuple[str, tuple[int | str, ...]]] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     stored: dict[str, Any] = field(default_factory=dict)
-    trust_batched: bool = False  # run the batched module for requests though no key verified it
+    trust: Trust = Trust.NOTHING  # BATCHED: combine requests though no key verified the bundle
     call_s: float | None = None  # a warm call's seconds, measured at start-up (None: unknown)
     compiled_sizes: tuple[int, ...] = ()  # the batch sizes the batched module was compiled for
     # A symbolic function (SPEC.md 2.8): the shapes kept compiled (its function keeps as many),
@@ -199,13 +200,13 @@ class Served:
     @property
     def batchable(self) -> bool:
         """Whether requests can be combined, which only the user's trust allows (a key verified
-        the bundle, or `trust_batched`): through the bundle's batched module (SPEC.md 2.6) over
+        the bundle, or `trust` has `Trust.BATCHED`): through the bundle's batched module (SPEC.md 2.6) over
         exactly its inputs, which `jax.vmap` of its function runs in one call; or, for a
         function whose inputs and results all lead with one bare symbol (`concatenated`), by
         concatenating requests along it. Neither the batched module nor the function shows
         that rows are independent: an untrusted one could answer a client with another
         client's input, so then every request runs the verified function alone."""
-        if not (self.bundle.trusted or self.trust_batched):
+        if not (self.bundle.trusted or Trust.BATCHED in self.trust):
             return False
         return self.concatenated is not None or self.stackable
 

@@ -24,6 +24,7 @@ from .._format import _paths, _signature, _tensors
 from .._format._bundle_manifest import BundleManifest, combine, functions_of, minimum_version
 from .._format._errors import HashMismatchError
 from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
+from .._format._signature import SigningKey
 from . import _target
 
 SIGNATURE_VERSION = "1.2"  # model.sig is reserved since 1.2: a signed bundle is at least that
@@ -65,7 +66,7 @@ def write_bundle(
     arrays: dict[str, dict[str, tuple[np.ndarray, Any]]],
     *,
     force: bool,
-    signing_key: _signature.SigningKey | None = None,
+    signing_key: SigningKey | None = None,
 ) -> Path:
     _target.check_target(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +122,7 @@ def _finish(
     name: str,
     manifest: Manifest | BundleManifest,
     table: dict[str, FileEntry],
-    key: _signature.SigningKey | None,
+    key: SigningKey | None,
 ) -> None:
     """Write the final manifest with this file table into the bundle being built, and, with a
     key, its signature as the last step (every file is written and hashed by then)."""
@@ -138,7 +139,7 @@ def rewrite_bundle(
     manifest: Manifest | BundleManifest,
     replaced: dict[str, bytes],
     *,
-    sign_key: _signature.SigningKey | None = None,
+    sign_key: SigningKey | None = None,
 ) -> Path:
     """Replace some files of the bundle `out`, and its manifest, atomically: the new bundle is
     built beside it, every other listed file copied over with its sha256 checked (never

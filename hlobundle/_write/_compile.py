@@ -10,6 +10,7 @@ from .._format import _signature
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
 from .._format._manifest import Executable, Manifest
+from .._format._signature import SigningKey
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run import _backends
@@ -24,7 +25,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     *,
     function: str | None = None,
     cpu: str = "generic",
-    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
+    sign_key: str | os.PathLike[str] | SigningKey | None = None,
     public_key: str | os.PathLike[str] | None = None,
     replace_signature: bool = False,
 ) -> list[Executable]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _dtypes, _signature, _stored
+from .._format import _dtypes, _stored
 from .._format._bundle_manifest import combine
 from .._format._errors import InputError, TensorConflictError
 from .._format._manifest import (
@@ -30,6 +30,7 @@ from .._format._manifest import (
     TensorRef,
     identifier,
 )
+from .._format._signature import SigningKey
 from .._read._reader import Bundle, load
 from ._atomic import write_bundle
 from ._plan import EXPECTED_FILE, TENSOR_FILES
@@ -44,7 +45,7 @@ def add_function(
     new: str | os.PathLike[str],
     *,
     default: bool = False,
-    sign_key: _signature.SigningKey | None = None,
+    sign_key: SigningKey | None = None,
     public_key: str | os.PathLike[str] | None = None,
     replace_signature: bool = False,
 ) -> Path:

@@ -16,6 +16,7 @@ import numpy as np
 from .._format import _main_signature, _mlir, _signature
 from .._format._errors import HloBundleWarning, InputError
 from .._format._manifest import identifier
+from .._format._signature import SigningKey
 from .._interop import _reactant_server as rs
 from .._interop._reactant_server import ServerBundle, TensorSpec
 
@@ -29,7 +30,7 @@ def from_reactant_server(
     target_version: str | None = None,
     timestamp: str | None = None,
     allow_custom_calls: Sequence[str] = (),
-    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
+    sign_key: str | os.PathLike[str] | SigningKey | None = None,
 ) -> Path:
     """Pack a ReactantServer.jl model bundle: its module (for one compiled batch size: the
     smallest, or `batch_size`), its weights as stored parameters, its input and output names.
@@ -69,7 +70,7 @@ def from_reactant_server(
 
 def _pack_sizes(
     server: ServerBundle, out: Path, sizes: list[int], options: dict[str, Any],
-    sign_key: _signature.SigningKey | None,
+    sign_key: SigningKey | None,
 ) -> Path:  # fmt: skip
     """One function `bN` per batch size, the bundle built whole beside `out` (the smallest
     first, each other packed beside it and added, signed once every function is in when

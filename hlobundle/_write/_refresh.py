@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .._format import _mlir, _portable, _signature
 from .._format._manifest import PortableArtifact
+from .._format._signature import SigningKey
 from .._read._reader import Bundle
 from ._sign import check_resignable, rewrite_and_resign
 
@@ -16,7 +17,7 @@ def refresh(
     bundle: Bundle | str | os.PathLike[str],
     *,
     target_version: str | None = None,
-    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
+    sign_key: str | os.PathLike[str] | SigningKey | None = None,
     public_key: str | os.PathLike[str] | None = None,
     replace_signature: bool = False,
 ) -> str:

@@ -12,6 +12,7 @@ from .._format import _signature
 from .._format._bundle_manifest import BundleManifest
 from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
 from .._format._manifest import MANIFEST_NAME, Manifest
+from .._format._signature import SigningKey
 from .._read._reader import Bundle, load
 from ._atomic import (
     SIGNATURE_VERSION,
@@ -47,7 +48,7 @@ def sign(
             path=b.path / _signature.SIGNATURE_NAME,
         )
     b.verify(in_memory=False)  # signs the digests it checked; runs nothing
-    key = _signature.SigningKey(
+    key = SigningKey(
         _signature.paths([private_key])[0],
         _signature.paths([signing_certificate])[0] if signing_certificate else None,
         _signature.paths(certificate_chain),
@@ -77,7 +78,7 @@ def _manifest_to_sign(b: Bundle) -> bytes | None:
 
 def check_resignable(
     b: Bundle,
-    sign_key: _signature.SigningKey | None,
+    sign_key: SigningKey | None,
     *,
     doing: str,
     public_key: str | os.PathLike[str] | None = None,
@@ -110,11 +111,11 @@ def check_resignable(
 
 def _check_existing_signature(
     b: Bundle,
-    sign_key: _signature.SigningKey,
+    sign_key: SigningKey,
     public_key: str | os.PathLike[str] | None,
     doing: str,
 ) -> None:
-    given = _signature.Trust(public_key=Path(public_key)) if public_key is not None else None
+    given = _signature.Verifier(public_key=Path(public_key)) if public_key is not None else None
     with contextlib.ExitStack() as stack:
         trust = given or stack.enter_context(_signature.own_trust(sign_key))
         try:
@@ -133,7 +134,7 @@ def rewrite_and_resign(
     b: Bundle,
     manifest: Manifest | BundleManifest,
     replaced: dict[str, bytes],
-    sign_key: _signature.SigningKey | None,
+    sign_key: SigningKey | None,
 ) -> None:
     """`rewrite_bundle`, with (given `sign_key`) a signature over the new files made inside the
     same atomic rewrite: the new files and their signature land together, or not at all."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..._format._manifest import Manifest
     from ..._read._reader import Bundle
+    from ..._read._trust import Trust
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,9 @@ class Backend:
     - `jax`: its functions are JAX functions (jit, grad and vmap them; 64-bit values need
       `jax_enable_x64`); otherwise they run outside JAX, NumPy arrays in and out.
     - `unavailable`: what is missing when `available()` is false, with the pip line.
-    - `make(bundle, *, donate, devices, trust_executables, max_shapes)`: the bundle's function,
+    - `make(bundle, *, donate, devices, trust, max_shapes)`: the bundle's function,
       with `backend` (`name`), `jax_function` (`jax`), `call_flat(*flat)` and `__call__`.
-    - `script(bundle, trusted)`: what an emitted `run.py` is for it (checked before anything is
+    - `script(bundle, trust)`: what an emitted `run.py` is for it (checked before anything is
       written); `symbolic_scripts`: whether such a script can call symbolic shapes.
     - `stored_executables`: it runs a bundle's stored executables (SPEC.md, "Executables"),
       which it compiles for `executable_targets` with `compile_executable(portable, manifest,
@@ -68,7 +69,7 @@ class Backend:
     unavailable: str
     available: Callable[[], bool]
     make: Callable[..., Any]
-    script: Callable[[Bundle, bool], Script]
+    script: Callable[[Bundle, Trust], Script]
     symbolic_scripts: bool = False
     stored_executables: bool = False
     executable_targets: tuple[str, ...] = ()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ... import _compat
 from ..._format import _dtypes
 from ..._format._policy import calls_lapack
+from ..._read._trust import Trust
 from .. import _batched, _transforms
 from .._shapes import DEFAULT_MAX_SHAPES, Prover
 from . import _installed
@@ -33,7 +34,7 @@ def make(
     *,
     donate: Any = (),
     devices: int | None = None,
-    trust_executables: bool = False,
+    trust: Trust = Trust.NOTHING,
     max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Any:
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
@@ -174,7 +175,7 @@ def text_primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
     return enzyme_callable(for_hlo_call(text, prefix), [r.dtype for r in manifest.results])
 
 
-def _script(bundle: Bundle, trusted: bool) -> Script:
+def _script(bundle: Bundle, trust: Trust) -> Script:
     return jax_script(bundle, NAME, prepared_for_hlo_call(bundle))
 
 

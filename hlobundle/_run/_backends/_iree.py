@@ -4,7 +4,7 @@ in and out and no jax import. The one place that imports `iree.runtime`.
 The module comes from one of two places (SPEC.md, "Executables"):
 
 - a stored executable (`compiled/<target>.vmfb`), only when the bundle is trusted (its signature
-  verified with the caller's key, or `trust_executables=True`) and it was compiled from this
+  verified with the caller's key, or `trust=Trust.EXECUTABLES`) and it was compiled from this
   module's portable artifact by this IREE version for this machine's architecture: an
   executable is native code, which no hash check makes safe to run;
 - otherwise the checked portable artifact, compiled in a child process (`_iree_compile`)
@@ -32,6 +32,7 @@ from ..._format._errors import (
     TransformError,
 )
 from ..._read import _cache
+from ..._read._trust import Trust
 from .. import _binding, _shapes
 from . import _installed, _iree_compile
 from ._backend import Backend, Script
@@ -86,7 +87,7 @@ def make(
     *,
     donate: Any = (),
     devices: int | None = None,
-    trust_executables: bool = False,
+    trust: Trust = Trust.NOTHING,
     max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
 ) -> IreeFunction:
     """The backend's function (`_backends`' interface)."""
@@ -96,7 +97,7 @@ def make(
             "are not available on it",
             argument="donate" if donate else "devices",
         )
-    return IreeFunction(bundle, trust_executables=trust_executables, max_shapes=max_shapes)
+    return IreeFunction(bundle, trust=trust, max_shapes=max_shapes)
 
 
 class IreeFunction:
@@ -110,7 +111,7 @@ class IreeFunction:
         self,
         bundle: Bundle,
         *,
-        trust_executables: bool = False,
+        trust: Trust = Trust.NOTHING,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
     ) -> None:
         if not _installed.iree_runtime():
@@ -125,7 +126,7 @@ class IreeFunction:
             # IREE compiles it (its runtime ignores jax's shape assertions, which refinement
             # evaluates or refuses); other static modules need no jaxlib import
             _shapes.prove_static(bundle)
-        vmfb, self.source = _module_bytes(bundle, trust_executables or bundle.trusted)
+        vmfb, self.source = _module_bytes(bundle, Trust.EXECUTABLES in trust or bundle.trusted)
         self._main = _load(vmfb)
 
     def __repr__(self) -> str:
@@ -304,7 +305,7 @@ def _to_host(x: Any, dtype: str, shape: Sequence[int | str]) -> np.ndarray:
     return host.reshape(-1).view(np.uint8).view(want).reshape(tuple(shape)).copy()
 
 
-def _script(bundle: Bundle, trusted: bool) -> Script:
+def _script(bundle: Bundle, trust: Trust) -> Script:
     """An IREE script runs a stored executable: one this runtime can use, checked, and only
     of a trusted bundle (an executable is native code)."""
     if not bundle.manifest.executables:  # nothing to trust yet: say what to do first
@@ -313,11 +314,12 @@ def _script(bundle: Bundle, trusted: bool) -> Script:
             f"first: store one with: hlobundle compile {bundle.path}",
             argument="backend",
         )
-    if not (trusted or bundle.trusted):
+    if not (Trust.EXECUTABLES in trust or bundle.trusted):
         raise InputError(
             "an iree script runs the bundle's stored executable, which is native code: verify "
-            "the bundle's signature (--public-key) or pass --trust-executables",
-            argument="trust_executables",
+            "the bundle's signature (--public-key) or pass --trust-executables "
+            "(trust=hlobundle.Trust.EXECUTABLES)",
+            argument="trust",
         )
     reasons = []
     for entry in bundle.manifest.executables or []:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._format._errors import TransformError
 from ..._interop._jax_export import cotangent_avals, exported_for, trees, value_avals
+from ..._read._trust import Trust
 from .. import _batched, _transforms
 from .._shapes import DEFAULT_MAX_SHAPES, Prover
 from . import _installed
@@ -30,7 +31,7 @@ def make(
     *,
     donate: Any = (),
     devices: int | None = None,
-    trust_executables: bool = False,
+    trust: Trust = Trust.NOTHING,
     max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Any:
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
@@ -119,7 +120,7 @@ def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
     return get_vjp
 
 
-def _script(bundle: Bundle, trusted: bool) -> Script:
+def _script(bundle: Bundle, trust: Trust) -> Script:
     return jax_script(bundle, NAME)
 
 
