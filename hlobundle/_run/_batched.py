@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._format import _dtypes
 from .._format._manifest import Manifest
 from .._format._stored import BATCH_DIMENSION, expected_types
+from ._registry import ByText
 
 if TYPE_CHECKING:
     from .._read._reader import Bundle
@@ -79,14 +80,16 @@ class Fast:
         return f(*args)
 
 
-_BY_TEXT: dict[str, Fast] = {}  # enzyme: by the prepared module text (named after both modules)
+# enzyme: by the prepared module text (named after both modules), while its callable lives
+_BY_TEXT: ByText[Fast] = ByText()
 _BY_ID: dict[int, tuple[weakref.ref[Any], Fast]] = {}  # xla: by the Exported, while it lives
 
 
-def register(key: Any, fast: Fast) -> None:
-    """`key`: the `jax.export.Exported` a call binds (xla), or the module text (enzyme)."""
+def register(key: Any, fast: Fast, owner: object = None) -> None:
+    """`key`: the `jax.export.Exported` a call binds (xla; kept while it lives), or the module
+    text (enzyme; kept while `owner`, the callable that runs it, lives)."""
     if isinstance(key, str):
-        _BY_TEXT[key] = fast
+        _BY_TEXT.add(key, fast, owner)
         return
     _BY_ID[id(key)] = (weakref.ref(key), fast)
     weakref.finalize(key, _BY_ID.pop, id(key), None)

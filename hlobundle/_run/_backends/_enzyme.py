@@ -102,10 +102,11 @@ def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[...
     if prover is not None:
         return _refined_per_shape(bundle, prover)
     prepared = prepared_for_hlo_call(bundle)
-    register_module(prepared.text, enzyme_blockers(bundle))
+    call = enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
+    register_module(prepared.text, enzyme_blockers(bundle), owner=call)
     if (fast := _batched.fast_path(bundle, "jvp", prepared.result_carriers)) is not None:
-        _batched.register(prepared.text, fast)
-    return enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
+        _batched.register(prepared.text, fast, owner=call)
+    return call
 
 
 def _refined_per_shape(bundle: Bundle, prover: Prover) -> Callable[..., tuple[Any, ...]]:
@@ -116,7 +117,6 @@ def _refined_per_shape(bundle: Bundle, prover: Prover) -> Callable[..., tuple[An
 
     from ..._format import _mlir
     from ._enzyme_prepare import for_hlo_call, symbol_prefix
-    from ._enzyme_rules import unregister_module
 
     results = [r.dtype for r in bundle.manifest.results]
     blockers = enzyme_blockers(bundle)
@@ -134,10 +134,11 @@ def _refined_per_shape(bundle: Bundle, prover: Prover) -> Callable[..., tuple[An
                     text = str(ir.Module.parse(proof.refined))
                 key = hashlib.sha256(f"{digest} {proof.shapes}".encode()).hexdigest()
                 prepared = for_hlo_call(text, prefix=symbol_prefix(key))
-                register_module(prepared.text, blockers)
-                cache[proof.shapes] = (prepared.text, enzyme_callable(prepared, results))
+                call = enzyme_callable(prepared, results)
+                register_module(prepared.text, blockers, owner=call)  # dropped with it
+                cache[proof.shapes] = (prepared.text, call)
                 while len(cache) > prover.max_shapes:
-                    unregister_module(cache.popitem(last=False)[1][0])
+                    cache.popitem(last=False)
             call = cache[proof.shapes][1]
         return call(*flat)
 

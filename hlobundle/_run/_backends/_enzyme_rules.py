@@ -28,6 +28,7 @@ from typing import Any
 
 from ... import _compat
 from ..._format._errors import TransformError
+from .._registry import ByText
 from .._transforms import install_loop_rule, second_order_error
 
 # Why a second derivative is refused (`_transforms.second_order_error`).
@@ -124,17 +125,14 @@ def _remat_rule(enzyme_rule: Callable[..., Any]) -> Callable[..., Any]:
     return rule
 
 
-# Blockers of the modules bundle functions pass to hlo_call, by module text.
-_MODULES: dict[str, EnzymeBlockers] = {}
+# Blockers of the modules bundle functions pass to hlo_call, by module text, while the
+# callable that runs each module lives.
+_MODULES: ByText[EnzymeBlockers] = ByText()
 
 
-def register_module(text: str, blockers: EnzymeBlockers) -> None:
-    _MODULES[text] = blockers
-
-
-def unregister_module(text: str) -> None:
-    """Forget a module text (a symbolic function's shape dropped from its cache)."""
-    _MODULES.pop(text, None)
+def register_module(text: str, blockers: EnzymeBlockers, owner: object) -> None:
+    """Know `text`'s blockers while `owner` (the callable that runs it) lives."""
+    _MODULES.add(text, blockers, owner)
 
 
 def _guard(primal: Any) -> None:
