@@ -630,7 +630,9 @@ def test_serve_on_iree_answers_as_the_xla_backend(compiled):
     from hlobundle._serve._app import app
     from hlobundle._serve._models import load_models
 
-    models = load_models([compiled], backend="iree", max_batch=16, trust=hlobundle.Trust.EXECUTABLES)
+    models = load_models(
+        [compiled], backend="iree", max_batch=16, trust=hlobundle.Trust.EXECUTABLES
+    )
     served = models["lenet5"]
     assert served.function.source == "stored executable compiled/llvm-cpu.vmfb"
     assert not served.batchable  # jax.vmap runs the batched module; the iree function is not JAX

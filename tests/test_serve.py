@@ -831,7 +831,12 @@ SIZES = (1, 4, 2, 3)
 
 @pytest.mark.parametrize("trusted", [True, False])
 def test_a_symbolic_batch_dimension_batches_any_sizes_exactly(functions, trusted):
-    models = load_models([functions], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED if trusted else hlobundle.Trust.NOTHING)
+    models = load_models(
+        [functions],
+        backend="xla",
+        max_batch=4,
+        trust=hlobundle.Trust.BATCHED if trusted else hlobundle.Trust.NOTHING,
+    )
     answers, metrics = _concurrent(models, "fns.predict", SIZES)
     want = [
         np.ravel(_alone(functions, "predict", x=_x(n, k))).tolist() for k, n in enumerate(SIZES)

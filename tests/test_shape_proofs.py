@@ -249,7 +249,9 @@ def test_batched_requests_are_each_proven_not_only_their_concatenation(tmp_path,
                           result_shapes=[["b", 3]])  # fmt: skip
     bundle = pack_planned(EVEN, from_python([np.ones((2, 3), np.float32)]), tmp_path / "even",
                           options)  # fmt: skip
-    served = load_models([bundle], backend=backend, max_batch=4, trust=hlobundle.Trust.BATCHED)["even"]
+    served = load_models([bundle], backend=backend, max_batch=4, trust=hlobundle.Trust.BATCHED)[
+        "even"
+    ]
     assert served.concatenated == "b"
     one, two = {"x": np.ones((1, 3), np.float32)}, {"x": np.ones((2, 3), np.float32)}
     out = served.call_many([one, one, two])

@@ -81,6 +81,20 @@ def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
         return _pack_jax_export(args), ""
     if args.from_reactant_server:
         return _pack_reactant_server(args)
+    options = pack_keywords(args)
+    if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
+        from .._run._process import enable_x64
+
+        enable_x64()
+    if args.from_reactant:
+        return from_reactant(args.from_reactant, args.output, **options), ""
+    layout = args.layout.replace("-", "_")
+    return pack_files(args.module, args.inputs, args.output, layout=layout, **options), ""
+
+
+def pack_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """The writer options of one function's MLIR module or Reactant export, from its flags
+    (the layout apart: a Reactant export brings its own)."""
     options = dict(
         names=args.names,
         result_names=args.result_names,
@@ -94,14 +108,7 @@ def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
     )
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
-    if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
-        from .._run._process import enable_x64
-
-        enable_x64()
-    if args.from_reactant:
-        return from_reactant(args.from_reactant, args.output, **options), ""
-    layout = args.layout.replace("-", "_")
-    return pack_files(args.module, args.inputs, args.output, layout=layout, **options), ""
+    return options
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -114,8 +121,9 @@ def _check_usage(args: argparse.Namespace) -> None:
                       because="--from-reactant-server takes names, roles, layout and weights "
                       "from the bundle")  # fmt: skip
     if args.from_jax_export:
-        _refuse_flags(args, "--sign-key", because="--from-jax-export takes names, results and "
-                      "the VJP from the Exported", hint=" (the arguments' names: hlobundle "
+        _refuse_flags(args, "--sign-key", "--allow-custom-call",
+                      because="--from-jax-export takes names, results, the VJP and the allowed "
+                      "custom calls from the Exported", hint=" (the arguments' names: hlobundle "
                       "inspect after packing without --inputs)")  # fmt: skip
 
 
@@ -164,7 +172,8 @@ def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str
     flags = {"--inputs": args.inputs, "--names": args.names, "--result-names": args.result_names,
              "--expected": args.expected, "--compute-expected": args.compute_expected,
              "--with-vjp": args.with_vjp, "--function": args.function,
-             "--role": args.role, "--sign-key": args.private_key}  # fmt: skip
+             "--role": args.role, "--sign-key": args.private_key,
+             "--allow-custom-call": args.allow_custom_call}  # fmt: skip
     given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
     given += ["--layout"] if args.layout != "auto" else []
     if given:
@@ -178,7 +187,8 @@ _REFUSABLE = ("--names", "--result-names", "--with-vjp")
 def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
     from .._write._reactant_server import from_reactant_server
 
-    options: dict[str, Any] = {"force": args.force, "target_version": args.target_version}
+    options: dict[str, Any] = {"force": args.force, "target_version": args.target_version,
+                               "allow_custom_calls": args.allow_custom_call}  # fmt: skip
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
     out = from_reactant_server(args.from_reactant_server, args.output,

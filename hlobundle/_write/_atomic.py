@@ -139,7 +139,7 @@ def rewrite_bundle(
     manifest: Manifest | BundleManifest,
     replaced: dict[str, bytes],
     *,
-    sign_key: SigningKey | None = None,
+    sign_key: SigningKey | None,
 ) -> Path:
     """Replace some files of the bundle `out`, and its manifest, atomically: the new bundle is
     built beside it, every other listed file copied over with its sha256 checked (never

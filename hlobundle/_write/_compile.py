@@ -6,33 +6,34 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from .._format import _signature
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
 from .._format._manifest import Executable, Manifest
-from .._format._signature import SigningKey
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run import _backends
+from ._options import PackOptions, takes
 from ._sign import check_resignable, rewrite_and_resign
 
 EXECUTABLES_VERSION = (1, 3)  # the format version that added `executables`
 
 
+@takes("sign_key", "public_key", "replace_signature")
 def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     bundle: Bundle | str | os.PathLike[str],
     targets: Sequence[str] = ("llvm-cpu",),
     *,
     function: str | None = None,
     cpu: str = "generic",
-    sign_key: str | os.PathLike[str] | SigningKey | None = None,
-    public_key: str | os.PathLike[str] | None = None,
-    replace_signature: bool = False,
+    opt: PackOptions,
 ) -> list[Executable]:
     """Compile each function's checked portable artifact with IREE for each target and store
     the executables as `compiled/<target>.vmfb` (`NAME/compiled/<target>.vmfb` for function
     NAME of a 2.0 bundle), listed and hashed in the manifest with the compiler version, flags,
     CPU and architecture; atomically. An executable already stored for a target is replaced.
+    A signed bundle is refused unless `sign_key` is given; the new bundle is then signed again,
+    in the same atomic rewrite, once the key is shown to sign and the old signature to verify
+    against `public_key`, before anything is compiled.
 
     **Arguments:**
 
@@ -40,14 +41,10 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     - `function`: compile only this function (`Bundle.functions`); default: every function.
     - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
       `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
-    - `sign_key`: a signed bundle is refused unless given; the new bundle is then signed again,
-      in the same atomic rewrite, once the key is shown to sign and the old signature to verify
-      against `public_key` (default: `sign_key`'s own), before anything is compiled.
-    - `replace_signature`: sign again even though the old signature does not verify.
 
     **Returns:** the manifest entries written.
     """
-    sign_key = None if sign_key is None else _signature.signing_key(sign_key)
+    sign_key = opt.sign_key
     if not targets or len(set(targets)) != len(targets):
         raise InputError(f"give each target once, got {list(targets)}", argument="targets")
     compiler = _backends.compiler()
@@ -57,8 +54,8 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
     b.verify(in_memory=False)  # compiles the module bytes load() checked
-    check_resignable(b, sign_key, doing="compiling", public_key=public_key,
-                     replace_signature=replace_signature, verified=True)  # fmt: skip
+    check_resignable(b, sign_key, doing="compiling", public_key=opt.public_key,
+                     replace_signature=opt.replace_signature, verified=True)  # fmt: skip
     several = not isinstance(b.bundle_manifest, Manifest)
     written: dict[str, bytes] = {}
     added: dict[str, list[Executable]] = {}

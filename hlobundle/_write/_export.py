@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,35 +15,23 @@ import numpy as np
 
 from .._format import _signature
 from .._format._errors import HloBundleWarning, InputError
-from .._format._manifest import PRODUCER_JAX, Role
+from .._format._manifest import PRODUCER_JAX
 from .._read._inputs import from_python
 from ._functions import add_function
+from ._options import PackOptions, takes
 from ._pytree_names import json_tree, leaf_name, leaf_roles, result_name, unique
-from ._writer import PackOptions, pack_planned
+from ._writer import pack_planned
 
 PRODUCER = PRODUCER_JAX  # the provenance's producer of a bundle that export() wrote
 
 
+@takes(
+    "name", "shapes_specs", "constraints", "add", "default", "force", "roles", "store_inputs",
+    "store_expected", "with_vjp", "vmap_in_axes", "target_version", "timestamp", "sign_key",
+    "public_key", "replace_signature",
+)  # fmt: skip
 def export(
-    fn: Callable[..., Any],
-    *example_args: Any,
-    out: str | os.PathLike[str],
-    name: str | None = None,
-    shapes_specs: Any = None,
-    constraints: Sequence[str] = (),
-    add: bool = False,
-    default: bool = False,
-    force: bool = False,
-    roles: Mapping[str, Role] | None = None,
-    store_inputs: bool = True,
-    store_expected: bool = True,
-    with_vjp: bool = False,
-    vmap_in_axes: Any = None,
-    target_version: str | None = None,
-    timestamp: str | None = None,
-    sign_key: str | os.PathLike[str] | None = None,
-    public_key: str | os.PathLike[str] | None = None,
-    replace_signature: bool = False,
+    fn: Callable[..., Any], *example_args: Any, out: str | os.PathLike[str], opt: PackOptions
 ) -> Path:
     """Lower `fn` on `example_args` with `jax.jit` and write it as a bundle.
 
@@ -55,25 +44,10 @@ def export(
 
     - `fn`: the function; `example_args`: its positional arguments, concrete (stored as the
       example even when `shapes_specs` makes the function's shapes symbolic).
-    - `name`: the function's name in the bundle (default: `fn.__name__`).
-    - `shapes_specs`: symbolic shapes, exactly what `jax.export.symbolic_args_specs` takes
-      (for example `(None, "b, 8")`), with its `constraints` (`("b >= 2",)`): the function
-      then takes any sizes that fit (format 2.0, SPEC.md 2.8).
-    - `add`: add the function to the existing bundle `out` (format 2.0), rewritten
-      atomically, its parameters stored once with the others' (same name and bytes shared;
-      same name, other bytes: `TensorConflictError`). `default`: make it the default function.
-    - `sign_key`, `public_key`, `replace_signature`: with `add`, sign the bundle again (a
-      signed bundle must be), under `refresh()`'s rules; without `add`, sign the new bundle.
-    - `roles`: by argument name, or by `fn`'s parameter name for all the leaves under it,
-      for example `{"params": "parameter"}`.
-    - `out`, `force`, `target_version`, `timestamp`: as for `pack()`.
-    - `store_inputs`: store the example arguments in the bundle (default True).
-    - `store_expected`: store `fn`'s results on them, computed by JAX, as expected outputs.
-    - `with_vjp`: store the backward module JAX derives from `fn`, so that the xla backend
-      can differentiate the bundle without enzyme-ad.
-    - `vmap_in_axes`: also store `jax.vmap(fn, in_axes=vmap_in_axes)` as a batched module for
-      any batch size (SPEC.md, "Batched module"); `jax.vmap` of the bundle function over the
-      same arguments then runs it instead of a loop. As `jax.vmap`'s `in_axes`, with 0 or None.
+    - `out`: the bundle directory to create (or, with `add`, the bundle to add to).
+    - With `add`, `sign_key`, `public_key` and `replace_signature` sign the bundle again (a
+      signed bundle must be), under `refresh()`'s rules; without `add`, `sign_key` signs the
+      new bundle.
 
     **Returns:** the path of the written bundle.
     """
@@ -88,26 +62,28 @@ def export(
         return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
 
     jitted = jax.jit(flat_fn, keep_unused=True)
-    if shapes_specs is None:
+    if opt.shapes_specs is None:
         lowered = jitted.lower(*[_abstract(leaf) for _, leaf in leaves])
         text, out_info, symbolic = lowered.as_text(), lowered.out_info, None
     else:
-        if vmap_in_axes is not None:
+        if opt.vmap_in_axes is not None:
             raise InputError("a function with symbolic shapes needs no batched module: "
                              "vmap_in_axes and shapes_specs exclude each other",
                              argument="vmap_in_axes")  # fmt: skip
-        text, out_info, symbolic = _lower_symbolic(jitted, example_args, shapes_specs, constraints)
+        text, out_info, symbolic = _lower_symbolic(jitted, example_args, opt.shapes_specs,
+                                                   opt.constraints)  # fmt: skip
     expected = None
-    if store_inputs and store_expected:
+    if opt.store_inputs and opt.store_expected:
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
     params = _positional_names(fn)
     names = unique([leaf_name(path, params) for path, _ in leaves])
     heads = [leaf_name(path[:1], params) for path, _ in leaves]
-    batched = _batched_arguments(vmap_in_axes, in_tree, names, [_abstract(x) for _, x in leaves])
+    batched = _batched_arguments(
+        opt.vmap_in_axes, in_tree, names, [_abstract(x) for _, x in leaves]
+    )
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out_info)
     result_names = unique([result_name(path) for path, _ in out_leaves])
-    key = _signature.signing_key(sign_key) if sign_key is not None else None
-    if not add and (public_key is not None or replace_signature or default):
+    if not opt.add and (opt.public_key is not None or opt.replace_signature or opt.default):
         raise InputError("public_key, replace_signature and default go with add=True",
                          argument="add")  # fmt: skip
 
@@ -126,36 +102,34 @@ def export(
         )
 
     def write(target: Path, signing: _signature.SigningKey | None) -> Path:
-        options = PackOptions(
+        options = dataclasses.replace(
+            opt,
             names=names,
             paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
-            roles=leaf_roles(roles, names, heads),
+            roles=leaf_roles(opt.roles, names, heads),
             result_names=result_names,
-            function=name or getattr(fn, "__name__", "main"),
-            force=force,
-            target_version=target_version,
+            function=opt.name or getattr(fn, "__name__", "main"),
             producer=(PRODUCER, jax.__version__),
-            timestamp=timestamp,
             input_tree=input_tree,
             output_tree=output_tree,
             expected=None if expected is None else from_python(expected),
-            with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if with_vjp else False,
+            with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if opt.with_vjp else False,
             batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,
-            batched_arguments=tuple(batched),
+            batched_arguments=batched,
             sign_key=signing,
             shapes=None if symbolic is None else symbolic[0],
             result_shapes=None if symbolic is None else symbolic[1],
-            constraints=tuple(constraints),
         )
-        items = from_python(flat) if store_inputs else None
+        items = from_python(flat) if opt.store_inputs else None
         return pack_planned(text, items, target, options)
 
-    if not add:
-        return write(Path(out), key)
+    if not opt.add:
+        return write(Path(out), opt.sign_key)
     with tempfile.TemporaryDirectory(prefix=".hlobundle-add-", dir=Path(out).parent) as scratch:
         new = write(Path(scratch) / "function.hlobundle", None)
-        return add_function(out, new, default=default, sign_key=key, public_key=public_key,
-                            replace_signature=replace_signature)  # fmt: skip
+        return add_function(out, new, default=opt.default, sign_key=opt.sign_key,
+                            public_key=opt.public_key,
+                            replace_signature=opt.replace_signature)  # fmt: skip
 
 
 def _lower_symbolic(

@@ -30,9 +30,9 @@ from .._format._manifest import (
     TensorRef,
     identifier,
 )
-from .._format._signature import SigningKey
 from .._read._reader import Bundle, load
 from ._atomic import write_bundle
+from ._options import PackOptions, takes
 from ._plan import EXPECTED_FILE, TENSOR_FILES
 from ._sign import check_resignable
 
@@ -40,23 +40,13 @@ SHARED_WEIGHTS = TENSOR_FILES["parameter"]  # weights.safetensors, at the bundle
 Arrays = dict[str, dict[str, tuple[np.ndarray, Any]]]
 
 
+@takes("default", "sign_key", "public_key", "replace_signature")
 def add_function(
-    out: str | os.PathLike[str],
-    new: str | os.PathLike[str],
-    *,
-    default: bool = False,
-    sign_key: SigningKey | None = None,
-    public_key: str | os.PathLike[str] | None = None,
-    replace_signature: bool = False,
+    out: str | os.PathLike[str], new: str | os.PathLike[str], opt: PackOptions
 ) -> Path:
-    """Rewrite the bundle `out` atomically with the function of the bundle `new` added.
-
-    **Arguments:**
-
-    - `default`: make the added function the bundle's default (otherwise the default stays,
-      or becomes the bundle's first function).
-    - `sign_key`, `public_key`, `replace_signature`: a signed bundle is signed again, under
-      `refresh()`'s rules: never laundering a bundle changed since it was signed.
+    """Rewrite the bundle `out` atomically with the function of the bundle `new` added. A
+    signed bundle is signed again, under `refresh()`'s rules: never laundering a bundle changed
+    since it was signed.
 
     **Returns:** the bundle's path.
     """
@@ -71,8 +61,8 @@ def add_function(
             "(name=..., --function NAME)",
             argument="name",
         )
-    check_resignable(existing, sign_key, doing="adding a function", public_key=public_key,
-                     replace_signature=replace_signature)  # fmt: skip
+    check_resignable(existing, opt.sign_key, doing="adding a function",
+                     public_key=opt.public_key, replace_signature=opt.replace_signature)  # fmt: skip
     existing.verify()
     incoming.verify()
     files: dict[str, bytes] = {}
@@ -82,8 +72,9 @@ def add_function(
     for b in (existing, incoming):
         _carry_unreferenced(b, files)
     first = existing.default_function or existing.functions[0]
-    manifest = combine(views, name if default else first, {})
-    return write_bundle(Path(out), manifest, files, arrays, force=True, signing_key=sign_key)
+    manifest = combine(views, name if opt.default else first, {})
+    return write_bundle(Path(out), manifest, files, arrays, force=True,
+                        signing_key=opt.sign_key)  # fmt: skip
 
 
 def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:

@@ -10,10 +10,11 @@ several platforms, effects, symbolic shapes, and arguments jax dropped as unused
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -21,24 +22,16 @@ from .._format import _limits, _portable
 from .._format._manifest import Role, identifier
 from .._interop._jax_export import PRODUCER, refuse_what_a_bundle_cannot_hold, symbolic_shapes
 from .._read._inputs import from_python
+from ._options import PackOptions, takes
 from ._pack_files import pack_file_inputs
 from ._pytree_names import json_tree, key_part, leaf_roles, result_name, unique
-from ._writer import PackOptions, pack_planned
+from ._writer import pack_planned
 
 _CHILD = Path(__file__).with_name("_jax_export_child.py")
 
 
-def from_exported(
-    exported: Any,
-    out: str | os.PathLike[str],
-    *,
-    inputs: Sequence[Any] | None = None,
-    roles: Mapping[str, Role] | None = None,
-    force: bool = False,
-    target_version: str | None = None,
-    timestamp: str | None = None,
-    blob: bytes | None = None,
-) -> Path:
+@takes("inputs", "roles", "force", "target_version", "timestamp", "blob")
+def from_exported(exported: Any, out: str | os.PathLike[str], opt: PackOptions) -> Path:
     """Write a `jax.export.Exported` as a bundle.
 
     Arguments are named after the key paths of the Exported's `in_tree` (`args[0]['w']` becomes
@@ -48,40 +41,29 @@ def from_exported(
 
     **Arguments:**
 
-    - `inputs`: example positional arguments (pytrees, as the Exported takes them); stored
-      with the results the Exported computes on them as expected outputs.
-    - `roles`: as for `export()`: by argument name, or by the name of a positional argument
-      (`arg0`) or keyword argument for all the leaves under it.
-    - `force`, `target_version`, `timestamp`: as for `pack()`.
-    - `blob`: the bytes `exported` was deserialized from (`read_blob`), if it was: its VJP is
-      then read from them in a child process, never in this one.
+    - `exported`: the `jax.export.Exported`; `out`: the bundle directory to create.
+
+    **Returns:** the path of the written bundle.
     """
     import jax
 
-    text, options = _pack_options(exported, blob, roles)
+    text, own = _pack_options(exported, opt.blob, opt.roles)
     flat, expected = None, None
-    if inputs is not None:
-        flat_inputs, _ = jax.tree_util.tree_flatten((tuple(inputs), {}))
+    if opt.inputs is not None:
+        flat_inputs, _ = jax.tree_util.tree_flatten((tuple(opt.inputs), {}))
         flat = [np.asarray(x) for x in flat_inputs]
-        expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*inputs))]
-    opt = PackOptions(force=force, target_version=target_version,
-                      timestamp=timestamp, expected=None if expected is None else from_python(expected),
-                      **options)  # fmt: skip
-    return pack_planned(text, None if flat is None else from_python(flat), Path(out), opt)
+        outputs = exported.call(*opt.inputs)
+        expected = from_python([np.asarray(x) for x in jax.tree_util.tree_leaves(outputs)])
+    options = dataclasses.replace(opt, expected=expected, **own)
+    return pack_planned(text, None if flat is None else from_python(flat), Path(out), options)
 
 
+@takes("roles", "function", "force", "target_version", "timestamp", "expected", "blob")
 def from_exported_files(
     exported: Any,
     input_files: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
-    *,
-    roles: Mapping[str, Role] | None = None,
-    function: str | None = None,
-    force: bool = False,
-    target_version: str | None = None,
-    timestamp: str | None = None,
-    expected: Sequence[str | os.PathLike[str]] | Literal["compute"] | None = None,
-    blob: bytes | None = None,
+    opt: PackOptions,
 ) -> Path:
     """`from_exported()` with example inputs read from files: the CLI's form.
 
@@ -89,15 +71,11 @@ def from_exported_files(
 
     - `input_files`: one array per flat argument (by name, `arr_<k>` or position), as
       `pack_files()` takes them.
-    - `function`: the function's name (default: the Exported's `fun_name`).
-    - `expected`: files of expected results, or `"compute"` to run the module on the inputs.
-    - `roles`, `force`, `target_version`, `timestamp`, `blob`: as for `from_exported()`.
     """
-    text, own = _pack_options(exported, blob, roles)
-    if function is not None:
-        own["function"] = function
-    options = PackOptions(force=force, target_version=target_version, timestamp=timestamp, **own)
-    return pack_file_inputs(text, input_files, out, options, expected=expected)
+    text, own = _pack_options(exported, opt.blob, opt.roles)
+    if opt.function is not None:
+        own["function"] = opt.function
+    return pack_file_inputs(text, input_files, out, dataclasses.replace(opt, **own))
 
 
 def _pack_options(

@@ -46,9 +46,10 @@ def _lenient_context() -> Any:
 
 
 def normalize(
-    text: str, *, path: str | None = None, allow_custom_calls: Sequence[str] = ()
+    text: str, *, path: str | None = None, allow_custom_calls: Sequence[str]
 ) -> Normalized:
-    """Return the module text hlobundle stores, the changes made, and the custom calls it has."""
+    """Return the module text hlobundle stores, the changes made, and the custom calls it has
+    (refusing those the policy refuses but `allow_custom_calls`, the writer's option)."""
     from jaxlib.mlir import ir
 
     changes: list[str] = []

@@ -6,39 +6,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
 
-from .._format import _signature
-from .._format._manifest import Layout, Role
 from .._read import _inputs
-from ._writer import PackOptions, pack_planned
+from ._options import PackOptions, takes
+from ._writer import pack_planned
 
 
+@takes(
+    "names", "paths", "roles", "result_names", "layout", "function", "force", "target_version",
+    "producer", "timestamp", "input_tree", "output_tree", "expected", "allow_custom_calls",
+    "with_vjp", "batched", "batched_arguments", "sign_key",
+)  # fmt: skip
 def pack_files(
     module: str | os.PathLike[str],
     input_files: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
-    *,
-    names: Sequence[str] | None = None,
-    paths: Sequence[str] | None = None,
-    roles: Mapping[str, Role] | None = None,
-    result_names: Sequence[str] | None = None,
-    layout: Layout | Literal["auto"] = "row_major",
-    function: str | None = None,
-    force: bool = False,
-    target_version: str | None = None,
-    producer: tuple[str, str] | None = None,
-    timestamp: str | None = None,
-    input_tree: Any = None,
-    output_tree: Any = None,
-    expected: Sequence[str | os.PathLike[str]] | Literal["compute"] | None = None,
-    allow_custom_calls: Sequence[str] = (),
-    with_vjp: bool | str | Callable[..., Any] = False,
-    batched: str | Callable[..., Any] | None = None,
-    batched_arguments: Sequence[str] = (),
-    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
+    opt: PackOptions,
 ) -> Path:
     """`pack()` with the inputs read from files: the CLI's form.
 
@@ -48,22 +33,10 @@ def pack_files(
     - `input_files`: `.npz`, `.npy` and `.safetensors` files holding one array per `@main`
       argument, keyed by argument name or `arr_<k>` (a `.npy` file: its name); empty stores
       no example values.
-    - `expected`: files of expected results, keyed by result name or `arr_<k>`, or
-      `"compute"` to run the module once on the inputs.
-    - `sign_key`: a private key to sign the bundle with, as `sign()` takes it.
-    - The other arguments are `pack()`'s.
 
     **Returns:** the path of the written bundle.
     """
-    options = PackOptions(
-        names=names, paths=paths, roles=roles, result_names=result_names, layout=layout,
-        function=function, force=force, target_version=target_version, producer=producer,
-        timestamp=timestamp, input_tree=input_tree, output_tree=output_tree,
-        allow_custom_calls=tuple(allow_custom_calls), with_vjp=with_vjp, batched=batched,
-        batched_arguments=tuple(batched_arguments),
-        sign_key=None if sign_key is None else _signature.signing_key(sign_key),
-    )  # fmt: skip
-    return pack_file_inputs(module, input_files, out, options, expected=expected)
+    return pack_file_inputs(module, input_files, out, opt)
 
 
 def pack_file_inputs(
@@ -71,12 +44,11 @@ def pack_file_inputs(
     input_files: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
     options: PackOptions,
-    *,
-    expected: Sequence[str | os.PathLike[str]] | Literal["compute"] | None = None,
 ) -> Path:
-    """`pack_files()` with its options gathered already (`options.expected` is replaced)."""
+    """`pack_files()` with its options gathered already: `options.expected` is files (read
+    here), `"compute"` or None."""
     items = _inputs.read_files(input_files) if input_files else None
-    read = (
-        expected if expected is None or isinstance(expected, str) else _inputs.read_files(expected)
-    )
-    return pack_planned(module, items, Path(out), dataclasses.replace(options, expected=read))
+    expected = options.expected
+    if expected is not None and not isinstance(expected, str):
+        options = dataclasses.replace(options, expected=_inputs.read_files(expected))
+    return pack_planned(module, items, Path(out), options)

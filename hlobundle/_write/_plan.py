@@ -28,7 +28,7 @@ from .._format._stored import fits
 from .._read import _inputs
 
 if TYPE_CHECKING:
-    from ._writer import PackOptions
+    from ._options import PackOptions
 
 EXPECTED_FILE = "expected.safetensors"
 TENSOR_FILES: dict[str, str] = {

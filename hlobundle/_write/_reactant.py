@@ -8,17 +8,16 @@ and, from its docstring, each argument's shape, dtype and Julia path (`Path: arg
 from __future__ import annotations
 
 import ast
-import os
+import dataclasses
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from .._format import _limits, _main_signature, _signature
+from .._format import _limits, _main_signature
 from .._format._errors import InputError
-from .._format._manifest import Role, identifier
+from .._format._manifest import identifier
 from .._interop._sources import check_regular, inside, read_regular
+from ._options import PackOptions, takes
 
 # A generated script: a few KiB of code and one docstring line per argument.
 MAX_SCRIPT_BYTES = 16 << 20
@@ -120,37 +119,27 @@ def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]
     return tuple(found[k] for k in sorted(found))
 
 
-def from_reactant(
-    path: str | Path,
-    out: str | Path,
-    *,
-    names: Sequence[str] | None = None,
-    result_names: Sequence[str] | None = None,
-    roles: Mapping[str, Role] | None = None,
-    function: str | None = None,
-    force: bool = False,
-    target_version: str | None = None,
-    expected: Sequence[str | os.PathLike[str]] | Literal["compute"] | None = None,
-    allow_custom_calls: Sequence[str] = (),
-    with_vjp: bool = False,
-    sign_key: str | os.PathLike[str] | _signature.SigningKey | None = None,
-) -> Path:
+@takes(
+    "names", "result_names", "roles", "function", "force", "target_version", "expected",
+    "allow_custom_calls", "with_vjp", "sign_key",
+)  # fmt: skip
+def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:
     """Pack what `export_to_enzymejax` wrote: its module, its inputs, its argument paths.
+
+    Arrays in the `_inputs.npz` are already permuted to the MLIR shapes, so they are stored as
+    they are and flagged `column_major`: the producer's (Julia's) arrays are their axis-reversed
+    views. The arguments' names are derived from their Julia paths unless `names` is given.
 
     **Arguments:**
 
     - `path`: the generated `.py`, or the directory it is in.
-    - `out`: the bundle to write; the other arguments as for `pack()` (`names` overrides the
-      names derived from the Julia paths; `expected`: files of expected results, or
-      `"compute"`; `sign_key`: a private key to sign the bundle with, as `sign()` takes it).
+    - `out`: the bundle to write.
 
-    Arrays in the `_inputs.npz` are already permuted to the MLIR shapes, so they are stored as
-    they are and flagged `column_major`: the producer's (Julia's) arrays are their axis-reversed views.
+    **Returns:** the path of the written bundle.
     """
     from .._format import _mlir
     from . import _normalize
     from ._pack_files import pack_file_inputs
-    from ._writer import PackOptions
 
     export = read_export(path)
     data = read_regular(export.module, _limits.MAX_MODULE_BYTES, what="the module")
@@ -159,27 +148,19 @@ def from_reactant(
     except UnicodeDecodeError:
         raise InputError(f"the module {str(export.module)!r} is not UTF-8 text",
                          path=export.module) from None  # fmt: skip
-    sig = _main_signature.signature(
-        _mlir.parse(_normalize.normalize(text, path=str(export.module)).text)
-    )
-    _check_against_module(export, sig)
-    options = PackOptions(
+    normalized = _normalize.normalize(text, path=str(export.module),
+                                      allow_custom_calls=opt.allow_custom_calls)  # fmt: skip
+    _check_against_module(export, _main_signature.signature(_mlir.parse(normalized.text)))
+    options = dataclasses.replace(
+        opt,
         paths=[a.path for a in export.arguments],
         layout="column_major",
         already_permuted=True,
         producer=("Reactant.jl export_to_enzymejax", "unknown"),
-        names=names if names is not None else [a.name for a in export.arguments],
-        result_names=result_names,
-        roles=roles,
-        function=function,
-        force=force,
-        target_version=target_version,
-        allow_custom_calls=tuple(allow_custom_calls),
-        with_vjp=with_vjp,
-        sign_key=None if sign_key is None else _signature.signing_key(sign_key),
+        names=opt.names if opt.names is not None else [a.name for a in export.arguments],
     )
     inputs = [export.inputs] if export.inputs else []
-    return pack_file_inputs(text, inputs, out, options, expected=expected)
+    return pack_file_inputs(text, inputs, out, options)
 
 
 def _check_against_module(export: ReactantExport, sig: object) -> None:

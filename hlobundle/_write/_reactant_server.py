@@ -5,48 +5,37 @@ this is what the writer makes of it: one function, or one `bN` per compiled batc
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from .._format import _main_signature, _mlir, _signature
+from .._format import _main_signature, _mlir
 from .._format._errors import HloBundleWarning, InputError
 from .._format._manifest import identifier
-from .._format._signature import SigningKey
 from .._interop import _reactant_server as rs
 from .._interop._reactant_server import ServerBundle, TensorSpec
+from ._options import PackOptions, takes
 
 
+@takes("batch_size", "force", "target_version", "timestamp", "allow_custom_calls", "sign_key")
 def from_reactant_server(
-    path: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    batch_size: int | None = None,
-    force: bool = False,
-    target_version: str | None = None,
-    timestamp: str | None = None,
-    allow_custom_calls: Sequence[str] = (),
-    sign_key: str | os.PathLike[str] | SigningKey | None = None,
+    path: str | os.PathLike[str], out: str | os.PathLike[str], opt: PackOptions
 ) -> Path:
     """Pack a ReactantServer.jl model bundle: its module (for one compiled batch size: the
     smallest, or `batch_size`), its weights as stored parameters, its input and output names.
     The inputs have no stored values (a server takes them from requests). Without
     `batch_size`, a bundle compiled for several batch sizes (`model.b{N}.mlir`) becomes one
-    function `bN` per size (format 2.0), the smallest the default, the weights stored once.
+    function `bN` per size (format 2.0), the smallest the default, the weights stored once
+    and the bundle signed (given `sign_key`) once every function is in.
+
+    Names, roles, the layout and the values come from the bundle.
 
     **Arguments:**
 
     - `path`: the bundle's directory; `out`: the hlobundle to write.
-    - `batch_size`: pack only the module compiled for this batch size.
-    - `force`, `target_version`, `timestamp`, `allow_custom_calls`: as for `pack()`.
-    - `sign_key`: a private key to sign the bundle with (once every function is in), as
-      `sign()` takes it.
-
-    Names, roles, the layout and the values come from the bundle.
 
     **Returns:** the path of the written bundle.
     """
@@ -59,46 +48,44 @@ def from_reactant_server(
         warnings.warn(f"{root.name}/{rs.JULIA_CODE} (Julia pre- and post-processing) is not "
                       "carried: the bundle holds the compiled function alone", HloBundleWarning,
                       stacklevel=2)  # fmt: skip
-    key = None if sign_key is None else _signature.signing_key(sign_key)
-    options = dict(force=force, target_version=target_version, timestamp=timestamp,
-                   allow_custom_calls=tuple(allow_custom_calls))  # fmt: skip
     sizes = sorted(rs.module_files(server))
-    if batch_size is not None or len(sizes) < 2:
-        return _pack_size(server, Path(out), batch_size, server.name, {**options, "sign_key": key})
-    return _pack_sizes(server, Path(out), sizes, options, key)
+    if opt.batch_size is not None or len(sizes) < 2:
+        return _pack_size(server, Path(out), opt.batch_size, server.name, opt)
+    return _pack_sizes(server, Path(out), sizes, opt)
 
 
-def _pack_sizes(
-    server: ServerBundle, out: Path, sizes: list[int], options: dict[str, Any],
-    sign_key: SigningKey | None,
-) -> Path:  # fmt: skip
+def _pack_sizes(server: ServerBundle, out: Path, sizes: list[int], opt: PackOptions) -> Path:
     """One function `bN` per batch size, the bundle built whole beside `out` (the smallest
     first, each other packed beside it and added, signed once every function is in when
-    `sign_key` is given) and renamed into place only then: a size refused leaves `out` as it
-    was, `force` or not."""
+    `opt.sign_key` is given) and renamed into place only then: a size refused leaves `out` as
+    it was, `force` or not."""
     from ._atomic import built_beside
     from ._functions import add_function
 
-    steps = {**options, "force": False}  # each step writes a new path in the scratch directory
-    with built_beside(out, force=options["force"]) as bundle:
+    # Each step writes a new path in the scratch directory, unsigned.
+    steps = dataclasses.replace(opt, force=False, sign_key=None)
+    with built_beside(out, force=opt.force) as bundle:
         _pack_size(server, bundle, sizes[0], f"b{sizes[0]}", steps)
         for i, size in enumerate(sizes[1:], start=1):
             part = bundle.with_name(f"{bundle.name}.b{size}")  # never the bundle's own name
             _pack_size(server, part, size, f"b{size}", steps)
-            add_function(bundle, part, sign_key=sign_key if i == len(sizes) - 1 else None)
+            add_function(bundle, part, sign_key=opt.sign_key if i == len(sizes) - 1 else None)
     return out
 
 
 def _pack_size(
-    server: ServerBundle, out: Path, batch_size: int | None, function: str, options: dict
+    server: ServerBundle, out: Path, batch_size: int | None, function: str, opt: PackOptions
 ) -> Path:
     from .._read import _inputs
     from . import _normalize
-    from ._writer import PackOptions, pack_planned
+    from ._writer import pack_planned
 
     root = server.root
     text, batch = rs.module_text(server, batch_size)
-    sig = _main_signature.signature(_mlir.parse(_normalize.normalize(text, path=rs.MODULE).text))
+    normalized = _normalize.normalize(
+        text, path=rs.MODULE, allow_custom_calls=opt.allow_custom_calls
+    )
+    sig = _main_signature.signature(_mlir.parse(normalized.text))
     order, tf = rs.weights(root)
     specs = [*server.inputs]
     if len(sig.arguments) != len(specs) + len(order):
@@ -115,15 +102,16 @@ def _pack_size(
         raise InputError("input and weight names collide once made Python identifiers: "
                          f"{names[:10]}", path=root)  # fmt: skip
     items = [_inputs.Keyed(key=k, array=v, source=rs.WEIGHTS) for k, v in values.items()]
-    opt = PackOptions(names=names, layout="column_major", already_permuted=True,
-                      without_values=names[: len(specs)], function=function,
-                      paths=[f"executable_inputs[{s.name!r}]" for s in specs]
-                      + [f"{rs.WEIGHTS}[{n!r}]" for n in order],
-                      roles={n: "parameter" for n in names[len(specs) :]},
-                      result_names=[_name(o.name) for o in server.outputs],
-                      producer=("ReactantServer.jl bundle", server.format_version),
-                      **options)  # fmt: skip
-    return pack_planned(text, items, out, opt)
+    options = dataclasses.replace(
+        opt, names=names, layout="column_major", already_permuted=True,
+        without_values=names[: len(specs)], function=function,
+        paths=[f"executable_inputs[{s.name!r}]" for s in specs]
+        + [f"{rs.WEIGHTS}[{n!r}]" for n in order],
+        roles={n: "parameter" for n in names[len(specs) :]},
+        result_names=[_name(o.name) for o in server.outputs],
+        producer=("ReactantServer.jl bundle", server.format_version),
+    )  # fmt: skip
+    return pack_planned(text, items, out, options)
 
 
 def _name(text: str) -> str:

@@ -6,24 +6,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .._format import _mlir, _portable, _signature
+from .._format import _mlir, _portable
 from .._format._manifest import PortableArtifact
-from .._format._signature import SigningKey
 from .._read._reader import Bundle
+from ._options import PackOptions, takes
 from ._sign import check_resignable, rewrite_and_resign
 
 
-def refresh(
-    bundle: Bundle | str | os.PathLike[str],
-    *,
-    target_version: str | None = None,
-    sign_key: str | os.PathLike[str] | SigningKey | None = None,
-    public_key: str | os.PathLike[str] | None = None,
-    replace_signature: bool = False,
-) -> str:
+@takes("target_version", "sign_key", "public_key", "replace_signature")
+def refresh(bundle: Bundle | str | os.PathLike[str], *, opt: PackOptions) -> str:
     """Rewrite every portable artifact (module, backward, batched) of `bundle` from its checked
-    text, for `target_version` (default: what `pack` writes today), atomically. The manifest
-    records each artifact's new target.
+    text, for `target_version`, atomically. The manifest records each artifact's new target.
 
     A signed bundle is refused unless `sign_key` is given: the refreshed bundle is then signed
     again (its old signature would no longer verify), in the same atomic rewrite. Before any
@@ -35,11 +28,10 @@ def refresh(
     """
     # The artifacts are replaced from the texts: they need not be readable here (too old).
     b = bundle if isinstance(bundle, Bundle) else Bundle(Path(bundle), check_artifacts=False)
-    sign_key = None if sign_key is None else _signature.signing_key(sign_key)
-    target = target_version or _mlir.default_target()
+    target = opt.target_version or _mlir.default_target()
     _portable.check_target(target, what="--target-version")
-    check_resignable(b, sign_key, doing="refreshing", public_key=public_key,
-                     replace_signature=replace_signature)  # fmt: skip
+    check_resignable(b, opt.sign_key, doing="refreshing", public_key=opt.public_key,
+                     replace_signature=opt.replace_signature)  # fmt: skip
     replaced: dict[str, bytes] = {}
     manifest = b.manifest
     for key, stored in b.modules.items():
@@ -50,5 +42,5 @@ def refresh(
         moved = entry.model_copy(update={"portable": PortableArtifact(file=stored.portable_file,
                                                                       target_version=target)})  # fmt: skip
         manifest = manifest.model_copy(update={key: moved})
-    rewrite_and_resign(b, manifest, replaced, sign_key)
+    rewrite_and_resign(b, manifest, replaced, opt.sign_key)
     return target

@@ -21,15 +21,17 @@ from ._atomic import (
     rewrite_bundle,
     write_file_atomically,
 )
+from ._options import PackOptions, takes
 
 
+@takes("force")
 def sign(
     bundle: Bundle | str | os.PathLike[str],
     private_key: str | os.PathLike[str],
     *,
     signing_certificate: str | os.PathLike[str] | None = None,
     certificate_chain: Sequence[str | os.PathLike[str]] = (),
-    force: bool = False,
+    opt: PackOptions,
 ) -> str:
     """Sign a bundle with an elliptic-curve private key (a PEM file), alone or with its
     certificate and chain, writing `model.sig` into it. The bundle is verified first (every
@@ -37,12 +39,13 @@ def sign(
 
     **Arguments:**
 
-    - `force`: replace an existing signature (otherwise `OutputExistsError`).
+    - `signing_certificate`, `certificate_chain`: the key's certificate, and the certificates
+      from it up to a root, to sign with a certificate.
 
     **Returns:** who signed, as a verifier will report it (`key <hint>` or `certificate <subject>`).
     """
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
-    if _signature.present(b.path) and not force:
+    if _signature.present(b.path) and not opt.force:
         raise OutputExistsError(
             f"{b.path} is already signed; pass --force (force=True) to replace its signature",
             path=b.path / _signature.SIGNATURE_NAME,
@@ -81,8 +84,8 @@ def check_resignable(
     sign_key: SigningKey | None,
     *,
     doing: str,
-    public_key: str | os.PathLike[str] | None = None,
-    replace_signature: bool = False,
+    public_key: str | os.PathLike[str] | None,
+    replace_signature: bool,
     verified: bool = False,
 ) -> None:
     """Refuse, before any work or write, to change a bundle unless it can be signed again

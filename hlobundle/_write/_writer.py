@@ -4,28 +4,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from .._format import _main_signature, _mlir, _signature, _stored
+from .._format import _main_signature, _mlir, _stored
 from .._format._errors import InputError
 from .._format._manifest import (
     BatchedModule,
-    Layout,
     Manifest,
     Module,
     PortableArtifact,
-    Role,
 )
 from .._read import _inputs
 from .._run import _compute
 from . import _expected, _module_text, _normalize
 from ._atomic import write_bundle
+from ._options import PackOptions, takes
 from ._plan import plan
 
 # The reference writer's file names (SPEC.md section 1): module forms from the stored-forms table.
@@ -40,59 +39,16 @@ BATCHED_TEXT, BATCHED_PORTABLE = (
 )
 
 
-@dataclass(frozen=True)
-class PackOptions:
-    """Everything `pack()` accepts besides the module, the inputs and the output path."""
-
-    names: Sequence[str] | None = None
-    paths: Sequence[str] | None = None
-    roles: Mapping[str, Role] | None = None
-    result_names: Sequence[str] | None = None
-    layout: Layout | Literal["auto"] = "row_major"
-    function: str | None = None
-    force: bool = False
-    target_version: str | None = None
-    producer: tuple[str, str] | None = None
-    timestamp: str | None = None
-    input_tree: Any = None
-    output_tree: Any = None
-    expected: list[_inputs.Keyed] | str | None = None  # arrays, or "compute"
-    allow_custom_calls: Sequence[str] = ()
-    already_permuted: bool = False  # column-major arrays already have the tensors' shapes
-    without_values: Sequence[str] = ()  # arguments stored with no example value (ReactantServer)
-    with_vjp: bool | str | Callable[..., Any] = False  # str: the backward module's text
-    batched: str | Callable[..., Any] | None = None
-    batched_arguments: Sequence[str] = ()
-    sign_key: _signature.SigningKey | None = None  # sign as the last step (`pack --sign-key`)
-    # Symbolic dimensions (format 2.0, SPEC.md 2.8): each argument's and result's shape, where
-    # the module's dynamic (`?`) dimensions are expressions; and constraints on their symbols.
-    shapes: Sequence[Sequence[int | str]] | None = None
-    result_shapes: Sequence[Sequence[int | str]] | None = None
-    constraints: Sequence[str] = ()
-
-
+@takes(
+    "names", "paths", "roles", "result_names", "layout", "function", "force", "target_version",
+    "producer", "timestamp", "input_tree", "output_tree", "expected", "allow_custom_calls",
+    "with_vjp", "batched", "batched_arguments",
+)  # fmt: skip
 def pack(
     module: str | os.PathLike[str],
     inputs: Sequence[Any] | Mapping[str, Any] | None,
     out: str | os.PathLike[str],
-    *,
-    names: Sequence[str] | None = None,
-    paths: Sequence[str] | None = None,
-    roles: Mapping[str, Role] | None = None,
-    result_names: Sequence[str] | None = None,
-    layout: Layout | Literal["auto"] = "row_major",
-    function: str | None = None,
-    force: bool = False,
-    target_version: str | None = None,
-    producer: tuple[str, str] | None = None,
-    timestamp: str | None = None,
-    input_tree: Any = None,
-    output_tree: Any = None,
-    expected: Sequence[Any] | Mapping[str, Any] | Literal["compute"] | None = None,
-    allow_custom_calls: Sequence[str] = (),
-    with_vjp: bool | str | Callable[..., Any] = False,
-    batched: str | Callable[..., Any] | None = None,
-    batched_arguments: Sequence[str] = (),
+    opt: PackOptions,
 ) -> Path:
     """Write a bundle for an MLIR module and example values of its arguments.
 
@@ -103,43 +59,13 @@ def pack(
       (by argument name, or `arr_<k>` keys); `None` stores no example values.
     - `out`: the bundle directory to create. It must not exist unless `force=True`,
       and `force` only ever replaces an existing bundle.
-    - `names`, `paths`, `roles`, `result_names`: argument names (Python identifiers),
-      producer paths, roles by name, and result names. Defaults: `arg0...`, `%arg0...`,
-      `input`, `result0...`.
-    - `layout`: `"column_major"` means the arrays are in Julia's orientation (axes reversed
-      against the MLIR tensor); they are transposed before saving and flagged. `"auto"` decides
-      from the arrays' shapes and refuses when they cannot tell (square matrices, for example).
-    - `target_version`: StableHLO version of the portable artifact (default: 12 weeks old).
-    - `producer`: `(name, version)` for the provenance; `timestamp`: an optional ISO 8601
-      string (omitted by default, so that packing is deterministic).
-    - `input_tree`, `output_tree`: the pytree structure as nested lists and dicts whose
-      leaves are argument (result) names.
-    - `with_vjp`: also store a backward module (SPEC.md, "Backward module"), so that the xla
-      backend can differentiate: lowered from the module's Enzyme gradient (needs enzyme-ad),
-      or, when `with_vjp` is a function of the flat arguments (as `export()` passes), from it;
-      a string is the backward module's MLIR text, lowered already (`from_exported` passes it).
-    - `batched`, `batched_arguments`: also store a batched module (SPEC.md, "Batched module")
-      taking `batched_arguments` with a leading batch dimension, so that `jax.vmap` over them
-      runs it instead of a loop: its MLIR text, or a function of the flat arguments (as
-      `export()` passes) that is vmapped and lowered for any batch size.
-    - `allow_custom_calls`: custom call targets to accept although they look tied to the
-      producer's process (SPEC.md, "Normalization"); recorded in the manifest.
-    - `expected`: expected results to store, as arrays (a sequence, or a mapping keyed like
-      inputs but by result name), or `"compute"` to run the module once on the inputs.
 
     **Returns:** the path of the written bundle.
     """
-    options = PackOptions(
-        names, paths, roles, result_names, layout, function, force,
-        target_version, producer, timestamp, input_tree, output_tree,
-        expected if expected is None or isinstance(expected, str) else _inputs.from_python(expected),
-        tuple(allow_custom_calls),
-        with_vjp=with_vjp,
-        batched=batched,
-        batched_arguments=tuple(batched_arguments),
-    )  # fmt: skip
+    if opt.expected is not None and not isinstance(opt.expected, str):
+        opt = dataclasses.replace(opt, expected=_inputs.from_python(opt.expected))
     items = None if inputs is None else _inputs.from_python(inputs)
-    return _pack(module, items, Path(out), options)
+    return _pack(module, items, Path(out), opt)
 
 
 def pack_planned(
