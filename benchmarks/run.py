@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import hashlib
 import json
 import os
 import platform
@@ -430,7 +431,8 @@ class PackPhases(dict):
     time (less that of wrapped steps inside it) to this dict, by phase, while in the block."""
 
     def __enter__(self) -> PackPhases:
-        from hlobundle._format import _hashing_writer, _main_signature, _mlir, _tensors
+        from hlobundle._file_io import _hashing_writer
+        from hlobundle._format import _main_signature, _mlir, _tensors
         from hlobundle._read import _inputs
         from hlobundle._write import _atomic, _normalize, _writer
 
@@ -774,8 +776,8 @@ def trust_cost(tmp: Path, quick: bool) -> list[dict]:
 
 def children_cost(tmp: Path, quick: bool) -> list[dict]:
     """An untrusted portable artifact deserialized and printed in a child process: a fork of
-    the server (`_format/_children.py`) / a fresh `python -E -s _portable_child.py` per
-    artifact (the design before; the script still runs alone). The same artifact (LeNet's),
+    the server (`_isolation/_fork_servers.py`) / a fresh `python -E -s _portable_child.py` per
+    artifact (`_isolation/_child.py`, as the script runs alone). The same artifact (LeNet's),
     the same limits, the same canonical text out."""
     from hlobundle._format import _limits, _portable
 
@@ -801,6 +803,62 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
         {"case": "the first, starting the server / a fresh process", "s": started,
          "ratio": started / t["alone"][0], "spread": ""},
     ]  # fmt: skip
+
+
+def _written_by_another_jaxlib(bundle: Path) -> Path:
+    """`bundle` with every form's artifact serialized for StableHLO 1.0.0 and the manifest's
+    target left as it was: the same programs, in bytes this jaxlib does not write for that
+    target (as another jaxlib's serializer writes them; `tests/test_trust.py` does the same)."""
+    from hlobundle._format import _mlir
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for form in ("module", "vjp", "batched"):
+        if manifest.get(form) is None:
+            continue
+        text, name = manifest[form]["text"], manifest[form]["portable"]["file"]
+        data = _mlir.to_portable(_mlir.parse((bundle / text).read_text()), "1.0.0")
+        (bundle / name).write_bytes(data)
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
+
+
+def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
+    """`hlobundle verify`, whole process, of a bundle another jaxlib wrote, with no verdict
+    cached (its first verify): each form's artifact is deserialized in a child. The reader's
+    way (forks of one server, `_format/_portable.FORK_SERVER`) / a fresh interpreter per
+    artifact (`_isolation/_child.py`), run in turns; one form, and three (module, backward,
+    batched)."""
+    import jax
+
+    import hlobundle
+
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    x = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
+    fn = lambda w, x: jax.numpy.tanh(x @ w)  # noqa: E731
+    bundles = {
+        "1 form (module)": hlobundle.export(fn, w, x, out=tmp / "foreign-1"),
+        "3 forms (module, backward, batched)": hlobundle.export(
+            fn, w, x, out=tmp / "foreign-3", with_vjp=True, vmap_in_axes=(None, 0)
+        ),
+    }
+    code = ("import sys\nfrom hlobundle._format import _portable\n"
+            "_portable.FORK_SERVER = sys.argv[1] == 'forked'\n"
+            "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))")  # fmt: skip
+    env = {**os.environ, "HLOBUNDLE_NO_CACHE": "1"}
+    rows = []
+    for label, bundle in bundles.items():
+        _written_by_another_jaxlib(bundle)
+
+        def verify(how: str) -> None:
+            subprocess.run([PY, "-c", code, how, str(bundle)], env=env, check=True,
+                           capture_output=True)  # fmt: skip
+
+        t = interleaved({k: lambda k=k: verify(k) for k in ("forked", "once")}, 5 if quick else 20)
+        rows.append({"case": f"{label}: forks of one server / a fresh process per artifact",
+                     "s": t["forked"][0], "ratio": t["forked"][0] / t["once"][0],
+                     "spread": t["forked"][1]})  # fmt: skip
+    return rows
 
 
 # --- signing ------------------------------------------------------------------------------------
@@ -1211,6 +1269,11 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
         "children": one(
             "Untrusted artifacts in a child process: a fork of one server / a fresh process each",
             children_cost,
+        ),
+        "foreign": one(
+            "Verify of a bundle another jaxlib wrote (whole process, no verdict cached): the "
+            "reader's forks of one server / a fresh process per artifact",
+            foreign_verify_cost,
         ),
         "sign": one("Signing: time / a full verify of the same bundle", sign_cost),
         "serve": one(

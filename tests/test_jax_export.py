@@ -292,3 +292,40 @@ def test_a_symbolic_blob_packed_alone_has_its_function_as_the_default(tmp_path):
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert (manifest["format_version"], manifest["default_function"]) == ("2.0", "predict")
     assert hlobundle.load(tmp_path / "p").default_function == "predict"
+
+
+def _with_an_integer(params, x, n):
+    return {"y": model(params, x)["y"] * n, "n": n}  # an integer argument and result: float0
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_the_child_lowers_an_exporteds_vjp_as_the_writer_lowers_a_backward_module(symbolic):
+    # The child that lowers an untrusted blob's VJP (_isolation/_jax_export_child.py) imports
+    # nothing of the package, so it lowers by itself: it must give the text the writer's
+    # `lower_backward_of` gives for the same Exported's call.
+    from jax import dtypes
+
+    from hlobundle._format import _mlir
+    from hlobundle._isolation import _jax_export_child
+    from hlobundle._isolation._mlir_context import canonical
+    from hlobundle._write import _lowering
+
+    args = (PARAMS, X, np.int32(3))
+    specs = export.symbolic_args_specs(args, (None, "b, 3", None)) if symbolic else args
+    exported = export.export(jax.jit(_with_an_integer))(*specs)
+
+    def primal(*flat):
+        args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, flat)
+        return jax.tree_util.tree_leaves(exported.call(*args, **kwargs))
+
+    def cotangent(aval):
+        inexact = jnp.issubdtype(aval.dtype, jnp.inexact)
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype if inexact else dtypes.float0)
+
+    primals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.in_avals]
+    cotangents = [cotangent(a) for a in exported.out_avals]
+    writer = _lowering.lower_backward_of(primals, cotangents, primal)
+    child = _jax_export_child.backward_of_exported(exported)
+    # Locations left out: jax numbers them differently from one symbolic lowering to the next.
+    assert canonical(_mlir.parse(child)) == canonical(_mlir.parse(writer))
+    assert ("?x" in writer) == symbolic

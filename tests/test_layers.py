@@ -10,6 +10,13 @@ importer and its emitter or exporter import (`ROOMS`). The documented exceptions
 entry points from a read bundle into the runner, which import `_run._function` and the xla
 backend door (`_run._backends`) inside the method.
 
+Under every layer lies the ground floor (`GROUND`): rooms that do one thing for any layer
+(isolating untrusted parsing in child processes, writing files, the terminal) and leaf modules.
+Each imports nothing of the package outside itself. What runs as a process of its own (`RUN_ALONE`:
+a child script, the fork server, code given to `python -c`, the scripts `emit` writes) imports
+nothing of the package at all; the guard finds each one in the source, where the package names
+it to run it, so that a new one cannot be left out.
+
 Each guard is also run on small made-up modules that break its rule, so that it is shown to
 fail on the thing it names.
 """
@@ -23,13 +30,27 @@ from helpers import ROOT
 import hlobundle
 
 ORDER = ["_format", "_interop", "_read", "_run", "_write", "_emit", "_serve", "_cli"]
-LEAVES = {
+# The ground floor: each imports nothing of the package outside itself (a room's modules may
+# import each other).
+GROUND = {
     "hlobundle._version",
-    "hlobundle._compat",
-    "hlobundle._progress",
-}  # import nothing of the package
-# run alone (the fork server, and a child script it forks): import nothing of the package
-CHILD_SCRIPTS = {"hlobundle._format._portable_child", "hlobundle._format._fork_server"}
+    "hlobundle._compat",  # every private jax and enzyme-ad symbol
+    "hlobundle._isolation",  # child processes that read untrusted bytes
+    "hlobundle._file_io",  # the hashing writer, libc's calls
+    "hlobundle._terminal",  # showing untrusted text, tables, progress bars
+}
+# Run as processes of their own: import nothing of the package, except a module beside a
+# script that it imports by its bare name (on its path, the script's folder), which then runs in
+# its process too and is held to the same rule (`import _mlir_context`).
+RUN_ALONE = {
+    "hlobundle._isolation._fork_server",
+    "hlobundle._isolation._portable_child",
+    "hlobundle._isolation._jax_export_child",
+    "hlobundle._run._backends._iree_compile:_LIMIT_AND_EXEC",  # limits, then iree-compile
+    "hlobundle._emit.run_template",  # the scripts `emit` writes, run where hlobundle is not
+    "hlobundle._emit.run_iree_template",
+    "hlobundle._emit.run_shared",  # written into both
+}
 ALLOWED_UPWARD = {
     ("hlobundle._read._reader", "hlobundle._run._function"),  # Bundle.function()
     ("hlobundle._read._reader", "hlobundle._run._backends"),  # Bundle.to_exported(), BackendName
@@ -87,20 +108,28 @@ def _layer(module: str) -> int | None:
     return ORDER.index(parts[1]) if len(parts) > 1 and parts[1] in ORDER else None
 
 
+def _ground(module: str) -> str | None:
+    """The room or leaf of the ground floor that holds `module`, if one does."""
+    return next((g for g in GROUND if module == g or module.startswith(g + ".")), None)
+
+
 def _upward(modules) -> list[tuple[str, str]]:
-    """(importer, imported) for every import that goes up a layer, or out of a leaf."""
+    """(importer, imported) for every import that goes up a layer, or out of a room or leaf of
+    the ground floor."""
     modules = list(modules)
     known = {name for name, _, _ in modules} | set(LAZY.values())
     found = []
     for name, source, is_package in modules:
-        mine = _layer(name)
+        mine, room = _layer(name), _ground(name)
         for target in _imports(name, source, is_package):
-            if target not in known or target in LEAVES or target == "hlobundle":
+            if target not in known or target == "hlobundle":
+                continue
+            if room is not None:
+                if _ground(target) != room:
+                    found.append((name, target))
                 continue
             theirs = _layer(target)
-            if name in LEAVES or name in CHILD_SCRIPTS:
-                found.append((name, target))
-            elif mine is not None and theirs is not None and theirs > mine:
+            if mine is not None and theirs is not None and theirs > mine:
                 if (name, target) not in ALLOWED_UPWARD:
                     found.append((name, target))
     return found
@@ -119,11 +148,150 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._read._c2": "__import__('hlobundle._write._writer')\n",
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
         "hlobundle._interop._e": "from .._read import _reader\n",
-        "hlobundle._format._portable_child": "from hlobundle._format import _mlir\n",
-        "hlobundle._format._fork_server": "from . import _limits\n",
     }
     found = _upward(real + [(n, s, False) for n, s in broken.items()])
     assert {n for n, _ in found} == set(broken), found
+
+
+def test_the_ground_floor_guard_fails_on_an_import_out_of_its_room():
+    real = list(_modules())
+    broken = {
+        "hlobundle._file_io._a": "from .._format._errors import LimitError\n",  # up a floor
+        "hlobundle._isolation._b": "def f():\n    from .._terminal import _display\n",  # a room beside
+        "hlobundle._terminal._c": "from hlobundle import load\n",  # the lazy surface
+        "hlobundle._version": "from . import _compat\n",  # a leaf
+    }
+    found = _upward(real + [(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+
+
+def _run_alone(modules) -> dict[str, tuple[str, str]]:
+    """What the package runs as a process of its own, found where its source names it: a file
+    beside a module, by its name (`Path(__file__).with_name("_portable_child.py")`), code given
+    to `python -c` (a module's string constant; code written in the command itself is named by
+    its line, and cannot be declared), a module given to `python -m`.
+
+    **Returns:** {name (`module` or `module:CONSTANT`): (the package it sits in, its source)}."""
+    modules = {name: (source, is_package) for name, source, is_package in modules}
+    found = {}
+    for name, (source, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and str(node.value).endswith(".py"):
+                beside = f"{package}.{node.value.removesuffix('.py')}"
+                if beside in modules:
+                    found[beside] = (package, modules[beside][0])
+            elif isinstance(node, (ast.List, ast.Tuple)):
+                found |= _command_line(node.elts, name, _strings(tree), modules)
+    return found
+
+
+def _strings(tree: ast.Module) -> dict[str, str]:
+    """A module's top-level string constants, by name."""
+    return {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }  # fmt: skip
+
+
+def _command_line(elts, name: str, strings: dict[str, str], modules) -> dict[str, tuple[str, str]]:
+    """What a command line (`[sys.executable, "-c", CODE]`) in module `name` runs alone."""
+    package, found = name.rpartition(".")[0], {}
+    for flag, what in zip(elts, elts[1:], strict=False):
+        if not isinstance(flag, ast.Constant) or not isinstance(what, (ast.Name, ast.Constant)):
+            continue
+        if flag.value == "-c" and isinstance(what, ast.Name) and what.id in strings:
+            found[f"{name}:{what.id}"] = (package, strings[what.id])
+        elif flag.value == "-c" and isinstance(what, ast.Constant):
+            found[f"{name}:code at line {what.lineno}"] = (package, str(what.value))
+        elif flag.value == "-m" and isinstance(what, ast.Constant) and what.value in modules:
+            if what.value != "hlobundle":  # the command line itself
+                found[what.value] = (what.value.rpartition(".")[0], modules[what.value][0])
+    return found
+
+
+def test_every_script_run_alone_is_declared():
+    assert set(_run_alone(_modules())) == RUN_ALONE
+
+
+def test_the_declaration_guard_finds_each_way_of_running_a_new_script():
+    made_up = {
+        "hlobundle._write._z": "from pathlib import Path\nCHILD = Path(__file__).with_name('_z_child.py')\n",
+        "hlobundle._write._z_child": "import sys\n",
+        "hlobundle._read._y": "import sys\nCODE = 'import os'\nARGV = [sys.executable, '-c', CODE]\n",
+        "hlobundle._read._v": "import sys\nARGV = [sys.executable, '-c', 'import os']\n",
+        "hlobundle._run._x": "import sys\nARGV = [sys.executable, '-m', 'hlobundle._run._w']\n",
+        "hlobundle._run._w": "import sys\n",
+    }
+    found = _run_alone([*_modules(), *((n, s, False) for n, s in made_up.items())])
+    new = {"hlobundle._write._z_child", "hlobundle._read._y:CODE", "hlobundle._read._v:code at line 2",
+           "hlobundle._run._w"}  # fmt: skip
+    assert set(found) - RUN_ALONE == new
+
+
+def _bare_imports(source: str) -> set[str]:
+    """The first names of every absolute import in `source` (`import _x`, `from _x import y`)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _reaching_the_package(modules) -> list[tuple[str, str]]:
+    """(script, module) for each module of the package that a script run alone imports, itself
+    or through a module beside it that it imports by its bare name."""
+    modules = list(modules)
+    sources = {name: source for name, source, _ in modules}
+    found = []
+    for script, (package, source) in _run_alone(modules).items():
+        pending, seen = [(script, source)], {script}
+        while pending:
+            name, text = pending.pop()
+            found += [(script, t) for t in _imports(name.partition(":")[0], text) if t]
+            for beside in (f"{package}.{n}" for n in _bare_imports(text)):
+                if beside in sources and beside not in seen:
+                    seen.add(beside)
+                    pending.append((beside, sources[beside]))
+    return found
+
+
+def test_scripts_run_alone_import_nothing_of_the_package():
+    assert _reaching_the_package(_modules()) == []
+
+
+def test_the_script_guard_fails_on_each_way_a_script_reaches_the_package():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    iree = "hlobundle._run._backends._iree_compile"
+    broken = {
+        "hlobundle._isolation._portable_child": "from hlobundle._format import _mlir\n",
+        "hlobundle._isolation._fork_server": "def main():\n    from . import _child\n",
+        "hlobundle._emit.run_shared": "import importlib\nimportlib.import_module('hlobundle._format._tolerance')\n",
+        # through a module beside it, imported by its bare name
+        "hlobundle._isolation._jax_export_child": "import _mlir_context\n",
+        "hlobundle._isolation._mlir_context": "from .._format import _limits\n",
+        # code given to `python -c`
+        iree: real[iree][0].replace(
+            '"import os, resource, sys', '"import hlobundle, os, resource, sys'
+        ),
+    }
+    assert broken[iree] != real[iree][0]
+    real.update((name, (source, False)) for name, source in broken.items())
+    found = _reaching_the_package([(n, s, p) for n, (s, p) in real.items()])
+    assert {s for s, _ in found} == {
+        "hlobundle._isolation._portable_child",
+        "hlobundle._isolation._fork_server",
+        "hlobundle._emit.run_shared",
+        "hlobundle._isolation._jax_export_child",
+        f"{iree}:_LIMIT_AND_EXEC",
+    }, found
 
 
 # Each foreign system read and written both ways: its room, and the modules of each direction.
@@ -180,11 +348,11 @@ def _module_level_jax(source: str) -> list[str]:
     return [m for m in found if m.split(".")[0] in ("jax", "enzyme_ad")]
 
 
-def test_format_read_and_write_never_import_a_backend_or_jax_at_module_level():
+def test_the_ground_floor_format_read_and_write_never_import_a_backend_or_jax_at_module_level():
     for name, source, _ in _modules():
-        if name.startswith("hlobundle._run") or _layer(name) is None:
+        if _ground(name) is None and (name.startswith("hlobundle._run") or _layer(name) is None):
             continue
-        if _layer(name) > ORDER.index("_write"):
+        if _ground(name) is None and _layer(name) > ORDER.index("_write"):
             continue
         assert _module_level_jax(source) == [], name
 

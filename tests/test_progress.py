@@ -16,7 +16,7 @@ import pytest
 from helpers import cli, identity_module
 
 import hlobundle
-from hlobundle import _progress
+from hlobundle._terminal import _progress
 
 BIG = (_progress.MIN_BYTES // 4 + 1024,)  # float32: just over the size that gets a bar
 

@@ -15,7 +15,8 @@ from helpers import identity_module, sample
 from safetensors.numpy import load_file
 
 import hlobundle
-from hlobundle._format import _dtypes, _hashing_writer, _tensors
+from hlobundle._file_io import _hashing_writer
+from hlobundle._format import _dtypes, _tensors
 from hlobundle._write import _atomic
 
 

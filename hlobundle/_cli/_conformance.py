@@ -190,7 +190,7 @@ def _compare(case: Path, got: dict[str, np.ndarray], rtol: float, atol: float) -
 
 
 def render(outcomes: list[Outcome]) -> str:
-    from .._format._display import table
+    from .._terminal._display import table
 
     rows = [(o.case, o.expect, o.got, o.result, o.detail[:60]) for o in outcomes]
     passed = sum(o.passed for o in outcomes)

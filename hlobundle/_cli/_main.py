@@ -16,8 +16,8 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .. import _progress
 from .._format._errors import HloBundleError
+from .._terminal import _progress
 from . import _parser
 from ._common import EXIT_FAIL
 
@@ -83,7 +83,7 @@ def _print_error(e: HloBundleError) -> None:
 
 
 def _shown(text: str) -> str:
-    from .._format._display import shown
+    from .._terminal._display import shown
 
     return shown(text)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from .._isolation._mlir_context import new_context
 from . import _dtypes, _prechecks
 from ._errors import ModuleError
-from ._mlir_context import new_context
 from ._prechecks import short
 
 if TYPE_CHECKING:

@@ -3,8 +3,9 @@
 `check_same_program` first re-serializes the (already checked) text at the artifact's target
 version: when the bytes are equal, the artifact is that text and no untrusted bytecode is ever
 deserialized. Otherwise (another producer, another jaxlib) the artifact is deserialized in a
-child process (`_portable_child.py`, forked by `_children`), where a crash of MLIR's bytecode
-reader becomes a coded error, and its canonical print is compared with the text's, round-tripped the same way.
+child process (`_isolation/_portable_child.py`), where a crash of MLIR's bytecode reader becomes
+a coded error, and its canonical print is compared with the text's, round-tripped the same way.
+`run_child` turns how any child ended into the format's coded errors.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from . import _children, _limits, _mlir
+from .._isolation import _child, _fork_servers
+from .._isolation._mlir_context import canonical
+from . import _limits, _mlir
 from ._errors import LimitError, ModuleError, ModuleMismatchError, VersionError
-from ._mlir_context import canonical
 
 MAGIC = b"ML\xefR"
-CHILD = Path(__file__).with_name("_portable_child.py")
+CHILD = _child.PORTABLE_CHILD
+# Forks of one server, which imports MLIR's bindings once: a load of a bundle another jaxlib
+# wrote has an artifact to deserialize per form and function (benchmarks/RESULTS.md, "Verify of
+# a bundle another jaxlib wrote": with a fresh interpreter per artifact, the first verify of a
+# bundle of three forms takes 1.6x as long; of one form, as long).
+FORK_SERVER = True
 _SIGNALS = frozenset(s.value for s in signal.Signals)  # real-time signals have no name
 
 
@@ -67,7 +74,8 @@ def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, 
     child process that may crash, and whether that is the whole text."""
     what = "the StableHLO portable artifact"
     stdout, why, status = run_child(CHILD, _child_args(max_chars), artifact, path=path,
-                                    what=what, max_output=4 * max_chars, statuses=(0, 3, 4))  # fmt: skip
+                                    what=what, max_output=4 * max_chars, statuses=(0, 3, 4),
+                                    forked=FORK_SERVER)  # fmt: skip
     if status == 3:
         raise LimitError(
             f"{what} {path}: {why}; the limit is "
@@ -93,16 +101,19 @@ def run_child(
     what: str,
     max_output: int,
     statuses: tuple[int, ...] = (0,),
+    forked: bool = False,
 ) -> tuple[bytes, str, int]:
     """(stdout, stderr's line, exit status) of a child process (`script`, with `args`) reading
-    untrusted `data` (`what`, from `path`) on stdin. It exits with one of `statuses`, or 1 with
+    untrusted `data` (`what`, from `path`) on stdin: run once (`_child`), or in a fork of the
+    script's server when `forked` (`_fork_servers`). It exits with one of `statuses`, or 1 with
     one line on stderr when `data` does not load; a crash, a timeout or another exit status is
     a ModuleError, more than `max_output` bytes of output a LimitError. The time limit grows
     with the data's size."""
     timeout = _limits.child_timeout_s(len(data))
+    runner = _fork_servers.run if forked else _child.run
     try:
-        done = _children.run(script, args, data, timeout=timeout, max_output=max_output)
-    except _children.ServerError as e:
+        done = runner(script, args, data, timeout=timeout, max_output=max_output)
+    except _fork_servers.ServerError as e:
         raise ModuleError(f"{path}: {what} could not be read in a child process: {e}",
                           path=path) from None  # fmt: skip
     why = _mlir.short(done.stderr.decode("utf-8", "replace").strip())

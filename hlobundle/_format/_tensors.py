@@ -23,8 +23,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _progress
-from . import _dtypes, _hashing_writer, _paths, _safetensors_layout
+from .._file_io import _hashing_writer
+from .._terminal import _progress
+from . import _dtypes, _paths, _safetensors_layout
 from ._errors import LimitError, TensorFileError
 from ._safetensors_layout import CODE_BYTES, DATA_ALIGNMENT
 

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from .._format import _dtypes
-from .._format._display import did_you_mean, some_names
 from .._format._errors import InputAmbiguousError, InputError, TensorFileError
 from .._format._main_signature import TensorType
+from .._terminal._display import did_you_mean, some_names
 
 _ARR_KEY = re.compile(r"^arr_(\d+)$")
 

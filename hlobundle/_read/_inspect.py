@@ -19,8 +19,8 @@ from typing import Any
 
 from .._format import _dtypes, _signature
 from .._format._bundle_manifest import BundleManifest, functions_of
-from .._format._display import human_bytes, shown, table
 from .._format._manifest import Manifest
+from .._terminal._display import human_bytes, shown, table
 from . import _files, _tensor_files
 
 

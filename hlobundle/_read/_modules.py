@@ -3,12 +3,12 @@
 
 A verdict is keyed by the sha256 of everything the checks read: the text's and the artifact's
 bytes (as read and hashed here, never the manifest's word for them), the function's manifest,
-the artifact's target, the form, and the checking code itself (every source file of `_format`,
-this module, and jaxlib's version). It holds what the checks found that later steps use (`@main`'s
-signature and the custom call targets), so a second load of the same bytes by the same code
-skips parsing: no MLIR is imported. A missing, unreadable or malformed entry is a miss, and the
-form is checked in full. Only forms that passed every check (the artifact shown to be the text's
-program included) are recorded.
+the artifact's target, the form, and the checking code itself (every source file of `_format`
+and `_isolation`, this module, and jaxlib's version). It holds what the checks found that later
+steps use (`@main`'s signature and the custom call targets), so a second load of the same bytes
+by the same code skips parsing: no MLIR is imported. A missing, unreadable or malformed entry is
+a miss, and the form is checked in full. Only forms that passed every check (the artifact shown
+to be the text's program included) are recorded.
 """
 
 from __future__ import annotations
@@ -110,14 +110,16 @@ def _key(stored: StoredModule, view: Manifest) -> str:
 
 @functools.cache
 def _code_digest() -> str:
-    """The checking code's identity: every source file of `_format` and this one, and jaxlib's
-    version (its parser and serializer decide the verdicts too)."""
+    """The checking code's identity: every source file of `_format` and `_isolation` (whose
+    child deserializes artifacts) and this one, and jaxlib's version (its parser and serializer
+    decide the verdicts too)."""
     from jaxlib.version import __version__ as jaxlib_version
 
     digest = hashlib.sha256(jaxlib_version.encode())
     here = Path(__file__)
-    for path in [*sorted(here.parent.parent.joinpath("_format").glob("*.py")), here]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    rooms = [here.parent.parent / room for room in ("_format", "_isolation")]
+    for path in [*(p for room in rooms for p in sorted(room.glob("*.py"))), here]:
+        digest.update(f"{path.parent.name}/{path.name}".encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from .._format import _dtypes
-from .._format._display import did_you_mean, some_names
 from .._format._errors import InputDtypeError, InputError
 from .._format._manifest import Argument, Manifest, unflatten
+from .._terminal._display import did_you_mean, some_names
 
 
 def bind(

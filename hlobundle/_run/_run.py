@@ -242,7 +242,7 @@ def render(report: RunReport, path: Path) -> str:
         )  # fmt: skip
         for o in report.outputs
     ]
-    from .._format._display import table
+    from .._terminal._display import table
 
     lines = [
         f"{path}: {len(report.outputs)} output(s), backend {report.backend}"

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .._format._display import shown
 from .._format._errors import HloBundleError
+from .._terminal._display import shown
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served

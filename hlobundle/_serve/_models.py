@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from .._format import _dtypes, _symbolic
-from .._format._display import shown
 from .._format._errors import InputError
 from .._format._manifest import Manifest, needs_x64
 from .._read._reader import Bundle, load
 from .._read._trust import Trust
 from .._run._shapes import DEFAULT_MAX_SHAPES
+from .._terminal._display import shown
 from ._protocol import BY_DTYPE
 from ._served import Served, batch_sizes
 

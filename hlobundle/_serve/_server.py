@@ -12,8 +12,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from .._format._display import shown
 from .._format._errors import BackendUnavailableError, InputError
+from .._terminal._display import shown
 from ._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from ._models import Served
 

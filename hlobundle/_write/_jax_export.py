@@ -21,13 +21,12 @@ import numpy as np
 from .._format import _limits, _portable
 from .._format._manifest import Role, identifier
 from .._interop._jax_export import PRODUCER, refuse_what_a_bundle_cannot_hold, symbolic_shapes
+from .._isolation import _child
 from .._read._inputs import from_python
 from ._options import PackOptions, takes
 from ._pack_files import pack_file_inputs
 from ._pytree_names import json_tree, key_part, leaf_roles, result_name, unique
 from ._writer import pack_planned
-
-_CHILD = Path(__file__).with_name("_jax_export_child.py")
 
 
 @takes("inputs", "roles", "force", "target_version", "timestamp", "blob")
@@ -116,7 +115,7 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
     a nested blob whose flatbuffer and MLIR bytecode this process never deserializes."""
     data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
     stdout, _, _ = _portable.run_child(
-        _CHILD, [str(_limits.CHILD_MEMORY_BYTES)], data, path="the Exported",
+        _child.JAX_EXPORT_CHILD, [str(_limits.CHILD_MEMORY_BYTES)], data, path="the Exported",
         what="the Exported's VJP", max_output=_limits.MAX_MODULE_BYTES,
     )  # fmt: skip
     return stdout.decode("utf-8")

@@ -26,7 +26,9 @@ def lower_backward(manifest: Manifest, primal: Callable[..., Sequence[Any]]) -> 
 def lower_backward_of(
     primals: Sequence[Any], cotangents: Sequence[Any], primal: Callable[..., Sequence[Any]]
 ) -> str:
-    """`lower_backward` from the avals of the primals and of the results' cotangents."""
+    """`lower_backward` from the avals of the primals and of the results' cotangents. (The child
+    that lowers an untrusted Exported's VJP, `_isolation/_jax_export_child.py`, imports nothing
+    of the package and lowers as this does; `tests/test_jax_export.py` holds them alike.)"""
     import jax
 
     n = len(primals)
@@ -50,25 +52,6 @@ def lower(fn: Callable[..., Any], specs: Sequence[Any]) -> str:
     from jax import export
 
     return export.export(jitted)(*specs).mlir_module()
-
-
-def backward_of_exported(exported: Any) -> str:
-    """The backward module of a `jax.export.Exported` with a VJP, as `lower_backward` lowers it
-    (JAX differentiates `exported.call` through the Exported's VJP). Run in a child process
-    (`_jax_export_child.py`): it deserializes the VJP, an untrusted blob's bytes."""
-    import jax
-    from jax import dtypes
-
-    def cotangent(aval: Any) -> Any:
-        differentiable = jax.numpy.issubdtype(aval.dtype, jax.numpy.inexact)
-        return jax.core.ShapedArray(aval.shape, aval.dtype if differentiable else dtypes.float0)
-
-    def primal(*flat_args: Any) -> Any:
-        args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, flat_args)
-        return jax.tree_util.tree_leaves(exported.call(*args, **kwargs))
-
-    primals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.in_avals]
-    return lower_backward_of(primals, [cotangent(a) for a in exported.out_avals], primal)
 
 
 def lower_batched(

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .._format import _libc
+from .._file_io import _libc
 from .._format._errors import InputError, OutputExistsError
 from .._format._manifest import MANIFEST_NAME
 

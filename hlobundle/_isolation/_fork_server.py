@@ -1,17 +1,17 @@
-"""Run as a child process: a fork server for one child script (`_children.py` starts it).
+"""Run as a child process: a fork server for one child script (`_fork_servers.py` starts it).
 
-A child script (`_portable_child.py`, `_jax_export_child.py`) reads untrusted bytes that may
-crash the process reading them. Started fresh for every artifact, it spends most of its time
-importing MLIR's bindings or jax. This server imports the script and calls its `preload()`
-once, then forks one process per request, in which the script's `main()` runs exactly as when
-the script is run alone: the untrusted bytes on stdin, its arguments in `sys.argv`, its output
-on stdout and stderr, its result as the exit status (as `sys.exit(main())` ends it). A crash
-kills that process only. Each fork closes every other descriptor, so that a compromised fork
-cannot write to this server's replies, and finds nothing of the calls before it in its memory:
-a request's data and a fork's output pass from pipe to a file in memory and back by splice(2)
-and sendfile(2), never through this server's memory. As a subreaper, the server kills whatever
-a fork leaves running (a daemon holding its pipes open) as soon as the fork exits; when its
-caller goes (its stdin closes) mid-call, it kills the fork and exits.
+A child script (`_portable_child.py`) reads untrusted bytes that may crash the process reading
+them. Started fresh for every artifact, it spends most of its time importing MLIR's bindings.
+This server imports the script and calls its `preload()` once, then forks one process per
+request, in which the script's `main()` runs exactly as when the script is run alone: the
+untrusted bytes on stdin, its arguments in `sys.argv`, its output on stdout and stderr, its
+result as the exit status (as `sys.exit(main())` ends it). A crash kills that process only. Each
+fork closes every other descriptor, so that a compromised fork cannot write to this server's
+replies, and finds nothing of the calls before it in its memory: a request's data and a fork's
+output pass from pipe to a file in memory and back by splice(2) and sendfile(2), never through
+this server's memory. As a subreaper, the server kills whatever a fork leaves running (a daemon
+holding its pipes open) as soon as the fork exits; when its caller goes (its stdin closes)
+mid-call, it kills the fork and exits.
 
 Forking is safe only while this process has one thread: when `preload()` started one, each
 fork executes the script afresh instead.

@@ -1,11 +1,13 @@
-"""Child processes that read untrusted bytes, forked from one server per child script.
+"""Child scripts run in forks of one server per script (`_fork_server.py`), for the reader.
 
-A child script (`_portable_child.py`, `_jax_export_child.py`) may crash on the bytes it reads,
-so it never runs in this process. Each script gets one fork server (`_fork_server.py`), started
-on first use, which imports the script's heavy modules once and forks a fresh process per call:
-a call costs a fork instead of an interpreter start and an import of MLIR's bindings or jax.
-The server exits when this process does, or after `IDLE_S` seconds without a call; a call that
-finds it gone starts another.
+A load checks one portable artifact per module form, and a bundle another jaxlib wrote has one
+to check in each form of each function. Started fresh for every artifact (`_child.run`), a child
+spends most of its time starting an interpreter and importing MLIR's bindings. The server,
+started on first use, imports the script's heavy modules once and forks a fresh process per
+call: a call costs a fork instead (benchmarks/RESULTS.md, "Untrusted artifacts" and "Verify
+of a bundle another jaxlib wrote"). The server exits when this process does, or after `IDLE_S`
+seconds without a call; a call that finds it gone starts another. A call ends as `_child.run`'s
+does, with the same `Done`.
 """
 
 from __future__ import annotations
@@ -18,24 +20,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from ._child import Done
 
 _SERVER = Path(__file__).with_name("_fork_server.py")
 IDLE_S = 60.0  # a server without calls for this long exits
 _SLACK_S = 30.0  # beyond the call's own limit, how long a server may take to reply
 U64 = 8
-
-
-@dataclass(frozen=True)
-class Done:
-    """How a child ended: `status` is its exit status, or minus the signal that killed it."""
-
-    status: int
-    stdout: bytes
-    stderr: bytes
-    timed_out: bool
-    overflow: bool
 
 
 class ServerError(OSError):

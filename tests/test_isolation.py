@@ -1,8 +1,10 @@
-"""The fork server that runs child scripts on untrusted bytes (`_format/_children.py`).
+"""The isolation room (`hlobundle/_isolation/`; docs/security.md, "The isolation boundary").
 
-Each test gives the server a made-up child script that misbehaves the way a compromised or
-crashing MLIR reader could, and checks that the call ends with a report, on time, and that the
-next call still works.
+A child script reads untrusted bytes in a process of its own: run once (`_child.run`) or in a
+fork of its server (`_fork_servers.run`). Each test gives it a made-up child script that
+misbehaves the way a compromised or crashing MLIR reader could, and checks that the call ends
+with a report, on time, that the child holds nothing of the caller, and that the next call
+still works. The boundary's tests run on both ways; then the fork server's own.
 """
 
 from __future__ import annotations
@@ -17,76 +19,216 @@ import time
 import warnings
 
 import pytest
+from helpers import ROOT
 
-from hlobundle._format import _children
+from hlobundle._format import _limits
+from hlobundle._isolation import _child, _fork_servers
 
 pytestmark = pytest.mark.subprocess
 
+RUNNERS = {"once": _child.run, "forked": _fork_servers.run}
+
 
 def _script(tmp_path, body: str, name: str = "child.py"):
+    """A child script: `body` defines main(), which a fork server calls, and which the script
+    run alone calls too."""
     path = tmp_path / name
-    path.write_text("import os, sys, signal, time\n\n" + body)
+    end = "" if "__main__" in body else "\n\nif __name__ == '__main__':\n    sys.exit(main())\n"
+    path.write_text("import os, sys, signal, time\n\n" + body + end)
     return path
 
 
-def _run(script, data=b"", *, timeout=20.0, max_output=1 << 20, args=()):
-    return _children.run(script, list(args), data, timeout=timeout, max_output=max_output)
+def _run(script, data=b"", *, timeout=20.0, max_output=1 << 20, args=(), how="forked"):
+    return RUNNERS[how](script, list(args), data, timeout=timeout, max_output=max_output)
 
 
-def test_a_call_runs_main_with_its_arguments_and_data_in_a_fork(tmp_path):
+def _gone(pid: int) -> bool:
+    """Whether `pid` has exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# --- the boundary, both ways ----------------------------------------------------------------
+
+both = pytest.mark.parametrize("how", list(RUNNERS))
+
+
+@both
+def test_a_call_runs_main_with_its_arguments_and_data_in_a_process_of_its_own(tmp_path, how):
     script = _script(
         tmp_path,
         "def main():\n"
         "    data = sys.stdin.buffer.read()\n"
-        "    sys.stdout.write(f'{os.getppid()}|{os.getpid()}|{sys.argv[1:]}|{len(data)}')\n"
+        "    sys.stdout.write(f'{os.getpid()}|{sys.argv[1:]}|{len(data)}')\n"
         "    sys.stderr.write('why')\n"
         "    return 7\n",
     )
-    server = _children._server_for(script).process.pid
-    first, second = _run(script, b"x" * 100_000, args=["a", "b"]), _run(script, b"yz")
-    assert first.status == 7 and first.stderr == b"why"
-    parent, pid, args, size = first.stdout.decode().split("|")
-    assert (int(parent), args, size) == (server, "['a', 'b']", "100000")
-    _, other, args, size = second.stdout.decode().split("|")
-    assert other != pid and (args, size) == ("[]", "2")  # a fresh fork per call
+    first = _run(script, b"x" * 100_000, args=["a", "b"], how=how)
+    second = _run(script, b"yz", how=how)
+    assert (first.status, first.stderr) == (7, b"why")
+    assert not first.timed_out and not first.overflow
+    pid, args, size = first.stdout.decode().split("|")
+    assert (args, size) == ("['a', 'b']", "100000") and int(pid) != os.getpid()
+    other, args, size = second.stdout.decode().split("|")
+    assert other != pid and (args, size) == ("[]", "2")  # a fresh process per call
 
 
+@both
 @pytest.mark.parametrize(("body", "sig"), [("os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
                                            ("os.abort()", "SIGABRT")])  # fmt: skip
-def test_a_crash_kills_the_fork_only(tmp_path, body, sig):
+def test_a_crash_ends_the_child_only(tmp_path, how, body, sig):
     script = _script(
         tmp_path, f"def main():\n    if sys.stdin.read():\n        {body}\n    return 0\n"
     )
-    server = _children._server_for(script).process
-    assert _run(script, b"crash").status == -getattr(signal, sig)
-    assert _run(script, b"").status == 0
-    assert server.poll() is None
+    assert _run(script, b"crash", how=how).status == -getattr(signal, sig)
+    assert _run(script, b"", how=how).status == 0
 
 
-def test_a_fork_that_hangs_is_killed_at_its_deadline(tmp_path):
+@both
+def test_a_child_that_hangs_is_killed_at_its_deadline(tmp_path, how):
     script = _script(tmp_path, "def main():\n    time.sleep(600)\n")
     start = time.monotonic()
-    done = _run(script, timeout=0.5)
+    done = _run(script, timeout=0.5, how=how)
     assert done.timed_out and done.status == -signal.SIGKILL
     assert time.monotonic() - start < 10
-    assert not _run(_script(tmp_path, "def main():\n    return 0\n", "ok.py")).timed_out
+    ok = _run(_script(tmp_path, "def main():\n    return 0\n", "ok.py"), how=how)
+    assert (ok.status, ok.timed_out) == (0, False)
 
 
-def test_a_fork_that_writes_without_end_is_cut_off(tmp_path):
+@both
+def test_a_child_that_writes_without_end_is_cut_off(tmp_path, how):
+    # Cut off at the bound, long before the deadline. (At 16 MiB/s: were the bound not kept,
+    # the call would hold 480 MiB at its deadline, not all the memory there is.)
     script = _script(
-        tmp_path, "def main():\n    while True:\n        sys.stdout.write('x' * 65536)\n"
+        tmp_path,
+        "def main():\n"
+        "    while True:\n"
+        "        sys.stdout.write('x' * 65536)\n"
+        "        sys.stdout.flush()\n"
+        "        time.sleep(0.004)\n",
     )
-    done = _run(script, timeout=60, max_output=1 << 20)
+    start = time.monotonic()
+    done = _run(script, timeout=30, max_output=1 << 20, how=how)
     assert done.overflow and len(done.stdout) <= 1 << 20 and not done.timed_out
+    assert time.monotonic() - start < 15
 
 
-def test_a_fork_holds_no_descriptor_of_its_server(tmp_path):
-    # Not the server's replies, nor the pipes of its other forks: only stdin, stdout, stderr.
+@both
+def test_a_child_holds_no_descriptor_of_its_caller(tmp_path, how):
+    # Only stdin, stdout, stderr: not a descriptor the caller holds (here an inheritable one),
+    # nor the pipes of the fork server's replies or of other children.
     script = _script(
         tmp_path, "def main():\n    print(*sorted(int(f) for f in os.listdir('/dev/fd')))\n"
     )
-    fds = [int(fd) for fd in _run(script).stdout.split()]
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    try:
+        fds = [int(fd) for fd in _run(script, how=how).stdout.split()]
+    finally:
+        os.close(r)
+        os.close(w)
     assert set(fds) - {0, 1, 2} <= {max(fds)}  # the descriptor listdir itself opened
+
+
+@both
+def test_a_process_the_child_leaves_behind_is_killed_when_the_call_ends(tmp_path, how):
+    # A child forks a process that holds its stdout open and sleeps: the call still ends when
+    # the child does, and that process does not outlive the call.
+    script = _script(
+        tmp_path,
+        "def main():\n"
+        "    r, w = os.pipe()\n"
+        "    if os.fork() == 0:\n"
+        "        if os.fork() == 0:\n"
+        "            os.write(w, str(os.getpid()).encode())\n"
+        "            time.sleep(600)\n"
+        "        os._exit(0)\n"
+        "    os.close(w)\n"
+        "    sys.stdout.write(os.read(r, 64).decode())\n"
+        "    return 0\n",
+    )
+    start = time.monotonic()
+    done = _run(script, timeout=30, how=how)
+    left = int(done.stdout)
+    try:
+        assert (done.status, done.timed_out) == (0, False) and time.monotonic() - start < 20
+        for _ in range(100):
+            if _gone(left):
+                break
+            time.sleep(0.05)
+        assert _gone(left)
+    finally:
+        _kill([left])
+
+
+def test_a_call_interrupted_here_kills_its_child(tmp_path, monkeypatch):
+    # Ctrl-C (or any exception in the caller) while a child runs: the child goes with the call.
+    # (The fork server's own case: test_an_interrupted_call_leaves_no_reply_for_the_next_call.)
+    started = tmp_path / "pid"
+    script = _script(
+        tmp_path,
+        "def main():\n    open(sys.argv[1], 'w').write(str(os.getpid()))\n    time.sleep(600)\n",
+    )
+    collect = _child._collect
+
+    def interrupted(child, deadline, limit):
+        for _ in range(600):
+            if started.exists() and started.read_text():
+                raise KeyboardInterrupt
+            time.sleep(0.05)
+        return collect(child, deadline, limit)
+
+    monkeypatch.setattr(_child, "_collect", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(script, args=[str(started)], timeout=300, how="once")
+    pid = int(started.read_text())
+    try:
+        assert _gone(pid)
+    finally:
+        _kill([pid])
+
+
+@both
+def test_the_portable_child_caps_its_address_space_before_reading_a_byte(how):
+    # The address-space limit is the first thing the child does: below what MLIR's bindings
+    # need to deserialize anything, a valid artifact does not load; at the real limit, it does.
+    artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
+    rest = [str(_limits.MAX_MLIR_NESTING), str(_limits.MAX_MODULE_BYTES)]
+    real = _run(_child.PORTABLE_CHILD, artifact, args=[str(_limits.CHILD_MEMORY_BYTES), *rest],
+                how=how, timeout=60)  # fmt: skip
+    assert real.status == 0 and real.stdout.startswith(b"module")
+    starved = _run(_child.PORTABLE_CHILD, artifact, args=[str(1 << 20), *rest], how=how,
+                   timeout=60)  # fmt: skip
+    assert starved.status != 0 and not starved.stdout
+
+
+# --- the fork server --------------------------------------------------------------------------
+
+
+def test_forks_of_one_server_and_a_crash_kills_the_fork_only(tmp_path):
+    script = _script(
+        tmp_path,
+        "def main():\n"
+        "    if sys.stdin.read():\n"
+        "        os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "    print(os.getppid())\n"
+        "    return 0\n",
+    )
+    server = _fork_servers._server_for(script).process
+    assert int(_run(script).stdout) == server.pid
+    assert _run(script, b"crash").status == -signal.SIGSEGV
+    assert int(_run(script).stdout) == server.pid and server.poll() is None
 
 
 def test_a_server_that_threads_executes_each_child_afresh(tmp_path):
@@ -113,9 +255,9 @@ def test_a_server_that_was_killed_or_went_idle_is_started_again(tmp_path, monkey
     os.kill(first, signal.SIGKILL)
     second = int(_run(script).stdout)
     assert second != first
-    monkeypatch.setattr(_children, "IDLE_S", 0.2)
-    _children._server_for(script).restart()
-    third = _children._server_for(script).process
+    monkeypatch.setattr(_fork_servers, "IDLE_S", 0.2)
+    _fork_servers._server_for(script).restart()
+    third = _fork_servers._server_for(script).process
     third.wait(timeout=10)  # it exits by itself when idle
     assert int(_run(script).stdout) not in (first, second, third.pid)
 
@@ -168,23 +310,6 @@ def test_a_fork_finds_nothing_of_the_calls_before_it_in_its_memory(tmp_path):
     assert _run(script, b"").stdout == b""
 
 
-def _gone(pid: int) -> bool:
-    """Whether `pid` has exited (a zombie nobody reaped yet counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _kill(pids) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def test_a_grandchild_holding_the_output_is_killed_when_the_fork_exits(tmp_path):
     # A fork leaves a daemon (double fork, its own session) that holds stdout open: the call
     # still ends when the fork does, and nothing it started outlives the call.
@@ -232,8 +357,8 @@ def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp
         "    time.sleep(600)\n",
     )
     caller = subprocess.Popen([sys.executable, "-c", (
-        "import sys, pathlib\nfrom hlobundle._format import _children\n"
-        "_children.run(pathlib.Path(sys.argv[1]), [sys.argv[2]], b'', timeout=300, "
+        "import sys, pathlib\nfrom hlobundle._isolation import _fork_servers\n"
+        "_fork_servers.run(pathlib.Path(sys.argv[1]), [sys.argv[2]], b'', timeout=300, "
         "max_output=1024)\n"), str(script), str(pids)], start_new_session=True,
         stderr=subprocess.DEVNULL)  # fmt: skip
     left: list[int] = []
@@ -266,7 +391,7 @@ def test_an_interrupted_call_leaves_no_reply_for_the_next_call(tmp_path, monkeyp
     def interrupted(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_children._Server, "_read_reply", interrupted)
+    monkeypatch.setattr(_fork_servers._Server, "_read_reply", interrupted)
     with pytest.raises(KeyboardInterrupt):
         _run(script, b"first")
     monkeypatch.undo()
@@ -294,14 +419,14 @@ def test_a_copy_forked_while_another_thread_started_a_server_starts_its_own(tmp_
     # os.fork() or multiprocessing while a thread holds the lock around starting a server.
     script = _script(tmp_path, "def main():\n    print(os.getppid())\n    return 0\n")
     ours = int(_run(script).stdout)
-    with _children._servers_lock:
+    with _fork_servers._servers_lock:
         status = _in_a_fork(lambda: 0 if int(_run(script).stdout) != ours else 2)
     assert status == 0
 
 
 def test_a_server_sees_its_caller_leave_while_a_forked_copy_of_the_caller_lives(tmp_path):
     script = _script(tmp_path, "def main():\n    return 0\n")
-    server = _children._server_for(script).process
+    server = _fork_servers._server_for(script).process
     r, w = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -319,7 +444,7 @@ def test_a_server_sees_its_caller_leave_while_a_forked_copy_of_the_caller_lives(
         os.close(r)
         os.close(w)
         server.stdout.close()
-        del _children._servers[(os.getpid(), script)]
+        del _fork_servers._servers[(os.getpid(), script)]
 
 
 @pytest.mark.parametrize(
@@ -337,9 +462,9 @@ def test_no_data_and_a_server_started_by_a_thread_that_ended(tmp_path):
     thread = threading.Thread(target=_run, args=(script, b"abc"))
     thread.start()
     thread.join()
-    server = _children._server_for(script).process.pid
+    server = _fork_servers._server_for(script).process.pid
     assert _run(script, b"").status == 0 and _run(script, b"abcd").status == 4
-    assert _children._server_for(script).process.pid == server
+    assert _fork_servers._server_for(script).process.pid == server
 
 
 def test_a_reply_forged_through_proc_never_answers_the_next_call(tmp_path):
@@ -368,16 +493,16 @@ def test_a_reply_forged_through_proc_never_answers_the_next_call(tmp_path):
     assert _run(script, b"warm").stdout == b"warm"
     try:
         _run(script, b"forge")
-    except _children.ServerError:
+    except _fork_servers.ServerError:
         pass
-    replies = _children._server_for(script).process.stdout.fileno()
+    replies = _fork_servers._server_for(script).process.stdout.fileno()
     select.select([replies], [], [], 30)  # the server's own reply to the forged call came
     assert [_run(script, x).stdout for x in (b"a", b"b")] == [b"a", b"b"]
 
 
 @pytest.mark.slow
 def test_a_fork_that_kills_or_stops_its_server_gets_a_server_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(_children, "_SLACK_S", 0.3)
+    monkeypatch.setattr(_fork_servers, "_SLACK_S", 0.3)
     script = _script(
         tmp_path,
         "def main():\n"
@@ -388,6 +513,6 @@ def test_a_fork_that_kills_or_stops_its_server_gets_a_server_error(tmp_path, mon
         "    return 0\n",
     )
     for sig in ("SIGKILL", "SIGSTOP"):
-        with pytest.raises(_children.ServerError, match="fork server for child.py"):
+        with pytest.raises(_fork_servers.ServerError, match="fork server for child.py"):
             _run(script, sig.encode(), timeout=0.5)
         assert _run(script).status == 0

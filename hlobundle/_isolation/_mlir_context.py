@@ -1,7 +1,8 @@
 """The MLIR context JAX parses in, built from `jaxlib.mlir` alone.
 
-It imports nothing from hlobundle, so the child process that deserializes untrusted portable
-artifacts (`_portable_child.py`) builds exactly the context the reader uses.
+It imports nothing of the package, so that the child process that deserializes untrusted
+portable artifacts (`_portable_child.py`, beside it) builds exactly the context the reader
+(`_format/_mlir.py`) uses.
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""Run as a child process: the backward module of a serialized `jax.export.Exported`'s VJP.
+
+The VJP is a nested Exported (a flatbuffer and a StableHLO portable artifact) inside an untrusted
+blob; MLIR's bytecode reader is not hardened. This script deserializes the blob and lowers the
+backward module through its VJP, so that a crash is an exit status of this process, never of
+the packer's (`_write/_jax_export._backward_in_child`, through `_child.run`). It imports nothing
+of the package: `backward_of_exported` lowers as the writer's `_lowering.lower_backward_of` does
+(`tests/test_jax_export.py` holds the two to the same text).
+
+Protocol: the blob on stdin; on success exit 0 and the backward module's text on stdout; when
+the blob does not load, exit 1 and one line on stderr. The first argument is the address-space
+limit in bytes.
+"""
+
+import resource
+import sys
+
+
+def main() -> int:
+    limit, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # never above ours
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    data = sys.stdin.buffer.read()
+
+    import jax
+    from jax import export
+
+    jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
+    try:
+        text = backward_of_exported(export.deserialize(bytearray(data)))
+    except Exception as e:  # flatbuffers, jax and the MLIR bindings raise many kinds
+        sys.stderr.write(f"{type(e).__name__}: " + " ".join(str(e).split())[:600])
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+def backward_of_exported(exported):
+    """StableHLO text of the backward module of a `jax.export.Exported` with a VJP: JAX
+    differentiates `exported.call` through the Exported's VJP, from `(*primals, *output
+    cotangents)` to argument cotangents (`float0`, carried as `i1`, for integers and bools)."""
+    import jax
+    from jax import dtypes, export
+
+    def primal(*flat_args):
+        args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, flat_args)
+        return tuple(jax.tree_util.tree_leaves(exported.call(*args, **kwargs)))
+
+    n = len(exported.in_avals)
+
+    def backward(*primals_and_cotangents):
+        _, pullback = jax.vjp(primal, *primals_and_cotangents[:n])
+        return tuple(pullback(tuple(primals_and_cotangents[n:])))
+
+    def cotangent(aval):
+        differentiable = jax.numpy.issubdtype(aval.dtype, jax.numpy.inexact)
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype if differentiable else dtypes.float0)
+
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.in_avals]
+    specs += [cotangent(a) for a in exported.out_avals]
+    jitted = jax.jit(backward, keep_unused=True)
+    if all(isinstance(d, int) for s in specs for d in s.shape):
+        return jitted.lower(*specs).as_text()
+    return export.export(jitted)(*specs).mlir_module()  # `@main` derives its dimensions
+
+
+if __name__ == "__main__":
+    sys.exit(main())
