@@ -24,6 +24,7 @@ fail on the thing it names.
 from __future__ import annotations
 
 import ast
+import re
 
 from helpers import ROOT
 
@@ -486,3 +487,76 @@ def test_the_circle_guard_fails_on_a_circle_through_a_type_checking_import():
     assert found == [
         ["hlobundle._write._expected", "hlobundle._write._plan", "hlobundle._write._writer"]
     ]
+
+
+# docs/layout.md's table of rooms, checked against the tree: each room a row on its floor, and
+# each row naming every module of its room and no module its room lacks.
+TOP = len(ORDER) + 1  # the public modules above every layer
+
+
+def _rooms_in_the_tree() -> dict[str, set[str]]:
+    """Each room (a folder of modules, or a module of the package's own folder) and its modules."""
+    package = ROOT / "hlobundle"
+    rooms = {f"hlobundle/{p.name}": {p.name} for p in package.glob("*.py")}
+    for folder in package.rglob("*"):
+        modules = {p.name for p in folder.glob("*.py")} if folder.is_dir() else set()
+        if modules:
+            rooms[folder.relative_to(ROOT).as_posix() + "/"] = modules
+    return rooms
+
+
+def _floor_of(room: str) -> int:
+    name = "hlobundle." + room.removeprefix("hlobundle/").rstrip("/").removesuffix(".py").replace(
+        "/", "."
+    )
+    if name in GROUND:
+        return 0
+    layer = name.split(".")[1]
+    return ORDER.index(layer) + 1 if layer in ORDER else TOP
+
+
+def _layout_errors(text: str, rooms: dict[str, set[str]]) -> list[str]:
+    table = text.split("<!-- rooms: checked by tests/test_layers.py -->")[1].split(
+        "<!-- /rooms -->"
+    )[0]
+    rows = [r.split("|")[1:4] for r in table.strip().splitlines()[2:]]
+    errors, seen, floors = [], set(), []
+    for floor, room, holds in ((f.strip(), r.strip().strip("`"), h) for f, r, h in rows):
+        seen.add(room)
+        floors.append(int(floor))
+        if room not in rooms:
+            errors.append(f"{room}: no such room")
+            continue
+        if int(floor) != _floor_of(room):
+            errors.append(f"{room}: on floor {floor}, but its imports put it on {_floor_of(room)}")
+        named = set(re.findall(r"`(\w+\.py)`", holds)) | ({room.split("/")[-1]} - {""})
+        errors += [
+            f"{room}: names {m}, which it does not have" for m in sorted(named - rooms[room])
+        ]
+        errors += [
+            f"{room}: does not name {m}" for m in sorted(rooms[room] - named - {"__init__.py"})
+        ]
+    errors += [f"{room}: a room the table lacks" for room in sorted(rooms.keys() - seen)]
+    if floors != sorted(floors):
+        errors.append("the rows are not in the order of their floors")
+    return errors
+
+
+def test_the_layout_table_is_the_tree():
+    assert _layout_errors((ROOT / "docs" / "layout.md").read_text(), _rooms_in_the_tree()) == []
+
+
+def test_the_layout_guard_fails_on_each_way_the_table_drifts():
+    text = (ROOT / "docs" / "layout.md").read_text()
+    rooms = _rooms_in_the_tree()
+    assert "names _nowhere.py" in " ".join(
+        _layout_errors(text.replace("`_cache.py`", "`_nowhere.py`"), rooms)
+    )  # a module that does not exist (and the one it replaced, unnamed)
+    assert "does not name _new.py" in " ".join(
+        _layout_errors(text, {**rooms, "hlobundle/_read/": rooms["hlobundle/_read/"] | {"_new.py"}})
+    )
+    assert "a room the table lacks" in " ".join(
+        _layout_errors(text, {**rooms, "hlobundle/_new/": {"_a.py"}})
+    )
+    moved = text.replace("| 3 | `hlobundle/_read/`", "| 4 | `hlobundle/_read/`")
+    assert "on floor 4, but its imports put it on 3" in " ".join(_layout_errors(moved, rooms))
