@@ -37,8 +37,13 @@ def case(name: str, description: str, expect: str = "ok", rtol: float = 1e-6, at
                 path
             )  # a dict adds to case.json: {"public_key": ...}, the key to verify with
             extra = built if isinstance(built, dict) else {}
-            return {"description": description, "expect": expect, "rtol": rtol, "atol": atol,
-                    **extra}  # fmt: skip
+            return {
+                "description": description,
+                "expect": expect,
+                "rtol": rtol,
+                "atol": atol,
+                **extra,
+            }
 
         CASES[name] = run
         return build
@@ -221,8 +226,11 @@ def _(path: Path) -> None:
 @case("valid_multiple_results", "three results of different dtypes")
 def _(path: Path) -> None:
     f, i, b = tensor((3,), "float32"), tensor((3,), "int32"), tensor((3,), "bool")
-    body = ["%x = stablehlo.multiply %a0, %a0 : " + f, "%y = stablehlo.convert %a0 : (" + f + ") -> " + i,
-            "%z = stablehlo.compare GT, %a0, %x : (" + f + ", " + f + ") -> " + b]  # fmt: skip
+    body = [
+        "%x = stablehlo.multiply %a0, %a0 : " + f,
+        "%y = stablehlo.convert %a0 : (" + f + ") -> " + i,
+        "%z = stablehlo.compare GT, %a0, %x : (" + f + ", " + f + ") -> " + b,
+    ]
     valid(
         path,
         func([f], [f, i, b], body, ["%x", "%y", "%z"]),
@@ -248,8 +256,13 @@ def _(path: Path) -> None:
 @case("valid_column_major", "column-major arguments from Julia-orientation arrays")
 def _(path: Path) -> None:
     t, r = tensor((4, 3, 2), "float32"), tensor((4, 3), "float32")
-    body = ["%z = stablehlo.constant dense<0.0> : tensor<f32>",
-            "%s = stablehlo.reduce(%a0 init: %z) applies stablehlo.add across dimensions = [2] : (" + t + ", tensor<f32>) -> " + r]  # fmt: skip
+    body = [
+        "%z = stablehlo.constant dense<0.0> : tensor<f32>",
+        "%s = stablehlo.reduce(%a0 init: %z) applies stablehlo.add across dimensions = [2] : ("
+        + t
+        + ", tensor<f32>) -> "
+        + r,
+    ]
     julia = np.asfortranarray(values((2, 3, 4), "float32"))
     valid(path, func([t], [r], body, ["%s"]), [julia], layout="column_major")
 
@@ -322,10 +335,12 @@ def sign_case(path: Path, bundle: Path) -> dict:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.derive_private_key(TEST_KEY_SCALAR, ec.SECP256R1())
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())  # fmt: skip
-    public = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo)  # fmt: skip
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     (path / "public_key.pem").write_bytes(public)
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "key.pem").write_bytes(pem)
@@ -339,8 +354,11 @@ def sign_case(path: Path, bundle: Path) -> dict:
 )
 def _(path: Path) -> dict:
     t = tensor((2,), "float32")
-    bundle = valid(path, func([t], [t], ["%x = stablehlo.negate %a0 : " + t], ["%x"]),
-                   [values((2,), "float32", 3)])  # fmt: skip
+    bundle = valid(
+        path,
+        func([t], [t], ["%x = stablehlo.negate %a0 : " + t], ["%x"]),
+        [values((2,), "float32", 3)],
+    )
     return sign_case(path, bundle)
 
 
@@ -378,9 +396,16 @@ def foreign_executable(bundle: Path) -> None:
     (bundle / "compiled").mkdir()
     (bundle / "compiled" / "llvm-cpu.vmfb").write_bytes(b"not an executable\n")
     source = hashlib.sha256((bundle / "module.mlirbc").read_bytes()).hexdigest()
-    entry = {"target": "llvm-cpu", "file": "compiled/llvm-cpu.vmfb", "compiler": "iree",
-             "compiler_version": "0.0.1", "architecture": "riscv64", "cpu": "generic",
-             "flags": ["--iree-hal-target-backends=llvm-cpu"], "source_sha256": source}  # fmt: skip
+    entry = {
+        "target": "llvm-cpu",
+        "file": "compiled/llvm-cpu.vmfb",
+        "compiler": "iree",
+        "compiler_version": "0.0.1",
+        "architecture": "riscv64",
+        "cpu": "generic",
+        "flags": ["--iree-hal-target-backends=llvm-cpu"],
+        "source_sha256": source,
+    }
 
     def change(m: dict) -> None:
         m.update(format_version="1.3", executables=[entry])
@@ -396,21 +421,28 @@ def foreign_executable(bundle: Path) -> None:
 )
 def _(path: Path) -> None:
     t = tensor((3,), "float32")
-    bundle = valid(path, func([t], [t], ["%x = stablehlo.sine %a0 : " + t], ["%x"]),
-                   [values((3,), "float32", 4)])  # fmt: skip
+    bundle = valid(
+        path,
+        func([t], [t], ["%x = stablehlo.sine %a0 : " + t], ["%x"]),
+        [values((3,), "float32", 4)],
+    )
     foreign_executable(bundle)
 
 
-@case("invalid_executable_hash_mismatch", "a byte of the stored executable changed",
-      "HASH_MISMATCH")  # fmt: skip
+@case(
+    "invalid_executable_hash_mismatch", "a byte of the stored executable changed", "HASH_MISMATCH"
+)
 def _(path: Path) -> None:
     bundle = base(path)
     foreign_executable(bundle)
     _flip_last_byte(bundle / "compiled" / "llvm-cpu.vmfb")
 
 
-@case("invalid_executable_unlisted", "executables names a file that files does not list",
-      "MANIFEST_INVALID")  # fmt: skip
+@case(
+    "invalid_executable_unlisted",
+    "executables names a file that files does not list",
+    "MANIFEST_INVALID",
+)
 def _(path: Path) -> None:
     bundle = base(path)
     foreign_executable(bundle)
@@ -542,13 +574,25 @@ broken(
     )
 )
 broken("invalid_safetensors_overlap", "two tensors share bytes", "SAFETENSORS_INVALID")(
-    lambda b: _raw_safetensors(b, {"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
-                                   "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [8, 24]}}, bytes(24))
-)  # fmt: skip
+    lambda b: _raw_safetensors(
+        b,
+        {
+            "x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+            "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [8, 24]},
+        },
+        bytes(24),
+    )
+)
 broken("invalid_safetensors_hole", "a gap between two tensors", "SAFETENSORS_INVALID")(
-    lambda b: _raw_safetensors(b, {"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
-                                   "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [24, 40]}}, bytes(40))
-)  # fmt: skip
+    lambda b: _raw_safetensors(
+        b,
+        {
+            "x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+            "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [24, 40]},
+        },
+        bytes(40),
+    )
+)
 broken("invalid_safetensors_header_bomb", "a header length of 2**62", "SAFETENSORS_INVALID")(
     lambda b: (
         (b / "inputs.safetensors").write_bytes(
@@ -558,9 +602,15 @@ broken("invalid_safetensors_header_bomb", "a header length of 2**62", "SAFETENSO
     )
 )
 broken("invalid_manifest_vs_safetensors", "x is stored as F64", "TENSOR_MISMATCH")(
-    lambda b: _raw_safetensors(b, {"x": {"dtype": "F64", "shape": [2, 2], "data_offsets": [0, 32]},
-                                   "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [32, 48]}}, bytes(48))
-)  # fmt: skip
+    lambda b: _raw_safetensors(
+        b,
+        {
+            "x": {"dtype": "F64", "shape": [2, 2], "data_offsets": [0, 32]},
+            "y": {"dtype": "F32", "shape": [2, 2], "data_offsets": [32, 48]},
+        },
+        bytes(48),
+    )
+)
 
 
 @case(
@@ -688,10 +738,18 @@ def _(b: Path) -> None:
 @broken("invalid_host_transfer", "@main waits for an infeed", "MODULE_NOT_PORTABLE")
 def _(b: Path) -> None:
     t = tensor((2, 2), "float32")
-    replace_module(b, func([t, t], [t], [
-        "%t = stablehlo.create_token : !stablehlo.token",
-        f'%x, %t2 = "stablehlo.infeed"(%t) : (!stablehlo.token) -> ({t}, !stablehlo.token)',
-    ], ["%x"]))  # fmt: skip
+    replace_module(
+        b,
+        func(
+            [t, t],
+            [t],
+            [
+                "%t = stablehlo.create_token : !stablehlo.token",
+                f'%x, %t2 = "stablehlo.infeed"(%t) : (!stablehlo.token) -> ({t}, !stablehlo.token)',
+            ],
+            ["%x"],
+        ),
+    )
 
 
 @case(
@@ -846,9 +904,16 @@ def two_functions(path: Path, *, second: str = "mul", w_shape: tuple[int, ...] =
         other = func([t, tw], [t], ["%x = stablehlo.add %a0, %a0 : " + t], ["%x"])
         inputs, names = [x, values(w_shape, "float32", 3)], ["x", "v"]
     scratch.mkdir()
-    second_bundle = hlobundle.pack(other, inputs, scratch / "b", names=names, function=second,
-                                   roles={names[1]: "parameter"}, target_version=TARGET,
-                                   producer=("conformance", "1"))  # fmt: skip
+    second_bundle = hlobundle.pack(
+        other,
+        inputs,
+        scratch / "b",
+        names=names,
+        function=second,
+        roles={names[1]: "parameter"},
+        target_version=TARGET,
+        producer=("conformance", "1"),
+    )
     add_function(bundle, second_bundle)
     shutil.rmtree(scratch)
     _strip_environment(bundle)
@@ -869,9 +934,13 @@ def _(path: Path) -> dict:
     bundle = two_functions(path)
     b = hlobundle.load(bundle).select("mul")
     results = b.function("xla").call_flat(*[b.tensor(a.name) for a in b.arguments])
-    _tensors.write(path / "outputs.safetensors",
-                   {r.name: (np.asarray(x), _dtypes.BY_NAME[r.dtype])
-                    for r, x in zip(b.results, results, strict=True)})  # fmt: skip
+    _tensors.write(
+        path / "outputs.safetensors",
+        {
+            r.name: (np.asarray(x), _dtypes.BY_NAME[r.dtype])
+            for r, x in zip(b.results, results, strict=True)
+        },
+    )
     return {"function": "mul"}
 
 
@@ -882,9 +951,16 @@ def symbolic(path: Path) -> Path:
 
     t = "tensor<?x3xf32>"
     text = func([t], [t], [f"%y = stablehlo.add %a0, %a0 : {t}"], ["%y"])
-    options = PackOptions(names=["x"], result_names=["y"], target_version=TARGET,
-                          producer=("conformance", "1"), expected="compute",
-                          shapes=[["b", 3]], result_shapes=[["b", 3]], constraints=("b >= 1",))  # fmt: skip
+    options = PackOptions(
+        names=["x"],
+        result_names=["y"],
+        target_version=TARGET,
+        producer=("conformance", "1"),
+        expected="compute",
+        shapes=[["b", 3]],
+        result_shapes=[["b", 3]],
+        constraints=("b >= 1",),
+    )
     bundle = pack_planned(
         text, from_python([values((2, 3), "float32", 4)]), path / "bundle", options
     )
@@ -909,9 +985,11 @@ def _function(m: dict, name: str) -> dict:
     return next(f for f in m["functions"] if f["name"] == name)
 
 
-@case("invalid_functions_tensor_typed_differently",
-      "function v names the shared tensor w, which add types float32[3], as float32[2, 3]",
-      "TENSOR_MISMATCH")  # fmt: skip
+@case(
+    "invalid_functions_tensor_typed_differently",
+    "function v names the shared tensor w, which add types float32[3], as float32[2, 3]",
+    "TENSOR_MISMATCH",
+)
 def _(path: Path) -> None:
     bundle = two_functions(path, second="other", w_shape=(2, 3))
     edit(bundle, lambda m: _function(m, "other")["arguments"][1]["value"].update(key="w"))
@@ -930,9 +1008,11 @@ def _(path: Path) -> None:
     edit(symbolic(path), lambda m: m["functions"][0]["arguments"][0].update(shape=[bomb, 3]))
 
 
-@case("invalid_symbolic_example_mismatch",
-      "the result is declared (2*b, 3): the stored x (b = 2) and y (2*b = 2) disagree",
-      "TENSOR_MISMATCH")  # fmt: skip
+@case(
+    "invalid_symbolic_example_mismatch",
+    "the result is declared (2*b, 3): the stored x (b = 2) and y (2*b = 2) disagree",
+    "TENSOR_MISMATCH",
+)
 def _(path: Path) -> None:
     edit(symbolic(path), lambda m: m["functions"][0]["results"][0].update(shape=["2*b", 3]))
 
@@ -944,16 +1024,23 @@ def independent(path: Path, result: str = "b") -> Path:
 
     t = "tensor<?x3xf32>"
     text = func([t, t], [t], [f"%z = stablehlo.add %a0, %a1 : {t}"], ["%z"])
-    options = PackOptions(names=["x", "y"], result_names=["z"], target_version=TARGET,
-                          producer=("conformance", "1"), shapes=[["b", 3], ["c", 3]],
-                          result_shapes=[[result, 3]])  # fmt: skip
+    options = PackOptions(
+        names=["x", "y"],
+        result_names=["z"],
+        target_version=TARGET,
+        producer=("conformance", "1"),
+        shapes=[["b", 3], ["c", 3]],
+        result_shapes=[[result, 3]],
+    )
     bundle = pack_planned(text, None, path / "bundle", options)
     _strip_environment(bundle)
     return bundle
 
 
-@case("valid_symbolic_independent_agree",
-      "x: (b, 3) and y: (c, 3) added by the module, called with b = c = 3: the module accepts it")  # fmt: skip
+@case(
+    "valid_symbolic_independent_agree",
+    "x: (b, 3) and y: (c, 3) added by the module, called with b = c = 3: the module accepts it",
+)
 def _(path: Path) -> None:
     inputs = [values((3, 3), "float32", 6), values((3, 3), "float32", 7)]
     bundle = independent(path)
@@ -961,17 +1048,22 @@ def _(path: Path) -> None:
     save_outputs(path, bundle, inputs)
 
 
-@case("invalid_symbolic_independent_symbols",
-      "x: (b, 3) and y: (c, 3) added by the module, called with b = 4, c = 2: the module refuses "
-      "the shapes the manifest allows", "INPUT_INVALID")  # fmt: skip
+@case(
+    "invalid_symbolic_independent_symbols",
+    "x: (b, 3) and y: (c, 3) added by the module, called with b = 4, c = 2: the module refuses "
+    "the shapes the manifest allows",
+    "INPUT_INVALID",
+)
 def _(path: Path) -> None:
     independent(path)
     np.savez(path / "inputs.npz", x=values((4, 3), "float32", 6), y=values((2, 3), "float32", 7))
 
 
-@case("invalid_symbolic_result_expression",
-      "the result is declared (2*b, 3) where the module computes (b, 3), called with b = c = 2",
-      "INPUT_INVALID")  # fmt: skip
+@case(
+    "invalid_symbolic_result_expression",
+    "the result is declared (2*b, 3) where the module computes (b, 3), called with b = c = 2",
+    "INPUT_INVALID",
+)
 def _(path: Path) -> None:
     independent(path, result="2*b")
     np.savez(path / "inputs.npz", x=values((2, 3), "float32", 6), y=values((2, 3), "float32", 7))
@@ -982,8 +1074,9 @@ def _(path: Path) -> None:
     def flatten(m: dict) -> None:
         (f,) = m.pop("functions")
         m.pop("default_function")  # a 2.x field: the case is about the symbolic dimension
-        m.update({k: v for k, v in f.items() if k != "name"}, function=f["name"],
-                 format_version="1.3")  # fmt: skip
+        m.update(
+            {k: v for k, v in f.items() if k != "name"}, function=f["name"], format_version="1.3"
+        )
 
     edit(symbolic(path), flatten)
 

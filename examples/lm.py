@@ -215,21 +215,40 @@ def example_cache(params: Params) -> tuple[Cache, np.ndarray]:
     return jax.tree.map(np.asarray, cache), np.asarray(logits).argmax(-1).astype(np.int32)
 
 
-CACHE_SPEC = {"k": f"{LAYERS}, b, {HEADS}, {CONTEXT}, {HEAD}",
-              "v": f"{LAYERS}, b, {HEADS}, {CONTEXT}, {HEAD}", "pos": "b"}  # fmt: skip
+CACHE_SPEC = {
+    "k": f"{LAYERS}, b, {HEADS}, {CONTEXT}, {HEAD}",
+    "v": f"{LAYERS}, b, {HEADS}, {CONTEXT}, {HEAD}",
+    "pos": "b",
+}
 
 
 def export(params: Params, out: str | Path) -> Path:
     import hlobundle
 
     tokens = np.array([list(p.encode()) for p in PROMPTS], np.int32)
-    hlobundle.export(prefill, params, tokens, out=out, name="prefill", force=True,
-                     roles={"params": "parameter"}, shapes_specs=(None, "b, s"),
-                     constraints=(f"s <= {CONTEXT}",))  # fmt: skip
+    hlobundle.export(
+        prefill,
+        params,
+        tokens,
+        out=out,
+        name="prefill",
+        force=True,
+        roles={"params": "parameter"},
+        shapes_specs=(None, "b, s"),
+        constraints=(f"s <= {CONTEXT}",),
+    )
     cache, token = example_cache(params)
-    return hlobundle.export(decode, params, cache, token, out=out, name="decode", add=True,
-                            roles={"params": "parameter"},
-                            shapes_specs=(None, CACHE_SPEC, "b"))  # fmt: skip
+    return hlobundle.export(
+        decode,
+        params,
+        cache,
+        token,
+        out=out,
+        name="decode",
+        add=True,
+        roles={"params": "parameter"},
+        shapes_specs=(None, CACHE_SPEC, "b"),
+    )
 
 
 def main(out: str = str(HERE / "lm.hlobundle"), steps: str = "700") -> None:

@@ -34,11 +34,17 @@ import hlobundle
 
 # Relative weights: artifacts cost a child process each (about 0.2 s), so they are drawn less.
 WEIGHTS = {
-    "module.mlir": 3, "vjp.mlir": 3, "batched.mlir": 3,
-    "module.mlirbc": 1, "vjp.mlirbc": 1, "batched.mlirbc": 1,
-    "inputs.safetensors": 2, "weights.safetensors": 2, "expected.safetensors": 1,
+    "module.mlir": 3,
+    "vjp.mlir": 3,
+    "batched.mlir": 3,
+    "module.mlirbc": 1,
+    "vjp.mlirbc": 1,
+    "batched.mlirbc": 1,
+    "inputs.safetensors": 2,
+    "weights.safetensors": 2,
+    "expected.safetensors": 1,
     "manifest.json": 3,
-}  # fmt: skip
+}
 
 
 def seed_bundle(root: Path) -> Path:
@@ -48,9 +54,14 @@ def seed_bundle(root: Path) -> Path:
     w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
     x = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
     return hlobundle.export(
-        lambda w, x: jax.numpy.tanh(x @ w), w, x, out=root / "seed",
-        roles={"w": "parameter"}, with_vjp=True, vmap_in_axes=(None, 0),
-    )  # fmt: skip
+        lambda w, x: jax.numpy.tanh(x @ w),
+        w,
+        x,
+        out=root / "seed",
+        roles={"w": "parameter"},
+        with_vjp=True,
+        vmap_in_axes=(None, 0),
+    )
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
@@ -78,8 +89,10 @@ def mutate_names(data: bytes, rng: random.Random) -> bytes:
     spans = [m.span() for m in _NAMES.finditer(data)]
     raw = data
     for start, end in sorted(rng.sample(spans, min(len(spans), rng.randint(1, 3))), reverse=True):
-        escapes = b"".join(b"\\%02X" % rng.choice([rng.randrange(256), rng.randrange(0x80, 0x100)])
-                           for _ in range(rng.randint(1, 4)))  # fmt: skip
+        escapes = b"".join(
+            b"\\%02X" % rng.choice([rng.randrange(256), rng.randrange(0x80, 0x100)])
+            for _ in range(rng.randint(1, 4))
+        )
         quoted = (b"@" if raw[start : start + 1] == b"@" else b"") + b'"' + escapes + b'"'
         raw = raw[:start] + quoted + raw[end:]
     return raw
@@ -167,10 +180,23 @@ def _drive(seed: Path, root: Path, runs: int, jobs: int, first: int, script: Pat
         if count <= 0:
             continue
         progress = root / f"progress-{j}"
-        cmd = [sys.executable, str(script), "--worker", str(seed), str(progress),
-               "--first", str(start), "--runs", str(count)]  # fmt: skip
-        workers.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True), progress))  # fmt: skip
+        cmd = [
+            sys.executable,
+            str(script),
+            "--worker",
+            str(seed),
+            str(progress),
+            "--first",
+            str(start),
+            "--runs",
+            str(count),
+        ]
+        workers.append(
+            (
+                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+                progress,
+            )
+        )
     total: collections.Counter[str] = collections.Counter()
     failed = False
     for proc, progress in workers:

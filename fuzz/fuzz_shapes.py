@@ -50,19 +50,43 @@ def seed_bundle(root: Path) -> Path:
     from hlobundle._write._writer import PackOptions, pack_planned
 
     out = root / "seed"
-    hlobundle.export(lambda x, y: (x @ W) * y, np.ones((2, 8), np.float32),
-                     np.ones((2, 3), np.float32), out=out, name="pair",
-                     shapes_specs=("b, 8", "b, 3"))  # fmt: skip
-    hlobundle.export(lambda x, y: jnp.concatenate([x, y]), np.ones((2, 4), np.float32),
-                     np.ones((3, 4), np.float32), out=out, name="cat",
-                     shapes_specs=("b, 4", "c, 4"), add=True)  # fmt: skip
-    hlobundle.export(lambda x: jnp.concatenate([x, 2 * x]), np.ones((2, 2), np.float32),
-                     out=out, name="twice", shapes_specs=("b, 2",), add=True)  # fmt: skip
+    hlobundle.export(
+        lambda x, y: (x @ W) * y,
+        np.ones((2, 8), np.float32),
+        np.ones((2, 3), np.float32),
+        out=out,
+        name="pair",
+        shapes_specs=("b, 8", "b, 3"),
+    )
+    hlobundle.export(
+        lambda x, y: jnp.concatenate([x, y]),
+        np.ones((2, 4), np.float32),
+        np.ones((3, 4), np.float32),
+        out=out,
+        name="cat",
+        shapes_specs=("b, 4", "c, 4"),
+        add=True,
+    )
+    hlobundle.export(
+        lambda x: jnp.concatenate([x, 2 * x]),
+        np.ones((2, 2), np.float32),
+        out=out,
+        name="twice",
+        shapes_specs=("b, 2",),
+        add=True,
+    )
     t = "tensor<?x3xf32>"
-    text = (f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
-            f"  %z = stablehlo.add %x, %y : {t}\n  return %z : {t}\n}}\n")  # fmt: skip
-    options = PackOptions(names=["x", "y"], result_names=["z"], function="add",
-                          shapes=[["b", 3], ["b", 3]], result_shapes=[["b", 3]])  # fmt: skip
+    text = (
+        f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
+        f"  %z = stablehlo.add %x, %y : {t}\n  return %z : {t}\n}}\n"
+    )
+    options = PackOptions(
+        names=["x", "y"],
+        result_names=["z"],
+        function="add",
+        shapes=[["b", 3], ["b", 3]],
+        result_shapes=[["b", 3]],
+    )
     add_function(out, pack_planned(text, None, root / "add", options))
     shutil.rmtree(root / "add")
     _without_values(out)
@@ -100,8 +124,14 @@ def relabel(function: dict[str, Any], rng: random.Random) -> str:
             continue
         if kind == "constraint":
             s, t = rng.sample(SYMBOLS[:3], 2)
-            text = rng.choice([f"{s} >= {rng.randint(1, 4)}", f"{s} <= {rng.randint(1, 4)}",
-                               f"{s} == {t}", f"{s} >= {t}"])  # fmt: skip
+            text = rng.choice(
+                [
+                    f"{s} >= {rng.randint(1, 4)}",
+                    f"{s} <= {rng.randint(1, 4)}",
+                    f"{s} == {t}",
+                    f"{s} >= {t}",
+                ]
+            )
             function.setdefault("constraints", []).append(text)
             done.append(f"constraint {text}")
             continue
@@ -121,16 +151,19 @@ def call_shapes(manifest: Any, rng: random.Random) -> list[tuple[int, ...]]:
     from hlobundle._format import _symbolic
 
     env = {s: rng.randint(1, 5) for s in SYMBOLS}
-    shapes = [[d if isinstance(d, int) else _symbolic.parse(d).value(env) for d in a.shape]
-              for a in manifest.arguments]  # fmt: skip
+    shapes = [
+        [d if isinstance(d, int) else _symbolic.parse(d).value(env) for d in a.shape]
+        for a in manifest.arguments
+    ]
     if rng.random() < 0.2:
         shape = rng.choice(shapes)
         shape[0] = max(1, shape[0] + rng.choice([-1, 1, 2]))
     return [tuple(s) for s in shapes]
 
 
-def attempt(bundle: Path, seed: hlobundle.Bundle, name: str, backend: str,
-            rng: random.Random) -> str:  # fmt: skip
+def attempt(
+    bundle: Path, seed: hlobundle.Bundle, name: str, backend: str, rng: random.Random
+) -> str:
     """The outcome: "ok" (results equal to the seed's) or the error code. A finding raises."""
     try:
         b = hlobundle.load(bundle).select(name)
@@ -147,8 +180,10 @@ def attempt(bundle: Path, seed: hlobundle.Bundle, name: str, backend: str,
         raise AssertionError(f"a result for shapes {shapes}, which the module refuses: {e}") from e
     for g, w in zip(got, want, strict=True):
         if g.shape != w.shape or not np.allclose(g, w, rtol=1e-5, atol=1e-5):
-            raise AssertionError(f"shapes {shapes}: got {g.shape} {g.ravel()[:6]}, "
-                                 f"the module computes {w.shape} {w.ravel()[:6]}")  # fmt: skip
+            raise AssertionError(
+                f"shapes {shapes}: got {g.shape} {g.ravel()[:6]}, "
+                f"the module computes {w.shape} {w.ravel()[:6]}"
+            )
     return "ok"
 
 
@@ -156,8 +191,11 @@ def backends() -> list[str]:
     from hlobundle._run import _backends
 
     iree = _backends.kind("iree").available()
-    return ["xla", "iree"] * iree + ["xla"] * (not iree) + (
-        ["enzyme"] if _backends.kind("enzyme").available() else [])  # fmt: skip
+    return (
+        ["xla", "iree"] * iree
+        + ["xla"] * (not iree)
+        + (["enzyme"] if _backends.kind("enzyme").available() else [])
+    )
 
 
 def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Counter[str]:
@@ -187,5 +225,11 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
 
 
 if __name__ == "__main__":
-    sys.exit(fuzz_forms.main(script=Path(__file__), seed_bundle=seed_bundle, work=work,
-                             description=__doc__.split("\n")[0]))  # fmt: skip
+    sys.exit(
+        fuzz_forms.main(
+            script=Path(__file__),
+            seed_bundle=seed_bundle,
+            work=work,
+            description=__doc__.split("\n")[0],
+        )
+    )
