@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hlobundle._format import _symbolic as sym
@@ -83,3 +85,19 @@ def test_constraints_are_checked():
 def test_malformed_constraints_are_refused(text):
     with pytest.raises(SymbolicError):
         sym.parse_constraint(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("b c >= 1", "malformed constraint 'b c >= 1'"), ("b >= 1 )", "malformed constraint"),
+     ("b >= 1 >= 2", "must compare two expressions"), ("b = 1", "unexpected character"),
+     ("b >= ", "ends early")],
+)  # fmt: skip
+def test_a_constraint_side_that_is_not_one_whole_expression_is_refused(text, message):
+    with pytest.raises(SymbolicError, match=re.escape(message)):
+        sym.parse_constraint(text)
+
+
+def test_a_dimension_with_trailing_tokens_is_refused():
+    with pytest.raises(SymbolicError, match=re.escape("unexpected 'c' in dimension 'b c'")):
+        sym.parse("b c")

@@ -104,10 +104,18 @@ def _major_minor(version: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+def _field(error: Any) -> list[Any]:
+    """An error's location without the union branches pydantic names (`constrained-int`)."""
+    return [p for p in error["loc"] if isinstance(p, int) or not ("-" in p or "[" in p)]
+
+
 def _manifest_error(e: ValidationError, path: str) -> ManifestError:
-    first = e.errors()[0]
-    # pydantic names the branch of a union it tried (`constrained-int`): not a field
-    loc = [p for p in first["loc"] if isinstance(p, int) or not ("-" in p or "[" in p)]
+    errors = e.errors()
+    # A dimension is an integer or an expression: for "b +", pydantic's first error is the
+    # integer branch's ("a valid integer"); the expression check's own reason says what is wrong.
+    ours = [x for x in errors if x["type"] == "value_error" and _field(x) == _field(errors[0])]
+    first = ours[0] if ours else errors[0]
+    loc = _field(first)
     field = "".join(
         f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc)
     )

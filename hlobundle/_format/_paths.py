@@ -27,7 +27,7 @@ def _name_problem(name: str) -> str | None:
     pure = PurePosixPath(name)
     if pure.is_absolute() or (len(name) > 1 and name[1] == ":"):
         return "is absolute; paths must be relative to the bundle"
-    if any(part in ("..", ".") for part in name.split("/")) or "//" in name:
+    if any(part in ("..", ".", "") for part in name.split("/")):  # "a//b", "a/" too
         return "contains '..', '.' or an empty component"
     return None
 

@@ -1,0 +1,134 @@
+"""Where each module's tests are, so that a newcomer finds them by name: a module
+`hlobundle/.../_name.py` is tested in `tests/test_name.py` when that file exists; `MAP` names
+the test files of every other module. The test below fails when a module has neither (add its
+tests, and its line here) or when the map names a file that is not there."""
+
+from __future__ import annotations
+
+from helpers import ROOT
+
+MAP = {
+    "hlobundle.__main__": ["test_cli.py"],
+    "hlobundle._cli._commands": ["test_cli.py"],
+    "hlobundle._cli._common": ["test_cli_usage.py"],
+    "hlobundle._cli._conformance": ["test_conformance.py"],
+    "hlobundle._cli._main": ["test_cli.py", "test_error_hints.py"],
+    "hlobundle._cli._pack": ["test_cli.py", "test_writer_options.py"],
+    "hlobundle._cli._parser": ["test_cli_usage.py"],
+    "hlobundle._cli._parser_read": ["test_cli_usage.py"],
+    "hlobundle._cli._parser_write": ["test_writer_options.py"],
+    "hlobundle._cli._values": ["test_cli_usage.py"],
+    "hlobundle._cli._writes": ["test_iree.py", "test_refresh.py", "test_signing.py"],
+    "hlobundle._compat": ["test_layers.py", "test_transforms.py"],
+    "hlobundle._emit._emit": ["test_emit.py"],
+    "hlobundle._emit._template": ["test_emit.py"],
+    "hlobundle._emit.run_iree_template": ["test_iree.py"],
+    "hlobundle._emit.run_shared": ["test_emit.py"],
+    "hlobundle._emit.run_template": ["test_emit.py"],
+    "hlobundle._file_io._hashing_writer": ["test_tensor_writing.py"],
+    "hlobundle._file_io._libc": ["test_tensor_writing.py", "test_writer.py"],
+    "hlobundle._format._bundle_manifest": ["test_manifest.py", "test_conformance.py"],
+    "hlobundle._format._dtypes": ["test_roundtrip.py", "test_package.py"],
+    "hlobundle._format._errors": ["test_package.py", "test_error_hints.py"],
+    "hlobundle._format._limits": ["test_hostile.py", "test_trust.py"],
+    "hlobundle._format._main_signature": ["test_mlir.py", "test_tamper.py"],
+    "hlobundle._format._manifest_json": ["test_manifest.py", "test_hostile.py"],
+    "hlobundle._format._policy": ["test_trust.py", "test_mlir.py"],
+    "hlobundle._format._portable": ["test_trust.py", "test_isolation.py"],
+    "hlobundle._format._schema": ["test_package.py"],
+    "hlobundle._format._sharding": ["test_sharding.py"],
+    "hlobundle._format._signature": ["test_signing.py"],
+    "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
+    "hlobundle._format._tolerance": ["test_run.py"],
+    "hlobundle._interop._sources": ["test_jax_export.py", "test_reactant_server.py"],
+    "hlobundle._isolation._child": ["test_isolation.py"],
+    "hlobundle._isolation._fork_server": ["test_isolation.py"],
+    "hlobundle._isolation._fork_servers": ["test_isolation.py"],
+    "hlobundle._isolation._jax_export_child": ["test_jax_export.py"],
+    "hlobundle._isolation._mlir_context": ["test_mlir.py", "test_isolation.py"],
+    "hlobundle._isolation._portable_child": ["test_isolation.py", "test_trust.py"],
+    "hlobundle._read._cache": ["test_trust.py", "test_iree.py"],
+    "hlobundle._read._modules": ["test_trust.py", "test_tamper.py"],
+    "hlobundle._read._reader": ["test_tamper.py", "test_trust.py", "test_roundtrip.py"],
+    "hlobundle._read._trust": ["test_package.py", "test_iree.py"],
+    "hlobundle._read._values": ["test_roundtrip.py", "test_function.py"],
+    "hlobundle._run._backends._backend": ["test_layers.py", "test_emit.py"],
+    "hlobundle._run._backends._enzyme": ["test_function.py", "test_transforms.py"],
+    "hlobundle._run._backends._enzyme_prepare": ["test_function.py", "test_emit.py"],
+    "hlobundle._run._backends._enzyme_rules": ["test_transforms.py", "test_registry.py"],
+    "hlobundle._run._backends._installed": ["test_cli.py"],
+    "hlobundle._run._backends._iree": ["test_iree.py"],
+    "hlobundle._run._backends._iree_compile": ["test_iree.py"],
+    "hlobundle._run._backends._jax_script": ["test_emit.py"],
+    "hlobundle._run._backends._xla": ["test_function.py", "test_jax_export.py"],
+    "hlobundle._run._binding": ["test_function.py", "test_symbolic.py"],
+    "hlobundle._run._compute": ["test_writer.py", "test_cli.py"],
+    "hlobundle._run._function": ["test_function.py"],
+    "hlobundle._run._placement": ["test_sharding.py", "test_multihost.py"],
+    "hlobundle._run._process": ["test_run.py", "test_multihost.py"],
+    "hlobundle._run._shapes": ["test_shape_proofs.py"],
+    "hlobundle._serve._app": ["test_serve.py"],
+    "hlobundle._serve._batching": ["test_serve_batching.py"],
+    "hlobundle._serve._models": ["test_serve.py"],
+    "hlobundle._serve._protocol": ["test_serve.py", "test_serve_client.py"],
+    "hlobundle._serve._responses": ["test_serve.py"],
+    "hlobundle._serve._served": ["test_serve.py", "test_serve_batching.py"],
+    "hlobundle._serve._server": ["test_serve_client.py"],
+    "hlobundle._terminal._display": ["test_inspect.py", "test_trust.py"],
+    "hlobundle._version": ["test_package.py"],
+    "hlobundle._write._atomic": ["test_writer.py", "test_hostile.py"],
+    "hlobundle._write._compile": ["test_iree.py"],
+    "hlobundle._write._expected": ["test_writer.py"],
+    "hlobundle._write._export": ["test_framework_models.py", "test_batched.py"],
+    "hlobundle._write._functions": ["test_writer.py", "test_serve.py"],
+    "hlobundle._write._lowering": ["test_batched.py", "test_jax_export.py"],
+    "hlobundle._write._module_text": ["test_writer.py"],
+    "hlobundle._write._normalize": ["test_writer.py", "test_mlir.py"],
+    "hlobundle._write._options": ["test_writer_options.py"],
+    "hlobundle._write._pack_files": ["test_inputs.py", "test_julia.py"],
+    "hlobundle._write._plan": ["test_writer.py"],
+    "hlobundle._write._pytree_names": ["test_framework_models.py", "test_jax_export.py"],
+    "hlobundle._write._reactant": ["test_reactant.py"],
+    "hlobundle._write._sign": ["test_signing.py"],
+    "hlobundle._write._target": ["test_writer.py", "test_refresh.py"],
+    "hlobundle._write._writer": ["test_writer.py"],
+    "hlobundle.errors": ["test_package.py"],
+}
+
+
+def _modules() -> list[str]:
+    return sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (ROOT / "hlobundle").rglob("*.py")
+        if p.name != "__init__.py"
+    )
+
+
+def _unmapped(modules: list[str], mapping: dict[str, list[str]]) -> list[str]:
+    """Modules with neither a test file named after them nor a line in `mapping`, and map
+    lines that name a test file that does not exist or a module that is not there."""
+    tests = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    errors = []
+    for module in modules:
+        named = f"test_{module.rsplit('.', 1)[1].lstrip('_')}.py"
+        if named not in tests and module not in mapping:
+            errors.append(f"{module}: no {named} and no line in MAP")
+    errors += [f"{m}: MAP names {f}, which is not there" for m, files in mapping.items()
+               for f in files if f not in tests]  # fmt: skip
+    errors += [f"{m}: in MAP, but no such module" for m in mapping if m not in modules]
+    return errors
+
+
+def test_every_module_s_tests_are_found_by_name():
+    assert _unmapped(_modules(), MAP) == []
+
+
+def test_the_map_guard_fails_on_a_new_module_and_on_a_stale_line():
+    assert _unmapped([*_modules(), "hlobundle._read._new"], MAP) == [
+        "hlobundle._read._new: no test_new.py and no line in MAP"
+    ]
+    stale = {**MAP, "hlobundle._read._gone": ["test_gone.py"]}
+    assert set(_unmapped(_modules(), stale)) == {
+        "hlobundle._read._gone: MAP names test_gone.py, which is not there",
+        "hlobundle._read._gone: in MAP, but no such module",
+    }

@@ -1,0 +1,176 @@
+"""A bundle's tensor files against its manifest (`_read/_tensor_files`, SPEC.md section 8): each
+header entry against the field that names it, no tensor that no field names, a header within
+the budget of the keys it holds, the stored values of a symbolic function one instance of its
+shapes, and bools and sub-byte integers within their bits.
+
+The bundles are written by hand (safetensors files and a manifest), without JAX."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from hlobundle._format import _dtypes, _limits
+from hlobundle._format._manifest_json import parse_manifest
+from hlobundle._read import _tensor_files
+from hlobundle.errors import LimitError, TensorMismatchError
+
+SHA = "0" * 64
+
+
+def value(name, shape, dtype="float32", file="inputs.safetensors", key=None):
+    return {"name": name, "path": name, "shape": list(shape), "dtype": dtype,
+            "value": {"file": file, "key": key or name}}  # fmt: skip
+
+
+def bundle(root, tensors, arguments, results=(), *, version="1.3", constraints=None):
+    """A bundle directory of safetensors files `tensors` ({file: {key: array}}) and a manifest
+    of these arguments and results (parsed, as the reader parses it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for file, arrays in tensors.items():
+        save_file(arrays, str(root / file), metadata=None)
+    function = {
+        "arguments": list(arguments), "results": list(results),
+        "module": {"text": "module.mlir",
+                   "portable": {"file": "module.mlirbc", "target_version": "1.0.0"}},
+    }  # fmt: skip
+    if constraints:
+        function["constraints"] = constraints
+    names = ["module.mlir", "module.mlirbc", *tensors]
+    common = {
+        "format": "hlobundle", "format_version": version,
+        "provenance": {"producer": "test", "producer_version": "0"},
+        "files": {n: {"size": 1, "sha256": SHA} for n in names},
+    }  # fmt: skip
+    if version.startswith("2"):
+        data = {**common, "functions": [{"name": "f", **function}]}
+    else:
+        data = {**common, "function": "f", **function}
+    return parse_manifest(json.dumps(data).encode())
+
+
+def expected(name, shape, dtype="float32"):
+    return {"name": name, "shape": list(shape), "dtype": dtype,
+            "expected": {"file": "expected.safetensors", "key": name}}  # fmt: skip
+
+
+F32 = np.float32
+
+
+def test_matching_files_open(tmp_path):
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones((2, 3), F32)},
+                          "expected.safetensors": {"y": np.ones(2, F32)}},
+               [value("x", (2, 3))], [expected("y", (2,))])  # fmt: skip
+    files = _tensor_files.open_tensor_files(tmp_path, m)
+    assert sorted(files) == ["expected.safetensors", "inputs.safetensors"]
+    assert [f for f, *_ in _tensor_files.stored_tensors(m)] == ["arguments[0]", "results[0]"]
+
+
+def test_a_tensor_no_field_names_is_refused(tmp_path):
+    stored = {"x": np.ones(2, F32), "smuggled": np.ones(1, F32)}
+    m = bundle(tmp_path, {"inputs.safetensors": stored}, [value("x", (2,))])
+    with pytest.raises(
+        TensorMismatchError, match=re.escape("holds tensor(s) ['smuggled'] that no argument")
+    ) as e:
+        _tensor_files.open_tensor_files(tmp_path, m)
+    assert e.value.code == "TENSOR_MISMATCH" and e.value.path == "inputs.safetensors"
+
+
+def test_a_key_the_file_lacks_is_refused(tmp_path):
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(2, F32)}},
+               [value("x", (2,)), value("w", (2,))])  # fmt: skip
+    with pytest.raises(
+        TensorMismatchError, match=re.escape("arguments[1]: inputs.safetensors has no tensor 'w'")
+    ) as e:
+        _tensor_files.open_tensor_files(tmp_path, m)
+    assert e.value.field == "arguments[1]"
+
+
+@pytest.mark.parametrize(
+    ("stored", "fragment"),
+    [(np.ones(2, np.float64), "is F64[2], the manifest's float32[2] is stored as F32[2]"),
+     (np.ones(3, F32), "is F32[3], the manifest's float32[2] is stored as F32[2]"),
+     (np.ones((2, 1), F32), "is F32[2, 1], the manifest's float32[2]")],
+    ids=["dtype", "size", "rank"],
+)  # fmt: skip
+def test_a_stored_tensor_of_another_dtype_or_shape_is_refused(tmp_path, stored, fragment):
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": stored}}, [value("x", (2,))])
+    with pytest.raises(TensorMismatchError, match=re.escape(fragment)) as e:
+        _tensor_files.open_tensor_files(tmp_path, m)
+    assert e.value.field == "arguments[0]" and e.value.path == "inputs.safetensors"
+
+
+def test_a_symbolic_tensor_of_another_dtype_is_refused(tmp_path):
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, np.int32)}},
+               [value("x", ("b",))], version="2.0")  # fmt: skip
+    with pytest.raises(TensorMismatchError, match=re.escape("is I32[3], the manifest's float32")):
+        _tensor_files.open_tensor_files(tmp_path, m)
+
+
+def test_stored_values_that_fit_the_symbolic_shapes_open(tmp_path):
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, F32)},
+                          "expected.safetensors": {"y": np.ones(6, F32)}},
+               [value("x", ("b",))], [expected("y", ("2*b",))], version="2.0")  # fmt: skip
+    _tensor_files.open_tensor_files(tmp_path, m)
+
+
+def test_stored_values_that_do_not_fit_the_symbolic_shapes_are_refused(tmp_path):
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, F32)},
+                          "expected.safetensors": {"y": np.ones(5, F32)}},
+               [value("x", ("b",))], [expected("y", ("2*b",))], version="2.0")  # fmt: skip
+    with pytest.raises(TensorMismatchError, match=re.escape(
+        "functions[f].the stored values do not fit the symbolic shapes: y.shape[0] is 5, "
+        "but 2*b = 6 with b=3"
+    )) as e:  # fmt: skip
+        _tensor_files.open_tensor_files(tmp_path, m)
+    assert e.value.field == "functions[f].arguments"
+
+
+def test_stored_values_that_break_a_constraint_are_refused(tmp_path):
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, F32)}},
+               [value("x", ("b",))], version="2.0", constraints=["b >= 4"])  # fmt: skip
+    with pytest.raises(TensorMismatchError, match="constraint b >= 4 does not hold"):
+        _tensor_files.open_tensor_files(tmp_path, m)
+
+
+def test_a_header_over_the_budget_of_its_keys_is_refused(tmp_path):
+    padding = "x" * (_limits.TENSOR_HEADER_BASE + 2 * _limits.TENSOR_HEADER_PER_KEY)
+    path = tmp_path / "inputs.safetensors"
+    m = bundle(tmp_path, {}, [value("x", (2,))])
+    save_file({"x": np.ones(2, F32)}, str(path), metadata={"pad": padding})
+    with pytest.raises(LimitError, match="a safetensors header of .* bytes for the tensors"):
+        _tensor_files.open_tensor_files(tmp_path, m)
+
+
+def _read(files):
+    u8 = _dtypes.BY_NAME["uint8"]
+    return lambda ref, shape: files[ref.file].array(ref.key, u8, tuple(shape))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "stored", "fragment"),
+    [("bool", np.array([0, 2], np.uint8), "holds bytes other than 0 and 1 in a bool tensor"),
+     ("uint4", np.array([15, 16], np.uint8), "holds bytes other than values below 16 in a uint4"),
+     ("int2", np.array([3, 4], np.uint8), "other than values below 4 in a int2 tensor")],
+    ids=["bool_of_2", "uint4_of_16", "int2_of_4"],
+)  # fmt: skip
+def test_a_narrow_tensor_holding_wider_bytes_is_refused(tmp_path, dtype, stored, fragment):
+    row = _dtypes.BY_NAME[dtype]
+    stored = stored.view(np.bool_) if dtype == "bool" else stored
+    m = bundle(tmp_path, {"inputs.safetensors": {"x": stored}}, [value("x", (2,), dtype)])
+    files = _tensor_files.open_tensor_files(tmp_path, m)
+    assert files["inputs.safetensors"].entries["x"].code == row.safetensors
+    with pytest.raises(TensorMismatchError, match=re.escape(fragment)) as e:
+        _tensor_files.check_narrow_values(m, _read(files))
+    assert e.value.field == "arguments[0]" and e.value.path == "inputs.safetensors"
+
+
+def test_narrow_tensors_within_their_bits_pass(tmp_path):
+    m = bundle(tmp_path, {"inputs.safetensors": {"b": np.array([0, 1], np.uint8).view(np.bool_),
+                                                 "u": np.array([0, 15], np.uint8)}},
+               [value("b", (2,), "bool"), value("u", (2,), "uint4")])  # fmt: skip
+    _tensor_files.check_narrow_values(m, _read(_tensor_files.open_tensor_files(tmp_path, m)))
