@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ENZYME, ROOT, cli, cli_process, identity_module, rehash, sample
+from helpers import ENZYME, ROOT, cli, cli_process, identity_module, pack_identity, rehash, sample
 from safetensors.numpy import load_file
 
 import hlobundle
@@ -78,6 +78,20 @@ def test_save_outputs(tmp_path):
     np.testing.assert_array_equal(load_file(str(tmp_path / "out.safetensors"))["result"], want)
     r = cli("run", EXAMPLE, "--save-outputs", tmp_path / "out.csv")
     assert r.returncode == 2 and "--save-outputs: expected a .npz or .safetensors file" in r.stderr
+
+
+def test_saved_outputs_may_have_the_names_of_savez_s_own_parameters(tmp_path):
+    # np.savez(path, **named) took a result named `file` or `allow_pickle` as its own argument
+    # (a TypeError, or a result silently left out); mypy's check of the call found it.
+    from hlobundle._run._run import save_outputs
+
+    x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(4, np.int32)
+    bundle = hlobundle.load(pack_identity(tmp_path, x, y, result_names=["file", "allow_pickle"]))
+    save_outputs(tmp_path / "out.npz", bundle, [x, y], producer_layout=False)
+    with np.load(tmp_path / "out.npz") as saved:
+        assert sorted(saved.files) == ["allow_pickle", "file"]
+        np.testing.assert_array_equal(saved["file"], x)
+        np.testing.assert_array_equal(saved["allow_pickle"], y)
 
 
 def test_run_on_given_inputs(tmp_path):

@@ -44,7 +44,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
     bundle = load(args.bundle, verify=args.verify, **trust_options(args)).select(args.function)
     if kind.jax:
         _start_jax(args, needs_x64(bundle.manifest))
-    else:
+    elif kind.limit_memory is not None:
         kind.limit_memory(args.max_memory)
     given = read_files(args.inputs) if args.inputs else None
     producer = args.layout == "producer"

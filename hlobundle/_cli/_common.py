@@ -16,7 +16,8 @@ def usage(args: argparse.Namespace, message: str) -> NoReturn:
     """End with a usage error (exit 2): what the command line alone shows wrong, found by a
     handler before it reads any file. A value of the wrong form is refused by its `type=`
     (`_values`), an unknown or missing option by argparse: the same message and exit status."""
-    args.parser.error(message)  # the command's usage, `hlobundle CMD: error: message`, exit 2
+    parser: argparse.ArgumentParser = args.parser
+    parser.error(message)  # the command's usage, `hlobundle CMD: error: message`, exit 2
 
 
 def output_path(flag: str, path: str) -> Path:

@@ -24,6 +24,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from .._format import _dtypes, _tensors
 from .._format._errors import HloBundleError, InputError
 from .._format._manifest import Manifest
 from .._format._tolerance import agree
+
+if TYPE_CHECKING:
+    from .._run._backends import BackendName
 
 REFUSAL = "BACKEND_UNSUPPORTED"  # a valid case the implementation says it cannot run
 
@@ -63,7 +67,9 @@ def cases(root: Path) -> list[Path]:
     return found
 
 
-def run_case(case: Path, implementation: list[str] | None = None, backend: str = "auto") -> Outcome:
+def run_case(
+    case: Path, implementation: list[str] | None = None, backend: BackendName = "auto"
+) -> Outcome:
     spec = json.loads((case / "case.json").read_text())
     expect = spec["expect"]
     key = case / spec["public_key"] if "public_key" in spec else None  # verify its signature
@@ -80,7 +86,9 @@ def run_case(case: Path, implementation: list[str] | None = None, backend: str =
     return Outcome(case.name, expect, got, passed, detail)
 
 
-def _run_here(case: Path, key: Path | None, backend: str) -> tuple[str, str, dict[str, np.ndarray]]:
+def _run_here(
+    case: Path, key: Path | None, backend: BackendName
+) -> tuple[str, str, dict[str, np.ndarray]]:
     from .._read._reader import load
 
     try:

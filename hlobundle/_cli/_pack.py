@@ -142,7 +142,11 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
     if args.add:
         read_manifest(target)  # a bundle, before anything is packed
     key = resigning_key(args)
-    unsigned = {"private_key": None, "signing_certificate": None, "certificate_chain": []}
+    unsigned: dict[str, Any] = {
+        "private_key": None,
+        "signing_certificate": None,
+        "certificate_chain": [],
+    }
     queue = parts
     with built_beside(target, force=args.force or args.add) as bundle:
         if args.add:  # the bundle as it is (a copy: the reader refuses a second hard link)
@@ -158,7 +162,11 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
                                             "force": False}))  # fmt: skip
             add_function(bundle, packed, default=args.default and i == 0, sign_key=key, **trust)
             trust = {}  # from now on, the bundle is signed by the key itself
-    functions = [f.name for f in read_manifest(target)[0].functions]  # type: ignore[union-attr]
+    from .._format._bundle_manifest import BundleManifest
+
+    written = read_manifest(target)[0]
+    assert isinstance(written, BundleManifest), "the writer writes format 2.0"
+    functions = [f.name for f in written.functions]
     if args.add:
         added = functions[len(functions) - len(queue) :]
         print(f"added function{'s' * (len(added) > 1)} {', '.join(added)} to {target}")

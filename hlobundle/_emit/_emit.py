@@ -96,11 +96,11 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
     """The slots every template has: where the bundle is, what it is, its values' files, and
     the sha256 of each file the script reads (`modules` and the tensor files), as checked here."""
     m = bundle.manifest
-    inputs = [(a.value.file, a.value.key) for a in m.arguments  # type: ignore[union-attr]
+    inputs = [(a.value.file, a.value.key) for a in m.arguments if a.value
               ] if bundle.has_example_inputs else None  # fmt: skip
-    expected = [(r.expected.file, r.expected.key) for r in m.results  # type: ignore[union-attr]
+    expected = [(r.expected.file, r.expected.key) for r in m.results if r.expected
                 ] if all(r.expected for r in m.results) else []  # fmt: skip
-    read = {*modules, *(f for f, _ in [*(inputs or []), *expected])} - {None}
+    read = {n for n in [*modules, *(f for f, _ in [*(inputs or []), *expected])] if n is not None}
     return {
         "WHERE": where,
         "ABOUT": {"function": m.function, "format_version": m.format_version,
@@ -111,5 +111,5 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
         "PATHS": {a.name: a.path for a in m.arguments},
         "INPUTS": inputs,
         "EXPECTED": expected,
-        "SHA256": {name: bundle.checked_sha256(name) for name in sorted(read)},  # type: ignore[arg-type]
+        "SHA256": {name: bundle.checked_sha256(name) for name in sorted(read)},
     }  # fmt: skip

@@ -16,15 +16,19 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._format import _main_signature, _mlir
 from .._format._errors import InputError, ModuleError, OutputExistsError
-from .._format._manifest import Manifest
+from .._format._manifest import Argument, Manifest, Result
 from .._format._prechecks import short
 from .._interop import _reactant_server as rs
 from .._read._reader import Bundle, load
 from .._write._atomic import set_modes
 from .._write._target import refuse_inside_a_bundle
+
+if TYPE_CHECKING:
+    from jaxlib.mlir import ir
 
 
 def emit_reactant_server(
@@ -52,7 +56,8 @@ def emit_reactant_server(
         raise InputError(f"the directory {str(target.parent)!r} does not exist; create it first",
                          path=target)  # fmt: skip
     if function is not None or len(b.functions) == 1:
-        views, batch_axes = {rs.MODULE: b.select(function)}, {}
+        views = {rs.MODULE: b.select(function)}
+        batch_axes: dict[tuple[str, str], int | None] = {}
     else:
         by_size, batch_axes = _batch_sizes(b)
         views = {rs.module_file(n): view for n, view in by_size.items()}
@@ -162,16 +167,18 @@ def _batch_axis(b: Bundle, kind: str, per_size: dict, views: dict[int, Bundle]) 
     return axis
 
 
-def _differ(kind: str, value: object, fn: str, other: object, other_fn: str) -> str:
+def _differ(
+    kind: str, value: Argument | Result, fn: str, other: Argument | Result, other_fn: str
+) -> str:
     v, o = value, other
-    return (f"{kind} {v.name!r} is {v.dtype}{list(v.shape)} in {fn} but "  # type: ignore[attr-defined]
-            f"{o.dtype}{list(o.shape)} in {other_fn}")  # type: ignore[attr-defined]  # fmt: skip
+    return (f"{kind} {v.name!r} is {v.dtype}{list(v.shape)} in {fn} but "
+            f"{o.dtype}{list(o.shape)} in {other_fn}")  # fmt: skip
 
 
 def _check_servable(m: Manifest) -> None:
     if m.mesh is not None:
         raise InputError("a sharded bundle: ReactantServer.jl runs a model on one device")
-    values = [*m.arguments, *m.results]
+    values = m.tensors()
     lacking = sorted({v.dtype for v in values} - set(rs.TOKEN_OF))
     if lacking:
         raise InputError(f"ReactantServer.jl has no dtype token for {lacking}; it knows "
@@ -205,7 +212,7 @@ def _manifest_yaml(
     )  # fmt: skip
 
 
-def _reorder_main(module: object, sig: _main_signature.Signature, order: list[int]) -> None:
+def _reorder_main(module: ir.Module, sig: _main_signature.Signature, order: list[int]) -> None:
     """Rename `@main` and add a public `@main` taking its arguments in `order`, which calls it."""
     from jaxlib.mlir import ir
 
@@ -213,7 +220,9 @@ def _reorder_main(module: object, sig: _main_signature.Signature, order: list[in
         _add_reordered_main(module, sig, order)
 
 
-def _add_reordered_main(module: object, sig: _main_signature.Signature, order: list[int]) -> None:
+def _add_reordered_main(
+    module: ir.Module, sig: _main_signature.Signature, order: list[int]
+) -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import func
 
@@ -223,10 +232,12 @@ def _add_reordered_main(module: object, sig: _main_signature.Signature, order: l
     main.attributes["sym_visibility"] = ir.StringAttr.get("private")
     args = [_mlir.tensor_type(t.shape, t.dtype.name) for t in sig.arguments]
     results = [_mlir.tensor_type(t.shape, t.dtype.name) for t in sig.results]
-    with ir.InsertionPoint(module.body):  # type: ignore[attr-defined]
-        wrapper = func.FuncOp(_mlir.ENTRY, ([args[i] for i in order], results),
-                              visibility="public")  # fmt: skip
-    with ir.InsertionPoint(wrapper.add_entry_block()):
-        by_position = {i: wrapper.arguments[k] for k, i in enumerate(order)}
+    with ir.InsertionPoint(module.body):
+        wrapper = func.FuncOp(  # type: ignore[call-arg]  # jaxlib's stubs lack it
+            _mlir.ENTRY, ([args[i] for i in order], results), visibility="public"
+        )
+    with ir.InsertionPoint(wrapper.add_entry_block()):  # type: ignore[attr-defined]  # jaxlib's stubs lack it
+        arguments = wrapper.arguments  # type: ignore[attr-defined]  # jaxlib's stubs lack it
+        by_position = {i: arguments[k] for k, i in enumerate(order)}
         call = func.CallOp(results, inner_name, [by_position[i] for i in range(len(order))])
         func.ReturnOp(list(call.results))

@@ -9,6 +9,7 @@ version that can express a one-function bundle (SPEC.md 5).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Literal
 
@@ -84,7 +85,7 @@ class BundleManifest(_Model):
         """Function `name` as a manifest of its own."""
         return self.views[name]
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
         """A copy whose views are made again from its own fields (pydantic copies the cached
         ones with `__dict__`, which `update` may have made stale)."""
         copy = super().model_copy(update=update, deep=deep)
@@ -134,6 +135,6 @@ def minimum_version(m: Manifest) -> str:
         return "2.0"
     if m.executables:
         return "1.3"
-    if any(v.dtype in SUB_BYTE_BITS for v in [*m.arguments, *m.results]):
+    if any(v.dtype in SUB_BYTE_BITS for v in m.tensors()):
         return "1.2"
     return "1.1" if m.batched is not None else "1.0"

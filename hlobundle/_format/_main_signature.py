@@ -184,11 +184,11 @@ def _sharding(
     meshes = {}
     for op in module.body.operations:
         if op.operation.name == "sdy.mesh":
-            mesh = sdy.MeshAttr(op.operation.attributes["mesh"])
-            axes = tuple((sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh.axes)
+            attr = sdy.MeshAttr(op.operation.attributes["mesh"])
+            axes = tuple((sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in attr.axes)
             meshes[string_value(op.operation.attributes["sym_name"], "a mesh's name", path)] = (
                 axes,
-                tuple(mesh.device_ids),
+                tuple(attr.device_ids),
             )
 
     def read(attrs: ir.DictAttr | None) -> tuple[tuple[tuple[str, ...], ...] | None, str | None]:

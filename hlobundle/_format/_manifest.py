@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -32,7 +33,7 @@ from ._dtypes import NAMES
 # 2.0 (2026-12-03): `functions`, several named functions over one set of files, with symbolic
 #     dimensions and `constraints`; `default_function`. A writer writes the oldest version that
 #     can express a bundle (`minimum_version`): one static function is still 1.x.
-FORMAT = "hlobundle"
+FORMAT: Literal["hlobundle"] = "hlobundle"
 FORMAT_VERSION = "2.0"
 NEWEST_MINOR = {1: 3, 2: 0}  # the newest minor version of each major version this reader knows
 MAX_FUNCTIONS = 64
@@ -194,6 +195,10 @@ class FunctionFields(_Model):
     executables: list[Executable] | None = None
     constraints: list[str] | None = None  # on the symbols of the shapes (2.0, SPEC.md 2.8)
 
+    def tensors(self) -> list[Argument | Result]:
+        """The arguments, then the results (what a loop over both reads: name, shape, dtype)."""
+        return [*self.arguments, *self.results]
+
 
 class Manifest(FunctionFields):
     format: Literal["hlobundle"]
@@ -210,7 +215,7 @@ class Manifest(FunctionFields):
     @property
     def symbolic(self) -> bool:
         """Whether any argument or result has a symbolic dimension (format 2.0)."""
-        return any(isinstance(d, str) for v in [*self.arguments, *self.results] for d in v.shape)
+        return any(isinstance(d, str) for v in self.tensors() for d in v.shape)
 
     def argument(self, name: str) -> Argument:
         for a in self.arguments:
@@ -227,9 +232,16 @@ class Manifest(FunctionFields):
 X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
 
 
+def static_shape(shape: Sequence[int | str]) -> tuple[int, ...]:
+    """A shape the caller knows has no symbolic dimension (a 1.x function's, say), as a tuple."""
+    dims = tuple(d for d in shape if isinstance(d, int))
+    assert len(dims) == len(shape), f"{shape}: the caller expects no symbolic dimension"
+    return dims
+
+
 def needs_x64(manifest: Manifest) -> bool:
     """Whether a bundle has 64-bit values (JAX truncates them unless `jax_enable_x64` is on)."""
-    return any(v.dtype in X64_DTYPES for v in [*manifest.arguments, *manifest.results])
+    return any(v.dtype in X64_DTYPES for v in manifest.tensors())
 
 
 def identifier(text: str, prefix: str = "_") -> str:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from . import _symbolic
 
 if TYPE_CHECKING:  # _manifest imports this module for its validators
-    from ._manifest import Manifest
+    from collections.abc import Sequence
+
+    from ._manifest import Argument, Manifest, Result
 
 
 def check_function(m: Manifest) -> None:
@@ -27,7 +29,11 @@ def check_function(m: Manifest) -> None:
         if unknown:
             raise ValueError(f"batched.arguments names {unknown}, which are not arguments")
     axes = {a.name for a in m.mesh.axes} if m.mesh else set()
-    for what, values in (("arguments", m.arguments), ("results", m.results)):
+    sides: tuple[tuple[str, Sequence[Argument | Result]], ...] = (
+        ("arguments", m.arguments),
+        ("results", m.results),
+    )
+    for what, values in sides:
         for i, v in enumerate(values):
             if v.sharding is None:
                 continue
@@ -35,10 +41,10 @@ def check_function(m: Manifest) -> None:
                 raise ValueError(
                     f"{what}[{i}].sharding has {len(v.sharding)} entries for {len(v.shape)} dimensions"
                 )
-            unknown = {a for dim in v.sharding for a in dim} - axes
-            if unknown:
+            undefined = {a for dim in v.sharding for a in dim} - axes
+            if undefined:
                 raise ValueError(
-                    f"{what}[{i}].sharding uses mesh axes {sorted(unknown)} that mesh does not define"
+                    f"{what}[{i}].sharding uses mesh axes {sorted(undefined)} that mesh does not define"
                 )
     _check_tree(m.input_tree, {a.name for a in m.arguments}, "input_tree")
     _check_tree(m.output_tree, {r.name for r in m.results}, "output_tree")
@@ -68,7 +74,7 @@ def check_identifier(name: str) -> str:
 def check_symbols(m: Manifest) -> None:
     """Symbolic dimensions and constraints: format 2.0 only, bounded, constraints over known
     symbols, and no batched module or mesh beside them (SPEC.md 2.8)."""
-    dims = [d for v in [*m.arguments, *m.results] for d in v.shape if isinstance(d, str)]
+    dims = [d for v in m.tensors() for d in v.shape if isinstance(d, str)]
     if not dims and not m.constraints:
         return
     if m.format_version.split(".")[0] == "1":

@@ -153,7 +153,7 @@ def location(op: ir.Operation) -> str:
     """`line L, column C` of an op parsed from text, else MLIR's own rendering of its location."""
     loc = op.location
     try:
-        return f"line {loc.start_line}, column {loc.start_col}"
+        return f"line {loc.start_line}, column {loc.start_col}"  # type: ignore[attr-defined]  # a file location's; jaxlib's stubs lack them
     except (AttributeError, ValueError):  # a location kind without line information
         return str(loc)
 

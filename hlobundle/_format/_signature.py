@@ -102,7 +102,7 @@ def _hashing_from(digests: dict[str, str], name: str, asked: list[bool] | None =
     recorded in `asked`."""
     ms = _model_signing()
 
-    class Verified(ms.hashing.Config):  # type: ignore[misc, name-defined]
+    class Verified(ms.hashing.Config):  # type: ignore[name-defined]
         def hash(self, model_path: Any, *, files_to_hash: Any = None) -> Any:
             if asked is not None:
                 asked.append(True)

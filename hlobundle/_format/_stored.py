@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _main_signature, _sharding
 from ._errors import MainSignatureError
-from ._manifest import BatchedModule, Manifest, Module
+from ._manifest import Argument, BatchedModule, Manifest, Module, Result, static_shape
 from ._policy import refuse_unportable
 
 
@@ -27,7 +27,8 @@ class Form:
     check_signature: Callable[[Any, Manifest, str], _main_signature.Signature | None]
 
     def entry(self, manifest: Manifest) -> Module | BatchedModule | None:
-        return getattr(manifest, self.key)  # type: ignore[no-any-return]
+        entry: Module | BatchedModule | None = getattr(manifest, self.key)
+        return entry
 
 
 def check(
@@ -58,10 +59,12 @@ def fits(declared: Sequence[int | str], module: Sequence[int | None]) -> bool:
 
 
 def check_signature(sig: _main_signature.Signature, manifest: Manifest, source: str) -> None:
-    for what, entries, types in (
+    Side = tuple[str, Sequence[Argument | Result], Sequence[_main_signature.TensorType]]
+    sides: tuple[Side, ...] = (
         ("arguments", manifest.arguments, sig.arguments),
         ("results", manifest.results, sig.results),
-    ):
+    )
+    for what, entries, types in sides:
         if len(entries) != len(types):
             raise MainSignatureError(
                 f"the manifest has {len(entries)} {what}, @main in {source} has {len(types)}",
@@ -89,7 +92,11 @@ def check_signature(sig: _main_signature.Signature, manifest: Manifest, source: 
 
 
 def _check_sharding(sig: _main_signature.Signature, manifest: Manifest, source: str) -> None:
-    for what, entries in (("arguments", manifest.arguments), ("results", manifest.results)):
+    sides: tuple[tuple[str, Sequence[Argument | Result]], ...] = (
+        ("arguments", manifest.arguments),
+        ("results", manifest.results),
+    )
+    for what, entries in sides:
         for i, entry in enumerate(entries):
             want = _sharding.sharding_fields(sig.sharding, what, i)
             got = {"sharding": entry.sharding, "hlo_sharding": entry.hlo_sharding} if want else {}
@@ -159,12 +166,12 @@ def expected_types(
     manifest: Manifest, batched_arguments: Sequence[str]
 ) -> tuple[list[tuple[str, tuple[int | None, ...]]], list[tuple[str, tuple[int | None, ...]]]]:
     """(dtype, shape) of a batched `@main`'s arguments and results; None is the batch size."""
-    batched = set(batched_arguments)
+    batched = set(batched_arguments)  # beside a batched module, no symbolic dimension (2.8)
     args = [
-        (a.dtype, (None, *a.shape) if a.name in batched else tuple(a.shape))
+        (a.dtype, (None, *static_shape(a.shape)) if a.name in batched else static_shape(a.shape))
         for a in manifest.arguments
     ]
-    return args, [(r.dtype, (None, *r.shape)) for r in manifest.results]
+    return args, [(r.dtype, (None, *static_shape(r.shape))) for r in manifest.results]
 
 
 def differentiable(dtype: str) -> bool:

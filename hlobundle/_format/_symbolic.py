@@ -213,11 +213,11 @@ def bind(
             continue  # over a symbol no given value binds (stored values bind only some)
         a, b = left.value(env), right.value(env)
         if not {">=": a >= b, "<=": a <= b, "==": a == b}[op]:
-            symbol = min(left.symbols | right.symbols, default=None)
+            culprit = min(left.symbols | right.symbols, default=None)
             raise ShapeError(
                 f"constraint {left.text} {op} {right.text} does not hold: {a} {op} {b} is false",
-                symbol or "constraints",
-                symbol,
+                culprit or "constraints",
+                culprit,
             )
     return env
 

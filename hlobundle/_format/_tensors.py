@@ -85,7 +85,7 @@ def write(
 def _bytes_of(a: np.ndarray) -> memoryview:
     import numpy as np
 
-    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8).data
 
 
 @dataclass(frozen=True)
@@ -186,10 +186,10 @@ class TensorFile:
         )
         entries = {key: self._entry(key, value) for key, value in header.items()}
         end = 0
-        for key, e in sorted(entries.items(), key=lambda item: item[1].begin):
-            if e.begin != end:
-                raise self._invalid(f"tensor {key!r} starts at {e.begin}, not at {end}")
-            end = e.end
+        for key, entry in sorted(entries.items(), key=lambda item: item[1].begin):
+            if entry.begin != end:
+                raise self._invalid(f"tensor {key!r} starts at {entry.begin}, not at {end}")
+            end = entry.end
         if end != data_size:
             raise self._invalid(f"its tensors hold {end} bytes of its {data_size} bytes of data")
         return entries
@@ -201,20 +201,19 @@ class TensorFile:
                 for d in x
             )
 
-        ok = (
+        if not (
             isinstance(value, dict)
             and value.get("dtype") in CODE_BYTES
             and naturals(value.get("shape"))
             and naturals(value.get("data_offsets"))
             and len(value["data_offsets"]) == 2
-        )
-        if not ok:
+        ):
             raise self._invalid(f"tensor {key!r} has no dtype, shape and data_offsets it knows")
-        begin, end = value["data_offsets"]  # type: ignore[index]
-        shape = tuple(value["shape"])  # type: ignore[index]
-        if end - begin != math.prod(shape) * CODE_BYTES[value["dtype"]]:  # type: ignore[index]
+        begin, end = value["data_offsets"]
+        shape = tuple(value["shape"])
+        if end - begin != math.prod(shape) * CODE_BYTES[value["dtype"]]:
             raise self._invalid(f"tensor {key!r}'s offsets do not span its shape and dtype")
-        return Entry(value["dtype"], shape, begin, end)  # type: ignore[index]
+        return Entry(value["dtype"], shape, begin, end)
 
     def _invalid(self, why: str) -> TensorFileError:
         return TensorFileError(
@@ -251,7 +250,7 @@ class TensorFile:
         data = self._bytes
         with _progress.task(f"checking {self.name}", len(data)) as advance:
             for begin in range(0, len(data), _CHUNK):
-                chunk = memoryview(data[begin : begin + _CHUNK])
+                chunk = data[begin : begin + _CHUNK].data
                 h.update(chunk)
                 advance(len(chunk))
         return h.hexdigest()
@@ -268,7 +267,7 @@ class TensorFile:
         raw = np.empty(size + DATA_ALIGNMENT, np.uint8)
         skip = -raw.ctypes.data % DATA_ALIGNMENT
         memory = raw[skip : skip + size]
-        view, done = memoryview(memory), 0
+        view, done = memory.data, 0
         with _progress.task(f"reading {self.name}", size) as advance:
             while done < size:
                 got = os.preadv(self._fd, [view[done : done + _CHUNK]], done)

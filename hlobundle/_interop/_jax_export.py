@@ -28,7 +28,7 @@ from .._format._stored import differentiable
 PRODUCER = PRODUCER_JAX_EXPORT  # the provenance's producer of a bundle from an Exported
 
 
-def value_avals(manifest: Manifest, values: Sequence[Argument] | Sequence[Result]) -> list[Any]:
+def value_avals(manifest: Manifest, values: Sequence[Argument | Result]) -> list[Any]:
     """The avals of `values` (the manifest's arguments or results)."""
     import jax
 
@@ -39,7 +39,7 @@ def value_avals(manifest: Manifest, values: Sequence[Argument] | Sequence[Result
     ]
 
 
-def cotangent_avals(manifest: Manifest, values: Sequence[Argument] | Sequence[Result]) -> list[Any]:
+def cotangent_avals(manifest: Manifest, values: Sequence[Argument | Result]) -> list[Any]:
     """The avals of `values`' cotangents: float0 for values that are not differentiable."""
     import jax
     from jax import dtypes
@@ -55,7 +55,7 @@ def cotangent_avals(manifest: Manifest, values: Sequence[Argument] | Sequence[Re
 
 def _shapes(manifest: Manifest, shapes: list[list[int | str]]) -> list[tuple[Any, ...]]:
     if not manifest.symbolic:
-        return [tuple(s) for s in shapes]  # type: ignore[misc]
+        return [tuple(s) for s in shapes]
     from jax import export
 
     scope = _scope(tuple(manifest.constraints or ()))

@@ -137,7 +137,7 @@ def _load_yaml(path: Path) -> object:
         ) from None
 
     class NoAliases(yaml.SafeLoader):  # an alias can make a small file a huge graph
-        def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
                 raise yaml.YAMLError("aliases (*name) are not accepted")
             return super().compose_node(parent, index)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 # The child scripts: each reads untrusted bytes on stdin (SCRIPT's docstring has its protocol).
 PORTABLE_CHILD = Path(__file__).with_name("_portable_child.py")
@@ -61,8 +62,14 @@ def run(script: Path, args: list[str], data: bytes, *, timeout: float, max_outpu
             os.killpg(child.pid, signal.SIGKILL)
         status = child.wait()
         for pipe in (child.stdout, child.stderr):
-            pipe.close()  # type: ignore[union-attr]
+            piped(pipe).close()
     return Done(status, out, err, timed_out=not ended and not overflow, overflow=overflow)
+
+
+def piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """A child's stream that was opened as a pipe (`subprocess.PIPE`: never None)."""
+    assert stream is not None, "the child was started with this stream piped"
+    return stream
 
 
 def _collect(
@@ -71,8 +78,8 @@ def _collect(
     """(stdout, stderr, whether they passed `limit` bytes together), read until both pipes
     close, the deadline passes, or the output passes `limit`; or, once the child has ended and
     something it started still holds its pipes, until they have nothing more to read."""
-    pipes = (child.stdout, child.stderr)
-    parts: dict[int, list[bytes]] = {pipe.fileno(): [] for pipe in pipes}  # type: ignore[union-attr]
+    pipes = (piped(child.stdout), piped(child.stderr))
+    parts: dict[int, list[bytes]] = {pipe.fileno(): [] for pipe in pipes}
     size, ended = 0, False
     with selectors.DefaultSelector() as selector:
         for fd in parts:

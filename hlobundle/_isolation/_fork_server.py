@@ -42,8 +42,9 @@ def main() -> int:
     script, idle_s = Path(sys.argv[1]), float(sys.argv[2])
     sys.path[0] = str(script.parent)  # as when the script is run alone
     spec = importlib.util.spec_from_file_location("__child__", script)
-    child = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(child)  # type: ignore[union-attr]
+    assert spec is not None and spec.loader is not None, "a .py file's spec has a loader"
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
     try:
         getattr(child, "preload", lambda: None)()
     except Exception:  # only an optimisation: main() imports what it needs again

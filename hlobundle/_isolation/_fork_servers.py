@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from ._child import Done
+from ._child import Done, piped
 
 _SERVER = Path(__file__).with_name("_fork_server.py")
 IDLE_S = 60.0  # a server without calls for this long exits
@@ -73,7 +73,7 @@ class _Server:
         """Close its pipes: it kills its fork and whatever that left running, and exits (or is
         killed a second later)."""
         for stream in (self.process.stdin, self.process.stdout):
-            stream.close()  # type: ignore[union-attr]
+            piped(stream).close()
         try:
             self.process.wait(timeout=1)
         except subprocess.TimeoutExpired:
@@ -86,7 +86,7 @@ class _Server:
         tag = os.urandom(16).hex()  # a reply with another tag answers another request
         header = json.dumps({"args": args, "timeout": timeout, "max_output": max_output, "id": tag})
         try:
-            fd = self.process.stdin.fileno()  # type: ignore[union-attr]
+            fd = piped(self.process.stdin).fileno()
             for part in (header.encode(), data):
                 _write_all(fd, len(part).to_bytes(U64, "little"))
                 _write_all(fd, part)
@@ -103,7 +103,7 @@ class _Server:
             raise
 
     def _read_reply(self, deadline: float, max_output: int) -> list[bytes]:
-        fd = self.process.stdout.fileno()  # type: ignore[union-attr]
+        fd = piped(self.process.stdout).fileno()
         limits = (1 << 16, max_output, max_output)
         return [self._read(fd, self._length(fd, deadline, most), deadline) for most in limits]
 
@@ -146,8 +146,8 @@ def _in_a_forked_copy() -> None:
     global _servers_lock
     _servers_lock = threading.Lock()
     for server in _servers.values():
-        server.process.stdin.close()  # type: ignore[union-attr]
-        server.process.stdout.close()  # type: ignore[union-attr]
+        piped(server.process.stdin).close()
+        piped(server.process.stdout).close()
 
 
 if hasattr(os, "register_at_fork"):

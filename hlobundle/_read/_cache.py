@@ -60,8 +60,8 @@ def turned_off(off: bool = True) -> Iterator[None]:
     finally:
         if off and before is None:
             del os.environ["HLOBUNDLE_NO_CACHE"]
-        elif off:
-            os.environ["HLOBUNDLE_NO_CACHE"] = before  # type: ignore[assignment]
+        elif off and before is not None:
+            os.environ["HLOBUNDLE_NO_CACHE"] = before
 
 
 def directory(name: str) -> Path | None:

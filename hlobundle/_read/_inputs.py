@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import zipfile
 import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from .._format import _dtypes
 from .._format._errors import InputAmbiguousError, InputError, TensorFileError
 from .._format._main_signature import TensorType
 from .._terminal._display import did_you_mean, some_names
+
+if TYPE_CHECKING:
+    from .._format._manifest import Layout
 
 _ARR_KEY = re.compile(r"^arr_(\d+)$")
 
@@ -37,7 +41,7 @@ class Keyed:
     positional: bool = False
 
 
-def read_files(files: Sequence[str | Path]) -> list[Keyed]:
+def read_files(files: Sequence[str | os.PathLike[str]]) -> list[Keyed]:
     """The arrays of input files; `NAME=FILE` gives one argument the file's only array."""
     items: list[Keyed] = []
     for f in files:
@@ -208,7 +212,7 @@ def assign(
     *,
     optional: Sequence[str] = (),
     inputs: Collection[str] = (),
-) -> list[Keyed | None]:
+) -> Sequence[Keyed | None]:
     """Order `items` as the arguments `names`, by name, by `arr_<k>`, or by position.
 
     By name, the arguments in `optional` may be left out (None): the caller has a value for
@@ -244,7 +248,7 @@ def assign(
 
 
 def _assign_numbered(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
-    by_index = {int(_ARR_KEY.match(it.key).group(1)): it for it in items}  # type: ignore[union-attr]
+    by_index = {_arr_index(it.key): it for it in items}
     n = len(names)
     for base in (0, 1):
         if set(by_index) == set(range(base, base + n)):
@@ -257,6 +261,12 @@ def _assign_numbered(items: list[Keyed], names: Sequence[str]) -> list[Keyed]:
         f"values), name them: keys named after the arguments ({some_names(names)}), or "
         "NAME=FILE",
     )
+
+
+def _arr_index(key: str) -> int:
+    match = _ARR_KEY.match(key)
+    assert match is not None, "assign() calls this for arr_<k> keys only"
+    return int(match.group(1))
 
 
 def _require_all(by_key: dict[str, Keyed], names: Sequence[str]) -> None:
@@ -329,16 +339,21 @@ def check(
     return array.T if column_major else array
 
 
-def detect_layout(items: Sequence[Keyed], types: Sequence[TensorType], names: Sequence[str]) -> str:
+def detect_layout(
+    items: Sequence[Keyed | None], types: Sequence[TensorType], names: Sequence[str]
+) -> Layout:
     """`row_major` or `column_major`, from the evidence the arrays give.
 
     An array of rank 2 or more whose shape differs from its reverse tells: it has the tensor's
     shape (row-major) or its reverse (Julia's orientation). When none tells (square matrices,
     for example), arrays stored in Fortran order (as Julia's NPZ.jl writes them) say
-    column-major; anything else is NumPy data, row-major, as `pack()` assumes.
+    column-major; anything else is NumPy data, row-major, as `pack()` assumes. An argument
+    without an array (None: it keeps a stored value) tells nothing.
     """
     direct, reverse, undecided = [], [], []
     for item, t, name in zip(items, types, names, strict=True):
+        if item is None:
+            continue
         shape = tuple(np.shape(item.array))
         if len(t.shape) < 2:
             continue

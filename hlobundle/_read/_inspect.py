@@ -19,7 +19,7 @@ from typing import Any
 
 from .._format import _dtypes, _signature
 from .._format._bundle_manifest import BundleManifest, functions_of
-from .._format._manifest import Manifest
+from .._format._manifest import Manifest, static_shape
 from .._terminal._display import human_bytes, shown, table
 from . import _files, _tensor_files
 
@@ -97,7 +97,7 @@ def _nbytes(shape: Sequence[int | str], dtype: str) -> int | None:
     """The tensor's bytes, or None when a dimension is symbolic (format 2.0)."""
     if any(isinstance(d, str) for d in shape):
         return None
-    return math.prod(shape) * _dtypes.BY_NAME[dtype].itemsize
+    return math.prod(static_shape(shape)) * _dtypes.BY_NAME[dtype].itemsize
 
 
 def _size(shape: Sequence[int | str], dtype: str) -> str:

@@ -93,7 +93,9 @@ def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
 def remember(stored: StoredModule) -> None:
     """Record a form's verdict once every check passed (best effort)."""
     key = stored.verdict_key
-    where = _cache.directory(CHECKS) if key is not None and stored.same_program else None
+    if key is None or not stored.same_program:
+        return
+    where = _cache.directory(CHECKS)
     if where is not None:
         data = json.dumps({"signature": _encode(stored.signature),
                            "custom_calls": list(stored.custom_calls)}).encode()  # fmt: skip

@@ -167,7 +167,9 @@ class Bundle(StoredValues):
 
     @property
     def portable_artifact(self) -> bytes:
-        return self.artifact("module")  # type: ignore[return-value]
+        artifact = self.artifact("module")
+        assert artifact is not None, "every bundle has a module (the reader checked it)"
+        return artifact
 
     @property
     def backward_artifact(self) -> bytes | None:

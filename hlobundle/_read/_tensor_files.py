@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .._format import _dtypes, _limits, _paths, _symbolic, _tensors
 from .._format._errors import TensorMismatchError
-from .._format._manifest import Manifest, TensorRef
+from .._format._manifest import Argument, Manifest, Result, TensorRef, static_shape
 from ._files import AnyManifest, each_function
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def stored_tensors(manifest: AnyManifest) -> list[tuple[str, TensorRef, str, list[int | str]]]:
     """(field, reference, dtype, shape) of every stored tensor any function names."""
-    found = []
+    found: list[tuple[str, TensorRef, str, list[int | str]]] = []
     for prefix, view in each_function(manifest):
         found += [
             (f"{prefix}arguments[{i}]", a.value, a.dtype, a.shape)
@@ -31,7 +31,7 @@ def stored_tensors(manifest: AnyManifest) -> list[tuple[str, TensorRef, str, lis
             for i, r in enumerate(view.results)
             if r.expected
         ]
-    return found  # type: ignore[return-value]
+    return found
 
 
 def open_tensor_files(
@@ -71,9 +71,10 @@ def _check_symbolic_values(
 ) -> None:
     """The stored values of a function with symbolic dimensions are one instance of its
     shapes: the arguments' shapes bind its symbols, which the expected results then fit."""
-    args = [a for a in view.arguments if a.value]
-    results = [r for r in view.results if r.expected]
-    stored = [*((a, a.value) for a in args), *((r, r.expected) for r in results)]
+    stored: list[tuple[Argument | Result, TensorRef]] = [
+        *((a, a.value) for a in view.arguments if a.value),
+        *((r, r.expected) for r in view.results if r.expected),
+    ]
     declared = [(x.name, x.shape) for x, _ in stored]
     actual = [
         _dtypes.BY_NAME[x.dtype].logical_shape(files[v.file].entries[v.key].shape)
@@ -95,7 +96,11 @@ def _header_budget(keys: list[str]) -> int:
 
 
 def _check_header_entry(
-    tf: _tensors.TensorFile, ref: TensorRef, row: _dtypes.DType, shape: tuple[int, ...], field: str
+    tf: _tensors.TensorFile,
+    ref: TensorRef,
+    row: _dtypes.DType,
+    shape: tuple[int | str, ...],
+    field: str,
 ) -> None:
     entry = tf.entries.get(ref.key)
     if entry is None:
@@ -106,9 +111,9 @@ def _check_header_entry(
         )
     if any(isinstance(d, str) for d in shape):  # symbolic: the function's values bind them
         want = (row.safetensors, entry.shape)
-        shape = list(row.logical_shape(entry.shape))
+        shape = row.logical_shape(entry.shape)
     else:
-        want = (row.safetensors, row.storage_shape(shape))
+        want = (row.safetensors, row.storage_shape(static_shape(shape)))
     if (entry.code, entry.shape) != want:
         raise TensorMismatchError(
             f"{field}: {ref.file}[{ref.key!r}] is {entry.code}{list(entry.shape)}, the manifest's "

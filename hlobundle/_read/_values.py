@@ -9,7 +9,7 @@ import numpy as np
 
 from .._format import _dtypes
 from .._format._errors import InputError
-from .._format._manifest import Argument, Manifest, Result, TensorRef, unflatten
+from .._format._manifest import Argument, Manifest, Result, TensorRef, static_shape, unflatten
 
 if TYPE_CHECKING:
     from .._format._tensors import TensorFile
@@ -87,5 +87,5 @@ class StoredValues:
         tf = self._tensor_files[ref.file]
         row = _dtypes.BY_NAME[dtype]
         if any(isinstance(d, str) for d in shape):  # symbolic: the stored instance's shape
-            shape = list(row.logical_shape(tf.entries[ref.key].shape))
-        return tf.array(ref.key, row, tuple(shape))  # type: ignore[arg-type]
+            return tf.array(ref.key, row, row.logical_shape(tf.entries[ref.key].shape))
+        return tf.array(ref.key, row, static_shape(shape))

@@ -72,12 +72,12 @@ class Fast:
             return tuple(self.call(*xs))
 
         if self.derivative == "vjp":  # forward mode is not available: give the loop's VJP
-            f = jax.custom_vjp(fast)
-            f.defvjp(lambda *xs: jax.vjp(loop, *xs), lambda pullback, ct: pullback(ct))
-        else:
-            f = jax.custom_jvp(fast)
-            f.defjvp(lambda xs, ts: jax.jvp(loop, xs, ts))
-        return f(*args)
+            reverse = jax.custom_vjp(fast)
+            reverse.defvjp(lambda *xs: jax.vjp(loop, *xs), lambda pullback, ct: pullback(ct))
+            return reverse(*args)
+        forward = jax.custom_jvp(fast)
+        forward.defjvp(lambda xs, ts: jax.jvp(loop, xs, ts))
+        return forward(*args)
 
 
 # enzyme: by the prepared module text (named after both modules), while its callable lives
@@ -125,7 +125,9 @@ def fast_path(
     if batched_module is None:
         return None
     inputs, outputs = symbolic_avals(m, batched_module.arguments)
-    batched = exported_for(m, bundle.batched_artifact, inputs=inputs, outputs=outputs,
+    artifact = bundle.batched_artifact
+    assert artifact is not None, "the manifest has a batched module: the reader checked its file"
+    batched = exported_for(m, artifact, inputs=inputs, outputs=outputs,
                            name=f"{m.function}_batched", polymorphic=True)  # fmt: skip
     call = batched.call
     if carriers is not None:

@@ -115,14 +115,17 @@ class BundleFunction:
 
         placement = self._placement
         names = [self.manifest.arguments[i].name for i in self._used]
+        shardings: dict[str, Any] = {}
+        if placement:
+            assert self._in_shardings is not None, "__init__ made it from the same placement"
+            shardings = {
+                "in_shardings": tuple(self._in_shardings),
+                "out_shardings": tuple(placement[1]),
+            }
         return jax.jit(
             _named(_with_zeros_for_unused(self._impl, self.manifest, self._used), self.manifest),
             donate_argnums=tuple(names.index(n) for n in self.donated if n in names),
-            **(
-                {"in_shardings": tuple(self._in_shardings), "out_shardings": tuple(placement[1])}
-                if placement
-                else {}
-            ),
+            **shardings,
         )
 
     def _jitted_for(self, shapes: _shapes.Shapes) -> Callable[..., Any]:
@@ -132,7 +135,8 @@ class BundleFunction:
                 self._per_shape.move_to_end(shapes)
                 return jitted
             jitted = self._per_shape[shapes] = self._jit()
-            while len(self._per_shape) > self._prover.max_shapes:  # type: ignore[union-attr]
+            assert self._prover is not None, "only a symbolic function compiles per shape"
+            while len(self._per_shape) > self._prover.max_shapes:
                 self._per_shape.popitem(last=False)
             return jitted
 
@@ -239,7 +243,7 @@ def backend_failure(backend: str, e: Exception) -> HloBundleError:
 def check_x64(manifest: Manifest) -> None:
     import jax
 
-    if needs_x64(manifest) and not jax.config.jax_enable_x64:
+    if needs_x64(manifest) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]  # jax's stubs lack its flags
         raise X64DisabledError(
             "this bundle has 64-bit values, and with jax_enable_x64 off JAX would silently "
             "truncate them; call jax.config.update('jax_enable_x64', True) at start-up "

@@ -28,9 +28,9 @@ class ByText(Generic[V]):
 
     def _drop(self, text: str) -> None:
         with self._lock:
-            value, count = self._entries.get(text, (None, 0))
-            if count > 1:
-                self._entries[text] = (value, count - 1)  # type: ignore[assignment]
+            entry = self._entries.get(text)
+            if entry is not None and entry[1] > 1:
+                self._entries[text] = (entry[0], entry[1] - 1)
             else:
                 self._entries.pop(text, None)
 

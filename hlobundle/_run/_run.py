@@ -12,7 +12,7 @@ import numpy as np
 
 from .._format import _dtypes, _limits, _main_signature, _tensors
 from .._format._errors import InputError, LimitError
-from .._format._manifest import Result
+from .._format._manifest import Result, static_shape
 from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
@@ -102,7 +102,7 @@ def _generated_shapes(bundle: Bundle) -> dict[str, tuple[int, ...]]:
 
     arguments = bundle.arguments
     if not bundle.manifest.symbolic:
-        return {a.name: tuple(a.shape) for a in arguments}  # type: ignore[misc]
+        return {a.name: static_shape(a.shape) for a in arguments}
     stored = [a for a in arguments if a.value is not None]
     env = _symbolic.bind_shapes([(a.name, a.shape) for a in stored],
                                 [tuple(bundle.tensor(a.name).shape) for a in stored])  # fmt: skip
@@ -161,7 +161,7 @@ def run(
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs.
     `auto` runs on xla: a forward run needs only jax (`_backends.for_forward_calls`)."""
-    backend = _backends.for_forward_calls(backend)  # type: ignore[assignment]
+    backend = _backends.for_forward_calls(backend)
     start = time.perf_counter()
     fn = bundle.function(backend, devices=devices, trust=trust)
     made = time.perf_counter() - start
@@ -222,13 +222,24 @@ def save_outputs(
     named = {r.name: _oriented(r, a, producer_layout) for r, a in zip(results, arrays, strict=True)}
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        np.savez(path, **named)
+        _write_npz(path, named)
     elif suffix == ".safetensors":
         _tensors.write(path, {r.name: (named[r.name], _dtypes.BY_NAME[r.dtype]) for r in results})
     else:
         raise InputError(
             f"--save-outputs {str(path)!r}: expected a .npz or .safetensors file", path=path
         )
+
+
+def _write_npz(path: Path, named: dict[str, np.ndarray]) -> None:
+    """What `np.savez(path, **named)` writes (a stored zip of NAME.npy members), for any result
+    names: `np.savez` takes `file` and `allow_pickle` as its own parameters, not as arrays."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, array in named.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
 def render(report: RunReport, path: Path) -> str:

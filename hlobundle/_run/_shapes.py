@@ -180,11 +180,10 @@ def _static_entry(text: bytes, manifest: Manifest, shapes: Shapes) -> bytes:
             for s, t in zip(shapes, inputs, strict=True)
         ]
         with ir.InsertionPoint(module.body):
-            entry = func.FuncOp(_mlir.ENTRY, (static, list(kind.results)), visibility="public")
-        with ir.InsertionPoint(entry.add_entry_block()):
-            converted = [
-                stablehlo.convert(t, v) for v, t in zip(entry.arguments, inputs, strict=True)
-            ]
+            entry = func.FuncOp(_mlir.ENTRY, (static, list(kind.results)), visibility="public")  # type: ignore[call-arg]  # jaxlib's stubs lack it
+        with ir.InsertionPoint(entry.add_entry_block()):  # type: ignore[attr-defined]  # jaxlib's stubs lack it
+            arguments = entry.arguments  # type: ignore[attr-defined]  # jaxlib's stubs lack it
+            converted = [stablehlo.convert(t, v) for v, t in zip(arguments, inputs, strict=True)]
             call = func.CallOp(list(kind.results), inner, converted)
             func.ReturnOp(call.results)
         buffer = io.BytesIO()

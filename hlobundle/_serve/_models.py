@@ -16,19 +16,22 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._format import _dtypes, _symbolic
 from .._format._errors import InputError
-from .._format._manifest import Manifest, needs_x64
+from .._format._manifest import Manifest, needs_x64, static_shape
 from .._read._reader import Bundle, load
 from .._read._trust import Trust
 from .._run._shapes import DEFAULT_MAX_SHAPES
 from .._terminal._display import shown
 from ._protocol import BY_DTYPE
 from ._served import Served, batch_sizes
+
+if TYPE_CHECKING:
+    from .._run._backends import BackendName
 
 __all__ = ["Named", "Served", "load_models", "model_name"]
 
@@ -52,7 +55,7 @@ def model_name(name: str) -> str:
 def load_models(
     paths: Sequence[str | os.PathLike[str] | Named],
     *,
-    backend: str = "auto",
+    backend: BackendName = "auto",
     max_batch: int = 1,
     trust: Trust = Trust.NOTHING,
     max_shapes: int = DEFAULT_MAX_SHAPES,
@@ -155,7 +158,7 @@ def _warm_up_inputs(served: Served) -> dict[str, np.ndarray] | None:
     stored example inputs (None without them: each new shape compiles on its first request)."""
     inputs = served.inputs.items()
     if not any(isinstance(d, str) for _, shape in served.inputs.values() for d in shape):
-        return {n: np.zeros(s, _dtypes.BY_NAME[d].numpy) for n, (d, s) in inputs}  # type: ignore[arg-type]
+        return {n: np.zeros(static_shape(s), _dtypes.BY_NAME[d].numpy) for n, (d, s) in inputs}
     args = {a.name: a for a in served.bundle.arguments}
     if not all(args[n].value is not None for n in served.inputs):
         return None
@@ -168,7 +171,8 @@ def _load_named(
     """Each function of each bundle loaded (checked, nothing compiled) with the names it is
     served under; two functions that would share a name are refused here, before the first
     one compiles."""
-    loaded, owner = [], {}
+    loaded: list[tuple[Path, Bundle, tuple[str, ...]]] = []
+    owner: dict[str, Path] = {}
     for entry in paths:
         given, path = entry if isinstance(entry, tuple) else (None, entry)
         bundle = load(path, **keys)
@@ -231,7 +235,7 @@ def _served(
     path: Path,
     bundle: Bundle,
     names: tuple[str, ...],
-    backend: str,
+    backend: BackendName,
     trust: Trust,
     max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Served:

@@ -133,15 +133,15 @@ def read_inputs(
             raise RequestError(
                 400, f"input {name!r}: shape {got_shape}, expected {_shown_shape(shape)}"
             )
-        shape = tuple(got_shape)  # a symbolic dimension's size is the request's
+        dims: tuple[int, ...] = tuple(got_shape)  # a symbolic dimension's size is the request's
         params = parameters(item, f"input {name!r}: ")
         size = params.get("binary_data_size")
         if size is not None:
-            want = math.prod(shape) * np.dtype(_numpy(dtype)).itemsize
+            want = math.prod(dims) * np.dtype(_numpy(dtype)).itemsize
             if type(size) is not int or size != want:
                 raise RequestError(
                     400,
-                    f"input {name!r}: binary_data_size {size!r}, expected {want} bytes for {BY_DTYPE[dtype]}{list(shape)}",
+                    f"input {name!r}: binary_data_size {size!r}, expected {want} bytes for {BY_DTYPE[dtype]}{list(dims)}",
                 )
             if offset + size > len(binary):
                 raise RequestError(
@@ -151,15 +151,15 @@ def read_inputs(
             raw = np.frombuffer(
                 binary,
                 dtype=np.dtype(_numpy(dtype)).newbyteorder("<"),
-                count=math.prod(shape),
+                count=math.prod(dims),
                 offset=offset,
             )
             if dtype == "bool" and (raw.view(np.uint8) > 1).any():
                 raise RequestError(400, f"input {name!r}: BOOL bytes must be 0 or 1")
-            given[name] = raw.reshape(shape)
+            given[name] = raw.reshape(dims)
             offset += size
         else:
-            given[name] = _from_json(name, item.get("data"), dtype, shape)
+            given[name] = _from_json(name, item.get("data"), dtype, dims)
     if offset != len(binary):
         raise RequestError(
             400, f"the body has {len(binary) - offset} bytes of binary data no input claims"

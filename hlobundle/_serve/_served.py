@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._format._errors import HloBundleError
+from .._format._manifest import Argument, Result, static_shape
 from .._read._reader import Bundle
 from .._read._trust import Trust
 from .._run._binding import bind_symbols
@@ -180,14 +181,14 @@ class Served:
         shapes = [shape for _, shape in self.inputs.values()]
         if any(isinstance(d, str) for s in shapes for d in s):
             return sys.maxsize
-        values = sum(math.prod(s) for s in shapes)  # type: ignore[misc]
+        values = sum(math.prod(static_shape(s)) for s in shapes)
         return (64 << 10) + 64 * values
 
     @cached_property
     def column_major(self) -> frozenset[str]:
         """The inputs and results whose producer (Julia) orientation is their axis-reversed shape."""
         m = self.bundle.manifest
-        return frozenset(v.name for v in [*m.arguments, *m.results] if v.layout == "column_major")
+        return frozenset(v.name for v in m.tensors() if v.layout == "column_major")
 
     def wire_inputs(self, producer: bool) -> dict[str, tuple[str, tuple[int | str, ...]]]:
         """Input shapes as a request gives them: stored, or (`producer`) the producer's."""
@@ -225,13 +226,14 @@ class Served:
         stored argument, no constraint); None when there is none."""
         m = self.bundle.manifest
         inputs = [a for a in m.arguments if a.name in self.inputs]
-        leading = {v.shape[0] if v.shape else None for v in [*inputs, *m.results]}
+        values: list[Argument | Result] = [*inputs, *m.results]
+        leading = {v.shape[0] if v.shape else None for v in values}
         if len(leading) != 1 or not inputs:
             return None
         (symbol,) = leading
         if not isinstance(symbol, str) or not re.fullmatch(r"[a-z_][a-z0-9_]*", symbol):
             return None
-        rest = [d for v in [*inputs, *m.results] for d in v.shape[1:]]
+        rest = [d for v in values for d in v.shape[1:]]
         rest += [d for a in m.arguments if a.name not in self.inputs for d in a.shape]
         mentions = [d for d in rest if isinstance(d, str)] + list(m.constraints or ())
         if any(symbol in re.findall(r"[a-z_][a-z0-9_]*", text) for text in mentions):
@@ -240,7 +242,7 @@ class Served:
 
     def call_many(
         self, many: list[dict[str, np.ndarray]]
-    ) -> list[dict[str, np.ndarray] | HloBundleError]:
+    ) -> Sequence[dict[str, np.ndarray] | HloBundleError]:
         """Several requests' inputs in one call: concatenated along the batch symbol
         (`concatenated`), or stacked for the batched module (`stacked`). When the function
         refuses the call, each request runs alone, and a refused one gets its error."""

@@ -20,12 +20,12 @@ def shown(text: object) -> str:
     )
 
 
-def table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
-    rows = [[shown(x) for x in row] for row in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[shown(x) for x in row] for row in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *cells, strict=True)]
     lines = [
         "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
+        for row in [header, *cells]
     ]
     return "\n".join("  " + line for line in lines)
 

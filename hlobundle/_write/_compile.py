@@ -44,7 +44,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
 
     **Returns:** the manifest entries written.
     """
-    sign_key = opt.sign_key
+    sign_key = opt.signing_key
     if not targets or len(set(targets)) != len(targets):
         raise InputError(f"give each target once, got {list(targets)}", argument="targets")
     compiler = _backends.compiler()

@@ -30,18 +30,22 @@ def add_expected(
         values = _compute_expected(manifest, arrays, portable, expected)
     else:
         ordered = _inputs.assign(expected, [r.name for r in manifest.results])
+        given = [item for item in ordered if item is not None]
+        assert len(given) == len(ordered), "assign() leaves out only the `optional`: none here"
         values = [
             _inputs.check(
                 item,
                 _main_signature.TensorType(
-                    tuple(None if isinstance(d, str) else d for d in r.shape), row
+                    # None: a symbolic dimension, which check() leaves to the values' shapes
+                    tuple(None if isinstance(d, str) else d for d in r.shape),  # type: ignore[misc]
+                    row,
                 ),
                 name=r.name,
                 path=f"results[{k}]",
                 column_major=r.layout == "column_major" and not already_permuted,
                 what="expected result",
             )
-            for k, (item, r, row) in enumerate(zip(ordered, manifest.results, rows, strict=True))
+            for k, (item, r, row) in enumerate(zip(given, manifest.results, rows, strict=True))
         ]
     stored = arrays.setdefault(EXPECTED_FILE, {})
     results = []
@@ -59,10 +63,11 @@ def _compute_expected(
 ) -> list[np.ndarray]:
     if how != "compute":
         raise InputError(f"expected must be arrays or 'compute', got {how!r}", argument="expected")
-    if any(a.value is None for a in manifest.arguments):
+    refs = [a.value for a in manifest.arguments if a.value is not None]
+    if len(refs) != len(manifest.arguments):
         raise InputError(
             "computing expected outputs needs example inputs for every argument",
             argument="expected",
         )
-    values = [arrays[a.value.file][a.name][0] for a in manifest.arguments]  # type: ignore[union-attr]
+    values = [arrays[ref.file][a.name][0] for a, ref in zip(manifest.arguments, refs, strict=True)]
     return _compute.outputs(manifest, portable, values)

@@ -56,7 +56,7 @@ def export(
     leaves, in_tree = jax.tree_util.tree_flatten_with_path(example_args)
     _check_array_leaves(leaves)
     flat = [np.asarray(leaf) for _, leaf in leaves]
-    _check_x64(flat, leaves, jax.config.jax_enable_x64)
+    _check_x64(flat, leaves, jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # jax's stubs lack its flags
 
     def flat_fn(*flat_args: Any) -> Any:
         return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
@@ -124,7 +124,7 @@ def export(
         return pack_planned(text, items, target, options)
 
     if not opt.add:
-        return write(Path(out), opt.sign_key)
+        return write(Path(out), opt.signing_key)
     with tempfile.TemporaryDirectory(prefix=".hlobundle-add-", dir=Path(out).parent) as scratch:
         new = write(Path(scratch) / "function.hlobundle", None)
         return add_function(out, new, default=opt.default, sign_key=opt.sign_key,

@@ -61,7 +61,7 @@ def add_function(
             "(name=..., --function NAME)",
             argument="name",
         )
-    check_resignable(existing, opt.sign_key, doing="adding a function",
+    check_resignable(existing, opt.signing_key, doing="adding a function",
                      public_key=opt.public_key, replace_signature=opt.replace_signature)  # fmt: skip
     existing.verify()
     incoming.verify()
@@ -74,7 +74,7 @@ def add_function(
     first = existing.default_function or existing.functions[0]
     manifest = combine(views, name if opt.default else first, {})
     return write_bundle(Path(out), manifest, files, arrays, force=True,
-                        signing_key=opt.sign_key)  # fmt: skip
+                        signing_key=opt.signing_key)  # fmt: skip
 
 
 def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:
@@ -89,6 +89,7 @@ def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:
         files[text], files[portable] = stored.text.encode(), stored.portable
         artifact = PortableArtifact(file=portable, target_version=stored.target_version)
         entry = form.entry(m)
+        assert entry is not None, "b.modules holds the forms the manifest has"
         if isinstance(entry, BatchedModule):
             updates[key] = BatchedModule(text=text, portable=artifact, arguments=entry.arguments)
         else:

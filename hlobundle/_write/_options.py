@@ -60,7 +60,7 @@ def option(
     return field(default=default, metadata=meta)
 
 
-def _signing_key(value: Any) -> Any:
+def _signing_key(value: str | os.PathLike[str] | SigningKey) -> SigningKey:
     from .._format._signature import signing_key
 
     return signing_key(value)
@@ -274,6 +274,15 @@ class PackOptions:
             if convert is not None and value is not None:
                 object.__setattr__(self, f.name, convert(value))
 
+    @property
+    def signing_key(self) -> SigningKey | None:
+        """`sign_key` as `__post_init__` converted it (`_signing_key`)."""
+        from .._format._signature import SigningKey
+
+        key = self.sign_key
+        assert key is None or isinstance(key, SigningKey), "__post_init__ converts sign_key"
+        return key
+
 
 OPTIONS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(PackOptions)}
 
@@ -308,7 +317,7 @@ def takes(*names: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
             call = inspect.BoundArguments(own, {**rest, "opt": PackOptions(**given)})
             return impl(*call.args, **call.kwargs)
 
-        del entry.__wrapped__  # type: ignore[attr-defined]  # the signature is `public`
+        del entry.__wrapped__  # the signature is `public`
         entry.__signature__ = public  # type: ignore[attr-defined]
         entry.__doc__ = _document(impl.__doc__ or "", names)
         return entry

@@ -50,5 +50,6 @@ def pack_file_inputs(
     items = _inputs.read_files(input_files) if input_files else None
     expected = options.expected
     if expected is not None and not isinstance(expected, str):
-        options = dataclasses.replace(options, expected=_inputs.read_files(expected))
+        # file names (a mapping's keys, were one given, as a loop over it reads them)
+        options = dataclasses.replace(options, expected=_inputs.read_files(list(expected)))
     return pack_planned(module, items, Path(out), options)

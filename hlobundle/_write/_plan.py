@@ -8,7 +8,7 @@ import keyword
 import re
 from collections.abc import Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -18,9 +18,11 @@ from .._format._manifest import (
     FORMAT,
     FORMAT_VERSION,
     Argument,
+    Layout,
     Manifest,
     Provenance,
     Result,
+    Role,
     TensorRef,
 )
 from .._format._sharding import manifest_mesh, sharding_fields
@@ -52,19 +54,23 @@ def plan(
         if items is None
         else _inputs.assign(items, names, optional=opt.without_values, inputs=inputs)
     )
-    layout = opt.layout
-    if layout == "auto":  # without arrays there is nothing to tell: the tensors' own shapes
+    layout: Layout
+    if opt.layout == "auto":  # without arrays there is nothing to tell: the tensors' own shapes
         layout = (
             "row_major" if ordered is None else _inputs.detect_layout(ordered, sig.arguments, names)
         )
+    else:
+        layout = opt.layout
     transpose = layout == "column_major" and not opt.already_permuted
     shapes = _declared_shapes(opt.shapes, sig.arguments, "arguments")
-    arguments, arrays = [], {}
+    arguments: list[Argument] = []
+    arrays: dict[str, dict[str, tuple[np.ndarray, Any]]] = {}
     for i, (t, name, path) in enumerate(zip(sig.arguments, names, paths, strict=True)):
         role = roles.get(name, "input")
         value = None
-        if ordered is not None and ordered[i] is not None:
-            array = _inputs.check(ordered[i], t, name=name, path=path, column_major=transpose)
+        item = None if ordered is None else ordered[i]
+        if item is not None:
+            array = _inputs.check(item, t, name=name, path=path, column_major=transpose)
             file = TENSOR_FILES[role]
             arrays.setdefault(file, {})[name] = (array, t.dtype)
             value = TensorRef(file=file, key=name)
@@ -142,7 +148,7 @@ def _declared_shapes(
 
 
 def _check_symbolic_examples(
-    arguments: list[Argument], ordered: list[Any], constraints: Sequence[str]
+    arguments: list[Argument], ordered: Sequence[_inputs.Keyed | None], constraints: Sequence[str]
 ) -> None:
     """The example values are one instance of the symbolic shapes (SPEC.md 2.8)."""
     given = [(a, item) for a, item in zip(arguments, ordered, strict=True) if item is not None]
@@ -154,12 +160,12 @@ def _check_symbolic_examples(
                          argument=e.where.split(".")[0]) from None  # fmt: skip
 
 
-def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, str]:
+def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, Role]:
     """Roles by argument name; a key may be a glob (`params_*`). A later key wins. A role is
     checked here, where the caller's mapping is read: past here it picks a tensor file."""
-    roles: dict[str, str] = {}
+    roles: dict[str, Role] = {}
     for pattern, role in given.items():
-        if role not in TENSOR_FILES:
+        if not _is_role(role):
             raise InputError(
                 f"role {role!r} given for {pattern!r} is not a role; roles are "
                 f"{', '.join(TENSOR_FILES)}",
@@ -174,6 +180,10 @@ def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, str]:
             )
         roles.update(dict.fromkeys(matched, role))
     return roles
+
+
+def _is_role(role: str) -> TypeGuard[Role]:
+    return role in TENSOR_FILES
 
 
 def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[str]:

@@ -163,8 +163,8 @@ def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:
     return pack_file_inputs(text, inputs, out, options)
 
 
-def _check_against_module(export: ReactantExport, sig: object) -> None:
-    types = sig.arguments  # type: ignore[attr-defined]
+def _check_against_module(export: ReactantExport, sig: _main_signature.Signature) -> None:
+    types = sig.arguments
     if len(types) != len(export.arguments):
         raise InputError(
             f"{export.script.name} documents {len(export.arguments)} arguments, but @main in "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,8 @@ def _pack_size(
     _check_types("executable_outputs", list(server.outputs), sig.results, batch)
     values: dict[str, np.ndarray] = {}
     for name, t in zip(order, sig.arguments[len(specs) :], strict=True):
-        values[_name(name)] = rs.weight(tf, name, t)  # type: ignore[arg-type]
+        assert tf is not None, "weights() returns the file whose argument_order it read"
+        values[_name(name)] = rs.weight(tf, name, t)
     names = [_name(s.name) for s in specs] + [_name(n) for n in order]
     if len(set(names)) != len(names):
         raise InputError("input and weight names collide once made Python identifiers: "
@@ -118,7 +120,12 @@ def _name(text: str) -> str:
     return identifier(text, prefix="t_")
 
 
-def _check_types(section: str, specs: list[TensorSpec], types: list, batch: int) -> None:
+def _check_types(
+    section: str,
+    specs: list[TensorSpec],
+    types: Sequence[_main_signature.TensorType],
+    batch: int,
+) -> None:
     if len(specs) != len(types):
         raise InputError(f"manifest.yaml lists {len(specs)} {section}; @main has {len(types)}",
                          field=section)  # fmt: skip

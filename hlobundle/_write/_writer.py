@@ -116,7 +116,7 @@ def _pack_checked(
         manifest = _expected.add_expected(
             manifest, arrays, portable, opt.expected, already_permuted=opt.already_permuted
         )
-    return write_bundle(out, manifest, files, arrays, force=opt.force, signing_key=opt.sign_key)
+    return write_bundle(out, manifest, files, arrays, force=opt.force, signing_key=opt.signing_key)
 
 
 def _add_backward(

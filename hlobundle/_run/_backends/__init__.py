@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, get_args
 
 from ..._format._errors import BackendUnavailableError, InputError
 from ._backend import Backend, Compiled, Script
@@ -29,7 +29,7 @@ __all__ = ["NAMES", "Backend", "BackendName", "Compiled", "Script"]
 BackendName = Literal["auto", "enzyme", "xla", "iree"]
 NAMES: tuple[str, ...] = get_args(BackendName)
 _AUTO = ("enzyme", "xla")  # what `auto` picks, in order of preference: the first available
-_FORWARD = "xla"  # what `auto` is for a forward run: it needs only jax
+_FORWARD: BackendName = "xla"  # what `auto` is for a forward run: it needs only jax
 _TEXT_DERIVATIVES = "enzyme"  # the backend that differentiates a module's text
 _EXPORTED = "xla"  # the backend whose function is a `jax.export.Exported`
 _ROOMS = {"xla": "._xla", "enzyme": "._enzyme", "iree": "._iree"}
@@ -40,10 +40,14 @@ def _backend(name: str) -> Backend:
     return backend
 
 
-def _checked(name: str) -> str:
-    if name not in NAMES:
+def _checked(name: str) -> BackendName:
+    if not _is_name(name):
         raise InputError(f"backend must be one of {NAMES}, got {name!r}", argument="backend")
     return name
+
+
+def _is_name(name: str) -> TypeGuard[BackendName]:
+    return name in NAMES
 
 
 def resolve(name: str) -> Backend:
@@ -62,7 +66,7 @@ def kind(name: str) -> Backend:
     return _backend(for_forward_calls(_checked(name)))
 
 
-def for_forward_calls(name: str) -> str:
+def for_forward_calls(name: BackendName) -> BackendName:
     """The backend a forward run (`hlobundle run`) uses for `name`: `auto` is xla, which needs
     only jax; enzyme-ad's import (about 0.15 s and 270 MB) buys derivatives, which a forward
     run never takes."""

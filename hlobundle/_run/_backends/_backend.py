@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ..._format._manifest import Manifest
@@ -31,7 +31,7 @@ class Compiled:
     """A compiled module and what it was made from and with (a manifest `Executable`'s fields)."""
 
     vmfb: bytes
-    compiler: str
+    compiler: Literal["iree"]  # the only one
     target: str
     cpu: str
     flags: tuple[str, ...]

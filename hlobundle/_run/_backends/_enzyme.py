@@ -88,7 +88,7 @@ def prepared_for_hlo_call(bundle: Bundle) -> Prepared:
 def enzyme_blockers(bundle: Bundle) -> EnzymeBlockers:
     """Ops whose derivatives enzyme-ad 0.0.16 cannot compute, found once per Bundle."""
     if bundle not in _BLOCKERS:
-        values = [*bundle.manifest.arguments, *bundle.manifest.results]
+        values = bundle.manifest.tensors()
         _BLOCKERS[bundle] = EnzymeBlockers.of(
             bundle.modules["module"].parsed, [(v.name, v.dtype) for v in values]
         )

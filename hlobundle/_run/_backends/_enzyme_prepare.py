@@ -15,8 +15,12 @@ hlo_call inlines the module into the caller's program and has known traps
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..._format import _dtypes, _main_signature, _mlir
+
+if TYPE_CHECKING:
+    from jaxlib.mlir import ir
 
 # dtype name -> the dtype that carries it through hlo_call 0.0.16.
 CARRIERS: dict[str, str] = {
@@ -64,23 +68,23 @@ def for_hlo_call(text: str, prefix: str) -> Prepared:
         return Prepared(str(module) if changed else text, args, results, changed)
 
 
-def _prefix_private_symbols(module: object, prefix: str) -> bool:
+def _prefix_private_symbols(module: ir.Module, prefix: str) -> bool:
     from jaxlib.mlir import ir
 
     renamed = False
-    for op in module.body.operations:  # type: ignore[attr-defined]
+    for op in module.body.operations:
         name = _mlir.string_value(op.operation.attributes["sym_name"], "a symbol's name", None)
         if name == _mlir.ENTRY:
             continue
         new = prefix + name
-        ir.SymbolTable.replace_all_symbol_uses(name, new, module.operation)  # type: ignore[attr-defined]
+        ir.SymbolTable.replace_all_symbol_uses(name, new, module.operation)
         ir.SymbolTable.set_symbol_name(op.operation, new)
         renamed = True
     return renamed
 
 
 def _wrap_main(
-    module: object,
+    module: ir.Module,
     sig: _main_signature.Signature,
     prefix: str,
     arg_carriers: tuple[str | None, ...],
@@ -97,12 +101,13 @@ def _wrap_main(
     inner_results = [_tensor(t.shape, t.dtype.name) for t in sig.results]
     outer_args = [_carried(t, c) for t, c in zip(sig.arguments, arg_carriers, strict=True)]
     outer_results = [_carried(t, c) for t, c in zip(sig.results, result_carriers, strict=True)]
-    with ir.InsertionPoint(module.body):  # type: ignore[attr-defined]
-        wrapper = func.FuncOp(_mlir.ENTRY, (outer_args, outer_results), visibility="public")
-    with ir.InsertionPoint(wrapper.add_entry_block()):
+    with ir.InsertionPoint(module.body):
+        wrapper = func.FuncOp(_mlir.ENTRY, (outer_args, outer_results), visibility="public")  # type: ignore[call-arg]  # jaxlib's stubs lack it
+    with ir.InsertionPoint(wrapper.add_entry_block()):  # type: ignore[attr-defined]  # jaxlib's stubs lack it
+        arguments = wrapper.arguments  # type: ignore[attr-defined]  # jaxlib's stubs lack it
         inputs = [
             stablehlo.convert(want, value) if want != value.type else value
-            for value, want in zip(wrapper.arguments, inner_args, strict=True)
+            for value, want in zip(arguments, inner_args, strict=True)
         ]
         call = func.CallOp(inner_results, inner_name, inputs)
         outputs = [
@@ -112,9 +117,9 @@ def _wrap_main(
         func.ReturnOp(outputs)
 
 
-def _carried(t: _main_signature.TensorType, carrier: str | None) -> object:
+def _carried(t: _main_signature.TensorType, carrier: str | None) -> ir.Type:
     return _tensor(t.shape, carrier or t.dtype.name)
 
 
-def _tensor(shape: tuple[int, ...], dtype: str) -> object:
+def _tensor(shape: tuple[int, ...], dtype: str) -> ir.Type:
     return _mlir.tensor_type(shape, dtype)

@@ -299,10 +299,9 @@ def _to_host(x: Any, dtype: str, shape: Sequence[int | str]) -> np.ndarray:
     result's buffer view reports, every static dimension the manifest's."""
     host = np.asarray(x.to_host(), order="C")
     want = _dtypes.BY_NAME[dtype].numpy
-    if any(isinstance(d, str) for d in shape):
-        dims = tuple(x.shape)
-        shape = [d if isinstance(d, int) else dims[k] for k, d in enumerate(shape)]
-    return host.reshape(-1).view(np.uint8).view(want).reshape(tuple(shape)).copy()
+    dims = tuple(x.shape) if any(isinstance(d, str) for d in shape) else ()
+    sizes = tuple(d if isinstance(d, int) else dims[k] for k, d in enumerate(shape))
+    return host.reshape(-1).view(np.uint8).view(want).reshape(sizes).copy()
 
 
 def _script(bundle: Bundle, trust: Trust) -> Script:
@@ -325,7 +324,9 @@ def _script(bundle: Bundle, trust: Trust) -> Script:
     for entry in bundle.manifest.executables or []:
         why = usable(entry, bundle)
         if why is None:
-            return _script_of(bundle, entry, bundle.executable(entry.target))  # type: ignore[arg-type]
+            executable = bundle.executable(entry.target)
+            assert executable is not None, "executable() finds the manifest's own entry"
+            return _script_of(bundle, entry, executable)
         reasons.append(f"{entry.file}: {why}")
     raise InputError(
         f"{bundle.path} has no executable this IREE runtime can run"
@@ -337,7 +338,7 @@ def _script(bundle: Bundle, trust: Trust) -> Script:
 
 def _script_of(bundle: Bundle, entry: Executable, data: bytes) -> Script:
     m = bundle.manifest
-    dtypes = sorted({v.dtype for v in [*m.arguments, *m.results]})
+    dtypes = sorted({v.dtype for v in m.tensors()})
     slots = {
         "EXECUTABLE_FILE": entry.file,
         "EXECUTABLE_SHA256": hashlib.sha256(data).hexdigest(),

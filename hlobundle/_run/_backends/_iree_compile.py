@@ -46,7 +46,7 @@ def refusal(manifest: Manifest) -> str | None:
     """Why IREE cannot run this bundle, known before compiling it; None when it may."""
     if manifest.mesh is not None:
         return "it is sharded over a device mesh, and the iree backend runs one device"
-    lacking = sorted({v.dtype for v in [*manifest.arguments, *manifest.results]}
+    lacking = sorted({v.dtype for v in manifest.tensors()}
                      & UNSUPPORTED_DTYPES)  # fmt: skip
     if lacking:
         return f"IREE does not compile the element type(s) {lacking} for the CPU"
