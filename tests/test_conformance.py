@@ -82,18 +82,34 @@ def test_case_passes_in_process(case):
     assert outcome.passed, outcome
 
 
-PROTOCOL_SAMPLE = ["valid_dtype_complex128", "valid_no_example_inputs", "valid_column_major",
-                   "invalid_symlink", "invalid_hash_mismatch", "invalid_mlir_dtype"]  # fmt: skip
+PROTOCOL_SAMPLE = [
+    "valid_dtype_complex128",
+    "valid_no_example_inputs",
+    "valid_column_major",
+    "invalid_symlink",
+    "invalid_hash_mismatch",
+    "invalid_mlir_dtype",
+]
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_protocol_with_the_cli_as_another_implementation():
     r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "conformance", CASES, "--implementation", f"{sys.executable} -m hlobundle", "--json"]
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "conformance",
+            CASES,
+            "--implementation",
+            f"{sys.executable} -m hlobundle",
+            "--json",
+        ]
         + sum((["-k", name] for name in PROTOCOL_SAMPLE[:1]), []),
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for name in PROTOCOL_SAMPLE:
         outcome = _conformance.run_case(CASES / name, [sys.executable, "-m", "hlobundle"])

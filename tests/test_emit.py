@@ -226,8 +226,9 @@ def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
     # (hlo_call is imported inside a function of the script, so it shadows nothing.)
     assert params == ["hlo_call", "arg1", "arg2", "fix", "arg4"]
     assert "MODULE_FILE = 'main.mlir'" in source  # the module file the manifest names
-    r = subprocess.run([sys.executable, "-c", RUNNER, str(script)], capture_output=True,
-                       text=True, cwd=tmp_path)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(script)], capture_output=True, text=True, cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.rstrip().endswith("ok") and not (tmp_path / "PWNED").exists()
 
@@ -306,8 +307,9 @@ def test_xla_script_without_a_backward_module_says_how_to_get_one(bundles, tmp_p
     assert r.returncode == 1
     assert "stores no backward module" in r.stderr and "--with-vjp" in r.stderr
     # one from export(): with_vjp=True there (the advice fits how the bundle was made)
-    made = hlobundle.export(lambda x: (jnp.sin(x) * x,), np.float32([1.0, -2.0, 3.0, 0.5]),
-                            out=tmp_path / "e")  # fmt: skip
+    made = hlobundle.export(
+        lambda x: (jnp.sin(x) * x,), np.float32([1.0, -2.0, 3.0, 0.5]), out=tmp_path / "e"
+    )
     hlobundle.emit_script(made, script, backend="xla", force=True)
     r = subprocess.run(
         [sys.executable, "-c", GRADIENT, str(script)], capture_output=True, text=True
@@ -436,8 +438,14 @@ def _symbolic_bundle(tmp_path):
         return jnp.tanh(x @ w)
 
     w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
-    return hlobundle.export(predict, w, np.ones((4, 8), np.float32), out=tmp_path / "sym",
-                            roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
+    return hlobundle.export(
+        predict,
+        w,
+        np.ones((4, 8), np.float32),
+        out=tmp_path / "sym",
+        roles={"w": "parameter"},
+        shapes_specs=(None, "b, 8"),
+    )
 
 
 @pytest.mark.slow
@@ -448,8 +456,9 @@ def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
     r = run_script(script)
     assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-3000:]
     assert "result: float32['b', 3], max abs diff from expected 0" in r.stdout
-    r = subprocess.run([sys.executable, "-c", SYMBOLIC_CALLS, str(script)], capture_output=True,
-                       text=True)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", SYMBOLIC_CALLS, str(script)], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     assert [line.split()[0] for line in lines[:2]] == ["1", "5"]
@@ -472,14 +481,17 @@ def test_emit_reactant_server_picks_a_name_the_module_does_not_use(tmp_path):
     """The new @main calls the original under a new name: a module whose private function
     already has the name the emitter would pick still emits, and computes the same."""
     t = "tensor<3xf32>"
-    text = (f"func.func private @hlobundle_original_main(%a: {t}) -> {t} {{\n"
-            f"  %b = stablehlo.negate %a : {t}\n  return %b : {t}\n}}\n"
-            f"func.func @main(%w: {t}, %x: {t}) -> {t} {{\n"
-            f"  %n = func.call @hlobundle_original_main(%x) : ({t}) -> {t}\n"
-            f"  %y = stablehlo.add %n, %w : {t}\n  return %y : {t}\n}}\n")  # fmt: skip
+    text = (
+        f"func.func private @hlobundle_original_main(%a: {t}) -> {t} {{\n"
+        f"  %b = stablehlo.negate %a : {t}\n  return %b : {t}\n}}\n"
+        f"func.func @main(%w: {t}, %x: {t}) -> {t} {{\n"
+        f"  %n = func.call @hlobundle_original_main(%x) : ({t}) -> {t}\n"
+        f"  %y = stablehlo.add %n, %w : {t}\n  return %y : {t}\n}}\n"
+    )
     w, x = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
-    bundle = hlobundle.pack(text, [w, x], tmp_path / "b", names=["w", "x"],
-                            roles={"w": "parameter"})  # fmt: skip
+    bundle = hlobundle.pack(
+        text, [w, x], tmp_path / "b", names=["w", "x"], roles={"w": "parameter"}
+    )
     r = cli("emit", bundle, "--format", "reactant-server", "-o", tmp_path / "rs")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     back = hlobundle.load(hlobundle.from_reactant_server(tmp_path / "rs", tmp_path / "back"))
@@ -494,8 +506,14 @@ def test_emit_reactant_server_reports_an_mlir_failure_with_a_code(tmp_path, monk
         raise RuntimeError("an MLIR rewrite failed")
 
     monkeypatch.setattr(_reactant_server, "_add_reordered_main", refuse)
-    r = cli("emit", ROOT / "examples" / "lenet5.hlobundle", "--format", "reactant-server",
-            "-o", tmp_path / "rs")  # fmt: skip
+    r = cli(
+        "emit",
+        ROOT / "examples" / "lenet5.hlobundle",
+        "--format",
+        "reactant-server",
+        "-o",
+        tmp_path / "rs",
+    )
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("error [MLIR_INVALID] function lenet5: reordering @main's")
     assert not (tmp_path / "rs").exists()
@@ -523,8 +541,17 @@ def test_a_script_away_from_its_bundle_names_the_bundle_path_it_needs(bundles, t
         "and there is none: put the script beside the bundle again, or emit it again (hlobundle "
         "emit BUNDLE -o SCRIPT; --bundle-path absolute pins the bundle's absolute path)"
     )
-    r = cli("emit", bundles["relu"], "--backend", "xla", "-o", script, "--force",
-            "--bundle-path", "absolute")  # fmt: skip
+    r = cli(
+        "emit",
+        bundles["relu"],
+        "--backend",
+        "xla",
+        "-o",
+        script,
+        "--force",
+        "--bundle-path",
+        "absolute",
+    )
     assert r.returncode == 0, r.stderr
     assert f"WHERE = {str(bundles['relu'].resolve())!r}" in script.read_text()
     shutil.copyfile(script, away)

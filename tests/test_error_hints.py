@@ -19,8 +19,9 @@ IMAGES = (4, 1, 28, 28)  # LeNet's one input, after ten parameters
 def test_a_role_typo_in_export_is_a_coded_error_listing_the_roles(tmp_path):
     x = np.ones((2, 3), np.float32)
     with pytest.raises(hlobundle.InputError, match=r"role 'param' .*input, parameter, state"):
-        hlobundle.export(lambda params, x: x * params, x, x, out=tmp_path / "b",
-                         roles={"params": "param"})  # fmt: skip
+        hlobundle.export(
+            lambda params, x: x * params, x, x, out=tmp_path / "b", roles={"params": "param"}
+        )
     assert not (tmp_path / "b").exists()
     (tmp_path / "m.mlir").write_text(identity_module(x))
     r = cli("pack", tmp_path / "m.mlir", "-o", tmp_path / "c", "--role", "arg0=param")
@@ -43,8 +44,15 @@ def test_a_wrong_input_name_lists_the_inputs_first_and_suggests_the_closest(tmp_
 def test_one_unnamed_array_goes_to_the_only_input(tmp_path):
     images = np.zeros(IMAGES, np.float32)
     np.save(tmp_path / "x.npy", images)
-    r = cli("run", LENET, "--inputs", tmp_path / "x.npy", "--json", "--save-outputs",
-            tmp_path / "out.npz")  # fmt: skip
+    r = cli(
+        "run",
+        LENET,
+        "--inputs",
+        tmp_path / "x.npy",
+        "--json",
+        "--save-outputs",
+        tmp_path / "out.npz",
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["inputs"] == "given and stored"
     want = hlobundle.load(LENET).function("xla")(images=images)
@@ -99,8 +107,9 @@ def test_a_python_float_argument_suggests_a_32_bit_scalar(tmp_path):
 
 def test_emit_reactant_server_of_a_symbolic_function_says_how_to_get_static_shapes(tmp_path):
     two = two_functions(tmp_path)
-    r = cli("emit", two, "--function", "predict", "--format", "reactant-server",
-            "-o", tmp_path / "rs")  # fmt: skip
+    r = cli(
+        "emit", two, "--function", "predict", "--format", "reactant-server", "-o", tmp_path / "rs"
+    )
     assert r.returncode == 1
     assert "re-export it at fixed sizes" in r.stderr and "static module" in r.stderr, r.stderr
 
@@ -164,8 +173,9 @@ def test_inspect_counts_one_function_in_the_singular(tmp_path):
     b = two_functions(tmp_path)
     assert "2 functions" in cli("inspect", b).stdout
     out = tmp_path / "one"
-    hlobundle.export(lambda x: x * 2, np.ones((2, 3), np.float32), out=out, name="double",
-                     shapes_specs=("b, 3",))  # fmt: skip
+    hlobundle.export(
+        lambda x: x * 2, np.ones((2, 3), np.float32), out=out, name="double", shapes_specs=("b, 3",)
+    )
     r = cli("inspect", out)
     assert "1 function," in r.stdout or "1 function\n" in r.stdout, r.stdout
 
@@ -178,13 +188,15 @@ def test_export_names_a_leaf_that_is_not_an_array(tmp_path):
 
     model = eqx.nn.MLP(3, 2, 4, 2, key=jax.random.PRNGKey(0))
     with pytest.raises(hlobundle.InputError, match=r"args\[0\]\.activation is a") as e:
-        hlobundle.export(lambda m, x: jax.vmap(m)(x), model, np.ones((5, 3), np.float32),
-                         out=tmp_path / "m")  # fmt: skip
+        hlobundle.export(
+            lambda m, x: jax.vmap(m)(x), model, np.ones((5, 3), np.float32), out=tmp_path / "m"
+        )
     assert "eqx.partition(model, eqx.is_array)" in e.value.message
     assert not (tmp_path / "m").exists()
     with pytest.raises(hlobundle.InputError, match=r"args\[0\]\['name'\] is a str"):
-        hlobundle.export(lambda d, x: x, {"name": "relu"}, np.ones(3, np.float32),
-                         out=tmp_path / "d")  # fmt: skip
+        hlobundle.export(
+            lambda d, x: x, {"name": "relu"}, np.ones(3, np.float32), out=tmp_path / "d"
+        )
 
 
 def test_pinned_sizes_must_name_a_symbol_of_some_model(tmp_path):
@@ -192,8 +204,9 @@ def test_pinned_sizes_must_name_a_symbol_of_some_model(tmp_path):
     from hlobundle._serve._models import load_models
 
     out = tmp_path / "sym"
-    hlobundle.export(lambda x: x * 2, np.ones((2, 3), np.float32), out=out, name="double",
-                     shapes_specs=("b, 3",))  # fmt: skip
+    hlobundle.export(
+        lambda x: x * 2, np.ones((2, 3), np.float32), out=out, name="double", shapes_specs=("b, 3",)
+    )
     with pytest.raises(hlobundle.InputError, match=r"--sizes names symbol\(s\) \['c'\]"):
         load_models([out], backend="xla", sizes={"c": [1]})
     assert "sym" in load_models([out], backend="xla", sizes={"b": [1, 2]})

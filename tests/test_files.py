@@ -42,15 +42,20 @@ def write_bundle(root, files=None, edit=None):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     data = {
-        "format": "hlobundle", "format_version": "1.3", "function": "f",
+        "format": "hlobundle",
+        "format_version": "1.3",
+        "function": "f",
         "arguments": [{"name": "x", "path": "args[0]", "shape": [2], "dtype": "float32"}],
         "results": [{"name": "y", "shape": [2], "dtype": "float32"}],
-        "module": {"text": "module.mlir",
-                   "portable": {"file": "module.mlirbc", "target_version": "1.0.0"}},
+        "module": {
+            "text": "module.mlir",
+            "portable": {"file": "module.mlirbc", "target_version": "1.0.0"},
+        },
         "provenance": {"producer": "test", "producer_version": "0"},
-        "files": {n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()}
-                  for n, b in files.items()},
-    }  # fmt: skip
+        "files": {
+            n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in files.items()
+        },
+    }
     if edit:
         edit(data)
     (root / "manifest.json").write_text(json.dumps(data))
@@ -62,8 +67,9 @@ def manifest_of(root):
 
 
 def test_a_valid_bundle_passes(tmp_path):
-    root = write_bundle(tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE,
-                                         "docs/LICENSE": b"MIT"})  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "docs/LICENSE": b"MIT"}
+    )
     m, digest = _files.read_manifest(root)
     assert digest == hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
     _files.check_file_set(root, m)
@@ -117,16 +123,19 @@ def test_a_symlinked_manifest_is_refused(tmp_path):
 
 
 def test_the_signatures_name_may_not_be_listed(tmp_path):
-    root = write_bundle(tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE,
-                                         "model.sig": b"sig"})  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "model.sig": b"sig"}
+    )
     with pytest.raises(ManifestError, match="files lists model.sig, the name reserved") as e:
         _files.check_file_set(root, manifest_of(root))
     assert e.value.field == "files['model.sig']"
 
 
 def test_an_unsafe_listed_name_is_refused(tmp_path):
-    root = write_bundle(tmp_path / "b", edit=lambda m: m["files"].update(
-        {"../outside": {"size": 0, "sha256": "0" * 64}}))  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b",
+        edit=lambda m: m["files"].update({"../outside": {"size": 0, "sha256": "0" * 64}}),
+    )
     with pytest.raises(UnsafePathError, match="contains '..'") as e:
         _files.check_file_set(root, manifest_of(root))
     assert e.value.field == "files['../outside']"
@@ -154,10 +163,11 @@ def test_an_unsigned_bundles_signature_file_is_neither_listed_nor_unlisted(tmp_p
 
 
 def test_a_field_naming_an_unlisted_file_is_refused(tmp_path):
-    root = write_bundle(tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE,
-                                         "other.mlir": TEXT},
-                        edit=lambda m: m["files"].pop("other.mlir") and m["module"].update(
-                            text="other.mlir"))  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b",
+        {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "other.mlir": TEXT},
+        edit=lambda m: m["files"].pop("other.mlir") and m["module"].update(text="other.mlir"),
+    )
     (root / "other.mlir").unlink()
     with pytest.raises(ManifestError, match="module.text names 'other.mlir', which is not in") as e:
         _files.check_file_set(root, manifest_of(root))
@@ -165,8 +175,9 @@ def test_a_field_naming_an_unlisted_file_is_refused(tmp_path):
 
 
 def test_a_field_naming_an_unsafe_path_is_refused(tmp_path):
-    root = write_bundle(tmp_path / "b", edit=lambda m: m["module"]["portable"].update(
-        file="/etc/passwd"))  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b", edit=lambda m: m["module"]["portable"].update(file="/etc/passwd")
+    )
     with pytest.raises(UnsafePathError, match="is absolute") as e:
         _files.check_file_set(root, manifest_of(root))
     assert e.value.field == "module.portable.file"
@@ -181,8 +192,9 @@ def test_a_listed_file_of_another_size_is_refused(tmp_path):
 
 
 def test_a_listed_file_reached_through_a_symlinked_directory_is_refused(tmp_path):
-    root = write_bundle(tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE,
-                                         "d/w.bin": b"w"})  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "d/w.bin": b"w"}
+    )
     (root / "d").rename(tmp_path / "d")
     (root / "d").symlink_to(tmp_path / "d", target_is_directory=True)
     with pytest.raises(UnsafePathError, match="'d' is a symlink"):
@@ -212,12 +224,18 @@ def test_a_digest_of_another_size_or_hash_is_refused():
 
 def _data_with_files():
     return {
-        "format": "hlobundle", "format_version": "1.3", "function": "f", "arguments": [],
-        "results": [], "provenance": {"producer": "t", "producer_version": "0"},
-        "module": {"text": "module.mlir",
-                   "portable": {"file": "module.mlir", "target_version": "1.0.0"}},
+        "format": "hlobundle",
+        "format_version": "1.3",
+        "function": "f",
+        "arguments": [],
+        "results": [],
+        "provenance": {"producer": "t", "producer_version": "0"},
+        "module": {
+            "text": "module.mlir",
+            "portable": {"file": "module.mlir", "target_version": "1.0.0"},
+        },
         "files": {"module.mlir": {"size": 1, "sha256": "0" * 64}},
-    }  # fmt: skip
+    }
 
 
 def test_a_module_file_whose_bytes_changed_is_refused(tmp_path):
@@ -238,25 +256,27 @@ def test_a_module_file_that_grew_is_refused_without_reading_it_all(tmp_path):
 
 def test_a_module_listed_over_the_size_limit_is_refused_before_reading(tmp_path):
     size = _limits.MAX_MODULE_BYTES + 1
-    root = write_bundle(tmp_path / "b",
-                        edit=lambda m: m["files"]["module.mlir"].update(size=size))  # fmt: skip
+    root = write_bundle(tmp_path / "b", edit=lambda m: m["files"]["module.mlir"].update(size=size))
     with pytest.raises(LimitError, match=f"module.mlir is {size} bytes; a module file may"):
         _files.read_module_file(root, manifest_of(root), "module.mlir")
 
 
 def test_an_executable_listed_over_the_size_limit_is_refused_before_reading(tmp_path):
     size = _limits.MAX_EXECUTABLE_BYTES + 1
-    root = write_bundle(tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE,
-                                         "x.vmfb": b"native"},
-                        edit=lambda m: m["files"]["x.vmfb"].update(size=size))  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b",
+        {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "x.vmfb": b"native"},
+        edit=lambda m: m["files"]["x.vmfb"].update(size=size),
+    )
     with pytest.raises(LimitError, match=f"x.vmfb is {size} bytes; executables are limited") as e:
         _files.read_executable_file(root, manifest_of(root), "x.vmfb")
     assert e.value.code == "LIMIT_EXCEEDED" and e.value.path == "x.vmfb"
 
 
 def test_an_executable_within_the_limit_is_read_and_checked(tmp_path):
-    root = write_bundle(tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE,
-                                         "x.vmfb": b"native"})  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "x.vmfb": b"native"}
+    )
     assert _files.read_executable_file(root, manifest_of(root), "x.vmfb") == b"native"
 
 
@@ -298,8 +318,9 @@ def test_opening_a_hard_linked_file_is_refused(tmp_path):
 
 
 def test_a_held_file_changed_after_it_was_opened_is_refused(tmp_path):
-    root = write_bundle(tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE,
-                                         "LICENSE": b"MIT"})  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "LICENSE": b"MIT"}
+    )
     held = _files.open_unreferenced_files(root, manifest_of(root))["LICENSE"]
     (root / "LICENSE").write_bytes(b"GPL")  # in place: the held file is the same file
     with pytest.raises(HashMismatchError, match="LICENSE: sha256 is"):

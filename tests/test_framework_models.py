@@ -24,8 +24,9 @@ def _export(tmp_path, fn, *args, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = hlobundle.export(fn, *args, out=tmp_path / "b", **kwargs)
-    return hlobundle.load(out), [str(w.message) for w in caught
-                                 if issubclass(w.category, hlobundle.HloBundleWarning)]  # fmt: skip
+    return hlobundle.load(out), [
+        str(w.message) for w in caught if issubclass(w.category, hlobundle.HloBundleWarning)
+    ]
 
 
 def test_an_equinox_module_is_stored_as_its_leaves_and_called_as_itself(tmp_path):
@@ -72,10 +73,16 @@ def test_flax_variables_and_a_namedtuple_keep_their_structure(tmp_path):
     bundle, said = _export(tmp_path, apply, variables, batch, roles={"variables": "parameter"})
     assert said == []  # dicts and tuples are stored as they are
     assert bundle.manifest.input_tree == [
-        {"params": {"Dense_0": {"bias": "variables_params_Dense_0_bias",
-                                "kernel": "variables_params_Dense_0_kernel"}}},
+        {
+            "params": {
+                "Dense_0": {
+                    "bias": "variables_params_Dense_0_bias",
+                    "kernel": "variables_params_Dense_0_kernel",
+                }
+            }
+        },
         ["batch_x", "batch_scale"],
-    ]  # fmt: skip
+    ]
     got = bundle.function("xla")(variables, batch)
     np.testing.assert_allclose(np.asarray(got), np.asarray(apply(variables, batch)), rtol=1e-6)
 

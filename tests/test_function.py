@@ -157,18 +157,34 @@ def lenet_bundle(tmp_path_factory):
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda f, a: f(*a[:-1], np.zeros((2, 1, 28, 28), np.float32)),
-         "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float32[2, 1, 28, 28]"),
-        (lambda f, a: f(*a[:-1], a[-1].astype(np.float64)),
-         "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float64[4, 1, 28, 28]"),
+        (
+            lambda f, a: f(*a[:-1], np.zeros((2, 1, 28, 28), np.float32)),
+            "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float32[2, 1, 28, 28]",
+        ),
+        (
+            lambda f, a: f(*a[:-1], a[-1].astype(np.float64)),
+            "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float64[4, 1, 28, 28]",
+        ),
         (lambda f, a: f(*a[:-1]), "missing argument(s) ['images']"),
         (lambda f, a: f(*a, a[0]), "expected 11 argument(s) (params_conv1_b, params_conv1_w,"),
-        (lambda f, a: f(*a, bogus=1), "unexpected argument 'bogus'. The arguments are ['params_conv1_b',"),
-        (lambda f, a: f(*a, images=a[-1]), "argument 'images' given twice (by position and by name)"),
-        (lambda f, a: f({"conv1": {}}, a[-1]), "args[0]: expected a dict with keys ['conv1', 'conv2', 'dense1', 'dense2', 'dense3'], got a dict with keys ['conv1']"),
-        (lambda f, a: f(lenet5.init_params(), a[-1], a[-1]), "expected 2 positional argument(s) with the exported pytree structure, or 11 arrays; got 3"),
+        (
+            lambda f, a: f(*a, bogus=1),
+            "unexpected argument 'bogus'. The arguments are ['params_conv1_b',",
+        ),
+        (
+            lambda f, a: f(*a, images=a[-1]),
+            "argument 'images' given twice (by position and by name)",
+        ),
+        (
+            lambda f, a: f({"conv1": {}}, a[-1]),
+            "args[0]: expected a dict with keys ['conv1', 'conv2', 'dense1', 'dense2', 'dense3'], got a dict with keys ['conv1']",
+        ),
+        (
+            lambda f, a: f(lenet5.init_params(), a[-1], a[-1]),
+            "expected 2 positional argument(s) with the exported pytree structure, or 11 arrays; got 3",
+        ),
     ],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_argument_errors(lenet_bundle, backend, call, message):
     fn = lenet_bundle.function(backend)

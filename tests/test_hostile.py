@@ -132,11 +132,27 @@ def test_byte_mutations(base, data):
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
-    | st.sampled_from(["../secret.txt", "/etc/passwd", "float128", "column_major", "2.0", "1.9", "inputs.safetensors"]),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.sampled_from(
+        [
+            "../secret.txt",
+            "/etc/passwd",
+            "float128",
+            "column_major",
+            "2.0",
+            "1.9",
+            "inputs.safetensors",
+        ]
+    ),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=6,
-)  # fmt: skip
+)
 
 
 def _paths(node, prefix=()):
@@ -198,8 +214,12 @@ def test_fuzzer_past_the_hash_checks_in_child_processes():
     # tensors and the manifest, rehashed so that each reaches its parser. Its workers are
     # child processes: a crash is reported as a finding with the case, not lost with pytest.
     script = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_forms.py"
-    r = subprocess.run([sys.executable, str(script), "--runs", "1000", "--jobs", "2"],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(script), "--runs", "1000", "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "1000 mutations, no findings" in r.stdout
     for form in ("module", "vjp", "batched"):
@@ -215,8 +235,12 @@ def test_shape_fuzzer_relabelling_symbols_finds_nothing():
     # (SPEC.md 2.8), each called with shapes that bind them: a coded error, or the module's own
     # results; a result for shapes the module refuses is a finding.
     script = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_shapes.py"
-    r = subprocess.run([sys.executable, str(script), "--runs", "1000", "--jobs", "2"],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(script), "--runs", "1000", "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "1000 mutations, no findings" in r.stdout
     backends = ("xla", "iree") if importlib.util.find_spec("iree.runtime") else ("xla",)
@@ -348,14 +372,26 @@ def test_bracket_depth_is_the_same_counted_by_python_and_by_numpy(data):
 # bytes exist in real modules), and a value the reader reads as text is a coded error.
 _ESCAPES = {
     "module name": ("module @jit__lambda", 'module @"\\FF"', True),
-    "function name": ("func.func public @main", 'func.func private @"\\C3\\28"() {\n    return\n  }\n  func.func public @main', True),
+    "function name": (
+        "func.func public @main",
+        'func.func private @"\\C3\\28"() {\n    return\n  }\n  func.func public @main',
+        True,
+    ),
     "attribute name": ("attributes {", 'attributes {"\\FF" = 1 : i32, ', True),
-    "location": ("return %arg0 : tensor<3xf32>", 'return %arg0 : tensor<3xf32> loc("\\FF":1:2)', True),
+    "location": (
+        "return %arg0 : tensor<3xf32>",
+        'return %arg0 : tensor<3xf32> loc("\\FF":1:2)',
+        True,
+    ),
     "result info": ('"result[0]"', '"\\FF"', False),
     "attribute value": ("attributes {", 'attributes {mhlo.foo = "\\E2\\82", ', False),
     "sharding value": ("{jax.result_info", '{mhlo.sharding = "\\FF", jax.result_info', True),
-    "generic sym_name": ("func.func public @main", '"func.func"() <{function_type = () -> (), sym_name = "\\C0", sym_visibility = "private"}> ({\n    "func.return"() : () -> ()\n  }) : () -> ()\n  func.func public @main', True),
-}  # fmt: skip
+    "generic sym_name": (
+        "func.func public @main",
+        '"func.func"() <{function_type = () -> (), sym_name = "\\C0", sym_visibility = "private"}> ({\n    "func.return"() : () -> ()\n  }) : () -> ()\n  func.func public @main',
+        True,
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -399,8 +435,12 @@ def test_invalid_utf8_escapes_never_abort(tmp_path, where, cli_child):
     (bundle / "module.mlir").write_text(hostile)
     rehash(bundle, "module.mlir")
     (tmp_path / "m.mlir").write_text(hostile)
-    for args in (["verify", bundle], ["inspect", bundle], ["run", bundle, "--backend", "xla"],
-                 ["pack", tmp_path / "m.mlir", "-o", tmp_path / "out"]):  # fmt: skip
+    for args in (
+        ["verify", bundle],
+        ["inspect", bundle],
+        ["run", bundle, "--backend", "xla"],
+        ["pack", tmp_path / "m.mlir", "-o", tmp_path / "out"],
+    ):
         r = cli_child(*args)
         assert "Traceback" not in r.stderr and r.returncode >= 0, (args, r.stderr[-2000:])
         if refused:

@@ -112,11 +112,18 @@ BROKEN_HEADERS = {  # case: (header, data, why)
     "a bool dimension": ({"x": {**F32, "shape": [True, 2]}}, b"\0" * 8, UNKNOWN),
     "an unknown dtype": ({"x": {**F32, "dtype": "F4"}}, b"\0" * 8, UNKNOWN),
     "three offsets": ({"x": {**F32, "data_offsets": [0, 4, 8]}}, b"\0" * 8, UNKNOWN),
-    "a gap": ({"x": {**F32, "data_offsets": [4, 12]}}, b"\0" * 12, "tensor 'x' starts at 4, not at 0"),
+    "a gap": (
+        {"x": {**F32, "data_offsets": [4, 12]}},
+        b"\0" * 12,
+        "tensor 'x' starts at 4, not at 0",
+    ),
     "bytes left over": ({"x": F32}, b"\0" * 12, "its tensors hold 8 bytes of its 12 bytes of data"),
-    "a short span": ({"x": {**F32, "data_offsets": [0, 4]}}, b"\0" * 4,
-                     "tensor 'x''s offsets do not span its shape and dtype"),
-}  # fmt: skip
+    "a short span": (
+        {"x": {**F32, "data_offsets": [0, 4]}},
+        b"\0" * 4,
+        "tensor 'x''s offsets do not span its shape and dtype",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN_HEADERS))
@@ -136,18 +143,28 @@ def test_inspect_refuses_a_broken_safetensors_header(tmp_path, case):
 
 _T = "tensor<3xf32>"
 _REFUSED = {
-    "a body-less @main": (f"func.func private @main(%x: {_T}) -> {_T}\n", "MLIR_INVALID", "without a body"),
+    "a body-less @main": (
+        f"func.func private @main(%x: {_T}) -> {_T}\n",
+        "MLIR_INVALID",
+        "without a body",
+    ),
     "a non-string mhlo.sharding": (
         f"func.func @main(%x: {_T} {{mhlo.sharding = 5 : i32}}) -> {_T} {{\n  return %x : {_T}\n}}\n",
-        "MLIR_INVALID", "mhlo.sharding must be a string"),
+        "MLIR_INVALID",
+        "mhlo.sharding must be a string",
+    ),
     "a non-integer tf.aliasing_output": (
         f'func.func @main(%x: {_T} {{tf.aliasing_output = "a"}}) -> {_T} {{\n  return %x : {_T}\n}}\n',
-        "MLIR_INVALID", "malformed"),
+        "MLIR_INVALID",
+        "malformed",
+    ),
     "10,000-deep nesting": (
         f"func.func @main(%x: {_T}) -> {_T} attributes {{deep = {'[' * 10_000}{']' * 10_000}}} "
         f"{{\n  return %x : {_T}\n}}\n",
-        "LIMIT_EXCEEDED", "nested 10001 deep"),
-}  # fmt: skip
+        "LIMIT_EXCEEDED",
+        "nested 10001 deep",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(_REFUSED))

@@ -185,10 +185,16 @@ def _swap_in_another_program(compiled: Path, tmp_path: Path) -> Path:
         lambda *a: (jnp.zeros((4, 10), jnp.float32) + 2.0,), *bundle.example_inputs().values()
     )
     other_vmfb = _iree_compile.compile_portable(
-        hlobundle.load(hlobundle.pack(other, list(bundle.example_inputs().values()), tmp_path / "o",
-                                      names=[a.name for a in bundle.arguments])).portable_artifact,
+        hlobundle.load(
+            hlobundle.pack(
+                other,
+                list(bundle.example_inputs().values()),
+                tmp_path / "o",
+                names=[a.name for a in bundle.arguments],
+            )
+        ).portable_artifact,
         bundle.manifest,
-    ).vmfb  # fmt: skip
+    ).vmfb
     (b / "compiled" / "llvm-cpu.vmfb").write_bytes(other_vmfb)
     rehash(b, "compiled/llvm-cpu.vmfb")
     return b
@@ -220,8 +226,11 @@ def test_a_signed_bundle_verified_with_a_key_runs_its_executable(compiled, tmp_p
             serialization.NoEncryption(),
         )
     )
-    (tmp_path / "pub.pem").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    (tmp_path / "pub.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     b = tmp_path / "b"
     shutil.copytree(EXAMPLE, b)
     hlobundle.sign(b, tmp_path / "key.pem")
@@ -251,8 +260,9 @@ def test_executables_this_runtime_cannot_use_are_ignored(compiled, tmp_path, fie
     assert why in _iree.usable(bundle.manifest.executables[0], bundle)
     fn = bundle.function("iree", trust=hlobundle.Trust.EXECUTABLES)
     assert "stored" not in fn.source
-    np.testing.assert_allclose(fn(*bundle.example_args()), bundle.expected_outputs()["result"],
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        fn(*bundle.example_args()), bundle.expected_outputs()["result"], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_the_compile_cache_is_used_the_second_time(tmp_path):
@@ -273,8 +283,11 @@ def twins(tmp_path_factory):
     a = _bundle(tmp, lambda x: x + 1, x, name="a")
     b = _bundle(tmp, lambda x: x * 0 - 5, x, name="b")
     other = hlobundle.load(b)
-    return a, b, _iree_compile.compile_portable(other.portable_artifact, other.manifest,
-                                                cpu="host").vmfb  # fmt: skip
+    return (
+        a,
+        b,
+        _iree_compile.compile_portable(other.portable_artifact, other.manifest, cpu="host").vmfb,
+    )
 
 
 def _key(bundle):
@@ -340,10 +353,16 @@ def test_an_unsafe_cache_directory_is_not_used(tmp_path, monkeypatch, twins, kin
     root, real = _unsafe_root(tmp_path, kind, _key(hlobundle.load(a)), other)
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
     before = _files_under(real)
-    with pytest.warns(hlobundle.HloBundleWarning, match="not using the cache: .*" + {
-        "symlink": "is a symlink", "group_writable_root": "writable by group or others",
-        "world_writable_entries": "writable by group or others", "foreign_owner": "owned by uid 4242",
-    }[kind]):  # fmt: skip
+    with pytest.warns(
+        hlobundle.HloBundleWarning,
+        match="not using the cache: .*"
+        + {
+            "symlink": "is a symlink",
+            "group_writable_root": "writable by group or others",
+            "world_writable_entries": "writable by group or others",
+            "foreign_owner": "owned by uid 4242",
+        }[kind],
+    ):
         assert _runs_its_own_module(a) == "compiled"
     checks = str(real / "checks")  # a safe directory beside the unsafe one keeps its use
     after = [
@@ -600,8 +619,12 @@ def test_a_stored_executable_runs_without_the_compiler(compiled):
         "except hlobundle.errors.BackendUnavailableError as e:\n"
         "    print(e.code)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "HLOBUNDLE_NO_CACHE": "1"})  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HLOBUNDLE_NO_CACHE": "1"},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [
         "stored",
@@ -638,14 +661,23 @@ def test_serve_on_iree_answers_as_the_xla_backend(compiled):
     assert not served.batchable  # jax.vmap runs the batched module; the iree function is not JAX
     bundle = hlobundle.load(compiled)
     images = np.asarray(bundle.tensor("images"))
-    request = {"inputs": [{"name": "images", "shape": list(images.shape), "datatype": "FP32",
-                           "data": images.reshape(-1).tolist()}]}  # fmt: skip
+    request = {
+        "inputs": [
+            {
+                "name": "images",
+                "shape": list(images.shape),
+                "datatype": "FP32",
+                "data": images.reshape(-1).tolist(),
+            }
+        ]
+    }
     r = TestClient(app(models, max_batch=16)).post("/v2/models/lenet5/infer", json=request)
     assert r.status_code == 200, r.text
     (out,) = r.json()["outputs"]
     want = np.asarray(bundle.function("xla")(*bundle.example_args()))
-    np.testing.assert_allclose(np.asarray(out["data"], np.float32).reshape(out["shape"]), want,
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        np.asarray(out["data"], np.float32).reshape(out["shape"]), want, rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("shared", ["module.mlirbc", "module.mlir", "inputs.safetensors"])
@@ -655,8 +687,16 @@ def test_compile_never_drops_a_file_another_field_references(tmp_path, shared):
     b = _bundle(tmp_path, lambda x: x * 2, np.float32([1, 2, 3]))
     listed = json.loads((b / "manifest.json").read_text())["files"]
     assert shared in listed
-    entry = {"target": "llvm-cpu", "file": shared, "compiler": "iree", "compiler_version": "0",
-             "architecture": "x86_64", "cpu": "generic", "flags": [], "source_sha256": "0" * 64}  # fmt: skip
+    entry = {
+        "target": "llvm-cpu",
+        "file": shared,
+        "compiler": "iree",
+        "compiler_version": "0",
+        "architecture": "x86_64",
+        "cpu": "generic",
+        "flags": [],
+        "source_sha256": "0" * 64,
+    }
     edit_manifest(b, lambda m: m.update(format_version="1.3", executables=[entry]))
     hlobundle.load(b).verify()
     hlobundle.compile(b)
@@ -691,10 +731,18 @@ def symbolic(tmp_path_factory) -> Path:
     with w constant (y: f32[b, 3]; IREE lacks a dynamic slice's gather and broadcast)."""
     out = tmp_path_factory.mktemp("symbolic") / "fns"
     x, y = np.ones((2, 8), np.float32), np.ones((2, 3), np.float32)
-    hlobundle.export(lambda w, x: jnp.tanh(x @ w), W, x, out=out, name="predict",
-                     shapes_specs=(None, "b, 8"))  # fmt: skip
-    hlobundle.export(lambda x, y: (x @ W) * y, x, y, out=out, name="pair",
-                     shapes_specs=("b, 8", "b, 3"), add=True)  # fmt: skip
+    hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w), W, x, out=out, name="predict", shapes_specs=(None, "b, 8")
+    )
+    hlobundle.export(
+        lambda x, y: (x @ W) * y,
+        x,
+        y,
+        out=out,
+        name="pair",
+        shapes_specs=("b, 8", "b, 3"),
+        add=True,
+    )
     return out
 
 
@@ -723,8 +771,10 @@ def test_compile_stores_an_executable_per_function(symbolic, tmp_path):
     hlobundle.compile(out)
     manifest = json.loads((out / "manifest.json").read_text())
     files = {f["name"]: [e["file"] for e in f["executables"]] for f in manifest["functions"]}
-    assert files == {"predict": ["predict/compiled/llvm-cpu.vmfb"],
-                     "pair": ["pair/compiled/llvm-cpu.vmfb"]}  # fmt: skip
+    assert files == {
+        "predict": ["predict/compiled/llvm-cpu.vmfb"],
+        "pair": ["pair/compiled/llvm-cpu.vmfb"],
+    }
     bundle = hlobundle.load(out)
     bundle.verify()
     x = sample((5, 8), "float32")
@@ -740,7 +790,9 @@ def test_compile_of_one_named_function(symbolic, tmp_path):
     hlobundle.compile(out, function="pair")
     manifest = json.loads((out / "manifest.json").read_text())
     assert {f["name"]: f.get("executables") is not None for f in manifest["functions"]} == {
-        "predict": False, "pair": True}  # fmt: skip
+        "predict": False,
+        "pair": True,
+    }
     hlobundle.load(out).verify()
     with pytest.raises(hlobundle.InputError, match="no function named 'nope'"):
         hlobundle.compile(out, function="nope")

@@ -85,8 +85,10 @@ def test_a_call_runs_main_with_its_arguments_and_data_in_a_process_of_its_own(tm
 
 
 @both
-@pytest.mark.parametrize(("body", "sig"), [("os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
-                                           ("os.abort()", "SIGABRT")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "sig"),
+    [("os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"), ("os.abort()", "SIGABRT")],
+)
 def test_a_crash_ends_the_child_only(tmp_path, how, body, sig):
     script = _script(
         tmp_path, f"def main():\n    if sys.stdin.read():\n        {body}\n    return 0\n"
@@ -205,11 +207,15 @@ def test_the_portable_child_caps_its_address_space_before_reading_a_byte(how):
     # need to deserialize anything, a valid artifact does not load; at the real limit, it does.
     artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
     rest = [str(_limits.MAX_MLIR_NESTING), str(_limits.MAX_MODULE_BYTES)]
-    real = _run(_child.PORTABLE_CHILD, artifact, args=[str(_limits.CHILD_MEMORY_BYTES), *rest],
-                how=how, timeout=60)  # fmt: skip
+    real = _run(
+        _child.PORTABLE_CHILD,
+        artifact,
+        args=[str(_limits.CHILD_MEMORY_BYTES), *rest],
+        how=how,
+        timeout=60,
+    )
     assert real.status == 0 and real.stdout.startswith(b"module")
-    starved = _run(_child.PORTABLE_CHILD, artifact, args=[str(1 << 20), *rest], how=how,
-                   timeout=60)  # fmt: skip
+    starved = _run(_child.PORTABLE_CHILD, artifact, args=[str(1 << 20), *rest], how=how, timeout=60)
     assert starved.status != 0 and not starved.stdout
 
 
@@ -356,11 +362,21 @@ def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp
         "    os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
         "    time.sleep(600)\n",
     )
-    caller = subprocess.Popen([sys.executable, "-c", (
-        "import sys, pathlib\nfrom hlobundle._isolation import _fork_servers\n"
-        "_fork_servers.run(pathlib.Path(sys.argv[1]), [sys.argv[2]], b'', timeout=300, "
-        "max_output=1024)\n"), str(script), str(pids)], start_new_session=True,
-        stderr=subprocess.DEVNULL)  # fmt: skip
+    caller = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, pathlib\nfrom hlobundle._isolation import _fork_servers\n"
+                "_fork_servers.run(pathlib.Path(sys.argv[1]), [sys.argv[2]], b'', timeout=300, "
+                "max_output=1024)\n"
+            ),
+            str(script),
+            str(pids),
+        ],
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
     left: list[int] = []
     try:
         for _ in range(600):
@@ -449,9 +465,14 @@ def test_a_server_sees_its_caller_leave_while_a_forked_copy_of_the_caller_lives(
 
 @pytest.mark.parametrize(
     ("end", "status", "stderr"),
-    [("return None", 0, b""), ("return 3", 3, b""), ("sys.exit(None)", 0, b""),
-     ("sys.exit('no')", 1, b"no\n"), ("return 256 + 5", 5, b"")],
-)  # fmt: skip
+    [
+        ("return None", 0, b""),
+        ("return 3", 3, b""),
+        ("sys.exit(None)", 0, b""),
+        ("sys.exit('no')", 1, b"no\n"),
+        ("return 256 + 5", 5, b""),
+    ],
+)
 def test_main_ends_the_fork_as_sys_exit_main_ends_the_script(tmp_path, end, status, stderr):
     done = _run(_script(tmp_path, f"def main():\n    {end}\n"))
     assert (done.status, done.stderr) == (status, stderr)

@@ -150,10 +150,21 @@ def test_a_blob_with_inputs_by_name_and_computed_results(exported, tmp_path):
     np.save(tmp_path / "w.npy", PARAMS["w"])
     np.save(tmp_path / "b.npy", PARAMS["b"])
     np.save(tmp_path / "x.npy", X)
-    inputs = [f"arg0_w={tmp_path / 'w.npy'}", f"arg0_b={tmp_path / 'b.npy'}",
-              f"arg1={tmp_path / 'x.npy'}"]  # fmt: skip
-    r = cli("pack", "--from-jax-export", blob, "--inputs", *inputs, "--compute-expected",
-            "-o", tmp_path / "m")  # fmt: skip
+    inputs = [
+        f"arg0_w={tmp_path / 'w.npy'}",
+        f"arg0_b={tmp_path / 'b.npy'}",
+        f"arg1={tmp_path / 'x.npy'}",
+    ]
+    r = cli(
+        "pack",
+        "--from-jax-export",
+        blob,
+        "--inputs",
+        *inputs,
+        "--compute-expected",
+        "-o",
+        tmp_path / "m",
+    )
     assert r.returncode == 0, r.stderr
     bundle = hlobundle.load(tmp_path / "m", verify=True)
     _same(bundle.example_args(), (PARAMS, X))
@@ -167,8 +178,17 @@ def test_a_blob_with_inputs_by_position_and_given_results(exported, tmp_path):
     np.savez(tmp_path / "in.npz", PARAMS["b"], PARAMS["w"], X)  # arr_0.. in argument order
     want = exported.call(PARAMS, X)
     np.savez(tmp_path / "out.npz", y=np.asarray(want["y"]), total=np.asarray(want["total"]))
-    r = cli("pack", "--from-jax-export", blob, "--inputs", tmp_path / "in.npz",
-            "--expected", tmp_path / "out.npz", "-o", tmp_path / "m")  # fmt: skip
+    r = cli(
+        "pack",
+        "--from-jax-export",
+        blob,
+        "--inputs",
+        tmp_path / "in.npz",
+        "--expected",
+        tmp_path / "out.npz",
+        "-o",
+        tmp_path / "m",
+    )
     assert r.returncode == 0, r.stderr
     bundle = hlobundle.load(tmp_path / "m")
     _same(bundle.example_args(), (PARAMS, X))
@@ -235,26 +255,50 @@ def test_several_named_blobs_make_one_bundle_of_functions(exported, tmp_path):
     other = export.export(jax.jit(lambda params, x: x @ params["w"] + params["b"]))(PARAMS, X)
     (tmp_path / "p.jax").write_bytes(other.serialize())
     out = tmp_path / "b"
-    r = cli("pack", "--from-jax-export", f"model={tmp_path / 'm.jax'}",
-            "--from-jax-export", f"project={tmp_path / 'p.jax'}", "-o", out)  # fmt: skip
+    r = cli(
+        "pack",
+        "--from-jax-export",
+        f"model={tmp_path / 'm.jax'}",
+        "--from-jax-export",
+        f"project={tmp_path / 'p.jax'}",
+        "-o",
+        out,
+    )
     assert r.returncode == 0, r.stderr
     assert "functions model, project" in r.stdout
     bundle = hlobundle.load(out, verify=True)
     assert bundle.functions == ["model", "project"] and bundle.default_function == "model"
     _same(bundle.function("xla", name="project")(PARAMS, X), other.call(PARAMS, X))
     _same(bundle.function("xla", name="model")(PARAMS, X), exported.call(PARAMS, X))
-    r = cli("pack", "--from-jax-export", tmp_path / "m.jax", "--from-jax-export",
-            tmp_path / "p.jax", "-o", tmp_path / "c")  # fmt: skip
+    r = cli(
+        "pack",
+        "--from-jax-export",
+        tmp_path / "m.jax",
+        "--from-jax-export",
+        tmp_path / "p.jax",
+        "-o",
+        tmp_path / "c",
+    )
     assert r.returncode == 2 and "NAME=PATH" in r.stderr
-    r = cli("pack", "--from-jax-export", f"model={tmp_path / 'm.jax'}",
-            "--from-jax-export", f"bad={tmp_path / 'nothing.jax'}", "-o", tmp_path / "d")  # fmt: skip
+    r = cli(
+        "pack",
+        "--from-jax-export",
+        f"model={tmp_path / 'm.jax'}",
+        "--from-jax-export",
+        f"bad={tmp_path / 'nothing.jax'}",
+        "-o",
+        tmp_path / "d",
+    )
     assert r.returncode == 1 and not (tmp_path / "d").exists()  # no bundle of one of them
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def _digests(root):
-    return {p.relative_to(root): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        p.relative_to(root): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_a_refused_function_leaves_the_earlier_bundle_intact(exported, tmp_path):
@@ -265,8 +309,12 @@ def test_a_refused_function_leaves_the_earlier_bundle_intact(exported, tmp_path)
     (tmp_path / "bad.jax").write_bytes(b"not a blob")
     out = tmp_path / "b"
     first = ["--from-jax-export", f"model={tmp_path / 'm.jax'}"]
-    assert cli("pack", *first, "--from-jax-export", f"again={tmp_path / 'm.jax'}", "-o",
-               out).returncode == 0  # fmt: skip
+    assert (
+        cli(
+            "pack", *first, "--from-jax-export", f"again={tmp_path / 'm.jax'}", "-o", out
+        ).returncode
+        == 0
+    )
     before = _digests(out)
     bad = ["--from-jax-export", f"bad={tmp_path / 'bad.jax'}"]
     r = cli("pack", *first, *bad, "-o", out, "--force")

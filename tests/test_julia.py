@@ -72,9 +72,11 @@ def test_the_same_export_npz_packed_both_ways_differs_only_in_the_flag(tmp_path)
     # What README "From Julia" explains: the .npz holds arrays already at the tensors' shapes.
     a = hlobundle.from_reactant(LUX, tmp_path / "a")
     b = hlobundle.pack_files(
-        LUX / "run_lux_model_0.mlir", [LUX / "run_lux_model_0_inputs.npz"], tmp_path / "b",
+        LUX / "run_lux_model_0.mlir",
+        [LUX / "run_lux_model_0_inputs.npz"],
+        tmp_path / "b",
         layout="auto",
-    )  # fmt: skip
+    )
     a, b = hlobundle.load(a), hlobundle.load(b)
     assert {x.layout for x in a.arguments} == {"column_major"}
     assert {x.layout for x in b.arguments} == {"row_major"}
@@ -127,8 +129,17 @@ def test_two_named_exports_make_one_bundle_with_the_weights_stored_once(tmp_path
     npz["arr_1"] = npz["arr_1"][::-1].copy()  # other images, the same model
     (other / "run_lux_model_0_inputs.npz").chmod(0o644)
     np.savez(other / "run_lux_model_0_inputs.npz", **npz)
-    r = cli("pack", "--from-reactant", f"first={LUX}", "--from-reactant", f"second={other}",
-            "--role", "arg_3_*=parameter", "-o", tmp_path / "b")  # fmt: skip
+    r = cli(
+        "pack",
+        "--from-reactant",
+        f"first={LUX}",
+        "--from-reactant",
+        f"second={other}",
+        "--role",
+        "arg_3_*=parameter",
+        "-o",
+        tmp_path / "b",
+    )
     assert r.returncode == 0, r.stderr
     assert "functions first, second" in r.stdout
     b = hlobundle.load(tmp_path / "b", verify=True)
@@ -146,11 +157,20 @@ def test_two_named_exports_make_one_bundle_with_the_weights_stored_once(tmp_path
     np.testing.assert_array_equal(images["second"], npz["arr_1"])
     np.testing.assert_array_equal(images["first"], npz["arr_1"][::-1])
     for f in b.functions:  # each function runs on its own example images
-        r = cli("run", tmp_path / "b", "--function", f, "--backend", "xla",
-                "--save-outputs", tmp_path / f"{f}.npz")  # fmt: skip
+        r = cli(
+            "run",
+            tmp_path / "b",
+            "--function",
+            f,
+            "--backend",
+            "xla",
+            "--save-outputs",
+            tmp_path / f"{f}.npz",
+        )
         assert r.returncode == 0, r.stderr
-    assert not np.array_equal(np.load(tmp_path / "first.npz")["result0"],
-                              np.load(tmp_path / "second.npz")["result0"])  # fmt: skip
+    assert not np.array_equal(
+        np.load(tmp_path / "first.npz")["result0"], np.load(tmp_path / "second.npz")["result0"]
+    )
 
 
 def test_from_reactant_usage_errors(tmp_path):
@@ -342,13 +362,30 @@ def module(header="module @m {\n", attrs="", extra="", footer="}\n"):
     ("text", "change"),
     [
         ("Module:\n" + module(), "removed a leading 'Module:' line"),
-        (module(header='module @"reactant_Chain{@..." {\n'), "renamed the module @'reactant_Chain{@...' (quoted or truncated by the producer) to @reactant_Chain"),
-        (module(attrs=" {enzymexla.memory_effects = [], reactant.donated}"), "removed the attribute enzymexla.memory_effects (1 use)"),
-        (module(attrs=" {enzymexla.flag = #enzymexla<guaranteed UNKNOWN>}"), "removed the attribute enzymexla.flag (1 use)"),
-        (module(header='module @m attributes {llvm.data_layout = "e"} {\n'), "removed the module attribute llvm.data_layout"),
-        (module(extra='  llvm.module_flags [#llvm.mlir.module_flag<warning, "Dwarf Version", 2 : i32>]\n'), "removed the top-level op llvm.module_flags (it has no symbol name)"),
+        (
+            module(header='module @"reactant_Chain{@..." {\n'),
+            "renamed the module @'reactant_Chain{@...' (quoted or truncated by the producer) to @reactant_Chain",
+        ),
+        (
+            module(attrs=" {enzymexla.memory_effects = [], reactant.donated}"),
+            "removed the attribute enzymexla.memory_effects (1 use)",
+        ),
+        (
+            module(attrs=" {enzymexla.flag = #enzymexla<guaranteed UNKNOWN>}"),
+            "removed the attribute enzymexla.flag (1 use)",
+        ),
+        (
+            module(header='module @m attributes {llvm.data_layout = "e"} {\n'),
+            "removed the module attribute llvm.data_layout",
+        ),
+        (
+            module(
+                extra='  llvm.module_flags [#llvm.mlir.module_flag<warning, "Dwarf Version", 2 : i32>]\n'
+            ),
+            "removed the top-level op llvm.module_flags (it has no symbol name)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_normalizations(tmp_path, text, change):
     bundle = hlobundle.load(
         hlobundle.pack(text, [np.ones(2, np.float32)], tmp_path / "b", expected="compute")
@@ -374,13 +411,34 @@ def custom_call(target):
 @pytest.mark.parametrize(
     ("text", "what"),
     [
-        (custom_call("enzymexla_compile_cpu"), "custom_call @enzymexla_compile_cpu at line 3, column 10"),
-        (custom_call("reactant_julia_callback"), "custom_call @reactant_julia_callback at line 3, column 10"),
-        (module(extra="  llvm.func @kernel() {\n    llvm.return\n  }\n"), "llvm.func at line 2, column 3"),
-        (module().replace("    return %x", '    %y = "enzymexla.jit_call"(%x) {fn = @f} : (tensor<2xf32>) -> tensor<2xf32>\n    return %x'), "enzymexla.jit_call at line 3, column 10"),
-        (module().replace("    return %x", '    %y = "enzymexla.kernel_call"(%x) : (tensor<2xf32>) -> tensor<2xf32>\n    return %x'), "enzymexla.kernel_call at line 3, column 10"),
+        (
+            custom_call("enzymexla_compile_cpu"),
+            "custom_call @enzymexla_compile_cpu at line 3, column 10",
+        ),
+        (
+            custom_call("reactant_julia_callback"),
+            "custom_call @reactant_julia_callback at line 3, column 10",
+        ),
+        (
+            module(extra="  llvm.func @kernel() {\n    llvm.return\n  }\n"),
+            "llvm.func at line 2, column 3",
+        ),
+        (
+            module().replace(
+                "    return %x",
+                '    %y = "enzymexla.jit_call"(%x) {fn = @f} : (tensor<2xf32>) -> tensor<2xf32>\n    return %x',
+            ),
+            "enzymexla.jit_call at line 3, column 10",
+        ),
+        (
+            module().replace(
+                "    return %x",
+                '    %y = "enzymexla.kernel_call"(%x) : (tensor<2xf32>) -> tensor<2xf32>\n    return %x',
+            ),
+            "enzymexla.kernel_call at line 3, column 10",
+        ),
     ],
-)  # fmt: skip
+)
 def test_non_portable_modules_are_refused(tmp_path, text, what):
     with pytest.raises(
         hlobundle.errors.ModuleError, match=re.escape(f"the module is not portable: {what}")

@@ -82,8 +82,9 @@ def test_emitted_scripts_generate_jax_s_text(tmp_path, params):
         r = cli("emit", BUNDLE, "--function", name, "-o", tmp_path / f"{name}.py")
         assert r.returncode == 0, r.stderr
     driver = [str(ROOT / "examples" / "lm_generate.py"), "prefill.py", "decode.py", "A bundle "]
-    r = subprocess.run([sys.executable, *driver, "30"], cwd=tmp_path, capture_output=True,
-                       text=True)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, *driver, "30"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     [want] = lm.generate(jax.jit(lm.prefill), jax.jit(lm.decode), params, ["A bundle "], 30)
     assert r.stdout.rstrip("\n") == want

@@ -29,19 +29,25 @@ VALID = {
     "results": [{"name": "y", "shape": [4, 2], "dtype": "float32"}],
     "input_tree": ["x", "w"],
     "output_tree": "y",
-    "module": {"text": "module.mlir",
-               "portable": {"file": "module.mlirbc", "target_version": "1.0.0"}},
+    "module": {
+        "text": "module.mlir",
+        "portable": {"file": "module.mlirbc", "target_version": "1.0.0"},
+    },
     "provenance": {"producer": "test", "producer_version": "0"},
-    "files": {"module.mlir": {"size": 1, "sha256": SHA},
-              "module.mlirbc": {"size": 1, "sha256": SHA}},
-}  # fmt: skip
+    "files": {
+        "module.mlir": {"size": 1, "sha256": SHA},
+        "module.mlirbc": {"size": 1, "sha256": SHA},
+    },
+}
 
 # One function of a 2.0 manifest (symbolic dimensions need 2.0): y[b, 2] = f(x[b, 3], w[3, 2]).
 FUNCTION = {
     "name": "f",
-    **{k: copy.deepcopy(VALID[k]) for k in ("arguments", "results", "input_tree", "output_tree",
-                                            "module")},
-}  # fmt: skip
+    **{
+        k: copy.deepcopy(VALID[k])
+        for k in ("arguments", "results", "input_tree", "output_tree", "module")
+    },
+}
 FUNCTION["arguments"][0]["shape"] = ["b", 3]
 FUNCTION["results"][0]["shape"] = ["b", 2]
 
@@ -107,59 +113,130 @@ MESH = {"axes": [{"name": "data", "size": 2}]}
 
 # (id, edit of the 1.x manifest, fragment of the message)
 ONE_X = [
-    ("duplicate_argument_name", _set(["arguments", 1, "name"], "x"),
-     "duplicate arguments name 'x'"),
-    ("duplicate_result_name",
-     lambda m: m["results"].append({**m["results"][0]}) or m.update(output_tree=None),
-     "duplicate results name 'y'"),
-    ("duplicate_executable_target",
-     lambda m: m.update(executables=[
-         {"target": "llvm-cpu", "file": "module.mlir", "compiler": "iree",
-          "compiler_version": "1", "architecture": "x86_64", "cpu": "generic",
-          "source_sha256": SHA}] * 2),
-     "duplicate executables target name 'llvm-cpu'"),
-    ("argument_name_not_an_identifier", _set(["arguments", 0, "name"], "not-an-id"),
-     "'not-an-id' is not a Python identifier"),
-    ("argument_name_a_keyword", _set(["arguments", 0, "name"], "class"),
-     "'class' is not a Python identifier"),
-    ("result_name_not_an_identifier", _set(["results", 0, "name"], "y.z"),
-     "'y.z' is not a Python identifier"),
-    ("batched_argument_twice",
-     _set(["batched"], {"text": "module.mlir", "arguments": ["x", "x"],
-                        "portable": {"file": "module.mlirbc", "target_version": "1.0.0"}}),
-     "duplicate batched.arguments name 'x'"),
-    ("batched_argument_unknown",
-     _set(["batched"], {"text": "module.mlir", "arguments": ["x", "nope"],
-                        "portable": {"file": "module.mlirbc", "target_version": "1.0.0"}}),
-     "batched.arguments names ['nope'], which are not arguments"),
-    ("sharding_rank_differs_from_shape",
-     _both(_set(["mesh"], MESH), _set(["arguments", 1, "sharding"], [["data"]])),
-     "arguments[1].sharding has 1 entries for 2 dimensions"),
-    ("result_sharding_rank_differs_from_shape",
-     _both(_set(["mesh"], MESH), _set(["results", 0, "sharding"], [[], [], []])),
-     "results[0].sharding has 3 entries for 2 dimensions"),
-    ("sharding_over_an_axis_the_mesh_lacks",
-     _both(_set(["mesh"], MESH), _set(["arguments", 0, "sharding"], [["data"], ["model"]])),
-     "arguments[0].sharding uses mesh axes ['model'] that mesh does not define"),
-    ("sharding_without_a_mesh", _set(["results", 0, "sharding"], [["data"], []]),
-     "results[0].sharding uses mesh axes ['data'] that mesh does not define"),
-    ("input_tree_holds_a_number", _set(["input_tree"], {"x": "x", "w": 1.5}),
-     "input_tree holds float 1.5; only arrays, objects, null and names are allowed"),
-    ("output_tree_holds_a_bool", _set(["output_tree"], [True]),
-     "output_tree holds bool True"),
-    ("input_tree_names_an_unknown_value", _set(["input_tree"], ["x", "w", "nope"]),
-     "input_tree names ['nope'], which are not its values' names"),
-    ("output_tree_names_an_argument", _set(["output_tree"], ["x"]),
-     "output_tree names ['x'], which are not its values' names"),
-    ("input_tree_names_a_value_twice", _set(["input_tree"], ["x", {"again": "x"}, "w"]),
-     "input_tree names a value twice"),
-    ("result_aliases_a_missing_argument", _set(["results", 0, "aliases"], 2),
-     "results[0].aliases = 2 but there are 2 arguments"),
-    ("symbolic_dimension_in_format_1", _set(["arguments", 0, "shape"], ["b", 3]),
-     "symbolic dimensions and constraints need format_version 2.0"),
-    ("constraints_in_format_1", _set(["constraints"], ["4 >= 1"]),
-     "symbolic dimensions and constraints need format_version 2.0"),
-]  # fmt: skip
+    (
+        "duplicate_argument_name",
+        _set(["arguments", 1, "name"], "x"),
+        "duplicate arguments name 'x'",
+    ),
+    (
+        "duplicate_result_name",
+        lambda m: m["results"].append({**m["results"][0]}) or m.update(output_tree=None),
+        "duplicate results name 'y'",
+    ),
+    (
+        "duplicate_executable_target",
+        lambda m: m.update(
+            executables=[
+                {
+                    "target": "llvm-cpu",
+                    "file": "module.mlir",
+                    "compiler": "iree",
+                    "compiler_version": "1",
+                    "architecture": "x86_64",
+                    "cpu": "generic",
+                    "source_sha256": SHA,
+                }
+            ]
+            * 2
+        ),
+        "duplicate executables target name 'llvm-cpu'",
+    ),
+    (
+        "argument_name_not_an_identifier",
+        _set(["arguments", 0, "name"], "not-an-id"),
+        "'not-an-id' is not a Python identifier",
+    ),
+    (
+        "argument_name_a_keyword",
+        _set(["arguments", 0, "name"], "class"),
+        "'class' is not a Python identifier",
+    ),
+    (
+        "result_name_not_an_identifier",
+        _set(["results", 0, "name"], "y.z"),
+        "'y.z' is not a Python identifier",
+    ),
+    (
+        "batched_argument_twice",
+        _set(
+            ["batched"],
+            {
+                "text": "module.mlir",
+                "arguments": ["x", "x"],
+                "portable": {"file": "module.mlirbc", "target_version": "1.0.0"},
+            },
+        ),
+        "duplicate batched.arguments name 'x'",
+    ),
+    (
+        "batched_argument_unknown",
+        _set(
+            ["batched"],
+            {
+                "text": "module.mlir",
+                "arguments": ["x", "nope"],
+                "portable": {"file": "module.mlirbc", "target_version": "1.0.0"},
+            },
+        ),
+        "batched.arguments names ['nope'], which are not arguments",
+    ),
+    (
+        "sharding_rank_differs_from_shape",
+        _both(_set(["mesh"], MESH), _set(["arguments", 1, "sharding"], [["data"]])),
+        "arguments[1].sharding has 1 entries for 2 dimensions",
+    ),
+    (
+        "result_sharding_rank_differs_from_shape",
+        _both(_set(["mesh"], MESH), _set(["results", 0, "sharding"], [[], [], []])),
+        "results[0].sharding has 3 entries for 2 dimensions",
+    ),
+    (
+        "sharding_over_an_axis_the_mesh_lacks",
+        _both(_set(["mesh"], MESH), _set(["arguments", 0, "sharding"], [["data"], ["model"]])),
+        "arguments[0].sharding uses mesh axes ['model'] that mesh does not define",
+    ),
+    (
+        "sharding_without_a_mesh",
+        _set(["results", 0, "sharding"], [["data"], []]),
+        "results[0].sharding uses mesh axes ['data'] that mesh does not define",
+    ),
+    (
+        "input_tree_holds_a_number",
+        _set(["input_tree"], {"x": "x", "w": 1.5}),
+        "input_tree holds float 1.5; only arrays, objects, null and names are allowed",
+    ),
+    ("output_tree_holds_a_bool", _set(["output_tree"], [True]), "output_tree holds bool True"),
+    (
+        "input_tree_names_an_unknown_value",
+        _set(["input_tree"], ["x", "w", "nope"]),
+        "input_tree names ['nope'], which are not its values' names",
+    ),
+    (
+        "output_tree_names_an_argument",
+        _set(["output_tree"], ["x"]),
+        "output_tree names ['x'], which are not its values' names",
+    ),
+    (
+        "input_tree_names_a_value_twice",
+        _set(["input_tree"], ["x", {"again": "x"}, "w"]),
+        "input_tree names a value twice",
+    ),
+    (
+        "result_aliases_a_missing_argument",
+        _set(["results", 0, "aliases"], 2),
+        "results[0].aliases = 2 but there are 2 arguments",
+    ),
+    (
+        "symbolic_dimension_in_format_1",
+        _set(["arguments", 0, "shape"], ["b", 3]),
+        "symbolic dimensions and constraints need format_version 2.0",
+    ),
+    (
+        "constraints_in_format_1",
+        _set(["constraints"], ["4 >= 1"]),
+        "symbolic dimensions and constraints need format_version 2.0",
+    ),
+]
 
 
 @pytest.mark.parametrize(("edit", "fragment"), [c[1:] for c in ONE_X], ids=[c[0] for c in ONE_X])
@@ -174,8 +251,10 @@ def test_an_identifier_error_names_its_field():
 
 def _args(n):
     """n arguments, each of one symbolic dimension s0 ... s(n-1)."""
-    return [{"name": f"a{i}", "path": f"args[{i}]", "shape": [f"s{i}"], "dtype": "float32"}
-            for i in range(n)]  # fmt: skip
+    return [
+        {"name": f"a{i}", "path": f"args[{i}]", "shape": [f"s{i}"], "dtype": "float32"}
+        for i in range(n)
+    ]
 
 
 def _many_symbols(f):
@@ -187,21 +266,44 @@ def _many_symbols(f):
 # (id, edit of the 2.0 function, fragment of the message)
 TWO_O = [
     ("more_symbols_than_the_limit", _many_symbols, "33 symbols; the limit is 32"),
-    ("result_symbol_no_argument_has", _set(["results", 0, "shape", 0], "c"),
-     "result dimensions use symbols ['c'] that no argument's shape has"),
-    ("more_constraints_than_the_limit", _set(["constraints"], ["b >= 1"] * 33),
-     "more than 32 constraints"),
-    ("malformed_constraint", _set(["constraints"], ["b >= 1 >= 2"]),
-     "constraints: constraint 'b >= 1 >= 2' must compare two expressions"),
-    ("constraint_over_an_unknown_symbol", _set(["constraints"], ["b >= c"]),
-     "constraint 'b >= c' uses symbols ['c'] no shape has"),
-    ("symbolic_with_a_batched_module",
-     _set(["batched"], {"text": "module.mlir", "arguments": ["x"],
-                        "portable": {"file": "module.mlirbc", "target_version": "1.0.0"}}),
-     "a function with symbolic dimensions has no batched module or mesh"),
-    ("symbolic_with_a_mesh", _set(["mesh"], MESH),
-     "a function with symbolic dimensions has no batched module or mesh"),
-]  # fmt: skip
+    (
+        "result_symbol_no_argument_has",
+        _set(["results", 0, "shape", 0], "c"),
+        "result dimensions use symbols ['c'] that no argument's shape has",
+    ),
+    (
+        "more_constraints_than_the_limit",
+        _set(["constraints"], ["b >= 1"] * 33),
+        "more than 32 constraints",
+    ),
+    (
+        "malformed_constraint",
+        _set(["constraints"], ["b >= 1 >= 2"]),
+        "constraints: constraint 'b >= 1 >= 2' must compare two expressions",
+    ),
+    (
+        "constraint_over_an_unknown_symbol",
+        _set(["constraints"], ["b >= c"]),
+        "constraint 'b >= c' uses symbols ['c'] no shape has",
+    ),
+    (
+        "symbolic_with_a_batched_module",
+        _set(
+            ["batched"],
+            {
+                "text": "module.mlir",
+                "arguments": ["x"],
+                "portable": {"file": "module.mlirbc", "target_version": "1.0.0"},
+            },
+        ),
+        "a function with symbolic dimensions has no batched module or mesh",
+    ),
+    (
+        "symbolic_with_a_mesh",
+        _set(["mesh"], MESH),
+        "a function with symbolic dimensions has no batched module or mesh",
+    ),
+]
 
 
 @pytest.mark.parametrize(("edit", "fragment"), [c[1:] for c in TWO_O], ids=[c[0] for c in TWO_O])
@@ -230,11 +332,14 @@ def test_a_duplicate_function_name_is_refused():
 # A dimension is an int or an expression: the reader's message gives the expression check's
 # reason, not the int branch's ("should be a valid integer"), and names the dimension.
 BAD_DIMENSIONS = [
-    ("dimension_not_an_expression", "b +",
-     "not a dimension expression (SPEC.md 2.8): an expression ends early"),
+    (
+        "dimension_not_an_expression",
+        "b +",
+        "not a dimension expression (SPEC.md 2.8): an expression ends early",
+    ),
     ("dimension_of_hostile_text", "__import__('os')", "not a dimension expression"),
     ("dimension_without_a_symbol", "8", "dimension '8' has no symbol: write it as an integer"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

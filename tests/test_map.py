@@ -113,8 +113,12 @@ def _unmapped(modules: list[str], mapping: dict[str, list[str]]) -> list[str]:
         named = f"test_{module.rsplit('.', 1)[1].lstrip('_')}.py"
         if named not in tests and module not in mapping:
             errors.append(f"{module}: no {named} and no line in MAP")
-    errors += [f"{m}: MAP names {f}, which is not there" for m, files in mapping.items()
-               for f in files if f not in tests]  # fmt: skip
+    errors += [
+        f"{m}: MAP names {f}, which is not there"
+        for m, files in mapping.items()
+        for f in files
+        if f not in tests
+    ]
     errors += [f"{m}: in MAP, but no such module" for m in mapping if m not in modules]
     return errors
 

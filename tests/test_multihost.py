@@ -51,9 +51,11 @@ print(json.dumps({"read": read, "sha256": hashlib.sha256(host.tobytes()).hexdige
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     mesh = jax.make_mesh(
-        (2, 2), ("x", "y"), devices=jax.devices()[:4],
+        (2, 2),
+        ("x", "y"),
+        devices=jax.devices()[:4],
         axis_types=(jax.sharding.AxisType.Auto,) * 2,
-    )  # fmt: skip
+    )
     w = np.arange(SIDE * SIDE, dtype=np.float32).reshape(SIDE, SIDE) / SIDE
     w = jax.device_put(w, NamedSharding(mesh, P("x", "y")))
     return hlobundle.export(lambda w: w * 2 + 1, w, out=tmp_path_factory.mktemp("mh") / "b")
@@ -87,7 +89,7 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for k in range(2)
     ]
     done = []
@@ -100,8 +102,13 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
-    one = subprocess.run([sys.executable, "-c", WORKER, str(sharded)], env=_env(4),
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    one = subprocess.run(
+        [sys.executable, "-c", WORKER, str(sharded)],
+        env=_env(4),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
     single = json.loads(one.stdout.strip().splitlines()[-1])
     results = []
@@ -123,8 +130,18 @@ def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_cli_runs_across_two_processes(sharded, tmp_path):
-    argv = [sys.executable, "-m", "hlobundle", "run", str(sharded), "--distributed", "--json",
-            "--backend", "xla", "--save-outputs"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hlobundle",
+        "run",
+        str(sharded),
+        "--distributed",
+        "--json",
+        "--backend",
+        "xla",
+        "--save-outputs",
+    ]
     for status, out, err in _on_two_processes([*argv, str(tmp_path / "out{k}.npz")]):
         assert status == 0, err[-3000:]
         assert json.loads(out.strip().splitlines()[-1])["ok"] is True

@@ -183,8 +183,16 @@ def _on_path(how: str, tmp_path: Path, bundle: Path, make) -> tuple[tuple, str, 
     make(tmp_path / "in.npz", "x.npy")
     if how == "pack":
         (tmp_path / "m.mlir").write_text(MODULE)
-        argv = ("pack", tmp_path / "m.mlir", "--inputs", tmp_path / "in.npz", "--names", "x",
-                "-o", tmp_path / "out")  # fmt: skip
+        argv = (
+            "pack",
+            tmp_path / "m.mlir",
+            "--inputs",
+            tmp_path / "in.npz",
+            "--names",
+            "x",
+            "-o",
+            tmp_path / "out",
+        )
         return argv, "in.npz", "x"
     return ("run", bundle, "--inputs", tmp_path / "in.npz", "--backend", "xla"), "in.npz", "x"
 
@@ -199,8 +207,12 @@ def test_a_sound_member_is_read_on_each_path(tmp_path, bundle, how):
     r = cli(*argv)
     assert r.returncode == 0, r.stderr
     (tmp_path / "deflated").mkdir()
-    argv, _, _ = _on_path(how, tmp_path / "deflated", bundle,
-                          lambda p, n: _zip(p, n, _npy(X), stored=_deflate(_npy(X)), method=8))  # fmt: skip
+    argv, _, _ = _on_path(
+        how,
+        tmp_path / "deflated",
+        bundle,
+        lambda p, n: _zip(p, n, _npy(X), stored=_deflate(_npy(X)), method=8),
+    )
     r = cli(*argv)
     assert r.returncode == 0, r.stderr
 

@@ -22,18 +22,31 @@ def test_a_relative_posix_name_is_returned_unchanged(name):
 
 @pytest.mark.parametrize(
     ("name", "problem"),
-    [("", "is empty or contains NUL or a backslash"),
-     ("w\x00.bin", "is empty or contains NUL or a backslash"),
-     ("dir\\w.bin", "is empty or contains NUL or a backslash"),
-     ("/etc/passwd", "is absolute"), ("C:w.bin", "is absolute"),
-     ("../escape", "contains '..', '.' or an empty component"),
-     ("a/../../escape", "contains '..', '.' or an empty component"),
-     ("./w.bin", "contains '..', '.' or an empty component"),
-     ("a//b", "contains '..', '.' or an empty component"),
-     ("a/", "contains '..', '.' or an empty component")],
-    ids=["empty", "nul", "backslash", "absolute", "drive_letter", "dotdot", "dotdot_inside",
-         "dot", "empty_component", "trailing_slash"],
-)  # fmt: skip
+    [
+        ("", "is empty or contains NUL or a backslash"),
+        ("w\x00.bin", "is empty or contains NUL or a backslash"),
+        ("dir\\w.bin", "is empty or contains NUL or a backslash"),
+        ("/etc/passwd", "is absolute"),
+        ("C:w.bin", "is absolute"),
+        ("../escape", "contains '..', '.' or an empty component"),
+        ("a/../../escape", "contains '..', '.' or an empty component"),
+        ("./w.bin", "contains '..', '.' or an empty component"),
+        ("a//b", "contains '..', '.' or an empty component"),
+        ("a/", "contains '..', '.' or an empty component"),
+    ],
+    ids=[
+        "empty",
+        "nul",
+        "backslash",
+        "absolute",
+        "drive_letter",
+        "dotdot",
+        "dotdot_inside",
+        "dot",
+        "empty_component",
+        "trailing_slash",
+    ],
+)
 def test_an_unsafe_name_is_refused(name, problem):
     with pytest.raises(UnsafePathError, match=re.escape(problem)) as e:
         _paths.check_name(name, field="files")

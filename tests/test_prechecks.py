@@ -50,10 +50,10 @@ def test_a_plain_module_passes():
 
 
 @pytest.mark.parametrize(
-    ("what", "opener", "closer"), [("brackets", b"(", b")"), ("brackets", b"[", b"]"),
-                                   ("angle brackets", b"<", b">")],
+    ("what", "opener", "closer"),
+    [("brackets", b"(", b")"), ("brackets", b"[", b"]"), ("angle brackets", b"<", b">")],
     ids=["parentheses", "square_brackets", "angle_brackets"],
-)  # fmt: skip
+)
 def test_a_module_nested_over_the_limit_is_refused(what, opener, closer):
     depth = _limits.MAX_MLIR_NESTING + 1
     data = MODULE + b"%y = " + opener * depth + closer * depth + b"\n"
@@ -69,8 +69,9 @@ def test_a_module_at_the_nesting_limit_passes():
 
 def test_arrows_and_brackets_in_strings_and_comments_do_not_count():
     deep = b"<" * 300
-    _prechecks.check_mlir_text(MODULE + b'"' + deep + b'" // ' + deep + b"\n" + b"->" * 300,
-                               path="module.mlir")  # fmt: skip
+    _prechecks.check_mlir_text(
+        MODULE + b'"' + deep + b'" // ' + deep + b"\n" + b"->" * 300, path="module.mlir"
+    )
 
 
 def test_a_tensor_type_over_the_rank_limit_is_refused():

@@ -168,10 +168,20 @@ def test_ctrl_c_during_pack_stops_it_promptly_and_leaves_nothing(big, tmp_path):
     module = tmp_path / "m.mlir"
     module.write_text(identity_module(np.zeros(BIG, np.float32)))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_WRITES, "pack", str(module), "--inputs",
-         str(big.parent / "x.npy"), "-o", str(tmp_path / "out")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            _SLOW_WRITES,
+            "pack",
+            str(module),
+            "--inputs",
+            str(big.parent / "x.npy"),
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         full = (big / "inputs.safetensors").stat().st_size
         deadline = time.monotonic() + 60

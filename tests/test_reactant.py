@@ -105,19 +105,47 @@ def conditional(x):
 
 CASES = {
     "01_lux_lenet_conv_dense": (
-        lambda: [normal(4, 1, 28, 28), normal(6, 1, 5, 5), normal(6), normal(16, 6, 5, 5, scale=0.2), normal(16),
-                 normal(256, 128, scale=0.1), normal(128), normal(128, 84, scale=0.1), normal(84),
-                 normal(84, 10, scale=0.1), normal(10)],
+        lambda: [
+            normal(4, 1, 28, 28),
+            normal(6, 1, 5, 5),
+            normal(6),
+            normal(16, 6, 5, 5, scale=0.2),
+            normal(16),
+            normal(256, 128, scale=0.1),
+            normal(128),
+            normal(128, 84, scale=0.1),
+            normal(84),
+            normal(84, 10, scale=0.1),
+            normal(10),
+        ],
         lux_lenet,
     ),
-    "02_reactant_docs_maybe_square_if_i1": (lambda: [np.array(True), np.float64(3.0)], lambda c, x: [x * x if c else x]),
-    "03_reactant_docs_add_n_aliasing_i64": (lambda: [RNG.integers(-50, 50, 10)], lambda x: [x + 10]),
-    "04_reactant_docs_partial_eval_add_i64_scalars": (lambda: [np.int64(7), np.int64(-3)], lambda a, b: [a + b]),
-    "05_reactant_docs_square_llvm_module_flags": (lambda: [normal(64, dtype=np.float64)], lambda x: [x * x]),
-    "06_reactant_docs_nbody_while_enzymexla_attrs": (lambda: [normal(1024, 3), normal(1024)], attractive_force),
+    "02_reactant_docs_maybe_square_if_i1": (
+        lambda: [np.array(True), np.float64(3.0)],
+        lambda c, x: [x * x if c else x],
+    ),
+    "03_reactant_docs_add_n_aliasing_i64": (
+        lambda: [RNG.integers(-50, 50, 10)],
+        lambda x: [x + 10],
+    ),
+    "04_reactant_docs_partial_eval_add_i64_scalars": (
+        lambda: [np.int64(7), np.int64(-3)],
+        lambda a, b: [a + b],
+    ),
+    "05_reactant_docs_square_llvm_module_flags": (
+        lambda: [normal(64, dtype=np.float64)],
+        lambda x: [x * x],
+    ),
+    "06_reactant_docs_nbody_while_enzymexla_attrs": (
+        lambda: [normal(1024, 3), normal(1024)],
+        attractive_force,
+    ),
     "07_reactant_docs_nbody_raised": (lambda: [normal(1024, 3), normal(1024)], attractive_force),
     "08_reactant_hlo_call_noarg_optbarrier": (lambda: [], lambda: [np.zeros(3, np.float32)]),
-    "09_enzymejax_testffi_scalar_two_results": (lambda: [normal(2, 2), np.float32(2.5)], lambda m, s: [m.sum(), m * s]),
+    "09_enzymejax_testffi_scalar_two_results": (
+        lambda: [normal(2, 2), np.float32(2.5)],
+        lambda m, s: [m.sum(), m * s],
+    ),
     "10_enzymejax_reactant_regression_multi_alias": (
         lambda: [normal(6, 2), normal(2, 4)],
         lambda a, b: [b.T @ a.T.sum(axis=1), a, b],  # Julia: sum(y * x[:, i] for i in 1:6)
@@ -125,11 +153,19 @@ CASES = {
     "11_enzymejax_if_multi_result_alias": (lambda: [normal(10, 2, dtype=np.float64)], conditional),
     "12_enzymejax_durbin_nested_while": (lambda: [normal(64, scale=0.05), normal(64)], durbin),
     "13_enzymejax_comimager_complex_fft_gather": (comimager_inputs, comimager),
-    "14_enzymejax_sdy_sharding": (lambda: [normal(16, 16, 16, dtype=np.float64) for _ in range(3)], lambda a, b, c: [a + b + c]),
-}  # fmt: skip
+    "14_enzymejax_sdy_sharding": (
+        lambda: [normal(16, 16, 16, dtype=np.float64) for _ in range(3)],
+        lambda a, b, c: [a + b + c],
+    ),
+}
 
-TOLERANCE = {"13_enzymejax_comimager_complex_fft_gather": 1e-9, "01_lux_lenet_conv_dense": 1e-4, "06_reactant_docs_nbody_while_enzymexla_attrs": 1e-4,
-             "07_reactant_docs_nbody_raised": 1e-4, "12_enzymejax_durbin_nested_while": 1e-2}  # durbin amplifies rounding (and XLA's FMAs)  # fmt: skip
+TOLERANCE = {
+    "13_enzymejax_comimager_complex_fft_gather": 1e-9,
+    "01_lux_lenet_conv_dense": 1e-4,
+    "06_reactant_docs_nbody_while_enzymexla_attrs": 1e-4,
+    "07_reactant_docs_nbody_raised": 1e-4,
+    "12_enzymejax_durbin_nested_while": 1e-2,
+}  # durbin amplifies rounding (and XLA's FMAs)
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +280,22 @@ def test_iree_out_of_memory_is_a_coded_error(packed):
     if not _backends.kind("iree").available():
         pytest.skip("the iree extra is not installed")
     bundle = packed(IREE_OUT_OF_MEMORY)
-    r = subprocess.run([sys.executable, "-m", "hlobundle", "run", str(bundle.path), "--backend",
-                        "iree", "--max-memory", "1G"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "run",
+            str(bundle.path),
+            "--backend",
+            "iree",
+            "--max-memory",
+            "1G",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1, r.stderr[-2000:]
     assert "error [LIMIT_EXCEEDED] IREE's runtime ran out of memory running the module" in r.stderr
     assert "Traceback" not in r.stderr

@@ -57,8 +57,11 @@ def server_bundle(tmp_path: Path, manifest: str = MANIFEST, order=("weight", "bi
     for n in (4, 8):
         (root / f"model.b{n}.mlir").write_bytes(dense_module(n))
     tensors = {"weight": W_JULIA, "bias": B_JULIA}
-    save_file({k: tensors[k] for k in order}, root / "weights.safetensors",
-              metadata={"argument_order": json.dumps(list(order))})  # fmt: skip
+    save_file(
+        {k: tensors[k] for k in order},
+        root / "weights.safetensors",
+        metadata={"argument_order": json.dumps(list(order))},
+    )
     return root
 
 
@@ -103,8 +106,18 @@ def test_cli_pack_and_run_with_julia_inputs(tmp_path):
     assert hlobundle.load(tmp_path / "b").functions == ["dense"]  # that batch size alone
     x_julia = RNG.standard_normal((3, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x_julia)
-    r = cli("run", tmp_path / "b", "--inputs", f"x={tmp_path / 'x.npy'}", "--layout", "producer",
-            "--save-outputs", tmp_path / "y.npz", "--backend", "xla")  # fmt: skip
+    r = cli(
+        "run",
+        tmp_path / "b",
+        "--inputs",
+        f"x={tmp_path / 'x.npy'}",
+        "--layout",
+        "producer",
+        "--save-outputs",
+        tmp_path / "y.npz",
+        "--backend",
+        "xla",
+    )
     assert r.returncode == 0, r.stderr
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], julia_dense(x_julia), rtol=1e-6)
     r = cli("run", tmp_path / "b", "--backend", "xla")  # invented x, the stored weights
@@ -114,8 +127,11 @@ def test_cli_pack_and_run_with_julia_inputs(tmp_path):
 def test_the_weights_follow_argument_order_not_the_files_order(tmp_path):
     src = server_bundle(tmp_path, order=("weight", "bias"))
     (src / "weights.safetensors").unlink()
-    save_file({"bias": B_JULIA, "weight": W_JULIA}, src / "weights.safetensors",
-              metadata={"argument_order": json.dumps(["weight", "bias"])})  # fmt: skip
+    save_file(
+        {"bias": B_JULIA, "weight": W_JULIA},
+        src / "weights.safetensors",
+        metadata={"argument_order": json.dumps(["weight", "bias"])},
+    )
     b = hlobundle.load(hlobundle.from_reactant_server(src, tmp_path / "b"))
     assert [a.name for a in b.arguments] == ["x", "weight", "bias"]
 
@@ -175,9 +191,16 @@ def test_hostile_or_inconsistent_manifests_are_refused(tmp_path, edit, message):
         (lambda m: m.replace("dtype: f32", "dtype: [f32]", 1), "dtype ['f32'] is not one of"),
         (lambda m: m.replace('shape: "in"', "shape: {i: 1}"), "is not a string of letters"),
     ],
-    ids=["huge-int", "feb-30", "tz-offset", "unhashable-key", "python-tag",
-         "list-dtype", "map-shape"],
-)  # fmt: skip
+    ids=[
+        "huge-int",
+        "feb-30",
+        "tz-offset",
+        "unhashable-key",
+        "python-tag",
+        "list-dtype",
+        "map-shape",
+    ],
+)
 def test_every_yaml_value_error_is_a_coded_error(tmp_path, edit, message):
     src = server_bundle(tmp_path, manifest=edit(MANIFEST))
     with pytest.raises(hlobundle.InputError, match=re.escape(message)) as e:
@@ -190,8 +213,11 @@ def _fifo(path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["weights.safetensors", "model.b4.mlir", "manifest.yaml"])
-@pytest.mark.parametrize("make", [_fifo, Path.mkdir, lambda p: p.symlink_to("/dev/zero")],
-                         ids=["fifo", "directory", "dev-zero"])  # fmt: skip
+@pytest.mark.parametrize(
+    "make",
+    [_fifo, Path.mkdir, lambda p: p.symlink_to("/dev/zero")],
+    ids=["fifo", "directory", "dev-zero"],
+)
 def test_a_named_file_that_is_not_a_regular_file_is_refused(tmp_path, name, make):
     src = server_bundle(tmp_path)
     (src / name).unlink()
@@ -300,8 +326,10 @@ def test_cli_refuses_an_alias_whichever_file_was_written_first(tmp_path):
     for first in ("alias", "canonical"):
         (tmp_path / first).mkdir()
         src = server_bundle(tmp_path / first)
-        files = {"model.b04.mlir": dense_module(4, _other_program),
-                 "model.b4.mlir": (src / "model.b4.mlir").read_bytes()}  # fmt: skip
+        files = {
+            "model.b04.mlir": dense_module(4, _other_program),
+            "model.b4.mlir": (src / "model.b4.mlir").read_bytes(),
+        }
         (src / "model.b4.mlir").unlink()
         for name in files if first == "alias" else reversed(files):
             (src / name).write_bytes(files[name])
@@ -316,14 +344,22 @@ def test_cli_refuses_an_alias_whichever_file_was_written_first(tmp_path):
 @pytest.mark.parametrize(
     ("sizes", "extra", "message"),
     [
-        ("[4, 8]", 16, "'model.b16.mlir' is the module of batch size 16, which "
-                       "manifest.yaml's batching.compiled_batch_sizes [4, 8] does not list"),
-        ("[4]", None, "'model.b8.mlir' is the module of batch size 8, which "
-                      "manifest.yaml's batching.compiled_batch_sizes [4] does not list"),
+        (
+            "[4, 8]",
+            16,
+            "'model.b16.mlir' is the module of batch size 16, which "
+            "manifest.yaml's batching.compiled_batch_sizes [4, 8] does not list",
+        ),
+        (
+            "[4]",
+            None,
+            "'model.b8.mlir' is the module of batch size 8, which "
+            "manifest.yaml's batching.compiled_batch_sizes [4] does not list",
+        ),
         ("[]", None, "'model.b4.mlir', 'model.b8.mlir' are the modules of batch sizes 4, 8"),
     ],
     ids=["another-size", "an-unlisted-file", "none-listed"],
-)  # fmt: skip
+)
 def test_a_module_for_a_size_the_manifest_does_not_list_is_refused(tmp_path, sizes, extra, message):
     src = server_bundle(tmp_path, manifest=MANIFEST.replace("[4, 8]", sizes))
     if extra:
@@ -461,8 +497,11 @@ def test_emit_a_bundle_of_batch_sizes_writes_one_module_per_size(tmp_path):
     (tmp_path / "again").mkdir()
     out = hlobundle.emit_reactant_server(first, tmp_path / "again" / "dense")
     assert sorted(p.name for p in out.iterdir()) == [
-        "manifest.yaml", "model.b4.mlir", "model.b8.mlir", "weights.safetensors",
-    ]  # fmt: skip
+        "manifest.yaml",
+        "model.b4.mlir",
+        "model.b8.mlir",
+        "weights.safetensors",
+    ]
     yaml_text = (out / "manifest.yaml").read_text()
     assert "compiled_batch_sizes:\n  - 4\n  - 8" in yaml_text
     back = hlobundle.load(hlobundle.from_reactant_server(out, tmp_path / "back"))
@@ -487,16 +526,24 @@ def test_emit_one_function_of_several_with_function(tmp_path):
     r = cli("emit", b, "--format", "reactant-server", "--function", "b8", "-o", tmp_path / "d8")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "d8").iterdir()) == [
-        "manifest.yaml", "model.mlir", "weights.safetensors",
-    ]  # fmt: skip
+        "manifest.yaml",
+        "model.mlir",
+        "weights.safetensors",
+    ]
     back = hlobundle.load(hlobundle.from_reactant_server(tmp_path / "d8", tmp_path / "back"))
     assert back.functions == ["d8"] and back.arguments[0].shape == [8, 3]
 
 
 def _two_functions(tmp_path: Path, second, x, name="b8") -> Path:
     w = np.ones((3, 2), np.float32)
-    out = hlobundle.export(lambda w, x: x @ w, w, np.ones((4, 3), np.float32),
-                           out=tmp_path / "b", name="b4", roles={"w": "parameter"})  # fmt: skip
+    out = hlobundle.export(
+        lambda w, x: x @ w,
+        w,
+        np.ones((4, 3), np.float32),
+        out=tmp_path / "b",
+        name="b4",
+        roles={"w": "parameter"},
+    )
     weight = second.__code__.co_varnames[0]
     hlobundle.export(second, w, x, out=out, name=name, roles={weight: "parameter"}, add=True)
     return out
@@ -509,17 +556,29 @@ X8 = np.ones((8, 3), np.float32)
     ("second", "x", "kw", "message"),
     [
         (lambda w, x: x @ w, X8, {}, None),
-        (lambda w, x: (x @ w)[:, :1], X8, {},
-         "result 'result' is float32[8, 1] in b8 but float32[4, 2] in b4"),
-        (lambda w, x: x[:, :2] @ w[:2], np.ones((8, 4), np.float32), {},
-         "argument 'x' is float32[8, 4] in b8 but float32[4, 3] in b4"),
-        (lambda w, x: x @ w, np.ones((4, 3), np.float32), {},
-         "no input has an axis whose size is each function's batch size"),
+        (
+            lambda w, x: (x @ w)[:, :1],
+            X8,
+            {},
+            "result 'result' is float32[8, 1] in b8 but float32[4, 2] in b4",
+        ),
+        (
+            lambda w, x: x[:, :2] @ w[:2],
+            np.ones((8, 4), np.float32),
+            {},
+            "argument 'x' is float32[8, 4] in b8 but float32[4, 3] in b4",
+        ),
+        (
+            lambda w, x: x @ w,
+            np.ones((4, 3), np.float32),
+            {},
+            "no input has an axis whose size is each function's batch size",
+        ),
         (lambda w, x: x @ w, X8, {"name": "large"}, "'large' is not named bN"),
         (lambda v, x: x @ v, X8, {}, "b8 takes ['v', 'x'] but b4 takes ['w', 'x']"),
     ],
     ids=["same-model", "result-shape", "input-shape", "no-batch-axis", "name", "weight-name"],
-)  # fmt: skip
+)
 def test_emit_refuses_functions_that_are_not_batch_sizes_of_one_model(
     tmp_path, second, x, kw, message
 ):
@@ -536,8 +595,14 @@ def test_emit_refuses_functions_that_are_not_batch_sizes_of_one_model(
 
 def test_emit_refuses_a_symbolic_shape_and_a_missing_directory(tmp_path):
     w = np.ones((3, 2), np.float32)
-    b = hlobundle.export(lambda w, x: x @ w, w, np.ones((4, 3), np.float32), out=tmp_path / "b",
-                         roles={"w": "parameter"}, shapes_specs=(None, "b, 3"))  # fmt: skip
+    b = hlobundle.export(
+        lambda w, x: x @ w,
+        w,
+        np.ones((4, 3), np.float32),
+        out=tmp_path / "b",
+        roles={"w": "parameter"},
+        shapes_specs=(None, "b, 3"),
+    )
     with pytest.raises(hlobundle.InputError, match="x has a symbolic dimension") as e:
         hlobundle.emit_reactant_server(b, tmp_path / "out")
     assert e.value.code == "INPUT_INVALID" and not (tmp_path / "out").exists()

@@ -235,10 +235,12 @@ def test_compilation_cache_is_used_and_can_be_turned_off(tmp_path):
 def test_no_cache_turns_off_a_jax_cache_the_user_configured(tmp_path):
     """`--no-cache` means no persistent cache at all, not only ours: JAX's own settings (here
     from its environment variables) are overridden too."""
-    env = {"HLOBUNDLE_CACHE_DIR": str(tmp_path / "ours"),
-           "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_own"),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}  # fmt: skip
+    env = {
+        "HLOBUNDLE_CACHE_DIR": str(tmp_path / "ours"),
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_own"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
     r = cli_process("run", EXAMPLE, "--no-cache", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not (tmp_path / "ours").exists() and not (tmp_path / "jax_own").exists()

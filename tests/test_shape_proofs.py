@@ -54,8 +54,9 @@ def exported(tmp_path_factory) -> Path:
     relabelled to y: f32[c, 3] (the module's shape assertions and its multiply need b = c)."""
     out = tmp_path_factory.mktemp("relabelled") / "pair"
     x, y = np.ones((2, 8), np.float32), np.ones((2, 3), np.float32)
-    hlobundle.export(lambda x, y: (x @ W) * y, x, y, out=out, name="pair",
-                     shapes_specs=("b, 8", "b, 3"))  # fmt: skip
+    hlobundle.export(
+        lambda x, y: (x @ W) * y, x, y, out=out, name="pair", shapes_specs=("b, 8", "b, 3")
+    )
     _without_stored_values(out)
     _relabel(out, "pair", "y", ["c", 3])
     return out
@@ -64,10 +65,16 @@ def exported(tmp_path_factory) -> Path:
 def _hand_written(path: Path, result: str = "b") -> Path:
     """`z = x + y` on `tensor<?x3xf32>`, with x: (b, 3), y: (c, 3) and z: (`result`, 3)."""
     t = "tensor<?x3xf32>"
-    text = (f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
-            f"  %z = stablehlo.add %x, %y : {t}\n  return %z : {t}\n}}\n")  # fmt: skip
-    options = PackOptions(names=["x", "y"], result_names=["z"], shapes=[["b", 3], ["c", 3]],
-                          result_shapes=[[result, 3]])  # fmt: skip
+    text = (
+        f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
+        f"  %z = stablehlo.add %x, %y : {t}\n  return %z : {t}\n}}\n"
+    )
+    options = PackOptions(
+        names=["x", "y"],
+        result_names=["z"],
+        shapes=[["b", 3], ["c", 3]],
+        result_shapes=[[result, 3]],
+    )
     return pack_planned(text, None, path, options)
 
 
@@ -133,9 +140,11 @@ def test_a_proof_names_a_free_entry_beside_the_modules_own_functions(tmp_path):
     """The proof renames @main beside the module's functions: a private function already named
     as the renamed entry would be (hb_proven_main) does not clash."""
     t = "tensor<?x3xf32>"
-    text = (f"func.func private @hb_proven_main(%x: {t}) -> {t} {{\n  return %x : {t}\n}}\n"
-            f"func.func @main(%x: {t}) -> {t} {{\n"
-            f"  %y = func.call @hb_proven_main(%x) : ({t}) -> {t}\n  return %y : {t}\n}}\n")  # fmt: skip
+    text = (
+        f"func.func private @hb_proven_main(%x: {t}) -> {t} {{\n  return %x : {t}\n}}\n"
+        f"func.func @main(%x: {t}) -> {t} {{\n"
+        f"  %y = func.call @hb_proven_main(%x) : ({t}) -> {t}\n  return %y : {t}\n}}\n"
+    )
     options = PackOptions(names=["x"], shapes=[["b", 3]], result_shapes=[["b", 3]])
     bundle = pack_planned(text, from_python([np.ones((2, 3), np.float32)]), tmp_path / "b", options)
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -163,8 +172,12 @@ def test_a_new_shape_is_proven_from_the_bytes_read_at_load(exported, tmp_path):
 
 # Through `serve`: a client never gets bytes it did not send or the function cannot compute.
 def _infer(client, model: str, **inputs):
-    body = {"inputs": [{"name": n, "shape": list(v.shape), "datatype": "FP32",
-                        "data": v.reshape(-1).tolist()} for n, v in inputs.items()]}  # fmt: skip
+    body = {
+        "inputs": [
+            {"name": n, "shape": list(v.shape), "datatype": "FP32", "data": v.reshape(-1).tolist()}
+            for n, v in inputs.items()
+        ]
+    }
     return client.post(f"/v2/models/{model}/infer", json=body)
 
 
@@ -194,11 +207,14 @@ def test_serve_refuses_what_the_module_refuses_with_a_400(exported, independent,
 
 def _unknown_custom_call(path: Path) -> Path:
     t = "tensor<3xf32>"
-    text = (f"func.func @main(%x: {t}) -> {t} {{\n"
-            f"  %y = stablehlo.custom_call @my_unknown_target(%x) : ({t}) -> {t}\n"
-            f"  return %y : {t}\n}}\n")  # fmt: skip
-    return hlobundle.pack(text, [np.ones(3, np.float32)], path,
-                          allow_custom_calls=["my_unknown_target"])  # fmt: skip
+    text = (
+        f"func.func @main(%x: {t}) -> {t} {{\n"
+        f"  %y = stablehlo.custom_call @my_unknown_target(%x) : ({t}) -> {t}\n"
+        f"  return %y : {t}\n}}\n"
+    )
+    return hlobundle.pack(
+        text, [np.ones(3, np.float32)], path, allow_custom_calls=["my_unknown_target"]
+    )
 
 
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
@@ -219,8 +235,14 @@ def test_serve_answers_a_compile_failure_with_a_400(tmp_path):
     from hlobundle._serve._models import Served
 
     bundle = hlobundle.load(_unknown_custom_call(tmp_path / "cc"))
-    served = Served(bundle, ("cc",), "v1", bundle.function("xla"),
-                    inputs={"arg0": ("float32", (3,))}, outputs={"result0": "float32"})  # fmt: skip
+    served = Served(
+        bundle,
+        ("cc",),
+        "v1",
+        bundle.function("xla"),
+        inputs={"arg0": ("float32", (3,))},
+        outputs={"result0": "float32"},
+    )
     r = _infer(TestClient(app({"cc": served})), "cc", arg0=np.ones(3, np.float32))
     assert r.status_code == 400 and r.json()["code"] == "BACKEND_UNSUPPORTED", r.text
 
@@ -245,10 +267,12 @@ def test_batched_requests_are_each_proven_not_only_their_concatenation(tmp_path,
     pytest.importorskip("starlette", reason="the serve extra is not installed")
     from hlobundle._serve._models import load_models
 
-    options = PackOptions(names=["x"], result_names=["y"], shapes=[["b", 3]],
-                          result_shapes=[["b", 3]])  # fmt: skip
-    bundle = pack_planned(EVEN, from_python([np.ones((2, 3), np.float32)]), tmp_path / "even",
-                          options)  # fmt: skip
+    options = PackOptions(
+        names=["x"], result_names=["y"], shapes=[["b", 3]], result_shapes=[["b", 3]]
+    )
+    bundle = pack_planned(
+        EVEN, from_python([np.ones((2, 3), np.float32)]), tmp_path / "even", options
+    )
     served = load_models([bundle], backend=backend, max_batch=4, trust=hlobundle.Trust.BATCHED)[
         "even"
     ]
@@ -291,8 +315,9 @@ def test_a_warm_call_never_waits_for_another_shapes_proof(independent):
 
     _shapes_module().prove = slow_prove
     try:
-        other = threading.Thread(target=lambda: fn(np.ones((5, 3), np.float32),
-                                                   np.ones((5, 3), np.float32)))  # fmt: skip
+        other = threading.Thread(
+            target=lambda: fn(np.ones((5, 3), np.float32), np.ones((5, 3), np.float32))
+        )
         other.start()
         assert started.wait(10)
         done = threading.Event()

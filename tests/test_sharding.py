@@ -147,14 +147,42 @@ def test_distributed_single_process(tmp_path):
     }
     from helpers import ROOT
 
-    r = subprocess.run([sys.executable, "-m", "hlobundle", "run", ROOT / "examples" / "lenet5.hlobundle", "--distributed", "--backend", "xla"],
-                       capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "run",
+            ROOT / "examples" / "lenet5.hlobundle",
+            "--distributed",
+            "--backend",
+            "xla",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.rstrip().endswith("ok")
     # It did go through jax.distributed: without a process count, the same run fails.
     del env["JAX_NUM_PROCESSES"]
-    r = subprocess.run([sys.executable, "-m", "hlobundle", "run", ROOT / "examples" / "lenet5.hlobundle", "--distributed", "--backend", "xla"],
-                       capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "run",
+            ROOT / "examples" / "lenet5.hlobundle",
+            "--distributed",
+            "--backend",
+            "xla",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert (
         r.returncode == 1
         and "error [DEVICES_UNAVAILABLE] jax.distributed.initialize() failed" in r.stderr

@@ -28,11 +28,18 @@ MODEL_SIGNING = str(Path(sys.executable).parent / "model_signing")
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, private: Path, public: Path) -> None:
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))  # fmt: skip
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +62,20 @@ def _certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool) -> x50
         .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(digital_signature=not ca, key_cert_sign=ca, crl_sign=ca,
-                          content_commitment=False, key_encipherment=False, data_encipherment=False,
-                          key_agreement=False, encipher_only=False, decipher_only=False),
+            x509.KeyUsage(
+                digital_signature=not ca,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
             critical=True,
         )
-    )  # fmt: skip
+    )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -107,8 +122,16 @@ def test_sign_then_verify_with_the_public_key(bundle, keys):
 
 
 def test_sign_and_verify_with_certificates(bundle, pki):
-    r = cli("sign", bundle, "--private-key", pki / "leaf.pem", "--signing-certificate",
-            pki / "leaf.crt", "--certificate-chain", pki / "root.crt")  # fmt: skip
+    r = cli(
+        "sign",
+        bundle,
+        "--private-key",
+        pki / "leaf.pem",
+        "--signing-certificate",
+        pki / "leaf.crt",
+        "--certificate-chain",
+        pki / "root.crt",
+    )
     assert r.returncode == 0, r.stderr
     assert "certificate CN=release-bot" in r.stdout
     r = cli("verify", bundle, "--certificate-chain", pki / "root.crt")
@@ -219,16 +242,40 @@ def test_run_with_the_right_key_runs(bundle, keys):
 @pytest.mark.subprocess
 def test_the_standard_tool_verifies_what_hlobundle_signs(bundle, keys):
     _signed(bundle, keys)
-    r = subprocess.run([MODEL_SIGNING, "verify", "key", bundle, "--signature", bundle / "model.sig",
-                        "--public_key", keys / "a.pub"], capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [
+            MODEL_SIGNING,
+            "verify",
+            "key",
+            bundle,
+            "--signature",
+            bundle / "model.sig",
+            "--public_key",
+            keys / "a.pub",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Verification succeeded" in r.stdout + r.stderr
 
 
 @pytest.mark.subprocess
 def test_hlobundle_verifies_what_the_standard_tool_signs(bundle, keys):
-    r = subprocess.run([MODEL_SIGNING, "sign", "key", bundle, "--signature", bundle / "model.sig",
-                        "--private_key", keys / "b.pem"], capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [
+            MODEL_SIGNING,
+            "sign",
+            "key",
+            bundle,
+            "--signature",
+            bundle / "model.sig",
+            "--private_key",
+            keys / "b.pem",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     r = cli("verify", bundle, "--public-key", keys / "b.pub")
     assert r.returncode == 0, r.stderr
@@ -240,8 +287,16 @@ def test_pack_signs_as_its_last_step(tmp_path, keys):
     x = sample((3,), "float32")
     np.save(tmp_path / "x.npy", x)
     (tmp_path / "m.mlir").write_text(identity_module(x))
-    r = cli("pack", tmp_path / "m.mlir", "--inputs", tmp_path / "x.npy", "-o", tmp_path / "b",
-            "--sign-key", keys / "a.pem")  # fmt: skip
+    r = cli(
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "x.npy",
+        "-o",
+        tmp_path / "b",
+        "--sign-key",
+        keys / "a.pem",
+    )
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "m.mlir", "x.npy"]  # no leftovers
     r = cli("verify", tmp_path / "b", "--public-key", keys / "a.pub")
@@ -430,8 +485,9 @@ def test_sign_hashes_every_listed_file(bundle, keys):
 
 
 def _snapshot(bundle: Path) -> dict[str, bytes]:
-    return {p.relative_to(bundle).as_posix(): p.read_bytes() for p in bundle.rglob("*")
-            if p.is_file()}  # fmt: skip
+    return {
+        p.relative_to(bundle).as_posix(): p.read_bytes() for p in bundle.rglob("*") if p.is_file()
+    }
 
 
 RESIGNING = {
@@ -487,9 +543,13 @@ def _unusable_key(keys: Path, kind: str, tmp_path: Path) -> Path:
         return keys / "a.pub"
     key = serialization.load_pem_private_key((keys / "a.pem").read_bytes(), password=None)
     encrypted = tmp_path / "encrypted.pem"  # its password is not given: a wrong one
-    encrypted.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.BestAvailableEncryption(b"password")))  # fmt: skip
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"password"),
+        )
+    )
     return encrypted
 
 
@@ -570,10 +630,16 @@ def test_pack_files_and_from_reactant_server_sign_with_a_key_file(tmp_path, keys
 
     x = sample((2, 3), "float32")
     np.save(tmp_path / "x.npy", x)
-    packed = hlobundle.pack_files(identity_module(x), [tmp_path / "x.npy"], tmp_path / "p",
-                                  names=["x"], sign_key=keys / "a.pem")  # fmt: skip
-    served = hlobundle.from_reactant_server(server_bundle(tmp_path), tmp_path / "s",
-                                            sign_key=keys / "a.pem")  # fmt: skip
+    packed = hlobundle.pack_files(
+        identity_module(x),
+        [tmp_path / "x.npy"],
+        tmp_path / "p",
+        names=["x"],
+        sign_key=keys / "a.pem",
+    )
+    served = hlobundle.from_reactant_server(
+        server_bundle(tmp_path), tmp_path / "s", sign_key=keys / "a.pem"
+    )
     for out in (packed, served):  # the server bundle's: signed once both batch sizes are in
         b = hlobundle.load(out, verify=True, public_key=keys / "a.pub")
         assert b.signer is not None and b.signer.startswith("key "), out

@@ -12,21 +12,36 @@ from hlobundle._format._symbolic import ShapeError, SymbolicError
 
 @pytest.mark.parametrize(
     ("text", "env", "value"),
-    [("b", {"b": 3}, 3), ("2*b", {"b": 3}, 6), ("b + 1", {"b": 3}, 4), ("2*b+1 - b", {"b": 5}, 6),
-     ("(b + 1) * 2", {"b": 2}, 6), ("b*s", {"b": 2, "s": 7}, 14), ("8", {}, 8)],
-)  # fmt: skip
+    [
+        ("b", {"b": 3}, 3),
+        ("2*b", {"b": 3}, 6),
+        ("b + 1", {"b": 3}, 4),
+        ("2*b+1 - b", {"b": 5}, 6),
+        ("(b + 1) * 2", {"b": 2}, 6),
+        ("b*s", {"b": 2, "s": 7}, 14),
+        ("8", {}, 8),
+    ],
+)
 def test_expressions_evaluate_with_precedence(text, env, value):
     assert sym.parse(text).value(env) == value
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("", "empty"), ("b +", "ends early"), ("(b", "unclosed"), ("b ** 2", "unexpected"),
-     ("B", "unexpected character"), ("b; import os", "unexpected character"),
-     ("x" * 200, "at most 128"), ("(" * 9 + "b" + ")" * 9, "nested over 8"),
-     ("*".join("abcde"), "more than 4 symbols"), ("1234567890", "unexpected"),
-     ("floordiv(b, 2)", "unexpected")],
-)  # fmt: skip
+    [
+        ("", "empty"),
+        ("b +", "ends early"),
+        ("(b", "unclosed"),
+        ("b ** 2", "unexpected"),
+        ("B", "unexpected character"),
+        ("b; import os", "unexpected character"),
+        ("x" * 200, "at most 128"),
+        ("(" * 9 + "b" + ")" * 9, "nested over 8"),
+        ("*".join("abcde"), "more than 4 symbols"),
+        ("1234567890", "unexpected"),
+        ("floordiv(b, 2)", "unexpected"),
+    ],
+)
 def test_malformed_and_hostile_expressions_are_refused(text, message):
     with pytest.raises(SymbolicError, match=message):
         sym.parse(text)
@@ -50,11 +65,13 @@ def test_bind_solves_from_a_non_bare_dimension():
 
 @pytest.mark.parametrize(
     ("shapes", "where", "symbol", "message"),
-    [([(3, 8), (7,)], "y.shape[0]", "b", r"is 7, but 2\*b = 6 with b=3"),
-     ([(3, 9), (6,)], "x.shape[1]", None, "is 9, expected 8"),
-     ([(0, 8), (0,)], "b", "b", "at least 1"),
-     ([(3, 8, 1), (6,)], "x", None, "rank 3, expected 2")],
-)  # fmt: skip
+    [
+        ([(3, 8), (7,)], "y.shape[0]", "b", r"is 7, but 2\*b = 6 with b=3"),
+        ([(3, 9), (6,)], "x.shape[1]", None, "is 9, expected 8"),
+        ([(0, 8), (0,)], "b", "b", "at least 1"),
+        ([(3, 8, 1), (6,)], "x", None, "rank 3, expected 2"),
+    ],
+)
 def test_inconsistent_shapes_name_the_value_and_the_symbol(shapes, where, symbol, message):
     declared = [("x", [sym.parse("b"), 8]), ("y", [sym.parse("2*b")])]
     with pytest.raises(ShapeError, match=message) as e:
@@ -89,10 +106,14 @@ def test_malformed_constraints_are_refused(text):
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("b c >= 1", "malformed constraint 'b c >= 1'"), ("b >= 1 )", "malformed constraint"),
-     ("b >= 1 >= 2", "must compare two expressions"), ("b = 1", "unexpected character"),
-     ("b >= ", "ends early")],
-)  # fmt: skip
+    [
+        ("b c >= 1", "malformed constraint 'b c >= 1'"),
+        ("b >= 1 )", "malformed constraint"),
+        ("b >= 1 >= 2", "must compare two expressions"),
+        ("b = 1", "unexpected character"),
+        ("b >= ", "ends early"),
+    ],
+)
 def test_a_constraint_side_that_is_not_one_whole_expression_is_refused(text, message):
     with pytest.raises(SymbolicError, match=re.escape(message)):
         sym.parse_constraint(text)

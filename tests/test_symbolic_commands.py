@@ -26,8 +26,15 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
     without x's stored value or the expected output; `huge`: the identity of f32[b, 4e9]."""
     root = tmp_path_factory.mktemp("symbolic_commands")
     stored = root / "stored"
-    hlobundle.export(lambda w, x: jnp.tanh(x @ w), W, np.ones((2, 8), np.float32), out=stored,
-                     name="predict", roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
+    hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w),
+        W,
+        np.ones((2, 8), np.float32),
+        out=stored,
+        name="predict",
+        roles={"w": "parameter"},
+        shapes_specs=(None, "b, 8"),
+    )
     bare = shutil.copytree(stored, root / "bare")
     m = json.loads((bare / "manifest.json").read_text())
     (f,) = m["functions"]
@@ -142,8 +149,11 @@ def test_serve_answers_each_symbolic_bundle(bundles):
     models = load_models([bundles["bare"], bundles["huge"]], backend="xla")
     client = TestClient(app(models, max_body=1 << 20))
     x = np.ones((3, 8), np.float32)
-    body = {"inputs": [{"name": "x", "shape": [3, 8], "datatype": "FP32",
-                        "data": x.reshape(-1).tolist()}]}  # fmt: skip
+    body = {
+        "inputs": [
+            {"name": "x", "shape": [3, 8], "datatype": "FP32", "data": x.reshape(-1).tolist()}
+        ]
+    }
     r = client.post("/v2/models/bare.predict/infer", json=body)
     assert r.status_code == 200 and r.json()["outputs"][0]["shape"] == [3, 3], r.text
     meta = client.get("/v2/models/huge.main").json()

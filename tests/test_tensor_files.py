@@ -23,8 +23,13 @@ SHA = "0" * 64
 
 
 def value(name, shape, dtype="float32", file="inputs.safetensors", key=None):
-    return {"name": name, "path": name, "shape": list(shape), "dtype": dtype,
-            "value": {"file": file, "key": key or name}}  # fmt: skip
+    return {
+        "name": name,
+        "path": name,
+        "shape": list(shape),
+        "dtype": dtype,
+        "value": {"file": file, "key": key or name},
+    }
 
 
 def bundle(root, tensors, arguments, results=(), *, version="1.3", constraints=None):
@@ -34,18 +39,22 @@ def bundle(root, tensors, arguments, results=(), *, version="1.3", constraints=N
     for file, arrays in tensors.items():
         save_file(arrays, str(root / file), metadata=None)
     function = {
-        "arguments": list(arguments), "results": list(results),
-        "module": {"text": "module.mlir",
-                   "portable": {"file": "module.mlirbc", "target_version": "1.0.0"}},
-    }  # fmt: skip
+        "arguments": list(arguments),
+        "results": list(results),
+        "module": {
+            "text": "module.mlir",
+            "portable": {"file": "module.mlirbc", "target_version": "1.0.0"},
+        },
+    }
     if constraints:
         function["constraints"] = constraints
     names = ["module.mlir", "module.mlirbc", *tensors]
     common = {
-        "format": "hlobundle", "format_version": version,
+        "format": "hlobundle",
+        "format_version": version,
         "provenance": {"producer": "test", "producer_version": "0"},
         "files": {n: {"size": 1, "sha256": SHA} for n in names},
-    }  # fmt: skip
+    }
     if version.startswith("2"):
         data = {**common, "functions": [{"name": "f", **function}]}
     else:
@@ -54,17 +63,27 @@ def bundle(root, tensors, arguments, results=(), *, version="1.3", constraints=N
 
 
 def expected(name, shape, dtype="float32"):
-    return {"name": name, "shape": list(shape), "dtype": dtype,
-            "expected": {"file": "expected.safetensors", "key": name}}  # fmt: skip
+    return {
+        "name": name,
+        "shape": list(shape),
+        "dtype": dtype,
+        "expected": {"file": "expected.safetensors", "key": name},
+    }
 
 
 F32 = np.float32
 
 
 def test_matching_files_open(tmp_path):
-    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones((2, 3), F32)},
-                          "expected.safetensors": {"y": np.ones(2, F32)}},
-               [value("x", (2, 3))], [expected("y", (2,))])  # fmt: skip
+    m = bundle(
+        tmp_path,
+        {
+            "inputs.safetensors": {"x": np.ones((2, 3), F32)},
+            "expected.safetensors": {"y": np.ones(2, F32)},
+        },
+        [value("x", (2, 3))],
+        [expected("y", (2,))],
+    )
     files = _tensor_files.open_tensor_files(tmp_path, m)
     assert sorted(files) == ["expected.safetensors", "inputs.safetensors"]
     assert [f for f, *_ in _tensor_files.stored_tensors(m)] == ["arguments[0]", "results[0]"]
@@ -81,8 +100,11 @@ def test_a_tensor_no_field_names_is_refused(tmp_path):
 
 
 def test_a_key_the_file_lacks_is_refused(tmp_path):
-    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(2, F32)}},
-               [value("x", (2,)), value("w", (2,))])  # fmt: skip
+    m = bundle(
+        tmp_path,
+        {"inputs.safetensors": {"x": np.ones(2, F32)}},
+        [value("x", (2,)), value("w", (2,))],
+    )
     with pytest.raises(
         TensorMismatchError, match=re.escape("arguments[1]: inputs.safetensors has no tensor 'w'")
     ) as e:
@@ -92,11 +114,13 @@ def test_a_key_the_file_lacks_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("stored", "fragment"),
-    [(np.ones(2, np.float64), "is F64[2], the manifest's float32[2] is stored as F32[2]"),
-     (np.ones(3, F32), "is F32[3], the manifest's float32[2] is stored as F32[2]"),
-     (np.ones((2, 1), F32), "is F32[2, 1], the manifest's float32[2]")],
+    [
+        (np.ones(2, np.float64), "is F64[2], the manifest's float32[2] is stored as F32[2]"),
+        (np.ones(3, F32), "is F32[3], the manifest's float32[2] is stored as F32[2]"),
+        (np.ones((2, 1), F32), "is F32[2, 1], the manifest's float32[2]"),
+    ],
     ids=["dtype", "size", "rank"],
-)  # fmt: skip
+)
 def test_a_stored_tensor_of_another_dtype_or_shape_is_refused(tmp_path, stored, fragment):
     m = bundle(tmp_path, {"inputs.safetensors": {"x": stored}}, [value("x", (2,))])
     with pytest.raises(TensorMismatchError, match=re.escape(fragment)) as e:
@@ -105,34 +129,60 @@ def test_a_stored_tensor_of_another_dtype_or_shape_is_refused(tmp_path, stored, 
 
 
 def test_a_symbolic_tensor_of_another_dtype_is_refused(tmp_path):
-    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, np.int32)}},
-               [value("x", ("b",))], version="2.0")  # fmt: skip
+    m = bundle(
+        tmp_path,
+        {"inputs.safetensors": {"x": np.ones(3, np.int32)}},
+        [value("x", ("b",))],
+        version="2.0",
+    )
     with pytest.raises(TensorMismatchError, match=re.escape("is I32[3], the manifest's float32")):
         _tensor_files.open_tensor_files(tmp_path, m)
 
 
 def test_stored_values_that_fit_the_symbolic_shapes_open(tmp_path):
-    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, F32)},
-                          "expected.safetensors": {"y": np.ones(6, F32)}},
-               [value("x", ("b",))], [expected("y", ("2*b",))], version="2.0")  # fmt: skip
+    m = bundle(
+        tmp_path,
+        {
+            "inputs.safetensors": {"x": np.ones(3, F32)},
+            "expected.safetensors": {"y": np.ones(6, F32)},
+        },
+        [value("x", ("b",))],
+        [expected("y", ("2*b",))],
+        version="2.0",
+    )
     _tensor_files.open_tensor_files(tmp_path, m)
 
 
 def test_stored_values_that_do_not_fit_the_symbolic_shapes_are_refused(tmp_path):
-    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, F32)},
-                          "expected.safetensors": {"y": np.ones(5, F32)}},
-               [value("x", ("b",))], [expected("y", ("2*b",))], version="2.0")  # fmt: skip
-    with pytest.raises(TensorMismatchError, match=re.escape(
-        "functions[f].the stored values do not fit the symbolic shapes: y.shape[0] is 5, "
-        "but 2*b = 6 with b=3"
-    )) as e:  # fmt: skip
+    m = bundle(
+        tmp_path,
+        {
+            "inputs.safetensors": {"x": np.ones(3, F32)},
+            "expected.safetensors": {"y": np.ones(5, F32)},
+        },
+        [value("x", ("b",))],
+        [expected("y", ("2*b",))],
+        version="2.0",
+    )
+    with pytest.raises(
+        TensorMismatchError,
+        match=re.escape(
+            "functions[f].the stored values do not fit the symbolic shapes: y.shape[0] is 5, "
+            "but 2*b = 6 with b=3"
+        ),
+    ) as e:
         _tensor_files.open_tensor_files(tmp_path, m)
     assert e.value.field == "functions[f].arguments"
 
 
 def test_stored_values_that_break_a_constraint_are_refused(tmp_path):
-    m = bundle(tmp_path, {"inputs.safetensors": {"x": np.ones(3, F32)}},
-               [value("x", ("b",))], version="2.0", constraints=["b >= 4"])  # fmt: skip
+    m = bundle(
+        tmp_path,
+        {"inputs.safetensors": {"x": np.ones(3, F32)}},
+        [value("x", ("b",))],
+        version="2.0",
+        constraints=["b >= 4"],
+    )
     with pytest.raises(TensorMismatchError, match="constraint b >= 4 does not hold"):
         _tensor_files.open_tensor_files(tmp_path, m)
 
@@ -153,11 +203,17 @@ def _read(files):
 
 @pytest.mark.parametrize(
     ("dtype", "stored", "fragment"),
-    [("bool", np.array([0, 2], np.uint8), "holds bytes other than 0 and 1 in a bool tensor"),
-     ("uint4", np.array([15, 16], np.uint8), "holds bytes other than values below 16 in a uint4"),
-     ("int2", np.array([3, 4], np.uint8), "other than values below 4 in a int2 tensor")],
+    [
+        ("bool", np.array([0, 2], np.uint8), "holds bytes other than 0 and 1 in a bool tensor"),
+        (
+            "uint4",
+            np.array([15, 16], np.uint8),
+            "holds bytes other than values below 16 in a uint4",
+        ),
+        ("int2", np.array([3, 4], np.uint8), "other than values below 4 in a int2 tensor"),
+    ],
     ids=["bool_of_2", "uint4_of_16", "int2_of_4"],
-)  # fmt: skip
+)
 def test_a_narrow_tensor_holding_wider_bytes_is_refused(tmp_path, dtype, stored, fragment):
     row = _dtypes.BY_NAME[dtype]
     stored = stored.view(np.bool_) if dtype == "bool" else stored
@@ -170,7 +226,14 @@ def test_a_narrow_tensor_holding_wider_bytes_is_refused(tmp_path, dtype, stored,
 
 
 def test_narrow_tensors_within_their_bits_pass(tmp_path):
-    m = bundle(tmp_path, {"inputs.safetensors": {"b": np.array([0, 1], np.uint8).view(np.bool_),
-                                                 "u": np.array([0, 15], np.uint8)}},
-               [value("b", (2,), "bool"), value("u", (2,), "uint4")])  # fmt: skip
+    m = bundle(
+        tmp_path,
+        {
+            "inputs.safetensors": {
+                "b": np.array([0, 1], np.uint8).view(np.bool_),
+                "u": np.array([0, 15], np.uint8),
+            }
+        },
+        [value("b", (2,), "bool"), value("u", (2,), "uint4")],
+    )
     _tensor_files.check_narrow_values(m, _read(_tensor_files.open_tensor_files(tmp_path, m)))

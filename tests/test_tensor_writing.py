@@ -161,9 +161,12 @@ def test_each_file_of_a_bundle_is_fsynced_once(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", recording)
     x, w = sample((3,), "float32"), sample((4,), "float32")
     out = hlobundle.pack(
-        identity_module(x, w), [x, w], tmp_path / "b", roles={"arg1": "parameter"},
+        identity_module(x, w),
+        [x, w],
+        tmp_path / "b",
+        roles={"arg1": "parameter"},
         expected="compute",
-    )  # fmt: skip
+    )
     root = synced[-1]  # the bundle's directory, last
     names = sorted(os.path.relpath(p, root) for p in synced)
     files = sorted(p.name for p in out.iterdir())
@@ -182,5 +185,8 @@ def test_fsync_tree_reaches_files_in_subdirectories(tmp_path, monkeypatch):
     )
     _atomic._fsync_tree(tmp_path, synced={tmp_path / "done.safetensors"})
     assert sorted(os.path.relpath(p, tmp_path) for p in synced) == [
-        ".", "compiled", "compiled/a.vmfb", "m.mlir"
-    ]  # fmt: skip
+        ".",
+        "compiled",
+        "compiled/a.vmfb",
+        "m.mlir",
+    ]

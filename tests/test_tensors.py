@@ -91,25 +91,43 @@ def test_a_header_over_the_manifests_budget_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("header", "data", "fragment"),
-    [(b"{not json", b"", "its header is not JSON"),
-     (b"[" * 100_000 + b"]" * 100_000, b"", "its header is not JSON"),
-     (b"[1, 2]", b"", "its header is not a JSON object"),
-     ({"x": "F32"}, b"", "tensor 'x' has no dtype, shape and data_offsets it knows"),
-     ({"x": entry(dtype="F128")}, b"\0" * 4, "tensor 'x' has no dtype, shape and data_offsets"),
-     ({"x": entry(shape=(True,))}, b"\0" * 4, "tensor 'x' has no dtype, shape and data_offsets"),
-     ({"x": entry(shape=(-1,))}, b"\0" * 4, "tensor 'x' has no dtype, shape and data_offsets"),
-     ({"x": {"dtype": "F32", "shape": [1]}}, b"\0" * 4, "tensor 'x' has no dtype, shape"),
-     ({"x": entry(offsets=(0, 4, 8))}, b"\0" * 4, "tensor 'x' has no dtype, shape"),
-     ({"x": entry(shape=(2,))}, b"\0" * 4, "tensor 'x''s offsets do not span its shape and dtype"),
-     ({"x": entry(offsets=(4, 0))}, b"\0" * 4, "tensor 'x''s offsets do not span"),
-     ({"x": entry(offsets=(4, 8))}, b"\0" * 8, "tensor 'x' starts at 4, not at 0"),
-     ({"x": entry(), "y": entry(offsets=(2, 6))}, b"\0" * 6, "tensor 'y' starts at 2, not at 4"),
-     ({"x": entry()}, b"\0" * 8, "its tensors hold 4 bytes of its 8 bytes of data")],
-    ids=["not_json", "json_nested_past_recursion", "not_an_object", "entry_not_an_object",
-         "unknown_dtype", "bool_dimension", "negative_dimension", "no_offsets", "three_offsets",
-         "offsets_short_of_the_shape", "offsets_reversed", "gap_before_the_first_tensor",
-         "overlapping_tensors", "data_past_the_last_tensor"],
-)  # fmt: skip
+    [
+        (b"{not json", b"", "its header is not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, b"", "its header is not JSON"),
+        (b"[1, 2]", b"", "its header is not a JSON object"),
+        ({"x": "F32"}, b"", "tensor 'x' has no dtype, shape and data_offsets it knows"),
+        ({"x": entry(dtype="F128")}, b"\0" * 4, "tensor 'x' has no dtype, shape and data_offsets"),
+        ({"x": entry(shape=(True,))}, b"\0" * 4, "tensor 'x' has no dtype, shape and data_offsets"),
+        ({"x": entry(shape=(-1,))}, b"\0" * 4, "tensor 'x' has no dtype, shape and data_offsets"),
+        ({"x": {"dtype": "F32", "shape": [1]}}, b"\0" * 4, "tensor 'x' has no dtype, shape"),
+        ({"x": entry(offsets=(0, 4, 8))}, b"\0" * 4, "tensor 'x' has no dtype, shape"),
+        (
+            {"x": entry(shape=(2,))},
+            b"\0" * 4,
+            "tensor 'x''s offsets do not span its shape and dtype",
+        ),
+        ({"x": entry(offsets=(4, 0))}, b"\0" * 4, "tensor 'x''s offsets do not span"),
+        ({"x": entry(offsets=(4, 8))}, b"\0" * 8, "tensor 'x' starts at 4, not at 0"),
+        ({"x": entry(), "y": entry(offsets=(2, 6))}, b"\0" * 6, "tensor 'y' starts at 2, not at 4"),
+        ({"x": entry()}, b"\0" * 8, "its tensors hold 4 bytes of its 8 bytes of data"),
+    ],
+    ids=[
+        "not_json",
+        "json_nested_past_recursion",
+        "not_an_object",
+        "entry_not_an_object",
+        "unknown_dtype",
+        "bool_dimension",
+        "negative_dimension",
+        "no_offsets",
+        "three_offsets",
+        "offsets_short_of_the_shape",
+        "offsets_reversed",
+        "gap_before_the_first_tensor",
+        "overlapping_tensors",
+        "data_past_the_last_tensor",
+    ],
+)
 def test_a_hostile_header_is_refused(tmp_path, header, data, fragment):
     path = raw(tmp_path / "t.safetensors", header, data)
     e = refused(path, fragment)
@@ -117,8 +135,9 @@ def test_a_hostile_header_is_refused(tmp_path, header, data, fragment):
 
 
 def test_metadata_that_is_not_strings_is_dropped_by_the_header_check(tmp_path):
-    path = raw(tmp_path / "t.safetensors", {"__metadata__": {"a": 1, "b": "s"}, "x": entry()},
-               b"\0" * 4)  # fmt: skip
+    path = raw(
+        tmp_path / "t.safetensors", {"__metadata__": {"a": 1, "b": "s"}, "x": entry()}, b"\0" * 4
+    )
     assert opened(path).metadata == {"b": "s"}
 
 

@@ -157,22 +157,45 @@ def test_jvp_where_enzyme_can(tmp_path):
 @pytest.mark.parametrize(
     ("backend", "transform", "message"),
     [
-        ("enzyme", lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
-         "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
-        ("enzyme", lambda f, p, x: jax.jvp(jax.checkpoint(lambda x: f(p, x)), (x,), (x,)),
-         "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
-        ("enzyme", lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
-         "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported"),
-        ("enzyme", lambda f, p, x: jax.linearize(lambda x: f(p, x), x)[1](x),
-         "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line"),
-        ("enzyme", lambda f, p, x: jax.grad(lambda x: jax.grad(jax.checkpoint(lambda y: loss(f)(p, y)))(x).sum())(x),
-         "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported: enzyme-ad"),
-        ("xla", lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
-         "forward-mode differentiation (jax.jvp, jax.jacfwd) is not available on the xla backend"),
-        ("xla", lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
-         "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported: on the xla backend"),
+        (
+            "enzyme",
+            lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
+            "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line",
+        ),
+        (
+            "enzyme",
+            lambda f, p, x: jax.jvp(jax.checkpoint(lambda x: f(p, x)), (x,), (x,)),
+            "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line",
+        ),
+        (
+            "enzyme",
+            lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
+            "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported",
+        ),
+        (
+            "enzyme",
+            lambda f, p, x: jax.linearize(lambda x: f(p, x), x)[1](x),
+            "forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize) through this bundle needs the forward derivative of stablehlo.reduce_window (line",
+        ),
+        (
+            "enzyme",
+            lambda f, p, x: jax.grad(
+                lambda x: jax.grad(jax.checkpoint(lambda y: loss(f)(p, y)))(x).sum()
+            )(x),
+            "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported: enzyme-ad",
+        ),
+        (
+            "xla",
+            lambda f, p, x: jax.jvp(lambda x: f(p, x), (x,), (x,)),
+            "forward-mode differentiation (jax.jvp, jax.jacfwd) is not available on the xla backend",
+        ),
+        (
+            "xla",
+            lambda f, p, x: jax.grad(lambda x: jax.grad(lambda y: loss(f)(p, y))(x).sum())(x),
+            "second-order differentiation (grad of grad, jax.hessian, jacfwd of grad) of a bundle is not supported: on the xla backend",
+        ),
     ],
-)  # fmt: skip
+)
 def test_unsupported_transformations_say_why(lenet, backend, transform, message):
     bundle, params, images = lenet
     with pytest.raises(hlobundle.TransformError, match=re.escape(message)):

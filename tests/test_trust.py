@@ -193,13 +193,20 @@ def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monk
 @pytest.mark.parametrize(
     ("op", "allow", "what"),
     [
-        (f"stablehlo.custom_call @xla_ffi_python_cpu_callback(%x) : ({T}) -> {T}",
-         ["xla_ffi_python_cpu_callback"], "custom_call @xla_ffi_python_cpu_callback"),
-        (f"stablehlo.custom_call @jaxzyme.primal(%x) : ({T}) -> {T}", [], "custom_call @jaxzyme.primal"),
+        (
+            f"stablehlo.custom_call @xla_ffi_python_cpu_callback(%x) : ({T}) -> {T}",
+            ["xla_ffi_python_cpu_callback"],
+            "custom_call @xla_ffi_python_cpu_callback",
+        ),
+        (
+            f"stablehlo.custom_call @jaxzyme.primal(%x) : ({T}) -> {T}",
+            [],
+            "custom_call @jaxzyme.primal",
+        ),
         (f"stablehlo.custom_call @some_kernel(%x) : ({T}) -> {T}", [], "custom_call @some_kernel"),
         (f'"mhlo.add"(%x, %w) : ({T}, {T}) -> {T}', [], "mhlo.add"),
     ],
-)  # fmt: skip
+)
 def test_writer_refuses_what_the_allow_list_does_not_hold(tmp_path, op, allow, what):
     with pytest.raises(hlobundle.errors.NotPortableError, match=f"not portable: {what}") as e:
         hlobundle.pack(module(op), None, tmp_path / "b", names=["x", "w"], allow_custom_calls=allow)
@@ -269,12 +276,16 @@ def test_high_rank_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (f"module {{\n  func.func private @main(%x: {T}) -> {T}\n}}\n",
-         "@main is a declaration without a body"),
-        (f"func.func @main(%x: {T} {{mhlo.sharding = 3 : i32}}) -> {T} {{\n  return %x : {T}\n}}\n",
-         "@main's mhlo.sharding must be a string"),
+        (
+            f"module {{\n  func.func private @main(%x: {T}) -> {T}\n}}\n",
+            "@main is a declaration without a body",
+        ),
+        (
+            f"func.func @main(%x: {T} {{mhlo.sharding = 3 : i32}}) -> {T} {{\n  return %x : {T}\n}}\n",
+            "@main's mhlo.sharding must be a string",
+        ),
     ],
-)  # fmt: skip
+)
 def test_malformed_main_is_a_module_error(tmp_path, text, message):
     with pytest.raises(hlobundle.errors.ModuleError, match=message):
         hlobundle.pack(text, None, tmp_path / "b")
@@ -321,8 +332,13 @@ def test_verified_in_memory_tensors_survive_truncation(add_bundle):
         "os.truncate(os.path.join(sys.argv[1], 'inputs.safetensors'), 8)\n"
         "print(np.array_equal(np.asarray(b.tensor('x')), want))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(add_bundle)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(add_bundle)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr[-2000:]
 
 
@@ -330,8 +346,10 @@ def test_bool_tensors_hold_only_zero_and_one(tmp_path):
     mask = np.array([True, False, True])
     out = hlobundle.pack(
         "func.func @main(%m: tensor<3xi1>) -> tensor<3xi1> {\n  return %m : tensor<3xi1>\n}\n",
-        [mask], tmp_path / "b", names=["m"],
-    )  # fmt: skip
+        [mask],
+        tmp_path / "b",
+        names=["m"],
+    )
     path = out / "inputs.safetensors"
     data = bytearray(path.read_bytes())
     data[-2] = 7  # the middle element: a bool that is neither 0 nor 1
@@ -352,14 +370,25 @@ def _raw_manifest(bundle, text):
 @pytest.mark.parametrize(
     ("edit", "error", "message"),
     [
-        (lambda t: t.replace('"size": ', '"size": ' + "9" * 4400, 1),
-         hlobundle.errors.LimitError, r"an integer of 44\d\d digits; the limit is 20"),
-        (lambda t: re.sub(r'"format_version": "[0-9.]+"', '"format_version": "1.' + "0" * 5000 + '"', t),
-         hlobundle.errors.VersionError, "is not readable by this reader"),
-        (lambda t: t[:-2] + ', "output_tree": ' + "[" * 200_000 + "]" * 200_000 + "}\n",
-         hlobundle.errors.LimitError, "JSON nested 200001 deep; the limit is 64"),
+        (
+            lambda t: t.replace('"size": ', '"size": ' + "9" * 4400, 1),
+            hlobundle.errors.LimitError,
+            r"an integer of 44\d\d digits; the limit is 20",
+        ),
+        (
+            lambda t: re.sub(
+                r'"format_version": "[0-9.]+"', '"format_version": "1.' + "0" * 5000 + '"', t
+            ),
+            hlobundle.errors.VersionError,
+            "is not readable by this reader",
+        ),
+        (
+            lambda t: t[:-2] + ', "output_tree": ' + "[" * 200_000 + "]" * 200_000 + "}\n",
+            hlobundle.errors.LimitError,
+            "JSON nested 200001 deep; the limit is 64",
+        ),
     ],
-)  # fmt: skip
+)
 def test_hostile_manifest_json(add_bundle, edit, error, message):
     _raw_manifest(add_bundle, edit((add_bundle / "manifest.json").read_text()))
     with pytest.raises(error, match=message) as e:
@@ -445,8 +474,10 @@ def test_npz_members_are_checked_before_they_are_inflated(add_bundle, tmp_path):
     tracemalloc.start()
     try:
         with pytest.raises(hlobundle.InputError, match=r"expected dtype float32, got uint8"):
-            _run.example_arguments(bundle, _inputs.read_files([bomb]) + [
-                _inputs.Keyed("w", np.zeros(3, np.float32), "w")])  # fmt: skip
+            _run.example_arguments(
+                bundle,
+                _inputs.read_files([bomb]) + [_inputs.Keyed("w", np.zeros(3, np.float32), "w")],
+            )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

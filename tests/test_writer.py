@@ -266,8 +266,9 @@ def test_no_absolute_path_of_the_writing_machine_reaches_any_file_of_a_bundle(tm
     batched = jax_export.export(jax.jit(jax.vmap(f, in_axes=(None, 0))))(
         w, jax.ShapeDtypeStruct((jax_export.symbolic_shape("B")[0], 4, 3), np.float32)
     )
-    out = hlobundle.pack(text, [w, x], tmp_path / "p", batched=batched.mlir_module(),
-                         batched_arguments=["arg1"])  # fmt: skip
+    out = hlobundle.pack(
+        text, [w, x], tmp_path / "p", batched=batched.mlir_module(), batched_arguments=["arg1"]
+    )
     _assert_no_machine_paths(out, tmp_path)
     exported = jax_export.export(jax.jit(f))(w, x)
     _assert_no_machine_paths(hlobundle.from_exported(exported, tmp_path / "x"), tmp_path)
@@ -301,19 +302,37 @@ def _with_info(args: list[str], results: list[str]) -> str:
 @pytest.mark.parametrize(
     ("args", "results", "want_args", "want_results"),
     [
-        (['"x"', "\"params['w']\""], ["\"result['y']\"", '"result[1]"'],
-         ["x", "params_w"], ["y", "result1"]),
-        (["\"args[0]['w']\"", '"args[1]"'], ["\"result['t'][0]\"", '"result"'],
-         ["arg0_w", "arg1"], ["t_0", "result1"]),
+        (
+            ['"x"', "\"params['w']\""],
+            ["\"result['y']\"", '"result[1]"'],
+            ["x", "params_w"],
+            ["y", "result1"],
+        ),
+        (
+            ["\"args[0]['w']\"", '"args[1]"'],
+            ["\"result['t'][0]\"", '"result"'],
+            ["arg0_w", "arg1"],
+            ["t_0", "result1"],
+        ),
         (['"\\FF"', '"x"'], ['"r"', "[1]"], ["arg0", "x"], ["r", "result1"]),  # not UTF-8
-        (['"arg1"', '"args[1]"'], ['"r"', '"r"'], ["arg0", "arg1"], ["result0", "result1"]),  # clash: defaults
+        (
+            ['"arg1"', '"args[1]"'],
+            ['"r"', '"r"'],
+            ["arg0", "arg1"],
+            ["result0", "result1"],
+        ),  # clash: defaults
         # untrusted text that is no key path, a keyword, not a string: that value's default
         # name; names that would clash: every default name
-        (['"x; import os"', '"x"'], ['"result"', '"result"'], ["arg0", "x"], ["result0", "result1"]),
-        (['"class"', '"x"'], ['"__import__(\'os\')"', '"r"'], ["arg0", "x"], ["result0", "r"]),
+        (
+            ['"x; import os"', '"x"'],
+            ['"result"', '"result"'],
+            ["arg0", "x"],
+            ["result0", "result1"],
+        ),
+        (['"class"', '"x"'], ["\"__import__('os')\"", '"r"'], ["arg0", "x"], ["result0", "r"]),
         (['"x"', '"x"'], ["7 : i32", '"r"'], ["arg0", "arg1"], ["result0", "r"]),
     ],
-)  # fmt: skip
+)
 def test_pack_names_values_as_jax_recorded_them(tmp_path, args, results, want_args, want_results):
     module = tmp_path / "m.mlir"
     module.write_text(_with_info(args, results))

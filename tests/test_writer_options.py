@@ -34,10 +34,16 @@ ALLOWED = {
 }
 FLAGS = {flag.flag: name for name, f in OPTIONS.items() for flag in f.metadata["flags"]}
 WRITERS = [
-    hlobundle.pack, hlobundle.pack_files, hlobundle.export, hlobundle.from_reactant,
-    hlobundle.from_exported, hlobundle.from_reactant_server, hlobundle.refresh, hlobundle.sign,
+    hlobundle.pack,
+    hlobundle.pack_files,
+    hlobundle.export,
+    hlobundle.from_reactant,
+    hlobundle.from_exported,
+    hlobundle.from_reactant_server,
+    hlobundle.refresh,
+    hlobundle.sign,
     hlobundle.compile,
-]  # fmt: skip
+]
 
 
 def _restated(path: str, source: str) -> list[tuple[str, str, str]]:
@@ -109,21 +115,35 @@ def test_the_definitions_define_each_option_once():
 @pytest.mark.parametrize(
     ("path", "source", "want"),
     [
-        ("hlobundle/_write/_writer.py", "def pack(module, *, names=None, force=False): ...\n",
-         [("pack", "names"), ("pack", "force")]),
-        ("hlobundle/_write/_new.py", "def from_x(path, out, target_version=None): ...\n",
-         [("from_x", "target_version")]),
-        ("hlobundle/_write/_new.py",
-         "@dataclass\nclass ExportOptions:\n    force: bool = False\n    fn: object = None\n",
-         [("ExportOptions", "force")]),
-        (PARSER, "def add_pack(p):\n    p.add_argument('--names', type=csv)\n",
-         [("add_pack", "--names")]),
-        (PARSER, "def add_sign(p):\n    g = p.add_mutually_exclusive_group()\n"
-                 "    g.add_argument('--compute-expected', action='store_true')\n",
-         [("add_sign", "--compute-expected")]),
+        (
+            "hlobundle/_write/_writer.py",
+            "def pack(module, *, names=None, force=False): ...\n",
+            [("pack", "names"), ("pack", "force")],
+        ),
+        (
+            "hlobundle/_write/_new.py",
+            "def from_x(path, out, target_version=None): ...\n",
+            [("from_x", "target_version")],
+        ),
+        (
+            "hlobundle/_write/_new.py",
+            "@dataclass\nclass ExportOptions:\n    force: bool = False\n    fn: object = None\n",
+            [("ExportOptions", "force")],
+        ),
+        (
+            PARSER,
+            "def add_pack(p):\n    p.add_argument('--names', type=csv)\n",
+            [("add_pack", "--names")],
+        ),
+        (
+            PARSER,
+            "def add_sign(p):\n    g = p.add_mutually_exclusive_group()\n"
+            "    g.add_argument('--compute-expected', action='store_true')\n",
+            [("add_sign", "--compute-expected")],
+        ),
     ],
     ids=["pack keywords", "a new importer", "another options class", "a flag", "a group's flag"],
-)  # fmt: skip
+)
 def test_the_guard_fails_on_an_option_spelled_again(path, source, want):
     assert [(where, name) for _, where, name in _restated(path, source)] == want
 
@@ -179,25 +199,47 @@ TEXT = "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  return %x : ten
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda out: hlobundle.pack(TEXT, None, out, nmes=["x"]),
-         "pack() got an unexpected keyword argument 'nmes'; did you mean 'names'?"),
-        (lambda out: hlobundle.pack(TEXT, None, out, sign_key="k.pem"),
-         "pack() got an unexpected keyword argument 'sign_key'"),
-        (lambda out: hlobundle.pack(TEXT, None, out, opt=PackOptions()),
-         "pack() got an unexpected keyword argument 'opt'; did you mean 'out'?"),
-        (lambda out: hlobundle.pack(TEXT, None, out, ["x"]),
-         "pack() too many positional arguments"),
+        (
+            lambda out: hlobundle.pack(TEXT, None, out, nmes=["x"]),
+            "pack() got an unexpected keyword argument 'nmes'; did you mean 'names'?",
+        ),
+        (
+            lambda out: hlobundle.pack(TEXT, None, out, sign_key="k.pem"),
+            "pack() got an unexpected keyword argument 'sign_key'",
+        ),
+        (
+            lambda out: hlobundle.pack(TEXT, None, out, opt=PackOptions()),
+            "pack() got an unexpected keyword argument 'opt'; did you mean 'out'?",
+        ),
+        (
+            lambda out: hlobundle.pack(TEXT, None, out, ["x"]),
+            "pack() too many positional arguments",
+        ),
         (lambda out: hlobundle.pack(TEXT, None), "pack() missing a required argument: 'out'"),
-        (lambda out: hlobundle.from_exported(None, out, input=[1]),
-         "from_exported() got an unexpected keyword argument 'input'; did you mean 'inputs'?"),
-        (lambda out: hlobundle.refresh(out, target="1.0.0"),
-         "refresh() got an unexpected keyword argument 'target'; did you mean 'target_version'?"),
-        (lambda out: hlobundle.export(abs, 1.0, out=out, vmap_axes=0),
-         "export() got an unexpected keyword argument 'vmap_axes'; did you mean 'vmap_in_axes'?"),
+        (
+            lambda out: hlobundle.from_exported(None, out, input=[1]),
+            "from_exported() got an unexpected keyword argument 'input'; did you mean 'inputs'?",
+        ),
+        (
+            lambda out: hlobundle.refresh(out, target="1.0.0"),
+            "refresh() got an unexpected keyword argument 'target'; did you mean 'target_version'?",
+        ),
+        (
+            lambda out: hlobundle.export(abs, 1.0, out=out, vmap_axes=0),
+            "export() got an unexpected keyword argument 'vmap_axes'; did you mean 'vmap_in_axes'?",
+        ),
     ],
-    ids=["misspelled", "another writer's", "the options object", "positional", "missing",
-         "from_exported", "refresh", "export"],
-)  # fmt: skip
+    ids=[
+        "misspelled",
+        "another writer's",
+        "the options object",
+        "positional",
+        "missing",
+        "from_exported",
+        "refresh",
+        "export",
+    ],
+)
 def test_a_keyword_a_writer_does_not_take_is_a_type_error_naming_it(tmp_path, call, message):
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
         call(tmp_path / "b")
@@ -205,9 +247,16 @@ def test_a_keyword_a_writer_does_not_take_is_a_type_error_naming_it(tmp_path, ca
 
 
 def test_keyword_calls_reach_the_options(tmp_path):
-    out = hlobundle.pack(TEXT, [np.ones(2, np.float32)], tmp_path / "b", names=["x"],
-                         result_names=["y"], function="identity", roles={"x": "parameter"},
-                         timestamp="2026-01-01T00:00:00Z")  # fmt: skip
+    out = hlobundle.pack(
+        TEXT,
+        [np.ones(2, np.float32)],
+        tmp_path / "b",
+        names=["x"],
+        result_names=["y"],
+        function="identity",
+        roles={"x": "parameter"},
+        timestamp="2026-01-01T00:00:00Z",
+    )
     m = hlobundle.load(out).manifest
     assert (m.function, m.arguments[0].name, m.arguments[0].role) == ("identity", "x", "parameter")
     assert (m.results[0].name, m.provenance.timestamp) == ("y", "2026-01-01T00:00:00Z")
@@ -310,8 +359,11 @@ def test_from_reactant_allows_the_custom_calls_it_is_given(tmp_path):
     allowances (it was refused there, whatever `allow_custom_calls` said)."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "m.mlir").write_text(KERNEL.format(args="%x: tensor<2xf32>", operands="%x",
-                                              types="tensor<2xf32>", result="tensor<2xf32>"))  # fmt: skip
+    (src / "m.mlir").write_text(
+        KERNEL.format(
+            args="%x: tensor<2xf32>", operands="%x", types="tensor<2xf32>", result="tensor<2xf32>"
+        )
+    )
     (src / "run.py").write_text(
         '"""Written by export_to_enzymejax.\n\n'
         '    arg1: Array of shape (2,) and dtype float32. Path: arg.2\n"""\n'
@@ -330,25 +382,50 @@ def test_from_reactant_server_allows_the_custom_calls_it_is_given(tmp_path):
     for n in (4, 8):
         (src / f"model.b{n}.mlir").unlink()
     (src / "manifest.yaml").write_text(MANIFEST.replace("[4, 8]", "[4]"))
-    (src / "model.mlir").write_text(KERNEL.format(
-        args="%x: tensor<4x3xf32>, %w: tensor<3x2xf32>, %b: tensor<2xf32>", operands="%x, %w",
-        types="tensor<4x3xf32>, tensor<3x2xf32>", result="tensor<4x2xf32>"))  # fmt: skip
+    (src / "model.mlir").write_text(
+        KERNEL.format(
+            args="%x: tensor<4x3xf32>, %w: tensor<3x2xf32>, %b: tensor<2xf32>",
+            operands="%x, %w",
+            types="tensor<4x3xf32>, tensor<3x2xf32>",
+            result="tensor<4x2xf32>",
+        )
+    )
     with pytest.raises(hlobundle.errors.NotPortableError, match="custom_call @my_kernel"):
         hlobundle.from_reactant_server(src, tmp_path / "refused")
     out = hlobundle.from_reactant_server(src, tmp_path / "b", allow_custom_calls=["my_kernel"])
     assert hlobundle.load(out).manifest.module.allowed_custom_calls == ["my_kernel"]
-    r = cli("pack", "--from-reactant-server", src, "-o", tmp_path / "c", "--allow-custom-call",
-            "my_kernel")  # fmt: skip
+    r = cli(
+        "pack",
+        "--from-reactant-server",
+        src,
+        "-o",
+        tmp_path / "c",
+        "--allow-custom-call",
+        "my_kernel",
+    )
     assert r.returncode == 0, r.stderr  # the command passes it on (it had dropped it)
-    r = cli("pack", "--from-jax-export", tmp_path / "blob", "-o", tmp_path / "d",
-            "--allow-custom-call", "my_kernel")  # fmt: skip
+    r = cli(
+        "pack",
+        "--from-jax-export",
+        tmp_path / "blob",
+        "-o",
+        tmp_path / "d",
+        "--allow-custom-call",
+        "my_kernel",
+    )
     assert r.returncode == 2 and "--allow-custom-call does not apply" in r.stderr, r.stderr
 
 
 def test_export_passes_its_options_on(tmp_path):
     x = np.ones(3, np.float32)
-    out = hlobundle.export(lambda x: x * 2, x, out=tmp_path / "b", name="double",
-                           store_expected=False, timestamp="2026-01-01T00:00:00Z")  # fmt: skip
+    out = hlobundle.export(
+        lambda x: x * 2,
+        x,
+        out=tmp_path / "b",
+        name="double",
+        store_expected=False,
+        timestamp="2026-01-01T00:00:00Z",
+    )
     b = hlobundle.load(out)
     assert (b.manifest.function, b.manifest.provenance.timestamp) == (
         "double",

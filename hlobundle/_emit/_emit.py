@@ -64,8 +64,10 @@ def emit_script(
     # written.
     script = _backends.for_script(backend, bundle.manifest).script(bundle, trust)
     if bundle_path not in ("relative", "absolute"):
-        raise InputError(f"bundle_path must be 'relative' or 'absolute', got {bundle_path!r}",
-                         argument="bundle_path")  # fmt: skip
+        raise InputError(
+            f"bundle_path must be 'relative' or 'absolute', got {bundle_path!r}",
+            argument="bundle_path",
+        )
     absolute = str(bundle.path.resolve()) if bundle_path == "absolute" else None
     if path is None:
         return _source(bundle, absolute or bundle.path.resolve().name, script)
@@ -96,20 +98,30 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
     """The slots every template has: where the bundle is, what it is, its values' files, and
     the sha256 of each file the script reads (`modules` and the tensor files), as checked here."""
     m = bundle.manifest
-    inputs = [(a.value.file, a.value.key) for a in m.arguments if a.value
-              ] if bundle.has_example_inputs else None  # fmt: skip
-    expected = [(r.expected.file, r.expected.key) for r in m.results if r.expected
-                ] if all(r.expected for r in m.results) else []  # fmt: skip
+    inputs = (
+        [(a.value.file, a.value.key) for a in m.arguments if a.value]
+        if bundle.has_example_inputs
+        else None
+    )
+    expected = (
+        [(r.expected.file, r.expected.key) for r in m.results if r.expected]
+        if all(r.expected for r in m.results)
+        else []
+    )
     read = {n for n in [*modules, *(f for f, _ in [*(inputs or []), *expected])] if n is not None}
     return {
         "WHERE": where,
-        "ABOUT": {"function": m.function, "format_version": m.format_version,
-                  "producer": m.provenance.producer, "producer_version": m.provenance.producer_version,
-                  "emitted_by": f"hlobundle {__version__}"},
+        "ABOUT": {
+            "function": m.function,
+            "format_version": m.format_version,
+            "producer": m.provenance.producer,
+            "producer_version": m.provenance.producer_version,
+            "emitted_by": f"hlobundle {__version__}",
+        },
         "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
         "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
         "PATHS": {a.name: a.path for a in m.arguments},
         "INPUTS": inputs,
         "EXPECTED": expected,
         "SHA256": {name: bundle.checked_sha256(name) for name in sorted(read)},
-    }  # fmt: skip
+    }

@@ -53,8 +53,9 @@ def emit_reactant_server(
     if target.exists() or target.is_symlink():
         raise OutputExistsError(f"{str(target)!r} already exists", path=target)
     if not target.parent.is_dir():
-        raise InputError(f"the directory {str(target.parent)!r} does not exist; create it first",
-                         path=target)  # fmt: skip
+        raise InputError(
+            f"the directory {str(target.parent)!r} does not exist; create it first", path=target
+        )
     if function is not None or len(b.functions) == 1:
         views = {rs.MODULE: b.select(function)}
         batch_axes: dict[tuple[str, str], int | None] = {}
@@ -69,8 +70,10 @@ def emit_reactant_server(
     weights = [i for i, a in enumerate(m.arguments) if a.role != "input"]
     unstored = [m.arguments[i].name for i in weights if m.arguments[i].value is None]
     if unstored:
-        raise InputError(f"a ReactantServer.jl bundle stores every weight; {unstored[:5]} have "
-                         "no stored value", argument=unstored[0])  # fmt: skip
+        raise InputError(
+            f"a ReactantServer.jl bundle stores every weight; {unstored[:5]} have no stored value",
+            argument=unstored[0],
+        )
     sizes = [int(v.manifest.function[1:]) for v in views.values()] if batch_axes else []
     files = {rs.MANIFEST: _manifest_yaml(m, target.name, inputs, batch_axes, sizes)}
     files |= {file: _portable_main(view, inputs + weights) for file, view in views.items()}
@@ -131,8 +134,11 @@ def _batch_sizes(b: Bundle) -> tuple[dict[int, Bundle], dict[tuple[str, str], in
                 for x in (view, ref)
             )
             if got != want:
-                raise _not_batch_sizes(b, f"{view.manifest.function} {what} {[n for n, _ in got]} "
-                                     f"but {ref.manifest.function} {what} {[n for n, _ in want]}")  # fmt: skip
+                raise _not_batch_sizes(
+                    b,
+                    f"{view.manifest.function} {what} {[n for n, _ in got]} "
+                    f"but {ref.manifest.function} {what} {[n for n, _ in want]}",
+                )
     axes: dict[tuple[str, str], int | None] = {}
     for kind, attr in (("argument", "arguments"), ("result", "results")):
         for k, value in enumerate(getattr(ref.manifest, attr)):
@@ -171,8 +177,10 @@ def _differ(
     kind: str, value: Argument | Result, fn: str, other: Argument | Result, other_fn: str
 ) -> str:
     v, o = value, other
-    return (f"{kind} {v.name!r} is {v.dtype}{list(v.shape)} in {fn} but "
-            f"{o.dtype}{list(o.shape)} in {other_fn}")  # fmt: skip
+    return (
+        f"{kind} {v.name!r} is {v.dtype}{list(v.shape)} in {fn} but "
+        f"{o.dtype}{list(o.shape)} in {other_fn}"
+    )
 
 
 def _check_servable(m: Manifest) -> None:
@@ -181,35 +189,45 @@ def _check_servable(m: Manifest) -> None:
     values = m.tensors()
     lacking = sorted({v.dtype for v in values} - set(rs.TOKEN_OF))
     if lacking:
-        raise InputError(f"ReactantServer.jl has no dtype token for {lacking}; it knows "
-                         f"{sorted(rs.TOKEN_OF)}")  # fmt: skip
+        raise InputError(
+            f"ReactantServer.jl has no dtype token for {lacking}; it knows {sorted(rs.TOKEN_OF)}"
+        )
     symbolic = [v.name for v in values if any(type(d) is not int for d in v.shape)]
     if symbolic:
-        raise InputError(f"{symbolic[0]} has a symbolic dimension; a ReactantServer.jl bundle "
-                         "holds static shapes (a module per batch size): re-export it at fixed "
-                         "sizes (hlobundle.export without shapes_specs, a function bN per batch "
-                         "size N, added with add=True), or pack it from a static module, and "
-                         "emit that bundle", argument=symbolic[0])  # fmt: skip
+        raise InputError(
+            f"{symbolic[0]} has a symbolic dimension; a ReactantServer.jl bundle "
+            "holds static shapes (a module per batch size): re-export it at fixed "
+            "sizes (hlobundle.export without shapes_specs, a function bN per batch "
+            "size N, added with add=True), or pack it from a static module, and "
+            "emit that bundle",
+            argument=symbolic[0],
+        )
     deep = [v.name for v in values if len(v.shape) > len(rs.LETTERS)]
     if deep:
         raise InputError(f"{deep[0]} has more axes than the {len(rs.LETTERS)} shape letters")
 
 
 def _manifest_yaml(
-    m: Manifest, name: str, inputs: list[int], axes: dict[tuple[str, str], int | None],
+    m: Manifest,
+    name: str,
+    inputs: list[int],
+    axes: dict[tuple[str, str], int | None],
     sizes: list[int],
-) -> bytes:  # fmt: skip
-    description = (f"{m.function if not axes else f'batch sizes {sizes}'}, from an hlobundle "
-                   f"({m.provenance.producer})")  # fmt: skip
+) -> bytes:
+    description = (
+        f"{m.function if not axes else f'batch sizes {sizes}'}, from an hlobundle "
+        f"({m.provenance.producer})"
+    )
     return rs.manifest_yaml(
         name,
         description,
-        [rs.tensor_spec(a.name, a.dtype, a.shape, axes.get(("argument", a.name)))
-         for a in (m.arguments[i] for i in inputs)],
-        [rs.tensor_spec(r.name, r.dtype, r.shape, axes.get(("result", r.name)))
-         for r in m.results],
+        [
+            rs.tensor_spec(a.name, a.dtype, a.shape, axes.get(("argument", a.name)))
+            for a in (m.arguments[i] for i in inputs)
+        ],
+        [rs.tensor_spec(r.name, r.dtype, r.shape, axes.get(("result", r.name))) for r in m.results],
         sizes,
-    )  # fmt: skip
+    )
 
 
 def _reorder_main(module: ir.Module, sig: _main_signature.Signature, order: list[int]) -> None:

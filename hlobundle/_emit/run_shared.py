@@ -132,8 +132,9 @@ def given_inputs(specs):
             lower = {n.lower(): n for n in names}  # `X` for `x` too
             close = difflib.get_close_matches(name.lower(), list(lower), n=1)
             hint = f"; did you mean {lower[close[0]]!r}?" if close else ""
-            raise ValueError(f"{spec}: {name!r} is not an argument name{hint} (the arguments "
-                             f"are {names})")  # fmt: skip
+            raise ValueError(
+                f"{spec}: {name!r} is not an argument name{hint} (the arguments are {names})"
+            )
         found = read_input_file(spec)
         numbered = numbered_keys(found, len(names))
         if numbered is not None:  # arr_0.. (np.savez) or arr_1.. (Julia's NPZ.jl), as run's
@@ -179,10 +180,14 @@ def main(argv):
         "print the results.",
     )
     parser.add_argument(
-        "--inputs", nargs="+", action="extend", default=[], metavar="[NAME=]FILE",
+        "--inputs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="[NAME=]FILE",
         help=".npy, .npz or .safetensors; NAME=FILE for one argument; arguments not given take "
         "their stored example values",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if not args.inputs:
         return run_example()

@@ -291,11 +291,23 @@ def run_example(inputs=None):
 
 
 SAFETENSORS_DTYPES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-    "U32": "uint32", "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16",
-    "BF16": "bfloat16", "F32": "float32", "F64": "float64", "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-}  # fmt: skip
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "U16": "uint16",
+    "I16": "int16",
+    "U32": "uint32",
+    "I32": "int32",
+    "U64": "uint64",
+    "I64": "int64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
 
 
 # shared: run_shared.py's functions (safetensors, --inputs, the command line), written here by `hlobundle emit`

@@ -73,10 +73,16 @@ class BundleManifest(_Model):
             data = {k: getattr(f, k) for k in _FUNCTION_FIELDS}
             try:
                 views[f.name] = Manifest.model_validate(
-                    {**data, "format": self.format, "format_version": self.format_version,
-                     "function": f.name, "provenance": self.provenance, "files": self.files},
+                    {
+                        **data,
+                        "format": self.format,
+                        "format_version": self.format_version,
+                        "function": f.name,
+                        "provenance": self.provenance,
+                        "files": self.files,
+                    },
                     strict=False,
-                )  # fmt: skip
+                )
             except ValueError as e:  # pydantic's ValidationError is one
                 raise ValueError(f"functions[{i}] ({f.name}): {_first_error(e)}") from None
         return views
@@ -111,13 +117,18 @@ def combine(
     """A 2.0 manifest of several functions, each given as a manifest of its own."""
     first = views[0]
     return BundleManifest(
-        format=FORMAT, format_version=FORMAT_VERSION,
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
         default_function=None if default is None else identifier(default),
-        functions=[FunctionEntry(name=identifier(v.function),
-                                 **{k: getattr(v, k) for k in _FUNCTION_FIELDS})
-                   for v in views],
-        provenance=first.provenance, files=files,
-    )  # fmt: skip
+        functions=[
+            FunctionEntry(
+                name=identifier(v.function), **{k: getattr(v, k) for k in _FUNCTION_FIELDS}
+            )
+            for v in views
+        ],
+        provenance=first.provenance,
+        files=files,
+    )
 
 
 def _first_error(e: ValueError) -> str:

@@ -82,10 +82,15 @@ def _signature(module: ir.Module, path: str | None, dynamic: bool = False) -> Si
         unused = frozenset(i for i, a in enumerate(body.arguments) if not list(a.uses))
         sharding = _sharding(module, main, len(args), len(results), path)
         return Signature(
-            name, args, results, _aliases(main), unused, sharding,
+            name,
+            args,
+            results,
+            _aliases(main),
+            unused,
+            sharding,
             _recorded(main, "arg_attrs", "jax.arg_info", len(args)),
             _recorded(main, "res_attrs", "jax.result_info", len(results)),
-        )  # fmt: skip
+        )
 
 
 def _recorded(main: ir.Operation, key: str, name: str, n: int) -> tuple[str | None, ...]:
@@ -216,8 +221,14 @@ def _sharding(
     if not meshes and not any(h for _, h in [*args, *results]):
         return None
     mesh, device_ids = next(iter(meshes.values())) if meshes else (None, ())
-    return Sharding(mesh, device_ids, tuple(a for a, _ in args), tuple(r for r, _ in results),
-                    tuple(h for _, h in args), tuple(h for _, h in results))  # fmt: skip
+    return Sharding(
+        mesh,
+        device_ids,
+        tuple(a for a, _ in args),
+        tuple(r for r, _ in results),
+        tuple(h for _, h in args),
+        tuple(h for _, h in results),
+    )
 
 
 def _aliases(main: ir.Operation) -> dict[int, int]:

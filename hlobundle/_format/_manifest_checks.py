@@ -116,8 +116,10 @@ def _check_tree(tree: Any, names: set[str], field: str) -> None:
         elif isinstance(node, dict):
             pending.extend(node.values())
         elif node is not None:
-            raise ValueError(f"{field} holds {type(node).__name__} {node!r:.40}; only arrays, "
-                             "objects, null and names are allowed (SPEC.md 2.3)")  # fmt: skip
+            raise ValueError(
+                f"{field} holds {type(node).__name__} {node!r:.40}; only arrays, "
+                "objects, null and names are allowed (SPEC.md 2.3)"
+            )
     unknown = sorted(set(leaves) - names)
     if unknown:
         raise ValueError(

@@ -32,29 +32,76 @@ CUSTOM_CALL_OPS = frozenset({"stablehlo.custom_call", "mhlo.custom_call"})
 _LAPACK = [
     f"lapack_{t}{op}_ffi"
     for op, types in (
-        ("potrf", "sdcz"), ("geqrf", "sdcz"), ("getrf", "sdcz"), ("geev", "sdcz"),
-        ("gesdd", "sdcz"), ("gees", "sdcz"), ("trsm", "sdcz"), ("gtsv", "sdcz"), ("gehrd", "sdcz"),
+        ("potrf", "sdcz"),
+        ("geqrf", "sdcz"),
+        ("getrf", "sdcz"),
+        ("geev", "sdcz"),
+        ("gesdd", "sdcz"),
+        ("gees", "sdcz"),
+        ("trsm", "sdcz"),
+        ("gtsv", "sdcz"),
+        ("gehrd", "sdcz"),
     )
     for t in types
 ] + [
     f"lapack_{name}_ffi"
-    for name in ("sorgqr", "dorgqr", "cungqr", "zungqr", "ssyevd", "dsyevd", "cheevd", "zheevd",
-                 "ssytrd", "dsytrd", "chetrd", "zhetrd")
-]  # fmt: skip
+    for name in (
+        "sorgqr",
+        "dorgqr",
+        "cungqr",
+        "zungqr",
+        "ssyevd",
+        "dsyevd",
+        "cheevd",
+        "zheevd",
+        "ssytrd",
+        "dsytrd",
+        "chetrd",
+        "zhetrd",
+    )
+]
 _GPU = [
     f"{lib}_{op}"
     for lib in ("cusolver", "hipsolver")
-    for op in ("getrf_ffi", "geqrf_ffi", "orgqr_ffi", "potrf_ffi", "syevd_ffi", "gesvd_ffi",
-               "gesvdj_ffi", "sytrd_ffi")
-] + ["cu_lu_pivots_to_permutation", "hip_lu_pivots_to_permutation", "hipsolver_gesdd_ffi",
-     "cusparse_gtsv2_ffi", "cu_threefry2x32_ffi", "hip_threefry2x32_ffi"]  # fmt: skip
+    for op in (
+        "getrf_ffi",
+        "geqrf_ffi",
+        "orgqr_ffi",
+        "potrf_ffi",
+        "syevd_ffi",
+        "gesvd_ffi",
+        "gesvdj_ffi",
+        "sytrd_ffi",
+    )
+] + [
+    "cu_lu_pivots_to_permutation",
+    "hip_lu_pivots_to_permutation",
+    "hipsolver_gesdd_ffi",
+    "cusparse_gtsv2_ffi",
+    "cu_threefry2x32_ffi",
+    "hip_threefry2x32_ffi",
+]
 STABLE_TARGETS = frozenset(
-    [*_LAPACK, *_GPU, "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
-     "annotate_device_placement", "Eigh", "Qr", "ProductOfElementaryHouseholderReflectors",
-     "LuDecomposition", "ApproxTopK", "stablehlo.dynamic_approx_top_k", "AllocateBuffer",
-     "stablehlo.dynamic_reduce_window", "stablehlo.dynamic_rng_bit_generator",
-     "stablehlo.dynamic_top_k", "shape_assertion"]
-)  # fmt: skip
+    [
+        *_LAPACK,
+        *_GPU,
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "annotate_device_placement",
+        "Eigh",
+        "Qr",
+        "ProductOfElementaryHouseholderReflectors",
+        "LuDecomposition",
+        "ApproxTopK",
+        "stablehlo.dynamic_approx_top_k",
+        "AllocateBuffer",
+        "stablehlo.dynamic_reduce_window",
+        "stablehlo.dynamic_rng_bit_generator",
+        "stablehlo.dynamic_top_k",
+        "shape_assertion",
+    ]
+)
 
 # Targets that reach into the producing process (Python or Julia callbacks, in-process
 # pointers, enzyme-ad's own primitives): refused even when opted in.

@@ -73,9 +73,16 @@ def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, 
     """The first `max_chars` characters of the artifact's canonical text, deserialized in a
     child process that may crash, and whether that is the whole text."""
     what = "the StableHLO portable artifact"
-    stdout, why, status = run_child(CHILD, _child_args(max_chars), artifact, path=path,
-                                    what=what, max_output=4 * max_chars, statuses=(0, 3, 4),
-                                    forked=FORK_SERVER)  # fmt: skip
+    stdout, why, status = run_child(
+        CHILD,
+        _child_args(max_chars),
+        artifact,
+        path=path,
+        what=what,
+        max_output=4 * max_chars,
+        statuses=(0, 3, 4),
+        forked=FORK_SERVER,
+    )
     if status == 3:
         raise LimitError(
             f"{what} {path}: {why}; the limit is "
@@ -114,8 +121,9 @@ def run_child(
     try:
         done = runner(script, args, data, timeout=timeout, max_output=max_output)
     except _fork_servers.ServerError as e:
-        raise ModuleError(f"{path}: {what} could not be read in a child process: {e}",
-                          path=path) from None  # fmt: skip
+        raise ModuleError(
+            f"{path}: {what} could not be read in a child process: {e}", path=path
+        ) from None
     why = _mlir.short(done.stderr.decode("utf-8", "replace").strip())
     if done.timed_out:
         raise ModuleError(

@@ -70,9 +70,32 @@ def layout(tensors: dict[str, Planned], metadata: dict[str, str]) -> tuple[list[
 
 
 # safetensors' dtype order (its Dtype enum); the header lists tensors from the last to the first.
-RANK = {code: i for i, code in enumerate(
-    ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
-     "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64"])}  # fmt: skip
+RANK = {
+    code: i
+    for i, code in enumerate(
+        [
+            "BOOL",
+            "U8",
+            "I8",
+            "F8_E5M2",
+            "F8_E4M3",
+            "F8_E8M0",
+            "F8_E4M3FNUZ",
+            "F8_E5M2FNUZ",
+            "I16",
+            "U16",
+            "F16",
+            "BF16",
+            "I32",
+            "U32",
+            "F32",
+            "C64",
+            "F64",
+            "I64",
+            "U64",
+        ]
+    )
+}
 
 
 # Bytes per element of each safetensors dtype code a bundle may hold.

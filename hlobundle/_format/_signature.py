@@ -86,9 +86,13 @@ def _statement(digests: dict[str, str], name: str) -> Any:
     from model_signing._hashing.hashing import Digest  # not re-exported by model-signing 1.1
 
     serialization = ms.manifest.SerializationType.from_args(
-        {"method": "files", "hash_type": "sha256", "allow_symlinks": False,
-         "ignore_paths": [SIGNATURE_NAME]}
-    )  # fmt: skip
+        {
+            "method": "files",
+            "hash_type": "sha256",
+            "allow_symlinks": False,
+            "ignore_paths": [SIGNATURE_NAME],
+        }
+    )
     items = [
         ms.manifest.FileManifestItem(path=Path(file), digest=Digest("sha256", bytes.fromhex(hex_)))
         for file, hex_ in sorted(digests.items())
@@ -139,9 +143,11 @@ def sign(root: Path, digests: dict[str, str], key: SigningKey, *, name: str | No
     config = ms.signing.Config().set_hashing_config(_hashing_from(digests, name or root.name))
     try:
         if key.certificate is not None:
-            config.use_certificate_signer(private_key=key.private_key,
-                                          signing_certificate=key.certificate,
-                                          certificate_chain=list(key.certificate_chain))  # fmt: skip
+            config.use_certificate_signer(
+                private_key=key.private_key,
+                signing_certificate=key.certificate,
+                certificate_chain=list(key.certificate_chain),
+            )
         else:
             config.use_elliptic_key_signer(private_key=key.private_key)
         with _scratch() as d:

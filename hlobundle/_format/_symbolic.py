@@ -206,8 +206,9 @@ def bind(
             )
     for symbol, value in sorted(env.items()):
         if value < 1:
-            raise ShapeError(f"symbol {symbol!r} would be {value}; it must be at least 1",
-                             symbol, symbol)  # fmt: skip
+            raise ShapeError(
+                f"symbol {symbol!r} would be {value}; it must be at least 1", symbol, symbol
+            )
     for left, op, right in constraints:
         if not (left.symbols | right.symbols) <= set(env):
             continue  # over a symbol no given value binds (stored values bind only some)

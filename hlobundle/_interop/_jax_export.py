@@ -164,8 +164,9 @@ def read_blob(path: str | os.PathLike[str]) -> tuple[Any, bytes]:
     if size > _limits.MAX_MODULE_BYTES:
         raise InputError(
             f"{source} is {size} bytes; a jax.export blob may have at most "
-            f"{_limits.MAX_MODULE_BYTES}", path=source,
-        )  # fmt: skip
+            f"{_limits.MAX_MODULE_BYTES}",
+            path=source,
+        )
     data = source.read_bytes()
     try:
         return export.deserialize(bytearray(data)), data
@@ -181,13 +182,16 @@ def refuse_what_a_bundle_cannot_hold(exported: Any) -> None:
     """An InputError naming each thing in `exported` a bundle's function cannot hold."""
     why = []
     if len(exported.platforms) != 1:
-        why.append(f"it is lowered for several platforms {list(exported.platforms)} (a bundle's "
-                   "module is one program; export for one platform)")  # fmt: skip
+        why.append(
+            f"it is lowered for several platforms {list(exported.platforms)} (a bundle's "
+            "module is one program; export for one platform)"
+        )
     if exported.ordered_effects or exported.unordered_effects:
         why.append("it has effects (ordered or unordered); a bundle's function has none")
     if tuple(exported.module_kept_var_idx) != tuple(range(len(exported.in_avals))):
-        why.append("jax dropped unused arguments from its module; export with "
-                   "jax.jit(f, keep_unused=True)")  # fmt: skip
+        why.append(
+            "jax dropped unused arguments from its module; export with jax.jit(f, keep_unused=True)"
+        )
     if why:
         raise InputError(
             f"this jax.export.Exported cannot be a bundle: {'; '.join(why)}", argument="exported"
@@ -204,5 +208,7 @@ def symbolic_shapes(exported: Any) -> dict[str, Any]:
     if all(static(d) for a in avals for d in a.shape):
         return {}
     shape = lambda aval: [int(d) if static(d) else str(d) for d in aval.shape]  # noqa: E731
-    return {"shapes": [shape(a) for a in exported.in_avals],
-            "result_shapes": [shape(a) for a in exported.out_avals]}  # fmt: skip
+    return {
+        "shapes": [shape(a) for a in exported.in_avals],
+        "result_shapes": [shape(a) for a in exported.out_avals],
+    }

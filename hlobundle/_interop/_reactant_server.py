@@ -50,11 +50,22 @@ MAX_TENSORS = 100_000
 FORMAT_VERSIONS = ("2.0", "2")
 BATCH_LETTERS = ("n", "b")
 TOKENS = {
-    "f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16",
-    "f8_e5m2": "float8_e5m2", "f8_e4m3": "float8_e4m3fn", "i8": "int8", "i16": "int16",
-    "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
-    "u64": "uint64", "bool": "bool",
-}  # fmt: skip
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
+    "bf16": "bfloat16",
+    "f8_e5m2": "float8_e5m2",
+    "f8_e4m3": "float8_e4m3fn",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "bool": "bool",
+}
 TOKEN_OF = {name: token for token, name in TOKENS.items()}
 # The letters a writer gives axes: `n` marks the batch axis, the others are sized in `dims`.
 LETTERS = "".join(c for c in "abcdefghijklmnopqrstuvwxyz" if c not in BATCH_LETTERS) + (
@@ -102,8 +113,11 @@ def read_manifest(root: Path) -> ServerBundle:
         raise InputError(f"{where} is not a mapping", path=path)
     version = str(raw.get("format_version"))
     if version not in FORMAT_VERSIONS:
-        raise InputError(f"{where}: format_version {version!r}; this reader knows "
-                         f"{FORMAT_VERSIONS[0]} (ReactantServer.jl's)", path=path)  # fmt: skip
+        raise InputError(
+            f"{where}: format_version {version!r}; this reader knows "
+            f"{FORMAT_VERSIONS[0]} (ReactantServer.jl's)",
+            path=path,
+        )
     if raw.get("kind", "model") != "model":
         raise InputError(
             f"{where}: kind {raw.get('kind')!r}: a meta bundle is Julia code over other models, "
@@ -112,19 +126,28 @@ def read_manifest(root: Path) -> ServerBundle:
         )
     name = raw.get("name")
     if not isinstance(name, str) or name != root.resolve().name:
-        raise InputError(f"{where}: name {name!r} is not the directory's name "
-                         f"{root.resolve().name!r}", path=path)  # fmt: skip
+        raise InputError(
+            f"{where}: name {name!r} is not the directory's name {root.resolve().name!r}", path=path
+        )
     batching = raw.get("batching") or {}
     sizes = batching.get("compiled_batch_sizes", []) if isinstance(batching, dict) else None
     if not isinstance(sizes, list) or not all(type(s) is int and s > 0 for s in sizes):
-        raise InputError(f"{where}: batching.compiled_batch_sizes must be a list of positive "
-                         "integers", path=path)  # fmt: skip
+        raise InputError(
+            f"{where}: batching.compiled_batch_sizes must be a list of positive integers", path=path
+        )
     twice = sorted({s for s in sizes if sizes.count(s) > 1})
     if twice:
-        raise InputError(f"{where}: batching.compiled_batch_sizes lists batch size {twice[0]} "
-                         "twice", path=path)  # fmt: skip
-    return ServerBundle(root, name, version, _tensor_list(raw, "executable_inputs", path),
-                        _tensor_list(raw, "executable_outputs", path), tuple(sizes))  # fmt: skip
+        raise InputError(
+            f"{where}: batching.compiled_batch_sizes lists batch size {twice[0]} twice", path=path
+        )
+    return ServerBundle(
+        root,
+        name,
+        version,
+        _tensor_list(raw, "executable_inputs", path),
+        _tensor_list(raw, "executable_outputs", path),
+        tuple(sizes),
+    )
 
 
 def _load_yaml(path: Path) -> object:
@@ -188,8 +211,10 @@ def _tensor(item: object, where: str, path: Path) -> TensorSpec:
     for c in letters:
         size = None if c in BATCH_LETTERS else dims[c]
         if size is not None and (type(size) is not int or not 0 < size < 1 << 40):
-            raise bad(f"dims[{c!r}] = {size!r}: a variable (-1) or invalid size; hlobundle "
-                      "stores static shapes")  # fmt: skip
+            raise bad(
+                f"dims[{c!r}] = {size!r}: a variable (-1) or invalid size; hlobundle "
+                "stores static shapes"
+            )
         shape.append(size)
     return TensorSpec(name, TOKENS[token], tuple(shape))
 
@@ -201,8 +226,10 @@ def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]
     if per_size:
         size = batch_size if batch_size is not None else min(per_size)
         if size not in per_size:
-            raise InputError(f"{root.name} has no model.b{size}.mlir (compiled batch sizes: "
-                             f"{sorted(per_size)})", argument="batch_size")  # fmt: skip
+            raise InputError(
+                f"{root.name} has no model.b{size}.mlir (compiled batch sizes: {sorted(per_size)})",
+                argument="batch_size",
+            )
         path = per_size[size]
     else:
         path = root / MODULE
@@ -215,8 +242,9 @@ def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]
     try:
         return data.decode("utf-8"), size
     except UnicodeDecodeError:
-        raise InputError(f"{path.name} is neither a StableHLO portable artifact nor UTF-8 text",
-                         path=path) from None  # fmt: skip
+        raise InputError(
+            f"{path.name} is neither a StableHLO portable artifact nor UTF-8 text", path=path
+        ) from None
 
 
 def weights(root: Path) -> tuple[list[str], _tensors.TensorFile | None]:
@@ -229,8 +257,11 @@ def weights(root: Path) -> tuple[list[str], _tensors.TensorFile | None]:
     order = tf.metadata.get(ARGUMENT_ORDER)
     if order is None:
         if tf.entries:
-            raise InputError("weights.safetensors has tensors but no argument_order metadata "
-                             "(ReactantServer.jl refuses it too)", path=path)  # fmt: skip
+            raise InputError(
+                "weights.safetensors has tensors but no argument_order metadata "
+                "(ReactantServer.jl refuses it too)",
+                path=path,
+            )
         return [], tf
     try:
         names = json.loads(order)
@@ -242,8 +273,11 @@ def weights(root: Path) -> tuple[list[str], _tensors.TensorFile | None]:
         )
     missing = sorted(set(names) - set(tf.entries))
     if missing or len(set(names)) != len(names):
-        raise InputError(f"weights.safetensors: argument_order names {missing[:5] or 'a weight twice'}, "
-                         "which the file does not hold once", path=path)  # fmt: skip
+        raise InputError(
+            f"weights.safetensors: argument_order names {missing[:5] or 'a weight twice'}, "
+            "which the file does not hold once",
+            path=path,
+        )
     return names, tf
 
 
@@ -284,8 +318,9 @@ def module_files(server: ServerBundle) -> dict[int, Path]:
         )
     if not like:
         if MODULE not in names:
-            raise InputError(f"{root.name} has no {MODULE} and no model.b{{N}}.mlir",
-                             path=root / MODULE)  # fmt: skip
+            raise InputError(
+                f"{root.name} has no {MODULE} and no model.b{{N}}.mlir", path=root / MODULE
+            )
         return {}
     missing = [n for n in sizes if module_file(n) not in like]
     if missing:
@@ -329,9 +364,12 @@ def tensor_spec(name: str, dtype: str, shape: list, batch_axis: int | None = Non
     julia = list(reversed(shape))
     batch = None if batch_axis is None else len(shape) - 1 - batch_axis
     letters = [BATCH_LETTERS[0] if k == batch else c for k, c in enumerate(LETTERS[: len(julia)])]
-    return {"name": name, "dtype": TOKEN_OF[dtype], "shape": "".join(letters),
-            "dims": {c: d for k, (c, d) in enumerate(zip(letters, julia, strict=True))
-                     if k != batch}}  # fmt: skip
+    return {
+        "name": name,
+        "dtype": TOKEN_OF[dtype],
+        "shape": "".join(letters),
+        "dims": {c: d for k, (c, d) in enumerate(zip(letters, julia, strict=True)) if k != batch},
+    }
 
 
 def manifest_yaml(
@@ -340,9 +378,15 @@ def manifest_yaml(
     """`manifest.yaml` of a model bundle: `inputs` and `outputs` are `tensor_spec`s."""
     import yaml
 
-    doc = {"format_version": FORMAT_VERSIONS[0], "name": name, "kind": "model",
-           "description": description, "executable_inputs": inputs,
-           "executable_outputs": outputs, "batching": {"compiled_batch_sizes": sizes}}  # fmt: skip
+    doc = {
+        "format_version": FORMAT_VERSIONS[0],
+        "name": name,
+        "kind": "model",
+        "description": description,
+        "executable_inputs": inputs,
+        "executable_outputs": outputs,
+        "batching": {"compiled_batch_sizes": sizes},
+    }
     return yaml.safe_dump(doc, sort_keys=False).encode("utf-8")
 
 
@@ -352,7 +396,9 @@ def write_weights(path: Path, weights: dict[str, tuple[np.ndarray, str]]) -> Non
     memory (its axes reversed), in `@main`'s order (the mapping's) as `argument_order`."""
     _tensors.write(
         path,
-        {name: (np.asarray(np.asarray(value).transpose(), order="C"), _dtypes.BY_NAME[dtype])
-         for name, (value, dtype) in weights.items()},
+        {
+            name: (np.asarray(np.asarray(value).transpose(), order="C"), _dtypes.BY_NAME[dtype])
+            for name, (value, dtype) in weights.items()
+        },
         metadata={ARGUMENT_ORDER: json.dumps(list(weights))},
-    )  # fmt: skip
+    )

@@ -25,17 +25,26 @@ def inside(root: Path, name: str, *, what: str) -> Path:
     no symlink, and a regular file; else an InputError naming it."""
     pure = PurePosixPath(name)
     if not name or "\x00" in name or "\\" in name or pure.is_absolute():
-        raise InputError(f"{what} {name!r} is absolute or empty; it must be a file name relative "
-                         f"to {str(root)!r}", path=name)  # fmt: skip
+        raise InputError(
+            f"{what} {name!r} is absolute or empty; it must be a file name relative "
+            f"to {str(root)!r}",
+            path=name,
+        )
     if any(part in ("..", ".", "") for part in name.split("/")):
-        raise InputError(f"{what} {name!r} contains '..', '.' or an empty component; it must "
-                         f"name a file inside {str(root)!r}", path=name)  # fmt: skip
+        raise InputError(
+            f"{what} {name!r} contains '..', '.' or an empty component; it must "
+            f"name a file inside {str(root)!r}",
+            path=name,
+        )
     current = root
     for part in name.split("/"):
         current = current / part
         if current.is_symlink():
-            raise InputError(f"{what} {name!r} is reached through a symlink ({part}); an "
-                             "importer reads only regular files inside the export", path=current)  # fmt: skip
+            raise InputError(
+                f"{what} {name!r} is reached through a symlink ({part}); an "
+                "importer reads only regular files inside the export",
+                path=current,
+            )
     check_regular(current, what=what)
     return current
 
@@ -47,8 +56,9 @@ def check_regular(path: Path, *, what: str) -> None:
     except OSError as e:
         raise InputError(f"{what} {str(path)!r} cannot be read: {e.strerror}", path=path) from None
     if stat.S_ISLNK(mode):
-        raise InputError(f"{what} {str(path)!r} is a symlink; an importer reads only regular "
-                         "files", path=path)  # fmt: skip
+        raise InputError(
+            f"{what} {str(path)!r} is a symlink; an importer reads only regular files", path=path
+        )
     if not stat.S_ISREG(mode):
         raise InputError(f"{what} {str(path)!r} is not a regular file", path=path)
 
@@ -63,8 +73,11 @@ def read_regular(path: Path, limit: int, *, what: str) -> bytes:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         os.close(fd)
-        why = "is not a regular file" if not stat.S_ISREG(info.st_mode) else (
-            f"is {info.st_size} bytes; the limit is {limit}")  # fmt: skip
+        why = (
+            "is not a regular file"
+            if not stat.S_ISREG(info.st_mode)
+            else (f"is {info.st_size} bytes; the limit is {limit}")
+        )
         raise InputError(f"{what} {str(path)!r} {why}", path=path)
     os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as f:

@@ -51,8 +51,13 @@ def run(script: Path, args: list[str], data: bytes, *, timeout: float, max_outpu
     # reaches this process only, which then kills the child's group.
     command = [sys.executable, "-E", "-s", str(script), *args]
     with _memory_file(data) as stdin:
-        child = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+        child = subprocess.Popen(
+            command,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
     try:
         out, err, overflow = _collect(child, deadline, max_output)
         ended = not overflow and _ended_by(child.pid, deadline)

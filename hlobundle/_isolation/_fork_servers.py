@@ -61,9 +61,15 @@ class _Server:
         # Unbuffered: a forked copy of this process closes its copies without flushing a thing.
         # A session of its own: a terminal's Ctrl-C reaches this process, whose exit closes the
         # server's stdin, and never the server, which then cleans up after its fork.
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env, bufsize=0,
-                                start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            bufsize=0,
+            start_new_session=True,
+        )
 
     def restart(self) -> None:
         self.stop()
@@ -94,8 +100,13 @@ class _Server:
             head = json.loads(reply[0])
             if head["id"] != tag:  # a fork wrote a reply of its own through /proc
                 raise EOFError("a reply to another request: once more afresh")
-            return Done(int(head["status"]), reply[1], reply[2], bool(head["timed_out"]),
-                        bool(head["overflow"]))  # fmt: skip
+            return Done(
+                int(head["status"]),
+                reply[1],
+                reply[2],
+                bool(head["timed_out"]),
+                bool(head["overflow"]),
+            )
         except BaseException as e:
             self.restart()
             if isinstance(e, (TimeoutError, ValueError, KeyError, TypeError)):  # not its reply

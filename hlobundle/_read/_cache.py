@@ -134,8 +134,7 @@ def read(where: Path, key: str, suffix: str = SUFFIX) -> bytes | None:
 
 def _is_entry_name(name: str, key: str, suffix: str) -> bool:
     digest = name[len(key) + 1 : -len(suffix)]
-    return (name.startswith(f"{key}.") and name.endswith(suffix)
-            and len(digest) == _DIGEST_LENGTH)  # fmt: skip
+    return name.startswith(f"{key}.") and name.endswith(suffix) and len(digest) == _DIGEST_LENGTH
 
 
 def _read_regular_file(path: Path) -> bytes | None:

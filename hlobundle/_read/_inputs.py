@@ -327,8 +327,11 @@ def check(
     if len(value.shape) != len(want_shape) or any(
         isinstance(w, int) and w != g for w, g in zip(want_shape, value.shape, strict=True)
     ):  # a symbolic dimension (an expression, or None): the values' shapes bind them together
-        shown = (f"[{', '.join(map(str, want_shape))}]"
-                 if any(not isinstance(w, int) for w in want_shape) else str(want_shape))  # fmt: skip
+        shown = (
+            f"[{', '.join(map(str, want_shape))}]"
+            if any(not isinstance(w, int) for w in want_shape)
+            else str(want_shape)
+        )
         reversed_shape = len(want_shape) > 1 and tuple(value.shape) == tuple(want_shape[::-1])
         raise InputError(
             f"{where}: expected shape {shown}{orientation}, got {tuple(value.shape)}"

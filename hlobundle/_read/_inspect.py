@@ -57,8 +57,16 @@ def summarize(path: str | os.PathLike[str]) -> Summary:
     shown_first = default or next(iter(views))
     signature = _signature.read(root)
     signer = None if signature is None else _signature.signer(signature)
-    return Summary(root, views[shown_first], function_ops[shown_first], signer, manifest, views,
-                   function_ops, default)  # fmt: skip
+    return Summary(
+        root,
+        views[shown_first],
+        function_ops[shown_first],
+        signer,
+        manifest,
+        views,
+        function_ops,
+        default,
+    )
 
 
 def shared_tensors(summary: Summary) -> list[tuple[str, str, list[str]]]:
@@ -176,18 +184,25 @@ def _render_functions(summary: Summary) -> str:
     m = summary.bundle_manifest
     default = f", default {summary.default}" if summary.default else ", no default function"
     lines = [
-        *(shown(line) for line in [
-            f"bundle    {summary.path}",
-            f"format {m.format_version}, {len(summary.functions)} "
-            f"function{'s' * (len(summary.functions) != 1)}{default}",
-            *_bundle_lines(summary),
-            *_file_lines(summary),
-        ]),
-    ]  # fmt: skip
+        *(
+            shown(line)
+            for line in [
+                f"bundle    {summary.path}",
+                f"format {m.format_version}, {len(summary.functions)} "
+                f"function{'s' * (len(summary.functions) != 1)}{default}",
+                *_bundle_lines(summary),
+                *_file_lines(summary),
+            ]
+        ),
+    ]
     for name, view in summary.functions.items():
         mark = " (default)" if name == summary.default else ""
-        head = [f"function  {name}{mark}", *_module_lines(view), *_role_totals(view.arguments),
-                *_custom_calls(view)]  # fmt: skip
+        head = [
+            f"function  {name}{mark}",
+            *_module_lines(view),
+            *_role_totals(view.arguments),
+            *_custom_calls(view),
+        ]
         lines += ["", *(shown(line) for line in head)]
         lines += _signature_lines(view, summary.function_ops[name])
     shared = shared_tensors(summary)
@@ -199,11 +214,16 @@ def _render_functions(summary: Summary) -> str:
         if (v := a.value) is not None
     }
     rows = [
-        (f"{file}:{key}", by_ref[file, key][0], _shape(by_ref[file, key][1]),
-         _size(by_ref[file, key][1], by_ref[file, key][0]), ", ".join(names))
+        (
+            f"{file}:{key}",
+            by_ref[file, key][0],
+            _shape(by_ref[file, key][1]),
+            _size(by_ref[file, key][1], by_ref[file, key][0]),
+            ", ".join(names),
+        )
         for file, key, names in shared
         if (file, key) in by_ref
-    ]  # fmt: skip
+    ]
     lines.append(
         table(("tensor", "dtype", "shape", "size", "functions"), rows) if rows else "  none"
     )
@@ -233,7 +253,9 @@ def _module_lines(m: Manifest) -> list[str]:
         f"module    {m.module.text} + {m.module.portable.file} (artifact target StableHLO {m.module.portable.target_version})",
         *([f"backward  {m.vjp.text} + {m.vjp.portable.file}"] if m.vjp else []),
         *(
-            [f"batched   {m.batched.text} + {m.batched.portable.file}, over {', '.join(m.batched.arguments)}"]
+            [
+                f"batched   {m.batched.text} + {m.batched.portable.file}, over {', '.join(m.batched.arguments)}"
+            ]
             if m.batched
             else []
         ),
@@ -243,7 +265,7 @@ def _module_lines(m: Manifest) -> list[str]:
             for e in m.executables or []
         ),
         *([f"constraints {', '.join(m.constraints)}"] if m.constraints else []),
-    ]  # fmt: skip
+    ]
 
 
 def _file_lines(summary: Summary) -> list[str]:
@@ -251,9 +273,10 @@ def _file_lines(summary: Summary) -> list[str]:
     size = sum(f.size for f in files.values())
     return [
         f"files     {len(files)}, {human_bytes(size)} ({size:,} bytes)",
-        "signed    no" if summary.signer is None else
-        f"signed    by {summary.signer} (unverified: verify --public-key checks it)",
-    ]  # fmt: skip
+        "signed    no"
+        if summary.signer is None
+        else f"signed    by {summary.signer} (unverified: verify --public-key checks it)",
+    ]
 
 
 def _custom_calls(m: Manifest) -> list[str]:
@@ -264,15 +287,30 @@ def _custom_calls(m: Manifest) -> list[str]:
 def _signature_lines(m: Manifest, ops: dict[str, int]) -> list[str]:
     """The arguments' and results' tables and the op histogram of one function."""
     args = [
-        (str(i), a.name, _shape(a.shape), a.dtype, _size(a.shape, a.dtype), a.layout, a.role,
-         a.path, "yes" if a.value else "no")
+        (
+            str(i),
+            a.name,
+            _shape(a.shape),
+            a.dtype,
+            _size(a.shape, a.dtype),
+            a.layout,
+            a.role,
+            a.path,
+            "yes" if a.value else "no",
+        )
         for i, a in enumerate(m.arguments)
-    ]  # fmt: skip
+    ]
     results = [
-        (str(i), r.name, _shape(r.shape), r.dtype, r.layout,
-         "" if r.aliases is None else m.arguments[r.aliases].name)
+        (
+            str(i),
+            r.name,
+            _shape(r.shape),
+            r.dtype,
+            r.layout,
+            "" if r.aliases is None else m.arguments[r.aliases].name,
+        )
         for i, r in enumerate(m.results)
-    ]  # fmt: skip
+    ]
     return [
         f"arguments ({len(args)})",
         table(("#", "name", "shape", "dtype", "size", "layout", "role", "path", "stored"), args)

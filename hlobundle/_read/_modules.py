@@ -63,8 +63,13 @@ class StoredModule:
         """Show the artifact to be the text's program (once), then record the verdict."""
         if self.same_program:
             return
-        _portable.check_same_program(self.parsed, self.portable, self.target_version,
-                                     text=self.text_file, path=self.portable_file)  # fmt: skip
+        _portable.check_same_program(
+            self.parsed,
+            self.portable,
+            self.target_version,
+            text=self.text_file,
+            path=self.portable_file,
+        )
         self.same_program = True
 
 
@@ -77,8 +82,18 @@ def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
     text_bytes, text_sha = _files.read_module_file(root, view, entry.text)
     portable, portable_sha = _files.read_module_file(root, view, entry.portable.file)
     _files.module_text(text_bytes, entry.text)  # UTF-8, or a coded error
-    stored = StoredModule(form, entry.text, text_bytes, text_sha, entry.portable.file, portable,
-                          portable_sha, entry.portable.target_version, None, ())  # fmt: skip
+    stored = StoredModule(
+        form,
+        entry.text,
+        text_bytes,
+        text_sha,
+        entry.portable.file,
+        portable,
+        portable_sha,
+        entry.portable.target_version,
+        None,
+        (),
+    )
     key = _key(stored, view)
     cached = _recall(key, form)
     if cached is not None:
@@ -97,16 +112,24 @@ def remember(stored: StoredModule) -> None:
         return
     where = _cache.directory(CHECKS)
     if where is not None:
-        data = json.dumps({"signature": _encode(stored.signature),
-                           "custom_calls": list(stored.custom_calls)}).encode()  # fmt: skip
+        data = json.dumps(
+            {"signature": _encode(stored.signature), "custom_calls": list(stored.custom_calls)}
+        ).encode()
         _cache.write(where, key, data, _SUFFIX)
         stored.verdict_key = None
 
 
 def _key(stored: StoredModule, view: Manifest) -> str:
-    parts = [_code_digest(), stored.form.key, stored.text_file, stored.text_sha256,
-             stored.portable_file, stored.portable_sha256, stored.target_version,
-             hashlib.sha256(view.model_dump_json().encode()).hexdigest()]  # fmt: skip
+    parts = [
+        _code_digest(),
+        stored.form.key,
+        stored.text_file,
+        stored.text_sha256,
+        stored.portable_file,
+        stored.portable_sha256,
+        stored.target_version,
+        hashlib.sha256(view.model_dump_json().encode()).hexdigest(),
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -136,8 +159,15 @@ def _recall(
         entry = json.loads(data)
         signature = _decode(entry["signature"])
         calls = tuple(_str(t) for t in _list(entry["custom_calls"]))
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError,
-            RecursionError):  # fmt: skip
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        ArithmeticError,
+        RecursionError,
+    ):
         return None  # not one we wrote: a miss
     if (signature is None) != (form.key != "module"):  # only the module form's check reads it
         return None
@@ -176,13 +206,19 @@ def _encode(sig: _main_signature.Signature | None) -> Any:
         "results": types(sig.results),
         "aliases": [[k, v] for k, v in sig.aliases.items()],
         "unused": sorted(sig.unused),
-        "sharding": None if s is None else {
-            "mesh": s.mesh, "device_ids": s.device_ids, "arguments": s.arguments,
-            "results": s.results, "hlo_arguments": s.hlo_arguments, "hlo_results": s.hlo_results,
+        "sharding": None
+        if s is None
+        else {
+            "mesh": s.mesh,
+            "device_ids": s.device_ids,
+            "arguments": s.arguments,
+            "results": s.results,
+            "hlo_arguments": s.hlo_arguments,
+            "hlo_results": s.hlo_results,
         },
         "argument_info": list(sig.argument_info),
         "result_info": list(sig.result_info),
-    }  # fmt: skip
+    }
 
 
 def _decode(d: Any) -> _main_signature.Signature | None:
@@ -190,15 +226,28 @@ def _decode(d: Any) -> _main_signature.Signature | None:
     if d is None:
         return None
     s = d["sharding"]
-    sharding = None if s is None else _main_signature.Sharding(
-        None if s["mesh"] is None else tuple((_str(n), _int(k)) for n, k in _list(s["mesh"])),
-        tuple(_int(i) for i in _list(s["device_ids"])), _partitions(s["arguments"]),
-        _partitions(s["results"]), _strings(s["hlo_arguments"]), _strings(s["hlo_results"]),
-    )  # fmt: skip
-    return _main_signature.Signature(_str(d["module_name"], none=True), _types(d["arguments"]),
-                           _types(d["results"]), {_int(k): _int(v) for k, v in _list(d["aliases"])},
-                           frozenset(_int(i) for i in _list(d["unused"])), sharding,
-                           _strings(d["argument_info"]), _strings(d["result_info"]))  # fmt: skip
+    sharding = (
+        None
+        if s is None
+        else _main_signature.Sharding(
+            None if s["mesh"] is None else tuple((_str(n), _int(k)) for n, k in _list(s["mesh"])),
+            tuple(_int(i) for i in _list(s["device_ids"])),
+            _partitions(s["arguments"]),
+            _partitions(s["results"]),
+            _strings(s["hlo_arguments"]),
+            _strings(s["hlo_results"]),
+        )
+    )
+    return _main_signature.Signature(
+        _str(d["module_name"], none=True),
+        _types(d["arguments"]),
+        _types(d["results"]),
+        {_int(k): _int(v) for k, v in _list(d["aliases"])},
+        frozenset(_int(i) for i in _list(d["unused"])),
+        sharding,
+        _strings(d["argument_info"]),
+        _strings(d["result_info"]),
+    )
 
 
 def _types(ts: Any) -> tuple[_main_signature.TensorType, ...]:

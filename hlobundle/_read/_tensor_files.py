@@ -44,11 +44,14 @@ def open_tensor_files(
     for _, ref, _, _ in stored:
         keys.setdefault(ref.file, []).append(ref.key)
     files = {
-        name: _tensors.TensorFile(_paths.resolve(root, name), name=name,
-                                  header_limit=_header_budget(keys[name]),
-                                  with_safetensors=with_safetensors)
+        name: _tensors.TensorFile(
+            _paths.resolve(root, name),
+            name=name,
+            header_limit=_header_budget(keys[name]),
+            with_safetensors=with_safetensors,
+        )
         for name in sorted(keys)
-    }  # fmt: skip
+    }
     used: dict[str, set[str]] = {name: set() for name in files}
     for field, ref, dtype, shape in stored:
         _check_header_entry(files[ref.file], ref, _dtypes.BY_NAME[dtype], tuple(shape), field)

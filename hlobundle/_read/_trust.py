@@ -33,8 +33,11 @@ def trust_from(trust: Trust, trust_executables: bool | None, where: str) -> Trus
     if not isinstance(trust, Trust):
         from .._format._errors import InputError
 
-        raise InputError(f"{where}: trust must be a hlobundle.Trust (Trust.EXECUTABLES, ...), got "
-                         f"{type(trust).__name__}", argument="trust")  # fmt: skip
+        raise InputError(
+            f"{where}: trust must be a hlobundle.Trust (Trust.EXECUTABLES, ...), got "
+            f"{type(trust).__name__}",
+            argument="trust",
+        )
     if trust_executables is None:
         return trust
     warnings.warn(

@@ -127,8 +127,9 @@ def fast_path(
     inputs, outputs = symbolic_avals(m, batched_module.arguments)
     artifact = bundle.batched_artifact
     assert artifact is not None, "the manifest has a batched module: the reader checked its file"
-    batched = exported_for(m, artifact, inputs=inputs, outputs=outputs,
-                           name=f"{m.function}_batched", polymorphic=True)  # fmt: skip
+    batched = exported_for(
+        m, artifact, inputs=inputs, outputs=outputs, name=f"{m.function}_batched", polymorphic=True
+    )
     call = batched.call
     if carriers is not None:
         args = [_dtypes.BY_NAME[a.dtype].numpy for a in m.arguments]

@@ -63,9 +63,12 @@ def function(
 ) -> Function:
     """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
     return _backends.resolve(backend).make(
-        bundle, donate=donate, devices=devices, trust=trust,
+        bundle,
+        donate=donate,
+        devices=devices,
+        trust=trust,
         max_shapes=max_shapes,
-    )  # fmt: skip
+    )
 
 
 class BundleFunction:

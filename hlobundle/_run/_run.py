@@ -77,7 +77,7 @@ def example_arguments(
                 path=a.path,
                 column_major=producer_layout and a.layout == "column_major",
                 reversed_hint=hint if a.layout == "column_major" else "",
-            )  # fmt: skip
+            )
             for item, a in zip(ordered, arguments, strict=True)
         ]
         return values, "given" if None not in ordered else "given and stored"
@@ -104,16 +104,24 @@ def _generated_shapes(bundle: Bundle) -> dict[str, tuple[int, ...]]:
     if not bundle.manifest.symbolic:
         return {a.name: static_shape(a.shape) for a in arguments}
     stored = [a for a in arguments if a.value is not None]
-    env = _symbolic.bind_shapes([(a.name, a.shape) for a in stored],
-                                [tuple(bundle.tensor(a.name).shape) for a in stored])  # fmt: skip
-    free = {s for a in arguments for d in a.shape if isinstance(d, str)
-            for s in _symbolic.parse(d).symbols} - set(env)  # fmt: skip
+    env = _symbolic.bind_shapes(
+        [(a.name, a.shape) for a in stored], [tuple(bundle.tensor(a.name).shape) for a in stored]
+    )
+    free = {
+        s
+        for a in arguments
+        for d in a.shape
+        if isinstance(d, str)
+        for s in _symbolic.parse(d).symbols
+    } - set(env)
     env.update(dict.fromkeys(free, 1))
     shapes = {a.name: _symbolic.evaluate(a.shape, env) for a in arguments}
     try:
-        _symbolic.bind_shapes([(a.name, a.shape) for a in arguments],
-                              [shapes[a.name] for a in arguments],
-                              bundle.manifest.constraints or ())  # fmt: skip
+        _symbolic.bind_shapes(
+            [(a.name, a.shape) for a in arguments],
+            [shapes[a.name] for a in arguments],
+            bundle.manifest.constraints or (),
+        )
     except _symbolic.ShapeError as e:
         raise InputError(
             f"the bundle stores no inputs, and inventing them with each free symbol 1 "
@@ -250,7 +258,7 @@ def render(report: RunReport, path: Path) -> str:
             o.dtype,
             "-" if o.max_abs_diff is None else f"{o.max_abs_diff:.3g}",
             {None: "no expected", True: "ok", False: "MISMATCH"}[o.ok],
-        )  # fmt: skip
+        )
         for o in report.outputs
     ]
     from .._terminal._display import table

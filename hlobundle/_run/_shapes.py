@@ -57,8 +57,9 @@ class Prover:
 
     def __init__(self, bundle: Bundle, max_shapes: int = DEFAULT_MAX_SHAPES) -> None:
         if not isinstance(max_shapes, int) or isinstance(max_shapes, bool) or max_shapes < 1:
-            raise InputError(f"max_shapes must be a positive integer, got {max_shapes!r}",
-                             argument="max_shapes")  # fmt: skip
+            raise InputError(
+                f"max_shapes must be a positive integer, got {max_shapes!r}", argument="max_shapes"
+            )
         self.bundle = bundle
         self.manifest = bundle.manifest
         self.max_shapes = max_shapes
@@ -114,8 +115,10 @@ def prove(bundle: Bundle, shapes: Shapes) -> Proof:
     for r, got in zip(manifest.results, results, strict=True):
         want = _symbolic.evaluate(r.shape, env)
         if got != want:
-            symbol = min(_symbolic.symbols_of(_symbolic.parse(d) for d in r.shape
-                                              if isinstance(d, str)), default=None)  # fmt: skip
+            symbol = min(
+                _symbolic.symbols_of(_symbolic.parse(d) for d in r.shape if isinstance(d, str)),
+                default=None,
+            )
             error = InputError if manifest.symbolic else ModuleError
             raise error(
                 f"{manifest.function}: at {_shown(manifest, shapes, env)} the module computes "
@@ -173,8 +176,9 @@ def _static_entry(text: bytes, manifest: Manifest, shapes: Shapes) -> bytes:
         kind = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         inputs = list(kind.inputs)
         if len(inputs) != len(shapes):  # verified already: the manifest has one per argument
-            raise InputError(f"{manifest.function}: @main takes {len(inputs)} arguments, "
-                             f"the call {len(shapes)}")  # fmt: skip
+            raise InputError(
+                f"{manifest.function}: @main takes {len(inputs)} arguments, the call {len(shapes)}"
+            )
         static = [
             ir.RankedTensorType.get(list(s), ir.RankedTensorType(t).element_type)
             for s, t in zip(shapes, inputs, strict=True)
@@ -218,10 +222,14 @@ def _result_shapes(refined: bytes, manifest: Manifest) -> Shapes:
 # Ops whose result shape comes from operand values: after refinement to static shapes, one left
 # has shape operands that are not constants (they depend on the arguments' values).
 VALUE_SHAPED_OPS = (
-    "stablehlo.real_dynamic_slice", "stablehlo.dynamic_reshape", "stablehlo.dynamic_iota",
-    "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_pad", "stablehlo.dynamic_gather",
+    "stablehlo.real_dynamic_slice",
+    "stablehlo.dynamic_reshape",
+    "stablehlo.dynamic_iota",
+    "stablehlo.dynamic_broadcast_in_dim",
+    "stablehlo.dynamic_pad",
+    "stablehlo.dynamic_gather",
     "stablehlo.dynamic_conv",
-)  # fmt: skip
+)
 
 
 def needs_proof(bundle: Bundle) -> bool:
@@ -234,8 +242,9 @@ def needs_proof(bundle: Bundle) -> bool:
 
 
 def _shown(manifest: Manifest, shapes: Shapes, env: dict[str, int]) -> str:
-    args = ", ".join(f"{a.name}: {list(s)}" for a, s in zip(manifest.arguments, shapes,
-                                                             strict=True))  # fmt: skip
+    args = ", ".join(
+        f"{a.name}: {list(s)}" for a, s in zip(manifest.arguments, shapes, strict=True)
+    )
     bound = ", ".join(f"{k}={v}" for k, v in env.items())
     return f"({args}; {bound})" if bound else f"({args})"
 
@@ -271,8 +280,9 @@ def _blamed(manifest: Manifest, reason: str) -> tuple[str, str | None]:
     found = _ARGS_INDEX.findall(reason)
     if found and int(found[-1]) < len(manifest.arguments):
         a = manifest.arguments[int(found[-1])]
-        symbols = sorted(s for d in a.shape if isinstance(d, str)
-                         for s in _symbolic.parse(d).symbols)  # fmt: skip
+        symbols = sorted(
+            s for d in a.shape if isinstance(d, str) for s in _symbolic.parse(d).symbols
+        )
         return a.name, symbols[0] if symbols else None
     if not first:
         return manifest.arguments[0].name if manifest.arguments else "", None

@@ -40,9 +40,15 @@ def task(what: str, total: int) -> Iterator[Callable[[int], None]]:
     from tqdm import tqdm
 
     bar: Any = tqdm(
-        total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024,
-        file=sys.stderr, leave=True, dynamic_ncols=True,
-    )  # fmt: skip
+        total=total,
+        desc=what,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        file=sys.stderr,
+        leave=True,
+        dynamic_ncols=True,
+    )
     try:
         yield bar.update
     finally:

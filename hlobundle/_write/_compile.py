@@ -54,19 +54,27 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
     b.verify(in_memory=False)  # compiles the module bytes load() checked
-    check_resignable(b, sign_key, doing="compiling", public_key=opt.public_key,
-                     replace_signature=opt.replace_signature, verified=True)  # fmt: skip
+    check_resignable(
+        b,
+        sign_key,
+        doing="compiling",
+        public_key=opt.public_key,
+        replace_signature=opt.replace_signature,
+        verified=True,
+    )
     several = not isinstance(b.bundle_manifest, Manifest)
     written: dict[str, bytes] = {}
     added: dict[str, list[Executable]] = {}
     for name in chosen:
         view = b.select(name)
         prefix = f"{name}/" if several else ""
-        added[name] = [_compiled(compiler, view, target, cpu, prefix, written)
-                       for target in targets]  # fmt: skip
+        added[name] = [
+            _compiled(compiler, view, target, cpu, prefix, written) for target in targets
+        ]
     views = {n: b.select(n).manifest for n in b.functions}
-    rewrite_and_resign(b, _with_executables(b.bundle_manifest, views, added, b.default_function),
-                       written, sign_key)  # fmt: skip
+    rewrite_and_resign(
+        b, _with_executables(b.bundle_manifest, views, added, b.default_function), written, sign_key
+    )
     return [e for entries in added.values() for e in entries]
 
 
@@ -80,12 +88,19 @@ def _compiled(
 ) -> Executable:
     """Function `view` compiled for `target`: its manifest entry, its bytes in `written`."""
     assert compiler.compile_executable is not None
-    done = compiler.compile_executable(view.portable_artifact, view.manifest, target=target,
-                                       cpu=cpu)  # fmt: skip
-    entry = Executable(target=target, file=f"{prefix}compiled/{target}.vmfb", compiler=done.compiler,
-                       compiler_version=done.compiler_version, architecture=done.architecture,
-                       cpu=done.cpu, flags=list(done.flags),
-                       source_sha256=view.modules["module"].portable_sha256)  # fmt: skip
+    done = compiler.compile_executable(
+        view.portable_artifact, view.manifest, target=target, cpu=cpu
+    )
+    entry = Executable(
+        target=target,
+        file=f"{prefix}compiled/{target}.vmfb",
+        compiler=done.compiler,
+        compiler_version=done.compiler_version,
+        architecture=done.architecture,
+        cpu=done.cpu,
+        flags=list(done.flags),
+        source_sha256=view.modules["module"].portable_sha256,
+    )
     written[entry.file] = done.vmfb
     return entry
 
@@ -102,17 +117,22 @@ def _with_executables(
         n: [e for e in v.executables or [] if e.target not in {a.target for a in added.get(n, [])}]
         for n, v in views.items()
     }
-    others = {name for n, v in views.items()
-              for _, name in references(v.model_copy(update={"executables": kept[n]}))}  # fmt: skip
+    others = {
+        name
+        for n, v in views.items()
+        for _, name in references(v.model_copy(update={"executables": kept[n]}))
+    }
     taken = sorted(others & {e.file for entries in added.values() for e in entries})
     if taken:
-        raise InputError(f"compile would write {taken[0]!r}, a file another manifest field "
-                         "references; it overwrites no such file", path=taken[0])  # fmt: skip
+        raise InputError(
+            f"compile would write {taken[0]!r}, a file another manifest field "
+            "references; it overwrites no such file",
+            path=taken[0],
+        )
     updated = {n: _updated(v, kept[n] + added.get(n, [])) for n, v in views.items()}
     # An old executable's file goes only when nothing in the new manifest names it any more.
     still = {name for v in updated.values() for _, name in references(v)}
-    replaced = {e.file for n, v in views.items() for e in v.executables or []
-                if e not in kept[n]}  # fmt: skip
+    replaced = {e.file for n, v in views.items() for e in v.executables or [] if e not in kept[n]}
     files = {k: v for k, v in old.files.items() if k not in replaced - still}
     if isinstance(old, Manifest):
         (only,) = updated.values()
@@ -124,7 +144,9 @@ def _updated(view: Manifest, executables: list[Executable]) -> Manifest:
     """One function's manifest with these executables (format 1.3 at least)."""
     major, minor = (int(p) for p in view.format_version.split("."))
     version = max((major, minor), EXECUTABLES_VERSION) if executables else (major, minor)
-    return view.model_copy(update={
-        "executables": sorted(executables, key=lambda e: e.target) or None,
-        "format_version": f"{version[0]}.{version[1]}",
-    })  # fmt: skip
+    return view.model_copy(
+        update={
+            "executables": sorted(executables, key=lambda e: e.target) or None,
+            "format_version": f"{version[0]}.{version[1]}",
+        }
+    )

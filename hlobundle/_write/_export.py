@@ -26,10 +26,23 @@ PRODUCER = PRODUCER_JAX  # the provenance's producer of a bundle that export() w
 
 
 @takes(
-    "name", "shapes_specs", "constraints", "add", "default", "force", "roles", "store_inputs",
-    "store_expected", "with_vjp", "vmap_in_axes", "target_version", "timestamp", "sign_key",
-    "public_key", "replace_signature",
-)  # fmt: skip
+    "name",
+    "shapes_specs",
+    "constraints",
+    "add",
+    "default",
+    "force",
+    "roles",
+    "store_inputs",
+    "store_expected",
+    "with_vjp",
+    "vmap_in_axes",
+    "target_version",
+    "timestamp",
+    "sign_key",
+    "public_key",
+    "replace_signature",
+)
 def export(
     fn: Callable[..., Any], *example_args: Any, out: str | os.PathLike[str], opt: PackOptions
 ) -> Path:
@@ -67,11 +80,14 @@ def export(
         text, out_info, symbolic = lowered.as_text(), lowered.out_info, None
     else:
         if opt.vmap_in_axes is not None:
-            raise InputError("a function with symbolic shapes needs no batched module: "
-                             "vmap_in_axes and shapes_specs exclude each other",
-                             argument="vmap_in_axes")  # fmt: skip
-        text, out_info, symbolic = _lower_symbolic(jitted, example_args, opt.shapes_specs,
-                                                   opt.constraints)  # fmt: skip
+            raise InputError(
+                "a function with symbolic shapes needs no batched module: "
+                "vmap_in_axes and shapes_specs exclude each other",
+                argument="vmap_in_axes",
+            )
+        text, out_info, symbolic = _lower_symbolic(
+            jitted, example_args, opt.shapes_specs, opt.constraints
+        )
     expected = None
     if opt.store_inputs and opt.store_expected:
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
@@ -84,13 +100,15 @@ def export(
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out_info)
     result_names = unique([result_name(path) for path, _ in out_leaves])
     if not opt.add and (opt.public_key is not None or opt.replace_signature or opt.default):
-        raise InputError("public_key, replace_signature and default go with add=True",
-                         argument="add")  # fmt: skip
+        raise InputError(
+            "public_key, replace_signature and default go with add=True", argument="add"
+        )
 
     flattened: list[str] = []
     input_tree = json_tree(jax.tree_util.tree_unflatten(in_tree, names), flattened, "args")
-    output_tree = json_tree(jax.tree_util.tree_unflatten(out_tree, result_names), flattened,
-                            "result")  # fmt: skip
+    output_tree = json_tree(
+        jax.tree_util.tree_unflatten(out_tree, result_names), flattened, "result"
+    )
     if flattened:
         warnings.warn(
             f"{'; '.join(flattened)}: a bundle cannot store such a pytree node (its class is "
@@ -127,9 +145,14 @@ def export(
         return write(Path(out), opt.signing_key)
     with tempfile.TemporaryDirectory(prefix=".hlobundle-add-", dir=Path(out).parent) as scratch:
         new = write(Path(scratch) / "function.hlobundle", None)
-        return add_function(out, new, default=opt.default, sign_key=opt.sign_key,
-                            public_key=opt.public_key,
-                            replace_signature=opt.replace_signature)  # fmt: skip
+        return add_function(
+            out,
+            new,
+            default=opt.default,
+            sign_key=opt.sign_key,
+            public_key=opt.public_key,
+            replace_signature=opt.replace_signature,
+        )
 
 
 def _lower_symbolic(

@@ -52,8 +52,9 @@ def add_function(
     """
     existing, incoming = load(out), load(new)
     if len(incoming.functions) != 1:
-        raise InputError(f"{new} has {len(incoming.functions)} functions; add them one by one",
-                         argument="new")  # fmt: skip
+        raise InputError(
+            f"{new} has {len(incoming.functions)} functions; add them one by one", argument="new"
+        )
     name = identifier(incoming.functions[0])
     if name in map(identifier, existing.functions):
         raise InputError(
@@ -61,8 +62,13 @@ def add_function(
             "(name=..., --function NAME)",
             argument="name",
         )
-    check_resignable(existing, opt.signing_key, doing="adding a function",
-                     public_key=opt.public_key, replace_signature=opt.replace_signature)  # fmt: skip
+    check_resignable(
+        existing,
+        opt.signing_key,
+        doing="adding a function",
+        public_key=opt.public_key,
+        replace_signature=opt.replace_signature,
+    )
     existing.verify()
     incoming.verify()
     files: dict[str, bytes] = {}
@@ -73,8 +79,7 @@ def add_function(
         _carry_unreferenced(b, files)
     first = existing.default_function or existing.functions[0]
     manifest = combine(views, name if opt.default else first, {})
-    return write_bundle(Path(out), manifest, files, arrays, force=True,
-                        signing_key=opt.signing_key)  # fmt: skip
+    return write_bundle(Path(out), manifest, files, arrays, force=True, signing_key=opt.signing_key)
 
 
 def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:
@@ -93,8 +98,12 @@ def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:
         if isinstance(entry, BatchedModule):
             updates[key] = BatchedModule(text=text, portable=artifact, arguments=entry.arguments)
         else:
-            updates[key] = Module(text=text, portable=artifact, normalizations=entry.normalizations,
-                                  allowed_custom_calls=entry.allowed_custom_calls)  # fmt: skip
+            updates[key] = Module(
+                text=text,
+                portable=artifact,
+                normalizations=entry.normalizations,
+                allowed_custom_calls=entry.allowed_custom_calls,
+            )
     updates["executables"] = [_executable(b, e, prefix, files) for e in m.executables or []] or None
     updates["arguments"] = [_argument(b, a, prefix, arrays) for a in m.arguments]
     updates["results"] = [_result(b, r, prefix, arrays) for r in m.results]

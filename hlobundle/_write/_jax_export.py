@@ -115,9 +115,13 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
     a nested blob whose flatbuffer and MLIR bytecode this process never deserializes."""
     data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
     stdout, _, _ = _portable.run_child(
-        _child.JAX_EXPORT_CHILD, [str(_limits.CHILD_MEMORY_BYTES)], data, path="the Exported",
-        what="the Exported's VJP", max_output=_limits.MAX_MODULE_BYTES,
-    )  # fmt: skip
+        _child.JAX_EXPORT_CHILD,
+        [str(_limits.CHILD_MEMORY_BYTES)],
+        data,
+        path="the Exported",
+        what="the Exported's VJP",
+        max_output=_limits.MAX_MODULE_BYTES,
+    )
     return stdout.decode("utf-8")
 
 

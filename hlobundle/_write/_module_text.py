@@ -31,10 +31,14 @@ def _binary_hint(data: bytes) -> str:
             "a .mlirbc portable artifact is what the bundle stores beside it, not what pack takes"
         )
     if _MLIR_BYTECODE in data[:_HINT_SCAN]:  # a flatbuffer around a portable artifact
-        return ("this looks like a serialized jax.export.Exported: pack it with "
-                "`pack --from-jax-export BLOB` (hlobundle.from_exported in Python)")  # fmt: skip
-    return ("a serialized jax.export.Exported takes `pack --from-jax-export BLOB`; a .mlirbc "
-            "portable artifact is what the bundle stores, not what pack takes")  # fmt: skip
+        return (
+            "this looks like a serialized jax.export.Exported: pack it with "
+            "`pack --from-jax-export BLOB` (hlobundle.from_exported in Python)"
+        )
+    return (
+        "a serialized jax.export.Exported takes `pack --from-jax-export BLOB`; a .mlirbc "
+        "portable artifact is what the bundle stores, not what pack takes"
+    )
 
 
 _HINT_SCAN = 1 << 20

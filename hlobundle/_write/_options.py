@@ -83,11 +83,17 @@ class PackOptions:
         None,
         "each argument's role, `input` (the default), `parameter` or `state`, by argument name; "
         "a name may be a glob (`params_*`), and a later one wins. For a JAX function, a name may "
-        'also be one of its parameters\' (an Exported\'s: `arg0`), for every leaf under it: '
+        "also be one of its parameters' (an Exported's: `arg0`), for every leaf under it: "
         '`{"params": "parameter"}`',
-        Flag("--role", dest="role", action="append", metavar="NAME=ROLE", type="role",
-             note="may be repeated"),
-    )  # fmt: skip
+        Flag(
+            "--role",
+            dest="role",
+            action="append",
+            metavar="NAME=ROLE",
+            type="role",
+            note="may be repeated",
+        ),
+    )
     result_names: Sequence[str] | None = option(
         None,
         "result names, Python identifiers (default: from the key paths JAX recorded, else "
@@ -102,9 +108,13 @@ class PackOptions:
         "layout is recorded), or auto: column-major when the arrays' shapes are the tensors' "
         "reversed, or, where no shape tells (square matrices), when they are stored in Fortran "
         "order, as Julia's NPZ.jl writes them; otherwise row-major",
-        Flag("--layout", choices=("auto", "row-major", "column-major"), default="auto",
-             note="default: auto"),
-    )  # fmt: skip
+        Flag(
+            "--layout",
+            choices=("auto", "row-major", "column-major"),
+            default="auto",
+            note="default: auto",
+        ),
+    )
     function: str | None = option(
         None,
         "the function's name in the bundle (default: the module's name less a `jit_` or "
@@ -147,19 +157,31 @@ class PackOptions:
         "inputs but by result name), files of them (`pack_files()` and the importers: `.npz`, "
         '`.npy`, `.safetensors`, keyed by result name or `arr_<k>`), or `"compute"` to run the '
         "module once on the example inputs",
-        Flag("--expected", nargs="+", metavar="FILE",
-             help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>"),
-        Flag("--compute-expected", action="store_true",
-             help="run the module once on the inputs and store the results as expected outputs"),
-    )  # fmt: skip
+        Flag(
+            "--expected",
+            nargs="+",
+            metavar="FILE",
+            help="expected outputs (.npz, .npy, .safetensors), keyed by result name or arr_<k>",
+        ),
+        Flag(
+            "--compute-expected",
+            action="store_true",
+            help="run the module once on the inputs and store the results as expected outputs",
+        ),
+    )
     allow_custom_calls: Sequence[str] = option(
         (),
         "custom call targets to accept although they look tied to the producer's process "
         '(SPEC.md, "Normalization"); recorded in the manifest',
-        Flag("--allow-custom-call", dest="allow_custom_call", action="append", metavar="NAME",
-             note="may be repeated"),
+        Flag(
+            "--allow-custom-call",
+            dest="allow_custom_call",
+            action="append",
+            metavar="NAME",
+            note="may be repeated",
+        ),
         convert=tuple,
-    )  # fmt: skip
+    )
     with_vjp: bool | str | Callable[..., Any] = option(
         False,
         'also store a backward module (SPEC.md, "Backward module"), so that the xla backend can '
@@ -343,10 +365,15 @@ def _document(doc: str, names: Sequence[str]) -> str:
     after the bullets of the function's own arguments."""
     lines = inspect.cleandoc(doc).splitlines()
     bullets = [
-        textwrap.fill(f"`{n}={OPTIONS[n].default!r}`: {OPTIONS[n].metadata['help']}.", 92,
-                      initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False)
+        textwrap.fill(
+            f"`{n}={OPTIONS[n].default!r}`: {OPTIONS[n].metadata['help']}.",
+            92,
+            initial_indent="- ",
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+        )
         for n in names
-    ]  # fmt: skip
+    ]
     if "**Arguments:**" not in lines:
         returns = [i for i, line in enumerate(lines) if line.startswith("**Returns:**")]
         at = returns[0] if returns else len(lines)

@@ -15,10 +15,25 @@ from ._writer import pack_planned
 
 
 @takes(
-    "names", "paths", "roles", "result_names", "layout", "function", "force", "target_version",
-    "producer", "timestamp", "input_tree", "output_tree", "expected", "allow_custom_calls",
-    "with_vjp", "batched", "batched_arguments", "sign_key",
-)  # fmt: skip
+    "names",
+    "paths",
+    "roles",
+    "result_names",
+    "layout",
+    "function",
+    "force",
+    "target_version",
+    "producer",
+    "timestamp",
+    "input_tree",
+    "output_tree",
+    "expected",
+    "allow_custom_calls",
+    "with_vjp",
+    "batched",
+    "batched_arguments",
+    "sign_key",
+)
 def pack_files(
     module: str | os.PathLike[str],
     input_files: Sequence[str | os.PathLike[str]],

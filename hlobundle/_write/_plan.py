@@ -84,7 +84,7 @@ def plan(
                 role=role,
                 value=value,
                 **sharding_fields(sig.sharding, "arguments", i),
-            )  # fmt: skip
+            )
         )
     result_shapes = _declared_shapes(opt.result_shapes, sig.results, "results")
     results = [
@@ -95,7 +95,7 @@ def plan(
             layout=layout,
             aliases=sig.aliases.get(k),
             **sharding_fields(sig.sharding, "results", k),
-        )  # fmt: skip
+        )
         for k, (t, rn) in enumerate(
             zip(
                 sig.results,
@@ -153,11 +153,16 @@ def _check_symbolic_examples(
     """The example values are one instance of the symbolic shapes (SPEC.md 2.8)."""
     given = [(a, item) for a, item in zip(arguments, ordered, strict=True) if item is not None]
     try:
-        _symbolic.bind_shapes([(a.name, a.shape) for a, _ in given],
-                              [np.shape(item.array) for _, item in given], constraints)  # fmt: skip
+        _symbolic.bind_shapes(
+            [(a.name, a.shape) for a, _ in given],
+            [np.shape(item.array) for _, item in given],
+            constraints,
+        )
     except _symbolic.ShapeError as e:
-        raise InputError(f"the example values do not fit the symbolic shapes: {e}",
-                         argument=e.where.split(".")[0]) from None  # fmt: skip
+        raise InputError(
+            f"the example values do not fit the symbolic shapes: {e}",
+            argument=e.where.split(".")[0],
+        ) from None
 
 
 def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, Role]:

@@ -59,8 +59,9 @@ def json_tree(tree: Any, flattened: list[str] | None = None, where: str = "args"
 
     leaves = jax.tree_util.tree_leaves(tree)
     if flattened is not None:
-        flattened.append(f"{where} (type {type(tree).__name__}): the list of its "
-                         f"{len(leaves)} leaves")  # fmt: skip
+        flattened.append(
+            f"{where} (type {type(tree).__name__}): the list of its {len(leaves)} leaves"
+        )
     return list(leaves)
 
 

@@ -120,9 +120,17 @@ def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]
 
 
 @takes(
-    "names", "result_names", "roles", "function", "force", "target_version", "expected",
-    "allow_custom_calls", "with_vjp", "sign_key",
-)  # fmt: skip
+    "names",
+    "result_names",
+    "roles",
+    "function",
+    "force",
+    "target_version",
+    "expected",
+    "allow_custom_calls",
+    "with_vjp",
+    "sign_key",
+)
 def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:
     """Pack what `export_to_enzymejax` wrote: its module, its inputs, its argument paths.
 
@@ -146,10 +154,12 @@ def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InputError(f"the module {str(export.module)!r} is not UTF-8 text",
-                         path=export.module) from None  # fmt: skip
-    normalized = _normalize.normalize(text, path=str(export.module),
-                                      allow_custom_calls=opt.allow_custom_calls)  # fmt: skip
+        raise InputError(
+            f"the module {str(export.module)!r} is not UTF-8 text", path=export.module
+        ) from None
+    normalized = _normalize.normalize(
+        text, path=str(export.module), allow_custom_calls=opt.allow_custom_calls
+    )
     _check_against_module(export, _main_signature.signature(_mlir.parse(normalized.text)))
     options = dataclasses.replace(
         opt,

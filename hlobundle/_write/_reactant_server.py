@@ -42,13 +42,17 @@ def from_reactant_server(
     """
     root = Path(path)
     if not root.is_dir():
-        raise InputError(f"{str(root)!r} is not a directory (a ReactantServer.jl bundle is one)",
-                         path=root)  # fmt: skip
+        raise InputError(
+            f"{str(root)!r} is not a directory (a ReactantServer.jl bundle is one)", path=root
+        )
     server = rs.read_manifest(root)
     if (root / rs.JULIA_CODE).exists():
-        warnings.warn(f"{root.name}/{rs.JULIA_CODE} (Julia pre- and post-processing) is not "
-                      "carried: the bundle holds the compiled function alone", HloBundleWarning,
-                      stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{root.name}/{rs.JULIA_CODE} (Julia pre- and post-processing) is not "
+            "carried: the bundle holds the compiled function alone",
+            HloBundleWarning,
+            stacklevel=2,
+        )
     sizes = sorted(rs.module_files(server))
     if opt.batch_size is not None or len(sizes) < 2:
         return _pack_size(server, Path(out), opt.batch_size, server.name, opt)
@@ -90,9 +94,11 @@ def _pack_size(
     order, tf = rs.weights(root)
     specs = [*server.inputs]
     if len(sig.arguments) != len(specs) + len(order):
-        raise InputError(f"@main takes {len(sig.arguments)} arguments; manifest.yaml names "
-                         f"{len(specs)} inputs and argument_order {len(order)} weights",
-                         path=root / rs.MANIFEST)  # fmt: skip
+        raise InputError(
+            f"@main takes {len(sig.arguments)} arguments; manifest.yaml names "
+            f"{len(specs)} inputs and argument_order {len(order)} weights",
+            path=root / rs.MANIFEST,
+        )
     _check_types("executable_inputs", specs, sig.arguments[: len(specs)], batch)
     _check_types("executable_outputs", list(server.outputs), sig.results, batch)
     values: dict[str, np.ndarray] = {}
@@ -101,18 +107,23 @@ def _pack_size(
         values[_name(name)] = rs.weight(tf, name, t)
     names = [_name(s.name) for s in specs] + [_name(n) for n in order]
     if len(set(names)) != len(names):
-        raise InputError("input and weight names collide once made Python identifiers: "
-                         f"{names[:10]}", path=root)  # fmt: skip
+        raise InputError(
+            f"input and weight names collide once made Python identifiers: {names[:10]}", path=root
+        )
     items = [_inputs.Keyed(key=k, array=v, source=rs.WEIGHTS) for k, v in values.items()]
     options = dataclasses.replace(
-        opt, names=names, layout="column_major", already_permuted=True,
-        without_values=names[: len(specs)], function=function,
+        opt,
+        names=names,
+        layout="column_major",
+        already_permuted=True,
+        without_values=names[: len(specs)],
+        function=function,
         paths=[f"executable_inputs[{s.name!r}]" for s in specs]
         + [f"{rs.WEIGHTS}[{n!r}]" for n in order],
         roles={n: "parameter" for n in names[len(specs) :]},
         result_names=[_name(o.name) for o in server.outputs],
         producer=("ReactantServer.jl bundle", server.format_version),
-    )  # fmt: skip
+    )
     return pack_planned(text, items, out, options)
 
 
@@ -127,8 +138,9 @@ def _check_types(
     batch: int,
 ) -> None:
     if len(specs) != len(types):
-        raise InputError(f"manifest.yaml lists {len(specs)} {section}; @main has {len(types)}",
-                         field=section)  # fmt: skip
+        raise InputError(
+            f"manifest.yaml lists {len(specs)} {section}; @main has {len(types)}", field=section
+        )
     for spec, t in zip(specs, types, strict=True):
         want = (spec.dtype, spec.shape(batch))
         if (t.dtype.name, t.shape) != want:

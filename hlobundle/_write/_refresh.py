@@ -30,8 +30,13 @@ def refresh(bundle: Bundle | str | os.PathLike[str], *, opt: PackOptions) -> str
     b = bundle if isinstance(bundle, Bundle) else Bundle(Path(bundle), check_artifacts=False)
     target = opt.target_version or _mlir.default_target()
     _portable.check_target(target, what="--target-version")
-    check_resignable(b, opt.signing_key, doing="refreshing", public_key=opt.public_key,
-                     replace_signature=opt.replace_signature)  # fmt: skip
+    check_resignable(
+        b,
+        opt.signing_key,
+        doing="refreshing",
+        public_key=opt.public_key,
+        replace_signature=opt.replace_signature,
+    )
     replaced: dict[str, bytes] = {}
     manifest = b.manifest
     for key, stored in b.modules.items():
@@ -40,8 +45,9 @@ def refresh(bundle: Bundle | str | os.PathLike[str], *, opt: PackOptions) -> str
         )
         entry = stored.form.entry(manifest)
         assert entry is not None, "b.modules holds the forms the manifest has"
-        moved = entry.model_copy(update={"portable": PortableArtifact(file=stored.portable_file,
-                                                                      target_version=target)})  # fmt: skip
+        moved = entry.model_copy(
+            update={"portable": PortableArtifact(file=stored.portable_file, target_version=target)}
+        )
         manifest = manifest.model_copy(update={key: moved})
     rewrite_and_resign(b, manifest, replaced, opt.signing_key)
     return target

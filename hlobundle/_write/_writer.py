@@ -40,10 +40,24 @@ BATCHED_TEXT, BATCHED_PORTABLE = (
 
 
 @takes(
-    "names", "paths", "roles", "result_names", "layout", "function", "force", "target_version",
-    "producer", "timestamp", "input_tree", "output_tree", "expected", "allow_custom_calls",
-    "with_vjp", "batched", "batched_arguments",
-)  # fmt: skip
+    "names",
+    "paths",
+    "roles",
+    "result_names",
+    "layout",
+    "function",
+    "force",
+    "target_version",
+    "producer",
+    "timestamp",
+    "input_tree",
+    "output_tree",
+    "expected",
+    "allow_custom_calls",
+    "with_vjp",
+    "batched",
+    "batched_arguments",
+)
 def pack(
     module: str | os.PathLike[str],
     inputs: Sequence[Any] | Mapping[str, Any] | None,
@@ -146,8 +160,11 @@ def _add_batched(
     """Take (MLIR text) or lower (a function) the batched module, check it, add its two forms."""
     from ._lowering import lower_batched
 
-    batched = BatchedModule(text=BATCHED_TEXT, arguments=list(arguments),
-                            portable=PortableArtifact(file=BATCHED_PORTABLE, target_version=target))  # fmt: skip
+    batched = BatchedModule(
+        text=BATCHED_TEXT,
+        arguments=list(arguments),
+        portable=PortableArtifact(file=BATCHED_PORTABLE, target_version=target),
+    )
     # Validating first refuses unknown or repeated argument names before anything is lowered.
     manifest = Manifest.model_validate(manifest.model_dump() | {"batched": batched})
     text = source if isinstance(source, str) else lower_batched(manifest, source, arguments)

@@ -46,14 +46,27 @@ DRIVER = "local-task"  # IREE's multi-threaded CPU driver; it runs llvm-cpu and 
 
 # SPEC.md's dtype names to IREE's HAL element types (by attribute name).
 _ELEMENT_TYPES = {
-    "bool": "BOOL_8", "int8": "SINT_8", "int16": "SINT_16", "int32": "SINT_32",
-    "int64": "SINT_64", "uint8": "UINT_8", "uint16": "UINT_16", "uint32": "UINT_32",
-    "uint64": "UINT_64", "float16": "FLOAT_16", "bfloat16": "BFLOAT_16", "float32": "FLOAT_32",
-    "float64": "FLOAT_64", "complex64": "COMPLEX_64", "complex128": "COMPLEX_128",
-    "float8_e4m3fn": "FLOAT_8_E4M3_FN", "float8_e5m2": "FLOAT_8_E5M2",
-    "float8_e4m3fnuz": "FLOAT_8_E4M3_FNUZ", "float8_e5m2fnuz": "FLOAT_8_E5M2_FNUZ",
+    "bool": "BOOL_8",
+    "int8": "SINT_8",
+    "int16": "SINT_16",
+    "int32": "SINT_32",
+    "int64": "SINT_64",
+    "uint8": "UINT_8",
+    "uint16": "UINT_16",
+    "uint32": "UINT_32",
+    "uint64": "UINT_64",
+    "float16": "FLOAT_16",
+    "bfloat16": "BFLOAT_16",
+    "float32": "FLOAT_32",
+    "float64": "FLOAT_64",
+    "complex64": "COMPLEX_64",
+    "complex128": "COMPLEX_128",
+    "float8_e4m3fn": "FLOAT_8_E4M3_FN",
+    "float8_e5m2": "FLOAT_8_E5M2",
+    "float8_e4m3fnuz": "FLOAT_8_E4M3_FNUZ",
+    "float8_e5m2fnuz": "FLOAT_8_E5M2_FNUZ",
     "float8_e8m0fnu": "FLOAT_8_E8M0_FNU",
-}  # fmt: skip
+}
 
 
 def element_type_name(dtype: str) -> str:
@@ -73,12 +86,16 @@ def usable(entry: Executable, bundle: Bundle) -> str | None:
     checks = [
         (entry.compiler == "iree", f"it was made by {entry.compiler!r}"),
         (entry.target in _iree_compile.TARGETS, f"target {entry.target!r} is not a CPU target"),
-        (entry.architecture == platform.machine(),
-         f"it is for {entry.architecture}, this machine is {platform.machine()}"),
-        (entry.compiler_version == runtime_version(),
-         f"it was compiled by IREE {entry.compiler_version}, the runtime is {runtime_version()}"),
+        (
+            entry.architecture == platform.machine(),
+            f"it is for {entry.architecture}, this machine is {platform.machine()}",
+        ),
+        (
+            entry.compiler_version == runtime_version(),
+            f"it was compiled by IREE {entry.compiler_version}, the runtime is {runtime_version()}",
+        ),
         (entry.source_sha256 == source, "it was compiled from another portable artifact"),
-    ]  # fmt: skip
+    ]
     return next((why for ok, why in checks if not ok), None)
 
 
@@ -154,8 +171,10 @@ class IreeFunction:
                 "jax.jit, jax.grad or jax.vmap. Use bundle.function('xla') (or 'enzyme') there"
             )
         device = rt.get_device(DRIVER)
-        checked = [_binding.check_value(x, a, i) for i, (x, a) in enumerate(zip(flat, arguments,
-                                                                               strict=True))]  # fmt: skip
+        checked = [
+            _binding.check_value(x, a, i)
+            for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
+        ]
         proof = None
         if self._prover is not None:
             proof = self._prover.prove([np.shape(x) for x in checked])
@@ -175,8 +194,9 @@ class IreeFunction:
             ) from None
         out = out if isinstance(out, tuple) else () if out is None else (out,)
         _shapes.check_results(self.manifest, proof, out)
-        return tuple(_to_host(x, r.dtype, r.shape) for x, r in zip(out, self.manifest.results,
-                                                                   strict=True))  # fmt: skip
+        return tuple(
+            _to_host(x, r.dtype, r.shape) for x, r in zip(out, self.manifest.results, strict=True)
+        )
 
 
 def _out_of_memory(reason: str) -> LimitError:

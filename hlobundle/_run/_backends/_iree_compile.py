@@ -30,8 +30,18 @@ UNAVAILABLE = (
 # drivers): llvm-cpu is native code, vmvx IREE's portable bytecode (slow, but not native code).
 TARGETS = ("llvm-cpu", "vmvx")
 # Element types IREE 3.13 does not compile for the CPU (tried: SPEC.md, "Executables").
-UNSUPPORTED_DTYPES = frozenset({"int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float8_e3m4",
-                                "float8_e4m3", "float8_e4m3b11fnuz"})  # fmt: skip
+UNSUPPORTED_DTYPES = frozenset(
+    {
+        "int2",
+        "uint2",
+        "int4",
+        "uint4",
+        "float4_e2m1fn",
+        "float8_e3m4",
+        "float8_e4m3",
+        "float8_e4m3b11fnuz",
+    }
+)
 # Without it, IREE demotes f64 to f32 (and c128 to c64): results would silently lose precision.
 BASE_FLAGS = ("--iree-input-type=stablehlo", "--iree-input-demote-f64-to-f32=false")
 
@@ -46,13 +56,14 @@ def refusal(manifest: Manifest) -> str | None:
     """Why IREE cannot run this bundle, known before compiling it; None when it may."""
     if manifest.mesh is not None:
         return "it is sharded over a device mesh, and the iree backend runs one device"
-    lacking = sorted({v.dtype for v in manifest.tensors()}
-                     & UNSUPPORTED_DTYPES)  # fmt: skip
+    lacking = sorted({v.dtype for v in manifest.tensors()} & UNSUPPORTED_DTYPES)
     if lacking:
         return f"IREE does not compile the element type(s) {lacking} for the CPU"
     if manifest.module.allowed_custom_calls:
-        return (f"it has custom calls {manifest.module.allowed_custom_calls[:5]}, which only "
-                "XLA implements")  # fmt: skip
+        return (
+            f"it has custom calls {manifest.module.allowed_custom_calls[:5]}, which only "
+            "XLA implements"
+        )
     return None
 
 
@@ -98,19 +109,42 @@ def compile_portable(
     check_supported(manifest)
     chosen = flags(target, cpu)
     vmfb = _run_compiler(portable, chosen)
-    return Compiled(vmfb, "iree", target, cpu if target == "llvm-cpu" else "generic", chosen,
-                    compiler_version(), platform.machine())  # fmt: skip
+    return Compiled(
+        vmfb,
+        "iree",
+        target,
+        cpu if target == "llvm-cpu" else "generic",
+        chosen,
+        compiler_version(),
+        platform.machine(),
+    )
 
 
 def _run_compiler(portable: bytes, chosen: tuple[str, ...]) -> bytes:
     from iree.compiler.tools.binaries import find_tool
 
     limit = str(_limits.CHILD_MEMORY_BYTES)
-    command = [sys.executable, "-E", "-s", "-c", _LIMIT_AND_EXEC, limit,
-               find_tool("iree-compile"), "-", *chosen, "-o", "-"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-E",
+        "-s",
+        "-c",
+        _LIMIT_AND_EXEC,
+        limit,
+        find_tool("iree-compile"),
+        "-",
+        *chosen,
+        "-o",
+        "-",
+    ]
     try:
-        done = subprocess.run(command, input=portable, capture_output=True, check=False,
-                              timeout=_limits.COMPILE_TIMEOUT_S)  # fmt: skip
+        done = subprocess.run(
+            command,
+            input=portable,
+            capture_output=True,
+            check=False,
+            timeout=_limits.COMPILE_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         raise BackendUnsupportedError(
             f"iree-compile did not finish within {_limits.COMPILE_TIMEOUT_S} s"

@@ -50,8 +50,12 @@ def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
 
 
 def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[..., tuple[Any, ...]]:
-    exported = exported_for(bundle.manifest, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
-                            lapack=_calls_lapack(bundle, "module"))  # fmt: skip
+    exported = exported_for(
+        bundle.manifest,
+        bundle.portable_artifact,
+        get_vjp=_vjp_of(bundle),
+        lapack=_calls_lapack(bundle, "module"),
+    )
     if (fast := _batched.fast_path(bundle, "vjp")) is not None:
         _batched.register(exported, fast)
     return lambda *flat: tuple(exported.call(*flat))
@@ -64,8 +68,10 @@ def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
 
     producer = bundle.manifest.provenance.producer
     if producer == PRODUCER_JAX_EXPORT:
-        where = ("serialize it with `exported.serialize(vjp_order=1)` and pack that blob again "
-                 "(pack --from-jax-export, or hlobundle.from_exported(exported, ...))")  # fmt: skip
+        where = (
+            "serialize it with `exported.serialize(vjp_order=1)` and pack that blob again "
+            "(pack --from-jax-export, or hlobundle.from_exported(exported, ...))"
+        )
     elif producer == PRODUCER_JAX:
         where = "export it again with hlobundle.export(..., with_vjp=True)"
     elif _installed.enzyme_ad():
@@ -73,8 +79,10 @@ def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
             "pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use backend='enzyme'"
         )
     else:
-        where = ("export it from JAX with hlobundle.export(..., with_vjp=True), or pack it with "
-                 "--with-vjp where enzyme-ad is installed (Python 3.11)")  # fmt: skip
+        where = (
+            "export it from JAX with hlobundle.export(..., with_vjp=True), or pack it with "
+            "--with-vjp where enzyme-ad is installed (Python 3.11)"
+        )
 
     def refuse(_: Any) -> Any:
         raise TransformError(
@@ -93,9 +101,14 @@ def to_exported(bundle: Bundle) -> Any:
     """The bundle as a `jax.export.Exported`: its portable artifact, called with the pytrees it
     was exported with (when the manifest records them), and its backward module as the VJP."""
     in_tree, out_tree = trees(bundle.manifest)
-    return exported_for(bundle.manifest, bundle.portable_artifact, get_vjp=_vjp_of(bundle),
-                        in_tree=in_tree, out_tree=out_tree,
-                        lapack=_calls_lapack(bundle, "module"))  # fmt: skip
+    return exported_for(
+        bundle.manifest,
+        bundle.portable_artifact,
+        get_vjp=_vjp_of(bundle),
+        in_tree=in_tree,
+        out_tree=out_tree,
+        lapack=_calls_lapack(bundle, "module"),
+    )
 
 
 def _calls_lapack(bundle: Bundle, form: str) -> bool:
@@ -112,10 +125,15 @@ def _vjp_of(bundle: Bundle) -> Callable[[Any], Any]:
         return _no_vjp(bundle)
 
     def get_vjp(_: Any) -> Any:
-        return exported_for(m, backward, inputs=[*value_avals(m, m.arguments),
-                                                 *cotangent_avals(m, m.results)],
-                            outputs=cotangent_avals(m, m.arguments), name=f"{m.function}_vjp",
-                            get_vjp=_no_second_order, lapack=_calls_lapack(bundle, "vjp"))  # fmt: skip
+        return exported_for(
+            m,
+            backward,
+            inputs=[*value_avals(m, m.arguments), *cotangent_avals(m, m.results)],
+            outputs=cotangent_avals(m, m.arguments),
+            name=f"{m.function}_vjp",
+            get_vjp=_no_second_order,
+            lapack=_calls_lapack(bundle, "vjp"),
+        )
 
     return get_vjp
 
