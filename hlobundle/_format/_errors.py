@@ -5,44 +5,8 @@ Every failure a user can cause raises a subclass of `HloBundleError`. Each leaf 
 the function argument (`argument`). Raise sites pick the class; they never pass a code.
 Families without a code of their own group leaves that callers catch together.
 
-```
-HloBundleError
-├── BundleError                    the bundle on disk is malformed or tampered with
-│   ├── NotABundleError                NOT_A_BUNDLE
-│   ├── ManifestError                  MANIFEST_INVALID
-│   │   └── ManifestTooLargeError          MANIFEST_TOO_LARGE
-│   ├── VersionError                   VERSION_UNSUPPORTED
-│   ├── UnsafePathError                PATH_UNSAFE
-│   ├── FileSetError                   (family)
-│   │   ├── FileMissingError               FILE_MISSING
-│   │   └── FileUnlistedError              FILE_UNLISTED
-│   ├── IntegrityError                 (family)
-│   │   ├── SizeMismatchError              SIZE_MISMATCH
-│   │   ├── HashMismatchError              HASH_MISMATCH
-│   │   ├── UnsignedError                  SIGNATURE_MISSING: no model.sig where one is required
-│   │   └── SignatureInvalidError          SIGNATURE_INVALID: model.sig does not verify
-│   ├── TensorFileError                SAFETENSORS_INVALID
-│   │   └── TensorMismatchError            TENSOR_MISMATCH
-│   ├── MainSignatureError             SIGNATURE_MISMATCH: @main's types differ from the manifest
-│   │                                  (SignatureError, its name before 2.0, goes in 3.0)
-│   └── ModuleMismatchError            MODULE_MISMATCH
-├── LimitError                     LIMIT_EXCEEDED: over a limit on what a bundle, an input or a
-│                                  run may take (a manifest's nesting, IREE's memory at run time)
-├── ModuleError                    MLIR_INVALID
-│   ├── DtypeUnsupportedError          DTYPE_UNSUPPORTED
-│   └── NotPortableError               MODULE_NOT_PORTABLE
-├── InputError (ValueError)        INPUT_INVALID
-│   ├── InputDtypeError (TypeError)    INPUT_INVALID: a value of the wrong dtype
-│   ├── InputAmbiguousError            INPUT_AMBIGUOUS
-│   └── TensorConflictError            TENSOR_CONFLICT: one shared tensor, two values
-├── ConfigError                    (family) the Python environment cannot run the bundle as asked
-│   ├── X64DisabledError               X64_DISABLED
-│   ├── BackendUnavailableError        BACKEND_UNAVAILABLE
-│   ├── BackendUnsupportedError        BACKEND_UNSUPPORTED: the backend cannot run this bundle
-│   └── DevicesUnavailableError        DEVICES_UNAVAILABLE
-├── TransformError                 TRANSFORM_UNSUPPORTED
-└── OutputExistsError              OUTPUT_EXISTS
-```
+The tree of classes, with each one's code, is drawn in `hlobundle/errors.py`, the public
+namespace that re-exports them (and whose name they carry, `__module__`).
 """
 
 from __future__ import annotations

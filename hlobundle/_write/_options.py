@@ -309,6 +309,28 @@ class PackOptions:
 OPTIONS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(PackOptions)}
 
 
+# What `pack` takes (and `pack_files`, with `sign_key`): the options of one module's bundle.
+PACK = (
+    "names",
+    "paths",
+    "roles",
+    "result_names",
+    "layout",
+    "function",
+    "force",
+    "target_version",
+    "producer",
+    "timestamp",
+    "input_tree",
+    "output_tree",
+    "expected",
+    "allow_custom_calls",
+    "with_vjp",
+    "batched",
+    "batched_arguments",
+)
+
+
 def takes(*names: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """A writer entry that takes the options `names` as keywords: `impl`'s own parameters and
     then these, with their definitions' defaults, in its signature and its docstring. `impl`

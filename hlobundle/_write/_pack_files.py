@@ -10,30 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._read import _inputs
-from ._options import PackOptions, takes
+from ._options import PACK, PackOptions, takes
 from ._writer import pack_planned
 
 
-@takes(
-    "names",
-    "paths",
-    "roles",
-    "result_names",
-    "layout",
-    "function",
-    "force",
-    "target_version",
-    "producer",
-    "timestamp",
-    "input_tree",
-    "output_tree",
-    "expected",
-    "allow_custom_calls",
-    "with_vjp",
-    "batched",
-    "batched_arguments",
-    "sign_key",
-)
+@takes(*PACK, "sign_key")
 def pack_files(
     module: str | os.PathLike[str],
     input_files: Sequence[str | os.PathLike[str]],

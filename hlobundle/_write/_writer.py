@@ -24,7 +24,7 @@ from .._read import _inputs
 from .._run import _compute
 from . import _expected, _module_text, _normalize
 from ._atomic import write_bundle
-from ._options import PackOptions, takes
+from ._options import PACK, PackOptions, takes
 from ._plan import plan
 
 # The reference writer's file names (SPEC.md section 1): module forms from the stored-forms table.
@@ -39,25 +39,7 @@ BATCHED_TEXT, BATCHED_PORTABLE = (
 )
 
 
-@takes(
-    "names",
-    "paths",
-    "roles",
-    "result_names",
-    "layout",
-    "function",
-    "force",
-    "target_version",
-    "producer",
-    "timestamp",
-    "input_tree",
-    "output_tree",
-    "expected",
-    "allow_custom_calls",
-    "with_vjp",
-    "batched",
-    "batched_arguments",
-)
+@takes(*PACK)
 def pack(
     module: str | os.PathLike[str],
     inputs: Sequence[Any] | Mapping[str, Any] | None,
