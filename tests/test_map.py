@@ -55,7 +55,7 @@ MAP = {
     "hlobundle._run._backends._backend": ["test_layers.py", "test_emit.py"],
     "hlobundle._run._backends._enzyme": ["test_function.py", "test_transforms.py"],
     "hlobundle._run._backends._enzyme_prepare": ["test_function.py", "test_emit.py"],
-    "hlobundle._run._backends._enzyme_rules": ["test_transforms.py", "test_registry.py"],
+    "hlobundle._run._backends._enzyme_rules": ["test_transforms.py", "test_by_text.py"],
     "hlobundle._run._backends._installed": ["test_cli.py"],
     "hlobundle._run._backends._iree": ["test_iree.py"],
     "hlobundle._run._backends._iree_compile": ["test_iree.py"],

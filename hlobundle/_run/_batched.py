@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._format import _dtypes
 from .._format._manifest import Manifest
 from .._format._stored import BATCH_DIMENSION, expected_types
-from ._registry import ByText
+from ._by_text import ByText
 
 if TYPE_CHECKING:
     from .._read._reader import Bundle

@@ -28,7 +28,7 @@ from typing import Any
 
 from ... import _compat
 from ..._format._errors import TransformError
-from .._registry import ByText
+from .._by_text import ByText
 from .._transforms import install_loop_rule, second_order_error
 
 # Why a second derivative is refused (`_transforms.second_order_error`).

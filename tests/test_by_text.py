@@ -1,4 +1,4 @@
-"""`_run/_registry.py`: what JAX's rules look up by module text lives as long as the functions
+"""`_run/_by_text.py`: what JAX's rules look up by module text lives as long as the functions
 that registered it, so a process that makes many functions does not keep every module."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import gc
 from helpers import needs_enzyme, small_bundle
 
 import hlobundle
-from hlobundle._run._registry import ByText
+from hlobundle._run._by_text import ByText
 
 
 class Owner:
