@@ -900,6 +900,91 @@ def sign_cost(tmp: Path, quick: bool) -> list[dict]:
     ]  # fmt: skip
 
 
+# --- registries ---------------------------------------------------------------------------------
+
+
+def _registry(tmp: Path) -> tuple[subprocess.Popen, str]:
+    """CNCF distribution's `docker-registry serve` on loopback, storing under `tmp`."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp / "registry.yml"
+    config.write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: "
+                      f"{{rootdirectory: {tmp / 'registry'}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")  # fmt: skip
+    process = subprocess.Popen(["docker-registry", "serve", str(config)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
+            return process, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("docker-registry did not start")
+
+
+# VmHWM, not getrusage's ru_maxrss: that one survives exec, and is the forking parent's peak.
+PULL_PEAK = """
+import sys
+import oras.provider
+import hlobundle._oci._pull as p
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+start = status("VmRSS")
+p.pull(sys.argv[1], sys.argv[2])
+print(status("VmHWM") - start)
+"""
+
+
+def pull_cost(tmp: Path, quick: bool) -> list[dict]:
+    """`hlobundle pull` (every blob hashed as it streams, the bundle then verified) / `oras
+    pull` (oras' Python client, no digest checks) of the same artifact from a local
+    registry; peak RSS of a pull above its start-up / the bundle's size (goal <= 0.1)."""
+    import oras.provider
+
+    import hlobundle
+
+    size = 32 * 1024**2 if quick else 256 * 1024**2  # 1 GiB is too slow for this 2-core machine
+    arrays = weights(size, 16)
+    bundle = hlobundle.pack(module_for(arrays), arrays, tmp / "pull-big.hlobundle")
+    del arrays
+    process, host = _registry(tmp)
+    try:
+        ref = hlobundle.push(bundle, f"oci://{host}/bench/pull:v1").ref
+        client = oras.provider.Registry(hostname=host, insecure=True)
+        counter = iter(range(1000))
+
+        def ours() -> None:
+            hlobundle.pull(ref, tmp / f"ours-{next(counter)}.hlobundle")
+
+        def theirs() -> None:
+            client.pull(target=f"{host}/bench/pull:v1", outdir=str(tmp / f"oras-{next(counter)}"))
+
+        res = interleaved({"hlobundle pull": ours, "oras pull": theirs}, 3 if quick else 7)
+        out = tmp / "peak.hlobundle"
+        r = subprocess.run([PY, "-c", PULL_PEAK, ref, str(out)], capture_output=True, text=True,
+                           check=True)  # fmt: skip
+        peak = int(r.stdout.split()[-1])
+    finally:
+        process.terminate()
+        process.wait()
+    total = sum(p.stat().st_size for p in bundle.iterdir())
+    base = res["oras pull"][0]
+    mib = f"{total / 1024**2:.0f} MiB"
+    return [
+        {"case": f"hlobundle pull / oras pull, {mib} (goal <= 1.1)", "s": res["hlobundle pull"][0],
+         "ratio": res["hlobundle pull"][0] / base, "spread": res["hlobundle pull"][1]},
+        {"case": f"oras pull, {mib}", "s": base, "ratio": 1.0, "spread": res["oras pull"][1]},
+        {"case": f"peak RSS of a pull above start-up / bundle size, {mib} (goal <= 0.1)",
+         "s": "", "ratio": peak / total},
+    ]  # fmt: skip
+
+
 # --- serving ------------------------------------------------------------------------------------
 
 
@@ -1276,6 +1361,11 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             foreign_verify_cost,
         ),
         "sign": one("Signing: time / a full verify of the same bundle", sign_cost),
+        "pull": one(
+            "Pull from a local registry (docker-registry): time / oras pull of the same artifact; "
+            "peak RSS above start-up / bundle size",
+            pull_cost,
+        ),
         "serve": one(
             "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
             "latency (ratio column: seconds over the in-process call), throughput, load",

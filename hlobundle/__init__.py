@@ -39,6 +39,10 @@ _LAZY = {
     "from_reactant": "._write._reactant",
     "pack": "._write._writer",
     "pack_files": "._write._pack_files",
+    "pull": "._oci._pull",
+    "push": "._oci._push",
+    "Pulled": "._oci._pull",
+    "Pushed": "._oci._push",
     "sign": "._write._sign",
     "refresh": "._write._refresh",
 }
@@ -88,6 +92,8 @@ if _typing.TYPE_CHECKING:
     from ._emit._reactant_server import emit_reactant_server
     from ._format._manifest import FORMAT_VERSION, Argument, Executable, Manifest, Result
     from ._format._signature import SigningKey
+    from ._oci._pull import Pulled, pull
+    from ._oci._push import Pushed, push
     from ._read._reader import Bundle, load
     from ._read._trust import Trust
     from ._run._function import Function
@@ -114,6 +120,8 @@ __all__ = [
     "HloBundleWarning",
     "InputError",
     "Manifest",
+    "Pulled",
+    "Pushed",
     "Result",
     "SigningKey",
     "Trust",
@@ -130,6 +138,8 @@ __all__ = [
     "load",
     "pack",
     "pack_files",
+    "pull",
+    "push",
     "from_reactant",
     "refresh",
     "sign",

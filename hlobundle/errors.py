@@ -40,8 +40,22 @@ HloBundleError
 │   ├── BackendUnsupportedError        BACKEND_UNSUPPORTED: the backend cannot run this bundle
 │   └── DevicesUnavailableError        DEVICES_UNAVAILABLE
 ├── TransformError                 TRANSFORM_UNSUPPORTED
-└── OutputExistsError              OUTPUT_EXISTS
+├── OutputExistsError              OUTPUT_EXISTS
+└── RegistryError                  (family) an OCI registry, a reference to one, or what it served
+    ├── RegistryRefError (ValueError)  REGISTRY_REF_INVALID: not oci://HOST[:PORT]/REPO[:TAG|@DIGEST]
+    ├── RegistryUnreachableError       REGISTRY_UNREACHABLE: refused, timed out, TLS, plain HTTP
+    ├── RegistryAuthError              REGISTRY_AUTH_FAILED: 401 or 403 with the credentials found
+    ├── RegistryNotFoundError          REGISTRY_NOT_FOUND: no such repository, tag or manifest
+    ├── RegistryProtocolError          REGISTRY_PROTOCOL: an answer the distribution spec forbids
+    ├── ArtifactInvalidError           REGISTRY_ARTIFACT_INVALID: not a bundle's artifact
+    ├── BlobDigestError                REGISTRY_DIGEST_MISMATCH: bytes whose digest is not asked
+    └── RegistryLimitError             REGISTRY_LIMIT_EXCEEDED: over a bound on what it serves
 ```
+
+`RegistryError` and its leaves carry `ref` and `digest` too (in `context()`, and `--json`).
+A registry's bundle that is itself wrong raises the bundle's classes (`PATH_UNSAFE` for a layer
+titled `../x`, `FILE_MISSING`, `FILE_UNLISTED`, `SIGNATURE_INVALID`), with `ref` and `digest`
+in the message.
 
 The root and the families users catch most are also at the top level (`hlobundle.HloBundleError`,
 `hlobundle.BundleError`, `hlobundle.InputError`, `hlobundle.ConfigError`,
@@ -51,8 +65,10 @@ The root and the families users catch most are also at the top level (`hlobundle
 import typing as _typing
 
 from ._format._errors import (
+    ArtifactInvalidError,
     BackendUnavailableError,
     BackendUnsupportedError,
+    BlobDigestError,
     BundleError,
     ConfigError,
     DevicesUnavailableError,
@@ -76,6 +92,13 @@ from ._format._errors import (
     NotABundleError,
     NotPortableError,
     OutputExistsError,
+    RegistryAuthError,
+    RegistryError,
+    RegistryLimitError,
+    RegistryNotFoundError,
+    RegistryProtocolError,
+    RegistryRefError,
+    RegistryUnreachableError,
     SignatureInvalidError,
     SizeMismatchError,
     TensorConflictError,
@@ -107,6 +130,15 @@ def __getattr__(name: str) -> _typing.Any:
 
 
 __all__ = [
+    "ArtifactInvalidError",
+    "BlobDigestError",
+    "RegistryAuthError",
+    "RegistryError",
+    "RegistryLimitError",
+    "RegistryNotFoundError",
+    "RegistryProtocolError",
+    "RegistryRefError",
+    "RegistryUnreachableError",
     "BackendUnavailableError",
     "BackendUnsupportedError",
     "BundleError",

@@ -153,7 +153,7 @@ def test_no_parser_takes_abbreviations():
     top = _parser.build()
     commands = top._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     parsers = [top, *commands.values()]
-    assert len(parsers) == 12 and not any(p.allow_abbrev for p in parsers)
+    assert len(parsers) == 14 and not any(p.allow_abbrev for p in parsers)
 
 
 def test_a_traceback_is_shown_only_when_asked_for(tmp_path):

@@ -1,7 +1,7 @@
 """The package's layers (docs/layout.md): imports only go down.
 
-    _format  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _emit  <-  _serve  <-  _cli
-    (what a bundle is) (foreign formats) (load, verify) (backends) (pack) (run.py) (OIP v2) (commands)
+    _format  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _emit  <-  _serve  <-  _cli
+    (what a bundle is) (foreign formats) (load, verify) (backends) (pack) (push, pull) (run.py) (OIP v2) (commands)
 
 A layer imports its own modules and the layers to its left, never one to its right: the writer
 imports the runner it calls (expected outputs, backward modules), nothing registers itself
@@ -30,7 +30,7 @@ from helpers import ROOT
 
 import hlobundle
 
-ORDER = ["_format", "_interop", "_read", "_run", "_write", "_emit", "_serve", "_cli"]
+ORDER = ["_format", "_interop", "_read", "_run", "_write", "_oci", "_emit", "_serve", "_cli"]
 # The ground floor: each imports nothing of the package outside itself (a room's modules may
 # import each other).
 GROUND = {
@@ -149,6 +149,7 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._read._c2": "__import__('hlobundle._write._writer')\n",
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
         "hlobundle._interop._e": "from .._read import _reader\n",
+        "hlobundle._write._f": "def f():\n    from .._oci import _pull\n",
     }
     found = _upward(real + [(n, s, False) for n, s in broken.items()])
     assert {n for n, _ in found} == set(broken), found

@@ -152,6 +152,8 @@ SH_RUN = {
     ("docs/iree.md", "Without JAX: IREE and stored executables"): "test_iree_block_runs",
     ("docs/jax.md", "A language model: several functions over one set of weights"):
         "test_lm_emit_block_generates_text",
+    ("docs/distribution.md", "Push, pull, pin by digest"): "test_oci.py::test_the_docs_blocks_run",
+    ("docs/distribution.md", "Signatures"): "test_oci.py::test_the_docs_blocks_run",
 }  # fmt: skip
 SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",

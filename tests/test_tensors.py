@@ -162,3 +162,13 @@ def test_a_file_that_shrinks_while_it_is_copied_is_refused(tmp_path, monkeypatch
     monkeypatch.setattr(os, "preadv", truncated)
     with pytest.raises(TensorFileError, match="t.safetensors shrank while it was read"):
         tf.read_into_memory()
+
+
+def test_hashing_a_file_not_mapped_reads_it_without_mapping_it(tmp_path, monkeypatch):
+    path = tmp_path / "t.safetensors"
+    digest = _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
+    tf = _tensors.TensorFile(path, name="t.safetensors")
+    assert tf.sha256() == digest and "_mapped" not in vars(tf)  # a pull's check maps nothing
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: 0)  # truncated meanwhile
+    with pytest.raises(TensorFileError, match="t.safetensors shrank while it was read"):
+        tf.sha256()

@@ -1,5 +1,5 @@
 """The `hlobundle` command line: pack, run, emit, inspect, verify, serve, refresh, compile, sign,
-conformance and schema (README.md, "Command line"). `main` parses (`_parser`), calls the
+push, pull, conformance and schema (README.md, "Command line"). `main` parses (`_parser`), calls the
 command's handler (`_commands`, `_pack`) and turns what it raises into an exit status.
 
 Errors print `error [CODE] message` on stderr and exit 1; usage errors exit 2 (`_parser`'s

@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from . import _commands, _parser_read, _parser_write
+from . import _commands, _parser_oci, _parser_read, _parser_write
 
 EXIT_STATUSES = """\
 exit status:
@@ -59,7 +59,7 @@ def build() -> argparse.ArgumentParser:
 
     parser = Parser(
         prog="hlobundle",
-        description="Pack, run, emit, inspect, verify, sign, compile and serve StableHLO bundles.",
+        description="Pack, run, emit, inspect, verify, sign, compile, serve, push and pull StableHLO bundles.",
         epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -74,6 +74,8 @@ def build() -> argparse.ArgumentParser:
     _parser_write.add_refresh(sub)
     _parser_write.add_compile(sub)
     _parser_write.add_sign(sub)
+    _parser_oci.add_push(sub)
+    _parser_oci.add_pull(sub)
     _parser_read.add_conformance(sub)
     _add_schema(sub)
     for command in sub.choices.values():  # a handler's usage errors name its command

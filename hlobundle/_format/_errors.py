@@ -39,6 +39,15 @@ __all__ = [
     "NotABundleError",
     "NotPortableError",
     "OutputExistsError",
+    "ArtifactInvalidError",
+    "BlobDigestError",
+    "RegistryAuthError",
+    "RegistryError",
+    "RegistryLimitError",
+    "RegistryNotFoundError",
+    "RegistryProtocolError",
+    "RegistryRefError",
+    "RegistryUnreachableError",
     "SignatureInvalidError",
     "SizeMismatchError",
     "TensorConflictError",
@@ -246,6 +255,77 @@ class TransformError(HloBundleError):
 
 class OutputExistsError(HloBundleError):
     code = "OUTPUT_EXISTS"
+
+
+class RegistryError(HloBundleError):
+    """An OCI registry failed, or served what a bundle's artifact may not be (docs/distribution.md).
+
+    **Attributes** (besides `HloBundleError`'s): `ref`, the reference asked for; `digest`, the
+    manifest or blob the error is about, when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        ref: str | None = None,
+        digest: str | None = None,
+        path: str | Path | None = None,
+        argument: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path, argument=argument)
+        self.ref = ref
+        self.digest = digest
+
+    def context(self) -> dict[str, str]:
+        items = {"ref": self.ref, "digest": self.digest}
+        return {**super().context(), **{k: v for k, v in items.items() if v is not None}}
+
+
+class RegistryRefError(RegistryError, ValueError):
+    """Not a reference of the form `oci://HOST[:PORT]/REPO[:TAG|@sha256:DIGEST]`."""
+
+    code = "REGISTRY_REF_INVALID"
+
+
+class RegistryUnreachableError(RegistryError):
+    """No answer: refused, timed out, a TLS failure, or plain HTTP where it was not allowed."""
+
+    code = "REGISTRY_UNREACHABLE"
+
+
+class RegistryAuthError(RegistryError):
+    code = "REGISTRY_AUTH_FAILED"
+
+
+class RegistryNotFoundError(RegistryError):
+    code = "REGISTRY_NOT_FOUND"
+
+
+class RegistryProtocolError(RegistryError):
+    """An answer the OCI distribution spec does not allow: a status, a redirect off the
+    registry for anything but a blob, a digest header that disagrees, a body that is not JSON."""
+
+    code = "REGISTRY_PROTOCOL"
+
+
+class ArtifactInvalidError(RegistryError):
+    """The manifest is not a bundle's artifact (docs/distribution.md): its media types, its
+    config, its layers' titles, or a signature referrer that is not one."""
+
+    code = "REGISTRY_ARTIFACT_INVALID"
+
+
+class BlobDigestError(RegistryError):
+    """A blob or manifest whose bytes do not have the digest it was asked by."""
+
+    code = "REGISTRY_DIGEST_MISMATCH"
+
+
+class RegistryLimitError(RegistryError):
+    """A manifest, config, index or blob over the bound a pull puts on it."""
+
+    code = "REGISTRY_LIMIT_EXCEEDED"
 
 
 # Tracebacks and reprs name the public module users import them from (`hlobundle.errors`).

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._file_io import _hashing_writer
 from .._terminal import _progress
@@ -245,14 +245,32 @@ class TensorFile:
         return np.frombuffer(mapping, np.uint8)
 
     def sha256(self) -> str:
-        """The sha256 of the bytes tensors are read from (the mapping, or the private copy)."""
+        """The sha256 of the bytes tensors are read from (the mapping, or the private copy).
+        Not mapped yet, the file is read through its descriptor, a chunk at a time: the same
+        bytes, without every page of it counted in the process's memory (a pull's check)."""
         h = hashlib.sha256()
+        if self._memory is None and "_mapped" not in self.__dict__:
+            return self._sha256_read(h)
         data = self._bytes
         with _progress.task(f"checking {self.name}", len(data)) as advance:
             for begin in range(0, len(data), _CHUNK):
                 chunk = data[begin : begin + _CHUNK].data
                 h.update(chunk)
                 advance(len(chunk))
+        return h.hexdigest()
+
+    def _sha256_read(self, h: Any) -> str:
+        size = os.fstat(self._fd).st_size
+        buffer = memoryview(bytearray(_CHUNK))
+        done = 0
+        with _progress.task(f"checking {self.name}", size) as advance:
+            while done < size:
+                got = os.preadv(self._fd, [buffer[: min(_CHUNK, size - done)]], done)
+                if got == 0:
+                    raise TensorFileError(f"{self.name} shrank while it was read", path=self.name)
+                h.update(buffer[:got])
+                done += got
+                advance(got)
         return h.hexdigest()
 
     def read_into_memory(self) -> str:

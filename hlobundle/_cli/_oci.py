@@ -1,0 +1,63 @@
+"""`hlobundle push` and `hlobundle pull` (docs/distribution.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ._common import EXIT_OK, output_path, trust_options
+
+
+def push(args: argparse.Namespace) -> int:
+    from .._oci._push import push as push_bundle
+
+    done = push_bundle(args.bundle, args.ref, insecure=args.insecure, timeout=args.timeout)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": True,
+                    "ref": done.ref,
+                    "tag": done.tag,
+                    "digest": done.digest,
+                    "signature": done.signature,
+                }
+            )
+        )
+        return EXIT_OK
+    print(f"pushed {args.bundle} as {done.ref}" + (f" (tag {done.tag})" if done.tag else ""))
+    if done.signature:
+        print(f"signature: referrer {done.signature}")
+    print(f"digest: {done.digest}")
+    return EXIT_OK
+
+
+def pull(args: argparse.Namespace) -> int:
+    from .._oci._pull import pull as pull_bundle
+
+    out = output_path("-o", args.output)
+    done = pull_bundle(
+        args.ref,
+        out,
+        force=args.force,
+        insecure=args.insecure,
+        timeout=args.timeout,
+        **trust_options(args),
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": True,
+                    "path": str(done.path),
+                    "ref": done.ref,
+                    "digest": done.digest,
+                    "signer": done.signer,
+                }
+            )
+        )
+        return EXIT_OK
+    signed = f", signed by {done.signer}" if done.signer else ""
+    print(f"pulled {done.ref} into {done.path} (every file's sha256 checked{signed})")
+    print(f"digest: {done.digest}")
+    return EXIT_OK

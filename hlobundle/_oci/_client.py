@@ -1,0 +1,418 @@
+"""The registry client: oras' `Registry` (its uploads, blob checks and token exchange), with
+every request bounded (a timeout, no redirect but a blob's, no retry that sleeps), credentials
+looked up when the registry asks and sent to it alone (and to the token service its challenge
+names), and every status turned into a coded error naming the reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from .._format._errors import (
+    BackendUnavailableError,
+    BlobDigestError,
+    RegistryAuthError,
+    RegistryLimitError,
+    RegistryNotFoundError,
+    RegistryProtocolError,
+    RegistryUnreachableError,
+)
+from . import _credentials
+from ._ref import LOOPBACK, Reference
+
+TIMEOUT_S = 30.0  # for a connection, and between two reads of an answer
+MAX_MANIFEST_BYTES = 4 << 20  # a manifest, config or referrers index
+MAX_ERROR_BYTES = 64 << 10  # what an error answer's body is read for its message
+MAX_REDIRECTS = 5
+UPLOAD_CHUNK = 16 << 20  # a PATCH of a chunked upload: what push holds in memory at once
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+def _oras() -> Any:
+    try:
+        import oras.auth.utils
+        import oras.provider
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"push and pull need the oci extra (oras): pip install 'hlobundle[oci]' ({e})"
+        ) from None
+    return oras
+
+
+@functools.cache
+def _classes() -> tuple[type, type]:
+    """oras' Registry, asking the client for every request; a requests session that never
+    follows a redirect by itself and always has a timeout (oras' token exchange uses it too)."""
+    oras = _oras()
+    import requests
+
+    class Session(requests.Session):
+        timeout: float = TIMEOUT_S
+
+        def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            kwargs.setdefault("timeout", self.timeout)
+            kwargs["allow_redirects"] = False
+            return super().request(method, url, *args, **kwargs)
+
+    class Registry(oras.provider.Registry):  # type: ignore[name-defined]
+        client: Client
+
+        def do_request(
+            self,
+            url: str,
+            method: str = "GET",
+            data: Any = None,
+            headers: dict | None = None,
+            json: Any = None,
+            stream: bool = False,
+        ) -> Any:
+            return self.client.request(
+                method, url, headers=headers, data=data, json=json, stream=stream
+            )
+
+    return Registry, Session
+
+
+class Client:
+    """One repository of one registry, for one command. Plain HTTP only with `insecure`, or to
+    a loopback host (localhost, 127.0.0.1, [::1])."""
+
+    def __init__(self, ref: Reference, *, insecure: bool = False, timeout: float = TIMEOUT_S):
+        self.ref = ref
+        self.asked_insecure = insecure  # plain HTTP anywhere; loopback alone needs no asking
+        self.insecure = insecure or ref.loopback
+        self.scheme = "http" if self.insecure else "https"
+        registry_class, session_class = _classes()
+        self.registry = registry_class(hostname=ref.host, insecure=self.insecure)
+        self.registry.client = self
+        self.session = session_class()
+        self.session.timeout = timeout
+        from http.cookiejar import DefaultCookiePolicy
+
+        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # as oras: none
+        self.registry.session = self.registry.auth.session = self.session
+        self.container = self.registry.get_container(f"{ref.host}/{ref.repository}:latest")
+        self._credentials: _credentials.Credentials | None = None
+        self._looked_up = False
+        self._authorization: str | None = None
+
+    # ---- requests to the registry
+
+    def url(self, kind: str, reference: str) -> str:
+        """`/v2/<repository>/<kind>/<reference>` on the registry (kind: manifests, blobs, referrers)."""
+        return f"{self.scheme}://{self.ref.host}/v2/{self.ref.repository}/{kind}/{reference}"
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict | None = None,
+        data: Any = None,
+        json: Any = None,
+        stream: bool = False,
+    ) -> Any:
+        """A request to the registry, authenticated when it asks (once per challenge)."""
+        self._on_registry(url)
+        headers = dict(headers or {})
+        for _ in range(3):
+            if self._authorization:
+                headers["Authorization"] = self._authorization
+            response = self._send(method, url, headers=headers, data=data, json=json, stream=stream)
+            if response.status_code != 401:
+                break
+            response.close()
+            self._authenticate(response)
+        if response.status_code in (401, 403):
+            raise RegistryAuthError(
+                f"{self.ref.host} refuses {method} {urlsplit(url).path} ({response.status_code})"
+                f"{self._whose()}",
+                ref=str(self.ref),
+            )
+        return response
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> Any:
+        import requests
+
+        try:
+            return self.session.request(method, url, **kwargs)
+        except requests.exceptions.SSLError as e:
+            raise RegistryUnreachableError(
+                f"{self.ref.host}: TLS failed ({_short(e)}); a registry on plain HTTP needs "
+                "--insecure (insecure=True)",
+                ref=str(self.ref),
+            ) from None
+        except requests.exceptions.Timeout:
+            raise RegistryUnreachableError(
+                f"{urlsplit(url).netloc} sent nothing for {self.session.timeout:g} s "
+                f"({method} {urlsplit(url).path})",
+                ref=str(self.ref),
+            ) from None
+        except requests.exceptions.RequestException as e:
+            raise RegistryUnreachableError(
+                f"{urlsplit(url).netloc} cannot be reached ({_short(e)})", ref=str(self.ref)
+            ) from None
+
+    def _on_registry(self, url: str) -> None:
+        parts = urlsplit(url)
+        if (parts.scheme, parts.netloc) != (self.scheme, self.ref.host):
+            raise RegistryProtocolError(
+                f"{self.ref.host} sent the client to {parts.scheme}://{parts.netloc}; only a "
+                "blob download may leave the registry",
+                ref=str(self.ref),
+            )
+
+    # ---- authentication
+
+    def credentials(self) -> _credentials.Credentials | None:
+        if not self._looked_up:
+            self._credentials = _credentials.find(self.ref.host, str(self.ref))
+            self._looked_up = True
+        return self._credentials
+
+    def _whose(self) -> str:
+        found = self.credentials()
+        return (
+            f" with the credentials of {found.source}"
+            if found
+            else f"; no credentials were found (${_credentials.ENV}, or `docker login`)"
+        )
+
+    def _authenticate(self, response: Any) -> None:
+        challenge = response.headers.get("WWW-Authenticate", "")
+        scheme = challenge.split(" ", 1)[0].lower()
+        found = self.credentials()
+        if scheme == "basic":
+            basic = found.basic() if found else None
+            if basic is None:
+                raise RegistryAuthError(
+                    f"{self.ref.host} asks for a user and password{self._whose()}",
+                    ref=str(self.ref),
+                )
+            new = f"Basic {basic}"
+        elif scheme == "bearer":
+            new = f"Bearer {found.token if found and found.token else self._token(challenge)}"
+        else:
+            raise RegistryAuthError(
+                f"{self.ref.host} answers 401 without a Basic or Bearer challenge "
+                f"({challenge[:100]!r})",
+                ref=str(self.ref),
+            )
+        if new == self._authorization:
+            raise RegistryAuthError(
+                f"{self.ref.host} refuses the credentials{self._whose()}", ref=str(self.ref)
+            )
+        self._authorization = new
+
+    def _token(self, challenge: str) -> str:
+        """A bearer token from the service the challenge names (oras' exchange), sent the user
+        and password when there are some; over HTTPS unless that service is on loopback."""
+        oras = _oras()
+        wanted = oras.auth.utils.parse_auth_header(challenge)
+        realm = urlsplit(wanted.realm or "")
+        if realm.scheme not in ("https", "http") or (
+            realm.scheme == "http" and realm.hostname not in LOOPBACK and not self.asked_insecure
+        ):
+            raise RegistryAuthError(
+                f"{self.ref.host} names the token service {wanted.realm!r}; credentials go "
+                "only to an https:// one (or plain HTTP on loopback, or with --insecure)",
+                ref=str(self.ref),
+            )
+        found = self.credentials()
+        auth = self.registry.auth
+        auth._basic_auth = found.basic() if found else None
+        auth._tls_verify = True
+        import requests
+
+        try:
+            token = auth.request_token(wanted)
+        except requests.exceptions.RequestException as e:
+            raise RegistryUnreachableError(
+                f"the token service {wanted.realm} cannot be reached ({_short(e)})",
+                ref=str(self.ref),
+            ) from None
+        except ValueError as e:  # a token service that answers something other than JSON
+            raise RegistryAuthError(
+                f"the token service {wanted.realm}: {_short(e)}", ref=str(self.ref)
+            ) from None
+        if not isinstance(token, str) or not token:
+            raise RegistryAuthError(
+                f"the token service {wanted.realm} gives no token{self._whose()}",
+                ref=str(self.ref),
+            )
+        return token
+
+    # ---- what the commands call
+
+    def check(self, response: Any, what: str, ok: tuple[int, ...] = (200, 201, 202, 204)) -> None:
+        """A coded error for an answer that is not one of `ok`, naming `what` was asked."""
+        status = response.status_code
+        if status in ok:
+            return
+        detail = _error_text(response)
+        where = f"{self.ref.host}/{self.ref.repository}"
+        if status == 404:
+            raise RegistryNotFoundError(f"{where} has no {what} ({detail})", ref=str(self.ref))
+        if 300 <= status < 400:
+            raise RegistryProtocolError(
+                f"{where} redirects the request for {what} ({status}, to "
+                f"{response.headers.get('Location', '')[:200]!r}); only a blob download may be "
+                "redirected",
+                ref=str(self.ref),
+            )
+        error = RegistryUnreachableError if status >= 500 else RegistryProtocolError
+        raise error(f"{where} answers {status} for {what} ({detail})", ref=str(self.ref))
+
+    def get_manifest(self, reference: str, accept: list[str]) -> tuple[bytes, str, str]:
+        """A manifest's bytes (at most MAX_MANIFEST_BYTES), media type and digest; asked by a
+        digest, the bytes must have it; the registry's Docker-Content-Digest must agree."""
+        what = f"manifest {reference}"
+        response = self.request(
+            "GET",
+            self.url("manifests", reference),
+            headers={"Accept": ", ".join(accept)},
+            stream=True,
+        )
+        with response:
+            self.check(response, what)
+            raw = read_bounded(response, MAX_MANIFEST_BYTES, what, str(self.ref))
+            media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+            said = response.headers.get("Docker-Content-Digest")
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        if reference.startswith("sha256:") and digest != reference:
+            raise BlobDigestError(
+                f"the manifest asked by {reference} has the digest {digest}",
+                ref=str(self.ref),
+                digest=reference,
+            )
+        if said and said.startswith("sha256:") and said != digest:
+            raise BlobDigestError(
+                f"{self.ref.host} says the manifest {reference} has the digest {said[:80]}; "
+                f"its bytes have {digest}",
+                ref=str(self.ref),
+                digest=digest,
+            )
+        return raw, media_type, digest
+
+    def put_manifest(self, raw: bytes, media_type: str, reference: str) -> Any:
+        """PUT a manifest (or index) under a tag or its digest; the answer (its OCI-Subject
+        header says whether the registry keeps referrers itself)."""
+        response = self.request(
+            "PUT", self.url("manifests", reference), data=raw, headers={"Content-Type": media_type}
+        )
+        with response:
+            self.check(response, f"manifest {reference} (PUT)")
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        said = response.headers.get("Docker-Content-Digest")
+        if said and said != digest:
+            raise RegistryProtocolError(
+                f"{self.ref.host} stored the manifest as {said[:80]}; its bytes are {digest}",
+                ref=str(self.ref),
+                digest=digest,
+            )
+        return response
+
+    def upload(self, path: str, descriptor: dict, what: str) -> None:
+        """Upload one file as the blob `descriptor` names (oras: skipped when the registry has
+        it; else a chunked upload, UPLOAD_CHUNK bytes at a time). The registry checks the digest."""
+        try:
+            response = self.registry.upload_blob(
+                path, self.container, descriptor, do_chunked=True, chunk_size=UPLOAD_CHUNK
+            )
+        except ValueError as e:  # oras' own check of a PATCH's answer, or no upload session
+            raise RegistryProtocolError(
+                f"uploading {what} ({descriptor['digest']}): {_short(e)}",
+                ref=str(self.ref),
+                digest=descriptor["digest"],
+            ) from None
+        self.check(
+            response, f"upload of {what} ({descriptor['digest']})"
+        )  # (oras' own, if it had it)
+
+    def open_blob(self, digest: str, start: int = 0) -> Any:
+        """A streaming answer for a blob, from byte `start` on (a Range request). Redirects are
+        followed (at most MAX_REDIRECTS) as the distribution spec allows for blobs: to another
+        host without credentials, and to plain HTTP only where plain HTTP is allowed."""
+        headers = {"Range": f"bytes={start}-"} if start else {}
+        url = self.url("blobs", digest)
+        response = self.request("GET", url, headers=headers, stream=True)
+        for _ in range(MAX_REDIRECTS):
+            if response.status_code not in (301, 302, 303, 307, 308):
+                return response
+            response.close()
+            url = urljoin(url, response.headers.get("Location", ""))
+            target = urlsplit(url)
+            if target.scheme == "http" and not (self.asked_insecure or target.hostname in LOOPBACK):
+                raise RegistryProtocolError(
+                    f"the blob {digest} is redirected to plain HTTP ({target.netloc}); "
+                    "allowed only with --insecure",
+                    ref=str(self.ref),
+                    digest=digest,
+                )
+            if target.scheme not in ("http", "https"):
+                raise RegistryProtocolError(
+                    f"the blob {digest} is redirected to {url[:200]!r}",
+                    ref=str(self.ref),
+                    digest=digest,
+                )
+            if (target.scheme, target.netloc) == (self.scheme, self.ref.host):
+                response = self.request("GET", url, headers=headers, stream=True)
+            else:  # another host: never the registry's credentials
+                response = self._send("GET", url, headers=headers, stream=True)
+        if response.status_code in (301, 302, 303, 307, 308):
+            raise RegistryProtocolError(
+                f"the blob {digest} is redirected more than {MAX_REDIRECTS} times",
+                ref=str(self.ref),
+                digest=digest,
+            )
+        return response
+
+
+def read_bounded(response: Any, limit: int, what: str, ref: str) -> bytes:
+    """An answer's body, refused (RegistryLimitError) past `limit` bytes, before or while read."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RegistryLimitError(
+            f"the {what} is {int(declared)} bytes; the limit is {limit}", ref=ref
+        )
+    chunks, total = [], 0
+    for chunk in _chunks(response, 1 << 16, what, ref):
+        total += len(chunk)
+        if total > limit:
+            raise RegistryLimitError(f"the {what} is over the limit of {limit} bytes", ref=ref)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _chunks(response: Any, size: int, what: str, ref: str) -> Any:
+    import requests
+
+    try:
+        yield from response.iter_content(size)
+    except requests.exceptions.RequestException as e:
+        raise RegistryUnreachableError(f"reading the {what}: {_short(e)}", ref=ref) from None
+
+
+def _error_text(response: Any) -> str:
+    """The registry's error message (its OCI errors JSON, or text), short and bounded."""
+    import json
+
+    try:
+        raw = next(response.iter_content(MAX_ERROR_BYTES), b"")
+    except Exception:  # the answer broke off: its status says enough
+        raw = b""
+    try:
+        errors = json.loads(raw).get("errors") or []
+        text = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}" for e in errors[:5])
+    except (ValueError, AttributeError, TypeError, RecursionError):
+        text = raw.decode("utf-8", "replace")
+    return (text.strip() or f"HTTP {response.status_code}")[:300]
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text if len(text) <= 300 else text[:300] + "..."

@@ -1,0 +1,321 @@
+"""push and pull against a real registry (CNCF distribution, `tests/oci_registry.py`), and the
+cross-checks with independent clients: oras pulls what hlobundle pushed and hlobundle pulls what
+oras pushed, byte for byte; skopeo sees the ModelPack types; signatures travel as referrers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, cli
+from oci_registry import PASSWORD, USER, serve
+
+import hlobundle
+
+pytest.importorskip("oras", reason="the oci extra (oras) is not installed")
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+FILES = sorted(p.name for p in EXAMPLE.iterdir())
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """One registry for this module's tests, each keeping to repositories of its own."""
+    with serve(tmp_path_factory.mktemp("registry")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def auth_registry(tmp_path_factory):
+    """A registry that asks for USER and PASSWORD (htpasswd, basic auth)."""
+    with serve(tmp_path_factory.mktemp("auth-registry"), auth=True) as running:
+        yield running
+
+
+def _same_files(a: Path, b: Path, *, also: tuple[str, ...] = ()) -> None:
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted([*FILES, *also])
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _raw_manifest(registry, repository: str, reference: str) -> dict:
+    request = urllib.request.Request(
+        f"http://{registry.host}/v2/{repository}/manifests/{reference}",
+        headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"
+        },
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_push_then_pull_gives_the_bundle_byte_for_byte(registry, tmp_path):
+    pushed = hlobundle.push(EXAMPLE, registry.ref("roundtrip"))
+    assert pushed.tag == "v1" and pushed.ref.endswith("@" + pushed.digest)
+    pulled = hlobundle.pull(registry.ref("roundtrip"), tmp_path / "got.hlobundle")
+    assert pulled.digest == pushed.digest and pulled.ref == pushed.ref
+    _same_files(tmp_path / "got.hlobundle", EXAMPLE)
+    hlobundle.load(tmp_path / "got.hlobundle").verify()
+    again = hlobundle.pull(pushed.ref, tmp_path / "pinned.hlobundle")  # by digest
+    assert again.digest == pushed.digest
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_artifact_is_modelpack_and_one_bundle_one_digest(registry):
+    first = hlobundle.push(EXAMPLE, registry.ref("modelpack"))
+    second = hlobundle.push(EXAMPLE, registry.ref("modelpack", ":v2"))
+    assert first.digest == second.digest  # no time stamps: pushing again changes nothing
+    manifest = _raw_manifest(registry, "modelpack", "v1")
+    assert manifest["artifactType"] == "application/vnd.cncf.model.manifest.v1+json"
+    assert manifest["config"]["mediaType"] == "application/vnd.cncf.model.config.v1+json"
+    listed = json.loads((EXAMPLE / "manifest.json").read_text())["files"]
+    by_title = {
+        entry["annotations"]["org.opencontainers.image.title"]: entry
+        for entry in manifest["layers"]
+    }
+    assert sorted(by_title) == FILES
+    for name, entry in listed.items():
+        assert by_title[name]["digest"] == "sha256:" + entry["sha256"]
+        assert by_title[name]["size"] == entry["size"]
+    types = {name: entry["mediaType"] for name, entry in by_title.items()}
+    assert types["weights.safetensors"] == "application/vnd.cncf.model.weight.v1.raw"
+    assert types["inputs.safetensors"] == "application/vnd.cncf.model.dataset.v1.raw"
+    assert types["module.mlir"] == "application/vnd.cncf.model.code.v1.raw"
+    assert types["manifest.json"] == "application/vnd.cncf.model.weight.config.v1.raw"
+
+
+def test_skopeo_sees_the_modelpack_types(registry):
+    if shutil.which("skopeo") is None:
+        from oci_registry import unavailable
+
+        unavailable("skopeo is not installed (apt-get install skopeo)")
+    hlobundle.push(EXAMPLE, registry.ref("skopeo"))
+    r = subprocess.run(
+        ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{registry.host}/skopeo:v1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    raw = json.loads(r.stdout)
+    assert raw["artifactType"] == "application/vnd.cncf.model.manifest.v1+json"
+    assert raw["config"]["mediaType"] == "application/vnd.cncf.model.config.v1+json"
+
+
+def test_oras_pulls_what_hlobundle_pushed_byte_for_byte(registry, tmp_path):
+    import oras.provider
+
+    hlobundle.push(EXAMPLE, registry.ref("by-hlobundle"))
+    client = oras.provider.Registry(hostname=registry.host, insecure=True)
+    client.pull(target=f"{registry.host}/by-hlobundle:v1", outdir=str(tmp_path / "oras"))
+    _same_files(tmp_path / "oras", EXAMPLE)
+
+
+def test_hlobundle_pulls_what_oras_pushed(registry, tmp_path, monkeypatch):
+    import oras.provider
+
+    monkeypatch.chdir(EXAMPLE)  # oras pushes paths relative to the working directory
+    client = oras.provider.Registry(hostname=registry.host, insecure=True)
+    client.push(target=f"{registry.host}/by-oras:v1", files=FILES, quiet=True)
+    monkeypatch.chdir(tmp_path)
+    pulled = hlobundle.pull(f"{registry.host}/by-oras:v1", tmp_path / "got.hlobundle")
+    assert pulled.ref.startswith("oci://")
+    _same_files(tmp_path / "got.hlobundle", EXAMPLE)
+
+
+def test_the_commands_push_pull_and_print_the_digest_to_pin(registry, tmp_path):
+    r = cli("push", EXAMPLE, registry.ref("cli"))
+    assert r.returncode == 0, r.stderr
+    digest = r.stdout.splitlines()[-1].removeprefix("digest: ")
+    assert r.stdout.startswith(f"pushed {EXAMPLE} as {registry.ref('cli', '@' + digest)} (tag v1)")
+    r = cli("pull", registry.ref("cli"), "-o", tmp_path / "got.hlobundle")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"pulled {registry.ref('cli', '@' + digest)} into {tmp_path / 'got.hlobundle'} "
+        "(every file's sha256 checked)",
+        f"digest: {digest}",
+    ]
+    r = cli("pull", registry.ref("cli"), "-o", tmp_path / "got.hlobundle")
+    assert r.returncode == 1 and "error [OUTPUT_EXISTS]" in r.stderr
+    r = cli("pull", registry.ref("cli"), "-o", tmp_path / "got.hlobundle", "--force", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["digest"] == digest
+
+
+def test_a_missing_tag_and_a_bad_reference_are_coded(registry, tmp_path):
+    r = cli("pull", registry.ref("nothing-here"), "-o", tmp_path / "x")
+    assert r.returncode == 1 and "error [REGISTRY_NOT_FOUND]" in r.stderr, r.stderr
+    r = cli("pull", "oci://Not A Ref", "-o", tmp_path / "x")
+    assert r.returncode == 1 and "error [REGISTRY_REF_INVALID]" in r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_plain_http_only_when_asked_or_on_loopback():
+    from hlobundle._oci._client import Client
+    from hlobundle._oci._ref import parse
+
+    assert Client(parse("registry.example:5000/a:b")).scheme == "https"
+    assert Client(parse("registry.example:5000/a:b"), insecure=True).scheme == "http"
+    assert Client(parse("localhost:5000/a:b")).scheme == "http"
+    assert Client(parse("127.0.0.1:5000/a:b")).scheme == "http"
+
+
+# ---- signatures as referrers
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    pytest.importorskip("model_signing", reason="the sign extra (model-signing) is not installed")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    d = tmp_path_factory.mktemp("keys")
+    for name in ("a", "b"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        (d / f"{name}.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        (d / f"{name}.pub").write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+    return d
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory, keys):
+    out = tmp_path_factory.mktemp("signed") / "lenet.hlobundle"
+    shutil.copytree(EXAMPLE, out)
+    hlobundle.sign(out, keys / "a.pem")
+    return out
+
+
+def test_a_signature_travels_as_a_referrer_and_is_checked_before_writing(
+    registry, signed, keys, tmp_path
+):
+    pushed = hlobundle.push(signed, registry.ref("signed"))
+    assert pushed.signature is not None
+    # distribution 2.8 has no referrers API: the fallback tag lists the referrer
+    index = _raw_manifest(registry, "signed", pushed.digest.replace(":", "-"))
+    assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
+    assert [m["digest"] for m in index["manifests"]] == [pushed.signature]
+    assert index["manifests"][0]["artifactType"] == "application/vnd.dev.sigstore.bundle.v0.3+json"
+    referrer = _raw_manifest(registry, "signed", pushed.signature)
+    assert referrer["subject"]["digest"] == pushed.digest
+    hlobundle.push(signed, registry.ref("signed", ":v2"))  # the same referrer: listed once
+    assert len(_raw_manifest(registry, "signed", pushed.digest.replace(":", "-"))["manifests"]) == 1
+
+    pulled = hlobundle.pull(
+        registry.ref("signed"), tmp_path / "ok.hlobundle", public_key=keys / "a.pub"
+    )
+    assert pulled.signer and pulled.signer.startswith("key ")
+    _same_files(tmp_path / "ok.hlobundle", signed, also=("model.sig",))
+    hlobundle.load(tmp_path / "ok.hlobundle", public_key=keys / "a.pub")
+
+    with pytest.raises(
+        hlobundle.errors.SignatureInvalidError, match="no signature of the 1 found verifies"
+    ):
+        hlobundle.pull(
+            registry.ref("signed"), tmp_path / "bad.hlobundle", public_key=keys / "b.pub"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.hlobundle"]  # nothing else written
+
+
+def test_pull_with_a_key_refuses_an_unsigned_artifact(registry, keys, tmp_path):
+    hlobundle.push(EXAMPLE, registry.ref("unsigned"))
+    r = cli("pull", registry.ref("unsigned"), "-o", tmp_path / "x", "--public-key", keys / "a.pub")
+    assert r.returncode == 1 and "error [SIGNATURE_MISSING]" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- credentials
+
+
+def test_basic_auth_from_the_environment_and_from_docker_config(
+    auth_registry, tmp_path, monkeypatch
+):
+    import base64
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))  # none there
+    monkeypatch.delenv("HLOBUNDLE_REGISTRY_AUTH", raising=False)
+    with pytest.raises(hlobundle.errors.RegistryAuthError, match="no credentials were found"):
+        hlobundle.push(EXAMPLE, auth_registry.ref("private"))
+    monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", f"{USER}:wrong")
+    with pytest.raises(hlobundle.errors.RegistryAuthError, match="refuses the credentials"):
+        hlobundle.push(EXAMPLE, auth_registry.ref("private"))
+    monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", f"{USER}:{PASSWORD}")
+    pushed = hlobundle.push(EXAMPLE, auth_registry.ref("private"))
+    monkeypatch.delenv("HLOBUNDLE_REGISTRY_AUTH")
+    (tmp_path / "docker").mkdir()
+    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    (tmp_path / "docker" / "config.json").write_text(
+        json.dumps({"auths": {auth_registry.host: {"auth": auth}}})
+    )
+    pulled = hlobundle.pull(auth_registry.ref("private"), tmp_path / "got.hlobundle")
+    assert pulled.digest == pushed.digest
+
+
+def test_a_credential_helper_is_asked(auth_registry, tmp_path, monkeypatch):
+    helper = tmp_path / "bin" / "docker-credential-hlotest"
+    helper.parent.mkdir()
+    helper.write_text(
+        f"#!{sys.executable}\nimport json, sys\nhost = sys.stdin.read().strip()\n"
+        f"print(json.dumps({{'ServerURL': host, 'Username': {USER!r}, 'Secret': {PASSWORD!r}}}))\n"
+    )
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{helper.parent}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    monkeypatch.delenv("HLOBUNDLE_REGISTRY_AUTH", raising=False)
+    (tmp_path / "config.json").write_text(
+        json.dumps({"credHelpers": {auth_registry.host: "hlotest"}})
+    )
+    hlobundle.push(EXAMPLE, auth_registry.ref("helper"))
+    (tmp_path / "config.json").write_text(json.dumps({"credsStore": "absent-helper"}))
+    with pytest.raises(hlobundle.errors.RegistryAuthError, match="docker-credential-absent-helper"):
+        hlobundle.push(EXAMPLE, auth_registry.ref("helper"))
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_light_commands_do_not_import_oras():
+    code = (
+        "import sys; from hlobundle._cli._main import main; "
+        f"main(['inspect', {str(EXAMPLE)!r}]); main(['push', '--help'])"
+    )
+    r = subprocess.run([sys.executable, "-c", code + "\n"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    code = (
+        "import sys; from hlobundle._cli._main import main; "
+        f"main(['inspect', {str(EXAMPLE)!r}]); assert 'oras' not in sys.modules"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("section", ["Push, pull, pin by digest", "Signatures"])
+def test_the_docs_blocks_run(registry, tmp_path, section):
+    from test_readme import _bash, _sh
+
+    if section == "Signatures":
+        pytest.importorskip(
+            "model_signing", reason="the sign extra (model-signing) is not installed"
+        )
+        if shutil.which("openssl") is None:
+            pytest.skip("the block makes its key with the openssl command, which is not installed")
+    r = _bash(_sh("docs/distribution.md", section), tmp_path, REGISTRY=registry.host)
+    assert "digest: sha256:" in r.stdout
+    if section == "Signatures":
+        assert "signed by key" in r.stdout
+        assert (tmp_path / "checked.hlobundle" / "model.sig").is_file()

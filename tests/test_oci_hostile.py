@@ -1,0 +1,487 @@
+"""A hostile registry gets nowhere (docs/distribution.md, "What pull refuses"): each kind of lie
+gets a coded HloBundleError naming the reference, digest or path, and nothing is written
+outside DIR, nor anything left half-written beside it. The registry is `oci_fake.Fake`."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers import ROOT
+from oci_fake import artifact, digest_of, serving
+
+import hlobundle
+
+pytest.importorskip("oras", reason="the oci extra (oras) is not installed")
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+WEIGHTS = "weights.safetensors"
+
+
+@pytest.fixture
+def fake():
+    with serving() as running:
+        yield running
+
+
+def _refused(tmp_path, fake, error, match, **options):
+    out = tmp_path / "out" / "got.hlobundle"
+    out.parent.mkdir(exist_ok=True)
+    with pytest.raises(error, match=match) as caught:
+        hlobundle.pull(fake.ref(), out, **options)
+    assert list(out.parent.iterdir()) == [], "something was written"
+    return caught.value
+
+
+def _layer(document, name):
+    return next(
+        e for e in document["layers"] if e["annotations"]["org.opencontainers.image.title"] == name
+    )
+
+
+def _weights_digest():
+    return digest_of((EXAMPLE / WEIGHTS).read_bytes())
+
+
+def test_the_fake_serves_a_good_artifact(fake, tmp_path):
+    digest = artifact(EXAMPLE, fake)
+    assert hlobundle.pull(fake.ref(), tmp_path / "ok.hlobundle").digest == digest
+    tags = [p for m, p, _ in fake.seen if p.endswith("/manifests/v1")]
+    assert tags == ["/v2/repo/manifests/v1"]  # the tag is resolved once, then digests only
+
+
+def test_wrong_blob_bytes(fake, tmp_path):
+    artifact(EXAMPLE, fake)
+    data = bytearray(fake.blobs[_weights_digest()])
+    data[-1] ^= 1
+    fake.blobs[_weights_digest()] = bytes(data)
+    e = _refused(tmp_path, fake, hlobundle.errors.BlobDigestError, "weights.safetensors")
+    assert e.code == "REGISTRY_DIGEST_MISMATCH" and e.digest == _weights_digest()
+    assert e.ref and "@sha256:" in e.ref
+
+
+def test_a_manifest_whose_bytes_are_not_its_digest(fake, tmp_path):
+    digest = artifact(EXAMPLE, fake)
+    raw, kind = fake.manifests[digest]
+    fake.manifests[digest] = (raw + b" ", kind)
+    with pytest.raises(hlobundle.errors.BlobDigestError, match="has the digest"):
+        hlobundle.pull(fake.ref("repo", "@" + digest), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_tag_whose_digest_header_lies(fake, tmp_path):
+    artifact(EXAMPLE, fake)
+    raw, _ = fake.manifests["v1"]
+    fake.hooks["/v2/repo/manifests/v1"] = lambda h: h.send(
+        200,
+        raw,
+        {
+            "Content-Type": "application/vnd.oci.image.manifest.v1+json",
+            "Docker-Content-Digest": "sha256:" + "0" * 64,
+        },
+    )
+    _refused(
+        tmp_path, fake, hlobundle.errors.BlobDigestError, "says the manifest v1 has the digest"
+    )
+
+
+def test_an_oversized_manifest(fake, tmp_path):
+    fake.add_manifest(b"{" + b" " * (5 << 20) + b"}", "v1")
+    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "limit is 4194304")
+
+
+def test_an_oversized_manifest_without_a_length_is_cut_off(fake, tmp_path):
+    def endless(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+        h.end_headers()  # no Content-Length: the body ends when the connection does
+        h.close_connection = True
+        for _ in range(8):
+            h.wfile.write(b" " * (1 << 20))
+
+    fake.hooks["/v2/repo/manifests/v1"] = endless
+    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "over the limit")
+
+
+def test_an_oversized_config(fake, tmp_path):
+    artifact(EXAMPLE, fake, edit=lambda d: d["config"].update(size=5 << 20))
+    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "the config is 5242880 bytes")
+
+
+def test_a_config_longer_than_declared(fake, tmp_path):
+    def grow(document):
+        config = b'{"modelfs": {"diff_ids": []}}' + b" " * 100
+        document["config"].update(digest=fake.add_blob(config), size=10)
+
+    artifact(EXAMPLE, fake, edit=grow)
+    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "config")
+
+
+@pytest.mark.parametrize("title", ["../x", "/etc/x", "a/../../x", "a\\b", ""])
+def test_an_unsafe_title(fake, tmp_path, title):
+    def unsafe(document):
+        _layer(document, WEIGHTS)["annotations"]["org.opencontainers.image.title"] = title
+
+    artifact(EXAMPLE, fake, edit=unsafe)
+    e = _refused(tmp_path, fake, hlobundle.errors.UnsafePathError, "file name")
+    assert e.path == title and fake.host in e.message
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_duplicated_title(fake, tmp_path):
+    artifact(EXAMPLE, fake, edit=lambda d: d["layers"].append(dict(_layer(d, WEIGHTS))))
+    _refused(
+        tmp_path,
+        fake,
+        hlobundle.errors.ArtifactInvalidError,
+        "two layers are titled 'weights.safetensors'",
+    )
+
+
+def test_a_layer_the_bundle_manifest_does_not_list(fake, tmp_path):
+    def extra(document):
+        entry = dict(
+            _layer(document, WEIGHTS), annotations={"org.opencontainers.image.title": "extra.bin"}
+        )
+        document["layers"].append(entry)
+
+    artifact(EXAMPLE, fake, edit=extra)
+    e = _refused(tmp_path, fake, hlobundle.errors.FileUnlistedError, "extra.bin")
+    assert e.path == "extra.bin"
+
+
+def test_a_listed_file_the_artifact_lacks(fake, tmp_path):
+    artifact(EXAMPLE, fake, edit=lambda d: d["layers"].remove(_layer(d, WEIGHTS)))
+    _refused(tmp_path, fake, hlobundle.errors.FileMissingError, "lists 'weights.safetensors'")
+
+
+def test_a_layer_whose_digest_is_not_the_listed_sha256(fake, tmp_path):
+    other = digest_of(b"other")
+    fake.add_blob(b"other")
+    artifact(EXAMPLE, fake, edit=lambda d: _layer(d, WEIGHTS).update(digest=other))
+    e = _refused(
+        tmp_path, fake, hlobundle.errors.HashMismatchError, "the bundle's manifest says sha256:"
+    )
+    assert e.path == WEIGHTS
+
+
+def test_a_compressed_layer_and_an_index_are_not_bundles(fake, tmp_path):
+    artifact(
+        EXAMPLE,
+        fake,
+        edit=lambda d: _layer(d, WEIGHTS).update(
+            mediaType="application/vnd.oci.image.layer.v1.tar+gzip"
+        ),
+    )
+    _refused(tmp_path, fake, hlobundle.errors.ArtifactInvalidError, "uncompressed")
+    fake.add_manifest(
+        {"schemaVersion": 2, "manifests": []},
+        "v1",
+        media_type="application/vnd.oci.image.index.v1+json",
+    )
+    _refused(tmp_path, fake, hlobundle.errors.ArtifactInvalidError, "image index")
+
+
+def test_a_blob_that_never_ends_is_read_only_to_its_declared_size(fake, tmp_path):
+    artifact(EXAMPLE, fake)
+    sent = []
+
+    def endless(h):
+        h.send_response(200)
+        h.end_headers()
+        h.close_connection = True
+        try:
+            while len(sent) < 10_000:  # ~640 MiB if nobody stopped reading
+                h.wfile.write(b"\0" * 65536)
+                sent.append(1)
+        except OSError:
+            pass
+
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = endless
+    started = time.monotonic()
+    e = _refused(
+        tmp_path,
+        fake,
+        (hlobundle.errors.RegistryLimitError, hlobundle.errors.BlobDigestError),
+        "weights.safetensors",
+    )
+    assert e.code in ("REGISTRY_LIMIT_EXCEEDED", "REGISTRY_DIGEST_MISMATCH")
+    assert time.monotonic() - started < 20
+    assert len(sent) < 1000  # the client hung up after the declared 189,448 bytes
+
+
+def test_a_slow_server_times_out(fake, tmp_path):
+    artifact(EXAMPLE, fake)
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = lambda h: time.sleep(3)
+    started = time.monotonic()
+    _refused(
+        tmp_path,
+        fake,
+        hlobundle.errors.RegistryUnreachableError,
+        "sent nothing for 0.5 s",
+        timeout=0.5,
+    )
+    assert time.monotonic() - started < 2.5
+
+
+def test_an_answer_cut_off_is_resumed_by_range(fake, tmp_path):
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    calls = []
+
+    def cut(h):
+        calls.append(h.headers.get("Range"))
+        if len(calls) == 1:  # half the body, then the connection drops
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data[: len(data) // 2])
+            h.close_connection = True
+            return
+        start = int(calls[-1][6:].split("-")[0])
+        h.send(206, data[start:], {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"})
+
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = cut
+    hlobundle.pull(fake.ref(), tmp_path / "ok.hlobundle")
+    assert calls == [None, f"bytes={len(data) // 2}-"]
+    assert (tmp_path / "ok.hlobundle" / WEIGHTS).read_bytes() == data
+
+
+def test_a_redirect_off_the_registry_only_for_blobs_and_without_credentials(
+    fake, tmp_path, monkeypatch
+):
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "user:password")
+
+    def ask(h):  # the registry wants basic auth for everything
+        if h.headers.get("Authorization") is None:
+            return h.send(401, b"", {"WWW-Authenticate": 'Basic realm="fake"'})
+        return None
+
+    with serving() as other:
+        other.add_blob(data)
+        redirect = f"http://{other.host}/storage/{_weights_digest()}"
+        other.hooks[f"/storage/{_weights_digest()}"] = lambda h: h.send(200, data)
+        fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = lambda h: (
+            ask(h) or h.send(307, b"", {"Location": redirect})
+        )
+        fake.hooks["/v2/repo/manifests/v1"] = lambda h: (
+            ask(h)
+            or h.send(
+                200,
+                fake.manifests["v1"][0],
+                {"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+            )
+        )
+        hlobundle.pull(fake.ref(), tmp_path / "ok.hlobundle")
+        assert [headers.get("Authorization") for _, _, headers in other.seen] == [None]
+        assert any(h.get("Authorization") == "Basic dXNlcjpwYXNzd29yZA==" for _, _, h in fake.seen)
+
+        fake.hooks["/v2/repo/manifests/v1"] = lambda h: h.send(
+            307, b"", {"Location": f"http://{other.host}/v2/repo/manifests/v1"}
+        )
+        _refused(
+            tmp_path,
+            fake,
+            hlobundle.errors.RegistryProtocolError,
+            "only a blob download may be redirected",
+        )
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    pytest.importorskip("model_signing", reason="the sign extra (model-signing) is not installed")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    d = tmp_path_factory.mktemp("keys")
+    (d / "a.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return d
+
+
+def _fallback(fake, digest, manifests):
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
+    }
+    fake.add_manifest(index, digest.replace(":", "-"), media_type=index["mediaType"])
+
+
+def test_a_referrer_that_is_not_a_signature(fake, tmp_path, keys):
+    digest = artifact(EXAMPLE, fake)
+    not_sig = fake.add_manifest(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/vnd.example.sbom",
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": fake.add_blob(b"{}"),
+                "size": 2,
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.example.sbom",
+                    "digest": fake.add_blob(b"sbom"),
+                    "size": 4,
+                }
+            ],
+            "subject": {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": 1,
+            },
+        }
+    )
+    listed = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": not_sig,
+        "size": 1,
+        "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+    }
+    _fallback(fake, digest, [listed])
+    e = _refused(
+        tmp_path,
+        fake,
+        hlobundle.errors.ArtifactInvalidError,
+        "listed as a signature but its artifactType",
+        public_key=keys / "a.pub",
+    )
+    assert e.digest == not_sig
+    _fallback(fake, digest, [dict(listed, artifactType="application/vnd.example.sbom")])
+    _refused(
+        tmp_path,
+        fake,
+        hlobundle.errors.UnsignedError,
+        "has no signature",
+        public_key=keys / "a.pub",
+    )
+
+
+def test_an_index_of_a_thousand_referrers(fake, tmp_path, keys):
+    digest = artifact(EXAMPLE, fake)
+    many = [
+        {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest_of(str(i).encode()),
+            "size": 1,
+            "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        }
+        for i in range(1000)
+    ]
+    _fallback(fake, digest, many)
+    _refused(
+        tmp_path,
+        fake,
+        hlobundle.errors.RegistryLimitError,
+        "1000 referrers; the limit is 256",
+        public_key=keys / "a.pub",
+    )
+
+
+def test_errors_name_the_reference_in_the_cli(fake, tmp_path):
+    from helpers import cli
+
+    artifact(EXAMPLE, fake, edit=lambda d: d["layers"].remove(_layer(d, WEIGHTS)))
+    r = cli("pull", fake.ref(), "-o", tmp_path / "x", "--json")
+    assert r.returncode == 1
+    report = json.loads(r.stdout)
+    assert report["code"] == "FILE_MISSING" and report["path"] == WEIGHTS
+    assert fake.host in report["message"]
+
+
+def test_a_bearer_token_from_the_realm_the_challenge_names(fake, tmp_path, monkeypatch):
+    import base64
+
+    artifact(EXAMPLE, fake)
+    monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "user:password")
+    with serving() as tokens:
+        asked = []
+
+        def token(h):
+            asked.append((h.headers.get("Authorization"), h.path))
+            h.send(
+                200, json.dumps({"token": "t0ken"}).encode(), {"Content-Type": "application/json"}
+            )
+
+        tokens.hooks["/token"] = token
+        challenge = (
+            f'Bearer realm="http://{tokens.host}/token",service="fake",scope="repository:repo:pull"'
+        )
+
+        def guarded(h):
+            if h.headers.get("Authorization") != "Bearer t0ken":
+                return h.send(401, b"", {"WWW-Authenticate": challenge})
+            raw, kind = fake.manifests["v1"]
+            return h.send(200, raw, {"Content-Type": kind})
+
+        fake.hooks["/v2/repo/manifests/v1"] = guarded
+        hlobundle.pull(fake.ref(), tmp_path / "ok.hlobundle")
+        basic = "Basic " + base64.b64encode(b"user:password").decode()
+        assert asked == [(basic, "/token?service=fake&scope=repository%3Arepo%3Apull")]
+
+        monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "user:wrong")
+        tokens.hooks["/token"] = lambda h: h.send(401, b"{}")
+        _refused(tmp_path, fake, hlobundle.errors.RegistryAuthError, "gives no token")
+
+
+def test_credentials_go_to_a_token_service_over_https_only(fake, tmp_path, monkeypatch):
+    artifact(EXAMPLE, fake)
+    monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "user:password")
+    challenge = 'Bearer realm="http://tokens.example/token",service="fake"'
+    fake.hooks["/v2/repo/manifests/v1"] = lambda h: h.send(
+        401, b"", {"WWW-Authenticate": challenge}
+    )
+    _refused(
+        tmp_path, fake, hlobundle.errors.RegistryAuthError, "credentials go only to an https:// one"
+    )
+
+
+def test_a_registry_that_ignores_ranges_is_read_again_from_the_start(fake, tmp_path):
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    calls = []
+
+    def cut_then_whole(h):
+        calls.append(h.headers.get("Range"))
+        if len(calls) == 1:
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data[:1000])
+            h.close_connection = True
+            return
+        h.send(200, data)  # the Range asked for is ignored
+
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = cut_then_whole
+    hlobundle.pull(fake.ref(), tmp_path / "ok.hlobundle")
+    assert calls == [None, "bytes=1000-"]
+    assert (tmp_path / "ok.hlobundle" / WEIGHTS).read_bytes() == data
+
+
+def test_push_to_a_digest_that_is_not_the_artifacts(fake, tmp_path):
+    with pytest.raises(hlobundle.errors.RegistryRefError, match="not the sha256:0000"):
+        hlobundle.push(EXAMPLE, fake.ref("repo", "@sha256:" + "0" * 64))
+
+
+def test_without_a_registry_ci_fails_and_elsewhere_skips(monkeypatch, tmp_path):
+    import oci_registry as registry
+
+    monkeypatch.setattr(registry.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("HLOBUNDLE_CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="docker-registry is not installed"):
+        with registry.serve(tmp_path):
+            pass
+    monkeypatch.setenv("HLOBUNDLE_CI", "1")
+    with pytest.raises(pytest.fail.Exception, match="CI .* needs it"):
+        with registry.serve(tmp_path):
+            pass
