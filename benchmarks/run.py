@@ -1149,6 +1149,47 @@ def _in_threads(client: Callable[[], None], clients: int) -> float:
     return time.perf_counter() - start
 
 
+def json_decode_cost(tmp: Path, quick: bool) -> list[dict]:
+    """Decoding the shipped LeNet's JSON request (examples/lenet5.hlobundle's inputs, batch 4,
+    3,136 float32 values), warm, in this process: orjson's parse (`_protocol._parsed`) / the
+    standard library's (the decoder before it, kept as the fallback), and the whole decode of
+    a request (`_app._decode`: parse, checks, arrays) with each."""
+    from unittest import mock
+
+    import hlobundle
+    from hlobundle._serve import _app, _protocol
+    from hlobundle._serve._models import load_models
+
+    path = ROOT / "examples" / "lenet5.hlobundle"
+    images = np.asarray(hlobundle.load(path).tensor("images"))
+    body = json.dumps({"inputs": [{"name": "images", "shape": list(images.shape),
+                                   "datatype": "FP32", "data": images.ravel().tolist()}]}).encode()  # fmt: skip
+    served = load_models([str(path)], backend="xla")["lenet5"]
+
+    old_parse = _protocol._parsed_exactly  # nesting checked, then the standard library
+
+    def old_decode() -> object:
+        with mock.patch.object(_protocol, "_parsed", old_parse):
+            return _app._decode(served, body, None)
+
+    reps = 50 if quick else 500
+    times = interleaved({
+        "parse": lambda: _protocol._parsed(body), "old parse": lambda: old_parse(body),
+        "decode": lambda: _app._decode(served, body, None), "old decode": old_decode,
+    }, reps)  # fmt: skip
+    t = {k: v[0] for k, v in times.items()}
+    return [
+        {"case": f"parse the JSON ({len(body)} bytes): orjson / the standard library (s: orjson)",
+         "s": t["parse"], "ratio": t["parse"] / t["old parse"]},
+        {"case": "parse the JSON: the standard library (the decoder before orjson)",
+         "s": t["old parse"], "ratio": 1.0},
+        {"case": "decode the request (parse, checks, the array): with orjson / with the "
+         "standard library (s: with orjson)", "s": t["decode"], "ratio": t["decode"] / t["old decode"]},
+        {"case": "decode the request with the standard library's parse (the same checks)",
+         "s": t["old decode"], "ratio": 1.0},
+    ]  # fmt: skip
+
+
 def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     """`hlobundle serve` over loopback: latency over an in-process call, and where it goes;
     throughput with and without dynamic batching under 16 concurrent clients, against the bound
@@ -1370,6 +1411,11 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
             "latency (ratio column: seconds over the in-process call), throughput, load",
             serve_cost,
+        ),
+        "json": one(
+            "Serving: decoding the LeNet JSON request (batch 4), warm, in process: with orjson / "
+            "with the standard library (the decoder before it)",
+            json_decode_cost,
         ),
     }
 

@@ -36,6 +36,8 @@ USAGE_ERRORS = [
     (("serve", B, "--port", "http"), "--port"),
     (("serve", B, "--max-batch-size", "0"), "--max-batch-size"),
     (("serve", B, "--max-connections", "0"), "--max-connections"),
+    (("serve", B, "--grpc-port", "99999"), "--grpc-port"),
+    (("serve", B, "--grpc-max-deadline", "0"), "--grpc-max-deadline"),
     (("serve", B, "--max-body-bytes", "-5"), "--max-body-bytes"),
     (("serve", B, "--read-timeout", "0"), "--read-timeout"),
     (("serve", B, "--batch-timeout-ms", "nan"), "--batch-timeout-ms"),

@@ -80,6 +80,10 @@ def _missing_extra(block: str) -> str | None:
         importlib.util.find_spec(m) for m in ("starlette", "httpx2")
     ):
         return "the block uses the serve extra and Starlette's test client (httpx2)"
+    if "tritonclient.grpc" in block and not all(
+        importlib.util.find_spec(m) for m in ("grpc", "tritonclient", "orjson")
+    ):
+        return "the block uses the grpc extra and tritonclient[grpc]"
     return None
 
 

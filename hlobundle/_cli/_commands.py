@@ -197,7 +197,15 @@ def serve(args: argparse.Namespace) -> int:
     from .._serve._models import load_models
     from .._serve._server import listening
 
+    if args.grpc_port is not None:
+        from .._serve._server import require_grpc
+
+        require_grpc()
     with listening(args.host, args.port) as sock:  # before anything compiles
+        if args.grpc_port is not None:
+            from .._serve._grpc import check_port
+
+            check_port(args.host, args.grpc_port)
         models = load_models(named, backend=args.backend,
                              max_batch=args.max_batch_size,
                              trust=trust_of(args), max_shapes=args.max_shapes,
@@ -220,6 +228,14 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     served = app(models, max_body=limits.max_body, max_batch=args.max_batch_size,
                  batch_timeout_s=args.batch_timeout_ms / 1000,
                  read_timeout_s=limits.read_timeout_s)  # fmt: skip
+    if args.grpc_port is not None:
+        from .._serve import _grpc
+
+        service = _grpc.Service(models, served, limits.max_body, args.grpc_max_deadline)
+        grpc_server = _grpc.GrpcServer(service, args.host, args.grpc_port, limits.max_connections)
+        port = grpc_server.start()
+        print(f"serving gRPC (inference.GRPCInferenceService) at {args.host}:{port}", flush=True)
+        served = _grpc.with_grpc(served, grpc_server)
     server(served, args.host, args.port, limits).run(sockets=[sock])
 
 

@@ -113,6 +113,12 @@ def add_serve(sub: Any) -> None:
         default=8000,
         help="the port to listen on (default 8000; 0: any free one)",
     )
+    p.add_argument("--grpc-port", type=_values.port, default=None, metavar="N",
+                   help="also serve the protocol over gRPC (KServe v2's predict service) on port "
+                   "N of --host (0: any free one; needs grpcio: pip install 'hlobundle[grpc]')")  # fmt: skip
+    p.add_argument("--grpc-max-deadline", type=_values.positive_seconds, default=60.0,
+                   metavar="S", help="gRPC: the longest a model call may take, whatever the "
+                   "client's deadline (default 60)")  # fmt: skip
     _add_backend(p, "iree: IREE's CPU runtime, no jax (and no dynamic batching)")
     p.add_argument("--trust-executables", action="store_true",
                    help="iree: run stored executables (native code) of bundles no --public-key verified")  # fmt: skip

@@ -210,6 +210,8 @@ def app(
             return await infer(scope, receive, send, found["model"], found["version"])
         await routed(scope, receive, send)
 
+    asgi.call = call  # type: ignore[attr-defined]  # for gRPC (`_grpc`): the same model call,
+    asgi.named = named  # type: ignore[attr-defined]  # batchers included, and the same lookup
     return asgi
 
 
@@ -236,12 +238,16 @@ async def _send_json(send: Any, status: int, content: dict[str, Any]) -> None:
     await _send(send, status, body.encode(), [(b"content-type", b"application/json")])
 
 
+def over_limit(limit: int) -> str:
+    return (f"the request body is over the limit of {limit} bytes (--max-body-bytes, and for "
+            "this model 64 KiB + 64 bytes per input value)")  # fmt: skip
+
+
 async def _body(receive: Any, declared: str | None, limit: int, timeout_s: float) -> bytes:
     """The request body (its ASGI messages), refused (413) as soon as it is known to exceed
     `limit` bytes (`declared`: its content-length), or (408) when it has not all arrived within
     `timeout_s`."""
-    over = (f"the request body is over the limit of {limit} bytes (--max-body-bytes, and for "
-            "this model 64 KiB + 64 bytes per input value)")  # fmt: skip
+    over = over_limit(limit)
     if declared is not None and not (declared.isascii() and declared.isdigit()):
         raise RequestError(400, "content-length is not a number")
     if declared is not None and int(declared) > limit:
@@ -275,6 +281,12 @@ def _decode(served: Served, body: bytes, header_length: str | None) -> _Decoded:
     """The request's inputs, checked against the model (`header_length`: the binary
     extension's header)."""
     parsed, binary = parse_request(body, header_length)
+    return decoded(served, parsed, binary)
+
+
+def decoded(served: Served, parsed: dict[str, Any], binary: memoryview) -> _Decoded:
+    """A parsed request's inputs, checked against the model: REST's JSON and gRPC's messages
+    (`_grpc`, which builds the same request object) take this one path."""
     producer = producer_layout(parsed)
     given = read_inputs(parsed, binary, served.wire_inputs(producer))
     if producer:  # the same bytes, under the stored (axis-reversed) shape

@@ -27,7 +27,8 @@ class Limits:
     max_connections: int = 512  # open at once; a request over it is answered 503
 
 
-EXTRA = ("starlette", "uvicorn", "prometheus_client")  # what the serve extra installs and we import
+# What the serve extra installs and we import.
+EXTRA = ("starlette", "uvicorn", "prometheus_client", "orjson")
 
 
 def require_extra() -> None:
@@ -39,6 +40,17 @@ def require_extra() -> None:
         except ImportError as e:
             raise BackendUnavailableError(
                 f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
+            ) from None
+
+
+def require_grpc() -> None:
+    """Refuse `--grpc-port`, with the pip line, where grpcio and protobuf are not installed."""
+    for name in ("grpc", "google.protobuf"):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise BackendUnavailableError(
+                f"serve --grpc-port needs grpcio: pip install 'hlobundle[grpc]' ({e})"
             ) from None
 
 

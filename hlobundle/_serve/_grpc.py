@@ -1,0 +1,376 @@
+"""The gRPC side (`serve --grpc-port`): KServe v2's predict protocol (`inference.GRPCInferenceService`:
+ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer) beside the REST
+app, in the same process, over the same loaded models.
+
+One path for both protocols: a `ModelInferRequest` becomes the request object REST parses from
+JSON (typed `contents` as JSON data, `raw_input_contents` as the binary extension's data, each
+with its `binary_data_size`), which `_app.decoded` checks against the model; the model is called
+by the REST app's own `call` on its event loop (dynamic batching and the trust rules included,
+so that REST and gRPC requests batch together). Outputs travel as `raw_output_contents`, as
+Triton answers. A `RequestError` is the gRPC status of its HTTP status (`_status`), with the same
+message, and its SPEC.md code in the trailing metadata `hlobundle-error-code`.
+
+Hostile clients: a message over `--max-body-bytes` is refused by grpc before it is decoded
+(RESOURCE_EXHAUSTED), and one over the model's `max_request_bytes` after; at most
+`--max-connections` RPCs run at once (more are refused, RESOURCE_EXHAUSTED); a model call waits
+at most the client's deadline and `--grpc-max-deadline`. The server is grpc's asyncio server on
+an event loop of its own, in a thread: a client that sends slowly, or never finishes, holds a
+coroutine, not a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from .._format._errors import HloBundleError, InputError
+from .._version import __version__
+from ._app import DEFAULT_MAX_BODY, INLINE_BYTES, app, decoded, over_limit
+from ._grpc_messages import SERVICE, messages
+from ._models import Served
+from ._protocol import BY_DTYPE, RequestError
+
+DEFAULT_MAX_DEADLINE_S = 60.0
+# The typed contents field of each datatype (FP16 and BF16 travel only as raw contents).
+CONTENTS = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
+    "INT32": "int_contents", "INT64": "int64_contents", "UINT8": "uint_contents",
+    "UINT16": "uint_contents", "UINT32": "uint_contents", "UINT64": "uint64_contents",
+    "FP32": "fp32_contents", "FP64": "fp64_contents",
+}  # fmt: skip
+ERROR_CODE_KEY = "hlobundle-error-code"
+log = logging.getLogger("hlobundle.serve")
+
+
+def _status(http: int) -> Any:
+    import grpc
+
+    return {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
+            408: grpc.StatusCode.DEADLINE_EXCEEDED, 413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+            503: grpc.StatusCode.UNAVAILABLE}.get(http, grpc.StatusCode.INTERNAL)  # fmt: skip
+
+
+def _value(param: Any) -> Any:
+    """An InferParameter's value (bool, int or str; None when none is set)."""
+    which = param.WhichOneof("parameter_choice")
+    return None if which is None else getattr(param, which)
+
+
+def _parameters(params: Any) -> dict[str, Any]:
+    return {key: _value(value) for key, value in params.items()}
+
+
+def request_object(request: Any) -> tuple[dict[str, Any], memoryview]:
+    """The request object REST's JSON would hold (`_protocol.parse_request`'s first result),
+    and the binary data its inputs' `binary_data_size` claim, from a `ModelInferRequest`."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise RequestError(
+            400, f"raw_input_contents holds {len(raw)} tensors for {len(request.inputs)} inputs"
+        )
+    inputs = []
+    for k, tensor in enumerate(request.inputs):
+        item: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype,
+                                "shape": list(tensor.shape)}  # fmt: skip
+        params = _parameters(tensor.parameters)
+        if raw:
+            if tensor.HasField("contents"):
+                raise RequestError(
+                    400,
+                    f"input {tensor.name[:80]!r}: contents given with raw_input_contents "
+                    "(the protocol allows one or the other)",
+                )
+            params["binary_data_size"] = len(raw[k])
+        else:
+            item["data"] = _typed(tensor)
+        if params:
+            item["parameters"] = params
+        inputs.append(item)
+    parsed: dict[str, Any] = {"inputs": inputs, "id": request.id}
+    if request.parameters:
+        parsed["parameters"] = _parameters(request.parameters)
+    if request.outputs:
+        parsed["outputs"] = [{"name": o.name, "parameters": _parameters(o.parameters)}
+                             for o in request.outputs]  # fmt: skip
+    data = raw[0] if len(raw) == 1 else b"".join(raw)
+    return parsed, memoryview(data)
+
+
+def _typed(tensor: Any) -> list[Any]:
+    """An input's typed contents, from the field of its datatype; values in any other field
+    are refused (an unknown datatype is refused by the model's check, which names it)."""
+    field = CONTENTS.get(tensor.datatype)
+    others = [f.name for f, values in tensor.contents.ListFields() if f.name != field and values]
+    if others:
+        where = f"{field} (or raw_input_contents)" if field else "raw_input_contents"
+        raise RequestError(
+            400,
+            f"input {tensor.name[:80]!r}: {tensor.datatype[:20]} values travel in {where}, "
+            f"not {others[0]}",
+        )
+    return list(getattr(tensor.contents, field)) if field else []
+
+
+class Service:
+    """The protocol's RPCs over `models`, calling them through the REST app's `call` on the
+    REST server's event loop (`loop`, set when that server starts)."""
+
+    def __init__(self, models: dict[str, Served], asgi: Any, max_body: int,
+                 max_deadline_s: float = DEFAULT_MAX_DEADLINE_S) -> None:  # fmt: skip
+        self.models = models
+        self.named = asgi.named
+        self.call = asgi.call
+        self.max_body = max_body
+        self.max_deadline_s = max_deadline_s
+        self.loop: asyncio.AbstractEventLoop | None = None  # the REST server's
+        self.m = messages()
+
+    def handler(self) -> Any:
+        import grpc
+
+        rpcs = {
+            "ServerLive": (self.server_live, "ServerLiveRequest", "ServerLiveResponse"),
+            "ServerReady": (self.server_ready, "ServerReadyRequest", "ServerReadyResponse"),
+            "ModelReady": (self.model_ready, "ModelReadyRequest", "ModelReadyResponse"),
+            "ServerMetadata": (self.server_metadata, "ServerMetadataRequest",
+                               "ServerMetadataResponse"),
+            "ModelMetadata": (self.model_metadata, "ModelMetadataRequest",
+                              "ModelMetadataResponse"),
+            "ModelInfer": (self.model_infer, "ModelInferRequest", "ModelInferResponse"),
+        }  # fmt: skip
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            name: grpc.unary_unary_rpc_method_handler(
+                self._refusing(fn),
+                request_deserializer=getattr(self.m, request).FromString,
+                response_serializer=getattr(self.m, response).SerializeToString,
+            )
+            for name, (fn, request, response) in rpcs.items()
+        })  # fmt: skip
+
+    def _refusing(self, fn: Any) -> Any:
+        """`fn`, its RequestError and HloBundleError answered as coded gRPC errors."""
+
+        async def rpc(request: Any, context: Any) -> Any:
+            try:
+                return await fn(request, context)
+            except RequestError as e:
+                context.set_trailing_metadata(((ERROR_CODE_KEY, e.code),))
+                await context.abort(_status(e.status), e.message)
+            except HloBundleError as e:  # the function refused the inputs: the client's to fix
+                context.set_trailing_metadata(((ERROR_CODE_KEY, e.code),))
+                await context.abort(_status(400), e.message)
+            except Exception as e:  # the model failed: report it, keep serving (as REST's 500)
+                log.exception("gRPC %s failed", fn.__name__)
+                await context.abort(_status(500), f"{type(e).__name__}: {str(e)[:300]}")
+
+        return rpc
+
+    async def server_live(self, request: Any, context: Any) -> Any:
+        return self.m.ServerLiveResponse(live=True)
+
+    async def server_ready(self, request: Any, context: Any) -> Any:
+        return self.m.ServerReadyResponse(ready=True)  # compiled before the server starts
+
+    async def server_metadata(self, request: Any, context: Any) -> Any:
+        return self.m.ServerMetadataResponse(name="hlobundle", version=__version__,
+                                             extensions=["binary_tensor_data"])  # fmt: skip
+
+    async def model_ready(self, request: Any, context: Any) -> Any:
+        self.named(request.name, request.version or None)
+        return self.m.ModelReadyResponse(ready=True)
+
+    async def model_metadata(self, request: Any, context: Any) -> Any:
+        meta = self.named(request.name, request.version or None).metadata()
+        tensor = self.m.ModelMetadataResponse.TensorMetadata
+        return self.m.ModelMetadataResponse(
+            name=meta["name"], versions=meta["versions"], platform=meta["platform"],
+            inputs=[tensor(**t) for t in meta["inputs"]],
+            outputs=[tensor(**t) for t in meta["outputs"]],
+        )  # fmt: skip
+
+    async def model_infer(self, request: Any, context: Any) -> Any:
+        served = self.named(request.model_name, request.model_version or None)
+        limit = min(self.max_body, served.max_request_bytes)
+        size = request.ByteSize()
+        if size > limit:
+            raise RequestError(413, over_limit(limit))
+        parsed, binary = request_object(request)
+        if size <= INLINE_BYTES:  # as REST: a large request is decoded off the event loop
+            given = decoded(served, parsed, binary)
+        else:
+            loop = asyncio.get_running_loop()
+            given = await loop.run_in_executor(None, decoded, served, parsed, binary)
+        outputs = await self._called(served, given.given, context)
+        return self._response(served, given, outputs)
+
+    async def _called(self, served: Served, given: dict[str, np.ndarray], context: Any) -> Any:
+        """The outputs of the REST app's `call`, on its loop, within the client's deadline and
+        the server's most (`max_deadline_s`)."""
+        remaining = context.time_remaining()
+        budget = min(self.max_deadline_s, math.inf if remaining is None else remaining)
+        if self.loop is None:
+            raise RequestError(503, "the server is starting; retry")
+        running: Future[Any] = asyncio.run_coroutine_threadsafe(self.call(served, given),
+                                                                self.loop)  # fmt: skip
+        try:
+            async with asyncio.timeout(budget):
+                return await asyncio.wrap_future(running)
+        except TimeoutError:
+            running.cancel()
+            raise RequestError(
+                408,
+                f"model {served.name!r} did not answer within the deadline of {budget:.3g} s "
+                "(the client's, at most --grpc-max-deadline)",
+            ) from None
+
+    def _response(self, served: Served, request: Any, outputs: dict[str, np.ndarray]) -> Any:
+        if request.producer:  # as REST's `_encode`: the producer's orientation
+            outputs = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
+                       for n, x in outputs.items()}  # fmt: skip
+        tensors, raws = [], []
+        for name in request.want.names or list(outputs):
+            value = np.ascontiguousarray(outputs[name])
+            tensors.append(self.m.ModelInferResponse.InferOutputTensor(
+                name=name, datatype=BY_DTYPE[served.outputs[name]], shape=value.shape))  # fmt: skip
+            raws.append(value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes())
+        return self.m.ModelInferResponse(
+            model_name=served.name, model_version=served.version, id=request.id or "",
+            outputs=tensors, raw_output_contents=raws,
+        )  # fmt: skip
+
+
+# A connection lives at most this long (grpc's max_connection_age, with its jitter), then is
+# drained: its RPCs get the server's longest model call and 5 s more, and the client connects
+# again (as grpc clients do on GOAWAY). That bounds what a client that never finishes a message
+# holds: an RPC slot for at most about 6 minutes (grpc reads a message before any handler runs).
+MAX_CONNECTION_AGE_S = 300.0
+
+
+class GrpcServer:
+    """grpc's asyncio server on an event loop of its own, in a thread: `start` binds and
+    serves (raising InputError when the port cannot be bound), `stop` drains it."""
+
+    def __init__(self, service: Service, host: str, port: int, max_rpcs: int,
+                 max_age_s: float = MAX_CONNECTION_AGE_S) -> None:  # fmt: skip
+        self.service, self.host, self.port, self.max_rpcs = service, host, port, max_rpcs
+        self.max_age_s = max_age_s
+        self.loop = asyncio.new_event_loop()
+        self._server: Any = None
+        self._thread = threading.Thread(target=self.loop.run_forever, name="hlobundle-grpc",
+                                        daemon=True)  # fmt: skip
+
+    def start(self) -> int:
+        self._thread.start()
+        try:
+            return asyncio.run_coroutine_threadsafe(self._start(), self.loop).result()
+        except BaseException:
+            self.stop(0)
+            raise
+
+    async def _start(self) -> int:
+        import grpc
+
+        options = [
+            ("grpc.max_receive_message_length", self.service.max_body),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),  # a port in use is an error, not a second listener
+            ("grpc.max_connection_age_ms", int(self.max_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int((self.service.max_deadline_s + 5) * 1000)),
+        ]
+        self._server = grpc.aio.server(handlers=[self.service.handler()], options=options,
+                                       maximum_concurrent_rpcs=self.max_rpcs)  # fmt: skip
+        where = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        try:
+            bound = self._server.add_insecure_port(where)
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            raise InputError(
+                f"--grpc-port {self.port}: {where} cannot be listened on (in use?); choose "
+                "another --grpc-port or --host",
+                argument="grpc_port",
+            )
+        await self._server.start()
+        return int(bound)
+
+    def stop(self, grace_s: float) -> None:
+        """Drain the RPCs in flight (at most `grace_s`), then end the loop and its thread."""
+        if self._server is not None:
+            asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=grace_s + 5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def with_grpc(asgi: Any, grpc_server: GrpcServer, grace_s: float = 30.0) -> Any:
+    """The ASGI app `asgi`, whose lifespan starts `grpc_server` when the REST server starts
+    (the model calls run on its loop) and drains it when the REST server shuts down, while
+    that loop still runs."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            return await asgi(scope, receive, send)
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                grpc_server.service.loop = asyncio.get_running_loop()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await asyncio.to_thread(grpc_server.stop, grace_s)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    return app
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a --grpc-port in use before anything compiles (grpc binds it again at start)."""
+    from ._server import listening
+
+    try:
+        listening(host, port).close()
+    except InputError as e:
+        raise InputError(
+            e.message.replace("--port", "--grpc-port", 1), argument="grpc_port"
+        ) from None
+
+
+@contextlib.contextmanager
+def serving(
+    models: dict[str, Served],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_body: int = DEFAULT_MAX_BODY,
+    max_rpcs: int = 512,
+    max_deadline_s: float = DEFAULT_MAX_DEADLINE_S,
+    max_age_s: float = MAX_CONNECTION_AGE_S,
+) -> Iterator[int]:
+    """The gRPC service of `models` in this process, without a REST server: the REST app's
+    model calls run on an event loop in a thread of their own. Yields the port bound (`port`
+    0: any free one); drains and stops on exit. `serve --grpc-port` runs the same service
+    beside uvicorn."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="hlobundle-rest-loop", daemon=True)
+    thread.start()
+    service = Service(models, app(models, max_body=max_body), max_body, max_deadline_s)
+    service.loop = loop
+    try:
+        server = GrpcServer(service, host, port, max_rpcs, max_age_s)
+        bound = server.start()  # stopped already where it fails
+        try:
+            yield bound
+        finally:
+            server.stop(5)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()

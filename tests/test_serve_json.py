@@ -1,0 +1,102 @@
+"""Request JSON parsed by orjson with the standard library's meaning: every text parses to the
+same value, or is refused with the same coded 400, as the standard library's parse (the decoder
+before orjson); integers stay exact beyond 64 bits, where orjson alone would give floats."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("orjson", reason="the serve extra is not installed")
+
+from hlobundle._format import _prechecks  # noqa: E402
+from hlobundle._format._errors import LimitError  # noqa: E402
+from hlobundle._serve import _protocol  # noqa: E402
+from hlobundle._serve._protocol import RequestError, parse_request, read_inputs  # noqa: E402
+
+
+def _old(text: bytes):
+    """The decoder before orjson: the standard library, bounded as `_parsed` bounds it."""
+    try:
+        _prechecks.check_json(text, path="the request")
+        return json.loads(text, parse_int=_prechecks.parse_json_int)
+    except LimitError as e:
+        raise RequestError(400, e.message) from None
+    except (ValueError, RecursionError) as e:
+        raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
+
+
+def _outcome(parse, text: bytes):
+    try:
+        value = parse(text)
+    except RequestError as e:
+        return ("refused", e.status, e.message)
+    return ("parsed", _typed(value))
+
+
+def _typed(value):
+    """`value` with every number's type kept (1 and 1.0 and True differ; NaN equals NaN)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return ("float", "nan")
+    return (type(value).__name__, value)
+
+
+_INTS = st.integers(min_value=-(10**22), max_value=10**22) | st.integers(-(2**64), 2**64)
+_SCALARS = st.none() | st.booleans() | _INTS | st.floats() | st.text(max_size=8)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_every_value_parses_as_the_standard_library_parses_it(value):
+    text = json.dumps(value).encode()  # NaN and Infinity as the bare tokens json writes
+    assert _outcome(_protocol._parsed, text) == _outcome(_old, text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.binary(max_size=40)
+    | st.text(alphabet='[]{}",:0123456789.eE+-truefalsnNaIfiy \\u\n', max_size=40).map(str.encode)
+)
+def test_every_text_is_accepted_or_refused_as_before(text):
+    assert _outcome(_protocol._parsed, text) == _outcome(_old, text)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([99999999999999999999, 1], "input 'x': a value does not fit INT64"),  # 20 digits, > 2**64
+        ([-9223372036854775809, 1], "input 'x': a value does not fit INT64"),  # below -2**63
+        ([10**21, 1], "an integer of 22 digits; the limit is 20"),
+        ([1.5, 1], "input 'x': values must be INT64 numbers"),
+    ],
+)
+def test_integers_beyond_64_bits_are_the_same_coded_400(data, message):
+    body = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "INT64", "data": data}]})
+    with pytest.raises(RequestError) as e:
+        parsed, binary = parse_request(body.encode(), None)
+        read_inputs(parsed, binary, {"x": ("int64", (2,))})
+    assert (e.value.status, e.value.code) == (400, "INPUT_INVALID") and message in e.value.message
+
+
+def test_the_largest_64_bit_integers_stay_exact():
+    body = {"inputs": [{"name": "x", "shape": [2], "datatype": "UINT64",
+                        "data": [2**64 - 1, 2**63 + 1]}]}  # fmt: skip
+    parsed, binary = parse_request(json.dumps(body).encode(), None)
+    got = read_inputs(parsed, binary, {"x": ("uint64", (2,))})["x"]
+    assert got.tolist() == [2**64 - 1, 2**63 + 1] and got.dtype == np.uint64
