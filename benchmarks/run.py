@@ -73,13 +73,30 @@ def overhead(tmp: Path, quick: bool) -> list[dict]:
         return jnp.maximum(x @ params["w1"], 0) @ params["w2"]
 
     cases = [
-        ("LeNet, batch 4", lenet5.lenet5, lenet5.init_params(), np.random.default_rng(0).random((4, 1, 28, 28), np.float32)),
-        ("LeNet, batch 256", lenet5.lenet5, lenet5.init_params(), np.random.default_rng(0).random((16 if quick else 256, 1, 28, 28), np.float32)),
-        (f"2-layer MLP, width {mlp_width}, batch 64", mlp,
-         {"w1": np.random.default_rng(1).standard_normal((mlp_width, mlp_width), np.float32) / 64,
-          "w2": np.random.default_rng(2).standard_normal((mlp_width, mlp_width), np.float32) / 64},
-         np.random.default_rng(3).standard_normal((64, mlp_width), np.float32)),
-    ]  # fmt: skip
+        (
+            "LeNet, batch 4",
+            lenet5.lenet5,
+            lenet5.init_params(),
+            np.random.default_rng(0).random((4, 1, 28, 28), np.float32),
+        ),
+        (
+            "LeNet, batch 256",
+            lenet5.lenet5,
+            lenet5.init_params(),
+            np.random.default_rng(0).random((16 if quick else 256, 1, 28, 28), np.float32),
+        ),
+        (
+            f"2-layer MLP, width {mlp_width}, batch 64",
+            mlp,
+            {
+                "w1": np.random.default_rng(1).standard_normal((mlp_width, mlp_width), np.float32)
+                / 64,
+                "w2": np.random.default_rng(2).standard_normal((mlp_width, mlp_width), np.float32)
+                / 64,
+            },
+            np.random.default_rng(3).standard_normal((64, mlp_width), np.float32),
+        ),
+    ]
     for name, fn, params, x in cases:
         out = tmp / f"overhead-{len(rows)}"
         bundle = hlobundle.load(hlobundle.export(fn, params, x, out=out, store_expected=False))
@@ -96,8 +113,16 @@ def overhead(tmp: Path, quick: bool) -> list[dict]:
         res = interleaved(fns, 30 if quick else 200)
         base = res["native jax.jit"][0]
         for backend in ("enzyme", "xla"):
-            rows.append({"case": name, "backend": backend, "native_s": base, "bundle_s": res[backend][0],
-                         "ratio": res[backend][0] / base, "spread": res[backend][1]})  # fmt: skip
+            rows.append(
+                {
+                    "case": name,
+                    "backend": backend,
+                    "native_s": base,
+                    "bundle_s": res[backend][0],
+                    "ratio": res[backend][0] / base,
+                    "spread": res[backend][1],
+                }
+            )
     return rows
 
 
@@ -117,9 +142,16 @@ def vmap_cost(tmp: Path, quick: bool) -> list[dict]:
         )
     )
     batched = hlobundle.load(
-        hlobundle.export(lenet5.lenet5, params, x, out=tmp / "vmap-batched", store_expected=False,
-                         with_vjp=True, vmap_in_axes=(None, 0))
-    )  # fmt: skip
+        hlobundle.export(
+            lenet5.lenet5,
+            params,
+            x,
+            out=tmp / "vmap-batched",
+            store_expected=False,
+            with_vjp=True,
+            vmap_in_axes=(None, 0),
+        )
+    )
     batch = np.stack([x * (i + 1) for i in range(4 if quick else 16)])
     native = jax.jit(jax.vmap(lambda xi: lenet5.lenet5(params, xi)))
     fns = {"native": lambda: jax.block_until_ready(native(batch))}
@@ -141,8 +173,14 @@ def vmap_cost(tmp: Path, quick: bool) -> list[dict]:
     for label, group in (("vmap forward", fns), ("vmap of grad (per-example gradients)", gfns)):
         res = interleaved(group, 10 if quick else 50)
         for backend in [k for k in group if k != "native"]:
-            rows.append({"case": f"{label}, {len(batch)} x LeNet batch 4", "backend": backend,
-                         "ratio": res[backend][0] / res["native"][0], "spread": res[backend][1]})  # fmt: skip
+            rows.append(
+                {
+                    "case": f"{label}, {len(batch)} x LeNet batch 4",
+                    "backend": backend,
+                    "ratio": res[backend][0] / res["native"][0],
+                    "spread": res[backend][1],
+                }
+            )
     return rows
 
 
@@ -213,16 +251,32 @@ def first_result(tmp: Path, quick: bool) -> list[dict]:
     med = statistics.median
     return [
         {"case": "floor: a process that only imports jax and enzyme_ad.jax", "ours_s": med(floor)},
-        {"case": "hlobundle run (no cache) vs Reactant-style script (npz + hlo_call) (goal <= 1)", "ratio": med(ours) / med(theirs),
-         "ours_s": med(ours), "baseline_s": med(theirs)},
+        {
+            "case": "hlobundle run (no cache) vs Reactant-style script (npz + hlo_call) (goal <= 1)",
+            "ratio": med(ours) / med(theirs),
+            "ours_s": med(ours),
+            "baseline_s": med(theirs),
+        },
         *json.loads(parts),
-        {"case": "hlobundle run --backend enzyme (no cache) vs Reactant-style script", "ratio": med(on_enzyme) / med(theirs),
-         "ours_s": med(on_enzyme), "baseline_s": med(theirs)},
-        {"case": "hlobundle run, second run (warm caches) / the import floor (goal <= 1.25)", "ratio": med(warm) / med(floor),
-         "ours_s": med(warm), "baseline_s": med(floor)},
-        {"case": "hlobundle run, second run / first run (caches)", "ratio": med(warm) / med(cold),
-         "ours_s": med(warm), "baseline_s": med(cold)},
-    ]  # fmt: skip
+        {
+            "case": "hlobundle run --backend enzyme (no cache) vs Reactant-style script",
+            "ratio": med(on_enzyme) / med(theirs),
+            "ours_s": med(on_enzyme),
+            "baseline_s": med(theirs),
+        },
+        {
+            "case": "hlobundle run, second run (warm caches) / the import floor (goal <= 1.25)",
+            "ratio": med(warm) / med(floor),
+            "ours_s": med(warm),
+            "baseline_s": med(floor),
+        },
+        {
+            "case": "hlobundle run, second run / first run (caches)",
+            "ratio": med(warm) / med(cold),
+            "ours_s": med(warm),
+            "baseline_s": med(cold),
+        },
+    ]
 
 
 # --- IREE: a stored executable against XLA with a warm compile cache -------------------------
@@ -279,15 +333,30 @@ def iree_first_result(tmp: Path, quick: bool) -> list[dict]:
                 json.loads(run_py(IREE_PHASES.format(backend=name, bundle=str(bundle)), env)[1])
             )
     med = statistics.median
-    rows = [{"case": "hlobundle run, fresh process: iree (stored executable) / xla (warm cache)",
-             "ratio": med(times["iree"]) / med(times["xla"]), "ours_s": med(times["iree"]),
-             "baseline_s": med(times["xla"])}]  # fmt: skip
-    names = ["import (iree.runtime / jax)", "load (hlobundle.load: parse, check)",
-             "prepare (function(): load the executable / build the Exported)", "first call"]  # fmt: skip
+    rows = [
+        {
+            "case": "hlobundle run, fresh process: iree (stored executable) / xla (warm cache)",
+            "ratio": med(times["iree"]) / med(times["xla"]),
+            "ours_s": med(times["iree"]),
+            "baseline_s": med(times["xla"]),
+        }
+    ]
+    names = [
+        "import (iree.runtime / jax)",
+        "load (hlobundle.load: parse, check)",
+        "prepare (function(): load the executable / build the Exported)",
+        "first call",
+    ]
     for k, what in enumerate(names):
         ours, theirs = med(p[k] for p in phases["iree"]), med(p[k] for p in phases["xla"])
-        rows.append({"case": f"  in which: {what}", "ratio": ours / theirs if theirs else "",
-                     "ours_s": ours, "baseline_s": theirs})  # fmt: skip
+        rows.append(
+            {
+                "case": f"  in which: {what}",
+                "ratio": ours / theirs if theirs else "",
+                "ours_s": ours,
+                "baseline_s": theirs,
+            }
+        )
     assert phases["iree"][0][4].startswith("stored executable"), phases["iree"][0][4]
     return rows + _against_onnx_runtime(tmp, bundle, env, cli, reps)
 
@@ -329,8 +398,15 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
     cold = {**env, "HLOBUNDLE_NO_CACHE": "1"}
     run = cli.format(argv=["run", str(bundle), "--backend", "iree", "--trust-executables"])
     floor = "import iree.runtime, hlobundle._format._manifest"
-    cases = {"ort": (ort, {}), "imports": ("import onnxruntime, numpy", {}), "floor": (floor, {}), "run": (run, env),
-             "python": (ours, env), "python, cold": (ours, cold), "run, cold": (run, cold)}  # fmt: skip
+    cases = {
+        "ort": (ort, {}),
+        "imports": ("import onnxruntime, numpy", {}),
+        "floor": (floor, {}),
+        "run": (run, env),
+        "python": (ours, env),
+        "python, cold": (ours, cold),
+        "run, cold": (run, cold),
+    }
     times: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(reps):
         for k, (code, e) in cases.items():
@@ -340,17 +416,37 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
     return [
         {"case": "ONNX Runtime, fresh process: InferenceSession + run (the peer)", "ours_s": base},
         {"case": "  in which: import onnxruntime, numpy", "ours_s": med["imports"]},
-        {"case": "floor: a process importing IREE's runtime and the manifest's models (pydantic) / ONNX Runtime",
-         "ratio": med["floor"] / base, "ours_s": med["floor"], "baseline_s": base},
-        {"case": "hlobundle run --backend iree (stored executable) / ONNX Runtime (goal <= 1.5)",
-         "ratio": med["run"] / base, "ours_s": med["run"], "baseline_s": base},
-        {"case": "load + function('iree') + call, Python / ONNX Runtime (goal <= 1.5)",
-         "ratio": med["python"] / base, "ours_s": med["python"], "baseline_s": base},
-        {"case": "  the same, first load of these bytes (no cache: every check) / ONNX Runtime",
-         "ratio": med["python, cold"] / base, "ours_s": med["python, cold"], "baseline_s": base},
-        {"case": "  hlobundle run, first load of these bytes / ONNX Runtime",
-         "ratio": med["run, cold"] / base, "ours_s": med["run, cold"], "baseline_s": base},
-    ]  # fmt: skip
+        {
+            "case": "floor: a process importing IREE's runtime and the manifest's models (pydantic) / ONNX Runtime",
+            "ratio": med["floor"] / base,
+            "ours_s": med["floor"],
+            "baseline_s": base,
+        },
+        {
+            "case": "hlobundle run --backend iree (stored executable) / ONNX Runtime (goal <= 1.5)",
+            "ratio": med["run"] / base,
+            "ours_s": med["run"],
+            "baseline_s": base,
+        },
+        {
+            "case": "load + function('iree') + call, Python / ONNX Runtime (goal <= 1.5)",
+            "ratio": med["python"] / base,
+            "ours_s": med["python"],
+            "baseline_s": base,
+        },
+        {
+            "case": "  the same, first load of these bytes (no cache: every check) / ONNX Runtime",
+            "ratio": med["python, cold"] / base,
+            "ours_s": med["python, cold"],
+            "baseline_s": base,
+        },
+        {
+            "case": "  hlobundle run, first load of these bytes / ONNX Runtime",
+            "ratio": med["run, cold"] / base,
+            "ours_s": med["run, cold"],
+            "baseline_s": base,
+        },
+    ]
 
 
 def lenet_onnx(bundle, path) -> None:
@@ -405,8 +501,8 @@ BODIES = {
     "bundle": "import hlobundle\nb = hlobundle.load({bundle!r})\narrays = jax.device_put([b.tensor(a.name) for a in b.arguments])",
     "npz": "z = np.load({npz!r})\narrays = jax.device_put([z[k] for k in z.files])",
     "jax.export + npz": "from jax import export\ne = export.deserialize(open({exp!r}, 'rb').read())\n"
-                        "z = np.load({npz!r})\narrays = jax.device_put([z[k] for k in z.files])",
-}  # fmt: skip
+    "z = np.load({npz!r})\narrays = jax.device_put([z[k] for k in z.files])",
+}
 
 
 def _fsync(path: Path) -> None:
@@ -438,16 +534,22 @@ class PackPhases(dict):
 
         steps = {
             "module checks (normalize, parse, @main's signature)": [
-                (_normalize, "normalize"), (_mlir, "parse"), (_main_signature, "signature")],
+                (_normalize, "normalize"),
+                (_mlir, "parse"),
+                (_main_signature, "signature"),
+            ],
             "example inputs checked, manifest planned (pydantic)": [
-                (_inputs, "from_python"), (_writer, "plan")],
+                (_inputs, "from_python"),
+                (_writer, "plan"),
+            ],
             "portable artifact of the module": [(_mlir, "to_portable")],
             "tensor file: written in steps, sha256 in a second thread": [(_tensors, "write")],
             "tensor file: its fsync, and the end of its sha256": [
-                (_hashing_writer.HashingWriter, "finish")],
+                (_hashing_writer.HashingWriter, "finish")
+            ],
             "manifest.json (final manifest validated, JSON)": [(_atomic, "_finish")],
             "fsync of the other files and the directory": [(_atomic, "_fsync_tree")],
-        }  # fmt: skip
+        }
         self._restore: list[tuple[object, str, object]] = []
         inner = [0.0]  # time of wrapped steps inside the current one
 
@@ -480,8 +582,10 @@ def phase_rows(spent: dict[str, float], total: float, synced: float) -> list[dic
     """`in which` rows: each phase's seconds in one pack, and its share of the ratio against
     save_file + fsync (the rows add up to the pack's)."""
     rest = total - sum(spent.values())
-    return [{"case": f"  in which: {phase}", "fastest_s": s, "fastest_vs_save_file_fsync": s / synced}
-            for phase, s in [*spent.items(), ("the rest (temp dir, module files, rename)", rest)]]  # fmt: skip
+    return [
+        {"case": f"  in which: {phase}", "fastest_s": s, "fastest_vs_save_file_fsync": s / synced}
+        for phase, s in [*spent.items(), ("the rest (temp dir, module files, rename)", rest)]
+    ]
 
 
 def sha256_alone(arrays: list[np.ndarray]) -> float:
@@ -510,11 +614,25 @@ def load_and_pack(tmp: Path, quick: bool) -> tuple[list[dict], list[dict]]:
         text = module_for(arrays)
         names = [f"w{i}" for i in range(count)]
         writers = {
-            "hlobundle.pack (with sha256, fsync)": (tmp / "b", lambda: hlobundle.pack(text, arrays, tmp / "b", names=names)),
+            "hlobundle.pack (with sha256, fsync)": (
+                tmp / "b",
+                lambda: hlobundle.pack(text, arrays, tmp / "b", names=names),
+            ),
             "np.savez": (tmp / "w.npz", lambda: np.savez(tmp / "w.npz", *arrays)),
-            "safetensors save_file": (tmp / "w.safetensors", lambda: save_file(dict(zip(names, arrays, strict=True)), str(tmp / "w.safetensors"))),
-            "safetensors save_file + fsync": (tmp / "d.safetensors", lambda: (save_file(dict(zip(names, arrays, strict=True)), str(tmp / "d.safetensors")), _fsync(tmp / "d.safetensors"))),
-        }  # fmt: skip
+            "safetensors save_file": (
+                tmp / "w.safetensors",
+                lambda: save_file(
+                    dict(zip(names, arrays, strict=True)), str(tmp / "w.safetensors")
+                ),
+            ),
+            "safetensors save_file + fsync": (
+                tmp / "d.safetensors",
+                lambda: (
+                    save_file(dict(zip(names, arrays, strict=True)), str(tmp / "d.safetensors")),
+                    _fsync(tmp / "d.safetensors"),
+                ),
+            ),
+        }
         times: dict[str, list[float]] = {k: [] for k in writers}
         phases: list[dict[str, float]] = []  # of each pack run
         for _ in range(2 if quick else 3):
@@ -555,8 +673,13 @@ def load_and_pack(tmp: Path, quick: bool) -> tuple[list[dict], list[dict]]:
             phases[fastest], times["hlobundle.pack (with sha256, fsync)"][fastest], synced
         )
         alone = min(sha256_alone(arrays) for _ in range(2 if quick else 3))
-        pack_rows.append({"case": "  for reference: sha256 of the same bytes alone, one core",
-                          "fastest_s": alone, "fastest_vs_save_file_fsync": alone / synced})  # fmt: skip
+        pack_rows.append(
+            {
+                "case": "  for reference: sha256 of the same bytes alone, one core",
+                "fastest_s": alone,
+                "fastest_vs_save_file_fsync": alone / synced,
+            }
+        )
         exp = export.export(jax.jit(lambda *a: a[0]))(
             *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
         )
@@ -574,9 +697,15 @@ def load_and_pack(tmp: Path, quick: bool) -> tuple[list[dict], list[dict]]:
         med = {k: statistics.median(m["s"] for m in v) for k, v in measured.items()}
         peak = {k: max(m["peak"] for m in v) - base_rss for k, v in measured.items()}
         for k in ("npz", "jax.export + npz"):
-            load_rows.append({"case": f"{total / GiB:.3g} GiB in {count} tensors", "baseline": k,
-                              "speedup": med[k] / med["bundle"], "bundle_peak_x": peak["bundle"] / total,
-                              "baseline_peak_x": peak[k] / total})  # fmt: skip
+            load_rows.append(
+                {
+                    "case": f"{total / GiB:.3g} GiB in {count} tensors",
+                    "baseline": k,
+                    "speedup": med[k] / med["bundle"],
+                    "bundle_peak_x": peak["bundle"] / total,
+                    "baseline_peak_x": peak[k] / total,
+                }
+            )
     return load_rows, pack_rows
 
 
@@ -741,8 +870,11 @@ def trust_cost(tmp: Path, quick: bool) -> list[dict]:
     import hlobundle
 
     worktree = tmp / "baseline"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree),
-                    TRUST_BASELINE], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), TRUST_BASELINE],
+        check=True,
+        capture_output=True,
+    )
     try:
         arrays = weights(64 * 1024**2 if quick else GiB, 64)
         big = hlobundle.pack(module_for(arrays), arrays, tmp / "trust-big")
@@ -751,27 +883,46 @@ def trust_cost(tmp: Path, quick: bool) -> list[dict]:
         # now imports its modules on first use, the baseline on `import hlobundle`).
         load = "import sys, time\nfrom hlobundle import load\nt = time.perf_counter()\nload(sys.argv[1])\nprint(time.perf_counter() - t)"
         rows = []
-        for label, bundle in (("LeNet", ROOT / "examples" / "lenet5.hlobundle"),
-                              (f"{'64 MiB' if quick else '1 GiB'}, 64 tensors", big)):  # fmt: skip
+        for label, bundle in (
+            ("LeNet", ROOT / "examples" / "lenet5.hlobundle"),
+            (f"{'64 MiB' if quick else '1 GiB'}, 64 tensors", big),
+        ):
             for what, argv, inner in (
                 ("load()", ["-c", load, str(bundle)], True),
-                ("verify --quick (whole process)", ["-m", "hlobundle", "verify", "--quick", str(bundle)], False),
-            ):  # fmt: skip
+                (
+                    "verify --quick (whole process)",
+                    ["-m", "hlobundle", "verify", "--quick", str(bundle)],
+                    False,
+                ),
+            ):
                 times: dict[str, list[float]] = {"ours": [], "baseline": []}
                 for _ in range(5 if quick else 15):
                     for name, path in (("ours", ROOT), ("baseline", worktree)):
                         start = time.perf_counter()
-                        r = subprocess.run([PY, *argv], capture_output=True, text=True, cwd=tmp,
-                                           env={**os.environ, "PYTHONPATH": str(path)}, check=True)  # fmt: skip
+                        r = subprocess.run(
+                            [PY, *argv],
+                            capture_output=True,
+                            text=True,
+                            cwd=tmp,
+                            env={**os.environ, "PYTHONPATH": str(path)},
+                            check=True,
+                        )
                         wall = time.perf_counter() - start
                         times[name].append(float(r.stdout.strip()) if inner else wall)
                 ours, base = (statistics.median(times[k]) for k in ("ours", "baseline"))
-                rows.append({"case": f"{what}, {label}: this reader / {TRUST_BASELINE} (goal <= 1.2)",
-                             "s": ours, "ratio": ours / base})  # fmt: skip
+                rows.append(
+                    {
+                        "case": f"{what}, {label}: this reader / {TRUST_BASELINE} (goal <= 1.2)",
+                        "s": ours,
+                        "ratio": ours / base,
+                    }
+                )
         return rows
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
+            capture_output=True,
+        )
 
 
 def children_cost(tmp: Path, quick: bool) -> list[dict]:
@@ -798,11 +949,19 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
     assert first == alone(), "the two ways print different texts"
     t = interleaved({"forked": forked, "alone": alone}, 5 if quick else 30)
     return [
-        {"case": "one artifact: a fork of the server / a fresh process",
-         "s": t["forked"][0], "ratio": t["forked"][0] / t["alone"][0], "spread": t["forked"][1]},
-        {"case": "the first, starting the server / a fresh process", "s": started,
-         "ratio": started / t["alone"][0], "spread": ""},
-    ]  # fmt: skip
+        {
+            "case": "one artifact: a fork of the server / a fresh process",
+            "s": t["forked"][0],
+            "ratio": t["forked"][0] / t["alone"][0],
+            "spread": t["forked"][1],
+        },
+        {
+            "case": "the first, starting the server / a fresh process",
+            "s": started,
+            "ratio": started / t["alone"][0],
+            "spread": "",
+        },
+    ]
 
 
 def _written_by_another_jaxlib(bundle: Path) -> Path:
@@ -842,22 +1001,30 @@ def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
             fn, w, x, out=tmp / "foreign-3", with_vjp=True, vmap_in_axes=(None, 0)
         ),
     }
-    code = ("import sys\nfrom hlobundle._format import _portable\n"
-            "_portable.FORK_SERVER = sys.argv[1] == 'forked'\n"
-            "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))")  # fmt: skip
+    code = (
+        "import sys\nfrom hlobundle._format import _portable\n"
+        "_portable.FORK_SERVER = sys.argv[1] == 'forked'\n"
+        "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
+    )
     env = {**os.environ, "HLOBUNDLE_NO_CACHE": "1"}
     rows = []
     for label, bundle in bundles.items():
         _written_by_another_jaxlib(bundle)
 
         def verify(how: str) -> None:
-            subprocess.run([PY, "-c", code, how, str(bundle)], env=env, check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                [PY, "-c", code, how, str(bundle)], env=env, check=True, capture_output=True
+            )
 
         t = interleaved({k: lambda k=k: verify(k) for k in ("forked", "once")}, 5 if quick else 20)
-        rows.append({"case": f"{label}: forks of one server / a fresh process per artifact",
-                     "s": t["forked"][0], "ratio": t["forked"][0] / t["once"][0],
-                     "spread": t["forked"][1]})  # fmt: skip
+        rows.append(
+            {
+                "case": f"{label}: forks of one server / a fresh process per artifact",
+                "s": t["forked"][0],
+                "ratio": t["forked"][0] / t["once"][0],
+                "spread": t["forked"][1],
+            }
+        )
     return rows
 
 
@@ -876,11 +1043,23 @@ def sign_cost(tmp: Path, quick: bool) -> list[dict]:
     path = hlobundle.pack(module_for(arrays), arrays, tmp / "sign-big")
     del arrays
     key = ec.generate_private_key(ec.SECP256R1())
-    (tmp / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                    serialization.PrivateFormat.PKCS8,
-                                                    serialization.NoEncryption()))  # fmt: skip
-    tool = [str(Path(PY).parent / "model_signing"), "sign", "key", str(path), "--signature",
-            str(tmp / "tool.sig"), "--private_key", str(tmp / "key.pem")]  # fmt: skip
+    (tmp / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    tool = [
+        str(Path(PY).parent / "model_signing"),
+        "sign",
+        "key",
+        str(path),
+        "--signature",
+        str(tmp / "tool.sig"),
+        "--private_key",
+        str(tmp / "key.pem"),
+    ]
     res = interleaved(
         {
             "verify": lambda: hlobundle.load(path).verify(),
@@ -892,12 +1071,18 @@ def sign_cost(tmp: Path, quick: bool) -> list[dict]:
     size = "64 MiB" if quick else "1 GiB"
     base = res["verify"][0]
     return [
-        {"case": f"hlobundle sign / full verify, {size} (goal <= 1.2)", "s": res["sign"][0],
-         "ratio": res["sign"][0] / base},
-        {"case": f"model_signing sign key (the standard tool, hashing itself) / full verify, {size}",
-         "s": res["tool"][0], "ratio": res["tool"][0] / base},
+        {
+            "case": f"hlobundle sign / full verify, {size} (goal <= 1.2)",
+            "s": res["sign"][0],
+            "ratio": res["sign"][0] / base,
+        },
+        {
+            "case": f"model_signing sign key (the standard tool, hashing itself) / full verify, {size}",
+            "s": res["tool"][0],
+            "ratio": res["tool"][0] / base,
+        },
         {"case": f"full verify, {size}", "s": base, "ratio": 1.0},
-    ]  # fmt: skip
+    ]
 
 
 # --- registries ---------------------------------------------------------------------------------
@@ -912,10 +1097,15 @@ def _registry(tmp: Path) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = tmp / "registry.yml"
-    config.write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: "
-                      f"{{rootdirectory: {tmp / 'registry'}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")  # fmt: skip
-    process = subprocess.Popen(["docker-registry", "serve", str(config)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    config.write_text(
+        f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: "
+        f"{{rootdirectory: {tmp / 'registry'}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n"
+    )
+    process = subprocess.Popen(
+        ["docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(200):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
@@ -967,8 +1157,9 @@ def pull_cost(tmp: Path, quick: bool) -> list[dict]:
 
         res = interleaved({"hlobundle pull": ours, "oras pull": theirs}, 3 if quick else 7)
         out = tmp / "peak.hlobundle"
-        r = subprocess.run([PY, "-c", PULL_PEAK, ref, str(out)], capture_output=True, text=True,
-                           check=True)  # fmt: skip
+        r = subprocess.run(
+            [PY, "-c", PULL_PEAK, ref, str(out)], capture_output=True, text=True, check=True
+        )
         peak = int(r.stdout.split()[-1])
     finally:
         process.terminate()
@@ -977,12 +1168,19 @@ def pull_cost(tmp: Path, quick: bool) -> list[dict]:
     base = res["oras pull"][0]
     mib = f"{total / 1024**2:.0f} MiB"
     return [
-        {"case": f"hlobundle pull / oras pull, {mib} (goal <= 1.1)", "s": res["hlobundle pull"][0],
-         "ratio": res["hlobundle pull"][0] / base, "spread": res["hlobundle pull"][1]},
+        {
+            "case": f"hlobundle pull / oras pull, {mib} (goal <= 1.1)",
+            "s": res["hlobundle pull"][0],
+            "ratio": res["hlobundle pull"][0] / base,
+            "spread": res["hlobundle pull"][1],
+        },
         {"case": f"oras pull, {mib}", "s": base, "ratio": 1.0, "spread": res["oras pull"][1]},
-        {"case": f"peak RSS of a pull above start-up / bundle size, {mib} (goal <= 0.1)",
-         "s": "", "ratio": peak / total},
-    ]  # fmt: skip
+        {
+            "case": f"peak RSS of a pull above start-up / bundle size, {mib} (goal <= 0.1)",
+            "s": "",
+            "ratio": peak / total,
+        },
+    ]
 
 
 # --- serving ------------------------------------------------------------------------------------
@@ -996,10 +1194,23 @@ def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [PY, "-m", "hlobundle", "serve", str(ROOT / "examples" / "lenet5.hlobundle"), "--port",
-         str(port), "--backend", "xla", "--max-batch-size", str(max_batch), "--trust-batched"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            PY,
+            "-m",
+            "hlobundle",
+            "serve",
+            str(ROOT / "examples" / "lenet5.hlobundle"),
+            "--port",
+            str(port),
+            "--backend",
+            "xla",
+            "--max-batch-size",
+            str(max_batch),
+            "--trust-batched",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(600):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
@@ -1026,8 +1237,12 @@ def _load(
     def client() -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port)
         for _ in range(each):
-            conn.request("POST", "/v2/models/lenet5/infer", body,
-                         {"Inference-Header-Content-Length": str(header)})  # fmt: skip
+            conn.request(
+                "POST",
+                "/v2/models/lenet5/infer",
+                body,
+                {"Inference-Header-Content-Length": str(header)},
+            )
             r = conn.getresponse()
             data = r.read()
             n = int(r.headers.get("Inference-Header-Content-Length", len(data)))
@@ -1047,12 +1262,22 @@ def _model_bound(served, images: np.ndarray, reps: int) -> tuple[list[dict], flo
     call of the batched module (as the server makes it) against 16 calls, in this process; and
     the seconds per request of each."""
     many = [{"images": images}] * 16
-    times = interleaved({"one": lambda: [served(g) for g in many],
-                         "batched": lambda: served.call_many(many)}, reps)  # fmt: skip
+    times = interleaved(
+        {"one": lambda: [served(g) for g in many], "batched": lambda: served.call_many(many)}, reps
+    )
     one, batched = times["one"][0] / 16, times["batched"][0] / 16
-    return [{"case": "model only, in process: 16 requests one by one / in one batched call "
-             "(the bound on any batching gain)", "s": times["batched"][0],
-             "ratio": one / batched}], one, batched  # fmt: skip
+    return (
+        [
+            {
+                "case": "model only, in process: 16 requests one by one / in one batched call "
+                "(the bound on any batching gain)",
+                "s": times["batched"][0],
+                "ratio": one / batched,
+            }
+        ],
+        one,
+        batched,
+    )
 
 
 def _in_process_parts(served, body: bytes, header: bytes, reps: int) -> dict[str, float]:
@@ -1066,9 +1291,15 @@ def _in_process_parts(served, body: bytes, header: bytes, reps: int) -> dict[str
     asgi, length = _app.app({"lenet5": served}), str(len(header))
     decoded = _app._decode(served, body, length)
     outputs = served(decoded.given)
-    scope = {"type": "http", "method": "POST", "path": "/v2/models/lenet5/infer",
-             "headers": [(b"content-length", str(len(body)).encode()),
-                         (b"inference-header-content-length", length.encode())]}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v2/models/lenet5/infer",
+        "headers": [
+            (b"content-length", str(len(body)).encode()),
+            (b"inference-header-content-length", length.encode()),
+        ],
+    }
 
     async def receive() -> dict:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -1078,12 +1309,15 @@ def _in_process_parts(served, body: bytes, header: bytes, reps: int) -> dict[str
 
     loop = asyncio.new_event_loop()
     try:
-        times = interleaved({
-            "model": lambda: served(decoded.given),
-            "decode": lambda: _app._decode(served, body, length),
-            "encode": lambda: _app._encode(served, decoded, outputs),
-            "app": lambda: loop.run_until_complete(asgi(scope, receive, send)),
-        }, reps)  # fmt: skip
+        times = interleaved(
+            {
+                "model": lambda: served(decoded.given),
+                "decode": lambda: _app._decode(served, body, length),
+                "encode": lambda: _app._encode(served, decoded, outputs),
+                "app": lambda: loop.run_until_complete(asgi(scope, receive, send)),
+            },
+            reps,
+        )
     finally:
         loop.close()
     return {k: v[0] for k, v in times.items()}
@@ -1098,8 +1332,12 @@ def _latency(port: int, body: bytes, header: bytes, n: int) -> tuple[list[float]
     conn, infer, live = http.client.HTTPConnection("127.0.0.1", port), [], []
     for _ in range(n):
         start = time.perf_counter()
-        conn.request("POST", "/v2/models/lenet5/infer", body,
-                     {"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+        conn.request(
+            "POST",
+            "/v2/models/lenet5/infer",
+            body,
+            {"Inference-Header-Content-Length": str(len(header))},
+        )
         conn.getresponse().read()
         infer.append(time.perf_counter() - start)
         start = time.perf_counter()
@@ -1117,8 +1355,11 @@ def _handler_mean_s(port: int) -> float:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    values = {line.split("{")[0]: float(line.split()[-1]) for line in text.splitlines()
-              if line.startswith("hlobundle_request_seconds_") and 'model="lenet5"' in line}  # fmt: skip
+    values = {
+        line.split("{")[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("hlobundle_request_seconds_") and 'model="lenet5"' in line
+    }
     return values["hlobundle_request_seconds_sum"] / values["hlobundle_request_seconds_count"]
 
 
@@ -1162,8 +1403,18 @@ def json_decode_cost(tmp: Path, quick: bool) -> list[dict]:
 
     path = ROOT / "examples" / "lenet5.hlobundle"
     images = np.asarray(hlobundle.load(path).tensor("images"))
-    body = json.dumps({"inputs": [{"name": "images", "shape": list(images.shape),
-                                   "datatype": "FP32", "data": images.ravel().tolist()}]}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(images.shape),
+                    "datatype": "FP32",
+                    "data": images.ravel().tolist(),
+                }
+            ]
+        }
+    ).encode()
     served = load_models([str(path)], backend="xla")["lenet5"]
 
     old_parse = _protocol._parsed_exactly  # nesting checked, then the standard library
@@ -1173,21 +1424,39 @@ def json_decode_cost(tmp: Path, quick: bool) -> list[dict]:
             return _app._decode(served, body, None)
 
     reps = 50 if quick else 500
-    times = interleaved({
-        "parse": lambda: _protocol._parsed(body), "old parse": lambda: old_parse(body),
-        "decode": lambda: _app._decode(served, body, None), "old decode": old_decode,
-    }, reps)  # fmt: skip
+    times = interleaved(
+        {
+            "parse": lambda: _protocol._parsed(body),
+            "old parse": lambda: old_parse(body),
+            "decode": lambda: _app._decode(served, body, None),
+            "old decode": old_decode,
+        },
+        reps,
+    )
     t = {k: v[0] for k, v in times.items()}
     return [
-        {"case": f"parse the JSON ({len(body)} bytes): orjson / the standard library (s: orjson)",
-         "s": t["parse"], "ratio": t["parse"] / t["old parse"]},
-        {"case": "parse the JSON: the standard library (the decoder before orjson)",
-         "s": t["old parse"], "ratio": 1.0},
-        {"case": "decode the request (parse, checks, the array): with orjson / with the "
-         "standard library (s: with orjson)", "s": t["decode"], "ratio": t["decode"] / t["old decode"]},
-        {"case": "decode the request with the standard library's parse (the same checks)",
-         "s": t["old decode"], "ratio": 1.0},
-    ]  # fmt: skip
+        {
+            "case": f"parse the JSON ({len(body)} bytes): orjson / the standard library (s: orjson)",
+            "s": t["parse"],
+            "ratio": t["parse"] / t["old parse"],
+        },
+        {
+            "case": "parse the JSON: the standard library (the decoder before orjson)",
+            "s": t["old parse"],
+            "ratio": 1.0,
+        },
+        {
+            "case": "decode the request (parse, checks, the array): with orjson / with the "
+            "standard library (s: with orjson)",
+            "s": t["decode"],
+            "ratio": t["decode"] / t["old decode"],
+        },
+        {
+            "case": "decode the request with the standard library's parse (the same checks)",
+            "s": t["old decode"],
+            "ratio": 1.0,
+        },
+    ]
 
 
 def serve_cost(tmp: Path, quick: bool) -> list[dict]:
@@ -1205,11 +1474,19 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     fn = jax.jit(bundle.function("xla"))
     args = bundle.example_args()
     want = np.asarray(fn(*args)).reshape(-1)
-    header = json.dumps({
-        "inputs": [{"name": "images", "shape": list(images.shape), "datatype": "FP32",
-                    "parameters": {"binary_data_size": images.nbytes}}],
-        "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
-    }).encode()  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(images.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes},
+                }
+            ],
+            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     body = header + images.astype("<f4").tobytes()
     n = 200 if quick else 1000
     local = []
@@ -1217,8 +1494,12 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
         local.append(time.perf_counter() - start)
-    served = load_models([str(ROOT / "examples" / "lenet5.hlobundle")], backend="xla",
-                         max_batch=16, trust=hlobundle.Trust.BATCHED)["lenet5"]  # fmt: skip
+    served = load_models(
+        [str(ROOT / "examples" / "lenet5.hlobundle")],
+        backend="xla",
+        max_batch=16,
+        trust=hlobundle.Trust.BATCHED,
+    )["lenet5"]
     rows, one_s, batched_s = _model_bound(served, images, n // 10)
     parts = _in_process_parts(served, body, header, n)
     proc, port = _served(1)
@@ -1243,32 +1524,81 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     p50, base = float(np.median(remote)), float(np.median(local))
     for q in (50, 99):
         over = float(np.percentile(remote, q) - np.percentile(local, q))
-        rows.append({"case": f"request p{q}, LeNet batch 4 (binary, keep-alive): s, and s over the in-process call"
-                     + (" (goal <= 0.0005)" if q == 50 else ""), "s": float(np.percentile(remote, q)), "ratio": over})  # fmt: skip
+        rows.append(
+            {
+                "case": f"request p{q}, LeNet batch 4 (binary, keep-alive): s, and s over the in-process call"
+                + (" (goal <= 0.0005)" if q == 50 else ""),
+                "s": float(np.percentile(remote, q)),
+                "ratio": over,
+            }
+        )
     share = "s, and its share of the request p50"
     rows += [
         {"case": "in-process jitted call p50 (the baseline)", "s": base, "ratio": 0.0},
-        {"case": f"in which: HTTP alone, GET /v2/health/live p50 between the requests ({share})",
-         "s": float(np.median(live)), "ratio": float(np.median(live)) / p50},
-        {"case": f"in which: the server's handler, mean from its /metrics: body read to response built, model included ({share})",
-         "s": handler, "ratio": handler / p50},
-        {"case": f"in which, in process and warm: the model call as served ({share})", "s": parts["model"], "ratio": parts["model"] / p50},
-        {"case": f"in which, in process and warm: decode the binary request ({share})", "s": parts["decode"], "ratio": parts["decode"] / p50},
-        {"case": f"in which, in process and warm: encode the binary response ({share})", "s": parts["encode"], "ratio": parts["encode"] / p50},
-        {"case": f"in which, in process and warm: the whole ASGI app, no HTTP ({share})", "s": parts["app"], "ratio": parts["app"] / p50},
-    ]  # fmt: skip
+        {
+            "case": f"in which: HTTP alone, GET /v2/health/live p50 between the requests ({share})",
+            "s": float(np.median(live)),
+            "ratio": float(np.median(live)) / p50,
+        },
+        {
+            "case": f"in which: the server's handler, mean from its /metrics: body read to response built, model included ({share})",
+            "s": handler,
+            "ratio": handler / p50,
+        },
+        {
+            "case": f"in which, in process and warm: the model call as served ({share})",
+            "s": parts["model"],
+            "ratio": parts["model"] / p50,
+        },
+        {
+            "case": f"in which, in process and warm: decode the binary request ({share})",
+            "s": parts["decode"],
+            "ratio": parts["decode"] / p50,
+        },
+        {
+            "case": f"in which, in process and warm: encode the binary response ({share})",
+            "s": parts["encode"],
+            "ratio": parts["encode"] / p50,
+        },
+        {
+            "case": f"in which, in process and warm: the whole ASGI app, no HTTP ({share})",
+            "s": parts["app"],
+            "ratio": parts["app"] / p50,
+        },
+    ]
     bound = one_s / batched_s
     rows += [
-        {"case": "throughput, 16 concurrent clients, no batching (requests/s)", "s": unbatched, "ratio": 1.0},
-        {"case": "throughput, 16 concurrent clients, dynamic batching up to 16 (requests/s; ratio: over no batching)",
-         "s": batched, "ratio": batched / unbatched},
-        {"case": "batching gain / the model-only bound (goal >= 0.8)", "s": batched / unbatched, "ratio": batched / unbatched / bound},
-        {"case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s)", "s": ceiling,
-         "ratio": ceiling / unbatched},
-        {"case": f"load test: {total} requests from 16 clients: wrong or lost", "s": float(wrong), "ratio": 0.0},
-        {"case": "load test: server RSS (MiB) at the end / after warm-up (goal within 1.1)", "s": after / 1024,
-         "ratio": after / before},
-    ]  # fmt: skip
+        {
+            "case": "throughput, 16 concurrent clients, no batching (requests/s)",
+            "s": unbatched,
+            "ratio": 1.0,
+        },
+        {
+            "case": "throughput, 16 concurrent clients, dynamic batching up to 16 (requests/s; ratio: over no batching)",
+            "s": batched,
+            "ratio": batched / unbatched,
+        },
+        {
+            "case": "batching gain / the model-only bound (goal >= 0.8)",
+            "s": batched / unbatched,
+            "ratio": batched / unbatched / bound,
+        },
+        {
+            "case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s)",
+            "s": ceiling,
+            "ratio": ceiling / unbatched,
+        },
+        {
+            "case": f"load test: {total} requests from 16 clients: wrong or lost",
+            "s": float(wrong),
+            "ratio": 0.0,
+        },
+        {
+            "case": "load test: server RSS (MiB) at the end / after warm-up (goal within 1.1)",
+            "s": after / 1024,
+            "ratio": after / before,
+        },
+    ]
     return rows
 
 
@@ -1307,13 +1637,27 @@ def lm_cost(tmp: Path, quick: bool) -> list[dict]:
         res = interleaved(fns, 30 if quick else 300)
         base = res["native jax.jit"][0]
         for backend in ("enzyme", "xla"):
-            rows.append({"case": f"decode one token, batch {batch}", "backend": backend, "native_s": base,
-                         "bundle_s": res[backend][0], "ratio": res[backend][0] / base,
-                         "spread": res[backend][1]})  # fmt: skip
+            rows.append(
+                {
+                    "case": f"decode one token, batch {batch}",
+                    "backend": backend,
+                    "native_s": base,
+                    "bundle_s": res[backend][0],
+                    "ratio": res[backend][0] / base,
+                    "spread": res[backend][1],
+                }
+            )
     size = lm.storage(path)
-    rows.append({"case": "tensor bytes / (one copy of the weights + stored examples)", "backend": "",
-                 "native_s": "", "bundle_s": "", "ratio": size["stored"] / (size["weights"] + size["examples"]),
-                 "spread": ""})  # fmt: skip
+    rows.append(
+        {
+            "case": "tensor bytes / (one copy of the weights + stored examples)",
+            "backend": "",
+            "native_s": "",
+            "bundle_s": "",
+            "ratio": size["stored"] / (size["weights"] + size["examples"]),
+            "spread": "",
+        }
+    )
     return rows
 
 

@@ -23,12 +23,35 @@ import generate  # noqa: E402  (conformance/generate.py: the cases' generator)
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "reactant"
 
 ALL_DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
-    "float8_e4m3b11fnuz", "float8_e3m4", "float8_e4m3",
-    "int4", "uint4", "int2", "uint2", "float4_e2m1fn",
-]  # fmt: skip
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float8_e4m3b11fnuz",
+    "float8_e3m4",
+    "float8_e4m3",
+    "int4",
+    "uint4",
+    "int2",
+    "uint2",
+    "float4_e2m1fn",
+]
 
 
 def np_dtype(name: str) -> np.dtype:
@@ -68,10 +91,26 @@ def two_functions(tmp_path: Path, name: str = "two") -> Path:
     w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
     x, y = np.ones((5, 8), np.float32), np.zeros((5, 3), np.float32)
     out, roles = tmp_path / name, {"w": "parameter"}
-    hlobundle.export(lambda w, x: jnp.tanh(x @ w), w, x, out=out, name="predict", roles=roles,
-                     shapes_specs=(None, "b, 8"))  # fmt: skip
-    hlobundle.export(lambda w, x, y: ((x @ w - y) ** 2).mean(), w, x, y, out=out, name="loss",
-                     roles=roles, shapes_specs=(None, "b, 8", "b, 3"), add=True)  # fmt: skip
+    hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w),
+        w,
+        x,
+        out=out,
+        name="predict",
+        roles=roles,
+        shapes_specs=(None, "b, 8"),
+    )
+    hlobundle.export(
+        lambda w, x, y: ((x @ w - y) ** 2).mean(),
+        w,
+        x,
+        y,
+        out=out,
+        name="loss",
+        roles=roles,
+        shapes_specs=(None, "b, 8", "b, 3"),
+        add=True,
+    )
     return out
 
 

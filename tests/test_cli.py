@@ -158,12 +158,18 @@ def test_pack_without_inputs(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "{b}", "--save-outputs", "{tmp}/nodir/out.npz"], "error [INPUT_INVALID] --save-outputs: the directory"),
-        (["run", "{b}", "--save-outputs", "{tmp}/nodir/out.safetensors"], "error [INPUT_INVALID] --save-outputs: the directory"),
+        (
+            ["run", "{b}", "--save-outputs", "{tmp}/nodir/out.npz"],
+            "error [INPUT_INVALID] --save-outputs: the directory",
+        ),
+        (
+            ["run", "{b}", "--save-outputs", "{tmp}/nodir/out.safetensors"],
+            "error [INPUT_INVALID] --save-outputs: the directory",
+        ),
         (["emit", "{b}", "-o", "{tmp}/nodir/run.py"], "error [INPUT_INVALID] -o: the directory"),
         (["schema", "-o", "{tmp}/nodir/s.json"], "error [INPUT_INVALID] -o: the directory"),
     ],
-)  # fmt: skip
+)
 def test_output_paths_are_checked_before_any_work(tmp_path, argv, message):
     bundle = hlobundle.pack(_add_module(tmp_path), None, tmp_path / "b")
     r = cli(*[a.format(b=bundle, tmp=tmp_path) for a in argv])
@@ -195,8 +201,15 @@ def test_compute_expected_of_a_64_bit_module(tmp_path):
         "  %y = stablehlo.add %x, %x : tensor<3xf64>\n  return %y : tensor<3xf64>\n}\n"
     )
     np.save(tmp_path / "x.npy", np.arange(3.0))
-    r = cli_process("pack", tmp_path / "m.mlir", "--inputs", tmp_path / "x.npy", "-o",
-                    tmp_path / "b", "--compute-expected")  # fmt: skip
+    r = cli_process(
+        "pack",
+        tmp_path / "m.mlir",
+        "--inputs",
+        tmp_path / "x.npy",
+        "-o",
+        tmp_path / "b",
+        "--compute-expected",
+    )
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(
         hlobundle.load(tmp_path / "b").expected_outputs()["result0"], [0, 2, 4]
@@ -376,7 +389,7 @@ def _private_key(tmp_path):
         ("model_signing", ["sign", "{b}", "--private-key", "{t}/key.pem"], "sign"),
         ("model_signing", ["verify", "{b}", "--public-key", "{t}/key.pub"], "sign"),
         ("model_signing", ["pack", "{m}", "-o", "{t}/c", "--sign-key", "{t}/key.pem"], "sign"),
-    ],  # fmt: skip
+    ],
     ids=lambda v: "-".join(v) if isinstance(v, list) else v,
 )
 def test_a_missing_extra_is_a_coded_error_with_the_pip_line(tmp_path, blocked, argv, pip):
@@ -515,6 +528,9 @@ def test_the_command_exits_promptly_with_its_status_its_output_and_the_exit_hand
     assert json.loads(r.stdout)["arguments"]  # the whole JSON document arrived
     assert r.stderr.strip() == "exit handler ran"
     missing = tmp_path / "missing"
-    r = subprocess.run([sys.executable, "-c", code.replace(str(example), str(missing))],
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", code.replace(str(example), str(missing))],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1 and "NOT_A_BUNDLE" in r.stdout + r.stderr

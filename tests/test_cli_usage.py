@@ -66,13 +66,25 @@ USAGE_ERRORS = [
     (("pack", "m.mlir", "--from-jax-export", "e.bin", "-o", B), "--from-jax-export"),
     (("pack", "--from-jax-export", "a", "--from-jax-export", "b", "-o", B), "--from-jax-export"),
     (("pack", "--from-jax-export", "=x", "--from-jax-export", "b=y", "-o", B), "NAME="),
-    (("pack", "--from-jax-export", "a=x", "--from-jax-export", "b=y", "--function", "f", "-o", B),
-     "--function"),
+    (
+        (
+            "pack",
+            "--from-jax-export",
+            "a=x",
+            "--from-jax-export",
+            "b=y",
+            "--function",
+            "f",
+            "-o",
+            B,
+        ),
+        "--function",
+    ),
     (("pack", "--from-jax-export", "e.bin", "--names", "x", "-o", B), "--names"),
     (("pack", "--from-reactant", "dir", "--inputs", "x.npz", "-o", B), "--from-reactant"),
     (("pack", "--from-reactant-server", "dir", "--function", "f", "-o", B), "--function"),
     (("pack", "--from-reactant-server", "dir", "--batch-size", "0", "-o", B), "--batch-size"),
-]  # fmt: skip
+]
 
 
 def _id(value: tuple[str, ...] | str) -> str:

@@ -105,10 +105,22 @@ def test_raw_inference_agrees_with_rest_on_the_same_server(client, served, image
     result = client.infer("lenet5", [inp], request_id="r7")
     assert result.get_response().id == "r7"
     np.testing.assert_array_equal(result.as_numpy("result"), _want(x))
-    rest = served[1].post("/v2/models/lenet5/infer", json={"inputs": [{
-        "name": "images", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]})  # fmt: skip
-    np.testing.assert_array_equal(np.reshape(rest.json()["outputs"][0]["data"], (4, 10)),
-                                  result.as_numpy("result"))  # fmt: skip
+    rest = served[1].post(
+        "/v2/models/lenet5/infer",
+        json={
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "data": x.ravel().tolist(),
+                }
+            ]
+        },
+    )
+    np.testing.assert_array_equal(
+        np.reshape(rest.json()["outputs"][0]["data"], (4, 10)), result.as_numpy("result")
+    )
 
 
 def _typed_request(x, datatype="FP32", **fields):
@@ -141,9 +153,15 @@ def _rest_error(served, body):
 def test_bad_requests_are_rest_s_errors_as_grpc_statuses(stub, served, images):
     x = images.ravel().tolist()
     cases = [  # (a gRPC request, the same request over REST, the gRPC status)
-        (_typed_request(images[:1]), {"name": "images", "shape": [1, 1, 28, 28], "datatype": "FP32", "data": x[:784]}),
-        (_typed_request(images.astype(np.float64), "FP64"), {"name": "images", "shape": [4, 1, 28, 28], "datatype": "FP64", "data": x}),
-    ]  # fmt: skip
+        (
+            _typed_request(images[:1]),
+            {"name": "images", "shape": [1, 1, 28, 28], "datatype": "FP32", "data": x[:784]},
+        ),
+        (
+            _typed_request(images.astype(np.float64), "FP64"),
+            {"name": "images", "shape": [4, 1, 28, 28], "datatype": "FP64", "data": x},
+        ),
+    ]
     for request, rest in cases:
         status, message, code = _refused(stub, request)
         assert (status, code) == (grpc.StatusCode.INVALID_ARGUMENT, "INPUT_INVALID")
@@ -208,13 +226,24 @@ def _hanging_call(port: int) -> socket.socket:
     def literal(name: str, value: str) -> bytes:
         return b"\0" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
 
-    headers = b"".join(literal(k, v) for k, v in [
-        (":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{port}"),
-        (":path", "/inference.GRPCInferenceService/ModelInfer"),
-        ("content-type", "application/grpc"), ("te", "trailers")])  # fmt: skip
+    headers = b"".join(
+        literal(k, v)
+        for k, v in [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":authority", f"127.0.0.1:{port}"),
+            (":path", "/inference.GRPCInferenceService/ModelInfer"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+    )
     sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(1, 4, 1, headers)
-                 + frame(0, 0, 1, b"\0" + struct.pack(">I", 1000) + b"\0" * 10))  # fmt: skip
+    sock.sendall(
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        + frame(4, 0, 0, b"")
+        + frame(1, 4, 1, headers)
+        + frame(0, 0, 1, b"\0" + struct.pack(">I", 1000) + b"\0" * 10)
+    )
     return sock
 
 
@@ -314,12 +343,27 @@ def test_the_command_serves_both_protocols_and_drains_on_sigterm(images):
 
     port, grpc_port = _free_port(), _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
-         "--grpc-port", str(grpc_port), "--backend", "xla", "--trust-batched",
-         "--batch-timeout-ms", "1500"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "serve",
+            str(EXAMPLE),
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(grpc_port),
+            "--backend",
+            "xla",
+            "--trust-batched",
+            "--batch-timeout-ms",
+            "1500",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     try:
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
         for _ in range(600):

@@ -194,11 +194,12 @@ def _strings(tree: ast.Module) -> dict[str, str]:
     return {
         target.id: node.value.value
         for node in tree.body
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
         and isinstance(node.value.value, str)
         for target in node.targets
         if isinstance(target, ast.Name)
-    }  # fmt: skip
+    }
 
 
 def _command_line(elts, name: str, strings: dict[str, str], modules) -> dict[str, tuple[str, str]]:
@@ -231,8 +232,12 @@ def test_the_declaration_guard_finds_each_way_of_running_a_new_script():
         "hlobundle._run._w": "import sys\n",
     }
     found = _run_alone([*_modules(), *((n, s, False) for n, s in made_up.items())])
-    new = {"hlobundle._write._z_child", "hlobundle._read._y:CODE", "hlobundle._read._v:code at line 2",
-           "hlobundle._run._w"}  # fmt: skip
+    new = {
+        "hlobundle._write._z_child",
+        "hlobundle._read._y:CODE",
+        "hlobundle._read._v:code at line 2",
+        "hlobundle._run._w",
+    }
     assert set(found) - RUN_ALONE == new
 
 
@@ -377,8 +382,11 @@ def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
 DOOR = "hlobundle._run._backends"
 # Emitted scripts' templates are standalone programs (they import nothing of the package): a
 # script's own BACKEND setting is its configuration, not the house asking which backend it holds.
-TEMPLATES = {"hlobundle._emit.run_template", "hlobundle._emit.run_iree_template",
-             "hlobundle._emit.run_shared"}  # fmt: skip
+TEMPLATES = {
+    "hlobundle._emit.run_template",
+    "hlobundle._emit.run_iree_template",
+    "hlobundle._emit.run_shared",
+}
 
 
 def _past_the_door(modules) -> list[tuple[str, str]]:

@@ -128,9 +128,24 @@ def test_the_wheel_holds_the_conformance_cases_and_runs_them_outside_the_checkou
         if name and (ROOT / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps",
-                        "--no-build-isolation", "-q", "-w", str(tmp_path / "dist")],
-                       cwd=src, capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            ".",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("hlobundle-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -141,13 +156,27 @@ def test_the_wheel_holds_the_conformance_cases_and_runs_them_outside_the_checkou
     assert "hlobundle/_format/_schema.py" in names  # `hlobundle schema` generates it from code
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
-    where = subprocess.run([sys.executable, "-c", "import hlobundle; print(hlobundle.__file__)"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    where = subprocess.run(
+        [sys.executable, "-c", "import hlobundle; print(hlobundle.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert where.stdout.startswith(str(tmp_path / "site")), where.stdout + where.stderr
-    for command in (["conformance", "-k", "valid_dtype_float32"], ["conformance", "-k", "invalid_json"],
-                    ["schema"]):  # fmt: skip
-        r = subprocess.run([sys.executable, "-m", "hlobundle", *command], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    for command in (
+        ["conformance", "-k", "valid_dtype_float32"],
+        ["conformance", "-k", "invalid_json"],
+        ["schema"],
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "hlobundle", *command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert json.loads(r.stdout)["$schema"].startswith("https://json-schema.org/")
 
@@ -168,8 +197,11 @@ def _hidden_keywords(namespace: types.ModuleType | types.SimpleNamespace) -> lis
         obj = getattr(namespace, name)
         members = [(name, obj)] if inspect.isfunction(obj) else []
         if inspect.isclass(obj):
-            members = [(f"{name}.{m}", f) for m, f in vars(obj).items()
-                       if not m.startswith("_") and inspect.isfunction(f)]  # fmt: skip
+            members = [
+                (f"{name}.{m}", f)
+                for m, f in vars(obj).items()
+                if not m.startswith("_") and inspect.isfunction(f)
+            ]
         for where, f in members:
             kinds = [p.kind for p in inspect.signature(f).parameters.values()]
             if inspect.Parameter.VAR_KEYWORD in kinds:
@@ -187,8 +219,9 @@ def test_the_kwargs_guard_fails_on_a_function_and_a_method_with_kwargs():
     class Bundle:
         def select(self, name, **options): ...
 
-    fake = types.SimpleNamespace(__all__=["pack_files", "Bundle"], pack_files=pack_files,
-                                 Bundle=Bundle)  # fmt: skip
+    fake = types.SimpleNamespace(
+        __all__=["pack_files", "Bundle"], pack_files=pack_files, Bundle=Bundle
+    )
     assert _hidden_keywords(fake) == ["pack_files", "Bundle.select"]
 
 
@@ -208,8 +241,14 @@ def test_errors_is_the_public_namespace_of_every_error():
     for name in hlobundle.errors.__all__:  # tracebacks name the module users import from
         assert getattr(hlobundle.errors, name).__module__ == "hlobundle.errors", name
     top = {n for n in hlobundle.__all__ if n.endswith(("Error", "Warning"))}
-    assert top == {"HloBundleError", "HloBundleWarning", "BundleError", "InputError",
-                   "ConfigError", "TransformError"}  # fmt: skip
+    assert top == {
+        "HloBundleError",
+        "HloBundleWarning",
+        "BundleError",
+        "InputError",
+        "ConfigError",
+        "TransformError",
+    }
     assert all(getattr(hlobundle, n) is getattr(hlobundle.errors, n) for n in top)
 
 
@@ -242,8 +281,18 @@ def test_trust_is_one_typed_setting_and_the_old_keyword_warns(tmp_path):
 def test_public_signatures_name_only_public_types():
     """No private module's type (`_signature.SigningKey`, ...) in a public function's
     signature: each type it names is a builtin's, the standard library's or hlobundle's own."""
-    standard = {"None", "Any", "Sequence", "Mapping", "Callable", "Path", "PathLike", "Literal",
-                "ModuleType", "Iterable"}  # fmt: skip
+    standard = {
+        "None",
+        "Any",
+        "Sequence",
+        "Mapping",
+        "Callable",
+        "Path",
+        "PathLike",
+        "Literal",
+        "ModuleType",
+        "Iterable",
+    }
     aliases = {"BackendName", "Layout", "Role", "Named"}  # Literal aliases, spelled out in docs
     public = [getattr(hlobundle, n) for n in hlobundle.__all__]
     functions = [f for f in public if inspect.isfunction(f)]

@@ -139,8 +139,9 @@ def _bash(block: str, cwd: Path, **env: str):
     (cwd / "examples").symlink_to(ROOT / "examples")
     bin_dir = os.path.dirname(sys.executable)  # hlobundle, model_signing and this python
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env}
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=cwd, env=env,
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block], cwd=cwd, env=env, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return r
 
@@ -154,18 +155,22 @@ def _sh(file: str, section: str) -> str:
 SH_RUN = {
     ("docs/signing.md", "Signed bundles"): "test_signing_block_runs",
     ("docs/iree.md", "Without JAX: IREE and stored executables"): "test_iree_block_runs",
-    ("docs/jax.md", "A language model: several functions over one set of weights"):
-        "test_lm_emit_block_generates_text",
+    (
+        "docs/jax.md",
+        "A language model: several functions over one set of weights",
+    ): "test_lm_emit_block_generates_text",
     ("docs/distribution.md", "Push, pull, pin by digest"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Signatures"): "test_oci.py::test_the_docs_blocks_run",
-}  # fmt: skip
+}
 SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",
     ("README.md", "Command line"): "a synopsis of every command, not commands to run",
     ("docs/julia.md", "From Julia (Reactant.jl)"): "it packs what the Julia blocks write",
-    ("docs/serving.md", "Serving: `hlobundle serve`"):
-        "it starts servers that run until stopped; test_serve.py starts serve and queries it",
-}  # fmt: skip
+    (
+        "docs/serving.md",
+        "Serving: `hlobundle serve`",
+    ): "it starts servers that run until stopped; test_serve.py starts serve and queries it",
+}
 
 
 def test_every_block_is_run_or_skipped_with_a_reason():
@@ -209,8 +214,9 @@ def test_iree_block_runs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_lm_emit_block_generates_text(tmp_path):
-    r = _bash(_sh("docs/jax.md", "A language model: several functions over one set of weights"),
-              tmp_path)  # fmt: skip
+    r = _bash(
+        _sh("docs/jax.md", "A language model: several functions over one set of weights"), tmp_path
+    )
     assert "(backend xla;" in r.stdout  # chosen for the symbolic shapes
     assert r.stdout.rstrip("\n").splitlines()[-1].startswith("A bundle artifact the manifest")
 

@@ -53,13 +53,23 @@ def images():
 def _want(images):
     bundle = hlobundle.load(EXAMPLE)
     fn = bundle.function("xla")
-    return np.asarray(fn(*[bundle.tensor(a.name) if a.name != "images" else images
-                           for a in bundle.arguments]))  # fmt: skip
+    return np.asarray(
+        fn(*[bundle.tensor(a.name) if a.name != "images" else images for a in bundle.arguments])
+    )
 
 
 def _json_request(images):
-    return {"id": "r1", "inputs": [{"name": "images", "shape": list(images.shape),
-                                    "datatype": "FP32", "data": images.reshape(-1).tolist()}]}  # fmt: skip
+    return {
+        "id": "r1",
+        "inputs": [
+            {
+                "name": "images",
+                "shape": list(images.shape),
+                "datatype": "FP32",
+                "data": images.reshape(-1).tolist(),
+            }
+        ],
+    }
 
 
 def test_health_and_metadata(client, models):
@@ -87,13 +97,24 @@ def test_json_inference_matches_the_in_process_function(client, images):
 
 def test_binary_inference_both_ways(client, images):
     x = (images * 0.5).astype(np.float32)
-    header = json.dumps({
-        "inputs": [{"name": "images", "shape": list(x.shape), "datatype": "FP32",
-                    "parameters": {"binary_data_size": x.nbytes}}],
-        "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
-    }).encode()  # fmt: skip
-    r = client.post(INFER, content=header + x.tobytes(),
-                    headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    r = client.post(
+        INFER,
+        content=header + x.tobytes(),
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
     assert r.status_code == 200, r.text
     n = int(r.headers["inference-header-content-length"])
     meta = json.loads(r.content[:n])
@@ -106,16 +127,27 @@ def test_binary_inference_both_ways(client, images):
 def test_a_binary_header_is_parsed_once_and_each_request_gets_its_own_data(client, images):
     from hlobundle._serve import _protocol
 
-    header = json.dumps({
-        "inputs": [{"name": "images", "shape": list(images.shape), "datatype": "FP32",
-                    "parameters": {"binary_data_size": images.nbytes}}],
-        "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
-    }).encode()  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(images.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes},
+                }
+            ],
+            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     parsed = _protocol._parsed_header.cache_info()
     for scale in (0.25, 2.0):  # the same header text, other data
         x = (images * scale).astype(np.float32)
-        r = client.post(INFER, content=header + x.tobytes(),
-                        headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+        r = client.post(
+            INFER,
+            content=header + x.tobytes(),
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
         assert r.status_code == 200, r.text
         got = np.frombuffer(r.content[int(r.headers["inference-header-content-length"]) :], "<f4")
         np.testing.assert_array_equal(got.reshape(4, 10), _want(x))
@@ -150,10 +182,18 @@ def _error(client, body=None, *, status, message, **kwargs):
 def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images):
     good = _json_request(images)
     inp = good["inputs"][0]
-    _error(client, {**good, "inputs": [{**inp, "shape": [1, 1, 28, 28]}]}, status=400,
-           message="input 'images': shape [1, 1, 28, 28], expected [4, 1, 28, 28]")  # fmt: skip
-    _error(client, {**good, "inputs": [{**inp, "datatype": "FP64"}]}, status=400,
-           message="input 'images': datatype 'FP64', expected 'FP32'")  # fmt: skip
+    _error(
+        client,
+        {**good, "inputs": [{**inp, "shape": [1, 1, 28, 28]}]},
+        status=400,
+        message="input 'images': shape [1, 1, 28, 28], expected [4, 1, 28, 28]",
+    )
+    _error(
+        client,
+        {**good, "inputs": [{**inp, "datatype": "FP64"}]},
+        status=400,
+        message="input 'images': datatype 'FP64', expected 'FP32'",
+    )
     _error(client, {"inputs": []}, status=400, message="missing input(s) ['images']")
     _error(
         client,
@@ -161,10 +201,18 @@ def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images)
         status=400,
         message="unknown input 'params_conv1_w'",
     )  # a stored parameter is not an input
-    _error(client, {**good, "inputs": [{**inp, "data": inp["data"][:-1]}]}, status=400,
-           message="input 'images': 3135 values for shape [4, 1, 28, 28]")  # fmt: skip
-    _error(client, {**good, "inputs": [{**inp, "data": ["x"] * 3136}]}, status=400,
-           message="input 'images': values must be FP32 numbers")  # fmt: skip
+    _error(
+        client,
+        {**good, "inputs": [{**inp, "data": inp["data"][:-1]}]},
+        status=400,
+        message="input 'images': 3135 values for shape [4, 1, 28, 28]",
+    )
+    _error(
+        client,
+        {**good, "inputs": [{**inp, "data": ["x"] * 3136}]},
+        status=400,
+        message="input 'images': values must be FP32 numbers",
+    )
     _error(
         client,
         {**good, "outputs": [{"name": "nope"}]},
@@ -177,10 +225,20 @@ def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images)
     header = json.dumps(
         {"inputs": [{**inp, "data": None, "parameters": {"binary_data_size": 12544}}]}
     ).encode()
-    _error(client, status=400, message="the body holds 100 more bytes, not 12544",
-           content=header + b"\0" * 100, headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
-    _error(client, status=400, message="is outside the body's",
-           content=b"{}", headers={"Inference-Header-Content-Length": "99"})  # fmt: skip
+    _error(
+        client,
+        status=400,
+        message="the body holds 100 more bytes, not 12544",
+        content=header + b"\0" * 100,
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+    _error(
+        client,
+        status=400,
+        message="is outside the body's",
+        content=b"{}",
+        headers={"Inference-Header-Content-Length": "99"},
+    )
     r = client.post("/v2/models/nope/infer", json=good)
     assert r.status_code == 404 and "no model 'nope'" in r.json()["error"]
     assert client.post(INFER, json=good).status_code == 200  # still serving
@@ -239,15 +297,30 @@ def test_serve_starts_compiled_answers_and_drains_on_sigterm(tmp_path, images):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port), "--backend", "xla"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "serve",
+            str(EXAMPLE),
+            "--port",
+            str(port),
+            "--backend",
+            "xla",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         _wait_ready(base)
-        request = urllib.request.Request(f"{base}{INFER}", data=json.dumps(_json_request(images)).encode(),
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            f"{base}{INFER}",
+            data=json.dumps(_json_request(images)).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=30) as r:
             out = json.loads(r.read())["outputs"][0]
         np.testing.assert_array_equal(np.float32(out["data"]).reshape(4, 10), _want(images))
@@ -265,8 +338,11 @@ def test_with_a_public_key_an_unsigned_bundle_is_not_served(tmp_path):
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1()).public_key()
-    (tmp_path / "pub.pem").write_bytes(key.public_bytes(serialization.Encoding.PEM,
-                                                        serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    (tmp_path / "pub.pem").write_bytes(
+        key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     with pytest.raises(hlobundle.errors.UnsignedError):
         load_models([EXAMPLE], backend="xla", public_key=tmp_path / "pub.pem")
 
@@ -280,8 +356,10 @@ def test_column_major_values_travel_in_the_producers_orientation(tmp_path):
     client = TestClient(app(load_models([out], backend="xla")))
     name = hlobundle.load(out).manifest.function
     data = list(range(6))
-    body = {"parameters": {"layout": "producer"},
-            "inputs": [{"name": "arg0", "shape": [3, 2], "datatype": "FP32", "data": data}]}  # fmt: skip
+    body = {
+        "parameters": {"layout": "producer"},
+        "inputs": [{"name": "arg0", "shape": [3, 2], "datatype": "FP32", "data": data}],
+    }
     r = client.post(f"/v2/models/{name}/infer", json=body)
     assert r.status_code == 200, r.text
     (result,) = r.json()["outputs"]
@@ -302,11 +380,24 @@ def test_bool_bytes_other_than_0_and_1_are_refused(tmp_path):
     out = hlobundle.pack(identity_module(m), None, tmp_path / "b")
     client = TestClient(app(load_models([out], backend="xla")))
     name = hlobundle.load(out).manifest.function
-    header = json.dumps({"inputs": [{"name": "arg0", "shape": [3], "datatype": "BOOL",
-                                     "parameters": {"binary_data_size": 3}}]}).encode()  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "arg0",
+                    "shape": [3],
+                    "datatype": "BOOL",
+                    "parameters": {"binary_data_size": 3},
+                }
+            ]
+        }
+    ).encode()
     for payload, status in ((b"\x01\x00\x01", 200), (b"\x01\x07\x01", 400)):
-        r = client.post(f"/v2/models/{name}/infer", content=header + payload,
-                        headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+        r = client.post(
+            f"/v2/models/{name}/infer",
+            content=header + payload,
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
         assert r.status_code == status, r.text
     assert "BOOL bytes must be 0 or 1" in r.json()["error"]
 
@@ -325,8 +416,14 @@ def rolling(tmp_path_factory):
     rolls = jax.jit(lambda xs: jnp.roll(xs * 2, 1, axis=0))
     batched = export.export(rolls)(jax.ShapeDtypeStruct((b, 3), jnp.float32)).mlir_module()
     out = tmp_path_factory.mktemp("rolling") / "rolling"
-    return hlobundle.pack(lowered_text(lambda x: x * 2, x), [x], out, names=["x"],
-                          batched=batched, batched_arguments=["x"])  # fmt: skip
+    return hlobundle.pack(
+        lowered_text(lambda x: x * 2, x),
+        [x],
+        out,
+        names=["x"],
+        batched=batched,
+        batched_arguments=["x"],
+    )
 
 
 def _concurrent_answers(models, clients: int) -> tuple[list[list[float]], str]:
@@ -410,24 +507,34 @@ X = {"name": "x", "shape": [3], "datatype": "FP32", "data": [0, 1, -1]}
     [
         ({"inputs": [X], "parameters": ["layout"]}, "'parameters' must be an object"),
         ({"inputs": [X], "parameters": "producer"}, "'parameters' must be an object"),
-        ({"inputs": [X], "parameters": {"binary_data_output": "no"}},
-         "parameters.binary_data_output must be true or false, not \"no\""),
-        ({"inputs": [X], "parameters": {"layout": ["producer"]}},
-         "parameters.layout must be 'stored' or 'producer'"),
+        (
+            {"inputs": [X], "parameters": {"binary_data_output": "no"}},
+            'parameters.binary_data_output must be true or false, not "no"',
+        ),
+        (
+            {"inputs": [X], "parameters": {"layout": ["producer"]}},
+            "parameters.layout must be 'stored' or 'producer'",
+        ),
         ({"inputs": [X], "id": {"a": 1}}, "'id' must be a string"),
-        ({"inputs": [X], "outputs": [{"name": "result0", "parameters": ["binary_data"]}]},
-         "output 'result0': 'parameters' must be an object"),
-        ({"inputs": [X], "outputs": [{"name": "result0", "parameters": {"binary_data": 1}}]},
-         "output 'result0': parameters.binary_data must be true or false, not 1"),
-        ({"inputs": [X], "outputs": [{"name": "result0"}, {"name": "result0"}]},
-         "output 'result0' is asked for twice"),
+        (
+            {"inputs": [X], "outputs": [{"name": "result0", "parameters": ["binary_data"]}]},
+            "output 'result0': 'parameters' must be an object",
+        ),
+        (
+            {"inputs": [X], "outputs": [{"name": "result0", "parameters": {"binary_data": 1}}]},
+            "output 'result0': parameters.binary_data must be true or false, not 1",
+        ),
+        (
+            {"inputs": [X], "outputs": [{"name": "result0"}, {"name": "result0"}]},
+            "output 'result0' is asked for twice",
+        ),
         ({"inputs": [X], "outputs": {"name": "result0"}}, "'outputs' must be a list"),
         ({"inputs": [{**X, "parameters": "binary"}]}, "input 'x': 'parameters' must be an object"),
         ({"inputs": [{**X, "data": [[0, 1], [-1]]}]}, "input 'x': 'data' is not a list of"),
         ({"inputs": [{**X, "data": ["NaN", "nan", 1]}]}, "input 'x': values must be FP32 numbers"),
         ({"inputs": {"x": X}}, "must be a JSON object with an 'inputs' list"),
     ],
-)  # fmt: skip
+)
 def test_every_malformed_field_is_a_coded_400(divides, body, message):
     client, infer = divides
     r = client.post(infer, json=body)
@@ -635,11 +742,18 @@ def test_a_bundle_the_users_key_verified_batches_through_its_batched_module(roll
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                         serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()))  # fmt: skip
-    (tmp_path / "pub.pem").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                       serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    (tmp_path / "pub.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     signed = shutil.copytree(rolling, tmp_path / "signed")
     hlobundle.sign(signed, tmp_path / "key.pem")
     assert not load_models([signed], backend="xla")["_lambda"].batchable  # no key given
@@ -655,8 +769,11 @@ def compiled(monkeypatch):
     from hlobundle._read._reader import Bundle
 
     made, function = [], Bundle.function
-    monkeypatch.setattr(Bundle, "function", lambda self, *a, **k: made.append(self.path.name)
-                        or function(self, *a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        Bundle,
+        "function",
+        lambda self, *a, **k: made.append(self.path.name) or function(self, *a, **k),
+    )
     return made
 
 
@@ -673,15 +790,25 @@ def test_two_copies_of_a_model_are_served_under_names_given(tmp_path, monkeypatc
     def in_process(asgi, host, port, limits):  # the app the CLI built, asked through Starlette
         client = TestClient(asgi)
         paths = ["/v2/models/old/ready", "/v2/models/new/ready", "/v2/models/lenet5/ready"]
-        return type("Server", (), {"run": lambda self, sockets: answers.update(
-            {p: client.get(p).status_code for p in paths})})()  # fmt: skip
+        return type(
+            "Server",
+            (),
+            {
+                "run": lambda self, sockets: answers.update(
+                    {p: client.get(p).status_code for p in paths}
+                )
+            },
+        )()
 
     monkeypatch.setattr(_server, "server", in_process)
     r = cli("serve", f"old={EXAMPLE}", f"new={copy}", "--backend", "xla", "--port", "0")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("serving new, old at http://127.0.0.1:"), r.stdout
-    assert answers == {"/v2/models/old/ready": 200, "/v2/models/new/ready": 200,
-                       "/v2/models/lenet5/ready": 404}  # fmt: skip
+    assert answers == {
+        "/v2/models/old/ready": 200,
+        "/v2/models/new/ready": 200,
+        "/v2/models/lenet5/ready": 404,
+    }
     assert sorted(compiled) == ["lenet5.hlobundle"] * 2
 
 
@@ -729,12 +856,32 @@ def functions(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("functions") / "fns"
     x, y = np.ones((2, 8), np.float32), np.ones((2, 3), np.float32)
-    hlobundle.export(lambda w, x: jnp.tanh(x @ w), W, x, out=out, name="predict",
-                     roles={"w": "parameter"}, shapes_specs=(None, "b, 8"))  # fmt: skip
-    hlobundle.export(lambda x: x - x.mean(axis=0, keepdims=True), x, out=out, name="center",
-                     shapes_specs=("b, 8",), add=True)  # fmt: skip
-    hlobundle.export(lambda x, y: x[:, :3] + y, x, y, out=out, name="pair",
-                     shapes_specs=("b, 8", "b, 3"), add=True)  # fmt: skip
+    hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w),
+        W,
+        x,
+        out=out,
+        name="predict",
+        roles={"w": "parameter"},
+        shapes_specs=(None, "b, 8"),
+    )
+    hlobundle.export(
+        lambda x: x - x.mean(axis=0, keepdims=True),
+        x,
+        out=out,
+        name="center",
+        shapes_specs=("b, 8",),
+        add=True,
+    )
+    hlobundle.export(
+        lambda x, y: x[:, :3] + y,
+        x,
+        y,
+        out=out,
+        name="pair",
+        shapes_specs=("b, 8", "b, 3"),
+        add=True,
+    )
     return out
 
 
@@ -749,8 +896,12 @@ def _x(rows: int, k: int = 0) -> np.ndarray:
 
 
 def _ask(client, model, **inputs):
-    body = {"inputs": [{"name": n, "shape": list(v.shape), "datatype": "FP32",
-                        "data": v.reshape(-1).tolist()} for n, v in inputs.items()]}  # fmt: skip
+    body = {
+        "inputs": [
+            {"name": n, "shape": list(v.shape), "datatype": "FP32", "data": v.reshape(-1).tolist()}
+            for n, v in inputs.items()
+        ]
+    }
     return client.post(f"/v2/models/{model}/infer", json=body)
 
 
@@ -854,8 +1005,9 @@ def test_rows_are_batched_together_only_under_the_batched_modules_trust(function
     """center's rows depend on each other: batched, a client's answer depends on the others'
     inputs. Without trust each request runs alone and gets its own answer."""
     want = [np.ravel(_alone(functions, "center", x=_x(n, k))).tolist() for k, n in enumerate(SIZES)]
-    answers, metrics = _concurrent(load_models([functions], backend="xla", max_batch=4),
-                                   "fns.center", SIZES)  # fmt: skip
+    answers, metrics = _concurrent(
+        load_models([functions], backend="xla", max_batch=4), "fns.center", SIZES
+    )
     assert answers == want
     assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
     trusted = load_models([functions], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED)
@@ -880,15 +1032,35 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
     compile on the event loop before), and the server keeps 4 shapes (--max-shapes 4), so its
     memory grows under 40 MB (98 MB before: every shape kept)."""
     out = tmp_path / "deep"
-    hlobundle.export(_deep, np.eye(8, dtype=np.float32) / 2, np.ones((2, 8), np.float32),
-                     out=out, name="predict", roles={"w": "parameter"},
-                     shapes_specs=(None, "b, 8"))  # fmt: skip
+    hlobundle.export(
+        _deep,
+        np.eye(8, dtype=np.float32) / 2,
+        np.ones((2, 8), np.float32),
+        out=out,
+        name="predict",
+        roles={"w": "parameter"},
+        shapes_specs=(None, "b, 8"),
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "hlobundle", "serve", str(out), "--port",
-                             str(port), "--backend", "xla", "--max-shapes", "4"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "serve",
+            str(out),
+            "--port",
+            str(port),
+            "--backend",
+            "xla",
+            "--max-shapes",
+            "4",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     worst, stop = [0.0], threading.Event()
 
@@ -906,11 +1078,21 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
 
     def ask(rows: int) -> int:
         x = np.ones((rows, 8), np.float32)
-        body = {"inputs": [{"name": "x", "shape": [rows, 8], "datatype": "FP32",
-                            "data": x.reshape(-1).tolist()}]}  # fmt: skip
-        request = urllib.request.Request(f"{base}/v2/models/deep.predict/infer",
-                                         data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        body = {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [rows, 8],
+                    "datatype": "FP32",
+                    "data": x.reshape(-1).tolist(),
+                }
+            ]
+        }
+        request = urllib.request.Request(
+            f"{base}/v2/models/deep.predict/infer",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as r:
             return r.status
 
@@ -984,8 +1166,15 @@ def _served_by_the_cli(monkeypatch, names, *args: str) -> tuple[str, dict[str, i
 
     def in_process(asgi, host, port, limits):
         client = TestClient(asgi)
-        return type("Server", (), {"run": lambda self, sockets: ready.update(
-            {n: client.get(f"/v2/models/{n}/ready").status_code for n in names})})()  # fmt: skip
+        return type(
+            "Server",
+            (),
+            {
+                "run": lambda self, sockets: ready.update(
+                    {n: client.get(f"/v2/models/{n}/ready").status_code for n in names}
+                )
+            },
+        )()
 
     monkeypatch.setattr(_server, "server", in_process)
     r = cli("serve", *args, "--backend", "xla", "--port", "0")
@@ -1009,8 +1198,15 @@ def test_a_one_function_symbolic_bundle_is_served_under_its_plain_name(tmp_path,
     from helpers import edit_manifest
 
     w, x = np.eye(3, dtype=np.float32), np.ones((2, 3), np.float32)
-    out = hlobundle.export(lambda w, x: x @ w, w, x, out=tmp_path / "m", name="predict",
-                           roles={"w": "parameter"}, shapes_specs=(None, "b, 3"))  # fmt: skip
+    out = hlobundle.export(
+        lambda w, x: x @ w,
+        w,
+        x,
+        out=tmp_path / "m",
+        name="predict",
+        roles={"w": "parameter"},
+        shapes_specs=(None, "b, 3"),
+    )
     assert hlobundle.load(out).default_function == "predict"
     line, ready = _served_by_the_cli(monkeypatch, ["m", "m.predict"], str(out))
     assert line.startswith("serving m, m.predict at "), line

@@ -29,11 +29,23 @@ def _start(*flags: str, concurrency: int = 1) -> tuple[subprocess.Popen, int, ob
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--port", str(port),
-         "--backend", "xla", *flags],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hlobundle",
+            "serve",
+            str(EXAMPLE),
+            "--port",
+            str(port),
+            "--backend",
+            "xla",
+            *flags,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", concurrency=concurrency)
     for _ in range(600):
         try:
@@ -117,8 +129,9 @@ def test_error_statuses(server, images):
 @pytest.mark.slow
 def test_concurrent_requests_are_batched_and_agree_with_unbatched_ones(tmp_path, images):
     # The example is not signed: --trust-batched lets its batched module combine requests.
-    proc, port, client = _start("--max-batch-size", "8", "--batch-timeout-ms", "20",
-                                "--trust-batched", concurrency=16)  # fmt: skip
+    proc, port, client = _start(
+        "--max-batch-size", "8", "--batch-timeout-ms", "20", "--trust-batched", concurrency=16
+    )
     try:
         xs = [(images * (1 + k / 16)).astype(np.float32) for k in range(16)]
 

@@ -95,8 +95,11 @@ def test_integers_beyond_64_bits_are_the_same_coded_400(data, message):
 
 
 def test_the_largest_64_bit_integers_stay_exact():
-    body = {"inputs": [{"name": "x", "shape": [2], "datatype": "UINT64",
-                        "data": [2**64 - 1, 2**63 + 1]}]}  # fmt: skip
+    body = {
+        "inputs": [
+            {"name": "x", "shape": [2], "datatype": "UINT64", "data": [2**64 - 1, 2**63 + 1]}
+        ]
+    }
     parsed, binary = parse_request(json.dumps(body).encode(), None)
     got = read_inputs(parsed, binary, {"x": ("uint64", (2,))})["x"]
     assert got.tolist() == [2**64 - 1, 2**63 + 1] and got.dtype == np.uint64

@@ -90,8 +90,14 @@ def emit(args: argparse.Namespace) -> int:
         if e.argument != "backend":
             raise
         usage(args, e.message)
-    emit_script(bundle, path, backend=backend, force=args.force,
-                trust=trust_of(args), bundle_path=args.bundle_path)  # fmt: skip
+    emit_script(
+        bundle,
+        path,
+        backend=backend,
+        force=args.force,
+        trust=trust_of(args),
+        bundle_path=args.bundle_path,
+    )
     print(f"wrote {path} (backend {backend}; run it with: python {path})")
     return EXIT_OK
 
@@ -102,13 +108,23 @@ def _emit_reactant_server(args: argparse.Namespace) -> int:
 
     if not args.output:
         usage(args, "--format reactant-server writes the directory -o names")
-    script_options = (args.backend != "auto", args.trust_executables, args.force,
-                      args.bundle_path != "relative")  # fmt: skip
+    script_options = (
+        args.backend != "auto",
+        args.trust_executables,
+        args.force,
+        args.bundle_path != "relative",
+    )
     if any(script_options):
-        usage(args, "--format reactant-server takes none of --backend, --trust-executables, "
-              "--force, --bundle-path")  # fmt: skip
-    out = emit_reactant_server(load(args.bundle, **trust_options(args)), output_path("-o", args.output),
-                               function=args.function)  # fmt: skip
+        usage(
+            args,
+            "--format reactant-server takes none of --backend, --trust-executables, "
+            "--force, --bundle-path",
+        )
+    out = emit_reactant_server(
+        load(args.bundle, **trust_options(args)),
+        output_path("-o", args.output),
+        function=args.function,
+    )
     print(f"wrote {out} (a ReactantServer.jl model bundle named {out.name!r})")
     return EXIT_OK
 
@@ -180,8 +196,14 @@ def verify(args: argparse.Namespace) -> int:
             "(give --public-key or --certificate-chain to check it)"
         )
     if args.json:
-        report = {"ok": True, "path": str(bundle.path), "files": files, "quick": args.quick,
-                  "signed": bundle.signed, "signer": bundle.signer}  # fmt: skip
+        report = {
+            "ok": True,
+            "path": str(bundle.path),
+            "files": files,
+            "quick": args.quick,
+            "signed": bundle.signed,
+            "signer": bundle.signer,
+        }
         print(json.dumps(report))
     else:
         print(f"ok: {bundle.path} ({files} files, {checked})")
@@ -206,10 +228,15 @@ def serve(args: argparse.Namespace) -> int:
             from .._serve._grpc import check_port
 
             check_port(args.host, args.grpc_port)
-        models = load_models(named, backend=args.backend,
-                             max_batch=args.max_batch_size,
-                             trust=trust_of(args), max_shapes=args.max_shapes,
-                             sizes=dict(args.sizes), **trust_options(args))  # fmt: skip
+        models = load_models(
+            named,
+            backend=args.backend,
+            max_batch=args.max_batch_size,
+            trust=trust_of(args),
+            max_shapes=args.max_shapes,
+            sizes=dict(args.sizes),
+            **trust_options(args),
+        )
         _serve_on(sock, models, args)
     return EXIT_OK
 
@@ -225,9 +252,13 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    served = app(models, max_body=limits.max_body, max_batch=args.max_batch_size,
-                 batch_timeout_s=args.batch_timeout_ms / 1000,
-                 read_timeout_s=limits.read_timeout_s)  # fmt: skip
+    served = app(
+        models,
+        max_body=limits.max_body,
+        max_batch=args.max_batch_size,
+        batch_timeout_s=args.batch_timeout_ms / 1000,
+        read_timeout_s=limits.read_timeout_s,
+    )
     if args.grpc_port is not None:
         from .._serve import _grpc
 
@@ -258,8 +289,9 @@ def conformance(args: argparse.Namespace) -> int:
     found = _conformance.cases(root)
     selected = [c for c in found if not args.k or args.k in c.name]
     if not selected:  # no case run is no case passed
-        raise InputError(f"-k {args.k!r} matches none of the {len(found)} cases under "
-                         f"{str(root)!r}", path=root)  # fmt: skip
+        raise InputError(
+            f"-k {args.k!r} matches none of the {len(found)} cases under {str(root)!r}", path=root
+        )
     outcomes = [_conformance.run_case(c, command, args.backend) for c in selected]
     ok = all(o.passed or o.refused for o in outcomes)
     if args.json:

@@ -204,8 +204,11 @@ def render(outcomes: list[Outcome]) -> str:
     passed = sum(o.passed for o in outcomes)
     refused = sum(o.refused for o in outcomes)
     failed = len(outcomes) - passed - refused
-    return "\n".join([
-        table(("case", "expect", "got", "result", "detail"), rows),
-        f"{passed} passed, " + (f"{refused} refused ({REFUSAL}), " if refused else "")
-        + f"{failed} failed, {len(outcomes)} cases",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            table(("case", "expect", "got", "result", "detail"), rows),
+            f"{passed} passed, "
+            + (f"{refused} refused ({REFUSAL}), " if refused else "")
+            + f"{failed} failed, {len(outcomes)} cases",
+        ]
+    )

@@ -20,23 +20,28 @@ from ._common import (
 
 def pack(args: argparse.Namespace) -> int:
     modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
-    sources = [x for x in (args.module, args.from_reactant, args.from_jax_export,
-                           args.from_reactant_server) if x is not None]  # fmt: skip
+    sources = [
+        x
+        for x in (args.module, args.from_reactant, args.from_jax_export, args.from_reactant_server)
+        if x is not None
+    ]
     if not sources and len(modules) == 1:
         # `pack --inputs a.npz m.mlir`: --inputs takes every file after it, the module too
         args.module = modules[0]
         args.inputs = [i for i in args.inputs if i != modules[0]]
         sources = [args.module]
     if len(sources) != 1:
-        usage(args, "give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
-                    "or --from-jax-export BLOB")  # fmt: skip
+        usage(
+            args,
+            "give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
+            "or --from-jax-export BLOB",
+        )
     if args.batch_size is not None and not args.from_reactant_server:
         usage(args, "--batch-size applies to --from-reactant-server")
     if args.default and not args.add:
         usage(args, "--default applies to --add")
     if not args.add and (args.public_key or args.replace_signature):
-        usage(args, "--public-key and --replace-signature apply to --add (signing a "
-                    "bundle again)")  # fmt: skip
+        usage(args, "--public-key and --replace-signature apply to --add (signing a bundle again)")
     if args.add and args.force:
         usage(args, "--add rewrites the bundle in place: --force does not apply")
     parts = _parts(args)
@@ -52,16 +57,21 @@ def pack(args: argparse.Namespace) -> int:
 def _parts(args: argparse.Namespace) -> list[argparse.Namespace]:
     """One `pack` per function: a repeated --from-jax-export or --from-reactant gives one
     each, named by its NAME= (and the options apply to each)."""
-    for flag, given in (("--from-jax-export", args.from_jax_export),
-                        ("--from-reactant", args.from_reactant)):  # fmt: skip
+    for flag, given in (
+        ("--from-jax-export", args.from_jax_export),
+        ("--from-reactant", args.from_reactant),
+    ):
         if not given:
             continue
         named = [named_bundle(args, item) for item in given]
         if len(named) > 1 and not all(isinstance(n, tuple) for n in named):
             usage(args, f"a repeated {flag} names each function: {flag} NAME=PATH")
         if len(named) > 1 and (args.inputs or args.expected or args.function):
-            usage(args, f"several {flag} take their inputs and names from each source; "
-                        "--inputs, --expected and --function do not apply")  # fmt: skip
+            usage(
+                args,
+                f"several {flag} take their inputs and names from each source; "
+                "--inputs, --expected and --function do not apply",
+            )
         key = flag.removeprefix("--").replace("-", "_")
         return [_part(args, key, n) for n in named]
     return [args]
@@ -117,14 +127,24 @@ def _check_usage(args: argparse.Namespace) -> None:
     if args.from_reactant and (args.inputs or args.layout != "auto"):
         usage(args, "--from-reactant takes the inputs and layout from the export")
     if args.from_reactant_server:
-        _refuse_flags(args, "--inputs", "--expected", "--compute-expected", "--role", "--function",
-                      because="--from-reactant-server takes names, roles, layout and weights "
-                      "from the bundle")  # fmt: skip
+        _refuse_flags(
+            args,
+            "--inputs",
+            "--expected",
+            "--compute-expected",
+            "--role",
+            "--function",
+            because="--from-reactant-server takes names, roles, layout and weights from the bundle",
+        )
     if args.from_jax_export:
-        _refuse_flags(args, "--sign-key", "--allow-custom-call",
-                      because="--from-jax-export takes names, results, the VJP and the allowed "
-                      "custom calls from the Exported", hint=" (the arguments' names: hlobundle "
-                      "inspect after packing without --inputs)")  # fmt: skip
+        _refuse_flags(
+            args,
+            "--sign-key",
+            "--allow-custom-call",
+            because="--from-jax-export takes names, results, the VJP and the allowed "
+            "custom calls from the Exported",
+            hint=" (the arguments' names: hlobundle inspect after packing without --inputs)",
+        )
 
 
 def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -> int:
@@ -152,14 +172,18 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
         if args.add:  # the bundle as it is (a copy: the reader refuses a second hard link)
             shutil.copytree(target, bundle, symlinks=True)
         else:  # the first function makes the bundle
-            _pack_one(argparse.Namespace(**{**vars(parts[0]), **unsigned, "output": bundle,
-                                            "force": False}))  # fmt: skip
+            _pack_one(
+                argparse.Namespace(
+                    **{**vars(parts[0]), **unsigned, "output": bundle, "force": False}
+                )
+            )
             queue = parts[1:]
         trust = {"public_key": args.public_key, "replace_signature": args.replace_signature}
         for i, part in enumerate(queue):
             packed = bundle.with_name(f"{bundle.name}.{i}")  # never the bundle's own name
-            _pack_one(argparse.Namespace(**{**vars(part), **unsigned, "output": packed,
-                                            "force": False}))  # fmt: skip
+            _pack_one(
+                argparse.Namespace(**{**vars(part), **unsigned, "output": packed, "force": False})
+            )
             add_function(bundle, packed, default=args.default and i == 0, sign_key=key, **trust)
             trust = {}  # from now on, the bundle is signed by the key itself
     from .._format._bundle_manifest import BundleManifest
@@ -177,11 +201,18 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
 
 def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str = "") -> None:
     """A usage error for the first `pack` option a source that brings its own names ignores."""
-    flags = {"--inputs": args.inputs, "--names": args.names, "--result-names": args.result_names,
-             "--expected": args.expected, "--compute-expected": args.compute_expected,
-             "--with-vjp": args.with_vjp, "--function": args.function,
-             "--role": args.role, "--sign-key": args.private_key,
-             "--allow-custom-call": args.allow_custom_call}  # fmt: skip
+    flags = {
+        "--inputs": args.inputs,
+        "--names": args.names,
+        "--result-names": args.result_names,
+        "--expected": args.expected,
+        "--compute-expected": args.compute_expected,
+        "--with-vjp": args.with_vjp,
+        "--function": args.function,
+        "--role": args.role,
+        "--sign-key": args.private_key,
+        "--allow-custom-call": args.allow_custom_call,
+    }
     given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
     given += ["--layout"] if args.layout != "auto" else []
     if given:
@@ -195,12 +226,16 @@ _REFUSABLE = ("--names", "--result-names", "--with-vjp")
 def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
     from .._write._reactant_server import from_reactant_server
 
-    options: dict[str, Any] = {"force": args.force, "target_version": args.target_version,
-                               "allow_custom_calls": args.allow_custom_call}  # fmt: skip
+    options: dict[str, Any] = {
+        "force": args.force,
+        "target_version": args.target_version,
+        "allow_custom_calls": args.allow_custom_call,
+    }
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
-    out = from_reactant_server(args.from_reactant_server, args.output,
-                               batch_size=args.batch_size, **options)  # fmt: skip
+    out = from_reactant_server(
+        args.from_reactant_server, args.output, batch_size=args.batch_size, **options
+    )
     return out, " (the inputs have no stored values: run it with --inputs NAME=FILE)"
 
 
@@ -211,9 +246,15 @@ def _pack_jax_export(args: argparse.Namespace) -> Path:
 
     enable_x64()  # the Exported's own dtypes, 64-bit ones too
     exported, blob = read_blob(args.from_jax_export)
-    out = from_exported_files(exported, args.inputs, args.output, blob=blob,
-                              roles=dict(args.role), force=args.force,
-                              target_version=args.target_version,
-                              expected="compute" if args.compute_expected else args.expected,
-                              function=args.function or None)  # fmt: skip
+    out = from_exported_files(
+        exported,
+        args.inputs,
+        args.output,
+        blob=blob,
+        roles=dict(args.role),
+        force=args.force,
+        target_version=args.target_version,
+        expected="compute" if args.compute_expected else args.expected,
+        function=args.function or None,
+    )
     return out

@@ -14,45 +14,75 @@ def add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run a bundle and check it against its expected outputs")
     p.add_argument("bundle")
     _add_function(p)
-    p.add_argument("--inputs", nargs="+", action="extend", metavar="FILE|NAME=FILE",
-                   help="inputs to use instead of the stored ones: by key or by NAME=FILE (a file "
-                   "of one array); arguments not given keep their stored values")  # fmt: skip
-    p.add_argument("--save-outputs", metavar="FILE", type=_values.file_of(".npz", ".safetensors"),
-                   help="write the results to .npz or .safetensors")  # fmt: skip
     p.add_argument(
-        "--layout", choices=["stored", "producer"], default="stored",
+        "--inputs",
+        nargs="+",
+        action="extend",
+        metavar="FILE|NAME=FILE",
+        help="inputs to use instead of the stored ones: by key or by NAME=FILE (a file "
+        "of one array); arguments not given keep their stored values",
+    )
+    p.add_argument(
+        "--save-outputs",
+        metavar="FILE",
+        type=_values.file_of(".npz", ".safetensors"),
+        help="write the results to .npz or .safetensors",
+    )
+    p.add_argument(
+        "--layout",
+        choices=["stored", "producer"],
+        default="stored",
         help="producer: --inputs and --save-outputs use the producer's orientation (Julia's, "
         "for column-major values)",
-    )  # fmt: skip
-    _add_backend(p, "auto (default): xla, which needs only jax; enzyme: enzyme-ad's hlo_call "
-                 "on the text; iree: IREE's CPU runtime (extra iree), which needs no jax")  # fmt: skip
-    p.add_argument("--trust-executables", action="store_true",
-                   help="iree: run the bundle's stored executable (native code) although no "
-                   "--public-key verified its signature (SPEC.md, 'Executables')")  # fmt: skip
-    p.add_argument("--max-memory", type=_values.size, metavar="BYTES",
-                   help="iree: end with an error (LIMIT_EXCEEDED) rather than be killed when the "
-                   "process would use more memory (default: the memory available at start; "
-                   "suffixes K, M, G)")  # fmt: skip
+    )
+    _add_backend(
+        p,
+        "auto (default): xla, which needs only jax; enzyme: enzyme-ad's hlo_call "
+        "on the text; iree: IREE's CPU runtime (extra iree), which needs no jax",
+    )
+    p.add_argument(
+        "--trust-executables",
+        action="store_true",
+        help="iree: run the bundle's stored executable (native code) although no "
+        "--public-key verified its signature (SPEC.md, 'Executables')",
+    )
+    p.add_argument(
+        "--max-memory",
+        type=_values.size,
+        metavar="BYTES",
+        help="iree: end with an error (LIMIT_EXCEEDED) rather than be killed when the "
+        "process would use more memory (default: the memory available at start; "
+        "suffixes K, M, G)",
+    )
     for flag, which in (("--rtol", "relative"), ("--atol", "absolute")):
         p.add_argument(flag, type=_values.tolerance, help=f"{which} tolerance (default: per dtype)")
     _add_json(p)
     p.add_argument(
-        "--verify", action="store_true",
+        "--verify",
+        action="store_true",
         help="check every file's sha256 first and run on exactly the verified bytes (tensor files "
         "are read into memory); module files are always checked",
-    )  # fmt: skip
+    )
     _add_trust(p)
-    p.add_argument("--devices", type=_values.positive_int, metavar="N",
-                   help="devices to run a sharded bundle on (default: its mesh's size; 1: unsharded)")  # fmt: skip
-    p.add_argument("--distributed", action="store_true",
-                   help="call jax.distributed.initialize() first (multi-host; reads JAX_COORDINATOR_ADDRESS, "
-                   "JAX_NUM_PROCESSES, JAX_PROCESS_ID)")  # fmt: skip
     p.add_argument(
-        "--no-cache", action="store_true",
+        "--devices",
+        type=_values.positive_int,
+        metavar="N",
+        help="devices to run a sharded bundle on (default: its mesh's size; 1: unsharded)",
+    )
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="call jax.distributed.initialize() first (multi-host; reads JAX_COORDINATOR_ADDRESS, "
+        "JAX_NUM_PROCESSES, JAX_PROCESS_ID)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
         help="read and write no persistent compilation cache, JAX's or IREE's (default: a "
         "private $HLOBUNDLE_CACHE_DIR, or ~/.cache/hlobundle; HLOBUNDLE_NO_CACHE=1 also turns "
         "it off)",
-    )  # fmt: skip
+    )
     p.set_defaults(handler=_commands.run)
 
 
@@ -62,22 +92,36 @@ def add_emit(sub: Any) -> None:
     )
     p.add_argument("bundle")
     _add_function(p)
-    p.add_argument("--format", choices=["script", "reactant-server"], default="script",
-                   help="script: a run.py (default); reactant-server: the directory -o names, a "
-                   "model bundle ReactantServer.jl loads")  # fmt: skip
+    p.add_argument(
+        "--format",
+        choices=["script", "reactant-server"],
+        default="script",
+        help="script: a run.py (default); reactant-server: the directory -o names, a "
+        "model bundle ReactantServer.jl loads",
+    )
     p.add_argument("-o", "--output", help="the script's path (default: <bundle>_run.py beside it)")
-    _add_backend(p, "how the script calls the module: xla (needs only jax), enzyme (enzyme-ad), "
-                 "iree (needs only iree-base-runtime; runs the executable `hlobundle compile` "
-                 "stored), or auto: enzyme where it is installed here, else xla (default)")  # fmt: skip
+    _add_backend(
+        p,
+        "how the script calls the module: xla (needs only jax), enzyme (enzyme-ad), "
+        "iree (needs only iree-base-runtime; runs the executable `hlobundle compile` "
+        "stored), or auto: enzyme where it is installed here, else xla (default)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing file")
-    p.add_argument("--bundle-path", choices=["relative", "absolute"], default="relative",
-                   help="how the script finds the bundle: its path relative to the script "
-                   "(default: move them together) or its absolute path (the script may go "
-                   "anywhere; the bundle stays)")  # fmt: skip
+    p.add_argument(
+        "--bundle-path",
+        choices=["relative", "absolute"],
+        default="relative",
+        help="how the script finds the bundle: its path relative to the script "
+        "(default: move them together) or its absolute path (the script may go "
+        "anywhere; the bundle stays)",
+    )
     _add_trust(p)
-    p.add_argument("--trust-executables", action="store_true",
-                   help="iree: write a script running the stored executable (native code) of a "
-                   "bundle no --public-key verified")  # fmt: skip
+    p.add_argument(
+        "--trust-executables",
+        action="store_true",
+        help="iree: write a script running the stored executable (native code) of a "
+        "bundle no --public-key verified",
+    )
     p.set_defaults(handler=_commands.emit)
 
 
@@ -101,9 +145,13 @@ def add_serve(sub: Any) -> None:
     p = sub.add_parser(
         "serve", help="serve bundles over the Open Inference Protocol (KServe v2 REST)"
     )
-    p.add_argument("bundles", nargs="+", metavar="[NAME=]BUNDLE",
-                   help="a bundle, served under its function's name and its directory's stem, "
-                   "or under NAME alone")  # fmt: skip
+    p.add_argument(
+        "bundles",
+        nargs="+",
+        metavar="[NAME=]BUNDLE",
+        help="a bundle, served under its function's name and its directory's stem, "
+        "or under NAME alone",
+    )
     p.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default: loopback)"
     )
@@ -113,37 +161,87 @@ def add_serve(sub: Any) -> None:
         default=8000,
         help="the port to listen on (default 8000; 0: any free one)",
     )
-    p.add_argument("--grpc-port", type=_values.port, default=None, metavar="N",
-                   help="also serve the protocol over gRPC (KServe v2's predict service) on port "
-                   "N of --host (0: any free one; needs grpcio: pip install 'hlobundle[grpc]')")  # fmt: skip
-    p.add_argument("--grpc-max-deadline", type=_values.positive_seconds, default=60.0,
-                   metavar="S", help="gRPC: the longest a model call may take, whatever the "
-                   "client's deadline (default 60)")  # fmt: skip
+    p.add_argument(
+        "--grpc-port",
+        type=_values.port,
+        default=None,
+        metavar="N",
+        help="also serve the protocol over gRPC (KServe v2's predict service) on port "
+        "N of --host (0: any free one; needs grpcio: pip install 'hlobundle[grpc]')",
+    )
+    p.add_argument(
+        "--grpc-max-deadline",
+        type=_values.positive_seconds,
+        default=60.0,
+        metavar="S",
+        help="gRPC: the longest a model call may take, whatever the client's deadline (default 60)",
+    )
     _add_backend(p, "iree: IREE's CPU runtime, no jax (and no dynamic batching)")
-    p.add_argument("--trust-executables", action="store_true",
-                   help="iree: run stored executables (native code) of bundles no --public-key verified")  # fmt: skip
-    p.add_argument("--max-body-bytes", type=_values.positive_int, default=64 << 20, metavar="N",
-                   help="refuse larger requests with HTTP 413 (default: 64 MiB)")  # fmt: skip
-    p.add_argument("--read-timeout", type=_values.positive_seconds, default=30.0, metavar="S",
-                   help="close a connection whose request headers, or refuse (408) a request "
-                   "whose body, has not arrived within S seconds (default 30)")  # fmt: skip
-    p.add_argument("--max-connections", type=_values.positive_int, default=512, metavar="N",
-                   help="answer requests beyond N open connections with 503 (default 512)")  # fmt: skip
-    p.add_argument("--max-batch-size", type=_values.positive_int, default=8, metavar="N",
-                   help="combine up to N concurrent requests for a bundle with a trusted batched "
-                   "module into one call (1: never; default 8)")  # fmt: skip
-    p.add_argument("--trust-batched", action="store_true",
-                   help="batch through the batched modules of bundles no --public-key verified "
-                   "(without: their requests run one by one on the verified module)")  # fmt: skip
-    p.add_argument("--batch-timeout-ms", type=_values.milliseconds, default=2.0, metavar="MS",
-                   help="how long a request waits for others to join its batch (default 2)")  # fmt: skip
-    p.add_argument("--max-shapes", type=_values.positive_int, default=16, metavar="N",
-                   help="symbolic dimensions: keep at most N shapes of a function compiled "
-                   "(least recently used out; default 16)")  # fmt: skip
-    p.add_argument("--sizes", type=_values.sizes, action="append", default=[],
-                   metavar="SYMBOL=N[,N...]",
-                   help="symbolic dimensions: serve only these values of SYMBOL, compiled at "
-                   "start-up; others get a 400 (repeat for more symbols)")  # fmt: skip
+    p.add_argument(
+        "--trust-executables",
+        action="store_true",
+        help="iree: run stored executables (native code) of bundles no --public-key verified",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_values.positive_int,
+        default=64 << 20,
+        metavar="N",
+        help="refuse larger requests with HTTP 413 (default: 64 MiB)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=_values.positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="close a connection whose request headers, or refuse (408) a request "
+        "whose body, has not arrived within S seconds (default 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_values.positive_int,
+        default=512,
+        metavar="N",
+        help="answer requests beyond N open connections with 503 (default 512)",
+    )
+    p.add_argument(
+        "--max-batch-size",
+        type=_values.positive_int,
+        default=8,
+        metavar="N",
+        help="combine up to N concurrent requests for a bundle with a trusted batched "
+        "module into one call (1: never; default 8)",
+    )
+    p.add_argument(
+        "--trust-batched",
+        action="store_true",
+        help="batch through the batched modules of bundles no --public-key verified "
+        "(without: their requests run one by one on the verified module)",
+    )
+    p.add_argument(
+        "--batch-timeout-ms",
+        type=_values.milliseconds,
+        default=2.0,
+        metavar="MS",
+        help="how long a request waits for others to join its batch (default 2)",
+    )
+    p.add_argument(
+        "--max-shapes",
+        type=_values.positive_int,
+        default=16,
+        metavar="N",
+        help="symbolic dimensions: keep at most N shapes of a function compiled "
+        "(least recently used out; default 16)",
+    )
+    p.add_argument(
+        "--sizes",
+        type=_values.sizes,
+        action="append",
+        default=[],
+        metavar="SYMBOL=N[,N...]",
+        help="symbolic dimensions: serve only these values of SYMBOL, compiled at "
+        "start-up; others get a 400 (repeat for more symbols)",
+    )
     _add_trust(p)
     p.set_defaults(handler=_commands.serve)
 
@@ -156,8 +254,11 @@ def add_conformance(sub: Any) -> None:
         default=None,
         help="the cases (default: the ones installed with hlobundle)",
     )
-    p.add_argument("--implementation", metavar="CMD",
-                   help="a command speaking the protocol of SPEC.md, 'Conformance' (default: this library)")  # fmt: skip
+    p.add_argument(
+        "--implementation",
+        metavar="CMD",
+        help="a command speaking the protocol of SPEC.md, 'Conformance' (default: this library)",
+    )
     p.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
     _add_backend(p, "this library's backend to run the valid cases on (default: auto)")
     _add_json(p)
@@ -165,8 +266,11 @@ def add_conformance(sub: Any) -> None:
 
 
 def _add_function(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--function", metavar="NAME", help="which function of a bundle with several "
-                   "(default: its default function)")  # fmt: skip
+    p.add_argument(
+        "--function",
+        metavar="NAME",
+        help="which function of a bundle with several (default: its default function)",
+    )
 
 
 def _add_backend(p: argparse.ArgumentParser, help: str) -> None:
@@ -179,7 +283,14 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 
 def _add_trust(p: argparse.ArgumentParser) -> None:
     trust = p.add_mutually_exclusive_group()
-    trust.add_argument("--public-key", metavar="PUB.pem",
-                       help="require a signature by this key (checked before anything runs)")  # fmt: skip
-    trust.add_argument("--certificate-chain", nargs="+", metavar="CERT.pem",
-                       help="require a signature by a certificate this chain trusts")  # fmt: skip
+    trust.add_argument(
+        "--public-key",
+        metavar="PUB.pem",
+        help="require a signature by this key (checked before anything runs)",
+    )
+    trust.add_argument(
+        "--certificate-chain",
+        nargs="+",
+        metavar="CERT.pem",
+        help="require a signature by a certificate this chain trusts",
+    )

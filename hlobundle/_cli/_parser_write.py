@@ -14,28 +14,48 @@ def add_pack(sub: Any) -> None:
     p = sub.add_parser("pack", help="write a bundle from an MLIR module and example inputs")
     p.add_argument("module", nargs="?", help="StableHLO/MLIR text file (@main is the entry)")
     p.add_argument(
-        "--from-reactant", metavar="[NAME=]PATH", action="append",
+        "--from-reactant",
+        metavar="[NAME=]PATH",
+        action="append",
         help="the .py that Reactant's export_to_enzymejax wrote, or its directory (instead of "
         "MODULE); repeated as NAME=PATH: one function NAME each, equal weights stored once",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--from-reactant-server", metavar="DIR",
+        "--from-reactant-server",
+        metavar="DIR",
         help="a ReactantServer.jl model bundle (manifest.yaml, model.mlir, weights.safetensors), "
         "instead of MODULE",
-    )  # fmt: skip
+    )
     _option(p, "batch_size")
     p.add_argument(
-        "--from-jax-export", metavar="[NAME=]BLOB", action="append",
+        "--from-jax-export",
+        metavar="[NAME=]BLOB",
+        action="append",
         help="a serialized jax.export.Exported (Exported.serialize()), instead of MODULE; "
         "repeated as NAME=BLOB: one function NAME each",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--inputs", nargs="+", action="extend", default=[], metavar="FILE",
+        "--inputs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE",
         help=".npz, .npy (one per argument) or .safetensors; may be repeated",
-    )  # fmt: skip
+    )
     p.add_argument("-o", "--output", required=True, help="the bundle directory to create")
-    for name in ("names", "result_names", "layout", "roles", "allow_custom_calls", "with_vjp",
-                 "function", "target_version", "force", "add", "default"):  # fmt: skip
+    for name in (
+        "names",
+        "result_names",
+        "layout",
+        "roles",
+        "allow_custom_calls",
+        "with_vjp",
+        "function",
+        "target_version",
+        "force",
+        "add",
+        "default",
+    ):
         _option(p, name)
     _add_signing_key(p)
     _add_resigning(p)
@@ -59,13 +79,25 @@ def add_compile(sub: Any) -> None:
         "compile", help="store ahead-of-time IREE executables in a bundle (extra iree)"
     )
     p.add_argument("bundle")
-    p.add_argument("--target", action="append", dest="targets", metavar="TARGET",
-                   help="an IREE target: llvm-cpu (default) or vmvx; may be repeated")  # fmt: skip
-    p.add_argument("--function", metavar="NAME", help="compile this function of a bundle with "
-                   "several alone (default: every function)")  # fmt: skip
-    p.add_argument("--cpu", default="generic", type=_values.cpu,
-                   help="llvm-cpu's target CPU: generic (default; any CPU of this architecture), "
-                   "host, or a name such as znver3 (faster; faults on CPUs without its features)")  # fmt: skip
+    p.add_argument(
+        "--target",
+        action="append",
+        dest="targets",
+        metavar="TARGET",
+        help="an IREE target: llvm-cpu (default) or vmvx; may be repeated",
+    )
+    p.add_argument(
+        "--function",
+        metavar="NAME",
+        help="compile this function of a bundle with several alone (default: every function)",
+    )
+    p.add_argument(
+        "--cpu",
+        default="generic",
+        type=_values.cpu,
+        help="llvm-cpu's target CPU: generic (default; any CPU of this architecture), "
+        "host, or a name such as znver3 (faster; faults on CPUs without its features)",
+    )
     _add_signing_key(p)
     _add_resigning(p)
     p.set_defaults(handler=_writes.compile_bundle)
@@ -74,8 +106,12 @@ def add_compile(sub: Any) -> None:
 def add_sign(sub: Any) -> None:
     p = sub.add_parser("sign", help="sign a bundle (OpenSSF model signing, model.sig)")
     p.add_argument("bundle")
-    p.add_argument("--private-key", required=True, metavar="KEY.pem",
-                   help="sign with this elliptic-curve private key (SPEC.md, 'Signature')")  # fmt: skip
+    p.add_argument(
+        "--private-key",
+        required=True,
+        metavar="KEY.pem",
+        help="sign with this elliptic-curve private key (SPEC.md, 'Signature')",
+    )
     _add_certificates(p)
     _option(p, "force")
     p.set_defaults(handler=_writes.sign)
@@ -93,10 +129,18 @@ def _add_signing_key(p: argparse.ArgumentParser) -> None:
 
 def _add_certificates(p: argparse.ArgumentParser) -> None:
     """The signing key's certificates: the command line's part of a `SigningKey`."""
-    p.add_argument("--signing-certificate", metavar="CERT.pem",
-                   help="the key's certificate, to sign with a certificate (needs the key)")  # fmt: skip
-    p.add_argument("--certificate-chain", nargs="+", default=[], metavar="CERT.pem",
-                   help="the certificates from the signing certificate up to a root")  # fmt: skip
+    p.add_argument(
+        "--signing-certificate",
+        metavar="CERT.pem",
+        help="the key's certificate, to sign with a certificate (needs the key)",
+    )
+    p.add_argument(
+        "--certificate-chain",
+        nargs="+",
+        default=[],
+        metavar="CERT.pem",
+        help="the certificates from the signing certificate up to a root",
+    )
 
 
 def _option(p: argparse.ArgumentParser, name: str) -> None:

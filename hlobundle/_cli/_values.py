@@ -101,8 +101,10 @@ def sizes(item: str) -> tuple[str, list[int]]:
     """`SYMBOL=N[,N...]`: the values a symbolic dimension may take (`serve --sizes b=1,8,32`)."""
     symbol, sep, values = item.partition("=")
     parts = values.split(",") if sep else []
-    if (not _SYMBOL.fullmatch(symbol) or not 1 <= len(parts) <= MAX_PINNED
-            or not all(p.isascii() and p.isdigit() and len(p) <= 9 and int(p) >= 1
-                       for p in parts)):  # fmt: skip
+    if (
+        not _SYMBOL.fullmatch(symbol)
+        or not 1 <= len(parts) <= MAX_PINNED
+        or not all(p.isascii() and p.isdigit() and len(p) <= 9 and int(p) >= 1 for p in parts)
+    ):
         raise _refuse(f"SYMBOL=N[,N...] with 1 to {MAX_PINNED} whole numbers >= 1", item[:80])
     return symbol, sorted({int(p) for p in parts})

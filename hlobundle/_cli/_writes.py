@@ -13,9 +13,13 @@ def refresh(args: argparse.Namespace) -> int:
     from .._write._refresh import refresh as refresh_bundle
 
     key = resigning_key(args)
-    target = refresh_bundle(args.bundle, target_version=args.target_version, sign_key=key,
-                            public_key=args.public_key,
-                            replace_signature=args.replace_signature)  # fmt: skip
+    target = refresh_bundle(
+        args.bundle,
+        target_version=args.target_version,
+        sign_key=key,
+        public_key=args.public_key,
+        replace_signature=args.replace_signature,
+    )
     print(f"refreshed {args.bundle}: portable artifacts for StableHLO {target}")
     return EXIT_OK
 
@@ -29,22 +33,37 @@ def compile_bundle(args: argparse.Namespace) -> int:
     if unknown:
         usage(args, f"--target {unknown[0]}: expected one of {', '.join(targets)}")
     key = resigning_key(args)
-    entries = compile_executables(args.bundle, args.targets or ["llvm-cpu"], cpu=args.cpu,
-                                  function=args.function, sign_key=key, public_key=args.public_key,
-                                  replace_signature=args.replace_signature)  # fmt: skip
+    entries = compile_executables(
+        args.bundle,
+        args.targets or ["llvm-cpu"],
+        cpu=args.cpu,
+        function=args.function,
+        sign_key=key,
+        public_key=args.public_key,
+        replace_signature=args.replace_signature,
+    )
     for e in entries:
-        print(f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
-              f"{e.architecture} cpu {e.cpu})")  # fmt: skip
-    print(f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
-          "PUB.pem (a signed bundle), or --trust-executables")  # fmt: skip
+        print(
+            f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
+            f"{e.architecture} cpu {e.cpu})"
+        )
+    print(
+        f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
+        "PUB.pem (a signed bundle), or --trust-executables"
+    )
     return EXIT_OK
 
 
 def sign(args: argparse.Namespace) -> int:
     from .._write._sign import sign as sign_bundle
 
-    who = sign_bundle(args.bundle, args.private_key, signing_certificate=args.signing_certificate,
-                      certificate_chain=args.certificate_chain, force=args.force)  # fmt: skip
+    who = sign_bundle(
+        args.bundle,
+        args.private_key,
+        signing_certificate=args.signing_certificate,
+        certificate_chain=args.certificate_chain,
+        force=args.force,
+    )
     print(
         f"signed {args.bundle} ({who}); check it with: hlobundle verify {args.bundle} --public-key ..."
     )

@@ -66,16 +66,26 @@ def app(
     requests = Counter(
         "hlobundle_requests", "inference requests", ["model", "status"], registry=registry
     )
-    latency = Histogram("hlobundle_request_seconds", "inference time", ["model"], registry=registry,
-                        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5))  # fmt: skip
+    latency = Histogram(
+        "hlobundle_request_seconds",
+        "inference time",
+        ["model"],
+        registry=registry,
+        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+    )
 
-    batch_sizes = Histogram("hlobundle_batch_size", "requests per model call", ["model"],
-                            registry=registry, buckets=(1, 2, 4, 8, 16, 32, 64))  # fmt: skip
+    batch_sizes = Histogram(
+        "hlobundle_batch_size",
+        "requests per model call",
+        ["model"],
+        registry=registry,
+        buckets=(1, 2, 4, 8, 16, 32, 64),
+    )
     batched_one = functools.cache(batch_sizes.labels)
     batchers = {
         id(served): Batcher(
             served, max_batch, batch_timeout_s, batch_sizes.labels(served.name).observe
-        )  # fmt: skip
+        )
         for served in models.values()
         if max_batch > 1 and served.batchable
     }
@@ -121,8 +131,9 @@ def app(
         return JSONResponse({"ready": True})  # models are compiled before the server starts
 
     async def server_metadata(_: Request) -> Any:
-        return JSONResponse({"name": "hlobundle", "version": __version__,
-                             "extensions": ["binary_tensor_data"]})  # fmt: skip
+        return JSONResponse(
+            {"name": "hlobundle", "version": __version__, "extensions": ["binary_tensor_data"]}
+        )
 
     async def model_metadata(request: Request) -> Any:
         try:
@@ -239,8 +250,10 @@ async def _send_json(send: Any, status: int, content: dict[str, Any]) -> None:
 
 
 def over_limit(limit: int) -> str:
-    return (f"the request body is over the limit of {limit} bytes (--max-body-bytes, and for "
-            "this model 64 KiB + 64 bytes per input value)")  # fmt: skip
+    return (
+        f"the request body is over the limit of {limit} bytes (--max-body-bytes, and for "
+        "this model 64 KiB + 64 bytes per input value)"
+    )
 
 
 async def _body(receive: Any, declared: str | None, limit: int, timeout_s: float) -> bytes:
@@ -290,8 +303,9 @@ def decoded(served: Served, parsed: dict[str, Any], binary: memoryview) -> _Deco
     producer = producer_layout(parsed)
     given = read_inputs(parsed, binary, served.wire_inputs(producer))
     if producer:  # the same bytes, under the stored (axis-reversed) shape
-        given = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
-                 for n, x in given.items()}  # fmt: skip
+        given = {
+            n: x.reshape(x.shape[::-1]) if n in served.column_major else x for n, x in given.items()
+        }
     served.check_shapes(given)
     return _Decoded(parsed.get("id"), given, wanted(parsed, list(served.outputs)), producer)
 
@@ -301,7 +315,8 @@ def _encode(
 ) -> tuple[bytes, dict[str, str]]:
     """The response's body and headers."""
     if decoded.producer:
-        outputs = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
-                   for n, x in outputs.items()}  # fmt: skip
-    return response(served.name, served.version, decoded.id, outputs, decoded.want,
-                    served.outputs)  # fmt: skip
+        outputs = {
+            n: x.reshape(x.shape[::-1]) if n in served.column_major else x
+            for n, x in outputs.items()
+        }
+    return response(served.name, served.version, decoded.id, outputs, decoded.want, served.outputs)

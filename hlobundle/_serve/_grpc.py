@@ -40,11 +40,18 @@ from ._protocol import BY_DTYPE, RequestError
 DEFAULT_MAX_DEADLINE_S = 60.0
 # The typed contents field of each datatype (FP16 and BF16 travel only as raw contents).
 CONTENTS = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
-    "INT32": "int_contents", "INT64": "int64_contents", "UINT8": "uint_contents",
-    "UINT16": "uint_contents", "UINT32": "uint_contents", "UINT64": "uint64_contents",
-    "FP32": "fp32_contents", "FP64": "fp64_contents",
-}  # fmt: skip
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+}
 ERROR_CODE_KEY = "hlobundle-error-code"
 log = logging.getLogger("hlobundle.serve")
 
@@ -52,9 +59,13 @@ log = logging.getLogger("hlobundle.serve")
 def _status(http: int) -> Any:
     import grpc
 
-    return {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
-            408: grpc.StatusCode.DEADLINE_EXCEEDED, 413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-            503: grpc.StatusCode.UNAVAILABLE}.get(http, grpc.StatusCode.INTERNAL)  # fmt: skip
+    return {
+        400: grpc.StatusCode.INVALID_ARGUMENT,
+        404: grpc.StatusCode.NOT_FOUND,
+        408: grpc.StatusCode.DEADLINE_EXCEEDED,
+        413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+        503: grpc.StatusCode.UNAVAILABLE,
+    }.get(http, grpc.StatusCode.INTERNAL)
 
 
 def _value(param: Any) -> Any:
@@ -77,8 +88,11 @@ def request_object(request: Any) -> tuple[dict[str, Any], memoryview]:
         )
     inputs = []
     for k, tensor in enumerate(request.inputs):
-        item: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype,
-                                "shape": list(tensor.shape)}  # fmt: skip
+        item: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.shape),
+        }
         params = _parameters(tensor.parameters)
         if raw:
             if tensor.HasField("contents"):
@@ -97,8 +111,9 @@ def request_object(request: Any) -> tuple[dict[str, Any], memoryview]:
     if request.parameters:
         parsed["parameters"] = _parameters(request.parameters)
     if request.outputs:
-        parsed["outputs"] = [{"name": o.name, "parameters": _parameters(o.parameters)}
-                             for o in request.outputs]  # fmt: skip
+        parsed["outputs"] = [
+            {"name": o.name, "parameters": _parameters(o.parameters)} for o in request.outputs
+        ]
     data = raw[0] if len(raw) == 1 else b"".join(raw)
     return parsed, memoryview(data)
 
@@ -122,8 +137,13 @@ class Service:
     """The protocol's RPCs over `models`, calling them through the REST app's `call` on the
     REST server's event loop (`loop`, set when that server starts)."""
 
-    def __init__(self, models: dict[str, Served], asgi: Any, max_body: int,
-                 max_deadline_s: float = DEFAULT_MAX_DEADLINE_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        models: dict[str, Served],
+        asgi: Any,
+        max_body: int,
+        max_deadline_s: float = DEFAULT_MAX_DEADLINE_S,
+    ) -> None:
         self.models = models
         self.named = asgi.named
         self.call = asgi.call
@@ -139,20 +159,25 @@ class Service:
             "ServerLive": (self.server_live, "ServerLiveRequest", "ServerLiveResponse"),
             "ServerReady": (self.server_ready, "ServerReadyRequest", "ServerReadyResponse"),
             "ModelReady": (self.model_ready, "ModelReadyRequest", "ModelReadyResponse"),
-            "ServerMetadata": (self.server_metadata, "ServerMetadataRequest",
-                               "ServerMetadataResponse"),
-            "ModelMetadata": (self.model_metadata, "ModelMetadataRequest",
-                              "ModelMetadataResponse"),
+            "ServerMetadata": (
+                self.server_metadata,
+                "ServerMetadataRequest",
+                "ServerMetadataResponse",
+            ),
+            "ModelMetadata": (self.model_metadata, "ModelMetadataRequest", "ModelMetadataResponse"),
             "ModelInfer": (self.model_infer, "ModelInferRequest", "ModelInferResponse"),
-        }  # fmt: skip
-        return grpc.method_handlers_generic_handler(SERVICE, {
-            name: grpc.unary_unary_rpc_method_handler(
-                self._refusing(fn),
-                request_deserializer=getattr(self.m, request).FromString,
-                response_serializer=getattr(self.m, response).SerializeToString,
-            )
-            for name, (fn, request, response) in rpcs.items()
-        })  # fmt: skip
+        }
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                name: grpc.unary_unary_rpc_method_handler(
+                    self._refusing(fn),
+                    request_deserializer=getattr(self.m, request).FromString,
+                    response_serializer=getattr(self.m, response).SerializeToString,
+                )
+                for name, (fn, request, response) in rpcs.items()
+            },
+        )
 
     def _refusing(self, fn: Any) -> Any:
         """`fn`, its RequestError and HloBundleError answered as coded gRPC errors."""
@@ -179,8 +204,9 @@ class Service:
         return self.m.ServerReadyResponse(ready=True)  # compiled before the server starts
 
     async def server_metadata(self, request: Any, context: Any) -> Any:
-        return self.m.ServerMetadataResponse(name="hlobundle", version=__version__,
-                                             extensions=["binary_tensor_data"])  # fmt: skip
+        return self.m.ServerMetadataResponse(
+            name="hlobundle", version=__version__, extensions=["binary_tensor_data"]
+        )
 
     async def model_ready(self, request: Any, context: Any) -> Any:
         self.named(request.name, request.version or None)
@@ -190,10 +216,12 @@ class Service:
         meta = self.named(request.name, request.version or None).metadata()
         tensor = self.m.ModelMetadataResponse.TensorMetadata
         return self.m.ModelMetadataResponse(
-            name=meta["name"], versions=meta["versions"], platform=meta["platform"],
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=meta["platform"],
             inputs=[tensor(**t) for t in meta["inputs"]],
             outputs=[tensor(**t) for t in meta["outputs"]],
-        )  # fmt: skip
+        )
 
     async def model_infer(self, request: Any, context: Any) -> Any:
         served = self.named(request.model_name, request.model_version or None)
@@ -217,8 +245,7 @@ class Service:
         budget = min(self.max_deadline_s, math.inf if remaining is None else remaining)
         if self.loop is None:
             raise RequestError(503, "the server is starting; retry")
-        running: Future[Any] = asyncio.run_coroutine_threadsafe(self.call(served, given),
-                                                                self.loop)  # fmt: skip
+        running: Future[Any] = asyncio.run_coroutine_threadsafe(self.call(served, given), self.loop)
         try:
             async with asyncio.timeout(budget):
                 return await asyncio.wrap_future(running)
@@ -232,18 +259,26 @@ class Service:
 
     def _response(self, served: Served, request: Any, outputs: dict[str, np.ndarray]) -> Any:
         if request.producer:  # as REST's `_encode`: the producer's orientation
-            outputs = {n: x.reshape(x.shape[::-1]) if n in served.column_major else x
-                       for n, x in outputs.items()}  # fmt: skip
+            outputs = {
+                n: x.reshape(x.shape[::-1]) if n in served.column_major else x
+                for n, x in outputs.items()
+            }
         tensors, raws = [], []
         for name in request.want.names or list(outputs):
             value = np.ascontiguousarray(outputs[name])
-            tensors.append(self.m.ModelInferResponse.InferOutputTensor(
-                name=name, datatype=BY_DTYPE[served.outputs[name]], shape=value.shape))  # fmt: skip
+            tensors.append(
+                self.m.ModelInferResponse.InferOutputTensor(
+                    name=name, datatype=BY_DTYPE[served.outputs[name]], shape=value.shape
+                )
+            )
             raws.append(value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes())
         return self.m.ModelInferResponse(
-            model_name=served.name, model_version=served.version, id=request.id or "",
-            outputs=tensors, raw_output_contents=raws,
-        )  # fmt: skip
+            model_name=served.name,
+            model_version=served.version,
+            id=request.id or "",
+            outputs=tensors,
+            raw_output_contents=raws,
+        )
 
 
 # A connection lives at most this long (grpc's max_connection_age, with its jitter), then is
@@ -257,14 +292,21 @@ class GrpcServer:
     """grpc's asyncio server on an event loop of its own, in a thread: `start` binds and
     serves (raising InputError when the port cannot be bound), `stop` drains it."""
 
-    def __init__(self, service: Service, host: str, port: int, max_rpcs: int,
-                 max_age_s: float = MAX_CONNECTION_AGE_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        service: Service,
+        host: str,
+        port: int,
+        max_rpcs: int,
+        max_age_s: float = MAX_CONNECTION_AGE_S,
+    ) -> None:
         self.service, self.host, self.port, self.max_rpcs = service, host, port, max_rpcs
         self.max_age_s = max_age_s
         self.loop = asyncio.new_event_loop()
         self._server: Any = None
-        self._thread = threading.Thread(target=self.loop.run_forever, name="hlobundle-grpc",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="hlobundle-grpc", daemon=True
+        )
 
     def start(self) -> int:
         self._thread.start()
@@ -284,8 +326,11 @@ class GrpcServer:
             ("grpc.max_connection_age_ms", int(self.max_age_s * 1000)),
             ("grpc.max_connection_age_grace_ms", int((self.service.max_deadline_s + 5) * 1000)),
         ]
-        self._server = grpc.aio.server(handlers=[self.service.handler()], options=options,
-                                       maximum_concurrent_rpcs=self.max_rpcs)  # fmt: skip
+        self._server = grpc.aio.server(
+            handlers=[self.service.handler()],
+            options=options,
+            maximum_concurrent_rpcs=self.max_rpcs,
+        )
         where = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         try:
             bound = self._server.add_insecure_port(where)

@@ -64,7 +64,9 @@ def messages() -> Any:
 
     pool = descriptor_pool.DescriptorPool()
     file = pool.AddSerializedFile(SERIALIZED)
-    return SimpleNamespace(**{
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-        for name in file.message_types_by_name
-    })  # fmt: skip
+    return SimpleNamespace(
+        **{
+            name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+            for name in file.message_types_by_name
+        }
+    )

@@ -98,8 +98,13 @@ def load_models(
 
 
 def _symbols(bundle: Bundle) -> set[str]:
-    return {s for a in bundle.manifest.arguments for d in a.shape if isinstance(d, str)
-            for s in _symbolic.parse(d).symbols}  # fmt: skip
+    return {
+        s
+        for a in bundle.manifest.arguments
+        for d in a.shape
+        if isinstance(d, str)
+        for s in _symbolic.parse(d).symbols
+    }
 
 
 def _warm_up(served: Served, max_batch: int) -> None:
@@ -131,8 +136,9 @@ def _pinned_inputs(served: Served) -> list[dict[str, np.ndarray]]:
         return []
     m = served.bundle.manifest
     stored = [a for a in m.arguments if a.name not in served.inputs]
-    env = _symbolic.bind_shapes([(a.name, a.shape) for a in stored],
-                                [np.shape(served.stored[a.name]) for a in stored])  # fmt: skip
+    env = _symbolic.bind_shapes(
+        [(a.name, a.shape) for a in stored], [np.shape(served.stored[a.name]) for a in stored]
+    )
     free = sorted(_symbols(served.bundle) - set(env))
     if any(s not in served.sizes for s in free):
         return []
@@ -146,10 +152,13 @@ def _pinned_inputs(served: Served) -> list[dict[str, np.ndarray]]:
     inputs = []
     for values in combos:
         full = {**env, **dict(zip(free, values, strict=True))}
-        inputs.append({
-            a.name: np.zeros(_symbolic.evaluate(a.shape, full), _dtypes.BY_NAME[a.dtype].numpy)
-            for a in m.arguments if a.name in served.inputs
-        })  # fmt: skip
+        inputs.append(
+            {
+                a.name: np.zeros(_symbolic.evaluate(a.shape, full), _dtypes.BY_NAME[a.dtype].numpy)
+                for a in m.arguments
+                if a.name in served.inputs
+            }
+        )
     return inputs
 
 
@@ -199,16 +208,17 @@ def _function_names(bundle: Bundle, path: Path, given: str | None) -> dict[str, 
     without a default), NAME being the name given or the stem."""
     stem = path.name.removesuffix(".hlobundle")
     if isinstance(bundle.bundle_manifest, Manifest):
-        names = (model_name(given),) if given is not None else tuple(
-            dict.fromkeys([bundle.manifest.function, stem]))  # fmt: skip
+        names = (
+            (model_name(given),)
+            if given is not None
+            else tuple(dict.fromkeys([bundle.manifest.function, stem]))
+        )
         return {bundle.manifest.function: names}
     base = model_name(given if given is not None else stem)
     only = bundle.functions[0] if len(bundle.functions) == 1 else None  # its default (2.8)
     default = bundle.default_function or only
     return {
-        f: tuple(
-            model_name(n) for n in ([base] if f == default else []) + [f"{base}.{f}"]
-        )  # fmt: skip
+        f: tuple(model_name(n) for n in ([base] if f == default else []) + [f"{base}.{f}"])
         for f in bundle.functions
     }
 

@@ -24,18 +24,33 @@ from .._format._errors import LimitError
 
 # OIP datatype -> the manifest's dtype name (and back). Other dtypes cannot cross the wire.
 DATATYPES = {
-    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
-    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
-    "FP16": "float16", "BF16": "bfloat16", "FP32": "float32", "FP64": "float64",
-}  # fmt: skip
+    "BOOL": "bool",
+    "UINT8": "uint8",
+    "UINT16": "uint16",
+    "UINT32": "uint32",
+    "UINT64": "uint64",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "FP16": "float16",
+    "BF16": "bfloat16",
+    "FP32": "float32",
+    "FP64": "float64",
+}
 BY_DTYPE = {v: k for k, v in DATATYPES.items()}
 HEADER_LENGTH = "inference-header-content-length"  # the binary extension's header
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # The SPEC.md error code a client gets with each status: a request that does not fit the model
 # (or names none) is INPUT_INVALID; one over a size or time limit is LIMIT_EXCEEDED.
 # A request of a new shape that finds every compile slot taken (503) is LIMIT_EXCEEDED too.
-CODES = {400: "INPUT_INVALID", 404: "INPUT_INVALID", 408: "LIMIT_EXCEEDED", 413: "LIMIT_EXCEEDED",
-         503: "LIMIT_EXCEEDED"}  # fmt: skip
+CODES = {
+    400: "INPUT_INVALID",
+    404: "INPUT_INVALID",
+    408: "LIMIT_EXCEEDED",
+    413: "LIMIT_EXCEEDED",
+    503: "LIMIT_EXCEEDED",
+}
 
 
 class RequestError(Exception):

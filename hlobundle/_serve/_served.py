@@ -128,8 +128,7 @@ class Served:
             )
         try:
             results = self.function.call_flat(*self._arguments(given))
-            out = {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results,
-                                                         strict=True)}  # fmt: skip
+            out = {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
         finally:
             if self.compiles is not None:
                 self.compiles.release()
@@ -140,8 +139,10 @@ class Served:
         return out
 
     def _arguments(self, given: dict[str, Any]) -> list[Any]:
-        return [given[a.name] if a.name in self.inputs else self.stored[a.name]
-                for a in self.bundle.arguments]  # fmt: skip
+        return [
+            given[a.name] if a.name in self.inputs else self.stored[a.name]
+            for a in self.bundle.arguments
+        ]
 
     def check_shapes(self, given: dict[str, np.ndarray]) -> None:
         """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why."""
