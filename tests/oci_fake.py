@@ -147,7 +147,9 @@ def serving(fake: Fake | None = None) -> Iterator[Fake]:
     server.daemon_threads = True
     server.handle_error = lambda request, address: None  # a client that hung up, as told to
     fake.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.02,), daemon=True
+    )  # quick shutdown
     thread.start()
     try:
         yield fake
