@@ -41,6 +41,7 @@ def test_export_records_the_batched_arguments(lenet):
     bundle.verify()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("size", [pytest.param(1, marks=pytest.mark.slow), 5])
 def test_vmap_runs_the_batched_module(lenet, backend, size):
@@ -56,6 +57,7 @@ def test_vmap_runs_the_batched_module(lenet, backend, size):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [pytest.param("enzyme", marks=pytest.mark.slow), "xla"])
 def test_other_axes_and_empty_batches_loop(lenet, backend):
     bundle, params, batch = lenet

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 from helpers import needs_enzyme, small_bundle
 
 import hlobundle
@@ -30,6 +31,7 @@ def test_an_entry_lives_while_any_of_its_owners_does():
     assert len(registry) == 0
 
 
+@pytest.mark.slow
 @needs_enzyme
 def test_enzyme_functions_made_and_dropped_leave_no_module_behind(tmp_path):
     from hlobundle._run._backends import _enzyme_rules

@@ -239,6 +239,7 @@ def test_with_vjp_without_enzyme_says_what_to_do(tmp_path, monkeypatch):
         jax.grad(lambda x: fn(x)[0].sum())(np.ones((2, 3), np.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_run_prints_no_xla_info_lines(tmp_path):
     from helpers import ROOT
@@ -376,6 +377,7 @@ def _private_key(tmp_path):
     (tmp_path / "key.pub").write_bytes(public)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("blocked", "argv", "pip"),

@@ -149,6 +149,7 @@ def test_script_detects_wrong_expected(bundles, tmp_path):
     assert r.returncode == 1 and "FAILED: result differ from the expected outputs" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_script_argument_checks_raise(bundles, tmp_path):
     script = tmp_path / "run.py"
@@ -209,6 +210,7 @@ def _hostile_bundle(tmp_path):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
     import ast
@@ -277,6 +279,7 @@ GRADIENT = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_xla_script_differentiates_through_the_backward_module(tmp_path):
     bundle = hlobundle.export(

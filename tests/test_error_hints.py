@@ -156,6 +156,7 @@ def test_no_parser_takes_abbreviations():
     assert len(parsers) == 14 and not any(p.allow_abbrev for p in parsers)
 
 
+@pytest.mark.slow
 def test_a_traceback_is_shown_only_when_asked_for(tmp_path):
     """HLOBUNDLE_TRACEBACK=0 (or false, no, off, empty) keeps tracebacks off, as unset does."""
     from helpers import cli_process
@@ -180,6 +181,7 @@ def test_inspect_counts_one_function_in_the_singular(tmp_path):
     assert "1 function," in r.stdout or "1 function\n" in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_export_names_a_leaf_that_is_not_an_array(tmp_path):
     """A whole Equinox module holds functions (its activation) beside its arrays: export names
     the first leaf that is not an array and says how to split the model (eqx.partition)."""

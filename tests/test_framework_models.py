@@ -29,6 +29,7 @@ def _export(tmp_path, fn, *args, **kwargs):
     ]
 
 
+@pytest.mark.slow
 def test_an_equinox_module_is_stored_as_its_leaves_and_called_as_itself(tmp_path):
     model = eqx.nn.MLP(3, 2, 4, 2, key=jax.random.PRNGKey(0))
     params, static = eqx.partition(model, eqx.is_array)

@@ -207,6 +207,7 @@ def test_auto_prefers_enzyme_where_it_is_installed(lenet_bundle):
     assert lenet_bundle.function().backend == ("enzyme" if ENZYME else "xla")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_x64_off_gives_instructions(tmp_path):
     out = hlobundle.pack(

@@ -165,6 +165,7 @@ def _paths(node, prefix=()):
             yield from _paths(v, (*prefix, i))
 
 
+@pytest.mark.slow
 @fuzz(200)
 @given(data=st.data())
 def test_manifest_field_mutations(base, data):

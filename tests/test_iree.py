@@ -59,6 +59,7 @@ def _bundle(tmp_path: Path, fn, *args, name: str = "b") -> Path:
     return hlobundle.export(fn, *args, out=tmp_path / name)
 
 
+@pytest.mark.slow
 def test_the_backends_agree_on_the_example():
     b = hlobundle.load(EXAMPLE)
     want = b.expected_outputs()["result"]
@@ -70,6 +71,7 @@ def test_the_backends_agree_on_the_example():
     np.testing.assert_allclose(outputs["iree"], outputs["xla"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [*INSTALLED_BACKENDS, "iree"])
 def test_multi_result_and_zero_argument_bundles(tmp_path, backend):
     x = sample((2, 3), "float32", 1)
@@ -373,6 +375,7 @@ def test_an_unsafe_cache_directory_is_not_used(tmp_path, monkeypatch, twins, kin
     assert after == before
 
 
+@pytest.mark.slow
 def test_no_cache_neither_reads_nor_writes(tmp_path, monkeypatch, twins):
     a, _, other = twins
     monkeypatch.setenv("HLOBUNDLE_NO_CACHE", "1")
@@ -534,6 +537,7 @@ def _time_line(*args) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_the_time_line_says_what_compiled_and_when(compiled, tmp_path, monkeypatch):
     """IREE compiles (or loads) the module when the function is made, never in its first call:
     the line times that apart, and says "compile" only when something compiled."""

@@ -35,6 +35,7 @@ def _tokens(batch, length, seed=0):
     return np.random.default_rng(seed).integers(32, 127, (batch, length)).astype(np.int32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
 @pytest.mark.parametrize(("batch", "length"), [(1, 5), pytest.param(3, 17, marks=pytest.mark.slow)])
 def test_prefill_and_decode_agree_with_jax(bundle, params, backend, batch, length):

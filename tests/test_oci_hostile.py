@@ -211,6 +211,7 @@ def test_a_blob_that_never_ends_is_read_only_to_its_declared_size(fake, tmp_path
     assert len(sent) < 1000  # the client hung up after the declared 189,448 bytes
 
 
+@pytest.mark.slow
 def test_a_slow_server_times_out(fake, tmp_path):
     artifact(EXAMPLE, fake)
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = lambda h: time.sleep(3)
@@ -248,6 +249,7 @@ def test_an_answer_cut_off_is_resumed_by_range(fake, tmp_path):
     assert (tmp_path / "ok.hlobundle" / WEIGHTS).read_bytes() == data
 
 
+@pytest.mark.slow
 def test_a_redirect_off_the_registry_only_for_blobs_and_without_credentials(
     fake, tmp_path, monkeypatch
 ):
@@ -315,6 +317,7 @@ def _fallback(fake, digest, manifests):
     fake.add_manifest(index, digest.replace(":", "-"), media_type=index["mediaType"])
 
 
+@pytest.mark.slow
 def test_a_referrer_that_is_not_a_signature(fake, tmp_path, keys):
     digest = artifact(EXAMPLE, fake)
     not_sig = fake.add_manifest(
@@ -398,6 +401,7 @@ def test_errors_name_the_reference_in_the_cli(fake, tmp_path):
     assert fake.host in report["message"]
 
 
+@pytest.mark.slow
 def test_a_bearer_token_from_the_realm_the_challenge_names(fake, tmp_path, monkeypatch):
     import base64
 

@@ -187,6 +187,7 @@ IREE_OUT_OF_MEMORY = "06_reactant_docs_nbody_while_enzymexla_attrs"
 
 
 # IREE compiles each fixture (about 0.4 s each): in the full suite only.
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["enzyme", "xla", pytest.param("iree", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixture_runs_on_each_backend_and_matches_reference(packed, name, backend):
@@ -268,6 +269,7 @@ def test_fixture_16_is_refused(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_iree_out_of_memory_is_a_coded_error(packed):
     """IREE's runtime grows without bound on fixture 06's nested loop; under `--max-memory` the

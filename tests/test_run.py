@@ -284,6 +284,7 @@ def test_a_bundle_calling_lapack_runs_on_every_backend(tmp_path, backend):
     assert json.loads(r.stdout)["ok"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     "backend", [pytest.param("enzyme", marks=pytest.mark.slow), "xla"] if ENZYME else ["xla"]
@@ -299,6 +300,7 @@ def test_an_emitted_script_of_a_bundle_calling_lapack_runs(tmp_path, backend):
     assert r.stdout.rstrip().endswith("ok") and "max abs diff from expected 0" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_module_without_lapack_calls_does_not_import_scipy(tmp_path):
     """jax initializes LAPACK (importing scipy) whenever it lowers an Exported on CPU; the xla

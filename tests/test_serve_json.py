@@ -61,6 +61,7 @@ _VALUES = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_VALUES)
 def test_every_value_parses_as_the_standard_library_parses_it(value):

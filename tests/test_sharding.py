@@ -109,6 +109,7 @@ def test_device_count_errors(tmp_path):
         unsharded.function("xla", devices=8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [pytest.param("enzyme", marks=needs_enzyme), "xla"])
 @pytest.mark.subprocess
 def test_emitted_script_runs_a_sharded_bundle(tmp_path, backend):

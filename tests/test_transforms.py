@@ -37,6 +37,7 @@ def loss(f):
     return lambda params, images: (f(params, images) ** 2).mean()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_lenet_gradients_match_native(lenet, backend, jit):

@@ -127,6 +127,7 @@ def deep_artifact(depth: int) -> bytes:
         return buffer.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [300, 5000])
 def test_a_deep_artifact_is_refused_without_printing_it(add_bundle, depth):
     # 5000 deep: 57 KiB that printed as 50 MB of indentation before the child checked nesting.
