@@ -114,6 +114,7 @@ def test_oras_pulls_what_hlobundle_pushed_byte_for_byte(registry, tmp_path):
     hlobundle.push(EXAMPLE, registry.ref("by-hlobundle"))
     client = oras.provider.Registry(hostname=registry.host, insecure=True)
     client.pull(target=f"{registry.host}/by-hlobundle:v1", outdir=str(tmp_path / "oras"))
+    client.session.close()  # its kept-alive connections, before a later test collects them
     _same_files(tmp_path / "oras", EXAMPLE)
 
 
@@ -123,6 +124,7 @@ def test_hlobundle_pulls_what_oras_pushed(registry, tmp_path, monkeypatch):
     monkeypatch.chdir(EXAMPLE)  # oras pushes paths relative to the working directory
     client = oras.provider.Registry(hostname=registry.host, insecure=True)
     client.push(target=f"{registry.host}/by-oras:v1", files=FILES, quiet=True)
+    client.session.close()
     monkeypatch.chdir(tmp_path)
     pulled = hlobundle.pull(f"{registry.host}/by-oras:v1", tmp_path / "got.hlobundle")
     assert pulled.ref.startswith("oci://")

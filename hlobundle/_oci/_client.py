@@ -100,6 +100,10 @@ class Client:
         self._looked_up = False
         self._authorization: str | None = None
 
+    def close(self) -> None:
+        """Close the connections the session keeps open."""
+        self.session.close()
+
     # ---- requests to the registry
 
     def url(self, kind: str, reference: str) -> str:

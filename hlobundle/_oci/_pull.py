@@ -67,38 +67,41 @@ def pull(
     """
     target = _ref.parse(ref)
     client = Client(target, insecure=insecure, timeout=timeout)
-    raw, media_type, digest = client.get_manifest(target.reference, [MANIFEST, INDEX])
-    pinned = target.at(digest)
-    client.ref = pinned  # errors from here on name the digest
-    artifact = _artifact.parse(raw, media_type, str(pinned), digest)
-    trust = (
-        _signature.Verifier(
-            Path(public_key) if public_key else None, _signature.paths(certificate_chain)
-        )
-        if public_key is not None or certificate_chain
-        else None
-    )
-    with _atomic.built_beside(Path(out), force=force) as built:
-        built.mkdir()
-        if artifact.config is not None:
-            config = _blobs.fetch_small(
-                client,
-                artifact.config["digest"],
-                artifact.config["size"],
-                _artifact.MAX_CONFIG_BYTES,
-                "config",
+    try:
+        raw, media_type, digest = client.get_manifest(target.reference, [MANIFEST, INDEX])
+        pinned = target.at(digest)
+        client.ref = pinned  # errors from here on name the digest
+        artifact = _artifact.parse(raw, media_type, str(pinned), digest)
+        trust = (
+            _signature.Verifier(
+                Path(public_key) if public_key else None, _signature.paths(certificate_chain)
             )
-            _artifact.check_config(config, artifact, str(pinned), digest)
-        listed = _manifest_first(client, artifact, built)
-        for name, entry in listed.items():
-            _blob_of(client, artifact, name, entry.size, entry.sha256, built)
-        bundle = Bundle(built)
-        signer = None
-        if trust is not None:
-            signer = _signed(client, artifact, digest, bundle, trust)
-        bundle.verify(in_memory=False)
-        _atomic.set_modes(built)
-    return Pulled(Path(out), str(pinned), digest, signer)
+            if public_key is not None or certificate_chain
+            else None
+        )
+        with _atomic.built_beside(Path(out), force=force) as built:
+            built.mkdir()
+            if artifact.config is not None:
+                config = _blobs.fetch_small(
+                    client,
+                    artifact.config["digest"],
+                    artifact.config["size"],
+                    _artifact.MAX_CONFIG_BYTES,
+                    "config",
+                )
+                _artifact.check_config(config, artifact, str(pinned), digest)
+            listed = _manifest_first(client, artifact, built)
+            for name, entry in listed.items():
+                _blob_of(client, artifact, name, entry.size, entry.sha256, built)
+            bundle = Bundle(built)
+            signer = None
+            if trust is not None:
+                signer = _signed(client, artifact, digest, bundle, trust)
+            bundle.verify(in_memory=False)
+            _atomic.set_modes(built)
+        return Pulled(Path(out), str(pinned), digest, signer)
+    finally:
+        client.close()  # its connections, now, not when collected
 
 
 def _manifest_first(client: Client, artifact: Artifact, built: Path) -> dict:

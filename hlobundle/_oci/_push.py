@@ -53,39 +53,44 @@ def push(
     target = _ref.parse(ref)
     opened = Bundle(Path(bundle))
     client = Client(target, insecure=insecure, timeout=timeout)
-    layers, config, manifest = _artifact_of(opened)
-    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-    if target.digest and target.digest != digest:  # known before anything is uploaded
-        raise RegistryRefError(
-            f"the bundle's artifact has the digest {digest}, not the {target.digest} the "
-            "reference names; push to a tag, or to its own digest",
-            ref=ref,
-            digest=digest,
-        )
-    for entry in layers:
-        title = entry["annotations"][_artifact.TITLE]
-        client.upload(str(opened.path.joinpath(*title.split("/"))), entry, title)
-    with tempfile.TemporaryDirectory(prefix="hlobundle-push-") as scratch:
-        (Path(scratch) / "config.json").write_bytes(config)
-        config_descriptor = {
-            "mediaType": _artifact.CONFIG_TYPE,
-            "digest": config_digest,
-            "size": len(config),
-        }
-        client.upload(str(Path(scratch) / "config.json"), config_descriptor, "the config")
-        client.put_manifest(manifest, MANIFEST, target.digest or target.reference)
-        signature = _signature.read(opened.path)
-        referrer = None
-        if signature is not None:
-            subject = {
-                "mediaType": MANIFEST,
-                "digest": digest,
-                "size": len(manifest),
-                "artifactType": _artifact.ARTIFACT_TYPE,
+    try:
+        layers, config, manifest = _artifact_of(opened)
+        config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        if target.digest and target.digest != digest:  # known before anything is uploaded
+            raise RegistryRefError(
+                f"the bundle's artifact has the digest {digest}, not the {target.digest} the "
+                "reference names; push to a tag, or to its own digest",
+                ref=ref,
+                digest=digest,
+            )
+        for entry in layers:
+            title = entry["annotations"][_artifact.TITLE]
+            client.upload(str(opened.path.joinpath(*title.split("/"))), entry, title)
+        with tempfile.TemporaryDirectory(prefix="hlobundle-push-") as scratch:
+            (Path(scratch) / "config.json").write_bytes(config)
+            config_descriptor = {
+                "mediaType": _artifact.CONFIG_TYPE,
+                "digest": config_digest,
+                "size": len(config),
             }
-            referrer = _referrers.push_signature(client, subject, signature, Path(scratch))
-    return Pushed(str(target.at(digest)), None if target.digest else target.tag, digest, referrer)
+            client.upload(str(Path(scratch) / "config.json"), config_descriptor, "the config")
+            client.put_manifest(manifest, MANIFEST, target.digest or target.reference)
+            signature = _signature.read(opened.path)
+            referrer = None
+            if signature is not None:
+                subject = {
+                    "mediaType": MANIFEST,
+                    "digest": digest,
+                    "size": len(manifest),
+                    "artifactType": _artifact.ARTIFACT_TYPE,
+                }
+                referrer = _referrers.push_signature(client, subject, signature, Path(scratch))
+        return Pushed(
+            str(target.at(digest)), None if target.digest else target.tag, digest, referrer
+        )
+    finally:
+        client.close()  # its connections, now, not when collected
 
 
 def _artifact_of(opened: Bundle) -> tuple[list[dict], bytes, bytes]:
