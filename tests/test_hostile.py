@@ -108,6 +108,12 @@ def fresh(base: Path) -> Path:
 
 
 @pytest.mark.slow
+# On Python 3.13 a TCP socket an earlier test on the same worker left open is collected during
+# this test's many collections (seen twice in CI; its owner is not found yet: an open item of
+# issue 35/36). It is not this test's failure, so only that message is ignored, only here.
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <socket object:pytest.PytestUnraisableExceptionWarning"
+)
 @fuzz(300)
 @given(data=st.data())
 def test_byte_mutations(base, data):
