@@ -44,9 +44,9 @@ def leaves(results, bundle: hlobundle.Bundle) -> dict[str, np.ndarray]:
     return dict(zip([r.name for r in bundle.manifest.results], flat, strict=True))
 
 
-def test_the_corpus_holds_every_1x_minor_version():
+def test_the_corpus_holds_every_earlier_version():
     versions = {p.parent.name for p in BUNDLES}
-    assert versions == {"1.0", "1.1", "1.2", "1.3"}
+    assert versions == {"1.0", "1.1", "1.2", "1.3", "2.0"}
     assert {p.stem for p in BUNDLES if p.parent.name == "1.2"} >= {"signed", "int4"}
 
 
@@ -56,20 +56,34 @@ def test_written_at_its_version(path):
     assert on_disk["format_version"] == path.parent.name
     bundle = load(path)
     assert bundle.manifest.format_version == path.parent.name
-    # A 1.x bundle is one function, its default, named as its writer named it.
-    assert bundle.functions == [on_disk["function"]] == [bundle.default_function]
+    if path.parent.name.startswith("1."):
+        # A 1.x bundle is one function, its default, named as its writer named it.
+        assert bundle.functions == [on_disk["function"]] == [bundle.default_function]
+    else:
+        names = [f["name"] for f in on_disk["functions"]]
+        assert bundle.functions == names and bundle.default_function == on_disk["default_function"]
 
 
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
 @pytest.mark.parametrize("path", BUNDLES, ids=IDS)
 def test_runs_to_its_expected_outputs(path, backend):
-    bundle = load(path)
-    expected = bundle.expected_outputs()
-    assert expected and set(expected) == {r.name for r in bundle.manifest.results}
-    got = leaves(bundle.function(backend)(*bundle.example_args()), bundle)
-    for name, want in expected.items():
-        assert np.asarray(got[name]).dtype == want.dtype, name
-        assert_close(got[name], want)
+    opened = load(path)
+    for function in opened.functions:  # each function of a 2.0 bundle
+        bundle = opened.select(function)
+        expected = bundle.expected_outputs()
+        assert expected and set(expected) == {r.name for r in bundle.manifest.results}
+        got = leaves(bundle.function(backend)(*bundle.example_args()), bundle)
+        for name, want in expected.items():
+            assert np.asarray(got[name]).dtype == want.dtype, name
+            assert_close(got[name], want)
+
+
+def test_the_2_0_functions_run_for_another_batch_size():
+    """The symbolic batch `b` of the 2.0 bundle takes a size its stored values do not have."""
+    bundle = load(CORPUS / "2.0" / "functions.hlobundle")
+    params, x = bundle.select("predict").example_args()
+    batch = np.concatenate([x, -x, x * 0.5])
+    assert_close(bundle.function(name="predict")(params, batch), write_corpus.predict(params, batch))
 
 
 def new_key(where: Path) -> tuple[Path, Path]:
@@ -112,6 +126,7 @@ def test_todays_writer_writes_each_recipe_at_the_corpus_version(tmp_path):
         "1.1/batched": write_corpus.write_predict(tmp_path / "batched", vmap_in_axes=(None, 0)),
         "1.2/int4": write_corpus.write_int4(tmp_path / "int4"),
         "1.2/signed": write_corpus.write_predict(tmp_path / "signed"),
+        "2.0/functions": write_corpus.write_functions(tmp_path / "functions"),
     }
     hlobundle.sign(written["1.2/signed"], private)
     if importlib.util.find_spec("iree.compiler") is not None:

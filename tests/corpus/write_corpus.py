@@ -6,10 +6,11 @@ wrote a version (`PYTHONPATH=/tmp/corpus-<version>`), through the API that commi
 
     python tests/corpus/write_corpus.py VERSION OUT_DIR [PUBLIC_KEY PRIVATE_KEY]
 
-Every version writes `predict` (two arguments, a parameter pytree, a backward module, stored
+Every 1.x version writes `predict` (two arguments, a parameter pytree, a backward module, stored
 inputs and expected outputs); 1.0 also writes `column_major`; 1.1 `batched` (a batched
 module); 1.2 `signed` (with the key given) and `int4` (a sub-byte dtype); 1.3 `iree` (an IREE
-executable for llvm-cpu, generic CPU).
+executable for llvm-cpu, generic CPU); 2.0 `functions` (two functions over one parameter
+pytree, with a symbolic batch dimension).
 """
 
 from __future__ import annotations
@@ -78,11 +79,41 @@ def write_int4(out: Path) -> Path:
     )
 
 
+def write_functions(out: Path) -> Path:
+    """Two functions over one parameter pytree, with a symbolic batch dimension `b` (2.0)."""
+    params, x = example()
+    y = np.zeros((2, 3), np.float32)
+    roles = {"params": "parameter"}
+    hlobundle.export(
+        predict,
+        params,
+        x,
+        out=out,
+        name="predict",
+        roles=roles,
+        shapes_specs=(None, "b, 4"),
+        timestamp=TIMESTAMP,
+    )
+    return hlobundle.export(
+        lambda params, x, y: ((predict(params, x) - y) ** 2).mean(),
+        params,
+        x,
+        y,
+        out=out,
+        name="loss",
+        roles=roles,
+        shapes_specs=(None, "b, 4", "b, 3"),
+        timestamp=TIMESTAMP,
+        add=True,
+    )
+
+
 def main(version: str, out_dir: str, *keys: str) -> None:
     assert hlobundle.FORMAT_VERSION == version, (hlobundle.FORMAT_VERSION, version)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_predict(out / "predict.hlobundle")
+    if version.startswith("1."):  # one static function: 1.x at every later version too
+        write_predict(out / "predict.hlobundle")
     if version == "1.0":
         write_column_major(out / "column_major.hlobundle")
     if version == "1.1":
@@ -95,6 +126,8 @@ def main(version: str, out_dir: str, *keys: str) -> None:
         write_int4(out / "int4.hlobundle")
     if version == "1.3":
         hlobundle.compile(write_predict(out / "iree.hlobundle"), ["llvm-cpu"])
+    if version == "2.0":
+        write_functions(out / "functions.hlobundle")
 
 
 if __name__ == "__main__":
