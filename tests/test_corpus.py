@@ -83,7 +83,9 @@ def test_the_2_0_functions_run_for_another_batch_size():
     bundle = load(CORPUS / "2.0" / "functions.hlobundle")
     params, x = bundle.select("predict").example_args()
     batch = np.concatenate([x, -x, x * 0.5])
-    assert_close(bundle.function(name="predict")(params, batch), write_corpus.predict(params, batch))
+    assert_close(
+        bundle.function(name="predict")(params, batch), write_corpus.predict(params, batch)
+    )
 
 
 def new_key(where: Path) -> tuple[Path, Path]:
