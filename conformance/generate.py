@@ -1081,6 +1081,64 @@ def _(path: Path) -> None:
     edit(symbolic(path), flatten)
 
 
+# --- format 2.1: chunk digests (SPEC.md 2.9) ------------------------------------------------------
+
+CHUNK = 1 << 16  # the smallest chunk size: each case's weights are one chunk
+
+
+def chunked(path: Path, change: Callable[[dict], object] = lambda c: None) -> Path:
+    """The two-function bundle at 2.1, its weights file listed with its chunk digests (one chunk
+    of 64 KiB: the file is smaller), then `change`d."""
+    bundle = two_functions(path)
+    data = (bundle / "weights.safetensors").read_bytes()
+
+    def add_chunks(m: dict) -> None:
+        m["format_version"] = "2.1"
+        entry = m["files"]["weights.safetensors"]
+        entry["chunks"] = {"size": CHUNK, "sha256": [hashlib.sha256(data).hexdigest()]}
+        change(entry["chunks"])
+
+    edit(bundle, add_chunks)
+    return bundle
+
+
+@case("valid_chunk_digests", "format 2.1: the weights file listed with its chunk digests")
+def _(path: Path) -> None:
+    save_outputs(path, chunked(path))
+
+
+@case(
+    "invalid_chunk_digest_mismatch",
+    "the weights file's sha256 matches, its one chunk's digest does not",
+    "HASH_MISMATCH",
+)
+def _(path: Path) -> None:
+    chunked(path, lambda c: c.update(sha256=["0" * 64]))
+
+
+@case(
+    "invalid_chunk_count",
+    "two chunk digests for a file of one chunk",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    chunked(path, lambda c: c["sha256"].append("0" * 64))
+
+
+@case(
+    "invalid_chunk_size",
+    "a chunk size that is not a power of two (100,000)",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    chunked(path, lambda c: c.update(size=100_000))
+
+
+@case("invalid_chunks_in_2_0", "chunk digests in a format 2.0 manifest", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    edit(chunked(path), lambda m: m.update(format_version="2.0"))
+
+
 def generate(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)

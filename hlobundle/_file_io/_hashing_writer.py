@@ -18,7 +18,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
 from . import _libc
@@ -53,8 +53,11 @@ class HashingWriter:
     thread. Use as a context manager: `write()` each step, then `finish()` for the digest.
     Leaving the block early (an error, Ctrl-C) stops the thread and waits for it."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, also: Callable[[memoryview], None] | None = None) -> None:
+        """`also`: a second consumer of every buffer, in order, in the hashing thread (the
+        chunk digests of format 2.1)."""
         self._fd = fd
+        self._also = also
         self._offset = 0
         self._hash = _new_hash()
         self._queue: queue.Queue[list[memoryview] | None] = queue.Queue(maxsize=_AHEAD)
@@ -80,13 +83,15 @@ class HashingWriter:
             self._thread.join()
 
     def _run(self) -> None:
-        update = self._hash.update
+        update, also = self._hash.update, self._also
         while (step := self._queue.get()) is not None:
             if self._stop or self._error is not None:
                 continue  # keep taking steps, so that the writer never waits on a full queue
             try:
                 for buffer in step:
                     update(buffer)
+                    if also is not None:
+                        also(buffer)
             except BaseException as e:  # handed to the writing thread
                 self._error = e
 

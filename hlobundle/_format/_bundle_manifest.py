@@ -114,11 +114,13 @@ def functions_of(m: Manifest | BundleManifest) -> tuple[dict[str, Manifest], str
 def combine(
     views: list[Manifest], default: str | None, files: dict[str, FileEntry]
 ) -> BundleManifest:
-    """A 2.0 manifest of several functions, each given as a manifest of its own."""
+    """A 2.x manifest of several functions, each given as a manifest of its own: 2.0, or 2.1
+    when a file has chunk digests."""
     first = views[0]
     return BundleManifest(
         format=FORMAT,
-        format_version=FORMAT_VERSION,
+        # 2.1 only for what needs it: chunk digests (SPEC.md 5, the oldest version that can)
+        format_version=FORMAT_VERSION if any(e.chunks for e in files.values()) else "2.0",
         default_function=None if default is None else identifier(default),
         functions=[
             FunctionEntry(

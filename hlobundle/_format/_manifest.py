@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import _limits, _manifest_checks
+from . import _chunks, _limits, _manifest_checks
 from ._dtypes import NAMES
 
 # Format version history (SPEC.md, "Versions"):
@@ -33,9 +33,11 @@ from ._dtypes import NAMES
 # 2.0 (2026-12-03): `functions`, several named functions over one set of files, with symbolic
 #     dimensions and `constraints`; `default_function`. A writer writes the oldest version that
 #     can express a bundle (`minimum_version`): one static function is still 1.x.
+# 2.1 (2026-12-04): `files[NAME].chunks`, a digest per fixed-size chunk of a file, so that a
+#     byte range is checked on its own (remote loading); bundles of several functions have them.
 FORMAT: Literal["hlobundle"] = "hlobundle"
-FORMAT_VERSION = "2.0"
-NEWEST_MINOR = {1: 3, 2: 0}  # the newest minor version of each major version this reader knows
+FORMAT_VERSION = "2.1"
+NEWEST_MINOR = {1: 3, 2: 1}  # the newest minor version of each major version this reader knows
 MAX_FUNCTIONS = 64
 # The provenance's producer, for bundles this package's producers write: `export()` (a JAX
 # function) and `from_exported()` (a jax.export.Exported). The runner's hints depend on it.
@@ -175,9 +177,39 @@ class Provenance(_Model):
     timestamp: str | None = None
 
 
+class Chunks(_Model):
+    """A file's chunk digests (format 2.1, SPEC.md 2.9): `sha256[i]` is that of bytes
+    `[i * size, (i + 1) * size)`, the last chunk shorter."""
+
+    size: int
+    sha256: list[Sha256]
+
+    @field_validator("size")
+    @classmethod
+    def _power_of_two(cls, size: int) -> int:
+        if not _chunks.valid_size(size):
+            raise ValueError(
+                f"chunks.size {size} is not a power of two from {_chunks.MIN_CHUNK} to "
+                f"{_chunks.MAX_CHUNK}"
+            )
+        return size
+
+
 class FileEntry(_Model):
     size: int = Field(ge=0)
     sha256: Sha256
+    chunks: Chunks | None = None  # since 2.1
+
+    @model_validator(mode="after")
+    def _chunk_count(self) -> FileEntry:
+        if self.chunks is not None:
+            want = _chunks.count(self.size, self.chunks.size)
+            if len(self.chunks.sha256) != want:
+                raise ValueError(
+                    f"chunks.sha256 has {len(self.chunks.sha256)} digests; a file of "
+                    f"{self.size} bytes has {want} chunks of {self.chunks.size}"
+                )
+        return self
 
 
 class FunctionFields(_Model):

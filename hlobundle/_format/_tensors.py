@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._file_io import _hashing_writer
 from .._terminal import _progress
-from . import _dtypes, _paths, _safetensors_layout
+from . import _chunks, _dtypes, _paths, _safetensors_layout
 from ._errors import LimitError, TensorFileError
 from ._safetensors_layout import CODE_BYTES, DATA_ALIGNMENT
 
@@ -42,9 +42,11 @@ def write(
     metadata: dict[str, str] | None = None,
     *,
     fsync: bool = False,
+    chunks: _chunks.ChunkHasher | None = None,
 ) -> str:
     """Write `{key: (array, dtype row)}` as a new safetensors file, laid out as safetensors
-    lays it out (deterministic); `metadata` adds `__metadata__` entries; `fsync` syncs the file.
+    lays it out (deterministic); `metadata` adds `__metadata__` entries; `fsync` syncs the file;
+    `chunks` is given every byte written too (its chunk digests, format 2.1).
 
     Each array is converted to its stored form (`_dtypes.to_storage`: a copy only for a
     transposed or converted array) just before its bytes are written, so that only a few such
@@ -73,7 +75,7 @@ def write(
     try:
         with (
             _progress.task(f"writing {path.name}", size) as advance,
-            _hashing_writer.HashingWriter(fd) as writer,
+            _hashing_writer.HashingWriter(fd, None if chunks is None else chunks.update) as writer,
         ):
             for step in _hashing_writer.steps(buffers()):
                 advance(writer.write(step))
@@ -244,11 +246,12 @@ class TensorFile:
         mapping = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
         return np.frombuffer(mapping, np.uint8)
 
-    def sha256(self) -> str:
-        """The sha256 of the bytes tensors are read from (the mapping, or the private copy).
+    def sha256(self, chunks: _chunks.ChunkHasher | None = None) -> str:
+        """The sha256 of the bytes tensors are read from (the mapping, or the private copy);
+        `chunks` gets the same bytes (for their chunk digests, format 2.1).
         Not mapped yet, the file is read through its descriptor, a chunk at a time: the same
         bytes, without every page of it counted in the process's memory (a pull's check)."""
-        h = hashlib.sha256()
+        h: Any = hashlib.sha256() if chunks is None else _Both(hashlib.sha256(), chunks)
         if self._memory is None and "_mapped" not in self.__dict__:
             return self._sha256_read(h)
         data = self._bytes
@@ -273,10 +276,10 @@ class TensorFile:
                 advance(got)
         return h.hexdigest()
 
-    def read_into_memory(self) -> str:
+    def read_into_memory(self, chunks: _chunks.ChunkHasher | None = None) -> str:
         """Copy the held file into private memory; tensors come from the copy from now on.
 
-        **Returns:** the copy's sha256.
+        **Returns:** the copy's sha256 (`chunks` gets its bytes too).
         """
         import numpy as np
 
@@ -295,7 +298,21 @@ class TensorFile:
                 advance(got)
         memory.flags.writeable = False
         self._memory = memory
-        return self.sha256()
+        return self.sha256(chunks)
 
 
 _CHUNK = 16 * 1024 * 1024
+
+
+class _Both:
+    """A file's sha256 and its chunk digests, from one pass over its bytes."""
+
+    def __init__(self, h: Any, chunks: _chunks.ChunkHasher) -> None:
+        self._h, self._chunks = h, chunks
+
+    def update(self, data: Any) -> None:
+        self._h.update(data)
+        self._chunks.update(data)
+
+    def hexdigest(self) -> str:
+        return str(self._h.hexdigest())

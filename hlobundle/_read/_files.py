@@ -10,7 +10,7 @@ import stat
 import weakref
 from pathlib import Path
 
-from .._format import _limits, _paths, _prechecks
+from .._format import _chunks, _limits, _paths, _prechecks
 from .._format._bundle_manifest import BundleManifest
 from .._format._errors import (
     FileMissingError,
@@ -121,6 +121,38 @@ def check_digest(name: str, size: int, digest: str, listed: FileEntry) -> None:
         )
 
 
+def check_chunks(name: str, digests: list[str], listed: FileEntry) -> None:
+    """The chunk digests computed from a file's bytes are the manifest's (format 2.1)."""
+    if listed.chunks is None:
+        return
+    for i, (got, want) in enumerate(zip(digests, listed.chunks.sha256, strict=False)):
+        if got != want:
+            raise HashMismatchError(
+                f"{name}: chunk {i} has sha256 {got}, the manifest says {want}",
+                path=name,
+                field=f"files[{name!r}].chunks.sha256[{i}]",
+            )
+    if len(digests) != len(listed.chunks.sha256):  # the whole file's check comes first
+        raise SizeMismatchError(
+            f"{name} has {len(digests)} chunks, the manifest lists {len(listed.chunks.sha256)}",
+            path=name,
+            field=f"files[{name!r}].chunks",
+        )
+
+
+def chunk_hasher(listed: FileEntry) -> _chunks.ChunkHasher | None:
+    return None if listed.chunks is None else _chunks.ChunkHasher(listed.chunks.size)
+
+
+def check_bytes(name: str, data: bytes, listed: FileEntry) -> str:
+    """A whole file's bytes against its entry: size, sha256 and chunk digests; the sha256."""
+    digest = hashlib.sha256(data).hexdigest()
+    check_digest(name, len(data), digest, listed)
+    if listed.chunks is not None:
+        check_chunks(name, _chunks.digests_of([data], listed.chunks.size), listed)
+    return digest
+
+
 def read_manifest(root: Path) -> tuple[AnyManifest, str]:
     """The bundle's manifest, parsed and checked, and the sha256 of the bytes it was parsed from."""
     if not root.exists():
@@ -172,9 +204,7 @@ def _read_checked(root: Path, manifest: AnyManifest, name: str) -> tuple[bytes, 
     listed = manifest.files[name]
     with os.fdopen(open_listed(root, name), "rb") as f:
         data = f.read(listed.size + 1)
-    digest = hashlib.sha256(data).hexdigest()
-    check_digest(name, len(data), digest, listed)
-    return data, digest
+    return data, check_bytes(name, data, listed)
 
 
 def open_listed(root: Path, name: str) -> int:
@@ -210,19 +240,24 @@ class HeldFile:
     def read(self) -> bytes:
         """The held file's bytes (at most one past its listed size), checked against the manifest."""
         data = os.pread(self._fd, self.listed.size + 1, 0)
-        check_digest(self.name, len(data), hashlib.sha256(data).hexdigest(), self.listed)
+        check_bytes(self.name, data, self.listed)
         return data
 
     def check(self) -> None:
         """Hash the held file (at most one byte past its listed size) against the manifest."""
         h, offset, limit = hashlib.sha256(), 0, self.listed.size + 1
+        chunks = chunk_hasher(self.listed)
         while offset < limit:
             chunk = os.pread(self._fd, min(_CHUNK, limit - offset), offset)
             if not chunk:
                 break
             h.update(chunk)
+            if chunks is not None:
+                chunks.update(chunk)
             offset += len(chunk)
         check_digest(self.name, offset, h.hexdigest(), self.listed)
+        if chunks is not None:
+            check_chunks(self.name, chunks.finish(), self.listed)
 
 
 _CHUNK = 1 << 20

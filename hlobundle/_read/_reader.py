@@ -272,10 +272,12 @@ class Bundle(StoredValues):
         Raises the first problem found as an `HloBundleError`; returns None when the bundle is valid.
         """
         for name, tf in sorted(self._tensor_files.items()):
-            got = tf.read_into_memory() if in_memory else tf.sha256()
-            _files.check_digest(
-                name, self.manifest.files[name].size, got, self.manifest.files[name]
-            )
+            listed = self.manifest.files[name]
+            chunks = _files.chunk_hasher(listed)
+            got = tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)
+            _files.check_digest(name, listed.size, got, listed)
+            if chunks is not None:
+                _files.check_chunks(name, chunks.finish(), listed)
         for held in self._unreferenced.values():
             held.check()
         for name in self.functions:

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _paths, _signature, _tensors
+from .._format import _chunks, _paths, _signature, _tensors
 from .._format._bundle_manifest import BundleManifest, combine, functions_of, minimum_version
 from .._format._errors import HashMismatchError
-from .._format._manifest import MANIFEST_NAME, FileEntry, Manifest
+from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry, Manifest
 from .._format._signature import SigningKey
 from . import _target
 
@@ -48,6 +48,12 @@ def final_manifest(
             data = m.model_copy(update={"files": table, "format_version": version}).model_dump()
             return Manifest.model_validate(data)
     return combine(list(views.values()), default if len(views) > 1 else next(iter(views)), table)
+
+
+def _chunks_of(hasher: _chunks.ChunkHasher | None) -> Chunks | None:
+    """The chunk digests of a file of more than one chunk (one chunk's is the file's sha256)."""
+    digests = [] if hasher is None else hasher.finish()
+    return None if hasher is None or len(digests) < 2 else Chunks(size=hasher.chunk, sha256=digests)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -79,13 +85,23 @@ def write_bundle(
             (tmp / name).write_bytes(data)
         # Hashed from the bytes given, and the tensors as they are written: nothing is read back.
         digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        # Chunk digests where a reader may want part of a file (SPEC.md 2.9): the tensor files
+        # of a bundle of several functions. One function reads every tensor it has.
+        several = len(functions_of(manifest)[0]) > 1
+        chunked = {n: _chunks.ChunkHasher(_chunks.DEFAULT_CHUNK) for n in arrays if several}
         synced = set()
         for name, tensors in sorted(arrays.items()):  # each fsynced as its hash finishes
-            digests[name] = _tensors.write(tmp / name, tensors, fsync=True)
+            digests[name] = _tensors.write(
+                tmp / name, tensors, fsync=True, chunks=chunked.get(name)
+            )
             synced.add(tmp / name)
         set_modes(tmp)
         table = {
-            name: FileEntry(size=(tmp / name).stat().st_size, sha256=digests[name])
+            name: FileEntry(
+                size=(tmp / name).stat().st_size,
+                sha256=digests[name],
+                chunks=_chunks_of(chunked.get(name)),
+            )
             for name in sorted([*files, *arrays])
         }
         _finish(tmp, out.name, manifest, table, signing_key)
@@ -172,15 +188,21 @@ def _copy_checked(bundle: Path, name: str, target: Path, listed: FileEntry) -> N
     says of it is then true of the copy."""
     target.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
+    chunks = None if listed.chunks is None else _chunks.ChunkHasher(listed.chunks.size)
     with open(_paths.resolve(bundle, name), "rb") as src, open(target, "xb") as dst:
         while chunk := src.read(1 << 20):
             h.update(chunk)
+            if chunks is not None:
+                chunks.update(chunk)
             dst.write(chunk)
         size = dst.tell()
-    if (size, h.hexdigest()) != (listed.size, listed.sha256):
+    if (size, h.hexdigest()) != (listed.size, listed.sha256) or (
+        chunks is not None and listed.chunks is not None and chunks.finish() != listed.chunks.sha256
+    ):
         raise HashMismatchError(
             f"{name}: sha256 is {h.hexdigest()} ({size} bytes), the manifest says "
-            f"{listed.sha256} ({listed.size} bytes); it changed while being carried over",
+            f"{listed.sha256} ({listed.size} bytes), or its chunk digests differ; it changed "
+            "while being carried over",
             path=name,
             field=f"files[{name!r}].sha256",
         )
