@@ -28,7 +28,7 @@ _LAZY = {
     "Trust": "._read._trust",
     "Bundle": "._read._reader",
     "Function": "._run._function",
-    "load": "._read._reader",
+    "load": "._remote._load",
     "compile": "._write._compile",
     "configure_jax": "._run._process",
     "emit_script": "._emit._emit",
@@ -94,8 +94,9 @@ if _typing.TYPE_CHECKING:
     from ._format._signature import SigningKey
     from ._oci._pull import Pulled, pull
     from ._oci._push import Pushed, push
-    from ._read._reader import Bundle, load
+    from ._read._reader import Bundle
     from ._read._trust import Trust
+    from ._remote._load import load
     from ._run._function import Function
     from ._run._process import configure_jax
     from ._write._compile import compile

@@ -10,7 +10,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import edit_manifest, two_functions
+from helpers import edit_manifest, new_key, two_functions
 
 import hlobundle
 from hlobundle._format import _chunks
@@ -121,20 +121,10 @@ def test_chunk_digests_in_a_2_0_manifest_are_refused(tmp_path):
 
 
 def test_signing_a_bundle_with_a_wrong_chunk_digest_is_refused(tmp_path):
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     bundle = wide_functions(tmp_path)
     name = tensor_file(bundle)
     edit_manifest(bundle, lambda m: m["files"][name]["chunks"]["sha256"].__setitem__(0, "0" * 64))
-    private = tmp_path / "key.pem"
-    private.write_bytes(
-        ec.generate_private_key(ec.SECP256R1()).private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    private, _ = new_key(tmp_path)
     with pytest.raises(HashMismatchError):
         hlobundle.sign(bundle, private)
 

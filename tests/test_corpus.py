@@ -14,7 +14,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from helpers import INSTALLED_BACKENDS, assert_close
+from helpers import INSTALLED_BACKENDS, assert_close, new_key
 
 import hlobundle
 
@@ -86,28 +86,6 @@ def test_the_2_0_functions_run_for_another_batch_size():
     assert_close(
         bundle.function(name="predict")(params, batch), write_corpus.predict(params, batch)
     )
-
-
-def new_key(where: Path) -> tuple[Path, Path]:
-    """A fresh P-256 key pair as PEM files: (private, public)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = where / "key.pem", where / "key.pub.pem"
-    private.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    public.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return private, public
 
 
 def test_the_signed_bundle_needs_its_own_key(tmp_path):

@@ -1,7 +1,7 @@
 """The package's layers (docs/layout.md): imports only go down.
 
-    _format  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _emit  <-  _serve  <-  _cli
-    (what a bundle is) (foreign formats) (load, verify) (backends) (pack) (push, pull) (run.py) (OIP v2) (commands)
+    _format  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _remote  <-  _emit  <-  _serve  <-  _cli
+    (what a bundle is) (foreign formats) (load, verify) (backends) (pack) (push, pull) (remote load) (run.py) (OIP v2) (commands)
 
 A layer imports its own modules and the layers to its left, never one to its right: the writer
 imports the runner it calls (expected outputs, backward modules), nothing registers itself
@@ -30,7 +30,18 @@ from helpers import ROOT
 
 import hlobundle
 
-ORDER = ["_format", "_interop", "_read", "_run", "_write", "_oci", "_emit", "_serve", "_cli"]
+ORDER = [
+    "_format",
+    "_interop",
+    "_read",
+    "_run",
+    "_write",
+    "_oci",
+    "_remote",
+    "_emit",
+    "_serve",
+    "_cli",
+]
 # The ground floor: each imports nothing of the package outside itself (a room's modules may
 # import each other).
 GROUND = {

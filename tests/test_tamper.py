@@ -327,8 +327,8 @@ def test_a_hard_link_made_after_the_file_set_check_is_refused_when_opened(
     _list_file(bundle, "LICENSE", b"Apache-2.0\n")
     checked = _files.check_file_set
 
-    def then_link(root, manifest):
-        checked(root, manifest)
+    def then_link(root, manifest, present=None):
+        checked(root, manifest, present)
         os.link(bundle / name, tmp_path / "outside")
 
     monkeypatch.setattr(_reader._files, "check_file_set", then_link)

@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_bundle(args: argparse.Namespace) -> int:
     from .._format._manifest import needs_x64
     from .._read._inputs import read_files
-    from .._read._reader import load
+    from .._remote._load import load
+    from .._remote._sources import is_remote
     from .._run import _backends, _run
 
     kind = _backends.kind(args.backend)
@@ -41,7 +42,9 @@ def _run_bundle(args: argparse.Namespace) -> int:
     if not kind.jax and (args.distributed or args.devices not in (None, 1)):
         usage(args, f"--backend {kind.name} runs one device: no --distributed or --devices")
     save = args.save_outputs and output_path("--save-outputs", args.save_outputs)
-    bundle = load(args.bundle, verify=args.verify, **trust_options(args)).select(args.function)
+    functions = [args.function] if args.function and is_remote(args.bundle) else None
+    bundle = load(args.bundle, functions=functions, verify=args.verify, **trust_options(args))
+    bundle = bundle.select(args.function)
     if kind.jax:
         _start_jax(args, needs_x64(bundle.manifest))
     elif kind.limit_memory is not None:

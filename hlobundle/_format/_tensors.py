@@ -17,7 +17,7 @@ import mmap
 import os
 import struct
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -299,6 +299,39 @@ class TensorFile:
         memory.flags.writeable = False
         self._memory = memory
         return self.sha256(chunks)
+
+    def hold_chunks(
+        self, chunk: int, indices: Iterable[int], check: Callable[[int, bytes], None]
+    ) -> None:
+        """Copy chunks `indices` (of `chunk` bytes) of the held file into private memory, each
+        passed to `check` (its index and bytes) before it is kept; tensors come from that copy
+        from now on. The rest of the copy is never written: an anonymous mapping, whose pages
+        take no memory until written, so a file held this way costs only its chunks."""
+        import numpy as np
+
+        size = os.fstat(self._fd).st_size
+        mapping = mmap.mmap(-1, max(size, 1))
+        memory = np.frombuffer(mapping, np.uint8)[:size]
+        for i in sorted(set(indices)):
+            begin, end = _chunks.span(size, chunk, i)
+            data = os.pread(self._fd, end - begin, begin)
+            check(i, data)
+            memory[begin : begin + len(data)] = np.frombuffer(data, np.uint8)
+        memory.flags.writeable = False
+        self._memory = memory
+
+    @property
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def header_span(self) -> int:
+        """How many bytes the header takes (the 8-byte length and the JSON)."""
+        return self._data_start
+
+    def span_of(self, key: str) -> tuple[int, int]:
+        """Bytes `[begin, end)` of the file that hold tensor `key`."""
+        entry = self.entries[key]
+        return self._data_start + entry.begin, self._data_start + entry.end
 
 
 _CHUNK = 16 * 1024 * 1024

@@ -337,11 +337,14 @@ class Client:
             response, f"upload of {what} ({descriptor['digest']})"
         )  # (oras' own, if it had it)
 
-    def open_blob(self, digest: str, start: int = 0) -> Any:
-        """A streaming answer for a blob, from byte `start` on (a Range request). Redirects are
-        followed (at most MAX_REDIRECTS) as the distribution spec allows for blobs: to another
-        host without credentials, and to plain HTTP only where plain HTTP is allowed."""
-        headers = {"Range": f"bytes={start}-"} if start else {}
+    def open_blob(self, digest: str, start: int = 0, end: int | None = None) -> Any:
+        """A streaming answer for a blob, from byte `start` on, to `end` (excluded) when given
+        (a Range request). Redirects are followed (at most MAX_REDIRECTS) as the distribution
+        spec allows for blobs: to another host without credentials, and to plain HTTP only
+        where plain HTTP is allowed."""
+        headers = {}
+        if start or end is not None:
+            headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
         url = self.url("blobs", digest)
         response = self.request("GET", url, headers=headers, stream=True)
         for _ in range(MAX_REDIRECTS):

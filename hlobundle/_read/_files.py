@@ -38,8 +38,9 @@ def each_function(manifest: AnyManifest) -> list[tuple[str, Manifest]]:
     return [(f"functions[{name}].", view) for name, view in manifest.views.items()]
 
 
-def check_file_set(root: Path, manifest: AnyManifest) -> None:
-    """Every file is listed, every listed file exists with its size, every reference is listed."""
+def check_file_set(root: Path, manifest: AnyManifest, present: set[str] | None = None) -> None:
+    """Every file is listed, every listed file exists with its size, every reference is listed.
+    `present`: only these listed files need exist (a bundle loaded one function at a time)."""
     for name in manifest.files:
         _paths.check_name(name, field=f"files[{name!r}]")
     if SIGNATURE_NAME in manifest.files:
@@ -50,7 +51,7 @@ def check_file_set(root: Path, manifest: AnyManifest) -> None:
         )
     on_disk = set(_paths.walk(root)) - {MANIFEST_NAME, SIGNATURE_NAME}
     listed = set(manifest.files)
-    for name in sorted(listed - on_disk):
+    for name in sorted((listed if present is None else present) - on_disk):
         raise FileMissingError(f"{name} is listed in the manifest but missing", path=name)
     for name in sorted(on_disk - listed):
         raise FileUnlistedError(
@@ -62,6 +63,8 @@ def check_file_set(root: Path, manifest: AnyManifest) -> None:
         if name not in listed:
             raise ManifestError(f"{field} names {name!r}, which is not in files", field=field)
     for name, entry in manifest.files.items():
+        if present is not None and name not in present:
+            continue
         st = _paths.resolve(root, name).lstat()
         _paths.check_single_link(st, name)
         size = st.st_size
@@ -80,6 +83,13 @@ def references(manifest: AnyManifest) -> list[tuple[str, str]]:
         for prefix, view in each_function(manifest)
         for field, name in _function_references(view)
     ]
+
+
+def files_of(manifest: AnyManifest, functions: list[str]) -> set[str]:
+    """Every file the fields of these functions name: what loading only them reads."""
+    views = dict(each_function(manifest))
+    prefixes = {p for p, view in views.items() if view.function in functions}
+    return {name for p in prefixes for _, name in _function_references(views[p])}
 
 
 def _function_references(manifest: Manifest) -> list[tuple[str, str]]:
@@ -137,6 +147,17 @@ def check_chunks(name: str, digests: list[str], listed: FileEntry) -> None:
             f"{name} has {len(digests)} chunks, the manifest lists {len(listed.chunks.sha256)}",
             path=name,
             field=f"files[{name!r}].chunks",
+        )
+
+
+def check_chunk(name: str, index: int, data: bytes, want: str) -> None:
+    """One chunk's bytes, read on their own, against its listed digest (SPEC.md 2.9)."""
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise HashMismatchError(
+            f"{name}: chunk {index} has sha256 {got}, the manifest says {want}",
+            path=name,
+            field=f"files[{name!r}].chunks.sha256[{index}]",
         )
 
 

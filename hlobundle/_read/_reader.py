@@ -69,16 +69,35 @@ class _Shared:
 class Bundle(StoredValues):
     """An opened, structurally valid bundle, and one of its functions (SPEC.md 2.8): the
     default one, or the one `select()` names. `manifest`, `arguments`, `results`, `modules`
-    and `signature` are that function's; everything else is the bundle's."""
+    and `signature` are that function's; everything else is the bundle's. `remote`: the
+    reference a remote bundle was loaded from (`path` is then where the store keeps it)."""
 
-    def __init__(self, root: Path, *, check_artifacts: bool = True) -> None:
+    remote: str | None = None
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        check_artifacts: bool = True,
+        functions: Sequence[str] | None = None,
+    ) -> None:
         """Open and check the bundle at `root`. `check_artifacts=False` is for `refresh()`
         alone, which replaces every artifact from its checked text (an artifact too old for
-        this reader cannot be shown to be that text)."""
+        this reader cannot be shown to be that text).
+
+        `functions`: open only these functions (a remote load, docs/distribution.md): only
+        their files need be present, and of each tensor file only the chunks that hold its
+        header and their tensors (SPEC.md 2.9), which are read into private memory now, each
+        checked against its chunk digest (a file without chunk digests: whole, against its
+        sha256). Other functions cannot be selected."""
         self.path = root
         self.bundle_manifest, self.manifest_sha256 = _files.read_manifest(root)
         self._views, self.default_function = functions_of(self.bundle_manifest)
-        _files.check_file_set(root, self.bundle_manifest)
+        self.loaded = list(self._views) if functions is None else list(functions)
+        for name in self.loaded:
+            self._known(name)
+        present = None if functions is None else _files.files_of(self.bundle_manifest, self.loaded)
+        _files.check_file_set(root, self.bundle_manifest, present)
         self._modules = {
             name: {
                 form.key: _modules.read_form(root, view, form)
@@ -86,18 +105,58 @@ class Bundle(StoredValues):
                 if form.entry(view) is not None
             }
             for name, view in self._views.items()
+            if name in self.loaded
         }
-        self._tensor_files = _tensor_files.open_tensor_files(root, self.bundle_manifest)
-        self._unreferenced = _files.open_unreferenced_files(root, self.bundle_manifest)
+        self._tensor_files = _tensor_files.open_tensor_files(
+            root, self.bundle_manifest, only=present
+        )
+        self._keys = (
+            None if functions is None else _tensor_files.keys_of(self.bundle_manifest, self.loaded)
+        )
+        self._unreferenced = (
+            _files.open_unreferenced_files(root, self.bundle_manifest) if functions is None else {}
+        )
+        if self._keys is not None:
+            self._hold_used_bytes()
         self._shared = _Shared()
         self._chosen: str | None = None  # the function `select()` chose, if it was asked
-        self._select(self.default_function or next(iter(self._views)))
+        first = self.default_function or next(iter(self._views))
+        self._select(first if first in self.loaded else self.loaded[0])
         for modules in self._modules.values() if check_artifacts else ():
             for stored in modules.values():  # one program per form, whichever form a backend runs
                 stored.check_artifact()
                 _modules.remember(stored)
 
+    def _known(self, name: str) -> None:
+        if name not in self._views:
+            raise InputError(
+                f"no function named {name!r}; the bundle's functions are {self.functions[:20]}",
+                argument="name",
+            )
+
+    def _hold_used_bytes(self) -> None:
+        """What the loaded functions use of each tensor file, in private memory and checked:
+        the chunks that hold it, or the whole file where it has no chunk digests."""
+        assert self._keys is not None
+        for name, tf in sorted(self._tensor_files.items()):
+            listed = self.bundle_manifest.files[name]
+            if listed.chunks is None:
+                _files.check_digest(name, listed.size, tf.read_into_memory(), listed)
+                continue
+            chunk, digests = listed.chunks.size, listed.chunks.sha256
+
+            def check(i: int, data: bytes, name: str = name, digests: list[str] = digests) -> None:
+                _files.check_chunk(name, i, data, digests[i])
+
+            tf.hold_chunks(chunk, _tensor_files.chunks_for(tf, self._keys[name], chunk), check)
+
     def _select(self, name: str) -> None:
+        if name not in self._modules:
+            raise InputError(
+                f"function {name!r} was not loaded: this bundle was loaded with functions "
+                f"{self.loaded[:20]} only (load(..., functions=[...]) names the ones to fetch)",
+                argument="name",
+            )
         self.manifest: Manifest = self._views[name]
         self.modules: dict[str, StoredModule] = self._modules[name]
         signature = self.modules["module"].signature
@@ -116,8 +175,8 @@ class Bundle(StoredValues):
         if name is None and self._chosen is not None:
             return self
         if name is None:
-            if len(self._views) == 1:
-                name = next(iter(self._views))
+            if len(self.loaded) == 1:  # one function, or the only one loaded
+                name = self.loaded[0]
             elif self.default_function is None:
                 raise InputError(
                     f"this bundle has functions {self.functions[:20]} and no default function: "
@@ -126,11 +185,7 @@ class Bundle(StoredValues):
                 )
             else:
                 name = self.default_function
-        if name not in self._views:
-            raise InputError(
-                f"no function named {name!r}; the bundle's functions are {self.functions[:20]}",
-                argument="name",
-            )
+        self._known(name)
         view = copy.copy(self)
         view._select(name)
         view._chosen = name
@@ -271,7 +326,11 @@ class Bundle(StoredValues):
 
         Raises the first problem found as an `HloBundleError`; returns None when the bundle is valid.
         """
+        if self._keys is not None:  # loaded in part: check again what is held
+            self._hold_used_bytes()
         for name, tf in sorted(self._tensor_files.items()):
+            if self._keys is not None:
+                break
             listed = self.manifest.files[name]
             chunks = _files.chunk_hasher(listed)
             got = tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)
@@ -280,14 +339,14 @@ class Bundle(StoredValues):
                 _files.check_chunks(name, chunks.finish(), listed)
         for held in self._unreferenced.values():
             held.check()
-        for name in self.functions:
+        for name in self.loaded:
             view = self.select(name)
             for key in view.modules:
                 view.artifact(key)
             for entry in view.manifest.executables or []:
                 view.executable(entry.target)
         _tensor_files.check_narrow_values(
-            self.bundle_manifest, lambda ref, shape: self._array(ref, "uint8", shape)
+            self.bundle_manifest, lambda ref, shape: self._array(ref, "uint8", shape), self._keys
         )
         if public_key is not None or certificate_chain:
             trust = _signature.Verifier(

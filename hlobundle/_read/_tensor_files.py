@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._format import _dtypes, _limits, _paths, _symbolic, _tensors
+from .._format import _chunks, _dtypes, _limits, _paths, _symbolic, _tensors
 from .._format._errors import TensorMismatchError
 from .._format._manifest import Argument, Manifest, Result, TensorRef, static_shape
 from ._files import AnyManifest, each_function
@@ -35,11 +35,17 @@ def stored_tensors(manifest: AnyManifest) -> list[tuple[str, TensorRef, str, lis
 
 
 def open_tensor_files(
-    root: Path, manifest: AnyManifest, *, with_safetensors: bool = True
+    root: Path,
+    manifest: AnyManifest,
+    *,
+    with_safetensors: bool = True,
+    only: set[str] | None = None,
 ) -> dict[str, _tensors.TensorFile]:
     """Every tensor file, open, its header checked against the manifest (`with_safetensors`:
-    validated by safetensors too; `inspect` leaves that out, to not import numpy)."""
-    stored = stored_tensors(manifest)
+    validated by safetensors too; `inspect` leaves that out, to not import numpy). `only`:
+    just these files (a bundle loaded one function at a time), each checked against every
+    function's references to it."""
+    stored = [s for s in stored_tensors(manifest) if only is None or s[1].file in only]
     keys: dict[str, list[str]] = {}
     for _, ref, _, _ in stored:
         keys.setdefault(ref.file, []).append(ref.key)
@@ -57,7 +63,7 @@ def open_tensor_files(
         _check_header_entry(files[ref.file], ref, _dtypes.BY_NAME[dtype], tuple(shape), field)
         used[ref.file].add(ref.key)
     for prefix, view in each_function(manifest):
-        if view.symbolic:
+        if view.symbolic and all(ref.file in files for ref in _refs(view)):
             _check_symbolic_values(view, files, prefix)
     for name, tf in files.items():
         extra = sorted(set(tf.entries) - used[name])
@@ -67,6 +73,33 @@ def open_tensor_files(
                 path=name,
             )
     return files
+
+
+def _refs(view: Manifest) -> list[TensorRef]:
+    return [
+        *(a.value for a in view.arguments if a.value),
+        *(r.expected for r in view.results if r.expected),
+    ]
+
+
+def chunks_for(tf: _tensors.TensorFile, keys: set[str], chunk: int) -> set[int]:
+    """The chunks of a tensor file (of `chunk` bytes) that hold its header and tensors `keys`:
+    what a function reads of it."""
+    size = tf.size
+    needed = set(_chunks.covering(size, chunk, 0, tf.header_span()))
+    for key in keys:
+        needed.update(_chunks.covering(size, chunk, *tf.span_of(key)))
+    return needed
+
+
+def keys_of(manifest: AnyManifest, functions: list[str]) -> dict[str, set[str]]:
+    """The tensors (file -> keys) that these functions name."""
+    found: dict[str, set[str]] = {}
+    for _, view in each_function(manifest):
+        if view.function in functions:
+            for ref in _refs(view):
+                found.setdefault(ref.file, set()).add(ref.key)
+    return found
 
 
 def _check_symbolic_values(
@@ -127,11 +160,15 @@ def _check_header_entry(
 
 
 def check_narrow_values(
-    manifest: AnyManifest, read: Callable[[TensorRef, list[int | str]], np.ndarray]
+    manifest: AnyManifest,
+    read: Callable[[TensorRef, list[int | str]], np.ndarray],
+    only: dict[str, set[str]] | None = None,
 ) -> None:
     """Every stored bool holds 0 or 1, and every sub-byte integer fits its bits: `read` gives a
-    stored tensor's bytes (SPEC.md, 'Dtypes')."""
+    stored tensor's bytes (SPEC.md, 'Dtypes'). `only`: just these tensors (file -> keys)."""
     for field, ref, dtype, shape in stored_tensors(manifest):
+        if only is not None and ref.key not in only.get(ref.file, ()):
+            continue
         bits = 1 if dtype == "bool" else _dtypes.SUB_BYTE_BITS.get(dtype)
         if bits is not None and (read(ref, shape) >> bits).any():
             allowed = "0 and 1" if dtype == "bool" else f"values below {1 << bits}"

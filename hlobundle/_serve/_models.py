@@ -23,8 +23,10 @@ import numpy as np
 from .._format import _dtypes, _symbolic
 from .._format._errors import InputError
 from .._format._manifest import Manifest, needs_x64, static_shape
-from .._read._reader import Bundle, load
+from .._read._reader import Bundle
 from .._read._trust import Trust
+from .._remote._load import load
+from .._remote._sources import is_remote, stem
 from .._run._shapes import DEFAULT_MAX_SHAPES
 from .._terminal._display import shown
 from ._protocol import BY_DTYPE
@@ -184,8 +186,8 @@ def _load_named(
     owner: dict[str, Path] = {}
     for entry in paths:
         given, path = entry if isinstance(entry, tuple) else (None, entry)
-        bundle = load(path, **keys)
-        path = Path(path)
+        bundle = load(path, **keys)  # a remote one: its default function (docs/distribution.md)
+        path = Path(stem(str(path))) if is_remote(path) else Path(path)
         for function, names in _function_names(bundle, path, given).items():
             view = bundle.select(function)
             _check_servable(path, view.manifest)
@@ -219,7 +221,7 @@ def _function_names(bundle: Bundle, path: Path, given: str | None) -> dict[str, 
     default = bundle.default_function or only
     return {
         f: tuple(model_name(n) for n in ([base] if f == default else []) + [f"{base}.{f}"])
-        for f in bundle.functions
+        for f in bundle.loaded
     }
 
 

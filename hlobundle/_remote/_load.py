@@ -1,0 +1,324 @@
+"""`load()` of a local path or a remote reference (docs/distribution.md, "Loading remotely"):
+for `oci://` and `https://`, first the manifest, then only what the chosen functions use: their
+module files, whole, and of each tensor file the chunks (SPEC.md 2.9) that hold its header and
+their tensors. Every chunk is checked against its digest before it is kept, and checked again
+by the reader from the copy it runs from; fetched bytes are kept in the store (`_store`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import tempfile
+import weakref
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from .._format import _chunks, _signature
+from .._format._bundle_manifest import functions_of
+from .._format._errors import HashMismatchError, InputError, ManifestError, SizeMismatchError
+from .._format._manifest import MANIFEST_NAME, FileEntry
+from .._format._manifest_json import parse_manifest
+from .._format._tensors import MAX_HEADER_BYTES, TensorFile
+from .._read import _files, _reader, _tensor_files
+from .._read._reader import Bundle
+from . import _sources, _store
+from ._sources import TIMEOUT_S, Source
+
+MAX_RUN = 64  # chunks fetched by one range request at most
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    functions: Sequence[str] | None = None,
+    verify: bool = False,
+    public_key: str | os.PathLike[str] | None = None,
+    certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+    insecure: bool = False,
+    timeout: float = TIMEOUT_S,
+) -> Bundle:
+    """Open a bundle, local or remote, and check everything but the tensor checksums
+    (`Bundle.verify()` adds those; a remote bundle's used bytes are always checked).
+
+    Loading checks the structure, the format version, the path rules, every file's size, and
+    that the manifest, `@main`'s signature and the safetensors headers agree. Every module file
+    is read once into memory, its sha256 checked and parsed from those bytes, which are the
+    ones that run; each form's text and portable artifact must be one program. Tensor data is
+    not read: `Bundle.tensor()` maps it lazily from the files opened here.
+
+    `path` may be a reference: `oci://HOST[:PORT]/REPO[:TAG|@sha256:DIGEST]` (an artifact that
+    `push` wrote) or `https://HOST/PATH/B.hlobundle/` (any server that honours Range). Then only
+    the manifest and what `functions` use is fetched (docs/distribution.md, "Loading
+    remotely"), each byte checked against the manifest before it is kept, and held in private
+    memory; over https, the manifest is the server's word unless `public_key` or
+    `certificate_chain` verifies the bundle's signature.
+
+    **Arguments:**
+
+    - `functions`: the functions to open (default: the default function, or the only one);
+      others cannot be selected. For a local bundle, default all.
+    - `verify`: also run `Bundle.verify()`, reading every tensor file into private memory first,
+      so that the tensors used are exactly the bytes whose sha256 was checked.
+    - `public_key`, `certificate_chain`: require the bundle to be signed (SPEC.md, "Signature")
+      by this key (a PEM file), or by a certificate this chain trusts. Implies `verify`: what
+      runs is exactly what was signed.
+    - `insecure`, `timeout`: for a remote bundle, plain HTTP to a host that is not loopback,
+      and the seconds to wait for a connection or between two reads.
+    """
+    text = os.fspath(path)
+    if isinstance(text, str) and _sources.is_remote(text):
+        with _sources.open_source(text, insecure=insecure, timeout=timeout) as source:
+            bundle = _load_remote(source, functions, public_key, certificate_chain)
+        if verify:
+            bundle.verify()
+        return bundle
+    if functions is None:
+        return _reader.load(
+            path, verify=verify, public_key=public_key, certificate_chain=certificate_chain
+        )
+    bundle = Bundle(Path(path), functions=list(functions))
+    if verify or public_key is not None or certificate_chain:
+        bundle.verify(public_key=public_key, certificate_chain=certificate_chain)
+    return bundle
+
+
+def _load_remote(
+    source: Source,
+    functions: Sequence[str] | None,
+    public_key: str | os.PathLike[str] | None,
+    certificate_chain: Sequence[str | os.PathLike[str]] | None,
+) -> Bundle:
+    raw = source.manifest()
+    manifest = parse_manifest(raw)
+    digest = hashlib.sha256(raw).hexdigest()
+    names = _chosen(manifest, functions)
+    root = _root(digest)
+    _write_whole(root / MANIFEST_NAME, raw)
+    store = _store.Store()
+    needed = _files.files_of(manifest, names)
+    keys = _tensor_files.keys_of(manifest, names)
+    for name in sorted(needed):
+        _sources.check_name(name)
+        entry = manifest.files.get(name)
+        if entry is None:
+            raise ManifestError(f"a field names {name!r}, which is not in files", field="files")
+        source.check_listed(name, entry.size, entry.sha256)
+        if name in keys and entry.chunks is not None:
+            _fetch_chunks(source, store, root, name, entry, keys[name], manifest)
+        else:
+            _fetch_whole(source, store, root, name, entry)
+    trust = None
+    if public_key is not None or certificate_chain:
+        trust = _signature.Verifier(
+            Path(public_key) if public_key is not None else None,
+            _signature.paths(certificate_chain),
+        )
+        candidates = source.signatures()  # before anything is opened: nothing fetched later
+    bundle = Bundle(root, functions=names)
+    if bundle.manifest_sha256 != digest:
+        raise HashMismatchError(
+            f"{root / MANIFEST_NAME} changed after it was fetched", path=MANIFEST_NAME
+        )
+    if trust is not None:
+        bundle.signer = _signed(root, bundle, trust, candidates, source.ref)
+    bundle.remote = source.ref
+    return bundle
+
+
+def _chosen(manifest: object, functions: Sequence[str] | None) -> list[str]:
+    views, default = functions_of(manifest)  # type: ignore[arg-type]
+    if functions is None:
+        if len(views) > 1 and default is None:
+            raise InputError(
+                f"this bundle has functions {list(views)[:20]} and no default function: name "
+                "the ones to load (functions=[...], or --function NAME)",
+                argument="functions",
+            )
+        return [default or next(iter(views))]
+    names = list(dict.fromkeys(functions))
+    for name in names:
+        if name not in views:
+            raise InputError(
+                f"no function named {name!r}; the bundle's functions are {list(views)[:20]}",
+                argument="functions",
+            )
+    return names
+
+
+def _root(digest: str) -> Path:
+    root = _store.view_directory(digest)
+    if root is None:  # no cache: a directory of its own, removed when the process ends
+        root = Path(tempfile.mkdtemp(prefix="hlobundle-remote-"))
+        weakref.finalize(root, shutil.rmtree, str(root), True)
+        _TEMPORARY.append(root)
+    return root
+
+
+_TEMPORARY: list[Path] = []  # kept alive to the end of the process (their finalizers then run)
+
+
+def _write_whole(target: Path, data: bytes) -> None:
+    """`target` holds exactly `data` (written to a new file and renamed over it)."""
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        if _read_at_most(target, len(data)) == data:
+            return
+    except OSError:
+        pass
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".partial-", delete=False) as new:
+        new.write(data)
+    os.replace(new.name, target)
+
+
+def _fetch_whole(
+    source: Source, store: _store.Store, root: Path, name: str, entry: FileEntry
+) -> None:
+    """A listed file, whole, checked against its size, sha256 (and chunk digests)."""
+    target = root.joinpath(*name.split("/"))
+    try:
+        _files.check_bytes(name, _read_at_most(target, entry.size), entry)
+        return  # already here, checked
+    except (OSError, HashMismatchError, SizeMismatchError):
+        pass
+    data = store.get(entry.sha256, entry.size)
+    if data is None:
+        data = b"" if entry.size == 0 else b"".join(_range(source, name, entry.size, 0, entry.size))
+        _files.check_bytes(name, data, entry)
+        store.put(entry.sha256, data)
+    _write_whole(target, data)
+
+
+def _read_at_most(path: Path, size: int) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(size + 1)
+
+
+def _fetch_chunks(
+    source: Source,
+    store: _store.Store,
+    root: Path,
+    name: str,
+    entry: FileEntry,
+    keys: set[str],
+    manifest: object,
+) -> None:
+    """Of a tensor file with chunk digests, the chunks holding its header and tensors `keys`,
+    written into a sparse file of its listed size (the rest of it never written)."""
+    assert entry.chunks is not None
+    target = root.joinpath(*name.split("/"))
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        if os.fstat(fd).st_size != entry.size:
+            os.ftruncate(fd, entry.size)
+        fill = _Filler(source, store, fd, name, entry)
+        fill(_chunks.covering(entry.size, entry.chunks.size, 0, 8))
+        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0).ljust(8, b"\0"))
+        if n <= MAX_HEADER_BYTES:  # a larger one the reader refuses, without it fetched
+            fill(_chunks.covering(entry.size, entry.chunks.size, 0, min(entry.size, 8 + n)))
+        tf = TensorFile(target, name=name, with_safetensors=False)
+        fill(sorted(_tensor_files.chunks_for(tf, keys, entry.chunks.size)))
+    finally:
+        os.close(fd)
+
+
+class _Filler:
+    """Writes missing chunks of one tensor file: from the store, else from the source (runs of
+    consecutive chunks in one range request), each checked against its digest first."""
+
+    def __init__(self, source: Source, store: _store.Store, fd: int, name: str, entry: FileEntry):
+        assert entry.chunks is not None
+        self.source, self.store, self.fd, self.name, self.entry = source, store, fd, name, entry
+        self.chunk, self.digests = entry.chunks.size, entry.chunks.sha256
+
+    def __call__(self, indices: Sequence[int] | range) -> None:
+        missing = []
+        for i in indices:
+            begin, end = _chunks.span(self.entry.size, self.chunk, i)
+            if hashlib.sha256(os.pread(self.fd, end - begin, begin)).hexdigest() == self.digests[i]:
+                continue  # already here
+            data = self.store.get(self.digests[i], end - begin)
+            if data is not None:
+                os.pwrite(self.fd, data, begin)
+            else:
+                missing.append(i)
+        for run in _runs(missing):
+            self._fetch(run)
+
+    def _fetch(self, run: list[int]) -> None:
+        size = self.entry.size
+        begin, end = (
+            _chunks.span(size, self.chunk, run[0])[0],
+            _chunks.span(size, self.chunk, run[-1])[1],
+        )
+        buffer, i = bytearray(), run[0]
+        for piece in _range(self.source, self.name, size, begin, end):
+            buffer += piece
+            while i <= run[-1]:
+                b, e = _chunks.span(size, self.chunk, i)
+                if len(buffer) < e - b:
+                    break
+                data = bytes(buffer[: e - b])
+                del buffer[: e - b]
+                _files.check_chunk(self.name, i, data, self.digests[i])
+                self.store.put(self.digests[i], data)
+                os.pwrite(self.fd, data, b)
+                i += 1
+
+
+def _runs(indices: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][-1] == i - 1 and len(runs[-1]) < MAX_RUN:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _range(source: Source, name: str, size: int, begin: int, end: int) -> Iterator[bytes]:
+    """Bytes `[begin, end)` of a listed file, in pieces; from a whole-file answer (a server that
+    ignores Range), only those bytes are kept, and the answer is closed past them."""
+    offset, pieces = source.pieces(name, size, begin, end)
+    if offset == begin:
+        yield from pieces
+        return
+    at = 0
+    try:
+        for piece in pieces:
+            lo, hi = max(begin - at, 0), min(end - at, len(piece))
+            if lo < hi:
+                yield piece[lo:hi]
+            at += len(piece)
+            if at >= end:
+                break
+    finally:
+        pieces.close()
+
+
+def _signed(
+    root: Path, bundle: Bundle, trust: _signature.Verifier, candidates: list[bytes], ref: str
+) -> str:
+    """Who signed: the first candidate signature that verifies against the bundle's digests
+    (which cover every listed file and the manifest as fetched); written as its model.sig."""
+    from .._format._errors import SignatureInvalidError, UnsignedError
+
+    path = root / _signature.SIGNATURE_NAME
+    if not candidates:
+        path.unlink(missing_ok=True)  # one an earlier load of ours wrote
+        raise UnsignedError(f"{ref} has no signature", path=_signature.SIGNATURE_NAME)
+    failed: SignatureInvalidError | None = None
+    for candidate in candidates:
+        _write_whole(path, candidate)
+        try:
+            return _signature.verify(root, bundle.digests(), trust)
+        except SignatureInvalidError as e:
+            failed = e
+    path.unlink(missing_ok=True)
+    assert failed is not None
+    raise SignatureInvalidError(
+        f"{ref}: no signature of the {len(candidates)} found verifies ({failed.message})",
+        path=_signature.SIGNATURE_NAME,
+    )

@@ -1,0 +1,161 @@
+"""The local store of what remote loads fetched (docs/distribution.md, "The store"):
+`cache_root()/blobs/sha256/<hex>`, one file per fetched file or chunk, named by its sha256, and
+`cache_root()/remote/<manifest sha256>/`, the directory a remote bundle is opened from. It is a
+cache, with the caches' trust rules (SPEC.md section 8, "Caches"): private to this user, and
+nothing read from it is used before it is hashed again against the digest asked for. A second
+version of a model that shares files or chunks with the first fetches only what is new."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._read import _cache
+
+BLOBS = "blobs"
+VIEWS = "remote"
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_digest(name: str) -> bool:
+    return len(name) == 64 and set(name) <= _HEX
+
+
+class Store:
+    """The blob store, or none (`HLOBUNDLE_NO_CACHE`, or a cache that is not private): then
+    `get` finds nothing and `put` keeps nothing."""
+
+    def __init__(self) -> None:
+        blobs = _cache.directory(BLOBS)
+        self.blobs: Path | None = None
+        if blobs is not None:
+            self.blobs = blobs / "sha256"
+            self.blobs.mkdir(mode=0o700, exist_ok=True)
+
+    def get(self, digest: str, size: int) -> bytes | None:
+        """The stored bytes of sha256 `digest`, hashed again now; None when absent or wrong."""
+        path = self._path(digest)
+        if path is None:
+            return None
+        data = _read_own(path, size)
+        if data is None or hashlib.sha256(data).hexdigest() != digest:
+            return None
+        return data
+
+    def put(self, digest: str, data: bytes) -> None:
+        """Keep `data` (whose sha256, `digest`, the caller checked). Best effort."""
+        path = self._path(digest)
+        if path is None or path.exists():
+            return
+        temporary = None
+        try:
+            with tempfile.NamedTemporaryFile(
+                dir=path.parent, prefix=".partial-", delete=False
+            ) as f:
+                temporary = f.name
+                f.write(data)
+            os.chmod(temporary, 0o400)
+            os.replace(temporary, path)
+        except OSError:
+            if temporary is not None:  # ours: made just now
+                Path(temporary).unlink(missing_ok=True)
+
+    def _path(self, digest: str) -> Path | None:
+        if self.blobs is None or not _is_digest(digest):
+            return None
+        return self.blobs / digest
+
+
+def view_directory(manifest_sha256: str) -> Path | None:
+    """The private directory a remote bundle of this manifest is opened from (None: caching
+    is off, and the caller opens it from a temporary one)."""
+    views = _cache.directory(VIEWS)
+    if views is None:
+        return None
+    path = views / manifest_sha256
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+    return path
+
+
+def _read_own(path: Path, size: int) -> bytes | None:
+    """A regular file of this user's, of `size` bytes, not through a symlink; else None."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size != size:
+            return None
+        return os.pread(fd, size + 1, 0) if size else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+# ---- `hlobundle cache ls` and `cache prune`
+
+
+@dataclass(frozen=True)
+class Usage:
+    blobs: int
+    blob_bytes: int
+    views: int
+    view_bytes: int
+
+
+def usage() -> Usage:
+    """What the store holds: its blobs and remote bundles' directories, and their bytes (a
+    directory's bytes as allocated: its tensor files hold only the chunks fetched)."""
+    root = _cache.cache_root()
+    blobs = [p for p in (root / BLOBS / "sha256").glob("*") if _is_digest(p.name)]
+    views = [p for p in (root / VIEWS).glob("*") if _is_digest(p.name) and p.is_dir()]
+    return Usage(
+        len(blobs),
+        sum(p.lstat().st_size for p in blobs),
+        len(views),
+        sum(_allocated(p) for p in views),
+    )
+
+
+def _allocated(directory: Path) -> int:
+    return sum(
+        p.lstat().st_blocks * 512
+        for p in directory.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    )
+
+
+def prune(max_bytes: int) -> Usage:
+    """Remove remote bundles' directories, then blobs, least recently used first, until the
+    store holds at most `max_bytes`; only names the store writes are touched. What is left."""
+    root = _cache.cache_root()
+    views = [p for p in (root / VIEWS).glob("*") if _is_digest(p.name) and p.is_dir()]
+    blobs = [p for p in (root / BLOBS / "sha256").glob("*") if _is_digest(p.name)]
+    now = usage()
+    total = now.blob_bytes + now.view_bytes
+    for view in sorted(views, key=lambda p: p.stat().st_atime):
+        if total <= max_bytes:
+            break
+        size = _allocated(view)
+        shutil.rmtree(view, ignore_errors=True)
+        total -= size
+    for blob in sorted(blobs, key=lambda p: p.stat().st_atime):
+        if total <= max_bytes:
+            break
+        size = blob.lstat().st_size
+        blob.unlink(missing_ok=True)
+        total -= size
+    return usage()

@@ -1,0 +1,132 @@
+"""A static file server on 127.0.0.1 for remote-loading tests: it serves a directory, honours
+single Range requests (206 with Content-Range), and counts the body bytes it sends. `mode`
+makes it hostile: "ignore-range" (200 and the whole file), "redirect" (302 to another host),
+"endless" (a body past a file but the manifest, without Content-Length), "wrong-range" (a
+Content-Range for other bytes), "corrupt" (every byte of weights.safetensors after its header
+flipped)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote
+
+
+class StaticServer:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.mode = ""
+        self.sent = 0
+        self.requests: list[tuple[str, str]] = []  # (path, Range header)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                server.handle(self)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _send(self, h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict) -> None:
+        h.send_response(status)
+        for k, v in headers.items():
+            h.send_header(k, v)
+        if "Content-Length" not in headers and headers.get("Connection") != "close":
+            h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+        self.sent += len(body)
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        rng = h.headers.get("Range", "")
+        self.requests.append((h.path, rng))
+        if self.mode == "redirect":
+            return self._send(h, 302, b"", {"Location": "http://example.com/elsewhere"})
+        path = self.root / unquote(h.path.lstrip("/"))
+        if not path.is_file():
+            return self._send(h, 404, b"", {})
+        data = path.read_bytes()
+        if self.mode == "corrupt" and path.name == "weights.safetensors":
+            n = 8 + int.from_bytes(data[:8], "little")
+            data = data[:n] + bytes(b ^ 0xFF for b in data[n:])
+        if self.mode == "endless" and path.name != "manifest.json":
+            h.close_connection = True
+            return self._send(h, 200, data + b"\0" * (1 << 20), {"Connection": "close"})
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng)
+        if not match or self.mode == "ignore-range":
+            return self._send(h, 200, data, {})
+        begin = int(match[1])
+        end = int(match[2]) + 1 if match[2] else len(data)
+        end = min(end, len(data))
+        shown = (begin + 1, end + 1) if self.mode == "wrong-range" else (begin, end)
+        headers = {"Content-Range": f"bytes {shown[0]}-{shown[1] - 1}/{len(data)}"}
+        return self._send(h, 206, data[begin:end], headers)
+
+
+class CountingProxy:
+    """A TCP proxy on 127.0.0.1 in front of `target` ("HOST:PORT") that counts the bytes the
+    target sends back (what a client fetched from a registry, headers included)."""
+
+    def __init__(self, target: str) -> None:
+        import socket
+
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.received = 0
+        self._lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, source, sink, count: bool) -> None:  # noqa: ANN001
+        try:
+            while data := source.recv(1 << 16):
+                if count:
+                    with self._lock:
+                        self.received += len(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(2)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        self.listener.close()
