@@ -41,7 +41,8 @@ HloBundleError
 │   └── DevicesUnavailableError        DEVICES_UNAVAILABLE
 ├── TransformError                 TRANSFORM_UNSUPPORTED
 ├── OutputExistsError              OUTPUT_EXISTS
-└── RegistryError                  (family) an OCI registry, a reference to one, or what it served
+└── RegistryError                  (family) an OCI registry or an HTTP server a bundle is loaded
+    │                              from, a reference to one, or what it served
     ├── RegistryRefError (ValueError)  REGISTRY_REF_INVALID: not oci://HOST[:PORT]/REPO[:TAG|@DIGEST]
     ├── RegistryUnreachableError       REGISTRY_UNREACHABLE: refused, timed out, TLS, plain HTTP
     ├── RegistryAuthError              REGISTRY_AUTH_FAILED: 401 or 403 with the credentials found

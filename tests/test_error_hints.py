@@ -153,7 +153,9 @@ def test_no_parser_takes_abbreviations():
     top = _parser.build()
     commands = top._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     parsers = [top, *commands.values()]
-    assert len(parsers) == 14 and not any(p.allow_abbrev for p in parsers)
+    nested = commands["cache"]._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    parsers += nested.values()  # cache ls, cache prune
+    assert len(parsers) == 17 and not any(p.allow_abbrev for p in parsers)
 
 
 @pytest.mark.slow

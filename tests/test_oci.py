@@ -306,7 +306,7 @@ def test_light_commands_do_not_import_oras():
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-@pytest.mark.parametrize("section", ["Push, pull, pin by digest", "Signatures"])
+@pytest.mark.parametrize("section", ["Push, pull, pin by digest", "Signatures", "Loading remotely"])
 def test_the_docs_blocks_run(registry, tmp_path, section):
     from test_readme import _bash, _sh
 
@@ -316,8 +316,17 @@ def test_the_docs_blocks_run(registry, tmp_path, section):
         )
         if shutil.which("openssl") is None:
             pytest.skip("the block makes its key with the openssl command, which is not installed")
-    r = _bash(_sh("docs/distribution.md", section), tmp_path, REGISTRY=registry.host)
+    cache = str(tmp_path / "cache")
+    r = _bash(
+        _sh("docs/distribution.md", section),
+        tmp_path,
+        REGISTRY=registry.host,
+        HLOBUNDLE_CACHE_DIR=cache,
+    )
     assert "digest: sha256:" in r.stdout
+    if section == "Loading remotely":
+        assert any(line.endswith("ok") for line in r.stdout.splitlines())  # run checked it
+        assert "remote bundles: 1" in r.stdout
     if section == "Signatures":
         assert "signed by key" in r.stdout
         assert (tmp_path / "checked.hlobundle" / "model.sig").is_file()

@@ -161,6 +161,7 @@ SH_RUN = {
     ): "test_lm_emit_block_generates_text",
     ("docs/distribution.md", "Push, pull, pin by digest"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Signatures"): "test_oci.py::test_the_docs_blocks_run",
+    ("docs/distribution.md", "Loading remotely"): "test_oci.py::test_the_docs_blocks_run",
 }
 SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",

@@ -329,3 +329,23 @@ def test_run_and_serve_take_a_remote_bundle(bundle, server):
     assert served["four"].bundle.remote == url(server, bundle)
     bad = cli("run", server.url + "nothing.hlobundle/")
     assert bad.returncode == 1 and "REGISTRY_NOT_FOUND" in bad.stderr
+
+
+def test_cache_ls_and_prune_bound_the_store_and_touch_nothing_else(bundle, server, tmp_path):
+    from helpers import cli
+
+    hlobundle.load(url(server, bundle), functions=["f1"])
+    listed = json.loads(cli("cache", "ls", "--json").stdout)
+    assert listed["blobs"] > 0 and listed["views"] == 1 and listed["blob_bytes"] > 1 << 20
+    other = tmp_path / "cache" / "blobs" / "sha256" / "notes.txt"  # not a name the store writes
+    other.write_text("mine")
+    (tmp_path / "cache" / "jax").mkdir()
+    done = cli("cache", "prune", "--max-size", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    after = json.loads(done.stdout)
+    assert (after["blobs"], after["views"], after["blob_bytes"]) == (0, 0, 0)
+    assert other.read_text() == "mine" and (tmp_path / "cache" / "jax").is_dir()
+    first = server.sent
+    hlobundle.load(url(server, bundle), functions=["f1"])
+    assert server.sent - first == used_bytes(bundle, "f1")  # fetched again, all of it
+    assert cli("cache", "prune", "--max-size", "lots").returncode == 2

@@ -1,11 +1,15 @@
-"""`hlobundle push` and `hlobundle pull` (docs/distribution.md)."""
+"""`hlobundle push`, `hlobundle pull` and `hlobundle cache` (docs/distribution.md)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ._common import EXIT_OK, output_path, trust_options
+
+if TYPE_CHECKING:
+    pass
 
 
 def push(args: argparse.Namespace) -> int:
@@ -60,4 +64,32 @@ def pull(args: argparse.Namespace) -> int:
     signed = f", signed by {done.signer}" if done.signer else ""
     print(f"pulled {done.ref} into {done.path} (every file's sha256 checked{signed})")
     print(f"digest: {done.digest}")
+    return EXIT_OK
+
+
+def cache_ls(args: argparse.Namespace) -> int:
+    from .._read._cache import cache_root
+    from .._remote import _store
+
+    return _show_usage(args, _store.usage(), cache_root())
+
+
+def cache_prune(args: argparse.Namespace) -> int:
+    from .._read._cache import cache_root
+    from .._remote import _store
+
+    return _show_usage(args, _store.prune(args.max_size), cache_root())
+
+
+def _show_usage(args: argparse.Namespace, usage: object, root: object) -> int:
+    from .._remote._store import Usage
+    from .._terminal._display import human_bytes, shown
+
+    assert isinstance(usage, Usage)
+    if args.json:
+        print(json.dumps({"ok": True, "path": str(root), **vars(usage)}))
+        return EXIT_OK
+    print(f"store: {shown(str(root))}")
+    print(f"  blobs: {usage.blobs} ({human_bytes(usage.blob_bytes)})")
+    print(f"  remote bundles: {usage.views} ({human_bytes(usage.view_bytes)})")
     return EXIT_OK

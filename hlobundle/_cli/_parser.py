@@ -59,7 +59,7 @@ def build() -> argparse.ArgumentParser:
 
     parser = Parser(
         prog="hlobundle",
-        description="Pack, run, emit, inspect, verify, sign, compile, serve, push and pull StableHLO bundles.",
+        description="Pack, run, emit, inspect, verify, sign, compile, serve, push, pull and cache StableHLO bundles.",
         epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -76,6 +76,7 @@ def build() -> argparse.ArgumentParser:
     _parser_write.add_sign(sub)
     _parser_oci.add_push(sub)
     _parser_oci.add_pull(sub)
+    _parser_oci.add_cache(sub)
     _parser_read.add_conformance(sub)
     _add_schema(sub)
     for command in sub.choices.values():  # a handler's usage errors name its command

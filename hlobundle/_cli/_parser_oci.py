@@ -1,5 +1,5 @@
-"""The options of the commands that move bundles through OCI registries: push and pull
-(docs/distribution.md)."""
+"""The options of the commands that move bundles: push and pull through OCI registries, and
+the store of what remote loads fetched (docs/distribution.md)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,26 @@ def add_pull(sub: Any) -> None:
     _add_connection(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_oci.pull)
+
+
+def add_cache(sub: Any) -> None:
+    p = sub.add_parser("cache", help="show or bound the store of what remote loads fetched")
+    what = p.add_subparsers(dest="action", required=True, metavar="{ls,prune}")
+    ls = what.add_parser("ls", help="what the store holds, and where")
+    ls.add_argument("--json", action="store_true", help="print one JSON object")
+    ls.set_defaults(handler=_oci.cache_ls)
+    prune = what.add_parser(
+        "prune", help="remove what was used longest ago until the store is at most SIZE"
+    )
+    prune.add_argument(
+        "--max-size",
+        type=_values.size_or_zero,
+        default=0,
+        metavar="SIZE",
+        help="what the store may keep, e.g. 10G (default 0: everything is removed)",
+    )
+    prune.add_argument("--json", action="store_true", help="print one JSON object")
+    prune.set_defaults(handler=_oci.cache_prune)
 
 
 def _add_connection(p: argparse.ArgumentParser) -> None:

@@ -50,13 +50,17 @@ positive_seconds = _number(float, "a number of seconds > 0", lambda v: v > 0)
 milliseconds = _number(float, "a number of milliseconds >= 0", lambda v: v >= 0)
 
 
-def size(text: str) -> int:
+def size(text: str, *, zero: bool = False) -> int:
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     scale = units.get(text[-1:].upper(), 1)
     digits = text[:-1] if text[-1:].upper() in units else text
-    if not digits.isdigit() or int(digits) == 0:
+    if not digits.isdigit() or (int(digits) == 0 and not zero):
         raise _refuse("a size in bytes such as 8G", text)
     return int(digits) * scale
+
+
+def size_or_zero(text: str) -> int:
+    return size(text, zero=True)
 
 
 def target_version(text: str) -> str:
