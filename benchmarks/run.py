@@ -22,6 +22,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -1183,6 +1184,134 @@ def pull_cost(tmp: Path, quick: bool) -> list[dict]:
     ]
 
 
+# --- remote loading -----------------------------------------------------------------------------
+
+
+def _loopback_bytes() -> int:
+    """Bytes through the loopback interface so far (/proc/net/dev, received side): what every
+    connection on 127.0.0.1 carried, both directions, requests and headers included."""
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        name, _, counters = line.partition(":")
+        if name.strip() == "lo":
+            return int(counters.split()[0])
+    raise RuntimeError("no loopback interface in /proc/net/dev")
+
+
+def _static_server(root: Path) -> tuple[Any, str]:
+    """Starlette's StaticFiles (FileResponse honours Range) under uvicorn, in a thread, on a
+    free loopback port: any HTTP server a bundle could be put on."""
+    import socket
+    import threading
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.staticfiles import StaticFiles
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.02)
+    return server, f"http://127.0.0.1:{port}/"
+
+
+def _functions_bundle(out: Path, count: int, size: int, changed: int | None = None) -> Path:
+    """`count` functions `fK(p, x) = x @ p["wK"]` over one weights file, each weight `size`
+    bytes; `changed`: that function's weight differs (a new version of the model)."""
+
+    import hlobundle
+
+    rows = 256
+    cols = size // 4 // rows
+    x = np.ones((2, rows), np.float32)
+    for k in range(count):
+        w = np.full((rows, cols), k + (0.5 if k == changed else 0.0), np.float32)
+        hlobundle.export(
+            lambda p, x, k=k: x @ p[f"w{k}"],
+            {f"w{k}": w},
+            x,
+            out=out,
+            name=f"f{k}",
+            roles={"p": "parameter"},
+            add=k > 0,
+            force=k == 0,
+        )
+    return out
+
+
+def _function_bytes(bundle: Path, name: str) -> int:
+    """The bytes function `name` uses: its module files, stored examples and its weight."""
+    manifest = json.loads((bundle / "manifest.json").read_bytes())
+    (f,) = [f for f in manifest["functions"] if f["name"] == name]
+    files = {f["module"]["text"], f["module"]["portable"]["file"]}
+    files |= {a["value"]["file"] for a in f["arguments"] if a.get("value")}
+    files |= {r["expected"]["file"] for r in f["results"] if r.get("expected")}
+    files.discard("weights.safetensors")
+    (w,) = [a for a in f["arguments"] if a["role"] == "parameter"]
+    weight = int(np.prod(w["shape"])) * 4
+    return sum(manifest["files"][n]["size"] for n in files) + weight
+
+
+def remote_cost(tmp: Path, quick: bool) -> list[dict]:
+    """`load(REF, functions=[one])` of a bundle of 10 functions over one weights file: bytes
+    through loopback / the bytes that function uses (its module files, examples and weight;
+    goal <= 1.1), over https:// (Starlette's StaticFiles) and oci:// (docker-registry); and a
+    new version whose one function's weight changed, loaded whole after the old one: bytes /
+    that weight (goal <= 1.1). Each load starts from an empty store but the last."""
+    import hlobundle
+
+    count, size = 10, (4 if quick else 100) * 1024**2
+    root = tmp / "remote"
+    root.mkdir()
+    old = _functions_bundle(root / "v1.hlobundle", count, size)
+    _functions_bundle(root / "v2.hlobundle", count, size, changed=3)
+    used = _function_bytes(old, "f3")
+    server, base = _static_server(root)
+    process, host = _registry(tmp)
+    rows = []
+    try:
+        ref = hlobundle.push(old, f"oci://{host}/bench/remote:v1").ref
+        for label, where in (("https://", base + "v1.hlobundle/"), ("oci://", ref)):
+            os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / f"store-{label[:3]}")
+            before = _loopback_bytes()
+            hlobundle.load(where, functions=["f3"])
+            moved = _loopback_bytes() - before
+            rows.append(
+                {
+                    "case": f"load {label}, one function of 10 ({size // 1024**2} MiB weights "
+                    "each): bytes / its module, examples and weight (goal <= 1.1)",
+                    "bytes": moved,
+                    "ratio": moved / used,
+                    "baseline_bytes": used,
+                }
+            )
+        os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "store-new")
+        every = [f"f{k}" for k in range(count)]
+        hlobundle.load(base + "v1.hlobundle/", functions=every)
+        before = _loopback_bytes()
+        hlobundle.load(base + "v2.hlobundle/", functions=every)
+        moved = _loopback_bytes() - before
+        rows.append(
+            {
+                "case": "load https:// of a new version, every function, after the old one: "
+                "bytes / the one weight that changed (goal <= 1.1)",
+                "bytes": moved,
+                "ratio": moved / size,
+                "baseline_bytes": size,
+            }
+        )
+    finally:
+        os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
+        server.should_exit = True
+        process.terminate()
+        process.wait()
+    return rows
+
+
 # --- serving ------------------------------------------------------------------------------------
 
 
@@ -1750,6 +1879,10 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "Pull from a local registry (docker-registry): time / oras pull of the same artifact; "
             "peak RSS above start-up / bundle size",
             pull_cost,
+        ),
+        "remote": one(
+            "Remote loading: bytes fetched / the bytes the function uses (loopback counters)",
+            remote_cost,
         ),
         "serve": one(
             "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
