@@ -57,6 +57,7 @@ MAP = {
     "hlobundle._oci._push": ["test_oci.py"],
     "hlobundle._oci._ref": ["test_oci.py", "test_oci_hostile.py"],
     "hlobundle._oci._referrers": ["test_oci.py", "test_oci_hostile.py"],
+    "hlobundle._oci._sign": ["test_oci.py"],
     "hlobundle._read._cache": ["test_trust.py", "test_iree.py"],
     "hlobundle._read._modules": ["test_trust.py", "test_tamper.py"],
     "hlobundle._read._reader": ["test_tamper.py", "test_trust.py", "test_roundtrip.py"],

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -238,6 +239,53 @@ def test_pull_with_a_key_refuses_an_unsigned_artifact(registry, keys, tmp_path):
     r = cli("pull", registry.ref("unsigned"), "-o", tmp_path / "x", "--public-key", keys / "a.pub")
     assert r.returncode == 1 and "error [SIGNATURE_MISSING]" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sign_signs_what_the_registry_holds_without_pulling_it(registry, keys, tmp_path):
+    pushed = hlobundle.push(EXAMPLE, registry.ref("sign-there"))
+    r = cli("sign", registry.ref("sign-there"), "--private-key", keys / "a.pem")
+    assert r.returncode == 0, r.stderr
+    assert f"signed {pushed.ref} (key " in r.stdout and "referrer sha256:" in r.stdout
+    pulled = hlobundle.pull(pushed.ref, tmp_path / "ok.hlobundle", public_key=keys / "a.pub")
+    assert pulled.signer and pulled.signer.startswith("key ")
+    b = hlobundle.load(registry.ref("sign-there"), public_key=keys / "a.pub")  # remote, too
+    assert b.trusted
+    with pytest.raises(hlobundle.errors.SignatureInvalidError):
+        hlobundle.pull(pushed.ref, tmp_path / "bad.hlobundle", public_key=keys / "b.pub")
+
+
+def test_sign_in_a_registry_refuses_an_artifact_whose_layers_are_not_its_files(
+    registry, keys, tmp_path, monkeypatch
+):
+    """Pushed by oras: a layer's bytes are not what the bundle's manifest lists for that file.
+    Nothing is signed, and no referrer is pushed."""
+    import oras.provider
+
+    bundle = tmp_path / "b.hlobundle"
+    shutil.copytree(EXAMPLE, bundle)
+    m = json.loads((bundle / "manifest.json").read_bytes())
+    name = next(n for n in m["files"] if n.endswith(".safetensors"))
+    m["files"][name]["sha256"] = "0" * 64
+    (bundle / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    monkeypatch.chdir(bundle)
+    client = oras.provider.Registry(hostname=registry.host, insecure=True)
+    client.push(target=f"{registry.host}/sign-wrong:v1", files=FILES, quiet=True)
+    client.session.close()
+    r = cli("sign", registry.ref("sign-wrong"), "--private-key", keys / "a.pem")
+    assert r.returncode == 1 and "error [HASH_MISMATCH]" in r.stderr, r.stderr
+    digest = _raw_manifest_digest(registry, "sign-wrong", "v1")
+    with pytest.raises(urllib.error.HTTPError):  # no fallback tag: no referrer was pushed
+        _raw_manifest(registry, "sign-wrong", digest.replace(":", "-"))
+
+
+def _raw_manifest_digest(registry, repository: str, reference: str) -> str:
+    request = urllib.request.Request(
+        f"http://{registry.host}/v2/{repository}/manifests/{reference}",
+        method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return r.headers["Docker-Content-Digest"]
 
 
 # ---- credentials

@@ -105,7 +105,11 @@ def add_compile(sub: Any) -> None:
 
 def add_sign(sub: Any) -> None:
     p = sub.add_parser("sign", help="sign a bundle (OpenSSF model signing, model.sig)")
-    p.add_argument("bundle")
+    p.add_argument(
+        "bundle",
+        help="a bundle directory, or oci://HOST/REPO[:TAG|@sha256:DIGEST]: sign it where the "
+        "registry holds it, by its digests, and push the signature as a referrer",
+    )
     p.add_argument(
         "--private-key",
         required=True,

@@ -57,6 +57,9 @@ def compile_bundle(args: argparse.Namespace) -> int:
 def sign(args: argparse.Namespace) -> int:
     from .._write._sign import sign as sign_bundle
 
+    if args.bundle.startswith("oci://"):
+        return _sign_in_registry(args)
+
     who = sign_bundle(
         args.bundle,
         args.private_key,
@@ -67,4 +70,17 @@ def sign(args: argparse.Namespace) -> int:
     print(
         f"signed {args.bundle} ({who}); check it with: hlobundle verify {args.bundle} --public-key ..."
     )
+    return EXIT_OK
+
+
+def _sign_in_registry(args: argparse.Namespace) -> int:
+    from .._oci._sign import sign_in_registry
+
+    done = sign_in_registry(
+        args.bundle,
+        args.private_key,
+        signing_certificate=args.signing_certificate,
+        certificate_chain=args.certificate_chain or (),
+    )
+    print(f"signed {done.ref} ({done.signer}); signature: referrer {done.referrer}")
     return EXIT_OK
