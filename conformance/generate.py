@@ -1139,6 +1139,80 @@ def _(path: Path) -> None:
     edit(chunked(path), lambda m: m.update(format_version="2.0"))
 
 
+# --- sharded tensor files (SPEC.md 2.10): the references are the index ---------------------------
+
+SHARD_1, SHARD_2 = (f"weights-0000{i}-of-00002.safetensors" for i in (1, 2))
+
+
+def sharded(path: Path) -> Path:
+    """`y = x + v + w` with parameters v and w (64 floats each) in two shards of 256 bytes."""
+    t = tensor((64,), "float32")
+    text = func(
+        [t, t, t],
+        [t],
+        [f"%s = stablehlo.add %a0, %a1 : {t}", f"%y = stablehlo.add %s, %a2 : {t}"],
+        ["%y"],
+    )
+    inputs = [values((64,), "float32", k) for k in (1, 2, 3)]
+    roles = {"v": "parameter", "w": "parameter"}
+    bundle = pack(path, text, inputs, names=["x", "v", "w"], roles=roles, max_shard_size=256)
+    assert {SHARD_1, SHARD_2} <= set(json.loads((bundle / "manifest.json").read_text())["files"])
+    return bundle
+
+
+def _shard_file(b: Path, name: str, tensors: dict[str, np.ndarray]) -> None:
+    _tensors.write(b / name, {k: (v, _dtypes.BY_NAME["float32"]) for k, v in tensors.items()})
+
+
+@case("valid_sharded_weights", "the parameters in two shards, weights-0000{1,2}-of-00002")
+def _(path: Path) -> None:
+    save_outputs(path, sharded(path))
+
+
+@case("invalid_shard_unlisted", "a third shard on disk that files does not list", "FILE_UNLISTED")
+def _(path: Path) -> None:
+    b = sharded(path)
+    _shard_file(b, "weights-00003-of-00003.safetensors", {"z": values((4,), "float32")})
+
+
+@case(
+    "invalid_shard_outside",
+    "v's reference names a shard outside the bundle (../weights-00001-of-00002.safetensors)",
+    "PATH_UNSAFE",
+)
+def _(path: Path) -> None:
+    def outside(m: dict) -> None:
+        (v,) = [a for a in m["arguments"] if a["name"] == "v"]
+        v["value"]["file"] = "../" + v["value"]["file"]
+
+    edit(sharded(path), outside)
+
+
+@case(
+    "invalid_shard_tensor_twice",
+    "a tensor in two shards: the second shard holds a copy of v, which no reference names there",
+    "TENSOR_MISMATCH",
+)
+def _(path: Path) -> None:
+    b = sharded(path)
+    with_v = {"v": values((64,), "float32", 2), "w": values((64,), "float32", 3)}
+    (b / SHARD_2).unlink()
+    _shard_file(b, SHARD_2, with_v)
+    rehash(b, SHARD_2)
+
+
+@case(
+    "invalid_shard_offsets_past_end",
+    "the second shard's tensor has offsets past the end of its data",
+    "SAFETENSORS_INVALID",
+)
+def _(path: Path) -> None:
+    b = sharded(path)
+    raw = json.dumps({"w": {"dtype": "F32", "shape": [64], "data_offsets": [0, 512]}}).encode()
+    (b / SHARD_2).write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(256))
+    rehash(b, SHARD_2)
+
+
 def generate(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)

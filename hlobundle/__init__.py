@@ -45,6 +45,7 @@ _LAZY = {
     "Pushed": "._oci._push",
     "sign": "._write._sign",
     "refresh": "._write._refresh",
+    "reshard": "._write._reshard",
 }
 
 
@@ -106,6 +107,7 @@ if _typing.TYPE_CHECKING:
     from ._write._reactant import from_reactant
     from ._write._reactant_server import from_reactant_server
     from ._write._refresh import refresh
+    from ._write._reshard import reshard
     from ._write._sign import sign
     from ._write._writer import pack
 
@@ -143,5 +145,6 @@ __all__ = [
     "push",
     "from_reactant",
     "refresh",
+    "reshard",
     "sign",
 ]

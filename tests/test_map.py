@@ -92,6 +92,7 @@ MAP = {
     "hlobundle._serve._server": ["test_serve_client.py"],
     "hlobundle._terminal._display": ["test_inspect.py", "test_trust.py"],
     "hlobundle._version": ["test_package.py"],
+    "hlobundle._write._reshard": ["test_shards.py"],
     "hlobundle._write._atomic": ["test_writer.py", "test_hostile.py"],
     "hlobundle._write._compile": ["test_iree.py"],
     "hlobundle._write._expected": ["test_writer.py"],

@@ -162,6 +162,7 @@ SH_RUN = {
     ("docs/distribution.md", "Push, pull, pin by digest"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Signatures"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Loading remotely"): "test_oci.py::test_the_docs_blocks_run",
+    ("docs/distribution.md", "Sharded weights"): "test_shards.py::test_the_docs_block_runs",
 }
 SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",

@@ -41,6 +41,7 @@ WRITERS = [
     hlobundle.from_exported,
     hlobundle.from_reactant_server,
     hlobundle.refresh,
+    hlobundle.reshard,
     hlobundle.sign,
     hlobundle.compile,
 ]
@@ -277,7 +278,7 @@ def test_the_options_convert_what_they_are_given():
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
     sub = next(a for a in _parser.build()._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: sub.choices[name] for name in ("pack", "refresh", "compile", "sign")}
+    return {name: sub.choices[name] for name in ("pack", "refresh", "reshard", "compile", "sign")}
 
 
 def _option_actions(p: argparse.ArgumentParser) -> list[tuple[argparse.Action, str]]:
@@ -329,10 +330,11 @@ def test_a_bare_pack_passes_the_functions_defaults():
     ("argv", "writer"),
     [
         (["refresh", "b"], hlobundle.refresh),
+        (["reshard", "b", "-o", "c"], hlobundle.reshard),
         (["sign", "b", "--private-key", "k.pem"], hlobundle.sign),
         (["pack", "--from-reactant-server", "d", "-o", "b"], hlobundle.from_reactant_server),
     ],
-    ids=["refresh", "sign", "from-reactant-server"],
+    ids=["refresh", "reshard", "sign", "from-reactant-server"],
 )
 def test_each_writing_command_s_defaults_are_its_function_s(argv, writer):
     args = _parser.build().parse_args(argv)

@@ -115,6 +115,7 @@ def pack_keywords(args: argparse.Namespace) -> dict[str, Any]:
         expected="compute" if args.compute_expected else args.expected,
         allow_custom_calls=args.allow_custom_call,
         with_vjp=args.with_vjp,
+        max_shard_size=args.max_shard_size,
     )
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
@@ -184,7 +185,14 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
             _pack_one(
                 argparse.Namespace(**{**vars(part), **unsigned, "output": packed, "force": False})
             )
-            add_function(bundle, packed, default=args.default and i == 0, sign_key=key, **trust)
+            add_function(
+                bundle,
+                packed,
+                default=args.default and i == 0,
+                max_shard_size=args.max_shard_size,
+                sign_key=key,
+                **trust,
+            )
             trust = {}  # from now on, the bundle is signed by the key itself
     from .._format._bundle_manifest import BundleManifest
 

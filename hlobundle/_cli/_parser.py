@@ -59,7 +59,7 @@ def build() -> argparse.ArgumentParser:
 
     parser = Parser(
         prog="hlobundle",
-        description="Pack, run, emit, inspect, verify, sign, compile, serve, push, pull and cache StableHLO bundles.",
+        description="Pack, run, emit, inspect, verify, sign, reshard, compile, serve, push, pull and cache StableHLO bundles.",
         epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -72,6 +72,7 @@ def build() -> argparse.ArgumentParser:
     _parser_read.add_verify(sub)
     _parser_read.add_serve(sub)
     _parser_write.add_refresh(sub)
+    _parser_write.add_reshard(sub)
     _parser_write.add_compile(sub)
     _parser_write.add_sign(sub)
     _parser_oci.add_push(sub)

@@ -55,6 +55,7 @@ def add_pack(sub: Any) -> None:
         "force",
         "add",
         "default",
+        "max_shard_size",
     ):
         _option(p, name)
     _add_signing_key(p)
@@ -72,6 +73,19 @@ def add_refresh(sub: Any) -> None:
     _add_signing_key(p)
     _add_resigning(p)
     p.set_defaults(handler=_writes.refresh)
+
+
+def add_reshard(sub: Any) -> None:
+    p = sub.add_parser(
+        "reshard", help="write a bundle again with its tensor files cut into other shards"
+    )
+    p.add_argument("bundle")
+    p.add_argument("-o", "--output", required=True, help="the bundle directory to create")
+    _option(p, "max_shard_size")
+    _option(p, "force")
+    _option(p, "sign_key")
+    _add_certificates(p)
+    p.set_defaults(handler=_writes.reshard)
 
 
 def add_compile(sub: Any) -> None:

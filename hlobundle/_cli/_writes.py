@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import EXIT_OK, resigning_key, usage
+from ._common import (
+    EXIT_OK,
+    check_certificates,
+    output_path,
+    resigning_key,
+    signing_key_of,
+    usage,
+)
 
 
 def refresh(args: argparse.Namespace) -> int:
@@ -21,6 +28,22 @@ def refresh(args: argparse.Namespace) -> int:
         replace_signature=args.replace_signature,
     )
     print(f"refreshed {args.bundle}: portable artifacts for StableHLO {target}")
+    return EXIT_OK
+
+
+def reshard(args: argparse.Namespace) -> int:
+    from .._write._reshard import reshard as reshard_bundle
+
+    check_certificates(args)
+    out = output_path("-o", args.output)
+    written = reshard_bundle(
+        args.bundle,
+        out,
+        max_shard_size=args.max_shard_size,
+        force=args.force,
+        sign_key=signing_key_of(args) if args.private_key else None,
+    )
+    print(f"resharded {args.bundle} as {written}")
     return EXIT_OK
 
 

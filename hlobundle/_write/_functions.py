@@ -31,6 +31,7 @@ from .._format._manifest import (
     identifier,
 )
 from .._read._reader import Bundle, load
+from . import _shards
 from ._atomic import write_bundle
 from ._options import PackOptions, takes
 from ._plan import EXPECTED_FILE, TENSOR_FILES
@@ -40,7 +41,7 @@ SHARED_WEIGHTS = TENSOR_FILES["parameter"]  # weights.safetensors, at the bundle
 Arrays = dict[str, dict[str, tuple[np.ndarray, Any]]]
 
 
-@takes("default", "sign_key", "public_key", "replace_signature")
+@takes("default", "max_shard_size", "sign_key", "public_key", "replace_signature")
 def add_function(
     out: str | os.PathLike[str], new: str | os.PathLike[str], opt: PackOptions
 ) -> Path:
@@ -79,7 +80,8 @@ def add_function(
         _carry_unreferenced(b, files)
     first = existing.default_function or existing.functions[0]
     manifest = combine(views, name if opt.default else first, {})
-    return write_bundle(Path(out), manifest, files, arrays, force=True, signing_key=opt.signing_key)
+    stored, arrays = _shards.split(manifest, arrays, opt.max_shard_size)
+    return write_bundle(Path(out), stored, files, arrays, force=True, signing_key=opt.signing_key)
 
 
 def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:

@@ -240,6 +240,14 @@ class PackOptions:
         "function `bN` each, the smallest the default)",
         Flag("--batch-size", type="positive_int", metavar="N"),
     )
+    max_shard_size: int | None = option(
+        None,
+        "split each tensor file whose tensors hold more than this many bytes into shards named "
+        "as Hugging Face names them (`weights-00001-of-00003.safetensors`), in key order, each "
+        "at most this size unless one tensor alone is larger (a tensor never straddles shards; "
+        "SPEC.md 2.10)",
+        Flag("--max-shard-size", type="size", metavar="SIZE", note="e.g. 2G"),
+    )
     add: bool = option(
         False,
         "add the function to the existing bundle at the output path (format 2.0), rewritten "
@@ -328,6 +336,7 @@ PACK = (
     "with_vjp",
     "batched",
     "batched_arguments",
+    "max_shard_size",
 )
 
 

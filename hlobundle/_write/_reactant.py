@@ -129,6 +129,7 @@ def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]
     "expected",
     "allow_custom_calls",
     "with_vjp",
+    "max_shard_size",
     "sign_key",
 )
 def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:

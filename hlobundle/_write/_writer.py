@@ -22,7 +22,7 @@ from .._format._manifest import (
 )
 from .._read import _inputs
 from .._run import _compute
-from . import _expected, _module_text, _normalize
+from . import _expected, _module_text, _normalize, _shards
 from ._atomic import write_bundle
 from ._options import PACK, PackOptions, takes
 from ._plan import plan
@@ -112,7 +112,8 @@ def _pack_checked(
         manifest = _expected.add_expected(
             manifest, arrays, portable, opt.expected, already_permuted=opt.already_permuted
         )
-    return write_bundle(out, manifest, files, arrays, force=opt.force, signing_key=opt.signing_key)
+    stored, arrays = _shards.split(manifest, arrays, opt.max_shard_size)
+    return write_bundle(out, stored, files, arrays, force=opt.force, signing_key=opt.signing_key)
 
 
 def _add_backward(
