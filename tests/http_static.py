@@ -3,7 +3,8 @@ single Range requests (206 with Content-Range), and counts the body bytes it sen
 makes it hostile: "ignore-range" (200 and the whole file), "redirect" (302 to another host),
 "endless" (a body past a file but the manifest, without Content-Length), "wrong-range" (a
 Content-Range for other bytes), "corrupt" (every byte of weights.safetensors after its header
-flipped)."""
+flipped). `files` serves given bytes (or any object with `len` and slicing, such as
+`Sparse`) at a path instead of the directory's file."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class StaticServer:
         self.mode = ""
         self.sent = 0
         self.requests: list[tuple[str, str]] = []  # (path, Range header)
+        self.files: dict[str, object] = {}  # URL path -> bytes (or a `Sparse`)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,15 +46,20 @@ class StaticServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def _send(self, h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict) -> None:
+    def _send(self, h: BaseHTTPRequestHandler, status: int, body: object, headers: dict) -> None:
         h.send_response(status)
         for k, v in headers.items():
             h.send_header(k, v)
         if "Content-Length" not in headers and headers.get("Connection") != "close":
             h.send_header("Content-Length", str(len(body)))
         h.end_headers()
-        h.wfile.write(body)
-        self.sent += len(body)
+        try:  # in pieces: what was sent before the client closed is what is counted
+            for i in range(0, len(body), 1 << 20):
+                piece = bytes(body[i : i + (1 << 20)])
+                h.wfile.write(piece)
+                self.sent += len(piece)
+        except OSError:
+            h.close_connection = True
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         rng = h.headers.get("Range", "")
@@ -60,9 +67,11 @@ class StaticServer:
         if self.mode == "redirect":
             return self._send(h, 302, b"", {"Location": "http://example.com/elsewhere"})
         path = self.root / unquote(h.path.lstrip("/"))
-        if not path.is_file():
+        data = self.files.get(h.path)
+        if data is None and not path.is_file():
             return self._send(h, 404, b"", {})
-        data = path.read_bytes()
+        if data is None:
+            data = path.read_bytes()
         if self.mode == "corrupt" and path.name == "weights.safetensors":
             n = 8 + int.from_bytes(data[:8], "little")
             data = data[:n] + bytes(b ^ 0xFF for b in data[n:])
@@ -77,7 +86,22 @@ class StaticServer:
         end = min(end, len(data))
         shown = (begin + 1, end + 1) if self.mode == "wrong-range" else (begin, end)
         headers = {"Content-Range": f"bytes {shown[0]}-{shown[1] - 1}/{len(data)}"}
-        return self._send(h, 206, data[begin:end], headers)
+        return self._send(h, 206, bytes(data[begin:end]), headers)
+
+
+class Sparse:
+    """A file of `size` bytes that is `prefix`, then zeros, without holding them."""
+
+    def __init__(self, size: int, prefix: bytes) -> None:
+        self.size, self.prefix = size, prefix
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, s: slice) -> bytes:
+        begin, end, _ = s.indices(self.size)
+        head = self.prefix[begin:end]
+        return head + bytes(max(0, end - begin - len(head)))
 
 
 class CountingProxy:

@@ -310,7 +310,14 @@ class TensorFile:
         import numpy as np
 
         size = os.fstat(self._fd).st_size
-        mapping = mmap.mmap(-1, max(size, 1))
+        try:  # no swap reserved: only the pages written count, so a file larger than memory
+            mapping = _anonymous(max(size, 1))
+        except OSError as e:
+            raise LimitError(
+                f"{self.name}: no private mapping of its {size} bytes can be made for the "
+                f"chunks used ({e.strerror})",
+                path=self.name,
+            ) from None
         memory = np.frombuffer(mapping, np.uint8)[:size]
         for i in sorted(set(indices)):
             begin, end = _chunks.span(size, chunk, i)
@@ -335,6 +342,22 @@ class TensorFile:
 
 
 _CHUNK = 16 * 1024 * 1024
+# A private anonymous mapping that reserves no swap (MAP_NORESERVE, which Python's mmap names
+# only from 3.13; 0x4000 on Linux but mips, ppc and sparc): its untouched pages cost nothing,
+# and the kernel's overcommit check does not refuse one larger than memory.
+_GENERIC_MMAN = {"x86_64", "i686", "aarch64", "arm64", "riscv64", "s390x"}
+_UNAME = os.uname() if hasattr(os, "uname") else None
+_NORESERVE = getattr(
+    mmap,
+    "MAP_NORESERVE",
+    0x4000 if _UNAME and _UNAME.sysname == "Linux" and _UNAME.machine in _GENERIC_MMAN else 0,
+)
+
+
+def _anonymous(size: int) -> mmap.mmap:
+    if not hasattr(mmap, "MAP_PRIVATE"):  # Windows
+        return mmap.mmap(-1, size)
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
 
 
 class _Both:

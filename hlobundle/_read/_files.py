@@ -81,7 +81,7 @@ def references(manifest: AnyManifest) -> list[tuple[str, str]]:
     return [
         (prefix + field, name)
         for prefix, view in each_function(manifest)
-        for field, name in _function_references(view)
+        for field, name in function_references(view)
     ]
 
 
@@ -89,10 +89,11 @@ def files_of(manifest: AnyManifest, functions: list[str]) -> set[str]:
     """Every file the fields of these functions name: what loading only them reads."""
     views = dict(each_function(manifest))
     prefixes = {p for p, view in views.items() if view.function in functions}
-    return {name for p in prefixes for _, name in _function_references(views[p])}
+    return {name for p in prefixes for _, name in function_references(views[p])}
 
 
-def _function_references(manifest: Manifest) -> list[tuple[str, str]]:
+def function_references(manifest: Manifest) -> list[tuple[str, str]]:
+    """(field, file name) of every file one function's fields name."""
     refs = [
         ("module.text", manifest.module.text),
         ("module.portable.file", manifest.module.portable.file),

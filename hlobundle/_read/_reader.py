@@ -93,7 +93,9 @@ class Bundle(StoredValues):
         self.path = root
         self.bundle_manifest, self.manifest_sha256 = _files.read_manifest(root)
         self._views, self.default_function = functions_of(self.bundle_manifest)
-        self.loaded = list(self._views) if functions is None else list(functions)
+        self.loaded = list(self._views) if functions is None else list(dict.fromkeys(functions))
+        if not self.loaded:
+            raise InputError("functions=[] names no function to open", argument="functions")
         for name in self.loaded:
             self._known(name)
         present = None if functions is None else _files.files_of(self.bundle_manifest, self.loaded)

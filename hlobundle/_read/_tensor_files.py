@@ -53,7 +53,7 @@ def open_tensor_files(
         name: _tensors.TensorFile(
             _paths.resolve(root, name),
             name=name,
-            header_limit=_header_budget(keys[name]),
+            header_limit=header_budget(keys[name]),
             with_safetensors=with_safetensors,
         )
         for name in sorted(keys)
@@ -125,7 +125,7 @@ def _check_symbolic_values(
         ) from None
 
 
-def _header_budget(keys: list[str]) -> int:
+def header_budget(keys: list[str]) -> int:
     """The largest safetensors header a file holding these tensors needs (SPEC.md 8)."""
     per_key = _limits.TENSOR_HEADER_PER_KEY
     return _limits.TENSOR_HEADER_BASE + sum(per_key + len(k.encode()) for k in keys)

@@ -12,12 +12,20 @@ import shutil
 import struct
 import tempfile
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from .._format import _chunks, _signature
+from .._format import _chunks, _limits, _prechecks, _signature
 from .._format._bundle_manifest import functions_of
-from .._format._errors import HashMismatchError, InputError, ManifestError, SizeMismatchError
+from .._format._errors import (
+    HashMismatchError,
+    InputError,
+    LimitError,
+    ManifestError,
+    SizeMismatchError,
+    UnsafePathError,
+)
 from .._format._manifest import MANIFEST_NAME, FileEntry
 from .._format._manifest_json import parse_manifest
 from .._format._tensors import MAX_HEADER_BYTES, TensorFile
@@ -94,16 +102,18 @@ def _load_remote(
     manifest = parse_manifest(raw)
     digest = hashlib.sha256(raw).hexdigest()
     names = _chosen(manifest, functions)
-    root = _root(digest)
-    _write_whole(root / MANIFEST_NAME, raw)
-    store = _store.Store()
+    _check_names(manifest.files)
     needed = _files.files_of(manifest, names)
+    for name in needed:
+        if name not in manifest.files:
+            raise ManifestError(f"a field names {name!r}, which is not in files", field="files")
+    _check_sizes(manifest, names)
+    root = _root(digest)
+    _write_whole(root, root / MANIFEST_NAME, raw)
+    store = _store.Store()
     keys = _tensor_files.keys_of(manifest, names)
     for name in sorted(needed):
-        _sources.check_name(name)
-        entry = manifest.files.get(name)
-        if entry is None:
-            raise ManifestError(f"a field names {name!r}, which is not in files", field="files")
+        entry = manifest.files[name]
         source.check_listed(name, entry.size, entry.sha256)
         if name in keys and entry.chunks is not None:
             _fetch_chunks(source, store, root, name, entry, keys[name], manifest)
@@ -127,6 +137,47 @@ def _load_remote(
     return bundle
 
 
+def _check_names(files: Mapping[str, FileEntry]) -> None:
+    """Every listed name is safe, and none is a directory another listed name (or the
+    manifest, or its signature) needs: both could not be written into one directory."""
+    for name in files:
+        _sources.check_name(name)
+    taken = {*files, MANIFEST_NAME, _signature.SIGNATURE_NAME}
+    for name in sorted(files):
+        if name in (MANIFEST_NAME, _signature.SIGNATURE_NAME):
+            raise ManifestError(
+                f"files lists {name}, a name the bundle's directory reserves",
+                field=f"files[{name!r}]",
+            )
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in taken:
+                raise UnsafePathError(
+                    f"files lists {name!r}, inside {'/'.join(parts[:i])!r}, which is a file",
+                    path=name,
+                    field=f"files[{name!r}]",
+                )
+
+
+def _check_sizes(manifest: Any, names: list[str]) -> None:
+    """The limits on module and executable files (SPEC.md, "Limits"), before any is fetched:
+    what the reader would refuse is not downloaded first."""
+    for prefix, view in _files.each_function(manifest):
+        if view.function not in names:
+            continue
+        for field, name in _files.function_references(view):
+            size = manifest.files[name].size
+            if field.startswith("executables["):
+                if size > _limits.MAX_EXECUTABLE_BYTES:
+                    raise LimitError(
+                        f"{prefix}{field}: {name} is {size} bytes; executables are limited to "
+                        f"{_limits.MAX_EXECUTABLE_BYTES} (SPEC.md, 'Limits')",
+                        path=name,
+                    )
+            elif field.startswith(("module.", "vjp.", "batched.")):
+                _prechecks.check_module_size(size, path=name)
+
+
 def _chosen(manifest: object, functions: Sequence[str] | None) -> list[str]:
     views, default = functions_of(manifest)  # type: ignore[arg-type]
     if functions is None:
@@ -138,6 +189,8 @@ def _chosen(manifest: object, functions: Sequence[str] | None) -> list[str]:
             )
         return [default or next(iter(views))]
     names = list(dict.fromkeys(functions))
+    if not names:
+        raise InputError("functions=[] names no function to load", argument="functions")
     for name in names:
         if name not in views:
             raise InputError(
@@ -159,35 +212,94 @@ def _root(digest: str) -> Path:
 _TEMPORARY: list[Path] = []  # kept alive to the end of the process (their finalizers then run)
 
 
-def _write_whole(target: Path, data: bytes) -> None:
+def _write_whole(root: Path, target: Path, data: bytes) -> None:
     """`target` holds exactly `data` (written to a new file and renamed over it)."""
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         if _read_at_most(target, len(data)) == data:
             return
     except OSError:
         pass
-    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".partial-", delete=False) as new:
-        new.write(data)
-    os.replace(new.name, target)
+    _write_new(root, target, [data])
+
+
+def _write_new(
+    root: Path, target: Path, pieces: Iterable[bytes], check: Callable[[], None] | None = None
+) -> None:
+    """Write `pieces` to a new file, then (once `check` passes) rename it to `target`. The new
+    file is made beside `root`, not in it: a load of the same bundle running meanwhile, which
+    lists `root`, never finds a file it does not know there; one that fails is removed."""
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, temporary = tempfile.mkstemp(dir=root.parent, prefix=f".partial-{root.name[:16]}-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for piece in pieces:
+                f.write(piece)
+        if check is not None:
+            check()
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)  # ours: made just now
+        raise
 
 
 def _fetch_whole(
     source: Source, store: _store.Store, root: Path, name: str, entry: FileEntry
 ) -> None:
-    """A listed file, whole, checked against its size, sha256 (and chunk digests)."""
+    """A listed file, whole, checked against its size, sha256 (and chunk digests) as it is
+    written to disk, a piece at a time: never whole in memory."""
     target = root.joinpath(*name.split("/"))
     try:
-        _files.check_bytes(name, _read_at_most(target, entry.size), entry)
+        with open(target, "rb") as f:
+            _Hashed(name, entry, iter(lambda: f.read(_sources.PIECE), b"")).drain()
         return  # already here, checked
     except (OSError, HashMismatchError, SizeMismatchError):
         pass
-    data = store.get(entry.sha256, entry.size)
-    if data is None:
-        data = b"" if entry.size == 0 else b"".join(_range(source, name, entry.size, 0, entry.size))
-        _files.check_bytes(name, data, entry)
-        store.put(entry.sha256, data)
-    _write_whole(target, data)
+    stored = store.pieces(entry.sha256, entry.size)
+    if stored is not None:
+        try:
+            hashed = _Hashed(name, entry, stored)
+            _write_new(root, target, hashed, hashed.check)
+            return
+        except (HashMismatchError, SizeMismatchError):
+            pass  # changed in the store: fetched again
+    pieces = iter(()) if entry.size == 0 else _range(source, name, entry.size, 0, entry.size)
+    hashed = _Hashed(name, entry, pieces)
+    _write_new(root, target, hashed, hashed.check)
+    store.put_file(entry.sha256, target)
+
+
+class _Hashed:
+    """`pieces` passed on, hashed as they pass (sha256 and chunk digests); `check()` then
+    compares them with the file's entry. Refused as soon as they run past its size."""
+
+    def __init__(self, name: str, entry: FileEntry, pieces: Iterable[bytes]) -> None:
+        self.name, self.entry, self.pieces = name, entry, pieces
+        self.h, self.got = hashlib.sha256(), 0
+        self.chunks = _files.chunk_hasher(entry)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self.pieces:
+            self.got += len(piece)
+            if self.got > self.entry.size:
+                raise SizeMismatchError(
+                    f"{self.name} is over the {self.entry.size} bytes the manifest says",
+                    path=self.name,
+                    field=f"files[{self.name!r}].size",
+                )
+            self.h.update(piece)
+            if self.chunks is not None:
+                self.chunks.update(piece)
+            yield piece
+
+    def check(self) -> None:
+        _files.check_digest(self.name, self.got, self.h.hexdigest(), self.entry)
+        if self.chunks is not None:
+            _files.check_chunks(self.name, self.chunks.finish(), self.entry)
+
+    def drain(self) -> None:
+        for _ in self:
+            pass
+        self.check()
 
 
 def _read_at_most(path: Path, size: int) -> bytes:
@@ -202,24 +314,39 @@ def _fetch_chunks(
     name: str,
     entry: FileEntry,
     keys: set[str],
-    manifest: object,
+    manifest: Any,
 ) -> None:
     """Of a tensor file with chunk digests, the chunks holding its header and tensors `keys`,
     written into a sparse file of its listed size (the rest of it never written)."""
     assert entry.chunks is not None
     target = root.joinpath(*name.split("/"))
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(target, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fd = os.open(target, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as e:
+        raise UnsafePathError(f"{target} cannot be opened: {e.strerror}", path=name) from None
     try:
         if os.fstat(fd).st_size != entry.size:
-            os.ftruncate(fd, entry.size)
+            try:
+                os.ftruncate(fd, entry.size)
+            except OSError as e:  # EFBIG, ENOSPC
+                raise LimitError(
+                    f"{name}: a file of {entry.size} bytes cannot be made in {root} ({e.strerror})",
+                    path=name,
+                ) from None
         fill = _Filler(source, store, fd, name, entry)
         fill(_chunks.covering(entry.size, entry.chunks.size, 0, 8))
         (n,) = struct.unpack("<Q", os.pread(fd, 8, 0).ljust(8, b"\0"))
-        if n <= MAX_HEADER_BYTES:  # a larger one the reader refuses, without it fetched
+        # The reader's limit on this header (for every tensor the manifest lists in the
+        # file): a larger one it refuses, so it is not fetched.
+        limit = _tensor_files.header_budget(
+            [ref.key for _, ref, _, _ in _tensor_files.stored_tensors(manifest) if ref.file == name]
+        )
+        if n <= min(limit, MAX_HEADER_BYTES):
             fill(_chunks.covering(entry.size, entry.chunks.size, 0, min(entry.size, 8 + n)))
-        tf = TensorFile(target, name=name, with_safetensors=False)
-        fill(sorted(_tensor_files.chunks_for(tf, keys, entry.chunks.size)))
+        tf = TensorFile(target, name=name, header_limit=limit, with_safetensors=False)
+        # a key the header lacks: fetched for nothing (the reader refuses it, naming its field)
+        fill(sorted(_tensor_files.chunks_for(tf, keys & set(tf.entries), entry.chunks.size)))
     finally:
         os.close(fd)
 
@@ -281,19 +408,13 @@ def _runs(indices: list[int]) -> list[list[int]]:
 def _range(source: Source, name: str, size: int, begin: int, end: int) -> Iterator[bytes]:
     """Bytes `[begin, end)` of a listed file, in pieces; from a whole-file answer (a server that
     ignores Range), only those bytes are kept, and the answer is closed past them."""
-    offset, pieces = source.pieces(name, size, begin, end)
-    if offset == begin:
-        yield from pieces
-        return
-    at = 0
+    at, pieces = source.pieces(name, size, begin, end)  # `begin`, or 0 for a whole file
     try:
         for piece in pieces:
             lo, hi = max(begin - at, 0), min(end - at, len(piece))
             if lo < hi:
                 yield piece[lo:hi]
             at += len(piece)
-            if at >= end:
-                break
     finally:
         pieces.close()
 
@@ -311,7 +432,7 @@ def _signed(
         raise UnsignedError(f"{ref} has no signature", path=_signature.SIGNATURE_NAME)
     failed: SignatureInvalidError | None = None
     for candidate in candidates:
-        _write_whole(path, candidate)
+        _write_whole(root, path, candidate)
         try:
             return _signature.verify(root, bundle.digests(), trust)
         except SignatureInvalidError as e:

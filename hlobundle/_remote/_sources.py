@@ -285,11 +285,15 @@ def _ranged(
     if response.status_code != 200:
         response.close()
         raise RegistryProtocolError(f"{name}: answered {response.status_code}", ref=ref, path=name)
-    return 0, _exactly(response, size, name, ref)
+    return 0, _exactly(response, size, name, ref, stop=end)
 
 
-def _exactly(response: Any, length: int, name: str, ref: str) -> Generator[bytes, None, None]:
-    """The answer's body, `length` bytes: refused past it (a body that never ends) or short."""
+def _exactly(
+    response: Any, length: int, name: str, ref: str, stop: int | None = None
+) -> Generator[bytes, None, None]:
+    """The answer's body, `length` bytes: refused past it (a body that never ends) or short.
+    `stop`: only that many are wanted (of a whole file sent for a range): the answer is closed
+    once they have come, not read to its end."""
     import requests
 
     declared = response.headers.get("Content-Length", "")
@@ -311,6 +315,8 @@ def _exactly(response: Any, length: int, name: str, ref: str) -> Generator[bytes
                         path=name,
                     )
                 yield piece
+                if stop is not None and stop < length and got >= stop:
+                    return  # what was asked has come: the rest is never read
         except requests.exceptions.RequestException as e:
             raise RegistryUnreachableError(f"reading {name}: {_short(e)}", ref=ref) from None
         if got != length:

@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .._read import _cache
 BLOBS = "blobs"
 VIEWS = "remote"
 _HEX = frozenset("0123456789abcdef")
+_PIECE = 1 << 20
 
 
 def _is_digest(name: str) -> bool:
@@ -65,6 +67,43 @@ class Store:
             if temporary is not None:  # ours: made just now
                 Path(temporary).unlink(missing_ok=True)
 
+    def pieces(self, digest: str, size: int) -> Iterator[bytes] | None:
+        """The stored bytes of sha256 `digest`, in pieces, at most `size` + 1 of them (the
+        caller hashes them again); None when absent or not this user's regular file."""
+        path = self._path(digest)
+        fd = None if path is None else _open_own(path, size)
+        if fd is None:
+            return None
+
+        def read() -> Iterator[bytes]:
+            with os.fdopen(fd, "rb") as f:
+                left = size + 1
+                while left > 0 and (piece := f.read(min(_PIECE, left))):
+                    left -= len(piece)
+                    yield piece
+
+        return read()
+
+    def put_file(self, digest: str, source: Path) -> None:
+        """Keep a copy of the file `source` (whose sha256, `digest`, the caller checked). Best
+        effort."""
+        path = self._path(digest)
+        if path is None or path.exists():
+            return
+        temporary = None
+        try:
+            with (
+                tempfile.NamedTemporaryFile(dir=path.parent, prefix=".partial-", delete=False) as f,
+                open(source, "rb") as original,
+            ):
+                temporary = f.name
+                shutil.copyfileobj(original, f, _PIECE)
+            os.chmod(temporary, 0o400)
+            os.replace(temporary, path)
+        except OSError:
+            if temporary is not None:  # ours: made just now
+                Path(temporary).unlink(missing_ok=True)
+
     def _path(self, digest: str) -> Path | None:
         if self.blobs is None or not _is_digest(digest):
             return None
@@ -89,6 +128,20 @@ def view_directory(manifest_sha256: str) -> Path | None:
 
 def _read_own(path: Path, size: int) -> bytes | None:
     """A regular file of this user's, of `size` bytes, not through a symlink; else None."""
+    fd = _open_own(path, size)
+    if fd is None:
+        return None
+    try:
+        return os.pread(fd, size + 1, 0) if size else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _open_own(path: Path, size: int) -> int | None:
+    """`path` opened, when it is a regular file of this user's, of `size` bytes, not reached
+    through a symlink; else None."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
@@ -97,12 +150,12 @@ def _read_own(path: Path, size: int) -> bytes | None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size != size:
+            os.close(fd)
             return None
-        return os.pread(fd, size + 1, 0) if size else b""
     except OSError:
-        return None
-    finally:
         os.close(fd)
+        return None
+    return fd
 
 
 # ---- `hlobundle cache ls` and `cache prune`
