@@ -5,6 +5,7 @@ in bash."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -25,6 +26,7 @@ FENCES = {
     "julia": "skipped: it needs Julia with Reactant.jl and NPZ.jl, which this test suite has not",
     "dockerfile": "skipped: building an image needs a container engine and a package source",
     "yaml": "skipped: a KServe InferenceService needs a Kubernetes cluster",
+    "json": "parsed here; docs/deploy.md's MLServer settings are the ones test_mlserver.py serves",
 }
 
 
@@ -270,3 +272,10 @@ def test_every_guide_is_linked_from_the_readme_and_links_resolve():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
             if not re.match(r"\w+://", target):
                 assert (path.parent / target).exists(), f"{_name(path)} links {target}"
+
+
+def test_every_json_block_parses():
+    for path in DOCS:
+        for language, code in FENCE.findall(path.read_text()):
+            if language == "json":
+                json.loads(code)

@@ -1,0 +1,92 @@
+"""What every engine's adapter shares: one function of a bundle opened as `serve` opens it (its
+stored arguments kept, compiled and warmed up), and a request's arrays checked against its
+inputs before they reach it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._format._errors import InputError
+from .._read._trust import Trust
+from .._serve._models import load_models
+from .._serve._protocol import RequestError, _fits, _numpy
+from .._serve._served import Served
+
+
+def open_function(
+    bundle: str | os.PathLike[str],
+    function: str | None = None,
+    *,
+    backend: str = "xla",
+    batching: bool = False,
+    trust_batched: bool = False,
+    public_key: str | os.PathLike[str] | None = None,
+    certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+) -> Served:
+    """Function `function` (default: the bundle's default) of `bundle` (a path, `oci://` or
+    `https://`), loaded, checked and warmed up. With `batching` (the engine will concatenate
+    requests along the first axis), the function must lead every input and result with one
+    bare symbol, and a key must verify the bundle or `trust_batched` be given (docs/serving.md,
+    "Batching"): otherwise an `InputError` says so."""
+    keys: dict[str, Any] = {}
+    if public_key is not None:
+        keys["public_key"] = public_key
+    if certificate_chain:
+        keys["certificate_chain"] = certificate_chain
+    trust = Trust.BATCHED if trust_batched else Trust.NOTHING
+    models = load_models([str(bundle)], backend=backend, trust=trust, **keys)  # type: ignore[arg-type]
+    served = _pick(models, function)
+    if batching:
+        if served.concatenated is None:
+            raise InputError(
+                f"{served.name}: the engine batches by concatenating requests along their first "
+                "axis, and this function's inputs and results do not all lead with one bare "
+                "symbolic dimension: turn the engine's batching off",
+                argument="batching",
+            )
+        if not served.batchable:
+            raise InputError(
+                f"{served.name}: combining requests needs your trust (no key verified the "
+                "bundle): give public_key, or trust_batched=True (docs/serving.md, 'Batching')",
+                argument="trust_batched",
+            )
+    return served
+
+
+def _pick(models: dict[str, Served], function: str | None) -> Served:
+    served = {id(s): s for s in models.values()}
+    first = next(iter(models.values()))
+    function = function or first.bundle.default_function or first.bundle.manifest.function
+    for s in served.values():
+        if s.bundle.manifest.function == function:
+            return s
+    names = sorted({s.bundle.manifest.function for s in served.values()})
+    raise InputError(f"no function {function!r}; the bundle's are {names}", argument="function")
+
+
+def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The request's arrays, one per input, each of the input's dtype and shape (a symbolic
+    dimension any size, bound consistently by `Served.check_shapes`), or a `RequestError`."""
+    missing = sorted(set(served.inputs) - set(given))
+    unknown = sorted(set(given) - set(served.inputs))
+    if missing or unknown:
+        raise RequestError(
+            400,
+            f"the inputs are {sorted(served.inputs)}; missing {missing}, unknown {unknown[:5]}",
+        )
+    out = {}
+    for name, (dtype, shape) in served.inputs.items():
+        array = np.asarray(given[name])
+        if array.dtype != np.dtype(_numpy(dtype)):
+            raise RequestError(400, f"input {name!r}: dtype {array.dtype}, expected {dtype}")
+        if not _fits(list(array.shape), shape):
+            raise RequestError(
+                400, f"input {name!r}: shape {list(array.shape)}, expected {list(shape)}"
+            )
+        out[name] = array
+    served.check_shapes(out)
+    return out

@@ -1,0 +1,138 @@
+"""hlobundle in Ray Data (hlobundle.integrations.ray), on a real local Ray cluster of two nodes
+started here (`ray.cluster_utils.Cluster`, one CPU each): 10,000 rows scored with the results of
+the in-process call, and a worker node killed in the middle of a job loses no row and
+duplicates none.
+
+Ray's pins clash with this project's test environment: `.ci/run` runs this module in an
+environment of its own (`.venv-ray`); elsewhere it skips unless ray is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import hlobundle
+
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("ray is not installed (.ci/run: .venv-ray)", allow_module_level=True)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.subprocess,
+    # Ray starts its node processes with fork from this process, which has imported jax (the
+    # conftest does): jax warns at every fork; the nodes run no jax of this process.
+    pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),  # Ray Data's own, of its config
+]
+# Three logical CPUs a node, two an actor: one actor on each node, one CPU left for tasks.
+LOOPBACK = {"node_ip_address": "127.0.0.1", "num_cpus": 3}
+ACTOR_CPUS = 2
+# Ray turns a loopback address into the machine's own on Linux, unless told this is a cluster
+# of one machine (as on macOS): then every node and the driver keep to 127.0.0.1.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+ROWS = 10_000
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    """`y = tanh(x @ w)` for one row x of 8 floats: 3 results."""
+    import jax.numpy as jnp
+
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    out = tmp_path_factory.mktemp("ray") / "row.hlobundle"
+    return hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w), w, np.ones(8, np.float32), out=out, roles={"w": "parameter"}
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={**LOOPBACK, "include_dashboard": False})
+    worker = c.add_node(**LOOPBACK)
+    ray.init(address=c.address, log_to_driver=False)
+    c.wait_for_nodes()
+    try:
+        yield c, worker
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _docs_score():
+    """The `score` function docs/deploy.md's Ray Data block defines."""
+    from helpers import ROOT
+    from test_readme import FENCE
+
+    text = (ROOT / "docs" / "deploy.md").read_text().split("### Ray Data", 1)[1]
+    (code,) = [c for language, c in FENCE.findall(text) if language == "python"]
+    scope: dict = {}
+    exec(compile(code, "docs/deploy.md", "exec"), scope)  # the docs' own code, no input's
+    return scope["score"]
+
+
+def _rows(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"id": np.arange(n), "x": rng.standard_normal((n, 8)).astype(np.float32)}
+
+
+def _expected(bundle, x: np.ndarray) -> np.ndarray:
+    b = hlobundle.load(bundle)
+    w = b.tensor("w")
+    return np.tanh(x @ w)
+
+
+def test_ray_data_scores_ten_thousand_rows_with_the_in_process_results(bundle, cluster):
+    import ray
+
+    rows = _rows(ROWS)
+    ds = ray.data.from_items([{"id": int(i), "x": rows["x"][i]} for i in range(ROWS)])
+    scored = _docs_score()(ds, str(bundle)).take_all()  # docs/deploy.md's block, as written
+    assert len(scored) == ROWS
+    got = {int(r["id"]): r["result"] for r in scored}
+    assert sorted(got) == list(range(ROWS))
+    want = _expected(bundle, rows["x"])
+    np.testing.assert_allclose(np.stack([got[i] for i in range(ROWS)]), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_worker_node_killed_mid_job_loses_no_row_and_duplicates_none(bundle, cluster):
+    """The worker node, which holds one of the two actors (each takes two of a node's three
+    CPUs), is removed as soon as the first scored batch arrives, and a new node joins: its
+    actor and its tasks run again there, and every row comes back once."""
+    import ray
+
+    from hlobundle.integrations.ray import BundlePredictor
+
+    c, worker = cluster
+    n = ROWS
+    rows = _rows(n)
+    ds = ray.data.from_items([{"id": int(i), "x": rows["x"][i]} for i in range(n)])
+    ds = ds.repartition(100)
+    scored = ds.map_batches(
+        BundlePredictor,
+        fn_constructor_kwargs={"bundle": str(bundle)},
+        concurrency=2,
+        num_cpus=ACTOR_CPUS,
+        batch_size=20,
+        batch_format="numpy",
+    )
+    got: list[int] = []
+    results = {}
+    killed_after = None
+    for batch in scored.iter_batches(batch_size=None, batch_format="numpy"):
+        got += [int(i) for i in batch["id"]]
+        results.update(zip((int(i) for i in batch["id"]), batch["result"], strict=True))
+        if killed_after is None:
+            killed_after = len(got)
+            c.remove_node(worker)
+            c.add_node(**LOOPBACK)
+    assert killed_after is not None and killed_after < n // 2  # killed mid-job
+    assert sorted(got) == list(range(n))  # none lost, none twice
+    want = _expected(bundle, rows["x"])
+    np.testing.assert_allclose(np.stack([results[i] for i in range(n)]), want, rtol=1e-5, atol=1e-6)
