@@ -66,7 +66,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json()))
     else:
-        print(_run.render(report, bundle.path))
+        print(_run.render(report, bundle.remote or bundle.path))
     return EXIT_OK if report.ok else EXIT_FAIL
 
 

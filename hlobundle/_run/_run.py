@@ -250,7 +250,7 @@ def _write_npz(path: Path, named: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
-def render(report: RunReport, path: Path) -> str:
+def render(report: RunReport, path: Path | str) -> str:
     rows = [
         (
             o.name,
@@ -261,10 +261,10 @@ def render(report: RunReport, path: Path) -> str:
         )
         for o in report.outputs
     ]
-    from .._terminal._display import table
+    from .._terminal._display import shown, table
 
     lines = [
-        f"{path}: {len(report.outputs)} output(s), backend {report.backend}"
+        f"{shown(str(path))}: {len(report.outputs)} output(s), backend {report.backend}"
         + (f" ({report.module})" if report.module else "")
         + f", {report.inputs} inputs",
         table(("name", "shape", "dtype", "max_abs_diff", "check"), rows)

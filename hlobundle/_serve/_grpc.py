@@ -133,6 +133,32 @@ def _typed(tensor: Any) -> list[Any]:
     return list(getattr(tensor.contents, field)) if field else []
 
 
+def _on_loop(loop: asyncio.AbstractEventLoop, make: Any) -> Future[Any]:
+    """`make()`'s coroutine run on `loop` (another thread's), as `run_coroutine_threadsafe`
+    runs one, but made there and only if the future was not cancelled first: a call whose
+    deadline passed before the loop came to it (or whose loop stopped) leaves no coroutine
+    that is never awaited."""
+    future: Future[Any] = Future()
+
+    def start() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        task = asyncio.ensure_future(make())
+
+        def done(t: asyncio.Task[Any]) -> None:
+            if t.cancelled():
+                future.cancel()
+            elif t.exception() is not None:
+                future.set_exception(t.exception())
+            else:
+                future.set_result(t.result())
+
+        task.add_done_callback(done)
+
+    loop.call_soon_threadsafe(start)
+    return future
+
+
 class Service:
     """The protocol's RPCs over `models`, calling them through the REST app's `call` on the
     REST server's event loop (`loop`, set when that server starts)."""
@@ -245,7 +271,7 @@ class Service:
         budget = min(self.max_deadline_s, math.inf if remaining is None else remaining)
         if self.loop is None:
             raise RequestError(503, "the server is starting; retry")
-        running: Future[Any] = asyncio.run_coroutine_threadsafe(self.call(served, given), self.loop)
+        running = _on_loop(self.loop, lambda: self.call(served, given))
         try:
             async with asyncio.timeout(budget):
                 return await asyncio.wrap_future(running)
