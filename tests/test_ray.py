@@ -65,16 +65,20 @@ def cluster():
         c.shutdown()
 
 
-def _docs_score():
-    """The `score` function docs/deploy.md's Ray Data block defines."""
+def _docs_block(section: str, name: str):
+    """The function `name` that docs/deploy.md's python block under `### section` defines."""
     from helpers import ROOT
     from test_readme import FENCE
 
-    text = (ROOT / "docs" / "deploy.md").read_text().split("### Ray Data", 1)[1]
-    (code,) = [c for language, c in FENCE.findall(text) if language == "python"]
+    text = (ROOT / "docs" / "deploy.md").read_text().split(f"### {section}\n", 1)[1]
+    code = next(c for language, c in FENCE.findall(text) if language == "python")
     scope: dict = {}
     exec(compile(code, "docs/deploy.md", "exec"), scope)  # the docs' own code, no input's
-    return scope["score"]
+    return scope[name]
+
+
+def _docs_score():
+    return _docs_block("Ray Data", "score")
 
 
 def _rows(n: int) -> dict[str, np.ndarray]:
@@ -136,3 +140,93 @@ def test_a_worker_node_killed_mid_job_loses_no_row_and_duplicates_none(bundle, c
     assert sorted(got) == list(range(n))  # none lost, none twice
     want = _expected(bundle, rows["x"])
     np.testing.assert_allclose(np.stack([results[i] for i in range(n)]), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def symbolic(tmp_path_factory):
+    """`y = tanh(x @ w)` for x of shape (b, 8): requests concatenate along b."""
+    import jax.numpy as jnp
+
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    out = tmp_path_factory.mktemp("ray-serve") / "batch.hlobundle"
+    return hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w),
+        w,
+        np.ones((2, 8), np.float32),
+        out=out,
+        roles={"w": "parameter"},
+        shapes_specs=(None, "b, 8"),
+    )
+
+
+@pytest.fixture(scope="module")
+def serve_port(cluster):
+    import socket
+
+    from ray import serve
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()
+
+
+def _infer(port: int, route: str, x: np.ndarray) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    body = {
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}
+        ]
+    }  # noqa: E501
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/{route}", data=json.dumps(body).encode(), method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_ray_serve_answers_over_http_from_two_replicas(bundle, serve_port):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    serve.run(_docs_block("Ray Serve", "application")(str(bundle)), name="row", route_prefix="/row")
+    xs = [np.full(8, k / 7, np.float32) for k in range(16)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda x: _infer(serve_port, "row", x), xs))
+    for x, (status, body) in zip(xs, answers, strict=True):
+        assert status == 200, body
+        (out,) = body["outputs"]
+        assert (out["name"], out["shape"]) == ("result", [3])
+        np.testing.assert_allclose(out["data"], _expected(bundle, x), rtol=1e-5, atol=1e-6)
+    status, body = _infer(serve_port, "row", np.zeros(5, np.float32))
+    assert status == 400 and body["error"].startswith("[INPUT_INVALID] input 'x': shape [5]")
+
+
+def test_ray_serve_with_batching_gives_each_request_its_own_rows(symbolic, serve_port):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    from hlobundle.integrations.ray import serve_deployment
+
+    app = serve_deployment(str(symbolic), max_batch_size=8, trust_batched=True)
+    serve.run(app, name="batch", route_prefix="/batch")
+    xs = [np.full((k + 1, 8), k / 10, np.float32) for k in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda x: _infer(serve_port, "batch", x), xs))
+    for x, (status, body) in zip(xs, answers, strict=True):
+        assert status == 200, body
+        (out,) = body["outputs"]
+        assert out["shape"] == [len(x), 3]  # each request its own rows back
+        np.testing.assert_allclose(
+            np.reshape(out["data"], out["shape"]), _expected(symbolic, x), rtol=1e-5, atol=1e-6
+        )

@@ -1,4 +1,5 @@
-"""hlobundle in Ray Data (docs/deploy.md, "Ray Data"): `BundlePredictor` is a callable class for
+"""hlobundle in Ray (docs/deploy.md, "Ray Data", "Ray Serve"): `serve_deployment` is a Ray Serve
+application of one function, and `BundlePredictor` a callable class for
 `Dataset.map_batches`, for offline batch inference over a dataset. A row holds one call's
 arguments, in columns named after the function's inputs; the results come back as columns named
 after its results, and every other column passes through unchanged (a row's id, say):
@@ -12,15 +13,18 @@ symbolic batch along which rows concatenate) and a key verified the bundle or
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .._format._errors import HloBundleError, InputError
+from .._serve._protocol import RequestError
 from ._models import checked_inputs, open_function
 
-__all__ = ["BundlePredictor"]
+__all__ = ["BundlePredictor", "serve_deployment"]
 
 
 class BundlePredictor:
@@ -69,3 +73,66 @@ class BundlePredictor:
                 else (np.zeros((0, *[d if isinstance(d, int) else 0 for d in r.shape])))
             )
         return out
+
+
+def serve_deployment(
+    bundle: str | os.PathLike[str],
+    function: str | None = None,
+    *,
+    num_replicas: int = 1,
+    max_batch_size: int = 1,
+    batch_wait_timeout_s: float = 0.005,
+    trust_batched: bool = False,
+    public_key: str | os.PathLike[str] | None = None,
+) -> Any:
+    """A Ray Serve application of one function of `bundle`, `num_replicas` replicas each with
+    the bundle loaded: a POST of an Open Inference Protocol request body (JSON, or the binary
+    tensor extension) to its route gets the protocol's response. With `max_batch_size` above 1,
+    `serve.batch` combines concurrent requests in one call, which needs the function to combine
+    calls and trust (a key, or `trust_batched`), as `hlobundle serve --max-batch-size` does:
+    otherwise every request runs alone. `serve.run(serve_deployment(...), route_prefix="/m")`."""
+    from ray import serve
+    from starlette.responses import JSONResponse, Response
+
+    from .._serve._protocol import HEADER_LENGTH, parse_request, read_inputs
+    from .._serve._responses import response, wanted
+
+    @serve.deployment(num_replicas=num_replicas)
+    class BundleDeployment:
+        def __init__(self) -> None:
+            self.served = open_function(
+                bundle, function, trust_batched=trust_batched, public_key=public_key
+            )
+            self.combine = max_batch_size > 1 and self.served.batchable
+
+        async def __call__(self, request: Any) -> Any:
+            served = self.served
+            try:
+                body = await request.body()
+                parsed, binary = parse_request(body, request.headers.get(HEADER_LENGTH))
+                given = read_inputs(parsed, binary, served.inputs)
+                served.check_shapes(given)
+                want = wanted(parsed, [r.name for r in served.bundle.results])
+                if self.combine:
+                    outputs = await self.batched(given)
+                else:
+                    outputs = await asyncio.to_thread(served, given)
+                if isinstance(outputs, HloBundleError):
+                    raise outputs
+            except RequestError as e:
+                return JSONResponse({"error": f"[{e.code}] {e.message}"}, status_code=e.status)
+            except HloBundleError as e:
+                return JSONResponse({"error": f"[{e.code}] {e.message}"}, status_code=400)
+            dtypes = {r.name: r.dtype for r in served.bundle.results}
+            text, headers = response(
+                served.name, served.version, parsed.get("id"), outputs, want, dtypes
+            )
+            return Response(text, headers=headers)
+
+        @serve.batch(
+            max_batch_size=max(max_batch_size, 1), batch_wait_timeout_s=batch_wait_timeout_s
+        )
+        async def batched(self, many: list[dict[str, np.ndarray]]) -> list[Any]:
+            return list(await asyncio.to_thread(self.served.call_many, many))
+
+    return BundleDeployment.bind()  # type: ignore[attr-defined]
