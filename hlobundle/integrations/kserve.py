@@ -1,0 +1,95 @@
+"""hlobundle as a KServe custom predictor (docs/deploy.md, "KServe"): `HloBundleModel` is a
+`kserve.Model` serving one function of a bundle (a path, `oci://` or `https://`) over KServe's
+v2 REST and gRPC protocol, and `python -m hlobundle.integrations.kserve --model_name NAME
+--bundle REF` starts it as KServe's model server does.
+
+KServe 0.21's servers bind every interface (REST 0.0.0.0, gRPC [::]), with no option to bind
+one: in a pod that is what the cluster needs; on a shared machine, run it in a network
+namespace of its own (`unshare --net`, as the tests do) or behind a firewall."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from kserve import Model, ModelServer
+from kserve.errors import InvalidInput
+from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+
+from .._format._errors import HloBundleError
+from .._serve._protocol import BY_DTYPE, RequestError
+from ._models import checked_inputs, open_function
+
+__all__ = ["HloBundleModel", "main"]
+
+
+class HloBundleModel(Model):
+    """One function of a bundle, served by KServe's model server."""
+
+    def __init__(
+        self,
+        name: str,
+        bundle: str | os.PathLike[str],
+        function: str | None = None,
+        *,
+        public_key: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self._bundle, self._function, self._public_key = bundle, function, public_key
+        self.load()
+
+    def load(self) -> bool:
+        self._served = open_function(self._bundle, self._function, public_key=self._public_key)
+        self.ready = True
+        return True
+
+    async def predict(
+        self,
+        payload: InferRequest,
+        headers: dict[str, str] | None = None,
+        response_headers: dict[str, str] | None = None,
+    ) -> InferResponse:
+        try:
+            given = {i.name: i.as_numpy() for i in payload.inputs}
+            results = await asyncio.to_thread(self._call, given)
+        except (RequestError, HloBundleError) as e:
+            raise InvalidInput(f"[{e.code}] {e.message}") from None
+        binary = bool(payload.use_binary_outputs)  # gRPC raw inputs, or REST's binary_data_output
+        outputs = []
+        for name, array in results.items():
+            datatype = BY_DTYPE[array.dtype.name]
+            output = InferOutput(name=name, shape=list(array.shape), datatype=datatype)
+            output.set_data_from_numpy(np.ascontiguousarray(array), binary_data=binary)
+            outputs.append(output)
+        return InferResponse(
+            response_id=payload.id or "",
+            model_name=self.name,
+            infer_outputs=outputs,
+            from_grpc=payload.from_grpc,
+            use_binary_outputs=binary,
+        )
+
+    def _call(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._served(checked_inputs(self._served, given))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Start KServe's model server with one bundle's function (its REST and gRPC ports from
+    KServe's own flags, `--http_port` and `--grpc_port`)."""
+    parser = argparse.ArgumentParser(prog="python -m hlobundle.integrations.kserve")
+    parser.add_argument("--model_name", required=True)
+    parser.add_argument("--bundle", required=True, help="a path, oci:// or https://")
+    parser.add_argument("--function", default=None)
+    parser.add_argument("--public_key", default=None)
+    parser.add_argument("--http_port", type=int, default=8080)
+    parser.add_argument("--grpc_port", type=int, default=8081)
+    args = parser.parse_args(argv)
+    model = HloBundleModel(args.model_name, args.bundle, args.function, public_key=args.public_key)
+    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port).start([model])
+
+
+if __name__ == "__main__":
+    main()

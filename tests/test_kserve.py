@@ -1,0 +1,194 @@
+"""hlobundle as a KServe custom predictor (hlobundle.integrations.kserve), started as KServe's
+model server starts (`python -m hlobundle.integrations.kserve`) and queried with tritonclient
+over REST (JSON and binary) and gRPC: the results are the in-process call's.
+
+KServe 0.21 binds every interface and offers no option to bind one, so this module runs only in
+a network namespace whose one interface is loopback (`.ci/run`: `unshare --net`, in an
+environment of its own, `.venv-kserve`, as KServe's pins clash with this project's tests');
+anywhere else it skips."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import ROOT, assert_close
+
+import hlobundle
+
+if importlib.util.find_spec("kserve") is None:
+    pytest.skip("kserve is not installed (.ci/run: .venv-kserve)", allow_module_level=True)
+if [name for _, name in socket.if_nameindex()] != ["lo"]:  # this network namespace's
+    pytest.skip(
+        "KServe binds every interface: run this module in a network namespace of loopback "
+        "alone (unshare --net; .ci/run does)",
+        allow_module_level=True,
+    )
+httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
+grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+# KServe parses a REST body as JSON only with this header, which tritonclient does not send.
+JSON = {"Content-Type": "application/json"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    http, grpc = _free_port(), _free_port()
+    log = open(tmp_path_factory.mktemp("kserve") / "kserve.log", "wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hlobundle.integrations.kserve",
+            "--model_name",
+            "lenet",
+            "--bundle",
+            str(EXAMPLE),
+            "--http_port",
+            str(http),
+            "--grpc_port",
+            str(grpc),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+    try:
+        for _ in range(600):
+            try:
+                if client.is_model_ready("lenet"):
+                    break
+            except Exception:  # not listening yet
+                pass
+            if proc.poll() is not None:
+                pytest.fail(Path(log.name).read_text()[-3000:])
+            time.sleep(0.2)
+        yield client, grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _lenet_call() -> tuple[str, np.ndarray, np.ndarray]:
+    b = hlobundle.load(EXAMPLE)
+    (name,) = [a.name for a in b.arguments if a.role == "input"]
+    return name, b.tensor(name), np.asarray(b.function("xla")(*b.example_args()))
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_kserve_answers_tritonclient_over_rest_with_the_in_process_result(server, binary):
+    client, _ = server
+    name, x, want = _lenet_call()
+    given = httpclient.InferInput(name, list(x.shape), "FP32")
+    given.set_data_from_numpy(x, binary_data=binary)
+    answer = client.infer("lenet", [given], headers=None if binary else JSON)
+    (output,) = answer.get_response()["outputs"]
+    assert_close(answer.as_numpy(output["name"]), want)
+
+
+def test_kserve_answers_over_grpc(server):
+    _, client = server
+    name, x, want = _lenet_call()
+    given = grpcclient.InferInput(name, list(x.shape), "FP32")
+    given.set_data_from_numpy(x)
+    answer = client.infer("lenet", [given])
+    (output,) = answer.get_response(as_json=True)["outputs"]
+    assert_close(answer.as_numpy(output["name"]), want)
+
+
+def test_a_wrong_input_is_refused_naming_it(server):
+    client, _ = server
+    name, *_ = _lenet_call()
+    given = httpclient.InferInput(name, [1, 2], "FP32")
+    given.set_data_from_numpy(np.zeros((1, 2), np.float32), binary_data=False)
+    with pytest.raises(Exception, match=r"\[INPUT_INVALID\] input 'images': shape \[1, 2\]"):
+        client.infer("lenet", [given], headers=JSON)
+
+
+# In a process of its own: kserve's protos and tritonclient's share names in one registry.
+# Each document is walked along the SDK's types (their `openapi_types` and `attribute_map`,
+# KServe's own and the Kubernetes ones they name): every key must be a field of its type.
+CRD_CHECK = """
+import copy, json, re, sys
+import yaml
+import kserve.models
+import kubernetes.client.models
+
+def model(name):
+    return getattr(kserve.models, name, None) or getattr(kubernetes.client.models, name, None)
+
+def check(value, typ, where):
+    listed = re.fullmatch(r"[Ll]ist\\[(.+)\\]", typ)
+    if listed:
+        assert isinstance(value, list), where
+        for i, v in enumerate(value):
+            check(v, listed[1], f"{where}[{i}]")
+        return
+    mapped = re.fullmatch(r"dict\\(str, ?(.+)\\)|Dict\\[str, ?(.+)\\]", typ)
+    if mapped:
+        assert isinstance(value, dict), where
+        for k, v in value.items():
+            check(v, mapped[1] or mapped[2], f"{where}.{k}")
+        return
+    cls = model(typ)
+    if cls is None:  # str, int, bool, object
+        return
+    assert isinstance(value, dict), f"{where}: {typ} is an object"
+    fields = {j: a for a, j in cls.attribute_map.items()}
+    for key, v in value.items():
+        assert key in fields, f"{where}.{key} is not a field of {typ}"
+        check(v, cls.openapi_types[fields[key]], f"{where}.{key}")
+
+types = {"ServingRuntime": "V1alpha1ServingRuntime", "InferenceService": "V1beta1InferenceService"}
+documents = list(yaml.safe_load_all(sys.stdin.read()))
+for document in documents:
+    check(document, types[document["kind"]], document["kind"])
+    print("valid")
+wrong = copy.deepcopy(documents[1])
+wrong["spec"]["predictor"]["model"]["storageURI"] = "oci://x/y:z"  # a misspelled field
+try:
+    check(wrong, types["InferenceService"], "InferenceService")
+except AssertionError as e:
+    print("refused:", e)
+"""
+
+
+def test_the_docs_servingruntime_and_inferenceservice_are_valid_crds():
+    """Every field of docs/deploy.md's two documents is one KServe's SDK types know: each,
+    deserialized into its type and serialized again, is the same document."""
+    import yaml
+    from test_readme import FENCE
+
+    text = (ROOT / "docs" / "deploy.md").read_text().split("### KServe\n", 1)[1]
+    (block,) = [c for language, c in FENCE.findall(text) if language == "yaml"]
+    documents = list(yaml.safe_load_all(block))
+    assert [d["kind"] for d in documents] == ["ServingRuntime", "InferenceService"]
+    checked = subprocess.run(
+        [sys.executable, "-c", CRD_CHECK], input=block, capture_output=True, text=True
+    )
+    lines = checked.stdout.splitlines()
+    assert lines[:2] == ["valid", "valid"], checked.stdout + checked.stderr[-2000:]
+    refused = "InferenceService.spec.predictor.model.storageURI is not a field of V1beta1ModelSpec"
+    assert lines[2] == f"refused: {refused}"  # the walk refuses a field the types lack
+    runtime, service = documents
+    command = runtime["spec"]["containers"][0]["command"]
+    assert command[-1] == "hlobundle.integrations.kserve"  # the module the tests start
+    assert service["spec"]["predictor"]["model"]["storageUri"].startswith("oci://")
