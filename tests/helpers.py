@@ -297,3 +297,25 @@ def new_key(where: Path) -> tuple[Path, Path]:
         )
     )
     return private, public
+
+
+def functions_over_weights(out: Path, count: int, width: int = 48_000) -> Path:
+    """`count` functions `fK(p, x) = tanh(x @ p["wK"]) * K`, each over its own weight of
+    8 x `width` float32 (1.5 MB at the default: two chunks), all in one weights file, with a
+    symbolic batch `b`; `f0` is the default."""
+    import jax.numpy as jnp
+
+    x = np.ones((2, 8), np.float32)
+    for k in range(count):
+        w = np.linspace(-1, 1, 8 * width, dtype=np.float32).reshape(8, width) * (k + 1)
+        hlobundle.export(
+            lambda p, x, k=k: jnp.tanh(x @ p[f"w{k}"]) * k,
+            {f"w{k}": w},
+            x,
+            out=out,
+            name=f"f{k}",
+            roles={"p": "parameter"},
+            shapes_specs=(None, "b, 8"),
+            add=k > 0,
+        )
+    return out

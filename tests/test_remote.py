@@ -10,10 +10,9 @@ import hashlib
 import json
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, new_key
+from helpers import assert_close, functions_over_weights, new_key
 from http_static import StaticServer
 
 import hlobundle
@@ -36,21 +35,7 @@ WIDTH = 48_000  # each function's weight: 8 x 48,000 float32, 1.5 MB, spread ove
 def bundle(tmp_path_factory) -> Path:
     """Four functions `f0`..`f3`, each `tanh(x @ wK) * K`, over its own weight `wK`, all in
     one weights.safetensors of about 6 MB (chunked); `f0` is the default."""
-    out = tmp_path_factory.mktemp("remote") / "four.hlobundle"
-    x = np.ones((2, 8), np.float32)
-    for k in range(FUNCTIONS):
-        w = np.linspace(-1, 1, 8 * WIDTH, dtype=np.float32).reshape(8, WIDTH) * (k + 1)
-        hlobundle.export(
-            lambda p, x, k=k: jnp.tanh(x @ p[f"w{k}"]) * k,
-            {f"w{k}": w},
-            x,
-            out=out,
-            name=f"f{k}",
-            roles={"p": "parameter"},
-            shapes_specs=(None, "b, 8"),
-            add=k > 0,
-        )
-    return out
+    return functions_over_weights(tmp_path_factory.mktemp("remote") / "four.hlobundle", FUNCTIONS)
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import struct
 import tracemalloc
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import functions_over_weights
 from http_static import Sparse, StaticServer
 
 import hlobundle
@@ -35,21 +35,7 @@ WEIGHTS = "weights.safetensors"
 def original(tmp_path_factory) -> Path:
     """Two functions `f0`, `f1`, each `tanh(x @ wK) * K` over its own weight of 1.5 MB, both
     in one chunked weights.safetensors."""
-    out = tmp_path_factory.mktemp("attacks") / "two.hlobundle"
-    x = np.ones((2, 8), np.float32)
-    for k in range(2):
-        w = np.linspace(-1, 1, 8 * 48_000, dtype=np.float32).reshape(8, 48_000) * (k + 1)
-        hlobundle.export(
-            lambda p, x, k=k: jnp.tanh(x @ p[f"w{k}"]) * k,
-            {f"w{k}": w},
-            x,
-            out=out,
-            name=f"f{k}",
-            roles={"p": "parameter"},
-            shapes_specs=(None, "b, 8"),
-            add=k > 0,
-        )
-    return out
+    return functions_over_weights(tmp_path_factory.mktemp("attacks") / "two.hlobundle", 2)
 
 
 @pytest.fixture

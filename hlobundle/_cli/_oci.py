@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._common import EXIT_OK, output_path, trust_options
 
 if TYPE_CHECKING:
-    pass
+    from .._remote._store import Usage
 
 
 def push(args: argparse.Namespace) -> int:
@@ -81,11 +82,9 @@ def cache_prune(args: argparse.Namespace) -> int:
     return _show_usage(args, _store.prune(args.max_size), cache_root())
 
 
-def _show_usage(args: argparse.Namespace, usage: object, root: object) -> int:
-    from .._remote._store import Usage
+def _show_usage(args: argparse.Namespace, usage: Usage, root: Path) -> int:
     from .._terminal._display import human_bytes, shown
 
-    assert isinstance(usage, Usage)
     if args.json:
         print(json.dumps({"ok": True, "path": str(root), **vars(usage)}))
         return EXIT_OK

@@ -119,7 +119,7 @@ class Bundle(StoredValues):
             _files.open_unreferenced_files(root, self.bundle_manifest) if functions is None else {}
         )
         if self._keys is not None:
-            self._hold_used_bytes()
+            self._hold_used_bytes(self._keys)
         self._shared = _Shared()
         self._chosen: str | None = None  # the function `select()` chose, if it was asked
         first = self.default_function or next(iter(self._views))
@@ -136,10 +136,10 @@ class Bundle(StoredValues):
                 argument="name",
             )
 
-    def _hold_used_bytes(self) -> None:
-        """What the loaded functions use of each tensor file, in private memory and checked:
-        the chunks that hold it, or the whole file where it has no chunk digests."""
-        assert self._keys is not None
+    def _hold_used_bytes(self, keys: dict[str, set[str]]) -> None:
+        """What the loaded functions use (`keys`: file -> tensors) of each tensor file, in
+        private memory and checked: the chunks that hold it, or the whole file where it has
+        no chunk digests."""
         for name, tf in sorted(self._tensor_files.items()):
             listed = self.bundle_manifest.files[name]
             if listed.chunks is None:
@@ -150,7 +150,7 @@ class Bundle(StoredValues):
             def check(i: int, data: bytes, name: str = name, digests: list[str] = digests) -> None:
                 _files.check_chunk(name, i, data, digests[i])
 
-            tf.hold_chunks(chunk, _tensor_files.chunks_for(tf, self._keys[name], chunk), check)
+            tf.hold_chunks(chunk, _tensor_files.chunks_for(tf, keys[name], chunk), check)
 
     def _select(self, name: str) -> None:
         if name not in self._modules:
@@ -329,7 +329,7 @@ class Bundle(StoredValues):
         Raises the first problem found as an `HloBundleError`; returns None when the bundle is valid.
         """
         if self._keys is not None:  # loaded in part: check again what is held
-            self._hold_used_bytes()
+            self._hold_used_bytes(self._keys)
         for name, tf in sorted(self._tensor_files.items()):
             if self._keys is not None:
                 break

@@ -26,7 +26,7 @@ from .._format._errors import (
     SizeMismatchError,
     UnsafePathError,
 )
-from .._format._manifest import MANIFEST_NAME, FileEntry
+from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry
 from .._format._manifest_json import parse_manifest
 from .._format._tensors import MAX_HEADER_BYTES, TensorFile
 from .._read import _files, _reader, _tensor_files
@@ -116,7 +116,7 @@ def _load_remote(
         entry = manifest.files[name]
         source.check_listed(name, entry.size, entry.sha256)
         if name in keys and entry.chunks is not None:
-            _fetch_chunks(source, store, root, name, entry, keys[name], manifest)
+            _fetch_chunks(source, store, root, name, entry, entry.chunks, keys[name], manifest)
         else:
             _fetch_whole(source, store, root, name, entry)
     trust = None
@@ -313,12 +313,12 @@ def _fetch_chunks(
     root: Path,
     name: str,
     entry: FileEntry,
+    chunks: Chunks,
     keys: set[str],
     manifest: Any,
 ) -> None:
     """Of a tensor file with chunk digests, the chunks holding its header and tensors `keys`,
     written into a sparse file of its listed size (the rest of it never written)."""
-    assert entry.chunks is not None
     target = root.joinpath(*name.split("/"))
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -334,8 +334,8 @@ def _fetch_chunks(
                     f"{name}: a file of {entry.size} bytes cannot be made in {root} ({e.strerror})",
                     path=name,
                 ) from None
-        fill = _Filler(source, store, fd, name, entry)
-        fill(_chunks.covering(entry.size, entry.chunks.size, 0, 8))
+        fill = _Filler(source, store, fd, name, entry, chunks)
+        fill(_chunks.covering(entry.size, chunks.size, 0, 8))
         (n,) = struct.unpack("<Q", os.pread(fd, 8, 0).ljust(8, b"\0"))
         # The reader's limit on this header (for every tensor the manifest lists in the
         # file): a larger one it refuses, so it is not fetched.
@@ -343,10 +343,10 @@ def _fetch_chunks(
             [ref.key for _, ref, _, _ in _tensor_files.stored_tensors(manifest) if ref.file == name]
         )
         if n <= min(limit, MAX_HEADER_BYTES):
-            fill(_chunks.covering(entry.size, entry.chunks.size, 0, min(entry.size, 8 + n)))
+            fill(_chunks.covering(entry.size, chunks.size, 0, min(entry.size, 8 + n)))
         tf = TensorFile(target, name=name, header_limit=limit, with_safetensors=False)
         # a key the header lacks: fetched for nothing (the reader refuses it, naming its field)
-        fill(sorted(_tensor_files.chunks_for(tf, keys & set(tf.entries), entry.chunks.size)))
+        fill(sorted(_tensor_files.chunks_for(tf, keys & set(tf.entries), chunks.size)))
     finally:
         os.close(fd)
 
@@ -355,10 +355,17 @@ class _Filler:
     """Writes missing chunks of one tensor file: from the store, else from the source (runs of
     consecutive chunks in one range request), each checked against its digest first."""
 
-    def __init__(self, source: Source, store: _store.Store, fd: int, name: str, entry: FileEntry):
-        assert entry.chunks is not None
+    def __init__(
+        self,
+        source: Source,
+        store: _store.Store,
+        fd: int,
+        name: str,
+        entry: FileEntry,
+        chunks: Chunks,
+    ):
         self.source, self.store, self.fd, self.name, self.entry = source, store, fd, name, entry
-        self.chunk, self.digests = entry.chunks.size, entry.chunks.sha256
+        self.chunk, self.digests = chunks.size, chunks.sha256
 
     def __call__(self, indices: Sequence[int] | range) -> None:
         missing = []
@@ -438,8 +445,8 @@ def _signed(
         except SignatureInvalidError as e:
             failed = e
     path.unlink(missing_ok=True)
-    assert failed is not None
+    why = failed.message if failed is not None else "none was tried"
     raise SignatureInvalidError(
-        f"{ref}: no signature of the {len(candidates)} found verifies ({failed.message})",
+        f"{ref}: no signature of the {len(candidates)} found verifies ({why})",
         path=_signature.SIGNATURE_NAME,
     )
