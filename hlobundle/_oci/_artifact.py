@@ -215,3 +215,14 @@ def _invalid(why: str, ref: str, digest: str) -> ArtifactInvalidError:
     return ArtifactInvalidError(
         f"{ref} ({digest}) is not a bundle's artifact: {why}", ref=ref, digest=digest
     )
+
+
+def subject(digest: str, raw: bytes) -> dict[str, Any]:
+    """The descriptor of a bundle's artifact manifest (`raw`, of `digest`) that a signature
+    referrer names as its `subject`."""
+    return {
+        "mediaType": MANIFEST,
+        "digest": digest,
+        "size": len(raw),
+        "artifactType": ARTIFACT_TYPE,
+    }

@@ -79,12 +79,7 @@ def push(
             signature = _signature.read(opened.path)
             referrer = None
             if signature is not None:
-                subject = {
-                    "mediaType": MANIFEST,
-                    "digest": digest,
-                    "size": len(manifest),
-                    "artifactType": _artifact.ARTIFACT_TYPE,
-                }
+                subject = _artifact.subject(digest, manifest)
                 referrer = _referrers.push_signature(client, subject, signature, Path(scratch))
         return Pushed(
             str(target.at(digest)), None if target.digest else target.tag, digest, referrer

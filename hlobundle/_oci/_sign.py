@@ -65,12 +65,7 @@ def sign_in_registry(
             (root / _signature.SIGNATURE_NAME).write_bytes(signature)
             with _signature.own_trust(key) as trust:  # what a puller with the key checks
                 signer = _signature.verify(root, digests, trust)
-            subject = {
-                "mediaType": MANIFEST,
-                "digest": digest,
-                "size": len(raw),
-                "artifactType": _artifact.ARTIFACT_TYPE,
-            }
+            subject = _artifact.subject(digest, raw)
             referrer = _referrers.push_signature(client, subject, signature, Path(scratch))
         return SignedInRegistry(str(client.ref), signer, referrer)
     finally:

@@ -25,7 +25,7 @@ import os
 import stat
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .._format._errors import HloBundleWarning
@@ -137,9 +137,10 @@ def _is_entry_name(name: str, key: str, suffix: str) -> bool:
     return name.startswith(f"{key}.") and name.endswith(suffix) and len(digest) == _DIGEST_LENGTH
 
 
-def _read_regular_file(path: Path) -> bytes | None:
-    """A regular file's bytes, owned by this user, not reached through a symlink, within the
-    executable limit; None otherwise (a FIFO does not block: it is opened non-blocking)."""
+def open_own_file(path: Path, fits: Callable[[int], bool]) -> int | None:
+    """`path` opened read-only, when it is a regular file owned by this user, not reached
+    through a symlink, whose size `fits`; None otherwise (a FIFO does not block: it is opened
+    non-blocking). The caller closes the descriptor."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
@@ -148,8 +149,21 @@ def _read_regular_file(path: Path) -> bytes | None:
     try:
         st = os.fstat(fd)
         mine = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
-        if not (stat.S_ISREG(st.st_mode) and mine and st.st_size <= MAX_EXECUTABLE_BYTES):
-            return None
+        if stat.S_ISREG(st.st_mode) and mine and fits(st.st_size):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _read_regular_file(path: Path) -> bytes | None:
+    """A regular file's bytes, owned by this user, not reached through a symlink, within the
+    executable limit; None otherwise."""
+    fd = open_own_file(path, lambda size: size <= MAX_EXECUTABLE_BYTES)
+    if fd is None:
+        return None
+    try:
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(MAX_EXECUTABLE_BYTES + 1)
         return data if len(data) <= MAX_EXECUTABLE_BYTES else None

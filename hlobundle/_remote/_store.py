@@ -142,20 +142,7 @@ def _read_own(path: Path, size: int) -> bytes | None:
 def _open_own(path: Path, size: int) -> int | None:
     """`path` opened, when it is a regular file of this user's, of `size` bytes, not reached
     through a symlink; else None."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size != size:
-            os.close(fd)
-            return None
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    return _cache.open_own_file(path, lambda got: got == size)
 
 
 # ---- `hlobundle cache ls` and `cache prune`
