@@ -319,3 +319,30 @@ def functions_over_weights(out: Path, count: int, width: int = 48_000) -> Path:
             add=k > 0,
         )
     return out
+
+
+LM = ROOT / "examples" / "lm.hlobundle"
+
+
+def lm_calls() -> list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """The language model's `prefill` of one prompt of 5 tokens, then `decode` of its next
+    token: for each, the function's name, its inputs and its results from the in-process call
+    (`Bundle.function`), by the names an inference protocol gives them."""
+    b = hlobundle.load(LM)
+    params = b.select("prefill").example_args()[0]
+    tokens = np.random.default_rng(0).integers(32, 127, (1, 5)).astype(np.int32)
+    logits, cache = b.function("xla", name="prefill")(params, tokens)
+    token = np.asarray(logits).argmax(-1).astype(np.int32)
+    cache = {k: np.asarray(v) for k, v in cache.items()}
+    next_logits, next_cache = b.function("xla", name="decode")(params, cache, token)
+
+    def named(logits: Any, cache: dict[str, Any]) -> dict[str, np.ndarray]:
+        return {"result_0": np.asarray(logits)} | {
+            f"result_1_{k}": np.asarray(cache[k]) for k in ("k", "pos", "v")
+        }
+
+    decode_inputs = {f"cache_{k}": cache[k] for k in ("k", "pos", "v")} | {"token": token}
+    return [
+        ("prefill", {"tokens": tokens}, named(logits, cache)),
+        ("decode", decode_inputs, named(next_logits, next_cache)),
+    ]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, assert_close
+from helpers import LM, ROOT, assert_close, lm_calls
 
 import hlobundle
 
@@ -45,46 +45,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    http, grpc = _free_port(), _free_port()
-    log = open(tmp_path_factory.mktemp("kserve") / "kserve.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hlobundle.integrations.kserve",
-            "--model_name",
-            "lenet",
-            "--bundle",
-            str(EXAMPLE),
-            "--http_port",
-            str(http),
-            "--grpc_port",
-            str(grpc),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
-    try:
+class _KServe:
+    """`python -m hlobundle.integrations.kserve` of one function, on free loopback ports."""
+
+    def __init__(self, where: Path, name: str, bundle: Path, function: str | None = None) -> None:
+        self.name, self.http, self.grpc = name, _free_port(), _free_port()
+        self.log = open(where / f"{name}.log", "wb")
+        command = [sys.executable, "-m", "hlobundle.integrations.kserve", "--model_name", name]
+        command += ["--bundle", str(bundle), "--http_port", str(self.http)]
+        command += ["--grpc_port", str(self.grpc)] + (["--function", function] if function else [])
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def ready(self) -> tuple:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{self.http}")
         for _ in range(600):
             try:
-                if client.is_model_ready("lenet"):
-                    break
+                if client.is_model_ready(self.name):
+                    return client, grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc}")
             except Exception:  # not listening yet
                 pass
-            if proc.poll() is not None:
-                pytest.fail(Path(log.name).read_text()[-3000:])
+            if self.proc.poll() is not None:
+                break
             time.sleep(0.2)
-        yield client, grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
-    finally:
-        proc.terminate()
+        pytest.fail(Path(self.log.name).read_text()[-3000:])
+
+    def stop(self) -> None:
+        self.proc.terminate()
         try:
-            proc.wait(30)
+            self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = _KServe(tmp_path_factory.mktemp("kserve"), "lenet", EXAMPLE)
+    try:
+        yield started.ready()
+    finally:
+        started.stop()
 
 
 def _lenet_call() -> tuple[str, np.ndarray, np.ndarray]:
@@ -121,6 +121,43 @@ def test_a_wrong_input_is_refused_naming_it(server):
     given.set_data_from_numpy(np.zeros((1, 2), np.float32), binary_data=False)
     with pytest.raises(Exception, match=r"\[INPUT_INVALID\] input 'images': shape \[1, 2\]"):
         client.infer("lenet", [given], headers=JSON)
+
+
+@pytest.fixture(scope="module")
+def lm_servers(tmp_path_factory):
+    """Each function of the shipped language model served by a KServe server of its own, as
+    one InferenceService each: the clients of `prefill`'s, then of `decode`'s."""
+    where = tmp_path_factory.mktemp("kserve-lm")
+    servers = [_KServe(where, function, LM, function) for function in ("prefill", "decode")]
+    try:
+        yield [s.ready() for s in servers]
+    finally:
+        for s in servers:
+            s.stop()
+
+
+@pytest.mark.parametrize("over", ["json", "binary", "grpc"])
+def test_the_language_model_s_prefill_and_decode_give_the_in_process_results(lm_servers, over):
+    """`decode` takes the cache `prefill` returned: int32 and float32 tensors of five
+    dimensions, over JSON, binary tensors and gRPC."""
+    for (rest, grpc), (function, inputs, want) in zip(lm_servers, lm_calls(), strict=True):
+        module = grpcclient if over == "grpc" else httpclient
+        given = []
+        for name, x in inputs.items():
+            datatype = "INT32" if x.dtype == np.int32 else "FP32"
+            given.append(module.InferInput(name, list(x.shape), datatype))
+            if over == "grpc":
+                given[-1].set_data_from_numpy(x)
+            else:
+                given[-1].set_data_from_numpy(x, binary_data=over == "binary")
+        if over == "grpc":
+            answer = grpc.infer(function, given)
+        else:
+            answer = rest.infer(function, given, headers=None if over == "binary" else JSON)
+        for name, value in want.items():
+            got = answer.as_numpy(name)
+            assert got.shape == value.shape and got.dtype == value.dtype, name
+            assert_close(got, value)
 
 
 # In a process of its own: kserve's protos and tritonclient's share names in one registry.

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT, assert_close
+from helpers import LM, ROOT, assert_close, lm_calls
 
 import hlobundle
 
@@ -104,8 +104,8 @@ def _stop(proc: subprocess.Popen, log: Any) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`mlserver start` of two models: the LeNet, and a symbolic function with adaptive
-    batching, trusted."""
+    """`mlserver start` of four models: the LeNet, the language model's `prefill` and
+    `decode`, and a symbolic function with adaptive batching, trusted."""
     root = tmp_path_factory.mktemp("mlserver")
     symbolic = _symbolic(root / "symbolic.hlobundle")
     batching = {"max_batch_size": 4, "max_batch_time": 0.05}
@@ -114,6 +114,10 @@ def server(tmp_path_factory):
         root / "models",
         {
             "lenet": {"parameters": {**_docs_settings()[0]["parameters"], "uri": str(EXAMPLE)}},
+            **{
+                name: {"parameters": {"uri": str(LM), "extra": {"function": name}}}
+                for name in ("prefill", "decode")
+            },
             "batched": {
                 "parameters": {"uri": str(symbolic), "extra": {"trust_batched": True}},
                 **batching,
@@ -125,7 +129,7 @@ def server(tmp_path_factory):
     try:
         for _ in range(600):
             try:
-                if client.is_model_ready("lenet") and client.is_model_ready("batched"):
+                if all(client.is_model_ready(m) for m in ("lenet", "prefill", "decode", "batched")):
                     break
             except Exception:  # not listening yet
                 pass
@@ -168,6 +172,29 @@ def test_mlserver_answers_over_grpc_with_binary_tensors(server):
     answer = client.infer("lenet", [given])
     (output,) = answer.get_response(as_json=True)["outputs"]
     assert_close(answer.as_numpy(output["name"]), want)
+
+
+@pytest.mark.parametrize("over", ["rest", "grpc"])
+def test_the_language_model_s_prefill_and_decode_give_the_in_process_results(server, over):
+    """Each function of the shipped language model is a model of its own: `decode` takes the
+    cache `prefill` returned, int32 and float32 tensors of five dimensions."""
+    rest, grpc, *_ = server
+    module, client = (httpclient, rest) if over == "rest" else (grpcclient, grpc)
+    for function, inputs, want in lm_calls():
+        given = []
+        for name, x in inputs.items():
+            given.append(
+                module.InferInput(name, list(x.shape), "INT32" if x.dtype == np.int32 else "FP32")
+            )
+            if over == "rest":
+                given[-1].set_data_from_numpy(x, binary_data=False)
+            else:
+                given[-1].set_data_from_numpy(x)
+        answer = client.infer(function, given, **({"headers": JSON} if over == "rest" else {}))
+        for name, value in want.items():
+            got = answer.as_numpy(name)
+            assert got.shape == value.shape and got.dtype == value.dtype, name
+            assert_close(got, value)
 
 
 def test_with_adaptive_batching_each_client_gets_its_own_rows(server):

@@ -142,6 +142,30 @@ def test_a_worker_node_killed_mid_job_loses_no_row_and_duplicates_none(bundle, c
     np.testing.assert_allclose(np.stack([results[i] for i in range(n)]), want, rtol=1e-5, atol=1e-6)
 
 
+def test_ray_data_scores_the_language_model_row_by_row(cluster):
+    """Rows of prompts through `prefill`, then the next token of each through `decode`: every
+    row's results are its in-process call's."""
+    import ray
+    from helpers import LM, assert_close, lm_calls
+
+    from hlobundle.integrations.ray import BundlePredictor
+
+    for function, inputs, want in lm_calls():
+        rows = [{"id": i, **inputs} for i in range(4)]
+        scored = ray.data.from_items(rows).map_batches(
+            BundlePredictor,
+            fn_constructor_kwargs={"bundle": str(LM), "function": function},
+            concurrency=1,
+            batch_size=2,
+            batch_format="numpy",
+        )
+        got = scored.take_all()
+        assert sorted(r["id"] for r in got) == list(range(4))
+        for row in got:
+            for name, value in want.items():
+                assert_close(row[name], value)
+
+
 @pytest.fixture(scope="module")
 def symbolic(tmp_path_factory):
     """`y = tanh(x @ w)` for x of shape (b, 8): requests concatenate along b."""
@@ -173,16 +197,24 @@ def serve_port(cluster):
     serve.shutdown()
 
 
-def _infer(port: int, route: str, x: np.ndarray) -> tuple[int, dict]:
+def _infer(port: int, route: str, x: np.ndarray | dict[str, np.ndarray]) -> tuple[int, dict]:
+    """POST an inference request of `x` (the input "x", or one array per input name)."""
     import json
     import urllib.error
     import urllib.request
 
+    given = x if isinstance(x, dict) else {"x": x}
     body = {
         "inputs": [
-            {"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}
+            {
+                "name": name,
+                "datatype": "INT32" if a.dtype == np.int32 else "FP32",
+                "shape": list(a.shape),
+                "data": a.ravel().tolist(),
+            }
+            for name, a in given.items()
         ]
-    }  # noqa: E501
+    }
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/{route}", data=json.dumps(body).encode(), method="POST"
     )
@@ -230,3 +262,27 @@ def test_ray_serve_with_batching_gives_each_request_its_own_rows(symbolic, serve
         np.testing.assert_allclose(
             np.reshape(out["data"], out["shape"]), _expected(symbolic, x), rtol=1e-5, atol=1e-6
         )
+
+
+def test_ray_serve_answers_with_the_lenet_and_the_language_model(serve_port):
+    """The shipped LeNet, and the language model's `prefill` and `decode` (which takes the
+    cache `prefill` returned), each an application: the results are the in-process call's."""
+    from helpers import LM, ROOT, assert_close, lm_calls
+    from ray import serve
+
+    from hlobundle.integrations.ray import serve_deployment
+
+    lenet = hlobundle.load(ROOT / "examples" / "lenet5.hlobundle")
+    (image,) = [a.name for a in lenet.arguments if a.role == "input"]
+    want = {lenet.results[0].name: np.asarray(lenet.function("xla")(*lenet.example_args()))}
+    calls = [("lenet", {image: lenet.tensor(image)}, want), *lm_calls()]
+    for route, inputs, results in calls:
+        bundle, function = (lenet.path, None) if route == "lenet" else (LM, route)
+        serve.run(serve_deployment(str(bundle), function), name=route, route_prefix=f"/{route}")
+        status, body = _infer(serve_port, route, inputs)
+        serve.delete(route)  # its replica's CPU back to the cluster
+        assert status == 200, body
+        got = {o["name"]: np.reshape(o["data"], o["shape"]) for o in body["outputs"]}
+        assert sorted(got) == sorted(results)
+        for name, value in results.items():
+            assert_close(got[name].astype(value.dtype), value)
