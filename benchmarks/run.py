@@ -28,6 +28,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 PY = sys.executable
 GiB = 1024**3
 
@@ -1731,6 +1732,70 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     return rows
 
 
+# --- the engines side by side (peers.py, ray_scaling.py) ---------------------------------------
+
+
+def peers_cost(tmp: Path, quick: bool) -> list[dict]:
+    """peers.py: hlobundle serve beside MLServer and KServe, each in its own environment, in a
+    network namespace of loopback alone (KServe binds every interface; `unshare` needs root,
+    as .ci/run has)."""
+    out = tmp / "peers.json"
+    script = f"ip link set lo up && exec {PY} {ROOT / 'benchmarks' / 'peers.py'} {out}"
+    command = [
+        "unshare",
+        "--net",
+        "--fork",
+        "--",
+        "sh",
+        "-c",
+        script + (" --quick" if quick else ""),
+    ]
+    r = subprocess.run(command, capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+        return [{"case": f"not measured: {why}", "s": "", "ratio": ""}]
+    return json.loads(out.read_text())
+
+
+def ray_cost(tmp: Path, quick: bool) -> list[dict]:
+    """ray_scaling.py, in Ray's environment (.venv-ray): Ray Data on 2 actors / this process
+    alone, and Ray Serve with 2 replicas / 1, on the LeNet with a symbolic batch."""
+    import peers
+
+    python = peers.venv_python("ray")
+    if python is None:
+        return [
+            {
+                "case": "not measured: no .venv-ray (pip install -e '.[ray-tests]')",
+                "s": "",
+                "ratio": "",
+            }
+        ]
+    bundle, out = peers.symbolic_lenet(tmp / "ray-lenet.hlobundle"), tmp / "ray.json"
+    command = [str(python), str(ROOT / "benchmarks" / "ray_scaling.py"), str(bundle), str(out)]
+    subprocess.run(command + (["--quick"] if quick else []), capture_output=True, check=True)
+    got = json.loads(out.read_text())
+    rows, cpus = got["rows"], got["cpus"]
+    return [
+        {
+            "case": f"Ray Data, {rows} rows of one image, 2 actors on {cpus} CPUs: rows/s, and / one process without Ray",
+            "s": got["data_two_workers"],
+            "ratio": got["data_two_workers"] / got["data_one_process"],
+        },
+        {
+            "case": "one process, the same predictor over the same batches: rows/s",
+            "s": got["data_one_process"],
+            "ratio": 1.0,
+        },
+        {
+            "case": "Ray Serve, JSON, 8 clients, 2 replicas: requests/s, and / 1 replica",
+            "s": got["serve_2"],
+            "ratio": got["serve_2"] / got["serve_1"],
+        },
+        {"case": "Ray Serve, 1 replica: requests/s", "s": got["serve_1"], "ratio": 1.0},
+    ]
+
+
 # --- the language model (examples/lm.hlobundle) ------------------------------------------------
 
 
@@ -1888,6 +1953,17 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
             "latency (ratio column: seconds over the in-process call), throughput, load",
             serve_cost,
+        ),
+        "peers": one(
+            "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "
+            "request bytes and client (8 threads, keep-alive) against hlobundle serve, MLServer "
+            "1.7.1 and KServe 0.21, each through hlobundle's adapter in its own environment; "
+            "medians of interleaved rounds",
+            peers_cost,
+        ),
+        "ray": one(
+            "Ray (ray_scaling.py, Ray 2.60 on this machine): Ray Data scoring and Ray Serve replicas",
+            ray_cost,
         ),
         "json": one(
             "Serving: decoding the LeNet JSON request (batch 4), warm, in process: with orjson / "

@@ -258,13 +258,15 @@ def _from_json(name: str, data: Any, dtype: str, shape: tuple[int, ...]) -> np.n
         )
     if not isinstance(data, list):
         raise RequestError(400, f"input {name!r}: 'data' must be a list (or use binary_data_size)")
-    flat = _flattened(name, data)
+    # By exact type, one pass (a JSON parse and a gRPC message give exact ints, floats, bools
+    # and strs; a bool is not a number here), which also tells a flat list from nested ones.
+    kinds = set(map(type, data))
+    flat = _flattened(name, data) if list in kinds else data
+    if flat is not data:
+        kinds = set(map(type, flat))
     if len(flat) != math.prod(shape):
         raise RequestError(400, f"input {name!r}: {len(flat)} values for shape {list(shape)}")
     floats = dtype.startswith("float")
-    # By exact type, one pass (a JSON parse and a gRPC message give exact ints, floats, bools
-    # and strs; a bool is not a number here).
-    kinds = set(map(type, flat))
     if floats and str in kinds:
         flat = [NON_FINITE.get(v, v) if isinstance(v, str) else v for v in flat]
         kinds = set(map(type, flat))
