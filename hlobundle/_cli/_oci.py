@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ._common import EXIT_OK, output_path, trust_options
 
 if TYPE_CHECKING:
-    from .._remote._store import Usage
+    from .._read._store import Usage
 
 
 def push(args: argparse.Namespace) -> int:
@@ -58,26 +58,28 @@ def pull(args: argparse.Namespace) -> int:
                     "ref": done.ref,
                     "digest": done.digest,
                     "signer": done.signer,
+                    "reused": done.reused,
                 }
             )
         )
         return EXIT_OK
     signed = f", signed by {done.signer}" if done.signer else ""
-    print(f"pulled {done.ref} into {done.path} (every file's sha256 checked{signed})")
+    reused = f"; {done.reused} bytes of it from the store" if done.reused else ""
+    print(f"pulled {done.ref} into {done.path} (every file's sha256 checked{signed}{reused})")
     print(f"digest: {done.digest}")
     return EXIT_OK
 
 
 def cache_ls(args: argparse.Namespace) -> int:
+    from .._read import _store
     from .._read._cache import cache_root
-    from .._remote import _store
 
     return _show_usage(args, _store.usage(), cache_root())
 
 
 def cache_prune(args: argparse.Namespace) -> int:
+    from .._read import _store
     from .._read._cache import cache_root
-    from .._remote import _store
 
     return _show_usage(args, _store.prune(args.max_size), cache_root())
 

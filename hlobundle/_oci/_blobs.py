@@ -15,10 +15,29 @@ from .._format._errors import (
     RegistryProtocolError,
     RegistryUnreachableError,
 )
+from .._read._store import Store
 from ._client import Client
 
 CHUNK = 1 << 20
 MAX_RESUMES = 3
+
+
+def from_store(store: Store, digest: str, size: int, target: Path) -> bool:
+    """Write blob `digest` to the new file `target` from the store, hashed as it is copied;
+    False (and no file) when the store lacks it, or holds other bytes."""
+    pieces = store.pieces(digest.removeprefix("sha256:"), size)
+    if pieces is None:
+        return False
+    h, written = hashlib.sha256(), 0
+    with open(target, "xb") as f:
+        for piece in pieces:
+            h.update(piece)
+            f.write(piece)
+            written += len(piece)
+    if written == size and "sha256:" + h.hexdigest() == digest:
+        return True
+    target.unlink()
+    return False
 
 
 def download(client: Client, digest: str, size: int, target: Path, what: str) -> None:

@@ -20,6 +20,7 @@ from .._format._errors import (
 from .._format._manifest import MANIFEST_NAME
 from .._format._manifest_json import parse_manifest
 from .._read._reader import Bundle
+from .._read._store import Store
 from .._write import _atomic
 from . import _artifact, _blobs, _ref, _referrers
 from ._artifact import Artifact, Layer
@@ -36,6 +37,7 @@ class Pulled:
     ref: str
     digest: str
     signer: str | None
+    reused: int = 0  # bytes copied from the store (a version pulled before), not fetched
 
 
 def pull(
@@ -53,8 +55,11 @@ def pull(
     A tag is resolved once, to the manifest's digest; everything after is fetched by digest.
     Each blob is hashed as it streams (and resumed by a Range request where an answer breaks
     off); each file must be the bundle manifest's, with its size and sha256; the result must
-    pass `Bundle.verify()`. With `public_key` or `certificate_chain`, a signature referrer must
-    verify against the pulled files too (it is written as `model.sig`). All of it happens in
+    pass `Bundle.verify()`. A file the store holds, or that a pull before put somewhere that
+    still holds it (a version pulled before shares it), is copied from there, hashed again,
+    instead of fetched; the store remembers where this pull put its files (docs/distribution.md,
+    "The store"). With `public_key` or `certificate_chain`, a signature referrer must verify
+    against the pulled files too (it is written as `model.sig`). All of it happens in
     a scratch directory beside `out`, renamed to `out` only when every check passed.
 
     **Arguments:**
@@ -91,15 +96,24 @@ def pull(
                 )
                 _artifact.check_config(config, artifact, str(pinned), digest)
             listed = _manifest_first(client, artifact, built)
+            store, reused = Store(), 0
             for name, entry in listed.items():
-                _blob_of(client, artifact, name, entry.size, entry.sha256, built)
+                file = built.joinpath(*name.split("/"))
+                file.parent.mkdir(parents=True, exist_ok=True)
+                digest_of = f"sha256:{entry.sha256}"
+                if _blobs.from_store(store, digest_of, entry.size, file):
+                    reused += entry.size
+                else:
+                    _blobs.download(client, digest_of, entry.size, file, name)
             bundle = Bundle(built)
             signer = None
             if trust is not None:
                 signer = _signed(client, artifact, digest, bundle, trust)
             bundle.verify(in_memory=False)
             _atomic.set_modes(built)
-        return Pulled(Path(out), str(pinned), digest, signer)
+        for name, entry in listed.items():
+            store.remember(entry.sha256, Path(out).joinpath(*name.split("/")))
+        return Pulled(Path(out), str(pinned), digest, signer, reused)
     finally:
         client.close()  # its connections, now, not when collected
 
@@ -147,14 +161,6 @@ def _manifest_first(client: Client, artifact: Artifact, built: Path) -> dict:
                 field=f"files[{name!r}].sha256",
             )
     return dict(sorted(files.items()))
-
-
-def _blob_of(
-    client: Client, artifact: Artifact, name: str, size: int, sha256: str, built: Path
-) -> None:
-    target = built.joinpath(*name.split("/"))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _blobs.download(client, f"sha256:{sha256}", size, target, name)
 
 
 def _signed(

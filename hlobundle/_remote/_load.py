@@ -29,9 +29,9 @@ from .._format._errors import (
 from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry
 from .._format._manifest_json import parse_manifest
 from .._format._tensors import MAX_HEADER_BYTES, TensorFile
-from .._read import _files, _reader, _tensor_files
+from .._read import _files, _reader, _store, _tensor_files
 from .._read._reader import Bundle
-from . import _sources, _store
+from . import _sources
 from ._sources import TIMEOUT_S, Source
 
 MAX_RUN = 64  # chunks fetched by one range request at most

@@ -1,9 +1,13 @@
-"""The local store of what remote loads fetched (docs/distribution.md, "The store"):
-`cache_root()/blobs/sha256/<hex>`, one file per fetched file or chunk, named by its sha256, and
-`cache_root()/remote/<manifest sha256>/`, the directory a remote bundle is opened from. It is a
-cache, with the caches' trust rules (SPEC.md section 8, "Caches"): private to this user, and
-nothing read from it is used before it is hashed again against the digest asked for. A second
-version of a model that shares files or chunks with the first fetches only what is new."""
+"""The local store of what remote loads and pulls fetched (docs/distribution.md, "The
+store"): `cache_root()/blobs/sha256/<hex>`, one file per fetched file or chunk, named by its
+sha256, and `cache_root()/remote/<manifest sha256>/`, the directory a remote bundle is opened
+from. It is a cache, with the caches' trust rules (SPEC.md section 8, "Caches"): private to
+this user, and nothing read from it is used before it is hashed again against the digest asked
+for. A second version of a model that shares files or chunks with the first fetches only what
+is new. A pulled bundle's files are not copied (they would be on the disk twice) nor linked (a
+bundle's file may have only its own name, SPEC.md 'Reader safety'): `pulled/<hex>` remembers
+where a file of that sha256 was pulled to, and a later pull reads it from there, hashed again,
+when it is still this user's regular file of that size."""
 
 from __future__ import annotations
 
@@ -16,10 +20,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._read import _cache
+from . import _cache
 
 BLOBS = "blobs"
 VIEWS = "remote"
+PULLED = "pulled"
+_MAX_POINTER = 4096
 _HEX = frozenset("0123456789abcdef")
 _PIECE = 1 << 20
 
@@ -35,9 +41,11 @@ class Store:
     def __init__(self) -> None:
         blobs = _cache.directory(BLOBS)
         self.blobs: Path | None = None
+        self.pulled: Path | None = None
         if blobs is not None:
             self.blobs = blobs / "sha256"
             self.blobs.mkdir(mode=0o700, exist_ok=True)
+            self.pulled = _cache.directory(PULLED)
 
     def get(self, digest: str, size: int) -> bytes | None:
         """The stored bytes of sha256 `digest`, hashed again now; None when absent or wrong."""
@@ -68,10 +76,14 @@ class Store:
                 Path(temporary).unlink(missing_ok=True)
 
     def pieces(self, digest: str, size: int) -> Iterator[bytes] | None:
-        """The stored bytes of sha256 `digest`, in pieces, at most `size` + 1 of them (the
-        caller hashes them again); None when absent or not this user's regular file."""
+        """The stored bytes of sha256 `digest` (a blob, or a file a pull remembered), in
+        pieces, at most `size` + 1 of them (the caller hashes them again); None when absent or
+        not this user's regular file of that size."""
         path = self._path(digest)
         fd = None if path is None else _open_own(path, size)
+        if fd is None:
+            pulled = self._pulled_to(digest)
+            fd = None if pulled is None else _open_own(pulled, size)
         if fd is None:
             return None
 
@@ -103,6 +115,39 @@ class Store:
         except OSError:
             if temporary is not None:  # ours: made just now
                 Path(temporary).unlink(missing_ok=True)
+
+    def remember(self, digest: str, pulled: Path) -> None:
+        """Remember that the file `pulled` (whose sha256, `digest`, the caller checked) holds
+        those bytes: a later `pieces(digest)` reads them from there. Best effort."""
+        if self.pulled is None or not _is_digest(digest):
+            return
+        text = os.fsencode(pulled.resolve())
+        if len(text) > _MAX_POINTER:
+            return
+        temporary = None
+        try:
+            with tempfile.NamedTemporaryFile(
+                dir=self.pulled, prefix=".partial-", delete=False
+            ) as f:
+                temporary = f.name
+                f.write(text)
+            os.replace(temporary, self.pulled / digest)
+        except OSError:
+            if temporary is not None:  # ours: made just now
+                Path(temporary).unlink(missing_ok=True)
+
+    def _pulled_to(self, digest: str) -> Path | None:
+        if self.pulled is None or not _is_digest(digest):
+            return None
+        fd = _cache.open_own_file(self.pulled / digest, lambda got: 0 < got <= _MAX_POINTER)
+        if fd is None:
+            return None
+        try:
+            return Path(os.fsdecode(os.pread(fd, _MAX_POINTER, 0)))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def _path(self, digest: str) -> Path | None:
         if self.blobs is None or not _is_digest(digest):
@@ -180,7 +225,9 @@ def _allocated(directory: Path) -> int:
 
 def prune(max_bytes: int) -> Usage:
     """Remove remote bundles' directories, then blobs, least recently used first, until the
-    store holds at most `max_bytes`; only names the store writes are touched. What is left."""
+    store holds at most `max_bytes`, then what it remembers of pulled files that are gone (all
+    of it, with `max_bytes` 0); only names the store writes are touched, never a pulled file.
+    What is left."""
     root = _cache.cache_root()
     views = [p for p in (root / VIEWS).glob("*") if _is_digest(p.name) and p.is_dir()]
     blobs = [p for p in (root / BLOBS / "sha256").glob("*") if _is_digest(p.name)]
@@ -198,4 +245,14 @@ def prune(max_bytes: int) -> Usage:
         size = blob.lstat().st_size
         blob.unlink(missing_ok=True)
         total -= size
+    for pointer in (p for p in (root / PULLED).glob("*") if _is_digest(p.name)):
+        if max_bytes == 0 or not _still_there(pointer):
+            pointer.unlink(missing_ok=True)  # where a pull put a file: the file stays
     return usage()
+
+
+def _still_there(pointer: Path) -> bool:
+    try:
+        return Path(os.fsdecode(pointer.read_bytes()[:_MAX_POINTER])).is_file()
+    except OSError:
+        return False
