@@ -1169,7 +1169,7 @@ def pull_cost(tmp: Path, quick: bool) -> list[dict]:
     total = sum(p.stat().st_size for p in bundle.iterdir())
     base = res["oras pull"][0]
     mib = f"{total / 1024**2:.0f} MiB"
-    return [
+    return _new_version_pull(tmp, quick) + [
         {
             "case": f"hlobundle pull / oras pull, {mib} (goal <= 1.1)",
             "s": res["hlobundle pull"][0],
@@ -1182,6 +1182,63 @@ def pull_cost(tmp: Path, quick: bool) -> list[dict]:
             "s": "",
             "ratio": peak / total,
         },
+    ]
+
+
+def _sharded_bundle(out: Path, count: int, size: int, changed: int | None = None) -> Path:
+    """`f(p, x) = sum of x @ p[wK]` over `count` weights of `size` bytes, each in a shard of its
+    own; `changed`: that weight differs (a new version of the model)."""
+    import hlobundle
+
+    rows = 256
+    params = {
+        f"w{k}": np.full((rows, size // 4 // rows), k + (0.5 if k == changed else 0.0), np.float32)
+        for k in range(count)
+    }
+    return hlobundle.export(
+        lambda p, x: sum(x @ p[k] for k in sorted(p)),
+        params,
+        np.ones((1, rows), np.float32),
+        out=out,
+        roles={"p": "parameter"},
+        max_shard_size=size + (1 << 20),
+    )
+
+
+def _new_version_pull(tmp: Path, quick: bool) -> list[dict]:
+    """`pull` of a new version of a model of 10 weight shards, one changed, after the old one:
+    bytes through loopback / the files that changed (the shard, the expected outputs)."""
+    import hlobundle
+
+    count, size = 10, (4 if quick else 100) * 1024**2
+    old = _sharded_bundle(tmp / "shards-v1.hlobundle", count, size)
+    new = _sharded_bundle(tmp / "shards-v2.hlobundle", count, size, changed=3)
+    changed = sum(
+        p.stat().st_size
+        for p in new.iterdir()
+        if p.name != "manifest.json" and (old / p.name).read_bytes() != p.read_bytes()
+    )
+    process, host = _registry(tmp)
+    os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "store-pull")
+    try:
+        hlobundle.push(old, f"oci://{host}/bench/versions:v1")
+        hlobundle.push(new, f"oci://{host}/bench/versions:v2")
+        hlobundle.pull(f"oci://{host}/bench/versions:v1", tmp / "pulled-v1.hlobundle")
+        before = _loopback_bytes()
+        hlobundle.pull(f"oci://{host}/bench/versions:v2", tmp / "pulled-v2.hlobundle")
+        moved = _loopback_bytes() - before
+    finally:
+        os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
+        process.terminate()
+        process.wait()
+    return [
+        {
+            "case": f"pull of a new version of {count} shards of {size // 1024**2} MiB, one "
+            "changed, after the old one: bytes through loopback / the files that changed "
+            "(goal <= 1.1)",
+            "s": moved,
+            "ratio": moved / changed,
+        }
     ]
 
 
