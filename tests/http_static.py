@@ -3,16 +3,26 @@ single Range requests (206 with Content-Range), and counts the body bytes it sen
 makes it hostile: "ignore-range" (200 and the whole file), "redirect" (302 to another host),
 "endless" (a body past a file but the manifest, without Content-Length), "wrong-range" (a
 Content-Range for other bytes), "corrupt" (every byte of weights.safetensors after its header
-flipped). `files` serves given bytes (or any object with `len` and slicing, such as
+flipped), "drip" (a byte every 50 ms), "gzip" (a gzip bomb of 64 MiB of zeros, as
+Content-Encoding, though identity was asked). `files` serves given bytes (or any object with `len` and slicing, such as
 `Sparse`) at a path instead of the directory's file."""
 
 from __future__ import annotations
 
+import functools
+import gzip
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """64 MiB of zeros, gzipped (65 KB)."""
+    return gzip.compress(bytes(64 << 20), compresslevel=9)
 
 
 class StaticServer:
@@ -75,6 +85,21 @@ class StaticServer:
         if self.mode == "corrupt" and path.name == "weights.safetensors":
             n = 8 + int.from_bytes(data[:8], "little")
             data = data[:n] + bytes(b ^ 0xFF for b in data[n:])
+        if self.mode == "drip":  # a byte at a time, each well inside any read timeout
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            try:
+                for i in range(len(data)):
+                    h.wfile.write(bytes(data[i : i + 1]))
+                    h.wfile.flush()
+                    self.sent += 1
+                    time.sleep(0.05)
+            except OSError:
+                h.close_connection = True
+            return None
+        if self.mode == "gzip":  # a gzip bomb, though identity was asked: 64 MiB of zeros
+            return self._send(h, 200, gzip_bomb(), {"Content-Encoding": "gzip"})
         if self.mode == "endless" and path.name != "manifest.json":
             h.close_connection = True
             return self._send(h, 200, data + b"\0" * (1 << 20), {"Connection": "close"})

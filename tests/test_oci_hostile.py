@@ -20,7 +20,9 @@ WEIGHTS = "weights.safetensors"
 
 
 @pytest.fixture
-def fake():
+def fake(tmp_path, monkeypatch):
+    """The fake registry, and a store of this test's own: nothing pulled before is reused."""
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
     with serving() as running:
         yield running
 
@@ -489,3 +491,48 @@ def test_without_a_registry_ci_fails_and_elsewhere_skips(monkeypatch, tmp_path):
     with pytest.raises(pytest.fail.Exception, match="CI .* needs it"):
         with registry.serve(tmp_path):
             pass
+
+
+def test_a_registry_that_drips_a_blob_is_cut_off(fake, tmp_path, monkeypatch):
+    """A byte every 50 ms keeps every read inside its timeout; the rate over a window (here
+    0.5 s instead of 30) does not."""
+    from hlobundle._oci import _client
+
+    monkeypatch.setattr(_client, "RATE_WINDOW_S", 0.5)
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+
+    def drip(h):
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        try:
+            for i in range(len(data)):
+                h.wfile.write(data[i : i + 1])
+                h.wfile.flush()
+                time.sleep(0.05)
+        except OSError:
+            pass
+
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = drip
+    started = time.monotonic()
+    _refused(tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "slower than", timeout=1)
+    assert time.monotonic() - started < 5
+
+
+def test_an_encoded_manifest_is_refused_not_decompressed(fake, tmp_path):
+    import gzip
+
+    artifact(EXAMPLE, fake)
+    bomb = gzip.compress(bytes(64 << 20), compresslevel=9)
+
+    def encoded(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+        h.send_header("Content-Encoding", "gzip")
+        h.send_header("Content-Length", str(len(bomb)))
+        h.end_headers()
+        h.wfile.write(bomb)
+
+    fake.hooks["/v2/repo/manifests/v1"] = encoded
+    _refused(tmp_path, fake, hlobundle.errors.RegistryProtocolError, "Content-Encoding 'gzip'")

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import struct
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from hlobundle.errors import (
     InputError,
     LimitError,
     ManifestError,
+    RegistryProtocolError,
+    RegistryUnreachableError,
     TensorMismatchError,
     UnsafePathError,
 )
@@ -278,3 +281,35 @@ def test_a_large_file_without_chunk_digests_is_not_whole_in_memory_twice(site):
         tracemalloc.stop()
     assert b.tensor("x").shape == (rows, 8)
     assert peak < 1.5 * (32 << 20)  # the reader's one copy, and pieces
+
+
+def test_a_server_that_drips_its_bytes_is_cut_off(site, monkeypatch):
+    """A byte every 50 ms keeps every read inside its timeout, for ever; the rate over a window
+    does not (here 0.5 s instead of 30, for a fast test)."""
+    from hlobundle._oci import _client
+
+    monkeypatch.setattr(_client, "RATE_WINDOW_S", 0.5)
+    _, server = site
+    server.mode = "drip"
+    started = time.monotonic()
+    with pytest.raises(RegistryUnreachableError, match="slower than 1024 bytes/s"):
+        hlobundle.load(ref(server), timeout=1)
+    assert time.monotonic() - started < 5
+
+
+def test_an_encoded_answer_is_refused_not_decompressed(site):
+    """A body sent with a Content-Encoding, though identity was asked (a gzip bomb here), is
+    refused before a byte of it is decompressed."""
+    from http_static import gzip_bomb
+
+    _, server = site
+    server.mode = "gzip"
+    gzip_bomb()  # made before memory is traced: the server's, not the client's
+    tracemalloc.start()
+    try:
+        with pytest.raises(RegistryProtocolError, match="Content-Encoding 'gzip'"):
+            hlobundle.load(ref(server))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20

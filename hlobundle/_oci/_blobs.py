@@ -16,7 +16,7 @@ from .._format._errors import (
     RegistryUnreachableError,
 )
 from .._read._store import Store
-from ._client import Client
+from ._client import Client, arriving, broken
 
 CHUNK = 1 << 20
 MAX_RESUMES = 3
@@ -92,17 +92,15 @@ def _stream(
     """Copy the answer's body on from `written`; stop at `size`. Whether it broke off. The
     bytes are hashed and written by a second thread while the next ones arrive (sha256 and
     the write release the GIL): one piece in flight at most."""
-    import requests
-
-    broken = (requests.exceptions.RequestException, OSError, _protocol_errors())
-    pieces = _pieces(response)
+    breaks = broken()
+    pieces = arriving(response, CHUNK, f"blob {digest} ({what})", ref)
     with ThreadPoolExecutor(1) as worker:
         pending = None
         try:
             while written < size:
                 try:
                     chunk = next(pieces, b"")
-                except broken:  # the connection, not the disk (the worker's errors are raised)
+                except breaks:  # the connection, not the disk (the worker's errors are raised)
                     return h, written, True
                 if not chunk:
                     break
@@ -126,24 +124,6 @@ def _stream(
 def _consume(h: Any, f: Any, chunk: bytes) -> None:
     h.update(chunk)
     f.write(chunk)
-
-
-def _pieces(response: Any) -> Any:
-    """The body as it arrives (`read1`: what is there, up to CHUNK), so that an answer that
-    breaks off keeps every byte that came before: a resume starts there."""
-    raw = response.raw
-    read = getattr(raw, "read1", None)
-    if read is None:  # urllib3 1.x
-        yield from response.iter_content(CHUNK)
-        return
-    while chunk := read(CHUNK):
-        yield chunk
-
-
-def _protocol_errors() -> type[Exception]:
-    from urllib3.exceptions import HTTPError
-
-    return HTTPError
 
 
 def _check_range(response: Any, start: int, digest: str, ref: str) -> None:

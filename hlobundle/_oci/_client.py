@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -142,8 +144,11 @@ class Client:
     def _send(self, method: str, url: str, **kwargs: Any) -> Any:
         import requests
 
+        kwargs["headers"] = {"Accept-Encoding": "identity", **(kwargs.get("headers") or {})}
         try:
-            return self.session.request(method, url, **kwargs)
+            response = self.session.request(method, url, **kwargs)
+            refuse_encoded(response, f"{method} {urlsplit(url).path}", str(self.ref))
+            return response
         except requests.exceptions.SSLError as e:
             raise RegistryUnreachableError(
                 f"{self.ref.host}: TLS failed ({_short(e)}); a registry on plain HTTP needs "
@@ -379,6 +384,63 @@ class Client:
         return response
 
 
+# A server that sends a byte just inside each read's timeout would hold a pull or a load for
+# ever: fewer than MIN_RATE bytes a second over any RATE_WINDOW_S seconds ends it (as curl's
+# --speed-limit and --speed-time do).
+MIN_RATE = 1024
+RATE_WINDOW_S = 30.0
+
+
+def paced(pieces: Iterable[bytes], what: str, ref: str) -> Iterator[bytes]:
+    """`pieces` as they arrive, refused (RegistryUnreachableError) when they come slower than
+    MIN_RATE bytes a second over a window of RATE_WINDOW_S seconds."""
+    start, got = time.monotonic(), 0
+    for piece in pieces:
+        got += len(piece)
+        spent = time.monotonic() - start
+        if spent >= RATE_WINDOW_S:
+            if got < MIN_RATE * spent:
+                raise RegistryUnreachableError(
+                    f"the {what} arrives slower than {MIN_RATE} bytes/s ({got} bytes in "
+                    f"{spent:.1f} s)",
+                    ref=ref,
+                )
+            start, got = time.monotonic(), 0
+        yield piece
+
+
+def arriving(response: Any, size: int, what: str, ref: str) -> Iterator[bytes]:
+    """An answer's body as it arrives: what is there, up to `size` bytes a piece (urllib3's
+    `read1`; a plain read waits for all `size`), paced (`paced`). A broken connection raises
+    one of `broken()`."""
+    read = getattr(response.raw, "read1", None)
+    if read is None:  # urllib3 1.x
+        yield from paced(response.iter_content(size), what, ref)
+        return
+    yield from paced(iter(lambda: read(size), b""), what, ref)
+
+
+def broken() -> tuple[type[BaseException], ...]:
+    """What reading an answer raises when its connection breaks off or times out."""
+    import requests
+    from urllib3.exceptions import HTTPError
+
+    return (requests.exceptions.RequestException, HTTPError, OSError)
+
+
+def refuse_encoded(response: Any, what: str, ref: str) -> None:
+    """An answer with a Content-Encoding (identity was asked: a digest is over the bytes as
+    stored) is refused before any of it is decoded: a gzip bomb never inflates."""
+    encoding = response.headers.get("Content-Encoding", "").strip()
+    if encoding.lower() not in ("", "identity"):
+        response.close()
+        raise RegistryProtocolError(
+            f"the answer to {what[:200]} comes with Content-Encoding {encoding[:40]!r}, though "
+            "identity was asked: refused, not decoded",
+            ref=ref,
+        )
+
+
 def read_bounded(response: Any, limit: int, what: str, ref: str) -> bytes:
     """An answer's body, refused (RegistryLimitError) past `limit` bytes, before or while read."""
     declared = response.headers.get("Content-Length", "")
@@ -396,11 +458,9 @@ def read_bounded(response: Any, limit: int, what: str, ref: str) -> bytes:
 
 
 def _chunks(response: Any, size: int, what: str, ref: str) -> Any:
-    import requests
-
     try:
-        yield from response.iter_content(size)
-    except requests.exceptions.RequestException as e:
+        yield from arriving(response, size, what, ref)
+    except broken() as e:
         raise RegistryUnreachableError(f"reading the {what}: {_short(e)}", ref=ref) from None
 
 

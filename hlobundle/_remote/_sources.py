@@ -22,6 +22,7 @@ from .._format._errors import (
 )
 from .._format._manifest import MANIFEST_NAME
 from .._format._signature import MAX_SIGNATURE_BYTES, SIGNATURE_NAME
+from .._oci._client import arriving, broken, refuse_encoded
 
 TIMEOUT_S = 30.0  # for a connection, and between two reads of an answer
 PIECE = 1 << 20  # what is read from an answer at once
@@ -139,6 +140,7 @@ class HttpSource(Source):
             raise RegistryUnreachableError(
                 f"{url[:200]} cannot be reached ({_short(e)})", ref=self.ref
             ) from None
+        refuse_encoded(response, f"GET {url[:200]}", self.ref)
         status = response.status_code
         if status in (200, 206):
             return response
@@ -294,8 +296,6 @@ def _exactly(
     """The answer's body, `length` bytes: refused past it (a body that never ends) or short.
     `stop`: only that many are wanted (of a whole file sent for a range): the answer is closed
     once they have come, not read to its end."""
-    import requests
-
     declared = response.headers.get("Content-Length", "")
     with response:
         if declared.isdigit() and int(declared) != length:
@@ -306,7 +306,7 @@ def _exactly(
             )
         got = 0
         try:
-            for piece in response.iter_content(PIECE):
+            for piece in arriving(response, PIECE, name, ref):
                 got += len(piece)
                 if got > length:
                     raise RegistryLimitError(
@@ -317,7 +317,7 @@ def _exactly(
                 yield piece
                 if stop is not None and stop < length and got >= stop:
                     return  # what was asked has come: the rest is never read
-        except requests.exceptions.RequestException as e:
+        except broken() as e:
             raise RegistryUnreachableError(f"reading {name}: {_short(e)}", ref=ref) from None
         if got != length:
             raise RegistryProtocolError(
@@ -332,10 +332,13 @@ def _bounded(response: Any, limit: int, name: str, ref: str) -> bytes:
     if declared.isdigit() and int(declared) > limit:
         raise RegistryLimitError(f"{name} is {declared} bytes; the limit is {limit}", ref=ref)
     data = bytearray()
-    for piece in response.iter_content(1 << 16):
-        data += piece
-        if len(data) > limit:
-            raise RegistryLimitError(f"{name} is over the limit of {limit} bytes", ref=ref)
+    try:
+        for piece in arriving(response, 1 << 16, name, ref):
+            data += piece
+            if len(data) > limit:
+                raise RegistryLimitError(f"{name} is over the limit of {limit} bytes", ref=ref)
+    except broken() as e:
+        raise RegistryUnreachableError(f"reading {name}: {_short(e)}", ref=ref) from None
     return bytes(data)
 
 
