@@ -335,3 +335,17 @@ def test_cache_ls_and_prune_bound_the_store_and_touch_nothing_else(bundle, serve
     hlobundle.load(url(server, bundle), functions=["f1"])
     assert server.sent - first == used_bytes(bundle, "f1")  # fetched again, all of it
     assert cli("cache", "prune", "--max-size", "lots").returncode == 2
+
+
+def test_emit_of_a_remote_bundle_says_to_pull_it_first(bundle, server, tmp_path):
+    """A script reads a bundle's files from a directory; a remote bundle's are fetched in part
+    (its view in the store is sparse), so a script of it could only fail its own checks."""
+    from helpers import cli
+
+    b = hlobundle.load(url(server, bundle), functions=["f1"])
+    with pytest.raises(hlobundle.errors.InputError, match="pull it first") as caught:
+        hlobundle.emit_script(b)
+    assert caught.value.code == "INPUT_INVALID"
+    done = cli("emit", url(server, bundle), "-o", tmp_path / "run.py")
+    assert done.returncode == 1 and "pull it first" in done.stderr, done.stderr
+    assert not (tmp_path / "run.py").exists()

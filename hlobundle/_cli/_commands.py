@@ -77,11 +77,12 @@ def _start_jax(args: argparse.Namespace, x64: bool) -> None:
 
 
 def emit(args: argparse.Namespace) -> int:
-    from .._emit._emit import emit_script, script_backend
+    from .._emit._emit import emit_script, refuse_remote, script_backend
     from .._read._reader import load
 
     if args.format == "reactant-server":
         return _emit_reactant_server(args)
+    refuse_remote(args.bundle)
     if args.output:
         output_path("-o", args.output)
     applies(args, "--trust-executables", args.trust_executables, "stored_executables")

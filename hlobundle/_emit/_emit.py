@@ -19,6 +19,7 @@ from typing import Any, Literal
 from .._format._errors import InputError, OutputExistsError
 from .._read._reader import Bundle, load
 from .._read._trust import Trust, trust_from
+from .._remote._sources import is_remote
 from .._run import _backends
 from .._run._backends import Script
 from .._version import __version__
@@ -59,6 +60,7 @@ def emit_script(
     **Returns:** the script's source.
     """
     trust = trust_from(trust, trust_executables, "emit_script")
+    refuse_remote(bundle)
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
     # What the script is (a stored executable it runs, for one) is checked before anything is
     # written.
@@ -81,6 +83,20 @@ def emit_script(
     source = _source(bundle, where, script)
     write_file_atomically(target, source.encode("utf-8"))
     return source
+
+
+def refuse_remote(bundle: Bundle | str | os.PathLike[str]) -> None:
+    """An `InputError` for a remote bundle (loaded, or a reference), before anything is
+    fetched: a script reads its bundle's files from a directory, and a remote bundle's are
+    fetched only in part."""
+    ref = bundle.remote if isinstance(bundle, Bundle) else os.fspath(bundle)
+    if isinstance(ref, str) and is_remote(ref):
+        raise InputError(
+            f"{ref[:200]}: a script reads its bundle's files from a directory, and a remote "
+            "bundle's files are fetched only in part: pull it first (hlobundle pull REF -o "
+            "DIR) and emit a script of that",
+            argument="bundle",
+        )
 
 
 def script_backend(bundle: Bundle, backend: str) -> str:
