@@ -165,6 +165,10 @@ SH_RUN = {
     ("docs/distribution.md", "Signatures"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Loading remotely"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Sharded weights"): "test_shards.py::test_the_docs_block_runs",
+    (
+        "docs/distribution.md",
+        "Versions: fingerprint and diff",
+    ): "test_diff.py::test_the_docs_block_runs",
 }
 SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",

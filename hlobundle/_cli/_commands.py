@@ -180,6 +180,36 @@ def _refusal(path: str) -> HloBundleError | None:
     return None
 
 
+def fingerprint(args: argparse.Namespace) -> int:
+    from .._read._reader import load
+    from .._terminal._display import shown
+
+    bundle = load(args.bundle)
+    names = [args.function] if args.function is not None else bundle.functions
+    prints = {name: bundle.fingerprint(name) for name in names}
+    whole = None if args.function is not None else bundle.fingerprint()
+    if args.json:
+        print(
+            json.dumps({"bundle": whole, "functions": prints} if whole else {"functions": prints})
+        )
+        return EXIT_OK
+    if whole is not None:
+        print(f"{whole}  (bundle)")
+    for name, value in prints.items():
+        print(f"{value}  {shown(name)}")
+    return EXIT_OK
+
+
+def diff(args: argparse.Namespace) -> int:
+    from .._read._diff import diff as differences
+    from .._read._diff import render
+    from .._read._reader import load
+
+    found = differences(load(args.a), load(args.b))
+    print(json.dumps(found) if args.json else render(found, args.a, args.b))
+    return EXIT_OK if found["same"] else EXIT_FAIL
+
+
 def verify(args: argparse.Namespace) -> int:
     from .._format._signature import SIGNATURE_NAME
     from .._read._reader import load

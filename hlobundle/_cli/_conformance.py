@@ -80,10 +80,26 @@ def run_case(
     )
     if got == "ok" and expect == "ok":
         detail = _compare(case, outputs, spec["rtol"], spec["atol"])
+        if not detail and "fingerprint" in spec:
+            detail = _check_fingerprint(case, implementation, spec["fingerprint"])
         passed = not detail
     else:
         passed = got == expect
     return Outcome(case.name, expect, got, passed, detail)
+
+
+def _check_fingerprint(case: Path, implementation: list[str] | None, expected: str) -> str:
+    """What is wrong with the bundle's fingerprint (SPEC.md 2.11) as computed here, or by
+    `CMD fingerprint BUNDLE --json` (its `bundle`); "" when it is the case's."""
+    if implementation:
+        got = _call([*implementation, "fingerprint", str(case / "bundle"), "--json"]).get("bundle")
+    else:
+        from .._read._reader import load
+
+        with warnings.catch_warnings():  # a newer minor version's, as `_run_here` reads it
+            warnings.simplefilter("ignore")
+            got = load(case / "bundle").fingerprint()
+    return "" if got == expected else f"fingerprint {str(got)[:80]}, expected {expected}"
 
 
 def _run_here(

@@ -12,10 +12,10 @@ from . import _commands, _parser_oci, _parser_read, _parser_write
 
 EXIT_STATUSES = """\
 exit status:
-  0    done (run: every result agrees with its expected output)
+  0    done (run: every result agrees with its expected output; diff: the same fingerprint)
   1    an error, printed as `error [CODE] message`: found in a bundle, a file or while running
        (a --function the bundle lacks, a missing file, an unverified signature), or a result
-       that differs from its expected output; `error [OS_ERROR]` when the machine refuses (a
+       that differs from its expected output, or bundles that differ (diff); `error [OS_ERROR]` when the machine refuses (a
        full disk, an output directory that cannot be written)
   2    a usage error, printed with the command's usage: what the command line alone shows
        wrong (an unknown or missing option, options that conflict, a value of the wrong form,
@@ -59,7 +59,7 @@ def build() -> argparse.ArgumentParser:
 
     parser = Parser(
         prog="hlobundle",
-        description="Pack, run, emit, inspect, verify, sign, reshard, compile, serve, push, pull and cache StableHLO bundles.",
+        description="Pack, run, emit, inspect, verify, fingerprint, diff, sign, reshard, compile, serve, push, pull and cache StableHLO bundles.",
         epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -70,6 +70,8 @@ def build() -> argparse.ArgumentParser:
     _parser_read.add_emit(sub)
     _parser_read.add_inspect(sub)
     _parser_read.add_verify(sub)
+    _parser_read.add_fingerprint(sub)
+    _parser_read.add_diff(sub)
     _parser_read.add_serve(sub)
     _parser_write.add_refresh(sub)
     _parser_write.add_reshard(sub)

@@ -141,6 +141,29 @@ def add_verify(sub: Any) -> None:
     p.set_defaults(handler=_commands.verify)
 
 
+def add_fingerprint(sub: Any) -> None:
+    p = sub.add_parser(
+        "fingerprint",
+        help="print the digest of what a bundle's functions compute (SPEC.md 2.11)",
+    )
+    p.add_argument("bundle")
+    p.add_argument("--function", default=None, help="this function's only")
+    _add_json(p)
+    p.set_defaults(handler=_commands.fingerprint)
+
+
+def add_diff(sub: Any) -> None:
+    p = sub.add_parser(
+        "diff",
+        help="what differs between two bundles, function by function (exit 0: the same "
+        "fingerprint; 1: they differ)",
+    )
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    _add_json(p)
+    p.set_defaults(handler=_commands.diff)
+
+
 def add_serve(sub: Any) -> None:
     p = sub.add_parser(
         "serve", help="serve bundles over the Open Inference Protocol (KServe v2 REST)"

@@ -335,6 +335,11 @@ class TensorFile:
         """How many bytes the header takes (the 8-byte length and the JSON)."""
         return self._data_start
 
+    def stored_bytes(self, key: str) -> np.ndarray:
+        """The bytes that hold tensor `key`, as the file holds them (a read-only view)."""
+        begin, end = self.span_of(key)
+        return self._bytes[begin:end]
+
     def span_of(self, key: str) -> tuple[int, int]:
         """Bytes `[begin, end)` of the file that hold tensor `key`."""
         entry = self.entries[key]

@@ -370,6 +370,26 @@ class Bundle(StoredValues):
         _files.check_digest(name, listed.size, self._tensor_files[name].sha256(), listed)
         return listed.sha256
 
+    def tensor_sha256(self, name: str) -> str:
+        """The sha256 of argument `name`'s stored value: its bytes as its tensor file holds
+        them (SPEC.md, "Fingerprint")."""
+        import hashlib
+
+        value = next((a.value for a in self.manifest.arguments if a.name == name), None)
+        if value is None:
+            raise InputError(f"argument {name!r} has no stored value", argument=name)
+        data = self._tensor_files[value.file].stored_bytes(value.key)
+        return hashlib.sha256(data.data).hexdigest()
+
+    def fingerprint(self, name: str | None = None) -> str:
+        """A digest of what function `name` computes (`sha256:...`; SPEC.md, "Fingerprint"):
+        its signature, its module forms (their portable artifacts) and the bytes of the weights
+        it uses, not provenance, file names, chunking or shards. With `name` None, the
+        bundle's: every function's, by name, and the default function."""
+        from ._fingerprint import fingerprint
+
+        return fingerprint(self, name)
+
     def digests(self) -> dict[str, str]:
         """The sha256 of every file a signature covers: the listed files (as the manifest says,
         which `verify()` checks) and the manifest (as read)."""

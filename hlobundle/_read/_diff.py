@@ -1,0 +1,197 @@
+"""`hlobundle diff A B`: what differs between two bundles, function by function, as their
+fingerprints (SPEC.md 2.11) see them: functions added or removed, signature changes, the weights
+whose bytes differ (with the largest absolute difference where both are numbers of one shape),
+module forms whose portable artifacts differ (their op counts before and after), and the
+metadata (provenance, default function, format version) that fingerprints leave out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._format import _dtypes
+from .._terminal._display import shown
+from ._fingerprint import document
+from ._inspect import op_histogram
+from ._reader import Bundle
+
+_BLOCK = 1 << 20  # elements compared at a time: a difference of large weights in bounded memory
+_SIGNATURE = ("constraints", "input_tree", "output_tree", "mesh", "allowed_custom_calls")
+
+
+def diff(a: Bundle, b: Bundle) -> dict[str, Any]:
+    """The differences, as JSON: `same` (the bundles' fingerprints are equal), `fingerprints`,
+    `functions` (by name, each `added`, `removed`, `same` or `changed` with what changed) and
+    `metadata` (fields that differ, `[field, a, b]`)."""
+    functions: dict[str, Any] = {}
+    for name in [*a.functions, *(n for n in b.functions if n not in a.functions)]:
+        if name not in b.functions:
+            functions[name] = {"status": "removed"}
+        elif name not in a.functions:
+            functions[name] = {"status": "added"}
+        else:
+            functions[name] = _function(a.select(name), b.select(name))
+    return {
+        "same": a.fingerprint() == b.fingerprint(),
+        "fingerprints": [a.fingerprint(), b.fingerprint()],
+        "functions": functions,
+        "metadata": _metadata(a, b),
+    }
+
+
+def _function(a: Bundle, b: Bundle) -> dict[str, Any]:
+    fa, fb = a.fingerprint(a.manifest.function), b.fingerprint(b.manifest.function)
+    if fa == fb:
+        return {"status": "same", "fingerprint": fa}
+    da, db = document(a), document(b)
+    return {
+        "status": "changed",
+        "fingerprints": [fa, fb],
+        "signature": _signature(da, db),
+        "tensors": _tensors(a, b, da, db),
+        "modules": _modules(a, b, da, db),
+    }
+
+
+def _signature(da: dict[str, Any], db: dict[str, Any]) -> list[list[Any]]:
+    """`[what, a, b]` for each signature field that differs (a value's bytes are `tensors`')."""
+    changes: list[list[Any]] = []
+    for kind in ("arguments", "results"):
+        before = {e["name"]: e for e in da[kind]}
+        after = {e["name"]: e for e in db[kind]}
+        for name in [*before, *(n for n in after if n not in before)]:
+            one, other = before.get(name), after.get(name)
+            if one is None or other is None:  # added or removed: the whole entry on its side
+                changes.append([f"{kind[:-1]} {name}", _fields(one), _fields(other)])
+                continue
+            for field in one:
+                if field != "value_sha256" and one[field] != other.get(field):
+                    changes.append([f"{kind[:-1]} {name}: {field}", one[field], other.get(field)])
+        if [e["name"] for e in da[kind]] != [e["name"] for e in db[kind]] and set(before) == set(
+            after
+        ):
+            changes.append([f"{kind} order", list(before), list(after)])
+    for field in _SIGNATURE:
+        if da[field] != db[field]:
+            changes.append([field, da[field], db[field]])
+    return changes
+
+
+def _fields(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if entry is None else {k: v for k, v in entry.items() if k != "value_sha256"}
+
+
+def _tensors(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> list[dict]:
+    """Each weight (an argument of both with a stored non-input value) whose bytes differ."""
+    after = {e["name"]: e for e in db["arguments"]}
+    out = []
+    for one in da["arguments"]:
+        other = after.get(one["name"])
+        if other is None or one["value_sha256"] == other["value_sha256"]:
+            continue
+        if one["value_sha256"] is None or other["value_sha256"] is None:
+            continue  # a weight in one, not the other: the signature's `role` says so
+        name = one["name"]
+        x, y = a.tensor(name), b.tensor(name)
+        out.append(
+            {
+                "name": name,
+                "dtype": [one["dtype"], other["dtype"]],
+                "shape": [list(x.shape), list(y.shape)],
+                "max_abs_diff": _largest_difference(x, y, one["dtype"], other["dtype"]),
+            }
+        )
+    return out
+
+
+def _largest_difference(x: np.ndarray, y: np.ndarray, dx: str, dy: str) -> float | None:
+    """The largest |x - y| when both are numbers (not bool) of one dtype and shape, in blocks."""
+    kind = _dtypes.BY_NAME[dx].numpy.kind
+    if dx != dy or x.shape != y.shape or kind not in "iufc":
+        return None
+    fx, fy = x.reshape(-1), y.reshape(-1)
+    wide = np.complex128 if kind == "c" else np.float64
+    largest = 0.0
+    for start in range(0, fx.size, _BLOCK):
+        end = start + _BLOCK
+        block = np.abs(fx[start:end].astype(wide) - fy[start:end].astype(wide))
+        largest = float(np.fmax.reduce(block, initial=largest))  # NaNs left out
+    return largest
+
+
+def _modules(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> list[dict]:
+    """Each form whose portable artifact differs: its op counts before and after (those that
+    changed), from the module texts."""
+    out = []
+    for form in sorted(set(da["forms"]) | set(db["forms"])):
+        one, other = da["forms"].get(form), db["forms"].get(form)
+        if one == other:
+            continue
+        before = op_histogram(a.modules[form].text) if form in a.modules else {}
+        after = op_histogram(b.modules[form].text) if form in b.modules else {}
+        changed = {
+            op: [before.get(op, 0), after.get(op, 0)]
+            for op in sorted(set(before) | set(after))
+            if before.get(op, 0) != after.get(op, 0)
+        }
+        out.append(
+            {
+                "form": form,
+                "ops": [sum(before.values()), sum(after.values())],
+                "changed_ops": changed,
+            }
+        )
+    return out
+
+
+def _metadata(a: Bundle, b: Bundle) -> list[list[Any]]:
+    """`[field, a, b]` for what the fingerprints leave out and a reader shows."""
+    ma, mb = a.bundle_manifest, b.bundle_manifest
+    pairs = [
+        ("format_version", ma.format_version, mb.format_version),
+        ("default_function", a.default_function, b.default_function),
+    ]
+    pa, pb = ma.provenance.model_dump(mode="json"), mb.provenance.model_dump(mode="json")
+    pairs += [(f"provenance.{k}", pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb))]
+    return [[field, x, y] for field, x, y in pairs if x != y]
+
+
+def render(found: dict[str, Any], a: str, b: str) -> str:
+    """`found` (`diff`'s) as text, every name and value from a manifest escaped."""
+    lines = [
+        f"A {shown(a)}  {found['fingerprints'][0]}",
+        f"B {shown(b)}  {found['fingerprints'][1]}",
+    ]
+    for name, f in found["functions"].items():
+        lines.append(f"function {shown(name)}: {f['status']}")
+        if f["status"] != "changed":
+            continue
+        for what, x, y in f["signature"]:
+            change = "added" if x is None else "removed" if y is None else None
+            lines.append(f"  {shown(what)}: {change or f'{_value(x)} -> {_value(y)}'}")
+        for t in f["tensors"]:
+            dtype, shape = t["dtype"], t["shape"]
+            kind = dtype[0] if dtype[0] == dtype[1] else f"{dtype[0]} -> {dtype[1]}"
+            dims = shape[0] if shape[0] == shape[1] else f"{shape[0]} -> {shape[1]}"
+            largest = (
+                "" if t["max_abs_diff"] is None else f"; largest |a - b| {t['max_abs_diff']:.6g}"
+            )
+            lines.append(f"  tensor {shown(t['name'])} ({kind} {dims}): bytes differ{largest}")
+        for m in f["modules"]:
+            ops = "; ".join(f"{shown(op)} {x} -> {y}" for op, (x, y) in m["changed_ops"].items())
+            lines.append(
+                f"  {m['form']}: {m['ops'][0]} ops -> {m['ops'][1]} ops"
+                + (f"; {ops}" if ops else "")
+            )
+    for field, x, y in found["metadata"]:
+        lines.append(f"metadata {field}: {_value(x)} -> {_value(y)}")
+    lines.append("same fingerprint" if found["same"] else "fingerprints differ")
+    return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    import json
+
+    text = json.dumps(value)
+    return shown(text if len(text) <= 120 else text[:117] + "...")

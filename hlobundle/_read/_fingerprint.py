@@ -1,0 +1,73 @@
+"""Fingerprints (SPEC.md, "Fingerprint"): a digest of what determines what a function computes,
+blind to what does not (provenance, file names and order, chunk digests, shards, compiled
+executables). A function's is the sha256 of the canonical JSON of `document`: its signature,
+its stored module forms by the sha256 of their portable artifacts, and the sha256 of the
+stored bytes of every argument value that is not an example input (its weights and state). A
+bundle's is the sha256 of the canonical JSON of its functions' fingerprints by name and its
+default function."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._reader import Bundle
+
+ALGORITHM = "hlobundle-fingerprint-1"
+# The manifest fields of an argument and a result that the signature holds.
+ARGUMENT_FIELDS = ("name", "path", "shape", "dtype", "layout", "role", "sharding", "hlo_sharding")
+RESULT_FIELDS = ("name", "shape", "dtype", "layout", "aliases", "sharding", "hlo_sharding")
+FORMS = ("module", "vjp", "batched")
+
+
+def canonical(value: Any) -> bytes:
+    """JSON with sorted keys, no whitespace, ASCII only (every other character escaped)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
+
+
+def document(bundle: Bundle) -> dict[str, Any]:
+    """What the selected function's fingerprint is the digest of."""
+    m = bundle.manifest
+    arguments = []
+    for a in m.arguments:
+        entry = a.model_dump(mode="json", include=set(ARGUMENT_FIELDS))
+        weight = a.value is not None and a.role != "input"
+        entry["value_sha256"] = bundle.tensor_sha256(a.name) if weight else None
+        arguments.append(entry)
+    forms: dict[str, Any] = {}
+    for key in FORMS:
+        stored = bundle.modules.get(key)
+        if stored is not None:
+            forms[key] = {"portable_sha256": stored.portable_sha256}
+    if m.batched is not None:
+        forms["batched"]["arguments"] = list(m.batched.arguments)
+    return {
+        "algorithm": ALGORITHM,
+        "arguments": arguments,
+        "results": [r.model_dump(mode="json", include=set(RESULT_FIELDS)) for r in m.results],
+        "constraints": list(m.constraints or []),
+        "input_tree": m.input_tree,
+        "output_tree": m.output_tree,
+        "mesh": m.mesh.model_dump(mode="json") if m.mesh is not None else None,
+        "allowed_custom_calls": sorted(m.module.allowed_custom_calls),
+        "forms": forms,
+    }
+
+
+def fingerprint(bundle: Bundle, name: str | None = None) -> str:
+    """Function `name`'s fingerprint, or with `name` None the bundle's (every function's)."""
+    if name is not None:
+        return digest(document(bundle.select(name)))
+    return digest(
+        {
+            "algorithm": ALGORITHM,
+            "default_function": bundle.default_function,
+            "functions": {n: fingerprint(bundle, n) for n in bundle.functions},
+        }
+    )

@@ -1,0 +1,132 @@
+"""`hlobundle diff A B`: function by function, what differs (signature, weights, modules,
+metadata), in text and JSON held against golden files (tests/golden/diff.*, fingerprints
+masked: they depend on the portable artifacts jaxlib writes); exit 0 when the fingerprints are
+equal, 1 when they differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import ROOT, cli
+
+import hlobundle
+
+GOLDEN = Path(__file__).parent / "golden"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+MODULE = """
+func.func @main(%w: tensor<3x2xf32>, %x: tensor<4x3xf32>) -> tensor<4x2xf32> {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  %1 = stablehlo.tanh %0 : tensor<4x2xf32>
+  return %1 : tensor<4x2xf32>
+}
+"""
+# B: one op more, one weight value changed, its result renamed, another producer version.
+MODULE_B = MODULE.replace(
+    "  return %1", "  %2 = stablehlo.add %1, %1 : tensor<4x2xf32>\n  return %2"
+).replace("return %1 :", "return %2 :")
+
+
+def _pack(out: Path, module: str, w: np.ndarray, version: str, result: str = "y") -> Path:
+    x = np.linspace(0, 1, 12, dtype=np.float32).reshape(4, 3)
+    return hlobundle.pack(
+        module,
+        [w, x],
+        out,
+        names=["w", "x"],
+        result_names=[result],
+        roles={"w": "parameter"},
+        producer=("golden", version),
+        timestamp="2026-12-05T00:00:00Z",
+    )
+
+
+@pytest.fixture
+def pair(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    w = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+    changed = w.copy()
+    changed[1, 0] += 0.5
+    _pack(tmp_path / "a.hlobundle", MODULE, w, "1")
+    _pack(tmp_path / "b.hlobundle", MODULE_B, changed, "2", result="z")
+    return "a.hlobundle", "b.hlobundle"
+
+
+def _golden(name: str, got: str) -> None:
+    masked = DIGEST.sub("sha256:...", got)
+    path = GOLDEN / name
+    if os.environ.get("HLOBUNDLE_UPDATE_GOLDEN"):
+        path.write_text(masked)
+    assert masked == path.read_text()
+
+
+def test_the_text_says_what_differs(pair):
+    done = cli("diff", *pair)
+    assert done.returncode == 1, done.stderr
+    _golden("diff.txt", done.stdout)
+
+
+def test_the_json_says_what_differs(pair):
+    done = cli("diff", *pair, "--json")
+    assert done.returncode == 1, done.stderr
+    found = json.loads(done.stdout)
+    (tensor,) = found["functions"]["main"]["tensors"]
+    assert tensor["max_abs_diff"] == pytest.approx(0.5)
+    _golden("diff.json", json.dumps(found, indent=2, sort_keys=True) + "\n")
+
+
+def test_equal_fingerprints_exit_0_though_the_files_differ(pair, tmp_path):
+    a, _ = pair
+    w = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+    again = _pack(tmp_path / "again.hlobundle", MODULE, w, "7")  # another producer version
+    done = cli("diff", a, again)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "function main: same" in done.stdout
+    assert 'metadata provenance.producer_version: "1" -> "7"' in done.stdout
+
+
+def test_functions_added_and_removed(tmp_path):
+    from helpers import two_functions
+
+    found = json.loads(
+        cli("diff", two_functions(tmp_path), ROOT / "examples" / "lm.hlobundle", "--json").stdout
+    )
+    assert {n: f["status"] for n, f in found["functions"].items()} == {
+        "predict": "removed",
+        "loss": "removed",
+        "prefill": "added",
+        "decode": "added",
+    }
+    assert found["same"] is False
+
+
+def test_a_hostile_value_is_escaped(pair):
+    """A producer version holding a terminal escape prints as an escape, not as one."""
+    from helpers import edit_manifest
+
+    a, b = pair
+    edit_manifest(Path(b), lambda m: m["provenance"].update(producer_version="\x1b[2J"))
+    done = cli("diff", a, b)
+    assert done.returncode == 1, done.stderr
+    assert "\x1b" not in done.stdout
+    assert 'metadata provenance.producer_version: "1" -> "\\u001b[2J"' in done.stdout
+
+
+def test_the_docs_block_runs(tmp_path):
+    from test_readme import _bash, _sh
+
+    done = _bash(_sh("docs/distribution.md", "Versions: fingerprint and diff"), tmp_path)
+    lenet = hlobundle.load(ROOT / "examples" / "lenet5.hlobundle")
+    assert done.stdout.splitlines()[0] == f"{lenet.fingerprint()}  (bundle)"
+    assert "same fingerprint" in done.stdout
+    changes = json.loads((tmp_path / "changes.json").read_text())
+    assert changes["same"] is False and set(changes["functions"]) == {
+        *lenet.functions,
+        "prefill",
+        "decode",
+    }
