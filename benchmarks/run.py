@@ -1134,9 +1134,10 @@ print(status("VmHWM") - start)
 
 
 def pull_cost(tmp: Path, quick: bool) -> list[dict]:
-    """`hlobundle pull` (every blob hashed as it streams, the bundle then verified) / `oras
-    pull` (oras' Python client, no digest checks) of the same artifact from a local
-    registry; peak RSS of a pull above its start-up / the bundle's size (goal <= 0.1)."""
+    """`hlobundle pull` (every blob hashed as it streams, the bundle then verified; the store
+    emptied first, so every byte comes from the registry) / `oras pull` (oras' Python client, no digest
+    checks) of the same artifact from a local registry; peak RSS of a pull above its start-up
+    / the bundle's size (goal <= 0.1)."""
     import oras.provider
 
     import hlobundle
@@ -1146,12 +1147,22 @@ def pull_cost(tmp: Path, quick: bool) -> list[dict]:
     bundle = hlobundle.pack(module_for(arrays), arrays, tmp / "pull-big.hlobundle")
     del arrays
     process, host = _registry(tmp)
+    # Every pull from the registry, as oras': the store of what earlier pulls put where is
+    # emptied before each (the caches of check verdicts stay, as on a user's machine).
+    cache = tmp / "pull-cache"
+    os.environ["HLOBUNDLE_CACHE_DIR"] = str(cache)
+
+    def no_store() -> None:
+        for name in ("pulled", "blobs"):
+            shutil.rmtree(cache / name, ignore_errors=True)
+
     try:
         ref = hlobundle.push(bundle, f"oci://{host}/bench/pull:v1").ref
         client = oras.provider.Registry(hostname=host, insecure=True)
         counter = iter(range(1000))
 
         def ours() -> None:
+            no_store()
             hlobundle.pull(ref, tmp / f"ours-{next(counter)}.hlobundle")
 
         def theirs() -> None:
@@ -1159,11 +1170,13 @@ def pull_cost(tmp: Path, quick: bool) -> list[dict]:
 
         res = interleaved({"hlobundle pull": ours, "oras pull": theirs}, 3 if quick else 7)
         out = tmp / "peak.hlobundle"
+        no_store()
         r = subprocess.run(
             [PY, "-c", PULL_PEAK, ref, str(out)], capture_output=True, text=True, check=True
         )
         peak = int(r.stdout.split()[-1])
     finally:
+        os.environ.pop("HLOBUNDLE_CACHE_DIR")
         process.terminate()
         process.wait()
     total = sum(p.stat().st_size for p in bundle.iterdir())
