@@ -142,19 +142,26 @@ def test_a_worker_node_killed_mid_job_loses_no_row_and_duplicates_none(bundle, c
     np.testing.assert_allclose(np.stack([results[i] for i in range(n)]), want, rtol=1e-5, atol=1e-6)
 
 
-def test_ray_data_scores_the_language_model_row_by_row(cluster):
-    """Rows of prompts through `prefill`, then the next token of each through `decode`: every
-    row's results are its in-process call's."""
+def test_ray_data_scores_the_lenet_and_the_language_model_row_by_row(cluster):
+    """Rows of image batches through the shipped LeNet; rows of prompts through `prefill`,
+    then the next token of each through `decode`: every row's results are its in-process
+    call's."""
     import ray
-    from helpers import LM, assert_close, lm_calls
+    from helpers import LM, ROOT, assert_close, lm_calls
 
     from hlobundle.integrations.ray import BundlePredictor
 
-    for function, inputs, want in lm_calls():
+    path = ROOT / "examples" / "lenet5.hlobundle"
+    lenet = hlobundle.load(path)
+    (image,) = [a.name for a in lenet.arguments if a.role == "input"]
+    want = {lenet.results[0].name: np.asarray(lenet.function("xla")(*lenet.example_args()))}
+    calls = [(path, None, {image: lenet.tensor(image)}, want)]
+    calls += [(LM, function, inputs, results) for function, inputs, results in lm_calls()]
+    for bundle, function, inputs, results in calls:
         rows = [{"id": i, **inputs} for i in range(4)]
         scored = ray.data.from_items(rows).map_batches(
             BundlePredictor,
-            fn_constructor_kwargs={"bundle": str(LM), "function": function},
+            fn_constructor_kwargs={"bundle": str(bundle), "function": function},
             concurrency=1,
             batch_size=2,
             batch_format="numpy",
@@ -162,7 +169,7 @@ def test_ray_data_scores_the_language_model_row_by_row(cluster):
         got = scored.take_all()
         assert sorted(r["id"] for r in got) == list(range(4))
         for row in got:
-            for name, value in want.items():
+            for name, value in results.items():
                 assert_close(row[name], value)
 
 
