@@ -130,3 +130,18 @@ def test_the_docs_block_runs(tmp_path):
         "prefill",
         "decode",
     }
+
+
+@pytest.mark.parametrize(("value", "said"), [(np.nan, "NaN"), (np.inf, "Infinity")])
+def test_a_nan_or_an_infinity_is_a_difference_in_strict_json(pair, tmp_path, value, said):
+    """A weight turned NaN is not a difference of 0, and an infinite one is strict JSON."""
+    a, _ = pair
+    w = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+    w[1, 0] = value
+    _pack(tmp_path / "odd.hlobundle", MODULE, w, "1")
+    done = cli("diff", a, "odd.hlobundle", "--json")
+    assert done.returncode == 1, done.stderr
+    found = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    (tensor,) = found["functions"]["main"]["tensors"]
+    assert tensor["max_abs_diff"] == said
+    assert f"largest |a - b| {said}" in cli("diff", a, "odd.hlobundle").stdout

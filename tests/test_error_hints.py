@@ -155,7 +155,7 @@ def test_no_parser_takes_abbreviations():
     parsers = [top, *commands.values()]
     nested = commands["cache"]._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     parsers += nested.values()  # cache ls, cache prune
-    assert len(parsers) == 18 and not any(p.allow_abbrev for p in parsers)
+    assert len(parsers) == 20 and not any(p.allow_abbrev for p in parsers)
 
 
 @pytest.mark.slow

@@ -536,3 +536,53 @@ def test_an_encoded_manifest_is_refused_not_decompressed(fake, tmp_path):
 
     fake.hooks["/v2/repo/manifests/v1"] = encoded
     _refused(tmp_path, fake, hlobundle.errors.RegistryProtocolError, "Content-Encoding 'gzip'")
+
+
+@pytest.mark.parametrize("where", ["size-line", "trailer"])
+def test_a_drip_inside_one_read_is_cut_off(fake, tmp_path, monkeypatch, where):
+    """A chunked body whose bytes drip into a chunk's size line, or into trailer lines after
+    the last chunk: http.client reads them inside one read, so no piece of the body comes to
+    be counted; the watchdog shuts the connection down after a window (here 0.5 s)."""
+    from hlobundle._oci import _client
+
+    monkeypatch.setattr(_client, "RATE_WINDOW_S", 0.5)
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    stop = time.monotonic() + 15
+
+    def drip(h):
+        h.send_response(200)
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        try:
+            if where == "size-line":
+                h.wfile.write(b"%x;" % len(data))
+            else:
+                h.wfile.write(b"%x\r\n" % 100 + data[:100] + b"\r\n0\r\n")
+            while time.monotonic() < stop:
+                h.wfile.write(b"a" if where == "size-line" else b"X-A: b\r\n")
+                h.wfile.flush()
+                time.sleep(0.05)
+        except OSError:
+            pass
+        h.close_connection = True
+
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = drip
+    started = time.monotonic()
+    _refused(tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "slower than", timeout=1)
+    assert time.monotonic() - started < 5
+
+
+def test_a_pointer_naming_a_path_with_a_nul_byte_is_ignored(fake, tmp_path):
+    """The store's record of where a pull put a file, rewritten to hold a NUL byte: the next
+    pull fetches the file (a NUL in a path is no file), not a ValueError."""
+    artifact(EXAMPLE, fake)
+    digest = _weights_digest().removeprefix("sha256:")
+    hlobundle.pull(fake.ref(), tmp_path / "first.hlobundle")
+    (tmp_path / "cache" / "pulled" / digest).write_bytes(b"/tmp/a\0b")
+    again = hlobundle.pull(fake.ref(), tmp_path / "second.hlobundle")
+    size = (EXAMPLE / WEIGHTS).stat().st_size
+    assert (
+        again.reused
+        == sum(p.stat().st_size for p in EXAMPLE.iterdir() if p.name != "manifest.json") - size
+    )

@@ -349,3 +349,56 @@ def test_emit_of_a_remote_bundle_says_to_pull_it_first(bundle, server, tmp_path)
     done = cli("emit", url(server, bundle), "-o", tmp_path / "run.py")
     assert done.returncode == 1 and "pull it first" in done.stderr, done.stderr
     assert not (tmp_path / "run.py").exists()
+
+
+def _cli_in(cache, *args: str, timeout: float = 60):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(cache)}
+    return subprocess.run(
+        [sys.executable, "-m", "hlobundle", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.subprocess
+def test_prune_touches_nothing_through_a_symlinked_directory_or_an_open_cache(tmp_path):
+    """`remote` and `pulled` made symlinks to someone's directory holding entries named as
+    the store names its own: prune removes none of them; nor anything in a cache root others
+    may write."""
+    import os
+
+    victim = tmp_path / "victim"
+    (victim / ("b" * 64)).mkdir(parents=True)
+    (victim / ("b" * 64) / "precious.txt").write_text("mine")
+    (victim / ("c" * 64)).write_text("also mine")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    os.symlink(victim, cache / "remote")
+    os.symlink(victim, cache / "pulled")
+    done = _cli_in(cache, "cache", "prune", "--max-size", "0")
+    assert done.returncode == 0, done.stderr
+    assert (victim / ("b" * 64) / "precious.txt").exists() and (victim / ("c" * 64)).exists()
+    open_cache = tmp_path / "open"
+    (open_cache / "blobs" / "sha256").mkdir(parents=True)
+    (open_cache / "blobs" / "sha256" / ("d" * 64)).write_text("not the store's")
+    open_cache.chmod(0o777)
+    done = _cli_in(open_cache, "cache", "prune", "--max-size", "0")
+    assert (open_cache / "blobs" / "sha256" / ("d" * 64)).exists(), done.stderr
+
+
+@pytest.mark.subprocess
+def test_prune_does_not_block_on_a_fifo_pointer(tmp_path):
+    import os
+
+    cache = tmp_path / "cache"
+    (cache / "pulled").mkdir(parents=True, mode=0o700)
+    cache.chmod(0o700)
+    os.mkfifo(cache / "pulled" / ("a" * 64))
+    done = _cli_in(cache, "cache", "prune", "--max-size", "1G", timeout=30)
+    assert done.returncode == 0, done.stderr

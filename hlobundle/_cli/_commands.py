@@ -206,7 +206,7 @@ def diff(args: argparse.Namespace) -> int:
     from .._read._reader import load
 
     found = differences(load(args.a), load(args.b))
-    print(json.dumps(found) if args.json else render(found, args.a, args.b))
+    print(json.dumps(found, allow_nan=False) if args.json else render(found, args.a, args.b))
     return EXIT_OK if found["same"] else EXIT_FAIL
 
 

@@ -6,10 +6,12 @@ names), and every status turned into a coded error naming the reference.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
-import time
-from collections.abc import Iterable, Iterator
+import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -385,39 +387,65 @@ class Client:
 
 
 # A server that sends a byte just inside each read's timeout would hold a pull or a load for
-# ever: fewer than MIN_RATE bytes a second over any RATE_WINDOW_S seconds ends it (as curl's
-# --speed-limit and --speed-time do).
+# ever: fewer than MIN_RATE bytes a second of the body over any RATE_WINDOW_S seconds ends it
+# (curl's --speed-limit and --speed-time), whether the reads return pieces slowly or a read
+# never returns (the bytes dripping into a chunk's size line or a trailer, which http.client
+# reads inside one read): a watchdog shuts the connection down.
 MIN_RATE = 1024
 RATE_WINDOW_S = 30.0
 
 
-def paced(pieces: Iterable[bytes], what: str, ref: str) -> Iterator[bytes]:
-    """`pieces` as they arrive, refused (RegistryUnreachableError) when they come slower than
-    MIN_RATE bytes a second over a window of RATE_WINDOW_S seconds."""
-    start, got = time.monotonic(), 0
-    for piece in pieces:
-        got += len(piece)
-        spent = time.monotonic() - start
-        if spent >= RATE_WINDOW_S:
-            if got < MIN_RATE * spent:
-                raise RegistryUnreachableError(
-                    f"the {what} arrives slower than {MIN_RATE} bytes/s ({got} bytes in "
-                    f"{spent:.1f} s)",
-                    ref=ref,
-                )
-            start, got = time.monotonic(), 0
-        yield piece
+class _Watchdog:
+    """Shuts `response`'s connection down when fewer than MIN_RATE bytes a second were
+    `counted` over the last RATE_WINDOW_S seconds."""
+
+    def __init__(self, response: Any) -> None:
+        connection = getattr(response.raw, "connection", None)
+        self.sock = getattr(connection, "sock", None)
+        self.counted, self.tripped = 0, False
+        self._done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        seen = 0
+        while not self._done.wait(RATE_WINDOW_S):
+            if self.counted - seen < MIN_RATE * RATE_WINDOW_S:
+                self.tripped = True
+                if self.sock is not None:
+                    with contextlib.suppress(OSError):
+                        self.sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns
+                return
+            seen = self.counted
+
+    def stop(self) -> None:
+        self._done.set()
 
 
 def arriving(response: Any, size: int, what: str, ref: str) -> Iterator[bytes]:
     """An answer's body as it arrives: what is there, up to `size` bytes a piece (urllib3's
-    `read1`; a plain read waits for all `size`), paced (`paced`). A broken connection raises
-    one of `broken()`."""
+    `read1`; a plain read waits for all `size`), refused (RegistryUnreachableError) when it
+    comes slower than MIN_RATE bytes a second over RATE_WINDOW_S seconds. A broken connection
+    raises one of `broken()`."""
     read = getattr(response.raw, "read1", None)
-    if read is None:  # urllib3 1.x
-        yield from paced(response.iter_content(size), what, ref)
-        return
-    yield from paced(iter(lambda: read(size), b""), what, ref)
+    pieces = iter(lambda: read(size), b"") if read else response.iter_content(size)
+    watchdog = _Watchdog(response)
+    try:
+        for piece in pieces:
+            if watchdog.tripped:
+                break
+            watchdog.counted += len(piece)
+            yield piece
+    except broken():
+        if not watchdog.tripped:
+            raise
+    finally:
+        watchdog.stop()
+    if watchdog.tripped:
+        raise RegistryUnreachableError(
+            f"the {what} arrives slower than {MIN_RATE} bytes/s over {RATE_WINDOW_S:g} s "
+            f"({watchdog.counted} bytes in all)",
+            ref=ref,
+        )
 
 
 def broken() -> tuple[type[BaseException], ...]:

@@ -105,8 +105,10 @@ def _tensors(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> li
     return out
 
 
-def _largest_difference(x: np.ndarray, y: np.ndarray, dx: str, dy: str) -> float | None:
-    """The largest |x - y| when both are numbers (not bool) of one dtype and shape, in blocks."""
+def _largest_difference(x: np.ndarray, y: np.ndarray, dx: str, dy: str) -> float | str | None:
+    """The largest |x - y| when both are numbers (not bool) of one dtype and shape, in blocks:
+    a number, or (strict JSON, as `serve` writes) "Infinity", or "NaN" where one holds a NaN
+    and the other a number there; None when they cannot be compared."""
     kind = _dtypes.BY_NAME[dx].numpy.kind
     if dx != dy or x.shape != y.shape or kind not in "iufc":
         return None
@@ -115,9 +117,13 @@ def _largest_difference(x: np.ndarray, y: np.ndarray, dx: str, dy: str) -> float
     largest = 0.0
     for start in range(0, fx.size, _BLOCK):
         end = start + _BLOCK
-        block = np.abs(fx[start:end].astype(wide) - fy[start:end].astype(wide))
-        largest = float(np.fmax.reduce(block, initial=largest))  # NaNs left out
-    return largest
+        a, b = fx[start:end].astype(wide), fy[start:end].astype(wide)
+        if (np.isnan(a) != np.isnan(b)).any():
+            return "NaN"
+        with np.errstate(invalid="ignore", over="ignore"):
+            block = np.abs(a - b)  # NaN where both are NaN (the same, here) or inf - inf
+        largest = float(np.fmax.reduce(block, initial=largest))
+    return largest if np.isfinite(largest) else "Infinity"
 
 
 def _modules(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> list[dict]:
@@ -174,9 +180,11 @@ def render(found: dict[str, Any], a: str, b: str) -> str:
             dtype, shape = t["dtype"], t["shape"]
             kind = dtype[0] if dtype[0] == dtype[1] else f"{dtype[0]} -> {dtype[1]}"
             dims = shape[0] if shape[0] == shape[1] else f"{shape[0]} -> {shape[1]}"
+            d = t["max_abs_diff"]
             largest = (
-                "" if t["max_abs_diff"] is None else f"; largest |a - b| {t['max_abs_diff']:.6g}"
+                "" if d is None else f"; largest |a - b| {d if isinstance(d, str) else f'{d:.6g}'}"
             )
+            largest += " (a NaN in one, a number in the other)" if d == "NaN" else ""
             lines.append(f"  tensor {shown(t['name'])} ({kind} {dims}): bytes differ{largest}")
         for m in f["modules"]:
             ops = "; ".join(f"{shown(op)} {x} -> {y}" for op, (x, y) in m["changed_ops"].items())

@@ -44,6 +44,7 @@ def document(bundle: Bundle) -> dict[str, Any]:
     for key in FORMS:
         stored = bundle.modules.get(key)
         if stored is not None:
+            bundle.artifact(key)  # shown to be the text's program, as before it runs
             forms[key] = {"portable_sha256": stored.portable_sha256}
     if m.batched is not None:
         forms["batched"]["arguments"] = list(m.batched.arguments)

@@ -11,6 +11,7 @@ when it is still this user's regular file of that size."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -139,15 +140,7 @@ class Store:
     def _pulled_to(self, digest: str) -> Path | None:
         if self.pulled is None or not _is_digest(digest):
             return None
-        fd = _cache.open_own_file(self.pulled / digest, lambda got: 0 < got <= _MAX_POINTER)
-        if fd is None:
-            return None
-        try:
-            return Path(os.fsdecode(os.pread(fd, _MAX_POINTER, 0)))
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        return _read_pointer(self.pulled / digest)
 
     def _path(self, digest: str) -> Path | None:
         if self.blobs is None or not _is_digest(digest):
@@ -201,58 +194,102 @@ class Usage:
     view_bytes: int
 
 
+def _read_pointer(pointer: Path) -> Path | None:
+    """The path a `pulled/` pointer names: its bytes, when it is this user's regular file of
+    at most _MAX_POINTER bytes (not a FIFO, not through a symlink) naming a path without NUL."""
+    fd = _cache.open_own_file(pointer, lambda got: 0 < got <= _MAX_POINTER)
+    if fd is None:
+        return None
+    try:
+        data = os.pread(fd, _MAX_POINTER, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if b"\0" in data else Path(os.fsdecode(data))
+
+
+def _entries(*names: str) -> list[tuple[Path, os.stat_result]]:
+    """The entries named by a sha256 in the store's directory `names` (under the cache root),
+    each with its own lstat: none when that directory is not a private one of this user's
+    (`_cache.directory`'s rules: no symlink, no other owner, no one else may write), or when a
+    directory below it is a symlink. Only names the store writes."""
+    base = _cache.directory(names[0])
+    if base is None:
+        return []
+    for name in names[1:]:
+        base = base / name
+        try:
+            if not stat.S_ISDIR(os.lstat(base).st_mode):
+                return []
+        except OSError:
+            return []
+    found = []
+    for path in base.iterdir():
+        if _is_digest(path.name):
+            try:
+                found.append((path, path.lstat()))
+            except OSError:  # gone meanwhile (another prune)
+                continue
+    return found
+
+
+def _blobs() -> list[tuple[Path, os.stat_result]]:
+    return [(p, st) for p, st in _entries(BLOBS, "sha256") if stat.S_ISREG(st.st_mode)]
+
+
+def _views() -> list[tuple[Path, os.stat_result]]:
+    return [(p, st) for p, st in _entries(VIEWS) if stat.S_ISDIR(st.st_mode)]
+
+
 def usage() -> Usage:
     """What the store holds: its blobs and remote bundles' directories, and their bytes (a
     directory's bytes as allocated: its tensor files hold only the chunks fetched)."""
-    root = _cache.cache_root()
-    blobs = [p for p in (root / BLOBS / "sha256").glob("*") if _is_digest(p.name)]
-    views = [p for p in (root / VIEWS).glob("*") if _is_digest(p.name) and p.is_dir()]
+    blobs, views = _blobs(), _views()
     return Usage(
         len(blobs),
-        sum(p.lstat().st_size for p in blobs),
+        sum(st.st_size for _, st in blobs),
         len(views),
-        sum(_allocated(p) for p in views),
+        sum(_allocated(p) for p, _ in views),
     )
 
 
 def _allocated(directory: Path) -> int:
-    return sum(
-        p.lstat().st_blocks * 512
-        for p in directory.rglob("*")
-        if p.is_file() and not p.is_symlink()
-    )
+    """The bytes allocated to the regular files under `directory`, no symlink followed."""
+    total = 0
+    for top, _, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(top, name))
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_blocks * 512
+    return total
 
 
 def prune(max_bytes: int) -> Usage:
     """Remove remote bundles' directories, then blobs, least recently used first, until the
     store holds at most `max_bytes`, then what it remembers of pulled files that are gone (all
-    of it, with `max_bytes` 0); only names the store writes are touched, never a pulled file.
-    What is left."""
-    root = _cache.cache_root()
-    views = [p for p in (root / VIEWS).glob("*") if _is_digest(p.name) and p.is_dir()]
-    blobs = [p for p in (root / BLOBS / "sha256").glob("*") if _is_digest(p.name)]
+    of it, with `max_bytes` 0); only names the store writes, in its own private directories,
+    are touched, never a pulled file. What is left."""
     now = usage()
     total = now.blob_bytes + now.view_bytes
-    for view in sorted(views, key=lambda p: p.stat().st_atime):
+    for view, _ in sorted(_views(), key=lambda e: e[1].st_atime):
         if total <= max_bytes:
             break
         size = _allocated(view)
         shutil.rmtree(view, ignore_errors=True)
         total -= size
-    for blob in sorted(blobs, key=lambda p: p.stat().st_atime):
+    for blob, st in sorted(_blobs(), key=lambda e: e[1].st_atime):
         if total <= max_bytes:
             break
-        size = blob.lstat().st_size
         blob.unlink(missing_ok=True)
-        total -= size
-    for pointer in (p for p in (root / PULLED).glob("*") if _is_digest(p.name)):
-        if max_bytes == 0 or not _still_there(pointer):
+        total -= st.st_size
+    for pointer, st in _entries(PULLED):
+        if stat.S_ISREG(st.st_mode) and (max_bytes == 0 or not _still_there(pointer)):
             pointer.unlink(missing_ok=True)  # where a pull put a file: the file stays
     return usage()
 
 
 def _still_there(pointer: Path) -> bool:
-    try:
-        return Path(os.fsdecode(pointer.read_bytes()[:_MAX_POINTER])).is_file()
-    except OSError:
-        return False
+    pulled = _read_pointer(pointer)
+    return pulled is not None and pulled.is_file()
