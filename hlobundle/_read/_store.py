@@ -17,9 +17,10 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from . import _cache
 
@@ -61,20 +62,8 @@ class Store:
     def put(self, digest: str, data: bytes) -> None:
         """Keep `data` (whose sha256, `digest`, the caller checked). Best effort."""
         path = self._path(digest)
-        if path is None or path.exists():
-            return
-        temporary = None
-        try:
-            with tempfile.NamedTemporaryFile(
-                dir=path.parent, prefix=".partial-", delete=False
-            ) as f:
-                temporary = f.name
-                f.write(data)
-            os.chmod(temporary, 0o400)
-            os.replace(temporary, path)
-        except OSError:
-            if temporary is not None:  # ours: made just now
-                Path(temporary).unlink(missing_ok=True)
+        if path is not None and not path.exists():
+            _keep(path, lambda f: f.write(data), 0o400)
 
     def pieces(self, digest: str, size: int) -> Iterator[bytes] | None:
         """The stored bytes of sha256 `digest` (a blob, or a file a pull remembered), in
@@ -103,19 +92,12 @@ class Store:
         path = self._path(digest)
         if path is None or path.exists():
             return
-        temporary = None
-        try:
-            with (
-                tempfile.NamedTemporaryFile(dir=path.parent, prefix=".partial-", delete=False) as f,
-                open(source, "rb") as original,
-            ):
-                temporary = f.name
+
+        def copy(f: IO[bytes]) -> None:
+            with open(source, "rb") as original:
                 shutil.copyfileobj(original, f, _PIECE)
-            os.chmod(temporary, 0o400)
-            os.replace(temporary, path)
-        except OSError:
-            if temporary is not None:  # ours: made just now
-                Path(temporary).unlink(missing_ok=True)
+
+        _keep(path, copy, 0o400)
 
     def remember(self, digest: str, pulled: Path) -> None:
         """Remember that the file `pulled` (whose sha256, `digest`, the caller checked) holds
@@ -123,19 +105,8 @@ class Store:
         if self.pulled is None or not _is_digest(digest):
             return
         text = os.fsencode(pulled.resolve())
-        if len(text) > _MAX_POINTER:
-            return
-        temporary = None
-        try:
-            with tempfile.NamedTemporaryFile(
-                dir=self.pulled, prefix=".partial-", delete=False
-            ) as f:
-                temporary = f.name
-                f.write(text)
-            os.replace(temporary, self.pulled / digest)
-        except OSError:
-            if temporary is not None:  # ours: made just now
-                Path(temporary).unlink(missing_ok=True)
+        if len(text) <= _MAX_POINTER:
+            _keep(self.pulled / digest, lambda f: f.write(text), 0o600)
 
     def _pulled_to(self, digest: str) -> Path | None:
         if self.pulled is None or not _is_digest(digest):
@@ -146,6 +117,21 @@ class Store:
         if self.blobs is None or not _is_digest(digest):
             return None
         return self.blobs / digest
+
+
+def _keep(path: Path, write: Callable[[IO[bytes]], object], mode: int) -> None:
+    """`path` written whole by `write` or not at all (a temporary beside it, renamed over it),
+    of `mode`. Best effort: a failure keeps nothing, and removes only the temporary."""
+    temporary = None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".partial-", delete=False) as f:
+            temporary = f.name
+            write(f)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except OSError:
+        if temporary is not None:  # ours: made just now
+            Path(temporary).unlink(missing_ok=True)
 
 
 def view_directory(manifest_sha256: str) -> Path | None:
