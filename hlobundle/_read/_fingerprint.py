@@ -10,10 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ._reader import Bundle
+    from .._format._manifest import Manifest
+
+
+class Bundle(Protocol):
+    """What a fingerprint reads of a `Bundle` (named here, so that this module, which the
+    reader's `Bundle.fingerprint` imports, imports no reader back)."""
+
+    manifest: Manifest
+    modules: dict[str, Any]
+    default_function: str | None
+
+    @property
+    def functions(self) -> list[str]: ...
+
+    def select(self, name: str | None = None) -> Bundle: ...
+
+    def artifact(self, key: str) -> bytes | None: ...
+
+    def tensor_sha256(self, name: str) -> str: ...
+
 
 ALGORITHM = "hlobundle-fingerprint-1"
 # The manifest fields of an argument and a result that the signature holds.
