@@ -237,3 +237,56 @@ def test_narrow_tensors_within_their_bits_pass(tmp_path):
         [value("b", (2,), "bool"), value("u", (2,), "uint4")],
     )
     _tensor_files.check_narrow_values(m, _read(_tensor_files.open_tensor_files(tmp_path, m)))
+
+
+def test_safetensors_parses_a_header_once_and_its_verdict_is_remembered(tmp_path, monkeypatch):
+    """safetensors' own parse of a header (the one step that imports numpy) runs once per
+    header bytes and file size: a second load of the same file recalls its verdict; a file
+    whose header differs is parsed again."""
+    import shutil
+
+    from helpers import ROOT
+
+    import hlobundle
+    from hlobundle._format import _tensors
+
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    parsed = []
+    real = _tensors.TensorFile.validate_with_safetensors
+    monkeypatch.setattr(
+        _tensors.TensorFile,
+        "validate_with_safetensors",
+        lambda self: parsed.append(self.name) or real(self),
+    )
+    lenet = ROOT / "examples" / "lenet5.hlobundle"
+    hlobundle.load(lenet)
+    first = sorted(parsed)
+    assert first and len(first) == len(set(first))
+    hlobundle.load(lenet)
+    assert sorted(parsed) == first  # recalled, not parsed again
+    other = shutil.copytree(lenet, tmp_path / "other.hlobundle")
+    hlobundle.load(other)  # the same bytes elsewhere: the same verdict
+    assert sorted(parsed) == first
+    hlobundle.load(ROOT / "examples" / "lm.hlobundle")  # other headers: parsed
+    assert len(parsed) > len(first)
+
+
+@pytest.mark.subprocess
+def test_a_verify_of_bytes_checked_before_imports_no_numpy(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    code = (
+        "import sys\nfrom hlobundle._cli._main import main\n"
+        f"main(['verify', {str(ROOT / 'examples' / 'lenet5.hlobundle')!r}])\n"
+        "print('numpy' in sys.modules)"
+    )
+    env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert [r.stdout.splitlines()[-1] for r in runs] == ["True", "False"], runs[1].stderr

@@ -156,6 +156,14 @@ class TensorFile:
             )
         return n
 
+    def header_bytes(self) -> bytes:
+        """The file's first bytes up to its data: the 8-byte length and the JSON header."""
+        return os.pread(self._fd, self._data_start, 0)
+
+    def validate_with_safetensors(self) -> None:
+        """safetensors' own parse of the open file's header (it imports numpy)."""
+        self._validate_with_safetensors()
+
     def _validate_with_safetensors(self) -> None:
         from safetensors import safe_open
 

@@ -4,6 +4,7 @@ stored values of a function with symbolic dimensions shown to be one instance of
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from .._format import _chunks, _dtypes, _limits, _paths, _symbolic, _tensors
 from .._format._errors import TensorMismatchError
 from .._format._manifest import Argument, Manifest, Result, TensorRef, static_shape
+from . import _cache
 from ._files import AnyManifest, each_function
 
 if TYPE_CHECKING:
@@ -54,10 +56,13 @@ def open_tensor_files(
             _paths.resolve(root, name),
             name=name,
             header_limit=header_budget(keys[name]),
-            with_safetensors=with_safetensors,
+            with_safetensors=False,
         )
         for name in sorted(keys)
     }
+    if with_safetensors:
+        for tf in files.values():
+            _validated_by_safetensors(tf)
     used: dict[str, set[str]] = {name: set() for name in files}
     for field, ref, dtype, shape in stored:
         _check_header_entry(files[ref.file], ref, _dtypes.BY_NAME[dtype], tuple(shape), field)
@@ -178,3 +183,25 @@ def check_narrow_values(
                 path=ref.file,
                 field=field,
             )
+
+
+def _validated_by_safetensors(tf: _tensors.TensorFile) -> None:
+    """safetensors' own parse of the file's header, or its remembered verdict on exactly these
+    header bytes and this file size (it reads nothing else; SPEC.md 8, "Caches"): a verdict
+    saves importing numpy, most of a light command's start-up."""
+    import safetensors
+
+    header = tf.header_bytes()
+    parts = [safetensors.__version__, str(tf.size), hashlib.sha256(header).hexdigest()]
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    where = _cache.directory(_HEADERS)
+    if where is not None and _cache.read(where, key, _SUFFIX) == _ACCEPTED:
+        return
+    tf.validate_with_safetensors()
+    if where is not None:
+        _cache.write(where, key, _ACCEPTED, _SUFFIX)
+
+
+_HEADERS = "safetensors-headers"  # the cache's subdirectory of safetensors' verdicts
+_SUFFIX = ".ok"
+_ACCEPTED = b"accepted"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from .._format import _dtypes
 from .._format._errors import InputError
 from .._format._manifest import Argument, Manifest, Result, TensorRef, static_shape, unflatten
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .._format._tensors import TensorFile
 
 
