@@ -15,6 +15,7 @@ Rounds interleave the servers, and a row gives the median of the rounds."""
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +65,7 @@ def symbolic_lenet(out: Path) -> Path:
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -72,7 +74,7 @@ def _free_port() -> int:
 def start(engine: str, bundle: Path, batched: bool, tmp: Path) -> tuple[subprocess.Popen, int]:
     """The engine serving `bundle` as model `lenet` on a free loopback port, ready; with
     `batched`, combining up to 8 concurrent requests (the engines that can)."""
-    port, grpc = _free_port(), _free_port()
+    port, grpc = free_port(), free_port()
     python = str(venv_python(engine))
     if engine == "hlobundle":
         command = [python, "-m", "hlobundle", "serve", f"{MODEL}={bundle}", "--port", str(port)]
@@ -184,16 +186,21 @@ def throughput(
         except BaseException as e:  # reported below, in the main thread
             failed.append(e)
 
-    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    spent = in_threads(client, CLIENTS)
+    if failed:
+        raise RuntimeError(f"{len(failed)} clients failed: {failed[0]}")
+    return CLIENTS * each / spent
+
+
+def in_threads(client: Callable[[], None], clients: int) -> float:
+    """Seconds `clients` threads take to run `client` each, all started together."""
+    threads = [threading.Thread(target=client) for _ in range(clients)]
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    spent = time.perf_counter() - start
-    if failed:
-        raise RuntimeError(f"{len(failed)} clients failed: {failed[0]}")
-    return CLIENTS * each / spent
+    return time.perf_counter() - start
 
 
 def in_process(bundle: Path, images: np.ndarray, n: int) -> tuple[np.ndarray, list[float]]:
@@ -277,19 +284,19 @@ def rows(engines, missing, kinds, lat, rate, decode, local) -> list[dict]:
             "ratio": "",
         }
     ]
-    for kind, q, engine in _each(("json", "binary"), (50, 99), engines):
+    for kind, q, engine in itertools.product(("json", "binary"), (50, 99), engines):
         if kind in kinds[engine]:
             s = over(engine, kind, q)
             case = f"{kind}: request p{q} over the in-process call's, {engine} (s; ratio: hlobundle's / this)"
             out.append({"case": case, "s": s, "ratio": over("hlobundle", kind, q) / s})
-    for batched, kind, engine in _each((False, True), ("json", "binary"), engines):
+    for batched, kind, engine in itertools.product((False, True), ("json", "binary"), engines):
         if (engine, kind, batched) in rate:
             r = statistics.median(rate[(engine, kind, batched)])
             ours = statistics.median(rate[("hlobundle", kind, batched)])
             what = "batching up to 8" if batched else "no batching"
             case = f"{kind}: {CLIENTS} clients, {what}, {engine} (requests/s; ratio: hlobundle's / this)"
             out.append({"case": case, "s": r, "ratio": ours / r})
-    for kind, engine in _each(("json", "binary"), engines):
+    for kind, engine in itertools.product(("json", "binary"), engines):
         if kind in decode[engine]:
             s = decode[engine][kind]
             case = f"in which, in process and warm: {engine}'s own decode of the {kind} request into its array (s; ratio: hlobundle's / this)"
@@ -298,12 +305,6 @@ def rows(engines, missing, kinds, lat, rate, decode, local) -> list[dict]:
         case = f"{engine}: not measured, no .venv-{engine} (pip install -e '.[{engine}-tests]')"
         out.append({"case": case, "s": "", "ratio": ""})
     return out
-
-
-def _each(*axes):
-    import itertools
-
-    return itertools.product(*axes)
 
 
 def main() -> None:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import sys
-import threading
 import time
 
 import numpy as np
+from peers import free_port, in_threads  # this folder's; the engines' side by side
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep every node on 127.0.0.1
 CLIENTS = 8
@@ -71,26 +70,14 @@ def serve_requests_per_s(bundle: str, replicas: int, body: bytes, each: int) -> 
                 failed.append(str(r.status))
 
     client()  # warm
-    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    spent = time.perf_counter() - start
+    spent = in_threads(client, CLIENTS)
     serve.delete("m")
     if failed:
         raise RuntimeError(f"{len(failed)} requests failed: {failed[:3]}")
     return CLIENTS * each / spent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-_PORT = _free_port()
+_PORT = free_port()
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._format import _dtypes
 from .._terminal._display import shown
-from ._fingerprint import document
+from ._fingerprint import digest, document, of_bundle
 from ._inspect import op_histogram
 from ._reader import Bundle
 
@@ -23,28 +23,32 @@ _SIGNATURE = ("constraints", "input_tree", "output_tree", "mesh", "allowed_custo
 def diff(a: Bundle, b: Bundle) -> dict[str, Any]:
     """The differences, as JSON: `same` (the bundles' fingerprints are equal), `fingerprints`,
     `functions` (by name, each `added`, `removed`, `same` or `changed` with what changed) and
-    `metadata` (fields that differ, `[field, a, b]`)."""
+    `metadata` (fields that differ, `[field, a, b]`). Each function's document (its weights
+    hashed) is made once."""
+    da = {n: document(a.select(n)) for n in a.functions}
+    db = {n: document(b.select(n)) for n in b.functions}
     functions: dict[str, Any] = {}
-    for name in [*a.functions, *(n for n in b.functions if n not in a.functions)]:
-        if name not in b.functions:
+    for name in [*da, *(n for n in db if n not in da)]:
+        if name not in db:
             functions[name] = {"status": "removed"}
-        elif name not in a.functions:
+        elif name not in da:
             functions[name] = {"status": "added"}
         else:
-            functions[name] = _function(a.select(name), b.select(name))
+            functions[name] = _function(a.select(name), b.select(name), da[name], db[name])
+    fa = of_bundle(a, {n: digest(d) for n, d in da.items()})
+    fb = of_bundle(b, {n: digest(d) for n, d in db.items()})
     return {
-        "same": a.fingerprint() == b.fingerprint(),
-        "fingerprints": [a.fingerprint(), b.fingerprint()],
+        "same": fa == fb,
+        "fingerprints": [fa, fb],
         "functions": functions,
         "metadata": _metadata(a, b),
     }
 
 
-def _function(a: Bundle, b: Bundle) -> dict[str, Any]:
-    fa, fb = a.fingerprint(a.manifest.function), b.fingerprint(b.manifest.function)
+def _function(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> dict[str, Any]:
+    fa, fb = digest(da), digest(db)
     if fa == fb:
         return {"status": "same", "fingerprint": fa}
-    da, db = document(a), document(b)
     return {
         "status": "changed",
         "fingerprints": [fa, fb],

@@ -84,10 +84,15 @@ def fingerprint(bundle: Bundle, name: str | None = None) -> str:
     """Function `name`'s fingerprint, or with `name` None the bundle's (every function's)."""
     if name is not None:
         return digest(document(bundle.select(name)))
+    return of_bundle(bundle, {n: fingerprint(bundle, n) for n in bundle.functions})
+
+
+def of_bundle(bundle: Bundle, functions: dict[str, str]) -> str:
+    """The bundle's fingerprint, from its functions' (`fingerprint(bundle, name)` each)."""
     return digest(
         {
             "algorithm": ALGORITHM,
             "default_function": bundle.default_function,
-            "functions": {n: fingerprint(bundle, n) for n in bundle.functions},
+            "functions": functions,
         }
     )
