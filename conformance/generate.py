@@ -1214,6 +1214,91 @@ def _(path: Path) -> None:
     rehash(b, SHARD_2)
 
 
+# --- format 2.1: metadata and a model card (SPEC.md 2.12) ------------------------------------------
+
+CARD = "---\nlicense: apache-2.0\ntags:\n- conformance\n---\n\n# Two functions\n"
+METADATA = {
+    "description": "add and mul over one weight",
+    "license": "Apache-2.0",
+    "authors": ["hlobundle conformance"],
+    "source_url": "https://example.org/two",
+    "tags": ["conformance"],
+    "citation": "@misc{two, title={Two functions}}",
+    "framework": "JAX",
+    "base_model": "none",
+    "card": "README.md",
+}
+
+
+def with_metadata(path: Path, change: Callable[[dict], object] = lambda m: None) -> Path:
+    """The two-function bundle at 2.1 with metadata and its README.md card, then `change`d."""
+    bundle = two_functions(path)
+    (bundle / "README.md").write_text(CARD)
+    size, digest = len(CARD.encode()), hashlib.sha256(CARD.encode()).hexdigest()
+
+    def add(m: dict) -> None:
+        m["format_version"] = "2.1"
+        m["metadata"] = dict(METADATA)
+        m["files"]["README.md"] = {"size": size, "sha256": digest}
+        change(m)
+
+    edit(bundle, add)
+    return bundle
+
+
+@case("valid_metadata", "format 2.1: every metadata field, and the README.md card it names")
+def _(path: Path) -> None:
+    save_outputs(path, with_metadata(path))
+
+
+@case(
+    "invalid_license_spdx_bomb",
+    "a license of 100 licenses joined by OR: a valid SPDX expression of 696 characters, over "
+    "the limit of 256",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    with_metadata(path, lambda m: m["metadata"].update(license=" OR ".join(["MIT"] * 100)))
+
+
+@case(
+    "invalid_license_nested_too_deep",
+    "a license in parentheses nested 6 deep (the limit is 4)",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    with_metadata(path, lambda m: m["metadata"].update(license="((((((MIT))))))"))
+
+
+@case("invalid_license_unknown", "a license that is no SPDX identifier", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    with_metadata(path, lambda m: m["metadata"].update(license="Use-it-at-midnight"))
+
+
+@case("invalid_metadata_in_2_0", "metadata in a format 2.0 manifest", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    with_metadata(path, lambda m: m.update(format_version="2.0"))
+
+
+@case(
+    "invalid_card_unlisted",
+    "metadata.card names README.md, which files does not list (nor the disk hold)",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = with_metadata(path, lambda m: m["files"].pop("README.md"))
+    (bundle / "README.md").unlink()
+
+
+@case(
+    "invalid_metadata_control_character",
+    "an author's name holding an escape sequence (ESC [ 2 J: clear the screen)",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    with_metadata(path, lambda m: m["metadata"].update(authors=["a\x1b[2J"]))
+
+
 def generate(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)

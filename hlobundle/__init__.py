@@ -24,6 +24,7 @@ _LAZY = {
     "Manifest": "._format._manifest",
     "Result": "._format._manifest",
     "Executable": "._format._manifest",
+    "Metadata": "._format._metadata",
     "SigningKey": "._format._signature",
     "Trust": "._read._trust",
     "Bundle": "._read._reader",
@@ -92,6 +93,7 @@ if _typing.TYPE_CHECKING:
     from ._emit._emit import emit_script
     from ._emit._reactant_server import emit_reactant_server
     from ._format._manifest import FORMAT_VERSION, Argument, Executable, Manifest, Result
+    from ._format._metadata import Metadata
     from ._format._signature import SigningKey
     from ._oci._pull import Pulled, pull
     from ._oci._push import Pushed, push
@@ -123,6 +125,7 @@ __all__ = [
     "HloBundleWarning",
     "InputError",
     "Manifest",
+    "Metadata",
     "Pulled",
     "Pushed",
     "Result",

@@ -8,6 +8,10 @@ from __future__ import annotations
 from helpers import ROOT
 
 MAP = {
+    "hlobundle._format._card": ["test_metadata.py"],
+    "hlobundle._format._model": ["test_manifest.py"],
+    "hlobundle._format._yaml": ["test_metadata.py", "test_reactant_server.py"],
+    "hlobundle._write._card": ["test_metadata.py"],
     "hlobundle.__main__": ["test_cli.py"],
     "hlobundle._cli._commands": ["test_cli.py"],
     "hlobundle._cli._common": ["test_cli_usage.py"],

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from .._write._options import METADATA_FIELDS
 from ._common import (
     EXIT_OK,
     check_certificates,
@@ -44,6 +45,8 @@ def pack(args: argparse.Namespace) -> int:
         usage(args, "--public-key and --replace-signature apply to --add (signing a bundle again)")
     if args.add and args.force:
         usage(args, "--add rewrites the bundle in place: --force does not apply")
+    if args.add and any(card_keywords(args).values()):
+        usage(args, "the metadata and --card are the bundle's: give them when it is first packed")
     parts = _parts(args)
     for part in parts:  # every usage error before anything is read or written
         _check_usage(part)
@@ -116,10 +119,22 @@ def pack_keywords(args: argparse.Namespace) -> dict[str, Any]:
         allow_custom_calls=args.allow_custom_call,
         with_vjp=args.with_vjp,
         max_shard_size=args.max_shard_size,
+        **card_keywords(args),
     )
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
     return options
+
+
+def card_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """The `metadata` (from its flags, one per field) and `card` options."""
+    given = {n: getattr(args, f"metadata_{n}") for n in METADATA_FIELDS}
+    metadata = {n: v for n, v in given.items() if v not in (None, [])}
+    return {"metadata": metadata or None, "card": args.card}
+
+
+# A function packed to be added to a bundle brings no metadata: it is the bundle's.
+_NO_CARD = {"card": None} | {f"metadata_{n}": None for n in METADATA_FIELDS}
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -183,7 +198,9 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
         for i, part in enumerate(queue):
             packed = bundle.with_name(f"{bundle.name}.{i}")  # never the bundle's own name
             _pack_one(
-                argparse.Namespace(**{**vars(part), **unsigned, "output": packed, "force": False})
+                argparse.Namespace(
+                    **{**vars(part), **unsigned, **_NO_CARD, "output": packed, "force": False}
+                )
             )
             add_function(
                 bundle,
@@ -238,6 +255,7 @@ def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
         "force": args.force,
         "target_version": args.target_version,
         "allow_custom_calls": args.allow_custom_call,
+        **card_keywords(args),
     }
     if args.private_key:
         options["sign_key"] = signing_key_of(args)
@@ -264,5 +282,6 @@ def _pack_jax_export(args: argparse.Namespace) -> Path:
         target_version=args.target_version,
         expected="compute" if args.compute_expected else args.expected,
         function=args.function or None,
+        **card_keywords(args),
     )
     return out

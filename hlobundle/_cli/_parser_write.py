@@ -56,6 +56,8 @@ def add_pack(sub: Any) -> None:
         "add",
         "default",
         "max_shard_size",
+        "metadata",
+        "card",
     ):
         _option(p, name)
     _add_signing_key(p)
@@ -169,7 +171,12 @@ def _option(p: argparse.ArgumentParser, name: str) -> None:
     flags = definition.metadata["flags"]
     if not flags:
         raise ValueError(f"the command line offers no flag for the writer option {name!r}")
-    where = p.add_mutually_exclusive_group() if len(flags) > 1 else p
+    group = definition.metadata["group"]
+    where: Any = p
+    if group is not None:
+        where = p.add_argument_group(group)
+    elif len(flags) > 1:
+        where = p.add_mutually_exclusive_group()
     for flag in flags:
         where.add_argument(flag.flag, **_arguments(flag, definition))
 

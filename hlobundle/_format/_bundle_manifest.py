@@ -29,6 +29,7 @@ from ._manifest import (
     identifier,
 )
 from ._manifest_checks import check_identifier, check_unique
+from ._metadata import Metadata
 
 
 class FunctionEntry(FunctionFields):
@@ -55,6 +56,7 @@ class BundleManifest(_Model):
     functions: list[FunctionEntry] = Field(min_length=1, max_length=MAX_FUNCTIONS)
     provenance: Provenance
     files: dict[RelPath, FileEntry]
+    metadata: Metadata | None = None  # since 2.1 (SPEC.md 2.12)
 
     @model_validator(mode="after")
     def _consistent(self) -> BundleManifest:
@@ -80,6 +82,7 @@ class BundleManifest(_Model):
                         "function": f.name,
                         "provenance": self.provenance,
                         "files": self.files,
+                        "metadata": self.metadata,
                     },
                     strict=False,
                 )
@@ -117,10 +120,11 @@ def combine(
     """A 2.x manifest of several functions, each given as a manifest of its own: 2.0, or 2.1
     when a file has chunk digests."""
     first = views[0]
+    newer = any(e.chunks for e in files.values()) or first.metadata is not None
     return BundleManifest(
         format=FORMAT,
-        # 2.1 only for what needs it: chunk digests (SPEC.md 5, the oldest version that can)
-        format_version=FORMAT_VERSION if any(e.chunks for e in files.values()) else "2.0",
+        # 2.1 only for what needs it (SPEC.md 5, the oldest version that can)
+        format_version=FORMAT_VERSION if newer else "2.0",
         default_function=None if default is None else identifier(default),
         functions=[
             FunctionEntry(
@@ -130,6 +134,7 @@ def combine(
         ],
         provenance=first.provenance,
         files=files,
+        metadata=first.metadata,
     )
 
 
@@ -144,6 +149,8 @@ def _first_error(e: ValueError) -> str:
 
 def minimum_version(m: Manifest) -> str:
     """The oldest format version that can express a one-function bundle (SPEC.md 5)."""
+    if m.metadata is not None:
+        return FORMAT_VERSION
     if m.symbolic or m.constraints:
         return "2.0"
     if m.executables:

@@ -12,18 +12,12 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from . import _chunks, _limits, _manifest_checks
 from ._dtypes import NAMES
+from ._metadata import Metadata
+from ._model import _Model
 
 # Format version history (SPEC.md, "Versions"):
 # 1.0 (2026-12-02): first version.
@@ -35,6 +29,7 @@ from ._dtypes import NAMES
 #     can express a bundle (`minimum_version`): one static function is still 1.x.
 # 2.1 (2026-12-04): `files[NAME].chunks`, a digest per fixed-size chunk of a file, so that a
 #     byte range is checked on its own (remote loading); bundles of several functions have them.
+#     (2026-12-05): `metadata`, what a model card says, and its `README.md` (SPEC.md 2.12).
 FORMAT: Literal["hlobundle"] = "hlobundle"
 FORMAT_VERSION = "2.1"
 NEWEST_MINOR = {1: 3, 2: 1}  # the newest minor version of each major version this reader knows
@@ -58,17 +53,6 @@ Shape = list[Dim | DimExpr]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 CPU_NAME = r"[A-Za-z0-9_.+-]{1,64}"  # an executable's target CPU: generic, host's name, znver3
 RelPath = Annotated[str, Field(min_length=1, max_length=255)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_unknown_when_tolerant(cls, data: Any, info: ValidationInfo) -> Any:
-        if info.context and info.context.get("tolerant") and isinstance(data, dict):
-            return {k: v for k, v in data.items() if k in cls.model_fields}
-        return data
 
 
 class TensorRef(_Model):
@@ -238,6 +222,7 @@ class Manifest(FunctionFields):
     function: str = Field(min_length=1)
     provenance: Provenance
     files: dict[RelPath, FileEntry]
+    metadata: Metadata | None = None  # the bundle's, as provenance is (2.1, SPEC.md 2.12)
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:

@@ -17,20 +17,27 @@ if TYPE_CHECKING:  # _manifest imports this module for its validators
     from ._manifest import Argument, Manifest, Result
 
 
-def _check_chunks_version(m: Manifest) -> None:
-    """Chunk digests are a 2.1 field: a 1.x or 2.0 manifest that has them is invalid."""
+def fields_of_2_1(m: Manifest) -> list[str]:
+    """The format 2.1 fields a manifest (of one function) uses, where they are."""
+    used = [f"files[{n!r}].chunks" for n, e in sorted(m.files.items()) if e.chunks is not None]
+    return used + (["metadata"] if m.metadata is not None else [])
+
+
+def _check_2_1_fields(m: Manifest) -> None:
+    """A 1.x or 2.0 manifest that has a 2.1 field is invalid."""
     major, minor = (int(p) for p in m.format_version.split("."))
-    chunked = sorted(name for name, entry in m.files.items() if entry.chunks is not None)
-    if chunked and (major, minor) < (2, 1):
-        raise ValueError(
-            f"files[{chunked[0]!r}].chunks needs format_version 2.1, not {m.format_version}"
-        )
+    used = fields_of_2_1(m)
+    if used and (major, minor) < (2, 1):
+        raise ValueError(f"{used[0]} needs format_version 2.1, not {m.format_version}")
+    card = m.metadata.card if m.metadata is not None else None
+    if card is not None and card not in m.files:
+        raise ValueError(f"metadata.card names {card!r}, which files does not list")
 
 
 def check_function(m: Manifest) -> None:
     """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
     check_symbols(m)
-    _check_chunks_version(m)
+    _check_2_1_fields(m)
     check_unique([a.name for a in m.arguments], "arguments")
     check_unique([r.name for r in m.results], "results")
     check_unique([e.target for e in m.executables or []], "executables target")

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._format import _dtypes, _limits, _main_signature, _tensors
+from .._format import _dtypes, _limits, _main_signature, _tensors, _yaml
 from .._format._errors import InputError
 from ._sources import check_regular, read_regular
 
@@ -152,26 +152,11 @@ def read_manifest(root: Path) -> ServerBundle:
 
 def _load_yaml(path: Path) -> object:
     try:
-        import yaml
-    except ImportError:
-        raise InputError(
-            "reading manifest.yaml needs PyYAML: pip install pyyaml",
-            argument="from_reactant_server",
-        ) from None
-
-    class NoAliases(yaml.SafeLoader):  # an alias can make a small file a huge graph
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                raise yaml.YAMLError("aliases (*name) are not accepted")
-            return super().compose_node(parent, index)
-
-    data = _read_regular(path, MAX_YAML_BYTES)
-    try:
-        return yaml.load(data.decode("utf-8"), Loader=NoAliases)  # noqa: S506 (a SafeLoader)
-    # Constructors raise plain ValueError, TypeError, OverflowError on values they cannot make
-    # (an integer of 5,000 digits, 2023-02-30, a +99:00 offset): each is bad YAML here.
-    except (yaml.YAMLError, ValueError, TypeError, ArithmeticError, RecursionError) as e:
-        raise InputError(f"manifest.yaml is not valid YAML: {str(e)[:300]}", path=path) from None
+        return _yaml.load(_read_regular(path, MAX_YAML_BYTES).decode("utf-8"), "manifest.yaml")
+    except UnicodeDecodeError as e:
+        raise InputError(f"manifest.yaml is not UTF-8: {e}", path=path) from None
+    except InputError as e:
+        raise InputError(e.message, path=path) from None
 
 
 def _read_regular(path: Path, limit: int) -> bytes:

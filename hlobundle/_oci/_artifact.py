@@ -18,6 +18,7 @@ from typing import Any
 from .._format import _paths
 from .._format._errors import ArtifactInvalidError, RegistryLimitError, UnsafePathError
 from .._format._manifest import MANIFEST_NAME
+from .._format._metadata import Metadata
 from ._client import INDEX, MANIFEST, MAX_MANIFEST_BYTES
 
 ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
@@ -59,15 +60,35 @@ def layer(name: str, size: int, sha256: str) -> dict[str, Any]:
     }
 
 
-def config(name: str, format_version: str, layers: list[dict[str, Any]]) -> bytes:
-    """The ModelPack config: the model's name, its format, and the layers' digests (raw
-    layers: a layer's DiffID is its digest). No time stamp: one bundle, one artifact digest."""
+def config(
+    name: str,
+    format_version: str,
+    layers: list[dict[str, Any]],
+    metadata: Metadata | None = None,
+) -> bytes:
+    """The ModelPack config: the model's name, its format, what its metadata says (SPEC.md
+    2.12) in ModelPack's descriptor fields, and the layers' digests (raw layers: a layer's
+    DiffID is its digest). No time stamp: one bundle, one artifact digest."""
     document = {
-        "descriptor": {"name": name, "version": format_version},
+        "descriptor": {"name": name, "version": format_version, **descriptor(metadata)},
         "config": {"format": "hlobundle"},
         "modelfs": {"type": "layers", "diff_ids": [entry["digest"] for entry in layers]},
     }
     return canonical(document)
+
+
+def descriptor(metadata: Metadata | None) -> dict[str, Any]:
+    """ModelPack's descriptor fields that the metadata gives: `description`, `authors`,
+    `sourceURL`, `licenses` (the SPDX expression, one entry)."""
+    if metadata is None:
+        return {}
+    fields = {
+        "description": metadata.description,
+        "authors": metadata.authors,
+        "sourceURL": metadata.source_url,
+        "licenses": [metadata.license] if metadata.license else None,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def manifest(

@@ -99,6 +99,11 @@ def _artifact_of(opened: Bundle) -> tuple[list[dict], bytes, bytes]:
     raw_manifest = read_manifest_bytes(opened.path / MANIFEST_NAME)
     layers.append(_artifact.layer(MANIFEST_NAME, len(raw_manifest), opened.manifest_sha256))
     version = opened.bundle_manifest.format_version
-    config = _artifact.config(opened.path.name.removesuffix(".hlobundle"), version, layers)
+    config = _artifact.config(
+        opened.path.name.removesuffix(".hlobundle"),
+        version,
+        layers,
+        opened.bundle_manifest.metadata,
+    )
     config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
     return layers, config, _artifact.manifest(config, config_digest, layers, version)

@@ -2,7 +2,8 @@
 fingerprints (SPEC.md 2.11) see them: functions added or removed, signature changes, the weights
 whose bytes differ (with the largest absolute difference where both are numbers of one shape),
 module forms whose portable artifacts differ (their op counts before and after), and the
-metadata (provenance, default function, format version) that fingerprints leave out."""
+metadata (provenance, default function, format version, the model card's fields) that
+fingerprints leave out."""
 
 from __future__ import annotations
 
@@ -164,6 +165,8 @@ def _metadata(a: Bundle, b: Bundle) -> list[list[Any]]:
     ]
     pa, pb = ma.provenance.model_dump(mode="json"), mb.provenance.model_dump(mode="json")
     pairs += [(f"provenance.{k}", pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb))]
+    da, db = (m.metadata.model_dump(mode="json") if m.metadata else {} for m in (ma, mb))
+    pairs += [(f"metadata.{k}", da.get(k), db.get(k)) for k in sorted(set(da) | set(db))]
     return [[field, x, y] for field, x, y in pairs if x != y]
 
 

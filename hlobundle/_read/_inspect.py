@@ -20,6 +20,7 @@ from typing import Any
 from .._format import _dtypes, _signature
 from .._format._bundle_manifest import BundleManifest, functions_of
 from .._format._manifest import Manifest, static_shape
+from .._format._metadata import Metadata
 from .._terminal._display import human_bytes, shown, table
 from . import _files, _tensor_files
 
@@ -244,8 +245,29 @@ def _bundle_lines(summary: Summary) -> list[str]:
     return [
         f"producer  {p.producer} {p.producer_version}"
         + (f" ({versions})" if versions else "")
-        + (f", {p.timestamp}" if p.timestamp else "")
+        + (f", {p.timestamp}" if p.timestamp else ""),
+        *_metadata_lines(summary.bundle_manifest.metadata),
     ]
+
+
+def _metadata_lines(metadata: Metadata | None) -> list[str]:
+    """What a model card says (SPEC.md 2.12), a line a field; long texts cut at 100 characters
+    (`inspect --json` has them whole)."""
+    if metadata is None:
+        return []
+    cut = lambda text: text if len(text) <= 100 else text[:99] + "…"  # noqa: E731
+    rows = [
+        ("about", metadata.description and cut(metadata.description)),
+        ("license", metadata.license),
+        ("authors", metadata.authors and ", ".join(metadata.authors)),
+        ("source", metadata.source_url),
+        ("framework", metadata.framework),
+        ("from", metadata.base_model),
+        ("tags", metadata.tags and ", ".join(metadata.tags)),
+        ("cite", metadata.citation and cut(metadata.citation)),
+        ("card", metadata.card),
+    ]
+    return [f"{label:<9} {value}" for label, value in rows if value]
 
 
 def _module_lines(m: Manifest) -> list[str]:

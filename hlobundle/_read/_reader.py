@@ -17,6 +17,7 @@ from .._format._errors import (
     ModuleError,
 )
 from .._format._manifest import MANIFEST_NAME, Manifest
+from .._format._metadata import Metadata
 from . import _files, _modules, _tensor_files
 from ._modules import StoredModule
 from ._trust import Trust, trust_from
@@ -192,6 +193,12 @@ class Bundle(StoredValues):
         view._select(name)
         view._chosen = name
         return view
+
+    @property
+    def metadata(self) -> Metadata | None:
+        """What a model card says of the bundle (SPEC.md 2.12): license, authors..., and
+        `card`, the name of its `README.md` when it has one; None before format 2.1."""
+        return self.bundle_manifest.metadata
 
     @property
     def signer(self) -> str | None:

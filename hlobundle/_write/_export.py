@@ -40,6 +40,8 @@ PRODUCER = PRODUCER_JAX  # the provenance's producer of a bundle that export() w
     "target_version",
     "timestamp",
     "max_shard_size",
+    "metadata",
+    "card",
     "sign_key",
     "public_key",
     "replace_signature",
@@ -103,6 +105,12 @@ def export(
     if not opt.add and (opt.public_key is not None or opt.replace_signature or opt.default):
         raise InputError(
             "public_key, replace_signature and default go with add=True", argument="add"
+        )
+    if opt.add and (opt.metadata is not None or opt.card is not None):
+        raise InputError(
+            "metadata and card are the bundle's: give them when it is first written, not with "
+            "add=True",
+            argument="metadata",
         )
 
     flattened: list[str] = []

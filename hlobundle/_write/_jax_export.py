@@ -29,7 +29,7 @@ from ._pytree_names import json_tree, key_part, leaf_roles, result_name, unique
 from ._writer import pack_planned
 
 
-@takes("inputs", "roles", "force", "target_version", "timestamp", "blob")
+@takes("inputs", "roles", "force", "target_version", "timestamp", "blob", "metadata", "card")
 def from_exported(exported: Any, out: str | os.PathLike[str], opt: PackOptions) -> Path:
     """Write a `jax.export.Exported` as a bundle.
 
@@ -57,7 +57,17 @@ def from_exported(exported: Any, out: str | os.PathLike[str], opt: PackOptions) 
     return pack_planned(text, None if flat is None else from_python(flat), Path(out), options)
 
 
-@takes("roles", "function", "force", "target_version", "timestamp", "expected", "blob")
+@takes(
+    "roles",
+    "function",
+    "force",
+    "target_version",
+    "timestamp",
+    "expected",
+    "blob",
+    "metadata",
+    "card",
+)
 def from_exported_files(
     exported: Any,
     input_files: Sequence[str | os.PathLike[str]],

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from .._format._manifest import Layout, Role
+    from .._format._metadata import Metadata
     from .._format._signature import SigningKey
 
 R = TypeVar("R")
@@ -52,11 +53,14 @@ def option(
     *flags: Flag,
     convert: Callable[[Any], Any] | None = None,
     internal: bool = False,
+    group: str | None = None,
 ) -> Any:
     """A field of `PackOptions`: its default, its help `text` (markdown), the flags `hlobundle`
     offers it by, what a given value becomes (`convert`, never applied to None), and whether it
-    is the writers' own (`internal`: no public function takes it)."""
-    meta = {"help": text, "flags": flags, "convert": convert, "internal": internal}
+    is the writers' own (`internal`: no public function takes it), and the title of the help's
+    group of its flags where they are several that go together (`group`; otherwise a command
+    takes one of them)."""
+    meta = {"help": text, "flags": flags, "convert": convert, "internal": internal, "group": group}
     return field(default=default, metadata=meta)
 
 
@@ -64,6 +68,39 @@ def _signing_key(value: str | os.PathLike[str] | SigningKey) -> SigningKey:
     from .._format._signature import signing_key
 
     return signing_key(value)
+
+
+# The metadata's fields (SPEC.md 2.12; the model, `_format/_metadata.py`), each a flag of
+# `pack`: its name, what it takes, its help. The lists' flags are singular and repeated.
+_METADATA_FLAGS = {
+    "description": ("--description", "TEXT", "what the model does"),
+    "license": ("--license", "SPDX", "its license, an SPDX expression: Apache-2.0"),
+    "authors": ("--author", "NAME", "an author; may be repeated"),
+    "source_url": ("--source-url", "URL", "where its source lives (http or https)"),
+    "tags": ("--tag", "TAG", "a search keyword; may be repeated"),
+    "citation": ("--citation", "TEXT", "how to cite it (BibTeX, say)"),
+    "framework": ("--framework", "NAME", "the framework it was written in: Lux"),
+    "base_model": ("--base-model", "NAME", "the model it came from"),
+}
+METADATA_FIELDS = tuple(_METADATA_FLAGS)
+
+
+def _metadata_flag(name: str) -> Flag:
+    flag, metavar, text = _METADATA_FLAGS[name]
+    repeated = name in ("authors", "tags")
+    return Flag(
+        flag,
+        dest=f"metadata_{name}",
+        metavar=metavar,
+        action="append" if repeated else None,
+        help=text,
+    )
+
+
+def _metadata(value: Any) -> Metadata:
+    from ._card import metadata_of
+
+    return metadata_of(value)
 
 
 @dataclass(frozen=True)
@@ -248,6 +285,21 @@ class PackOptions:
         "SPEC.md 2.10)",
         Flag("--max-shard-size", type="size", metavar="SIZE", note="e.g. 2G"),
     )
+    metadata: Mapping[str, Any] | Metadata | None = option(
+        None,
+        "what a model card says of the bundle (SPEC.md 2.12), each optional: `description`, "
+        "`license` (an SPDX expression), `authors`, `source_url`, `tags`, `citation`, "
+        "`framework`, `base_model`; a `README.md` card with its YAML header is written too",
+        *map(_metadata_flag, METADATA_FIELDS),
+        convert=_metadata,
+        group="metadata (SPEC.md 2.12; a README.md model card is written with it)",
+    )
+    card: str | os.PathLike[str] | None = option(
+        None,
+        "a Hugging Face model card (markdown, with a YAML header) to store as the bundle's "
+        "`README.md`: its header gives `metadata` (whose own fields win), its text the card's",
+        Flag("--card", metavar="README.md"),
+    )
     add: bool = option(
         False,
         "add the function to the existing bundle at the output path (format 2.0), rewritten "
@@ -337,6 +389,8 @@ PACK = (
     "batched",
     "batched_arguments",
     "max_shard_size",
+    "metadata",
+    "card",
 )
 
 

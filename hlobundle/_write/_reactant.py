@@ -130,6 +130,8 @@ def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]
     "allow_custom_calls",
     "with_vjp",
     "max_shard_size",
+    "metadata",
+    "card",
     "sign_key",
 )
 def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:

@@ -21,7 +21,16 @@ from .._interop._reactant_server import ServerBundle, TensorSpec
 from ._options import PackOptions, takes
 
 
-@takes("batch_size", "force", "target_version", "timestamp", "allow_custom_calls", "sign_key")
+@takes(
+    "batch_size",
+    "force",
+    "target_version",
+    "timestamp",
+    "allow_custom_calls",
+    "sign_key",
+    "metadata",
+    "card",
+)
 def from_reactant_server(
     path: str | os.PathLike[str], out: str | os.PathLike[str], opt: PackOptions
 ) -> Path:
@@ -73,7 +82,10 @@ def _pack_sizes(server: ServerBundle, out: Path, sizes: list[int], opt: PackOpti
         _pack_size(server, bundle, sizes[0], f"b{sizes[0]}", steps)
         for i, size in enumerate(sizes[1:], start=1):
             part = bundle.with_name(f"{bundle.name}.b{size}")  # never the bundle's own name
-            _pack_size(server, part, size, f"b{size}", steps)
+            # the metadata and card are the bundle's: given with its first function
+            _pack_size(
+                server, part, size, f"b{size}", dataclasses.replace(steps, metadata=None, card=None)
+            )
             add_function(bundle, part, sign_key=opt.sign_key if i == len(sizes) - 1 else None)
     return out
 

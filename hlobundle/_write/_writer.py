@@ -24,6 +24,7 @@ from .._read import _inputs
 from .._run import _compute
 from . import _expected, _module_text, _normalize, _shards
 from ._atomic import write_bundle
+from ._card import with_card
 from ._options import PACK, PackOptions, takes
 from ._plan import plan
 
@@ -112,6 +113,7 @@ def _pack_checked(
         manifest = _expected.add_expected(
             manifest, arrays, portable, opt.expected, already_permuted=opt.already_permuted
         )
+    manifest = with_card(manifest, files, opt.metadata, opt.card)
     stored, arrays = _shards.split(manifest, arrays, opt.max_shard_size)
     return write_bundle(out, stored, files, arrays, force=opt.force, signing_key=opt.signing_key)
 
