@@ -1299,6 +1299,61 @@ def _(path: Path) -> None:
     with_metadata(path, lambda m: m["metadata"].update(authors=["a\x1b[2J"]))
 
 
+# --- format 2.1: declared independent rows (SPEC.md 2.13) -----------------------------------------
+
+
+def rows(path: Path, declaration: dict) -> Path:
+    """The symbolic `y = x + x` (x, y of shape (b, 3)) at 2.1 with `independent_rows`."""
+
+    def declare(m: dict) -> None:
+        m["format_version"] = "2.1"
+        m["functions"][0]["independent_rows"] = declaration
+
+    bundle = symbolic(path)
+    edit(bundle, declare)
+    return bundle
+
+
+ROWS = {"arguments": {"x": 0}, "results": {"y": 0}, "checked": False}
+
+
+@case("valid_independent_rows", "format 2.1: x's and y's rows independent along b (axis 0)")
+def _(path: Path) -> None:
+    save_outputs(path, rows(path, ROWS))
+
+
+@case(
+    "invalid_rows_unknown_argument",
+    "independent_rows names an argument z the function does not have",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    rows(path, {**ROWS, "arguments": {"x": 0, "z": 0}})
+
+
+@case(
+    "invalid_rows_not_a_symbol",
+    "independent_rows puts x's rows on axis 1, whose size is 3, not a symbol",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    rows(path, {**ROWS, "arguments": {"x": 1}})
+
+
+@case(
+    "invalid_rows_result_left_out",
+    "independent_rows leaves the result y out: every result must have its rows declared",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    rows(path, {**ROWS, "results": {}})
+
+
+@case("invalid_rows_in_2_0", "independent_rows in a format 2.0 manifest", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    edit(rows(path, ROWS), lambda m: m.update(format_version="2.0"))
+
+
 def generate(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)

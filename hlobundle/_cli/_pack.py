@@ -39,6 +39,8 @@ def pack(args: argparse.Namespace) -> int:
         )
     if args.batch_size is not None and not args.from_reactant_server:
         usage(args, "--batch-size applies to --from-reactant-server")
+    if args.independent_rows is not None and not args.from_jax_export:
+        usage(args, "--independent-rows applies to --from-jax-export (symbolic shapes)")
     if args.default and not args.add:
         usage(args, "--default applies to --add")
     if not args.add and (args.public_key or args.replace_signature):
@@ -282,6 +284,7 @@ def _pack_jax_export(args: argparse.Namespace) -> Path:
         target_version=args.target_version,
         expected="compute" if args.compute_expected else args.expected,
         function=args.function or None,
+        independent_rows=args.independent_rows,
         **card_keywords(args),
     )
     return out

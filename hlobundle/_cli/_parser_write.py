@@ -58,6 +58,7 @@ def add_pack(sub: Any) -> None:
         "max_shard_size",
         "metadata",
         "card",
+        "independent_rows",
     ):
         _option(p, name)
     _add_signing_key(p)

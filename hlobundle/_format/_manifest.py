@@ -29,7 +29,8 @@ from ._model import _Model
 #     can express a bundle (`minimum_version`): one static function is still 1.x.
 # 2.1 (2026-12-04): `files[NAME].chunks`, a digest per fixed-size chunk of a file, so that a
 #     byte range is checked on its own (remote loading); bundles of several functions have them.
-#     (2026-12-05): `metadata`, what a model card says, and its `README.md` (SPEC.md 2.12).
+#     (2026-12-05): `metadata`, what a model card says, and its `README.md` (SPEC.md 2.12);
+#     `independent_rows`, a function's rows declared independent along a symbol (2.13).
 FORMAT: Literal["hlobundle"] = "hlobundle"
 FORMAT_VERSION = "2.1"
 NEWEST_MINOR = {1: 3, 2: 1}  # the newest minor version of each major version this reader knows
@@ -196,6 +197,18 @@ class FileEntry(_Model):
         return self
 
 
+class IndependentRows(_Model):
+    """A producer's claim that a function's rows are independent along one symbolic dimension
+    (format 2.1, SPEC.md 2.13): the axis of each argument and result that the symbol sizes.
+    Calls on blocks of rows joined along those axes give those calls' results joined, so a
+    runner may fold a `jax.vmap` into the symbol, and a server join requests along it. Trusted
+    only as a batched module is: under the user's key, or with `Trust.BATCHED`."""
+
+    arguments: dict[str, Dim] = Field(min_length=1)  # names checked against the arguments
+    results: dict[str, Dim] = Field(min_length=1)
+    checked: bool = False  # the writer compared joined calls with calls on each block
+
+
 class FunctionFields(_Model):
     """What describes one function: a 1.x manifest's own fields, and each of a 2.0 manifest's
     `functions` (SPEC.md 2.8)."""
@@ -210,6 +223,7 @@ class FunctionFields(_Model):
     mesh: DeviceMesh | None = None
     executables: list[Executable] | None = None
     constraints: list[str] | None = None  # on the symbols of the shapes (2.0, SPEC.md 2.8)
+    independent_rows: IndependentRows | None = None  # since 2.1 (SPEC.md 2.13)
 
     def tensors(self) -> list[Argument | Result]:
         """The arguments, then the results (what a loop over both reads: name, shape, dtype)."""

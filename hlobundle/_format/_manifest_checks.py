@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # _manifest imports this module for its validators
 def fields_of_2_1(m: Manifest) -> list[str]:
     """The format 2.1 fields a manifest (of one function) uses, where they are."""
     used = [f"files[{n!r}].chunks" for n, e in sorted(m.files.items()) if e.chunks is not None]
-    return used + (["metadata"] if m.metadata is not None else [])
+    used += ["metadata"] if m.metadata is not None else []
+    return used + (["independent_rows"] if m.independent_rows is not None else [])
 
 
 def _check_2_1_fields(m: Manifest) -> None:
@@ -38,6 +39,7 @@ def check_function(m: Manifest) -> None:
     """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
     check_symbols(m)
     _check_2_1_fields(m)
+    check_independent_rows(m)
     check_unique([a.name for a in m.arguments], "arguments")
     check_unique([r.name for r in m.results], "results")
     check_unique([e.target for e in m.executables or []], "executables target")
@@ -71,6 +73,65 @@ def check_function(m: Manifest) -> None:
             raise ValueError(
                 f"results[{i}].aliases = {r.aliases} but there are {len(m.arguments)} arguments"
             )
+
+
+def check_independent_rows(m: Manifest) -> None:
+    """`independent_rows` (SPEC.md 2.13): known names, every result, each axis a bare symbol,
+    one symbol, found nowhere else (no other dimension, no argument left out, no constraint)."""
+    rows = m.independent_rows
+    if rows is None:
+        return
+    sides = (("arguments", m.arguments, rows.arguments), ("results", m.results, rows.results))
+    symbols = set()
+    for what, values, axes in sides:
+        by_name = {v.name: v for v in values}
+        unknown = sorted(set(axes) - set(by_name))
+        if unknown:
+            raise ValueError(f"independent_rows.{what} names {unknown[:5]}, which are not {what}")
+        for name, axis in axes.items():
+            shape = by_name[name].shape
+            dim = shape[axis] if axis < len(shape) else None
+            if not isinstance(dim, str) or not dim.isidentifier():
+                raise ValueError(
+                    f"independent_rows.{what}[{name!r}]: axis {axis} of shape {shape} is not a "
+                    "symbol (a bare name such as b)"
+                )
+            symbols.add(dim)
+    missing = [r.name for r in m.results if r.name not in rows.results]
+    if missing:
+        raise ValueError(
+            f"independent_rows.results leaves out {missing[:5]}: every result has rows"
+        )
+    if len(symbols) != 1:
+        raise ValueError(f"independent_rows uses symbols {sorted(symbols)}: one symbol only")
+    (symbol,) = symbols
+    for _, values, axes in sides:
+        for v in values:
+            for i, d in enumerate(v.shape):
+                if i != axes.get(v.name) and isinstance(d, str) and symbol in _symbols_of(d):
+                    raise ValueError(
+                        f"independent_rows: {v.name!r} has {symbol} in dimension {i}, which the "
+                        "declaration does not name"
+                    )
+    for text in m.constraints or []:
+        left, op, right = _symbolic.parse_constraint(text)
+        if symbol in left.symbols | right.symbols and not _lower_bound(symbol, left, op, right):
+            raise ValueError(
+                f"independent_rows: constraint {text!r} bounds {symbol} other than from below "
+                "by a constant, which joined rows need not keep"
+            )
+
+
+def _lower_bound(symbol: str, left: Any, op: str, right: Any) -> bool:
+    """Whether a constraint is `symbol >= N` (or `N <= symbol`): what joined rows keep."""
+    alone = (((symbol,), 1),)
+    if op == "<=":
+        left, right = right, left
+    return op in (">=", "<=") and left.poly == alone and not right.symbols
+
+
+def _symbols_of(text: str) -> set[str]:
+    return set(_symbolic.parse(text).symbols)
 
 
 def check_expression(text: str) -> str:

@@ -20,6 +20,7 @@ from ._by_text import ByText
 
 if TYPE_CHECKING:
     from .._read._reader import Bundle
+    from ._shapes import Prover
 
 
 def symbolic_avals(
@@ -50,12 +51,13 @@ class Fast:
     unused: frozenset[int]
     call: Callable[..., Sequence[Any]]
     derivative: Literal["jvp", "vjp"]  # the loop's derivative the call is given
+    folds: bool = False  # declared rows (`folded`): an argument it maps may come unmapped
 
     def accepts(self, mapped: Sequence[bool]) -> bool:
-        return all(
-            m == f or (i in self.unused and not m)
-            for i, (m, f) in enumerate(zip(mapped, self.mapped, strict=True))
-        )
+        pairs = list(zip(mapped, self.mapped, strict=True))
+        if self.folds:  # broadcast to the batch, its rows are rows like the others
+            return any(mapped) and all(f or not m for m, f in pairs)
+        return all(m == f or (i in self.unused and not m) for i, (m, f) in enumerate(pairs))
 
     def run(self, args: Sequence[Any], mapped: Sequence[bool], loop: Callable[..., Any]) -> Any:
         """The batched call's results, with the derivatives of `loop` (same arguments)."""
@@ -141,3 +143,53 @@ def fast_path(
     names = set(batched_module.arguments)
     mapped = tuple(a.name in names for a in m.arguments)
     return Fast(mapped, bundle.signature.unused, call, derivative)
+
+
+def folded(
+    bundle: Bundle,
+    prover: Prover,
+    impl: Callable[..., Sequence[Any]],
+    derivative: Literal["jvp", "vjp"],
+    carriers: tuple[str | None, ...] | None = None,
+) -> Fast | None:
+    """A `jax.vmap` of a function with declared independent rows (SPEC.md 2.13) as one call:
+    the mapped axis of each declared argument folded into its rows' axis (`V` blocks of `n`
+    rows become `V * n` rows), the call's shapes proven as any call's are, and each result
+    unfolded. None without a declaration. The caller registers it only for a bundle the user
+    trusts: the declaration is the producer's word.
+
+    `impl` takes and returns the arguments' and results' own dtypes; on the enzyme backend the
+    primitive's are carried in others (`carriers`), converted here exactly."""
+    import jax.numpy as jnp
+
+    m = bundle.manifest
+    rows = m.independent_rows
+    if rows is None:
+        return None
+    arg_axes = [rows.arguments.get(a.name) for a in m.arguments]
+    out_axes = [rows.results[r.name] for r in m.results]
+    own = [_dtypes.BY_NAME[a.dtype].numpy for a in m.arguments]
+
+    def call(*xs: Any) -> list[Any]:
+        blocks = next(x.shape[0] for x, k in zip(xs, arg_axes, strict=True) if k is not None)
+        flat = [x if k is None else _fold(x, k) for x, k in zip(xs, arg_axes, strict=True)]
+        if carriers is not None:
+            flat = [x.astype(d) for x, d in zip(flat, own, strict=True)]
+        prover.prove([tuple(x.shape) for x in flat])
+        outs = [_unfold(o, k, blocks) for o, k in zip(impl(*flat), out_axes, strict=True)]
+        if carriers is not None:
+            outs = [o if c is None else o.astype(c) for o, c in zip(outs, carriers, strict=True)]
+        return outs
+
+    def _fold(x: Any, axis: int) -> Any:  # (V, ..., n at axis, ...) -> (..., V * n, ...)
+        moved = jnp.moveaxis(x, 0, axis)
+        shape = moved.shape
+        return moved.reshape(*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :])
+
+    def _unfold(y: Any, axis: int, blocks: int) -> Any:  # the inverse of _fold
+        shape = y.shape
+        split = y.reshape(*shape[:axis], blocks, shape[axis] // blocks, *shape[axis + 1 :])
+        return jnp.moveaxis(split, axis, 0)
+
+    mapped = tuple(k is not None for k in arg_axes)
+    return Fast(mapped, frozenset(), call, derivative, folds=True)

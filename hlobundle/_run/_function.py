@@ -81,6 +81,7 @@ class BundleFunction:
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
+        trust: Trust = Trust.NOTHING,
     ) -> None:
         self.bundle = bundle
         self.manifest = bundle.manifest
@@ -95,7 +96,10 @@ class BundleFunction:
         if self._prover is None and _shapes.needs_proof(bundle):
             _shapes.prove_static(bundle)  # an op whose result shape its operands' values choose
         assert backend.implementation is not None  # a JAX backend's
-        self._impl = backend.implementation(bundle, self._prover)
+        # Declared independent rows fold a vmap into one call, for a bundle the user trusts
+        # (SPEC.md 2.13): its key verified it, or `trust` has Trust.BATCHED.
+        folds = bundle.trusted or Trust.BATCHED in trust
+        self._impl = backend.implementation(bundle, self._prover, folds)
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
         self._used = [

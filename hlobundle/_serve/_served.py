@@ -222,10 +222,19 @@ class Served:
 
     @cached_property
     def concatenated(self) -> str | None:
-        """The symbol along which requests concatenate: every input's and result's leading
-        dimension is that bare symbol (`b`), which appears nowhere else (no other dimension, no
-        stored argument, no constraint); None when there is none."""
+        """The symbol along which requests concatenate: the one a declaration of independent
+        rows names (SPEC.md 2.13) when every input and result has its rows on axis 0; without
+        a declaration, the bare symbol (`b`) every input's and result's leading dimension is,
+        which appears nowhere else (no other dimension, no stored argument, no constraint);
+        None when there is none."""
         m = self.bundle.manifest
+        rows = m.independent_rows
+        if rows is not None:  # the producer's declaration (SPEC.md 2.13) is the one answer
+            on_axis_0 = set(rows.arguments.values()) | set(rows.results.values()) == {0}
+            if not on_axis_0 or set(rows.arguments) != set(self.inputs):
+                return None
+            shape = m.argument(next(iter(rows.arguments))).shape
+            return str(shape[0])
         inputs = [a for a in m.arguments if a.name in self.inputs]
         values: list[Argument | Result] = [*inputs, *m.results]
         leading = {v.shape[0] if v.shape else None for v in values}

@@ -17,6 +17,7 @@ from .._format import _signature
 from .._format._errors import HloBundleWarning, InputError
 from .._format._manifest import PRODUCER_JAX
 from .._read._inputs import from_python
+from . import _rows
 from ._functions import add_function
 from ._options import PackOptions, takes
 from ._pytree_names import json_tree, leaf_name, leaf_roles, result_name, unique
@@ -29,6 +30,7 @@ PRODUCER = PRODUCER_JAX  # the provenance's producer of a bundle that export() w
     "name",
     "shapes_specs",
     "constraints",
+    "independent_rows",
     "add",
     "default",
     "force",
@@ -113,6 +115,17 @@ def export(
             argument="metadata",
         )
 
+    rows = None
+    if opt.independent_rows is not None:
+        if symbolic is None:
+            raise InputError(
+                "independent_rows needs symbolic shapes (shapes_specs): rows are independent "
+                "along a symbolic dimension",
+                argument="independent_rows",
+            )
+        rows = _rows.axes(opt.independent_rows, names, symbolic[0], result_names, symbolic[1])
+        _rows.check(jitted, flat, names, rows, result_names)
+
     flattened: list[str] = []
     input_tree = json_tree(jax.tree_util.tree_unflatten(in_tree, names), flattened, "args")
     output_tree = json_tree(
@@ -144,6 +157,8 @@ def export(
             batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,
             batched_arguments=batched,
             sign_key=signing,
+            independent_rows=rows,
+            rows_checked=rows is not None,
             shapes=None if symbolic is None else symbolic[0],
             result_shapes=None if symbolic is None else symbolic[1],
         )

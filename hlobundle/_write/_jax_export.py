@@ -29,7 +29,17 @@ from ._pytree_names import json_tree, key_part, leaf_roles, result_name, unique
 from ._writer import pack_planned
 
 
-@takes("inputs", "roles", "force", "target_version", "timestamp", "blob", "metadata", "card")
+@takes(
+    "inputs",
+    "roles",
+    "force",
+    "target_version",
+    "timestamp",
+    "blob",
+    "metadata",
+    "card",
+    "independent_rows",
+)
 def from_exported(exported: Any, out: str | os.PathLike[str], opt: PackOptions) -> Path:
     """Write a `jax.export.Exported` as a bundle.
 
@@ -67,6 +77,7 @@ def from_exported(exported: Any, out: str | os.PathLike[str], opt: PackOptions) 
     "blob",
     "metadata",
     "card",
+    "independent_rows",
 )
 def from_exported_files(
     exported: Any,

@@ -255,6 +255,16 @@ class PackOptions:
         'constraints on the symbols of symbolic shapes (`("b >= 2",)`), recorded in the manifest',
         convert=tuple,
     )
+    independent_rows: str | Mapping[str, Mapping[str, int]] | None = option(
+        None,
+        "declare the function's rows independent along a symbolic dimension (SPEC.md 2.13): "
+        "its symbol (`b`: every argument and result whose shape has it, at that axis), or "
+        '`{"arguments": {NAME: AXIS}, "results": {NAME: AXIS}}`. A trusted bundle\'s '
+        "`jax.vmap` then folds the mapped axis into it, one call, and `serve` joins requests "
+        "along it. `export` first checks the claim on the function (blocks of random rows "
+        "joined against each block alone) and records that it did",
+        Flag("--independent-rows", metavar="SYMBOL"),
+    )
     store_inputs: bool = option(True, "store the example arguments in the bundle")
     store_expected: bool = option(
         True,
@@ -331,6 +341,9 @@ class PackOptions:
         False,
         "sign again even though the bundle's signature does not verify (take the bundle over)",
         Flag("--replace-signature", action="store_true"),
+    )
+    rows_checked: bool = option(
+        False, "`independent_rows` was checked on the function (`export`)", internal=True
     )
     already_permuted: bool = option(
         False, "column-major arrays have the tensors' shapes already (Reactant's)", internal=True

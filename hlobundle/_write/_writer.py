@@ -22,7 +22,7 @@ from .._format._manifest import (
 )
 from .._read import _inputs
 from .._run import _compute
-from . import _expected, _module_text, _normalize, _shards
+from . import _expected, _module_text, _normalize, _rows, _shards
 from ._atomic import write_bundle
 from ._card import with_card
 from ._options import PACK, PackOptions, takes
@@ -113,6 +113,15 @@ def _pack_checked(
         manifest = _expected.add_expected(
             manifest, arrays, portable, opt.expected, already_permuted=opt.already_permuted
         )
+    if opt.independent_rows is not None:
+        declared = _rows.axes(
+            opt.independent_rows,
+            [a.name for a in manifest.arguments],
+            [a.shape for a in manifest.arguments],
+            [r.name for r in manifest.results],
+            [r.shape for r in manifest.results],
+        )
+        manifest = _rows.declare(manifest, declared, opt.rows_checked)
     manifest = with_card(manifest, files, opt.metadata, opt.card)
     stored, arrays = _shards.split(manifest, arrays, opt.max_shard_size)
     return write_bundle(out, stored, files, arrays, force=opt.force, signing_key=opt.signing_key)

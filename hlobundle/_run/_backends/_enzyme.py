@@ -40,7 +40,7 @@ def make(
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes)
+    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes, trust)
 
 
 def install_rules() -> None:
@@ -95,12 +95,14 @@ def enzyme_blockers(bundle: Bundle) -> EnzymeBlockers:
     return _BLOCKERS[bundle]
 
 
-def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[..., tuple[Any, ...]]:
+def implementation(
+    bundle: Bundle, prover: Prover | None = None, folds: bool = False
+) -> Callable[..., tuple[Any, ...]]:
     lapack = any(calls_lapack(m.custom_calls) for m in bundle.modules.values())
     if lapack:  # hlo_call does not, and an uninitialized kernel jumps through a null pointer
         _compat.initialize_lapack()
     if prover is not None:
-        return _refined_per_shape(bundle, prover)
+        return _refined_per_shape(bundle, prover, folds)
     prepared = prepared_for_hlo_call(bundle)
     call = enzyme_callable(prepared, [r.dtype for r in bundle.manifest.results])
     register_module(prepared.text, enzyme_blockers(bundle), owner=call)
@@ -109,10 +111,13 @@ def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[...
     return call
 
 
-def _refined_per_shape(bundle: Bundle, prover: Prover) -> Callable[..., tuple[Any, ...]]:
+def _refined_per_shape(
+    bundle: Bundle, prover: Prover, folds: bool
+) -> Callable[..., tuple[Any, ...]]:
     """A function with symbolic dimensions (SPEC.md 2.8): enzyme-ad's `hlo_call` needs static
     shapes, so it runs the module the prover refined to each call's shapes (`_shapes`), kept
-    for the prover's `max_shapes` most recent shapes."""
+    for the prover's `max_shapes` most recent shapes. With `folds`, a vmap of each such call
+    runs as one call at the folded shape (`_batched.folded`)."""
     from jaxlib.mlir import ir
 
     from ..._format import _mlir
@@ -136,6 +141,10 @@ def _refined_per_shape(bundle: Bundle, prover: Prover) -> Callable[..., tuple[An
                 prepared = for_hlo_call(text, prefix=symbol_prefix(key))
                 call = enzyme_callable(prepared, results)
                 register_module(prepared.text, blockers, owner=call)  # dropped with it
+                carriers = prepared.result_carriers
+                fold = _batched.folded(bundle, prover, impl, "jvp", carriers) if folds else None
+                if fold is not None:
+                    _batched.register(prepared.text, fold, owner=call)
                 cache[proof.shapes] = (prepared.text, call)
                 while len(cache) > prover.max_shapes:
                     cache.popitem(last=False)

@@ -37,7 +37,7 @@ def make(
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes)
+    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes, trust)
 
 
 def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
@@ -49,7 +49,9 @@ def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
         )
 
 
-def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[..., tuple[Any, ...]]:
+def implementation(
+    bundle: Bundle, prover: Prover | None = None, folds: bool = False
+) -> Callable[..., tuple[Any, ...]]:
     exported = exported_for(
         bundle.manifest,
         bundle.portable_artifact,
@@ -58,6 +60,10 @@ def implementation(bundle: Bundle, prover: Prover | None = None) -> Callable[...
     )
     if (fast := _batched.fast_path(bundle, "vjp")) is not None:
         _batched.register(exported, fast)
+    if folds and prover is not None:
+        fold = _batched.folded(bundle, prover, lambda *flat: exported.call(*flat), "vjp")
+        if fold is not None:
+            _batched.register(exported, fold)
     return lambda *flat: tuple(exported.call(*flat))
 
 
