@@ -154,6 +154,19 @@ def vmap_cost(tmp: Path, quick: bool) -> list[dict]:
             vmap_in_axes=(None, 0),
         )
     )
+    declared = hlobundle.load(  # SPEC.md 2.13: rows independent along b, no batched module
+        hlobundle.export(
+            lenet5.lenet5,
+            params,
+            x,
+            out=tmp / "vmap-declared",
+            store_expected=False,
+            with_vjp=True,
+            shapes_specs=(None, "b, 1, 28, 28"),
+            independent_rows="b",
+        )
+    )
+    assert declared.manifest.batched is None and declared.manifest.independent_rows is not None
     batch = np.stack([x * (i + 1) for i in range(4 if quick else 16)])
     native = jax.jit(jax.vmap(lambda xi: lenet5.lenet5(params, xi)))
     fns = {"native": lambda: jax.block_until_ready(native(batch))}
@@ -168,6 +181,11 @@ def vmap_cost(tmp: Path, quick: bool) -> list[dict]:
         f = batched.function(backend)
         v = jax.jit(jax.vmap(lambda xi, f=f: f(params, xi)))
         fns[f"{backend}, batched module"] = lambda v=v: jax.block_until_ready(v(batch))
+        f = declared.function(backend, trust=hlobundle.Trust.BATCHED)
+        v = jax.jit(jax.vmap(lambda xi, f=f: f(params, xi)))
+        fns[f"{backend}, declared rows"] = lambda v=v: jax.block_until_ready(v(batch))
+        g = jax.grad(lambda xi, f=f: (f(params, xi) ** 2).sum())
+        grads[f"{backend}, declared rows"] = jax.jit(jax.vmap(g))
     gfns = {k: (lambda g=g: jax.block_until_ready(g(batch))) for k, g in grads.items()}
     for f in [*fns.values(), *gfns.values()]:
         f()
@@ -1969,7 +1987,9 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
         ),
         "vmap": one(
             "vmap: time / native jax.vmap of the same function. A loop, unless the bundle has a "
-            "batched module for the mapped arguments (export(..., vmap_in_axes=...))",
+            "batched module for the mapped arguments (export(..., vmap_in_axes=...)), or its "
+            "rows are declared independent along a symbolic batch (SPEC.md 2.13; "
+            "export(..., independent_rows='b')) and trusted: then one call of 16 x 4 rows",
             vmap_cost,
         ),
         "first": one(
