@@ -1354,6 +1354,85 @@ def _(path: Path) -> None:
     edit(rows(path, ROWS), lambda m: m.update(format_version="2.0"))
 
 
+# --- format 2.1: several platforms (SPEC.md 2.14) ------------------------------------------------
+
+PLATFORMS_TEXT = """func.func @main(%a0: tensor<i32> {jax.global_constant = "_platform_index"}, %a1: tensor<3xf32>) -> (tensor<3xf32>) {
+  %y = "stablehlo.case"(%a0) ({
+    %s = stablehlo.add %a1, %a1 : tensor<3xf32>
+    stablehlo.return %s : tensor<3xf32>
+  }, {
+    %p = stablehlo.multiply %a1, %a1 : tensor<3xf32>
+    stablehlo.return %p : tensor<3xf32>
+  }) : (tensor<i32>) -> tensor<3xf32>
+  return %y : tensor<3xf32>
+}
+"""
+
+
+def platforms(path: Path, listed: list[str] | None = None) -> Path:
+    """`y = x + x` lowered for cpu (index 0) and `y = x * x` for cuda (index 1): a reader on a
+    CPU passes 0, and the expected outputs are x + x."""
+    from hlobundle._read._inputs import from_python
+    from hlobundle._write._writer import PackOptions, pack_planned
+
+    options = PackOptions(
+        names=["x"],
+        result_names=["y"],
+        target_version=TARGET,
+        producer=("conformance", "1"),
+        expected="compute",
+        platforms=("cpu", "cuda"),
+    )
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    bundle = pack_planned(PLATFORMS_TEXT, from_python([x]), path / "bundle", options)
+    _strip_environment(bundle)
+    if listed is not None:
+        edit(bundle, lambda m: m["functions"][0].update(platforms=listed))
+    return bundle
+
+
+@case(
+    "valid_platforms",
+    "format 2.1: one module for cpu (x + x, index 0) and cuda (x * x, index 1); a CPU reader "
+    "passes 0",
+)
+def _(path: Path) -> None:
+    save_outputs(path, platforms(path))
+
+
+@case("invalid_platforms_duplicate", "platforms lists cpu twice", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    platforms(path, ["cpu", "cpu"])
+
+
+@case("invalid_platforms_one", "platforms lists one platform (one is no list)", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    platforms(path, ["cpu"])
+
+
+@case("invalid_platforms_in_2_0", "platforms in a format 2.0 manifest", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    edit(platforms(path), lambda m: m.update(format_version="2.0"))
+
+
+@case(
+    "invalid_platforms_without_index",
+    "platforms over a module whose @main takes x alone, no platform index",
+    "SIGNATURE_MISMATCH",
+)
+def _(path: Path) -> None:
+    t = tensor((3,), "float32")
+    bundle = pack(path, func([t], [t], [f"%y = stablehlo.add %a0, %a0 : {t}"], ["%y"]), None)
+
+    def claim(m: dict) -> None:  # the 1.x manifest of one function, as a 2.1 one claiming two
+        function = {k: m.pop(k) for k in list(m) if k not in ("format", "files", "provenance")}
+        function.pop("format_version")
+        function["name"] = function.pop("function")
+        m.update(format_version="2.1", functions=[{**function, "platforms": ["cpu", "cuda"]}])
+
+    edit(bundle, claim)
+
+
 def generate(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _dtypes
-from ._errors import ModuleError
+from ._errors import MainSignatureError, ModuleError
 from ._mlir import ENTRY, context, optional_string, string_value
 from ._prechecks import short
 
@@ -52,6 +52,38 @@ class Signature:
     # JAX's `jax.arg_info` / `jax.result_info` of each value (untrusted text), None when absent
     argument_info: tuple[str | None, ...] = ()
     result_info: tuple[str | None, ...] = ()
+
+
+def without_platform_index(sig: Signature, path: str | None) -> Signature:
+    """The signature of a module lowered for several platforms (SPEC.md 2.14) without its first
+    argument, the platform index, a scalar `i32` or `i64` (a ModuleError when it is not one):
+    what the manifest's arguments describe."""
+    import dataclasses
+
+    first = (sig.arguments[0].shape, sig.arguments[0].dtype.name) if sig.arguments else None
+    if first not in (((), "int32"), ((), "int64")):  # i64 where jax lowered with x64 on
+        raise MainSignatureError(
+            "the manifest says the function is lowered for several platforms, but @main's "
+            "first argument is not the platform index, a tensor<i32> or tensor<i64> "
+            "(SPEC.md 2.14)",
+            path=path,
+            field="platforms",
+        )
+    sharding = sig.sharding
+    if sharding is not None:
+        sharding = dataclasses.replace(
+            sharding,
+            arguments=sharding.arguments[1:],
+            hlo_arguments=sharding.hlo_arguments[1:],
+        )
+    return dataclasses.replace(
+        sig,
+        arguments=sig.arguments[1:],
+        aliases={k: i - 1 for k, i in sig.aliases.items()},
+        unused=frozenset(i - 1 for i in sig.unused if i > 0),
+        sharding=sharding,
+        argument_info=sig.argument_info[1:],
+    )
 
 
 def signature(module: ir.Module, *, path: str | None = None, dynamic: bool = False) -> Signature:

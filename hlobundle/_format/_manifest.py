@@ -30,7 +30,8 @@ from ._model import _Model
 # 2.1 (2026-12-04): `files[NAME].chunks`, a digest per fixed-size chunk of a file, so that a
 #     byte range is checked on its own (remote loading); bundles of several functions have them.
 #     (2026-12-05): `metadata`, what a model card says, and its `README.md` (SPEC.md 2.12);
-#     `independent_rows`, a function's rows declared independent along a symbol (2.13).
+#     `independent_rows`, a function's rows declared independent along a symbol (2.13);
+#     `platforms`, a function lowered for several platforms, selected by an index (2.14).
 FORMAT: Literal["hlobundle"] = "hlobundle"
 FORMAT_VERSION = "2.1"
 NEWEST_MINOR = {1: 3, 2: 1}  # the newest minor version of each major version this reader knows
@@ -54,6 +55,8 @@ Shape = list[Dim | DimExpr]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 CPU_NAME = r"[A-Za-z0-9_.+-]{1,64}"  # an executable's target CPU: generic, host's name, znver3
 RelPath = Annotated[str, Field(min_length=1, max_length=255)]
+Platform = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,15}$")]  # jax's: cpu, cuda, tpu
+MAX_PLATFORMS = 8
 
 
 class TensorRef(_Model):
@@ -224,6 +227,8 @@ class FunctionFields(_Model):
     executables: list[Executable] | None = None
     constraints: list[str] | None = None  # on the symbols of the shapes (2.0, SPEC.md 2.8)
     independent_rows: IndependentRows | None = None  # since 2.1 (SPEC.md 2.13)
+    # Lowered for each (jax.export's `platforms`): @main takes the index first (2.1, 2.14)
+    platforms: list[Platform] | None = Field(None, min_length=2, max_length=MAX_PLATFORMS)
 
     def tensors(self) -> list[Argument | Result]:
         """The arguments, then the results (what a loop over both reads: name, shape, dtype)."""

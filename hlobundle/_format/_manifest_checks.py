@@ -21,7 +21,8 @@ def fields_of_2_1(m: Manifest) -> list[str]:
     """The format 2.1 fields a manifest (of one function) uses, where they are."""
     used = [f"files[{n!r}].chunks" for n, e in sorted(m.files.items()) if e.chunks is not None]
     used += ["metadata"] if m.metadata is not None else []
-    return used + (["independent_rows"] if m.independent_rows is not None else [])
+    fields = ("independent_rows", "platforms")
+    return used + [f for f in fields if getattr(m, f) is not None]
 
 
 def _check_2_1_fields(m: Manifest) -> None:
@@ -43,6 +44,11 @@ def check_function(m: Manifest) -> None:
     check_unique([a.name for a in m.arguments], "arguments")
     check_unique([r.name for r in m.results], "results")
     check_unique([e.target for e in m.executables or []], "executables target")
+    check_unique(m.platforms or [], "platforms")
+    if m.platforms is not None and (m.batched is not None or m.executables):
+        raise ValueError(
+            "a function lowered for several platforms has no batched module or executables"
+        )
     if m.batched is not None:
         check_unique(m.batched.arguments, "batched.arguments")
         unknown = sorted(set(m.batched.arguments) - {a.name for a in m.arguments})

@@ -46,6 +46,8 @@ def check(
 def check_main(parsed: Any, manifest: Manifest, source: str) -> _main_signature.Signature:
     """The manifest's arguments and results must have exactly `@main`'s types and aliasing."""
     sig = _main_signature.signature(parsed, path=source, dynamic=manifest.symbolic)
+    if manifest.platforms:
+        sig = _main_signature.without_platform_index(sig, source)
     check_signature(sig, manifest, source)
     return sig
 
@@ -122,6 +124,8 @@ def _shown(shape: Sequence[int | None]) -> list[int | str]:
 def check_backward(parsed: Any, manifest: Manifest, source: str) -> None:
     """A backward module maps (*arguments, *result cotangents) to argument cotangents."""
     sig = _main_signature.signature(parsed, path=source, dynamic=manifest.symbolic)
+    if manifest.platforms:
+        sig = _main_signature.without_platform_index(sig, source)
     want_in = [(a.dtype, tuple(a.shape)) for a in manifest.arguments]
     want_in += [(cotangent_dtype(r.dtype), tuple(r.shape)) for r in manifest.results]
     want_out = [(cotangent_dtype(a.dtype), tuple(a.shape)) for a in manifest.arguments]

@@ -115,10 +115,14 @@ def exported_for(
         "in_shardings_hlo": (None,) * n,
         "out_shardings_hlo": (None,) * m,
         "nr_devices": 1,
-        "platforms": ("cpu",),
+        # One platform: the portable module runs anywhere. Several (SPEC.md 2.14): jax passes
+        # the index of the platform it runs on, and refuses one the module was not lowered for.
+        "platforms": tuple(manifest.platforms or ("cpu",)),
         "ordered_effects": (),
         "unordered_effects": (),
-        "disabled_safety_checks": (export.DisabledSafetyCheck.platform(),),
+        "disabled_safety_checks": ()
+        if manifest.platforms
+        else (export.DisabledSafetyCheck.platform(),),
         "mlir_module_serialized": portable,
         "calling_convention_version": export.maximum_supported_calling_convention_version,
         "module_kept_var_idx": tuple(range(n)),
@@ -181,11 +185,6 @@ def read_blob(path: str | os.PathLike[str]) -> tuple[Any, bytes]:
 def refuse_what_a_bundle_cannot_hold(exported: Any) -> None:
     """An InputError naming each thing in `exported` a bundle's function cannot hold."""
     why = []
-    if len(exported.platforms) != 1:
-        why.append(
-            f"it is lowered for several platforms {list(exported.platforms)} (a bundle's "
-            "module is one program; export for one platform)"
-        )
     if exported.ordered_effects or exported.unordered_effects:
         why.append("it has effects (ordered or unordered); a bundle's function has none")
     if tuple(exported.module_kept_var_idx) != tuple(range(len(exported.in_avals))):

@@ -60,6 +60,9 @@ def backward_of_exported(exported):
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.in_avals]
     specs += [cotangent(a) for a in exported.out_avals]
     jitted = jax.jit(backward, keep_unused=True)
+    platforms = tuple(exported.platforms)
+    if len(platforms) > 1:  # lowered for each, as the function is: @main takes the index
+        return export.export(jitted, platforms=platforms)(*specs).mlir_module()
     if all(isinstance(d, int) for s in specs for d in s.shape):
         return jitted.lower(*specs).as_text()
     return export.export(jitted)(*specs).mlir_module()  # `@main` derives its dimensions

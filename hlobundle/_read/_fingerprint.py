@@ -67,7 +67,11 @@ def document(bundle: Bundle) -> dict[str, Any]:
             forms[key] = {"portable_sha256": stored.portable_sha256}
     if m.batched is not None:
         forms["batched"]["arguments"] = list(m.batched.arguments)
+    # A function lowered for several platforms (SPEC.md 2.14): which index selects which
+    # lowering is part of what it computes. Absent otherwise, so earlier fingerprints hold.
+    platforms = {"platforms": list(m.platforms)} if m.platforms else {}
     return {
+        **platforms,
         "algorithm": ALGORITHM,
         "arguments": arguments,
         "results": [r.model_dump(mode="json", include=set(RESULT_FIELDS)) for r in m.results],

@@ -287,7 +287,19 @@ def _module_lines(m: Manifest) -> list[str]:
             for e in m.executables or []
         ),
         *([f"constraints {', '.join(m.constraints)}"] if m.constraints else []),
+        *([f"platforms {', '.join(m.platforms)} (@main takes the index)"] if m.platforms else []),
+        *_rows_lines(m),
     ]
+
+
+def _rows_lines(m: Manifest) -> list[str]:
+    """Declared independent rows (SPEC.md 2.13): along which symbol, and whether checked."""
+    rows = m.independent_rows
+    if rows is None:
+        return []
+    name, axis = next(iter(rows.arguments.items()))
+    checked = ", checked by its writer" if rows.checked else ""
+    return [f"rows      independent along {m.argument(name).shape[axis]}{checked}"]
 
 
 def _file_lines(summary: Summary) -> list[str]:

@@ -62,7 +62,9 @@ def function(
     max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
 ) -> Function:
     """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
-    return _backends.resolve(backend).make(
+    chosen = _backends.resolve(backend, bundle.manifest)
+    _backends.refuse_platforms(chosen, bundle.manifest)
+    return chosen.make(
         bundle,
         donate=donate,
         devices=devices,

@@ -175,6 +175,8 @@ def _static_entry(text: bytes, manifest: Manifest, shapes: Shapes) -> bytes:
         main.attributes["sym_visibility"] = ir.StringAttr.get("private")
         kind = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         inputs = list(kind.inputs)
+        if manifest.platforms:  # the platform index comes first (SPEC.md 2.14), a scalar
+            shapes = ((), *shapes)
         if len(inputs) != len(shapes):  # verified already: the manifest has one per argument
             raise InputError(
                 f"{manifest.function}: @main takes {len(inputs)} arguments, the call {len(shapes)}"

@@ -31,6 +31,7 @@ PRODUCER = PRODUCER_JAX  # the provenance's producer of a bundle that export() w
     "shapes_specs",
     "constraints",
     "independent_rows",
+    "platforms",
     "add",
     "default",
     "force",
@@ -80,7 +81,9 @@ def export(
         return fn(*jax.tree_util.tree_unflatten(in_tree, flat_args))
 
     jitted = jax.jit(flat_fn, keep_unused=True)
-    if opt.shapes_specs is None:
+    if opt.platforms is not None and opt.shapes_specs is None:
+        text, out_info, symbolic = _lower_for(jitted, flat, opt.platforms)
+    elif opt.shapes_specs is None:
         lowered = jitted.lower(*[_abstract(leaf) for _, leaf in leaves])
         text, out_info, symbolic = lowered.as_text(), lowered.out_info, None
     else:
@@ -91,7 +94,7 @@ def export(
                 argument="vmap_in_axes",
             )
         text, out_info, symbolic = _lower_symbolic(
-            jitted, example_args, opt.shapes_specs, opt.constraints
+            jitted, example_args, opt.shapes_specs, opt.constraints, opt.platforms
         )
     expected = None
     if opt.store_inputs and opt.store_expected:
@@ -159,6 +162,7 @@ def export(
             sign_key=signing,
             independent_rows=rows,
             rows_checked=rows is not None,
+            platforms=opt.platforms,
             shapes=None if symbolic is None else symbolic[0],
             result_shapes=None if symbolic is None else symbolic[1],
         )
@@ -180,8 +184,48 @@ def export(
         )
 
 
+def _lower_for(
+    jitted: Any, flat: Sequence[np.ndarray], lowered_for: Sequence[str]
+) -> tuple[str, Any, None]:
+    """`jax.export` of `jitted` at the example's static shapes for several platforms: its text
+    (@main takes the platform's index first) and its results' structure."""
+    import jax
+
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in flat]
+    exported = _export(jitted, lowered_for)(*specs)
+    out_info = jax.tree_util.tree_unflatten(exported.out_tree, list(exported.out_avals))
+    return exported.mlir_module(), out_info, None
+
+
+def _export(jitted: Any, lowered_for: Sequence[str] | None) -> Any:
+    """`jax.export.export` of `jitted`, for several platforms when `lowered_for` names them
+    (an InputError naming a platform jax does not know)."""
+    from jax import export
+
+    if lowered_for is None:
+        return export.export(jitted)
+    if len(lowered_for) < 2 or len(set(lowered_for)) != len(lowered_for):
+        raise InputError(
+            f"platforms must name at least two distinct platforms, got {list(lowered_for)}; "
+            "for one, leave it out (a portable module runs on any)",
+            argument="platforms",
+        )
+
+    def lower(*specs: Any) -> Any:
+        try:
+            return export.export(jitted, platforms=tuple(lowered_for))(*specs)
+        except (ValueError, NotImplementedError) as e:  # an unknown platform, an op without rule
+            raise InputError(f"platforms: {str(e)[:300]}", argument="platforms") from None
+
+    return lower
+
+
 def _lower_symbolic(
-    jitted: Any, example_args: tuple[Any, ...], shapes_specs: Any, constraints: Sequence[str]
+    jitted: Any,
+    example_args: tuple[Any, ...],
+    shapes_specs: Any,
+    constraints: Sequence[str],
+    lowered_for: Sequence[str] | None = None,
 ) -> tuple[str, Any, tuple[list[list[int | str]], list[list[int | str]]]]:
     """`jax.export` of `jitted` with symbolic shapes: its text, its results' structure, and
     the arguments' and results' shapes, a symbolic dimension as its expression."""
@@ -193,7 +237,7 @@ def _lower_symbolic(
     except (ValueError, TypeError) as e:  # jax's message says which spec and why
         raise InputError(f"shapes_specs: {e}", argument="shapes_specs") from None
     flat_specs = jax.tree_util.tree_leaves(specs)
-    exported = export.export(jitted)(*flat_specs)
+    exported = _export(jitted, lowered_for)(*flat_specs)
     out_info = jax.tree_util.tree_unflatten(exported.out_tree, list(exported.out_avals))
     shape = lambda aval: [d if isinstance(d, int) else str(d) for d in aval.shape]  # noqa: E731
     shapes = ([shape(a) for a in exported.in_avals], [shape(a) for a in exported.out_avals])

@@ -127,6 +127,8 @@ def _pack_options(
         output_tree=json_tree(jax.tree_util.tree_unflatten(exported.out_tree, result_names)),
         allow_custom_calls=allowed,
         with_vjp=_backward_in_child(exported, blob) if exported.has_vjp() else False,
+        # several platforms: @main takes the platform's index first (SPEC.md 2.14)
+        platforms=tuple(exported.platforms) if len(exported.platforms) > 1 else None,
         **symbolic_shapes(exported),
     )
 

@@ -20,13 +20,18 @@ from .._interop._jax_export import cotangent_avals, is_symbolic, value_avals
 def lower_backward(manifest: Manifest, primal: Callable[..., Sequence[Any]]) -> str:
     """StableHLO text of the backward module of `primal`, a function of the flat arguments."""
     primals = value_avals(manifest, manifest.arguments)
-    return lower_backward_of(primals, cotangent_avals(manifest, manifest.results), primal)
+    cotangents = cotangent_avals(manifest, manifest.results)
+    return lower_backward_of(primals, cotangents, primal, manifest.platforms)
 
 
 def lower_backward_of(
-    primals: Sequence[Any], cotangents: Sequence[Any], primal: Callable[..., Sequence[Any]]
+    primals: Sequence[Any],
+    cotangents: Sequence[Any],
+    primal: Callable[..., Sequence[Any]],
+    lowered_for: Sequence[str] | None = None,
 ) -> str:
-    """`lower_backward` from the avals of the primals and of the results' cotangents. (The child
+    """`lower_backward` from the avals of the primals and of the results' cotangents, for the
+    function's platforms (`lowered_for`) when it is lowered for several (SPEC.md 2.14). (The child
     that lowers an untrusted Exported's VJP, `_isolation/_jax_export_child.py`, imports nothing
     of the package and lowers as this does; `tests/test_jax_export.py` holds them alike.)"""
     import jax
@@ -38,19 +43,24 @@ def lower_backward_of(
         _, pullback = jax.vjp(lambda *args: tuple(primal(*args)), *primals_and_cotangents[:n])
         return tuple(pullback(tuple(primals_and_cotangents[n:])))
 
-    return lower(backward, [*primals, *specs])
+    return lower(backward, [*primals, *specs], lowered_for)
 
 
-def lower(fn: Callable[..., Any], specs: Sequence[Any]) -> str:
+def lower(
+    fn: Callable[..., Any], specs: Sequence[Any], lowered_for: Sequence[str] | None = None
+) -> str:
     """StableHLO text of `jax.jit(fn)` on `specs`; through `jax.export` when a shape is
-    symbolic, so that `@main` takes only the arrays and derives its dimensions from them."""
+    symbolic, so that `@main` takes only the arrays and derives its dimensions from them, or
+    for several platforms (`lowered_for`), so that `@main` takes the platform's index first."""
     import jax
 
     jitted = jax.jit(fn, keep_unused=True)
-    if not is_symbolic(specs):
+    if not is_symbolic(specs) and not lowered_for:
         return jitted.lower(*specs).as_text()
     from jax import export
 
+    if lowered_for:
+        return export.export(jitted, platforms=tuple(lowered_for))(*specs).mlir_module()
     return export.export(jitted)(*specs).mlir_module()
 
 

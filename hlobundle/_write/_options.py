@@ -342,6 +342,13 @@ class PackOptions:
         "sign again even though the bundle's signature does not verify (take the bundle over)",
         Flag("--replace-signature", action="store_true"),
     )
+    platforms: Sequence[str] | None = option(
+        None,
+        "lower the function for each of these platforms, as `jax.export` does "
+        '(`("cpu", "cuda")`; SPEC.md 2.14): one module whose `@main` takes the index of the '
+        "platform it runs on, which the xla backend passes. Without it, one portable module",
+        convert=tuple,
+    )
     rows_checked: bool = option(
         False, "`independent_rows` was checked on the function (`export`)", internal=True
     )

@@ -89,7 +89,11 @@ def _pack_checked(
     text = _module_text.without_locations(normalized.text, path=source)
     parsed = _mlir.parse(text, path=source)
     sig = _main_signature.signature(parsed, path=source, dynamic=opt.shapes is not None)
+    if opt.platforms:  # @main takes the platform's index first (SPEC.md 2.14)
+        sig = _main_signature.without_platform_index(sig, source)
     manifest, arrays = plan(sig, items, opt)
+    if opt.platforms:  # validated with the rest, when the manifest is whole
+        manifest = manifest.model_copy(update={"platforms": list(opt.platforms)})
     target = opt.target_version or _mlir.default_target()
     portable = _mlir.to_portable(parsed, target, path=source)
     manifest = manifest.model_copy(

@@ -16,7 +16,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, get_args
 
-from ..._format._errors import BackendUnavailableError, InputError
+from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
 from ._backend import Backend, Compiled, Script
 
 if TYPE_CHECKING:
@@ -50,14 +50,32 @@ def _is_name(name: str) -> TypeGuard[BackendName]:
     return name in NAMES
 
 
-def resolve(name: str) -> Backend:
-    """The backend for `name` (one of NAMES), available here."""
+def resolve(name: str, manifest: Manifest | None = None) -> Backend:
+    """The backend for `name` (one of NAMES), available here; `auto` picks one that can run
+    `manifest`'s function (one lowered for several platforms needs `platforms`)."""
     if _checked(name) == "auto":
-        return next((b for b in map(_backend, _AUTO) if b.available()), _backend(_AUTO[-1]))
+        able = [b for b in map(_backend, _AUTO) if b.platforms or not _platforms(manifest)]
+        return next((b for b in able if b.available()), able[-1])
     backend = _backend(name)
     if not backend.available():
         raise BackendUnavailableError(backend.unavailable)
     return backend
+
+
+def _platforms(manifest: Manifest | None) -> bool:
+    return manifest is not None and bool(manifest.platforms)
+
+
+def refuse_platforms(backend: Backend, manifest: Manifest) -> None:
+    """A BackendUnsupportedError when `backend` cannot run `manifest`'s function, lowered for
+    several platforms (SPEC.md 2.14)."""
+    if _platforms(manifest) and not backend.platforms:
+        able = [n for n in NAMES if n != "auto" and _backend(n).platforms]
+        raise BackendUnsupportedError(
+            f"{manifest.function} is lowered for several platforms {manifest.platforms}: @main "
+            f"takes the platform's index, which the {backend.name} backend does not pass; use "
+            f"backend={able[0]!r}"
+        )
 
 
 def kind(name: str) -> Backend:
@@ -76,7 +94,15 @@ def for_forward_calls(name: BackendName) -> BackendName:
 def for_script(name: str, manifest: Manifest) -> Backend:
     """The backend an emitted script for `manifest`'s function uses for `name`: a script
     outside JAX needs no backend installed here; `auto` is what `run` would choose; symbolic
-    shapes (SPEC.md 2.8) only on a backend whose script can call them."""
+    shapes (SPEC.md 2.8) only on a backend whose script can call them; none for a function
+    lowered for several platforms (2.14), which the scripts do not select among."""
+    if manifest.platforms:
+        raise InputError(
+            f"function {manifest.function!r} is lowered for several platforms "
+            f"{manifest.platforms} (SPEC.md 2.14), which an emitted script does not select "
+            "among: run it with hlobundle.load(B).function('xla')",
+            argument="bundle",
+        )
     if not manifest.symbolic:
         chosen = kind(name)
         return chosen if not chosen.jax else resolve(name)

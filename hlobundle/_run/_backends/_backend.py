@@ -62,6 +62,8 @@ class Backend:
       function is one.
     - `text_primal(manifest, text)`: a differentiable JAX function of a module's text (what
       `with_vjp=True` lowers a backward module from), where the backend offers one.
+    - `platforms`: it runs a function lowered for several platforms (SPEC.md 2.14), passing
+      the index of the platform it runs on.
     """
 
     name: str
@@ -81,3 +83,4 @@ class Backend:
     check_derivatives: Callable[[Bundle, Sequence[Any]], None] = lambda bundle, args: None
     to_exported: Callable[[Bundle], Any] | None = None
     text_primal: Callable[[Manifest, str], Callable[..., Sequence[Any]]] | None = None
+    platforms: bool = False

@@ -160,4 +160,5 @@ BACKEND = Backend(
     install_rules=_transforms.install_exported_loop_rule,
     check_derivatives=check_derivatives,
     to_exported=to_exported,
+    platforms=True,
 )
