@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._file_io import _hashing_writer
+from .._file_io import _hashing_reader, _hashing_writer
 from .._terminal import _progress
 from . import _chunks, _dtypes, _paths, _safetensors_layout
 from ._errors import LimitError, TensorFileError
@@ -272,20 +272,22 @@ class TensorFile:
 
     def _sha256_read(self, h: Any) -> str:
         size = os.fstat(self._fd).st_size
-        buffer = memoryview(bytearray(_CHUNK))
-        done = 0
         with _progress.task(f"checking {self.name}", size) as advance:
-            while done < size:
-                got = os.preadv(self._fd, [buffer[: min(_CHUNK, size - done)]], done)
-                if got == 0:
-                    raise TensorFileError(f"{self.name} shrank while it was read", path=self.name)
-                h.update(buffer[:got])
-                done += got
-                advance(got)
+            self._read_hashed(size, h, None, advance)
         return h.hexdigest()
 
+    def _read_hashed(
+        self, size: int, h: Any, into: memoryview | None, advance: Callable[[int], object]
+    ) -> None:
+        try:
+            _hashing_reader.read_hashed(self._fd, size, h, into, advance)
+        except _hashing_reader.ShrankError:
+            raise TensorFileError(f"{self.name} shrank while it was read", path=self.name) from None
+
     def read_into_memory(self, chunks: _chunks.ChunkHasher | None = None) -> str:
-        """Copy the held file into private memory; tensors come from the copy from now on.
+        """Copy the held file into private memory, hashed as it is read (in a second thread:
+        the read of each step overlaps the hash of the one before); tensors come from the copy
+        from now on.
 
         **Returns:** the copy's sha256 (`chunks` gets its bytes too).
         """
@@ -296,17 +298,12 @@ class TensorFile:
         raw = np.empty(size + DATA_ALIGNMENT, np.uint8)
         skip = -raw.ctypes.data % DATA_ALIGNMENT
         memory = raw[skip : skip + size]
-        view, done = memory.data, 0
+        h: Any = hashlib.sha256() if chunks is None else _Both(hashlib.sha256(), chunks)
         with _progress.task(f"reading {self.name}", size) as advance:
-            while done < size:
-                got = os.preadv(self._fd, [view[done : done + _CHUNK]], done)
-                if got == 0:
-                    raise TensorFileError(f"{self.name} shrank while it was read", path=self.name)
-                done += got
-                advance(got)
+            self._read_hashed(size, h, memory.data, advance)
         memory.flags.writeable = False
         self._memory = memory
-        return self.sha256(chunks)
+        return str(h.hexdigest())
 
     def hold_chunks(
         self, chunk: int, indices: Iterable[int], check: Callable[[int, bytes], None]

@@ -1,0 +1,55 @@
+"""`_file_io._hashing_reader.read_hashed`: the bytes read are the bytes hashed, in order, into
+the caller's memory or through two buffers in turn, and a file that ends early is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+
+from hlobundle._file_io import _hashing_reader
+
+
+@pytest.fixture
+def data_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(_hashing_reader, "STEP_BYTES", 4096)  # many steps, both buffers reused
+    data = np.random.default_rng(0).integers(0, 256, 10 * 4096 + 123, np.uint8).tobytes()
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    yield fd, data
+    os.close(fd)
+
+
+def test_through_two_buffers_the_hash_is_the_file_s(data_file):
+    fd, data = data_file
+    h, steps = hashlib.sha256(), []
+    _hashing_reader.read_hashed(fd, len(data), h, advance=steps.append)
+    assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert sum(steps) == len(data) and len(steps) == 11
+
+
+def test_into_memory_the_copy_is_the_file_and_is_what_was_hashed(data_file):
+    fd, data = data_file
+    memory, h = bytearray(len(data)), hashlib.sha256()
+    _hashing_reader.read_hashed(fd, len(data), h, into=memoryview(memory))
+    assert bytes(memory) == data and h.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_shorter_than_its_size_is_refused(data_file):
+    fd, data = data_file
+    with pytest.raises(_hashing_reader.ShrankError, match=f"ended at {len(data)}"):
+        _hashing_reader.read_hashed(fd, len(data) + 1, hashlib.sha256())
+
+
+def test_an_error_in_the_hash_thread_reaches_the_caller(data_file):
+    fd, data = data_file
+
+    class Broken:
+        def update(self, chunk):
+            raise MemoryError("no room")
+
+    with pytest.raises(MemoryError, match="no room"):
+        _hashing_reader.read_hashed(fd, len(data), Broken())
