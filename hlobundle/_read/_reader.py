@@ -337,15 +337,8 @@ class Bundle(StoredValues):
         """
         if self._keys is not None:  # loaded in part: check again what is held
             self._hold_used_bytes(self._keys)
-        for name, tf in sorted(self._tensor_files.items()):
-            if self._keys is not None:
-                break
-            listed = self.manifest.files[name]
-            chunks = _files.chunk_hasher(listed)
-            got = tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)
-            _files.check_digest(name, listed.size, got, listed)
-            if chunks is not None:
-                _files.check_chunks(name, chunks.finish(), listed)
+        if self._keys is None:
+            self._check_tensor_files(in_memory)
         for held in self._unreferenced.values():
             held.check()
         for name in self.loaded:
@@ -363,6 +356,25 @@ class Bundle(StoredValues):
                 _signature.paths(certificate_chain),
             )
             self.signer = _signature.verify(self.path, self.digests(), trust)
+
+    def _check_tensor_files(self, in_memory: bool) -> None:
+        """Hash every tensor file (into its private copy with `in_memory`), several at once on
+        a machine of several cores (each hashed as it is read, `_hashing_reader`), and check
+        each against the manifest, in name order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def hashed(name: str) -> tuple[str, Any]:
+            tf, chunks = self._tensor_files[name], _files.chunk_hasher(self.manifest.files[name])
+            return (tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)), chunks
+
+        names = sorted(self._tensor_files)
+        workers = max(1, min(len(names), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers, thread_name_prefix="hlobundle-verify") as pool:
+            for name, (got, chunks) in zip(names, pool.map(hashed, names), strict=True):
+                listed = self.manifest.files[name]
+                _files.check_digest(name, listed.size, got, listed)
+                if chunks is not None:
+                    _files.check_chunks(name, chunks.finish(), listed)
 
     def checked_sha256(self, name: str) -> str:
         """The sha256 of a module or tensor file of the bundle, computed from the bytes it is
