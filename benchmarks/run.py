@@ -1105,6 +1105,89 @@ def sign_cost(tmp: Path, quick: bool) -> list[dict]:
     ]
 
 
+# --- cost that grows with what is used -----------------------------------------------------------
+
+
+def _many_functions(out: Path, functions: int, per_function: int) -> Path:
+    """`functions` functions `fK(p, x) = x + sum(p)` over `per_function` weights of 4 floats
+    each (their own), one bundle."""
+    import jax.numpy as jnp
+
+    import hlobundle
+
+    x = np.ones(4, np.float32)
+    for k in range(functions):
+        p = {f"w{k}_{j}": np.full(4, j, np.float32) for j in range(per_function)}
+        hlobundle.export(
+            lambda p, x: x + sum(jnp.asarray(v) for v in p.values()),
+            p,
+            x,
+            out=out,
+            name=f"f{k}",
+            roles={"p": "parameter"},
+            store_expected=False,
+            add=k > 0,
+            force=k == 0,
+        )
+    return out
+
+
+def usage_cost(tmp: Path, quick: bool) -> list[dict]:
+    """What one function costs in a big bundle against the same function alone, and how the
+    reading commands grow with the manifest (in process: the process's start is the same for
+    every size)."""
+    import jax
+
+    import hlobundle
+    from hlobundle._read._inspect import summarize
+
+    functions, per = (8, 16) if quick else (64, 156)  # 64 x 156: 9,984 tensors
+    big = _many_functions(tmp / "usage-big", functions, per)
+    alone = _many_functions(tmp / "usage-alone", 1, per)  # its f0 is the big bundle's f0
+
+    def call(path: Path) -> None:
+        b = hlobundle.load(path, functions=["f0"])
+        f = b.function("xla")
+        jax.block_until_ready(f.call_flat(*[b.tensor(a.name) for a in b.arguments]))
+
+    res = interleaved({"big": lambda: call(big), "alone": lambda: call(alone)}, 5 if quick else 15)
+    rows = [
+        {
+            "case": f"load one function of {functions} over {functions * per:,} tensors and "
+            "call it / the same function in a bundle of its own (goal <= 1.2)",
+            "s": res["big"][0],
+            "ratio": res["big"][0] / res["alone"][0],
+            "spread": res["big"][1],
+        }
+    ]
+    # Growth: seconds per tensor (one function) and per function (16 tensors each), each
+    # against the smallest size on its axis: 1.0 is linear, above it grows faster.
+    axes = {
+        "tensor": [(1, 100), (1, 1000)] + ([] if quick else [(1, 10000)]),
+        "function": [(1, 16), (4 if quick else 8, 16)] + ([] if quick else [(64, 16)]),
+    }
+    made = {s: _many_functions(tmp / f"usage-{s[0]}-{s[1]}", *s) for a in axes.values() for s in a}
+    for what, fn in (
+        ("inspect (summarize)", summarize),
+        ("verify --quick (load)", hlobundle.load),
+    ):
+        times = interleaved({s: (lambda p=p: fn(p)) for s, p in made.items()}, 3 if quick else 7)
+        for unit, sizes in axes.items():
+            count = (lambda s: s[1]) if unit == "tensor" else (lambda s: s[0])  # noqa: E731
+            first = times[sizes[0]][0] / count(sizes[0])
+            for size in sizes[1:]:
+                rows.append(
+                    {
+                        "case": f"{what}: {size[0]} function(s) of {size[1]:,} tensors, seconds "
+                        f"per {unit} / at {count(sizes[0]):,} (1.0 = linear)",
+                        "s": times[size][0],
+                        "ratio": times[size][0] / count(size) / first,
+                        "spread": times[size][1],
+                    }
+                )
+    return rows
+
+
 # --- registries ---------------------------------------------------------------------------------
 
 
@@ -2030,6 +2113,11 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             foreign_verify_cost,
         ),
         "sign": one("Signing: time / a full verify of the same bundle", sign_cost),
+        "usage": one(
+            "Cost that grows with what is used: one function of a big bundle, and the reading "
+            "commands as the manifest grows",
+            usage_cost,
+        ),
         "pull": one(
             "Pull from a local registry (docker-registry): time / oras pull of the same artifact; "
             "peak RSS above start-up / bundle size",
