@@ -194,3 +194,19 @@ def test_export_accepts_independent_rows_of_an_elementwise_function_with_nan(tmp
     )
     rows = json.loads((out / "manifest.json").read_text())["functions"][0]["independent_rows"]
     assert rows["checked"] is True
+
+
+def test_diff_says_the_platforms_changed(two, tmp_path):
+    """The platforms are part of the fingerprint (SPEC.md 2.14), so `diff` of a bundle and its
+    copy with the platforms' order swapped (on CPU, the other lowering runs) says 'changed' and
+    'fingerprints differ', but lists no change at all: `platforms` is not among the fields it
+    compares, and the user cannot see why."""
+    swapped = tmp_path / "swapped"
+    shutil.copytree(two, swapped)
+    edit_manifest(swapped, lambda m: m["functions"][0].update(platforms=["cuda", "cpu"]))
+    done = cli("diff", two, swapped, "--json")
+    assert done.returncode == 1, done.stderr
+    found = json.loads(done.stdout)
+    assert "platforms" in json.dumps(found), found
+    text = cli("diff", two, swapped).stdout
+    assert "platforms" in text, text
