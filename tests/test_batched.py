@@ -218,3 +218,24 @@ def test_gradients_with_integer_and_bool_arguments(tmp_path, backend):
 
     assert not loops(fn, (0, None, 0), masks, n, xs)
     assert_close(jax.grad(total(fn))(xs), jax.grad(total(f))(xs))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_bundles_of_one_module_text_keep_their_own_batched_modules(tmp_path, backend):
+    """Bundles X and Y share `@main`'s text (x * w, no private symbol), and their batched modules
+    differ (Y's adds w: a claim no check can refute, its producer's). Each vmap runs its own
+    bundle's: JAX's rules find a batched module by the prepared module's text, which must name
+    the bundle's modules even where no private symbol would carry the name (it did not)."""
+    x, w = sample((4, 3), "float32", 1), sample((3,), "float32", 2)
+    fx = hlobundle.load(generate.scale(tmp_path / "x", ["x"])).function(backend)
+    adds = generate.BATCHED_SCALE.replace("stablehlo.multiply", "stablehlo.add")
+    y = generate.scale(tmp_path / "y", ["x"])
+    (y / "batched.mlir").write_text(adds)  # the same signature, another program
+    rehash(y, "batched.mlir")
+    from hlobundle._format import _mlir
+
+    (y / "batched.mlirbc").write_bytes(_mlir.to_portable(_mlir.parse(adds), "1.13.7"))
+    rehash(y, "batched.mlirbc")
+    fy = hlobundle.load(y).function(backend)  # registered after X's: the same text's latest
+    assert_close(jax.vmap(fy, (0, None))(x, w), [x + w])  # Y's own claim
+    assert_close(jax.vmap(fx, (0, None))(x, w), [x * w])  # and X's own, not Y's

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.skipif(
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 # What IREE 3.13 cannot run among the conformance cases, each refused with BACKEND_UNSUPPORTED.
 REFUSED = {f"valid_dtype_{d}" for d in _iree_compile.UNSUPPORTED_DTYPES} | {"valid_many_arguments"}
+REFUSED |= {"valid_platforms"}  # IREE passes no platform index (SPEC.md 2.14): BACKEND_UNSUPPORTED
 
 
 @pytest.fixture(autouse=True)

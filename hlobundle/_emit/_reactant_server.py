@@ -186,6 +186,11 @@ def _differ(
 def _check_servable(m: Manifest) -> None:
     if m.mesh is not None:
         raise InputError("a sharded bundle: ReactantServer.jl runs a model on one device")
+    if m.platforms:
+        raise InputError(
+            f"{m.function} is lowered for several platforms {m.platforms} (SPEC.md 2.14); "
+            "ReactantServer.jl calls @main without a platform index: export it for one"
+        )
     values = m.tensors()
     lacking = sorted({v.dtype for v in values} - set(rs.TOKEN_OF))
     if lacking:

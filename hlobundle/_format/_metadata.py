@@ -52,7 +52,11 @@ def check_license(expression: str) -> str:
         raise ValueError(f"license is not an SPDX expression: {e}") from None
 
 
-License = Annotated[str, Field(min_length=1), AfterValidator(check_license)]
+# SPDX's characters alone (letters, digits, `.-+:()` and spaces): no tab, control or separator
+# character, which `packaging` would take for a space and hide.
+License = Annotated[
+    str, Field(min_length=1, pattern=r"^[A-Za-z0-9.+:() -]+$"), AfterValidator(check_license)
+]
 
 
 class Metadata(_Model):

@@ -19,6 +19,7 @@ from ._reader import Bundle
 
 _BLOCK = 1 << 20  # elements compared at a time: a difference of large weights in bounded memory
 _SIGNATURE = ("constraints", "input_tree", "output_tree", "mesh", "allowed_custom_calls")
+_WHEN_PRESENT = ("platforms",)  # in a function's document only when it has them (SPEC.md 2.14)
 
 
 def diff(a: Bundle, b: Bundle) -> dict[str, Any]:
@@ -80,6 +81,9 @@ def _signature(da: dict[str, Any], db: dict[str, Any]) -> list[list[Any]]:
     for field in _SIGNATURE:
         if da[field] != db[field]:
             changes.append([field, da[field], db[field]])
+    for field in _WHEN_PRESENT:
+        if da.get(field) != db.get(field):
+            changes.append([field, da.get(field), db.get(field)])
     return changes
 
 

@@ -53,6 +53,8 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         compiler.check_target(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
+    for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work
+        _backends.refuse_platforms(compiler, b.select(name).manifest)
     b.verify(in_memory=False)  # compiles the module bytes load() checked
     check_resignable(
         b,

@@ -126,6 +126,8 @@ def _refined_per_shape(
     results = [r.dtype for r in bundle.manifest.results]
     blockers = enzyme_blockers(bundle)
     digest = bundle.modules["module"].text_sha256
+    rows = bundle.manifest.independent_rows
+    folding = rows.model_dump_json() if folds and rows is not None else "loops"
     cache: OrderedDict[tuple[tuple[int, ...], ...], tuple[str, Callable[..., Any]]] = OrderedDict()
     lock = threading.Lock()
 
@@ -137,7 +139,10 @@ def _refined_per_shape(
             else:
                 with _mlir.context():
                     text = str(ir.Module.parse(proof.refined))
-                key = hashlib.sha256(f"{digest} {proof.shapes}".encode()).hexdigest()
+                # Named after whether it folds and the declaration it folds by: JAX's rules
+                # find a fold by the module's text (`_batched`), and an untrusted function
+                # whose module is the same text must never find a trusted one's.
+                key = hashlib.sha256(f"{digest} {proof.shapes} {folding}".encode()).hexdigest()
                 prepared = for_hlo_call(text, prefix=symbol_prefix(key))
                 call = enzyme_callable(prepared, results)
                 register_module(prepared.text, blockers, owner=call)  # dropped with it

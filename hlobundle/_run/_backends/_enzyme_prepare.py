@@ -42,7 +42,7 @@ class Prepared:
     text: str
     argument_carriers: tuple[str | None, ...]
     result_carriers: tuple[str | None, ...]
-    changed: bool  # False when hlo_call can take the module's text as it is
+    changed: bool  # False when hlo_call can take the module's text as it is (the mark aside)
 
 
 def symbol_prefix(module_sha256: str, length: int = 10) -> str:
@@ -64,8 +64,12 @@ def for_hlo_call(text: str, prefix: str) -> Prepared:
         wrapped = any(args) or any(results)
         if wrapped:
             _wrap_main(module, sig, prefix, args, results)
-        changed = dropped or renamed or wrapped
-        return Prepared(str(module) if changed else text, args, results, changed)
+        # The prefix names the module's text too, private symbols or not: JAX's rules find what
+        # belongs to a module (its batched module, its fold) by its text (`_batched`), and two
+        # bundles with one module text may declare different things.
+        module.operation.attributes["hlobundle.prefix"] = ir.StringAttr.get(prefix)
+        # `changed`: whether a script may not run the stored text as it is (the mark aside)
+        return Prepared(str(module), args, results, dropped or renamed or wrapped)
 
 
 def _prefix_private_symbols(module: ir.Module, prefix: str) -> bool:
