@@ -244,3 +244,12 @@ def test_diff_shows_a_metadata_change(carded, tmp_path):
     done = cli("diff", carded, other)
     assert done.returncode == 0  # the same computation: equal fingerprints
     assert 'metadata metadata.license: "Apache-2.0" -> "MIT"' in done.stdout
+
+
+def test_a_card_s_header_is_bounded_and_a_bom_and_a_set_are_read_as_expected(tmp_path):
+    card = tmp_path / "README.md"
+    card.write_text("---\ndescription: " + "x" * (70 << 10) + "\n---\n")
+    with pytest.raises(InputError, match="its YAML header is 71,694 characters"):
+        read_card(card)
+    card.write_text("\ufeff---\nlicense: mit\ntags: !!set {b: null, a: null}\n---\n# M\n")
+    assert read_card(card) == ({"license": "mit", "tags": ["a", "b"]}, "# M\n")

@@ -46,6 +46,9 @@ def from_card_data(data: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata's fields that a card's YAML header gives (keys it does not know are left
     out; the values are checked when a `Metadata` is made of them)."""
     fields = {f: data[_HF_KEYS.get(f, f)] for f in _FIELDS if data.get(_HF_KEYS.get(f, f))}
+    for name in ("authors", "tags"):  # a YAML set (!!set) has no order: give it one
+        if isinstance(fields.get(name), (set, frozenset)):
+            fields[name] = sorted(fields[name], key=str)
     if data.get("license") == "other":
         fields.pop("license")
         if data.get("license_name"):

@@ -21,6 +21,7 @@ from .._format._metadata import CARD_NAME, Metadata
 from .._interop._sources import read_regular
 
 MAX_CARD_BYTES = 1 << 20
+MAX_HEADER_CHARS = 64 << 10
 
 
 def metadata_of(value: Mapping[str, Any] | Metadata) -> Metadata:
@@ -54,13 +55,20 @@ def read_card(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"the model card {path} is not UTF-8: {e}", argument="card") from None
-    lines = text.splitlines(keepends=True)
+    lines = text.removeprefix("\ufeff").splitlines(keepends=True)  # a BOM is no character
     if not lines or lines[0].rstrip() != "---":
         return {}, text
     end = next((i for i, line in enumerate(lines[1:], 1) if line.rstrip() == "---"), None)
     if end is None:
         raise InputError(f"the model card {path}: its YAML header has no closing ---")
-    header = _yaml.load("".join(lines[1:end]), f"the model card {path}'s header")
+    raw = "".join(lines[1:end])
+    if len(raw) > MAX_HEADER_CHARS:  # YAML parses slowly: a header is a few lines
+        raise InputError(
+            f"the model card {path}: its YAML header is {len(raw):,} characters; at most "
+            f"{MAX_HEADER_CHARS:,}",
+            argument="card",
+        )
+    header = _yaml.load(raw, f"the model card {path}'s header")
     if header is not None and not isinstance(header, dict):
         raise InputError(f"the model card {path}: its YAML header is not a mapping")
     return _card.from_card_data(header or {}), "".join(lines[end + 1 :]).lstrip("\n")
