@@ -58,10 +58,14 @@ def check_file_set(root: Path, manifest: AnyManifest, present: set[str] | None =
             f"{name} is in the bundle but not listed in the manifest's files",
             path=name,
         )
+    checked: set[str] = set()  # thousands of references name a few files: each checked once
     for field, name in references(manifest):
+        if name in checked:
+            continue
         _paths.check_name(name, field=field)
         if name not in listed:
             raise ManifestError(f"{field} names {name!r}, which is not in files", field=field)
+        checked.add(name)
     for name, entry in manifest.files.items():
         if present is not None and name not in present:
             continue
