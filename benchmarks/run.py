@@ -1209,6 +1209,65 @@ def usage_cost(tmp: Path, quick: bool) -> list[dict]:
     return rows
 
 
+def _serve_ready(bundles: list[Path]) -> tuple[float, int]:
+    """Seconds from starting `hlobundle serve` on `bundles` (each NAME=PATH) to its readiness
+    (every function compiled and warmed up), and its RSS then, in KiB."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    named = [f"{b.name}={b}" for b in bundles]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [PY, "-m", "hlobundle", "serve", *named, "--port", str(port), "--backend", "xla"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=user_env(),
+    )
+    try:
+        for _ in range(6000):
+            try:
+                url = f"http://127.0.0.1:{port}/v2/health/ready"
+                with urllib.request.urlopen(url, timeout=1):
+                    return time.perf_counter() - start, _rss_kib(proc.pid)
+            except OSError:  # not listening yet
+                time.sleep(0.02)
+        raise RuntimeError("the server did not start")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+
+
+def serve_many_cost(tmp: Path, quick: bool) -> list[dict]:
+    """`serve` of 8 bundles of 8 functions each, against the sum of serving each alone: time to
+    ready (each function compiled at start-up, one after another) and RSS (goal <= 1.2 each)."""
+    count = 2 if quick else 8
+    bundles = [_many_functions(tmp / f"serve-many-{k}", count, 4) for k in range(count)]
+    together, alone = [], []
+    for _ in range(1 if quick else 3):
+        together.append(_serve_ready(bundles))
+        alone.append([_serve_ready([b]) for b in bundles])
+    med = statistics.median
+    t_all, m_all = med(t for t, _ in together), med(m for _, m in together)
+    t_sum = med(sum(t for t, _ in run) for run in alone)
+    m_sum = med(sum(m for _, m in run) for run in alone)
+    what = f"{count} bundles of {count} functions"
+    return [
+        {
+            "case": f"serve {what}: seconds to ready / the sum of each served alone (goal <= 1.2)",
+            "s": t_all,
+            "ratio": t_all / t_sum,
+        },
+        {
+            "case": f"serve {what}: RSS at ready (MiB) / the sum of each served alone (goal <= 1.2)",
+            "s": m_all / 1024,
+            "ratio": m_all / m_sum,
+        },
+    ]
+
+
 # --- registries ---------------------------------------------------------------------------------
 
 
@@ -2159,6 +2218,10 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "Cost that grows with what is used: one function of a big bundle, and the reading "
             "commands as the manifest grows",
             usage_cost,
+        ),
+        "serve-many": one(
+            "Serving many bundles: one server against each bundle served alone",
+            serve_many_cost,
         ),
         "pull": one(
             "Pull from a local registry (docker-registry): time / oras pull of the same artifact; "
