@@ -45,7 +45,9 @@ class StaticServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(  # polls every 20 ms: `close()` waits for one poll
+            target=self.httpd.serve_forever, args=(0.02,), daemon=True
+        )
         self.thread.start()
 
     @property
