@@ -48,17 +48,30 @@ print(json.dumps({"read": read, "sha256": hashlib.sha256(host.tobytes()).hexdige
 """
 
 
-@pytest.fixture(scope="module")
-def sharded(tmp_path_factory):
+def _sharded(out, side: int):
+    """w * 2 + 1 of a `side` x `side` float32 weight sharded over a 2 x 2 mesh."""
     mesh = jax.make_mesh(
         (2, 2),
         ("x", "y"),
         devices=jax.devices()[:4],
         axis_types=(jax.sharding.AxisType.Auto,) * 2,
     )
-    w = np.arange(SIDE * SIDE, dtype=np.float32).reshape(SIDE, SIDE) / SIDE
+    w = np.arange(side * side, dtype=np.float32).reshape(side, side) / side
     w = jax.device_put(w, NamedSharding(mesh, P("x", "y")))
-    return hlobundle.export(lambda w: w * 2 + 1, w, out=tmp_path_factory.mktemp("mh") / "b")
+    return hlobundle.export(lambda w: w * 2 + 1, w, out=out)
+
+
+@pytest.fixture(scope="module")
+def sharded_64_mib(tmp_path_factory):
+    """For what each process reads from disk: a weight far above the noise of code pages."""
+    return _sharded(tmp_path_factory.mktemp("mh") / "b", SIDE)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """For the runs themselves: a small weight (64 MiB made each run about 1 s slower, most
+    of it the kernel's time on its pages)."""
+    return _sharded(tmp_path_factory.mktemp("mh") / "b", 64)
 
 
 def _env(devices: int, **extra: str) -> dict[str, str]:
@@ -101,7 +114,8 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_two_processes_match_one_and_each_reads_only_its_shards(sharded):
+def test_two_processes_match_one_and_each_reads_only_its_shards(sharded_64_mib):
+    sharded = sharded_64_mib
     one = subprocess.run(
         [sys.executable, "-c", WORKER, str(sharded)],
         env=_env(4),
