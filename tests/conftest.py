@@ -23,6 +23,14 @@ import jax  # noqa: E402
 # 64-bit dtypes are part of the format; tests lower them with x64 on.
 jax.config.update("jax_enable_x64", True)
 
+# JAX's persistent compilation cache, in the private cache root above, from the start: as
+# every `hlobundle` command turns it on (so did the first in-process `cli("run", ...)` of a
+# session, for the tests after it). A program an earlier test compiled is read back, not
+# compiled again.
+from hlobundle._run._process import enable_compilation_cache  # noqa: E402
+
+enable_compilation_cache()
+
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked slow run first, so that with `-n 2` the longest start early and the others
