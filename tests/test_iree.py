@@ -454,6 +454,7 @@ BLOCK = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_emitted_iree_script_runs_with_jax_blocked(compiled, tmp_path):
     script = tmp_path / "run.py"
@@ -489,6 +490,7 @@ def test_the_emitted_iree_script_runs_with_jax_blocked(compiled, tmp_path):
         weights.write_bytes(original)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_emitted_iree_script_takes_help_and_inputs(compiled, tmp_path):
     script = tmp_path / "run.py"
