@@ -124,6 +124,13 @@ def test_a_wrong_implementation_fails():
     assert not outcome.passed and outcome.got != "HASH_MISMATCH"
 
 
+@pytest.mark.parametrize("printed", ["1", "[]", '"ok"', "null"])
+def test_an_implementation_printing_json_that_is_no_object_is_a_protocol_error(printed):
+    prints = [sys.executable, "-c", f"print({printed!r})"]
+    outcome = _conformance.run_case(CASES / "invalid_hash_mismatch", prints)
+    assert not outcome.passed and outcome.got == "PROTOCOL_ERROR"
+
+
 @pytest.mark.parametrize("case", sorted(p.parent.name for p in CASES.glob("invalid_*/case.json")))
 def test_invalid_cases_give_clean_cli_errors(case):
     spec = json.loads((CASES / case / "case.json").read_text())

@@ -169,13 +169,16 @@ def _run_external(
 def _call(argv: list[str]) -> dict:
     r = subprocess.run(argv, capture_output=True, text=True)
     try:
-        return json.loads(r.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        return {
-            "ok": False,
-            "code": "PROTOCOL_ERROR",
-            "message": f"{argv[0]} printed no JSON: {r.stderr[-300:]}",
-        }
+        report = json.loads(r.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError, RecursionError):
+        report = None
+    if isinstance(report, dict):
+        return report
+    return {  # no JSON, or JSON that is no object (`1`, `[]`): the protocol is not kept
+        "ok": False,
+        "code": "PROTOCOL_ERROR",
+        "message": f"{argv[0]} printed no JSON object: {r.stderr[-300:]}",
+    }
 
 
 def _manifest(bundle: Path, function: str | None) -> Manifest:
