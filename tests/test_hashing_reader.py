@@ -53,3 +53,19 @@ def test_an_error_in_the_hash_thread_reaches_the_caller(data_file):
 
     with pytest.raises(MemoryError, match="no room"):
         _hashing_reader.read_hashed(fd, len(data), Broken())
+
+
+def test_a_file_of_one_step_is_read_and_hashed_in_this_thread(tmp_path):
+    data = bytes(range(256)) * 40
+    path = tmp_path / "small"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        memory, h, steps = bytearray(len(data)), hashlib.sha256(), []
+        _hashing_reader.read_hashed(fd, len(data), h, memoryview(memory), steps.append)
+        assert bytes(memory) == data and h.hexdigest() == hashlib.sha256(data).hexdigest()
+        assert steps == [len(data)]
+        with pytest.raises(_hashing_reader.ShrankError, match=f"ended at {len(data)}"):
+            _hashing_reader.read_hashed(fd, len(data) + 5, hashlib.sha256())
+    finally:
+        os.close(fd)

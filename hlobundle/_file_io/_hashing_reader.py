@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 STEP_BYTES = 8 * 1024 * 1024  # small enough that Ctrl-C and progress act often
 
@@ -30,7 +32,18 @@ def read_hashed(
 ) -> None:
     """Read bytes `[0, size)` of `fd` (into `into`, when given, else through two buffers) and
     feed them to `hasher.update` in order, in a second thread; `advance` is told each step's
-    size. A `ShrankError` when the file ends early."""
+    size. A `ShrankError` when the file ends early. A file of one step is read, then hashed,
+    in this thread: nothing to overlap, and no thread to start."""
+    if size <= STEP_BYTES:
+        target = memoryview(bytearray(size)) if into is None else _at(into, 0, size)
+        got = os.preadv(fd, [target], 0) if size else 0
+        if got < size:  # one read of a regular file returns what it holds, up to its size
+            _read_rest(fd, target, got, size)
+        hasher.update(target)
+        advance(size)
+        return
+    from concurrent.futures import ThreadPoolExecutor  # imported by a large read alone
+
     buffers = None if into is not None else [memoryview(bytearray(STEP_BYTES)) for _ in "ab"]
     pending: Future[Any] | None = None
     with ThreadPoolExecutor(1, thread_name_prefix="hlobundle-sha256") as pool:
@@ -55,3 +68,11 @@ def _at(into: memoryview | None, begin: int, n: int) -> memoryview:
     if into is None:
         raise ValueError("read_hashed: no buffers and nothing to read into")
     return into[begin : begin + n]
+
+
+def _read_rest(fd: int, target: memoryview, done: int, size: int) -> None:
+    while done < size:
+        got = os.preadv(fd, [target[done:]], done)
+        if got == 0:
+            raise ShrankError(f"the file ended at {done} of {size} bytes")
+        done += got

@@ -67,6 +67,9 @@ class _Shared:
     signer: str | None = None
 
 
+_PARALLEL_BYTES = 64 << 20  # tensor files this large in all are hashed side by side
+
+
 class Bundle(StoredValues):
     """An opened, structurally valid bundle, and one of its functions (SPEC.md 2.8): the
     default one, or the one `select()` names. `manifest`, `arguments`, `results`, `modules`
@@ -359,22 +362,29 @@ class Bundle(StoredValues):
 
     def _check_tensor_files(self, in_memory: bool) -> None:
         """Hash every tensor file (into its private copy with `in_memory`), several at once on
-        a machine of several cores (each hashed as it is read, `_hashing_reader`), and check
-        each against the manifest, in name order."""
-        from concurrent.futures import ThreadPoolExecutor
+        a machine of several cores when there are many bytes (each hashed as it is read,
+        `_hashing_reader`), and check each against the manifest, in name order."""
 
         def hashed(name: str) -> tuple[str, Any]:
             tf, chunks = self._tensor_files[name], _files.chunk_hasher(self.manifest.files[name])
             return (tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)), chunks
 
         names = sorted(self._tensor_files)
-        workers = max(1, min(len(names), os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers, thread_name_prefix="hlobundle-verify") as pool:
-            for name, (got, chunks) in zip(names, pool.map(hashed, names), strict=True):
-                listed = self.manifest.files[name]
-                _files.check_digest(name, listed.size, got, listed)
-                if chunks is not None:
-                    _files.check_chunks(name, chunks.finish(), listed)
+        workers = min(len(names), os.cpu_count() or 1)
+        if sum(self.manifest.files[n].size for n in names) < _PARALLEL_BYTES:
+            workers = 1  # a small bundle: starting threads would cost more than they save
+        if workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers, thread_name_prefix="hlobundle-verify") as pool:
+                results = list(pool.map(hashed, names))
+        else:
+            results = [hashed(name) for name in names]
+        for name, (got, chunks) in zip(names, results, strict=True):
+            listed = self.manifest.files[name]
+            _files.check_digest(name, listed.size, got, listed)
+            if chunks is not None:
+                _files.check_chunks(name, chunks.finish(), listed)
 
     def checked_sha256(self, name: str) -> str:
         """The sha256 of a module or tensor file of the bundle, computed from the bytes it is
