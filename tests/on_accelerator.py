@@ -25,17 +25,8 @@ import hlobundle
 from hlobundle._read._inputs import from_python
 from hlobundle._write._writer import PackOptions, pack_planned
 
-TEXT = """func.func @main(%a0: tensor<i32> {jax.global_constant = "_platform_index"}, %a1: tensor<3xf32>) -> (tensor<3xf32>) {
-  %y = "stablehlo.case"(%a0) ({
-    %s = stablehlo.add %a1, %a1 : tensor<3xf32>
-    stablehlo.return %s : tensor<3xf32>
-  }, {
-    %p = stablehlo.multiply %a1, %a1 : tensor<3xf32>
-    stablehlo.return %p : tensor<3xf32>
-  }) : (tensor<i32>) -> tensor<3xf32>
-  return %y : tensor<3xf32>
-}
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "conformance"))
+from generate import PLATFORMS_TEXT as TEXT  # noqa: E402  (the conformance case's module)
 
 
 def main() -> int:
