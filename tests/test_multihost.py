@@ -190,4 +190,6 @@ def test_the_emitted_script_runs_across_two_processes(sharded, tmp_path):
     hlobundle.emit_script(sharded, script, backend="xla")
     for status, out, err in _on_two_processes([sys.executable, str(script)]):
         assert status == 0, err[-3000:]
-        assert "max abs diff from expected 0" in out and out.rstrip().endswith("ok")
+        # Gloo's C++ logs its connections on stdout, at any moment, even after the script's end
+        ours = [line for line in out.splitlines() if not line.startswith("[Gloo]")]
+        assert "max abs diff from expected 0" in out and ours[-1] == "ok"
