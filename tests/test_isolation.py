@@ -367,7 +367,9 @@ def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp
             sys.executable,
             "-c",
             (
-                "import sys, pathlib\nfrom hlobundle._isolation import _fork_servers\n"
+                "import signal, sys, pathlib\nfrom hlobundle._isolation import _fork_servers\n"
+                # a terminal's foreground group hears Ctrl-C, however the suite was started
+                "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                 "_fork_servers.run(pathlib.Path(sys.argv[1]), [sys.argv[2]], b'', timeout=300, "
                 "max_output=1024)\n"
             ),

@@ -148,7 +148,10 @@ def _partial_size(parent) -> int:
 
 
 _SLOW_WRITES = """
-import os, sys, time
+import os, signal, sys, time
+# a terminal's foreground process: Ctrl-C is heard, even where the suite was started in the
+# background (a shell's `&` gives its children SIGINT ignored, and an ignored signal is inherited)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 real = os.writev
 def slow(fd, buffers):
     time.sleep(0.1)
