@@ -253,3 +253,9 @@ def test_a_card_s_header_is_bounded_and_a_bom_and_a_set_are_read_as_expected(tmp
         read_card(card)
     card.write_text("\ufeff---\nlicense: mit\ntags: !!set {b: null, a: null}\n---\n# M\n")
     assert read_card(card) == ({"license": "mit", "tags": ["a", "b"]}, "# M\n")
+
+
+def test_pack_s_metadata_flags_are_the_model_s_fields():
+    from hlobundle._write._options import METADATA_FIELDS
+
+    assert METADATA_FIELDS == tuple(f for f in Metadata.model_fields if f != "card")

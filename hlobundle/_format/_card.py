@@ -14,16 +14,7 @@ from typing import Any
 from ._metadata import Metadata
 
 _HF_KEYS = {"framework": "library_name"}  # our field -> the card's key, where they differ
-_FIELDS = (
-    "description",
-    "license",
-    "authors",
-    "source_url",
-    "tags",
-    "citation",
-    "framework",
-    "base_model",
-)
+_FIELDS = tuple(f for f in Metadata.model_fields if f != "card")  # the card is the file
 
 
 def to_card_data(metadata: Metadata) -> dict[str, Any]:

@@ -253,6 +253,14 @@ class Manifest(FunctionFields):
         """Whether any argument or result has a symbolic dimension (format 2.0)."""
         return any(isinstance(d, str) for v in self.tensors() for d in v.shape)
 
+    @property
+    def row_symbol(self) -> str | None:
+        """The symbol of the declared independent rows (SPEC.md 2.13), or None without them."""
+        if self.independent_rows is None:
+            return None
+        name, axis = next(iter(self.independent_rows.arguments.items()))
+        return str(self.argument(name).shape[axis])
+
     def argument(self, name: str) -> Argument:
         for a in self.arguments:
             if a.name == name:

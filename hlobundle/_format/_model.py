@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
 
 
 class _Model(BaseModel):
@@ -17,3 +17,10 @@ class _Model(BaseModel):
         if info.context and info.context.get("tolerant") and isinstance(data, dict):
             return {k: v for k, v in data.items() if k in cls.model_fields}
         return data
+
+
+def first_error(e: ValidationError) -> tuple[str, str]:
+    """Where the first error of a validation is (`a.b.0`) and why, without pydantic's
+    "Value error, " prefix."""
+    err = e.errors()[0]
+    return ".".join(map(str, err["loc"])), err["msg"].removeprefix("Value error, ")

@@ -297,9 +297,8 @@ def _rows_lines(m: Manifest) -> list[str]:
     rows = m.independent_rows
     if rows is None:
         return []
-    name, axis = next(iter(rows.arguments.items()))
     checked = ", checked by its writer" if rows.checked else ""
-    return [f"rows      independent along {m.argument(name).shape[axis]}{checked}"]
+    return [f"rows      independent along {m.row_symbol}{checked}"]
 
 
 def _file_lines(summary: Summary) -> list[str]:

@@ -233,8 +233,7 @@ class Served:
             on_axis_0 = set(rows.arguments.values()) | set(rows.results.values()) == {0}
             if not on_axis_0 or set(rows.arguments) != set(self.inputs):
                 return None
-            shape = m.argument(next(iter(rows.arguments))).shape
-            return str(shape[0])
+            return m.row_symbol
         inputs = [a for a in m.arguments if a.name in self.inputs]
         values: list[Argument | Result] = [*inputs, *m.results]
         leading = {v.shape[0] if v.shape else None for v in values}

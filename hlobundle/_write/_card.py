@@ -18,6 +18,7 @@ from .._format import _card, _yaml
 from .._format._errors import InputError
 from .._format._manifest import Manifest
 from .._format._metadata import CARD_NAME, Metadata
+from .._format._model import first_error
 from .._interop._sources import read_regular
 
 MAX_CARD_BYTES = 1 << 20
@@ -40,9 +41,7 @@ def _valid(fields: dict[str, Any], argument: str) -> Metadata:
     try:
         return Metadata.model_validate(fields, strict=False)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(map(str, err["loc"]))
-        why = err["msg"].removeprefix("Value error, ")
+        where, why = first_error(e)
         raise InputError(
             f"{argument}: {where}: {why}", argument=argument, field=f"metadata.{where}"
         ) from None

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from .._format._errors import InputError
 from .._format._manifest import Manifest
+from .._format._model import first_error
 
 BLOCKS = 3  # blocks of rows `check` joins
 ARGUMENT = "independent_rows"
@@ -56,9 +57,7 @@ def declare(manifest: Manifest, declared: Mapping[str, Any] | None, checked: boo
     try:
         return Manifest.model_validate(data, strict=False)
     except ValidationError as e:
-        err = e.errors()[0]
-        why = err["msg"].removeprefix("Value error, ")
-        raise InputError(f"independent_rows: {why}", argument=ARGUMENT) from None
+        raise InputError(f"independent_rows: {first_error(e)[1]}", argument=ARGUMENT) from None
 
 
 def check(
