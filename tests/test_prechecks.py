@@ -4,9 +4,12 @@ module's size, UTF-8, bracket nesting and tensor rank."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hlobundle._format import _limits, _prechecks
 from hlobundle.errors import LimitError, ModuleError
@@ -33,6 +36,40 @@ def test_json_nested_over_the_limit_is_refused():
 
 def test_brackets_inside_json_strings_do_not_count():
     _prechecks.check_json(b'["' + b"[" * 1000 + b'"]', path="manifest.json")
+
+
+def test_escaped_quotes_and_backslashes_do_not_end_a_json_string():
+    # `"\\"` ends its string after the escaped backslash; `"\""` goes on past the escaped quote.
+    assert _prechecks.json_depth(b'["\\\\", ["x"]]') == 2
+    assert _prechecks.json_depth(b'["\\"[[[[", ["x"]]') == 2
+    with pytest.raises(LimitError):
+        _prechecks.check_json(b'["\\\\", ' + b"[" * 65 + b"]" * 65 + b"]", path="m.json")
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(alphabet='[]{}"\\\n ab\u00e9'),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(st.text(alphabet='[]{}"\\ a'), inner, max_size=3)
+        ),
+        max_leaves=30,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_json_depth_is_the_depth_outside_strings(value):
+    """The fast count agrees with the strings left out by the module checks' pattern, and with
+    the parsed value's depth, on any JSON (strings full of brackets, quotes and backslashes)."""
+    raw = json.dumps(value, ensure_ascii=False).encode()
+    reference = _prechecks.max_depth(_prechecks._STRINGS_AND_COMMENTS.sub(b"", raw), b"[{", b"]}")
+    assert _prechecks.json_depth(raw) == reference == _depth(value)
+
+
+def _depth(value):
+    if isinstance(value, dict | list):
+        inner = value.values() if isinstance(value, dict) else value
+        return 1 + max(map(_depth, inner), default=0)
+    return 0
 
 
 def test_an_integer_of_the_longest_length_is_read():

@@ -1,22 +1,13 @@
-"""The base of the manifest's models: strict, frozen, and tolerant of a newer minor version's
-fields only when asked (SPEC.md, "Versions")."""
+"""The base of the manifest's models: strict and frozen. A newer minor version's fields are
+dropped only when the reader asks (`model_validate(..., extra="ignore")`, SPEC.md "Versions")."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_unknown_when_tolerant(cls, data: Any, info: ValidationInfo) -> Any:
-        if info.context and info.context.get("tolerant") and isinstance(data, dict):
-            return {k: v for k, v in data.items() if k in cls.model_fields}
-        return data
 
 
 def first_error(e: ValidationError) -> tuple[str, str]:

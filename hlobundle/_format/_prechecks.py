@@ -14,7 +14,9 @@ from . import _limits
 from ._errors import LimitError, ModuleError
 
 # Strings (MLIR and JSON share the syntax; neither allows a raw newline inside) and MLIR comments.
-_STRINGS_AND_COMMENTS = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+# The string is written as runs between escapes, which Python's engine matches several times
+# faster than one alternative per character; it matches the same text.
+_STRINGS_AND_COMMENTS = re.compile(rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//[^\n]*')
 # An MLIR string escape that yields a byte >= 0x80; without one, UTF-8 text has UTF-8 strings.
 _HIGH_ESCAPE = re.compile(rb"\\[89a-fA-F][0-9a-fA-F]")
 _ESCAPE = re.compile(rb"\\([0-9a-fA-F]{2}|.)", re.DOTALL)
@@ -41,8 +43,26 @@ def max_depth(data: bytes, openers: bytes, closers: bytes) -> int:
     return int(np.cumsum(steps, dtype=np.int32).max(initial=0))
 
 
+# Every byte but a quote or a bracket, deleted by `bytes.translate` before JSON's depth is counted.
+_NOT_QUOTE_OR_BRACKET = bytes(set(range(256)) - set(b'"[]{}'))
+
+
+def json_depth(raw: bytes) -> int:
+    """The most brackets open at once in JSON text, outside its strings.
+
+    Of valid JSON, the same count as leaving out `_STRINGS_AND_COMMENTS` matches (a test holds
+    the two together), in a few passes of C: escaped backslashes go, then escaped quotes, so
+    that every quote left opens or closes a string; then all but quotes and brackets go, and
+    the pieces between quotes alternate outside and inside a string. Of text that is not JSON
+    the count may differ; `json` refuses such text either way."""
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = b"".join(raw.translate(None, _NOT_QUOTE_OR_BRACKET).split(b'"')[::2])
+    return max_depth(outside, b"[{", b"]}")
+
+
 def check_json(raw: bytes, *, path: str) -> None:
-    depth = max_depth(_STRINGS_AND_COMMENTS.sub(b"", raw), b"[{", b"]}")
+    depth = json_depth(raw)
     if depth > _limits.MAX_JSON_DEPTH:
         raise LimitError(
             f"JSON nested {depth} deep; the limit is {_limits.MAX_JSON_DEPTH} "

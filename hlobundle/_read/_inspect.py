@@ -23,6 +23,7 @@ from .._format._manifest import Manifest, static_shape
 from .._format._metadata import Metadata
 from .._terminal._display import human_bytes, shown, table
 from . import _files, _tensor_files
+from ._gc import collector_paused
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,11 @@ class Summary:
 
 def summarize(path: str | os.PathLike[str]) -> Summary:
     """Read and check a bundle's manifest, file set, tensor headers and module texts."""
-    root = Path(path)
+    with collector_paused():
+        return _summarize(Path(path))
+
+
+def _summarize(root: Path) -> Summary:
     manifest, _ = _files.read_manifest(root)
     _files.check_file_set(root, manifest)
     _tensor_files.open_tensor_files(

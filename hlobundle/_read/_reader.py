@@ -19,6 +19,7 @@ from .._format._errors import (
 from .._format._manifest import MANIFEST_NAME, Manifest
 from .._format._metadata import Metadata
 from . import _files, _modules, _tensor_files
+from ._gc import collector_paused
 from ._modules import StoredModule
 from ._trust import Trust, trust_from
 from ._values import StoredValues
@@ -94,6 +95,10 @@ class Bundle(StoredValues):
         header and their tensors (SPEC.md 2.9), which are read into private memory now, each
         checked against its chunk digest (a file without chunk digests: whole, against its
         sha256). Other functions cannot be selected."""
+        with collector_paused():  # tens of thousands of objects for a large manifest (_gc.py)
+            self._open(root, check_artifacts, functions)
+
+    def _open(self, root: Path, check_artifacts: bool, functions: Sequence[str] | None) -> None:
         self.path = root
         self.bundle_manifest, self.manifest_sha256 = _files.read_manifest(root)
         self._views, self.default_function = functions_of(self.bundle_manifest)
