@@ -164,6 +164,33 @@ def test_a_file_that_shrinks_while_it_is_copied_is_refused(tmp_path, monkeypatch
         tf.read_into_memory()
 
 
+def test_a_copy_with_no_memory_for_it_is_a_limit_error(tmp_path, monkeypatch):
+    path = tmp_path / "t.safetensors"
+    _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
+    tf = _tensors.TensorFile(path, name="t.safetensors")
+
+    def no_memory(size):  # as mmap says when the private copy cannot be reserved
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(_tensors, "_copy_memory", no_memory)
+    with pytest.raises(LimitError, match="no private copy of its .* bytes can be made") as e:
+        tf.read_into_memory()
+    assert e.value.path == "t.safetensors"
+
+
+def test_the_private_copy_is_page_aligned_read_only_and_what_was_hashed(tmp_path):
+    x = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: read in steps, hashed in a thread
+    path = tmp_path / "t.safetensors"
+    digest = _tensors.write(path, {"x": (x, F32)})
+    tf = _tensors.TensorFile(path, name="t.safetensors")
+    assert tf.read_into_memory() == digest
+    assert tf._memory is not None and tf._memory.ctypes.data % 4096 == 0
+    assert not tf._memory.flags.writeable
+    np.testing.assert_array_equal(tf.array("x", F32, x.shape), x)
+    path.write_bytes(b"")  # the copy, not the file, is what tensors come from now
+    np.testing.assert_array_equal(tf.array("x", F32, x.shape), x)
+
+
 def test_hashing_a_file_not_mapped_reads_it_without_mapping_it(tmp_path, monkeypatch):
     path = tmp_path / "t.safetensors"
     digest = _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
