@@ -314,14 +314,17 @@ def test_planted_cache_entries_never_run(tmp_path, monkeypatch, twins):
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
     key, entries = _key(hlobundle.load(a)), tmp_path / "cache" / "iree"
     assert hlobundle.load(b).function("iree").source == "compiled"
-    (theirs,) = entries.iterdir()
-    shutil.copyfile(theirs, entries / theirs.name.replace(_key(hlobundle.load(b)), key))
-    (entries / f"{key}.vmfb").write_bytes(other)  # the name entries had before they were bound
+    (theirs,) = entries.glob("*/*")
+    mine = _cache.shard(entries, key)
+    mine.mkdir(mode=0o700, exist_ok=True)
+    shutil.copyfile(theirs, mine / theirs.name.replace(_key(hlobundle.load(b)), key))
+    (mine / f"{key}.vmfb").write_bytes(other)  # the name entries had before they were bound
+    (entries / _cache.entry_name(key, other)).write_bytes(other)  # where they were unsharded
     (tmp_path / "elsewhere.vmfb").write_bytes(other)
-    (entries / _cache.entry_name(key, other)).symlink_to(tmp_path / "elsewhere.vmfb")
-    planted = set(entries.iterdir())
+    _cache.entry_path(entries, key, other).symlink_to(tmp_path / "elsewhere.vmfb")
+    planted = set(entries.glob("*/*"))
     assert _runs_its_own_module(a) == "compiled"
-    (ours,) = set(entries.iterdir()) - planted
+    (ours,) = set(entries.glob("*/*")) - planted
     assert _runs_its_own_module(a) == "compile cache"
     ours.write_bytes(other)  # our own entry, its bytes replaced: ignored and compiled again
     assert _runs_its_own_module(a) == "compiled"
@@ -333,7 +336,8 @@ def _unsafe_root(tmp_path, kind, key, other):
     real = tmp_path / "real"
     (real / "iree").mkdir(parents=True, mode=0o700)
     os.chmod(real, 0o700)
-    (real / "iree" / _cache.entry_name(key, other)).write_bytes(other)
+    _cache.shard(real / "iree", key).mkdir(mode=0o700)
+    _cache.entry_path(real / "iree", key, other).write_bytes(other)
     if kind == "symlink":
         (tmp_path / "link").symlink_to(real)
         return tmp_path / "link", real
@@ -384,7 +388,9 @@ def test_no_cache_neither_reads_nor_writes(tmp_path, monkeypatch, twins):
     root = tmp_path / "cache"
     (root / "iree").mkdir(parents=True, mode=0o700)
     os.chmod(root, 0o700)
-    (root / "iree" / _cache.entry_name(_key(hlobundle.load(a)), other)).write_bytes(other)
+    key = _key(hlobundle.load(a))
+    _cache.shard(root / "iree", key).mkdir(mode=0o700)
+    _cache.entry_path(root / "iree", key, other).write_bytes(other)
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
     before = _files_under(root)
     assert _runs_its_own_module(a) == "compiled"

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -540,7 +541,7 @@ def test_a_sub_byte_value_with_a_high_bit_set_is_refused(tmp_path, dtype, byte):
 
 
 def _verdicts(root):
-    return sorted((root / "checks").glob("*.json")) if (root / "checks").is_dir() else []
+    return sorted((root / "checks").glob("*/*.json")) if (root / "checks").is_dir() else []
 
 
 def test_a_verdict_is_recorded_once_a_bundle_passed_and_recalled_without_parsing(
@@ -592,7 +593,7 @@ def test_an_entry_that_is_not_a_verdict_is_a_miss(tmp_path, monkeypatch, add_bun
     key = entry.name.split(".")[0]
     entry.unlink()
     for junk in (b"[]", b'{"signature": {"arguments": 1}}', b"\xff"):
-        (root / "checks" / _cache.entry_name(key, junk, ".json")).write_bytes(junk)
+        _cache.entry_path(root / "checks", key, junk, ".json").write_bytes(junk)
         assert hlobundle.load(add_bundle).signature.arguments[0].shape == (3,)
 
 
@@ -619,7 +620,7 @@ def test_a_well_named_entry_that_is_not_what_we_write_is_a_miss(tmp_path, monkey
     ]
     for data in junk:
         data = data if isinstance(data, bytes) else json.dumps(data).encode()
-        planted = root / "checks" / _cache.entry_name(key, data, ".json")
+        planted = _cache.entry_path(root / "checks", key, data, ".json")
         planted.write_bytes(data)
         bundle = hlobundle.load(add_bundle)
         assert bundle.signature.arguments[0].shape == (3,), data[:80]
@@ -633,3 +634,56 @@ def test_no_cache_records_no_verdict(tmp_path, monkeypatch, add_bundle):
     monkeypatch.setenv("HLOBUNDLE_NO_CACHE", "1")
     hlobundle.load(add_bundle)
     assert not _verdicts(tmp_path / "cache")
+
+
+# --- the cache's layout: 256 shards (SPEC.md section 8, "Caches") ------------------------
+
+
+def _private(path):
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def test_an_entry_is_kept_in_its_keys_shard_and_read_back(tmp_path):
+    from hlobundle._read import _cache
+
+    where = _private(tmp_path / "checks")
+    _cache.write(where, "k1", b"verdict", ".json")
+    assert _cache.entry_path(where, "k1", b"verdict", ".json").read_bytes() == b"verdict"
+    assert _cache.read(where, "k1", ".json") == b"verdict"
+    assert _cache.read(where, "k2", ".json") is None
+
+
+def test_a_lookup_lists_its_shard_alone(tmp_path, monkeypatch):
+    """However many entries the cache holds, a lookup lists one shard: a cache of thousands of
+    verdicts made every load list them all (21 ms for the LeNet's, 1.3 ms with one shard)."""
+    from hlobundle._read import _cache
+
+    where = _private(tmp_path / "checks")
+    for i in range(64):
+        _cache.write(where, f"k{i}", b"v", ".json")
+    listed = []
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p: listed.append(Path(p)) or listdir(p))
+    assert _cache.read(where, "k7", ".json") == b"v"
+    assert listed == [_cache.shard(where, "k7")]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "group_writable"])
+def test_an_entry_in_a_shard_that_is_not_private_is_not_read(tmp_path, kind):
+    from hlobundle._read import _cache
+
+    where = _private(tmp_path / "checks")
+    elsewhere = _private(tmp_path / "elsewhere")
+    (elsewhere / _cache.entry_name("k", b"planted", ".json")).write_bytes(b"planted")
+    if kind == "symlink":
+        _cache.shard(where, "k").symlink_to(elsewhere)
+    else:
+        shard = _private(_cache.shard(where, "k"))
+        (shard / _cache.entry_name("k", b"planted", ".json")).write_bytes(b"planted")
+        os.chmod(shard, 0o770)
+    assert _cache.read(where, "k", ".json") is None
+    _cache.write(where, "k", b"ours", ".json")  # nor written into
+    planted = [_cache.entry_name("k", b"planted", ".json")]
+    assert sorted(os.listdir(_cache.shard(where, "k"))) == planted

@@ -8,7 +8,10 @@ whose entries we read ourselves) bound to what they were made from.
   read, created or written.
 - `read(directory, key)` / `write(directory, key, data)`: an entry is named
   `<key>.<sha256 of key and bytes><suffix>`, where `key` names what it was made from (for IREE
-  the source, flags, compiler and CPU).
+  the source, flags, compiler and CPU), in the subdirectory named by the first two hex digits
+  of the key's sha256 (`entry_path`): a lookup lists one of 256 shards, so that a cache of
+  thousands of verdicts costs a load no more than an empty one (in one directory, 11,400
+  entries made the LeNet's load 21 ms instead of 1.3 ms).
   It is read as a regular file of ours (no symlink followed), and used only when its bytes give
   its name's digest: a copied, renamed, truncated or replaced entry is ignored (and the module
   compiled again), never run. Nothing here deletes an entry it finds wrong.
@@ -91,11 +94,14 @@ class _NotPrivate(Exception):
     pass
 
 
-def _not_private(path: Path) -> str | None:
-    """Why `path` cannot hold a cache (creating it 0700 when missing); None when it can."""
+def _not_private(path: Path, *, create: bool = True) -> str | None:
+    """Why `path` cannot hold a cache (creating it 0700 when missing, with `create`); None when
+    it can."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
+        if not create:
+            raise
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.mkdir(path, 0o700)
@@ -119,14 +125,28 @@ def entry_name(key: str, data: bytes, suffix: str = SUFFIX) -> str:
     return f"{key}.{digest}{suffix}"
 
 
+def shard(where: Path, key: str) -> Path:
+    """The subdirectory of `where` that holds `key`'s entries."""
+    return where / hashlib.sha256(key.encode()).hexdigest()[:2]
+
+
+def entry_path(where: Path, key: str, data: bytes, suffix: str = SUFFIX) -> Path:
+    """Where the entry for `key` holding `data` is kept."""
+    return shard(where, key) / entry_name(key, data, suffix)
+
+
 def read(where: Path, key: str, suffix: str = SUFFIX) -> bytes | None:
-    """The bytes of an entry for `key` that we wrote, checked; None when there is none."""
+    """The bytes of an entry for `key` that we wrote, checked; None when there is none (or
+    its shard is not a private directory of ours)."""
+    folder = shard(where, key)
     try:
-        names = sorted(n for n in os.listdir(where) if _is_entry_name(n, key, suffix))
+        if _not_private(folder, create=False) is not None:
+            return None
+        names = sorted(n for n in os.listdir(folder) if _is_entry_name(n, key, suffix))
     except OSError:
         return None
     for name in names[:_MAX_CANDIDATES]:
-        data = _read_regular_file(where / name)
+        data = _read_regular_file(folder / name)
         if data is not None and entry_name(key, data, suffix) == name:
             return data
     return None
@@ -177,11 +197,14 @@ def write(where: Path, key: str, data: bytes, suffix: str = SUFFIX) -> None:
     """Store an entry for `key` (best effort: a cache that cannot be written is not an error).
     Written to a new private file, then renamed into place."""
     temporary = None
+    folder = shard(where, key)
     try:
-        with tempfile.NamedTemporaryFile(dir=where, prefix=".partial-", delete=False) as f:
+        if _not_private(folder) is not None:
+            return
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".partial-", delete=False) as f:
             temporary = f.name
             f.write(data)
-        os.replace(temporary, where / entry_name(key, data, suffix))
+        os.replace(temporary, folder / entry_name(key, data, suffix))
     except OSError:
         if temporary is not None:  # ours: made just now
             Path(temporary).unlink(missing_ok=True)
