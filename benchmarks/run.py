@@ -1225,6 +1225,7 @@ def usage_cost(tmp: Path, quick: bool) -> list[dict]:
             "spread": res["big"][1],
         }
     ]
+    rows.append(_cache_growth(tmp, quick))
     # Growth: seconds per tensor (one function) and per function (16 tensors each), each
     # against the smallest size on its axis: 1.0 is linear, above it grows faster.
     axes = {
@@ -1251,6 +1252,44 @@ def usage_cost(tmp: Path, quick: bool) -> list[dict]:
                     }
                 )
     return rows
+
+
+def _cache_growth(tmp: Path, quick: bool) -> dict:
+    """load() of the LeNet (its check verdicts recalled) with a cache holding 10,000 other
+    verdicts, as a user's does after many bundles / with a cache holding its own alone."""
+    import hlobundle
+    from hlobundle._read import _cache
+
+    example = ROOT / "examples" / "lenet5.hlobundle"
+    roots = {"full": tmp / "cache-full", "own": tmp / "cache-own"}
+    for root in roots.values():
+        root.mkdir(mode=0o700)
+        (root / "checks").mkdir(mode=0o700)
+    for i in range(1000 if quick else 10_000):
+        _cache.write(
+            roots["full"] / "checks", hashlib.sha256(b"%d" % i).hexdigest(), b"{}", ".json"
+        )
+
+    def load(root: Path) -> None:
+        before = os.environ.get("HLOBUNDLE_CACHE_DIR")
+        os.environ["HLOBUNDLE_CACHE_DIR"] = str(root)
+        try:
+            hlobundle.load(example)
+        finally:
+            os.environ.pop("HLOBUNDLE_CACHE_DIR")
+            if before is not None:
+                os.environ["HLOBUNDLE_CACHE_DIR"] = before
+
+    for root in roots.values():
+        load(root)  # its own verdicts recorded
+    res = interleaved({k: (lambda r=r: load(r)) for k, r in roots.items()}, 7 if quick else 31)
+    return {
+        "case": f"load() of the LeNet with {1000 if quick else 10_000:,} other verdicts in the "
+        "cache / with its own alone (goal <= 1.1)",
+        "s": res["full"][0],
+        "ratio": res["full"][0] / res["own"][0],
+        "spread": res["full"][1],
+    }
 
 
 def _serve_ready(bundles: list[Path]) -> tuple[float, int]:
