@@ -51,3 +51,14 @@ def test_a_collector_the_user_turned_off_stays_off(tmp_path, seen):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_two_reads_at_once_keep_the_collector_paused_until_both_end():
+    """A read that ends while another is under way leaves the collector off for the other."""
+    from hlobundle._read._gc import collector_paused
+
+    with collector_paused():
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer (another thread's) read still under way
+    assert gc.isenabled()

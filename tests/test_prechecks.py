@@ -63,6 +63,27 @@ def test_json_depth_is_the_depth_outside_strings(value):
     raw = json.dumps(value, ensure_ascii=False).encode()
     reference = _prechecks.max_depth(_prechecks._STRINGS_AND_COMMENTS.sub(b"", raw), b"[{", b"]}")
     assert _prechecks.json_depth(raw) == reference == _depth(value)
+    step = _prechecks._JSON_STEP
+    try:  # steps of a few quotes and brackets: a string or a nesting across steps' ends
+        for _prechecks._JSON_STEP in (1, 2, 3, 7):
+            assert _prechecks.json_depth(raw) == reference
+    finally:
+        _prechecks._JSON_STEP = step
+
+
+def test_json_depth_holds_a_few_times_its_input_at_most():
+    """The count holds one step's pieces at a time: a text of 8 MiB of short strings (a piece
+    for every two bytes) peaked at 17 times its size when split whole."""
+    import tracemalloc
+
+    raw = b"[" + b",".join([b'"[["'] * (2 << 20)) + b"]"
+    tracemalloc.start()
+    try:
+        assert _prechecks.json_depth(raw) == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(raw), peak / len(raw)
 
 
 def _depth(value):
@@ -157,3 +178,12 @@ def test_a_module_over_the_size_limit_is_refused():
 def test_short_cuts_long_messages():
     assert _prechecks.short("abc", 3) == "abc"
     assert _prechecks.short("abcd", 3) == "abc ..."
+
+
+@pytest.mark.parametrize("depth", [1, 2, _limits.MAX_JSON_DEPTH + 1, 100_000])
+def test_json_depth_of_many_brackets_in_one_step(depth):
+    """Over 64 Ki brackets in one step are counted by numpy, from the level the steps before
+    ended at: the same count as Python's."""
+    raw = b"[" * depth + b"[1]," * 70_000 + b"[1]" + b"]" * depth
+    assert _prechecks.json_depth(raw) == depth + 1
+    assert _prechecks._levels(b"[]" * 40_000, 5) == _prechecks._levels(b"[]" * 100, 5) == (6, 5)

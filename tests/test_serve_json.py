@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -21,10 +22,15 @@ from hlobundle._serve._protocol import RequestError, parse_request, read_inputs 
 
 
 def _old(text: bytes):
-    """The decoder before orjson: the standard library, bounded as `_parsed` bounds it."""
+    """The decoder before orjson: the standard library, bounded as `_parsed` bounds it, on
+    UTF-8 alone (the nesting check counts UTF-8's bytes)."""
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(400, f"the request is not UTF-8 JSON (byte {e.start})") from None
     try:
         _prechecks.check_json(text, path="the request")
-        return json.loads(text, parse_int=_prechecks.parse_json_int)
+        return json.loads(decoded, parse_int=_prechecks.parse_json_int)
     except LimitError as e:
         raise RequestError(400, e.message) from None
     except (ValueError, RecursionError) as e:
@@ -93,6 +99,28 @@ def test_integers_beyond_64_bits_are_the_same_coded_400(data, message):
         parsed, binary = parse_request(body.encode(), None)
         read_inputs(parsed, binary, {"x": ("int64", (2,))})
     assert (e.value.status, e.value.code) == (400, "INPUT_INVALID") and message in e.value.message
+
+
+@pytest.mark.parametrize(
+    ("encoding", "decoy"),
+    [
+        ("utf-16-le", "\u0122"),  # 22 01: a quote's byte inside a character
+        ("utf-16-be", "\u2201"),
+        ("utf-16-le", "\u5c71"),  # 71 5c: a backslash's byte
+        ("utf-32-le", "\u0122"),
+        ("utf-16", "\u0122"),  # with its byte-order mark
+    ],
+)
+def test_a_request_in_utf_16_or_32_cannot_pass_the_nesting_limit(encoding, decoy):
+    """`json` reads UTF-16 and UTF-32 too, whose bytes the nesting check would miscount (it
+    counted 202 brackets deep as 2): such a request is read as UTF-8 alone, and refused (as
+    bytes that are not UTF-8, or as UTF-8 text that is not JSON: NULs between the characters)."""
+    nested = "[" * 200 + "]" * 200
+    body = ('{"inputs": [], "x": ["' + decoy + '", ' + nested + "]}").encode(encoding)
+    with pytest.raises(RequestError) as e:
+        parse_request(body, None)
+    assert e.value.status == 400
+    assert re.match("the request is not (UTF-8 )?JSON", e.value.message), e.value.message
 
 
 def test_the_largest_64_bit_integers_stay_exact():

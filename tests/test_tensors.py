@@ -178,6 +178,27 @@ def test_a_copy_with_no_memory_for_it_is_a_limit_error(tmp_path, monkeypatch):
     assert e.value.path == "t.safetensors"
 
 
+def test_a_kernel_without_huge_pages_still_copies(tmp_path, monkeypatch):
+    """`madvise(MADV_HUGEPAGE)` fails with EINVAL on a kernel built without transparent huge
+    pages (Python's constant says only that its headers had one): the copy is made anyway."""
+    import errno
+    import mmap
+    import types
+
+    class NoHugePages(mmap.mmap):
+        def madvise(self, *args):
+            raise OSError(errno.EINVAL, "Invalid argument")
+
+    path = tmp_path / "t.safetensors"
+    digest = _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
+    tf = _tensors.TensorFile(path, name="t.safetensors")
+    fake = types.SimpleNamespace(**{k: getattr(mmap, k) for k in dir(mmap) if k.isupper()})
+    fake.mmap = NoHugePages
+    monkeypatch.setattr(_tensors, "mmap", fake)
+    assert tf.read_into_memory() == digest
+    np.testing.assert_array_equal(tf.array("x", F32, (4,)), np.ones(4, np.float32))
+
+
 def test_the_private_copy_is_page_aligned_read_only_and_what_was_hashed(tmp_path):
     x = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: read in steps, hashed in a thread
     path = tmp_path / "t.safetensors"

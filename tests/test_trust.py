@@ -6,6 +6,7 @@ documented safe behaviour, never a crash, a hang or a silently different computa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -645,14 +646,18 @@ def _private(path):
     return path
 
 
+def _key(i):
+    return hashlib.sha256(b"%d" % i).hexdigest()  # every key is a sha256 in hex
+
+
 def test_an_entry_is_kept_in_its_keys_shard_and_read_back(tmp_path):
     from hlobundle._read import _cache
 
     where = _private(tmp_path / "checks")
-    _cache.write(where, "k1", b"verdict", ".json")
-    assert _cache.entry_path(where, "k1", b"verdict", ".json").read_bytes() == b"verdict"
-    assert _cache.read(where, "k1", ".json") == b"verdict"
-    assert _cache.read(where, "k2", ".json") is None
+    _cache.write(where, _key(1), b"verdict", ".json")
+    assert _cache.entry_path(where, _key(1), b"verdict", ".json").read_bytes() == b"verdict"
+    assert _cache.read(where, _key(1), ".json") == b"verdict"
+    assert _cache.read(where, _key(2), ".json") is None
 
 
 def test_a_lookup_lists_its_shard_alone(tmp_path, monkeypatch):
@@ -662,28 +667,49 @@ def test_a_lookup_lists_its_shard_alone(tmp_path, monkeypatch):
 
     where = _private(tmp_path / "checks")
     for i in range(64):
-        _cache.write(where, f"k{i}", b"v", ".json")
+        _cache.write(where, _key(i), b"v", ".json")
     listed = []
     listdir = os.listdir
     monkeypatch.setattr(os, "listdir", lambda p: listed.append(Path(p)) or listdir(p))
-    assert _cache.read(where, "k7", ".json") == b"v"
-    assert listed == [_cache.shard(where, "k7")]
+    assert _cache.read(where, _key(7), ".json") == b"v"
+    assert listed == [_cache.shard(where, _key(7))]
 
 
 @pytest.mark.parametrize("kind", ["symlink", "group_writable"])
 def test_an_entry_in_a_shard_that_is_not_private_is_not_read(tmp_path, kind):
     from hlobundle._read import _cache
 
+    key = _key(0)
     where = _private(tmp_path / "checks")
     elsewhere = _private(tmp_path / "elsewhere")
-    (elsewhere / _cache.entry_name("k", b"planted", ".json")).write_bytes(b"planted")
+    (elsewhere / _cache.entry_name(key, b"planted", ".json")).write_bytes(b"planted")
     if kind == "symlink":
-        _cache.shard(where, "k").symlink_to(elsewhere)
+        _cache.shard(where, key).symlink_to(elsewhere)
     else:
-        shard = _private(_cache.shard(where, "k"))
-        (shard / _cache.entry_name("k", b"planted", ".json")).write_bytes(b"planted")
+        shard = _private(_cache.shard(where, key))
+        (shard / _cache.entry_name(key, b"planted", ".json")).write_bytes(b"planted")
         os.chmod(shard, 0o770)
-    assert _cache.read(where, "k", ".json") is None
-    _cache.write(where, "k", b"ours", ".json")  # nor written into
-    planted = [_cache.entry_name("k", b"planted", ".json")]
-    assert sorted(os.listdir(_cache.shard(where, "k"))) == planted
+    assert _cache.read(where, key, ".json") is None
+    _cache.write(where, key, b"ours", ".json")  # nor written into
+    planted = [_cache.entry_name(key, b"planted", ".json")]
+    assert sorted(os.listdir(_cache.shard(where, key))) == planted
+
+
+def test_a_cache_directory_removed_meanwhile_is_not_made_again_by_a_write(tmp_path):
+    """Only `directory()` makes the cache's directories, 0700: a write into one that vanished
+    since makes nothing (it made it again with the umask's mode)."""
+    from hlobundle._read import _cache
+
+    where = tmp_path / "root" / "checks"
+    _cache.write(where, _key(0), b"v", ".json")
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("key", ["../../escape", "a\0b", "\udcff", "k1", _key(0).upper()])
+def test_a_key_that_is_no_sha256_names_no_entry(tmp_path, key):
+    from hlobundle._read import _cache
+
+    where = _private(tmp_path / "cache")
+    _cache.write(where, key, b"v", ".json")
+    assert _cache.read(where, key, ".json") is None
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["cache"]

@@ -45,20 +45,47 @@ def max_depth(data: bytes, openers: bytes, closers: bytes) -> int:
 
 # Every byte but a quote or a bracket, deleted by `bytes.translate` before JSON's depth is counted.
 _NOT_QUOTE_OR_BRACKET = bytes(set(range(256)) - set(b'"[]{}'))
+# Quotes and brackets are split into strings and the rest this many at a time: the pieces of one
+# step (Python objects of some 35 bytes each) are what the count holds in memory at once.
+_JSON_STEP = 1 << 18
 
 
 def json_depth(raw: bytes) -> int:
-    """The most brackets open at once in JSON text, outside its strings.
+    """The most brackets open at once in UTF-8 JSON text, outside its strings.
 
     Of valid JSON, the same count as leaving out `_STRINGS_AND_COMMENTS` matches (a test holds
     the two together), in a few passes of C: escaped backslashes go, then escaped quotes, so
     that every quote left opens or closes a string; then all but quotes and brackets go, and
     the pieces between quotes alternate outside and inside a string. Of text that is not JSON
-    the count may differ; `json` refuses such text either way."""
+    the count may differ; `json` refuses such text either way. The text must be UTF-8 (where a
+    quote's or a backslash's byte is that character alone): a caller decodes it as UTF-8."""
     if b"\\" in raw:
         raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    outside = b"".join(raw.translate(None, _NOT_QUOTE_OR_BRACKET).split(b'"')[::2])
-    return max_depth(outside, b"[{", b"]}")
+    marks = raw.translate(None, _NOT_QUOTE_OR_BRACKET)
+    depth = deepest = 0
+    inside = False  # whether the step starts inside a string
+    for begin in range(0, len(marks), _JSON_STEP):
+        pieces = marks[begin : begin + _JSON_STEP].split(b'"')
+        outside = b"".join(pieces[1::2] if inside else pieces[::2])
+        inside ^= len(pieces) % 2 == 0  # an odd number of quotes in the step
+        if outside:
+            most, depth = _levels(outside, depth)
+            deepest = max(deepest, most)
+    return deepest
+
+
+def _levels(brackets: bytes, start: int) -> tuple[int, int]:
+    """The deepest level, and the last, of brackets opened and closed from level `start`."""
+    if len(brackets) <= 1 << 16:
+        levels = list(accumulate((1 if b in b"[{" else -1 for b in brackets), initial=start))
+        return max(levels), levels[-1]
+    import numpy as np
+
+    delta = np.zeros(256, np.int64)
+    delta[list(b"[{")] = 1
+    delta[list(b"]}")] = -1
+    steps = np.cumsum(delta[np.frombuffer(brackets, np.uint8)]) + start
+    return max(start, int(steps.max())), int(steps[-1])
 
 
 def check_json(raw: bytes, *, path: str) -> None:

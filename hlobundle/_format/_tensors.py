@@ -10,6 +10,7 @@ with `numpy.memmap`, which also covers dtypes safetensors' numpy layer cannot re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -379,7 +380,8 @@ def _copy_memory(size: int) -> mmap.mmap:
         return mmap.mmap(-1, max(size, 1))
     mapping = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):
-        mapping.madvise(mmap.MADV_HUGEPAGE)
+        with contextlib.suppress(OSError):  # EINVAL from a kernel built without huge pages
+            mapping.madvise(mmap.MADV_HUGEPAGE)
     return mapping
 
 

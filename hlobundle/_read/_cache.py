@@ -130,6 +130,12 @@ def shard(where: Path, key: str) -> Path:
     return where / hashlib.sha256(key.encode()).hexdigest()[:2]
 
 
+def _is_key(key: str) -> bool:
+    """Every key is a sha256 in hex (of what the entry was made from): anything else, never
+    made here, names no entry and is written nowhere."""
+    return len(key) == _DIGEST_LENGTH and all(c in "0123456789abcdef" for c in key)
+
+
 def entry_path(where: Path, key: str, data: bytes, suffix: str = SUFFIX) -> Path:
     """Where the entry for `key` holding `data` is kept."""
     return shard(where, key) / entry_name(key, data, suffix)
@@ -138,6 +144,8 @@ def entry_path(where: Path, key: str, data: bytes, suffix: str = SUFFIX) -> Path
 def read(where: Path, key: str, suffix: str = SUFFIX) -> bytes | None:
     """The bytes of an entry for `key` that we wrote, checked; None when there is none (or
     its shard is not a private directory of ours)."""
+    if not _is_key(key):
+        return None
     folder = shard(where, key)
     try:
         if _not_private(folder, create=False) is not None:
@@ -196,10 +204,14 @@ def _read_regular_file(path: Path) -> bytes | None:
 def write(where: Path, key: str, data: bytes, suffix: str = SUFFIX) -> None:
     """Store an entry for `key` (best effort: a cache that cannot be written is not an error).
     Written to a new private file, then renamed into place."""
+    if not _is_key(key):
+        return
     temporary = None
     folder = shard(where, key)
     try:
-        if _not_private(folder) is not None:
+        with contextlib.suppress(FileExistsError):  # `where` itself is never made here
+            os.mkdir(folder, 0o700)
+        if _not_private(folder, create=False) is not None:
             return
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".partial-", delete=False) as f:
             temporary = f.name

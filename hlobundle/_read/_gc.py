@@ -11,19 +11,31 @@ leaves for the collector it collects at its next run, after the read.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_lock = threading.Lock()
+_pauses = 0  # reads under way in this process (threads may read bundles at once)
+_resume = False  # whether the collector ran when the first of them began
 
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the collector for the block, if it runs; another thread's pause, or a user's
-    `gc.disable()`, is left as it was."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    """Pause the collector for the block; it runs again when the last block under way in any
+    thread ends, if it ran when the first began. A collector already off (a user's
+    `gc.disable()`) stays off. One turned off by another thread while a read is under way is
+    turned on again when the reads end: the pause cannot tell that from its own."""
+    global _pauses, _resume
+    with _lock:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _lock:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()

@@ -135,10 +135,16 @@ def _depth(value: Any) -> int:
 
 def _parsed_exactly(text: bytes) -> Any:
     """`text` parsed by the standard library, its nesting checked first (`json` recurses):
-    exact integers, and the decoder's meaning before orjson."""
+    exact integers, and the decoder's meaning before orjson. UTF-8 only (RFC 8259 8.1): `json`
+    would also read UTF-16 and UTF-32, whose bytes the nesting check cannot count (a character
+    such as U+0122 holds a quote's byte)."""
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(400, f"the request is not UTF-8 JSON (byte {e.start})") from None
     try:
         _prechecks.check_json(text, path="the request")
-        return json.loads(text, parse_int=_prechecks.parse_json_int)
+        return json.loads(decoded, parse_int=_prechecks.parse_json_int)
     except LimitError as e:
         raise RequestError(400, e.message) from None
     except (ValueError, RecursionError) as e:
