@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from .._file_io import _hashing_reader, _hashing_writer
 from .._terminal import _progress
@@ -97,6 +97,11 @@ class Entry:
     shape: tuple[int, ...]
     begin: int
     end: int
+
+
+def _naturals(x: Any) -> TypeGuard[list[int]]:
+    """A JSON list of integers >= 0 (bool is not a dimension)."""
+    return type(x) is list and all(type(d) is int and d >= 0 for d in x)
 
 
 class TensorFile:
@@ -206,25 +211,26 @@ class TensorFile:
         return entries
 
     def _entry(self, key: str, value: object) -> Entry:
-        def naturals(x: object) -> bool:
-            return isinstance(x, list) and all(
-                type(d) is int and d >= 0  # noqa: E721 (bool is not a dimension)
-                for d in x
+        dtype = shape = offsets = None
+        if type(value) is dict:
+            dtype, shape, offsets = (
+                value.get("dtype"),
+                value.get("shape"),
+                value.get("data_offsets"),
             )
-
         if not (
-            isinstance(value, dict)
-            and value.get("dtype") in CODE_BYTES
-            and naturals(value.get("shape"))
-            and naturals(value.get("data_offsets"))
-            and len(value["data_offsets"]) == 2
+            type(dtype) is str  # a list or an object is no key of CODE_BYTES (nor hashable)
+            and dtype in CODE_BYTES
+            and _naturals(shape)
+            and _naturals(offsets)
+            and len(offsets) == 2
         ):
             raise self._invalid(f"tensor {key!r} has no dtype, shape and data_offsets it knows")
-        begin, end = value["data_offsets"]
-        shape = tuple(value["shape"])
-        if end - begin != math.prod(shape) * CODE_BYTES[value["dtype"]]:
+        begin, end = offsets
+        dims = tuple(shape)
+        if end - begin != math.prod(dims) * CODE_BYTES[dtype]:
             raise self._invalid(f"tensor {key!r}'s offsets do not span its shape and dtype")
-        return Entry(value["dtype"], shape, begin, end)
+        return Entry(dtype, dims, begin, end)
 
     def _invalid(self, why: str) -> TensorFileError:
         return TensorFileError(
