@@ -3,6 +3,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 # The suite never reads or writes the user's caches (compiled programs, check verdicts): each
 # session (each xdist worker) gets its own private, empty cache root, removed at its end.
 _CACHE_ROOT = tempfile.mkdtemp(prefix="hlobundle-test-cache-")
@@ -50,3 +52,40 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         if params.get("backend") == "enzyme":
             item.add_marker(needs_enzyme)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _each_iree_compile_once(tmp_path_factory):
+    """IREE compiles one program with the same flags once per run: the vmfb bytes of each
+    `iree-compile` run (a child process, about 0.3 s) are kept, named by everything the child
+    is given (the portable artifact, the flags, the time and memory limits), in this run's own
+    temporary directory (both xdist workers' parent, which each run makes afresh), and a later
+    compile of the same program reads them back. What the package does around the compiler (its
+    own compile cache, refusals, the manifest's executables) runs as ever; only identical
+    successful runs of the child are shared, so a compile that fails or hangs runs each time."""
+    import hashlib
+
+    from hlobundle._format import _limits
+    from hlobundle._run._backends import _iree_compile
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "iree-compiles"
+    root.mkdir(exist_ok=True)
+    compile_once = _iree_compile._run_compiler
+
+    def run_compiler(portable: bytes, chosen: tuple[str, ...]) -> bytes:
+        given = [portable, *(f.encode() for f in chosen)]
+        given += [str(_limits.COMPILE_TIMEOUT_S).encode(), str(_limits.CHILD_MEMORY_BYTES).encode()]
+        key = hashlib.sha256(b"\0".join(hashlib.sha256(g).digest() for g in given)).hexdigest()
+        kept = root / f"{key}.vmfb"
+        if kept.exists():
+            return kept.read_bytes()
+        vmfb = compile_once(portable, chosen)
+        partial = root / f"{key}.{os.getpid()}.partial"
+        partial.write_bytes(vmfb)
+        os.replace(partial, kept)
+        return vmfb
+
+    _iree_compile._run_compiler = run_compiler
+    yield
+    _iree_compile._run_compiler = compile_once
