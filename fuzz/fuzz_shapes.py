@@ -201,24 +201,32 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
     import jax
 
     jax.config.update("jax_platforms", "cpu")
+    # JAX's persistent compilation cache, as every `hlobundle` command has it: a relabelled
+    # manifest is a new function each case, whose call compiles the same module for the same
+    # shapes as an earlier case's.
+    hlobundle.configure_jax(x64=False)
     names = hlobundle.load(seed).functions
     # One function per name, made once: what it compiled for a shape is reused by later cases.
     references = {n: hlobundle.load(seed).select(n).function("xla", max_shapes=1000) for n in names}
     choices = backends()
     outcomes: collections.Counter[str] = collections.Counter()
     scratch = Path(tempfile.mkdtemp(prefix="fuzz-shapes-"))
+    # One copy of the seed for every case: a case writes only its relabelled manifest (from the
+    # seed's), and its attempt only reads the bundle.
+    bundle = shutil.copytree(seed, scratch / "bundle")
+    listing = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
+    manifest = (seed / "manifest.json").read_text()
     try:
         for case in range(first, first + runs):
             rng = random.Random(case)
             name, backend = rng.choice(names), rng.choice(choices)
-            bundle = scratch / "bundle"
-            shutil.rmtree(bundle, ignore_errors=True)
-            shutil.copytree(seed, bundle)
-            m = json.loads((bundle / "manifest.json").read_text())
+            m = json.loads(manifest)
             what = relabel(next(f for f in m["functions"] if f["name"] == name), rng)
             (bundle / "manifest.json").write_text(json.dumps(m))
             progress.write_text(f"case {case}: {name} on {backend}, {what}\n")
             outcomes[f"{name} on {backend}: {attempt(bundle, references[name], backend, rng)}"] += 1
+            if sorted(p.relative_to(bundle) for p in bundle.rglob("*")) != listing:
+                raise AssertionError(f"case {case} left the bundle's files changed")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return outcomes

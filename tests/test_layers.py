@@ -24,6 +24,7 @@ fail on the thing it names.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from helpers import ROOT
@@ -68,6 +69,9 @@ ALLOWED_UPWARD = {
     ("hlobundle._read._reader", "hlobundle._run._backends"),  # Bundle.to_exported(), BackendName
 }
 LAZY = {name: "hlobundle" + module for name, module in hlobundle._LAZY.items()}
+# Each source is parsed once for all the tests (the trees are only read): every test walks the
+# whole package, and parsing it again took most of each one's time.
+_parse = functools.cache(ast.parse)
 
 
 def _modules():
@@ -85,7 +89,7 @@ def _imports(name: str, source: str, is_package: bool = False):
     statements anywhere (functions included), names of the top-level package's lazy surface
     (`from hlobundle import load`), and `importlib.import_module("hlobundle...")` calls."""
     package = name if is_package else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -189,7 +193,7 @@ def _run_alone(modules) -> dict[str, tuple[str, str]]:
     found = {}
     for name, (source, is_package) in modules.items():
         package = name if is_package else name.rpartition(".")[0]
-        tree = ast.parse(source)
+        tree = _parse(source)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and str(node.value).endswith(".py"):
                 beside = f"{package}.{node.value.removesuffix('.py')}"
@@ -255,7 +259,7 @@ def test_the_declaration_guard_finds_each_way_of_running_a_new_script():
 def _bare_imports(source: str) -> set[str]:
     """The first names of every absolute import in `source` (`import _x`, `from _x import y`)."""
     names = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if isinstance(node, ast.Import):
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -352,7 +356,7 @@ def _module_level_jax(source: str) -> list[str]:
     """jax or enzyme_ad imported when the module is: at its top level, or inside a top-level
     `try`, `if` or `with` block (not inside a function)."""
     found: list[str] = []
-    pending = list(ast.parse(source).body)
+    pending = list(_parse(source).body)
     while pending:
         node = pending.pop()
         if isinstance(node, ast.Import):
@@ -444,7 +448,7 @@ def _branches_on_a_backend_name(source: str) -> list[int]:
         return isinstance(node, ast.Tuple | ast.List | ast.Set) and any(map(named, node.elts))
 
     lines = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if isinstance(node, ast.Compare) and any(map(named, [node.left, *node.comparators])):
             lines.append(node.lineno)
         elif isinstance(node, ast.MatchValue) and named(node.value):
