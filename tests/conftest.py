@@ -15,7 +15,9 @@ atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
 
 def _jaxlib_knows(flag: str) -> bool:
     """Whether this jaxlib's XLA has `flag` (XLA ends the process on an unknown one): its
-    name is in one of jaxlib's shared libraries, where the flags are defined."""
+    name is a C string of its own in one of jaxlib's shared libraries, where the flags are
+    defined. The name alone is not enough: jaxlib 0.12 keeps a removed flag's name in its
+    options' protobuf descriptor, among the reserved names, with no NUL around it."""
     import mmap
     from importlib.util import find_spec
 
@@ -24,7 +26,7 @@ def _jaxlib_knows(flag: str) -> bool:
         return False
     for library in sorted(Path(spec.origin).parent.glob("*.so"), key=lambda p: -p.stat().st_size):
         with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            if m.find(flag.encode()) >= 0:
+            if m.find(b"\0" + flag.encode() + b"\0") >= 0:
                 return True
     return False
 
