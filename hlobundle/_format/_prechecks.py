@@ -24,23 +24,15 @@ _UNESCAPED = {b'"': b'"', b"\\": b"\\", b"n": b"\n", b"t": b"\t"}
 _RANK_OVER_LIMIT = re.compile(rb"tensor<(?:[0-9?]+x){%d}" % (_limits.MAX_RANK + 1))
 
 
-# Above this size, numpy counts faster than Python; below, Python saves importing numpy (which
-# `inspect` does not otherwise need).
-NUMPY_ABOVE = 1 << 20
+# Above this many brackets, numpy counts faster than Python; below, Python saves importing numpy
+# (which `inspect` does not otherwise need).
+NUMPY_ABOVE = 1 << 16
 
 
 def max_depth(data: bytes, openers: bytes, closers: bytes) -> int:
     """The most brackets open at once in `data`, strings and comments left out."""
-    if len(data) <= NUMPY_ABOVE:
-        brackets = data.translate(None, bytes(set(range(256)) - set(openers + closers)))
-        return max(accumulate((1 if b in openers else -1 for b in brackets), initial=0))
-    import numpy as np
-
-    delta = np.zeros(256, np.int32)
-    delta[list(openers)] = 1
-    delta[list(closers)] = -1
-    steps = delta[np.frombuffer(data, np.uint8)]
-    return int(np.cumsum(steps, dtype=np.int32).max(initial=0))
+    brackets = data.translate(None, bytes(set(range(256)) - set(openers + closers)))
+    return _levels(brackets, openers, closers)[0]
 
 
 # Every byte but a quote or a bracket, deleted by `bytes.translate` before JSON's depth is counted.
@@ -69,21 +61,22 @@ def json_depth(raw: bytes) -> int:
         outside = b"".join(pieces[1::2] if inside else pieces[::2])
         inside ^= len(pieces) % 2 == 0  # an odd number of quotes in the step
         if outside:
-            most, depth = _levels(outside, depth)
+            most, depth = _levels(outside, b"[{", b"]}", depth)
             deepest = max(deepest, most)
     return deepest
 
 
-def _levels(brackets: bytes, start: int) -> tuple[int, int]:
-    """The deepest level, and the last, of brackets opened and closed from level `start`."""
-    if len(brackets) <= 1 << 16:
-        levels = list(accumulate((1 if b in b"[{" else -1 for b in brackets), initial=start))
+def _levels(brackets: bytes, openers: bytes, closers: bytes, start: int = 0) -> tuple[int, int]:
+    """The deepest level, and the last, of `brackets` (openers and closers alone) opened and
+    closed from level `start`."""
+    if len(brackets) <= max(NUMPY_ABOVE, 0):
+        levels = list(accumulate((1 if b in openers else -1 for b in brackets), initial=start))
         return max(levels), levels[-1]
     import numpy as np
 
     delta = np.zeros(256, np.int64)
-    delta[list(b"[{")] = 1
-    delta[list(b"]}")] = -1
+    delta[list(openers)] = 1
+    delta[list(closers)] = -1
     steps = np.cumsum(delta[np.frombuffer(brackets, np.uint8)]) + start
     return max(start, int(steps.max())), int(steps[-1])
 
