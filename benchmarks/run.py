@@ -436,7 +436,10 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
     cases = {
         "ort": (ort, {}),
         "imports": ("import onnxruntime, numpy", {}),
+        "iree": ("import iree.runtime", {}),
+        "pydantic": ("import iree.runtime\nfrom pydantic import BaseModel, Field", {}),
         "floor": (floor, {}),
+        "mlir": (floor + ", hlobundle._isolation._mlir_context as m\nm.new_context()", {}),
         "run": (run, env),
         "python": (ours, env),
         "python, cold": (ours, cold),
@@ -469,6 +472,26 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
             "ours_s": med["run"],
             "baseline_s": base,
         },
+        *(
+            {
+                "case": f"  in which: {what} (s; ratio: its part of the ratio above)",
+                "ours_s": s,
+                "ratio": s / base,
+            }
+            for what, s in (
+                ("Python and import iree.runtime (numpy with it)", med["iree"]),
+                ("pydantic itself (BaseModel)", med["pydantic"] - med["iree"]),
+                ("the manifest's model classes", med["floor"] - med["pydantic"]),
+                ("the rest: read, check, load the executable, call", med["run"] - med["floor"]),
+            )
+        ),
+        {
+            "case": "  bound for a reader without pydantic: run less pydantic and the model "
+            "classes / ONNX Runtime (not built)",
+            "ratio": (med["run"] - (med["floor"] - med["iree"])) / base,
+            "ours_s": med["run"] - (med["floor"] - med["iree"]),
+            "baseline_s": base,
+        },
         {
             "case": "load + function('iree') + call, Python / ONNX Runtime (goal <= 1.5)",
             "ratio": med["python"] / base,
@@ -486,6 +509,18 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
             "ratio": med["run, cold"] / base,
             "ours_s": med["run, cold"],
             "baseline_s": base,
+        },
+        {
+            "case": "    in which: the checks a remembered verdict saves (first load less the "
+            "run above; s, and its part of the ratio)",
+            "ratio": (med["run, cold"] - med["run"]) / base,
+            "ours_s": med["run, cold"] - med["run"],
+        },
+        {
+            "case": "    in which, of those: import jaxlib's MLIR bindings and make the context "
+            "they parse in (s, and its part of the ratio)",
+            "ratio": (med["mlir"] - med["floor"]) / base,
+            "ours_s": med["mlir"] - med["floor"],
         },
     ]
 
@@ -1154,6 +1189,7 @@ def sign_cost(tmp: Path, quick: bool) -> list[dict]:
         res = interleaved(
             {
                 "verify": lambda path=path: hlobundle.load(path).verify(),
+                "command": lambda path=path: hlobundle.load(path).verify(in_memory=False),
                 "sha256": lambda data=data: _sha256_of(data),
             },
             3 if quick else 7,
@@ -1164,6 +1200,14 @@ def sign_cost(tmp: Path, quick: bool) -> list[dict]:
                 "tensors (goal <= 1.15)",
                 "s": res["verify"][0],
                 "ratio": res["verify"][0] / res["sha256"][0],
+            }
+        )
+        rows.append(
+            {
+                "case": "  as `hlobundle verify` does it (nothing runs after: hashed through two "
+                "buffers, no private copy) / the same sha256",
+                "s": res["command"][0],
+                "ratio": res["command"][0] / res["sha256"][0],
             }
         )
         shutil.rmtree(path)
@@ -1223,7 +1267,8 @@ def usage_cost(tmp: Path, quick: bool) -> list[dict]:
             "s": res["big"][0],
             "ratio": res["big"][0] / res["alone"][0],
             "spread": res["big"][1],
-        }
+        },
+        *_one_function_phases(big, alone, res["big"][0] - res["alone"][0], 5 if quick else 15),
     ]
     rows.append(_cache_growth(tmp, quick))
     # Growth: seconds per tensor (one function) and per function (16 tensors each), each
@@ -1252,6 +1297,55 @@ def usage_cost(tmp: Path, quick: bool) -> list[dict]:
                     }
                 )
     return rows
+
+
+def _gc_paused(step: Callable[[], object]) -> None:
+    from hlobundle._read._gc import collector_paused
+
+    with collector_paused():
+        step()
+
+
+def _one_function_phases(big: Path, alone: Path, extra: float, reps: int) -> list[dict]:
+    """Where loading one function of the big bundle spends the time (`extra`) it takes beyond
+    the bundle of its own: each whole-manifest step of `load`, and the whole load, timed alone
+    on both (seconds: the big bundle's; ratio: its extra seconds / `extra`)."""
+    import hlobundle
+    from hlobundle._format import _manifest_json
+    from hlobundle._read import _files, _tensor_files
+
+    def steps(path: Path) -> dict[str, Callable[[], object]]:
+        raw = (path / "manifest.json").read_bytes()
+        data = json.loads(raw)
+        manifest = _manifest_json.parse_manifest(raw)  # 1.x (one function) or 2.x
+        present = _files.files_of(manifest, ["f0"])
+        return {
+            "JSON (limits, then json.loads)": lambda: _manifest_json._decode_json(raw, "m"),
+            "the models (pydantic, every function)": lambda: type(manifest).model_validate(data),
+            "the tensor file's header, against every function's references": lambda: (
+                _tensor_files.open_tensor_files(path, manifest, only=present)
+            ),
+            "the whole load (functions=['f0'])": lambda: hlobundle.load(path, functions=["f0"]),
+        }
+
+    def paused(step: Callable[[], object]) -> Callable[[], object]:
+        return lambda: _gc_paused(step)  # as load() runs them (_read/_gc.py)
+
+    mine, theirs = steps(big), steps(alone)
+    timed = interleaved(
+        {f"{k} big": paused(v) for k, v in mine.items()}
+        | {f"{k} alone": paused(v) for k, v in theirs.items()},
+        reps,
+    )
+    return [
+        {
+            "case": f"  in which: {k} (ratio: its extra seconds over the bundle of its own / "
+            "those of the whole load and call)",
+            "s": timed[f"{k} big"][0],
+            "ratio": (timed[f"{k} big"][0] - timed[f"{k} alone"][0]) / extra,
+        }
+        for k in mine
+    ]
 
 
 def _cache_growth(tmp: Path, quick: bool) -> dict:
