@@ -145,3 +145,19 @@ def test_a_copy_of_a_2_0_manifest_has_its_own_views(tmp_path):
     assert list(m.views) == ["prefill", "decode"]
     one = m.model_copy(update={"functions": m.functions[1:], "default_function": None})
     assert list(one.views) == ["decode"] and list(m.views) == ["prefill", "decode"]
+
+
+def test_an_argument_is_found_by_name_and_a_copy_finds_its_own(bundle):
+    """`Manifest.argument` looks names up in a mapping made once (a scan of the list per lookup
+    made reading every tensor quadratic); a copy with other arguments makes its own."""
+    m = hlobundle.load(bundle).manifest
+    first = m.arguments[0]
+    assert m.argument(first.name) is first
+    with pytest.raises(KeyError):
+        m.argument("no_such_argument")
+    renamed = first.model_copy(update={"name": "renamed"})
+    copy = m.model_copy(update={"arguments": [renamed, *m.arguments[1:]]})
+    assert copy.argument("renamed") is renamed
+    with pytest.raises(KeyError):
+        copy.argument(first.name)
+    assert m.argument(first.name) is first

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import keyword
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -262,10 +263,21 @@ class Manifest(FunctionFields):
         return str(self.argument(name).shape[axis])
 
     def argument(self, name: str) -> Argument:
-        for a in self.arguments:
-            if a.name == name:
-                return a
-        raise KeyError(name)
+        """The argument named `name` (a `KeyError` when there is none)."""
+        return self.arguments_by_name[name]
+
+    @cached_property
+    def arguments_by_name(self) -> dict[str, Argument]:
+        """The arguments by name (unique, `_manifest_checks`): looking each one up in the list
+        made reading every tensor of a bundle quadratic, 0.5 s for 4,096 arguments."""
+        return {a.name: a for a in self.arguments}
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy whose lookup by name is made again from its own arguments (pydantic copies
+        the cached one with `__dict__`, which `update` may have made stale)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("arguments_by_name", None)
+        return copy
 
     def to_json(self) -> bytes:
         """Canonical bytes: sorted keys, two-space indent, trailing newline."""

@@ -227,7 +227,8 @@ def assign(
         raise InputError(f"input key(s) {dup} appear more than once across the input files")
     if set(keys) <= set(names) and (keys or not names):
         by_key = {it.key: it for it in items}
-        _require_all(by_key, [n for n in names if n not in set(optional)])
+        left_out = set(optional)
+        _require_all(by_key, [n for n in names if n not in left_out])
         return [by_key.get(n) for n in names]
     if keys and all(_ARR_KEY.match(k) for k in keys):
         return _assign_numbered(items, names)

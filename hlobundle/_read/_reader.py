@@ -409,7 +409,8 @@ class Bundle(StoredValues):
         them (SPEC.md, "Fingerprint")."""
         import hashlib
 
-        value = next((a.value for a in self.manifest.arguments if a.name == name), None)
+        argument = self.manifest.arguments_by_name.get(name)
+        value = None if argument is None else argument.value
         if value is None:
             raise InputError(f"argument {name!r} has no stored value", argument=name)
         data = self._tensor_files[value.file].stored_bytes(value.key)

@@ -42,8 +42,9 @@ def bind(
         raise count_error(arguments, len(args) + len(kwargs))
     values: dict[str, Any] = {a.name: x for a, x in zip(arguments, args, strict=False)}
     names = [a.name for a in arguments]
+    known = set(names)  # thousands of arguments given by name: a lookup each, not a scan
     for name, x in kwargs.items():
-        if name not in names:
+        if name not in known:
             inputs = [a.name for a in arguments if a.role == "input"]
             raise InputError(
                 f"unexpected argument {name!r}{did_you_mean([name], names) or '.'} The "
