@@ -560,3 +560,25 @@ def test_a_script_away_from_its_bundle_names_the_bundle_path_it_needs(bundles, t
     shutil.copyfile(script, away)
     r = run_script(away)
     assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_parameter_names_are_distinct_usable_and_their_own_where_they_can_be():
+    """Each argument's parameter is a usable identifier, distinct from every other and from
+    every later argument's name, and its own name when that is usable and free; sets, not
+    scans (thousands of arguments made it quadratic: 0.36 s of an emit of 4,096)."""
+    import random
+
+    from hlobundle._emit._template import _usable, parameter_names
+
+    rng = random.Random(0)
+    pool = ["x", "x_", "arg0", "arg1", "arg1_", "class", "a", "b", "1x", "", "print", "np"]
+    for _ in range(5000):
+        names = [rng.choice(pool) for _ in range(rng.randint(0, 8))]
+        chosen = parameter_names(names)
+        assert len(chosen) == len(names) and len(set(chosen)) == len(chosen)
+        for i, (name, got) in enumerate(zip(names, chosen, strict=True)):
+            assert _usable(got) and got not in names[i + 1 :]
+            if _usable(name) and name not in chosen[:i] and name not in names[i + 1 :]:
+                assert got == name
+    many = [f"w{i}" for i in range(4096)]
+    assert parameter_names(many) == many

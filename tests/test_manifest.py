@@ -161,3 +161,14 @@ def test_an_argument_is_found_by_name_and_a_copy_finds_its_own(bundle):
     with pytest.raises(KeyError):
         copy.argument(first.name)
     assert m.argument(first.name) is first
+
+
+def test_a_copy_with_a_symbolic_argument_is_symbolic(bundle):
+    """`symbolic` is computed once per model (a runner asked it once per argument); a copy
+    with other shapes computes its own."""
+    m = hlobundle.load(bundle).manifest
+    assert not m.symbolic
+    first = m.arguments[0]
+    batched = first.model_copy(update={"shape": ["b", *first.shape[1:]]})
+    assert m.model_copy(update={"arguments": [batched, *m.arguments[1:]]}).symbolic
+    assert not m.symbolic

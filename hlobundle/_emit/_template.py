@@ -10,6 +10,7 @@ import builtins
 import keyword
 import pprint
 import re
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -100,13 +101,18 @@ def _identifier(name: str) -> str:
 
 
 def parameter_names(names: list[str]) -> list[str]:
-    """One distinct, safe Python parameter per argument: its own name when usable, else `arg<i>`."""
+    """One distinct, safe Python parameter per argument: its own name when usable, else `arg<i>`
+    (never a name a later argument has). Sets, not scans: a bundle has thousands."""
     chosen: list[str] = []
+    taken: set[str] = set()
+    later = Counter(names)  # the names of the arguments after the current one
     for i, name in enumerate(names):
-        candidate = name if _usable(name) and name not in chosen else f"arg{i}"
-        while candidate in chosen or candidate in names[i + 1 :] or not _usable(candidate):
+        later[name] -= 1
+        candidate = name if _usable(name) and name not in taken else f"arg{i}"
+        while candidate in taken or later[candidate] > 0 or not _usable(candidate):
             candidate = f"{candidate}_"
         chosen.append(candidate)
+        taken.add(candidate)
     return chosen
 
 

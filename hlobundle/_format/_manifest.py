@@ -249,7 +249,7 @@ class Manifest(FunctionFields):
         _manifest_checks.check_function(self)
         return self
 
-    @property
+    @cached_property
     def symbolic(self) -> bool:
         """Whether any argument or result has a symbolic dimension (format 2.0)."""
         return any(isinstance(d, str) for v in self.tensors() for d in v.shape)
@@ -273,10 +273,11 @@ class Manifest(FunctionFields):
         return {a.name: a for a in self.arguments}
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
-        """A copy whose lookup by name is made again from its own arguments (pydantic copies
-        the cached one with `__dict__`, which `update` may have made stale)."""
+        """A copy whose cached properties are made again from its own fields (pydantic copies
+        the cached ones with `__dict__`, which `update` may have made stale)."""
         copy = super().model_copy(update=update, deep=deep)
-        copy.__dict__.pop("arguments_by_name", None)
+        for cached in ("arguments_by_name", "symbolic"):
+            copy.__dict__.pop(cached, None)
         return copy
 
     def to_json(self) -> bytes:

@@ -233,7 +233,8 @@ def assign(
     if keys and all(_ARR_KEY.match(k) for k in keys):
         return _assign_numbered(items, names)
     if items and all(it.positional for it in items):
-        only = [n for n in names if n in inputs]
+        role_input = set(inputs)  # a lookup per name: a bundle has thousands of arguments
+        only = [n for n in names if n in role_input]
         others_have_values = set(names) <= {*only, *optional}
         if len(items) == 1 < len(names) and len(only) == 1 and others_have_values:
             return [items[0] if n == only[0] else None for n in names]

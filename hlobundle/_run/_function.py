@@ -104,11 +104,8 @@ class BundleFunction:
         self._impl = backend.implementation(bundle, self._prover, folds)
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
-        self._used = [
-            i
-            for i in range(len(self.manifest.arguments))
-            if i not in bundle.signature.unused or self.manifest.symbolic  # no zeros to make
-        ]
+        unused = frozenset() if self.manifest.symbolic else bundle.signature.unused  # no zeros
+        self._used = [i for i in range(len(self.manifest.arguments)) if i not in unused]
         self.mesh = _placement.device_mesh(self.manifest, devices)
         self._placement = _placement.placement(self.manifest, self.mesh)
         placement = self._placement
