@@ -1303,7 +1303,35 @@ def usage_cost(tmp: Path, quick: bool) -> list[dict]:
                         "spread": times[size][1],
                     }
                 )
+    rows += _use_growth(made, axes["tensor"], 3 if quick else 7)
     return rows
+
+
+def _use_growth(made: dict, sizes: list[tuple[int, int]], reps: int) -> list[dict]:
+    """What a user does with every argument of a function of many (load, each tensor,
+    `function("xla")`, the source of its script): seconds per argument against the smallest
+    size, in process (1.0 = linear; each of four steps was quadratic once)."""
+    import hlobundle
+
+    def use(path: Path) -> None:
+        b = hlobundle.load(path)
+        for a in b.arguments:
+            b.tensor(a.name)
+        b.function("xla")
+        hlobundle.emit_script(b, backend="xla")
+
+    times = interleaved({s: (lambda p=made[s]: use(p)) for s in sizes}, reps)
+    first = times[sizes[0]][0] / sizes[0][1]
+    return [
+        {
+            "case": f"load, every tensor, function('xla') and emit_script: 1 function of "
+            f"{size[1]:,} tensors, seconds per tensor / at {sizes[0][1]:,} (1.0 = linear)",
+            "s": times[size][0],
+            "ratio": times[size][0] / size[1] / first,
+            "spread": times[size][1],
+        }
+        for size in sizes[1:]
+    ]
 
 
 def _gc_paused(step: Callable[[], object]) -> None:
