@@ -369,3 +369,31 @@ def test_result_names_follow_the_spec_rule_for_every_producer(tmp_path):
     (tmp_path / "g.mlir").write_text(lowered_text(lambda x: (x, x), x))
     assert cli("pack", tmp_path / "g.mlir", "-o", tmp_path / "q").returncode == 0
     assert [r.name for r in hlobundle.load(tmp_path / "q").results] == ["result0", "result1"]
+
+
+def test_roles_by_name_and_by_glob_match_what_fnmatch_matches():
+    """A role's key is a name or a glob (`params_*`); a key with no glob character is looked up,
+    not matched against every name (export gives one key per leaf: 4,096 keys of a pytree of
+    4,096 leaves made 16.8 million fnmatch calls, 11 s), and matches exactly what fnmatch
+    would. A later key wins."""
+    import fnmatch
+    import random
+
+    from hlobundle._write._plan import _expand_roles
+
+    rng = random.Random(0)
+    names = ["w0", "w1", "w10", "b0", "x", "params_a", "params_b", "w[0]", "a.b"]
+    keys = [*names, "w*", "w?", "params_*", "*", "[wb]0", "w[0]", "a.b", "a?b", "nope*", "W0"]
+    roles = ["parameter", "input", "state"]
+    for _ in range(2000):
+        given = {k: rng.choice(roles) for k in rng.sample(keys, rng.randint(1, 5))}
+        want: dict[str, str] = {}
+        for key, role in given.items():
+            matched = [n for n in names if fnmatch.fnmatchcase(n, key)]
+            if not matched:
+                with pytest.raises(hlobundle.InputError, match="names no argument"):
+                    _expand_roles(given, names)
+                break
+            want.update(dict.fromkeys(matched, role))
+        else:
+            assert _expand_roles(given, names) == want

@@ -165,10 +165,14 @@ def _check_symbolic_examples(
         ) from None
 
 
+_GLOB = re.compile(r"[*?\[]")  # what fnmatch reads as other than itself
+
+
 def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, Role]:
     """Roles by argument name; a key may be a glob (`params_*`). A later key wins. A role is
     checked here, where the caller's mapping is read: past here it picks a tensor file."""
     roles: dict[str, Role] = {}
+    known = set(names)
     for pattern, role in given.items():
         if not _is_role(role):
             raise InputError(
@@ -176,7 +180,10 @@ def _expand_roles(given: dict[str, str], names: list[str]) -> dict[str, Role]:
                 f"{', '.join(TENSOR_FILES)}",
                 argument=pattern,
             )
-        matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if _GLOB.search(pattern) is None:  # a name (export gives one per leaf): no scan
+            matched = [pattern] if pattern in known else []
+        else:
+            matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         if not matched:
             raise InputError(
                 f"role {role!r} given for {pattern!r}, which names no argument; the arguments "

@@ -72,9 +72,10 @@ def leaf_roles(
     positional argument, they are under) covers them all; an argument's own name wins. Other
     keys (globs, or names of nothing) go to `pack()`, which matches or refuses them."""
     roles = roles or {}
+    known, under = set(names), set(heads)  # lookups, not scans: a pytree has thousands of leaves
     resolved: dict[str, Role] = {}
     for name, head in zip(names, heads, strict=True):
-        if head in roles and head not in names:
+        if head in roles and head not in known:
             resolved[name] = roles[head]
-    resolved.update({k: r for k, r in roles.items() if k not in heads or k in names})
+    resolved.update({k: r for k, r in roles.items() if k not in under or k in known})
     return resolved
