@@ -121,6 +121,7 @@ def given_inputs(specs):
     """{argument name: array} from `--inputs [NAME=]FILE ...`: keys are argument names, or
     loose .npy files give every argument in order."""
     names = [name for name, _, _ in ARGUMENTS]
+    known = set(names)  # an archive of thousands of arrays: a lookup per key, not a scan
     given, loose = {}, []
     for spec in specs:
         name, equals, path = spec.partition("=")
@@ -142,7 +143,7 @@ def given_inputs(specs):
         for key, array in found.items():
             if key is None:
                 loose.append((spec, array))
-            elif key in names:
+            elif key in known:
                 given[key] = array
             else:
                 raise ValueError(f"{spec}: key {key!r} is not an argument name {names}")
