@@ -172,3 +172,17 @@ def test_a_copy_with_a_symbolic_argument_is_symbolic(bundle):
     batched = first.model_copy(update={"shape": ["b", *first.shape[1:]]})
     assert m.model_copy(update={"arguments": [batched, *m.arguments[1:]]}).symbolic
     assert not m.symbolic
+
+
+def test_a_name_that_cannot_be_a_key_names_no_argument(bundle):
+    """Looking an argument up in the cached mapping must refuse a bad name as the scan did: a
+    list is no argument's name (a `KeyError` from `argument`, an `InputError` from the bundle),
+    not a `TypeError` from hashing it."""
+    b = hlobundle.load(bundle)
+    with pytest.raises(KeyError):
+        b.manifest.argument(["x"])  # type: ignore[arg-type]
+    with pytest.raises(hlobundle.InputError, match=r"no argument named \['x'\]"):
+        b.tensor(["x"])  # type: ignore[arg-type]
+    with pytest.raises(hlobundle.InputError, match=r"argument \['x'\] has no stored value"):
+        b.tensor_sha256(["x"])  # type: ignore[arg-type]
+

@@ -263,8 +263,12 @@ class Manifest(FunctionFields):
         return str(self.argument(name).shape[axis])
 
     def argument(self, name: str) -> Argument:
-        """The argument named `name` (a `KeyError` when there is none)."""
-        return self.arguments_by_name[name]
+        """The argument named `name` (a `KeyError` when there is none, an unhashable `name`
+        such as a list included: no argument has it, as the scan of the list said)."""
+        try:
+            return self.arguments_by_name[name]
+        except TypeError:
+            raise KeyError(name) from None
 
     @cached_property
     def arguments_by_name(self) -> dict[str, Argument]:

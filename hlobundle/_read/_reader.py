@@ -409,8 +409,10 @@ class Bundle(StoredValues):
         them (SPEC.md, "Fingerprint")."""
         import hashlib
 
-        argument = self.manifest.arguments_by_name.get(name)
-        value = None if argument is None else argument.value
+        try:
+            value = self.manifest.argument(name).value
+        except KeyError:  # no such argument (or an unhashable name): the same refusal
+            value = None
         if value is None:
             raise InputError(f"argument {name!r} has no stored value", argument=name)
         data = self._tensor_files[value.file].stored_bytes(value.key)
