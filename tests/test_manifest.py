@@ -186,3 +186,18 @@ def test_a_name_that_cannot_be_a_key_names_no_argument(bundle):
     with pytest.raises(hlobundle.InputError, match=r"argument \['x'\] has no stored value"):
         b.tensor_sha256(["x"])  # type: ignore[arg-type]
 
+
+def test_a_manifest_iterates_over_its_fields_only(bundle):
+    """`dict(model)` (pydantic's iteration) gives the fields: the cached `symbolic` and
+    `arguments_by_name` live in the instance's `__dict__` but are not fields, and a manifest
+    made again from `dict(m)` must not be refused for them as extra inputs."""
+    from hlobundle._format._manifest import Manifest
+    from hlobundle._format._manifest_json import parse_manifest
+
+    m = hlobundle.load(bundle).manifest
+    m.argument(m.arguments[0].name)
+    assert not m.symbolic
+    assert list(dict(m)) == list(Manifest.model_fields)
+    assert Manifest(**dict(m)) == m
+    lm = parse_manifest((ROOT / "examples" / "lm.hlobundle" / "manifest.json").read_bytes())
+    assert "views" not in dict(lm) and type(lm)(**dict(lm)) == lm

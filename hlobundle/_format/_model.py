@@ -3,11 +3,23 @@ dropped only when the reader asks (`model_validate(..., extra="ignore")`, SPEC.m
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    def __iter__(self) -> Generator[tuple[str, Any], None, None]:
+        """The fields (and extras), so that `dict(model)` is what validates as the model again:
+        pydantic's iterates over `__dict__`, where each `cached_property` keeps its value
+        (`Manifest.symbolic`, `arguments_by_name`, `BundleManifest.views`)."""
+        fields = type(self).model_fields
+        yield from [(k, v) for k, v in self.__dict__.items() if k in fields]
+        if self.__pydantic_extra__:
+            yield from self.__pydantic_extra__.items()
 
 
 def first_error(e: ValidationError) -> tuple[str, str]:
