@@ -283,8 +283,11 @@ def test_beyond_the_rpc_cap_a_call_is_refused_not_queued(models, images):
 @pytest.mark.slow
 def test_a_client_that_never_finishes_its_message_is_dropped_with_its_connection(models, images):
     # The only RPC slot, held by a message that never ends, until its connection is too old
-    # (1 s here) and its grace (the longest model call, 0.5 s, and 5 s) is over.
-    with _grpc.serving(models, max_rpcs=1, max_age_s=1, max_deadline_s=0.5) as port:
+    # (1 s here) and its grace (the longest model call, 0.5 s, and 0.5 s here, 5 s by default)
+    # is over.
+    with _grpc.serving(
+        models, max_rpcs=1, max_age_s=1, max_deadline_s=0.5, age_grace_s=0.5
+    ) as port:
         hanging = _hanging_call(port)
         try:
             time.sleep(0.5)

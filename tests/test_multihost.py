@@ -75,8 +75,15 @@ def sharded(tmp_path_factory):
 
 
 def _env(devices: int, **extra: str) -> dict[str, str]:
+    """This environment with `devices` CPU devices and no JAX_ variables; the suite's other
+    XLA flags (conftest.py: the tests' compile options) stay."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    flags = [
+        f
+        for f in env.get("XLA_FLAGS", "").split()
+        if not f.startswith("--xla_force_host_platform_device_count=")
+    ]
+    env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
     return {**env, **extra}
 
 

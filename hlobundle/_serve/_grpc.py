@@ -312,6 +312,7 @@ class Service:
 # again (as grpc clients do on GOAWAY). That bounds what a client that never finishes a message
 # holds: an RPC slot for at most about 6 minutes (grpc reads a message before any handler runs).
 MAX_CONNECTION_AGE_S = 300.0
+AGE_GRACE_S = 5.0  # the "5 s more" of a drained connection's grace
 
 
 class GrpcServer:
@@ -325,9 +326,10 @@ class GrpcServer:
         port: int,
         max_rpcs: int,
         max_age_s: float = MAX_CONNECTION_AGE_S,
+        age_grace_s: float = AGE_GRACE_S,
     ) -> None:
         self.service, self.host, self.port, self.max_rpcs = service, host, port, max_rpcs
-        self.max_age_s = max_age_s
+        self.max_age_s, self.age_grace_s = max_age_s, age_grace_s
         self.loop = asyncio.new_event_loop()
         self._server: Any = None
         self._thread = threading.Thread(
@@ -350,7 +352,10 @@ class GrpcServer:
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),  # a port in use is an error, not a second listener
             ("grpc.max_connection_age_ms", int(self.max_age_s * 1000)),
-            ("grpc.max_connection_age_grace_ms", int((self.service.max_deadline_s + 5) * 1000)),
+            (
+                "grpc.max_connection_age_grace_ms",
+                int((self.service.max_deadline_s + self.age_grace_s) * 1000),
+            ),
         ]
         self._server = grpc.aio.server(
             handlers=[self.service.handler()],
@@ -424,6 +429,7 @@ def serving(
     max_rpcs: int = 512,
     max_deadline_s: float = DEFAULT_MAX_DEADLINE_S,
     max_age_s: float = MAX_CONNECTION_AGE_S,
+    age_grace_s: float = AGE_GRACE_S,
 ) -> Iterator[int]:
     """The gRPC service of `models` in this process, without a REST server: the REST app's
     model calls run on an event loop in a thread of their own. Yields the port bound (`port`
@@ -435,7 +441,7 @@ def serving(
     service = Service(models, app(models, max_body=max_body), max_body, max_deadline_s)
     service.loop = loop
     try:
-        server = GrpcServer(service, host, port, max_rpcs, max_age_s)
+        server = GrpcServer(service, host, port, max_rpcs, max_age_s, age_grace_s)
         bound = server.start()  # stopped already where it fails
         try:
             yield bound
