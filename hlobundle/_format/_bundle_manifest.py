@@ -9,9 +9,8 @@ version that can express a one-function bundle (SPEC.md 5).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -93,13 +92,6 @@ class BundleManifest(_Model):
     def view(self, name: str) -> Manifest:
         """Function `name` as a manifest of its own."""
         return self.views[name]
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
-        """A copy whose views are made again from its own fields (pydantic copies the cached
-        ones with `__dict__`, which `update` may have made stale)."""
-        copy = super().model_copy(update=update, deep=deep)
-        copy.__dict__.pop("views", None)
-        return copy
 
     def to_json(self) -> bytes:
         data = self.model_dump(mode="json", exclude_none=True)

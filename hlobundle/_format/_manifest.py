@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -275,14 +275,6 @@ class Manifest(FunctionFields):
         """The arguments by name (unique, `_manifest_checks`): looking each one up in the list
         made reading every tensor of a bundle quadratic, 0.5 s for 4,096 arguments."""
         return {a.name: a for a in self.arguments}
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
-        """A copy whose cached properties are made again from its own fields (pydantic copies
-        the cached ones with `__dict__`, which `update` may have made stale)."""
-        copy = super().model_copy(update=update, deep=deep)
-        for cached in ("arguments_by_name", "symbolic"):
-            copy.__dict__.pop(cached, None)
-        return copy
 
     def to_json(self) -> bytes:
         """Canonical bytes: sorted keys, two-space indent, trailing newline."""

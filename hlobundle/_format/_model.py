@@ -3,14 +3,26 @@ dropped only when the reader asks (`model_validate(..., extra="ignore")`, SPEC.m
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
+from functools import cache, cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class _Model(BaseModel):
+    """A model may keep what it derives from its fields in a `cached_property` (frozen, its
+    fields never change): a copy drops them, and iterating gives the fields alone."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy whose cached properties are made again from its own fields (pydantic copies
+        them with `__dict__`, which `update` may have made stale)."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _cached_properties(type(self)):
+            copy.__dict__.pop(name, None)
+        return copy
 
     def __iter__(self) -> Generator[tuple[str, Any], None, None]:
         """The fields (and extras), so that `dict(model)` is what validates as the model again:
@@ -27,3 +39,11 @@ def first_error(e: ValidationError) -> tuple[str, str]:
     "Value error, " prefix."""
     err = e.errors()[0]
     return ".".join(map(str, err["loc"])), err["msg"].removeprefix("Value error, ")
+
+
+@cache
+def _cached_properties(cls: type) -> tuple[str, ...]:
+    """The names of the `cached_property` attributes of `cls` and its bases."""
+    return tuple(
+        name for k in cls.__mro__ for name, v in vars(k).items() if isinstance(v, cached_property)
+    )
