@@ -69,7 +69,7 @@ def json_depth(raw: bytes) -> int:
 def _levels(brackets: bytes, openers: bytes, closers: bytes, start: int = 0) -> tuple[int, int]:
     """The deepest level, and the last, of `brackets` (openers and closers alone) opened and
     closed from level `start`."""
-    if len(brackets) <= max(NUMPY_ABOVE, 0):
+    if len(brackets) <= NUMPY_ABOVE or not brackets:  # numpy has no last level of none
         levels = list(accumulate((1 if b in openers else -1 for b in brackets), initial=start))
         return max(levels), levels[-1]
     import numpy as np
