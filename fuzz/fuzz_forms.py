@@ -9,7 +9,8 @@ portable artifact, plus tensor files and the manifest. Each run mutates 1-4 byte
 instead of stopping at the sha256 check, and calls `load()`, `verify()` and reads every tensor.
 The only allowed outcomes are success and an `HloBundleError`; anything else is a finding, and
 so is a worker that dies (a crash in a parser): the case it was on is reported, and the exit
-status is 1. The test suite runs 1,000 of these (`tests/test_hostile.py`).
+status is 1. The test suite runs 400 of these each run, from a random first case
+(`tests/test_hostile.py`; `--first N` repeats a run).
 """
 
 from __future__ import annotations

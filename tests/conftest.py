@@ -77,6 +77,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(needs_enzyme)
 
 
+SINGLE_THREAD = "--mlir-disable-threading"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _each_iree_compile_once(tmp_path_factory):
     """IREE compiles one program with the same flags once per run: the vmfb bytes of each
@@ -85,7 +88,10 @@ def _each_iree_compile_once(tmp_path_factory):
     temporary directory (both xdist workers' parent, which each run makes afresh), and a later
     compile of the same program reads them back. What the package does around the compiler (its
     own compile cache, refusals, the manifest's executables) runs as ever; only identical
-    successful runs of the child are shared, so a compile that fails or hangs runs each time."""
+    successful runs of the child are shared, so a compile that fails or hangs runs each time.
+    The compiler runs on one thread (`--mlir-disable-threading`, the same bytes: a test compares
+    them), as the tests' other process keeps the second core busy: its threads cost about a
+    tenth more CPU for these small programs."""
     import hashlib
 
     from hlobundle._format import _limits
@@ -103,12 +109,13 @@ def _each_iree_compile_once(tmp_path_factory):
         kept = root / f"{key}.vmfb"
         if kept.exists():
             return kept.read_bytes()
-        vmfb = compile_once(portable, chosen)
+        vmfb = compile_once(portable, (*chosen, SINGLE_THREAD))
         partial = root / f"{key}.{os.getpid()}.partial"
         partial.write_bytes(vmfb)
         os.replace(partial, kept)
         return vmfb
 
+    run_compiler.__wrapped__ = compile_once  # type: ignore[attr-defined]  (the real one)
     _iree_compile._run_compiler = run_compiler
     yield
     _iree_compile._run_compiler = compile_once

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -139,6 +140,19 @@ def test_sharded_and_custom_call_bundles_are_refused(tmp_path):
     module = {**manifest.module.model_dump(), "allowed_custom_calls": ["my_kernel"]}
     with_call = manifest.model_validate({**manifest.model_dump(), "module": module})
     assert "custom calls ['my_kernel']" in _iree_compile.refusal(with_call)
+
+
+def test_the_suites_single_threaded_compiler_writes_the_same_bytes():
+    # tests/conftest.py runs iree-compile on one thread: what it compiles must be what the
+    # package's own flags compile, or every IREE test would test another program.
+    from conftest import SINGLE_THREAD
+
+    real = _iree_compile._run_compiler.__wrapped__
+    chosen = _iree_compile.flags("llvm-cpu", "generic")
+    portable = jax.export.export(jax.jit(lambda x: jnp.tanh(x) * 2 + x))(
+        jax.ShapeDtypeStruct((3, 4), np.float32)
+    ).mlir_module_serialized
+    assert real(portable, (*chosen, SINGLE_THREAD)) == real(portable, chosen)
 
 
 @pytest.mark.slow
