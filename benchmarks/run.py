@@ -1044,6 +1044,50 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
             "ratio": started / t["alone"][0],
             "spread": "",
         },
+        *_backward_child_cost(quick),
+    ]
+
+
+def _backward_child_cost(quick: bool) -> list[dict]:
+    """An Exported's backward module, lowered through its VJP in a child (`from_exported`, `pack
+    --from-jax-export`): a fork of the server that imported jax / a fresh `python -E -s
+    _jax_export_child.py` (a session that imports several Exporteds pays jax's import once)."""
+    import jax
+    import jax.numpy as jnp
+
+    from hlobundle._format import _limits
+    from hlobundle._isolation import _child
+    from hlobundle._write import _jax_export
+
+    specs = [jax.ShapeDtypeStruct((4, 3), np.float32), jax.ShapeDtypeStruct((2, 4), np.float32)]
+    exported = jax.export.export(jax.jit(lambda w, x: jnp.tanh(x @ w)))(*specs)
+    blob = bytes(exported.serialize(vjp_order=1))
+    fresh = [PY, "-E", "-s", str(_child.JAX_EXPORT_CHILD), str(_limits.CHILD_MEMORY_BYTES)]
+
+    def forked() -> str:
+        return _jax_export._backward_in_child(exported, blob)
+
+    def alone() -> str:
+        return subprocess.run(fresh, input=blob, capture_output=True, check=True).stdout.decode()
+
+    start = time.perf_counter()
+    first = forked()  # starts the server: it imports jax once
+    started = time.perf_counter() - start
+    assert first == alone(), "the two ways lower different backward modules"
+    t = interleaved({"forked": forked, "alone": alone}, 3 if quick else 10)
+    return [
+        {
+            "case": "an Exported's backward module: a fork of the server / a fresh process",
+            "s": t["forked"][0],
+            "ratio": t["forked"][0] / t["alone"][0],
+            "spread": t["forked"][1],
+        },
+        {
+            "case": "the first backward module, starting the server / a fresh process",
+            "s": started,
+            "ratio": started / t["alone"][0],
+            "spread": "",
+        },
     ]
 
 

@@ -116,6 +116,33 @@ def test_the_packer_never_deserializes_the_vjp_itself(exported, tmp_path, monkey
 
 
 @pytest.mark.slow
+def test_backward_modules_are_lowered_in_forks_of_one_server_that_imported_jax(
+    exported, tmp_path, monkeypatch
+):
+    """A session that imports several Exporteds starts jax once: each backward module is lowered
+    in a fork of one server (docs/security.md, "The isolation boundary"), which imported jax
+    before it forks and holds one thread (else it would start a fresh interpreter each call)."""
+    import os
+    from pathlib import Path
+
+    from hlobundle._isolation import _child, _fork_servers
+
+    started = []
+    real = _fork_servers._Server._start
+    monkeypatch.setattr(_fork_servers._Server, "_start", lambda s: started.append(s) or real(s))
+    for k in range(2):
+        hlobundle.from_exported(exported, tmp_path / f"b{k}")
+        assert hlobundle.load(tmp_path / f"b{k}").manifest.vjp is not None
+    key = (os.getpid(), _child.JAX_EXPORT_CHILD)
+    assert key in _fork_servers._servers, "the backward module was not lowered in a fork"
+    ours = [s for s in started if s.script == _child.JAX_EXPORT_CHILD]
+    assert len(ours) <= 1  # both in forks of one server (started by an earlier test, or now)
+    pid = _fork_servers._servers[key].process.pid
+    assert len(os.listdir(f"/proc/{pid}/task")) == 1, "a server of several threads cannot fork"
+    assert "jaxlib" in Path(f"/proc/{pid}/maps").read_text(), "the server did not import jax"
+
+
+@pytest.mark.slow
 def test_every_mutated_blob_is_a_coded_error(exported, tmp_path):
     """Seeded mutations of a real blob (bytes flipped, or cut short): a coded error each time
     the packer refuses it, never a traceback."""

@@ -4,7 +4,7 @@ mutated bytes can crash the process that runs them.
 
 - `_child.run`: one child script, run once in a fresh interpreter, bounded in time and output;
 - `_fork_servers.run`: the same in a fork of a server that imported the script's heavy modules
-  once (`_fork_server.py`), for the reader's many artifacts;
+  once (`_fork_server.py`), for the reader's many artifacts and the writer's Exporteds;
 - the child scripts: `_portable_child.py` (a portable artifact's canonical text, in the MLIR
   context of `_mlir_context.py`, which the reader builds alike) and `_jax_export_child.py` (the
   backward module of a serialized `jax.export.Exported`'s VJP).

@@ -3,7 +3,8 @@
 The VJP is a nested Exported (a flatbuffer and a StableHLO portable artifact) inside an untrusted
 blob; MLIR's bytecode reader is not hardened. This script deserializes the blob and lowers the
 backward module through its VJP, so that a crash is an exit status of this process, never of
-the packer's (`_write/_jax_export._backward_in_child`, through `_child.run`). It imports nothing
+the packer's (`_write/_jax_export._backward_in_child`, in a fork of a server that imported jax
+once: `_fork_servers.py`). It imports nothing
 of the package: `backward_of_exported` lowers as the writer's `_lowering.lower_backward_of` does
 (`tests/test_jax_export.py` holds the two to the same text).
 
@@ -14,6 +15,12 @@ limit in bytes.
 
 import resource
 import sys
+
+
+def preload() -> None:
+    """What a fork server (`_fork_server.py`) imports once, before it forks per Exported."""
+    import jax  # noqa: F401
+    from jax import export  # noqa: F401
 
 
 def main() -> int:

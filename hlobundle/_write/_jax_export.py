@@ -134,8 +134,10 @@ def _pack_options(
 
 
 def _backward_in_child(exported: Any, blob: bytes | None) -> str:
-    """The backward module, lowered through the Exported's VJP in a child process: the VJP is
-    a nested blob whose flatbuffer and MLIR bytecode this process never deserializes."""
+    """The backward module, lowered through the Exported's VJP in a child process (a fork of
+    a server that imported jax once: a session that packs several pays for jax's import once):
+    the VJP is a nested blob whose flatbuffer and MLIR bytecode this process never
+    deserializes."""
     data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
     stdout, _, _ = _portable.run_child(
         _child.JAX_EXPORT_CHILD,
@@ -144,6 +146,7 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
         path="the Exported",
         what="the Exported's VJP",
         max_output=_limits.MAX_MODULE_BYTES,
+        forked=True,
     )
     return stdout.decode("utf-8")
 
