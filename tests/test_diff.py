@@ -117,6 +117,7 @@ def test_a_hostile_value_is_escaped(pair):
     assert 'metadata provenance.producer_version: "1" -> "\\u001b[2J"' in done.stdout
 
 
+@pytest.mark.slow  # the block's commands, each a process of its own (about 1.2 s)
 def test_the_docs_block_runs(tmp_path):
     from test_readme import _bash, _sh
 

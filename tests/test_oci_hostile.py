@@ -493,6 +493,7 @@ def test_without_a_registry_ci_fails_and_elsewhere_skips(monkeypatch, tmp_path):
             pass
 
 
+@pytest.mark.slow  # a drip for most of a second, by design
 def test_a_registry_that_drips_a_blob_is_cut_off(fake, tmp_path, monkeypatch):
     """A byte every 50 ms keeps every read inside its timeout; the rate over a window (here
     0.5 s instead of 30) does not."""
@@ -538,6 +539,7 @@ def test_an_encoded_manifest_is_refused_not_decompressed(fake, tmp_path):
     _refused(tmp_path, fake, hlobundle.errors.RegistryProtocolError, "Content-Encoding 'gzip'")
 
 
+@pytest.mark.slow  # a drip for most of a second, by design
 @pytest.mark.parametrize("where", ["size-line", "trailer"])
 def test_a_drip_inside_one_read_is_cut_off(fake, tmp_path, monkeypatch, where):
     """A chunked body whose bytes drip into a chunk's size line, or into trailer lines after

@@ -88,6 +88,7 @@ def test_symbolic_shapes_are_proven_with_the_index(tmp_path):
         f(W, np.ones((5, 3), np.float32))
 
 
+@pytest.mark.slow  # two platforms' lowerings and a backward module (about 1 s)
 def test_from_exported_keeps_the_platforms_and_the_backward_module(tmp_path):
     from jax import export
 
