@@ -16,7 +16,7 @@ the relabelled symbols, sometimes one dimension off. The allowed outcomes:
 
 A result for shapes the seed refuses, a result that differs from the seed's, any other
 exception, or a worker that dies is a finding, reported with its case; the exit status is 1.
-The test suite runs 1,000 of these (`tests/test_hostile.py`).
+The test suite runs 600 of these (`tests/test_hostile.py`).
 """
 
 from __future__ import annotations

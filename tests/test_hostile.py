@@ -4,7 +4,7 @@ read outside the bundle, and never exhaust memory; a killed `pack` never leaves 
 Inputs tried per run: 300 byte mutations (a mutated listed file must be refused) + 200
 manifest-field mutations + 100 file renames = 600 (hypothesis, derandomized so that CI runs the
 same inputs every time), plus 400 mutations past the hash checks by `fuzz/fuzz_forms.py`,
-new ones each run (a random first case, named in any failure), and 1,000 relabellings of
+new ones each run (a random first case, named in any failure), and 600 relabellings of
 symbolic shapes by `fuzz/fuzz_shapes.py` (the same ones every run: each function on each
 backend must reach both a call and a refusal).
 """
@@ -244,19 +244,20 @@ def test_fuzzer_past_the_hash_checks_in_child_processes():
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_shape_fuzzer_relabelling_symbols_finds_nothing():
-    # fuzz/fuzz_shapes.py: 1,000 relabellings of a symbolic manifest's symbols and constraints
+    # fuzz/fuzz_shapes.py: 600 relabellings of a symbolic manifest's symbols and constraints
     # (SPEC.md 2.8), each called with shapes that bind them: a coded error, or the module's own
-    # results; a result for shapes the module refuses is a finding. The same 1,000 each run, as
-    # the rarest outcome checked below comes about 5 times in them; one worker, as above.
+    # results; a result for shapes the module refuses is a finding. The same 600 each run (case
+    # K is seeded by K), in which the rarest outcome checked below comes 5 times with enzyme
+    # installed and 9 without; one worker, as above.
     script = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_shapes.py"
     r = subprocess.run(
-        [sys.executable, str(script), "--runs", "1000", "--jobs", "1"],
+        [sys.executable, str(script), "--runs", "600", "--jobs", "1"],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "1000 mutations, no findings" in r.stdout
+    assert "600 mutations, no findings" in r.stdout
     backends = ("xla", "iree") if importlib.util.find_spec("iree.runtime") else ("xla",)
     for name in ("pair", "cat", "twice", "add"):
         for backend in backends:  # each reached a call, refused and run
