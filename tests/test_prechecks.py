@@ -74,8 +74,8 @@ def test_json_depth_is_the_depth_outside_strings(value):
 @pytest.mark.parametrize("whole", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True))])
 def test_json_depth_holds_a_few_times_its_input_at_most(monkeypatch, whole):
     """The count holds one step's pieces at a time: a text of short strings (a piece for every
-    two bytes) peaked at 17 times its size when split whole (the xfail case). The text and the
-    step are an eighth of the reader's own (8 MiB in steps of 256 Ki marks): the same 32 steps."""
+    two bytes) peaks at 17 to 29 times its size when split whole (the xfail case). The text and
+    the step are an eighth of the 8 MiB and 256 Ki marks this was found with: the same 32 steps."""
     import tracemalloc
 
     monkeypatch.setattr(_prechecks, "_JSON_STEP", 1 << 40 if whole else 1 << 15)
