@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 
 import jax.numpy as jnp
@@ -29,10 +28,6 @@ sys.path.insert(0, str(ROOT / "examples"))
 import lenet5  # noqa: E402
 
 # Run the script, then prove it never imported hlobundle (in a directory of the test's own).
-RUNNER = (
-    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); "
-    "assert 'hlobundle' not in sys.modules, 'the script imported hlobundle'"
-)
 _ZYGOTE: list[ChildProcess] = []
 
 
@@ -47,6 +42,13 @@ def run_script(path, *args):
     """`python SCRIPT ARGS` in a process of its own (a fork of tests/script_zygote.py, which
     has imported jax and numpy, never hlobundle), then a failure if it imported hlobundle."""
     return _ZYGOTE[0](path, *args)
+
+
+def run_code(code, where, *args):
+    """`python -c CODE ARGS` as `run_script` runs a script: CODE written to a file in `where`."""
+    caller = where / "caller.py"
+    caller.write_text(code)
+    return run_script(caller, *args)
 
 
 @pytest.mark.subprocess
@@ -161,7 +163,7 @@ def test_script_argument_checks_raise(bundles, tmp_path):
         "try:\n    m.stats(np.zeros((4, 4), np.float32))\n"
         "except TypeError as e:\n    print(e)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = run_code(code, tmp_path)
     assert "argument x (#0): expected float32[4, 3], got float32[4, 4]" in r.stdout, r.stderr[
         -2000:
     ]
@@ -212,7 +214,7 @@ def _hostile_bundle(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
+def test_hostile_strings_reach_the_script_only_as_data(tmp_path, monkeypatch):
     import ast
 
     bundle = _hostile_bundle(tmp_path)
@@ -228,9 +230,8 @@ def test_hostile_strings_reach_the_script_only_as_data(tmp_path):
     # (hlo_call is imported inside a function of the script, so it shadows nothing.)
     assert params == ["hlo_call", "arg1", "arg2", "fix", "arg4"]
     assert "MODULE_FILE = 'main.mlir'" in source  # the module file the manifest names
-    r = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(script)], capture_output=True, text=True, cwd=tmp_path
-    )
+    monkeypatch.chdir(tmp_path)  # where a script that escaped its data would write PWNED
+    r = run_script(script)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.rstrip().endswith("ok") and not (tmp_path / "PWNED").exists()
 
@@ -290,9 +291,7 @@ def test_xla_script_differentiates_through_the_backward_module(tmp_path):
     )
     script = tmp_path / "run.py"
     hlobundle.emit_script(bundle, script, backend="xla")
-    r = subprocess.run(
-        [sys.executable, "-c", GRADIENT, str(script)], capture_output=True, text=True
-    )
+    r = run_code(GRADIENT, tmp_path, script)
     assert r.returncode == 0, r.stderr[-3000:]
     got = np.array(json.loads(r.stdout.split("grad ", 1)[1]), np.float32)
     x = np.float32([1.0, -2.0, 3.0, 0.5])
@@ -304,9 +303,7 @@ def test_xla_script_differentiates_through_the_backward_module(tmp_path):
 def test_xla_script_without_a_backward_module_says_how_to_get_one(bundles, tmp_path):
     script = tmp_path / "run.py"
     hlobundle.emit_script(bundles["relu"], script, backend="xla")
-    r = subprocess.run(
-        [sys.executable, "-c", GRADIENT, str(script)], capture_output=True, text=True
-    )
+    r = run_code(GRADIENT, tmp_path, script)
     assert r.returncode == 1
     assert "stores no backward module" in r.stderr and "--with-vjp" in r.stderr
     # one from export(): with_vjp=True there (the advice fits how the bundle was made)
@@ -314,9 +311,7 @@ def test_xla_script_without_a_backward_module_says_how_to_get_one(bundles, tmp_p
         lambda x: (jnp.sin(x) * x,), np.float32([1.0, -2.0, 3.0, 0.5]), out=tmp_path / "e"
     )
     hlobundle.emit_script(made, script, backend="xla", force=True)
-    r = subprocess.run(
-        [sys.executable, "-c", GRADIENT, str(script)], capture_output=True, text=True
-    )
+    r = run_code(GRADIENT, tmp_path, script)
     assert r.returncode == 1
     assert "export it again with hlobundle.export(..., with_vjp=True)" in r.stderr, r.stderr[-2000:]
     assert "--with-vjp" not in r.stderr
@@ -459,9 +454,7 @@ def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
     r = run_script(script)
     assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-3000:]
     assert "result: float32['b', 3], max abs diff from expected 0" in r.stdout
-    r = subprocess.run(
-        [sys.executable, "-c", SYMBOLIC_CALLS, str(script)], capture_output=True, text=True
-    )
+    r = run_code(SYMBOLIC_CALLS, tmp_path, script)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     assert [line.split()[0] for line in lines[:2]] == ["1", "5"]
