@@ -1,7 +1,8 @@
 """Run as a child process: a fork server for one child script (`_fork_servers.py` starts it).
 
-A child script (`_portable_child.py`) reads untrusted bytes that may crash the process reading
-them. Started fresh for every artifact, it spends most of its time importing MLIR's bindings.
+A child script (`_portable_child.py`, `_jax_export_child.py`) reads untrusted bytes that may
+crash the process reading them. Started fresh for every call, it spends most of its time
+importing MLIR's bindings (or jax).
 This server imports the script and calls its `preload()` once, then forks one process per
 request, in which the script's `main()` runs exactly as when the script is run alone: the
 untrusted bytes on stdin, its arguments in `sys.argv`, its output on stdout and stderr, its

@@ -1,8 +1,10 @@
-"""Child scripts run in forks of one server per script (`_fork_server.py`), for the reader.
+"""Child scripts run in forks of one server per script (`_fork_server.py`): the reader's
+portable artifacts and the writer's Exporteds.
 
 A load checks one portable artifact per module form, and a bundle another jaxlib wrote has one
-to check in each form of each function. Started fresh for every artifact (`_child.run`), a child
-spends most of its time starting an interpreter and importing MLIR's bindings. The server,
+to check in each form of each function; a session may import several Exporteds. Started fresh
+for every call (`_child.run`), a child spends most of its time starting an interpreter and
+importing MLIR's bindings (or jax). The server,
 started on first use, imports the script's heavy modules once and forks a fresh process per
 call: a call costs a fork instead (benchmarks/RESULTS.md, "Untrusted artifacts" and "Verify
 of a bundle another jaxlib wrote"). The server exits when this process does, or after `IDLE_S`
