@@ -1009,81 +1009,65 @@ def trust_cost(tmp: Path, quick: bool) -> list[dict]:
 
 
 def children_cost(tmp: Path, quick: bool) -> list[dict]:
-    """An untrusted portable artifact deserialized and printed in a child process: a fork of
-    the server (`_isolation/_fork_servers.py`) / a fresh `python -E -s _portable_child.py` per
-    artifact (`_isolation/_child.py`, as the script runs alone). The same artifact (LeNet's),
-    the same limits, the same canonical text out."""
-    from hlobundle._format import _limits, _portable
-
-    artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
-    limits = [_limits.CHILD_MEMORY_BYTES, _limits.MAX_MLIR_NESTING, _limits.MAX_MODULE_BYTES]
-    fresh = [PY, "-E", "-s", str(_portable.CHILD), *map(str, limits)]
-
-    def forked() -> str:
-        return _portable.canonical_in_child(artifact, path="module.mlirbc")
-
-    def alone() -> str:
-        done = subprocess.run(fresh, input=artifact, capture_output=True, check=True)
-        return done.stdout.decode()
-
-    start = time.perf_counter()
-    first = forked()  # starts the server: it imports MLIR's bindings once
-    started = time.perf_counter() - start
-    assert first == alone(), "the two ways print different texts"
-    t = interleaved({"forked": forked, "alone": alone}, 5 if quick else 30)
-    return [
-        {
-            "case": "one artifact: a fork of the server / a fresh process",
-            "s": t["forked"][0],
-            "ratio": t["forked"][0] / t["alone"][0],
-            "spread": t["forked"][1],
-        },
-        {
-            "case": "the first, starting the server / a fresh process",
-            "s": started,
-            "ratio": started / t["alone"][0],
-            "spread": "",
-        },
-        *_backward_child_cost(quick),
-    ]
-
-
-def _backward_child_cost(quick: bool) -> list[dict]:
-    """An Exported's backward module, lowered through its VJP in a child (`from_exported`, `pack
-    --from-jax-export`): a fork of the server that imported jax / a fresh `python -E -s
-    _jax_export_child.py` (a session that imports several Exporteds pays jax's import once)."""
+    """Untrusted bytes read in a child process: a fork of the script's server
+    (`_isolation/_fork_servers.py`) / a fresh `python -E -s SCRIPT` each time (`_isolation/
+    _child.py`, as the script runs alone), with the same input and limits and the same output.
+    An untrusted portable artifact deserialized and printed (LeNet's); an Exported's backward
+    module lowered through its VJP (`from_exported`, `pack --from-jax-export`: a session that
+    imports several Exporteds pays for jax's import once)."""
     import jax
     import jax.numpy as jnp
 
-    from hlobundle._format import _limits
+    from hlobundle._format import _limits, _portable
     from hlobundle._isolation import _child
     from hlobundle._write import _jax_export
 
+    artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
+    limits = [_limits.CHILD_MEMORY_BYTES, _limits.MAX_MLIR_NESTING, _limits.MAX_MODULE_BYTES]
     specs = [jax.ShapeDtypeStruct((4, 3), np.float32), jax.ShapeDtypeStruct((2, 4), np.float32)]
     exported = jax.export.export(jax.jit(lambda w, x: jnp.tanh(x @ w)))(*specs)
     blob = bytes(exported.serialize(vjp_order=1))
-    fresh = [PY, "-E", "-s", str(_child.JAX_EXPORT_CHILD), str(_limits.CHILD_MEMORY_BYTES)]
+    return [
+        *_fork_against_fresh(
+            ("one artifact", "the first"),
+            lambda: _portable.canonical_in_child(artifact, path="module.mlirbc"),
+            [PY, "-E", "-s", str(_portable.CHILD), *map(str, limits)],
+            artifact,
+            5 if quick else 30,
+        ),
+        *_fork_against_fresh(
+            ("an Exported's backward module", "the first backward module"),
+            lambda: _jax_export._backward_in_child(exported, blob),
+            [PY, "-E", "-s", str(_child.JAX_EXPORT_CHILD), str(_limits.CHILD_MEMORY_BYTES)],
+            blob,
+            3 if quick else 10,
+        ),
+    ]
 
-    def forked() -> str:
-        return _jax_export._backward_in_child(exported, blob)
+
+def _fork_against_fresh(
+    cases: tuple[str, str], forked: Callable[[], str], fresh: list[str], data: bytes, rounds: int
+) -> list[dict]:
+    """Rows for one child script: a call `forked` in its server / `fresh`, the script run alone
+    on `data`; and the first call, which starts the server (it imports the heavy modules once)."""
 
     def alone() -> str:
-        return subprocess.run(fresh, input=blob, capture_output=True, check=True).stdout.decode()
+        return subprocess.run(fresh, input=data, capture_output=True, check=True).stdout.decode()
 
     start = time.perf_counter()
-    first = forked()  # starts the server: it imports jax once
+    first = forked()
     started = time.perf_counter() - start
-    assert first == alone(), "the two ways lower different backward modules"
-    t = interleaved({"forked": forked, "alone": alone}, 3 if quick else 10)
+    assert first == alone(), f"{cases[0]}: the two ways print different texts"
+    t = interleaved({"forked": forked, "alone": alone}, rounds)
     return [
         {
-            "case": "an Exported's backward module: a fork of the server / a fresh process",
+            "case": f"{cases[0]}: a fork of the server / a fresh process",
             "s": t["forked"][0],
             "ratio": t["forked"][0] / t["alone"][0],
             "spread": t["forked"][1],
         },
         {
-            "case": "the first backward module, starting the server / a fresh process",
+            "case": f"{cases[1]}, starting the server / a fresh process",
             "s": started,
             "ratio": started / t["alone"][0],
             "spread": "",
