@@ -27,7 +27,7 @@ import hlobundle
 sys.path.insert(0, str(ROOT / "examples"))
 import lenet5  # noqa: E402
 
-# Run the script, then prove it never imported hlobundle (in a directory of the test's own).
+# The script zygote of this module (tests/script_zygote.py): `run_script` and `run_code` fork it.
 _ZYGOTE: list[ChildProcess] = []
 
 
