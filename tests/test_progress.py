@@ -157,6 +157,11 @@ def slow(fd, buffers):
     time.sleep(0.1)
     return real(fd, buffers)
 os.writev = slow
+# Steps of 1 MiB: the whole file takes many slow steps (about 6 s), so that a Ctrl-C heard
+# only at the end of the write, not between its steps, is plainly late (with 8 MiB steps the
+# whole write took about 1 s, under the bound below).
+from hlobundle._file_io import _hashing_writer
+_hashing_writer.STEP_BYTES = 1 << 20
 from hlobundle._cli._main import main
 sys.exit(main(sys.argv[1:]))
 """
