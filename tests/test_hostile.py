@@ -299,9 +299,18 @@ def _rehash(bundle: Path, name: str) -> None:
     (bundle / "manifest.json").write_text(json.dumps(m))
 
 
-@pytest.mark.parametrize("bomb", ["big_header", "shape", "deep_json"])
-def test_memory_stays_bounded(base, bomb):
-    # What the reader allocates while refusing a bomb, measured around that one call.
+@pytest.mark.parametrize(
+    ("bomb", "code"),
+    [
+        ("big_header", "LIMIT_EXCEEDED"),  # the header's size limit
+        ("shape", "SIGNATURE_MISMATCH"),  # the shape against @main's, before any allocation
+        ("deep_json", "LIMIT_EXCEEDED"),  # the depth precheck (json.loads alone would refuse
+        # it too, by recursion, within the same memory: the code tells the two apart)
+    ],
+)
+def test_memory_stays_bounded(base, bomb, code):
+    # What the reader allocates while refusing a bomb, measured around that one call; and
+    # which check refused it.
     import tracemalloc
 
     bundle = fresh(base)
@@ -312,7 +321,7 @@ def test_memory_stays_bounded(base, bomb):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert error is not None
+    assert error is not None and error.code == code, error
     assert peak < 16 << 20, f"{bomb}: {peak} bytes"
 
 
