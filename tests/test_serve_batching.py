@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -17,12 +18,14 @@ class _Model:
 
     def __init__(self, fail: bool = False) -> None:
         self.sizes: list[int] = []
+        self.called: list[float] = []  # when each call began (time.monotonic)
         self.gate = threading.Event()
         self.gate.set()
         self.fail = fail
 
     def call_many(self, many):
         self.sizes.append(len(many))
+        self.called.append(time.monotonic())
         if not self.gate.wait(10):
             raise TimeoutError("the test never opened the gate")
         if self.fail:
@@ -97,5 +100,9 @@ def test_an_idle_model_waits_for_others_at_most_the_timeout(timeout_s):
         second = asyncio.ensure_future(_ask(batcher, 2))
         return await asyncio.gather(first, second)
 
+    asked = time.monotonic()
     _run(main())
     assert model.sizes == ([1, 1] if timeout_s == 0 else [2])
+    # The first batch ran when the first request's timeout was out: not before, nor long after.
+    waited = model.called[0] - asked
+    assert timeout_s <= waited + 0.01 and waited < timeout_s + 0.25, waited
