@@ -674,16 +674,18 @@ def test_silent_and_slow_clients_are_cut_off(divides_models):
 
     infer = f"/v2/models/{next(iter(divides_models))}/infer"
     with _listening(divides_models, Limits(read_timeout_s=1.0)) as port:
+        started = time.monotonic()
         clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(50)]
         headers, bodies = clients[20:35], clients[35:]
         for s in headers:
             s.sendall(f"POST {infer} HTTP/1.1\r\nHost: a\r\nX-Slow: ".encode())
         for s in bodies:
             s.sendall(f"POST {infer} HTTP/1.1\r\nHost: a\r\nContent-Length: 999\r\n\r\n{{".encode())
-        open_, answers = set(clients), {}
-        for _ in range(100):  # at most 100 rounds of 0.2 s: 20 s for a 1 s deadline
-            if not open_:
-                break
+        open_, answers, closed = set(clients), {}, {}
+        # Each is closed at its deadline, not at some multiple of it: the silent ones and the
+        # slow headers 1 s after they connected (the read timeout), the slow bodies at 2 s (the
+        # read timeout for the headers, and again for the body); 3 s at most here.
+        while open_ and time.monotonic() < started + 3:
             for s in headers + bodies:
                 if s in open_:
                     with contextlib.suppress(OSError):
@@ -696,8 +698,12 @@ def test_silent_and_slow_clients_are_cut_off(divides_models):
                 answers[s] = answers.get(s, b"") + data
                 if not data:
                     open_.discard(s)
+                    closed[s] = time.monotonic() - started
             assert _live(port) == 200  # the others are served meanwhile
-        assert not open_, f"{len(open_)} of 50 connections are still open"
+        assert not open_, f"{len(open_)} of 50 connections are still open after 3 s"
+        assert min(closed.values()) >= 0.9, "a connection was closed before its deadline"
+        assert max(closed[s] for s in clients[:35]) < 1.6, "silent or slow headers kept too long"
+        assert max(closed[s] for s in bodies) < 2.6, "slow bodies kept too long"
         assert all(answers.get(s, b"").startswith(b"HTTP/1.1 408") for s in bodies)
         for s in clients:
             s.close()
