@@ -1163,18 +1163,26 @@ def test_pinned_sizes_compile_at_start_up_and_others_are_refused(functions):
 
 
 def test_a_new_shape_finding_every_compile_slot_taken_gets_a_503(functions, monkeypatch):
+    """A new shape waits COMPILE_WAIT_S (0.5 s here) for a compile slot: it runs when one frees
+    within that time, and is answered 503 after it, not before and not much later."""
     from hlobundle._serve import _served
 
-    monkeypatch.setattr(_served, "COMPILE_WAIT_S", 0.05)
+    monkeypatch.setattr(_served, "COMPILE_WAIT_S", 0.5)
     models = load_models([functions], backend="xla")
     client = TestClient(app(models))
     assert _ask(client, "fns.predict", x=_x(2)).status_code == 200  # stored b = 2: compiled
     semaphore = models["fns.predict"].compiles
-    assert semaphore.acquire(blocking=False)  # another shape is compiling
+    assert semaphore.acquire(blocking=False)  # another shape is compiling, for 0.1 s
+    threading.Timer(0.1, semaphore.release).start()
+    assert _ask(client, "fns.predict", x=_x(3)).status_code == 200  # it waited for the slot
+    assert semaphore.acquire(blocking=False)  # another shape is compiling, for long
     try:
+        start = time.monotonic()
         r = _ask(client, "fns.predict", x=_x(5))
+        waited = time.monotonic() - start
         assert r.status_code == 503 and r.json()["code"] == "LIMIT_EXCEEDED", r.text
         assert "is compiling other shapes" in r.json()["error"]
+        assert 0.5 <= waited < 1.5, f"answered 503 after {waited:.2f} s, the wait 0.5 s"
         assert _ask(client, "fns.predict", x=_x(2)).status_code == 200  # a kept shape runs
     finally:
         semaphore.release()
