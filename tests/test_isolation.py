@@ -119,12 +119,12 @@ def test_a_child_that_writes_without_end_is_cut_off(tmp_path, how):
     script = _script(
         tmp_path,
         "def main():\n"
-        "    n = 0\n"
+        f"    fd, n = os.open({str(written)!r}, os.O_WRONLY | os.O_CREAT), 0\n"
         "    while True:\n"
         "        sys.stdout.write('x' * 65536)\n"
         "        sys.stdout.flush()\n"
         "        n += 65536\n"
-        f"        open({str(written)!r}, 'w').write(str(n))\n"
+        "        os.pwrite(fd, b'%20d' % n, 0)  # in place, never empty while read\n"
         "        time.sleep(0.004)\n",
     )
     start = time.monotonic()
