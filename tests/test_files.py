@@ -333,3 +333,37 @@ def test_module_text_that_is_not_utf8_is_refused():
     with pytest.raises(ModuleError, match=re.escape("module.mlir is not UTF-8 text: ")) as e:
         _files.module_text(b"module \xff", "module.mlir")
     assert e.value.code == "MLIR_INVALID" and e.value.path == "module.mlir"
+
+
+@pytest.mark.parametrize("name", ["module.mlir", "inputs.safetensors"])
+def test_a_file_swapped_for_a_symlink_after_its_name_was_checked_is_refused(
+    tmp_path, monkeypatch, name
+):
+    """The race between checking a listed name (`_paths.resolve`, `check_file_set`) and opening
+    the file: a symlink put in its place in between, to an identical copy outside the bundle.
+    The open does not follow it (O_NOFOLLOW), and says so with a coded error, for a module file
+    (`open_listed`) and a tensor file (`TensorFile`) alike."""
+    import shutil
+    import sys
+
+    from helpers import small_bundle
+
+    import hlobundle
+    from hlobundle._format import _paths
+
+    bundle = small_bundle(tmp_path)
+    outside = tmp_path / "outside"
+    shutil.copy(bundle / name, outside)
+    resolve = _paths.resolve
+
+    def racing(root, listed):
+        path = resolve(root, listed)
+        if listed == name and sys._getframe(1).f_code.co_name != "check_file_set":
+            path.unlink()  # after the check, before the open
+            path.symlink_to(outside)
+        return path
+
+    monkeypatch.setattr(_paths, "resolve", racing)
+    with pytest.raises(UnsafePathError, match="cannot be opened") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "PATH_UNSAFE" and e.value.path == name
