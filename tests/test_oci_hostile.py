@@ -591,3 +591,35 @@ def test_a_pointer_naming_a_path_with_a_nul_byte_is_ignored(fake, tmp_path):
         again.reused
         == sum(p.stat().st_size for p in EXAMPLE.iterdir() if p.name != "manifest.json") - size
     )
+
+
+def _same_length_other_bytes(raw: bytes) -> bytes:
+    """Other bytes of the same length that still parse as JSON: a space made a tab (the same
+    document), or, in compact JSON, the version 1.1 made 1.2."""
+    other = raw.replace(b": ", b":\t", 1) if b": " in raw else raw.replace(b'"1.1"', b'"1.2"', 1)
+    assert other != raw and len(other) == len(raw)
+    json.loads(other)
+    return other
+
+
+def test_a_manifest_json_layer_of_other_bytes_is_refused_by_a_remote_load(fake):
+    """`load("oci://...")` reads manifest.json from its layer in memory (`fetch_small`): the
+    digest pinned in the OCI manifest is all that ties those bytes, and with them every file's
+    sha256, to the reference. Other bytes of the same length, the same JSON, are refused."""
+    artifact(EXAMPLE, fake)
+    digest = digest_of((EXAMPLE / "manifest.json").read_bytes())
+    fake.blobs[digest] = _same_length_other_bytes(fake.blobs[digest])
+    with pytest.raises(
+        hlobundle.errors.BlobDigestError, match="manifest.json .* has the digest"
+    ) as e:
+        hlobundle.load(fake.ref())
+    assert e.value.code == "REGISTRY_DIGEST_MISMATCH" and e.value.digest == digest
+
+
+def test_a_config_of_other_bytes_is_refused_by_a_pull(fake, tmp_path):
+    digest = artifact(EXAMPLE, fake)
+    document = json.loads(fake.manifests[digest][0])
+    config = document["config"]["digest"]
+    fake.blobs[config] = _same_length_other_bytes(fake.blobs[config])
+    e = _refused(tmp_path, fake, hlobundle.errors.BlobDigestError, "config .* has the digest")
+    assert e.code == "REGISTRY_DIGEST_MISMATCH" and e.digest == config
