@@ -93,6 +93,37 @@ def test_a_wrong_chunk_digest_is_refused_by_verify_and_load(tmp_path):
         assert e.value.field == f"files[{name!r}].chunks.sha256[1]"
 
 
+def test_a_wrong_chunk_digest_of_a_file_no_field_names_is_refused_by_verify_and_load(tmp_path):
+    """A listed file that no module, tensor or executable field names (a LICENSE): verify
+    hashes it whole (`HeldFile.check`), and checks its chunk digests as well as its sha256."""
+    import hashlib
+
+    bundle = two_functions(tmp_path)
+    data = bytes(range(256)) * (3 << 8)  # 196,608 bytes: three chunks of 64 KiB
+    (bundle / "LICENSE").write_bytes(data)
+    size = 1 << 16
+    digests = [hashlib.sha256(data[k : k + size]).hexdigest() for k in range(0, len(data), size)]
+    digests[1] = "0" * 64  # the file's sha256 is right: only the chunk check can find it
+
+    def listed(m):
+        m["format_version"] = "2.1"
+        m["files"]["LICENSE"] = {
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "chunks": {"size": size, "sha256": digests},
+        }
+
+    edit_manifest(bundle, listed)
+    hlobundle.load(bundle)  # not hashed at load: verify's work
+    for check in (
+        lambda: hlobundle.load(bundle).verify(),
+        lambda: hlobundle.load(bundle, verify=True),
+    ):
+        with pytest.raises(HashMismatchError) as e:
+            check()
+        assert e.value.field == "files['LICENSE'].chunks.sha256[1]"
+
+
 @pytest.mark.parametrize(
     "edit, says",
     [
