@@ -352,3 +352,22 @@ def test_a_dimension_that_is_no_symbolic_expression_is_refused(text, fragment):
     argument = {"name": "x", "path": "args[0]", "shape": [text], "dtype": "float32"}
     with pytest.raises(ValueError, match=re.escape(fragment)):
         Argument.model_validate(argument)
+
+
+def test_a_function_for_several_platforms_with_a_batched_module_is_refused():
+    """A function lowered for several platforms (format 2.1, SPEC.md 2.14) has no batched module."""
+
+    def edit(f):
+        f["arguments"][0]["shape"] = [4, 3]
+        f["results"][0]["shape"] = [4, 2]
+        f["platforms"] = ["cpu", "cuda"]
+
+    data = two_o(edit)
+    data["format_version"] = "2.1"
+    assert parse(data).views["f"].platforms == ["cpu", "cuda"]  # valid without the module
+    data["functions"][0]["batched"] = {
+        "text": "module.mlir",
+        "arguments": ["x"],
+        "portable": {"file": "module.mlirbc", "target_version": "1.0.0"},
+    }
+    refused(data, "a function lowered for several platforms has no batched module or executables")

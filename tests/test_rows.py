@@ -127,6 +127,18 @@ def test_a_declaration_leaves_no_result_out_and_no_symbol_elsewhere(declared):
         BundleManifest.model_validate(data)
 
 
+def test_a_declaration_over_two_symbols_is_refused(declared):
+    """Rows are independent along one symbol: a declaration whose axes hold two is refused with
+    that reason (not an error of unpacking them)."""
+    data = json.loads((declared / "manifest.json").read_text())
+    f = data["functions"][0]
+    f["arguments"] = [{**a, "shape": ["b", "c"]} if a["name"] == "x" else a for a in f["arguments"]]
+    f["results"].append({**f["results"][0], "name": "other", "shape": ["c", 3]})
+    f["independent_rows"]["results"]["other"] = 0
+    with pytest.raises(ValidationError, match="uses symbols \\['b', 'c'\\]: one symbol only"):
+        BundleManifest.model_validate(data)
+
+
 def test_a_constraint_on_the_symbol_refuses_the_declaration(declared):
     data = json.loads((declared / "manifest.json").read_text())
     data["functions"][0]["constraints"] = ["b >= 2", "1 <= b"]  # joined rows keep these
