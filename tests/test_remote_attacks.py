@@ -314,3 +314,16 @@ def test_an_encoded_answer_is_refused_not_decompressed(site):
     finally:
         tracemalloc.stop()
     assert peak < 8 << 20
+
+
+def test_a_field_naming_a_file_not_in_files_is_refused_before_any_file_is_fetched(site):
+    """A module field naming a file the manifest does not list: the reader's file-set check
+    would refuse it, but a remote load fetches what the fields name before that runs."""
+    bundle, server = site
+    edit(bundle, lambda m: m["functions"][0]["module"].update(text="nope.mlir"))
+    with pytest.raises(
+        hlobundle.errors.ManifestError, match="names 'nope.mlir', which is not in files"
+    ) as e:
+        hlobundle.load(ref(server), functions=["f0"])
+    assert e.value.code == "MANIFEST_INVALID" and e.value.field == "files"
+    assert fetched(server) == ["manifest.json"]
