@@ -273,6 +273,11 @@ def test_trust_is_one_typed_setting_and_the_old_keyword_warns(tmp_path):
     assert hlobundle.Trust.EXECUTABLES | hlobundle.Trust.BATCHED != hlobundle.Trust.NOTHING
     with pytest.warns(DeprecationWarning, match=r"trust=hlobundle.Trust.EXECUTABLES\); .*3\.0"):
         bundle.function("xla", trust_executables=True)
+    from hlobundle._read._trust import trust_from
+
+    for given, want in ((True, hlobundle.Trust.EXECUTABLES), (False, hlobundle.Trust.NOTHING)):
+        with pytest.warns(DeprecationWarning):  # the old keyword grants exactly what it said
+            assert trust_from(hlobundle.Trust.NOTHING, given, "function") == want
     with pytest.raises(hlobundle.InputError, match="trust must be a hlobundle.Trust") as e:
         bundle.function("xla", trust=True)
     assert e.value.argument == "trust"
