@@ -623,3 +623,31 @@ def test_a_config_of_other_bytes_is_refused_by_a_pull(fake, tmp_path):
     fake.blobs[config] = _same_length_other_bytes(fake.blobs[config])
     e = _refused(tmp_path, fake, hlobundle.errors.BlobDigestError, "config .* has the digest")
     assert e.code == "REGISTRY_DIGEST_MISMATCH" and e.digest == config
+
+
+def test_an_answer_that_keeps_breaking_off_is_given_up_after_a_few_resumes(fake, tmp_path):
+    """Each answer (the first, then every resumption by range) ends after 1 KiB: the pull
+    gives up after MAX_RESUMES resumptions, saying so, rather than resuming for as long as
+    the registry keeps sending a little."""
+    from hlobundle._oci import _blobs
+
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    calls = []
+
+    def short(h):
+        calls.append(h.headers.get("Range"))
+        start = int(calls[-1][6:].split("-")[0]) if calls[-1] else 0
+        h.send_response(206 if start else 200)
+        if start:
+            h.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        h.send_header("Content-Length", str(len(data) - start))
+        h.end_headers()
+        h.wfile.write(data[start : start + 1024])
+        h.close_connection = True
+
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = short
+    e = _refused(tmp_path, fake, hlobundle.errors.HloBundleError, "ended after")
+    assert e.code == "REGISTRY_UNREACHABLE", e.code  # each answer broke off
+    assert f"{_blobs.MAX_RESUMES + 1} times" in str(e)
+    assert len(calls) == _blobs.MAX_RESUMES + 1
