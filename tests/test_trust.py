@@ -618,16 +618,20 @@ def test_a_well_named_entry_that_is_not_what_we_write_is_a_miss(tmp_path, monkey
         {**good, "signature": None},
         {**good, "signature": {**signature, "arguments": [[["3"], "float32"]] * 2}},
         {**good, "signature": {**signature, "unused": [True]}},
+        {**good, "custom_calls": [1]},
     ]
     for data in junk:
         data = data if isinstance(data, bytes) else json.dumps(data).encode()
+        for other in _verdicts(root):  # the junk alone under the key: nothing else to read
+            other.unlink()
         planted = _cache.entry_path(root / "checks", key, data, ".json")
         planted.write_bytes(data)
         bundle = hlobundle.load(add_bundle)
         assert bundle.signature.arguments[0].shape == (3,), data[:80]
         assert bundle.modules["module"].custom_calls == ()
         assert bundle.signature.unused == frozenset()
-        planted.unlink()
+        # a miss: the checks ran in full and wrote their own verdict beside the junk
+        assert [json.loads(v.read_bytes()) for v in _verdicts(root) if v != planted] == [good]
 
 
 def test_no_cache_records_no_verdict(tmp_path, monkeypatch, add_bundle):
