@@ -178,6 +178,15 @@ def test_a_module_over_the_size_limit_is_refused():
     _prechecks.check_module_size(_limits.MAX_MODULE_BYTES, path="module.mlir")
 
 
+def test_the_text_check_refuses_a_module_over_the_size_limit(monkeypatch):
+    """`check_mlir_text` guards every caller of MLIR's parser, not only the bundle's reader,
+    which checks a module file's size before it reads it."""
+    monkeypatch.setattr(_limits, "MAX_MODULE_BYTES", 64)
+    data = MODULE + b" " * 64
+    with pytest.raises(LimitError, match=f"m.mlir is {len(data)} bytes; a module file may have"):
+        _prechecks.check_mlir_text(data, path="m.mlir")
+
+
 def test_short_cuts_long_messages():
     assert _prechecks.short("abc", 3) == "abc"
     assert _prechecks.short("abcd", 3) == "abc ..."
