@@ -190,6 +190,47 @@ def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monk
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_child_past_its_time_limit_is_a_coded_error(monkeypatch, tmp_path):
+    # Stand in for a bytecode reader that never ends: the time limit (1 s here) ends it.
+    from hlobundle._format import _limits, _portable
+
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\n\ndef main():\n    time.sleep(30)\n")
+    monkeypatch.setattr(_portable, "CHILD", slow)
+    monkeypatch.setattr(_limits, "child_timeout_s", lambda size: 1.0)
+    with pytest.raises(hlobundle.errors.ModuleError, match="took over 1 s, the limit for 4 bytes"):
+        _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+
+
+@pytest.mark.subprocess
+def test_a_child_printing_past_its_bound_is_a_limit_error(monkeypatch, tmp_path):
+    # Stand in for a bytecode reader that prints without end: cut off at four times the text
+    # asked for (256 characters here).
+    from hlobundle._format import _portable
+
+    loud = tmp_path / "loud.py"
+    loud.write_text("import sys\n\ndef main():\n    sys.stdout.write('x' * 4096)\n")
+    monkeypatch.setattr(_portable, "CHILD", loud)
+    with pytest.raises(hlobundle.errors.LimitError, match="printed more than 1024 bytes"):
+        _portable._canonical_prefix(b"ML\xefR", "module.mlirbc", 256)
+
+
+@pytest.mark.subprocess
+def test_an_artifact_nested_past_the_limit_is_a_limit_error(add_bundle, monkeypatch):
+    # The child checks the nesting of the program it deserialized (the limit is passed to it):
+    # with the limit at 1, the ops inside a function inside the module nest deeper.
+    from hlobundle._format import _limits, _portable
+
+    artifact = (add_bundle / "module.mlirbc").read_bytes()
+    assert _portable.canonical_in_child(artifact, path="module.mlirbc")
+    monkeypatch.setattr(_limits, "MAX_MLIR_NESTING", 1)
+    with pytest.raises(hlobundle.errors.LimitError, match="the limit is 1 ") as e:
+        _portable.canonical_in_child(artifact, path="module.mlirbc")
+    assert e.value.path == "module.mlirbc"
+
+
 # --- the allow-list, on every form -----------------------------------------------------
 
 
