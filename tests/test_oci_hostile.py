@@ -651,3 +651,28 @@ def test_an_answer_that_keeps_breaking_off_is_given_up_after_a_few_resumes(fake,
     assert e.code == "REGISTRY_UNREACHABLE", e.code  # each answer broke off
     assert f"{_blobs.MAX_RESUMES + 1} times" in str(e)
     assert len(calls) == _blobs.MAX_RESUMES + 1
+
+
+def test_a_resumption_answered_from_another_byte_is_refused(fake, tmp_path):
+    """A Range request from the byte where the answer broke off, answered with a 206 from byte
+    0: the bytes would be appended at the wrong place. Refused, naming the Content-Range."""
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    calls = []
+
+    def wrong(h):
+        calls.append(h.headers.get("Range"))
+        if len(calls) == 1:  # half the body, then the connection drops
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data[: len(data) // 2])
+            h.close_connection = True
+            return
+        h.send(206, data, {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"})
+
+    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = wrong
+    e = _refused(
+        tmp_path, fake, hlobundle.errors.RegistryProtocolError, "was answered with Content-Range"
+    )
+    assert e.code == "REGISTRY_PROTOCOL" and calls == [None, f"bytes={len(data) // 2}-"]
