@@ -676,3 +676,55 @@ def test_a_resumption_answered_from_another_byte_is_refused(fake, tmp_path):
         tmp_path, fake, hlobundle.errors.RegistryProtocolError, "was answered with Content-Range"
     )
     assert e.code == "REGISTRY_PROTOCOL" and calls == [None, f"bytes={len(data) // 2}-"]
+
+
+def test_a_referrer_whose_signature_layer_claims_too_many_bytes_is_refused_unfetched(
+    fake, tmp_path, keys
+):
+    """A signature over MAX_SIGNATURE_BYTES by its descriptor is refused before its blob is
+    asked for: a registry cannot make the puller hold more than the limit."""
+    from hlobundle._format import _limits
+    from hlobundle._oci._referrers import SIGSTORE_BUNDLE
+
+    digest = artifact(EXAMPLE, fake)
+    blob = fake.add_blob(b"x" * 16)
+    signature = fake.add_manifest(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": SIGSTORE_BUNDLE,
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": fake.add_blob(b"{}"),
+                "size": 2,
+            },
+            "layers": [
+                {
+                    "mediaType": SIGSTORE_BUNDLE,
+                    "digest": blob,
+                    "size": _limits.MAX_SIGNATURE_BYTES + 1,
+                }
+            ],
+            "subject": {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": 1,
+            },
+        }
+    )
+    listed = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": signature,
+        "size": 1,
+        "artifactType": SIGSTORE_BUNDLE,
+    }
+    _fallback(fake, digest, [listed])
+    e = _refused(
+        tmp_path,
+        fake,
+        hlobundle.errors.RegistryLimitError,
+        f"the signature is {_limits.MAX_SIGNATURE_BYTES + 1} bytes",
+        public_key=keys / "a.pub",
+    )
+    assert e.code == "REGISTRY_LIMIT_EXCEEDED"
+    assert not [p for _, p, _ in fake.seen if p.endswith(blob)], "the blob was asked for"
