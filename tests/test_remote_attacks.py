@@ -327,3 +327,19 @@ def test_a_field_naming_a_file_not_in_files_is_refused_before_any_file_is_fetche
         hlobundle.load(ref(server), functions=["f0"])
     assert e.value.code == "MANIFEST_INVALID" and e.value.field == "files"
     assert fetched(server) == ["manifest.json"]
+
+
+@pytest.mark.parametrize("reserved", ["manifest.json", "model.sig"])
+def test_files_listing_a_name_the_directory_reserves_is_refused_before_any_file_is_fetched(
+    site, reserved
+):
+    """A remote bundle is written into a directory of the store: a listed manifest.json would
+    overwrite the manifest it was checked against, a listed model.sig stand in for a signature."""
+    bundle, server = site
+    edit(bundle, lambda m: m["files"].update({reserved: {"size": 2, "sha256": "0" * 64}}))
+    with pytest.raises(
+        hlobundle.errors.ManifestError, match="a name the bundle's directory reserves"
+    ) as e:
+        hlobundle.load(ref(server), functions=["f0"])
+    assert e.value.field == f"files[{reserved!r}]"
+    assert fetched(server) == ["manifest.json"]
