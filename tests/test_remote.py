@@ -135,11 +135,15 @@ def test_a_new_version_fetches_only_what_changed(bundle, server, tmp_path):
     assert server.sent - first == (copy / "manifest.json").stat().st_size
 
 
-def test_a_corrupted_chunk_is_refused_naming_it(bundle, server):
+def test_a_corrupted_chunk_is_refused_naming_it(bundle, server, tmp_path):
     server.mode = "corrupt"
     with pytest.raises(HashMismatchError) as e:
         hlobundle.load(url(server, bundle), functions=["f1"])
     assert ".chunks.sha256[" in e.value.field
+    # nothing was kept of the corrupted bytes: each stored blob is named by its own digest
+    blobs = tmp_path / "cache" / "blobs" / "sha256"
+    for blob in blobs.iterdir() if blobs.is_dir() else ():
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name, blob.name
 
 
 def test_a_corrupted_chunk_in_the_store_is_fetched_again(bundle, server, tmp_path):
