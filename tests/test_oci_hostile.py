@@ -166,6 +166,11 @@ def test_a_layer_whose_digest_is_not_the_listed_sha256(fake, tmp_path):
         tmp_path, fake, hlobundle.errors.HashMismatchError, "the bundle's manifest says sha256:"
     )
     assert e.path == WEIGHTS
+    # a remote load too, before it asks for the layer's blob
+    with pytest.raises(hlobundle.errors.HashMismatchError, match="manifest says sha256:") as e:
+        hlobundle.load(fake.ref())
+    assert e.value.path == WEIGHTS
+    assert not [p for _, p, _ in fake.seen if p.endswith(other)], "the blob was asked for"
 
 
 def test_a_compressed_layer_and_an_index_are_not_bundles(fake, tmp_path):
