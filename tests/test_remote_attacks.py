@@ -343,3 +343,32 @@ def test_files_listing_a_name_the_directory_reserves_is_refused_before_any_file_
         hlobundle.load(ref(server), functions=["f0"])
     assert e.value.field == f"files[{reserved!r}]"
     assert fetched(server) == ["manifest.json"]
+
+
+def test_an_executable_over_the_limit_is_refused_before_it_is_fetched(site):
+    """An executable the manifest lists at over MAX_EXECUTABLE_BYTES: refused by its listed
+    size, before a byte of it is asked for (the reader would refuse it only once it was here)."""
+    bundle, server = site
+    size = _limits.MAX_EXECUTABLE_BYTES + 1
+    name = "f0/module.llvm-cpu.vmfb"
+
+    def listed(m):
+        f0 = m["functions"][0]
+        f0["executables"] = [
+            {
+                "target": "llvm-cpu",
+                "file": name,
+                "compiler": "iree",
+                "compiler_version": "3.13.0",
+                "architecture": "x86_64",
+                "cpu": "generic",
+                "source_sha256": m["files"][f0["module"]["portable"]["file"]]["sha256"],
+            }
+        ]
+        m["files"][name] = {"size": size, "sha256": "0" * 64}
+
+    edit(bundle, listed)
+    server.files[f"/b.hlobundle/{name}"] = Sparse(size, b"")
+    with pytest.raises(LimitError, match=f"{name} is {size} bytes; executables are limited to"):
+        hlobundle.load(ref(server), functions=["f0"])
+    assert fetched(server) == ["manifest.json"]
