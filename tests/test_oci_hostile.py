@@ -234,24 +234,36 @@ def test_a_slow_server_times_out(fake, tmp_path):
     assert 0.5 <= took < 1.8, f"refused after {took:.2f} s, the timeout 0.5 s"
 
 
-def test_an_answer_cut_off_is_resumed_by_range(fake, tmp_path):
-    artifact(EXAMPLE, fake)
-    data = fake.blobs[_weights_digest()]
-    calls = []
+def _cut_once(fake, data, calls, then):
+    """The weights blob's hook: its first answer is half the body, then the connection drops;
+    every later request (each Range header noted in `calls`) is answered by `then(h, start)`."""
 
     def cut(h):
         calls.append(h.headers.get("Range"))
-        if len(calls) == 1:  # half the body, then the connection drops
+        if len(calls) == 1:
             h.send_response(200)
             h.send_header("Content-Length", str(len(data)))
             h.end_headers()
             h.wfile.write(data[: len(data) // 2])
             h.close_connection = True
             return
-        start = int(calls[-1][6:].split("-")[0])
-        h.send(206, data[start:], {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"})
+        then(h, int(calls[-1][6:].split("-")[0]))
 
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = cut
+
+
+def test_an_answer_cut_off_is_resumed_by_range(fake, tmp_path):
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    calls = []
+    _cut_once(
+        fake,
+        data,
+        calls,
+        lambda h, start: h.send(
+            206, data[start:], {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}
+        ),
+    )
     hlobundle.pull(fake.ref(), tmp_path / "ok.hlobundle")
     assert calls == [None, f"bytes={len(data) // 2}-"]
     assert (tmp_path / "ok.hlobundle" / WEIGHTS).read_bytes() == data
@@ -664,19 +676,14 @@ def test_a_resumption_answered_from_another_byte_is_refused(fake, tmp_path):
     artifact(EXAMPLE, fake)
     data = fake.blobs[_weights_digest()]
     calls = []
-
-    def wrong(h):
-        calls.append(h.headers.get("Range"))
-        if len(calls) == 1:  # half the body, then the connection drops
-            h.send_response(200)
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data[: len(data) // 2])
-            h.close_connection = True
-            return
-        h.send(206, data, {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"})
-
-    fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = wrong
+    _cut_once(
+        fake,
+        data,
+        calls,
+        lambda h, start: h.send(
+            206, data, {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}
+        ),
+    )
     e = _refused(
         tmp_path, fake, hlobundle.errors.RegistryProtocolError, "was answered with Content-Range"
     )

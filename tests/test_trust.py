@@ -156,16 +156,26 @@ def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, 
         hlobundle.load(add_bundle).verify()
 
 
+def _stand_in_child(monkeypatch, tmp_path, name, imports, main):
+    """Replace the artifact child (`_portable.CHILD`) with a script of `main`'s one-line body."""
+    from hlobundle._format import _portable
+
+    script = tmp_path / name
+    script.write_text(f"import {imports}\n\ndef main():\n    {main}\n")
+    monkeypatch.setattr(_portable, "CHILD", script)
+    return _portable
+
+
 @pytest.mark.subprocess
 def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
     # Stand in for a crashing MLIR: the child kills itself the way a segfault would. Its fork
     # server survives and forks the next child, the real one.
     from hlobundle._format import _portable
 
-    crash = tmp_path / "crash.py"
-    crash.write_text("import os, signal\n\ndef main():\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
     real = _portable.CHILD
-    monkeypatch.setattr(_portable, "CHILD", crash)
+    _stand_in_child(
+        monkeypatch, tmp_path, "crash.py", "os, signal", "os.kill(os.getpid(), signal.SIGSEGV)"
+    )
     for _ in range(2):
         with pytest.raises(
             hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"
@@ -179,11 +189,7 @@ def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
 @pytest.mark.subprocess
 def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monkeypatch, tmp_path):
     # A real-time signal (40): its number has no member of signal.Signals.
-    from hlobundle._format import _portable
-
-    crash = tmp_path / "rt.py"
-    crash.write_text("import os\n\ndef main():\n    os.kill(os.getpid(), 40)\n")
-    monkeypatch.setattr(_portable, "CHILD", crash)
+    _portable = _stand_in_child(monkeypatch, tmp_path, "rt.py", "os", "os.kill(os.getpid(), 40)")
     with pytest.raises(
         hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(signal 40"
     ):
@@ -194,11 +200,9 @@ def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monk
 @pytest.mark.subprocess
 def test_a_child_past_its_time_limit_is_a_coded_error(monkeypatch, tmp_path):
     # Stand in for a bytecode reader that never ends: the time limit (1 s here) ends it.
-    from hlobundle._format import _limits, _portable
+    from hlobundle._format import _limits
 
-    slow = tmp_path / "slow.py"
-    slow.write_text("import time\n\ndef main():\n    time.sleep(30)\n")
-    monkeypatch.setattr(_portable, "CHILD", slow)
+    _portable = _stand_in_child(monkeypatch, tmp_path, "slow.py", "time", "time.sleep(30)")
     monkeypatch.setattr(_limits, "child_timeout_s", lambda size: 1.0)
     with pytest.raises(hlobundle.errors.ModuleError, match="took over 1 s, the limit for 4 bytes"):
         _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
@@ -208,11 +212,9 @@ def test_a_child_past_its_time_limit_is_a_coded_error(monkeypatch, tmp_path):
 def test_a_child_printing_past_its_bound_is_a_limit_error(monkeypatch, tmp_path):
     # Stand in for a bytecode reader that prints without end: cut off at four times the text
     # asked for (256 characters here).
-    from hlobundle._format import _portable
-
-    loud = tmp_path / "loud.py"
-    loud.write_text("import sys\n\ndef main():\n    sys.stdout.write('x' * 4096)\n")
-    monkeypatch.setattr(_portable, "CHILD", loud)
+    _portable = _stand_in_child(
+        monkeypatch, tmp_path, "loud.py", "sys", "sys.stdout.write('x' * 4096)"
+    )
     with pytest.raises(hlobundle.errors.LimitError, match="printed more than 1024 bytes"):
         _portable._canonical_prefix(b"ML\xefR", "module.mlirbc", 256)
 
