@@ -99,6 +99,21 @@ def test_safetensors_and_split_files(tmp_path, module):
     assert_packed(out)
 
 
+def test_input_files_given_through_symlinks_are_read(tmp_path, module):
+    """Input files are the user's: a symlink they name is followed (a bundle's own files never
+    are), for safetensors as for npz."""
+    data = tmp_path / "data"
+    data.mkdir()
+    save_file({"x": X}, str(data / "a.safetensors"))
+    np.savez(data / "b.npz", y=Y)
+    for name in ("a.safetensors", "b.npz"):
+        (tmp_path / name).symlink_to(data / name)
+    out = hlobundle.pack_files(
+        module, [tmp_path / "a.safetensors", tmp_path / "b.npz"], tmp_path / "b", names=["x", "y"]
+    )
+    assert_packed(out)
+
+
 def test_missing_argument(tmp_path, module):
     np.savez(tmp_path / "in.npz", x=X)
     with pytest.raises(

@@ -132,3 +132,18 @@ def test_a_hard_linked_file_is_refused(tmp_path):
     with pytest.raises(UnsafePathError, match="'w.bin' has 2 hard links") as e:
         _paths.check_single_link(os.stat(tmp_path / "w.bin"), "w.bin")
     assert e.value.path == "w.bin"
+
+
+def test_open_no_follow_opens_a_file_and_refuses_a_symlink_or_a_missing_one(tmp_path):
+    from hlobundle.errors import FileMissingError
+
+    (tmp_path / "f").write_bytes(b"x")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    fd = _paths.open_no_follow(tmp_path / "f", "f")
+    assert os.read(fd, 2) == b"x"
+    os.close(fd)
+    with pytest.raises(UnsafePathError, match="'link' cannot be opened") as e:
+        _paths.open_no_follow(tmp_path / "link", "link")
+    assert e.value.code == "PATH_UNSAFE" and e.value.path == "link"
+    with pytest.raises(FileMissingError, match="gone is listed in the manifest but missing"):
+        _paths.open_no_follow(tmp_path / "gone", "gone")

@@ -8,7 +8,19 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
-from ._errors import UnsafePathError
+from ._errors import FileMissingError, UnsafePathError
+
+
+def open_no_follow(path: Path, name: str) -> int:
+    """A read-only descriptor of `path`, the bundle's file `name`, not through a symlink put in
+    its place since its name was checked: `PATH_UNSAFE` (ELOOP, no permission), or
+    `FILE_MISSING` when it is gone."""
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise FileMissingError(f"{name} is listed in the manifest but missing", path=name) from None
+    except OSError as e:
+        raise UnsafePathError(f"{name!r} cannot be opened: {e.strerror}", path=name) from None
 
 
 def check_name(name: str, *, field: str | None = None) -> str:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from .._file_io import _hashing_reader, _hashing_writer
 from .._terminal import _progress
 from . import _chunks, _dtypes, _paths, _safetensors_layout
-from ._errors import FileMissingError, LimitError, TensorFileError, UnsafePathError
+from ._errors import LimitError, TensorFileError
 from ._safetensors_layout import CODE_BYTES
 
 if TYPE_CHECKING:
@@ -125,12 +125,7 @@ class TensorFile:
         `with_safetensors`, by safetensors itself too (which imports numpy: `inspect` skips it)."""
         self.path = path
         self.name = name
-        try:
-            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError:
-            raise FileMissingError(f"{name} is missing", path=name) from None
-        except OSError as e:  # a symlink put in its place since it was resolved (ELOOP)
-            raise UnsafePathError(f"{name!r} cannot be opened: {e.strerror}", path=name) from None
+        self._fd = _paths.open_no_follow(path, name)
         closer = weakref.finalize(self, os.close, self._fd)  # held for the Bundle's lifetime
         try:
             st = os.fstat(self._fd)

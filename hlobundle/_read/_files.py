@@ -236,12 +236,7 @@ def _read_checked(root: Path, manifest: AnyManifest, name: str) -> tuple[bytes, 
 def open_listed(root: Path, name: str) -> int:
     """A listed file, opened without following a symlink, checked to be a regular file with
     one hard link (checked on what was opened, not on the name, which may change meanwhile)."""
-    try:
-        fd = os.open(_paths.resolve(root, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        raise FileMissingError(f"{name} is listed in the manifest but missing", path=name) from None
-    except OSError as e:  # a symlink put in its place (ELOOP), no permission
-        raise UnsafePathError(f"{name!r} cannot be opened: {e.strerror}", path=name) from None
+    fd = _paths.open_no_follow(_paths.resolve(root, name), name)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -188,7 +188,7 @@ def _read_safetensors(path: Path) -> list[Keyed]:
     from .._format._tensors import TensorFile
 
     try:
-        tf = TensorFile(path, name=path.name)
+        tf = TensorFile(path.resolve(), name=path.name)  # the user named it: a symlink is theirs
     except TensorFileError as e:
         raise InputError(e.message, path=path) from None
     items = []
