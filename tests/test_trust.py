@@ -233,6 +233,18 @@ def test_an_artifact_nested_past_the_limit_is_a_limit_error(add_bundle, monkeypa
     assert e.value.path == "module.mlirbc"
 
 
+@pytest.mark.subprocess
+def test_an_artifact_printing_longer_than_a_module_may_be_is_a_limit_error(add_bundle, monkeypatch):
+    # The writer and the Reactant interop print an artifact whose text they do not have: that
+    # text is a module too, within the module limit (100 characters here).
+    from hlobundle._format import _limits, _portable
+
+    artifact = (add_bundle / "module.mlirbc").read_bytes()
+    monkeypatch.setattr(_limits, "MAX_MODULE_BYTES", 100)
+    with pytest.raises(hlobundle.errors.LimitError, match="prints as more than 100 characters"):
+        _portable.canonical_in_child(artifact, path="module.mlirbc")
+
+
 # --- the allow-list, on every form -----------------------------------------------------
 
 
