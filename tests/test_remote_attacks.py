@@ -372,3 +372,23 @@ def test_an_executable_over_the_limit_is_refused_before_it_is_fetched(site):
     with pytest.raises(LimitError, match=f"{name} is {size} bytes; executables are limited to"):
         hlobundle.load(ref(server), functions=["f0"])
     assert fetched(server) == ["manifest.json"]
+
+
+def test_a_manifest_changed_in_the_store_after_its_fetch_is_refused(site, monkeypatch):
+    """Another process rewriting the fetched manifest.json in the store between its fetch and
+    the reader's open (the same JSON, other bytes): what the reader checked is not what was
+    fetched, so the load is refused."""
+    from hlobundle._remote import _load
+
+    bundle, server = site
+    real = _load.Bundle
+
+    def rewritten(root, **kwargs):
+        manifest = root / "manifest.json"
+        manifest.chmod(0o600)
+        manifest.write_bytes(manifest.read_bytes() + b"\n")
+        return real(root, **kwargs)
+
+    monkeypatch.setattr(_load, "Bundle", rewritten)
+    with pytest.raises(hlobundle.errors.HashMismatchError, match="changed after it was fetched"):
+        hlobundle.load(ref(server), functions=["f0"])
