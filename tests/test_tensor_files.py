@@ -271,6 +271,38 @@ def test_safetensors_parses_a_header_once_and_its_verdict_is_remembered(tmp_path
     assert len(parsed) > len(first)
 
 
+def test_a_remembered_verdict_other_than_accepted_is_a_miss(tmp_path, monkeypatch):
+    """A well-formed verdict entry for the right key that does not say `accepted` (an older or
+    another writer's): a miss, and safetensors parses the header again."""
+    from helpers import ROOT
+
+    import hlobundle
+    from hlobundle._format import _tensors
+    from hlobundle._read import _cache
+
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    lenet = ROOT / "examples" / "lenet5.hlobundle"
+    written = []
+    real_write = _cache.write
+    monkeypatch.setattr(_cache, "write", lambda *a: written.append(a) or real_write(*a))
+    hlobundle.load(lenet)
+    verdicts = [(where, key) for where, key, data, suffix in written if suffix == ".ok"]
+    assert verdicts
+    for path in (tmp_path / "cache").glob("safetensors-headers/*/*.ok"):
+        path.unlink()
+    for where, key in verdicts:  # well formed, under the right name: it says something else
+        real_write(where, key, b"rejected", ".ok")
+    parsed = []
+    real = _tensors.TensorFile.validate_with_safetensors
+    monkeypatch.setattr(
+        _tensors.TensorFile,
+        "validate_with_safetensors",
+        lambda self: parsed.append(self.name) or real(self),
+    )
+    hlobundle.load(lenet)
+    assert len(parsed) == len(verdicts), parsed
+
+
 @pytest.mark.subprocess
 def test_a_verify_of_bytes_checked_before_imports_no_numpy(tmp_path):
     import os
