@@ -337,32 +337,35 @@ def _fallback(fake, digest, manifests):
     fake.add_manifest(index, digest.replace(":", "-"), media_type=index["mediaType"])
 
 
-@pytest.mark.slow
-def test_a_referrer_that_is_not_a_signature(fake, tmp_path, keys):
-    digest = artifact(EXAMPLE, fake)
-    not_sig = fake.add_manifest(
+def _referrer(fake, subject, kind, layer):
+    """An artifact manifest of type `kind` whose one layer is the descriptor `layer` and whose
+    subject is the manifest `subject`: its digest."""
+    return fake.add_manifest(
         {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "artifactType": "application/vnd.example.sbom",
+            "artifactType": kind,
             "config": {
                 "mediaType": "application/vnd.oci.empty.v1+json",
                 "digest": fake.add_blob(b"{}"),
                 "size": 2,
             },
-            "layers": [
-                {
-                    "mediaType": "application/vnd.example.sbom",
-                    "digest": fake.add_blob(b"sbom"),
-                    "size": 4,
-                }
-            ],
+            "layers": [layer],
             "subject": {
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": digest,
+                "digest": subject,
                 "size": 1,
             },
         }
+    )
+
+
+@pytest.mark.slow
+def test_a_referrer_that_is_not_a_signature(fake, tmp_path, keys):
+    digest = artifact(EXAMPLE, fake)
+    sbom = "application/vnd.example.sbom"
+    not_sig = _referrer(
+        fake, digest, sbom, {"mediaType": sbom, "digest": fake.add_blob(b"sbom"), "size": 4}
     )
     listed = {
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -700,30 +703,12 @@ def test_a_referrer_whose_signature_layer_claims_too_many_bytes_is_refused_unfet
 
     digest = artifact(EXAMPLE, fake)
     blob = fake.add_blob(b"x" * 16)
-    signature = fake.add_manifest(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "artifactType": SIGSTORE_BUNDLE,
-            "config": {
-                "mediaType": "application/vnd.oci.empty.v1+json",
-                "digest": fake.add_blob(b"{}"),
-                "size": 2,
-            },
-            "layers": [
-                {
-                    "mediaType": SIGSTORE_BUNDLE,
-                    "digest": blob,
-                    "size": _limits.MAX_SIGNATURE_BYTES + 1,
-                }
-            ],
-            "subject": {
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": digest,
-                "size": 1,
-            },
-        }
-    )
+    too_big = {
+        "mediaType": SIGSTORE_BUNDLE,
+        "digest": blob,
+        "size": _limits.MAX_SIGNATURE_BYTES + 1,
+    }
+    signature = _referrer(fake, digest, SIGSTORE_BUNDLE, too_big)
     listed = {
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "digest": signature,

@@ -239,6 +239,20 @@ def test_narrow_tensors_within_their_bits_pass(tmp_path):
     _tensor_files.check_narrow_values(m, _read(_tensor_files.open_tensor_files(tmp_path, m)))
 
 
+def _count_parses(monkeypatch) -> list[str]:
+    """The names of the tensor files safetensors parses from now on, in order."""
+    from hlobundle._format import _tensors
+
+    parsed: list[str] = []
+    real = _tensors.TensorFile.validate_with_safetensors
+    monkeypatch.setattr(
+        _tensors.TensorFile,
+        "validate_with_safetensors",
+        lambda self: parsed.append(self.name) or real(self),
+    )
+    return parsed
+
+
 def test_safetensors_parses_a_header_once_and_its_verdict_is_remembered(tmp_path, monkeypatch):
     """safetensors' own parse of a header (the one step that imports numpy) runs once per
     header bytes and file size: a second load of the same file recalls its verdict; a file
@@ -248,16 +262,9 @@ def test_safetensors_parses_a_header_once_and_its_verdict_is_remembered(tmp_path
     from helpers import ROOT
 
     import hlobundle
-    from hlobundle._format import _tensors
 
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
-    parsed = []
-    real = _tensors.TensorFile.validate_with_safetensors
-    monkeypatch.setattr(
-        _tensors.TensorFile,
-        "validate_with_safetensors",
-        lambda self: parsed.append(self.name) or real(self),
-    )
+    parsed = _count_parses(monkeypatch)
     lenet = ROOT / "examples" / "lenet5.hlobundle"
     hlobundle.load(lenet)
     first = sorted(parsed)
@@ -277,7 +284,6 @@ def test_a_remembered_verdict_other_than_accepted_is_a_miss(tmp_path, monkeypatc
     from helpers import ROOT
 
     import hlobundle
-    from hlobundle._format import _tensors
     from hlobundle._read import _cache
 
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
@@ -292,13 +298,7 @@ def test_a_remembered_verdict_other_than_accepted_is_a_miss(tmp_path, monkeypatc
         path.unlink()
     for where, key in verdicts:  # well formed, under the right name: it says something else
         real_write(where, key, b"rejected", ".ok")
-    parsed = []
-    real = _tensors.TensorFile.validate_with_safetensors
-    monkeypatch.setattr(
-        _tensors.TensorFile,
-        "validate_with_safetensors",
-        lambda self: parsed.append(self.name) or real(self),
-    )
+    parsed = _count_parses(monkeypatch)
     hlobundle.load(lenet)
     assert len(parsed) == len(verdicts), parsed
 
