@@ -533,6 +533,13 @@ X = {"name": "x", "shape": [3], "datatype": "FP32", "data": [0, 1, -1]}
         ({"inputs": [{**X, "data": [[0, 1], [-1]]}]}, "input 'x': 'data' is not a list of"),
         ({"inputs": [{**X, "data": ["NaN", "nan", 1]}]}, "input 'x': values must be FP32 numbers"),
         ({"inputs": {"x": X}}, "must be a JSON object with an 'inputs' list"),
+        ({"inputs": [{k: v for k, v in X.items() if k != "name"}]}, "each input needs a 'name'"),
+        ({"inputs": [5]}, "each input needs a 'name'"),
+        ({"inputs": [X, X]}, "input 'x' is given twice"),
+        ({"inputs": [{**X, "shape": None}]}, "input 'x': shape must be a list of integers"),
+        ({"inputs": [{**X, "shape": [3.0]}]}, "input 'x': shape must be a list of integers"),
+        ({"inputs": [{**X, "data": None}]}, "input 'x': 'data' must be a list"),
+        ({"inputs": [{**X, "data": [1e39, 0, 0]}]}, "input 'x': a value does not fit FP32"),
     ],
 )
 def test_every_malformed_field_is_a_coded_400(divides, body, message):
@@ -540,6 +547,28 @@ def test_every_malformed_field_is_a_coded_400(divides, body, message):
     r = client.post(infer, json=body)
     assert r.status_code == 400, r.text
     assert message in r.json()["error"] and r.json()["code"] == "INPUT_INVALID", r.json()
+
+
+def test_a_request_nested_past_the_limit_that_orjson_parses_is_refused(divides):
+    """100 levels: orjson parses them (it refuses past 1,024), so the nesting check of the
+    fast parse is what refuses them, not the standard library's path."""
+    client, infer = divides
+    body = json.dumps({"inputs": [X], "parameters": {"a": "@"}}).replace(
+        '"@"', "[" * 100 + "]" * 100
+    )
+    r = client.post(infer, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert "JSON nested 102 deep; the limit is 64" in r.json()["error"], r.json()
+
+
+def test_a_version_the_model_does_not_have_is_a_404(divides):
+    client, infer = divides
+    other = infer.replace("/infer", "/versions/nope/infer")
+    r = client.post(other, json={"inputs": [X]})
+    assert r.status_code == 404, r.text
+    assert "not 'nope'" in r.json()["error"], r.json()
+    r = client.get(other.replace("/infer", "/ready"))
+    assert r.status_code == 404, r.text
 
 
 def _strict(text: bytes):
