@@ -234,9 +234,13 @@ def test_a_slow_server_times_out(fake, tmp_path):
     assert 0.5 <= took < 1.8, f"refused after {took:.2f} s, the timeout 0.5 s"
 
 
-def _cut_once(fake, data, calls, then):
-    """The weights blob's hook: its first answer is half the body, then the connection drops;
-    every later request (each Range header noted in `calls`) is answered by `then(h, start)`."""
+def _cut_once(fake, then):
+    """The example served, its weights blob's first answer half the body, then the connection
+    drops; every later request is answered by `then(h, data, start)`. The blob's bytes, and
+    the Range header of each request, in order (filled as they come)."""
+    artifact(EXAMPLE, fake)
+    data = fake.blobs[_weights_digest()]
+    calls: list[str | None] = []
 
     def cut(h):
         calls.append(h.headers.get("Range"))
@@ -247,20 +251,16 @@ def _cut_once(fake, data, calls, then):
             h.wfile.write(data[: len(data) // 2])
             h.close_connection = True
             return
-        then(h, int(calls[-1][6:].split("-")[0]))
+        then(h, data, int(calls[-1][6:].split("-")[0]))
 
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = cut
+    return data, calls
 
 
 def test_an_answer_cut_off_is_resumed_by_range(fake, tmp_path):
-    artifact(EXAMPLE, fake)
-    data = fake.blobs[_weights_digest()]
-    calls = []
-    _cut_once(
+    data, calls = _cut_once(
         fake,
-        data,
-        calls,
-        lambda h, start: h.send(
+        lambda h, data, start: h.send(
             206, data[start:], {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}
         ),
     )
@@ -676,14 +676,9 @@ def test_an_answer_that_keeps_breaking_off_is_given_up_after_a_few_resumes(fake,
 def test_a_resumption_answered_from_another_byte_is_refused(fake, tmp_path):
     """A Range request from the byte where the answer broke off, answered with a 206 from byte
     0: the bytes would be appended at the wrong place. Refused, naming the Content-Range."""
-    artifact(EXAMPLE, fake)
-    data = fake.blobs[_weights_digest()]
-    calls = []
-    _cut_once(
+    data, calls = _cut_once(
         fake,
-        data,
-        calls,
-        lambda h, start: h.send(
+        lambda h, data, start: h.send(
             206, data, {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}
         ),
     )
