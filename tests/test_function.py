@@ -162,6 +162,10 @@ def lenet_bundle(tmp_path_factory):
             "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float32[2, 1, 28, 28]",
         ),
         (
+            lambda f, a: f(*a[:-1], a[-1][..., None]),  # one axis more, the others as declared
+            "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float32[4, 1, 28, 28, 1]",
+        ),
+        (
             lambda f, a: f(*a[:-1], a[-1].astype(np.float64)),
             "argument 'images' (position 10, producer path args[1]): expected float32[4, 1, 28, 28], got float64[4, 1, 28, 28]",
         ),
@@ -193,6 +197,47 @@ def test_argument_errors(lenet_bundle, backend, call, message):
         call(fn, args)
     with pytest.raises(hlobundle.InputError, match=re.escape(message)):
         jax.jit(lambda *a: call(fn, list(a)))(*args)  # checked at trace time, too
+
+
+@pytest.fixture(scope="module")
+def scaled_pair(tmp_path_factory):
+    """f({"w": w}, (x, y)) = x * w + y, all f32[3]: a dict and a pair in its input tree."""
+    x = np.arange(3, dtype=np.float32)
+    out = tmp_path_factory.mktemp("tree") / "b"
+    return hlobundle.load(
+        hlobundle.export(lambda p, xy: xy[0] * p["w"] + xy[1], {"w": x}, (x, x), out=out)
+    ).function("xla")
+
+
+@pytest.mark.parametrize(
+    ("call", "argument", "message"),
+    [
+        (
+            lambda f, x: f({"w": x}, (x,)),
+            "args[1]",
+            "args[1]: expected a sequence of 2, got a tuple of 1",
+        ),
+        (
+            lambda f, x: f({"w": x}, np.stack([x, x])),  # unchecked, its rows would bind
+            "args[1]",
+            "args[1]: expected a sequence of 2, got ndarray",
+        ),
+        (
+            lambda f, x: f([x], (x, x)),
+            "args[0]",
+            "args[0]: expected a dict with keys ['w'], got a list of 1",
+        ),
+    ],
+    ids=["a pair short of one", "an array for the pair", "a list for the dict"],
+)
+def test_a_pytree_argument_of_another_structure_is_a_coded_input_error(
+    scaled_pair, call, argument, message
+):
+    x = np.ones(3, np.float32)
+    with pytest.raises(hlobundle.InputError) as e:
+        call(scaled_pair, x)
+    assert e.value.code == "INPUT_INVALID" and e.value.argument == argument
+    assert e.value.message == message
 
 
 def test_unknown_backend(lenet_bundle):

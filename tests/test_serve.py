@@ -239,12 +239,28 @@ def test_bad_requests_are_clear_4xx_and_the_server_keeps_serving(client, images)
         content=b"{}",
         headers={"Inference-Header-Content-Length": "99"},
     )
+    _error(
+        client,
+        status=400,
+        message="inference-header-content-length is not a number: '2x'",
+        content=b"{}",
+        headers={"Inference-Header-Content-Length": "2x"},
+    )
     r = client.post("/v2/models/nope/infer", json=good)
     assert r.status_code == 404 and "no model 'nope'" in r.json()["error"]
     assert client.post(INFER, json=good).status_code == 200  # still serving
     metrics = client.get("/metrics").text
     assert 'hlobundle_requests_total{model="lenet5",status="400"}' in metrics
     assert 'hlobundle_requests_total{model="lenet5",status="200"}' in metrics
+
+
+def test_a_boolean_dimension_is_refused_not_read_as_1(client, images):
+    """JSON's `true` is no integer here, though Python's True equals 1: [4, true, 28, 28] is not
+    lenet5's [4, 1, 28, 28]."""
+    inp = _json_request(images)["inputs"][0]
+    r = client.post(INFER, json={"inputs": [{**inp, "shape": [4, True, 28, 28]}]})
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert "input 'images': shape must be a list of integers" in r.json()["error"], r.json()
 
 
 def test_a_failing_model_is_a_500_and_the_server_keeps_serving(models, images):
@@ -589,6 +605,34 @@ def test_non_finite_outputs_are_strings_in_strict_json(divides):
     assert _strict(r.content)["outputs"][0]["data"] == ["NaN", "NaN", "NaN"]
 
 
+def _binary(client, infer, size, data: bytes):
+    """A binary request of x (FP32[3]) declaring `binary_data_size` `size`, `data` after it."""
+    item = {k: v for k, v in X.items() if k != "data"}
+    header = json.dumps({"inputs": [{**item, "parameters": {"binary_data_size": size}}]}).encode()
+    return client.post(
+        infer,
+        content=header + data,
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+
+
+@pytest.mark.parametrize(
+    ("size", "extra", "message"),
+    [
+        (12.0, b"", "input 'x': binary_data_size 12.0, expected 12 bytes for FP32[3]"),
+        (12, b"\0" * 4, "the body has 4 bytes of binary data no input claims"),
+    ],
+    ids=["a float size", "bytes no input claims"],
+)
+def test_binary_data_is_claimed_whole_by_an_integer_size(divides, size, extra, message):
+    client, infer = divides
+    data = np.float32([0, 1, -1]).tobytes()
+    assert _binary(client, infer, 12, data).status_code == 200  # the same request, exact
+    r = _binary(client, infer, size, data + extra)
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert message in r.json()["error"], r.json()
+
+
 def test_the_body_limit_follows_the_models_inputs(divides, divides_models):
     # 3 values: 64 KiB + 64 bytes each, far below --max-body-bytes (64 MiB by default)
     client, infer = divides
@@ -660,6 +704,98 @@ def test_short_model_calls_and_small_results_stay_on_the_event_loop(divides_mode
     monkeypatch.setattr(_app, "INLINE_CALL_S", 0.0)  # now every call counts as long
     assert client.post(infer, json={"inputs": [X]}).status_code == 200
     assert called == ["event loop", "thread"]
+
+
+def _posted(asgi, path, headers, messages, within_s=5.0) -> list[dict]:
+    """The messages the ASGI app `asgi` sends for a POST of `path` with `headers`, driven
+    directly (no server, no client between: the headers arrive as given), its receive()
+    giving `messages` in turn and then nothing more, as a client that stopped sending; given
+    up after `within_s`."""
+    import asyncio
+
+    sent, pending = [], list(messages)
+
+    async def receive():
+        if pending:
+            return pending.pop(0)
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"a"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+
+    async def answered():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asgi(scope, receive, send), within_s)
+
+    asyncio.run(answered())
+    return sent
+
+
+def _answer(sent) -> tuple[list[int], dict]:
+    """The statuses sent, and the last body as JSON (or {})."""
+    statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    return statuses, json.loads(bodies[-1]) if bodies else {}
+
+
+@pytest.mark.parametrize("declared", [b"12x", b"1\xb2"], ids=["12x", "a superscript 2"])
+def test_a_content_length_that_is_not_a_number_is_a_coded_400(divides, declared):
+    """HTTP servers refuse such a header before the app; the app does not count on them. A
+    superscript two (a byte of latin-1) is a digit to str.isdigit, and no number to int."""
+    client, infer = divides
+    body = json.dumps({"inputs": [X]}).encode()
+    request = {"type": "http.request", "body": body, "more_body": False}
+    sent = _posted(client.app, infer, [(b"content-length", declared)], [request])
+    statuses, error = _answer(sent)
+    assert statuses == [400] and error["code"] == "INPUT_INVALID", sent
+    assert error["error"] == "content-length is not a number"
+    sent = _posted(client.app, infer, [(b"content-length", str(len(body)).encode())], [request])
+    assert _answer(sent)[0] == [200]  # the same request, its length a number
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body(divides):
+    """Refused at once (413) on the header, with no byte of the body sent: not after the body
+    has arrived, nor at the read timeout (30 s here) for want of it."""
+    client, infer = divides
+    start = time.monotonic()
+    sent = _posted(client.app, infer, [(b"content-length", b"1000000000")], [], within_s=3.0)
+    waited = time.monotonic() - start
+    statuses, error = _answer(sent)
+    assert statuses == [413] and error["code"] == "LIMIT_EXCEEDED", sent
+    assert "over the limit of 65728 bytes" in error["error"]
+    assert waited < 1.0, f"refused after {waited:.2f} s"
+
+
+def test_a_client_that_leaves_mid_body_never_runs_the_model(divides, monkeypatch):
+    """The part that arrived is a whole request, but the body declared is longer: the client
+    left, and what it sent is not run."""
+    client, infer = divides
+    called = _where_called(monkeypatch, Served, "__call__")
+    body = json.dumps({"inputs": [X]}).encode()
+    declared = [(b"content-length", str(len(body) + 64).encode())]
+    part = {"type": "http.request", "body": body, "more_body": True}
+    sent = _posted(client.app, infer, declared, [part, {"type": "http.disconnect"}])
+    statuses, error = _answer(sent)
+    assert called == [] and statuses == [400], sent
+    assert error == {
+        "error": "the client left before sending the whole body",
+        "code": "INPUT_INVALID",
+    }
 
 
 @contextlib.contextmanager

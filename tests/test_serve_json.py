@@ -1,6 +1,8 @@
 """Request JSON parsed by orjson with the standard library's meaning: every text parses to the
 same value, or is refused with the same coded 400, as the standard library's parse (the decoder
-before orjson); integers stay exact beyond 64 bits, where orjson alone would give floats."""
+before orjson); integers stay exact beyond 64 bits, where orjson alone would give floats. A
+value parsed is read as its input's datatype only: a boolean is no number, and BF16 travels as
+binary data alone."""
 
 from __future__ import annotations
 
@@ -132,3 +134,36 @@ def test_the_largest_64_bit_integers_stay_exact():
     parsed, binary = parse_request(json.dumps(body).encode(), None)
     got = read_inputs(parsed, binary, {"x": ("uint64", (2,))})["x"]
     assert got.tolist() == [2**64 - 1, 2**63 + 1] and got.dtype == np.uint64
+
+
+@pytest.mark.parametrize(
+    ("datatype", "dtype", "data"),
+    [("INT64", "int64", [True, False]), ("FP32", "float32", [True, 0.5])],
+    ids=["INT64", "FP32"],
+)
+def test_json_booleans_are_not_numbers(datatype, dtype, data):
+    """Python's True is an int (1): a `true` among an INT64 or FP32 input's values is refused,
+    not read as 1."""
+    body = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": datatype, "data": data}]})
+    with pytest.raises(RequestError) as e:
+        read_inputs(*parse_request(body.encode(), None), {"x": (dtype, (2,))})
+    assert (e.value.status, e.value.code) == (400, "INPUT_INVALID")
+    assert e.value.message.startswith(f"input 'x': values must be {datatype} numbers")
+
+
+def test_bf16_travels_as_binary_data_only():
+    """JSON has no bfloat16: its values as JSON data are a coded 400, as binary data they are
+    read."""
+    import ml_dtypes
+
+    expected = {"x": ("bfloat16", (2,))}
+    item = {"name": "x", "shape": [2], "datatype": "BF16"}
+    body = json.dumps({"inputs": [{**item, "data": [1, 2]}]}).encode()
+    with pytest.raises(RequestError) as e:
+        read_inputs(*parse_request(body, None), expected)
+    assert (e.value.status, e.value.code) == (400, "INPUT_INVALID")
+    assert e.value.message == "input 'x': BF16 travels only as binary data (binary_data_size)"
+    header = json.dumps({"inputs": [{**item, "parameters": {"binary_data_size": 4}}]}).encode()
+    data = np.array([1.0, 2.5], ml_dtypes.bfloat16).tobytes()
+    got = read_inputs(*parse_request(header + data, str(len(header))), expected)["x"]
+    assert got.dtype == ml_dtypes.bfloat16 and got.tolist() == [1.0, 2.5]

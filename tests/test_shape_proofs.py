@@ -132,8 +132,25 @@ def test_a_proof_is_kept_per_shape_up_to_max_shapes(independent):
         fn(x, x)
     assert fn._prover.known() == [((3, 3), (3, 3)), ((2, 3), (2, 3))]
     assert list(fn._per_shape) == [((3, 3), (3, 3)), ((2, 3), (2, 3))]  # compiled: as many
-    with pytest.raises(hlobundle.InputError, match="max_shapes must be a positive integer"):
-        hlobundle.load(independent).function("xla", max_shapes=0)
+    for bad in (0, True, 2.5):  # True is an int (1) to isinstance
+        with pytest.raises(hlobundle.InputError, match="max_shapes must be a positive integer"):
+            hlobundle.load(independent).function("xla", max_shapes=bad)
+
+
+def test_a_result_of_another_size_than_proven_is_refused(independent):
+    """The last guard after every call (`check_results`): a backend's result of another size
+    than the proof computed (an op's size its type does not say, which the proofs refuse
+    before any backend runs it) is refused, not handed on."""
+    from hlobundle._run import _shapes
+
+    bundle = hlobundle.load(independent)
+    proof = _shapes.prove(bundle, ((2, 3), (2, 3)))
+    _shapes.check_results(bundle.manifest, proof, [np.zeros((2, 3), np.float32)])
+    with pytest.raises(hlobundle.InputError) as e:
+        _shapes.check_results(bundle.manifest, proof, [np.zeros((1, 3), np.float32)])
+    assert e.value.code == "INPUT_INVALID" and e.value.argument == "z"
+    message = e.value.message
+    assert "computed result 'z' of shape [1, 3] on these inputs, not the proven [2, 3]" in message
 
 
 def test_a_proof_names_a_free_entry_beside_the_modules_own_functions(tmp_path):
@@ -365,6 +382,35 @@ def test_a_static_op_whose_result_size_its_operands_values_choose_is_refused(tmp
     bundle.verify()
     with pytest.raises(hlobundle.errors.ModuleError, match="fails StableHLO's shape refinement"):
         bundle.function(backend)
+
+
+# Ops whose result's size comes from an operand's value, here the argument %s: refinement
+# leaves each as it is (its size operand is no constant), typed tensor<4xf32> whatever %s holds.
+SIZED_BY_VALUE = {
+    "dynamic_iota": "stablehlo.dynamic_iota %s, dim = 0 : (tensor<1xi32>) -> tensor<4xf32>",
+    "dynamic_broadcast_in_dim": "stablehlo.dynamic_broadcast_in_dim %x, %s, dims = [0] : "
+    "(tensor<4xf32>, tensor<1xi32>) -> tensor<4xf32>",
+    "dynamic_reshape": "stablehlo.dynamic_reshape %x, %s : "
+    "(tensor<4xf32>, tensor<1xi32>) -> tensor<4xf32>",
+}
+
+
+@pytest.mark.parametrize("op", sorted(SIZED_BY_VALUE))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_op_sized_by_a_value_that_refinement_leaves_is_refused(tmp_path, backend, op):
+    """Unlike real_dynamic_slice above (which refinement itself refuses), these pass StableHLO's
+    shape refinement: the refined module is what refuses them, before any backend runs one."""
+    text = f"""func.func @main(%x: tensor<4xf32>, %s: tensor<1xi32>) -> tensor<4xf32> {{
+  %y = {SIZED_BY_VALUE[op]}
+  return %y : tensor<4xf32>
+}}"""
+    bundle = hlobundle.load(pack_planned(text, None, tmp_path / "op", PackOptions()))
+    bundle.verify()
+    with pytest.raises(hlobundle.errors.ModuleError) as e:
+        bundle.function(backend)
+    assert e.value.code == "MLIR_INVALID"
+    assert f"main: stablehlo.{op} at " in e.value.message
+    assert "takes its result's shape from its operands' values" in e.value.message
 
 
 @pytest.mark.skipif(not HAS_IREE, reason="the iree extra is not installed")
