@@ -385,8 +385,8 @@ def test_an_unsafe_cache_directory_is_not_used(tmp_path, monkeypatch, twins, kin
         }[kind],
     ):
         assert _runs_its_own_module(a) == "compiled"
-    # the safe directories beside the unsafe one keep their use (the check verdicts)
-    safe = (str(real / "checks"), str(real / "safetensors-headers"))
+    # the safe directories beside the unsafe one keep their use (the verdicts)
+    safe = tuple(str(real / d) for d in ("checks", "manifests", "safetensors-headers"))
     after = [
         f
         for f in _files_under(real)

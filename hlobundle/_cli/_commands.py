@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_bundle(args: argparse.Namespace) -> int:
-    from .._format._manifest import needs_x64
+    from .._format._fields import needs_x64
     from .._read._inputs import read_files
     from .._remote._load import load
     from .._remote._sources import is_remote

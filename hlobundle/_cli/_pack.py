@@ -172,7 +172,7 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
     target only when every function is in: a refused one leaves the target as it was."""
     import shutil
 
-    from .._read._files import read_manifest
+    from .._read._manifest_records import read_manifest
     from .._write._atomic import built_beside
     from .._write._functions import add_function
 
@@ -213,10 +213,10 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
                 **trust,
             )
             trust = {}  # from now on, the bundle is signed by the key itself
-    from .._format._bundle_manifest import BundleManifest
+    from .._format._fields import BundleManifestMethods
 
     written = read_manifest(target)[0]
-    assert isinstance(written, BundleManifest), "the writer writes format 2.0"
+    assert isinstance(written, BundleManifestMethods), "the writer writes format 2.0"
     functions = [f.name for f in written.functions]
     if args.add:
         added = functions[len(functions) - len(queue) :]

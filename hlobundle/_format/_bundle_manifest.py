@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from ._dtypes import SUB_BYTE_BITS
+from ._fields import FUNCTION_FIELDS, BundleManifestMethods, functions_of  # noqa: F401
 from ._manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -43,10 +44,12 @@ class FunctionEntry(FunctionFields):
         return check_identifier(name)
 
 
-_FUNCTION_FIELDS = tuple(FunctionFields.model_fields)
+_FUNCTION_FIELDS = FUNCTION_FIELDS
+# what a record of a function's view takes from its entry (`_records.py`): the model's fields
+assert tuple(FunctionFields.model_fields) == FUNCTION_FIELDS, "_fields.FUNCTION_FIELDS is stale"
 
 
-class BundleManifest(_Model):
+class BundleManifest(BundleManifestMethods, _Model):
     """`manifest.json` of a 2.0 bundle: several named functions over one set of files."""
 
     format: Literal["hlobundle"]
@@ -89,21 +92,9 @@ class BundleManifest(_Model):
                 raise ValueError(f"functions[{i}] ({f.name}): {_first_error(e)}") from None
         return views
 
-    def view(self, name: str) -> Manifest:
-        """Function `name` as a manifest of its own."""
-        return self.views[name]
-
     def to_json(self) -> bytes:
         data = self.model_dump(mode="json", exclude_none=True)
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-
-
-def functions_of(m: Manifest | BundleManifest) -> tuple[dict[str, Manifest], str | None]:
-    """Each function's manifest by name, in manifest order, and the default function's name
-    (a 1.x manifest's one function is its default)."""
-    if isinstance(m, Manifest):
-        return {m.function: m}, m.function
-    return dict(m.views), m.default_function
 
 
 def combine(

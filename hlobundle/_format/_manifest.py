@@ -7,42 +7,35 @@ tolerantly: fields this reader does not know are dropped, after a warning (SPEC.
 from __future__ import annotations
 
 import json
-import keyword
-import re
-from collections.abc import Sequence
-from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from . import _chunks, _limits, _manifest_checks
+from . import _chunks, _manifest_checks
 from ._dtypes import NAMES
+from ._fields import (  # noqa: F401  (the format's names, here too for the writers)
+    CPU_NAME,
+    FORMAT,
+    FORMAT_VERSION,
+    FUNCTION_FIELDS,
+    MANIFEST_NAME,
+    MAX_FUNCTIONS,
+    MAX_MANIFEST_BYTES,
+    MAX_PLATFORMS,
+    NEWEST_MINOR,
+    PRODUCER_JAX,
+    PRODUCER_JAX_EXPORT,
+    X64_DTYPES,
+    DeviceMeshMethods,
+    FunctionMethods,
+    ManifestMethods,
+    identifier,
+    needs_x64,
+    static_shape,
+    unflatten,
+)
 from ._metadata import Metadata
 from ._model import _Model
-
-# Format version history (SPEC.md, "Versions"):
-# 1.0 (2026-12-02): first version.
-# 1.1 (2026-12-02): `batched`, an optional batched module.
-# 1.2 (2026-12-02): `model.sig` reserved for a signature; sub-byte dtypes.
-# 1.3 (2026-12-03): `executables`, ahead-of-time compiled forms of the module.
-# 2.0 (2026-12-03): `functions`, several named functions over one set of files, with symbolic
-#     dimensions and `constraints`; `default_function`. A writer writes the oldest version that
-#     can express a bundle (`minimum_version`): one static function is still 1.x.
-# 2.1 (2026-12-04): `files[NAME].chunks`, a digest per fixed-size chunk of a file, so that a
-#     byte range is checked on its own (remote loading); bundles of several functions have them.
-#     (2026-12-05): `metadata`, what a model card says, and its `README.md` (SPEC.md 2.12);
-#     `independent_rows`, a function's rows declared independent along a symbol (2.13);
-#     `platforms`, a function lowered for several platforms, selected by an index (2.14).
-FORMAT: Literal["hlobundle"] = "hlobundle"
-FORMAT_VERSION = "2.1"
-NEWEST_MINOR = {1: 3, 2: 1}  # the newest minor version of each major version this reader knows
-MAX_FUNCTIONS = 64
-# The provenance's producer, for bundles this package's producers write: `export()` (a JAX
-# function) and `from_exported()` (a jax.export.Exported). The runner's hints depend on it.
-PRODUCER_JAX = "jax"
-PRODUCER_JAX_EXPORT = "jax.export"
-MANIFEST_NAME = "manifest.json"
-MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 
 DTypeName = Literal[NAMES]  # type: ignore[valid-type]
 Layout = Literal["row_major", "column_major"]
@@ -54,10 +47,8 @@ Dim = Annotated[int, Field(ge=0)]
 DimExpr = Annotated[str, AfterValidator(_manifest_checks.check_expression)]
 Shape = list[Dim | DimExpr]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-CPU_NAME = r"[A-Za-z0-9_.+-]{1,64}"  # an executable's target CPU: generic, host's name, znver3
 RelPath = Annotated[str, Field(min_length=1, max_length=255)]
 Platform = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,15}$")]  # jax's: cpu, cuda, tpu
-MAX_PLATFORMS = 8
 
 
 class TensorRef(_Model):
@@ -72,18 +63,11 @@ class MeshAxis(_Model):
     size: int = Field(ge=1)
 
 
-class DeviceMesh(_Model):
+class DeviceMesh(DeviceMeshMethods, _Model):
     """The logical device mesh of a sharded module (Shardy's `sdy.mesh`)."""
 
     axes: list[MeshAxis] = Field(min_length=1)
     device_ids: list[int] | None = None
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for a in self.axes:
-            n *= a.size
-        return n
 
 
 # Per tensor dimension, the mesh axes it is split over ([] = not split).
@@ -213,7 +197,7 @@ class IndependentRows(_Model):
     checked: bool = False  # the writer compared joined calls with calls on each block
 
 
-class FunctionFields(_Model):
+class FunctionFields(FunctionMethods, _Model):
     """What describes one function: a 1.x manifest's own fields, and each of a 2.0 manifest's
     `functions` (SPEC.md 2.8)."""
 
@@ -231,12 +215,8 @@ class FunctionFields(_Model):
     # Lowered for each (jax.export's `platforms`): @main takes the index first (2.1, 2.14)
     platforms: list[Platform] | None = Field(None, min_length=2, max_length=MAX_PLATFORMS)
 
-    def tensors(self) -> list[Argument | Result]:
-        """The arguments, then the results (what a loop over both reads: name, shape, dtype)."""
-        return [*self.arguments, *self.results]
 
-
-class Manifest(FunctionFields):
+class Manifest(ManifestMethods, FunctionFields):
     format: Literal["hlobundle"]
     format_version: str = Field(pattern=r"^\d+\.\d+$")
     function: str = Field(min_length=1)
@@ -249,69 +229,7 @@ class Manifest(FunctionFields):
         _manifest_checks.check_function(self)
         return self
 
-    @cached_property
-    def symbolic(self) -> bool:
-        """Whether any argument or result has a symbolic dimension (format 2.0)."""
-        return any(isinstance(d, str) for v in self.tensors() for d in v.shape)
-
-    @property
-    def row_symbol(self) -> str | None:
-        """The symbol of the declared independent rows (SPEC.md 2.13), or None without them."""
-        if self.independent_rows is None:
-            return None
-        name, axis = next(iter(self.independent_rows.arguments.items()))
-        return str(self.argument(name).shape[axis])
-
-    def argument(self, name: str) -> Argument:
-        """The argument named `name` (a `KeyError` when there is none, an unhashable `name`
-        such as a list included: no argument has it, as the scan of the list said)."""
-        try:
-            return self.arguments_by_name[name]
-        except TypeError:
-            raise KeyError(name) from None
-
-    @cached_property
-    def arguments_by_name(self) -> dict[str, Argument]:
-        """The arguments by name (unique, `_manifest_checks`): looking each one up in the list
-        made reading every tensor of a bundle quadratic, 0.5 s for 4,096 arguments."""
-        return {a.name: a for a in self.arguments}
-
     def to_json(self) -> bytes:
         """Canonical bytes: sorted keys, two-space indent, trailing newline."""
         data = self.model_dump(mode="json", exclude_none=True)
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-
-
-X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
-
-
-def static_shape(shape: Sequence[int | str]) -> tuple[int, ...]:
-    """A shape the caller knows has no symbolic dimension (a 1.x function's, say), as a tuple."""
-    dims = tuple(d for d in shape if isinstance(d, int))
-    assert len(dims) == len(shape), f"{shape}: the caller expects no symbolic dimension"
-    return dims
-
-
-def needs_x64(manifest: Manifest) -> bool:
-    """Whether a bundle has 64-bit values (JAX truncates them unless `jax_enable_x64` is on)."""
-    return any(v.dtype in X64_DTYPES for v in manifest.tensors())
-
-
-def identifier(text: str, prefix: str = "_") -> str:
-    """An ASCII Python identifier made from `text` (a path, a key, a function name): every other
-    character becomes `_`, and `prefix` goes first when it would start with a digit, be empty or
-    be a keyword. The one sanitiser of the package: producers name values with it, the runner
-    and the emitter name functions with it."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
-    return prefix + name if not name or name[0].isdigit() or keyword.iskeyword(name) else name
-
-
-def unflatten(tree: Any, by_name: dict[str, Any]) -> Any:
-    """Values by name, nested as a pytree of SPEC 2.3 says (JSON arrays become tuples)."""
-    if isinstance(tree, str):
-        return by_name[tree]
-    if isinstance(tree, list):
-        return tuple(unflatten(t, by_name) for t in tree)
-    if isinstance(tree, dict):
-        return {k: unflatten(t, by_name) for k, t in tree.items()}
-    return None

@@ -4,9 +4,7 @@ model (SPEC.md sections 2, 5 and 8)."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,17 +21,17 @@ from ._errors import (
 from ._manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, NEWEST_MINOR, Manifest
 
 
-def read_manifest_bytes(file: Path) -> bytes:
-    """A manifest file's bytes, at most one more than the limit (so `parse_manifest` can say
-    how large it is), without allocating the limit for a small file."""
-    with open(file, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        return f.read(min(size, MAX_MANIFEST_BYTES) + 1)
-
-
 def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest | BundleManifest:
     """Validate manifest bytes: size, UTF-8, JSON, version, then the model: a `Manifest` for a
     1.x bundle (one function), a `BundleManifest` for 2.x (SPEC.md 2.8)."""
+    return validate_manifest(raw, path=path)[0]
+
+
+def validate_manifest(
+    raw: bytes, *, path: str = MANIFEST_NAME
+) -> tuple[Manifest | BundleManifest, bool]:
+    """`parse_manifest`, and whether the bytes were read tolerantly (a newer minor version:
+    unknown fields dropped, after a warning)."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ManifestTooLargeError(
             f"manifest is {len(raw)} bytes; the limit is {MAX_MANIFEST_BYTES} "
@@ -46,7 +44,7 @@ def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest | Bundl
     try:
         # A newer minor version's unknown fields are dropped, at every level, by pydantic itself
         # (a Python validator on every model cost a third of a large manifest's validation).
-        return model.model_validate(data, extra="ignore" if tolerant else None)
+        return model.model_validate(data, extra="ignore" if tolerant else None), tolerant
     except ValidationError as e:
         raise _manifest_error(e, path) from None
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _main_signature, _sharding
 from ._errors import MainSignatureError
-from ._manifest import Argument, BatchedModule, Manifest, Module, Result, static_shape
+from ._fields import static_shape
 from ._policy import refuse_unportable
+
+if TYPE_CHECKING:
+    from ._manifest import Argument, BatchedModule, Manifest, Module, Result
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,11 @@ def fits(declared: Sequence[int | str], module: Sequence[int | None]) -> bool:
     )
 
 
+_Side = tuple[str, Sequence["Argument | Result"], Sequence[_main_signature.TensorType]]
+
+
 def check_signature(sig: _main_signature.Signature, manifest: Manifest, source: str) -> None:
-    Side = tuple[str, Sequence[Argument | Result], Sequence[_main_signature.TensorType]]
-    sides: tuple[Side, ...] = (
+    sides: tuple[_Side, ...] = (
         ("arguments", manifest.arguments, sig.arguments),
         ("results", manifest.results, sig.results),
     )

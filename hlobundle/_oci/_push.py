@@ -90,7 +90,7 @@ def push(
 
 def _artifact_of(opened: Bundle) -> tuple[list[dict], bytes, bytes]:
     """The bundle's layers (its listed files, then `manifest.json`), config and manifest."""
-    from .._format._manifest_json import read_manifest_bytes
+    from .._read._manifest_records import read_manifest_bytes
 
     listed = opened.bundle_manifest.files
     layers = [

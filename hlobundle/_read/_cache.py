@@ -193,7 +193,9 @@ def _read_regular_file(path: Path) -> bytes | None:
         return None
     try:
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_EXECUTABLE_BYTES + 1)
+            # its size and one byte more: a read of the limit allocates the limit (256 MiB)
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(min(size, MAX_EXECUTABLE_BYTES) + 1)
         return data if len(data) <= MAX_EXECUTABLE_BYTES else None
     except OSError:
         return None

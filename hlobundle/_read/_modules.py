@@ -18,11 +18,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._format import _dtypes, _main_signature, _mlir, _portable, _stored
+from .._format import _dtypes, _main_signature, _mlir, _portable, _records, _stored
 from .._format._errors import ManifestError
-from .._format._manifest import Manifest
+
+if TYPE_CHECKING:
+    from .._format._manifest import Manifest
 from . import _cache, _files
 
 CHECKS = "checks"  # the cache's subdirectory
@@ -121,20 +123,26 @@ def remember(stored: StoredModule) -> None:
 
 def _key(stored: StoredModule, view: Manifest) -> str:
     parts = [
-        _code_digest(),
+        code_digest(),
         stored.form.key,
         stored.text_file,
         stored.text_sha256,
         stored.portable_file,
         stored.portable_sha256,
         stored.target_version,
-        hashlib.sha256(view.model_dump_json().encode()).hexdigest(),
+        hashlib.sha256(_dump(view)).hexdigest(),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def _dump(view: Manifest) -> bytes:
+    """The function's manifest as the key holds it: its model's dump (a record keeps it)."""
+    dump = view._dump if isinstance(view, _records.Record) else view.model_dump(mode="json")
+    return json.dumps(dump, sort_keys=True, separators=(",", ":")).encode()
+
+
 @functools.cache
-def _code_digest() -> str:
+def code_digest() -> str:
     """The checking code's identity: every source file of `_format` and `_isolation` (whose
     child deserializes artifacts) and this one, and jaxlib's version (its parser and serializer
     decide the verdicts too)."""

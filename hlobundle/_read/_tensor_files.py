@@ -11,12 +11,15 @@ from typing import TYPE_CHECKING
 
 from .._format import _chunks, _dtypes, _limits, _paths, _symbolic, _tensors
 from .._format._errors import TensorMismatchError
-from .._format._manifest import Argument, Manifest, Result, TensorRef, static_shape
+from .._format._fields import static_shape
 from . import _cache
-from ._files import AnyManifest, each_function
+from ._files import each_function
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from .._format._manifest import Argument, Manifest, Result, TensorRef
+    from ._files import AnyManifest
 
 
 def stored_tensors(manifest: AnyManifest) -> list[tuple[str, TensorRef, str, list[int | str]]]:

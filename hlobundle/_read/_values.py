@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _dtypes
 from .._format._errors import InputError
-from .._format._manifest import Argument, Manifest, Result, TensorRef, static_shape, unflatten
+from .._format._fields import static_shape, unflatten
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from .._format._manifest import Argument, Manifest, Result, TensorRef
     from .._format._tensors import TensorFile
 
 

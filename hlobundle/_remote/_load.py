@@ -14,10 +14,9 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._format import _chunks, _limits, _prechecks, _signature
-from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     HashMismatchError,
     InputError,
@@ -26,13 +25,15 @@ from .._format._errors import (
     SizeMismatchError,
     UnsafePathError,
 )
-from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry
-from .._format._manifest_json import parse_manifest
+from .._format._fields import MANIFEST_NAME, functions_of
 from .._format._tensors import MAX_HEADER_BYTES, TensorFile
-from .._read import _files, _reader, _store, _tensor_files
+from .._read import _files, _manifest_records, _reader, _store, _tensor_files
 from .._read._reader import Bundle
 from . import _sources
 from ._sources import TIMEOUT_S, Source
+
+if TYPE_CHECKING:
+    from .._format._manifest import Chunks, FileEntry
 
 MAX_RUN = 64  # chunks fetched by one range request at most
 
@@ -99,8 +100,8 @@ def _load_remote(
     certificate_chain: Sequence[str | os.PathLike[str]] | None,
 ) -> Bundle:
     raw = source.manifest()
-    manifest = parse_manifest(raw)
     digest = hashlib.sha256(raw).hexdigest()
+    manifest = _manifest_records.parse(raw, digest, MANIFEST_NAME)
     names = _chosen(manifest, functions)
     _check_names(manifest.files)
     needed = _files.files_of(manifest, names)
@@ -179,7 +180,7 @@ def _check_sizes(manifest: Any, names: list[str]) -> None:
 
 
 def _chosen(manifest: object, functions: Sequence[str] | None) -> list[str]:
-    views, default = functions_of(manifest)  # type: ignore[arg-type]
+    views, default = functions_of(manifest)
     if functions is None:
         if len(views) > 1 and default is None:
             raise InputError(

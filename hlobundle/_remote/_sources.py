@@ -20,7 +20,7 @@ from .._format._errors import (
     RegistryRefError,
     RegistryUnreachableError,
 )
-from .._format._manifest import MANIFEST_NAME
+from .._format._fields import MANIFEST_NAME
 from .._format._signature import MAX_SIGNATURE_BYTES, SIGNATURE_NAME
 from .._oci._client import arriving, broken, refuse_encoded
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._format import _dtypes
 from .._format._errors import InputDtypeError, InputError
-from .._format._manifest import Argument, Manifest, unflatten
+from .._format._fields import unflatten
 from .._terminal._display import did_you_mean, some_names
+
+if TYPE_CHECKING:
+    from .._format._manifest import Argument, Manifest
 
 
 def bind(

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._format import _dtypes
 from .._format._errors import BackendUnsupportedError, HloBundleError, LimitError, X64DisabledError
-from .._format._manifest import Manifest, identifier, needs_x64
+from .._format._fields import identifier, needs_x64
 from .._read._trust import Trust
 from . import _backends, _binding, _placement, _shapes
 from ._backends import BackendName
 
 if TYPE_CHECKING:
+    from .._format._manifest import Manifest
     from .._read._reader import Bundle
 
 __all__ = ["BundleFunction", "Function", "check_x64", "function", "needs_x64"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._format._errors import DevicesUnavailableError
-from .._format._manifest import Manifest
 from .._format._sharding import partition_spec_entries
+
+if TYPE_CHECKING:
+    from .._format._manifest import Manifest
 
 
 def device_mesh(manifest: Manifest, devices: int | None) -> Any:

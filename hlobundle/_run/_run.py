@@ -6,19 +6,22 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._format import _dtypes, _limits, _main_signature, _tensors
 from .._format._errors import InputError, LimitError
-from .._format._manifest import Result, static_shape
+from .._format._fields import static_shape
 from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
 from .._read._trust import Trust
 from . import _backends, _placement
 from ._backends import BackendName
+
+if TYPE_CHECKING:
+    from .._format._manifest import Result
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._format._bundle_manifest import BundleManifest, combine, functions_of
 from .._format._errors import InputError
+from .._format._fields import ManifestMethods
 from .._format._manifest import Manifest, TensorRef
 
 Arrays = dict[str, dict[str, tuple[np.ndarray, Any]]]
@@ -89,6 +90,6 @@ def with_files(manifest: Manifest | BundleManifest, file_of: Any) -> Manifest | 
         )
         for v in views.values()
     ]
-    if isinstance(manifest, Manifest):
+    if isinstance(manifest, ManifestMethods):
         return changed[0]
     return combine(changed, default, {})

@@ -47,7 +47,8 @@ def check_target(out: Path, force: bool) -> None:
 def _is_bundle(path: Path) -> bool:
     """A real directory whose manifest.json parses as a bundle manifest: what --force may replace."""
     from .._format._errors import HloBundleError
-    from .._format._manifest_json import parse_manifest, read_manifest_bytes
+    from .._format._manifest_json import parse_manifest
+    from .._read._manifest_records import read_manifest_bytes
 
     manifest = path / MANIFEST_NAME
     if path.is_symlink() or not path.is_dir() or manifest.is_symlink() or not manifest.is_file():

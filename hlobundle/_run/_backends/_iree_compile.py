@@ -15,12 +15,16 @@ import platform
 import re
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from ..._format import _limits
 from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
-from ..._format._manifest import CPU_NAME, Manifest
+from ..._format._fields import CPU_NAME
 from . import _installed
 from ._backend import Compiled
+
+if TYPE_CHECKING:
+    from ..._format._manifest import Manifest
 
 UNAVAILABLE = (
     "the iree backend needs IREE's compiler and runtime: pip install 'hlobundle[iree]' "

@@ -1,0 +1,158 @@
+"""What the manifest's models (`_manifest.py`) and their plain records (`_records.py`) share,
+without pydantic: the format's names and constants, helpers over shapes and trees, and the
+methods both kinds of manifest offer (mixins). Reading and running a bundle import this, not
+the models, so that a load from a remembered verdict imports no pydantic."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any, Literal
+
+from . import _limits
+
+# Format version history (SPEC.md, "Versions"):
+# 1.0 (2026-12-02): first version.
+# 1.1 (2026-12-02): `batched`, an optional batched module.
+# 1.2 (2026-12-02): `model.sig` reserved for a signature; sub-byte dtypes.
+# 1.3 (2026-12-03): `executables`, ahead-of-time compiled forms of the module.
+# 2.0 (2026-12-03): `functions`, several named functions over one set of files, with symbolic
+#     dimensions and `constraints`; `default_function`. A writer writes the oldest version that
+#     can express a bundle (`minimum_version`): one static function is still 1.x.
+# 2.1 (2026-12-04): `files[NAME].chunks`, a digest per fixed-size chunk of a file, so that a
+#     byte range is checked on its own (remote loading); bundles of several functions have them.
+#     (2026-12-05): `metadata`, what a model card says, and its `README.md` (SPEC.md 2.12);
+#     `independent_rows`, a function's rows declared independent along a symbol (2.13);
+#     `platforms`, a function lowered for several platforms, selected by an index (2.14).
+FORMAT: Literal["hlobundle"] = "hlobundle"
+FORMAT_VERSION = "2.1"
+NEWEST_MINOR = {1: 3, 2: 1}  # the newest minor version of each major version this reader knows
+MAX_FUNCTIONS = 64
+# The provenance's producer, for bundles this package's producers write: `export()` (a JAX
+# function) and `from_exported()` (a jax.export.Exported). The runner's hints depend on it.
+PRODUCER_JAX = "jax"
+PRODUCER_JAX_EXPORT = "jax.export"
+MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
+CPU_NAME = r"[A-Za-z0-9_.+-]{1,64}"  # an executable's target CPU: generic, host's name, znver3
+MAX_PLATFORMS = 8
+X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
+
+# The fields that describe one function: a 1.x manifest's own, and each of a 2.0 manifest's
+# `functions` (SPEC.md 2.8); `_bundle_manifest.py` checks that the model has exactly these.
+FUNCTION_FIELDS = (
+    "arguments",
+    "results",
+    "input_tree",
+    "output_tree",
+    "module",
+    "vjp",
+    "batched",
+    "mesh",
+    "executables",
+    "constraints",
+    "independent_rows",
+    "platforms",
+)
+
+
+# The mixins declare no fields (pydantic would take an annotation here for one of its own):
+# each method reads its model's, or its record's.
+class DeviceMeshMethods:
+    @property
+    def size(self: Any) -> int:
+        n = 1
+        for a in self.axes:
+            n *= a.size
+        return n
+
+
+class FunctionMethods:
+    """A function's fields (`FunctionFields`): what a loop over its tensors reads."""
+
+    def tensors(self: Any) -> list[Any]:
+        """The arguments, then the results (what a loop over both reads: name, shape, dtype)."""
+        return [*self.arguments, *self.results]
+
+
+class ManifestMethods(FunctionMethods):
+    """A manifest of one function (`Manifest`): a 1.x manifest, or a 2.0 bundle's view of one of
+    its functions. `isinstance(m, ManifestMethods)` tells it from a manifest of several."""
+
+    @cached_property
+    def symbolic(self: Any) -> bool:
+        """Whether any argument or result has a symbolic dimension (format 2.0)."""
+        return any(isinstance(d, str) for v in self.tensors() for d in v.shape)
+
+    @property
+    def row_symbol(self: Any) -> str | None:
+        """The symbol of the declared independent rows (SPEC.md 2.13), or None without them."""
+        if self.independent_rows is None:
+            return None
+        name, axis = next(iter(self.independent_rows.arguments.items()))
+        return str(self.argument(name).shape[axis])
+
+    def argument(self: Any, name: str) -> Any:
+        """The argument named `name` (a `KeyError` when there is none, an unhashable `name`
+        such as a list included: no argument has it, as the scan of the list said)."""
+        try:
+            return self.arguments_by_name[name]
+        except TypeError:
+            raise KeyError(name) from None
+
+    @cached_property
+    def arguments_by_name(self: Any) -> dict[str, Any]:
+        """The arguments by name (unique, `_manifest_checks`): looking each one up in the list
+        made reading every tensor of a bundle quadratic, 0.5 s for 4,096 arguments."""
+        return {a.name: a for a in self.arguments}
+
+
+class BundleManifestMethods:
+    """A manifest of several functions (`BundleManifest`, format 2.0)."""
+
+    def view(self: Any, name: str) -> Any:
+        """Function `name` as a manifest of its own."""
+        return self.views[name]
+
+
+def functions_of(m: Any) -> tuple[dict[str, Any], str | None]:
+    """Each function's manifest by name, in manifest order, and the default function's name
+    (a 1.x manifest's one function is its default). Models or records alike."""
+    one: Any = m
+    if isinstance(one, ManifestMethods):
+        return {m.function: m}, m.function
+    return dict(m.views), m.default_function
+
+
+def static_shape(shape: Sequence[int | str]) -> tuple[int, ...]:
+    """A shape the caller knows has no symbolic dimension (a 1.x function's, say), as a tuple."""
+    dims = tuple(d for d in shape if isinstance(d, int))
+    assert len(dims) == len(shape), f"{shape}: the caller expects no symbolic dimension"
+    return dims
+
+
+def needs_x64(manifest: Any) -> bool:
+    """Whether a bundle has 64-bit values (JAX truncates them unless `jax_enable_x64` is on)."""
+    return any(v.dtype in X64_DTYPES for v in manifest.tensors())
+
+
+def identifier(text: str, prefix: str = "_") -> str:
+    """An ASCII Python identifier made from `text` (a path, a key, a function name): every other
+    character becomes `_`, and `prefix` goes first when it would start with a digit, be empty or
+    be a keyword. The one sanitiser of the package: producers name values with it, the runner
+    and the emitter name functions with it."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    return prefix + name if not name or name[0].isdigit() or keyword.iskeyword(name) else name
+
+
+def unflatten(tree: Any, by_name: dict[str, Any]) -> Any:
+    """Values by name, nested as a pytree of SPEC 2.3 says (JSON arrays become tuples)."""
+    if isinstance(tree, str):
+        return by_name[tree]
+    if isinstance(tree, list):
+        return tuple(unflatten(t, by_name) for t in tree)
+    if isinstance(tree, dict):
+        return {k: unflatten(t, by_name) for k, t in tree.items()}
+    return None
