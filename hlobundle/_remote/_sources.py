@@ -22,7 +22,6 @@ from .._format._errors import (
 )
 from .._format._fields import MANIFEST_NAME
 from .._format._signature import MAX_SIGNATURE_BYTES, SIGNATURE_NAME
-from .._oci._client import arriving, broken, refuse_encoded
 
 TIMEOUT_S = 30.0  # for a connection, and between two reads of an answer
 PIECE = 1 << 20  # what is read from an answer at once
@@ -140,7 +139,7 @@ class HttpSource(Source):
             raise RegistryUnreachableError(
                 f"{url[:200]} cannot be reached ({_short(e)})", ref=self.ref
             ) from None
-        refuse_encoded(response, f"GET {url[:200]}", self.ref)
+        _client().refuse_encoded(response, f"GET {url[:200]}", self.ref)
         status = response.status_code
         if status in (200, 206):
             return response
@@ -306,7 +305,7 @@ def _exactly(
             )
         got = 0
         try:
-            for piece in arriving(response, PIECE, name, ref):
+            for piece in _client().arriving(response, PIECE, name, ref):
                 got += len(piece)
                 if got > length:
                     raise RegistryLimitError(
@@ -317,7 +316,7 @@ def _exactly(
                 yield piece
                 if stop is not None and stop < length and got >= stop:
                     return  # what was asked has come: the rest is never read
-        except broken() as e:
+        except _client().broken() as e:
             raise RegistryUnreachableError(f"reading {name}: {_short(e)}", ref=ref) from None
         if got != length:
             raise RegistryProtocolError(
@@ -333,13 +332,21 @@ def _bounded(response: Any, limit: int, name: str, ref: str) -> bytes:
         raise RegistryLimitError(f"{name} is {declared} bytes; the limit is {limit}", ref=ref)
     data = bytearray()
     try:
-        for piece in arriving(response, 1 << 16, name, ref):
+        for piece in _client().arriving(response, 1 << 16, name, ref):
             data += piece
             if len(data) > limit:
                 raise RegistryLimitError(f"{name} is over the limit of {limit} bytes", ref=ref)
-    except broken() as e:
+    except _client().broken() as e:
         raise RegistryUnreachableError(f"reading {name}: {_short(e)}", ref=ref) from None
     return bytes(data)
+
+
+def _client() -> Any:
+    """The OCI client's module, whose bounded reads both sources use: imported with the first
+    remote read, so that a local load (`load()` of a path) does not import it."""
+    from .._oci import _client
+
+    return _client
 
 
 def check_name(name: str) -> None:
