@@ -38,21 +38,19 @@ class Record:
     def __init__(self, data: dict[str, Any], built: dict[str, Any] | None = None) -> None:
         """The record of a model whose dump is `data`; `built`: fields whose records exist."""
         d = self.__dict__
-        for name, value in data.items():
-            if built is not None and name in built:
-                d[name] = built[name]
+        d.update(data)  # the plain fields as they are: only nested models are made records
+        for name, (how, cls) in self._NESTED.items():
+            value = data.get(name)
+            if value is None or built is not None and name in built:
                 continue
-            nested = self._NESTED.get(name)
-            if nested is None or value is None:
-                d[name] = value
-                continue
-            how, cls = nested
             if how == "one":
                 d[name] = cls(value)
             elif how == "list":
                 d[name] = [cls(v) for v in value]
             else:
                 d[name] = {k: cls(v) for k, v in value.items()}
+        if built is not None:
+            d.update(built)
         d["_dump"] = data
 
     def __setattr__(self, name: str, value: Any) -> None:
