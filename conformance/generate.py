@@ -517,6 +517,11 @@ broken("invalid_unknown_dtype", "dtype float128", "MANIFEST_INVALID")(
 broken("invalid_utf8", "manifest.json is not UTF-8", "MANIFEST_INVALID")(
     lambda b: (b / "manifest.json").write_bytes(b'{"format": "\xff\xfe"}')
 )
+broken(
+    "invalid_lone_surrogate",
+    "a string of manifest.json escapes half of a UTF-16 pair (\\ud800): no Unicode text",
+    "MANIFEST_INVALID",
+)(lambda b: edit(b, lambda m: m["provenance"].update(producer="jax\ud800")))
 broken("invalid_json", "manifest.json is not JSON", "MANIFEST_INVALID")(
     lambda b: (b / "manifest.json").write_bytes(b'{"format": "hlobundle",')
 )

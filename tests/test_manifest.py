@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -120,6 +121,35 @@ def test_invalid_utf8_and_json(bundle):
         hlobundle.errors.ManifestError, match="manifest must be a JSON object, got list"
     ):
         hlobundle.load(bundle)
+
+
+def _function(m: dict) -> dict:
+    return m["functions"][0] if "functions" in m else m
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: _function(m).update(input_tree={"\ud800": _function(m)["input_tree"]}),
+        lambda m: m["provenance"].update(producer="jax\udfff"),  # a plain string
+    ],
+    ids=["tree key", "string"],
+)
+def test_a_lone_surrogate_is_a_coded_refusal(bundle, edit):  # a tree key: of an Any field
+    """JSON may escape half of a UTF-16 pair (`\\ud800`), which no UTF-8 text holds: the
+    reader refuses it as the bytes are decoded (before, a tree key was a traceback where the
+    models' dump encoded it, and a string was read as it came)."""
+    original = (bundle / "manifest.json").read_text()
+    data = json.loads(original)
+    edit(data)
+    (bundle / "manifest.json").write_text(json.dumps(data))  # ASCII, with the escape
+    with pytest.raises(hlobundle.errors.ManifestError, match="lone surrogate") as e:
+        hlobundle.load(bundle)
+    assert e.value.code == "MANIFEST_INVALID" and e.value.path == "manifest.json"
+    data = json.loads(original)
+    data["provenance"]["producer"] = "jax \U0001f600"  # a whole pair, escaped: a character
+    (bundle / "manifest.json").write_text(json.dumps(data))
+    assert hlobundle.load(bundle).manifest.provenance.producer == "jax \U0001f600"
 
 
 def test_oversized_manifest(bundle):

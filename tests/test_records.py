@@ -257,14 +257,21 @@ def test_an_entry_that_is_not_a_dump_we_wrote_is_a_miss(tmp_path, monkeypatch):
     validated = []
     real = _manifest_records._validated
     monkeypatch.setattr(_manifest_records, "_validated", lambda *a: validated.append(1) or real(*a))
-    for junk in (b"[]", b'{"several": 1, "dump": {}}', b'{"several": false, "dump": []}', b"{"):
+    junk_entries = (
+        b"[]",
+        b'{"several": 1, "dump": {}}',
+        b'{"several": false, "dump": []}',
+        b'{"several": false, "dump": {}}',  # a dict, without the model's fields
+        b"{",
+    )
+    for junk in junk_entries:
         for old in _cache.shard(where, key).glob(f"{key}.*"):
             old.unlink()
         _cache.write(where, key, junk, ".json")
         assert _cache.read(where, key, ".json") == junk
         record = _manifest_records.parse(raw, digest, "manifest.json")
         assert record.arguments[0].name == "params_conv1_b"
-    assert len(validated) == 4
+    assert len(validated) == len(junk_entries)
 
 
 def test_a_manifest_read_tolerantly_warns_on_every_read(tmp_path):
@@ -275,3 +282,52 @@ def test_a_manifest_read_tolerantly_warns_on_every_read(tmp_path):
     for _ in range(2):
         with pytest.warns(HloBundleWarning, match="newer"):
             _manifest_records.read_manifest(bundle)
+
+
+def test_the_fields_a_remembered_dump_must_have_are_the_models():
+    assert _manifest_records._MANIFEST_FIELDS == tuple(_manifest.Manifest.model_fields)
+    assert _manifest_records._BUNDLE_FIELDS == tuple(_bundle_manifest.BundleManifest.model_fields)
+
+
+def test_the_key_holds_the_interpreter(monkeypatch):
+    """`str.isidentifier`, which the models' name checks call, follows the interpreter's
+    Unicode tables: Python 3.12 (Unicode 15.0) takes `x` + U+1E030 as a name, 3.11 (14.0) does
+    not. A cache is shared by every Python of the user, so a verdict one interpreter made is not
+    another's (a helper's review found this: 3.11 loaded what its models refuse)."""
+    import unicodedata
+
+    from hlobundle._read import _modules
+
+    def key() -> str:
+        _modules.code_digest.cache_clear()
+        _manifest_records._code_digest.cache_clear()
+        return _manifest_records._key("0" * 64)
+
+    before = key()
+    monkeypatch.setattr(unicodedata, "unidata_version", "15.0.0")
+    try:
+        assert key() != before
+        monkeypatch.undo()
+        monkeypatch.setattr(sys, "version", "3.12.1 (main) [GCC]")
+        assert key() != before
+    finally:
+        monkeypatch.undo()
+        key()
+
+
+def test_a_loaded_bundle_s_metadata_is_taken_by_the_writers():
+    """`Bundle.metadata` is a record: a writer's `metadata` option takes it as its model."""
+    from hlobundle._write._card import metadata_of
+
+    loaded = hlobundle.load(CASES / "valid_metadata" / "bundle").metadata
+    assert isinstance(loaded, _records.Record)
+    assert metadata_of(loaded) == loaded and isinstance(metadata_of(loaded), _metadata.Metadata)
+
+
+def test_with_the_cache_off_no_key_is_made(monkeypatch):
+    """The key hashes the validating code's files: not needed when nothing is remembered."""
+    monkeypatch.setenv("HLOBUNDLE_NO_CACHE", "1")
+    made = []
+    monkeypatch.setattr(_manifest_records, "_key", lambda d: made.append(d) or "0" * 64)
+    _manifest_records.read_manifest(LENET)
+    assert not made

@@ -4,6 +4,7 @@ model (SPEC.md sections 2, 5 and 8)."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from typing import Any
 
@@ -19,6 +20,8 @@ from ._errors import (
     VersionError,
 )
 from ._manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, NEWEST_MINOR, Manifest
+
+_SURROGATE_ESCAPE = re.compile(r"\\[uU][dD][89a-fA-F]")
 
 
 def parse_manifest(raw: bytes, *, path: str = MANIFEST_NAME) -> Manifest | BundleManifest:
@@ -52,12 +55,20 @@ def validate_manifest(
 def _decode_json(raw: bytes, path: str) -> dict[str, Any]:
     try:
         _prechecks.check_json(raw, path=path)
-        data = json.loads(raw.decode("utf-8"), parse_int=_prechecks.parse_json_int)
+        text = raw.decode("utf-8")
+        data = json.loads(text, parse_int=_prechecks.parse_json_int)
+        if _SURROGATE_ESCAPE.search(text):  # only an escape makes one: the bytes are UTF-8
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
     except LimitError as e:
         e.path = path
         raise
     except UnicodeDecodeError as e:
         raise ManifestError(f"manifest is not UTF-8: {e}", path=path) from None
+    except UnicodeEncodeError:
+        raise ManifestError(
+            "manifest has a lone surrogate (an unpaired \\uD800-\\uDFFF escape): no UTF-8 text",
+            path=path,
+        ) from None
     except (json.JSONDecodeError, RecursionError, ValueError) as e:
         raise ManifestError(
             f"manifest is not JSON: {_prechecks.short(str(e), 300)}", path=path

@@ -22,13 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 from .._format import _records
 from .._format._errors import NotABundleError, UnsafePathError
-from .._format._fields import MANIFEST_NAME, MAX_MANIFEST_BYTES
+from .._format._fields import FUNCTION_FIELDS, MANIFEST_NAME, MAX_MANIFEST_BYTES
 from . import _cache, _modules
 
 if TYPE_CHECKING:
     from ._files import AnyManifest
 
 MANIFESTS = "manifests"  # the cache's subdirectory
+_SHARED = ("provenance", "files", "metadata")
+# the models' fields, in order (tests/test_records.py checks them against model_fields)
+_MANIFEST_FIELDS = (*FUNCTION_FIELDS, "format", "format_version", "function", *_SHARED)
+_BUNDLE_FIELDS = ("format", "format_version", "default_function", "functions", *_SHARED)
 _SUFFIX = ".json"
 
 
@@ -74,7 +78,7 @@ def parse(raw: bytes, sha256: str, path: str) -> Any:
     """The records of manifest bytes `raw` (whose sha256 is `sha256`): from the verdict
     remembered for them, else validated by the models (a coded error when they refuse)."""
     where = _cache.directory(MANIFESTS)
-    key = _key(sha256)
+    key = _key(sha256) if where is not None else ""
     if where is not None:
         entry = _cache.read(where, key, _SUFFIX)
         if entry is not None:
@@ -104,6 +108,8 @@ def _recall(entry: bytes) -> Any:
         several, dump = data["several"], data["dump"]
         if type(several) is not bool or type(dump) is not dict:
             return None
+        if tuple(dump) != (_BUNDLE_FIELDS if several else _MANIFEST_FIELDS):
+            return None  # not a dump of the model: a miss
         return _records.manifest_record(dump, several)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # not one we wrote: a miss
@@ -115,8 +121,8 @@ def _key(sha256: str) -> str:
 
 @functools.cache
 def _code_digest() -> str:
-    """The validating code's identity: the module checks' (every source file of `_format`, and
-    jaxlib's version), this file, and the versions of pydantic and of packaging (which
+    """The validating code's identity: the module checks' (every source file of `_format`,
+    jaxlib's version and the interpreter's), this file, and the versions of pydantic and of packaging (which
     canonicalizes a license), read from their files without importing them."""
     digest = hashlib.sha256(_modules.code_digest().encode())
     digest.update(Path(__file__).read_bytes())

@@ -4,10 +4,10 @@
 A verdict is keyed by the sha256 of everything the checks read: the text's and the artifact's
 bytes (as read and hashed here, never the manifest's word for them), the function's manifest,
 the artifact's target, the form, and the checking code itself (every source file of `_format`
-and `_isolation`, this module, and jaxlib's version). It holds what the checks found that later
-steps use (`@main`'s signature and the custom call targets), so a second load of the same bytes
-by the same code skips parsing: no MLIR is imported. A missing, unreadable or malformed entry is
-a miss, and the form is checked in full. Only forms that passed every check (the artifact shown
+and `_isolation`, this module, the interpreter's version and jaxlib's). It holds what the checks
+found that later steps use (`@main`'s signature and the custom call targets), so a second load of
+the same bytes by the same code skips parsing: no MLIR is imported. A missing, unreadable or
+malformed entry is a miss, and the form is checked in full. Only forms that passed every check (the artifact shown
 to be the text's program included) are recorded.
 """
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,11 +146,15 @@ def _dump(view: Manifest) -> bytes:
 @functools.cache
 def code_digest() -> str:
     """The checking code's identity: every source file of `_format` and `_isolation` (whose
-    child deserializes artifacts) and this one, and jaxlib's version (its parser and serializer
-    decide the verdicts too)."""
+    child deserializes artifacts) and this one, the interpreter's version, and jaxlib's (its
+    parser and serializer decide the verdicts too)."""
     from jaxlib.version import __version__ as jaxlib_version
 
     digest = hashlib.sha256(jaxlib_version.encode())
+    # the interpreter's: `str.isidentifier` (the manifest's names) follows its Unicode tables,
+    # and a cache is shared by every Python of the user (3.11 has Unicode 14.0, 3.12 15.0)
+    interpreter = (sys.version, sys.implementation.cache_tag, unicodedata.unidata_version)
+    digest.update(repr(interpreter).encode())
     here = Path(__file__)
     rooms = [here.parent.parent / room for room in ("_format", "_isolation")]
     for path in [*(p for room in rooms for p in sorted(room.glob("*.py"))), here]:
