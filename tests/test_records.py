@@ -285,6 +285,7 @@ def test_a_manifest_read_tolerantly_warns_on_every_read(tmp_path):
 
 
 def test_the_fields_a_remembered_dump_must_have_are_the_models():
+    assert FUNCTION_FIELDS == tuple(_manifest.FunctionFields.model_fields)
     assert _manifest_records._MANIFEST_FIELDS == tuple(_manifest.Manifest.model_fields)
     assert _manifest_records._BUNDLE_FIELDS == tuple(_bundle_manifest.BundleManifest.model_fields)
 

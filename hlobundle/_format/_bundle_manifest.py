@@ -44,11 +44,6 @@ class FunctionEntry(FunctionFields):
         return check_identifier(name)
 
 
-_FUNCTION_FIELDS = FUNCTION_FIELDS
-# what a record of a function's view takes from its entry (`_records.py`): the model's fields
-assert tuple(FunctionFields.model_fields) == FUNCTION_FIELDS, "_fields.FUNCTION_FIELDS is stale"
-
-
 class BundleManifest(BundleManifestMethods, _Model):
     """`manifest.json` of a 2.0 bundle: several named functions over one set of files."""
 
@@ -74,7 +69,7 @@ class BundleManifest(BundleManifestMethods, _Model):
         """Each function as a manifest of its own (validated as one), by name, in order."""
         views = {}
         for i, f in enumerate(self.functions):
-            data = {k: getattr(f, k) for k in _FUNCTION_FIELDS}
+            data = {k: getattr(f, k) for k in FUNCTION_FIELDS}
             try:
                 views[f.name] = Manifest.model_validate(
                     {
@@ -112,7 +107,7 @@ def combine(
         default_function=None if default is None else identifier(default),
         functions=[
             FunctionEntry(
-                name=identifier(v.function), **{k: getattr(v, k) for k in _FUNCTION_FIELDS}
+                name=identifier(v.function), **{k: getattr(v, k) for k in FUNCTION_FIELDS}
             )
             for v in views
         ],
