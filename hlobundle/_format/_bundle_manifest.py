@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from ._dtypes import SUB_BYTE_BITS
-from ._fields import FUNCTION_FIELDS, BundleManifestMethods, functions_of  # noqa: F401
+from ._fields import FUNCTION_FIELDS, SHARED_FIELDS, BundleManifestMethods
 from ._manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -77,9 +77,7 @@ class BundleManifest(BundleManifestMethods, _Model):
                         "format": self.format,
                         "format_version": self.format_version,
                         "function": f.name,
-                        "provenance": self.provenance,
-                        "files": self.files,
-                        "metadata": self.metadata,
+                        **{k: getattr(self, k) for k in SHARED_FIELDS},
                     },
                     strict=False,
                 )

@@ -56,6 +56,8 @@ FUNCTION_FIELDS = (
     "independent_rows",
     "platforms",
 )
+# What each function's view takes from a manifest of several functions: the bundle's own fields.
+SHARED_FIELDS = ("provenance", "files", "metadata")
 
 
 # The mixins declare no fields (pydantic would take an annotation here for one of its own):

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from ._fields import (
     FUNCTION_FIELDS,
+    SHARED_FIELDS,
     BundleManifestMethods,
     DeviceMeshMethods,
     FunctionMethods,
@@ -198,16 +199,15 @@ class BundleManifestRecord(BundleManifestMethods, Record):
     def _view(self, f: FunctionEntryRecord) -> ManifestRecord:
         """Function `f` as a manifest of its own, as `BundleManifest.views` makes it: its
         fields, and the bundle's, sharing their records."""
-        shared = ("provenance", "files", "metadata")
         data = {
             **{k: f._dump[k] for k in FUNCTION_FIELDS},
             "format": self.format,
             "format_version": self.format_version,
             "function": f.name,
-            **{k: self._dump[k] for k in shared},
+            **{k: self._dump[k] for k in SHARED_FIELDS},
         }
         built = {k: f.__dict__[k] for k in FUNCTION_FIELDS}
-        built.update((k, self.__dict__[k]) for k in shared)
+        built.update((k, self.__dict__[k]) for k in SHARED_FIELDS)
         return ManifestRecord(data, built)
 
 

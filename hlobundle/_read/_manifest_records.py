@@ -22,17 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from .._format import _records
 from .._format._errors import NotABundleError, UnsafePathError
-from .._format._fields import FUNCTION_FIELDS, MANIFEST_NAME, MAX_MANIFEST_BYTES
+from .._format._fields import FUNCTION_FIELDS, MANIFEST_NAME, MAX_MANIFEST_BYTES, SHARED_FIELDS
 from . import _cache, _modules
 
 if TYPE_CHECKING:
     from ._files import AnyManifest
 
 MANIFESTS = "manifests"  # the cache's subdirectory
-_SHARED = ("provenance", "files", "metadata")
 # the models' fields, in order (tests/test_records.py checks them against model_fields)
-_MANIFEST_FIELDS = (*FUNCTION_FIELDS, "format", "format_version", "function", *_SHARED)
-_BUNDLE_FIELDS = ("format", "format_version", "default_function", "functions", *_SHARED)
+_MANIFEST_FIELDS = (*FUNCTION_FIELDS, "format", "format_version", "function", *SHARED_FIELDS)
+_BUNDLE_FIELDS = ("format", "format_version", "default_function", "functions", *SHARED_FIELDS)
 _SUFFIX = ".json"
 
 

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from .._format import _chunks, _paths, _signature, _tensors
-from .._format._bundle_manifest import BundleManifest, combine, functions_of, minimum_version
+from .._format._bundle_manifest import BundleManifest, combine, minimum_version
 from .._format._errors import HashMismatchError
+from .._format._fields import functions_of
 from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry, Manifest
 from .._format._signature import SigningKey
 from . import _target

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from .._format._bundle_manifest import BundleManifest, combine, functions_of
+from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
-from .._format._fields import ManifestMethods
+from .._format._fields import ManifestMethods, functions_of
 from .._format._manifest import Manifest, TensorRef
 
 Arrays = dict[str, dict[str, tuple[np.ndarray, Any]]]
