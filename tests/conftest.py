@@ -123,3 +123,16 @@ def _each_iree_compile_once(tmp_path_factory):
     _iree_compile._run_compiler = run_compiler
     yield
     _iree_compile._run_compiler = compile_once
+
+
+@pytest.fixture(scope="session")
+def script_zygote(tmp_path_factory):
+    """`script_zygote(SCRIPT, *ARGS, cwd=None)`: `python SCRIPT ARGS` in a process of its own, a
+    fork of this worker's one script zygote (tests/script_zygote.py, which imported jax and
+    numpy once, never hlobundle), answered as `subprocess.run` would answer; a script that
+    imported hlobundle fails (an emitted script is standalone)."""
+    from helpers import ChildProcess
+
+    zygote = ChildProcess(tmp_path_factory.mktemp("zygote"), "script_zygote.py")
+    yield zygote
+    zygote.close()

@@ -242,7 +242,7 @@ class ChildProcess:
         self._command = [sys.executable, str(ROOT / "tests" / script), *options]
         self._scratch, self._proc, self._count = scratch, None, 0
 
-    def __call__(self, *args: Any) -> subprocess.CompletedProcess[str]:
+    def __call__(self, *args: Any, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         if self._proc is None:
             self._proc = subprocess.Popen(
                 self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -251,7 +251,12 @@ class ChildProcess:
         out, err = (self._scratch / f"{self._count}.{n}" for n in ("out", "err"))
         argv = [str(a) for a in args]
         try:
-            request = {"args": argv, "out": str(out), "err": str(err), "cwd": os.getcwd()}
+            request = {
+                "args": argv,
+                "out": str(out),
+                "err": str(err),
+                "cwd": str(cwd or os.getcwd()),
+            }
             self._proc.stdin.write(json.dumps(request))
             self._proc.stdin.write("\n")
             self._proc.stdin.flush()

@@ -27,15 +27,16 @@ import hlobundle
 sys.path.insert(0, str(ROOT / "examples"))
 import lenet5  # noqa: E402
 
-# The script zygote of this module (tests/script_zygote.py): `run_script` and `run_code` fork it.
-_ZYGOTE: list[ChildProcess] = []
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _zygote(tmp_path_factory):
-    _ZYGOTE.append(ChildProcess(tmp_path_factory.mktemp("zygote"), "script_zygote.py"))
+@pytest.fixture(autouse=True)
+def _zygote(script_zygote):
+    _ZYGOTE.append(script_zygote)
     yield
-    _ZYGOTE.pop().close()
+    _ZYGOTE.pop()
+
+
+# The worker's script zygote (conftest.py's `script_zygote`), for the module's helpers.
+_ZYGOTE: list[ChildProcess] = []
 
 
 def run_script(path, *args):

@@ -5,7 +5,6 @@ weights are stored once."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import jax
@@ -78,14 +77,12 @@ def test_the_weights_are_stored_once():
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_emitted_scripts_generate_jax_s_text(tmp_path, params):
+def test_emitted_scripts_generate_jax_s_text(tmp_path, params, script_zygote):
     for name in ("prefill", "decode"):
         r = cli("emit", BUNDLE, "--function", name, "-o", tmp_path / f"{name}.py")
         assert r.returncode == 0, r.stderr
     driver = [str(ROOT / "examples" / "lm_generate.py"), "prefill.py", "decode.py", "A bundle "]
-    r = subprocess.run(
-        [sys.executable, *driver, "30"], cwd=tmp_path, capture_output=True, text=True
-    )
+    r = script_zygote(*driver, "30", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     [want] = lm.generate(jax.jit(lm.prefill), jax.jit(lm.decode), params, ["A bundle "], 30)
     assert r.stdout.rstrip("\n") == want

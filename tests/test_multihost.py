@@ -121,31 +121,20 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_two_processes_match_one_and_each_reads_only_its_shards(sharded_64_mib):
-    sharded = sharded_64_mib
-    one = subprocess.run(
-        [sys.executable, "-c", WORKER, str(sharded)],
-        env=_env(4),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
-    single = json.loads(one.stdout.strip().splitlines()[-1])
-    results = []
-    for status, out, err in _on_two_processes([sys.executable, "-c", WORKER, str(sharded)]):
-        assert status == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    size = SIDE * SIDE * 4
-    assert single["devices"] == 4 and single["read"] > 0.9 * size  # one process reads it all
-    for r in results:
-        assert (r["devices"], r["local"]) == (4, 2)
-        assert r["sha256"] == single["sha256"]  # the same result, gathered on every process
-        assert 0.4 * size < r["read"] < 0.65 * size, r  # its half, not the whole weight
-    w = hlobundle.load(sharded).tensor("w")
+def test_two_processes_give_the_result_and_each_reads_only_its_shards(sharded_64_mib):
     import hashlib
 
-    assert single["sha256"] == hashlib.sha256((np.asarray(w) * 2 + 1).tobytes()).hexdigest()
+    sharded = sharded_64_mib
+    w = hlobundle.load(sharded).tensor("w")
+    want = hashlib.sha256((np.asarray(w) * 2 + 1).tobytes()).hexdigest()
+    size = SIDE * SIDE * 4
+    for status, out, err in _on_two_processes([sys.executable, "-c", WORKER, str(sharded)]):
+        assert status == 0, err[-3000:]
+        r = json.loads(out.strip().splitlines()[-1])
+        assert (r["devices"], r["local"]) == (4, 2)
+        assert r["sha256"] == want  # the whole result, gathered on every process
+        # its half, not the whole weight: a process reading all of it adds the whole size
+        assert 0.4 * size < r["read"] < 0.65 * size, r
 
 
 @pytest.mark.slow

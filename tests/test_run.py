@@ -289,13 +289,13 @@ def test_a_bundle_calling_lapack_runs_on_every_backend(tmp_path, backend):
 @pytest.mark.parametrize(
     "backend", [pytest.param("enzyme", marks=pytest.mark.slow), "xla"] if ENZYME else ["xla"]
 )
-def test_an_emitted_script_of_a_bundle_calling_lapack_runs(tmp_path, backend):
+def test_an_emitted_script_of_a_bundle_calling_lapack_runs(tmp_path, backend, script_zygote):
     """The emitted enzyme script calls hlo_call on the module text, which does not initialize
     jax's LAPACK kernels: it must do so itself, or the call jumps through a null pointer."""
     bundle = _solve_bundle(tmp_path / "solve")
     script = tmp_path / "run.py"
     hlobundle.emit_script(bundle, script, backend=backend)
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    r = script_zygote(script)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.rstrip().endswith("ok") and "max abs diff from expected 0" in r.stdout
 

@@ -20,8 +20,6 @@ from jax.sharding import PartitionSpec as P
 
 import hlobundle
 
-EIGHT = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-
 
 def _mesh_4x2():
     from jax.sharding import AxisType
@@ -112,7 +110,7 @@ def test_device_count_errors(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", [pytest.param("enzyme", marks=needs_enzyme), "xla"])
 @pytest.mark.subprocess
-def test_emitted_script_runs_a_sharded_bundle(tmp_path, backend):
+def test_emitted_script_runs_a_sharded_bundle(tmp_path, backend, script_zygote):
     x = jax.device_put(
         np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(_mesh_4x2(), P("x", "y"))
     )
@@ -126,9 +124,7 @@ def test_emitted_script_runs_a_sharded_bundle(tmp_path, backend):
         "MESH_AXES = [('x', 4), ('y', 2)]" in source
         and "ARGUMENT_SHARDINGS = [['x', 'y']]" in source
     )
-    r = subprocess.run(
-        [sys.executable, tmp_path / "run.py"], capture_output=True, text=True, env=EIGHT
-    )
+    r = script_zygote(tmp_path / "run.py")  # on this session's 8 CPU devices
     assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]
 
 
