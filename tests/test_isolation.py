@@ -214,18 +214,64 @@ def test_a_call_interrupted_here_kills_its_child(tmp_path, monkeypatch):
 def test_the_portable_child_caps_its_address_space_before_reading_a_byte(how):
     # The address-space limit is the first thing the child does: below what MLIR's bindings
     # need to deserialize anything, a valid artifact does not load; at the real limit, it does.
+    # The same holds of the allowance beyond what it holds at its start.
     artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
-    rest = [str(_limits.MAX_MLIR_NESTING), str(_limits.MAX_MODULE_BYTES)]
-    real = _run(
-        _child.PORTABLE_CHILD,
-        artifact,
-        args=[str(_limits.CHILD_MEMORY_BYTES), *rest],
-        how=how,
-        timeout=60,
-    )
+    depth, chars = str(_limits.MAX_MLIR_NESTING), str(_limits.MAX_MODULE_BYTES)
+    cap, allowance = str(_limits.CHILD_MEMORY_BYTES), str(_limits.child_allowance(len(artifact)))
+
+    def run(*args: str):
+        return _run(_child.PORTABLE_CHILD, artifact, args=list(args), how=how, timeout=60)
+
+    real = run(cap, depth, chars, allowance)
     assert real.status == 0 and real.stdout.startswith(b"module")
-    starved = _run(_child.PORTABLE_CHILD, artifact, args=[str(1 << 20), *rest], how=how, timeout=60)
-    assert starved.status != 0 and not starved.stdout
+    for starved in (run(str(1 << 20), depth, chars, allowance), run(cap, depth, chars, "0")):
+        assert starved.status != 0 and not starved.stdout
+
+
+_MAPS_3_GB = r"""
+import resource, sys
+from hlobundle import HloBundleError
+from hlobundle._format import _portable
+from hlobundle._isolation import _fork_servers
+_portable.FORK_SERVER = sys.argv[2] == "forked"
+try:
+    _portable.canonical_in_child(open(sys.argv[1], "rb").read(), path="a.mlirbc")
+except HloBundleError as e:
+    print(e.code)
+_fork_servers._stop_servers()  # reaped: its forks' peak is now among this process's children's
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+@both
+def test_a_tiny_artifact_cannot_make_its_child_map_gigabytes(how):
+    # 796 bytes, a fuzzer's mutation of a backward module's artifact (fuzz/fuzz_forms.py, case
+    # 440412795), for which MLIR's bytecode reader makes and touches 3.4 GB before it finds a
+    # type index out of range: 2 s of the kernel's time, and with the 16 GiB cap alone, a few
+    # such files in a bundle could take a machine's memory. The child may map only an
+    # allowance that grows with the artifact's size beyond what it held when it started.
+    artifact = ROOT / "tests" / "hostile" / "maps_3_gb.mlirbc"
+    r = subprocess.run(
+        [sys.executable, "-c", _MAPS_3_GB, str(artifact), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    code, peak = r.stdout.split()
+    assert code == "MLIR_INVALID", r.stderr[-2000:]
+    assert int(peak) < 1 << 30, f"the child held {int(peak) >> 20} MiB"
+
+
+def test_the_portable_child_parses_on_one_thread(monkeypatch):
+    # A thread pool takes a stack and a heap per core out of the allowance: on a machine of
+    # many cores, it alone would pass it.
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(_child.PORTABLE_CHILD.parent))  # as the child runs
+    spec = importlib.util.spec_from_file_location("portable_child", _child.PORTABLE_CHILD)
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    assert child.reader_context().get_num_threads() == 1
 
 
 # --- the fork server --------------------------------------------------------------------------

@@ -20,7 +20,11 @@ MAX_MLIR_NESTING = 256  # brackets open at once in a text module, outside string
 MAX_RANK = 64  # dimensions of any tensor type in a text module
 CHILD_TIMEOUT_S = 120  # a portable artifact deserialized in a child process, at most
 CHILD_BASE_S, CHILD_S_PER_MIB = 10, 2  # ... and 10 s plus 2 s per MiB of artifact
-CHILD_MEMORY_BYTES = 16 * GIB  # its address-space limit
+CHILD_MEMORY_BYTES = 16 * GIB  # its address-space limit, at most
+# ... and the address space it may add to what it holds when it starts, which grows with the
+# artifact (MLIR's bytecode reader trusts the counts it reads: 796 mutated bytes made it map
+# 3.4 GB before it found them wrong): enough to import MLIR's bindings, deserialize and print
+CHILD_ALLOWANCE_BASE, CHILD_ALLOWANCE_PER_BYTE = 1 * GIB, 32
 COMPILE_TIMEOUT_S = 600  # iree-compile of a bundle's module, in a child process
 
 # An ahead-of-time executable (SPEC.md, "Executables"), read whole into memory once.
@@ -36,6 +40,11 @@ MAX_GENERATED_INPUT_BYTES = 4 * GIB
 
 # A signature file (SPEC.md, "Signature"): a few KiB, even with a certificate chain.
 MAX_SIGNATURE_BYTES = 1 << 20
+
+
+def child_allowance(artifact_bytes: int) -> int:
+    """How much address space a child reading an artifact of this size may add to its own."""
+    return min(CHILD_MEMORY_BYTES, CHILD_ALLOWANCE_BASE + CHILD_ALLOWANCE_PER_BYTE * artifact_bytes)
 
 
 def child_timeout_s(artifact_bytes: int) -> float:

@@ -75,7 +75,7 @@ def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, 
     what = "the StableHLO portable artifact"
     stdout, why, status = run_child(
         CHILD,
-        _child_args(max_chars),
+        _child_args(max_chars, len(artifact)),
         artifact,
         path=path,
         what=what,
@@ -150,8 +150,13 @@ def run_child(
     return done.stdout, why, done.status
 
 
-def _child_args(max_chars: int) -> list[str]:
-    limits = (_limits.CHILD_MEMORY_BYTES, _limits.MAX_MLIR_NESTING, max_chars)
+def _child_args(max_chars: int, artifact_bytes: int) -> list[str]:
+    limits = (
+        _limits.CHILD_MEMORY_BYTES,
+        _limits.MAX_MLIR_NESTING,
+        max_chars,
+        _limits.child_allowance(artifact_bytes),
+    )
     return [str(n) for n in limits]
 
 

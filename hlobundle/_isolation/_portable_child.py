@@ -7,7 +7,8 @@ back the canonical text, or a crash as an exit status. It imports nothing of the
 `_mlir_context.py` beside it, so that it parses in the context the reader builds.
 
 Protocol: the artifact on stdin; arguments: the address-space limit in bytes, the deepest op
-nesting allowed, and the most characters of canonical text wanted. On success exit 0 and the
+nesting allowed, the most characters of canonical text wanted, and the address space in bytes
+the child may add to what it holds when it starts (the lower of the two limits holds). On success exit 0 and the
 canonical text on stdout; when the artifact does not load, exit 1 and one line on stderr; when
 its ops nest deeper than allowed, exit 3 and one line on stderr (it is not printed: a print
 indents every line by its depth, so a deep module of a few KiB prints gigabytes); when the text
@@ -16,6 +17,7 @@ is longer than wanted, exit 4 and its first characters on stdout.
 
 import resource
 import sys
+from typing import Any
 
 
 def preload() -> None:
@@ -27,16 +29,17 @@ def preload() -> None:
 
 def main() -> int:
     limit, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]
-    max_depth, max_chars = int(sys.argv[2]), int(sys.argv[3])
+    max_depth, max_chars, allowance = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    limit = min(limit, mapped() + allowance)
     limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # never above ours
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     data = sys.stdin.buffer.read()
 
-    from _mlir_context import canonical, new_context
+    from _mlir_context import canonical
     from jaxlib.mlir.dialects import stablehlo
 
-    context = new_context()
+    context = reader_context()
     try:
         module = stablehlo.deserialize_portable_artifact(context, data)
     except Exception as e:  # the bindings raise bare ValueError/RuntimeError
@@ -49,6 +52,26 @@ def main() -> int:
     text = canonical(module)
     sys.stdout.write(text[:max_chars])
     return 4 if len(text) > max_chars else 0
+
+
+def reader_context() -> Any:
+    """The reader's context (`_mlir_context.py`) without a thread pool: its threads' stacks and
+    heaps, one each per core, would take the allowance, and the text is the same."""
+    from _mlir_context import new_context
+
+    context = new_context()
+    context.enable_multithreading(False)
+    return context
+
+
+def mapped() -> int:
+    """The address space this process holds now, in bytes (Linux's /proc; where there is none,
+    0, and the allowance alone is the limit)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def nesting_over(module: object, limit: int) -> bool:
