@@ -101,27 +101,26 @@ ALONE = [
 
 
 @pytest.mark.parametrize(("file", "section", "code"), ALONE)
-def test_python_block_runs_twice_in_a_row(tmp_path, monkeypatch, file, section, code):
-    # Alone, in a directory of its own; then again, as a reader runs a block after editing it:
-    # it writes to fresh paths or replaces (force=True) what its first run wrote.
+def test_python_block_runs(tmp_path, monkeypatch, file, section, code):
     if _missing_extra(code):
         pytest.skip(_missing_extra(code))
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
-    for _ in range(2):
-        _exec(file, section, code)
-        assert os.getcwd() == str(tmp_path)
+    _exec(file, section, code)
+    assert os.getcwd() == str(tmp_path)
 
 
-@pytest.mark.slow  # another run of every block; each runs alone above in the edit-test loop
+@pytest.mark.slow  # each block twice more; each runs alone above in the edit-test loop
 @pytest.mark.parametrize("file", sorted({file for file, _, _ in PYTHON}))
-def test_python_blocks_of_a_file_run_one_after_another(tmp_path, monkeypatch, file):
-    # A reader runs them in one directory: no block may write where an earlier one wrote.
+def test_python_blocks_of_a_file_run_one_after_another_twice(tmp_path, monkeypatch, file):
+    # A reader runs them in one directory: no block may write where an earlier one wrote. Then
+    # again, as a reader runs a block after editing it: each writes to fresh paths or replaces
+    # (force=True) what its first run wrote.
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
-    for section, code in [(s, code) for f, s, code in PYTHON if f == file]:
-        if not _missing_extra(code):  # an extra: run alone above, when it is installed
-            _exec(file, section, code)
+    blocks = [(s, code) for f, s, code in PYTHON if f == file and not _missing_extra(code)]
+    for section, code in blocks * 2:  # an extra's block: run alone above, when it is installed
+        _exec(file, section, code)
 
 
 def _bash(block: str, cwd: Path, **env: str):
