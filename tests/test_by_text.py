@@ -16,6 +16,7 @@ class Owner:
     pass
 
 
+@pytest.mark.slow
 def test_an_entry_lives_while_any_of_its_owners_does():
     registry: ByText[int] = ByText()
     a, b = Owner(), Owner()

@@ -96,6 +96,7 @@ def test_the_signed_bundle_needs_its_own_key(tmp_path):
         hlobundle.load(CORPUS / "1.2" / "predict.hlobundle", public_key=other)
 
 
+@pytest.mark.slow
 def test_todays_writer_writes_each_recipe_at_the_corpus_version(tmp_path):
     """A writer writes the oldest version that can express a bundle (SPEC.md 5): the corpus's
     recipes, written again by today's writer, come out at the version their corpus folder has."""

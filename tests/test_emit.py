@@ -52,6 +52,7 @@ def run_code(code, where, *args):
     return run_script(caller, *args)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_each_script_runs_in_a_fresh_process_whose_end_is_reported(tmp_path):
     script = tmp_path / "s.py"

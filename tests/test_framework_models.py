@@ -52,6 +52,7 @@ def test_an_equinox_module_is_stored_as_its_leaves_and_called_as_itself(tmp_path
     assert isinstance(grads, eqx.nn.MLP)
 
 
+@pytest.mark.slow
 def test_flax_variables_and_a_namedtuple_keep_their_structure(tmp_path):
     linen = pytest.importorskip("flax.linen", reason="flax is in the dev extra")
 

@@ -142,6 +142,7 @@ def test_sharded_and_custom_call_bundles_are_refused(tmp_path):
     assert "custom calls ['my_kernel']" in _iree_compile.refusal(with_call)
 
 
+@pytest.mark.slow
 def test_the_suites_single_threaded_compiler_writes_the_same_bytes():
     # tests/conftest.py runs iree-compile on one thread: what it compiles must be what the
     # package's own flags compile, or every IREE test would test another program.
@@ -629,6 +630,7 @@ def test_conformance_cli_reports_refusals():
     assert "valid_dtype_int4" in r.stdout and "refused" in r.stdout and "0 failed" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_stored_executable_runs_without_the_compiler(compiled):
     """A deployment with iree-base-runtime alone: the trusted stored executable runs; without

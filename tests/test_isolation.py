@@ -97,6 +97,7 @@ def test_a_crash_ends_the_child_only(tmp_path, how, body, sig):
     assert _run(script, b"", how=how).status == 0
 
 
+@pytest.mark.slow
 @both
 def test_a_child_that_hangs_is_killed_at_its_deadline(tmp_path, how):
     script = _script(tmp_path, "def main():\n    time.sleep(600)\n")

@@ -27,6 +27,7 @@ import ast
 import functools
 import re
 
+import pytest
 from helpers import ROOT
 
 import hlobundle
@@ -151,6 +152,7 @@ def _upward(modules) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_imports_only_go_down():
     assert _upward(_modules()) == []
 

@@ -208,6 +208,7 @@ def signed(tmp_path_factory, keys):
     return out
 
 
+@pytest.mark.slow
 def test_a_signature_travels_as_a_referrer_and_is_checked_before_writing(
     registry, signed, keys, tmp_path
 ):
@@ -407,6 +408,7 @@ def _shards(bundle: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in bundle.glob("weights-*.safetensors")}
 
 
+@pytest.mark.slow
 def test_a_new_version_sharing_nine_of_ten_shards_fetches_only_the_new_one(registry, tmp_path):
     """Pulled after the old version, through a proxy that counts what the registry sends: the
     files that changed (one shard, the expected outputs, the manifest), and beyond them only
@@ -433,6 +435,7 @@ def test_a_new_version_sharing_nine_of_ten_shards_fetches_only_the_new_one(regis
         assert (tmp_path / "pulled-v2" / name).read_bytes() == (new / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_a_pulled_file_changed_afterwards_is_fetched_again_not_reused(registry, tmp_path):
     """The store remembers where a pull put each file: a file changed there since is hashed
     again by the next pull, which finds other bytes and fetches it."""

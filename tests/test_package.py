@@ -48,6 +48,7 @@ def test_schema_is_current():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_inspect_and_verify_do_not_import_jax(tmp_path):
     b = small_bundle(tmp_path)

@@ -46,6 +46,7 @@ def test_escaped_quotes_and_backslashes_do_not_end_a_json_string():
         _prechecks.check_json(b'["\\\\", ' + b"[" * 65 + b"]" * 65 + b"]", path="m.json")
 
 
+@pytest.mark.slow
 @given(
     st.recursive(
         st.none() | st.integers() | st.text(alphabet='[]{}"\\\n ab\u00e9'),

@@ -52,6 +52,7 @@ def _on_a_terminal(*args: object) -> tuple[int, str]:
     return proc.wait(), seen.decode(errors="replace")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_verify_shows_progress_on_a_terminal(big):
     status, stderr = _on_a_terminal("verify", big)
@@ -59,6 +60,7 @@ def test_verify_shows_progress_on_a_terminal(big):
     assert "checking inputs.safetensors" in stderr and "64.0M" in stderr
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_pack_shows_progress_on_a_terminal(big, tmp_path):
     module = tmp_path / "m.mlir"
@@ -167,6 +169,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_ctrl_c_during_pack_stops_it_promptly_and_leaves_nothing(big, tmp_path):
     import signal

@@ -238,6 +238,7 @@ def test_aliasing_is_recorded(packed):
     assert [r.aliases for r in m.results] == [None, None, None, 0]
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_fixture_15_packs_and_inspects_without_allocating(tmp_path):
     code = (

@@ -223,6 +223,7 @@ print(json.dumps({{"pydantic": "pydantic" in sys.modules, "shape": list(x.shape)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_second_load_of_the_same_bytes_imports_no_pydantic(tmp_path):
     bundle = tmp_path / "b.hlobundle"

@@ -78,6 +78,7 @@ def used_bytes(bundle: Path, function: str) -> int:
     return total + sum(e - b for b, e in (_chunks.span(len(data), chunk, i) for i in chunks))
 
 
+@pytest.mark.slow
 def test_the_bundle_is_one_chunked_weights_file(bundle):
     manifest = json.loads((bundle / "manifest.json").read_bytes())
     assert manifest["format_version"] == "2.1"
@@ -268,6 +269,7 @@ def registry(tmp_path_factory):
         yield running
 
 
+@pytest.mark.slow
 def test_loading_one_function_from_a_registry_fetches_only_what_it_uses(bundle, registry):
     """Through a proxy that counts what the registry sends: the function's files and chunks,
     and beyond them only the registry's answers' headers and its artifact manifest."""
@@ -288,6 +290,7 @@ def test_loading_one_function_from_a_registry_fetches_only_what_it_uses(bundle, 
     b.verify()
 
 
+@pytest.mark.slow
 def test_a_registry_bundle_is_pinned_and_signed_with_its_referrer(bundle, registry, tmp_path):
     import shutil
 

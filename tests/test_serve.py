@@ -1076,6 +1076,7 @@ def _ask(client, model, **inputs):
     return client.post(f"/v2/models/{model}/infer", json=body)
 
 
+@pytest.mark.slow
 def test_every_function_of_a_bundle_is_a_model_with_variable_dimensions(functions):
     models = load_models([functions], backend="xla")
     assert sorted(models) == ["fns", "fns.center", "fns.pair", "fns.predict"]
@@ -1327,6 +1328,7 @@ def test_pinned_sizes_compile_at_start_up_and_others_are_refused(functions):
         load_models([functions], backend="xla", sizes={"b": [1, 2, 3]}, max_shapes=2)
 
 
+@pytest.mark.slow
 def test_a_new_shape_finding_every_compile_slot_taken_gets_a_503(functions, monkeypatch):
     """A new shape waits COMPILE_WAIT_S (0.5 s here) for a compile slot: it runs when one frees
     within that time, and is answered 503 after it, not before and not much later."""

@@ -76,6 +76,7 @@ def _reference(images):
     return np.asarray(bundle.function("xla")(*args))
 
 
+@pytest.mark.slow
 def test_health_and_metadata(server):
     assert server.is_server_live() and server.is_server_ready()
     assert server.is_model_ready("lenet5")

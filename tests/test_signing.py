@@ -239,6 +239,7 @@ def test_run_with_the_right_key_runs(bundle, keys):
     assert b.signer.startswith("key ")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_standard_tool_verifies_what_hlobundle_signs(bundle, keys):
     _signed(bundle, keys)

@@ -130,6 +130,7 @@ def test_refresh_rewrites_the_artifact(bundles, name, tmp_path):
     _clean(cli("verify", out))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["stored", "bare", "huge"])
 def test_compile_stores_an_executable(bundles, name, tmp_path):
     pytest.importorskip("iree.compiler", reason="the iree extra is not installed")

@@ -303,6 +303,7 @@ def test_a_remembered_verdict_other_than_accepted_is_a_miss(tmp_path, monkeypatc
     assert len(parsed) == len(verdicts), parsed
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_verify_of_bytes_checked_before_imports_no_numpy(tmp_path):
     import os

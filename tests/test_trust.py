@@ -600,6 +600,7 @@ def _verdicts(root):
     return sorted((root / "checks").glob("*/*.json")) if (root / "checks").is_dir() else []
 
 
+@pytest.mark.slow
 def test_a_verdict_is_recorded_once_a_bundle_passed_and_recalled_without_parsing(
     add_bundle, tmp_path
 ):
