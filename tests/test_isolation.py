@@ -263,6 +263,41 @@ def test_a_tiny_artifact_cannot_make_its_child_map_gigabytes(how):
     assert int(peak) < 1 << 30, f"the child held {int(peak) >> 20} MiB"
 
 
+@pytest.mark.slow
+def test_an_op_dense_module_parses_and_prints_within_its_allowance_per_byte():
+    # The allowance's share per byte of artifact, without its base, in a fork (MLIR's bindings
+    # already mapped): 200,000 small ops, whose bytecode is far smaller per op than what the
+    # reader and printer hold per op. Here it needs between 16 and 32 bytes per byte (16
+    # refused it); a million such ops, alone in a fresh interpreter, held 65-75 (imports
+    # included).
+    from jaxlib.mlir import ir
+
+    from hlobundle._format import _mlir
+
+    ty = "tensor<2x3x4x5xf32>"
+    ops = "\n".join(f"  %v{i} = stablehlo.add %v{i - 1}, %a : {ty}" for i in range(1, 200_000))
+    text = f"func.func public @main(%a: {ty}) -> {ty} {{\n  %v0 = stablehlo.add %a, %a : {ty}\n"
+    text += f"{ops}\n  return %v199999 : {ty}\n}}"
+    with _mlir.context():
+        artifact = _mlir.to_portable(ir.Module.parse(text), _mlir.default_target())
+    allowance = _limits.CHILD_ALLOWANCE_PER_BYTE * len(artifact)
+    args = [
+        _limits.CHILD_MEMORY_BYTES,
+        _limits.MAX_MLIR_NESTING,
+        _limits.MAX_MODULE_BYTES,
+        allowance,
+    ]
+    done = _run(
+        _child.PORTABLE_CHILD,
+        artifact,
+        args=[str(a) for a in args],
+        timeout=120,
+        max_output=1 << 26,
+    )
+    assert done.status == 0, done.stderr[-500:]
+    assert done.stdout.count(b"stablehlo.add") == 200_000
+
+
 def test_the_portable_child_parses_on_one_thread(monkeypatch):
     # A thread pool takes a stack and a heap per core out of the allowance: on a machine of
     # many cores, it alone would pass it.
