@@ -85,6 +85,15 @@ def test_a_call_runs_main_with_its_arguments_and_data_in_a_process_of_its_own(tm
 
 
 @both
+def test_a_child_runs_with_one_blas_thread(tmp_path, how, monkeypatch):
+    # numpy, which MLIR's bindings import, would start a BLAS thread per core, each taking
+    # address space out of a child's allowance: however the caller set it.
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
+    body = "def main():\n    sys.stdout.write(os.environ.get('OPENBLAS_NUM_THREADS', '-'))\n"
+    assert _run(_script(tmp_path, body), how=how).stdout == b"1"
+
+
+@both
 @pytest.mark.parametrize(
     ("body", "sig"),
     [("os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"), ("os.abort()", "SIGABRT")],

@@ -115,6 +115,46 @@ def test_the_packer_never_deserializes_the_vjp_itself(exported, tmp_path, monkey
     assert hlobundle.load(tmp_path / "b", verify=True).manifest.vjp is not None
 
 
+_PACK_AND_PEAK = r"""
+import resource, sys
+from hlobundle._cli._main import main
+code = main(["pack", "--from-jax-export", sys.argv[1], "-o", sys.argv[2]])
+from hlobundle._isolation import _fork_servers
+_fork_servers._stop_servers()  # reaped: its forks' peak is now among this process's children's
+print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_blob_whose_vjp_artifact_maps_gigabytes_is_refused_within_an_allowance(
+    exported, tmp_path
+):
+    # The VJP's artifact is tests/hostile/maps_3_gb.mlirbc, which makes MLIR's bytecode reader
+    # map and touch 3.4 GB before refusing it. The child that lowers through the VJP has jax's
+    # 16 GiB cap; it first deserializes that artifact within the allowance the portable
+    # artifact's child has. (`_get_vjp` is jax's own field for where an Exported's VJP comes
+    # from: serialize() writes what it returns.)
+    import dataclasses
+    import subprocess
+    import sys
+
+    hostile = (ROOT / "tests" / "hostile" / "maps_3_gb.mlirbc").read_bytes()
+    vjp = dataclasses.replace(exported.vjp(), mlir_module_serialized=hostile)
+    blob = tmp_path / "model.jax"
+    blob.write_bytes(dataclasses.replace(exported, _get_vjp=lambda _: vjp).serialize(vjp_order=1))
+    r = subprocess.run(
+        [sys.executable, "-c", _PACK_AND_PEAK, str(blob), str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    code, peak = r.stdout.split()
+    assert code == "1" and "MLIR_INVALID" in r.stderr and "VJP" in r.stderr, r.stderr[-2000:]
+    assert int(peak) < 1 << 30, f"a child held {int(peak) >> 20} MiB"
+    assert not (tmp_path / "b").exists()
+
+
 @pytest.mark.slow
 def test_backward_modules_are_lowered_in_forks_of_one_server_that_imported_jax(
     exported, tmp_path, monkeypatch

@@ -48,11 +48,14 @@ def run(script: Path, args: list[str], data: bytes, *, timeout: float, max_outpu
     `max_output`)."""
     deadline = time.monotonic() + timeout
     # -E -s: no PYTHON* variables, no user site. A session of its own: a terminal's Ctrl-C
-    # reaches this process only, which then kills the child's group.
+    # reaches this process only, which then kills the child's group. One BLAS thread, as in a
+    # fork server's children: numpy, which MLIR's bindings import, would start one per core,
+    # each taking address space out of the child's allowance.
     command = [sys.executable, "-E", "-s", str(script), *args]
     with _memory_file(data) as stdin:
         child = subprocess.Popen(
             command,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -10,7 +10,9 @@ of the package: `backward_of_exported` lowers as the writer's `_lowering.lower_b
 
 Protocol: the blob on stdin; on success exit 0 and the backward module's text on stdout; when
 the blob does not load, exit 1 and one line on stderr. The first argument is the address-space
-limit in bytes.
+limit in bytes; the second, the address space the VJP's artifact may add while it is first
+deserialized, as `_portable_child.py` deserializes one (MLIR's bytecode reader trusts the
+counts it reads: tests/hostile/maps_3_gb.mlirbc), before jax deserializes it to lower.
 """
 
 import resource
@@ -35,12 +37,30 @@ def main() -> int:
 
     jax.config.update("jax_enable_x64", True)  # the Exported's own dtypes, 64-bit ones too
     try:
-        text = backward_of_exported(export.deserialize(bytearray(data)))
+        exported = export.deserialize(bytearray(data))
+        if exported.has_vjp():
+            deserialize_within(exported.vjp().mlir_module_serialized, int(sys.argv[2]))
+        text = backward_of_exported(exported)
     except Exception as e:  # flatbuffers, jax and the MLIR bindings raise many kinds
         sys.stderr.write(f"{type(e).__name__}: " + " ".join(str(e).split())[:600])
         return 1
     sys.stdout.write(text)
     return 0
+
+
+def deserialize_within(artifact: bytes, allowance: int) -> None:
+    """Deserialize a portable artifact with the address space this process may add held to
+    `allowance`, in the reader's context on one thread (`_portable_child.py`'s): a count bomb
+    fails here, within its allowance; the same bytes then deserialize alike when jax lowers."""
+    from _portable_child import mapped, reader_context
+    from jaxlib.mlir.dialects import stablehlo
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(soft, mapped() + allowance), hard))
+    try:
+        stablehlo.deserialize_portable_artifact(reader_context(), artifact)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def backward_of_exported(exported):

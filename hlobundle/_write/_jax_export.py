@@ -141,7 +141,7 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
     data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
     stdout, _, _ = _portable.run_child(
         _child.JAX_EXPORT_CHILD,
-        [str(_limits.CHILD_MEMORY_BYTES)],
+        [str(_limits.CHILD_MEMORY_BYTES), str(_limits.child_allowance(len(data)))],
         data,
         path="the Exported",
         what="the Exported's VJP",
