@@ -268,8 +268,31 @@ def test_a_tiny_artifact_cannot_make_its_child_map_gigabytes(how):
         timeout=120,
     )
     code, peak = r.stdout.split()
-    assert code == "MLIR_INVALID", r.stderr[-2000:]
+    assert code == "LIMIT_EXCEEDED", r.stderr[-2000:]  # its counts claim more than it may take
     assert int(peak) < 1 << 30, f"the child held {int(peak) >> 20} MiB"
+
+
+@both
+def test_an_artifact_past_its_allowance_is_a_limit_error_not_a_bad_artifact(how, monkeypatch):
+    # A valid artifact whose child runs out of address space (here, with the allowance cut to
+    # 1 MiB) is a LimitError naming the memory, not "does not load" (MLIR_INVALID).
+    from hlobundle._format import _portable
+    from hlobundle.errors import LimitError
+
+    artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
+    monkeypatch.setattr(_limits, "child_allowance", lambda size: 1 << 20)
+    with pytest.raises(LimitError, match="needs more memory than a child process") as e:
+        _portable.run_child(
+            _portable.CHILD,
+            _portable._child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
+            artifact,
+            path="m.mlirbc",
+            what="the artifact",
+            max_output=1 << 24,
+            statuses=(0, 3, 4),
+            forked=how == "forked",
+        )
+    assert e.value.code == "LIMIT_EXCEEDED"
 
 
 @pytest.mark.slow

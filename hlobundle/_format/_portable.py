@@ -10,6 +10,7 @@ a coded error, and its canonical print is compared with the text's, round-trippe
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ CHILD = _child.PORTABLE_CHILD
 # bundle of three forms takes 1.6x as long; of one form, as long).
 FORK_SERVER = True
 _SIGNALS = frozenset(s.value for s in signal.Signals)  # real-time signals have no name
+# A child past its address-space limit: `_portable_child.py`'s own status for what Python sees;
+# an abort with what MLIR or the C++ runtime says when an allocation or a thread fails.
+OUT_OF_MEMORY = 5
+_ALLOCATION_FAILED = re.compile(r"out of memory|bad_alloc|pthread_create failed|allocation failed")
 
 
 def check_same_program(
@@ -135,6 +140,13 @@ def run_child(
         raise LimitError(
             f"{path}: {what} printed more than {max_output} bytes (SPEC.md, 'Reader safety "
             "and security')",
+            path=path,
+        )
+    if done.status == OUT_OF_MEMORY or (done.status < 0 and _ALLOCATION_FAILED.search(why)):
+        raise LimitError(
+            f"{path}: {what} needs more memory than a child process reading {len(data)} bytes "
+            f"may take ({_limits.child_allowance(len(data)) >> 20} MiB beyond what it holds at "
+            f"its start; SPEC.md, 'Reader safety and security'): {why}",
             path=path,
         )
     if done.status < 0:

@@ -10,11 +10,15 @@ Protocol: the artifact on stdin; arguments: the address-space limit in bytes, th
 nesting allowed, the most characters of canonical text wanted, and the address space in bytes
 the child may add to what it holds when it starts (the lower of the two limits holds). On success exit 0 and the
 canonical text on stdout; when the artifact does not load, exit 1 and one line on stderr; when
+the limit on its address space refuses an allocation Python sees (a MemoryError, a library that
+cannot be mapped), exit 5 and one line on stderr; when
 its ops nest deeper than allowed, exit 3 and one line on stderr (it is not printed: a print
 indents every line by its depth, so a deep module of a few KiB prints gigabytes); when the text
 is longer than wanted, exit 4 and its first characters on stdout.
 """
 
+import errno
+import os
 import resource
 import sys
 from typing import Any
@@ -34,6 +38,36 @@ def main() -> int:
     limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # never above ours
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        return read_and_print(max_depth, max_chars)
+    except (MemoryError, OSError, ImportError) as e:
+        if not out_of_memory(e):
+            raise
+        return report_out_of_memory(e)
+
+
+OUT_OF_MEMORY = 5
+_OUT_OF_MEMORY_LINE = b"out of memory: the limit on the child's address space refused an allocation"
+
+
+def report_out_of_memory(e: BaseException) -> int:
+    """One line on stderr: what failed, or, where even that cannot be allocated, a line made
+    beforehand."""
+    try:
+        sys.stderr.write("out of memory: " + " ".join(str(e).split())[:600])
+    except MemoryError:
+        os.write(2, _OUT_OF_MEMORY_LINE)
+    return OUT_OF_MEMORY
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether the address-space limit refused what `e` reports (an import's too)."""
+    if isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM):
+        return True
+    return isinstance(e, ImportError) and "failed to map" in str(e)
+
+
+def read_and_print(max_depth: int, max_chars: int) -> int:
     data = sys.stdin.buffer.read()
 
     from _mlir_context import canonical
@@ -42,6 +76,8 @@ def main() -> int:
     context = reader_context()
     try:
         module = stablehlo.deserialize_portable_artifact(context, data)
+    except MemoryError as e:  # an allocation the limit refused, for counts the bytes claim
+        return report_out_of_memory(e)
     except Exception as e:  # the bindings raise bare ValueError/RuntimeError
         sys.stderr.write(" ".join(str(e).split())[:600])
         return 1
