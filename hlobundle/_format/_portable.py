@@ -28,7 +28,8 @@ CHILD = _child.PORTABLE_CHILD
 # bundle of three forms takes 1.6x as long; of one form, as long).
 FORK_SERVER = True
 _SIGNALS = frozenset(s.value for s in signal.Signals)  # real-time signals have no name
-# A child past its address-space limit: `_portable_child.py`'s own status for what Python sees;
+# A child past its address-space limit: the child scripts' own exit status (they import nothing
+# of the package) for what Python sees;
 # an abort with what MLIR or the C++ runtime says when an allocation or a thread fails.
 OUT_OF_MEMORY = 5
 _ALLOCATION_FAILED = re.compile(r"out of memory|bad_alloc|pthread_create failed|allocation failed")

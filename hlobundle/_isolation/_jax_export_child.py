@@ -9,7 +9,8 @@ of the package: `backward_of_exported` lowers as the writer's `_lowering.lower_b
 (`tests/test_jax_export.py` holds the two to the same text).
 
 Protocol: the blob on stdin; on success exit 0 and the backward module's text on stdout; when
-the blob does not load, exit 1 and one line on stderr. The first argument is the address-space
+the blob does not load, exit 1 and one line on stderr; when an allocation is refused (a
+MemoryError), exit 5 and one line on stderr, as `_portable_child.py` does. The first argument is the address-space
 limit in bytes; the second, the address space the VJP's artifact may add while it is first
 deserialized, as `_portable_child.py` deserializes one (MLIR's bytecode reader trusts the
 counts it reads: tests/hostile/maps_3_gb.mlirbc), before jax deserializes it to lower.
@@ -41,6 +42,10 @@ def main() -> int:
         if exported.has_vjp():
             deserialize_within(exported.vjp().mlir_module_serialized, int(sys.argv[2]))
         text = backward_of_exported(exported)
+    except MemoryError as e:
+        from _portable_child import report_out_of_memory
+
+        return report_out_of_memory(e)
     except Exception as e:  # flatbuffers, jax and the MLIR bindings raise many kinds
         sys.stderr.write(f"{type(e).__name__}: " + " ".join(str(e).split())[:600])
         return 1

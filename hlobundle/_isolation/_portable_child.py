@@ -8,13 +8,13 @@ back the canonical text, or a crash as an exit status. It imports nothing of the
 
 Protocol: the artifact on stdin; arguments: the address-space limit in bytes, the deepest op
 nesting allowed, the most characters of canonical text wanted, and the address space in bytes
-the child may add to what it holds when it starts (the lower of the two limits holds). On success exit 0 and the
-canonical text on stdout; when the artifact does not load, exit 1 and one line on stderr; when
-the limit on its address space refuses an allocation Python sees (a MemoryError, a library that
-cannot be mapped), exit 5 and one line on stderr; when
-its ops nest deeper than allowed, exit 3 and one line on stderr (it is not printed: a print
-indents every line by its depth, so a deep module of a few KiB prints gigabytes); when the text
-is longer than wanted, exit 4 and its first characters on stdout.
+the child may add to what it holds when it starts (the lower of the two limits holds). On
+success exit 0 and the canonical text on stdout; when the artifact does not load, exit 1 and
+one line on stderr; when its ops nest deeper than allowed, exit 3 and one line on stderr (it is
+not printed: a print indents every line by its depth, so a deep module of a few KiB prints
+gigabytes); when the text is longer than wanted, exit 4 and its first characters on stdout;
+when the limit on its address space refuses an allocation Python sees (a MemoryError, a
+library that cannot be mapped), exit 5 and one line on stderr.
 """
 
 import errno
@@ -76,8 +76,8 @@ def read_and_print(max_depth: int, max_chars: int) -> int:
     context = reader_context()
     try:
         module = stablehlo.deserialize_portable_artifact(context, data)
-    except MemoryError as e:  # an allocation the limit refused, for counts the bytes claim
-        return report_out_of_memory(e)
+    except MemoryError:  # an allocation the limit refused, for counts the bytes claim: main()
+        raise
     except Exception as e:  # the bindings raise bare ValueError/RuntimeError
         sys.stderr.write(" ".join(str(e).split())[:600])
         return 1
