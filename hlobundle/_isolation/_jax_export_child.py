@@ -28,6 +28,7 @@ def preload() -> None:
 
 def main() -> int:
     limit, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_AS)[1]
+    allowance = int(sys.argv[2])  # for the VJP's artifact, while it is first deserialized
     limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)  # never above ours
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -40,7 +41,7 @@ def main() -> int:
     try:
         exported = export.deserialize(bytearray(data))
         if exported.has_vjp():
-            deserialize_within(exported.vjp().mlir_module_serialized, int(sys.argv[2]))
+            deserialize_within(exported.vjp().mlir_module_serialized, allowance)
         text = backward_of_exported(exported)
     except MemoryError as e:
         from _portable_child import report_out_of_memory
