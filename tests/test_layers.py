@@ -157,6 +157,7 @@ def test_imports_only_go_down():
     assert _upward(_modules()) == []
 
 
+@pytest.mark.slow  # parses every module of the package, as the guard does
 def test_the_layer_guard_fails_on_each_kind_of_upward_import():
     real = list(_modules())
     broken = {

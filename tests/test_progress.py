@@ -74,6 +74,7 @@ def test_pack_shows_progress_on_a_terminal(big, tmp_path):
     assert (tmp_path / "b" / "inputs.safetensors").exists()
 
 
+@pytest.mark.slow  # a child process on a terminal
 @pytest.mark.subprocess
 def test_no_progress_beside_json_even_on_a_terminal(big):
     status, stderr = _on_a_terminal("verify", big, "--json")

@@ -93,9 +93,18 @@ def _exec(file: str, section: str, code: str) -> None:
     exec(compile(code, f"{file} python block in {section!r}", "exec"), {"__name__": "__docs__"})
 
 
-# The serving guide's blocks each start a model server: alone, they run in the full suite only.
+# Alone, in the full suite only: the serving guide's blocks (each starts a model server), and
+# blocks that compile with IREE, run the language model or lower in child processes (each
+# over half a second).
+_SLOW = ("hlobundle.compile(", "examples/lm.hlobundle", "from_exported(")
 ALONE = [
-    pytest.param(*block, id=name, marks=pytest.mark.slow if block[0] == "docs/serving.md" else ())
+    pytest.param(
+        *block,
+        id=name,
+        marks=pytest.mark.slow
+        if block[0] == "docs/serving.md" or any(s in block[2] for s in _SLOW)
+        else (),
+    )
     for block, name in zip(PYTHON, _ids(PYTHON), strict=True)
 ]
 

@@ -166,6 +166,7 @@ def test_a_server_that_ignores_range_is_not_read_past_what_was_asked(site, origi
     assert b.tensor("p_w0").shape == (8, 48_000)
 
 
+@pytest.mark.slow  # a sparse file of 1 TiB, served and read by chunk
 def test_a_tensor_file_larger_than_memory_holds_only_its_chunks(site, original):
     """A remote load holds the chunks used in an anonymous mapping the size of the file: of a
     1 TiB file, the kernel refused that mapping (ENOMEM, a raw OSError) where memory and
@@ -283,6 +284,7 @@ def test_a_large_file_without_chunk_digests_is_not_whole_in_memory_twice(site):
     assert peak < 1.5 * (32 << 20)  # the reader's one copy, and pieces
 
 
+@pytest.mark.slow  # a drip for half a second, by design
 def test_a_server_that_drips_its_bytes_is_cut_off(site, monkeypatch):
     """A byte every 50 ms keeps every read inside its timeout, for ever; the rate over a window
     does not (here 0.5 s instead of 30, for a fast test)."""

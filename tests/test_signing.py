@@ -261,6 +261,7 @@ def test_the_standard_tool_verifies_what_hlobundle_signs(bundle, keys):
     assert "Verification succeeded" in r.stdout + r.stderr
 
 
+@pytest.mark.slow  # the standard tool in a child process
 @pytest.mark.subprocess
 def test_hlobundle_verifies_what_the_standard_tool_signs(bundle, keys):
     r = subprocess.run(
