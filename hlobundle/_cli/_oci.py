@@ -93,4 +93,7 @@ def _show_usage(args: argparse.Namespace, usage: Usage, root: Path) -> int:
     print(f"store: {shown(str(root))}")
     print(f"  blobs: {usage.blobs} ({human_bytes(usage.blob_bytes)})")
     print(f"  remote bundles: {usage.views} ({human_bytes(usage.view_bytes)})")
+    print("caches:")
+    for name, held in usage.caches.items():
+        print(f"  {name}/: {held['entries']} entries ({human_bytes(held['bytes'])})")
     return EXIT_OK

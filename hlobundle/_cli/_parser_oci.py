@@ -49,20 +49,24 @@ def add_pull(sub: Any) -> None:
 
 
 def add_cache(sub: Any) -> None:
-    p = sub.add_parser("cache", help="show or bound the store of what remote loads fetched")
+    p = sub.add_parser(
+        "cache",
+        help="show or bound what hlobundle keeps in its cache directory: the store of what remote loads fetched, compiled programs, verdicts",
+    )
     what = p.add_subparsers(dest="action", required=True, metavar="{ls,prune}")
-    ls = what.add_parser("ls", help="what the store holds, and where")
+    ls = what.add_parser("ls", help="what the store and each cache hold, and where")
     ls.add_argument("--json", action="store_true", help="print one JSON object")
     ls.set_defaults(handler=_oci.cache_ls)
     prune = what.add_parser(
-        "prune", help="remove what was used longest ago until the store is at most SIZE"
+        "prune",
+        help="remove what was used longest ago until the store and the caches hold at most SIZE",
     )
     prune.add_argument(
         "--max-size",
         type=_values.size_or_zero,
         default=0,
         metavar="SIZE",
-        help="what the store may keep, e.g. 10G (default 0: everything is removed)",
+        help="what the store and the caches may keep together, e.g. 10G (default 0: everything is removed)",
     )
     prune.add_argument("--json", action="store_true", help="print one JSON object")
     prune.set_defaults(handler=_oci.cache_prune)

@@ -25,10 +25,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from .._format._errors import HloBundleWarning
@@ -36,6 +38,13 @@ from .._format._limits import MAX_EXECUTABLE_BYTES
 
 SUFFIX = ".vmfb"
 _DIGEST_LENGTH = 64
+# The caches' subdirectories of `cache_root()` (the store's are `_store`'s): `hlobundle cache`
+# lists and prunes these.
+CHECKS, IREE, JAX, MANIFESTS, HEADERS = "checks", "iree", "jax", "manifests", "safetensors-headers"
+CACHES = (CHECKS, IREE, JAX, MANIFESTS, HEADERS)
+_ENTRY = re.compile(r"([0-9a-f]{64})\.[0-9a-f]{64}\.[a-z]{2,4}")  # what `entry_name` makes
+# what JAX's cache writes: `<module name>-<sha256>-cache`, and `-atime` beside it
+_JAX_ENTRY = re.compile(r"([\w.-]{1,256}-[0-9a-f]{64})-(cache|atime)", re.ASCII)
 _MAX_CANDIDATES = 8  # entries looked at for one key (there is one, unless planted)
 
 
@@ -67,18 +76,21 @@ def turned_off(off: bool = True) -> Iterator[None]:
             os.environ["HLOBUNDLE_NO_CACHE"] = before
 
 
-def directory(name: str) -> Path | None:
-    """The private cache directory `cache_root()/name`, created 0700 where missing; None when
-    caching is off, or (with a `HloBundleWarning`) when it is not private."""
+def directory(name: str, *, create: bool = True) -> Path | None:
+    """The private cache directory `cache_root()/name`, created 0700 where missing (with
+    `create`; else None where it is missing); None when caching is off, or (with a
+    `HloBundleWarning`) when it is not private."""
     if disabled():
         return None
     root = cache_root()
     try:
         for path in (root, root / name):
-            why = _not_private(path)
+            why = _not_private(path, create=create)
             if why is not None:
                 raise _NotPrivate(f"{path} {why}")
     except (_NotPrivate, OSError) as e:
+        if isinstance(e, FileNotFoundError) and not create:
+            return None  # not made yet
         warnings.warn(
             f"not using the cache: {e}. A cache is trusted input: it must be a "
             "directory of this user's that no one else can write (SPEC.md section 8, "
@@ -222,3 +234,83 @@ def write(where: Path, key: str, data: bytes, suffix: str = SUFFIX) -> None:
     except OSError:
         if temporary is not None:  # ours: made just now
             Path(temporary).unlink(missing_ok=True)
+
+
+# ---- what `hlobundle cache ls` lists and `cache prune` removes
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cached thing: its files (one for an entry `write` made; a value and its access time
+    for JAX's), their bytes, and when it was last used (the latest access or change)."""
+
+    files: tuple[Path, ...]
+    size: int
+    used: float
+
+
+def entries(name: str) -> list[Entry]:
+    """The entries of the cache `name` (one of `CACHES`): only files named as their writer names
+    them (`write`, or JAX's cache in `jax/`), regular files of this user's, in directories that
+    are private and not symlinks (`directory`'s rules). None when caching is off or the cache is
+    missing (it is not made) or not private."""
+    where = directory(name, create=False)
+    if where is None:
+        return []
+    if name == JAX:
+        return _jax_entries(where)
+    found = []
+    for folder, _ in _own_files_or_folders(where, folders=True):
+        for path, st in _own_files_or_folders(folder, folders=False):
+            match = _ENTRY.fullmatch(path.name)
+            if match and shard(where, match.group(1)) == folder:
+                found.append(Entry((path,), st.st_size, max(st.st_atime, st.st_mtime)))
+    return found
+
+
+def _jax_entries(where: Path) -> list[Entry]:
+    """JAX's entries: `<key>-cache` with its `<key>-atime`, which JAX rewrites at each use."""
+    pairs: dict[str, list[tuple[Path, os.stat_result]]] = {}
+    for path, st in _own_files_or_folders(where, folders=False):
+        match = _JAX_ENTRY.fullmatch(path.name)
+        if match:
+            pairs.setdefault(match.group(1), []).append((path, st))
+    return [
+        Entry(
+            tuple(p for p, _ in files),
+            sum(st.st_size for _, st in files),
+            max(max(st.st_atime, st.st_mtime) for _, st in files),
+        )
+        for files in pairs.values()
+    ]
+
+
+def _own_files_or_folders(where: Path, *, folders: bool) -> Iterator[tuple[Path, os.stat_result]]:
+    """The shard folders (two hex digits, private: `_not_private`) or the regular files of this
+    user's directly in `where`, each with its lstat; no symlink is followed."""
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return
+    for name in names:
+        path = where / name
+        if folders:
+            is_shard = len(name) == 2 and all(c in "0123456789abcdef" for c in name)
+            with contextlib.suppress(OSError):
+                if is_shard and _not_private(path, create=False) is None:
+                    yield path, os.lstat(path)
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:  # gone meanwhile (another prune)
+            continue
+        mine = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
+        if stat.S_ISREG(st.st_mode) and mine:
+            yield path, st
+
+
+def remove(entry: Entry) -> None:
+    """Remove an entry's files (already gone is fine)."""
+    for path in entry.files:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -28,7 +28,7 @@ from . import _cache, _modules
 if TYPE_CHECKING:
     from ._files import AnyManifest
 
-MANIFESTS = "manifests"  # the cache's subdirectory
+MANIFESTS = _cache.MANIFESTS  # the cache's subdirectory
 # the models' fields, in order (tests/test_records.py checks them against model_fields)
 _MANIFEST_FIELDS = (*FUNCTION_FIELDS, "format", "format_version", "function", *SHARED_FIELDS)
 _BUNDLE_FIELDS = ("format", "format_version", "default_function", "functions", *SHARED_FIELDS)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .._format._manifest import Manifest
 from . import _cache, _files
 
-CHECKS = "checks"  # the cache's subdirectory
+CHECKS = _cache.CHECKS  # the cache's subdirectory
 _SUFFIX = ".json"
 
 

@@ -12,6 +12,7 @@ when it is still this user's regular file of that size."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -174,10 +175,14 @@ def _open_own(path: Path, size: int) -> int | None:
 
 @dataclass(frozen=True)
 class Usage:
+    """What the cache directory holds: the store's blobs and remote bundles, and each cache's
+    entries and bytes (`caches`: {name: {"entries": N, "bytes": N}})."""
+
     blobs: int
     blob_bytes: int
     views: int
     view_bytes: int
+    caches: dict[str, dict[str, int]]
 
 
 def _read_pointer(pointer: Path) -> Path | None:
@@ -229,14 +234,20 @@ def _views() -> list[tuple[Path, os.stat_result]]:
 
 
 def usage() -> Usage:
-    """What the store holds: its blobs and remote bundles' directories, and their bytes (a
-    directory's bytes as allocated: its tensor files hold only the chunks fetched)."""
+    """What the store holds (its blobs and remote bundles' directories, and their bytes: a
+    directory's bytes as allocated, its tensor files holding only the chunks fetched) and what
+    each cache holds."""
     blobs, views = _blobs(), _views()
+    caches = {}
+    for name in _cache.CACHES:
+        found = _cache.entries(name)
+        caches[name] = {"entries": len(found), "bytes": sum(e.size for e in found)}
     return Usage(
         len(blobs),
         sum(st.st_size for _, st in blobs),
         len(views),
         sum(_allocated(p) for p, _ in views),
+        caches,
     )
 
 
@@ -253,23 +264,29 @@ def _allocated(directory: Path) -> int:
 
 
 def prune(max_bytes: int) -> Usage:
-    """Remove remote bundles' directories, then blobs, least recently used first, until the
-    store holds at most `max_bytes`, then what it remembers of pulled files that are gone (all
-    of it, with `max_bytes` 0); only names the store writes, in its own private directories,
-    are touched, never a pulled file. What is left."""
-    now = usage()
-    total = now.blob_bytes + now.view_bytes
-    for view, _ in sorted(_views(), key=lambda e: e[1].st_atime):
+    """Remove what was used longest ago first (remote bundles' directories, blobs, the caches'
+    entries alike) until the store and the caches hold at most `max_bytes`, then what the store
+    remembers of pulled files that are gone (all of it, with `max_bytes` 0). Only names the
+    store and the caches' writers make, in their own private directories, are touched, never a
+    pulled file. What is left."""
+    candidates: list[tuple[float, int, Callable[[], None]]] = [
+        (st.st_atime, _allocated(view), functools.partial(shutil.rmtree, view, True))
+        for view, st in _views()
+    ]
+    candidates += [
+        (st.st_atime, st.st_size, functools.partial(blob.unlink, missing_ok=True))
+        for blob, st in _blobs()
+    ]
+    for name in _cache.CACHES:
+        candidates += [
+            (e.used, e.size, functools.partial(_cache.remove, e)) for e in _cache.entries(name)
+        ]
+    total = sum(size for _, size, _ in candidates)
+    for _, size, remove in sorted(candidates, key=lambda c: c[0]):
         if total <= max_bytes:
             break
-        size = _allocated(view)
-        shutil.rmtree(view, ignore_errors=True)
+        remove()
         total -= size
-    for blob, st in sorted(_blobs(), key=lambda e: e[1].st_atime):
-        if total <= max_bytes:
-            break
-        blob.unlink(missing_ok=True)
-        total -= st.st_size
     for pointer, st in _entries(PULLED):
         if stat.S_ISREG(st.st_mode) and (max_bytes == 0 or not _still_there(pointer)):
             pointer.unlink(missing_ok=True)  # where a pull put a file: the file stays

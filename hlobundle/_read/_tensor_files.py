@@ -205,6 +205,6 @@ def _validated_by_safetensors(tf: _tensors.TensorFile) -> None:
         _cache.write(where, key, _ACCEPTED, _SUFFIX)
 
 
-_HEADERS = "safetensors-headers"  # the cache's subdirectory of safetensors' verdicts
+_HEADERS = _cache.HEADERS  # the cache's subdirectory of safetensors' verdicts
 _SUFFIX = ".ok"
 _ACCEPTED = b"accepted"

@@ -71,7 +71,7 @@ def enable_compilation_cache() -> None:
 
     from .._read import _cache
 
-    where = _cache.directory("jax")
+    where = _cache.directory(_cache.JAX)
     if where is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return

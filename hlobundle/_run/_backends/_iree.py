@@ -264,7 +264,7 @@ def _module_bytes(bundle: Bundle, trusted: bool) -> tuple[bytes, str]:
     # Compiled for this CPU ("host"), so the key names this CPU too: a cache shared by machines
     # with other CPUs must not hand them code with instructions they lack.
     key = _iree_compile.cache_key(portable, "llvm-cpu", "host", _host_cpu())
-    where = _cache.directory("iree")
+    where = _cache.directory(_cache.IREE)
     cached = _cache.read(where, key) if where is not None else None
     if cached is not None:
         return cached, "compile cache"

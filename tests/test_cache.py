@@ -1,0 +1,176 @@
+"""`hlobundle cache ls` and `cache prune` over the caches (`_read/_cache.py`): compiled programs,
+check and manifest verdicts, safetensors' header verdicts and JAX's own entries, beside the
+store of remote loads (whose tests are in test_remote.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import cli
+
+import hlobundle
+from hlobundle._read import _cache
+
+HEX = "0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """Each test its own cache root."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
+    monkeypatch.delenv("HLOBUNDLE_NO_CACHE", raising=False)
+    return root
+
+
+def _ls() -> dict:
+    done = cli("cache", "ls", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _prune(size: str) -> dict:
+    done = cli("cache", "prune", "--max-size", size, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _key(n: int) -> str:
+    return hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def _entry(name: str, n: int, size: int, used: float | None = None) -> Path:
+    """An entry of cache `name` as `_cache.write` makes it: `size` bytes, last used at `used`."""
+    where = _cache.directory(name)
+    assert where is not None
+    data = bytes([n % 256]) * size
+    _cache.write(where, _key(n), data, ".json")
+    path = _cache.entry_path(where, _key(n), data, ".json")
+    if used is not None:
+        os.utime(path, (used, used))
+    return path
+
+
+def test_ls_counts_what_a_load_leaves_in_each_cache_and_prune_removes_it(tmp_path):
+    x = np.ones((2, 3), np.float32)
+    out = hlobundle.export(lambda x: x * 2, x, out=tmp_path / "b")
+    hlobundle.load(out).verify()  # records a check verdict, a manifest and a header verdict
+    listed = _ls()
+    held = {name: c["entries"] for name, c in listed["caches"].items()}
+    assert held["checks"] >= 1 and held["manifests"] == 1 and held["safetensors-headers"] >= 1
+    assert listed["caches"]["manifests"]["bytes"] > 0
+    assert sorted(listed["caches"]) == sorted(_cache.CACHES)
+    text = cli("cache", "ls").stdout
+    assert "manifests/: 1 entries" in text, text
+    after = _prune("0")
+    assert all(c == {"entries": 0, "bytes": 0} for c in after["caches"].values()), after
+    hlobundle.load(out).verify()  # validated again, and remembered again
+    assert _ls()["caches"]["manifests"]["entries"] == 1
+
+
+def test_prune_removes_what_was_used_longest_ago_first():
+    old = [_entry("checks", n, 1000, used=1_000_000 + n) for n in range(3)]
+    new = [_entry("manifests", n, 1000, used=2_000_000 + n) for n in range(3)]
+    after = _prune("3500")  # room for the three used last and half of another
+    assert [p.exists() for p in old + new] == [False] * 3 + [True] * 3
+    assert after["caches"]["manifests"] == {"entries": 3, "bytes": 3000}
+    assert after["caches"]["checks"] == {"entries": 0, "bytes": 0}
+
+
+@pytest.mark.subprocess
+def test_jax_s_own_entries_are_listed_and_pruned(tmp_path, cache):
+    """A `hlobundle run` in a process of its own (JAX's cache configuration is the process's)
+    leaves JAX's entries in `jax/`; prune removes them and nothing else there."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "lenet5.hlobundle"
+    env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "run", str(example), "--backend", "xla"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    jax_dir = cache / "jax"
+    made = sorted(p.name for p in jax_dir.iterdir())
+    assert made and _ls()["caches"]["jax"]["entries"] == len(
+        [n for n in made if n.endswith("-cache")]
+    )
+    (jax_dir / "notes.txt").write_text("mine")
+    assert _prune("0")["caches"]["jax"] == {"entries": 0, "bytes": 0}
+    assert sorted(p.name for p in jax_dir.iterdir()) == ["notes.txt"]
+
+
+def test_prune_touches_only_what_the_caches_write(tmp_path, cache):
+    """Planted beside real entries: files not named as entries are, an entry's name in a shard
+    it does not belong to, symlinks named as entries (to someone's file), a shard that is a
+    symlink to someone's directory, and in `jax/` a symlink and a directory named as JAX names
+    its files. Prune to 0 removes the real entries and none of these, nor what they point to."""
+    real = [_entry(name, n, 10) for n, name in enumerate(["checks", "iree", "manifests"])]
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    precious = victim / "precious.txt"
+    precious.write_text("mine")
+    checks = cache / "checks"
+    shard = real[0].parent
+    planted = [
+        shard / "notes.txt",
+        shard / f"{_key(0)}.{'0' * 64}",  # no suffix
+        shard / f"{_key(0).upper()}.{'0' * 64}.json",
+    ]
+    for path in planted:
+        path.write_text("not an entry")
+    wrong = next(h for h in (a + b for a in HEX for b in HEX) if not (checks / h).exists())
+    (checks / wrong).mkdir(mode=0o700)
+    misplaced = checks / wrong / real[0].name  # a real entry's bytes and name, another shard
+    misplaced.write_bytes(real[0].read_bytes())
+    linked = shard / f"{_key(7)}.{'1' * 64}.json"
+    linked.symlink_to(precious)
+    taken = next(_key(n) for n in range(100, 200) if not _cache.shard(checks, _key(n)).exists())
+    hidden = victim / f"{taken}.{'2' * 64}.json"  # in the shard the key names, through a link
+    hidden.write_text("mine too")
+    _cache.shard(checks, taken).symlink_to(victim)
+    jax_dir = cache / "jax"
+    jax_dir.mkdir(mode=0o700)
+    jax_link = jax_dir / f"jit_f-{'3' * 64}-cache"
+    jax_link.symlink_to(precious)
+    (jax_dir / f"jit_g-{'4' * 64}-cache").mkdir()
+    (jax_dir / "jit_h-cache").write_text("no key")
+
+    after = _prune("0")
+    assert all(c == {"entries": 0, "bytes": 0} for c in after["caches"].values()), after
+    assert not any(p.exists() for p in real)
+    for path in [*planted, misplaced, hidden, precious, jax_dir / "jit_h-cache"]:
+        assert path.exists(), path
+    assert linked.is_symlink() and jax_link.is_symlink()
+    assert (jax_dir / f"jit_g-{'4' * 64}-cache").is_dir()
+
+
+def test_a_cache_others_may_write_is_neither_listed_nor_pruned(cache):
+    entry = _entry("checks", 1, 10)
+    cache.chmod(0o777)
+    try:
+        listed = cli("cache", "ls", "--json")
+        assert "not using the cache" in listed.stderr, listed.stderr
+        assert json.loads(listed.stdout)["caches"]["checks"] == {"entries": 0, "bytes": 0}
+        assert "not using the cache" in cli("cache", "prune").stderr
+    finally:
+        cache.chmod(0o700)
+    assert entry.exists()
+    entry.parent.chmod(0o770)  # a shard others may write
+    _prune("0")
+    assert entry.exists()
+
+
+def test_with_caching_off_nothing_is_listed_or_removed(monkeypatch):
+    entry = _entry("manifests", 1, 10)
+    monkeypatch.setenv("HLOBUNDLE_NO_CACHE", "1")
+    assert _ls()["caches"]["manifests"] == {"entries": 0, "bytes": 0}
+    _prune("0")
+    assert entry.exists()
