@@ -17,13 +17,16 @@ import os
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _compat
 from .._format import _dtypes, _limits
 from .._format._errors import InputError
-from .._format._manifest import PRODUCER_JAX_EXPORT, Argument, Manifest, Result, unflatten
+from .._format._fields import PRODUCER_JAX_EXPORT, unflatten
 from .._format._stored import differentiable
+
+if TYPE_CHECKING:  # the models (pydantic) are not imported to run a bundle
+    from .._format._manifest import Argument, Manifest, Result
 
 PRODUCER = PRODUCER_JAX_EXPORT  # the provenance's producer of a bundle from an Exported
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _dtypes
-from .._format._manifest import Manifest
 from .._format._stored import BATCH_DIMENSION, expected_types
 from ._by_text import ByText
 
 if TYPE_CHECKING:
+    from .._format._manifest import Manifest
     from .._read._reader import Bundle
     from ._shapes import Prover
 

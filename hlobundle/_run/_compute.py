@@ -6,11 +6,12 @@ _format < _read < _run < _write)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._format._manifest import Manifest
+if TYPE_CHECKING:
+    from .._format._manifest import Manifest
 
 
 def outputs(manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.ndarray]:

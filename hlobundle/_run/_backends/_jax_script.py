@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._format._manifest import needs_x64
+from ..._format._fields import needs_x64
 from ..._format._policy import calls_lapack
 from ..._format._sharding import partition_spec_entries
 from ._backend import Script

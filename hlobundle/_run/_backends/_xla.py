@@ -70,7 +70,7 @@ def implementation(
 def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
     """The refusal to differentiate a bundle without a backward module, saying how one is
     stored for a bundle made the way this one was (its provenance's producer)."""
-    from ..._format._manifest import PRODUCER_JAX, PRODUCER_JAX_EXPORT
+    from ..._format._fields import PRODUCER_JAX, PRODUCER_JAX_EXPORT
 
     producer = bundle.manifest.provenance.producer
     if producer == PRODUCER_JAX_EXPORT:
