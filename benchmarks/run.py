@@ -1021,7 +1021,6 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
     from hlobundle._write import _jax_export
 
     artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
-    limits = [_limits.CHILD_MEMORY_BYTES, _limits.MAX_MLIR_NESTING, _limits.MAX_MODULE_BYTES]
     specs = [jax.ShapeDtypeStruct((4, 3), np.float32), jax.ShapeDtypeStruct((2, 4), np.float32)]
     exported = jax.export.export(jax.jit(lambda w, x: jnp.tanh(x @ w)))(*specs)
     blob = bytes(exported.serialize(vjp_order=1))
@@ -1029,14 +1028,20 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
         *_fork_against_fresh(
             ("one artifact", "the first"),
             lambda: _portable.canonical_in_child(artifact, path="module.mlirbc"),
-            [PY, "-E", "-s", str(_portable.CHILD), *map(str, limits)],
+            [
+                PY,
+                "-E",
+                "-s",
+                str(_portable.CHILD),
+                *_portable.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
+            ],
             artifact,
             5 if quick else 30,
         ),
         *_fork_against_fresh(
             ("an Exported's backward module", "the first backward module"),
             lambda: _jax_export._backward_in_child(exported, blob),
-            [PY, "-E", "-s", str(_child.JAX_EXPORT_CHILD), str(_limits.CHILD_MEMORY_BYTES)],
+            [PY, "-E", "-s", str(_child.JAX_EXPORT_CHILD), *_jax_export.backward_child_args(blob)],
             blob,
             3 if quick else 10,
         ),

@@ -284,7 +284,7 @@ def test_an_artifact_past_its_allowance_is_a_limit_error_not_a_bad_artifact(how,
     with pytest.raises(LimitError, match="needs more memory than a child process") as e:
         _portable.run_child(
             _portable.CHILD,
-            _portable._child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
+            _portable.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
             artifact,
             path="m.mlirbc",
             what="the artifact",

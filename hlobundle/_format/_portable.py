@@ -81,7 +81,7 @@ def _canonical_prefix(artifact: bytes, path: str, max_chars: int) -> tuple[str, 
     what = "the StableHLO portable artifact"
     stdout, why, status = run_child(
         CHILD,
-        _child_args(max_chars, len(artifact)),
+        child_args(max_chars, len(artifact)),
         artifact,
         path=path,
         what=what,
@@ -163,7 +163,9 @@ def run_child(
     return done.stdout, why, done.status
 
 
-def _child_args(max_chars: int, artifact_bytes: int) -> list[str]:
+def child_args(max_chars: int, artifact_bytes: int) -> list[str]:
+    """The arguments of `_portable_child.py` for an artifact of `artifact_bytes` printed to at
+    most `max_chars` characters."""
     limits = (
         _limits.CHILD_MEMORY_BYTES,
         _limits.MAX_MLIR_NESTING,

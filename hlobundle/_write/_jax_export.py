@@ -141,7 +141,7 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
     data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
     stdout, _, _ = _portable.run_child(
         _child.JAX_EXPORT_CHILD,
-        [str(_limits.CHILD_MEMORY_BYTES), str(_limits.child_allowance(len(data)))],
+        backward_child_args(data),
         data,
         path="the Exported",
         what="the Exported's VJP",
@@ -149,6 +149,12 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
         forked=True,
     )
     return stdout.decode("utf-8")
+
+
+def backward_child_args(blob: bytes) -> list[str]:
+    """The arguments of `_jax_export_child.py` for a serialized Exported: its address-space cap
+    and its allowance for the VJP's artifact."""
+    return [str(_limits.CHILD_MEMORY_BYTES), str(_limits.child_allowance(len(blob)))]
 
 
 def _argument_name(path: Any) -> str:
