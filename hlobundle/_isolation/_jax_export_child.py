@@ -16,6 +16,7 @@ deserialized, as `_portable_child.py` deserializes one (MLIR's bytecode reader t
 counts it reads: tests/hostile/maps_3_gb.mlirbc), before jax deserializes it to lower.
 """
 
+import contextlib
 import resource
 import sys
 
@@ -24,6 +25,12 @@ def preload() -> None:
     """What a fork server (`_fork_server.py`) imports once, before it forks per Exported."""
     import jax  # noqa: F401
     from jax import export  # noqa: F401
+
+    # What jax imports to lower any Exported on CPU (its LAPACK kernels' functions): once here,
+    # not in each fork (0.23 s a backward module, 0.08 s with it). jax requires scipy; without
+    # it a lowering fails in the fork as it would have.
+    with contextlib.suppress(ImportError):
+        import scipy.linalg  # noqa: F401
 
 
 def main() -> int:
