@@ -15,6 +15,9 @@ whose entries we read ourselves) bound to what they were made from.
   It is read as a regular file of ours (no symlink followed), and used only when its bytes give
   its name's digest: a copied, renamed, truncated or replaced entry is ignored (and the module
   compiled again), never run. Nothing here deletes an entry it finds wrong.
+- `entries(name)` / `remove(entry)`: what `hlobundle cache ls` counts and `cache prune` removes
+  in each of `CACHES`: only files named as `write` (or, in `jax/`, JAX's own cache) names
+  them, regular files of this user's, in private directories, no symlink followed.
 
 JAX's persistent cache is read by XLA itself, which checks nothing: it is enabled only in such a
 private directory, and trusted as this user's own files are.
@@ -251,17 +254,17 @@ class Entry:
 
 def entries(name: str) -> list[Entry]:
     """The entries of the cache `name` (one of `CACHES`): only files named as their writer names
-    them (`write`, or JAX's cache in `jax/`), regular files of this user's, in directories that
-    are private and not symlinks (`directory`'s rules). None when caching is off or the cache is
-    missing (it is not made) or not private."""
+    them (`write`, in the shard its key names; or JAX's cache in `jax/`), regular files of this
+    user's, in directories that are private and not symlinks (`directory`'s rules). Nothing
+    when caching is off, or the cache is missing (it is not made) or not private."""
     where = directory(name, create=False)
     if where is None:
         return []
     if name == JAX:
         return _jax_entries(where)
     found = []
-    for folder, _ in _own_files_or_folders(where, folders=True):
-        for path, st in _own_files_or_folders(folder, folders=False):
+    for folder in _shards(where):
+        for path, st in _own_files(folder):
             match = _ENTRY.fullmatch(path.name)
             if match and shard(where, match.group(1)) == folder:
                 found.append(Entry((path,), st.st_size, max(st.st_atime, st.st_mtime)))
@@ -271,7 +274,7 @@ def entries(name: str) -> list[Entry]:
 def _jax_entries(where: Path) -> list[Entry]:
     """JAX's entries: `<key>-cache` with its `<key>-atime`, which JAX rewrites at each use."""
     pairs: dict[str, list[tuple[Path, os.stat_result]]] = {}
-    for path, st in _own_files_or_folders(where, folders=False):
+    for path, st in _own_files(where):
         match = _JAX_ENTRY.fullmatch(path.name)
         if match:
             pairs.setdefault(match.group(1), []).append((path, st))
@@ -285,28 +288,33 @@ def _jax_entries(where: Path) -> list[Entry]:
     ]
 
 
-def _own_files_or_folders(where: Path, *, folders: bool) -> Iterator[tuple[Path, os.stat_result]]:
-    """The shard folders (two hex digits, private: `_not_private`) or the regular files of this
-    user's directly in `where`, each with its lstat; no symlink is followed."""
+def _names(where: Path) -> list[str]:
     try:
-        names = os.listdir(where)
+        return os.listdir(where)
     except OSError:
-        return
-    for name in names:
-        path = where / name
-        if folders:
-            is_shard = len(name) == 2 and all(c in "0123456789abcdef" for c in name)
+        return []
+
+
+def _shards(where: Path) -> Iterator[Path]:
+    """The shard folders in `where` (two hex digits) that are private (`_not_private`)."""
+    for name in _names(where):
+        if len(name) == 2 and all(c in "0123456789abcdef" for c in name):
             with contextlib.suppress(OSError):
-                if is_shard and _not_private(path, create=False) is None:
-                    yield path, os.lstat(path)
-            continue
+                if _not_private(where / name, create=False) is None:
+                    yield where / name
+
+
+def _own_files(where: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """The regular files of this user's directly in `where`, each with its lstat (no symlink
+    is followed)."""
+    for name in _names(where):
         try:
-            st = os.lstat(path)
+            st = os.lstat(where / name)
         except OSError:  # gone meanwhile (another prune)
             continue
         mine = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
         if stat.S_ISREG(st.st_mode) and mine:
-            yield path, st
+            yield where / name, st
 
 
 def remove(entry: Entry) -> None:

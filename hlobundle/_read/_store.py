@@ -270,7 +270,7 @@ def prune(max_bytes: int) -> Usage:
     store and the caches' writers make, in their own private directories, are touched, never a
     pulled file. What is left."""
     candidates: list[tuple[float, int, Callable[[], None]]] = [
-        (st.st_atime, _allocated(view), functools.partial(shutil.rmtree, view, True))
+        (st.st_atime, _allocated(view), functools.partial(shutil.rmtree, view, ignore_errors=True))
         for view, st in _views()
     ]
     candidates += [
