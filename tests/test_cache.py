@@ -174,3 +174,115 @@ def test_with_caching_off_nothing_is_listed_or_removed(monkeypatch):
     assert _ls()["caches"]["manifests"] == {"entries": 0, "bytes": 0}
     _prune("0")
     assert entry.exists()
+
+
+def _as_nobody(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    os.chown(path, 65534, 65534, follow_symlinks=False)
+
+
+@pytest.mark.parametrize("above", ["open", "foreign"])
+def test_a_cache_under_a_directory_others_may_rename_in_is_not_used(tmp_path, monkeypatch, above):
+    """Whoever may write the directory above the cache root can swap the root for a symlink
+    between our checks and our use, and have prune delete, or JAX read, what they choose: such
+    a root is not used, whatever its own mode. The sticky bit (as /tmp has) makes it safe."""
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    root = parent / "cache"
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
+    entry = _entry("checks", 1, 10)
+    if above == "open":
+        parent.chmod(0o777)
+    else:
+        _as_nobody(parent)
+    try:
+        listed = cli("cache", "ls", "--json")
+        assert "above the cache" in listed.stderr, listed.stderr
+        assert json.loads(listed.stdout)["caches"]["checks"] == {"entries": 0, "bytes": 0}
+        assert "above the cache" in cli("cache", "prune").stderr
+        assert entry.exists()
+        with pytest.warns(hlobundle.HloBundleWarning, match="above the cache"):
+            assert _cache.directory("checks") is None
+        if above == "open":
+            parent.chmod(0o1777)  # sticky: others may not rename what is not theirs
+            assert _cache.directory("checks") == root / "checks"
+    finally:
+        os.chown(parent, os.geteuid(), os.getegid())
+        parent.chmod(0o755)
+
+
+def test_the_store_s_entries_of_another_user_are_neither_listed_nor_pruned(cache):
+    """A blob directory others may write, and a remote bundle's directory and a blob of another
+    user's: prune removes none of them (the store's half of `cache`, as the caches' half)."""
+    blobs = cache / "blobs" / "sha256"
+    blobs.mkdir(parents=True, mode=0o700)
+    cache.chmod(0o700)
+    (cache / "blobs").chmod(0o700)
+    theirs = blobs / ("2" * 64)
+    theirs.write_text("someone's")
+    _as_nobody(theirs)
+    view = cache / "remote" / ("4" * 64)
+    view.mkdir(parents=True)
+    (cache / "remote").chmod(0o700)
+    (view / "file").write_text("someone's too")
+    _as_nobody(view)
+    listed = _ls()
+    assert (listed["blobs"], listed["views"]) == (0, 0), listed
+    _prune("0")
+    assert theirs.exists() and (view / "file").exists()
+    ours = blobs / ("3" * 64)
+    ours.write_text("ours")
+    blobs.chmod(0o777)  # a blob directory others may write: nothing in it is counted
+    assert _ls()["blobs"] == 0
+    _prune("0")
+    assert ours.exists()
+
+
+def test_ls_makes_no_directory(tmp_path, monkeypatch):
+    root = tmp_path / "missing" / "cache"
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(root))
+    assert _ls()["caches"]["checks"] == {"entries": 0, "bytes": 0}
+    _prune("1G")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_store_directory_that_cannot_be_read_leaves_the_rest_listed(cache, monkeypatch):
+    entry = _entry("manifests", 1, 10)
+    (cache / "remote").mkdir(mode=0o700)
+    listdir = os.listdir
+
+    def refusing(path=".", *a, **k):  # as without read permission (root reads anything)
+        if str(path) == str(cache / "remote"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return listdir(path, *a, **k)
+
+    monkeypatch.setattr(os, "listdir", refusing)
+    assert _ls()["caches"]["manifests"] == {"entries": 1, "bytes": 10}
+    _prune("0")
+    assert not entry.exists()
+
+
+def test_jax_s_names_with_letters_beyond_ascii_are_its_too(cache):
+    """JAX keeps every `\\w` letter of a function's name in its entry's name."""
+    where = cache / "jax"
+    where.mkdir(parents=True, mode=0o700)
+    cache.chmod(0o700)
+    (where / f"jit_répondre-{'5' * 64}-cache").write_bytes(b"x" * 10)
+    assert _ls()["caches"]["jax"] == {"entries": 1, "bytes": 10}
+    _prune("0")
+    assert list(where.iterdir()) == []
+
+
+def test_a_file_with_another_name_is_not_an_entry(tmp_path, cache):
+    """An entry's name hard-linked to someone's file: not counted, not removed (the caches write
+    files of one name)."""
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(b"v" * 100)
+    real = _entry("checks", 1, 10)
+    shard = _cache.shard(cache / "checks", _key(50))  # the shard its name belongs in
+    shard.mkdir(mode=0o700, exist_ok=True)
+    os.link(victim, shard / f"{_key(50)}.{'6' * 64}.json")
+    assert _ls()["caches"]["checks"] == {"entries": 1, "bytes": 10}
+    _prune("0")
+    assert victim.stat().st_nlink == 2 and not real.exists()

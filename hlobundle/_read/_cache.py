@@ -47,7 +47,7 @@ CHECKS, IREE, JAX, MANIFESTS, HEADERS = "checks", "iree", "jax", "manifests", "s
 CACHES = (CHECKS, IREE, JAX, MANIFESTS, HEADERS)
 _ENTRY = re.compile(r"([0-9a-f]{64})\.[0-9a-f]{64}\.[a-z]{2,4}")  # what `entry_name` makes
 # what JAX's cache writes: `<module name>-<sha256>-cache`, and `-atime` beside it
-_JAX_ENTRY = re.compile(r"([\w.-]{1,256}-[0-9a-f]{64})-(cache|atime)", re.ASCII)
+_JAX_ENTRY = re.compile(r"([\w.-]{1,256}-[0-9a-f]{64})-(cache|atime)")  # \w as JAX's
 _MAX_CANDIDATES = 8  # entries looked at for one key (there is one, unless planted)
 
 
@@ -87,6 +87,9 @@ def directory(name: str, *, create: bool = True) -> Path | None:
         return None
     root = cache_root()
     try:
+        why = _unsafe_above(root)
+        if why is not None:
+            raise _NotPrivate(why)
         for path in (root, root / name):
             why = _not_private(path, create=create)
             if why is not None:
@@ -107,6 +110,33 @@ def directory(name: str, *, create: bool = True) -> Path | None:
 
 class _NotPrivate(Exception):
     pass
+
+
+def _unsafe_above(root: Path) -> str | None:
+    """Why a directory above the cache root would let someone else swap the root, or what is
+    below it, between our checks and our use (a rename needs write access to the directory
+    above): one owned by another user than this one or root, or one that group or others may
+    write without the sticky bit (which keeps them from renaming what is not theirs). Checked
+    along the path as given (each symlink on it, too, must be ours or root's) and along the
+    path it resolves to. None when there is none; a missing one is made by this user."""
+    if not hasattr(os, "geteuid"):
+        return None
+    absolute = Path(os.path.abspath(root))
+    for above in dict.fromkeys([*absolute.parents, *Path(os.path.realpath(root)).parents]):
+        try:
+            followed, itself = os.stat(above), os.lstat(above)
+        except FileNotFoundError:
+            continue
+        for st in (followed, itself):
+            if st.st_uid not in (0, os.geteuid()):
+                return f"{above}, above the cache, is owned by uid {st.st_uid}"
+        mode = followed.st_mode
+        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+            return (
+                f"{above}, above the cache, is writable by group or others without the sticky "
+                f"bit (mode {stat.S_IMODE(mode):o})"
+            )
+    return None
 
 
 def _not_private(path: Path, *, create: bool = True) -> str | None:
@@ -132,6 +162,15 @@ def _not_private(path: Path, *, create: bool = True) -> str | None:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def is_private(path: Path) -> bool:
+    """Whether `path` is a directory of this user's that no one else may write, not a symlink
+    (`_not_private`'s rules; nothing is made)."""
+    try:
+        return _not_private(path, create=False) is None
+    except OSError:
+        return False
 
 
 def entry_name(key: str, data: bytes, suffix: str = SUFFIX) -> str:
@@ -298,22 +337,21 @@ def _names(where: Path) -> list[str]:
 def _shards(where: Path) -> Iterator[Path]:
     """The shard folders in `where` (two hex digits) that are private (`_not_private`)."""
     for name in _names(where):
-        if len(name) == 2 and all(c in "0123456789abcdef" for c in name):
-            with contextlib.suppress(OSError):
-                if _not_private(where / name, create=False) is None:
-                    yield where / name
+        hexadecimal = len(name) == 2 and all(c in "0123456789abcdef" for c in name)
+        if hexadecimal and is_private(where / name):
+            yield where / name
 
 
 def _own_files(where: Path) -> Iterator[tuple[Path, os.stat_result]]:
-    """The regular files of this user's directly in `where`, each with its lstat (no symlink
-    is followed)."""
+    """The regular files of this user's directly in `where` that have no other name (what the
+    caches write has one), each with its lstat (no symlink is followed)."""
     for name in _names(where):
         try:
             st = os.lstat(where / name)
         except OSError:  # gone meanwhile (another prune)
             continue
         mine = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
-        if stat.S_ISREG(st.st_mode) and mine:
+        if stat.S_ISREG(st.st_mode) and mine and st.st_nlink == 1:
             yield where / name, st
 
 

@@ -201,27 +201,30 @@ def _read_pointer(pointer: Path) -> Path | None:
 
 
 def _entries(*names: str) -> list[tuple[Path, os.stat_result]]:
-    """The entries named by a sha256 in the store's directory `names` (under the cache root),
-    each with its own lstat: none when that directory is not a private one of this user's
-    (`_cache.directory`'s rules: no symlink, no other owner, no one else may write), or when a
-    directory below it is a symlink. Only names the store writes."""
-    base = _cache.directory(names[0])
+    """The entries named by a sha256 in the store's directory `names` (under the cache root) that
+    are this user's, each with its own lstat: none when that directory, or one between it and
+    the root, is missing (none is made here) or is not a private one of this user's
+    (`_cache.directory`'s rules: no symlink, no other owner, no one else may write), or cannot
+    be read. Only names the store writes."""
+    base = _cache.directory(names[0], create=False)
     if base is None:
         return []
     for name in names[1:]:
         base = base / name
-        try:
-            if not stat.S_ISDIR(os.lstat(base).st_mode):
-                return []
-        except OSError:
+        if not _cache.is_private(base):
             return []
+    try:
+        listed = os.listdir(base)
+    except OSError:
+        return []
     found = []
-    for path in base.iterdir():
-        if _is_digest(path.name):
-            try:
-                found.append((path, path.lstat()))
-            except OSError:  # gone meanwhile (another prune)
-                continue
+    for name in filter(_is_digest, listed):
+        try:
+            st = os.lstat(base / name)
+        except OSError:  # gone meanwhile (another prune)
+            continue
+        if not hasattr(os, "geteuid") or st.st_uid == os.geteuid():
+            found.append((base / name, st))
     return found
 
 
