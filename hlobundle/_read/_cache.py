@@ -26,6 +26,7 @@ private directory, and trusted as this user's own files are.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -87,7 +88,7 @@ def directory(name: str, *, create: bool = True) -> Path | None:
         return None
     root = cache_root()
     try:
-        why = _unsafe_above(root)
+        why = _unsafe_above(str(root))
         if why is not None:
             raise _NotPrivate(why)
         for path in (root, root / name):
@@ -112,13 +113,18 @@ class _NotPrivate(Exception):
     pass
 
 
-def _unsafe_above(root: Path) -> str | None:
+@functools.lru_cache(maxsize=8)
+def _unsafe_above(root: str) -> str | None:
     """Why a directory above the cache root would let someone else swap the root, or what is
     below it, between our checks and our use (a rename needs write access to the directory
     above): one owned by another user than this one or root, or one that group or others may
     write without the sticky bit (which keeps them from renaming what is not theirs). Checked
     along the path as given (each symlink on it, too, must be ours or root's) and along the
-    path it resolves to. None when there is none; a missing one is made by this user."""
+    path it resolves to. None when there is none; a missing one is made by this user.
+    Once per process and root (a load asks six times; 57 us each): the directories above a
+    cache are a system's and a home's, whose owners and modes do not change under a running
+    process but by an administrator's hand; the root and its subdirectory are checked at each
+    use."""
     if not hasattr(os, "geteuid"):
         return None
     absolute = Path(os.path.abspath(root))
