@@ -236,8 +236,7 @@ def open_own_file(path: Path, fits: Callable[[int], bool]) -> int | None:
         return None
     try:
         st = os.fstat(fd)
-        mine = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
-        if stat.S_ISREG(st.st_mode) and mine and fits(st.st_size):
+        if stat.S_ISREG(st.st_mode) and _mine(st) and fits(st.st_size):
             return fd
     except OSError:
         pass
@@ -348,17 +347,28 @@ def _shards(where: Path) -> Iterator[Path]:
             yield where / name
 
 
-def _own_files(where: Path) -> Iterator[tuple[Path, os.stat_result]]:
-    """The regular files of this user's directly in `where` that have no other name (what the
-    caches write has one), each with its lstat (no symlink is followed)."""
+def own_names(where: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """What is directly in `where` and this user's, each with its lstat (no symlink is
+    followed); nothing when `where` cannot be listed."""
     for name in _names(where):
         try:
             st = os.lstat(where / name)
         except OSError:  # gone meanwhile (another prune)
             continue
-        mine = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
-        if stat.S_ISREG(st.st_mode) and mine and st.st_nlink == 1:
+        if _mine(st):
             yield where / name, st
+
+
+def _own_files(where: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """This user's regular files directly in `where` that have no other name (what the caches
+    write has one)."""
+    for path, st in own_names(where):
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            yield path, st
+
+
+def _mine(st: os.stat_result) -> bool:
+    return not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
 
 
 def remove(entry: Entry) -> None:

@@ -213,19 +213,7 @@ def _entries(*names: str) -> list[tuple[Path, os.stat_result]]:
         base = base / name
         if not _cache.is_private(base):
             return []
-    try:
-        listed = os.listdir(base)
-    except OSError:
-        return []
-    found = []
-    for name in filter(_is_digest, listed):
-        try:
-            st = os.lstat(base / name)
-        except OSError:  # gone meanwhile (another prune)
-            continue
-        if not hasattr(os, "geteuid") or st.st_uid == os.geteuid():
-            found.append((base / name, st))
-    return found
+    return [(path, st) for path, st in _cache.own_names(base) if _is_digest(path.name)]
 
 
 def _blobs() -> list[tuple[Path, os.stat_result]]:
