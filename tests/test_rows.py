@@ -232,3 +232,25 @@ def test_serve_joins_requests_along_the_declared_axis_only(declared, tmp_path):
     )
     served_t = load_models([other], backend="xla", trust=hlobundle.Trust.BATCHED)["t"]
     assert served_t.concatenated is None  # without the declaration: s, the leading symbol
+
+
+def test_the_declaration_is_part_of_the_fingerprint_and_diff_shows_it(declared, tmp_path):
+    """Without the declaration, a trusted `jax.vmap` loops rather than folds (a function with
+    a batch statistic computes other values): two fingerprints. Whether the writer checked the
+    claim changes nothing the function computes: one."""
+    import shutil
+
+    from hlobundle._read._diff import diff, render
+
+    bare, unchecked = tmp_path / "bare", tmp_path / "unchecked"
+    for copy in (bare, unchecked):
+        shutil.copytree(declared, copy)
+    edit_manifest(bare, lambda m: m["functions"][0].pop("independent_rows"))
+    edit_manifest(unchecked, lambda m: m["functions"][0]["independent_rows"].update(checked=False))
+    a, b = hlobundle.load(declared), hlobundle.load(bare)
+    assert a.fingerprint() != b.fingerprint()
+    assert hlobundle.load(unchecked).fingerprint() == a.fingerprint()
+    found = diff(a, b)
+    [change] = found["functions"]["_dense"]["signature"]
+    assert change == ["independent_rows", {"arguments": {"x": 0}, "results": {"result": 0}}, None]
+    assert "independent_rows: removed" in render(found, "A", "B")

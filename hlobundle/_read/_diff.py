@@ -19,7 +19,8 @@ from ._reader import Bundle
 
 _BLOCK = 1 << 20  # elements compared at a time: a difference of large weights in bounded memory
 _SIGNATURE = ("constraints", "input_tree", "output_tree", "mesh", "allowed_custom_calls")
-_WHEN_PRESENT = ("platforms",)  # in a function's document only when it has them (SPEC.md 2.14)
+# In a function's document only when it has them (SPEC.md 2.14, 2.13).
+_WHEN_PRESENT = ("platforms", "independent_rows")
 
 
 def diff(a: Bundle, b: Bundle) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Fingerprints (SPEC.md, "Fingerprint"): a digest of what determines what a function computes,
 blind to what does not (provenance, file names and order, chunk digests, shards, compiled
-executables). A function's is the sha256 of the canonical JSON of `document`: its signature,
-its stored module forms by the sha256 of their portable artifacts, and the sha256 of the
+executables). A function's is the sha256 of the canonical JSON of `document`: its signature
+(with its platforms and declared independent rows, where it has them), its stored module
+forms by the sha256 of their portable artifacts, and the sha256 of the
 stored bytes of every argument value that is not an example input (its weights and state). A
 bundle's is the sha256 of the canonical JSON of its functions' fingerprints by name and its
 default function."""
@@ -67,11 +68,8 @@ def document(bundle: Bundle) -> dict[str, Any]:
             forms[key] = {"portable_sha256": stored.portable_sha256}
     if m.batched is not None:
         forms["batched"]["arguments"] = list(m.batched.arguments)
-    # A function lowered for several platforms (SPEC.md 2.14): which index selects which
-    # lowering is part of what it computes. Absent otherwise, so earlier fingerprints hold.
-    platforms = {"platforms": list(m.platforms)} if m.platforms else {}
     return {
-        **platforms,
+        **_when_present(m),
         "algorithm": ALGORITHM,
         "arguments": arguments,
         "results": [r.model_dump(mode="json", include=set(RESULT_FIELDS)) for r in m.results],
@@ -82,6 +80,22 @@ def document(bundle: Bundle) -> dict[str, Any]:
         "allowed_custom_calls": sorted(m.module.allowed_custom_calls),
         "forms": forms,
     }
+
+
+def _when_present(m: Manifest) -> dict[str, Any]:
+    """Members a function's document has only where the function has them, so that earlier
+    fingerprints hold: the platforms of one lowered for several (SPEC.md 2.14: which index
+    selects which lowering), and declared independent rows (2.13: they change what a trusted
+    `jax.vmap` and a server's joined requests compute; whether the writer checked the claim
+    does not)."""
+    present: dict[str, Any] = {}
+    if m.platforms:
+        present["platforms"] = list(m.platforms)
+    if m.independent_rows is not None:
+        present["independent_rows"] = m.independent_rows.model_dump(
+            mode="json", exclude={"checked"}
+        )
+    return present
 
 
 def fingerprint(bundle: Bundle, name: str | None = None) -> str:
