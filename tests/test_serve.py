@@ -1188,7 +1188,7 @@ def test_rows_are_batched_together_only_under_the_batched_modules_trust(function
 
 
 def _deep(layers: int):
-    """`layers` layers of sin, cos and a matmul: XLA's compile time grows with them."""
+    """`layers` layers of sin, cos and a matmul: each shape's compiled code grows with them."""
     import jax.numpy as jnp
 
     def deep(w, x):
@@ -1199,36 +1199,42 @@ def _deep(layers: int):
     return deep
 
 
-# A compile long enough that a health check stuck behind it is plainly late (0.25 s, below).
-COMPILE_S = 0.5
-
-
-def _layers_for_a_slow_compile() -> int:
-    """How many layers make `_deep` compile in about COMPILE_S here: XLA's compile time for
-    it differs threefold between jaxlib 0.10 and 0.12 under the suite's flags (about 0.16 s
-    and 0.7 s for 60 layers), and grows about linearly with the layers."""
-    import jax
-
-    x = np.ones((2, 8), np.float32)
-    start = time.perf_counter()
-    jax.jit(_deep(60)).lower(np.eye(8, dtype=np.float32), x).compile()
-    return max(20, min(600, round(60 * COMPILE_S / (time.perf_counter() - start))))
+# `hlobundle serve` whose compiles of new shapes, once the test has armed it with a line on
+# stdin (after start-up, which compiles too), are held until the test says so: the server says
+# "held" on stdout and waits for a line on stdin. A compile on the event loop would hold the
+# loop too, however fast the machine.
+_HELD_COMPILES = """
+import sys, threading
+from hlobundle._serve import _served
+first_call, armed = _served.Served._first_call, threading.Event()
+def held(self, given):
+    if armed.is_set():
+        print("held", flush=True)
+        sys.stdin.readline()
+    return first_call(self, given)
+def arm():
+    sys.stdin.readline()
+    armed.set()
+    print("armed", flush=True)
+_served.Served._first_call = held
+threading.Thread(target=arm, daemon=True).start()
+from hlobundle._cli._main import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
     """A client choosing 6 new batch sizes: each compiles in a worker thread (one at a time),
-    so that a health check is answered within 0.25 s meanwhile, and the server keeps 2 shapes
-    (--max-shapes 2), so that its memory grows under 30 MB (1 to 2 MB measured; 67 MB with
-    every shape kept). Behind a compile on the event loop, a health check waits as long as the
-    compile: the function is made deep enough to take about COMPILE_S here (0.45 s measured
-    with the compile on the loop), and the test checks that each compile took over 0.3 s, so
-    that it cannot pass for want of a slow compile (with 60 layers on jaxlib 0.10, as before,
-    it passed with the compile on the loop)."""
+    so that a health check is answered while a compile is held (the compile waits for the
+    test, not for the machine: with the compile on the event loop, the health check is not
+    answered within 10 s, and the test fails), and the server keeps 2 shapes (--max-shapes
+    2), so that its memory grows under 30 MB (1.1 MB measured with 150 layers; 50 MB with
+    every shape kept, --max-shapes 20)."""
     out = tmp_path / "deep"
     hlobundle.export(
-        _deep(_layers_for_a_slow_compile()),
+        _deep(150),
         np.eye(8, dtype=np.float32) / 2,
         np.ones((2, 8), np.float32),
         out=out,
@@ -1240,79 +1246,70 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hlobundle",
-            "serve",
-            str(out),
-            "--port",
-            str(port),
-            "--backend",
-            "xla",
-            "--max-shapes",
-            "2",
-        ],
-        stdout=subprocess.DEVNULL,
+        [sys.executable, "-c", _HELD_COMPILES, "serve", str(out), "--port", str(port)]
+        + ["--backend", "xla", "--max-shapes", "2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}"
-    worst, stop = [0.0], threading.Event()
 
     def rss_mb() -> float:
         with open(f"/proc/{proc.pid}/status") as f:
             return int(next(line for line in f if line.startswith("VmRSS")).split()[1]) / 1024
 
-    def poll() -> None:
-        while not stop.is_set():
-            start = time.perf_counter()
-            with urllib.request.urlopen(f"{base}/v2/health/live", timeout=30) as r:
-                r.read()
-            worst[0] = max(worst[0], time.perf_counter() - start)
-            time.sleep(0.01)
-
-    def ask(rows: int) -> float:
-        """Seconds to the answer of one request of `rows` rows (a new shape compiles first)."""
+    def ask(rows: int, answered: list[int]) -> None:
         x = np.ones((rows, 8), np.float32)
-        body = {
-            "inputs": [
-                {
-                    "name": "x",
-                    "shape": [rows, 8],
-                    "datatype": "FP32",
-                    "data": x.reshape(-1).tolist(),
-                }
-            ]
-        }
+        body = {"inputs": [{"name": "x", "shape": [rows, 8], "datatype": "FP32"}]}
+        body["inputs"][0]["data"] = x.reshape(-1).tolist()
         request = urllib.request.Request(
             f"{base}/v2/models/deep.predict/infer",
             data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
-        start = time.perf_counter()
         with urllib.request.urlopen(request, timeout=60) as r:
-            assert r.status == 200
-        return time.perf_counter() - start
+            answered.append(r.status)
+
+    def held_while_live(rows: int) -> None:
+        """A request of a new shape, whose compile is held while the server answers a health
+        check; then released and answered."""
+        answered: list[int] = []
+        asked = threading.Thread(target=ask, args=(rows, answered))
+        asked.start()
+        _said(proc, "held")
+        try:
+            live = _live(port)
+        except OSError:  # not answered within 10 s
+            live = None
+        still_held = asked.is_alive()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        asked.join(60)
+        assert live == 200, f"no health check answered while the compile for b={rows} was held"
+        assert still_held and answered == [200], "the request was not held, then answered"
 
     try:
         _wait_ready(base)
-        [ask(n) for n in range(3, 5)]  # the 2 shapes it keeps
+        proc.stdin.write("arm\n")
+        proc.stdin.flush()
+        _said(proc, "armed")
+        for n in range(3, 5):  # the 2 shapes it keeps
+            held_while_live(n)
         before = rss_mb()
-        poller = threading.Thread(target=poll)
-        poller.start()
-        try:
-            new = [ask(n) for n in range(5, 11)]
-        finally:
-            stop.set()
-            poller.join()
+        for n in range(5, 11):
+            held_while_live(n)
         grown = rss_mb() - before
     finally:
         proc.terminate()
-        proc.wait(timeout=60)
-    # Each new shape's request waited for its compile: long enough that a stall would show.
-    assert min(new) > 0.3, f"the compiles took {min(new):.2f} s at least: too short to show a stall"
-    assert worst[0] < 0.25, f"a health check waited {worst[0]:.2f} s"
+        proc.communicate(timeout=60)
     assert grown < 30, f"the server grew {grown:.0f} MB over 6 new shapes"
+
+
+def _said(proc: subprocess.Popen, word: str) -> None:
+    """Until the process says `word` on a line of its stdout (other lines: the server's own)."""
+    while proc.stdout.readline().strip() != word:
+        assert proc.poll() is None, f"the server stopped before it said {word!r}"
 
 
 def test_pinned_sizes_compile_at_start_up_and_others_are_refused(functions):
