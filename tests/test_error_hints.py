@@ -225,3 +225,47 @@ def test_a_partial_set_of_numbered_keys_says_how_to_give_some_arguments(tmp_path
     assert r.returncode == 1 and "[INPUT_AMBIGUOUS]" in r.stderr, r.stderr
     assert "are not one full set for 2 argument(s)" in r.stderr
     assert "name them: keys named after the arguments (['x', 'w'])" in r.stderr, r.stderr
+
+
+def test_a_python_call_takes_julia_s_orientation_with_layout_producer(tmp_path):
+    """The call's hint names the option; with it, column-major arguments are given and results
+    come back in Julia's orientation, as `run --layout producer` takes and saves them."""
+    b = hlobundle.load(_column_major(tmp_path))
+    julia = np.load(tmp_path / "julia.npy")
+    with pytest.raises(hlobundle.InputError, match=r"got float32\[3, 2\], its reversed shape.*"):
+        b.function("xla")(arg0=julia)
+    with pytest.raises(hlobundle.InputError, match=r"layout='producer'"):
+        b.function("xla")(arg0=julia)
+    producer = b.function("xla", layout="producer")
+    (got,) = producer(arg0=julia)
+    np.testing.assert_array_equal(got, julia)  # the identity, in Julia's orientation
+    with pytest.raises(hlobundle.InputError, match=r"expected float32\[3, 2\] \(the producer's"):
+        producer(arg0=julia.T)
+    with pytest.raises(hlobundle.InputError, match="layout must be 'stored' or 'producer'"):
+        b.function("xla", layout="julia")
+
+
+@pytest.mark.subprocess
+def test_the_emitted_script_takes_layout_producer_and_hints_it(tmp_path, script_zygote):
+    run_script = script_zygote
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(_column_major(tmp_path), script, backend="xla")
+    julia = tmp_path / "julia.npy"
+    r = run_script(script, "--inputs", f"arg0={julia}")
+    assert r.returncode == 1 and "its reversed shape" in r.stderr, r.stderr[-2000:]
+    assert "--layout producer" in r.stderr, r.stderr[-2000:]
+    r = run_script(script, "--inputs", f"arg0={julia}", "--layout", "producer")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "result0: float32[3, 2]" in r.stdout  # Julia's orientation, as run shows it
+    assert np.array2string(np.load(julia), threshold=20) in r.stdout
+
+
+def test_julia_s_orientation_of_a_row_major_argument_gets_its_own_hint(tmp_path):
+    """LeNet's images are row-major (exported from JAX): `--layout producer` would change
+    nothing, so the hint says to reverse the axes."""
+    np.save(tmp_path / "images_julia.npy", np.zeros(IMAGES[::-1], np.float32))
+    r = cli("run", LENET, "--inputs", f"images={tmp_path / 'images_julia.npy'}")
+    assert r.returncode == 1 and "got (28, 28, 1, 4), its reversed shape" in r.stderr, r.stderr
+    assert "row-major" in r.stderr and "permutedims" in r.stderr, r.stderr
+    with pytest.raises(hlobundle.InputError, match="its reversed shape.*row-major"):
+        hlobundle.load(LENET).function("xla")(images=np.zeros(IMAGES[::-1], np.float32))

@@ -136,6 +136,10 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
         },
         "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
         "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
+        "COLUMN_MAJOR": {
+            "arguments": [a.name for a in m.arguments if a.layout == "column_major"],
+            "results": [r.name for r in m.results if r.layout == "column_major"],
+        },
         "PATHS": {a.name: a.path for a in m.arguments},
         "INPUTS": inputs,
         "EXPECTED": expected,

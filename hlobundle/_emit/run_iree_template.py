@@ -31,6 +31,7 @@ WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file (or absolu
 ABOUT = {}  # slot: function, format_version, producer, producer_version
 ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
 RESULTS = []  # slot: (name, shape, dtype) of each result
+COLUMN_MAJOR = {}  # slot: the arguments and results a Julia producer holds axis-reversed
 PATHS = {}  # slot: where each argument came from in the producer's program
 INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
 EXPECTED = []  # slot: (file, key) of each result's expected value, or [] when there are none
@@ -138,11 +139,12 @@ def example_inputs():
     return [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]  # noqa: F821
 
 
-def run_example(inputs=None):
+def run_example(inputs=None, producer=False):
     """Call the function on the example inputs and compare with the expected outputs, or on
-    `inputs` (one array per argument) and print the results."""
+    `inputs` (one array per argument) and print the results (`producer`: column-major ones in
+    the producer's orientation)."""
     outputs = call(*(example_inputs() if inputs is None else inputs))
-    report(outputs, compare=inputs is None)  # noqa: F821 (run_shared.py)
+    report(outputs, compare=inputs is None, producer=producer)  # noqa: F821
 
 
 SAFETENSORS_DTYPES = {

@@ -2,7 +2,7 @@
 safetensors, `--inputs` files and the command line, and comparing results with the expected ones.
 `hlobundle emit` writes them into each script in place of its `# shared:` line, so a script stays
 one standalone file. They use what each template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED,
-SAFETENSORS_DTYPES, numpy_dtype, load_tensor, check_arguments and run_example.
+COLUMN_MAJOR, SAFETENSORS_DTYPES, numpy_dtype, load_tensor, check_arguments and run_example.
 """
 
 # ruff: noqa: F821
@@ -25,21 +25,34 @@ def stored_array(data, start, entry, dtype, shape):
     return raw.copy().view(numpy_dtype(dtype)).reshape(shape)
 
 
-def check_arguments(*args):
+def check_arguments(*args, option=None):
     """Raise TypeError unless the arguments have the module's dtypes and shapes: exactly, or for
-    a symbolic dimension (a string) any size, which the module's runtime then checks."""
+    a symbolic dimension (a string) any size, which the module's runtime then checks. An array
+    of a column-major argument's reversed shape is in Julia's orientation: `option` takes it."""
     if len(args) != len(ARGUMENTS):
         raise TypeError(f"expected {len(ARGUMENTS)} arguments, got {len(args)}")
     for index, (value, (name, shape, dtype)) in enumerate(zip(args, ARGUMENTS, strict=True)):
         kind = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
         got = (tuple(np.shape(value)), np.dtype(kind).name)
-        fits = len(got[0]) == len(shape) and all(
-            isinstance(want, str) or size == want for size, want in zip(got[0], shape, strict=True)
-        )
-        if not fits or got[1] != numpy_dtype(dtype).name:
+        if not fits_shape(got[0], shape) or got[1] != numpy_dtype(dtype).name:
+            julia = option and fits_shape(got[0], shape[::-1]) and not fits_shape(got[0], shape)
+            hint = (
+                f", its reversed shape: Julia's orientation, in which the bundle's producer holds "
+                f"it; give arrays in that orientation with {option}"
+                if julia and len(shape) > 1 and name in COLUMN_MAJOR["arguments"]
+                else ""
+            )
             raise TypeError(
                 f"argument {name} (#{index}): expected {dtype}{list(shape)}, got {got[1]}{list(got[0])}"
+                + hint
             )
+
+
+def fits_shape(got, shape):
+    """Whether shape `got` is `shape`: the same rank, and each dimension equal or symbolic."""
+    return len(got) == len(shape) and all(
+        isinstance(want, str) or size == want for size, want in zip(got, shape, strict=True)
+    )
 
 
 def tolerance(dtype):
@@ -79,12 +92,14 @@ def stored_inputs():
     return [load_tensor(f, k, s, d) for (f, k), (_, s, d) in zip(INPUTS, ARGUMENTS, strict=True)]
 
 
-def report(outputs, *, compare):
+def report(outputs, *, compare, producer=False):
     """Print each result (NumPy arrays, in order); with `compare`, also its difference from the
-    expected output, and exit with a failure when any differs."""
+    expected output, and exit with a failure when any differs; with `producer`, column-major
+    ones in the producer's orientation, their axes reversed."""
     failures = []
     for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
-        line = f"{name}: {dtype}{list(shape)}"
+        julia = producer and name in COLUMN_MAJOR["results"]
+        line = f"{name}: {dtype}{list(shape)[::-1] if julia else list(shape)}"
         if EXPECTED and compare:
             want = load_tensor(*EXPECTED[k], shape, dtype)
             diff = np.abs(widened(value) - widened(want))
@@ -92,7 +107,7 @@ def report(outputs, *, compare):
             if not close(value, want, tolerance(dtype)):
                 failures.append(name)
         print(line)
-        print(np.array2string(value, threshold=20))
+        print(np.array2string(value.T if julia else value, threshold=20))
     if failures:
         sys.exit(f"FAILED: {', '.join(failures)} differ from the expected outputs")
     print("ok")
@@ -189,13 +204,26 @@ def main(argv):
         help=".npy, .npz or .safetensors; NAME=FILE for one argument; arguments not given take "
         "their stored example values",
     )
+    parser.add_argument(
+        "--layout",
+        choices=["stored", "producer"],
+        default="stored",
+        help="producer: --inputs and the results printed in the producer's orientation "
+        "(Julia's, for column-major values), as hlobundle run --layout producer",
+    )
     args = parser.parse_args(argv)
+    producer = args.layout == "producer"
     if not args.inputs:
-        return run_example()
+        return run_example(producer=producer)
     try:
         given = given_inputs(args.inputs)
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"error: {e}")
+    if producer:  # the same values, in the tensors' own orientation
+        given = {
+            name: np.asarray(x).T if name in COLUMN_MAJOR["arguments"] else x
+            for name, x in given.items()
+        }
     missing = [name for name, _, _ in ARGUMENTS if name not in given]
     if missing and INPUTS is None:
         sys.exit(f"error: no value for argument(s) {missing}, and the bundle stores none")
@@ -204,7 +232,7 @@ def main(argv):
         given[name] if name in given else stored[i] for i, (name, _, _) in enumerate(ARGUMENTS)
     ]
     try:
-        check_arguments(*values)
+        check_arguments(*values, option=None if producer else "--layout producer")
     except TypeError as e:
         sys.exit(f"error: {e}")
-    run_example(values)
+    run_example(values, producer=producer)

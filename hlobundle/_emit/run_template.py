@@ -40,6 +40,7 @@ X64 = False  # slot: the bundle has 64-bit values
 ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
 CONSTRAINTS = []  # slot: constraints on the symbolic dimensions (names in shapes), jax.export's
 RESULTS = []  # slot: (name, shape, dtype) of each result
+COLUMN_MAJOR = {}  # slot: the arguments and results a Julia producer holds axis-reversed
 PATHS = {}  # slot: where each argument came from in the producer's program
 INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
 EXPECTED = []  # slot: (file, key) of each result's expected value, or [] when there are none
@@ -282,12 +283,13 @@ def example_inputs(inputs=None):
     return place_on_mesh(inputs) if MESH_AXES else inputs
 
 
-def run_example(inputs=None):
+def run_example(inputs=None, producer=False):
     """Call the function on the example inputs and compare with the expected outputs, or on
-    `inputs` (one array per argument) and print the results."""
+    `inputs` (one array per argument) and print the results (`producer`: column-major ones in
+    the producer's orientation)."""
     start_distributed()
     outputs = call(*example_inputs(inputs))
-    report([to_host(value) for value in outputs], compare=inputs is None)  # noqa: F821 (run_shared.py)
+    report([to_host(value) for value in outputs], compare=inputs is None, producer=producer)  # noqa: F821
 
 
 SAFETENSORS_DTYPES = {

@@ -334,7 +334,7 @@ def check(
             if any(not isinstance(w, int) for w in want_shape)
             else str(want_shape)
         )
-        reversed_shape = len(want_shape) > 1 and tuple(value.shape) == tuple(want_shape[::-1])
+        reversed_shape = is_reversed(want_shape, tuple(value.shape))
         raise InputError(
             f"{where}: expected shape {shown}{orientation}, got {tuple(value.shape)}"
             + (reversed_hint if reversed_shape else ""),
@@ -342,6 +342,34 @@ def check(
         )
     array = np.asarray(value)
     return array.T if column_major else array
+
+
+def is_reversed(want: Sequence[int | str | None], got: Sequence[int]) -> bool:
+    """Whether `got` is the shape `want` axis-reversed (of rank 2 or more, and not `want`
+    itself; a symbolic dimension fits any size): an array in Julia's orientation."""
+
+    def fits(shape: Sequence[int | str | None]) -> bool:
+        return len(shape) == len(got) and all(
+            not isinstance(w, int) or w == g for w, g in zip(shape, got, strict=True)
+        )
+
+    return len(got) > 1 and fits(want[::-1]) and not fits(want)
+
+
+def reversed_hint(layout: str, option: str) -> str:
+    """What ends the shape error of an array in Julia's orientation (`is_reversed`): for a
+    column-major argument, `option`, which takes arrays in that orientation; for a row-major
+    one (`option` changes nothing for it), to reverse the array's axes."""
+    if layout == "column_major":
+        return (
+            ", its reversed shape: Julia's orientation, in which the bundle's producer holds "
+            f"it; give arrays in that orientation with {option}"
+        )
+    return (
+        ", its reversed shape: an array in Julia's orientation? This argument is row-major "
+        f"(its producer holds it in this shape, so {option} changes nothing for it): reverse "
+        "the array's axes (x.T in NumPy, permutedims(x, ndims(x):-1:1) in Julia)"
+    )
 
 
 def detect_layout(

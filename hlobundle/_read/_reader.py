@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _main_signature, _paths, _signature, _stored
 from .._format._errors import (
@@ -288,6 +288,7 @@ class Bundle(StoredValues):
         trust: Trust = Trust.NOTHING,
         max_shapes: int = 16,
         trust_executables: bool | None = None,
+        layout: Literal["stored", "producer"] = "stored",
     ) -> Function:
         """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
         or on IREE.
@@ -311,6 +312,9 @@ class Bundle(StoredValues):
           it keeps proven against the module and compiled at once (least recently used first
           out; SPEC.md 2.8). Each new shape is proven (a few ms) and, on xla and enzyme,
           compiled again.
+        - `layout`: `"producer"` takes and returns column-major values (a Julia producer's)
+          in the producer's orientation, their axes reversed, as `run --layout producer`
+          does; `"stored"` (default) in the tensors' own.
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see docs/jax.md, "Calling a
@@ -319,7 +323,7 @@ class Bundle(StoredValues):
         from .._run._function import function
 
         trust = trust_from(trust, trust_executables, "Bundle.function")
-        return function(self.select(name), backend, donate, devices, trust, max_shapes)
+        return function(self.select(name), backend, donate, devices, trust, max_shapes, layout)
 
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was

@@ -12,6 +12,7 @@ import numpy as np
 from .._format import _dtypes
 from .._format._errors import InputDtypeError, InputError
 from .._format._fields import unflatten
+from .._read import _inputs
 from .._terminal._display import did_you_mean, some_names
 
 if TYPE_CHECKING:
@@ -103,22 +104,36 @@ def count_error(arguments: list[Argument], got: int) -> InputError:
     return InputError(f"expected {len(arguments)} argument(s) ({names}), got {got}")
 
 
-def check_value(x: Any, arg: Argument, index: int) -> Any:
+# What takes arrays in Julia's orientation from Python (`_inputs.reversed_hint`).
+PRODUCER_OPTION = "bundle.function(..., layout='producer')"
+
+
+def check_value(x: Any, arg: Argument, index: int, producer: bool = False) -> Any:
+    """`x`, of the argument's dtype and shape (`producer`: the shape in the producer's
+    orientation, a column-major argument's reversed), as an array; else an error."""
     want_dtype = _dtypes.BY_NAME[arg.dtype].numpy
     if isinstance(x, (bool, int, float, complex)) and not arg.shape:
         x = np.asarray(x, dtype=want_dtype)
     elif not hasattr(x, "shape") or not hasattr(x, "dtype"):
         x = np.asarray(x)
     got = (np.dtype(x.dtype), tuple(x.shape))
-    fits = len(got[1]) == len(arg.shape) and all(
-        isinstance(d, str) or d == n for d, n in zip(arg.shape, got[1], strict=True)
+    reverse = producer and arg.layout == "column_major"
+    shape = list(arg.shape[::-1] if reverse else arg.shape)
+    fits = len(got[1]) == len(shape) and all(
+        isinstance(d, str) or d == n for d, n in zip(shape, got[1], strict=True)
     )  # a symbolic dimension (str) is checked with the others (`check_symbols`)
     if got[0] != want_dtype or not fits:
         # A wrong dtype is a TypeError, a wrong shape a ValueError, as JAX raises them.
         error = InputDtypeError if got[0] != want_dtype else InputError
+        hint = (
+            _inputs.reversed_hint(arg.layout, PRODUCER_OPTION)
+            if not reverse and not fits and _inputs.is_reversed(arg.shape, got[1])
+            else ""
+        )
+        orientation = " (the producer's orientation)" if reverse else ""
         raise error(
             f"argument {arg.name!r} (position {index}, producer path {arg.path}): expected "
-            f"{arg.dtype}{list(arg.shape)}, got {got[0].name}{list(got[1])}",
+            f"{arg.dtype}{shape}{orientation}, got {got[0].name}{list(got[1])}{hint}",
             argument=arg.name,
         )
     return x

@@ -15,7 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._format import _dtypes
-from .._format._errors import BackendUnsupportedError, HloBundleError, LimitError, X64DisabledError
+from .._format._errors import (
+    BackendUnsupportedError,
+    HloBundleError,
+    InputError,
+    LimitError,
+    X64DisabledError,
+)
 from .._format._fields import identifier, needs_x64
 from .._read._trust import Trust
 from . import _backends, _binding, _placement, _shapes
@@ -25,7 +31,14 @@ if TYPE_CHECKING:
     from .._format._manifest import Manifest
     from .._read._reader import Bundle
 
-__all__ = ["BundleFunction", "Function", "check_x64", "function", "needs_x64"]
+__all__ = [
+    "BundleFunction",
+    "Function",
+    "ProducerOrientation",
+    "check_x64",
+    "function",
+    "needs_x64",
+]
 
 
 @runtime_checkable
@@ -61,17 +74,78 @@ def function(
     devices: int | None = None,
     trust: Trust = Trust.NOTHING,
     max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
+    layout: str = "stored",
 ) -> Function:
-    """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
+    """`Bundle.function()`: the chosen backend's function (`_backends`' interface); with
+    `layout="producer"`, taking and returning arrays in the producer's orientation."""
+    if layout not in ("stored", "producer"):
+        raise InputError(
+            f"layout must be 'stored' or 'producer', not {layout!r}", argument="layout"
+        )
     chosen = _backends.resolve(backend, bundle.manifest)
     _backends.refuse_platforms(chosen, bundle.manifest)
-    return chosen.make(
+    made = chosen.make(
         bundle,
         donate=donate,
         devices=devices,
         trust=trust,
         max_shapes=max_shapes,
     )
+    return ProducerOrientation(made) if layout == "producer" else made
+
+
+class ProducerOrientation:
+    """A function that takes and returns column-major values in the producer's (Julia's)
+    orientation, their axes reversed, as `run --layout producer` does: the same values, each
+    array transposed at the call's edge (a view for NumPy; JAX traces it)."""
+
+    def __init__(self, inner: Function) -> None:
+        self.inner = inner
+        self.backend, self.jax_function = inner.backend, inner.jax_function
+        self.manifest, self.bundle = inner.manifest, inner.bundle
+        arguments = self.manifest.arguments
+        self._column_major = {a.name for a in arguments if a.layout == "column_major"}
+
+    def __repr__(self) -> str:
+        return f"{self.inner!r} (layout='producer')"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = _binding.bind(self.manifest, args, kwargs, stored=self._stored)
+        return _binding.structure(self.manifest, self.call_flat(*flat))
+
+    def _stored(self, name: str) -> Any:
+        """A left-out parameter's stored value, in the orientation of the values given."""
+        x = self.bundle.tensor(name)
+        return x.T if name in self._column_major else x
+
+    def call_flat(self, *flat: Any) -> tuple[Any, ...]:
+        """One array per argument in manifest order, in the producer's orientation."""
+        arguments = self.manifest.arguments
+        if len(flat) != len(arguments):
+            raise _binding.count_error(arguments, len(flat))
+        checked = [
+            _binding.check_value(x, a, i, producer=True)
+            for i, (x, a) in enumerate(zip(flat, arguments, strict=True))
+        ]
+        outs = self.inner.call_flat(*_reversed(checked, arguments))
+        return tuple(_reversed(list(outs), self.manifest.results))
+
+    def prove_shapes(self, shapes: Sequence[Sequence[int]]) -> None:
+        """Prove a call's argument shapes, given in the producer's orientation."""
+        described = self.manifest.arguments
+        if len(shapes) == len(described):  # else the inner function says what is wrong
+            shapes = [
+                tuple(s)[::-1] if a.layout == "column_major" else tuple(s)
+                for s, a in zip(shapes, described, strict=True)
+            ]
+        self.inner.prove_shapes(shapes)
+
+
+def _reversed(values: list[Any], described: Sequence[Any]) -> list[Any]:
+    """Each column-major value (by its argument or result) with its axes reversed."""
+    return [
+        x.T if d.layout == "column_major" else x for x, d in zip(values, described, strict=True)
+    ]
 
 
 class BundleFunction:

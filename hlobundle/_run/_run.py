@@ -49,12 +49,6 @@ class RunReport:
         return asdict(self)
 
 
-_REVERSED_HINT = (
-    ", its reversed shape: Julia's orientation, in which the bundle's producer holds it; "
-    "give arrays in that orientation with --layout producer"
-)
-
-
 def example_arguments(
     bundle: Bundle,
     given: list[_inputs.Keyed] | None,
@@ -69,7 +63,6 @@ def example_arguments(
         stored = [a.name for a in arguments if a.value is not None]
         inputs = [a.name for a in arguments if a.role == "input"]
         ordered = _inputs.assign(given, [a.name for a in arguments], optional=stored, inputs=inputs)
-        hint = "" if producer_layout else _REVERSED_HINT
         values = [
             bundle.tensor(a.name)
             if item is None
@@ -79,7 +72,9 @@ def example_arguments(
                 name=a.name,
                 path=a.path,
                 column_major=producer_layout and a.layout == "column_major",
-                reversed_hint=hint if a.layout == "column_major" else "",
+                reversed_hint=""
+                if producer_layout and a.layout == "column_major"
+                else _inputs.reversed_hint(a.layout, "--layout producer"),
             )
             for item, a in zip(ordered, arguments, strict=True)
         ]
