@@ -269,3 +269,14 @@ def test_julia_s_orientation_of_a_row_major_argument_gets_its_own_hint(tmp_path)
     assert "row-major" in r.stderr and "permutedims" in r.stderr, r.stderr
     with pytest.raises(hlobundle.InputError, match="its reversed shape.*row-major"):
         hlobundle.load(LENET).function("xla")(images=np.zeros(IMAGES[::-1], np.float32))
+
+
+def test_example_args_of_a_bundle_without_inputs_says_what_to_do(tmp_path):
+    text = identity_module(np.zeros((2, 3), np.float32))
+    b = hlobundle.load(hlobundle.pack(text, None, tmp_path / "b"))
+    with pytest.raises(hlobundle.InputError) as raised:
+        b.example_args()
+    said = str(raised.value)
+    assert "no stored example value for argument(s) ['arg0']" in said
+    assert "arg0 float32[2, 3]" in said and "bundle.function()(arg0=" in said, said
+    assert "hlobundle run" in said and "invents" in said, said

@@ -73,10 +73,21 @@ class StoredValues:
         missing = [a.name for a in self.arguments if a.name not in inputs]
         if missing:
             raise InputError(
-                f"no stored example value for argument(s) {missing[:20]}", argument=missing[0]
+                f"no stored example value for argument(s) {missing[:20]}: the bundle was "
+                f"written without example inputs. Call the function on arrays of your own "
+                f"({self._described(missing)}), e.g. bundle.function()({missing[0]}=...), "
+                "which takes stored parameters left out; or `hlobundle run BUNDLE`, which "
+                "invents inputs of these shapes and dtypes and runs on them",
+                argument=missing[0],
             )
         tree = self.manifest.input_tree
         return tuple(inputs.values()) if tree is None else unflatten(tree, inputs)
+
+    def _described(self, names: list[str]) -> str:
+        """`name dtype[shape]` of the first few of `names`."""
+        named = set(names)
+        shown = [f"{a.name} {a.dtype}{list(a.shape)}" for a in self.arguments if a.name in named]
+        return ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
 
     def expected_outputs(self) -> dict[str, np.ndarray]:
         """Every stored expected result by name (stored orientation)."""
