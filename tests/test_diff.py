@@ -146,3 +146,27 @@ def test_a_nan_or_an_infinity_is_a_difference_in_strict_json(pair, tmp_path, val
     (tensor,) = found["functions"]["main"]["tensors"]
     assert tensor["max_abs_diff"] == said
     assert f"largest |a - b| {said}" in cli("diff", a, "odd.hlobundle").stdout
+
+
+def test_arguments_renamed_in_place_are_paired_by_position_and_shape(tmp_path):
+    """`params` renamed `p`: each argument at the same position with the same dtype and shape
+    is one renamed, its bytes compared, not one removed and one added."""
+    x = np.linspace(0, 1, 12, dtype=np.float32).reshape(4, 3)
+    w = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+
+    def pack(out, names, w):
+        return hlobundle.pack(MODULE, [w, x], out, names=names, roles={names[0]: "parameter"})
+
+    a = pack(tmp_path / "a", ["params_w", "x"], w)
+    b = pack(tmp_path / "b", ["p_w", "x"], w + 1)
+    found = json.loads(cli("diff", a, b, "--json").stdout)
+    function = found["functions"]["main"]
+    assert function["signature"] == [["argument params_w: renamed", "params_w", "p_w"]]
+    (tensor,) = function["tensors"]
+    assert tensor["name"] == "params_w -> p_w" and tensor["max_abs_diff"] == pytest.approx(1)
+    text = cli("diff", a, b).stdout
+    assert "  argument params_w: renamed p_w" in text and "removed" not in text, text
+    wider = MODULE.replace("3x2", "3x5").replace("4x2", "4x5")
+    c = hlobundle.pack(wider, [np.ones((3, 5), np.float32), x], tmp_path / "c", names=["p_w", "x"])
+    text = cli("diff", a, c).stdout  # another shape: not the same argument renamed
+    assert "argument params_w: removed" in text and "argument p_w: added" in text, text

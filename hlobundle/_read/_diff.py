@@ -1,5 +1,6 @@
 """`hlobundle diff A B`: what differs between two bundles, function by function, as their
-fingerprints (SPEC.md 2.11) see them: functions added or removed, signature changes, the weights
+fingerprints (SPEC.md 2.11) see them: functions added or removed, signature changes (an argument
+or result renamed in place, at one position with one dtype and shape, said so), the weights
 whose bytes differ (with the largest absolute difference where both are numbers of one shape),
 module forms whose portable artifacts differ (their op counts before and after), and the
 metadata (provenance, default function, format version, the model card's fields) that
@@ -62,18 +63,25 @@ def _function(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> d
 
 
 def _signature(da: dict[str, Any], db: dict[str, Any]) -> list[list[Any]]:
-    """`[what, a, b]` for each signature field that differs (a value's bytes are `tensors`')."""
+    """`[what, a, b]` for each signature field that differs (a value's bytes are `tensors'`);
+    an argument or result renamed in place is `[KIND OLD: renamed, OLD, NEW]` (`renamed`)."""
     changes: list[list[Any]] = []
     for kind in ("arguments", "results"):
+        renames = renamed(da[kind], db[kind])
         before = {e["name"]: e for e in da[kind]}
         after = {e["name"]: e for e in db[kind]}
         for name in [*before, *(n for n in after if n not in before)]:
-            one, other = before.get(name), after.get(name)
+            if name in renames.values():
+                continue  # said under its old name
+            new = renames.get(name, name)
+            one, other = before.get(name), after.get(new)
             if one is None or other is None:  # added or removed: the whole entry on its side
                 changes.append([f"{kind[:-1]} {name}", _fields(one), _fields(other)])
                 continue
+            if new != name:
+                changes.append([f"{kind[:-1]} {name}: renamed", name, new])
             for field in one:
-                if field != "value_sha256" and one[field] != other.get(field):
+                if field not in ("name", "value_sha256") and one[field] != other.get(field):
                     changes.append([f"{kind[:-1]} {name}: {field}", one[field], other.get(field)])
         if [e["name"] for e in da[kind]] != [e["name"] for e in db[kind]] and set(before) == set(
             after
@@ -88,25 +96,41 @@ def _signature(da: dict[str, Any], db: dict[str, Any]) -> list[list[Any]]:
     return changes
 
 
+def renamed(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, str]:
+    """Old name to new of each entry renamed in place: at one position in both, of one dtype
+    and shape, its name in A not in B's and its name in B not in A's."""
+    names_a, names_b = {e["name"] for e in before}, {e["name"] for e in after}
+    return {
+        one["name"]: other["name"]
+        for one, other in zip(before, after, strict=False)
+        if one["name"] not in names_b
+        and other["name"] not in names_a
+        and (one["dtype"], one["shape"]) == (other["dtype"], other["shape"])
+    }
+
+
 def _fields(entry: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if entry is None else {k: v for k, v in entry.items() if k != "value_sha256"}
 
 
 def _tensors(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> list[dict]:
-    """Each weight (an argument of both with a stored non-input value) whose bytes differ."""
+    """Each weight (an argument of both, or renamed, with a stored non-input value) whose
+    bytes differ; a renamed one is named `OLD -> NEW`."""
     after = {e["name"]: e for e in db["arguments"]}
+    renames = renamed(da["arguments"], db["arguments"])
     out = []
     for one in da["arguments"]:
-        other = after.get(one["name"])
+        new = renames.get(one["name"], one["name"])
+        other = after.get(new)
         if other is None or one["value_sha256"] == other["value_sha256"]:
             continue
         if one["value_sha256"] is None or other["value_sha256"] is None:
             continue  # a weight in one, not the other: the signature's `role` says so
         name = one["name"]
-        x, y = a.tensor(name), b.tensor(name)
+        x, y = a.tensor(name), b.tensor(new)
         out.append(
             {
-                "name": name,
+                "name": name if new == name else f"{name} -> {new}",
                 "dtype": [one["dtype"], other["dtype"]],
                 "shape": [list(x.shape), list(y.shape)],
                 "max_abs_diff": _largest_difference(x, y, one["dtype"], other["dtype"]),
@@ -186,6 +210,9 @@ def render(found: dict[str, Any], a: str, b: str) -> str:
         if f["status"] != "changed":
             continue
         for what, x, y in f["signature"]:
+            if what.endswith(": renamed"):
+                lines.append(f"  {shown(what)} {shown(y)}")
+                continue
             change = "added" if x is None else "removed" if y is None else None
             lines.append(f"  {shown(what)}: {change or f'{_value(x)} -> {_value(y)}'}")
         for t in f["tensors"]:
