@@ -96,9 +96,9 @@ def test_a_usage_error_exits_2_naming_the_option(tmp_path, argv, option):
     missing = tmp_path / "missing"
     r = cli(*[a.format(missing=missing, tmp=tmp_path / "out") for a in argv])
     assert r.returncode == 2, r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert r.stderr.startswith("usage: hlobundle") and re.match(r"hlobundle( \w+)?: error: ", last)
-    assert option in last, r.stderr
+    first, *rest = r.stderr.strip().splitlines()
+    assert re.match(r"hlobundle( \w+)?: error: ", first) and option in first, r.stderr
+    assert len(rest) == 1 and rest[0].startswith("usage: hlobundle"), r.stderr  # short
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert not missing.exists() and not (tmp_path / "out").exists()  # nothing read or written
 
@@ -124,6 +124,20 @@ def test_a_bundle_error_still_exits_1_with_its_code(tmp_path, argv, code):
 def test_conformance_that_selects_no_case_fails_rather_than_passes():
     r = cli("conformance", "-k", "no case is named so", "--backend", "xla")
     assert r.returncode == 1 and "-k 'no case is named so' matches none of the" in r.stderr
+
+
+def test_a_usage_error_says_what_is_wrong_first_then_a_one_line_usage():
+    """argparse printed 10 lines of run's usage before the line that says what is wrong."""
+    r = cli("run")
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "hlobundle run: error: the following arguments are required: bundle",
+        "usage: hlobundle run [OPTIONS] bundle  (hlobundle run --help lists the options)",
+    ]
+    r = cli("sign", "b")  # a required option is part of the usage
+    assert "usage: hlobundle sign [OPTIONS] --private-key KEY.pem bundle  (hlobundle" in r.stderr, (
+        r.stderr
+    )
 
 
 def test_help_lists_the_exit_statuses():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _commands, _parser_oci, _parser_read, _parser_write
 
@@ -43,6 +43,29 @@ class Parser(argparse.ArgumentParser):
             given = " ".join(unknown)
             command.error(f"unrecognized arguments: {given}{command.closest(unknown)}")
         return parsed
+
+    def error(self, message: str) -> NoReturn:
+        """What is wrong first, where a reader starts, then one line of usage: argparse
+        printed the whole usage (ten lines for run) before the message."""
+        self.exit(2, f"{self.prog}: error: {message}\n{self.short_usage()}\n")
+
+    def short_usage(self) -> str:
+        """`usage: hlobundle run [OPTIONS] bundle`: the required options and the positional
+        arguments, and where the others are listed."""
+        formatter = self._get_formatter()
+        required = [a for a in self._actions if a.option_strings and a.required]
+        positional = [a for a in self._actions if not a.option_strings]
+        shown = [
+            *(
+                f"{a.option_strings[0]} {formatter._format_args(a, a.dest.upper())}"
+                for a in required
+            ),
+            *(formatter._format_args(a, a.dest) for a in positional),
+        ]
+        return (
+            f"usage: {self.prog} [OPTIONS] {' '.join(shown)}  "
+            f"({self.prog} --help lists the options)"
+        )
 
     def closest(self, unknown: Sequence[str]) -> str:
         """`; did you mean --inputs?` for the first unknown option close to one of ours."""
