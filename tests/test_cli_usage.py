@@ -140,6 +140,16 @@ def test_a_usage_error_says_what_is_wrong_first_then_a_one_line_usage():
     )
 
 
+def test_a_mistyped_command_suggests_the_closest():
+    r = cli("serv", "model.hlobundle")
+    assert r.returncode == 2 and r.stdout == ""
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("hlobundle: error: no command 'serv'; did you mean serve? "), first
+    assert "(the commands are pack, run, emit," in first, first
+    r = cli("frobnicate")
+    assert "did you mean" not in r.stderr and "no command 'frobnicate'" in r.stderr
+
+
 def test_help_lists_the_exit_statuses():
     r = cli("--help")
     assert r.returncode == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -37,12 +38,28 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._check_command(sys.argv[1:] if args is None else list(args))
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
             command = getattr(parsed, "parser", self)  # set_defaults(parser=...) in build()
             given = " ".join(unknown)
             command.error(f"unrecognized arguments: {given}{command.closest(unknown)}")
         return parsed
+
+    def _check_command(self, args: list[str]) -> None:
+        """A command no command is named gets the closest one (argparse lists them all).
+        The top parser's own options take no value: the first word is the command."""
+        commands = next(
+            (a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
+        word = next((a for a in args if not a.startswith("-")), None)
+        if commands is None or word is None or word in commands:
+            return
+        close = difflib.get_close_matches(word, list(commands), 1)
+        self.error(
+            f"no command {word!r}{f'; did you mean {close[0]}?' if close else ''} "
+            f"(the commands are {', '.join(commands)})"
+        )
 
     def error(self, message: str) -> NoReturn:
         """What is wrong first, where a reader starts, then one line of usage: argparse
