@@ -67,7 +67,7 @@ def _signature(da: dict[str, Any], db: dict[str, Any]) -> list[list[Any]]:
     an argument or result renamed in place is `[KIND OLD: renamed, OLD, NEW]` (`renamed`)."""
     changes: list[list[Any]] = []
     for kind in ("arguments", "results"):
-        renames = renamed(da[kind], db[kind])
+        renames = _renamed(da[kind], db[kind])
         before = {e["name"]: e for e in da[kind]}
         after = {e["name"]: e for e in db[kind]}
         for name in [*before, *(n for n in after if n not in before)]:
@@ -96,7 +96,7 @@ def _signature(da: dict[str, Any], db: dict[str, Any]) -> list[list[Any]]:
     return changes
 
 
-def renamed(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, str]:
+def _renamed(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, str]:
     """Old name to new of each entry renamed in place: at one position in both, of one dtype
     and shape, its name in A not in B's and its name in B not in A's."""
     names_a, names_b = {e["name"] for e in before}, {e["name"] for e in after}
@@ -117,7 +117,7 @@ def _tensors(a: Bundle, b: Bundle, da: dict[str, Any], db: dict[str, Any]) -> li
     """Each weight (an argument of both, or renamed, with a stored non-input value) whose
     bytes differ; a renamed one is named `OLD -> NEW`."""
     after = {e["name"]: e for e in db["arguments"]}
-    renames = renamed(da["arguments"], db["arguments"])
+    renames = _renamed(da["arguments"], db["arguments"])
     out = []
     for one in da["arguments"]:
         new = renames.get(one["name"], one["name"])
