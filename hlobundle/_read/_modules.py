@@ -47,6 +47,7 @@ class StoredModule:
     target_version: str
     signature: _main_signature.Signature | None  # `@main`'s, when the form's check read it
     custom_calls: tuple[str, ...]  # every custom call target, as the check found them
+    bundle: str = ""  # the bundle's directory, for what an error tells to run
     same_program: bool = False  # the artifact was shown to be the text's program
     verdict_key: str | None = None  # where to record the verdict; None when it was recalled
     _parsed: Any = field(default=None, repr=False)
@@ -73,6 +74,7 @@ class StoredModule:
             self.target_version,
             text=self.text_file,
             path=self.portable_file,
+            bundle=self.bundle,
         )
         self.same_program = True
 
@@ -97,6 +99,7 @@ def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
         entry.portable.target_version,
         None,
         (),
+        str(root),
     )
     key = _key(stored, view)
     cached = _recall(key, form)
