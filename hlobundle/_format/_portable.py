@@ -210,3 +210,21 @@ def check_target(target: str, *, what: str, bundle: str, path: str | None = None
             "jaxlib (SPEC.md 5, 'Versions')",
             path=path,
         )
+
+
+def check_text_version(target: str, why: str, *, text: str, path: str, bundle: str) -> None:
+    """Where the form's `text` does not parse here (MLIR's `why`) and its artifact `path`
+    targets a StableHLO newer than this jaxlib reads, a VersionError: the module uses what
+    this jaxlib lacks, and the message says what can be done."""
+    newest = _mlir.current_version()
+    if _mlir.version_key(target) <= _mlir.version_key(newest):
+        return
+    raise VersionError(
+        f"{text} does not parse here ({why.rpartition('error: ')[2]}) and {path} targets "
+        f"StableHLO {target}, newer than this jaxlib reads (StableHLO {newest} at most): the "
+        f"module uses what this jaxlib lacks. Upgrade jaxlib to one that reads StableHLO "
+        f"{target}; or, where the bundle was made, write its artifacts for this jaxlib, which "
+        "works only if the module needs nothing newer: hlobundle refresh "
+        f"{shlex.quote(bundle)} --target-version {newest} (SPEC.md 5, 'Versions')",
+        path=path,
+    )

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._format import _dtypes, _main_signature, _mlir, _portable, _records, _stored
-from .._format._errors import ManifestError
+from .._format._errors import ManifestError, ModuleError
 
 if TYPE_CHECKING:
     from .._format._manifest import Manifest
@@ -107,9 +107,25 @@ def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
         stored.signature, stored.custom_calls = cached
         stored.same_program = True
         return stored
-    stored.signature, stored.custom_calls = _stored.check(form, stored.parsed, view, entry.text)
+    stored.signature, stored.custom_calls = _stored.check(form, _parse(stored), view, entry.text)
     stored.verdict_key = key
     return stored
+
+
+def _parse(stored: StoredModule) -> Any:
+    """The form's text, parsed; one that does not parse beside an artifact newer than this
+    jaxlib reads is a VersionError (`_portable.check_text_version`)."""
+    try:
+        return stored.parsed
+    except ModuleError as e:
+        _portable.check_text_version(
+            stored.target_version,
+            e.message,
+            text=stored.text_file,
+            path=stored.portable_file,
+            bundle=stored.bundle,
+        )
+        raise
 
 
 def remember(stored: StoredModule) -> None:
