@@ -473,6 +473,11 @@ def broken(name: str, description: str, expect: str):
 broken("invalid_major_version", "format_version 3.0", "VERSION_UNSUPPORTED")(
     lambda b: edit(b, lambda m: m.update(format_version="3.0"))
 )
+broken(
+    "invalid_portable_target_too_new",
+    "module.mlirbc claims StableHLO target 99.0.0, newer than any reader's (SPEC.md 5)",
+    "VERSION_UNSUPPORTED",
+)(lambda b: edit(b, lambda m: m["module"]["portable"].update(target_version="99.0.0")))
 broken("invalid_file_missing", "a listed file is missing", "FILE_MISSING")(
     lambda b: (b / "inputs.safetensors").unlink()
 )

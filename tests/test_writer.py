@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import cli, identity_module, lowered_text, pack_identity, sample
 
 import hlobundle
+from hlobundle._format import _mlir
 from hlobundle._write import _atomic
 
 
@@ -121,6 +123,18 @@ def test_provenance_and_portable_artifact(tmp_path):
     assert hlobundle.load(out2).manifest.module.portable.target_version == "1.0.0"
 
 
+def test_each_form_gets_the_oldest_default_target_that_expresses_it(tmp_path, monkeypatch):
+    x = sample((3, 2), "float32")
+    out = hlobundle.export(jnp.tanh, x, out=tmp_path / "t", with_vjp=True, vmap_in_axes=(0,))
+    b = hlobundle.load(out, verify=True)
+    assert {k: m.target_version for k, m in b.modules.items()} == dict.fromkeys(
+        ["module", "vjp", "batched"], _mlir.default_target()
+    )
+    monkeypatch.setattr(_mlir, "TARGET_FLOOR", "1.0.0")  # float8_e4m3 needs StableHLO 1.7.0
+    out = pack_identity(tmp_path, sample((2,), "float8_e4m3"), name="f8")
+    assert hlobundle.load(out, verify=True).manifest.module.portable.target_version == "1.7.0"
+
+
 def test_module_of_wrong_type(tmp_path):
     with pytest.raises(hlobundle.InputError, match="module must be MLIR text or a path, got int"):
         hlobundle.pack(42, [], tmp_path / "b")
@@ -128,8 +142,8 @@ def test_module_of_wrong_type(tmp_path):
 
 def test_unknown_portable_target(tmp_path):
     with pytest.raises(
-        hlobundle.errors.ModuleError,
-        match="cannot write a StableHLO portable artifact for target 99.0.0",
+        hlobundle.errors.VersionError,
+        match=r"--target-version 99\.0\.0 is newer than this jaxlib writes \(StableHLO ",
     ):
         pack_identity(tmp_path, sample((2,), "float32"), target_version="99.0.0")
     assert leftovers(tmp_path) == [] and not (tmp_path / "b").exists()

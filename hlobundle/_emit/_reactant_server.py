@@ -104,7 +104,7 @@ def _portable_main(view: Bundle, order: list[int]) -> bytes:
                 f"function {view.manifest.function}: reordering @main's arguments for "
                 f"ReactantServer.jl failed in MLIR: {short(str(e))}"
             ) from None
-    return _mlir.to_portable(module, _mlir.default_target())
+    return _mlir.to_portable_oldest(module)[0]
 
 
 def _not_batch_sizes(b: Bundle, why: str) -> InputError:

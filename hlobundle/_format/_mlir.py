@@ -5,20 +5,28 @@ This imports `jaxlib.mlir` only (about 0.1 s), never `jax`, so `verify` stays li
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .._isolation._mlir_context import new_context
 from . import _dtypes, _prechecks
-from ._errors import ModuleError
+from ._errors import ModuleError, VersionError
 from ._prechecks import short
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir
 
 ENTRY = "main"
-# Portable artifacts target what a 12-week-old StableHLO reads, unless asked otherwise.
-DEFAULT_COMPATIBILITY = "WEEK_12"
+# The oldest StableHLO target a writer tries by default (SPEC.md 5, "Versions"): each artifact is
+# written at the oldest version from here up that expresses it, so that a bundle written with
+# the newest jaxlib runs on the oldest one this project supports. Changelog:
+# - 2026-12-06: 1.13.7, what jaxlib 0.10.2 (Python 3.11, the oldest jaxlib supported; it reads
+#   0.9.0 to 1.17.0) writes for WEEK_12, so bundles written there keep their bytes. Before it,
+#   each writer's own WEEK_12 version: 1.19.0 on jaxlib 0.12.1 (Python 3.13), which 0.10.2
+#   refuses. Not 0.9.0, the oldest any jaxlib here writes: StableHLO promises readers 5 years
+#   back from a version's release, so the older the floor, the sooner new readers may drop it.
+TARGET_FLOOR = "1.13.7"
 
 
 @cache
@@ -93,18 +101,97 @@ def tensor_type(shape: tuple[int, ...], dtype: str) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(list(shape), ir.Type.parse(_dtypes.BY_NAME[dtype].mlir))
 
 
-def default_target() -> str:
-    from jaxlib.mlir.dialects import stablehlo
+def version_key(version: str) -> tuple[int, ...]:
+    """A StableHLO version `X.Y.Z` as numbers, to compare."""
+    return tuple(int(x) for x in version.split("."))
 
-    req = getattr(stablehlo.StablehloCompatibilityRequirement, DEFAULT_COMPATIBILITY)
-    return str(stablehlo.get_version_from_compatibility_requirement(req))
+
+def default_target() -> str:
+    """The first target a writer tries by default: `TARGET_FLOOR`, within what this jaxlib
+    writes (its minimum version up to its current one)."""
+    floor = max(TARGET_FLOOR, minimum_version(), key=version_key)
+    return min(floor, current_version(), key=version_key)
+
+
+def default_targets() -> list[str]:
+    """What a writer tries, oldest first: `default_target()`, the first version of each later
+    minor release (StableHLO adds ops and types only with a minor version), and this jaxlib's
+    current version. A later major release starts at its X.0.0."""
+    first, current = version_key(default_target()), version_key(current_version())
+    majors = [(major, 0, 0) for major in range(first[0] + 1, current[0] + 1)]
+    start = first[1] + 1 if not majors else 1
+    minors = [(current[0], minor, 0) for minor in range(start, current[1] + 1)]
+    found = [first, *majors, *minors, current]
+    return [".".join(map(str, v)) for v in dict.fromkeys(found)]
+
+
+def write_portable(
+    module: ir.Module, target: str | None, *, path: str | None = None
+) -> tuple[bytes, str]:
+    """`module` as a portable artifact, and its target: `target` when given (a failure then
+    names the oldest target that would do), else the oldest default (`to_portable_oldest`)."""
+    if target is None:
+        return to_portable_oldest(module, path=path)
+    check_writable(target)
+    try:
+        return to_portable(module, target, path=path), target
+    except ModuleError as e:
+        try:
+            oldest = to_portable_oldest(module, path=path)[1]
+        except ModuleError:
+            raise e from None
+        raise ModuleError(
+            f"{e.message}; the oldest target that expresses the module is {oldest}, what a "
+            "writer picks when given none",
+            path=path,
+        ) from None
+
+
+def check_writable(target: str, *, what: str = "--target-version") -> None:
+    """A VersionError unless this jaxlib writes StableHLO `target` (given as `what`)."""
+    oldest, newest = minimum_version(), current_version()
+    if version_key(target) < version_key(oldest):
+        raise VersionError(
+            f"{what} {target} is older than this jaxlib writes (StableHLO {oldest} at least): "
+            f"choose {oldest} or newer, or give none for the default ({default_target()} or "
+            "the oldest after it that expresses the module)",
+            argument="target_version",
+        )
+    if version_key(target) > version_key(newest):
+        raise VersionError(
+            f"{what} {target} is newer than this jaxlib writes (StableHLO {newest} at most): "
+            f"choose {newest} or older, or upgrade jaxlib",
+            argument="target_version",
+        )
+
+
+def to_portable_oldest(module: ir.Module, *, path: str | None = None) -> tuple[bytes, str]:
+    """`module` as a portable artifact at the oldest of `default_targets()` that expresses it,
+    and that target. A version expresses what an older one does, so after the first target
+    (which expresses almost every module) the rest are searched by halves."""
+    targets = default_targets()
+    try:
+        return to_portable(module, targets[0], path=path), targets[0]
+    except ModuleError:
+        if len(targets) == 1:
+            raise
+    low, high = 1, len(targets) - 1  # the newest is tried last: its error is the one raised
+    while low < high:
+        middle = (low + high) // 2
+        try:
+            to_portable(module, targets[middle], path=path)
+            high = middle
+        except ModuleError:
+            low = middle + 1
+    return to_portable(module, targets[low], path=path), targets[low]
 
 
 def to_portable(module: ir.Module, target: str, *, path: str | None = None) -> bytes:
     """Serialize to a versioned StableHLO portable artifact (bytecode).
 
     StableHLO's serializer rewrites the module it is given into VHLO in place, so it is given
-    a copy (made through MLIR bytecode of our own, never untrusted bytes).
+    a copy (made through MLIR bytecode of our own, never untrusted bytes). What MLIR says of a
+    failure is caught (it would go to stderr) and its first line kept for the error.
     """
     import io
 
@@ -113,15 +200,37 @@ def to_portable(module: ir.Module, target: str, *, path: str | None = None) -> b
 
     buffer = io.BytesIO()
     module.operation.write_bytecode(buffer)
-    with context():
+    said: list[str] = []
+
+    def keep(diagnostic: ir.Diagnostic) -> bool:
+        said.append(f"{diagnostic.message} at {diagnostic.location}")
+        return True
+
+    with context() as ctx:
         copy = ir.Module.parse(buffer.getvalue())
+        handler: Any = ctx.attach_diagnostic_handler(keep)  # jaxlib's stubs say `object`
         try:
             return bytes(stablehlo.serialize_portable_artifact(copy, target, True))
         except Exception as e:  # the bindings raise bare ValueError/RuntimeError
+            why = _first_reason(said) or str(e)
             raise ModuleError(
-                f"cannot write a StableHLO portable artifact for target {target}: {short(str(e))}",
+                f"cannot write a StableHLO portable artifact for target {target}: {short(why)}",
                 path=path,
             ) from None
+        finally:
+            handler.detach()
+
+
+def _first_reason(said: list[str]) -> str | None:
+    """MLIR's first diagnostic, less the op it quotes whole after a refused op's name."""
+    if not said:
+        return None
+    first, _, where = said[0].rpartition(" at ")
+    name, marked, _ = first.partition(" that was explicitly marked illegal")
+    place = re.fullmatch(r'loc\("-":(\d+):(\d+)\)', where)
+    if place:
+        where = f"line {place[1]}, column {place[2]}"
+    return f"{name} ({where}), which StableHLO of that version lacks" if marked else said[0]
 
 
 def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:

@@ -11,6 +11,7 @@ a coded error, and its canonical print is compared with the text's, round-trippe
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -36,14 +37,15 @@ _ALLOCATION_FAILED = re.compile(r"out of memory|bad_alloc|pthread_create failed|
 
 
 def check_same_program(
-    text_module: Any, artifact: bytes, target: str, *, text: str, path: str
+    text_module: Any, artifact: bytes, target: str, *, text: str, path: str, bundle: str
 ) -> None:
-    """Raise unless `artifact` (the file `path`) holds the same program as `text_module`."""
+    """Raise unless `artifact` (the file `path` of `bundle`) holds the same program as
+    `text_module`."""
     if not artifact.startswith(MAGIC):
         raise ModuleError(
             f"{path} is not a StableHLO portable artifact (no MLIR bytecode magic)", path=path
         )
-    check_target(target, what=f"{path} targets", path=path)
+    check_target(target, what=f"{path} targets", bundle=bundle, path=path)
     ours = _mlir.to_portable(text_module, target, path=text)
     if ours == artifact:
         return
@@ -188,22 +190,41 @@ def _first_difference(a: str, b: str) -> tuple[int, str, str]:
     )
 
 
-def check_target(target: str, *, what: str, path: str | None = None) -> None:
-    """A StableHLO version this jaxlib can write and read, or a VersionError saying what to do."""
+def check_target(target: str, *, what: str, bundle: str, path: str | None = None) -> None:
+    """A StableHLO version this jaxlib reads, or a VersionError with the command that refreshes
+    `bundle`'s artifacts for it (SPEC.md 5, "Versions")."""
     oldest, newest = _mlir.minimum_version(), _mlir.current_version()
-    if _version(target) < _version(oldest):
+    command = f"hlobundle refresh {shlex.quote(bundle)}"
+    if _mlir.version_key(target) < _mlir.version_key(oldest):
         raise VersionError(
-            f"{what} StableHLO {target} is older than the oldest this jaxlib reads and writes "
-            f"({oldest}); refresh the bundle for a newer target: hlobundle refresh BUNDLE",
+            f"{what} StableHLO {target}, older than this jaxlib reads (StableHLO {oldest} at "
+            f"least). Write its artifacts again from the module texts it keeps: {command} "
+            "(SPEC.md 5, 'Versions')",
             path=path,
         )
-    if _version(target) > _version(newest):
+    if _mlir.version_key(target) > _mlir.version_key(newest):
         raise VersionError(
-            f"{what} StableHLO {target} is newer than this jaxlib's ({newest}): upgrade jaxlib, "
-            f"or refresh the bundle for {newest} or older where it was made",
+            f"{what} StableHLO {target}, newer than this jaxlib reads (StableHLO {newest} at "
+            f"most). Write its artifacts again for this jaxlib from the module texts it keeps, "
+            f"here or where it was made: {command} --target-version {newest}; or upgrade "
+            "jaxlib (SPEC.md 5, 'Versions')",
             path=path,
         )
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split("."))
+def check_text_version(target: str, why: str, *, text: str, path: str, bundle: str) -> None:
+    """Where the form's `text` does not parse here (MLIR's `why`) and its artifact `path`
+    targets a StableHLO newer than this jaxlib reads, a VersionError: the module uses what
+    this jaxlib lacks, and the message says what can be done."""
+    newest = _mlir.current_version()
+    if _mlir.version_key(target) <= _mlir.version_key(newest):
+        return
+    raise VersionError(
+        f"{text} does not parse here ({why.rpartition('error: ')[2]}) and {path} targets "
+        f"StableHLO {target}, newer than this jaxlib reads (StableHLO {newest} at most): the "
+        f"module uses what this jaxlib lacks. Upgrade jaxlib to one that reads StableHLO "
+        f"{target}; or, where the bundle was made, write its artifacts for this jaxlib, which "
+        "works only if the module needs nothing newer: hlobundle refresh "
+        f"{shlex.quote(bundle)} --target-version {newest} (SPEC.md 5, 'Versions')",
+        path=path,
+    )

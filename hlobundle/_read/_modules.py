@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._format import _dtypes, _main_signature, _mlir, _portable, _records, _stored
-from .._format._errors import ManifestError
+from .._format._errors import ManifestError, ModuleError
 
 if TYPE_CHECKING:
     from .._format._manifest import Manifest
@@ -47,6 +47,7 @@ class StoredModule:
     target_version: str
     signature: _main_signature.Signature | None  # `@main`'s, when the form's check read it
     custom_calls: tuple[str, ...]  # every custom call target, as the check found them
+    bundle: str = ""  # the bundle's directory, for what an error tells to run
     same_program: bool = False  # the artifact was shown to be the text's program
     verdict_key: str | None = None  # where to record the verdict; None when it was recalled
     _parsed: Any = field(default=None, repr=False)
@@ -73,6 +74,7 @@ class StoredModule:
             self.target_version,
             text=self.text_file,
             path=self.portable_file,
+            bundle=self.bundle,
         )
         self.same_program = True
 
@@ -97,6 +99,7 @@ def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
         entry.portable.target_version,
         None,
         (),
+        str(root),
     )
     key = _key(stored, view)
     cached = _recall(key, form)
@@ -104,9 +107,25 @@ def read_form(root: Path, view: Manifest, form: _stored.Form) -> StoredModule:
         stored.signature, stored.custom_calls = cached
         stored.same_program = True
         return stored
-    stored.signature, stored.custom_calls = _stored.check(form, stored.parsed, view, entry.text)
+    stored.signature, stored.custom_calls = _stored.check(form, _parse(stored), view, entry.text)
     stored.verdict_key = key
     return stored
+
+
+def _parse(stored: StoredModule) -> Any:
+    """The form's text, parsed; one that does not parse beside an artifact newer than this
+    jaxlib reads is a VersionError (`_portable.check_text_version`)."""
+    try:
+        return stored.parsed
+    except ModuleError as e:
+        _portable.check_text_version(
+            stored.target_version,
+            e.message,
+            text=stored.text_file,
+            path=stored.portable_file,
+            bundle=stored.bundle,
+        )
+        raise
 
 
 def remember(stored: StoredModule) -> None:

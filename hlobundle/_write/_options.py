@@ -167,8 +167,9 @@ class PackOptions:
     )
     target_version: str | None = option(
         None,
-        "the StableHLO version, X.Y.Z, of the portable artifacts (default: the version a "
-        "StableHLO 12 weeks old reads)",
+        "the StableHLO version, X.Y.Z, of the portable artifacts (default: for each, the "
+        "oldest from 1.13.7 up that expresses it, which the oldest supported jaxlib reads "
+        "unless the module needs newer; SPEC.md 5)",
         Flag("--target-version", type="target_version", metavar="X.Y.Z"),
     )
     producer: tuple[str, str] | None = option(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .._format import _mlir, _portable
-from .._format._manifest import PortableArtifact
+from .._format import _mlir
+from .._format._fields import ManifestMethods
+from .._format._manifest import BatchedModule, Module, PortableArtifact
 from .._read._reader import Bundle
 from ._options import PackOptions, takes
 from ._sign import check_resignable, rewrite_and_resign
@@ -16,7 +17,8 @@ from ._sign import check_resignable, rewrite_and_resign
 @takes("target_version", "sign_key", "public_key", "replace_signature")
 def refresh(bundle: Bundle | str | os.PathLike[str], *, opt: PackOptions) -> str:
     """Rewrite every portable artifact (module, backward, batched) of `bundle` from its checked
-    text, for `target_version`, atomically. The manifest records each artifact's new target.
+    text, for `target_version`, atomically; without it, each at the oldest default target that
+    expresses it (SPEC.md 5, "Versions"). The manifest records each artifact's new target.
 
     A signed bundle is refused unless `sign_key` is given: the refreshed bundle is then signed
     again (its old signature would no longer verify), in the same atomic rewrite. Before any
@@ -24,12 +26,12 @@ def refresh(bundle: Bundle | str | os.PathLike[str], *, opt: PackOptions) -> str
     `sign_key`'s own public key), unless `replace_signature` (`SignatureInvalidError`,
     `InputError`): re-signing never launders a bundle changed since it was signed.
 
-    **Returns:** the target written.
+    **Returns:** the newest target written (the one a reader of every artifact must read).
     """
     # The artifacts are replaced from the texts: they need not be readable here (too old).
     b = bundle if isinstance(bundle, Bundle) else Bundle(Path(bundle), check_artifacts=False)
-    target = opt.target_version or _mlir.default_target()
-    _portable.check_target(target, what="--target-version")
+    if opt.target_version is not None:
+        _mlir.check_writable(opt.target_version)
     check_resignable(
         b,
         opt.signing_key,
@@ -38,16 +40,31 @@ def refresh(bundle: Bundle | str | os.PathLike[str], *, opt: PackOptions) -> str
         replace_signature=opt.replace_signature,
     )
     replaced: dict[str, bytes] = {}
-    manifest = b.manifest
-    for key, stored in b.modules.items():
-        replaced[stored.portable_file] = _mlir.to_portable(
+    targets: list[str] = []
+    forms = {n: _forms(b.select(n), opt.target_version, replaced, targets) for n in b.functions}
+    top = b.bundle_manifest
+    if isinstance(top, ManifestMethods):  # one function, the whole manifest (1.x)
+        manifest = top.model_copy(update=forms[b.functions[0]])
+    else:
+        functions = [f.model_copy(update=forms[f.name]) for f in top.functions]
+        manifest = top.model_copy(update={"functions": functions})
+    rewrite_and_resign(b, manifest, replaced, opt.signing_key)
+    return max(targets, key=_mlir.version_key)
+
+
+def _forms(
+    view: Bundle, target: str | None, replaced: dict[str, bytes], targets: list[str]
+) -> dict[str, Module | BatchedModule]:
+    """Function `view`'s form entries with artifacts written again from their texts (their
+    bytes into `replaced`, their targets onto `targets`)."""
+    forms: dict[str, Module | BatchedModule] = {}
+    for key, stored in view.modules.items():
+        replaced[stored.portable_file], written = _mlir.write_portable(
             stored.parsed, target, path=stored.text_file
         )
-        entry = stored.form.entry(manifest)
-        assert entry is not None, "b.modules holds the forms the manifest has"
-        moved = entry.model_copy(
-            update={"portable": PortableArtifact(file=stored.portable_file, target_version=target)}
-        )
-        manifest = manifest.model_copy(update={key: moved})
-    rewrite_and_resign(b, manifest, replaced, opt.signing_key)
-    return target
+        targets.append(written)
+        entry = stored.form.entry(view.manifest)
+        assert entry is not None, "view.modules holds the forms the manifest has"
+        artifact = PortableArtifact(file=stored.portable_file, target_version=written)
+        forms[key] = entry.model_copy(update={"portable": artifact})
+    return forms

@@ -94,8 +94,7 @@ def _pack_checked(
     manifest, arrays = plan(sig, items, opt)
     if opt.platforms:  # validated with the rest, when the manifest is whole
         manifest = manifest.model_copy(update={"platforms": list(opt.platforms)})
-    target = opt.target_version or _mlir.default_target()
-    portable = _mlir.to_portable(parsed, target, path=source)
+    portable, target = _mlir.write_portable(parsed, opt.target_version, path=source)
     manifest = manifest.model_copy(
         update={
             "module": Module(
@@ -110,9 +109,9 @@ def _pack_checked(
     )
     files = {MODULE_TEXT: text.encode(), MODULE_PORTABLE: portable}
     if opt.with_vjp:
-        manifest = _add_backward(manifest, text, opt, target, files)
+        manifest = _add_backward(manifest, text, opt, files)
     if opt.batched is not None:
-        manifest = _add_batched(manifest, opt.batched, opt.batched_arguments, target, files)
+        manifest = _add_batched(manifest, opt.batched, opt.batched_arguments, opt, files)
     if opt.expected is not None:
         manifest = _expected.add_expected(
             manifest, arrays, portable, opt.expected, already_permuted=opt.already_permuted
@@ -132,7 +131,7 @@ def _pack_checked(
 
 
 def _add_backward(
-    manifest: Manifest, text: str, opt: PackOptions, target: str, files: dict[str, bytes]
+    manifest: Manifest, text: str, opt: PackOptions, files: dict[str, bytes]
 ) -> Manifest:
     """Lower the backward module and add its two forms to `files` and the manifest."""
     from ._lowering import lower_backward
@@ -142,17 +141,16 @@ def _add_backward(
     else:
         primal = opt.with_vjp if callable(opt.with_vjp) else _compute.primal(manifest, text)
         backward = lower_backward(manifest, primal)
-    vjp = Module(text=VJP_TEXT, portable=PortableArtifact(file=VJP_PORTABLE, target_version=target))
+    vjp = Module(text=VJP_TEXT, portable=_unwritten(VJP_PORTABLE))
     manifest = manifest.model_copy(update={"vjp": vjp})
-    _store_form("vjp", backward, manifest, target, files)
-    return manifest
+    return _store_form("vjp", backward, manifest, opt.target_version, files)
 
 
 def _add_batched(
     manifest: Manifest,
     source: str | Callable[..., Any],
     arguments: Sequence[str],
-    target: str,
+    opt: PackOptions,
     files: dict[str, bytes],
 ) -> Manifest:
     """Take (MLIR text) or lower (a function) the batched module, check it, add its two forms."""
@@ -161,22 +159,31 @@ def _add_batched(
     batched = BatchedModule(
         text=BATCHED_TEXT,
         arguments=list(arguments),
-        portable=PortableArtifact(file=BATCHED_PORTABLE, target_version=target),
+        portable=_unwritten(BATCHED_PORTABLE),
     )
     # Validating first refuses unknown or repeated argument names before anything is lowered.
     manifest = Manifest.model_validate(manifest.model_dump() | {"batched": batched})
     text = source if isinstance(source, str) else lower_batched(manifest, source, arguments)
-    _store_form("batched", text, manifest, target, files)
-    return manifest
+    return _store_form("batched", text, manifest, opt.target_version, files)
+
+
+def _unwritten(file: str) -> PortableArtifact:
+    """A form's artifact entry before `_store_form` writes it and knows its target."""
+    return PortableArtifact(file=file, target_version=_mlir.default_target())
 
 
 def _store_form(
-    key: str, text: str, manifest: Manifest, target: str, files: dict[str, bytes]
-) -> None:
-    """Check a form's text as the reader will (`_stored`), and add its text and artifact."""
+    key: str, text: str, manifest: Manifest, target: str | None, files: dict[str, bytes]
+) -> Manifest:
+    """Check a form's text as the reader will (`_stored`), add its text and artifact (at
+    `target`, else the oldest default that expresses it), and record the artifact's target."""
     form = _stored.BY_KEY[key]
     text = _module_text.without_locations(text, path=form.text_file)
     parsed = _mlir.parse(text, path=form.text_file)
     _stored.check(form, parsed, manifest, form.text_file)
     files[form.text_file] = text.encode()
-    files[form.portable_file] = _mlir.to_portable(parsed, target, path=form.text_file)
+    files[form.portable_file], written = _mlir.write_portable(parsed, target, path=form.text_file)
+    entry = form.entry(manifest)
+    assert entry is not None, "the form's entry is in the manifest before its artifact"
+    artifact = PortableArtifact(file=form.portable_file, target_version=written)
+    return manifest.model_copy(update={key: entry.model_copy(update={"portable": artifact})})
