@@ -1,6 +1,7 @@
 """hlobundle as an MLServer custom runtime (hlobundle.integrations.mlserver), run by the real
 `mlserver start` on 127.0.0.1 and queried with tritonclient over REST (JSON and binary) and
-gRPC: the results are the in-process call's; batching needs a symbolic batch and trust.
+gRPC: the results are the in-process call's; batching needs rows declared independent and
+trust, and checks each request alone before MLServer merges it with others.
 
 MLServer's pins clash with this project's test environment: `.ci/run` runs this module in an
 environment of its own (`.venv-mlserver`); elsewhere it skips unless mlserver is installed."""
@@ -39,8 +40,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _symbolic(out: Path) -> Path:
-    """`y = tanh(x @ w)`, x of shape (b, 8): a symbolic batch MLServer can concatenate along."""
+def _symbolic(out: Path, rows: str | None = "b") -> Path:
+    """`y = tanh(x @ w)`, x of shape (b, 8), its rows declared independent along b (`rows`):
+    a batch MLServer can concatenate along."""
     import jax.numpy as jnp
 
     w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
@@ -51,6 +53,7 @@ def _symbolic(out: Path) -> Path:
         out=out,
         roles={"w": "parameter"},
         shapes_specs=(None, "b, 8"),
+        independent_rows=rows,
     )
 
 
@@ -108,7 +111,7 @@ def server(tmp_path_factory):
     `decode`, and a symbolic function with adaptive batching, trusted."""
     root = tmp_path_factory.mktemp("mlserver")
     symbolic = _symbolic(root / "symbolic.hlobundle")
-    batching = {"max_batch_size": 4, "max_batch_time": 0.05}
+    batching = {"max_batch_size": 3, "max_batch_time": 0.5}
     (root / "models").mkdir()
     http, grpc = _write_repository(
         root / "models",
@@ -217,26 +220,105 @@ def test_with_adaptive_batching_each_client_gets_its_own_rows(server):
         assert_close(got, fn(w, x))
 
 
-def test_batching_without_trust_is_refused_at_load(server, tmp_path):
-    """MLServer stops when a model fails to load at start-up: the message says why."""
-    _, _, symbolic, _ = server
-    root = tmp_path / "models"
+def _refused_at_load(root: Path, settings: dict) -> str:
+    """MLServer stops when a model fails to load at start-up: its log, which says why."""
     root.mkdir()
-    untrusted = {"parameters": {"uri": str(symbolic)}, "max_batch_size": 4}
-    _write_repository(root, {"untrusted": untrusted})
+    _write_repository(root, {"refused": {**settings, "max_batch_size": 4, "max_batch_time": 0.05}})
     proc, log = _mlserver(root)
     try:
         proc.wait(120)
     finally:
         _stop(proc, log)
-    text = (root / "mlserver.log").read_text()
+    return (root / "mlserver.log").read_text()
+
+
+def test_batching_without_trust_is_refused_at_load(server, tmp_path):
+    _, _, symbolic, _ = server
+    text = _refused_at_load(tmp_path / "models", {"parameters": {"uri": str(symbolic)}})
     assert "[INPUT_INVALID]" in text and "trust_batched=True" in text
 
 
-def test_a_wrong_input_is_a_400_naming_it(server):
-    client, *_ = server
-    name, *_ = _lenet_call()
-    given = httpclient.InferInput(name, [1, 2], "FP32")
-    given.set_data_from_numpy(np.zeros((1, 2), np.float32), binary_data=False)
-    with pytest.raises(Exception, match=r"\[INPUT_INVALID\] input 'images': shape \[1, 2\]"):
-        client.infer("lenet", [given], headers=JSON)
+def test_batching_rows_not_declared_independent_is_refused_at_load_trusted(tmp_path):
+    """A function whose rows only lead with a symbol may mix them (a mean over the batch):
+    trusted, it is still not batched, and the model does not load."""
+    bare = _symbolic(tmp_path / "bare.hlobundle", rows=None)
+    settings = {"parameters": {"uri": str(bare), "extra": {"trust_batched": True}}}
+    text = _refused_at_load(tmp_path / "models", settings)
+    assert "[INPUT_INVALID]" in text and "does not declare its rows independent" in text
+
+
+def _post(http: int, body: dict) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{http}/v2/models/batched/infer",
+        data=json.dumps(body).encode(),
+        headers=JSON,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_under_adaptive_batching_a_client_whose_shapes_lie_gets_no_one_s_rows(server):
+    """MLServer merges requests by their declared shapes and splits the answer by them: the
+    attacker's first request declares 2 rows and sends 1, its second declares 0 and sends 1,
+    around the victim's honest row; merged, the attacker would get the victim's row and the
+    victim the attacker's. Each request is checked alone first: the lies are refused, and the
+    victim gets its own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client, _, symbolic, http = server
+    b = hlobundle.load(symbolic)
+    victim, mine = np.full((1, 8), 0.7, np.float32), np.full((1, 8), -0.2, np.float32)
+
+    def body(x: np.ndarray, shape: list[int]) -> dict:
+        return {
+            "inputs": [
+                {"name": "x", "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}
+            ]
+        }
+
+    asks = [body(mine, [2, 8]), body(victim, [1, 8]), body(mine, [0, 8])]
+    with ThreadPoolExecutor(3) as pool:  # in this order, within one batch (0.5 s, 3 requests)
+        futures = []
+        for ask in asks:
+            futures.append(pool.submit(_post, http, ask))
+            time.sleep(0.05)
+        (s1, a1), (s2, a2), (s3, a3) = [f.result() for f in futures]
+    assert (s1, s3) == (400, 400), (a1, a3)
+    assert "[INPUT_INVALID]" in a1["error"] and "data not of shape [2, 8]" in a1["error"]
+    assert s2 == 200, a2
+    (out,) = a2["outputs"]
+    want = np.asarray(b.function("xla")(b.tensor("w"), victim))
+    assert out["shape"] == [1, 3]
+    assert_close(np.asarray(out["data"], np.float32).reshape(1, 3), want)
+
+
+def test_a_batching_model_in_a_worker_of_mlserver_s_pool_does_not_load(tmp_path):
+    """In a worker of MLServer's pool (no batcher on the model: MLServer merges in its main
+    process) no request could be checked before it is merged: the model refuses to load. In
+    a process of its own: MLServer's protos clash with tritonclient's, imported here."""
+    script = """
+import asyncio, sys
+from mlserver.errors import MLServerError
+from mlserver.settings import ModelParameters, ModelSettings
+from hlobundle.integrations.mlserver import HloBundleRuntime
+
+settings = ModelSettings(
+    name="m", implementation=HloBundleRuntime, max_batch_size=4, max_batch_time=0.05,
+    parameters=ModelParameters(uri=sys.argv[1], extra={"trust_batched": True}),
+)
+try:
+    asyncio.run(HloBundleRuntime(settings).load())
+except MLServerError as e:
+    print(e)
+"""
+    bundle = _symbolic(tmp_path / "s.hlobundle")
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(bundle)], capture_output=True, text=True, timeout=300
+    )
+    assert 'set "parallel_workers": 0' in done.stdout, done.stdout + done.stderr[-2000:]

@@ -29,9 +29,10 @@ def open_function(
 ) -> Served:
     """Function `function` (default: the bundle's default) of `bundle` (a path, `oci://` or
     `https://`), loaded, checked and warmed up. With `batching` (the engine will concatenate
-    requests along the first axis), the function must lead every input and result with one
-    bare symbol, and a key must verify the bundle or `trust_batched` be given (docs/serving.md,
-    "Batching"): otherwise an `InputError` says so."""
+    requests along the first axis), the function must declare its rows independent along
+    axis 0 of every input and result (SPEC.md 2.13), and a key must verify the bundle or
+    `trust_batched` be given (docs/serving.md, "Trust: signatures and batching"), as `serve`
+    joins requests: otherwise an `InputError` says so."""
     keys: dict[str, Any] = {}
     if public_key is not None:
         keys["public_key"] = public_key
@@ -44,8 +45,10 @@ def open_function(
         if served.concatenated is None:
             raise InputError(
                 f"{served.name}: the engine batches by concatenating requests along their first "
-                "axis, and this function's inputs and results do not all lead with one bare "
-                "symbolic dimension: turn the engine's batching off",
+                "axis, and this function does not declare its rows independent along axis 0 "
+                "of every input and result (independent_rows, SPEC.md 2.13): joined, one "
+                "client's answer could depend on another's data. Turn the engine's batching "
+                "off, or export the function with independent_rows",
                 argument="batching",
             )
         if not served.batchable:

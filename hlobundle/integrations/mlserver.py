@@ -4,25 +4,42 @@ and `"parameters": {"uri": BUNDLE}` serves one function of that bundle (a path, 
 `https://`) over MLServer's REST and gRPC, with MLServer's adaptive batching where the function
 allows it. `parameters.extra` may give `function`, `public_key` and `trust_batched`.
 
-MLServer 1.7.1 needs `"parallel_workers": 0` in its `settings.json` here: its default of one
-worker process fails to start with uvloop 0.23 ("There is no current event loop")."""
+MLServer's adaptive batching merges requests by the shapes they declare, before `predict` sees
+them, and splits the answer back by those shapes: a client whose shape lies about its data
+would get another client's rows. So under adaptive batching each request is checked alone
+first (its shapes against its data and the function, its dtypes, its shapes' proof), in front
+of MLServer's batcher, and joins the others only once it passed, its data as its checked array.
+That needs the runtime in MLServer's own process (`"parallel_workers": 0` in `settings.json`):
+a worker of MLServer's pool sees only the merged request, so there a batching model does not
+load, and says so.
+
+MLServer 1.7.1 needs `"parallel_workers": 0` in its `settings.json` here anyway: its default of
+one worker process fails to start with uvloop 0.23 ("There is no current event loop")."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 from mlserver import MLModel
 from mlserver.codecs import NumpyCodec
 from mlserver.errors import MLServerError
-from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
+from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 
 from .._format._errors import HloBundleError
 from .._serve._protocol import BY_DTYPE, RequestError
 from ._models import checked_inputs, open_function
 
 __all__ = ["HloBundleRuntime"]
+
+# The attribute MLServer's `load_batching` sets on a model it batches (mlserver.batching.hooks),
+# before the model's `load`: its batcher then holds the model's `predict`.
+_BATCHER = "__adaptive_batching__"
+
+_Predict = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 
 
 class HloBundleRuntime(MLModel):
@@ -34,29 +51,67 @@ class HloBundleRuntime(MLModel):
         uri = getattr(params, "uri", None)
         if not uri:
             raise MLServerError(f"model {self.name!r}: parameters.uri names no bundle")
+        batching = self._batching()
         try:
             self._served = await asyncio.to_thread(
                 open_function,
                 uri,
                 extra.get("function"),
-                batching=(self.settings.max_batch_size or 0) > 1,
+                batching=batching,
                 trust_batched=bool(extra.get("trust_batched", False)),
                 public_key=extra.get("public_key"),
             )
         except HloBundleError as e:
             raise MLServerError(f"model {self.name!r}: [{e.code}] {e.message}") from None
+        if batching:  # in front of MLServer's batcher, which holds the unwrapped `predict`
+            self.predict = self._each_alone(self.predict)  # type: ignore[method-assign,assignment]
         return True
 
+    def _batching(self) -> bool:
+        """Whether MLServer batches this model (as `load_batching` decides), which it can do
+        soundly only where this runtime sees each request before MLServer merges them."""
+        settings = self.settings
+        if (settings.max_batch_size or 0) <= 1 or (settings.max_batch_time or 0) <= 0:
+            return False
+        if not hasattr(self, _BATCHER):
+            raise MLServerError(
+                f"model {self.name!r}: [INPUT_INVALID] MLServer's adaptive batching merges "
+                "requests by their declared shapes before a worker process sees them, so no "
+                'request could be checked alone: set "parallel_workers": 0 in settings.json '
+                "(the runtime then checks each request before it is merged), or max_batch_size "
+                "to 1"
+            )
+        return True
+
+    def _each_alone(self, batched: _Predict) -> _Predict:
+        """`batched` (MLServer's batcher), given only requests checked alone, their data the
+        checked arrays (so that requests of nested and flat data merge alike)."""
+
+        async def predict(payload: InferenceRequest) -> InferenceResponse:
+            with _coded():
+                payload = await asyncio.to_thread(self._checked_alone, payload)
+            return await batched(payload)
+
+        return predict
+
+    def _checked_alone(self, payload: InferenceRequest) -> InferenceRequest:
+        given = checked_inputs(self._served, {i.name: _decoded(i) for i in payload.inputs})
+        self._served.prove_alone(given)
+        inputs = [
+            RequestInput(
+                name=name,
+                shape=list(array.shape),
+                datatype=BY_DTYPE[array.dtype.name],
+                data=array.ravel().tolist(),
+            )
+            for name, array in given.items()
+        ]
+        return payload.model_copy(update={"inputs": inputs})
+
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        try:
-            given = {i.name: NumpyCodec.decode_input(i) for i in payload.inputs}
+        with _coded():
+            given = {i.name: _decoded(i) for i in payload.inputs}
             results = await asyncio.to_thread(self._call, given)
-        except RequestError as e:
-            raise MLServerError(f"[{e.code}] {e.message}", status_code=e.status) from None
-        except HloBundleError as e:
-            raise MLServerError(f"[{e.code}] {e.message}", status_code=400) from None
-        except (ValueError, TypeError) as e:  # MLServer's decoding of a malformed input
-            raise MLServerError(f"[INPUT_INVALID] {e}", status_code=400) from None
         return InferenceResponse(
             model_name=self.name,
             model_version=self.version,
@@ -65,6 +120,32 @@ class HloBundleRuntime(MLModel):
 
     def _call(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self._served(checked_inputs(self._served, given))
+
+
+def _decoded(given: RequestInput) -> np.ndarray:
+    """The input's array, its data exactly its declared shape's (NumpyCodec reshapes: a shape
+    with -1 would take any count)."""
+    shape = list(given.shape)
+    try:
+        array = NumpyCodec.decode_input(given)
+    except ValueError as e:
+        raise RequestError(400, f"input {given.name!r}: data not of shape {shape}: {e}") from None
+    if list(array.shape) != shape:
+        raise RequestError(400, f"input {given.name!r}: {array.size} values for shape {shape}")
+    return array
+
+
+@contextmanager
+def _coded() -> Iterator[None]:
+    """A refusal as MLServer's coded error (its status, `[CODE] message`)."""
+    try:
+        yield
+    except RequestError as e:
+        raise MLServerError(f"[{e.code}] {e.message}", status_code=e.status) from None
+    except HloBundleError as e:
+        raise MLServerError(f"[{e.code}] {e.message}", status_code=400) from None
+    except (ValueError, TypeError) as e:  # MLServer's decoding of a malformed input
+        raise MLServerError(f"[INPUT_INVALID] {e}", status_code=400) from None
 
 
 def _output(name: str, array: np.ndarray) -> ResponseOutput:
