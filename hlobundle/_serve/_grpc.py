@@ -284,7 +284,7 @@ class Service:
             ) from None
 
     def _response(self, served: Served, request: Any, outputs: dict[str, np.ndarray]) -> Any:
-        if request.producer:  # as REST's `_encode`: the producer's orientation
+        if request.producer:  # as REST's `encoded`: the producer's orientation
             outputs = {
                 n: x.reshape(x.shape[::-1]) if n in served.column_major else x
                 for n, x in outputs.items()
