@@ -31,7 +31,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, Re
 
 from .._format._errors import HloBundleError
 from .._serve._protocol import BY_DTYPE, RequestError
-from ._models import checked_inputs, open_function
+from ._models import checked_inputs, decoded, open_function
 
 __all__ = ["HloBundleRuntime"]
 
@@ -123,16 +123,7 @@ class HloBundleRuntime(MLModel):
 
 
 def _decoded(given: RequestInput) -> np.ndarray:
-    """The input's array, its data exactly its declared shape's (NumpyCodec reshapes: a shape
-    with -1 would take any count)."""
-    shape = list(given.shape)
-    try:
-        array = NumpyCodec.decode_input(given)
-    except ValueError as e:
-        raise RequestError(400, f"input {given.name!r}: data not of shape {shape}: {e}") from None
-    if list(array.shape) != shape:
-        raise RequestError(400, f"input {given.name!r}: {array.size} values for shape {shape}")
-    return array
+    return decoded(given.name, given.shape, lambda: NumpyCodec.decode_input(given))
 
 
 @contextmanager
