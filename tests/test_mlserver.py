@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 RUNTIME = "hlobundle.integrations.mlserver.HloBundleRuntime"
+MODELS = ("lenet", "prefill", "decode", "batched", "relative")
 
 
 def _free_port() -> int:
@@ -125,14 +127,18 @@ def server(tmp_path_factory):
                 "parameters": {"uri": str(symbolic), "extra": {"trust_batched": True}},
                 **batching,
             },
+            "relative": {},  # the docs' model-settings.json as written: a relative uri
         },
+    )
+    shutil.copytree(
+        EXAMPLE, root / "models" / "relative" / _docs_settings()[0]["parameters"]["uri"]
     )
     proc, log = _mlserver(root / "models")
     client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
     try:
         for _ in range(600):
             try:
-                if all(client.is_model_ready(m) for m in ("lenet", "prefill", "decode", "batched")):
+                if all(client.is_model_ready(m) for m in MODELS):
                     break
             except Exception:  # not listening yet
                 pass
@@ -163,6 +169,18 @@ def test_mlserver_answers_tritonclient_over_rest_with_the_in_process_result(serv
     given = httpclient.InferInput(name, list(x.shape), "FP32")
     given.set_data_from_numpy(x, binary_data=False)
     answer = client.infer("lenet", [given], headers=JSON)
+    (output,) = answer.get_response()["outputs"]
+    assert_close(answer.as_numpy(output["name"]), want)
+
+
+def test_a_relative_uri_is_the_model_settings_folder_s(server):
+    """docs/deploy.md's model-settings.json names `lenet5.hlobundle` beside it, as MLServer's
+    own runtimes resolve a relative uri; the server runs from another directory."""
+    client, *_ = server
+    name, x, want = _lenet_call()
+    given = httpclient.InferInput(name, list(x.shape), "FP32")
+    given.set_data_from_numpy(x, binary_data=False)
+    answer = client.infer("relative", [given], headers=JSON)
     (output,) = answer.get_response()["outputs"]
     assert_close(answer.as_numpy(output["name"]), want)
 

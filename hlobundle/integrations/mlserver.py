@@ -1,7 +1,7 @@
 """hlobundle as an MLServer custom runtime (docs/deploy.md, "MLServer"): a model whose
 `model-settings.json` says `"implementation": "hlobundle.integrations.mlserver.HloBundleRuntime"`
-and `"parameters": {"uri": BUNDLE}` serves one function of that bundle (a path, `oci://` or
-`https://`) over MLServer's REST and gRPC, with MLServer's adaptive batching where the function
+and `"parameters": {"uri": BUNDLE}` serves one function of that bundle (a path, relative to the
+folder of `model-settings.json` as for MLServer's own runtimes, `oci://` or `https://`) over MLServer's REST and gRPC, with MLServer's adaptive batching where the function
 allows it. `parameters.extra` may give `function`, `public_key` and `trust_batched`.
 
 MLServer's adaptive batching merges requests by the shapes they declare, before `predict` sees
@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 from mlserver import MLModel
 from mlserver.codecs import NumpyCodec
-from mlserver.errors import MLServerError
+from mlserver.errors import InvalidModelURI, MLServerError
 from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
+from mlserver.utils import get_model_uri
 
 from .._format._errors import HloBundleError
 from .._serve._protocol import BY_DTYPE, RequestError
@@ -48,9 +49,10 @@ class HloBundleRuntime(MLModel):
     async def load(self) -> bool:
         params = self.settings.parameters
         extra: dict[str, Any] = dict(getattr(params, "extra", None) or {})
-        uri = getattr(params, "uri", None)
-        if not uri:
-            raise MLServerError(f"model {self.name!r}: parameters.uri names no bundle")
+        try:  # as MLServer's runtimes: a relative path from model-settings.json's folder
+            uri = await get_model_uri(self.settings)
+        except InvalidModelURI as e:
+            raise MLServerError(f"model {self.name!r}: parameters.uri: {e}") from None
         batching = self._batching()
         try:
             self._served = await asyncio.to_thread(
