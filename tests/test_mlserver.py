@@ -71,13 +71,13 @@ def _docs_settings() -> tuple[dict, dict]:
     return model, server
 
 
-def _write_repository(root: Path, models: dict[str, dict]) -> tuple[int, int]:
+def _write_repository(root: Path, models: dict[str, dict], **server_extra: Any) -> tuple[int, int]:
     """An MLServer model repository at `root`: docs/deploy.md's settings.json on free loopback
-    ports, and each model's settings over the docs' model-settings.json."""
+    ports (and `server_extra`), and each model's settings over the docs' model-settings.json."""
     model, server = _docs_settings()
     http, grpc = _free_port(), _free_port()
     (root / "settings.json").write_text(
-        json.dumps({**server, "http_port": http, "grpc_port": grpc})
+        json.dumps({**server, **server_extra, "http_port": http, "grpc_port": grpc})
     )
     for name, settings in models.items():
         (root / name).mkdir()
@@ -129,6 +129,7 @@ def server(tmp_path_factory):
             },
             "relative": {},  # the docs' model-settings.json as written: a relative uri
         },
+        parallel_workers=0,  # adaptive batching, as docs/deploy.md says
     )
     shutil.copytree(
         EXAMPLE, root / "models" / "relative" / _docs_settings()[0]["parameters"]["uri"]
@@ -238,10 +239,12 @@ def test_with_adaptive_batching_each_client_gets_its_own_rows(server):
         assert_close(got, fn(w, x))
 
 
-def _refused_at_load(root: Path, settings: dict) -> str:
-    """MLServer stops when a model fails to load at start-up: its log, which says why."""
+def _refused_at_load(root: Path, settings: dict, **server_extra: Any) -> str:
+    """MLServer stops when a batching model fails to load at start-up: its log, which says why
+    (`parallel_workers` 0 unless `server_extra` says otherwise)."""
     root.mkdir()
-    _write_repository(root, {"refused": {**settings, "max_batch_size": 4, "max_batch_time": 0.05}})
+    batching = {**settings, "max_batch_size": 4, "max_batch_time": 0.05}
+    _write_repository(root, {"refused": batching}, **{"parallel_workers": 0, **server_extra})
     proc, log = _mlserver(root)
     try:
         proc.wait(120)
@@ -316,27 +319,33 @@ def test_under_adaptive_batching_a_client_whose_shapes_lie_gets_no_one_s_rows(se
     assert_close(np.asarray(out["data"], np.float32).reshape(1, 3), want)
 
 
-def test_a_batching_model_in_a_worker_of_mlserver_s_pool_does_not_load(tmp_path):
-    """In a worker of MLServer's pool (no batcher on the model: MLServer merges in its main
-    process) no request could be checked before it is merged: the model refuses to load. In
-    a process of its own: MLServer's protos clash with tritonclient's, imported here."""
-    script = """
-import asyncio, sys
-from mlserver.errors import MLServerError
-from mlserver.settings import ModelParameters, ModelSettings
-from hlobundle.integrations.mlserver import HloBundleRuntime
-
-settings = ModelSettings(
-    name="m", implementation=HloBundleRuntime, max_batch_size=4, max_batch_time=0.05,
-    parameters=ModelParameters(uri=sys.argv[1], extra={"trust_batched": True}),
-)
-try:
-    asyncio.run(HloBundleRuntime(settings).load())
-except MLServerError as e:
-    print(e)
-"""
+def test_mlserver_s_defaults_serve_and_batching_in_its_worker_says_what_to_set(tmp_path):
+    """docs/deploy.md's settings.json as written (MLServer's default worker process) serves
+    the docs' model; a batching model in that worker, where MLServer merges requests before
+    any runtime code sees them, does not load and says what to set."""
+    root = tmp_path / "models"
+    root.mkdir()
+    http, _ = _write_repository(root, {"lenet": {}})
+    shutil.copytree(EXAMPLE, root / "lenet" / _docs_settings()[0]["parameters"]["uri"])
+    proc, log = _mlserver(root)
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+        for _ in range(600):
+            try:
+                if client.is_model_ready("lenet"):
+                    break
+            except Exception:  # not listening yet
+                pass
+            assert proc.poll() is None, (root / "mlserver.log").read_text()[-3000:]
+            time.sleep(0.2)
+        name, x, want = _lenet_call()
+        given = httpclient.InferInput(name, list(x.shape), "FP32")
+        given.set_data_from_numpy(x, binary_data=False)
+        answer = client.infer("lenet", [given], headers=JSON)
+        assert_close(answer.as_numpy(answer.get_response()["outputs"][0]["name"]), want)
+    finally:
+        _stop(proc, log)
     bundle = _symbolic(tmp_path / "s.hlobundle")
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(bundle)], capture_output=True, text=True, timeout=300
-    )
-    assert 'set "parallel_workers": 0' in done.stdout, done.stdout + done.stderr[-2000:]
+    settings = {"parameters": {"uri": str(bundle), "extra": {"trust_batched": True}}}
+    text = _refused_at_load(tmp_path / "pooled", settings, parallel_workers=1)
+    assert 'set "parallel_workers": 0' in text

@@ -13,8 +13,8 @@ That needs the runtime in MLServer's own process (`"parallel_workers": 0` in `se
 a worker of MLServer's pool sees only the merged request, so there a batching model does not
 load, and says so.
 
-MLServer 1.7.1 needs `"parallel_workers": 0` in its `settings.json` here anyway: its default of
-one worker process fails to start with uvloop 0.23 ("There is no current event loop")."""
+MLServer's default worker process starts with the uvloop the `mlserver` extra installs (before
+0.22; with 0.22 and 0.23 it fails: "There is no current event loop")."""
 
 from __future__ import annotations
 
