@@ -52,7 +52,8 @@ def app(
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> Any:
     """The ASGI application serving `models` (by name); with `max_batch` > 1, concurrent
-    requests for a model with a trusted batched module are combined (`_batching`). A request
+    requests for a model whose rows the producer declared independent (a batched module, or
+    `independent_rows`) and the user trusts are combined (`_batching`, `Served.batchable`). A request
     body is at most `max_body` bytes and the model's `max_request_bytes`, and must arrive
     within `read_timeout_s` of its headers."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
