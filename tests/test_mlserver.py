@@ -1,6 +1,6 @@
 """hlobundle as an MLServer custom runtime (hlobundle.integrations.mlserver), run by the real
-`mlserver start` on 127.0.0.1 and queried with tritonclient over REST (JSON and binary) and
-gRPC: the results are the in-process call's; batching needs rows declared independent and
+MLServer on 127.0.0.1 (`python -m hlobundle.integrations.mlserver`, and `mlserver start`) and
+queried with tritonclient over REST (JSON and binary) and gRPC: the results are the in-process call's; batching needs rows declared independent and
 trust, and checks each request alone before MLServer merges it with others.
 
 MLServer's pins clash with this project's test environment: `.ci/run` runs this module in an
@@ -86,10 +86,15 @@ def _write_repository(root: Path, models: dict[str, dict], **server_extra: Any) 
     return http, grpc
 
 
-def _mlserver(root: Path) -> tuple[subprocess.Popen, Any]:
+MLSERVER_START = [str(Path(sys.executable).parent / "mlserver"), "start"]
+# docs/deploy.md's command: `mlserver start` with `hlobundle serve`'s limits on request bodies.
+HLOBUNDLE_START = [sys.executable, "-m", "hlobundle.integrations.mlserver"]
+
+
+def _mlserver(root: Path, start: list[str] = MLSERVER_START) -> tuple[subprocess.Popen, Any]:
     log = open(root / "mlserver.log", "wb")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlserver"), "start", str(root)],
+        [*start, str(root)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -109,8 +114,9 @@ def _stop(proc: subprocess.Popen, log: Any) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`mlserver start` of four models: the LeNet, the language model's `prefill` and
-    `decode`, and a symbolic function with adaptive batching, trusted."""
+    """`python -m hlobundle.integrations.mlserver` of five models: the LeNet (by an absolute
+    and by a relative uri), the language model's `prefill` and `decode`, and a symbolic
+    function with adaptive batching, trusted."""
     root = tmp_path_factory.mktemp("mlserver")
     symbolic = _symbolic(root / "symbolic.hlobundle")
     batching = {"max_batch_size": 3, "max_batch_time": 0.5}
@@ -134,7 +140,7 @@ def server(tmp_path_factory):
     shutil.copytree(
         EXAMPLE, root / "models" / "relative" / _docs_settings()[0]["parameters"]["uri"]
     )
-    proc, log = _mlserver(root / "models")
+    proc, log = _mlserver(root / "models", HLOBUNDLE_START)
     client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
     try:
         for _ in range(600):
@@ -268,13 +274,13 @@ def test_batching_rows_not_declared_independent_is_refused_at_load_trusted(tmp_p
     assert "[INPUT_INVALID]" in text and "does not declare its rows independent" in text
 
 
-def _post(http: int, body: dict) -> tuple[int, dict]:
+def _post(http: int, body: dict | bytes, model: str = "batched") -> tuple[int, dict]:
     import urllib.error
     import urllib.request
 
     request = urllib.request.Request(
-        f"http://127.0.0.1:{http}/v2/models/batched/infer",
-        data=json.dumps(body).encode(),
+        f"http://127.0.0.1:{http}/v2/models/{model}/infer",
+        data=body if isinstance(body, bytes) else json.dumps(body).encode(),
         headers=JSON,
     )
     try:
@@ -349,3 +355,12 @@ def test_mlserver_s_defaults_serve_and_batching_in_its_worker_says_what_to_set(t
     settings = {"parameters": {"uri": str(bundle), "extra": {"trust_batched": True}}}
     text = _refused_at_load(tmp_path / "pooled", settings, parallel_workers=1)
     assert 'set "parallel_workers": 0' in text
+
+
+def test_a_body_over_the_model_s_bound_is_refused_before_mlserver_parses_it(server):
+    """The LeNet takes 3,136 values: its bound is 64 KiB + 64 bytes a value, as `serve`'s."""
+    *_, http = server
+    limit = (64 << 10) + 64 * 3136
+    status, body = _post(http, b" " * (limit + 1), model="lenet")
+    assert status == 413 and body.get("code") == "LIMIT_EXCEEDED", (status, body)
+    assert f"over the limit of {limit} bytes" in body["error"]

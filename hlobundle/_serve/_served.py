@@ -8,7 +8,7 @@ import math
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -41,6 +41,15 @@ def batch_sizes(max_batch: int) -> tuple[int, ...]:
         n += 1 << max(n.bit_length() - 4, 0)
         sizes.append(min(n, max_batch))
     return tuple(sizes)
+
+
+def request_bound(shapes: Iterable[Sequence[int | str]]) -> int:
+    """`Served.max_request_bytes` of a function whose inputs have `shapes`."""
+    shapes = list(shapes)
+    if any(isinstance(d, str) for s in shapes for d in s):
+        return sys.maxsize
+    values = sum(math.prod(static_shape(s)) for s in shapes)
+    return (64 << 10) + 64 * values
 
 
 @dataclass
@@ -178,11 +187,7 @@ class Served:
         around the data, and 64 bytes per input value (a float64 printed by JSON takes 24, a
         binary value at most 8; the rest is room for separators and indentation). With a
         symbolic dimension there is no such bound: the server's `max_body` alone applies."""
-        shapes = [shape for _, shape in self.inputs.values()]
-        if any(isinstance(d, str) for s in shapes for d in s):
-            return sys.maxsize
-        values = sum(math.prod(static_shape(s)) for s in shapes)
-        return (64 << 10) + 64 * values
+        return request_bound(shape for _, shape in self.inputs.values())
 
     @cached_property
     def column_major(self) -> frozenset[str]:

@@ -111,11 +111,10 @@ def decoded(name: str, shape: Sequence[int], decode: Callable[[], np.ndarray]) -
 
 class BoundedBody:
     """An ASGI middleware that reads every POST's body as `hlobundle serve` reads it (at most
-    `limit` bytes, within `read_timeout_s`: 413 or 408 `LIMIT_EXCEEDED` as soon as it is
-    known to be over) before the engine's app parses it: for an engine that serves one
-    model, whose bound is `limit`."""
+    `limit(path)` bytes, within `read_timeout_s`: 413 or 408 `LIMIT_EXCEEDED` as soon as it
+    is known to be over) before the engine's app parses it."""
 
-    def __init__(self, app: Any, limit: int, read_timeout_s: float) -> None:
+    def __init__(self, app: Any, limit: Callable[[str], int], read_timeout_s: float) -> None:
         self.app, self.limit, self.read_timeout_s = app, limit, read_timeout_s
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -128,7 +127,8 @@ class BoundedBody:
             return await self.app(scope, receive, send)
         declared = Headers(scope=scope).get("content-length")
         try:
-            body = await read_body(receive, declared, self.limit, self.read_timeout_s)
+            limit = self.limit(scope["path"])
+            body = await read_body(receive, declared, limit, self.read_timeout_s)
         except RequestError as e:
             refusal = JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
             return await refusal(scope, receive, send)

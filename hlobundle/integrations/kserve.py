@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # KServe's app and flags are module-level: its REST app takes the middleware before it
     # starts, and its gRPC server reads its flags when it starts.
     kserve.model_server.app.add_middleware(
-        BoundedBody, limit=limit, read_timeout_s=args.read_timeout_s
+        BoundedBody, limit=lambda path: limit, read_timeout_s=args.read_timeout_s
     )
     kserve.model_server.args.grpc_max_receive_message_length = limit
     ModelServer(http_port=args.http_port, grpc_port=args.grpc_port).start([model])

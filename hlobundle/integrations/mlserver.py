@@ -18,8 +18,11 @@ MLServer's default worker process starts with the uvloop the `mlserver` extra in
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,10 +34,12 @@ from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, Re
 from mlserver.utils import get_model_uri
 
 from .._format._errors import HloBundleError
+from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
-from ._models import checked_inputs, decoded, open_function
+from .._serve._served import request_bound
+from ._models import BoundedBody, checked_inputs, decoded, open_function
 
-__all__ = ["HloBundleRuntime"]
+__all__ = ["HloBundleRuntime", "main"]
 
 # The attribute MLServer's `load_batching` sets on a model it batches (mlserver.batching.hooks),
 # before the model's `load`: its batcher then holds the model's `predict`.
@@ -150,3 +155,60 @@ def _output(name: str, array: np.ndarray) -> ResponseOutput:
     return ResponseOutput(
         name=name, datatype=datatype, shape=list(array.shape), data=array.ravel().tolist()
     )
+
+
+# POST /v2/models/{name}[/versions/{version}]/...: the model a request is for.
+_MODEL_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)/")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m hlobundle.integrations.mlserver DIR`: `mlserver start DIR`, with `hlobundle
+    serve`'s limits on each bundle model's REST requests: a body over the model's bound (64
+    KiB + 64 bytes per input value, at most `--max-body-bytes`) or slower than
+    `--read-timeout-s` is refused (413 or 408 `LIMIT_EXCEEDED`) before MLServer parses it."""
+    parser = argparse.ArgumentParser(prog="python -m hlobundle.integrations.mlserver")
+    parser.add_argument("folder", help="the model repository (settings.json, model folders)")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
+    parser.add_argument("--read-timeout-s", type=float, default=DEFAULT_READ_TIMEOUT_S)
+    args = parser.parse_args(argv)
+    asyncio.run(_start(args.folder, args.max_body_bytes, args.read_timeout_s))
+
+
+async def _start(folder: str, max_body: int, read_timeout_s: float) -> None:
+    from mlserver.cli.serve import load_settings
+    from mlserver.server import MLServer
+
+    settings, models = await load_settings(folder)
+    bounds = {m.name: min(max_body, await _bound(m)) for m in models}
+
+    def limit(path: str) -> int:
+        found = _MODEL_PATH.match(path)
+        return bounds.get(found["model"], max_body) if found else max_body
+
+    server = MLServer(settings)
+    # MLServer builds its REST app here, and its middleware when the first request comes.
+    server._rest_server._app.add_middleware(BoundedBody, limit=limit, read_timeout_s=read_timeout_s)
+    await server.start(models)
+
+
+async def _bound(settings: Any) -> int:
+    """The request bound of a model this runtime serves (`Served.max_request_bytes`), from its
+    bundle's manifest; none (`sys.maxsize`) for another runtime's, or where the bundle cannot
+    be read here (its own load then says why)."""
+    import hlobundle
+
+    try:
+        if not issubclass(settings.implementation, HloBundleRuntime):
+            return sys.maxsize
+        extra = dict(getattr(settings.parameters, "extra", None) or {})
+        bundle = hlobundle.load(await get_model_uri(settings)).select(extra.get("function"))
+    except (HloBundleError, MLServerError, TypeError):
+        return sys.maxsize
+    m = bundle.manifest
+    return request_bound(a.shape for a in m.arguments if a.role == "input")
+
+
+if __name__ == "__main__":  # the module's own classes, which model-settings.json names, not
+    from hlobundle.integrations.mlserver import main as imported  # copies made in __main__
+
+    imported()
