@@ -697,7 +697,7 @@ def test_short_model_calls_and_small_results_stay_on_the_event_loop(divides_mode
 
     served = next(iter(divides_models.values()))
     assert served.call_s is not None  # timed at start-up
-    encoded = _where_called(monkeypatch, _app, "_encode")
+    encoded = _where_called(monkeypatch, _app, "encoded")
     called = _where_called(monkeypatch, type(served), "__call__")
     client, infer = TestClient(app(divides_models)), f"/v2/models/{served.name}/infer"
     assert client.post(infer, json={"inputs": [X]}).status_code == 200
