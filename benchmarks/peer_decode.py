@@ -4,7 +4,7 @@ seconds of decoding the JSON body and the binary body (the Open Inference Protoc
 extension; 0 where the engine has none over REST) into the input's array, as one JSON object.
 
 Run by peers.py with the python of each engine's environment (their pins clash):
-- hlobundle: `_app._decode` (orjson, then every check `serve` makes against the function);
+- hlobundle: `_app.decoded_body` (orjson, then every check `serve` makes against the function);
 - mlserver: what its REST route does, orjson's parse and its pydantic `InferenceRequest`, then
   `NumpyCodec.decode_input`;
 - kserve: what its REST route does, its pydantic `InferenceRequest` from the body, then
@@ -37,8 +37,8 @@ def decoders(engine: str, bundle: str, body: bytes, binary: bytes, length: int) 
 
         (served, *_) = load_models([bundle], backend="xla").values()
         return {
-            "json": lambda: _app._decode(served, body, None),
-            "binary": lambda: _app._decode(served, binary, str(length)),
+            "json": lambda: _app.decoded_body(served, body, None),
+            "binary": lambda: _app.decoded_body(served, binary, str(length)),
         }
     if engine == "mlserver":
         import orjson

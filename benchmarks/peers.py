@@ -50,7 +50,8 @@ def venv_python(engine: str) -> Path | None:
 
 
 def symbolic_lenet(out: Path) -> Path:
-    """The shipped LeNet (examples/lenet5.py, its weights) with a symbolic batch."""
+    """The shipped LeNet (examples/lenet5.py, its weights) with a symbolic batch, its rows
+    declared independent (which the engines' batching needs)."""
     import lenet5
 
     import hlobundle
@@ -62,6 +63,7 @@ def symbolic_lenet(out: Path) -> Path:
         out=out,
         roles={"params": "parameter"},
         shapes_specs=(None, "b, 1, 28, 28"),
+        independent_rows="b",
     )
 
 

@@ -1940,7 +1940,7 @@ def _in_process_parts(served, body: bytes, header: bytes, reps: int) -> dict[str
     from hlobundle._serve import _app
 
     asgi, length = _app.app({"lenet5": served}), str(len(header))
-    decoded = _app._decode(served, body, length)
+    decoded = _app.decoded_body(served, body, length)
     outputs = served(decoded.given)
     scope = {
         "type": "http",
@@ -1963,8 +1963,8 @@ def _in_process_parts(served, body: bytes, header: bytes, reps: int) -> dict[str
         times = interleaved(
             {
                 "model": lambda: served(decoded.given),
-                "decode": lambda: _app._decode(served, body, length),
-                "encode": lambda: _app._encode(served, decoded, outputs),
+                "decode": lambda: _app.decoded_body(served, body, length),
+                "encode": lambda: _app.encoded(served, decoded, outputs),
                 "app": lambda: loop.run_until_complete(asgi(scope, receive, send)),
             },
             reps,
@@ -2045,7 +2045,7 @@ def json_decode_cost(tmp: Path, quick: bool) -> list[dict]:
     """Decoding the shipped LeNet's JSON request (examples/lenet5.hlobundle's inputs, batch 4,
     3,136 float32 values), warm, in this process: orjson's parse (`_protocol._parsed`) / the
     standard library's (the decoder before it, kept as the fallback), and the whole decode of
-    a request (`_app._decode`: parse, checks, arrays) with each."""
+    a request (`_app.decoded_body`: parse, checks, arrays) with each."""
     from unittest import mock
 
     import hlobundle
@@ -2072,14 +2072,14 @@ def json_decode_cost(tmp: Path, quick: bool) -> list[dict]:
 
     def old_decode() -> object:
         with mock.patch.object(_protocol, "_parsed", old_parse):
-            return _app._decode(served, body, None)
+            return _app.decoded_body(served, body, None)
 
     reps = 50 if quick else 500
     times = interleaved(
         {
             "parse": lambda: _protocol._parsed(body),
             "old parse": lambda: old_parse(body),
-            "decode": lambda: _app._decode(served, body, None),
+            "decode": lambda: _app.decoded_body(served, body, None),
             "old decode": old_decode,
         },
         reps,

@@ -397,3 +397,41 @@ def test_the_command_serves_both_protocols_and_drains_on_sigterm(images):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def center(tmp_path_factory):
+    """`center(x) = x - mean(x, axis=0)` for x: f32[b, 8]: rows that depend on each other, and
+    no declaration that they are independent."""
+    import jax.numpy as jnp
+
+    out = tmp_path_factory.mktemp("center") / "center"
+    x = np.ones((2, 8), np.float32)
+    hlobundle.export(lambda x: x - jnp.mean(x, axis=0), x, out=out, shapes_specs=("b, 8",))
+    return out
+
+
+def test_trusted_rows_not_declared_independent_are_never_joined(center):
+    """Four concurrent gRPC clients of a trusted bundle whose rows are not declared independent,
+    under a batch timeout of 30 s that joins them if anything does: each gets exactly the
+    in-process call's answer, never one that depends on the others' rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    models = load_models([center], backend="xla", trust=hlobundle.Trust.BATCHED)
+    fn = hlobundle.load(center).function("xla")
+    rows = [
+        np.arange(n * 8, dtype=np.float32).reshape(n, 8) * (k + 1)
+        for k, n in enumerate((1, 4, 2, 3))
+    ]
+    with _grpc.serving(models, max_batch=4, batch_timeout_s=30) as port:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+
+        def ask(x):
+            inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            return client.infer("center", [inp], client_timeout=60).as_numpy("result")
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(ask, rows))
+    for x, got in zip(rows, answers, strict=True):
+        np.testing.assert_array_equal(got, np.asarray(fn(x)))

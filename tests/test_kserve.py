@@ -82,7 +82,7 @@ class _KServe:
 def server(tmp_path_factory):
     started = _KServe(tmp_path_factory.mktemp("kserve"), "lenet", EXAMPLE)
     try:
-        yield started.ready()
+        yield (*started.ready(), started.http)
     finally:
         started.stop()
 
@@ -95,7 +95,7 @@ def _lenet_call() -> tuple[str, np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 def test_kserve_answers_tritonclient_over_rest_with_the_in_process_result(server, binary):
-    client, _ = server
+    client, *_ = server
     name, x, want = _lenet_call()
     given = httpclient.InferInput(name, list(x.shape), "FP32")
     given.set_data_from_numpy(x, binary_data=binary)
@@ -105,7 +105,7 @@ def test_kserve_answers_tritonclient_over_rest_with_the_in_process_result(server
 
 
 def test_kserve_answers_over_grpc(server):
-    _, client = server
+    _, client, _ = server
     name, x, want = _lenet_call()
     given = grpcclient.InferInput(name, list(x.shape), "FP32")
     given.set_data_from_numpy(x)
@@ -115,12 +115,55 @@ def test_kserve_answers_over_grpc(server):
 
 
 def test_a_wrong_input_is_refused_naming_it(server):
-    client, _ = server
+    client, *_ = server
     name, *_ = _lenet_call()
     given = httpclient.InferInput(name, [1, 2], "FP32")
     given.set_data_from_numpy(np.zeros((1, 2), np.float32), binary_data=False)
     with pytest.raises(Exception, match=r"\[INPUT_INVALID\] input 'images': shape \[1, 2\]"):
         client.infer("lenet", [given], headers=JSON)
+
+
+def _post(http: int, body: bytes) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{http}/v2/models/lenet/infer", data=body, headers=JSON
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _lenet_body(shape: list[int], x: np.ndarray) -> bytes:
+    import json
+
+    name, *_ = _lenet_call()
+    inputs = [{"name": name, "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}]
+    return json.dumps({"inputs": inputs}).encode()
+
+
+@pytest.mark.parametrize("shape", [[-1, 1, 28, 28], [8, 1, 28, 28]], ids=["minus_one", "more"])
+def test_a_shape_that_is_not_its_data_s_is_refused(server, shape):
+    """KServe reshapes the data to the declared shape: -1 would take any count, a larger
+    shape fails in numpy. Each is a 400 naming the input, never an answer or a 500."""
+    *_, http = server
+    name, x, _ = _lenet_call()
+    status, body = _post(http, _lenet_body(shape, x))
+    assert status == 400, body
+    assert "[INPUT_INVALID]" in body["error"] and f"input {name!r}" in body["error"]
+
+
+def test_a_body_over_the_model_s_bound_is_refused_before_kserve_parses_it(server):
+    """The LeNet takes 3,136 values: its bound is 64 KiB + 64 bytes a value, as `serve`'s."""
+    *_, http = server
+    limit = (64 << 10) + 64 * 3136
+    status, body = _post(http, b" " * (limit + 1))
+    assert (status, body["code"]) == (413, "LIMIT_EXCEEDED"), body
+    assert f"over the limit of {limit} bytes" in body["error"]
 
 
 @pytest.fixture(scope="module")

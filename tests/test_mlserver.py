@@ -1,6 +1,7 @@
 """hlobundle as an MLServer custom runtime (hlobundle.integrations.mlserver), run by the real
-`mlserver start` on 127.0.0.1 and queried with tritonclient over REST (JSON and binary) and
-gRPC: the results are the in-process call's; batching needs a symbolic batch and trust.
+MLServer on 127.0.0.1 (`python -m hlobundle.integrations.mlserver`, and `mlserver start`) and
+queried with tritonclient over REST (JSON and binary) and gRPC: the results are the in-process call's; batching needs rows declared independent and
+trust, and checks each request alone before MLServer merges it with others.
 
 MLServer's pins clash with this project's test environment: `.ci/run` runs this module in an
 environment of its own (`.venv-mlserver`); elsewhere it skips unless mlserver is installed."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -31,6 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 RUNTIME = "hlobundle.integrations.mlserver.HloBundleRuntime"
+MODELS = ("lenet", "prefill", "decode", "batched", "relative")
 
 
 def _free_port() -> int:
@@ -39,8 +42,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _symbolic(out: Path) -> Path:
-    """`y = tanh(x @ w)`, x of shape (b, 8): a symbolic batch MLServer can concatenate along."""
+def _symbolic(out: Path, rows: str | None = "b") -> Path:
+    """`y = tanh(x @ w)`, x of shape (b, 8), its rows declared independent along b (`rows`):
+    a batch MLServer can concatenate along."""
     import jax.numpy as jnp
 
     w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
@@ -51,6 +55,7 @@ def _symbolic(out: Path) -> Path:
         out=out,
         roles={"w": "parameter"},
         shapes_specs=(None, "b, 8"),
+        independent_rows=rows,
     )
 
 
@@ -66,13 +71,13 @@ def _docs_settings() -> tuple[dict, dict]:
     return model, server
 
 
-def _write_repository(root: Path, models: dict[str, dict]) -> tuple[int, int]:
+def _write_repository(root: Path, models: dict[str, dict], **server_extra: Any) -> tuple[int, int]:
     """An MLServer model repository at `root`: docs/deploy.md's settings.json on free loopback
-    ports, and each model's settings over the docs' model-settings.json."""
+    ports (and `server_extra`), and each model's settings over the docs' model-settings.json."""
     model, server = _docs_settings()
     http, grpc = _free_port(), _free_port()
     (root / "settings.json").write_text(
-        json.dumps({**server, "http_port": http, "grpc_port": grpc})
+        json.dumps({**server, **server_extra, "http_port": http, "grpc_port": grpc})
     )
     for name, settings in models.items():
         (root / name).mkdir()
@@ -81,10 +86,15 @@ def _write_repository(root: Path, models: dict[str, dict]) -> tuple[int, int]:
     return http, grpc
 
 
-def _mlserver(root: Path) -> tuple[subprocess.Popen, Any]:
+MLSERVER_START = [str(Path(sys.executable).parent / "mlserver"), "start"]
+# docs/deploy.md's command: `mlserver start` with `hlobundle serve`'s limits on request bodies.
+HLOBUNDLE_START = [sys.executable, "-m", "hlobundle.integrations.mlserver"]
+
+
+def _mlserver(root: Path, start: list[str] = MLSERVER_START) -> tuple[subprocess.Popen, Any]:
     log = open(root / "mlserver.log", "wb")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlserver"), "start", str(root)],
+        [*start, str(root)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -104,11 +114,12 @@ def _stop(proc: subprocess.Popen, log: Any) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`mlserver start` of four models: the LeNet, the language model's `prefill` and
-    `decode`, and a symbolic function with adaptive batching, trusted."""
+    """`python -m hlobundle.integrations.mlserver` of five models: the LeNet (by an absolute
+    and by a relative uri), the language model's `prefill` and `decode`, and a symbolic
+    function with adaptive batching, trusted."""
     root = tmp_path_factory.mktemp("mlserver")
     symbolic = _symbolic(root / "symbolic.hlobundle")
-    batching = {"max_batch_size": 4, "max_batch_time": 0.05}
+    batching = {"max_batch_size": 3, "max_batch_time": 0.5}
     (root / "models").mkdir()
     http, grpc = _write_repository(
         root / "models",
@@ -122,14 +133,19 @@ def server(tmp_path_factory):
                 "parameters": {"uri": str(symbolic), "extra": {"trust_batched": True}},
                 **batching,
             },
+            "relative": {},  # the docs' model-settings.json as written: a relative uri
         },
+        parallel_workers=0,  # adaptive batching, as docs/deploy.md says
     )
-    proc, log = _mlserver(root / "models")
+    shutil.copytree(
+        EXAMPLE, root / "models" / "relative" / _docs_settings()[0]["parameters"]["uri"]
+    )
+    proc, log = _mlserver(root / "models", HLOBUNDLE_START)
     client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
     try:
         for _ in range(600):
             try:
-                if all(client.is_model_ready(m) for m in ("lenet", "prefill", "decode", "batched")):
+                if all(client.is_model_ready(m) for m in MODELS):
                     break
             except Exception:  # not listening yet
                 pass
@@ -160,6 +176,18 @@ def test_mlserver_answers_tritonclient_over_rest_with_the_in_process_result(serv
     given = httpclient.InferInput(name, list(x.shape), "FP32")
     given.set_data_from_numpy(x, binary_data=False)
     answer = client.infer("lenet", [given], headers=JSON)
+    (output,) = answer.get_response()["outputs"]
+    assert_close(answer.as_numpy(output["name"]), want)
+
+
+def test_a_relative_uri_is_the_model_settings_folder_s(server):
+    """docs/deploy.md's model-settings.json names `lenet5.hlobundle` beside it, as MLServer's
+    own runtimes resolve a relative uri; the server runs from another directory."""
+    client, *_ = server
+    name, x, want = _lenet_call()
+    given = httpclient.InferInput(name, list(x.shape), "FP32")
+    given.set_data_from_numpy(x, binary_data=False)
+    answer = client.infer("relative", [given], headers=JSON)
     (output,) = answer.get_response()["outputs"]
     assert_close(answer.as_numpy(output["name"]), want)
 
@@ -217,26 +245,122 @@ def test_with_adaptive_batching_each_client_gets_its_own_rows(server):
         assert_close(got, fn(w, x))
 
 
-def test_batching_without_trust_is_refused_at_load(server, tmp_path):
-    """MLServer stops when a model fails to load at start-up: the message says why."""
-    _, _, symbolic, _ = server
-    root = tmp_path / "models"
+def _refused_at_load(root: Path, settings: dict, **server_extra: Any) -> str:
+    """MLServer stops when a batching model fails to load at start-up: its log, which says why
+    (`parallel_workers` 0 unless `server_extra` says otherwise)."""
     root.mkdir()
-    untrusted = {"parameters": {"uri": str(symbolic)}, "max_batch_size": 4}
-    _write_repository(root, {"untrusted": untrusted})
+    batching = {**settings, "max_batch_size": 4, "max_batch_time": 0.05}
+    _write_repository(root, {"refused": batching}, **{"parallel_workers": 0, **server_extra})
     proc, log = _mlserver(root)
     try:
         proc.wait(120)
     finally:
         _stop(proc, log)
-    text = (root / "mlserver.log").read_text()
+    return (root / "mlserver.log").read_text()
+
+
+def test_batching_without_trust_is_refused_at_load(server, tmp_path):
+    _, _, symbolic, _ = server
+    text = _refused_at_load(tmp_path / "models", {"parameters": {"uri": str(symbolic)}})
     assert "[INPUT_INVALID]" in text and "trust_batched=True" in text
 
 
-def test_a_wrong_input_is_a_400_naming_it(server):
-    client, *_ = server
-    name, *_ = _lenet_call()
-    given = httpclient.InferInput(name, [1, 2], "FP32")
-    given.set_data_from_numpy(np.zeros((1, 2), np.float32), binary_data=False)
-    with pytest.raises(Exception, match=r"\[INPUT_INVALID\] input 'images': shape \[1, 2\]"):
-        client.infer("lenet", [given], headers=JSON)
+def test_batching_rows_not_declared_independent_is_refused_at_load_trusted(tmp_path):
+    """A function whose rows only lead with a symbol may mix them (a mean over the batch):
+    trusted, it is still not batched, and the model does not load."""
+    bare = _symbolic(tmp_path / "bare.hlobundle", rows=None)
+    settings = {"parameters": {"uri": str(bare), "extra": {"trust_batched": True}}}
+    text = _refused_at_load(tmp_path / "models", settings)
+    assert "[INPUT_INVALID]" in text and "does not declare its rows independent" in text
+
+
+def _post(http: int, body: dict | bytes, model: str = "batched") -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{http}/v2/models/{model}/infer",
+        data=body if isinstance(body, bytes) else json.dumps(body).encode(),
+        headers=JSON,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_under_adaptive_batching_a_client_whose_shapes_lie_gets_no_one_s_rows(server):
+    """MLServer merges requests by their declared shapes and splits the answer by them: the
+    attacker's first request declares 2 rows and sends 1, its second declares 0 and sends 1,
+    around the victim's honest row; merged, the attacker would get the victim's row and the
+    victim the attacker's. Each request is checked alone first: the lies are refused, and the
+    victim gets its own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client, _, symbolic, http = server
+    b = hlobundle.load(symbolic)
+    victim, mine = np.full((1, 8), 0.7, np.float32), np.full((1, 8), -0.2, np.float32)
+
+    def body(x: np.ndarray, shape: list[int]) -> dict:
+        return {
+            "inputs": [
+                {"name": "x", "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}
+            ]
+        }
+
+    asks = [body(mine, [2, 8]), body(victim, [1, 8]), body(mine, [0, 8])]
+    with ThreadPoolExecutor(3) as pool:  # in this order, within one batch (0.5 s, 3 requests)
+        futures = []
+        for ask in asks:
+            futures.append(pool.submit(_post, http, ask))
+            time.sleep(0.05)
+        (s1, a1), (s2, a2), (s3, a3) = [f.result() for f in futures]
+    assert (s1, s3) == (400, 400), (a1, a3)
+    assert "[INPUT_INVALID]" in a1["error"] and "data not of shape [2, 8]" in a1["error"]
+    assert s2 == 200, a2
+    (out,) = a2["outputs"]
+    want = np.asarray(b.function("xla")(b.tensor("w"), victim))
+    assert out["shape"] == [1, 3]
+    assert_close(np.asarray(out["data"], np.float32).reshape(1, 3), want)
+
+
+def test_mlserver_s_defaults_serve_and_batching_in_its_worker_says_what_to_set(tmp_path):
+    """docs/deploy.md's settings.json as written (MLServer's default worker process) serves
+    the docs' model; a batching model in that worker, where MLServer merges requests before
+    any runtime code sees them, does not load and says what to set."""
+    root = tmp_path / "models"
+    root.mkdir()
+    http, _ = _write_repository(root, {"lenet": {}})
+    shutil.copytree(EXAMPLE, root / "lenet" / _docs_settings()[0]["parameters"]["uri"])
+    proc, log = _mlserver(root)
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+        for _ in range(600):
+            try:
+                if client.is_model_ready("lenet"):
+                    break
+            except Exception:  # not listening yet
+                pass
+            assert proc.poll() is None, (root / "mlserver.log").read_text()[-3000:]
+            time.sleep(0.2)
+        name, x, want = _lenet_call()
+        given = httpclient.InferInput(name, list(x.shape), "FP32")
+        given.set_data_from_numpy(x, binary_data=False)
+        answer = client.infer("lenet", [given], headers=JSON)
+        assert_close(answer.as_numpy(answer.get_response()["outputs"][0]["name"]), want)
+    finally:
+        _stop(proc, log)
+    bundle = _symbolic(tmp_path / "s.hlobundle")
+    settings = {"parameters": {"uri": str(bundle), "extra": {"trust_batched": True}}}
+    text = _refused_at_load(tmp_path / "pooled", settings, parallel_workers=1)
+    assert 'set "parallel_workers": 0' in text
+
+
+def test_a_body_over_the_model_s_bound_is_refused_before_mlserver_parses_it(server):
+    """The LeNet takes 3,136 values: its bound is 64 KiB + 64 bytes a value, as `serve`'s."""
+    *_, http = server
+    limit = (64 << 10) + 64 * 3136
+    status, body = _post(http, b" " * (limit + 1), model="lenet")
+    assert status == 413 and body.get("code") == "LIMIT_EXCEEDED", (status, body)
+    assert f"over the limit of {limit} bytes" in body["error"]

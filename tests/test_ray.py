@@ -175,7 +175,8 @@ def test_ray_data_scores_the_lenet_and_the_language_model_row_by_row(cluster):
 
 @pytest.fixture(scope="module")
 def symbolic(tmp_path_factory):
-    """`y = tanh(x @ w)` for x of shape (b, 8): requests concatenate along b."""
+    """`y = tanh(x @ w)` for x of shape (b, 8), rows declared independent: requests
+    concatenate along b."""
     import jax.numpy as jnp
 
     w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
@@ -187,7 +188,95 @@ def symbolic(tmp_path_factory):
         out=out,
         roles={"w": "parameter"},
         shapes_specs=(None, "b, 8"),
+        independent_rows="b",
     )
+
+
+@pytest.fixture(scope="module")
+def center(tmp_path_factory):
+    """`center(x) = x - mean(x, axis=0)` for x of shape (b, 8): rows that depend on each other,
+    not declared independent."""
+    import jax.numpy as jnp
+
+    out = tmp_path_factory.mktemp("ray-center") / "center.hlobundle"
+    x = np.ones((2, 8), np.float32)
+    return hlobundle.export(lambda x: x - jnp.mean(x, axis=0), x, out=out, shapes_specs=("b, 8",))
+
+
+def _center_calls() -> list[np.ndarray]:
+    return [np.arange(24, dtype=np.float32).reshape(3, 8) * (k + 1) for k in range(4)]
+
+
+def test_ray_data_never_joins_rows_not_declared_independent_trusted(center):
+    """Four calls of a trusted function whose rows depend on each other, in one batch of Ray
+    Data rows: each row's result is its own call's, not one that mixes the others' rows."""
+    from hlobundle.integrations.ray import BundlePredictor
+
+    calls = _center_calls()
+    scored = BundlePredictor(str(center), trust_batched=True)({"x": np.stack(calls)})
+    fn = hlobundle.load(center).function("xla")
+    for x, got in zip(calls, scored["result"], strict=True):
+        np.testing.assert_array_equal(got, np.asarray(fn(x)))
+
+
+def _request(headers: dict[str, str], chunks: list[bytes], delay_s: float = 0.0):
+    """A Starlette request of `chunks` (arriving `delay_s` apart), and the chunks it read."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    read: list[bytes] = []
+
+    async def receive():
+        await asyncio.sleep(delay_s)
+        chunk = chunks[len(read)]
+        read.append(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": len(read) < len(chunks)}
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+    return Request(scope, receive), read
+
+
+def _answer(endpoint, request) -> tuple[int, dict]:
+    import asyncio
+    import json
+
+    response = asyncio.run(endpoint(request))
+    return response.status_code, json.loads(response.body)
+
+
+@pytest.fixture(scope="module")
+def endpoint(bundle):
+    from hlobundle.integrations._models import open_function
+    from hlobundle.integrations.ray import Endpoint
+
+    return Endpoint(open_function(str(bundle)), max_body=64 << 20, read_timeout_s=0.5)
+
+
+def test_ray_serve_refuses_a_body_over_the_model_s_bound_before_reading_it(endpoint):
+    """The model takes 8 values: its bound is 64 KiB + 64 bytes a value, as `serve`'s. A body
+    declared at 80 MiB is refused (413 LIMIT_EXCEEDED) before a byte is read; one without a
+    length, as soon as it crosses the bound."""
+    limit = endpoint.served.max_request_bytes
+    assert limit == (64 << 10) + 64 * 8
+    request, read = _request({"content-length": str(80 << 20)}, [b" " * (1 << 20)] * 80)
+    status, body = _answer(endpoint, request)
+    assert (status, body["code"]) == (413, "LIMIT_EXCEEDED") and read == []
+    assert f"over the limit of {limit} bytes" in body["error"]
+    request, read = _request({}, [b" " * (16 << 10)] * 5120)
+    status, body = _answer(endpoint, request)
+    assert (status, body["code"]) == (413, "LIMIT_EXCEEDED") and len(read) == 5
+
+
+def test_ray_serve_refuses_a_body_that_arrives_too_slowly(endpoint):
+    request, _ = _request({}, [b"{"] * 10, delay_s=0.2)  # 2 s for a deadline of 0.5 s
+    status, body = _answer(endpoint, request)
+    assert (status, body["code"]) == (408, "LIMIT_EXCEEDED")
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +336,10 @@ def test_ray_serve_answers_over_http_from_two_replicas(bundle, serve_port):
         assert (out["name"], out["shape"]) == ("result", [3])
         np.testing.assert_allclose(out["data"], _expected(bundle, x), rtol=1e-5, atol=1e-6)
     status, body = _infer(serve_port, "row", np.zeros(5, np.float32))
-    assert status == 400 and body["error"].startswith("[INPUT_INVALID] input 'x': shape [5]")
+    assert status == 400 and body["code"] == "INPUT_INVALID"
+    assert body["error"].startswith("input 'x': shape [5]")
+    status, body = _infer(serve_port, "row", np.zeros(20_000, np.float32))  # 64 KiB over 8 values
+    assert status == 413 and body["code"] == "LIMIT_EXCEEDED", body
 
 
 def test_ray_serve_with_batching_gives_each_request_its_own_rows(symbolic, serve_port):
@@ -269,6 +361,30 @@ def test_ray_serve_with_batching_gives_each_request_its_own_rows(symbolic, serve
         np.testing.assert_allclose(
             np.reshape(out["data"], out["shape"]), _expected(symbolic, x), rtol=1e-5, atol=1e-6
         )
+
+
+def test_ray_serve_with_batching_never_joins_rows_not_declared_independent(center, serve_port):
+    """Four concurrent clients of a trusted function whose rows depend on each other, under a
+    batch wait that would join them: each gets exactly its own call's answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    from hlobundle.integrations.ray import serve_deployment
+
+    app = serve_deployment(
+        str(center), max_batch_size=4, batch_wait_timeout_s=2, trust_batched=True
+    )
+    serve.run(app, name="center", route_prefix="/center")
+    calls = _center_calls()
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda x: _infer(serve_port, "center", x), calls))
+    serve.delete("center")
+    fn = hlobundle.load(center).function("xla")
+    for x, (status, body) in zip(calls, answers, strict=True):
+        assert status == 200, body
+        (out,) = body["outputs"]
+        np.testing.assert_array_equal(np.reshape(out["data"], out["shape"]), np.asarray(fn(x)))
 
 
 def test_ray_serve_answers_with_the_lenet_and_the_language_model(serve_port):

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, new_key
 
 import hlobundle
 
@@ -696,7 +697,7 @@ def test_short_model_calls_and_small_results_stay_on_the_event_loop(divides_mode
 
     served = next(iter(divides_models.values()))
     assert served.call_s is not None  # timed at start-up
-    encoded = _where_called(monkeypatch, _app, "_encode")
+    encoded = _where_called(monkeypatch, _app, "encoded")
     called = _where_called(monkeypatch, type(served), "__call__")
     client, infer = TestClient(app(divides_models)), f"/v2/models/{served.name}/infer"
     assert client.post(infer, json={"inputs": [X]}).status_code == 200
@@ -1020,9 +1021,9 @@ W = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
 
 @pytest.fixture(scope="module")
 def functions(tmp_path_factory):
-    """`fns`: predict(w, x) = tanh(x @ w) (the default; rows independent), center(x) = x minus
-    the batch's mean (rows depend on each other) and pair(x, y) = x[:, :3] + y, with x: f32[b, 8]
-    and y: f32[b, 3], w stored."""
+    """`fns`: predict(w, x) = tanh(x @ w) (the default; rows declared independent), center(x) =
+    x minus the batch's mean (rows depend on each other; nothing declared) and pair(x, y) =
+    x[:, :3] + y (rows declared independent), with x: f32[b, 8] and y: f32[b, 3], w stored."""
     import jax.numpy as jnp
 
     out = tmp_path_factory.mktemp("functions") / "fns"
@@ -1035,6 +1036,7 @@ def functions(tmp_path_factory):
         name="predict",
         roles={"w": "parameter"},
         shapes_specs=(None, "b, 8"),
+        independent_rows="b",
     )
     hlobundle.export(
         lambda x: x - x.mean(axis=0, keepdims=True),
@@ -1052,6 +1054,7 @@ def functions(tmp_path_factory):
         name="pair",
         shapes_specs=("b, 8", "b, 3"),
         add=True,
+        independent_rows="b",
     )
     return out
 
@@ -1173,18 +1176,25 @@ def test_a_symbolic_batch_dimension_batches_any_sizes_exactly(functions, trusted
         assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
 
 
-def test_rows_are_batched_together_only_under_the_batched_modules_trust(functions):
-    """center's rows depend on each other: batched, a client's answer depends on the others'
-    inputs. Without trust each request runs alone and gets its own answer."""
+@pytest.mark.parametrize("how", ["trust_batched", "public_key"])
+def test_rows_not_declared_independent_are_never_joined_trusted_or_signed(functions, tmp_path, how):
+    """center's rows depend on each other (a mean over the batch) and the bundle does not
+    declare them independent: joined, one client's answer would depend on, and reveal, the
+    others' inputs. Trusted (`Trust.BATCHED`) or signed and verified, each request runs alone
+    and gets exactly the in-process call's answer."""
     want = [np.ravel(_alone(functions, "center", x=_x(n, k))).tolist() for k, n in enumerate(SIZES)]
-    answers, metrics = _concurrent(
-        load_models([functions], backend="xla", max_batch=4), "fns.center", SIZES
-    )
+    if how == "public_key":
+        pytest.importorskip("model_signing", reason="the sign extra is not installed")
+        private, public = new_key(tmp_path)
+        signed = shutil.copytree(functions, tmp_path / "fns")
+        hlobundle.sign(signed, private)
+        models = load_models([signed], backend="xla", max_batch=4, public_key=public)
+    else:
+        models = load_models([functions], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED)
+    answers, metrics = _concurrent(models, "fns.center", SIZES)
     assert answers == want
     assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
-    trusted = load_models([functions], backend="xla", max_batch=4, trust=hlobundle.Trust.BATCHED)
-    answers, metrics = _concurrent(trusted, "fns.center", SIZES)
-    assert answers != want and 'hlobundle_batch_size_count{model="m"} 1.0' in metrics
+    assert not models["fns.center"].batchable and models["fns.predict"].batchable
 
 
 def _deep(layers: int):

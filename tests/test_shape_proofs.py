@@ -285,7 +285,11 @@ def test_batched_requests_are_each_proven_not_only_their_concatenation(tmp_path,
     from hlobundle._serve._models import load_models
 
     options = PackOptions(
-        names=["x"], result_names=["y"], shapes=[["b", 3]], result_shapes=[["b", 3]]
+        names=["x"],
+        result_names=["y"],
+        shapes=[["b", 3]],
+        result_shapes=[["b", 3]],
+        independent_rows="b",
     )
     bundle = pack_planned(
         EVEN, from_python([np.ones((2, 3), np.float32)]), tmp_path / "even", options

@@ -232,14 +232,16 @@ def add_serve(sub: Any) -> None:
         type=_values.positive_int,
         default=8,
         metavar="N",
-        help="combine up to N concurrent requests for a bundle with a trusted batched "
-        "module into one call (1: never; default 8)",
+        help="combine up to N concurrent requests into one call (1: never; default 8), only "
+        "for a function with a batched module or declared independent rows (SPEC.md 2.13), "
+        "of a bundle --public-key verified or --trust-batched trusts",
     )
     p.add_argument(
         "--trust-batched",
         action="store_true",
-        help="batch through the batched modules of bundles no --public-key verified "
-        "(without: their requests run one by one on the verified module)",
+        help="combine requests through the batched modules and declared independent rows of "
+        "bundles no --public-key verified (without: their requests run one by one); a "
+        "function with neither is never combined",
     )
     p.add_argument(
         "--batch-timeout-ms",

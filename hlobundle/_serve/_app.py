@@ -52,7 +52,8 @@ def app(
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> Any:
     """The ASGI application serving `models` (by name); with `max_batch` > 1, concurrent
-    requests for a model with a trusted batched module are combined (`_batching`). A request
+    requests for a model whose rows the producer declared independent (a batched module, or
+    `independent_rows`) and the user trusts are combined (`_batching`, `Served.batchable`). A request
     body is at most `max_body` bytes and the model's `max_request_bytes`, and must arrive
     within `read_timeout_s` of its headers."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -155,12 +156,14 @@ def app(
         try:
             served = named(name, version)
             limit = min(max_body, served.max_request_bytes)
-            body = await _body(receive, _header(scope, b"content-length"), limit, read_timeout_s)
+            body = await read_body(
+                receive, _header(scope, b"content-length"), limit, read_timeout_s
+            )
             header_length = _header(scope, HEADER_LENGTH.encode())
             decoded = (  # a large body is decoded off the event loop; a small one costs less
-                _decode(served, body, header_length)  # than the hop to a thread
+                decoded_body(served, body, header_length)  # than the hop to a thread
                 if len(body) <= INLINE_BYTES
-                else await run_in_threadpool(_decode, served, body, header_length)
+                else await run_in_threadpool(decoded_body, served, body, header_length)
             )
         except RequestError as e:
             counted(name if name in models else "", e.status).inc()
@@ -181,9 +184,9 @@ def app(
             return await _send_json(send, 500, {"error": failed})
         small = sum(x.nbytes for x in outputs.values()) <= INLINE_BYTES // 8
         content, headers = (
-            _encode(served, decoded, outputs)
+            encoded(served, decoded, outputs)
             if small
-            else await run_in_threadpool(_encode, served, decoded, outputs)
+            else await run_in_threadpool(encoded, served, decoded, outputs)
         )
         counted(served.name, 200).inc()
         timed(served.name).observe(time.perf_counter() - start)
@@ -256,7 +259,7 @@ def over_limit(limit: int) -> str:
     )
 
 
-async def _body(receive: Any, declared: str | None, limit: int, timeout_s: float) -> bytes:
+async def read_body(receive: Any, declared: str | None, limit: int, timeout_s: float) -> bytes:
     """The request body (its ASGI messages), refused (413) as soon as it is known to exceed
     `limit` bytes (`declared`: its content-length), or (408) when it has not all arrived within
     `timeout_s`."""
@@ -283,21 +286,21 @@ async def _body(receive: Any, declared: str | None, limit: int, timeout_s: float
 
 
 @dataclass(frozen=True)
-class _Decoded:
+class Decoded:
     id: str | None
     given: dict[str, np.ndarray]
     want: Wanted
     producer: bool  # column-major values travel in the producer's orientation
 
 
-def _decode(served: Served, body: bytes, header_length: str | None) -> _Decoded:
+def decoded_body(served: Served, body: bytes, header_length: str | None) -> Decoded:
     """The request's inputs, checked against the model (`header_length`: the binary
     extension's header)."""
     parsed, binary = parse_request(body, header_length)
     return decoded(served, parsed, binary)
 
 
-def decoded(served: Served, parsed: dict[str, Any], binary: memoryview) -> _Decoded:
+def decoded(served: Served, parsed: dict[str, Any], binary: memoryview) -> Decoded:
     """A parsed request's inputs, checked against the model: REST's JSON and gRPC's messages
     (`_grpc`, which builds the same request object) take this one path."""
     producer = producer_layout(parsed)
@@ -307,11 +310,11 @@ def decoded(served: Served, parsed: dict[str, Any], binary: memoryview) -> _Deco
             n: x.reshape(x.shape[::-1]) if n in served.column_major else x for n, x in given.items()
         }
     served.check_shapes(given)
-    return _Decoded(parsed.get("id"), given, wanted(parsed, list(served.outputs)), producer)
+    return Decoded(parsed.get("id"), given, wanted(parsed, list(served.outputs)), producer)
 
 
-def _encode(
-    served: Served, decoded: _Decoded, outputs: dict[str, np.ndarray]
+def encoded(
+    served: Served, decoded: Decoded, outputs: dict[str, np.ndarray]
 ) -> tuple[bytes, dict[str, str]]:
     """The response's body and headers."""
     if decoded.producer:

@@ -1,4 +1,5 @@
-"""Dynamic batching: concurrent requests for a model with a batched module are combined into one
+"""Dynamic batching: concurrent requests, each checked alone, for a model whose rows are declared
+independent (a batched module, or `independent_rows`; `Served.batchable`) are combined into one
 call of at most `max_batch` of them. A batch runs in the model's own worker thread, one at a
 time; while one runs, the next gathers every request that arrives (a busy model is the cheapest
 wait there is). When the model is idle, a batch waits for others up to `timeout_s` after its

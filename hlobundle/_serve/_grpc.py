@@ -284,7 +284,7 @@ class Service:
             ) from None
 
     def _response(self, served: Served, request: Any, outputs: dict[str, np.ndarray]) -> Any:
-        if request.producer:  # as REST's `_encode`: the producer's orientation
+        if request.producer:  # as REST's `encoded`: the producer's orientation
             outputs = {
                 n: x.reshape(x.shape[::-1]) if n in served.column_major else x
                 for n, x in outputs.items()
@@ -430,15 +430,18 @@ def serving(
     max_deadline_s: float = DEFAULT_MAX_DEADLINE_S,
     max_age_s: float = MAX_CONNECTION_AGE_S,
     age_grace_s: float = AGE_GRACE_S,
+    max_batch: int = 1,
+    batch_timeout_s: float = 0.002,
 ) -> Iterator[int]:
     """The gRPC service of `models` in this process, without a REST server: the REST app's
-    model calls run on an event loop in a thread of their own. Yields the port bound (`port`
-    0: any free one); drains and stops on exit. `serve --grpc-port` runs the same service
-    beside uvicorn."""
+    model calls (and its batchers, `max_batch`) run on an event loop in a thread of their own.
+    Yields the port bound (`port` 0: any free one); drains and stops on exit. `serve
+    --grpc-port` runs the same service beside uvicorn."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="hlobundle-rest-loop", daemon=True)
     thread.start()
-    service = Service(models, app(models, max_body=max_body), max_body, max_deadline_s)
+    rest = app(models, max_body=max_body, max_batch=max_batch, batch_timeout_s=batch_timeout_s)
+    service = Service(models, rest, max_body, max_deadline_s)
     service.loop = loop
     try:
         server = GrpcServer(service, host, port, max_rpcs, max_age_s, age_grace_s)

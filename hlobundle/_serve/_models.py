@@ -72,8 +72,9 @@ def load_models(
     1.x bundle's function name). Every bundle is loaded and every name checked before anything
     compiles. `keys` (`public_key`, `certificate_chain`) are `load`'s. On `backend="iree"` no
     jax is imported, and stored executables run when the key verified the bundle or `trust`
-    has `Trust.EXECUTABLES`. Requests are batched when the key verified the bundle or `trust`
-    has `Trust.BATCHED` (`Served.batchable`).
+    has `Trust.EXECUTABLES`. Requests are batched where the producer declared rows independent
+    (a batched module, or `independent_rows`), when the key verified the bundle or `trust` has
+    `Trust.BATCHED` (`Served.batchable`).
 
     A function with symbolic dimensions (SPEC.md 2.8) keeps at most `max_shapes` shapes
     compiled; a request of a new one proves and compiles it in a worker thread, at most

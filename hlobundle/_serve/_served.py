@@ -5,11 +5,10 @@ its calls: one request's inputs (`Served.__call__`), or several requests' in one
 from __future__ import annotations
 
 import math
-import re
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._format._errors import HloBundleError
-from .._format._manifest import Argument, Result, static_shape
+from .._format._manifest import static_shape
 from .._read._reader import Bundle
 from .._read._trust import Trust
 from .._run._binding import bind_symbols
@@ -42,6 +41,15 @@ def batch_sizes(max_batch: int) -> tuple[int, ...]:
         n += 1 << max(n.bit_length() - 4, 0)
         sizes.append(min(n, max_batch))
     return tuple(sizes)
+
+
+def request_bound(shapes: Iterable[Sequence[int | str]]) -> int:
+    """`Served.max_request_bytes` of a function whose inputs have `shapes`."""
+    shapes = list(shapes)
+    if any(isinstance(d, str) for s in shapes for d in s):
+        return sys.maxsize
+    values = sum(math.prod(static_shape(s)) for s in shapes)
+    return (64 << 10) + 64 * values
 
 
 @dataclass
@@ -179,11 +187,7 @@ class Served:
         around the data, and 64 bytes per input value (a float64 printed by JSON takes 24, a
         binary value at most 8; the rest is room for separators and indentation). With a
         symbolic dimension there is no such bound: the server's `max_body` alone applies."""
-        shapes = [shape for _, shape in self.inputs.values()]
-        if any(isinstance(d, str) for s in shapes for d in s):
-            return sys.maxsize
-        values = sum(math.prod(static_shape(s)) for s in shapes)
-        return (64 << 10) + 64 * values
+        return request_bound(shape for _, shape in self.inputs.values())
 
     @cached_property
     def column_major(self) -> frozenset[str]:
@@ -201,13 +205,14 @@ class Served:
 
     @property
     def batchable(self) -> bool:
-        """Whether requests can be combined, which only the user's trust allows (a key verified
-        the bundle, or `trust` has `Trust.BATCHED`): through the bundle's batched module (SPEC.md 2.6) over
-        exactly its inputs, which `jax.vmap` of its function runs in one call; or, for a
-        function whose inputs and results all lead with one bare symbol (`concatenated`), by
-        concatenating requests along it. Neither the batched module nor the function shows
-        that rows are independent: an untrusted one could answer a client with another
-        client's input, so then every request runs the verified function alone."""
+        """Whether requests can be combined: only where the producer said that rows are
+        independent, through the bundle's batched module (SPEC.md 2.6) over exactly its inputs,
+        which `jax.vmap` of its function runs in one call (`stackable`), or a declaration of
+        independent rows (SPEC.md 2.13) along axis 0 (`concatenated`); and only where the user
+        trusts that word (a key verified the bundle, or `trust` has `Trust.BATCHED`). A
+        signature says who made a bundle, not that its rows are independent: a function whose
+        inputs merely lead with one symbol may mix them (a mean over the batch), and would
+        answer one client with, and tell it, another client's data."""
         if not (self.bundle.trusted or Trust.BATCHED in self.trust):
             return False
         return self.concatenated is not None or self.stackable
@@ -223,31 +228,17 @@ class Served:
     @cached_property
     def concatenated(self) -> str | None:
         """The symbol along which requests concatenate: the one a declaration of independent
-        rows names (SPEC.md 2.13) when every input and result has its rows on axis 0; without
-        a declaration, the bare symbol (`b`) every input's and result's leading dimension is,
-        which appears nowhere else (no other dimension, no stored argument, no constraint);
-        None when there is none."""
+        rows names (SPEC.md 2.13) when it names exactly the inputs and every input and result
+        has its rows on axis 0; None otherwise (no declaration: nothing says rows are
+        independent, whatever the shapes look like)."""
         m = self.bundle.manifest
         rows = m.independent_rows
-        if rows is not None:  # the producer's declaration (SPEC.md 2.13) is the one answer
-            on_axis_0 = set(rows.arguments.values()) | set(rows.results.values()) == {0}
-            if not on_axis_0 or set(rows.arguments) != set(self.inputs):
-                return None
-            return m.row_symbol
-        inputs = [a for a in m.arguments if a.name in self.inputs]
-        values: list[Argument | Result] = [*inputs, *m.results]
-        leading = {v.shape[0] if v.shape else None for v in values}
-        if len(leading) != 1 or not inputs:
+        if rows is None:
             return None
-        (symbol,) = leading
-        if not isinstance(symbol, str) or not re.fullmatch(r"[a-z_][a-z0-9_]*", symbol):
+        on_axis_0 = set(rows.arguments.values()) | set(rows.results.values()) == {0}
+        if not on_axis_0 or set(rows.arguments) != set(self.inputs):
             return None
-        rest = [d for v in values for d in v.shape[1:]]
-        rest += [d for a in m.arguments if a.name not in self.inputs for d in a.shape]
-        mentions = [d for d in rest if isinstance(d, str)] + list(m.constraints or ())
-        if any(symbol in re.findall(r"[a-z_][a-z0-9_]*", text) for text in mentions):
-            return None
-        return symbol
+        return m.row_symbol
 
     def call_many(
         self, many: list[dict[str, np.ndarray]]
@@ -270,6 +261,11 @@ class Served:
         except HloBundleError as e:
             return e
 
+    def prove_alone(self, given: dict[str, np.ndarray]) -> None:
+        """A request's own shapes, proven against the module (SPEC.md 2.8) before it joins
+        others: the joined shape may fit where this one alone does not."""
+        self.function.prove_shapes(self._shapes_of(given))
+
     def _concatenated(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """One call over every request's rows, its results split back by each request's
         number of rows: exact, with no padding. Requests whose other dimensions differ (other
@@ -279,8 +275,8 @@ class Served:
             groups.setdefault(tuple(given[n].shape[1:] for n in self.inputs), []).append(k)
         answers: list[dict[str, np.ndarray]] = [{} for _ in many]
         for members in groups.values():
-            for k in members:  # each request's own shapes, proven: the joined shape may fit
-                self.function.prove_shapes(self._shapes_of(many[k]))  # where one alone does not
+            for k in members:
+                self.prove_alone(many[k])
             first = next(iter(self.inputs))
             sizes = [many[k][first].shape[0] for k in members]
             joined = {n: np.concatenate([many[k][n] for k in members]) for n in self.inputs}

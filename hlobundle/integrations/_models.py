@@ -5,7 +5,7 @@ inputs before they reach it."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ import numpy as np
 from .._format._errors import InputError
 from .._read._trust import Trust
 from .._serve._models import load_models
-from .._serve._protocol import RequestError, _fits, _numpy
+from .._serve._protocol import RequestError, _fits, _numpy, _shown_shape
 from .._serve._served import Served
 
 
@@ -29,9 +29,10 @@ def open_function(
 ) -> Served:
     """Function `function` (default: the bundle's default) of `bundle` (a path, `oci://` or
     `https://`), loaded, checked and warmed up. With `batching` (the engine will concatenate
-    requests along the first axis), the function must lead every input and result with one
-    bare symbol, and a key must verify the bundle or `trust_batched` be given (docs/serving.md,
-    "Batching"): otherwise an `InputError` says so."""
+    requests along the first axis), the function must declare its rows independent along
+    axis 0 of every input and result (SPEC.md 2.13), and a key must verify the bundle or
+    `trust_batched` be given (docs/serving.md, "Trust: signatures and batching"), as `serve`
+    joins requests: otherwise an `InputError` says so."""
     keys: dict[str, Any] = {}
     if public_key is not None:
         keys["public_key"] = public_key
@@ -44,8 +45,10 @@ def open_function(
         if served.concatenated is None:
             raise InputError(
                 f"{served.name}: the engine batches by concatenating requests along their first "
-                "axis, and this function's inputs and results do not all lead with one bare "
-                "symbolic dimension: turn the engine's batching off",
+                "axis, and this function does not declare its rows independent along axis 0 "
+                "of every input and result (independent_rows, SPEC.md 2.13): joined, one "
+                "client's answer could depend on another's data. Turn the engine's batching "
+                "off, or export the function with independent_rows",
                 argument="batching",
             )
         if not served.batchable:
@@ -85,8 +88,57 @@ def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np
             raise RequestError(400, f"input {name!r}: dtype {array.dtype}, expected {dtype}")
         if not _fits(list(array.shape), shape):
             raise RequestError(
-                400, f"input {name!r}: shape {list(array.shape)}, expected {list(shape)}"
+                400, f"input {name!r}: shape {list(array.shape)}, expected {_shown_shape(shape)}"
             )
         out[name] = array
     served.check_shapes(out)
     return out
+
+
+def decoded(name: str, shape: Sequence[int], decode: Callable[[], np.ndarray]) -> np.ndarray:
+    """An engine's array of input `name` (`decode`, which reshapes the data to `shape`), its
+    data exactly the declared shape's, or a `RequestError`: a shape with -1 would take any
+    count, and a batching engine splits answers by the declared shapes."""
+    declared = list(shape)
+    try:
+        array = decode()
+    except ValueError as e:
+        raise RequestError(400, f"input {name!r}: data not of shape {declared}: {e}") from None
+    if list(array.shape) != declared:
+        raise RequestError(400, f"input {name!r}: {array.size} values for shape {declared}")
+    return array
+
+
+class BoundedBody:
+    """An ASGI middleware that reads every POST's body as `hlobundle serve` reads it (at most
+    `limit(path)` bytes, within `read_timeout_s`: 413 or 408 `LIMIT_EXCEEDED` as soon as it
+    is known to be over) before the engine's app parses it."""
+
+    def __init__(self, app: Any, limit: Callable[[str], int], read_timeout_s: float) -> None:
+        self.app, self.limit, self.read_timeout_s = app, limit, read_timeout_s
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.datastructures import Headers
+        from starlette.responses import JSONResponse
+
+        from .._serve._app import read_body
+
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length")
+        try:
+            limit = self.limit(scope["path"])
+            body = await read_body(receive, declared, limit, self.read_timeout_s)
+        except RequestError as e:
+            refusal = JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
+            return await refusal(scope, receive, send)
+        given = False
+
+        async def replayed() -> Any:
+            nonlocal given
+            if given:
+                return await receive()  # the client's disconnect, when it comes
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replayed, send)

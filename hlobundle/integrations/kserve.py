@@ -20,8 +20,9 @@ from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from .._format._errors import HloBundleError
+from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
-from ._models import checked_inputs, open_function
+from ._models import BoundedBody, checked_inputs, decoded, open_function
 
 __all__ = ["HloBundleModel", "main"]
 
@@ -53,7 +54,7 @@ class HloBundleModel(Model):
         response_headers: dict[str, str] | None = None,
     ) -> InferResponse:
         try:
-            given = {i.name: i.as_numpy() for i in payload.inputs}
+            given = {i.name: decoded(i.name, i.shape, i.as_numpy) for i in payload.inputs}
             results = await asyncio.to_thread(self._call, given)
         except (RequestError, HloBundleError) as e:
             raise InvalidInput(f"[{e.code}] {e.message}") from None
@@ -78,7 +79,12 @@ class HloBundleModel(Model):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Start KServe's model server with one bundle's function (its REST and gRPC ports from
-    KServe's own flags, `--http_port` and `--grpc_port`)."""
+    KServe's own flags, `--http_port` and `--grpc_port`), with `hlobundle serve`'s limits: a
+    REST body over the model's bound (64 KiB + 64 bytes per input value, at most
+    `--max_body_bytes`) or slower than `--read_timeout_s` is refused (413 or 408
+    `LIMIT_EXCEEDED`) before KServe parses it; a gRPC message over it, by grpc."""
+    import kserve.model_server
+
     parser = argparse.ArgumentParser(prog="python -m hlobundle.integrations.kserve")
     parser.add_argument("--model_name", required=True)
     parser.add_argument("--bundle", required=True, help="a path, oci:// or https://")
@@ -86,8 +92,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--public_key", default=None)
     parser.add_argument("--http_port", type=int, default=8080)
     parser.add_argument("--grpc_port", type=int, default=8081)
+    parser.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY)
+    parser.add_argument("--read_timeout_s", type=float, default=DEFAULT_READ_TIMEOUT_S)
     args = parser.parse_args(argv)
     model = HloBundleModel(args.model_name, args.bundle, args.function, public_key=args.public_key)
+    limit = min(args.max_body_bytes, model._served.max_request_bytes)
+    # KServe's app and flags are module-level: its REST app takes the middleware before it
+    # starts, and its gRPC server reads its flags when it starts.
+    kserve.model_server.app.add_middleware(
+        BoundedBody, limit=lambda path: limit, read_timeout_s=args.read_timeout_s
+    )
+    kserve.model_server.args.grpc_max_receive_message_length = limit
     ModelServer(http_port=args.http_port, grpc_port=args.grpc_port).start([model])
 
 

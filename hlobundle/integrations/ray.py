@@ -7,21 +7,22 @@ after its results, and every other column passes through unchanged (a row's id, 
     ds.map_batches(BundlePredictor, fn_constructor_kwargs={"bundle": "oci://..."},
                    concurrency=2, batch_format="numpy")
 
-Each row is one call, unless the bundle's function can combine calls (a batched module, or a
-symbolic batch along which rows concatenate) and a key verified the bundle or
-`trust_batched=True`: then a batch of rows is one call."""
+Each row is one call, unless the bundle's function can combine calls (a batched module, or rows
+declared independent, SPEC.md 2.13) and a key verified the bundle or `trust_batched=True`:
+then a batch of rows is one call."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._format._errors import HloBundleError, InputError
 from .._serve._protocol import RequestError
+from .._serve._served import Served
 from ._models import checked_inputs, open_function
 
 __all__ = ["BundlePredictor", "serve_deployment"]
@@ -84,55 +85,79 @@ def serve_deployment(
     batch_wait_timeout_s: float = 0.005,
     trust_batched: bool = False,
     public_key: str | os.PathLike[str] | None = None,
+    max_body_bytes: int = 64 << 20,
+    read_timeout_s: float = 30.0,
 ) -> Any:
     """A Ray Serve application of one function of `bundle`, `num_replicas` replicas each with
     the bundle loaded: a POST of an Open Inference Protocol request body (JSON, or the binary
-    tensor extension) to its route gets the protocol's response. With `max_batch_size` above 1,
-    `serve.batch` combines concurrent requests in one call, which needs the function to combine
-    calls and trust (a key, or `trust_batched`), as `hlobundle serve --max-batch-size` does:
-    otherwise every request runs alone. `serve.run(serve_deployment(...), route_prefix="/m")`."""
+    tensor extension) to its route gets the protocol's response, and the same refusals as
+    `hlobundle serve`: a body over `max_body_bytes` or the model's own bound (64 KiB + 64 bytes
+    per input value) is refused before it is read whole (413 `LIMIT_EXCEEDED`), one that has not
+    arrived within `read_timeout_s` gets 408. With `max_batch_size` above 1, `serve.batch`
+    combines concurrent requests, each checked alone first, in one call where `serve
+    --max-batch-size` would (a batched module or declared independent rows, and trust: a key,
+    or `trust_batched`): otherwise every request runs alone.
+    `serve.run(serve_deployment(...), route_prefix="/m")`."""
     from ray import serve
-    from starlette.responses import JSONResponse, Response
-
-    from .._serve._protocol import HEADER_LENGTH, parse_request, read_inputs
-    from .._serve._responses import response, wanted
 
     @serve.deployment(num_replicas=num_replicas)
     class BundleDeployment:
         def __init__(self) -> None:
-            self.served = open_function(
+            served = open_function(
                 bundle, function, trust_batched=trust_batched, public_key=public_key
             )
-            self.combine = max_batch_size > 1 and self.served.batchable
+            combine = self.batched if max_batch_size > 1 and served.batchable else None
+            self.endpoint = Endpoint(served, max_body_bytes, read_timeout_s, combine)
 
         async def __call__(self, request: Any) -> Any:
-            served = self.served
-            try:
-                body = await request.body()
-                parsed, binary = parse_request(body, request.headers.get(HEADER_LENGTH))
-                given = read_inputs(parsed, binary, served.inputs)
-                served.check_shapes(given)
-                want = wanted(parsed, [r.name for r in served.bundle.results])
-                if self.combine:
-                    outputs = await self.batched(given)
-                else:
-                    outputs = await asyncio.to_thread(served, given)
-                if isinstance(outputs, HloBundleError):
-                    raise outputs
-            except RequestError as e:
-                return JSONResponse({"error": f"[{e.code}] {e.message}"}, status_code=e.status)
-            except HloBundleError as e:
-                return JSONResponse({"error": f"[{e.code}] {e.message}"}, status_code=400)
-            dtypes = {r.name: r.dtype for r in served.bundle.results}
-            text, headers = response(
-                served.name, served.version, parsed.get("id"), outputs, want, dtypes
-            )
-            return Response(text, headers=headers)
+            return await self.endpoint(request)
 
         @serve.batch(
             max_batch_size=max(max_batch_size, 1), batch_wait_timeout_s=batch_wait_timeout_s
         )
         async def batched(self, many: list[dict[str, np.ndarray]]) -> list[Any]:
-            return list(await asyncio.to_thread(self.served.call_many, many))
+            return list(await asyncio.to_thread(self.endpoint.served.call_many, many))
 
     return BundleDeployment.bind()  # type: ignore[attr-defined]
+
+
+class Endpoint:
+    """One replica's answer to a request (a Starlette `Request`), as `hlobundle serve` answers:
+    the body read within its bound and deadline, decoded and checked alone, called (through
+    `batched` where requests combine), and the protocol's response or a coded refusal."""
+
+    def __init__(
+        self,
+        served: Served,
+        max_body: int,
+        read_timeout_s: float,
+        batched: Callable[[dict[str, np.ndarray]], Awaitable[Any]] | None = None,
+    ) -> None:
+        self.served, self.batched = served, batched
+        self.limit = min(max_body, served.max_request_bytes)
+        self.read_timeout_s = read_timeout_s
+
+    async def __call__(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse, Response
+
+        from .._serve._app import decoded_body, encoded, read_body
+        from .._serve._protocol import HEADER_LENGTH
+
+        served, headers = self.served, request.headers
+        try:
+            declared = headers.get("content-length")
+            body = await read_body(request.receive, declared, self.limit, self.read_timeout_s)
+            given = await asyncio.to_thread(decoded_body, served, body, headers.get(HEADER_LENGTH))
+            if self.batched is not None:
+                outputs = await self.batched(given.given)
+            else:
+                outputs = await asyncio.to_thread(served, given.given)
+            if isinstance(outputs, HloBundleError):
+                raise outputs
+            text, extra = await asyncio.to_thread(encoded, served, given, outputs)
+        except RequestError as e:
+            return JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
+        except HloBundleError as e:  # the function refused the inputs: the client's to fix
+            error = {"error": e.message, "code": e.code, **e.context()}
+            return JSONResponse(error, status_code=400)
+        return Response(text, headers=extra)
