@@ -288,6 +288,7 @@ class Bundle(StoredValues):
         trust: Trust = Trust.NOTHING,
         max_shapes: int = 16,
         trust_executables: bool | None = None,
+        precision: str | None = None,
     ) -> Function:
         """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
         or on IREE.
@@ -311,6 +312,10 @@ class Bundle(StoredValues):
           it keeps proven against the module and compiled at once (least recently used first
           out; SPEC.md 2.8). Each new shape is proven (a few ms) and, on xla and enzyme,
           compiled again.
+        - `precision`: `"highest"` runs every dot and convolution op at HIGHEST precision
+          (SPEC.md 2.15: a TPU's DEFAULT for float32 is one bfloat16 pass), on a rewritten
+          copy of the modules, never the stored files; None (default) runs them as they ask.
+          IREE runs float32 at float32 and takes the modules as stored.
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see docs/jax.md, "Calling a
@@ -319,7 +324,7 @@ class Bundle(StoredValues):
         from .._run._function import function
 
         trust = trust_from(trust, trust_executables, "Bundle.function")
-        return function(self.select(name), backend, donate, devices, trust, max_shapes)
+        return function(self.select(name), backend, donate, devices, trust, max_shapes, precision)
 
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was

@@ -61,10 +61,18 @@ def function(
     devices: int | None = None,
     trust: Trust = Trust.NOTHING,
     max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
+    precision: str | None = None,
 ) -> Function:
-    """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
+    """`Bundle.function()`: the chosen backend's function (`_backends`' interface). With
+    `precision="highest"` a JAX backend runs the modules rewritten to ask for HIGHEST
+    (`_precision`); IREE's CPU runtime computes float32 at float32 anyway and runs them as stored."""
+    from . import _precision
+
+    _precision.check(precision)
     chosen = _backends.resolve(backend, bundle.manifest)
     _backends.refuse_platforms(chosen, bundle.manifest)
+    if precision == "highest" and chosen.jax:
+        bundle = _precision.at_highest(bundle)
     return chosen.make(
         bundle,
         donate=donate,
