@@ -96,7 +96,7 @@ def test_bf16_operands_is_off_as_the_tpu_was():
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
 def test_tpu_expected_outputs_pass_on_a_cpu_with_the_derived_tolerance(tmp_path, backend):
     bundle = as_if_on_a_tpu(tmp_path)
-    r = cli("run", bundle, "--backend", backend, "--json")
+    r = cli("run", bundle, "--backend", backend, "--json", "--verify")
     report = json.loads(r.stdout)
     assert r.returncode == 0, r.stdout
     (out,) = report["outputs"]
