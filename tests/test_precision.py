@@ -294,3 +294,11 @@ def test_the_docs_block_runs(tmp_path):
 
     r = _bash(_sh("docs/accelerators.md", "How results are compared"), tmp_path)
     assert r.stdout.split() == ["cpu", "None", "1e-05"]
+
+
+def test_inspect_says_where_the_expected_outputs_were_computed(tmp_path):
+    from hlobundle._cli._conformance import INSTALLED
+
+    r = cli("inspect", INSTALLED / "valid_expected_from" / "bundle")
+    assert "expected  computed on tpu (TPU v5 lite) at DEFAULT, jaxlib 0.10.2" in r.stdout
+    assert "expected  computed" not in cli("inspect", EXAMPLE).stdout  # a CPU's: nothing said
