@@ -302,3 +302,46 @@ def test_inspect_says_where_the_expected_outputs_were_computed(tmp_path):
     r = cli("inspect", INSTALLED / "valid_expected_from" / "bundle")
     assert "expected  computed on tpu (TPU v5 lite) at DEFAULT, jaxlib 0.10.2" in r.stdout
     assert "expected  computed" not in cli("inspect", EXAMPLE).stdout  # a CPU's: nothing said
+
+
+def test_the_emitted_scripts_widen_as_the_runner_does():
+    from hlobundle._format import _tolerance
+    from hlobundle._format._tolerance import Computed
+
+    shared = (ROOT / "hlobundle" / "_emit" / "run_shared.py").read_text()
+    body = shared[shared.index("def widened(") : shared.index("def random_input(")]
+    helpers: dict = {}
+    exec(compile("import numpy as np\nPRECISIONS = None\n" + body, "helpers", "exec"), helpers)
+    assert helpers["ROUNDOFF"] == _tolerance.ROUNDOFF
+    sides = [
+        Computed("cpu", None, "DEFAULT"),
+        Computed("cpu", "cpu", "HIGHEST"),
+        Computed("tpu", "TPU v5 lite", "DEFAULT"),
+        Computed("tpu", "TPU v4", "DEFAULT"),
+        Computed("tpu", "TPU v5 lite", "HIGH"),
+        Computed("cuda", "NVIDIA H100", "DEFAULT"),
+    ]
+    for expected in sides:
+        for here in sides:
+            helpers["PRECISIONS"] = (*vars(expected).values(), here.precision)
+            got = helpers["widening"]((here.platform, here.device_kind))
+            assert got == _tolerance.widening(expected, here), (expected, here)
+    want = np.float32([0.5, -2.0, np.inf])
+    assert helpers["widened_atol"](1e-5, want, 2**-8) == _tolerance.widened(1e-5, want, 2**-8)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_an_emitted_script_checks_tpu_outputs_as_run_does(tmp_path):
+    import subprocess
+    import sys
+
+    bundle = as_if_on_a_tpu(tmp_path)
+    hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "run.py", backend="xla")
+    r = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "tolerance widened (SPEC.md 2.15)" in r.stdout
+    perturbed(bundle, "params_dense3_w")
+    hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "bad.py", backend="xla")
+    r = subprocess.run([sys.executable, str(tmp_path / "bad.py")], capture_output=True, text=True)
+    assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stderr[-2000:]
