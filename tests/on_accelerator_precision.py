@@ -13,6 +13,7 @@ this script imports no jax. On a TPU it checks, for each backend:
   the Lux bundle (their expected outputs computed on a CPU; the tolerance is widened);
 - each of LeNet's weight matrices, and the Lux LeNet's last one, scaled by 1.01 fails;
 - `run --precision highest` passes at float32's tolerance, nothing widened;
+- the script `emit` writes for the LeNet example passes (its check widened too);
 - the Lux export packed here with `--compute-expected` (when its three files were copied into
   `.tpu-lux/` of the checkout, listed in .git/info/exclude, and carried) records
   `expected_from` (tpu, DEFAULT) and runs here without widening.
@@ -113,6 +114,12 @@ def main() -> int:
             expect(run(args.lux, backend)["rc"] == 0, f"{backend}: the Lux bundle passes")
             bad = perturbed(args.lux, out / f"{backend}_lux", "arg_3_6_3_1")
             expect(run(bad, backend)["rc"] == 1, f"{backend}: Lux with arg_3_6_3_1 * 1.01 fails")
+    script = out / "lenet_run.py"
+    r = hlobundle("emit", LENET, "-o", script, "--backend", "xla", "--bundle-path", "absolute")
+    expect(r.returncode == 0, "emit LeNet's script")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    print("  " + "\n  ".join(line for line in r.stdout.splitlines() if "widened" in line))
+    expect(r.returncode == 0, f"LeNet's emitted script passes: {r.stderr[-300:]}")
     fixture = ROOT / ".tpu-lux"  # the export's files, if carried: packed here, on the TPU
     if fixture.is_dir():
         packed = out / "lux_here.hlobundle"
