@@ -345,3 +345,24 @@ def test_an_emitted_script_checks_tpu_outputs_as_run_does(tmp_path):
     hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "bad.py", backend="xla")
     r = subprocess.run([sys.executable, str(tmp_path / "bad.py")], capture_output=True, text=True)
     assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stderr[-2000:]
+
+
+def test_the_worst_element_is_named_in_the_orientation_shown(tmp_path):
+    # A column-major (Julia) result shown with --layout producer is the stored array reversed:
+    # its worst element's index is too.
+    from helpers import identity_module
+
+    stored = np.arange(6, dtype=np.float32).reshape(2, 3)
+    text = identity_module(stored)
+    bundle = hlobundle.pack(
+        text, [stored.T], tmp_path / "b", layout="column_major", expected="compute"
+    )
+    expected = load_file(str(bundle / "expected.safetensors"))
+    expected["result0"][1, 2] += 0.5
+    save_file(expected, str(bundle / "expected.safetensors"))
+    rehash(bundle, "expected.safetensors")
+    stored_view = json.loads(cli("run", bundle, "--json").stdout)["outputs"][0]
+    producer_view = json.loads(cli("run", bundle, "--json", "--layout", "producer").stdout)
+    assert stored_view["worst"]["index"] == [1, 2] and stored_view["shape"] == [2, 3]
+    assert producer_view["outputs"][0]["worst"]["index"] == [2, 1]
+    assert producer_view["outputs"][0]["shape"] == [3, 2]

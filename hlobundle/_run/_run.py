@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -237,13 +238,13 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     reduced = {p for p, _ in ROUNDOFF}
     if platform not in reduced and (record is None or record.platform not in reduced):
         return Computed("cpu", None, None), Computed(platform, kind, None)
-    here = Computed(platform, kind, lowest_asked(fn.bundle))
+    here = Computed(platform, kind, _lowest_asked(fn.bundle))
     if record is None:
-        return Computed("cpu", None, lowest_asked(bundle)), here
+        return Computed("cpu", None, _lowest_asked(bundle)), here
     return Computed(record.platform, record.device_kind, record.precision), here
 
 
-def lowest_asked(bundle: Bundle) -> str | None:
+def _lowest_asked(bundle: Bundle) -> str | None:
     from .._format._precision import lowest_asked
 
     return lowest_asked(bundle.modules["module"].parsed)
@@ -283,6 +284,8 @@ def _compare(
         return OutputReport(name, shape, dtype, None, None)
     rtol, atol = tolerance(dtype, want, u, rtol, atol)
     ok, largest, worst = compare(got, want, rtol, atol)
+    if worst is not None and producer_layout and result.layout == "column_major":
+        worst = dataclasses.replace(worst, index=worst.index[::-1])  # as the table shows it
     return OutputReport(name, shape, dtype, largest, ok, rtol, atol, worst)
 
 
