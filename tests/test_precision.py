@@ -366,3 +366,23 @@ def test_the_worst_element_is_named_in_the_orientation_shown(tmp_path):
     assert stored_view["worst"]["index"] == [1, 2] and stored_view["shape"] == [2, 3]
     assert producer_view["outputs"][0]["worst"]["index"] == [2, 1]
     assert producer_view["outputs"][0]["shape"] == [3, 2]
+
+
+def test_export_off_a_cpu_records_where_its_expected_outputs_were_computed(tmp_path, monkeypatch):
+    # export() computes expected outputs by running the JAX function itself, on jax's default
+    # device: a TPU's export records it as pack --compute-expected does.
+    import jax.numpy as jnp
+
+    from hlobundle._run import _compute
+
+    w, x = np.ones((3, 2), np.float32), np.ones((4, 3), np.float32)
+    on_a_cpu = hlobundle.export(lambda w, x: jnp.tanh(x @ w), w, x, out=tmp_path / "cpu")
+    assert hlobundle.load(on_a_cpu).manifest.expected_from is None
+    monkeypatch.setattr(_compute, "where", lambda: ("tpu", "TPU v5 lite", "0.10.2"))
+    on_a_tpu = hlobundle.export(lambda w, x: jnp.tanh(x @ w), w, x, out=tmp_path / "tpu")
+    record = hlobundle.load(on_a_tpu).manifest.expected_from
+    assert (record.platform, record.precision) == ("tpu", "DEFAULT")
+    unstored = hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w), w, x, out=tmp_path / "none", store_expected=False
+    )
+    assert hlobundle.load(unstored).manifest.expected_from is None  # no expected outputs

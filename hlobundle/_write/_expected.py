@@ -23,12 +23,16 @@ def add_expected(
     expected: Any,
     *,
     already_permuted: bool,
+    here: bool = False,
 ) -> Manifest:
-    """Store expected results: given (like inputs, keyed by result name) or computed once."""
+    """Store expected results: given (like inputs, keyed by result name) or computed once.
+    Computed here, or given with `here` (computed by this process's jax), they record where
+    (`expected_from`)."""
     rows = [_dtypes.BY_NAME[r.dtype] for r in manifest.results]
+    if isinstance(expected, str) or here:
+        manifest = manifest.model_copy(update={"expected_from": expected_from(portable)})
     if isinstance(expected, str):
         values = _compute_expected(manifest, arrays, portable, expected)
-        manifest = manifest.model_copy(update={"expected_from": expected_from(portable)})
     else:
         ordered = _inputs.assign(expected, [r.name for r in manifest.results])
         given = [item for item in ordered if item is not None]
