@@ -14,6 +14,7 @@ this script imports no jax. On a TPU it checks, for each backend:
 - each of LeNet's weight matrices, and the Lux LeNet's last one, scaled by 1.01 fails;
 - `run --precision highest` passes at float32's tolerance, nothing widened;
 - the script `emit` writes for the LeNet example passes (its check widened too);
+- LeNet exported there (examples/lenet5.py) records `expected_from` and runs there unwidened;
 - the Lux export packed here with `--compute-expected` (when its three files were copied into
   `.tpu-lux/` of the checkout, listed in .git/info/exclude, and carried) records
   `expected_from` (tpu, DEFAULT) and runs here without widening.
@@ -120,6 +121,18 @@ def main() -> int:
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
     print("  " + "\n  ".join(line for line in r.stdout.splitlines() if "widened" in line))
     expect(r.returncode == 0, f"LeNet's emitted script passes: {r.stderr[-300:]}")
+    exported = out / "lenet_here.hlobundle"  # export() computes expected outputs here
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "lenet5.py"), str(exported)],
+        capture_output=True,
+        text=True,
+    )
+    expect(r.returncode == 0, f"export LeNet here: {r.stderr[-300:]}")
+    manifest = json.loads((exported / "manifest.json").read_text())
+    record = manifest.get("functions", [manifest])[0].get("expected_from")
+    print(f"  expected_from: {record} (none on a CPU)")
+    report = run(exported, "xla")
+    expect(report["rc"] == 0 and report["widened"] is None, "LeNet exported here runs unwidened")
     fixture = ROOT / ".tpu-lux"  # the export's files, if carried: packed here, on the TPU
     if fixture.is_dir():
         packed = out / "lux_here.hlobundle"
