@@ -1443,6 +1443,79 @@ def _(path: Path) -> None:
     edit(bundle, claim)
 
 
+# --- where expected outputs were computed (format 2.2, SPEC.md 2.15) -----------------------------
+
+TPU_RECORD = {
+    "platform": "tpu",
+    "device_kind": "TPU v5 lite",
+    "jaxlib_version": "0.10.2",
+    "precision": "DEFAULT",
+}
+
+
+def expected_from(path: Path, record: dict | None = None, version: str = "2.2") -> Path:
+    """A dot of a 2x3 and a 3x2 float32, its expected outputs recorded as computed on a TPU at
+    DEFAULT precision (small integers: bfloat16 holds them exactly, so a TPU computes them
+    exactly too), as a manifest of one function in format `version`."""
+    a, b, y = tensor((2, 3), "float32"), tensor((3, 2), "float32"), tensor((2, 2), "float32")
+    dot = f"%y = stablehlo.dot_general %a0, %a1, contracting_dims = [1] x [0] : ({a}, {b}) -> {y}"
+    text = func([a, b], [y], [dot], ["%y"])
+    bundle = pack(
+        path, text, [values((2, 3), "float32"), values((3, 2), "float32", 1)], expected="compute"
+    )
+
+    def record_it(m: dict) -> None:  # the 1.x manifest of one function, as a 2.x one
+        function = {k: m.pop(k) for k in list(m) if k not in ("format", "files", "provenance")}
+        function.pop("format_version")
+        function["name"] = function.pop("function")
+        function["expected_from"] = TPU_RECORD if record is None else record
+        m.update(format_version=version, functions=[function])
+
+    edit(bundle, record_it)
+    return bundle
+
+
+@case(
+    "valid_expected_from",
+    "format 2.2: expected outputs recorded as computed on a TPU at DEFAULT precision (a dot)",
+)
+def _(path: Path) -> None:
+    save_outputs(path, expected_from(path))
+
+
+@case("invalid_expected_from_in_2_1", "expected_from in a format 2.1 manifest", "MANIFEST_INVALID")
+def _(path: Path) -> None:
+    expected_from(path, version="2.1")
+
+
+@case(
+    "invalid_expected_from_precision",
+    "expected_from.precision is LOW, not DEFAULT, HIGH or HIGHEST",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    expected_from(path, {**TPU_RECORD, "precision": "LOW"})
+
+
+@case(
+    "invalid_expected_from_platform",
+    "expected_from.platform is TPU (jax's platform names are lower case)",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    expected_from(path, {**TPU_RECORD, "platform": "TPU"})
+
+
+@case(
+    "invalid_expected_from_without_expected",
+    "expected_from in a function none of whose results has an expected value",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = expected_from(path)
+    edit(bundle, lambda m: [r.pop("expected") for r in m["functions"][0]["results"]])
+
+
 def generate(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)

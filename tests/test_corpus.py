@@ -46,7 +46,7 @@ def leaves(results, bundle: hlobundle.Bundle) -> dict[str, np.ndarray]:
 
 def test_the_corpus_holds_every_earlier_version():
     versions = {p.parent.name for p in BUNDLES}
-    assert versions == {"1.0", "1.1", "1.2", "1.3", "2.0"}
+    assert versions == {"1.0", "1.1", "1.2", "1.3", "2.0", "2.1"}
     assert {p.stem for p in BUNDLES if p.parent.name == "1.2"} >= {"signed", "int4"}
 
 
@@ -108,6 +108,7 @@ def test_todays_writer_writes_each_recipe_at_the_corpus_version(tmp_path):
         "1.2/int4": write_corpus.write_int4(tmp_path / "int4"),
         "1.2/signed": write_corpus.write_predict(tmp_path / "signed"),
         "2.0/functions": write_corpus.write_functions(tmp_path / "functions"),
+        "2.1/rows": write_corpus.write_rows(tmp_path / "rows"),
     }
     hlobundle.sign(written["1.2/signed"], private)
     if importlib.util.find_spec("iree.compiler") is not None:

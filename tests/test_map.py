@@ -47,7 +47,7 @@ MAP = {
     "hlobundle._format._sharding": ["test_sharding.py"],
     "hlobundle._format._signature": ["test_signing.py"],
     "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
-    "hlobundle._format._tolerance": ["test_run.py"],
+    "hlobundle._format._tolerance": ["test_run.py", "test_precision.py"],
     "hlobundle._interop._sources": ["test_jax_export.py", "test_reactant_server.py"],
     "hlobundle._isolation._child": ["test_isolation.py"],
     "hlobundle._isolation._fork_server": ["test_isolation.py"],

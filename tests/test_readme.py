@@ -153,6 +153,10 @@ def _sh(file: str, section: str) -> str:
 
 # The sh blocks that run here, by (file, section), and why the others do not.
 SH_RUN = {
+    (
+        "docs/accelerators.md",
+        "How results are compared",
+    ): "test_precision.py::test_the_docs_block_runs",
     ("docs/signing.md", "Signed bundles"): "test_signing_block_runs",
     ("docs/iree.md", "Without JAX: IREE and stored executables"): "test_iree_block_runs",
     (

@@ -46,7 +46,16 @@ def test_run_json(tmp_path):
     assert data["ok"] is True and data["backend"] == "xla" and data["inputs"] == "stored"
     (row,) = data["outputs"]
     diff = row.pop("max_abs_diff")
-    assert row == {"name": "result", "shape": [4, 10], "dtype": "float32", "ok": True}
+    assert row == {
+        "name": "result",
+        "shape": [4, 10],
+        "dtype": "float32",
+        "ok": True,
+        "rtol": 1e-5,
+        "atol": 1e-5,
+        "worst": None,
+    }
+    assert (data["platform"], data["precision"], data["widened"]) == ("cpu", None, None)
     assert diff == 0.0 if EXACT else diff < 1e-6
 
 

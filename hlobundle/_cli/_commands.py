@@ -60,6 +60,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
         producer_layout=producer,
         devices=args.devices,
         trust=trust_of(args),
+        precision=args.precision,
     )
     if save:
         _run.save_outputs(save, bundle, outputs, producer_layout=producer)

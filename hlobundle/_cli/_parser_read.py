@@ -55,7 +55,19 @@ def add_run(sub: Any) -> None:
         "suffixes K, M, G)",
     )
     for flag, which in (("--rtol", "relative"), ("--atol", "absolute")):
-        p.add_argument(flag, type=_values.tolerance, help=f"{which} tolerance (default: per dtype)")
+        p.add_argument(
+            flag,
+            type=_values.tolerance,
+            help=f"{which} tolerance (default: per dtype, widened where the expected outputs "
+            "were computed at another precision: docs/accelerators.md)",
+        )
+    p.add_argument(
+        "--precision",
+        choices=["highest"],
+        help="highest: run every dot and convolution op at HIGHEST precision (a TPU's default "
+        "for float32 is one bfloat16 pass), on a rewritten copy of the module; xla and enzyme "
+        "(iree computes float32 at float32 anyway)",
+    )
     _add_json(p)
     p.add_argument(
         "--verify",

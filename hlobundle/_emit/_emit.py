@@ -110,6 +110,21 @@ def _source(bundle: Bundle, where: str, script: Script) -> str:
     return _template.written(script.template, slots, bundle.manifest, script.takes)
 
 
+def _precisions(bundle: Bundle) -> tuple[str, str | None, str | None, str] | None:
+    """Where the expected outputs were computed (SPEC.md 2.15; a CPU where the bundle records
+    nothing) and the lowest precision the module's dot and convolution ops ask for; None when
+    it has none, so that no precision can matter."""
+    from .._format._precision import lowest_asked
+
+    asked = lowest_asked(bundle.modules["module"].parsed)
+    if asked is None:
+        return None
+    record = bundle.manifest.expected_from
+    if record is None:
+        return ("cpu", None, asked, asked)
+    return (record.platform, record.device_kind, record.precision, asked)
+
+
 def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[str, Any]:
     """The slots every template has: where the bundle is, what it is, its values' files, and
     the sha256 of each file the script reads (`modules` and the tensor files), as checked here."""
@@ -143,5 +158,6 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
         "PATHS": {a.name: a.path for a in m.arguments},
         "INPUTS": inputs,
         "EXPECTED": expected,
+        "PRECISIONS": _precisions(bundle) if expected else None,
         "SHA256": {name: bundle.checked_sha256(name) for name in sorted(read)},
     }

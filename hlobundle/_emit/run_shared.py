@@ -2,7 +2,8 @@
 safetensors, `--inputs` files and the command line, and comparing results with the expected ones.
 `hlobundle emit` writes them into each script in place of its `# shared:` line, so a script stays
 one standalone file. They use what each template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED,
-COLUMN_MAJOR, SAFETENSORS_DTYPES, numpy_dtype, load_tensor, check_arguments and run_example.
+COLUMN_MAJOR, SAFETENSORS_DTYPES, PRECISIONS, device, numpy_dtype, load_tensor, check_arguments
+and run_example.
 """
 
 # ruff: noqa: F821
@@ -70,9 +71,44 @@ def widened(x):
     return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
-def close(got, want, tol):
-    """Whether two results agree within `tol` (relative and absolute); NaNs agree with NaNs."""
-    return np.allclose(widened(got), widened(want), rtol=tol, atol=tol, equal_nan=True)
+def close(got, want, tol, atol=None):
+    """Whether two results agree within `tol` (relative, and absolute unless `atol` is given);
+    NaNs agree with NaNs."""
+    atol = tol if atol is None else atol
+    return np.allclose(widened(got), widened(want), rtol=tol, atol=atol, equal_nan=True)
+
+
+# Unit roundoff of float32 dot and convolution operands by platform and precision asked
+# (SPEC.md 2.15); HIGHEST, and every other platform, computes at float32's.
+ROUNDOFF = {
+    ("tpu", "DEFAULT"): 2.0**-8,
+    ("tpu", "HIGH"): 2.0**-16,
+    ("cuda", "DEFAULT"): 2.0**-11,
+    ("cuda", "HIGH"): 2.0**-11,
+    ("rocm", "DEFAULT"): 2.0**-11,
+    ("rocm", "HIGH"): 2.0**-11,
+}
+
+
+def widening(here):
+    """The `u` of SPEC.md 2.15 between where the expected outputs were computed and `here`
+    (platform, device kind): 0 where nothing is widened."""
+    if PRECISIONS is None:
+        return 0.0
+    platform, kind, precision, asked = PRECISIONS
+    sides = [(platform, kind, precision), (here[0], here[1], asked)]
+    if sides[0] == sides[1]:
+        return 0.0
+    u = [ROUNDOFF.get((p, q or "HIGHEST"), 2.0**-24) for p, _, q in sides]
+    return 0.0 if max(u) <= 2.0**-24 else sum(u)
+
+
+def widened_atol(atol, want, u):
+    """`atol`, or 2 * u * the largest finite |want| where that is larger (a floating result)."""
+    if not u or not atol:
+        return atol
+    magnitude = np.abs(widened(want))
+    return max(atol, 2 * u * float(magnitude[np.isfinite(magnitude)].max(initial=0.0)))
 
 
 def random_input(rng, shape, dtype):
@@ -97,6 +133,9 @@ def report(outputs, *, compare, producer=False):
     expected output, and exit with a failure when any differs; with `producer`, column-major
     ones in the producer's orientation, their axes reversed."""
     failures = []
+    u = widening(device()) if EXPECTED and compare else 0.0
+    if u:
+        print(f"tolerance widened (SPEC.md 2.15): atol = 2 * {u:.3g} * max|expected|")
     for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
         julia = producer and name in COLUMN_MAJOR["results"]
         line = f"{name}: {dtype}{list(shape)[::-1] if julia else list(shape)}"
@@ -104,7 +143,8 @@ def report(outputs, *, compare, producer=False):
             want = load_tensor(*EXPECTED[k], shape, dtype)
             diff = np.abs(widened(value) - widened(want))
             line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
-            if not close(value, want, tolerance(dtype)):
+            tol = tolerance(dtype)
+            if not close(value, want, tol, widened_atol(tol, want, u)):
                 failures.append(name)
         print(line)
         print(np.array2string(value.T if julia else value, threshold=20))

@@ -93,15 +93,16 @@ class BundleManifest(BundleManifestMethods, _Model):
 def combine(
     views: list[Manifest], default: str | None, files: dict[str, FileEntry]
 ) -> BundleManifest:
-    """A 2.x manifest of several functions, each given as a manifest of its own: 2.0, or 2.1
-    when a file has chunk digests."""
+    """A 2.x manifest of several functions, each given as a manifest of its own: 2.0, 2.1
+    when a file has chunk digests (or another 2.1 field is used), 2.2 with `expected_from`."""
     first = views[0]
     newer = any(e.chunks for e in files.values()) or first.metadata is not None
     newer = newer or any(v.independent_rows or v.platforms for v in views)
+    newest = any(v.expected_from is not None for v in views)
     return BundleManifest(
         format=FORMAT,
-        # 2.1 only for what needs it (SPEC.md 5, the oldest version that can)
-        format_version=FORMAT_VERSION if newer else "2.0",
+        # 2.1 and 2.2 only for what needs them (SPEC.md 5, the oldest version that can)
+        format_version=FORMAT_VERSION if newest else "2.1" if newer else "2.0",
         default_function=None if default is None else identifier(default),
         functions=[
             FunctionEntry(
@@ -126,8 +127,10 @@ def _first_error(e: ValueError) -> str:
 
 def minimum_version(m: Manifest) -> str:
     """The oldest format version that can express a one-function bundle (SPEC.md 5)."""
-    if m.metadata is not None or m.independent_rows is not None or m.platforms:
+    if m.expected_from is not None:
         return FORMAT_VERSION
+    if m.metadata is not None or m.independent_rows is not None or m.platforms:
+        return "2.1"
     if m.symbolic or m.constraints:
         return "2.0"
     if m.executables:

@@ -26,9 +26,11 @@ from . import _limits
 #     (2026-12-05): `metadata`, what a model card says, and its `README.md` (SPEC.md 2.12);
 #     `independent_rows`, a function's rows declared independent along a symbol (2.13);
 #     `platforms`, a function lowered for several platforms, selected by an index (2.14).
+# 2.2 (2026-12-06): `expected_from`, where a function's expected outputs were computed and at
+#     what precision its dot and convolution ops ran (2.15), which a check's tolerance follows.
 FORMAT: Literal["hlobundle"] = "hlobundle"
-FORMAT_VERSION = "2.1"
-NEWEST_MINOR = {1: 3, 2: 1}  # the newest minor version of each major version this reader knows
+FORMAT_VERSION = "2.2"
+NEWEST_MINOR = {1: 3, 2: 2}  # the newest minor version of each major version this reader knows
 MAX_FUNCTIONS = 64
 # The provenance's producer, for bundles this package's producers write: `export()` (a JAX
 # function) and `from_exported()` (a jax.export.Exported). The runner's hints depend on it.
@@ -55,6 +57,7 @@ FUNCTION_FIELDS = (
     "constraints",
     "independent_rows",
     "platforms",
+    "expected_from",
 )
 # What each function's view takes from a manifest of several functions: the bundle's own fields.
 SHARED_FIELDS = ("provenance", "files", "metadata")

@@ -197,6 +197,17 @@ class IndependentRows(_Model):
     checked: bool = False  # the writer compared joined calls with calls on each block
 
 
+class ExpectedFrom(_Model):
+    """Where a function's expected outputs were computed (format 2.2, SPEC.md 2.15): jax's
+    platform name and device kind, the jaxlib that computed them, and the lowest precision
+    the module's dot and convolution ops asked for as they ran (None: it has none)."""
+
+    platform: Platform
+    device_kind: str | None = Field(None, pattern=r"^[ -~]{1,256}$")  # printable ASCII
+    jaxlib_version: str | None = Field(None, pattern=r"^[0-9A-Za-z.+_-]{1,64}$")
+    precision: Literal["DEFAULT", "HIGH", "HIGHEST"] | None = None
+
+
 class FunctionFields(FunctionMethods, _Model):
     """What describes one function: a 1.x manifest's own fields, and each of a 2.0 manifest's
     `functions` (SPEC.md 2.8)."""
@@ -214,6 +225,7 @@ class FunctionFields(FunctionMethods, _Model):
     independent_rows: IndependentRows | None = None  # since 2.1 (SPEC.md 2.13)
     # Lowered for each (jax.export's `platforms`): @main takes the index first (2.1, 2.14)
     platforms: list[Platform] | None = Field(None, min_length=2, max_length=MAX_PLATFORMS)
+    expected_from: ExpectedFrom | None = None  # since 2.2 (SPEC.md 2.15)
 
 
 class Manifest(ManifestMethods, FunctionFields):

@@ -37,10 +37,23 @@ def _check_2_1_fields(m: Manifest) -> None:
         raise ValueError(f"metadata.card names {card!r}, which files does not list")
 
 
+def _check_expected_from(m: Manifest) -> None:
+    """`expected_from` (2.2, SPEC.md 2.15) says where expected outputs were computed: it needs
+    format 2.2 and a result with one."""
+    if m.expected_from is None:
+        return
+    major, minor = (int(p) for p in m.format_version.split("."))
+    if (major, minor) < (2, 2):
+        raise ValueError(f"expected_from needs format_version 2.2, not {m.format_version}")
+    if all(r.expected is None for r in m.results):
+        raise ValueError("expected_from: no result has an expected value")
+
+
 def check_function(m: Manifest) -> None:
     """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
     check_symbols(m)
     _check_2_1_fields(m)
+    _check_expected_from(m)
     check_independent_rows(m)
     check_unique([a.name for a in m.arguments], "arguments")
     check_unique([r.name for r in m.results], "results")

@@ -157,6 +157,10 @@ class IndependentRowsRecord(Record):
     MODEL = ("_manifest", "IndependentRows")
 
 
+class ExpectedFromRecord(Record):
+    MODEL = ("_manifest", "ExpectedFrom")
+
+
 class MetadataRecord(Record):
     MODEL = ("_metadata", "Metadata")
 
@@ -170,6 +174,7 @@ _FUNCTION_NESTED: dict[str, tuple[str, type[Record]]] = {
     "mesh": ("one", DeviceMeshRecord),
     "executables": ("list", ExecutableRecord),
     "independent_rows": ("one", IndependentRowsRecord),
+    "expected_from": ("one", ExpectedFromRecord),
 }
 _BUNDLE_NESTED: dict[str, tuple[str, type[Record]]] = {
     "provenance": ("one", ProvenanceRecord),

@@ -1,11 +1,78 @@
-"""How results are compared with expected ones (SPEC.md section 7): one rule for the runner, the
-conformance suite and (as a standalone copy, tested against this one) the emitted script."""
+"""How results are compared with expected ones (SPEC.md 2.15 and 7): one rule for the runner,
+the conformance suite and (as a standalone copy, tested against this one) the emitted script.
+
+The base tolerance is a few ulps of the result's dtype. Where the expected outputs were
+computed, or this run computes, float32 dot and convolution operands with fewer bits (a TPU's
+DEFAULT precision: one bfloat16 pass), `widening` gives the sum of both sides' unit roundoffs
+`u`, and each floating result's atol becomes `2 * u * max|expected|` (SPEC.md 2.15).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import _dtypes
+
+F32_ROUNDOFF = 2.0**-24
+# Unit roundoff of a float32 dot's or convolution's operands, by platform and the precision the
+# op asks for (jax.lax.Precision's documentation): a TPU computes DEFAULT in one bfloat16 pass
+# (8 significant bits) and HIGH in three (about 16); a GPU uses TensorFloat-32 (11 bits) where
+# it has it. HIGHEST, and every other platform (a CPU ignores the precision), is float32.
+ROUNDOFF = {
+    ("tpu", "DEFAULT"): 2.0**-8,
+    ("tpu", "HIGH"): 2.0**-16,
+    ("cuda", "DEFAULT"): 2.0**-11,
+    ("cuda", "HIGH"): 2.0**-11,
+    ("rocm", "DEFAULT"): 2.0**-11,
+    ("rocm", "HIGH"): 2.0**-11,
+}
+# The first-order bound of one dot of rounded operands: each product a*b is off by at most
+# (1 + u)^2 - 1, about 2u, of |a*b|; max|expected| stands for the sum of |a*b| along the contraction.
+FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Computed:
+    """Where a side of the comparison was computed: the platform (jax's name), the device kind
+    when known, and the lowest precision its dot and convolution ops asked for (None: the
+    module has none, so no precision matters)."""
+
+    platform: str
+    device_kind: str | None
+    precision: str | None
+
+    @property
+    def roundoff(self) -> float:
+        return ROUNDOFF.get((self.platform, self.precision or "HIGHEST"), F32_ROUNDOFF)
+
+    def describe(self) -> str:
+        kind = f" ({self.device_kind})" if self.device_kind else ""
+        asked = self.precision or "no dot or convolution"
+        bits = "full float32" if self.roundoff <= F32_ROUNDOFF else f"u = {self.roundoff:.3g}"
+        return f"{self.platform}{kind} at {asked} ({bits})"
+
+
+# What a bundle that records nothing means: computed on a CPU, where every precision is full.
+CPU = Computed("cpu", None, None)
+
+
+def widening(expected: Computed, run: Computed) -> float:
+    """`u` of SPEC.md 2.15: 0 when both sides compute at float32 or are the same platform,
+    device and precision; else the sum of their unit roundoffs."""
+    if expected.precision is None and run.precision is None:
+        return 0.0
+    if (expected.platform, expected.device_kind, expected.precision) == (
+        run.platform,
+        run.device_kind,
+        run.precision,
+    ):
+        return 0.0
+    if max(expected.roundoff, run.roundoff) <= F32_ROUNDOFF:
+        return 0.0
+    return expected.roundoff + run.roundoff
 
 
 def default_tolerance(dtype: str) -> float:
@@ -19,14 +86,74 @@ def default_tolerance(dtype: str) -> float:
     return max(1e-5, 8 * float(ml_dtypes.finfo(_dtypes.BY_NAME[dtype].numpy).eps))
 
 
+def tolerance(
+    dtype: str, want: np.ndarray, u: float, rtol: float | None, atol: float | None
+) -> tuple[float, float]:
+    """(rtol, atol) for one result: those given, else the dtype's, atol widened by `u`."""
+    base = default_tolerance(dtype)
+    return (base if rtol is None else rtol), (widened(base, want, u) if atol is None else atol)
+
+
+def widened(atol: float, want: np.ndarray, u: float) -> float:
+    """`atol`, or `FACTOR * u * max|want|` over want's finite elements where that is larger
+    (a floating result: an exact one, atol 0, is never widened)."""
+    if not u or not atol:
+        return atol
+    finite = np.abs(widen(want))
+    finite = finite[np.isfinite(finite)]
+    return max(atol, FACTOR * u * float(finite.max(initial=0.0)))
+
+
 def widen(x: np.ndarray) -> np.ndarray:
     """`x` as float64 or complex128, where every dtype of the table compares exactly."""
     return np.atleast_1d(np.asarray(x)).astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
+@dataclass(frozen=True)
+class Worst:
+    """The element furthest beyond its tolerance: where, the two values, |got - want| and
+    what was allowed there (`atol + rtol * |want|`)."""
+
+    index: list[int]
+    got: Any
+    expected: Any
+    diff: float
+    allowed: float
+
+
+def compare(
+    got: np.ndarray, want: np.ndarray, rtol: float, atol: float
+) -> tuple[bool, float, Worst | None]:
+    """Whether two results agree (NaNs agree with NaNs), the largest |got - want|, and the worst
+    element when they do not: the one whose difference most exceeds its own tolerance, which
+    need not be where the difference is largest."""
+    a, b = np.broadcast_arrays(widen(got), widen(want))
+    same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities too
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(a - b))
+    diff = np.where(np.isnan(diff), np.inf, diff)  # NaN against a number
+    allowed = atol + rtol * np.abs(b)
+    largest = float(diff.max(initial=0.0))
+    excess = diff - allowed
+    if not excess.size or not (excess > 0).any():
+        return True, largest, None
+    flat = int(np.argmax(excess))
+    shape = np.shape(want) if np.size(want) == a.size else a.shape
+    index = [int(i) for i in np.unravel_index(flat, shape)]
+    at = (a.flat[flat], b.flat[flat], diff.flat[flat], allowed.flat[flat])
+    worst = Worst(index, _scalar(at[0]), _scalar(at[1]), float(at[2]), float(at[3]))
+    return False, largest, worst
+
+
+def _scalar(x: Any) -> Any:
+    return (
+        [float(x.real), float(x.imag)] if isinstance(x, complex | np.complexfloating) else float(x)
+    )
+
+
 def agree(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
     """Whether two results agree within the tolerances; NaNs agree with NaNs."""
-    return bool(np.allclose(widen(got), widen(want), rtol=rtol, atol=atol, equal_nan=True))
+    return compare(got, want, rtol, atol)[0]
 
 
 def max_abs_diff(got: np.ndarray, want: np.ndarray) -> float:

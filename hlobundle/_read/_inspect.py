@@ -297,7 +297,19 @@ def _module_lines(m: Manifest) -> list[str]:
         *([f"constraints {', '.join(m.constraints)}"] if m.constraints else []),
         *([f"platforms {', '.join(m.platforms)} (@main takes the index)"] if m.platforms else []),
         *_rows_lines(m),
+        *_expected_from_lines(m),
     ]
+
+
+def _expected_from_lines(m: Manifest) -> list[str]:
+    """Where the expected outputs were computed (SPEC.md 2.15; printable ASCII, checked)."""
+    where = getattr(m, "expected_from", None)
+    if where is None:
+        return []
+    kind = f" ({where.device_kind})" if where.device_kind else ""
+    precision = f" at {where.precision}" if where.precision else ""
+    jaxlib = f", jaxlib {where.jaxlib_version}" if where.jaxlib_version else ""
+    return [f"expected  computed on {where.platform}{kind}{precision}{jaxlib}"]
 
 
 def _rows_lines(m: Manifest) -> list[str]:

@@ -289,6 +289,7 @@ class Bundle(StoredValues):
         max_shapes: int = 16,
         trust_executables: bool | None = None,
         layout: Literal["stored", "producer"] = "stored",
+        precision: str | None = None,
     ) -> Function:
         """One of the bundle's functions as a JAX function (see `hlobundle._run._function`),
         or on IREE.
@@ -315,6 +316,10 @@ class Bundle(StoredValues):
         - `layout`: `"producer"` takes and returns column-major values (a Julia producer's)
           in the producer's orientation, their axes reversed, as `run --layout producer`
           does; `"stored"` (default) in the tensors' own.
+        - `precision`: `"highest"` runs every dot and convolution op at HIGHEST precision
+          (SPEC.md 2.15: a TPU's DEFAULT for float32 is one bfloat16 pass), on a rewritten
+          copy of the modules, never the stored files; None (default) runs them as they ask.
+          IREE runs float32 at float32 and takes the modules as stored.
 
         **Returns:** a callable taking the arguments positionally in manifest order, by name,
         or as the exported pytrees, and returning the results (see docs/jax.md, "Calling a
@@ -323,7 +328,9 @@ class Bundle(StoredValues):
         from .._run._function import function
 
         trust = trust_from(trust, trust_executables, "Bundle.function")
-        return function(self.select(name), backend, donate, devices, trust, max_shapes, layout)
+        return function(
+            self.select(name), backend, donate, devices, trust, max_shapes, layout, precision
+        )
 
     def to_exported(self) -> Any:
         """The bundle as a `jax.export.Exported` (its portable artifact; the pytrees it was

@@ -23,6 +23,16 @@ def outputs(manifest: Manifest, portable: bytes, values: list[Any]) -> list[np.n
     return [np.asarray(x) for x in exported_for(manifest, portable).call(*values)]
 
 
+def where() -> tuple[str, str, str]:
+    """The platform, device kind and jaxlib version `outputs` computes with (jax's default
+    device)."""
+    import jax
+    import jaxlib
+
+    device = jax.devices()[0]
+    return device.platform, device.device_kind, jaxlib.__version__
+
+
 def primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
     """A JAX-differentiable function of the flat arguments running the module `text`."""
     from ._backends import text_primal

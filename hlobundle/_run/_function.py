@@ -75,15 +75,23 @@ def function(
     trust: Trust = Trust.NOTHING,
     max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
     layout: str = "stored",
+    precision: str | None = None,
 ) -> Function:
     """`Bundle.function()`: the chosen backend's function (`_backends`' interface); with
-    `layout="producer"`, taking and returning arrays in the producer's orientation."""
+    `layout="producer"`, taking and returning arrays in the producer's orientation. With
+    `precision="highest"` a JAX backend runs the modules rewritten to ask for HIGHEST
+    (`_precision`); IREE's CPU runtime computes float32 at float32 anyway and runs them as stored."""
+    from . import _precision
+
     if layout not in ("stored", "producer"):
         raise InputError(
             f"layout must be 'stored' or 'producer', not {layout!r}", argument="layout"
         )
+    _precision.check(precision)
     chosen = _backends.resolve(backend, bundle.manifest)
     _backends.refuse_platforms(chosen, bundle.manifest)
+    if precision == "highest" and chosen.jax:
+        bundle = _precision.at_highest(bundle)
     made = chosen.make(
         bundle,
         donate=donate,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -13,7 +14,7 @@ import numpy as np
 from .._format import _dtypes, _limits, _main_signature, _tensors
 from .._format._errors import InputError, LimitError
 from .._format._fields import static_shape
-from .._format._tolerance import agree, default_tolerance, max_abs_diff
+from .._format._tolerance import F32_ROUNDOFF, FACTOR, Computed, Worst, compare, tolerance, widening
 from .._read import _inputs
 from .._read._reader import Bundle
 from .._read._trust import Trust
@@ -31,6 +32,9 @@ class OutputReport:
     dtype: str
     max_abs_diff: float | None
     ok: bool | None
+    rtol: float | None = None  # what the check used (None: nothing to check)
+    atol: float | None = None
+    worst: Worst | None = None  # on a mismatch, the element furthest beyond its tolerance
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,11 @@ class RunReport:
     module: str | None = None  # iree: a stored executable, the compile cache, or compiled now
     # Seconds making the function: iree compiles or loads its module then, not in the first call.
     function_s: float | None = None
+    platform: str | None = None  # where this run computed (jax's name), and its dot precision
+    device_kind: str | None = None
+    precision: str | None = None  # the lowest its dot and convolution ops asked for
+    # Why the tolerance is wider than the dtype's (SPEC.md 2.15), or None when it is not.
+    widened: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,12 +173,14 @@ def run(
     producer_layout: bool = False,
     devices: int | None = None,
     trust: Trust = Trust.NOTHING,
+    precision: str | None = None,
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs.
-    `auto` runs on xla: a forward run needs only jax (`_backends.for_forward_calls`)."""
+    `auto` runs on xla: a forward run needs only jax (`_backends.for_forward_calls`).
+    `precision="highest"`: dot and convolution ops run at HIGHEST (SPEC.md 2.15)."""
     backend = _backends.for_forward_calls(backend)
     start = time.perf_counter()
-    fn = bundle.function(backend, devices=devices, trust=trust)
+    fn = bundle.function(backend, devices=devices, trust=trust, precision=precision)
     made = time.perf_counter() - start
     wait = _ready if fn.jax_function else lambda x: x  # others return NumPy arrays
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)
@@ -181,13 +192,68 @@ def run(
     second = time.perf_counter() - start
     arrays = [_placement.to_host(o) for o in outputs]
     expected = bundle.expected_outputs() if source == "stored" else {}
+    recorded, here = sides(bundle, fn)
+    u = widening(recorded, here) if expected else 0.0
     reports = [
-        _compare(r, a, expected.get(r.name), rtol, atol, producer_layout)
+        _compare(r, a, expected.get(r.name), rtol, atol, u, producer_layout)
         for r, a in zip(bundle.results, arrays, strict=True)
     ]
     ok = all(r.ok is not False for r in reports)
     module = getattr(fn, "source", None)
-    return RunReport(ok, fn.backend, source, reports, first, second, module, made), arrays
+    widened = (
+        f"expected outputs computed on {recorded.describe()}, this run on {here.describe()}: "
+        f"atol = {FACTOR:g} * {u:.3g} * max|expected| of each floating result (SPEC.md 2.15)"
+        if u
+        else None
+    )
+    return RunReport(
+        ok,
+        fn.backend,
+        source,
+        reports,
+        first,
+        second,
+        module,
+        made,
+        here.platform,
+        here.device_kind,
+        here.precision,
+        widened,
+    ), arrays
+
+
+def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
+    """Where the expected outputs were computed (the manifest's `expected_from`; a bundle that
+    records nothing: a CPU) and where `fn` computes, each with the lowest precision its dot and
+    convolution ops asked for. The modules are walked only where a precision can matter."""
+    from .._format._tolerance import ROUNDOFF
+
+    record = getattr(bundle.manifest, "expected_from", None)
+    platform, kind = _device(fn)
+    reduced = {p for p, _ in ROUNDOFF}
+    if platform not in reduced and (record is None or record.platform not in reduced):
+        return Computed("cpu", None, None), Computed(platform, kind, None)
+    here = Computed(platform, kind, _lowest_asked(fn.bundle))
+    if record is None:
+        return Computed("cpu", None, _lowest_asked(bundle)), here
+    return Computed(record.platform, record.device_kind, record.precision), here
+
+
+def _lowest_asked(bundle: Bundle) -> str | None:
+    from .._format._precision import lowest_asked
+
+    return lowest_asked(bundle.modules["module"].parsed)
+
+
+def _device(fn: Any) -> tuple[str, str | None]:
+    """The platform and device kind a function computes on: a JAX one's default device (a
+    mesh's devices are of one kind); IREE's CPU runtime otherwise."""
+    if not fn.jax_function:
+        return "cpu", None
+    import jax
+
+    device = jax.devices()[0]
+    return device.platform, device.device_kind
 
 
 def _ready(x: Any) -> Any:
@@ -202,6 +268,7 @@ def _compare(
     want: np.ndarray | None,
     rtol: float | None,
     atol: float | None,
+    u: float,
     producer_layout: bool,
 ) -> OutputReport:
     """`got` against `want`, both in the stored orientation; the shape shown is the one the
@@ -210,9 +277,11 @@ def _compare(
     shape = list(_oriented(result, got, producer_layout).shape)
     if want is None:
         return OutputReport(name, shape, dtype, None, None)
-    tol = default_tolerance(dtype)
-    rtol, atol = (tol if rtol is None else rtol), (tol if atol is None else atol)
-    return OutputReport(name, shape, dtype, max_abs_diff(got, want), agree(got, want, rtol, atol))
+    rtol, atol = tolerance(dtype, want, u, rtol, atol)
+    ok, largest, worst = compare(got, want, rtol, atol)
+    if worst is not None and producer_layout and result.layout == "column_major":
+        worst = dataclasses.replace(worst, index=worst.index[::-1])  # as the table shows it
+    return OutputReport(name, shape, dtype, largest, ok, rtol, atol, worst)
 
 
 def _oriented(result: Result, array: np.ndarray, producer_layout: bool) -> np.ndarray:
@@ -268,10 +337,43 @@ def render(report: RunReport, path: Path | str) -> str:
         table(("name", "shape", "dtype", "max_abs_diff", "check"), rows)
         if rows
         else "  no outputs",
+        *_mismatches(report),
         f"time: {_first_call(report)}, second call {report.second_call_s * 1e3:.2f} ms",
         "ok" if report.ok else "FAILED: outputs differ from the expected outputs",
     ]
     return "\n".join(lines)
+
+
+def _mismatches(report: RunReport) -> list[str]:
+    """Each mismatched result's worst element against its tolerance, and how to loosen it."""
+    lines = [f"tolerance widened: {report.widened}"] if report.widened else []
+    for o in report.outputs:
+        if o.worst is None:
+            continue
+        w = o.worst
+        lines.append(
+            f"  {o.name}{w.index}: got {_value(w.got)}, expected {_value(w.expected)}, "
+            f"|diff| {w.diff:.3g} > allowed {w.allowed:.3g} = atol + rtol * |expected| "
+            f"(rtol {o.rtol:.3g}, atol {o.atol:.3g})"
+        )
+    if any(o.worst is not None for o in report.outputs):
+        lines.append(
+            "  (the worst element: the one furthest beyond its own tolerance; give --rtol and "
+            "--atol to compare more loosely"
+            + (", or --precision highest" if _reduced_here(report) else "")
+            + ")"
+        )
+    return lines
+
+
+def _reduced_here(report: RunReport) -> bool:
+    """Whether this run's dot and convolution ops computed with fewer bits than float32."""
+    here = Computed(report.platform or "cpu", report.device_kind, report.precision)
+    return here.roundoff > F32_ROUNDOFF
+
+
+def _value(x: Any) -> str:
+    return f"{complex(*x):.6g}" if isinstance(x, list) else f"{x:.6g}"
 
 
 def _first_call(report: RunReport) -> str:

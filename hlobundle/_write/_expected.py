@@ -10,7 +10,7 @@ import numpy as np
 
 from .._format import _dtypes, _main_signature
 from .._format._errors import InputError
-from .._format._manifest import Manifest, TensorRef
+from .._format._manifest import ExpectedFrom, Manifest, TensorRef
 from .._read import _inputs
 from .._run import _compute
 from ._plan import EXPECTED_FILE
@@ -23,9 +23,14 @@ def add_expected(
     expected: Any,
     *,
     already_permuted: bool,
+    here: bool = False,
 ) -> Manifest:
-    """Store expected results: given (like inputs, keyed by result name) or computed once."""
+    """Store expected results: given (like inputs, keyed by result name) or computed once.
+    Computed here, or given with `here` (computed by this process's jax), they record where
+    (`expected_from`)."""
     rows = [_dtypes.BY_NAME[r.dtype] for r in manifest.results]
+    if isinstance(expected, str) or here:
+        manifest = manifest.model_copy(update={"expected_from": expected_from(portable)})
     if isinstance(expected, str):
         values = _compute_expected(manifest, arrays, portable, expected)
     else:
@@ -53,6 +58,25 @@ def add_expected(
         stored[r.name] = (np.asarray(value), row)
         results.append(r.model_copy(update={"expected": TensorRef(file=EXPECTED_FILE, key=r.name)}))
     return manifest.model_copy(update={"results": results})
+
+
+def expected_from(portable: bytes) -> ExpectedFrom | None:
+    """Where `_compute` computes (SPEC.md 2.15), or None on a CPU: what a bundle that records
+    nothing means, so that a CPU's bundles keep the oldest format version that expresses them."""
+    platform, kind, jaxlib_version = _compute.where()
+    if platform == "cpu":
+        return None
+    from .._format import _mlir, _precision
+
+    precision = _precision.lowest_asked(_mlir.from_portable(portable))  # written by this process
+    return ExpectedFrom.model_validate(
+        {
+            "platform": platform,
+            "device_kind": kind,
+            "jaxlib_version": jaxlib_version,
+            "precision": precision,
+        }
+    )
 
 
 def _compute_expected(

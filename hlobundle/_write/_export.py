@@ -162,6 +162,7 @@ def export(
             sign_key=signing,
             independent_rows=rows,
             rows_checked=rows is not None,
+            expected_here=expected is not None,
             platforms=opt.platforms,
             shapes=None if symbolic is None else symbolic[0],
             result_shapes=None if symbolic is None else symbolic[1],

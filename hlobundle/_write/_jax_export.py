@@ -63,7 +63,7 @@ def from_exported(exported: Any, out: str | os.PathLike[str], opt: PackOptions) 
         flat = [np.asarray(x) for x in flat_inputs]
         outputs = exported.call(*opt.inputs)
         expected = from_python([np.asarray(x) for x in jax.tree_util.tree_leaves(outputs)])
-    options = dataclasses.replace(opt, expected=expected, **own)
+    options = dataclasses.replace(opt, expected=expected, expected_here=expected is not None, **own)
     return pack_planned(text, None if flat is None else from_python(flat), Path(out), options)
 
 

@@ -356,6 +356,12 @@ class PackOptions:
     already_permuted: bool = option(
         False, "column-major arrays have the tensors' shapes already (Reactant's)", internal=True
     )
+    expected_here: bool = option(
+        False,
+        "the given expected values were computed by this process's jax (`export`, "
+        "`from_exported`): record where, as for computed ones (SPEC.md 2.15)",
+        internal=True,
+    )
     without_values: Sequence[str] = option(
         (),
         "arguments stored with no example value (a ReactantServer.jl bundle's inputs)",

@@ -114,7 +114,12 @@ def _pack_checked(
         manifest = _add_batched(manifest, opt.batched, opt.batched_arguments, opt, files)
     if opt.expected is not None:
         manifest = _expected.add_expected(
-            manifest, arrays, portable, opt.expected, already_permuted=opt.already_permuted
+            manifest,
+            arrays,
+            portable,
+            opt.expected,
+            already_permuted=opt.already_permuted,
+            here=opt.expected_here,
         )
     if opt.independent_rows is not None:
         declared = _rows.axes(

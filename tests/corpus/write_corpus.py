@@ -10,7 +10,8 @@ Every 1.x version writes `predict` (two arguments, a parameter pytree, a backwar
 inputs and expected outputs); 1.0 also writes `column_major`; 1.1 `batched` (a batched
 module); 1.2 `signed` (with the key given) and `int4` (a sub-byte dtype); 1.3 `iree` (an IREE
 executable for llvm-cpu, generic CPU); 2.0 `functions` (two functions over one parameter
-pytree, with a symbolic batch dimension).
+pytree, with a symbolic batch dimension); 2.1 `rows` (declared independent rows, metadata and a
+model card).
 """
 
 from __future__ import annotations
@@ -108,6 +109,23 @@ def write_functions(out: Path) -> Path:
     )
 
 
+def write_rows(out: Path) -> Path:
+    """`predict` over a symbolic batch `b` declared independent along it (2.13), with metadata
+    and its model card (2.12): format 2.1."""
+    params, x = example()
+    return hlobundle.export(
+        predict,
+        params,
+        x,
+        out=out,
+        roles={"params": "parameter"},
+        shapes_specs=(None, "b, 4"),
+        independent_rows="b",
+        metadata={"description": "tanh(x @ w + b), rows independent", "license": "MIT"},
+        timestamp=TIMESTAMP,
+    )
+
+
 def main(version: str, out_dir: str, *keys: str) -> None:
     assert hlobundle.FORMAT_VERSION == version, (hlobundle.FORMAT_VERSION, version)
     out = Path(out_dir)
@@ -128,6 +146,8 @@ def main(version: str, out_dir: str, *keys: str) -> None:
         hlobundle.compile(write_predict(out / "iree.hlobundle"), ["llvm-cpu"])
     if version == "2.0":
         write_functions(out / "functions.hlobundle")
+    if version == "2.1":
+        write_rows(out / "rows.hlobundle")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""What precision a module's dot and convolution ops ask for, and the rewrite that asks for
+the highest (SPEC.md 2.15), with the `jaxlib.mlir` bindings.
+
+StableHLO's `precision_config` (one `#stablehlo<precision ...>` per operand; absent means
+DEFAULT) lets a platform compute float32 operands with fewer bits: a TPU's DEFAULT is one pass
+of bfloat16 (jax.lax.Precision). A CPU ignores it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _mlir
+
+if TYPE_CHECKING:
+    from jaxlib.mlir import ir
+
+# The ops with a precision_config (stablehlo.dot is the deprecated form of dot_general).
+OPS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution")
+ORDER = ("DEFAULT", "HIGH", "HIGHEST")  # lowest first
+HIGHEST = "HIGHEST"
+
+
+def _ops(module: ir.Module) -> list[ir.Operation]:
+    from jaxlib.mlir import ir
+
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in OPS:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with _mlir.context():
+        module.operation.walk(visit)
+    return found
+
+
+def _asked(op: ir.Operation) -> str:
+    """The lowest precision one op asks for (no precision_config: DEFAULT)."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    if "precision_config" not in op.attributes:
+        return ORDER[0]
+    config = ir.ArrayAttr(op.attributes["precision_config"])
+    names = [stablehlo.PrecisionAttr(a).value for a in config] or [ORDER[0]]
+    return min(names, key=ORDER.index)
+
+
+def lowest_asked(module: ir.Module) -> str | None:
+    """The lowest precision any dot_general, dot or convolution of the module (its functions
+    and regions included) asks for; None when it has none of them."""
+    asked = [_asked(op) for op in _ops(module)]
+    return min(asked, key=ORDER.index) if asked else None
+
+
+def at_highest(module: ir.Module) -> int:
+    """Rewrite, in place, every such op's precision_config to HIGHEST for each operand; the
+    number of ops rewritten. Give it a module of its own, never a stored form's parse."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    ops = _ops(module)
+    with _mlir.context():
+        for op in ops:
+            highest = stablehlo.PrecisionAttr.get(HIGHEST)
+            op.attributes["precision_config"] = ir.ArrayAttr.get([highest, highest])
+    return len(ops)

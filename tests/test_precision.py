@@ -1,0 +1,388 @@
+"""Checks that mean the same on every platform (SPEC.md 2.15): where expected outputs were
+computed, the tolerance derived from it, `precision="highest"`, and the mismatch report.
+
+A TPU's DEFAULT precision for float32 dots and convolutions rounds their operands to bfloat16
+(one pass) and accumulates in float32. `bf16_operands` makes a CPU compute exactly that, by
+rounding each such op's operands with `stablehlo.reduce_precision` (8 exponent bits, 7 mantissa
+bits): on the LeNet example it is off by 1.46 u of max|expected| (u = 2^-8), as the TPU v5e
+was (0.0031 of 0.54), and on the Lux LeNet by 1.34 u, as the TPU was (791 of 151,091).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import FIXTURES, INSTALLED_BACKENDS, ROOT, cli, needs_fixtures, pack_identity, rehash
+from safetensors.numpy import load_file, save_file
+
+import hlobundle
+
+EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
+TPU = {"platform": "tpu", "device_kind": "TPU v5 lite", "precision": "DEFAULT"}
+
+
+def bf16_operands(text: str) -> bytes:
+    """The module with each dot and convolution's operands rounded to bfloat16 first (what a
+    TPU's DEFAULT precision computes), as a portable artifact."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    from hlobundle._format import _mlir, _precision
+
+    module = _mlir.parse(text)
+    ops = _precision._ops(module)
+    with _mlir.context(), ir.Location.unknown():
+        for op in ops:
+            for i, value in enumerate(list(op.operands)):
+                with ir.InsertionPoint(op):
+                    op.operands[i] = stablehlo.reduce_precision(value, 8, 7)
+    return _mlir.to_portable(module, _mlir.default_target())
+
+
+def as_if_on_a_tpu(tmp_path: Path, record: dict | None = TPU, source: Path = EXAMPLE) -> Path:
+    """A copy of a bundle (the LeNet example) with expected outputs computed as a TPU computes
+    them, recorded (or not, `record=None`) as computed there."""
+    from hlobundle._run import _compute
+
+    bundle = tmp_path / "tpu.hlobundle"
+    shutil.copytree(source, bundle)
+    b = hlobundle.load(bundle)
+    values = [b.tensor(a.name) for a in b.arguments]
+    got = _compute.outputs(b.manifest, bf16_operands(b.module_text), values)
+    save_file(
+        {r.name: x for r, x in zip(b.results, got, strict=True)},
+        str(bundle / "expected.safetensors"),
+    )
+    rehash(bundle, "expected.safetensors")
+    if record is not None:
+        recorded(bundle, record)
+    return bundle
+
+
+def recorded(bundle: Path, record: dict) -> None:
+    """Write the bundle's manifest again with `expected_from` (a 2.2 manifest of one function)."""
+    from hlobundle._format._bundle_manifest import combine
+    from hlobundle._format._manifest import ExpectedFrom
+
+    m = hlobundle.load(bundle).manifest.as_model()
+    m = m.model_copy(update={"expected_from": ExpectedFrom(**record)})
+    (bundle / "manifest.json").write_bytes(combine([m], m.function, m.files).to_json())
+
+
+def perturbed(bundle: Path, name: str, factor: float = 1.01) -> None:
+    """Scale the stored value of argument `name` by `factor`, in whichever file holds it."""
+    file = hlobundle.load(bundle).manifest.argument(name).value.file
+    stored = load_file(str(bundle / file))
+    stored[name] = (stored[name] * np.float32(factor)).astype(np.float32)
+    save_file(stored, str(bundle / file))
+    rehash(bundle, file)
+
+
+def test_bf16_operands_is_off_as_the_tpu_was():
+    from hlobundle._run import _compute
+
+    b = hlobundle.load(EXAMPLE)
+    values = [b.tensor(a.name) for a in b.arguments]
+    (got,) = _compute.outputs(b.manifest, bf16_operands(b.module_text), values)
+    want = b.expected_outputs()["result"]
+    off = np.abs(got - want).max() / np.abs(want).max() / 2**-8
+    assert 1.3 < off < 1.6, off  # the TPU v5e: 0.0031 of 0.54, 1.46 u
+
+
+@pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
+def test_tpu_expected_outputs_pass_on_a_cpu_with_the_derived_tolerance(tmp_path, backend):
+    bundle = as_if_on_a_tpu(tmp_path)
+    r = cli("run", bundle, "--backend", backend, "--json", "--verify")
+    report = json.loads(r.stdout)
+    assert r.returncode == 0, r.stdout
+    (out,) = report["outputs"]
+    scale = float(np.abs(hlobundle.load(bundle).expected_outputs()["result"]).max())
+    # atol = 2 * (u_tpu + u_cpu) * max|expected|, SPEC.md 2.15
+    assert out["atol"] == pytest.approx(2 * (2**-8 + 2**-24) * scale)
+    assert report["widened"].startswith("expected outputs computed on tpu (TPU v5 lite) at DEFAULT")
+
+
+def test_without_the_record_the_same_outputs_fail(tmp_path):
+    # What the TPU showed: a bundle that records nothing is held to the CPU's tolerance.
+    bundle = as_if_on_a_tpu(tmp_path, record=None)
+    r = cli("run", bundle)
+    assert r.returncode == 1
+    assert "tolerance widened" not in r.stdout
+
+
+@pytest.mark.parametrize("weight", ["conv1_w", "conv2_w", "dense1_w", "dense2_w", "dense3_w"])
+def test_a_weight_off_by_one_percent_still_fails(tmp_path, weight):
+    # LeNet's biases are zero and relu and max pooling commute with a positive scale, so a
+    # weight scaled by 1.01 scales every output by 1.01: 2.56 u of max|expected|, past 2 u.
+    bundle = as_if_on_a_tpu(tmp_path)
+    perturbed(bundle, f"params_{weight}")
+    r = cli("run", bundle)
+    assert r.returncode == 1, r.stdout
+    assert (
+        "MISMATCH" in r.stdout and "tolerance widened: expected outputs computed on tpu" in r.stdout
+    )
+
+
+@needs_fixtures
+def test_the_lux_export_as_on_a_tpu(tmp_path):
+    # The seed's Lux LeNet (Reactant's export_to_enzymejax), packed as the lead packed it.
+    lux = tmp_path / "lux.hlobundle"
+    export = FIXTURES / "export_to_enzymejax_lux"
+    assert cli("pack", "--from-reactant", export, "-o", lux, "--compute-expected").returncode == 0
+    bundle = as_if_on_a_tpu(tmp_path, source=lux)
+    r = cli("run", bundle)
+    assert r.returncode == 0, r.stdout
+    # Every weight matrix and kernel scaled by 1.01 fails (1.65 atol); a bias does not (0.67
+    # atol: its share of the output is below the bfloat16 pass's error).
+    perturbed(bundle, "arg_3_6_3_1")
+    r = cli("run", bundle)
+    assert r.returncode == 1 and "MISMATCH" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
+def test_highest_computes_the_same_on_a_cpu_and_leaves_the_stored_module(tmp_path, backend):
+    from hlobundle._format._precision import lowest_asked
+
+    bundle = tmp_path / "b.hlobundle"
+    shutil.copytree(EXAMPLE, bundle)
+    before = {p.name: p.read_bytes() for p in bundle.iterdir()}
+    b = hlobundle.load(bundle)
+    args = [b.tensor(a.name) for a in b.arguments]
+    stored, highest = b.function(backend), b.function(backend, precision="highest")
+    np.testing.assert_array_equal(highest.call_flat(*args)[0], stored.call_flat(*args)[0])
+    assert lowest_asked(b.modules["module"].parsed) == "DEFAULT"  # the stored one, as it was
+    for form in ("module", "batched"):  # every form the function may run
+        assert lowest_asked(highest.bundle.modules[form].parsed) == "HIGHEST"
+        rewritten = highest.bundle.modules[form].text
+        assert rewritten.count("HIGHEST") == 2 * 5 and "DEFAULT" not in rewritten
+    assert "HIGHEST" not in b.module_text
+    assert {p.name: p.read_bytes() for p in bundle.iterdir()} == before
+
+
+def test_run_precision_highest_from_the_command_line():
+    r = cli("run", EXAMPLE, "--precision", "highest")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = cli("run", EXAMPLE, "--precision", "fast")
+    assert r.returncode == 2 and "invalid choice: 'fast'" in r.stderr
+
+
+def test_an_unknown_precision_is_refused():
+    with pytest.raises(hlobundle.errors.InputError, match="precision must be None") as e:
+        hlobundle.load(EXAMPLE).function("xla", precision="fast")
+    assert e.value.argument == "precision"
+
+
+def test_lowest_asked_reads_every_dot_and_convolution():
+    from hlobundle._format import _mlir
+    from hlobundle._format._precision import at_highest, lowest_asked
+
+    def dot(precision: str) -> str:
+        config = f", precision = [{precision}, HIGHEST]" if precision else ""
+        return (
+            "%y = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0]"
+            + config
+            + " : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>"
+        )
+
+    def module(*body: str) -> str:
+        lines = "\n".join(f"  {b}" for b in body)
+        return f"func.func @main(%x: tensor<2x2xf32>) -> tensor<2x2xf32> {{\n{lines}\n  return %x : tensor<2x2xf32>\n}}"
+
+    assert lowest_asked(_mlir.parse(module())) is None
+    assert lowest_asked(_mlir.parse(module(dot("HIGHEST")))) == "HIGHEST"
+    assert lowest_asked(_mlir.parse(module(dot("HIGH")))) == "HIGH"
+    assert lowest_asked(_mlir.parse(module(dot("")))) == "DEFAULT"  # no precision_config
+    parsed = _mlir.parse(module(dot("HIGH")))
+    assert at_highest(parsed) == 1 and lowest_asked(parsed) == "HIGHEST"
+
+
+def test_widening_follows_both_sides():
+    from hlobundle._format._tolerance import F32_ROUNDOFF, Computed, widening
+
+    cpu = Computed("cpu", "cpu", "DEFAULT")
+    tpu = Computed("tpu", "TPU v5 lite", "DEFAULT")
+    assert widening(cpu, cpu) == 0.0
+    assert widening(cpu, tpu) == widening(tpu, cpu) == 2**-8 + F32_ROUNDOFF
+    assert widening(tpu, tpu) == 0.0  # the same platform, device and precision
+    assert widening(tpu, Computed("tpu", "TPU v4", "DEFAULT")) == 2 * 2**-8
+    assert widening(cpu, Computed("tpu", "TPU v5 lite", "HIGHEST")) == 0.0
+    assert widening(cpu, Computed("tpu", "TPU v5 lite", "HIGH")) == 2**-16 + F32_ROUNDOFF
+    assert widening(Computed("cpu", None, None), Computed("tpu", "v5", None)) == 0.0  # no dots
+
+
+def test_the_mismatch_names_the_worst_element_not_the_largest_difference(tmp_path):
+    # 1000 against 1000.005 is within rtol (allowed 0.01); 0.001 against 0.0011 is not
+    # (allowed 1e-5), though its difference is 50 times smaller.
+    x = np.array([1000.0, 0.001], np.float32)
+    bundle = pack_identity(tmp_path, x, expected=[np.array([1000.005, 0.0011], np.float32)])
+    r = cli("run", bundle)
+    assert r.returncode == 1
+    assert "result0[1]: got 0.001, expected 0.0011, |diff| 0.0001 > allowed 1e-05" in r.stdout
+    assert "(rtol 1e-05, atol 1e-05)" in r.stdout and "give --rtol and --atol" in r.stdout
+    assert "--precision highest" not in r.stdout  # a CPU computed both at full precision
+    report = json.loads(cli("run", bundle, "--json").stdout)
+    (out,) = report["outputs"]
+    assert out["max_abs_diff"] == pytest.approx(0.005, rel=0.01)
+    assert out["worst"]["index"] == [1] and out["worst"]["allowed"] == pytest.approx(1e-5, rel=0.01)
+
+
+def test_compare_equal_infinities_agree_and_a_nan_against_a_number_does_not():
+    from hlobundle._format._tolerance import compare
+
+    inf = np.array([np.inf, -np.inf, np.nan], np.float32)
+    assert compare(inf, inf.copy(), 1e-5, 1e-5)[0]
+    ok, _, worst = compare(np.array([1.0, np.nan]), np.array([1.0, 2.0]), 1e-5, 1e-5)
+    assert not ok and worst is not None and worst.index == [1] and worst.diff == np.inf
+    ok, _, worst = compare(np.float32(2.0), np.float32(1.0), 1e-5, 1e-5)  # 0-d
+    assert not ok and worst is not None and worst.index == []
+
+
+def test_a_cpu_writer_records_nothing_and_keeps_the_oldest_version(tmp_path):
+    x = np.ones((2, 2), np.float32)
+    bundle = pack_identity(tmp_path, x, expected="compute")
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["format_version"] == "1.0" and "expected_from" not in json.dumps(m)
+
+
+def test_a_writer_off_a_cpu_records_where_and_at_what_precision(tmp_path, monkeypatch):
+    from hlobundle._run import _compute
+
+    # Only the question "where does jax compute" is answered as a TPU would answer it.
+    monkeypatch.setattr(_compute, "where", lambda: ("tpu", "TPU v5 lite", "0.10.2"))
+    text = (
+        "func.func @main(%x: tensor<2x2xf32>) -> tensor<2x2xf32> {\n"
+        "  %y = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : "
+        "(tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>\n"
+        "  return %y : tensor<2x2xf32>\n}\n"
+    )
+    bundle = hlobundle.pack(text, [np.eye(2, dtype=np.float32)], tmp_path / "b", expected="compute")
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["format_version"] == "2.2"
+    assert m["functions"][0]["expected_from"] == {
+        "device_kind": "TPU v5 lite",
+        "jaxlib_version": "0.10.2",
+        "platform": "tpu",
+        "precision": "DEFAULT",
+    }
+    b = hlobundle.load(bundle)
+    assert b.manifest.expected_from.platform == "tpu"
+    assert cli("run", bundle).returncode == 0  # the identity's dot is exact at any precision
+
+
+def test_conformance_widens_for_an_implementation_on_a_tpu():
+    from hlobundle._cli import _conformance
+    from hlobundle._format._tolerance import Computed, widening
+
+    case = _conformance.INSTALLED / "valid_expected_from"
+    want = load_file(str(case / "outputs.safetensors"))["result0"]
+    off = {"result0": want * np.float32(1 + 2**-9)}  # a bfloat16 pass's error, about
+    assert _conformance._compare(case, off, 1e-6, 1e-6, 0.0).startswith("result result0")
+    here = _conformance._where(
+        {"platform": "tpu", "device_kind": "TPU v5 lite", "precision": "DEFAULT"}
+    )
+    u = widening(Computed("cpu", None, here.precision), here)
+    assert _conformance._compare(case, off, 1e-6, 1e-6, u) == ""
+    assert _conformance._where({"platform": 3}) == _conformance.CPU  # nothing said
+
+
+def test_the_docs_block_runs(tmp_path):
+    from test_readme import _bash, _sh
+
+    r = _bash(_sh("docs/accelerators.md", "How results are compared"), tmp_path)
+    assert r.stdout.split() == ["cpu", "None", "1e-05"]
+
+
+def test_inspect_says_where_the_expected_outputs_were_computed(tmp_path):
+    from hlobundle._cli._conformance import INSTALLED
+
+    r = cli("inspect", INSTALLED / "valid_expected_from" / "bundle")
+    assert "expected  computed on tpu (TPU v5 lite) at DEFAULT, jaxlib 0.10.2" in r.stdout
+    assert "expected  computed" not in cli("inspect", EXAMPLE).stdout  # a CPU's: nothing said
+
+
+def test_the_emitted_scripts_widen_as_the_runner_does():
+    from hlobundle._format import _tolerance
+    from hlobundle._format._tolerance import Computed
+
+    shared = (ROOT / "hlobundle" / "_emit" / "run_shared.py").read_text()
+    body = shared[shared.index("def widened(") : shared.index("def random_input(")]
+    helpers: dict = {}
+    exec(compile("import numpy as np\nPRECISIONS = None\n" + body, "helpers", "exec"), helpers)
+    assert helpers["ROUNDOFF"] == _tolerance.ROUNDOFF
+    sides = [
+        Computed("cpu", None, "DEFAULT"),
+        Computed("cpu", "cpu", "HIGHEST"),
+        Computed("tpu", "TPU v5 lite", "DEFAULT"),
+        Computed("tpu", "TPU v4", "DEFAULT"),
+        Computed("tpu", "TPU v5 lite", "HIGH"),
+        Computed("cuda", "NVIDIA H100", "DEFAULT"),
+    ]
+    for expected in sides:
+        for here in sides:
+            helpers["PRECISIONS"] = (*vars(expected).values(), here.precision)
+            got = helpers["widening"]((here.platform, here.device_kind))
+            assert got == _tolerance.widening(expected, here), (expected, here)
+    want = np.float32([0.5, -2.0, np.inf])
+    assert helpers["widened_atol"](1e-5, want, 2**-8) == _tolerance.widened(1e-5, want, 2**-8)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_an_emitted_script_checks_tpu_outputs_as_run_does(tmp_path):
+    import subprocess
+    import sys
+
+    bundle = as_if_on_a_tpu(tmp_path)
+    hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "run.py", backend="xla")
+    r = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "tolerance widened (SPEC.md 2.15)" in r.stdout
+    perturbed(bundle, "params_dense3_w")
+    hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "bad.py", backend="xla")
+    r = subprocess.run([sys.executable, str(tmp_path / "bad.py")], capture_output=True, text=True)
+    assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stderr[-2000:]
+
+
+def test_the_worst_element_is_named_in_the_orientation_shown(tmp_path):
+    # A column-major (Julia) result shown with --layout producer is the stored array reversed:
+    # its worst element's index is too.
+    from helpers import identity_module
+
+    stored = np.arange(6, dtype=np.float32).reshape(2, 3)
+    text = identity_module(stored)
+    bundle = hlobundle.pack(
+        text, [stored.T], tmp_path / "b", layout="column_major", expected="compute"
+    )
+    expected = load_file(str(bundle / "expected.safetensors"))
+    expected["result0"][1, 2] += 0.5
+    save_file(expected, str(bundle / "expected.safetensors"))
+    rehash(bundle, "expected.safetensors")
+    stored_view = json.loads(cli("run", bundle, "--json").stdout)["outputs"][0]
+    producer_view = json.loads(cli("run", bundle, "--json", "--layout", "producer").stdout)
+    assert stored_view["worst"]["index"] == [1, 2] and stored_view["shape"] == [2, 3]
+    assert producer_view["outputs"][0]["worst"]["index"] == [2, 1]
+    assert producer_view["outputs"][0]["shape"] == [3, 2]
+
+
+def test_export_off_a_cpu_records_where_its_expected_outputs_were_computed(tmp_path, monkeypatch):
+    # export() computes expected outputs by running the JAX function itself, on jax's default
+    # device: a TPU's export records it as pack --compute-expected does.
+    import jax.numpy as jnp
+
+    from hlobundle._run import _compute
+
+    w, x = np.ones((3, 2), np.float32), np.ones((4, 3), np.float32)
+    on_a_cpu = hlobundle.export(lambda w, x: jnp.tanh(x @ w), w, x, out=tmp_path / "cpu")
+    assert hlobundle.load(on_a_cpu).manifest.expected_from is None
+    monkeypatch.setattr(_compute, "where", lambda: ("tpu", "TPU v5 lite", "0.10.2"))
+    on_a_tpu = hlobundle.export(lambda w, x: jnp.tanh(x @ w), w, x, out=tmp_path / "tpu")
+    record = hlobundle.load(on_a_tpu).manifest.expected_from
+    assert (record.platform, record.precision) == ("tpu", "DEFAULT")
+    unstored = hlobundle.export(
+        lambda w, x: jnp.tanh(x @ w), w, x, out=tmp_path / "none", store_expected=False
+    )
+    assert hlobundle.load(unstored).manifest.expected_from is None  # no expected outputs
