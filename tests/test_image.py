@@ -181,3 +181,34 @@ def test_a_file_that_grows_or_shrinks_after_loading_is_refused(tmp_path, change)
     raw = (bundle / "manifest.json").read_bytes()
     with pytest.raises(hlobundle.errors.SizeMismatchError, match=r"inputs\.safetensors is \d+"):
         _image.write_layer(opened, raw, None, tmp_path / "layer.tar")
+
+
+def test_a_signed_bundle_s_image_holds_its_signature_and_verifies_by_key(tmp_path):
+    """`model.sig` goes into the image, so `--public-key` checks the mounted bundle."""
+    pytest.importorskip("model_signing", reason="the sign extra (model-signing) is not installed")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    (tmp_path / "pub.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    bundle = tmp_path / "signed.hlobundle"
+    shutil.copytree(EXAMPLE, bundle)
+    hlobundle.sign(bundle, tmp_path / "key.pem")
+    signature = (bundle / "model.sig").read_bytes()
+    raw = (bundle / "manifest.json").read_bytes()
+    _image.write_layer(Bundle(bundle), raw, signature, tmp_path / "layer.tar")
+    with tarfile.open(tmp_path / "layer.tar") as tar:
+        tar.extractall(tmp_path / "rootfs", filter="data")
+    mounted = hlobundle.load(tmp_path / "rootfs" / "models", public_key=tmp_path / "pub.pem")
+    assert mounted.trusted
