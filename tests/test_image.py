@@ -119,8 +119,11 @@ def _stored_otherwise(tmp_path: Path) -> Path:
 
 def test_one_bundle_one_image_digest_whatever_its_files_times_modes_or_name(registry, tmp_path):
     first = hlobundle.push(EXAMPLE, registry.ref("same", ":a"), image=True)
-    second = hlobundle.push(_stored_otherwise(tmp_path), registry.ref("same", ":b"), image=True)
-    assert first.digest == second.digest and first.signature is None
+    r = cli("push", "--image", _stored_otherwise(tmp_path), registry.ref("same", ":b"), "--json")
+    assert r.returncode == 0, r.stderr
+    second = json.loads(r.stdout)
+    assert second["image"] is True and second["tag"] == "b"
+    assert second["digest"] == first.digest and first.signature is None
     artifact = hlobundle.push(EXAMPLE, registry.ref("same", ":artifact"))
     assert artifact.digest != first.digest  # the ModelPack artifact is kept, as it was
     r = cli("pull", registry.ref("same", ":a"), "-o", tmp_path / "x")  # an image is no artifact
