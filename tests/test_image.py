@@ -136,8 +136,7 @@ def test_the_layer_holds_the_bundle_under_models_and_a_signature_too(tmp_path):
     shutil.copytree(EXAMPLE, bundle)
     (bundle / "model.sig").write_bytes(b"the signature's bytes")
     opened = Bundle(bundle)
-    raw = (bundle / "manifest.json").read_bytes()
-    digest = _image.write_layer(opened, raw, b"the signature's bytes", tmp_path / "layer.tar")
+    digest = _image.write_layer(opened, b"the signature's bytes", tmp_path / "layer.tar")
     assert digest == "sha256:" + hashlib.sha256((tmp_path / "layer.tar").read_bytes()).hexdigest()
     names = _check_tar(tmp_path / "layer.tar")
     assert names == ["models", *sorted(f"models/{n}" for n in [*FILES, "model.sig"])]
@@ -181,9 +180,21 @@ def test_a_file_that_grows_or_shrinks_after_loading_is_refused(tmp_path, change)
     inputs = bundle / "inputs.safetensors"
     data = inputs.read_bytes()
     inputs.write_bytes(data + b"x" if change == "grown" else data[:-100])
-    raw = (bundle / "manifest.json").read_bytes()
     with pytest.raises(hlobundle.errors.SizeMismatchError, match=r"inputs\.safetensors is \d+"):
-        _image.write_layer(opened, raw, None, tmp_path / "layer.tar")
+        _image.write_layer(opened, None, tmp_path / "layer.tar")
+
+
+def test_a_manifest_changed_after_loading_goes_into_no_image(tmp_path):
+    """The files are checked against the manifest that was loaded; the `manifest.json` put
+    beside them must be that one, not one written since."""
+    bundle = tmp_path / "b.hlobundle"
+    shutil.copytree(EXAMPLE, bundle)
+    opened = Bundle(bundle)
+    document = json.loads((bundle / "manifest.json").read_bytes())
+    document["files"]["weights.safetensors"]["sha256"] = "0" * 64
+    (bundle / "manifest.json").write_text(json.dumps(document))
+    with pytest.raises(hlobundle.errors.HashMismatchError, match=r"manifest\.json"):
+        _image.write_layer(opened, None, tmp_path / "layer.tar")
 
 
 def test_a_signed_bundle_s_image_holds_its_signature_and_verifies_by_key(tmp_path):
@@ -209,8 +220,7 @@ def test_a_signed_bundle_s_image_holds_its_signature_and_verifies_by_key(tmp_pat
     shutil.copytree(EXAMPLE, bundle)
     hlobundle.sign(bundle, tmp_path / "key.pem")
     signature = (bundle / "model.sig").read_bytes()
-    raw = (bundle / "manifest.json").read_bytes()
-    _image.write_layer(Bundle(bundle), raw, signature, tmp_path / "layer.tar")
+    _image.write_layer(Bundle(bundle), signature, tmp_path / "layer.tar")
     with tarfile.open(tmp_path / "layer.tar") as tar:
         tar.extractall(tmp_path / "rootfs", filter="data")
     mounted = hlobundle.load(tmp_path / "rootfs" / "models", public_key=tmp_path / "pub.pem")

@@ -8,8 +8,9 @@ the image's digest is too: entries sorted by name (a directory before what it ho
 name. The config is an image config (`linux`/`amd64`, no command: nothing in it runs) whose
 `rootfs.diff_ids` is the layer's digest, an uncompressed layer's being its DiffID.
 
-A listed file's bytes are hashed as they go into the tar and checked against the manifest:
-the registry checks a blob's digest only against what it was sent, and here that is the tar.
+A listed file's bytes are hashed as they go into the tar and checked against the manifest,
+and `manifest.json`'s against the bytes the bundle was loaded from: the registry checks a
+blob's digest only against what it was sent, and here that is the tar.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from .._format._errors import HashMismatchError
 from .._format._manifest import MANIFEST_NAME
 from .._format._signature import SIGNATURE_NAME
 from .._read._files import check_digest, open_listed
@@ -34,11 +36,12 @@ PLATFORM = {"architecture": "amd64", "os": "linux"}
 FILE_MODE, DIRECTORY_MODE = 0o644, 0o755
 
 
-def write_layer(opened: Bundle, raw_manifest: bytes, signature: bytes | None, target: Path) -> str:
+def write_layer(opened: Bundle, signature: bytes | None, target: Path) -> str:
     """Write the tar of the bundle's files under `models/` to the new file `target`; its
-    digest (`sha256:...`). A listed file whose bytes are not the manifest's raises
-    (SizeMismatchError, HashMismatchError) and leaves `target` for the caller to remove."""
-    small = {MANIFEST_NAME: raw_manifest}
+    digest (`sha256:...`). A listed file, or `manifest.json`, whose bytes are not what was
+    loaded raises (SizeMismatchError, HashMismatchError) and leaves `target` for the caller
+    to remove."""
+    small = {MANIFEST_NAME: _loaded_manifest(opened)}
     if signature is not None:
         small[SIGNATURE_NAME] = signature
     listed = opened.bundle_manifest.files
@@ -54,6 +57,21 @@ def write_layer(opened: Bundle, raw_manifest: bytes, signature: bytes | None, ta
                 else:
                     _add_listed(tar, opened.path, name, listed[name])
     return "sha256:" + hashed.h.hexdigest()
+
+
+def _loaded_manifest(opened: Bundle) -> bytes:
+    """`manifest.json`'s bytes, read again: they must be the ones the bundle was loaded from."""
+    from .._read._manifest_records import read_manifest_bytes
+
+    raw = read_manifest_bytes(opened.path / MANIFEST_NAME)
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != opened.manifest_sha256:
+        raise HashMismatchError(
+            f"{MANIFEST_NAME}: sha256 is {digest}; it was {opened.manifest_sha256} when the "
+            "bundle was loaded (it changed since)",
+            path=MANIFEST_NAME,
+        )
+    return raw
 
 
 def _directories(names: list[str]) -> list[str]:

@@ -93,11 +93,8 @@ def _push_image(
     client: Client, opened: Bundle, target: _ref.Reference, scratch: Path
 ) -> tuple[str, None]:
     """The image: its layer written (and every file checked) before anything is uploaded."""
-    from .._read._manifest_records import read_manifest_bytes
-
     layer = scratch / "layer.tar"
-    raw_manifest = read_manifest_bytes(opened.path / MANIFEST_NAME)
-    layer_digest = _image.write_layer(opened, raw_manifest, _signature.read(opened.path), layer)
+    layer_digest = _image.write_layer(opened, _signature.read(opened.path), layer)
     version = opened.bundle_manifest.format_version
     config = _image.config(layer_digest, version)
     manifest = _image.manifest(config, layer_digest, layer.stat().st_size, version)
