@@ -126,6 +126,12 @@ def test_one_bundle_one_image_digest_whatever_its_files_times_modes_or_name(regi
     assert second["digest"] == first.digest and first.signature is None
     artifact = hlobundle.push(EXAMPLE, registry.ref("same", ":artifact"))
     assert artifact.digest != first.digest  # the ModelPack artifact is kept, as it was
+    pinned = hlobundle.push(EXAMPLE, registry.ref("same", "@" + first.digest), image=True)
+    assert pinned.digest == first.digest and pinned.tag is None  # to its own digest
+    with pytest.raises(
+        hlobundle.errors.RegistryRefError, match="the bundle's image has the digest"
+    ):
+        hlobundle.push(EXAMPLE, registry.ref("same", "@sha256:" + "0" * 64), image=True)
     r = cli("pull", registry.ref("same", ":a"), "-o", tmp_path / "x")  # an image is no artifact
     assert r.returncode == 1 and "error [REGISTRY_ARTIFACT_INVALID]" in r.stderr, r.stderr
     assert "it is a container image, as `hlobundle push --image` writes" in r.stderr
