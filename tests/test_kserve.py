@@ -271,4 +271,5 @@ def test_the_docs_servingruntime_and_inferenceservice_are_valid_crds():
     runtime, service = documents
     command = runtime["spec"]["containers"][0]["command"]
     assert command[-1] == "hlobundle.integrations.kserve"  # the module the tests start
-    assert service["spec"]["predictor"]["model"]["storageUri"].startswith("oci://")
+    # an image volume of what `push --image` writes (test_image.py), not the ModelPack artifact
+    assert service["spec"]["predictor"]["model"]["storageUri"].startswith("oci+native://")

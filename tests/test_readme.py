@@ -168,6 +168,10 @@ SH_RUN = {
     ("docs/distribution.md", "Loading remotely"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Sharded weights"): "test_shards.py::test_the_docs_block_runs",
     (
+        "docs/deploy.md",
+        "An image KServe mounts: `push --image`",
+    ): "test_image.py::test_the_docs_block_unpacks_the_image_with_umoci_and_the_bundle_verifies_and_runs",
+    (
         "docs/distribution.md",
         "Versions: fingerprint and diff",
     ): "test_diff.py::test_the_docs_block_runs",

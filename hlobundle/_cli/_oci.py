@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 def push(args: argparse.Namespace) -> int:
     from .._oci._push import push as push_bundle
 
-    done = push_bundle(args.bundle, args.ref, insecure=args.insecure, timeout=args.timeout)
+    done = push_bundle(
+        args.bundle, args.ref, image=args.image, insecure=args.insecure, timeout=args.timeout
+    )
     if args.json:
         print(
             json.dumps(
@@ -26,11 +28,13 @@ def push(args: argparse.Namespace) -> int:
                     "tag": done.tag,
                     "digest": done.digest,
                     "signature": done.signature,
+                    "image": args.image,
                 }
             )
         )
         return EXIT_OK
-    print(f"pushed {args.bundle} as {done.ref}" + (f" (tag {done.tag})" if done.tag else ""))
+    what = "the image " if args.image else ""
+    print(f"pushed {args.bundle} as {what}{done.ref}" + (f" (tag {done.tag})" if done.tag else ""))
     if done.signature:
         print(f"signature: referrer {done.signature}")
     print(f"digest: {done.digest}")

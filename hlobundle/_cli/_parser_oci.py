@@ -15,6 +15,12 @@ def add_push(sub: Any) -> None:
     p = sub.add_parser("push", help="push a bundle to an OCI registry (a ModelPack artifact)")
     p.add_argument("bundle")
     p.add_argument("ref", metavar="REF", help=REF)
+    p.add_argument(
+        "--image",
+        action="store_true",
+        help="push an OCI image holding the bundle under /models (for KServe's oci+native:// "
+        "and modelcars, docs/deploy.md) instead of the ModelPack artifact",
+    )
     _add_connection(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_oci.push)

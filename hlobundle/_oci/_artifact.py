@@ -23,6 +23,7 @@ from ._client import INDEX, MANIFEST, MAX_MANIFEST_BYTES
 
 ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.cncf.model.config.v1+json"
+IMAGE_CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"  # a container image's (`_image`)
 WEIGHT = "application/vnd.cncf.model.weight.v1.raw"
 WEIGHT_CONFIG = "application/vnd.cncf.model.weight.config.v1.raw"
 CODE = "application/vnd.cncf.model.code.v1.raw"
@@ -153,6 +154,13 @@ def parse(raw: bytes, media_type_said: str, ref: str, digest: str) -> Artifact:
             ref=ref,
             digest=digest,
         )
+    if _is_image(document, layers):
+        raise _invalid(
+            "it is a container image, as `hlobundle push --image` writes for KServe; pull the "
+            "artifact `hlobundle push` wrote without --image",
+            ref,
+            digest,
+        )
     found: dict[str, Layer] = {}
     for index, entry in enumerate(layers):
         checked = _layer(entry, index, ref, digest)
@@ -162,6 +170,18 @@ def parse(raw: bytes, media_type_said: str, ref: str, digest: str) -> Artifact:
     if MANIFEST_NAME not in found:
         raise _invalid(f"no layer is titled {MANIFEST_NAME}: not a bundle", ref, digest)
     return Artifact(_config(document.get("config"), ref, digest), found)
+
+
+def _is_image(document: dict[str, Any], layers: list[Any]) -> bool:
+    """An image's config, and no layer titled with a file's name."""
+    config = document.get("config")
+    titled = any(
+        isinstance(entry, dict)
+        and isinstance(entry.get("annotations"), dict)
+        and TITLE in entry["annotations"]
+        for entry in layers
+    )
+    return isinstance(config, dict) and config.get("mediaType") == IMAGE_CONFIG_TYPE and not titled
 
 
 def _layer(entry: Any, index: int, ref: str, digest: str) -> Layer:

@@ -12,7 +12,7 @@ from .._format import _signature
 from .._format._errors import RegistryRefError
 from .._format._manifest import MANIFEST_NAME
 from .._read._reader import Bundle
-from . import _artifact, _ref, _referrers
+from . import _artifact, _image, _ref, _referrers
 from ._client import MANIFEST, TIMEOUT_S, Client
 
 
@@ -32,6 +32,7 @@ def push(
     bundle: str | os.PathLike[str],
     ref: str,
     *,
+    image: bool = False,
     insecure: bool = False,
     timeout: float = TIMEOUT_S,
 ) -> Pushed:
@@ -43,8 +44,13 @@ def push(
     only by its digest, which must then be the reference's). A signed bundle's `model.sig` is
     pushed last, as a referrer (docs/distribution.md).
 
+    With `image`, an OCI image is pushed instead: one tar layer holding the bundle's files
+    (and `model.sig`) under `/models`, for KServe's `oci+native://` and modelcars
+    (docs/deploy.md); each file's sha256 is checked as it goes into the tar.
+
     **Arguments:**
 
+    - `image`: push the image (`/models`), not the ModelPack artifact.
     - `insecure`: talk plain HTTP (loopback hosts always may).
     - `timeout`: seconds to wait for a connection, and between two reads of an answer.
 
@@ -54,38 +60,75 @@ def push(
     opened = Bundle(Path(bundle))
     client = Client(target, insecure=insecure, timeout=timeout)
     try:
-        layers, config, manifest = _artifact_of(opened)
-        config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
-        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-        if target.digest and target.digest != digest:  # known before anything is uploaded
-            raise RegistryRefError(
-                f"the bundle's artifact has the digest {digest}, not the {target.digest} the "
-                "reference names; push to a tag, or to its own digest",
-                ref=ref,
-                digest=digest,
-            )
-        for entry in layers:
-            title = entry["annotations"][_artifact.TITLE]
-            client.upload(str(opened.path.joinpath(*title.split("/"))), entry, title)
         with tempfile.TemporaryDirectory(prefix="hlobundle-push-") as scratch:
-            (Path(scratch) / "config.json").write_bytes(config)
-            config_descriptor = {
-                "mediaType": _artifact.CONFIG_TYPE,
-                "digest": config_digest,
-                "size": len(config),
-            }
-            client.upload(str(Path(scratch) / "config.json"), config_descriptor, "the config")
-            client.put_manifest(manifest, MANIFEST, target.digest or target.reference)
-            signature = _signature.read(opened.path)
-            referrer = None
-            if signature is not None:
-                subject = _artifact.subject(digest, manifest)
-                referrer = _referrers.push_signature(client, subject, signature, Path(scratch))
+            send = _push_image if image else _push_artifact
+            digest, referrer = send(client, opened, target, Path(scratch))
         return Pushed(
             str(target.at(digest)), None if target.digest else target.tag, digest, referrer
         )
     finally:
         client.close()  # its connections, now, not when collected
+
+
+def _push_artifact(
+    client: Client, opened: Bundle, target: _ref.Reference, scratch: Path
+) -> tuple[str, str | None]:
+    """The ModelPack artifact, then the signature's referrer: the digests of both."""
+    layers, config, manifest = _artifact_of(opened)
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    _check_pin(target, digest, "artifact")  # known before anything is uploaded
+    for entry in layers:
+        title = entry["annotations"][_artifact.TITLE]
+        client.upload(str(opened.path.joinpath(*title.split("/"))), entry, title)
+    _upload_config(client, config, _artifact.CONFIG_TYPE, scratch)
+    client.put_manifest(manifest, MANIFEST, target.digest or target.reference)
+    signature = _signature.read(opened.path)
+    if signature is None:
+        return digest, None
+    subject = _artifact.subject(digest, manifest)
+    return digest, _referrers.push_signature(client, subject, signature, scratch)
+
+
+def _push_image(
+    client: Client, opened: Bundle, target: _ref.Reference, scratch: Path
+) -> tuple[str, None]:
+    """The image: its layer written (and every file checked) before anything is uploaded."""
+    layer = scratch / "layer.tar"
+    layer_digest = _image.write_layer(opened, _signature.read(opened.path), layer)
+    version = opened.bundle_manifest.format_version
+    config = _image.config(layer_digest, version)
+    manifest = _image.manifest(config, layer_digest, layer.stat().st_size, version)
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    _check_pin(target, digest, "image")
+    descriptor = {
+        "mediaType": _image.LAYER_TYPE,
+        "digest": layer_digest,
+        "size": layer.stat().st_size,
+    }
+    client.upload(str(layer), descriptor, "the image's layer")
+    _upload_config(client, config, _image.CONFIG_TYPE, scratch)
+    client.put_manifest(manifest, MANIFEST, target.digest or target.reference)
+    return digest, None
+
+
+def _check_pin(target: _ref.Reference, digest: str, what: str) -> None:
+    if target.digest and target.digest != digest:
+        raise RegistryRefError(
+            f"the bundle's {what} has the digest {digest}, not the "
+            f"{target.digest} the reference names; push to a tag, or to its own digest",
+            ref=str(target),
+            digest=digest,
+        )
+
+
+def _upload_config(client: Client, config: bytes, media_type: str, scratch: Path) -> None:
+    (scratch / "config.json").write_bytes(config)
+    descriptor = {
+        "mediaType": media_type,
+        "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
+        "size": len(config),
+    }
+    client.upload(str(scratch / "config.json"), descriptor, "the config")
 
 
 def _artifact_of(opened: Bundle) -> tuple[list[dict], bytes, bytes]:
