@@ -925,7 +925,8 @@ def scale(tmp: Path, quick: bool) -> list[dict]:
     )
     code = (
         "import json, hlobundle\nfrom hlobundle._run._run import run\n"
-        f"report, _ = run(hlobundle.load({str(out)!r}), backend='xla')\n"
+        "from hlobundle._run._backends import resolve\n"
+        f"report, _ = run(hlobundle.load({str(out)!r}), backend=resolve('xla'))\n"
         "hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] * 1024\n"
         "print(json.dumps({'peak': hwm}))\n"
     )

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .._format._manifest import Manifest
     from .._read._reader import Bundle
 
-__all__ = ["BundleFunction", "Function", "check_x64", "function", "needs_x64"]
+__all__ = ["BundleFunction", "Function", "check_x64", "function", "function_on", "needs_x64"]
 
 
 @runtime_checkable
@@ -62,16 +62,26 @@ def function(
     trust: Trust = Trust.NOTHING,
     max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
 ) -> Function:
-    """`Bundle.function()`: the chosen backend's function (`_backends`' interface)."""
+    """`Bundle.function()`: the function of the backend `backend` names."""
     chosen = _backends.resolve(backend, bundle.manifest)
-    _backends.refuse_platforms(chosen, bundle.manifest)
-    return chosen.make(
-        bundle,
-        donate=donate,
-        devices=devices,
-        trust=trust,
-        max_shapes=max_shapes,
+    return function_on(
+        bundle, chosen, donate=donate, devices=devices, trust=trust, max_shapes=max_shapes
     )
+
+
+def function_on(
+    bundle: Bundle,
+    backend: _backends.Backend,
+    *,
+    donate: Sequence[str] | str = (),
+    devices: int | None = None,
+    trust: Trust = Trust.NOTHING,
+    max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
+) -> Function:
+    """The function of a backend already resolved (`_backends.resolve`), as `hlobundle run`
+    resolves it once at its entry point: the backend's function (`_backends`' interface)."""
+    _backends.refuse_platforms(backend, bundle.manifest)
+    return backend.make(bundle, donate=donate, devices=devices, trust=trust, max_shapes=max_shapes)
 
 
 class BundleFunction:

@@ -17,8 +17,9 @@ from .._format._tolerance import agree, default_tolerance, max_abs_diff
 from .._read import _inputs
 from .._read._reader import Bundle
 from .._read._trust import Trust
-from . import _backends, _placement
-from ._backends import BackendName
+from . import _placement
+from ._backends import Backend
+from ._function import function_on
 
 if TYPE_CHECKING:
     from .._format._manifest import Result
@@ -163,7 +164,7 @@ def run(
     bundle: Bundle,
     given: list[_inputs.Keyed] | None = None,
     *,
-    backend: BackendName = "auto",
+    backend: Backend,
     rtol: float | None = None,
     atol: float | None = None,
     producer_layout: bool = False,
@@ -171,10 +172,10 @@ def run(
     trust: Trust = Trust.NOTHING,
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs.
-    `auto` runs on xla: a forward run needs only jax (`_backends.for_forward_calls`)."""
-    backend = _backends.for_forward_calls(backend)
+    `backend` is resolved by the caller, once (`_backends.resolve`; for `auto`, a forward run
+    needs only jax: `_backends.for_forward_calls`)."""
     start = time.perf_counter()
-    fn = bundle.function(backend, devices=devices, trust=trust)
+    fn = function_on(bundle, backend, devices=devices, trust=trust)
     made = time.perf_counter() - start
     wait = _ready if fn.jax_function else lambda x: x  # others return NumPy arrays
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)

@@ -81,14 +81,15 @@ def refuse_platforms(backend: Backend, manifest: Manifest) -> None:
 def kind(name: str) -> Backend:
     """The backend for `name`, whether or not it can run here (what it can do, for checking
     options before anything is loaded); `auto` is what a forward run uses."""
-    return _backend(for_forward_calls(_checked(name)))
+    return _backend(for_forward_calls(name))
 
 
-def for_forward_calls(name: BackendName) -> BackendName:
+def for_forward_calls(name: str) -> BackendName:
     """The backend a forward run (`hlobundle run`) uses for `name`: `auto` is xla, which needs
     only jax; enzyme-ad's import (about 0.15 s and 270 MB) buys derivatives, which a forward
     run never takes."""
-    return _FORWARD if name == "auto" else name
+    chosen = _checked(name)
+    return _FORWARD if chosen == "auto" else chosen
 
 
 def for_script(name: str, manifest: Manifest) -> Backend:
