@@ -411,6 +411,103 @@ print(json.dumps([total, "pydantic" in sys.modules]))
 """
 
 
+# --- XLA: a stored executable against a cold compile and JAX's persistent cache ----------------
+
+TRANSFORMER = """
+import jax, jax.numpy as jnp, numpy as np, hlobundle
+
+layers, d, heads, seq, batch, vocab = {layers}, {d}, {heads}, {seq}, {batch}, {vocab}
+rng = np.random.default_rng(0)
+w = lambda *shape: (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+params = dict(
+    embed=w(vocab, d),
+    **{{f"l{{i}}_{{k}}": w(d, m * d) for i in range(layers) for k, m in (("qkv", 3), ("o", 1), ("up", 4))}},
+    **{{f"l{{i}}_down": w(4 * d, d) for i in range(layers)}},
+)
+
+def norm(x):
+    return (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)
+
+def lm(params, tokens):
+    x = params["embed"][tokens]
+    mask = jnp.tril(jnp.ones((seq, seq), bool))
+    for i in range(layers):
+        q, k, v = jnp.split(norm(x) @ params[f"l{{i}}_qkv"], 3, axis=-1)
+        q, k, v = (t.reshape(batch, seq, heads, d // heads) for t in (q, k, v))
+        a = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d // heads)
+        a = jax.nn.softmax(jnp.where(mask, a, -1e9), axis=-1)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(batch, seq, d) @ params[f"l{{i}}_o"]
+        x = x + jax.nn.gelu(norm(x) @ params[f"l{{i}}_up"]) @ params[f"l{{i}}_down"]
+    return norm(x) @ params["embed"].T
+
+tokens = rng.integers(0, vocab, (batch, seq)).astype(np.int32)
+hlobundle.export(lm, params, tokens, out={out!r}, name="lm")
+hlobundle.compile({out!r}, ["xla-" + jax.devices()[0].platform])
+print(jax.devices()[0].device_kind)
+"""
+
+XLA_FIRST = """
+import json, time
+t0 = time.perf_counter()
+import jax, hlobundle
+t1 = time.perf_counter()
+if {how!r} == "jax-cache":
+    from hlobundle._run._process import enable_compilation_cache
+    enable_compilation_cache()
+b = hlobundle.load({bundle!r})
+trust = hlobundle.Trust.EXECUTABLES if {how!r} == "stored" else hlobundle.Trust.NOTHING
+f = b.function("xla", trust=trust)
+args = [b.tensor(a.name) for a in b.arguments]
+jax.block_until_ready(f.call_flat(*args)); t2 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1, f.source]))
+"""
+
+
+def xla_first_result(tmp: Path, quick: bool) -> list[dict]:
+    """A fresh process to its first result on the xla backend, for a transformer of a few
+    layers: a cold compile, JAX's persistent compilation cache (warmed by an earlier process),
+    and the bundle's stored XLA executable (trusted; SPEC.md 2.7). Runs wherever jax does: on
+    a TPU machine it compiles and measures the TPU's executable."""
+    out = tmp / "transformer.hlobundle"
+    size = (
+        dict(layers=2, d=64, heads=2, seq=16, batch=2, vocab=128)
+        if quick
+        else dict(layers=4, d=512, heads=8, seq=256, batch=8, vocab=4096)
+    )
+    _, kind = run_py(TRANSFORMER.format(out=str(out), **size))
+    reps = 2 if quick else 5
+    # hlobundle's own caches (the load's verdicts) are warm for all three; only the
+    # jax-cache runs turn JAX's persistent compilation cache on (warmed by the first run).
+    cache = {"HLOBUNDLE_CACHE_DIR": str(tmp / "xla-cache")}
+    runs: dict[str, list[tuple[float, list]]] = {"cold": [], "jax-cache": [], "stored": []}
+    for how in runs:
+        run_py(XLA_FIRST.format(bundle=str(out), how=how), cache)
+    for _ in range(reps):
+        for how in runs:
+            wall, printed = run_py(XLA_FIRST.format(bundle=str(out), how=how), cache)
+            runs[how].append((wall, json.loads(printed)))
+    med = statistics.median
+    first = {how: med(r[1][1] for r in rs) for how, rs in runs.items()}
+    wall = {how: med(r[0] for r in rs) for how, rs in runs.items()}
+    sources = {how: rs[0][1][2] for how, rs in runs.items()}
+    shape = ", ".join(f"{k} {v}" for k, v in size.items())
+    labels = {
+        "cold": "cold compile (no cache)",
+        "jax-cache": "JAX's persistent compilation cache, warm",
+        "stored": f"stored executable ({sources['stored']})",
+    }
+    return [
+        {
+            "case": f"transformer ({shape}) on {kind.strip()}: {labels[how]}",
+            "load_to_first_result_s": first[how],
+            "ratio_to_cold": first[how] / first["cold"],
+            "process_s": wall[how],
+            "import_jax_s": med(r[1][0] for r in runs[how]),
+        }
+        for how in runs
+    ]
+
+
 def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: int) -> list[dict]:
     """The issue's peer: ONNX Runtime running the same LeNet (same weights and images) in a
     fresh process, against a fresh process running the stored IREE executable; with the check
@@ -2434,6 +2531,11 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "IREE: time to first result, fresh process, stored executable / xla backend with a "
             "warm compile cache (goal <= 0.5)",
             iree_first_result,
+        ),
+        "first-result-executable": one(
+            "XLA: time to first result, fresh process, transformer of a few layers: a cold "
+            "compile, JAX's warm persistent cache, the bundle's stored XLA executable (trusted)",
+            xla_first_result,
         ),
         "pack": load_pack,
         "column": one("Column-major packing: peak RSS above start-up / weights", column_major),

@@ -86,7 +86,7 @@ def emit(args: argparse.Namespace) -> int:
     refuse_remote(args.bundle)
     if args.output:
         output_path("-o", args.output)
-    applies(args, "--trust-executables", args.trust_executables, "stored_executables")
+    applies(args, "--trust-executables", args.trust_executables, "scripted_executables")
     bundle = load(args.bundle, **trust_options(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
     try:

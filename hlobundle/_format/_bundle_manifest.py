@@ -28,7 +28,7 @@ from ._manifest import (
     _Model,
     identifier,
 )
-from ._manifest_checks import check_identifier, check_unique
+from ._manifest_checks import check_identifier, check_unique, executables_of_2_1
 from ._metadata import Metadata
 
 
@@ -97,7 +97,7 @@ def combine(
     when a file has chunk digests."""
     first = views[0]
     newer = any(e.chunks for e in files.values()) or first.metadata is not None
-    newer = newer or any(v.independent_rows or v.platforms for v in views)
+    newer = newer or any(v.independent_rows or v.platforms or executables_of_2_1(v) for v in views)
     return BundleManifest(
         format=FORMAT,
         # 2.1 only for what needs it (SPEC.md 5, the oldest version that can)
@@ -127,6 +127,8 @@ def _first_error(e: ValueError) -> str:
 def minimum_version(m: Manifest) -> str:
     """The oldest format version that can express a one-function bundle (SPEC.md 5)."""
     if m.metadata is not None or m.independent_rows is not None or m.platforms:
+        return FORMAT_VERSION
+    if executables_of_2_1(m):
         return FORMAT_VERSION
     if m.symbolic or m.constraints:
         return "2.0"

@@ -10,11 +10,12 @@ import keyword
 from typing import TYPE_CHECKING, Any
 
 from . import _symbolic
+from ._fields import COMPILERS, EXECUTABLE_KEY_FIELDS
 
 if TYPE_CHECKING:  # _manifest imports this module for its validators
     from collections.abc import Sequence
 
-    from ._manifest import Argument, Manifest, Result
+    from ._manifest import Argument, Executable, Manifest, Result
 
 
 def fields_of_2_1(m: Manifest) -> list[str]:
@@ -22,7 +23,14 @@ def fields_of_2_1(m: Manifest) -> list[str]:
     used = [f"files[{n!r}].chunks" for n, e in sorted(m.files.items()) if e.chunks is not None]
     used += ["metadata"] if m.metadata is not None else []
     fields = ("independent_rows", "platforms")
-    return used + [f for f in fields if getattr(m, f) is not None]
+    used += [f for f in fields if getattr(m, f) is not None]
+    return used + [f"executables[{i}] (compiler {e.compiler})" for i, e in executables_of_2_1(m)]
+
+
+def executables_of_2_1(m: Manifest) -> list[tuple[int, Executable]]:
+    """A function's `executables` whose compiler needs format 2.1 (XLA's), with their index."""
+    entries = enumerate(m.executables or [])
+    return [(i, e) for i, e in entries if COMPILERS[e.compiler].version >= (2, 1)]
 
 
 def _check_2_1_fields(m: Manifest) -> None:
@@ -37,6 +45,29 @@ def _check_2_1_fields(m: Manifest) -> None:
         raise ValueError(f"metadata.card names {card!r}, which files does not list")
 
 
+def check_executables(m: Manifest) -> None:
+    """Each executable's target bears its compiler's prefix (XLA's: xla-PLATFORM), and it
+    gives its compiler's key fields and no other's (SPEC.md 2.7; `COMPILERS`)."""
+    for i, e in enumerate(m.executables or []):
+        owner = max(
+            (c for c, r in COMPILERS.items() if e.target.startswith(r.target_prefix)),
+            key=lambda c: len(COMPILERS[c].target_prefix),
+        )
+        if owner != e.compiler:
+            raise ValueError(
+                f"executables[{i}]: target {e.target!r} and compiler {e.compiler!r} disagree: "
+                f"the target is one of {owner}'s"
+            )
+        rule = COMPILERS[e.compiler]
+        given = {f for f in EXECUTABLE_KEY_FIELDS if getattr(e, f) is not None}
+        if not set(rule.key) <= given <= set(rule.key + rule.optional):
+            raise ValueError(
+                f"executables[{i}]: of {list(EXECUTABLE_KEY_FIELDS)}, a {e.compiler} "
+                f"executable gives {list(rule.key)} (and may give {list(rule.optional)}), "
+                f"got {sorted(given)}"
+            )
+
+
 def check_function(m: Manifest) -> None:
     """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
     check_symbols(m)
@@ -45,6 +76,7 @@ def check_function(m: Manifest) -> None:
     check_unique([a.name for a in m.arguments], "arguments")
     check_unique([r.name for r in m.results], "results")
     check_unique([e.target for e in m.executables or []], "executables target")
+    check_executables(m)
     check_unique(m.platforms or [], "platforms")
     if m.platforms is not None and (m.batched is not None or m.executables):
         raise ValueError(

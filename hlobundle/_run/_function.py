@@ -95,6 +95,8 @@ class BundleFunction:
         devices: int | None = None,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
         trust: Trust = Trust.NOTHING,
+        *,
+        stored: tuple[Callable[..., list[Any]], str] | None = None,
     ) -> None:
         self.bundle = bundle
         self.manifest = bundle.manifest
@@ -122,6 +124,12 @@ class BundleFunction:
         placement = self._placement
         self._in_shardings = [placement[0][i] for i in self._used] if placement else None
         self._jitted = self._jit()
+        # A stored executable (SPEC.md 2.7) runs the eager calls of an unsharded function;
+        # `source` says where they run from, as the iree backend's does.
+        self._stored: Callable[..., list[Any]] | None = None
+        self.source: str | None = None
+        if stored is not None and not placement:
+            self._stored, self.source = stored
         self._per_shape: OrderedDict[_shapes.Shapes, Callable[..., Any]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -194,7 +202,10 @@ class BundleFunction:
                 _placement.place(x, s) for x, s in zip(checked, self._in_shardings, strict=True)
             ]
         try:
-            outs = tuple(jitted(*checked))
+            if self._stored is not None and not _traced(checked):
+                outs = tuple(self._stored(*checked))
+            else:
+                outs = tuple(jitted(*checked))
         except HloBundleError:
             raise
         except (RuntimeError, ValueError, NotImplementedError, MemoryError) as e:  # lowering, shape
@@ -213,6 +224,15 @@ class BundleFunction:
 
     def structure(self, flat: tuple[Any, ...]) -> Any:
         return _binding.structure(self.manifest, flat)
+
+
+def _traced(values: Sequence[Any]) -> bool:
+    """Whether a call is traced (under jit, grad or vmap): a stored executable runs only
+    concrete arrays, compiled alone."""
+    from .._compat import jax_core
+
+    tracer = jax_core().Tracer
+    return any(isinstance(x, tracer) for x in values)
 
 
 def _named(

@@ -138,6 +138,17 @@ def text_primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
     return backend.text_primal(manifest, text)
 
 
-def compiler() -> Backend:
-    """The backend that compiles and runs stored executables (`hlobundle compile`)."""
-    return next(b for b in map(_backend, _ROOMS) if b.stored_executables)
+def compilers() -> list[Backend]:
+    """The backends that compile and run stored executables (`hlobundle compile`)."""
+    return [b for b in map(_backend, _ROOMS) if b.stored_executables]
+
+
+def compiler(target: str) -> Backend:
+    """The backend that compiles executables for `target` (`hlobundle compile`), or an
+    `InputError` naming the targets there are."""
+    able = compilers()
+    chosen = next((b for b in able if target in b.executable_targets), None)
+    if chosen is None:
+        targets = [t for b in able for t in b.executable_targets]
+        raise InputError(f"--target must be one of {targets}, got {target!r}", argument="target")
+    return chosen
