@@ -190,3 +190,15 @@ def test_an_executable_is_compiled_afresh_when_jax_s_cache_holds_the_function(tm
     assert r.returncode == 0, r.stderr[-2000:]
     source, shape = r.stdout.rsplit(" ", 2)[0], r.stdout.split()[-2:]
     assert source.startswith("stored executable ") and shape == ["(4,", "10)"], r.stdout
+
+
+def test_an_executable_pjrt_refuses_falls_back_saying_so(copy):
+    """Bytes whose hash agrees (the manifest rewritten with them) but that PJRT cannot load."""
+    from helpers import rehash
+
+    (copy / "compiled" / "xla-cpu.pjrt").write_bytes(b"not an executable")
+    rehash(copy, "compiled/xla-cpu.pjrt")
+    with pytest.warns(hlobundle.HloBundleWarning, match="does not load here .*INVALID_ARGUMENT"):
+        f, got = _run(copy, trust=hlobundle.Trust.EXECUTABLES)
+    assert f.source is None
+    np.testing.assert_array_equal(got, _run(EXAMPLE)[1])

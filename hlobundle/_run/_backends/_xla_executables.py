@@ -192,7 +192,15 @@ def stored(bundle: Bundle, trusted: bool) -> tuple[Callable[..., list[Any]], str
     import jax
 
     device = jax.devices()[0]
-    loaded = _compat.deserialize_executable(data, device)
+    try:
+        loaded = _compat.deserialize_executable(data, device)
+    except RuntimeError as e:  # PJRT refused the bytes: compile, as for a key of another machine
+        reason = " ".join(str(e).split())[:200]
+        _say_once(
+            f"{bundle.manifest.function}: the stored XLA executable {chosen.file} does not load "
+            f"here ({reason}); compiling the portable artifact instead"
+        )
+        return None
 
     def call(*flat: Any) -> list[Any]:
         return list(loaded.execute([jax.device_put(x, device) for x in flat]))
