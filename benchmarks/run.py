@@ -470,8 +470,8 @@ b = hlobundle.load({bundle!r})
 trust = hlobundle.Trust.EXECUTABLES if {how!r} == "stored" else hlobundle.Trust.NOTHING
 f = b.function("xla", trust=trust)
 args = [b.tensor(a.name) for a in b.arguments]
-jax.block_until_ready(f.call_flat(*args)); t2 = time.perf_counter()
-print(json.dumps([t1 - t0, t2 - t1, f.source]))
+(out,) = jax.block_until_ready(f.call_flat(*args)); t2 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1, f.source, float(jax.numpy.abs(out).sum())]))
 """
 
 
@@ -515,6 +515,7 @@ def xla_first_result(tmp: Path, quick: bool) -> list[dict]:
             "ratio_to_cold": first[how] / first["cold"],
             "process_s": wall[how],
             "import_jax_and_start_backend_s": med(r[1][0] for r in runs[how]),
+            "sum_abs_result": runs[how][0][1][3],  # the same in each row: the same program
         }
         for how in runs
     ]
