@@ -49,12 +49,23 @@ def interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, tu
 
 # What a fresh process gets: a user's shell environment, not this process's (which sections
 # change, HLOBUNDLE_CACHE_DIR say, and which JAX may have touched).
-_USER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "PYTHONDONTWRITEBYTECODE")
+# PYTHONPATH and TPU_*: where a TPU machine's jax is found and how it reaches its chip.
+_USER_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "USER",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONPATH",
+)
 
 
 def user_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a process a user starts from a shell, with `env` added."""
-    return {k: os.environ[k] for k in _USER_ENV if k in os.environ} | (env or {})
+    kept = {k: v for k, v in os.environ.items() if k in _USER_ENV or k.startswith("TPU_")}
+    return kept | (env or {})
 
 
 def run_py(code: str, env: dict[str, str] | None = None) -> tuple[float, str]:
@@ -409,6 +420,105 @@ f = b.function("iree", trust=hlobundle.Trust.EXECUTABLES)
 total = float(f.call_flat(*[b.tensor(a.name) for a in b.arguments])[0].sum())
 print(json.dumps([total, "pydantic" in sys.modules]))
 """
+
+
+# --- XLA: a stored executable against a cold compile and JAX's persistent cache ----------------
+
+TRANSFORMER = """
+import jax, jax.numpy as jnp, numpy as np, hlobundle
+
+layers, d, heads, seq, batch, vocab = {layers}, {d}, {heads}, {seq}, {batch}, {vocab}
+rng = np.random.default_rng(0)
+w = lambda *shape: (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+params = dict(
+    embed=w(vocab, d),
+    **{{f"l{{i}}_{{k}}": w(d, m * d) for i in range(layers) for k, m in (("qkv", 3), ("o", 1), ("up", 4))}},
+    **{{f"l{{i}}_down": w(4 * d, d) for i in range(layers)}},
+)
+
+def norm(x):
+    return (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)
+
+def lm(params, tokens):
+    x = params["embed"][tokens]
+    mask = jnp.tril(jnp.ones((seq, seq), bool))
+    for i in range(layers):
+        q, k, v = jnp.split(norm(x) @ params[f"l{{i}}_qkv"], 3, axis=-1)
+        q, k, v = (t.reshape(batch, seq, heads, d // heads) for t in (q, k, v))
+        a = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d // heads)
+        a = jax.nn.softmax(jnp.where(mask, a, -1e9), axis=-1)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(batch, seq, d) @ params[f"l{{i}}_o"]
+        x = x + jax.nn.gelu(norm(x) @ params[f"l{{i}}_up"]) @ params[f"l{{i}}_down"]
+    return norm(x) @ params["embed"].T
+
+tokens = rng.integers(0, vocab, (batch, seq)).astype(np.int32)
+hlobundle.export(lm, params, tokens, out={out!r}, name="lm")
+hlobundle.compile({out!r}, ["xla-" + jax.devices()[0].platform])
+print(jax.devices()[0].device_kind)
+"""
+
+XLA_FIRST = """
+import json, time
+t0 = time.perf_counter()
+import jax, hlobundle
+jax.devices()  # the backend started (a TPU's takes seconds): not the function's first result
+t1 = time.perf_counter()
+if {how!r} == "jax-cache":
+    from hlobundle._run._process import enable_compilation_cache
+    enable_compilation_cache()
+b = hlobundle.load({bundle!r})
+trust = hlobundle.Trust.EXECUTABLES if {how!r} == "stored" else hlobundle.Trust.NOTHING
+f = b.function("xla", trust=trust)
+args = [b.tensor(a.name) for a in b.arguments]
+(out,) = jax.block_until_ready(f.call_flat(*args)); t2 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1, f.source, float(jax.numpy.abs(out).sum())]))
+"""
+
+
+def xla_first_result(tmp: Path, quick: bool) -> list[dict]:
+    """A fresh process to its first result on the xla backend, for a transformer of a few
+    layers: a cold compile, JAX's persistent compilation cache (warmed by an earlier process),
+    and the bundle's stored XLA executable (trusted; SPEC.md 2.7). Runs wherever jax does: on
+    a TPU machine it compiles and measures the TPU's executable."""
+    out = tmp / "transformer.hlobundle"
+    size = (
+        dict(layers=2, d=64, heads=2, seq=16, batch=2, vocab=128)
+        if quick
+        else dict(layers=4, d=512, heads=8, seq=256, batch=8, vocab=4096)
+    )
+    _, kind = run_py(TRANSFORMER.format(out=str(out), **size))
+    reps = 2 if quick else 3  # 13 processes in all: a TPU's start costs each about 15 s
+    # hlobundle's own caches (the load's verdicts) are warm for all three; only the
+    # jax-cache runs turn JAX's persistent compilation cache on (warmed by the first run).
+    cache = {"HLOBUNDLE_CACHE_DIR": str(tmp / "xla-cache")}
+    runs: dict[str, list[tuple[float, list]]] = {"cold": [], "jax-cache": [], "stored": []}
+    for how in runs:
+        run_py(XLA_FIRST.format(bundle=str(out), how=how), cache)
+    for _ in range(reps):
+        for how in runs:
+            wall, printed = run_py(XLA_FIRST.format(bundle=str(out), how=how), cache)
+            runs[how].append((wall, json.loads(printed)))
+    med = statistics.median
+    first = {how: med(r[1][1] for r in rs) for how, rs in runs.items()}
+    wall = {how: med(r[0] for r in rs) for how, rs in runs.items()}
+    sources = {how: rs[0][1][2] for how, rs in runs.items()}
+    shape = ", ".join(f"{k} {v}" for k, v in size.items())
+    labels = {
+        "cold": "cold compile (no cache)",
+        "jax-cache": "JAX's persistent compilation cache, warm",
+        "stored": f"stored executable ({sources['stored']})",
+    }
+    return [
+        {
+            "case": f"transformer ({shape}) on {kind.strip()}: {labels[how]}",
+            "load_to_first_result_s": first[how],
+            "ratio_to_cold": first[how] / first["cold"],
+            "process_s": wall[how],
+            "import_jax_and_start_backend_s": med(r[1][0] for r in runs[how]),
+            "sum_abs_result": runs[how][0][1][3],  # the same in each row: the same program
+        }
+        for how in runs
+    ]
 
 
 def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: int) -> list[dict]:
@@ -925,7 +1035,8 @@ def scale(tmp: Path, quick: bool) -> list[dict]:
     )
     code = (
         "import json, hlobundle\nfrom hlobundle._run._run import run\n"
-        f"report, _ = run(hlobundle.load({str(out)!r}), backend='xla')\n"
+        "from hlobundle._run._backends import resolve\n"
+        f"report, _ = run(hlobundle.load({str(out)!r}), backend=resolve('xla'))\n"
         "hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] * 1024\n"
         "print(json.dumps({'peak': hwm}))\n"
     )
@@ -2433,6 +2544,11 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "IREE: time to first result, fresh process, stored executable / xla backend with a "
             "warm compile cache (goal <= 0.5)",
             iree_first_result,
+        ),
+        "first-result-executable": one(
+            "XLA: time to first result, fresh process, transformer of a few layers: a cold "
+            "compile, JAX's warm persistent cache, the bundle's stored XLA executable (trusted)",
+            xla_first_result,
         ),
         "pack": load_pack,
         "column": one("Column-major packing: peak RSS above start-up / weights", column_major),

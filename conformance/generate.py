@@ -450,6 +450,88 @@ def _(path: Path) -> None:
     edit(bundle, lambda m: m["executables"][0].update(file="compiled/other.vmfb"))
 
 
+def foreign_xla_executable(bundle: Path, **changes: object) -> None:
+    """Store an XLA executable (format 2.2) for a device no reader has (another platform, device
+    kind and jaxlib): a reader must ignore it and run the portable artifact. Its bytes are not
+    an executable at all, so a reader that parsed them would fail. `changes` edit the entry."""
+    (bundle / "compiled").mkdir()
+    (bundle / "compiled" / "xla-tpu.pjrt").write_bytes(b"not an executable\n")
+    source = hashlib.sha256((bundle / "module.mlirbc").read_bytes()).hexdigest()
+    entry = {
+        "target": "xla-tpu",
+        "file": "compiled/xla-tpu.pjrt",
+        "compiler": "xla",
+        "compiler_version": "0.0.1",
+        "architecture": "riscv64",
+        "cpu": "generic",
+        "source_sha256": source,
+        "device_kind": "TPU v0",
+        "topology": "1",
+        "libtpu_version": "0.0.1",
+        **changes,
+    }
+
+    def change(m: dict) -> None:  # one function as format 2.2 writes it (SPEC.md 2.8)
+        from hlobundle._format._fields import FUNCTION_FIELDS
+
+        function = {k: m.pop(k) for k in FUNCTION_FIELDS if k in m}
+        name = m.pop("function")
+        function.update(name=name, executables=[entry])
+        m.update(format_version="2.2", functions=[function], default_function=name)
+        m["files"]["compiled/xla-tpu.pjrt"] = {"size": 0, "sha256": "0" * 64}
+
+    edit(bundle, change)
+    rehash(bundle, "compiled/xla-tpu.pjrt")
+
+
+@case(
+    "valid_xla_executable_foreign",
+    "an XLA executable for another platform, device kind and jaxlib (format 2.2): ignored, "
+    "not parsed",
+)
+def _(path: Path) -> None:
+    t = tensor((3,), "float32")
+    bundle = valid(
+        path,
+        func([t], [t], ["%x = stablehlo.cosine %a0 : " + t], ["%x"]),
+        [values((3,), "float32", 5)],
+    )
+    foreign_xla_executable(bundle)
+
+
+@case(
+    "invalid_xla_executable_without_key",
+    "an XLA executable without its device_kind",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = base(path)
+    foreign_xla_executable(bundle)
+    edit(bundle, lambda m: m["functions"][0]["executables"][0].pop("device_kind"))
+
+
+@case(
+    "invalid_xla_executable_in_2_1",
+    "an XLA executable in a format 2.1 manifest (they need 2.2)",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = base(path)
+    foreign_xla_executable(bundle)
+    edit(bundle, lambda m: m.update(format_version="2.1"))
+
+
+@case(
+    "invalid_xla_executable_hash_mismatch",
+    "a byte of a stored XLA executable changed",
+    "HASH_MISMATCH",
+)
+def _(path: Path) -> None:
+    bundle = base(path)
+    foreign_xla_executable(bundle)
+    _flip_last_byte(bundle / "compiled" / "xla-tpu.pjrt")
+
+
 # --- invalid cases ------------------------------------------------------------------------------
 
 

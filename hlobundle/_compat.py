@@ -150,3 +150,39 @@ def new_exported(fields: dict[str, Any]) -> Any:
 
     known = {f.name for f in dataclasses.fields(export.Exported)}
     return export.Exported(**{k: v for k, v in fields.items() if k in known})
+
+
+def serialize_executable(compiled: Any) -> bytes:
+    """A `jax.stages.Compiled`'s executable in PJRT's own serialization (what JAX's persistent
+    compilation cache stores: `jax/_src/compilation_cache.py`)."""
+    executable = compiled.runtime_executable()
+    return bytes(executable.client.serialize_executable(executable))
+
+
+def deserialize_executable(data: bytes, device: Any) -> Any:
+    """A loaded executable of one device from PJRT's bytes, as JAX's cache loads one; its
+    `execute(arrays)` runs it. jaxlib's C++ parses `data`: native code, trusted bytes only."""
+    from jax._src.lib import xla_client
+
+    return device.client.deserialize_executable(data, xla_client.DeviceList((device,)), None)
+
+
+_uncached = threading.Lock()
+
+
+def compile_uncached(lowered: Any) -> Any:
+    """`lowered.compile()` by XLA itself, never taken from JAX's persistent compilation cache:
+    an executable JAX loaded from its cache serializes without its code (jaxlib 0.10.2 and
+    0.12 on the CPU: running the copy fails, `Function wrapped_reduce not found`). JAX decides
+    whether its cache is used once per process (`is_cache_used`), so turning the option off
+    is not enough once a compile has looked: that answer is no while this compiles (another
+    thread's compile meanwhile compiles too)."""
+    from jax._src import compilation_cache, config
+
+    with _uncached, config.enable_compilation_cache(False):
+        used = compilation_cache.is_cache_used
+        compilation_cache.is_cache_used = lambda backend: False
+        try:
+            return lowered.compile()
+        finally:
+            compilation_cache.is_cache_used = used

@@ -59,6 +59,33 @@ def test_run_json(tmp_path):
     assert diff == 0.0 if EXACT else diff < 1e-6
 
 
+@pytest.mark.parametrize("backend", ["auto", "iree"])
+def test_run_resolves_its_backend_once_and_not_through_bundle_function(monkeypatch, backend):
+    """The name becomes a backend once, at the command's entry; the run is handed the object
+    (it does not go back up through the public `Bundle.function`)."""
+    from hlobundle._read._reader import Bundle
+    from hlobundle._run import _backends
+
+    if not _backends.kind(backend).available():
+        pytest.skip(f"{backend} is not installed")
+    resolved = []
+    real = _backends.resolve
+
+    def counted(name, manifest=None):
+        resolved.append(name)
+        return real(name, manifest)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("run went through Bundle.function")
+
+    monkeypatch.setattr(_backends, "resolve", counted)
+    monkeypatch.setattr(Bundle, "function", refused)
+    r = cli("run", EXAMPLE, "--backend", backend, "--json")
+    assert r.returncode == 0, r.stderr
+    assert resolved == ["xla" if backend == "auto" else backend]
+    assert json.loads(r.stdout)["backend"] == resolved[0]
+
+
 def test_run_fails_on_corrupted_expected_output(tmp_path):
     import shutil
 

@@ -36,25 +36,26 @@ def _run_bundle(args: argparse.Namespace) -> int:
     from .._remote._sources import is_remote
     from .._run import _backends, _run
 
-    kind = _backends.kind(args.backend)
     applies(args, "--trust-executables", args.trust_executables, "stored_executables")
     applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
-    if not kind.jax and (args.distributed or args.devices not in (None, 1)):
-        usage(args, f"--backend {kind.name} runs one device: no --distributed or --devices")
+    applies(args, "--distributed", args.distributed, "jax")  # the others run one device
+    applies(args, "--devices", args.devices not in (None, 1), "jax")
     save = args.save_outputs and output_path("--save-outputs", args.save_outputs)
+    # The one place the name becomes a backend; the run is handed the object.
+    backend = _backends.resolve(_backends.for_forward_calls(args.backend))
     functions = [args.function] if args.function and is_remote(args.bundle) else None
     bundle = load(args.bundle, functions=functions, verify=args.verify, **trust_options(args))
     bundle = bundle.select(args.function)
-    if kind.jax:
+    if backend.jax:
         _start_jax(args, needs_x64(bundle.manifest))
-    elif kind.limit_memory is not None:
-        kind.limit_memory(args.max_memory)
+    elif backend.limit_memory is not None:
+        backend.limit_memory(args.max_memory)
     given = read_files(args.inputs) if args.inputs else None
     producer = args.layout == "producer"
     report, outputs = _run.run(
         bundle,
         given,
-        backend=args.backend,
+        backend=backend,
         rtol=args.rtol,
         atol=args.atol,
         producer_layout=producer,
@@ -79,14 +80,14 @@ def _start_jax(args: argparse.Namespace, x64: bool) -> None:
 
 def emit(args: argparse.Namespace) -> int:
     from .._emit._emit import emit_script, refuse_remote, script_backend
-    from .._read._reader import load
+    from .._remote._load import load
 
     if args.format == "reactant-server":
         return _emit_reactant_server(args)
     refuse_remote(args.bundle)
     if args.output:
         output_path("-o", args.output)
-    applies(args, "--trust-executables", args.trust_executables, "stored_executables")
+    applies(args, "--trust-executables", args.trust_executables, "scripted_executables")
     bundle = load(args.bundle, **trust_options(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
     try:
@@ -109,7 +110,7 @@ def emit(args: argparse.Namespace) -> int:
 
 def _emit_reactant_server(args: argparse.Namespace) -> int:
     from .._emit._reactant_server import emit_reactant_server
-    from .._read._reader import load
+    from .._remote._load import load
 
     if not args.output:
         usage(args, "--format reactant-server writes the directory -o names")

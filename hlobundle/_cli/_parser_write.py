@@ -93,7 +93,8 @@ def add_reshard(sub: Any) -> None:
 
 def add_compile(sub: Any) -> None:
     p = sub.add_parser(
-        "compile", help="store ahead-of-time IREE executables in a bundle (extra iree)"
+        "compile",
+        help="store ahead-of-time executables in a bundle: IREE's (extra iree) or XLA's",
     )
     p.add_argument("bundle")
     p.add_argument(
@@ -101,7 +102,8 @@ def add_compile(sub: Any) -> None:
         action="append",
         dest="targets",
         metavar="TARGET",
-        help="an IREE target: llvm-cpu (default) or vmvx; may be repeated",
+        help="an IREE target: llvm-cpu (default) or vmvx; or xla-PLATFORM, XLA's executable "
+        "for the platform JAX runs on here (xla-cpu, xla-tpu); may be repeated",
     )
     p.add_argument(
         "--function",

@@ -48,10 +48,11 @@ def reshard(args: argparse.Namespace) -> int:
 
 
 def compile_bundle(args: argparse.Namespace) -> int:
+    from .._format._fields import made_by
     from .._run import _backends
     from .._write._compile import compile as compile_executables
 
-    targets = _backends.compiler().executable_targets
+    targets = [t for b in _backends.compilers() for t in b.executable_targets]
     unknown = [t for t in args.targets or () if t not in targets]
     if unknown:
         usage(args, f"--target {unknown[0]}: expected one of {', '.join(targets)}")
@@ -66,14 +67,13 @@ def compile_bundle(args: argparse.Namespace) -> int:
         replace_signature=args.replace_signature,
     )
     for e in entries:
+        where = e.device_kind or f"{e.architecture} cpu {e.cpu}"
+        print(f"wrote {Path(args.bundle) / e.file} ({made_by(e)}, {e.target}, {where})")
+    for backend in dict.fromkeys(_backends.compiler(e.target).name for e in entries):
         print(
-            f"wrote {Path(args.bundle) / e.file} (IREE {e.compiler_version}, {e.target}, "
-            f"{e.architecture} cpu {e.cpu})"
+            f"run it without compiling: hlobundle run {args.bundle} --backend {backend} "
+            "--public-key PUB.pem (a signed bundle), or --trust-executables"
         )
-    print(
-        f"run it without a compiler: hlobundle run {args.bundle} --backend iree --public-key "
-        "PUB.pem (a signed bundle), or --trust-executables"
-    )
     return EXIT_OK
 
 

@@ -28,7 +28,7 @@ from ._manifest import (
     _Model,
     identifier,
 )
-from ._manifest_checks import check_identifier, check_unique
+from ._manifest_checks import check_identifier, check_unique, fields_of_2_2
 from ._metadata import Metadata
 
 
@@ -94,11 +94,11 @@ def combine(
     views: list[Manifest], default: str | None, files: dict[str, FileEntry]
 ) -> BundleManifest:
     """A 2.x manifest of several functions, each given as a manifest of its own: 2.0, 2.1
-    when a file has chunk digests (or another 2.1 field is used), 2.2 with `expected_from`."""
+    when a file has chunk digests (or another 2.1 field is used), 2.2 with `expected_from` or an XLA executable."""
     first = views[0]
     newer = any(e.chunks for e in files.values()) or first.metadata is not None
     newer = newer or any(v.independent_rows or v.platforms for v in views)
-    newest = any(v.expected_from is not None for v in views)
+    newest = any(fields_of_2_2(v) for v in views)
     return BundleManifest(
         format=FORMAT,
         # 2.1 and 2.2 only for what needs them (SPEC.md 5, the oldest version that can)
@@ -127,7 +127,7 @@ def _first_error(e: ValueError) -> str:
 
 def minimum_version(m: Manifest) -> str:
     """The oldest format version that can express a one-function bundle (SPEC.md 5)."""
-    if m.expected_from is not None:
+    if fields_of_2_2(m):
         return FORMAT_VERSION
     if m.metadata is not None or m.independent_rows is not None or m.platforms:
         return "2.1"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import keyword
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
@@ -28,6 +29,8 @@ from . import _limits
 #     `platforms`, a function lowered for several platforms, selected by an index (2.14).
 # 2.2 (2026-12-06): `expected_from`, where a function's expected outputs were computed and at
 #     what precision its dot and convolution ops ran (2.15), which a check's tolerance follows.
+#     And `executables` of compiler `xla`, PJRT's serialization of XLA's executable, with their
+#     key: `device_kind`, `topology`, `libtpu_version` (2.7).
 FORMAT: Literal["hlobundle"] = "hlobundle"
 FORMAT_VERSION = "2.2"
 NEWEST_MINOR = {1: 3, 2: 2}  # the newest minor version of each major version this reader knows
@@ -40,7 +43,36 @@ MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 CPU_NAME = r"[A-Za-z0-9_.+-]{1,64}"  # an executable's target CPU: generic, host's name, znver3
 MAX_PLATFORMS = 8
+
+
+@dataclass(frozen=True)
+class CompilerRule:
+    """What one compiler's `executables` entries are (SPEC.md 2.7): what made them, as a
+    person reads it beside `compiler_version`, the prefix of their targets, the key fields they
+    give (the others of `EXECUTABLE_KEY_FIELDS` they leave out, `optional` aside), and the
+    format version they need."""
+
+    made_by: str
+    target_prefix: str
+    key: tuple[str, ...]
+    optional: tuple[str, ...]
+    version: tuple[int, int]
+
+
+EXECUTABLE_KEY_FIELDS = ("device_kind", "topology", "libtpu_version")
+COMPILERS = {
+    "iree": CompilerRule("IREE", "", (), (), (1, 3)),
+    "xla": CompilerRule(
+        "XLA, jaxlib", "xla-", ("device_kind", "topology"), ("libtpu_version",), (2, 2)
+    ),
+}
 X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+def made_by(entry: Any) -> str:
+    """What made an `executables` entry, as a person reads it: `IREE 3.13.0`."""
+    return f"{COMPILERS[entry.compiler].made_by} {entry.compiler_version}"
+
 
 # The fields that describe one function: a 1.x manifest's own, and each of a 2.0 manifest's
 # `functions` (SPEC.md 2.8); `_bundle_manifest.py` checks that the model has exactly these.

@@ -128,17 +128,21 @@ class BatchedModule(_Model):
 
 
 class Executable(_Model):
-    """An ahead-of-time compiled form of `module` (SPEC.md, "Executables"; format 1.3): native
-    code, which a reader runs only from a bundle it trusts and otherwise ignores."""
+    """An ahead-of-time compiled form of `module` (SPEC.md, "Executables"; format 1.3; XLA's,
+    2.1): native code, which a reader runs only from a bundle it trusts and otherwise ignores."""
 
-    target: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")  # IREE's target backend: llvm-cpu
+    target: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")  # IREE's llvm-cpu; xla-tpu
     file: RelPath
-    compiler: Literal["iree"]
-    compiler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
+    compiler: Literal["iree", "xla"]
+    compiler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")  # xla: jaxlib's
     architecture: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")  # e.g. x86_64, aarch64
     cpu: str = Field(pattern=f"^{CPU_NAME}$")  # "generic" runs on any CPU of it
     flags: list[str] = Field(default_factory=list)
     source_sha256: Sha256  # the portable artifact (module.portable.file) it was compiled from
+    # XLA's (format 2.1), each part of the key it runs under (SPEC.md 2.7):
+    device_kind: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
+    topology: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9x:._-]{0,63}$")
+    libtpu_version: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
 
 
 class Provenance(_Model):

@@ -10,11 +10,12 @@ import keyword
 from typing import TYPE_CHECKING, Any
 
 from . import _symbolic
+from ._fields import COMPILERS, EXECUTABLE_KEY_FIELDS
 
 if TYPE_CHECKING:  # _manifest imports this module for its validators
     from collections.abc import Sequence
 
-    from ._manifest import Argument, Manifest, Result
+    from ._manifest import Argument, Executable, Manifest, Result
 
 
 def fields_of_2_1(m: Manifest) -> list[str]:
@@ -23,6 +24,18 @@ def fields_of_2_1(m: Manifest) -> list[str]:
     used += ["metadata"] if m.metadata is not None else []
     fields = ("independent_rows", "platforms")
     return used + [f for f in fields if getattr(m, f) is not None]
+
+
+def fields_of_2_2(m: Manifest) -> list[str]:
+    """The format 2.2 fields a manifest (of one function) uses, where they are."""
+    used = ["expected_from"] if m.expected_from is not None else []
+    return used + [f"executables[{i}] (compiler {e.compiler})" for i, e in executables_of_2_2(m)]
+
+
+def executables_of_2_2(m: Manifest) -> list[tuple[int, Executable]]:
+    """A function's `executables` whose compiler needs format 2.2 (XLA's), with their index."""
+    entries = enumerate(m.executables or [])
+    return [(i, e) for i, e in entries if COMPILERS[e.compiler].version >= (2, 2)]
 
 
 def _check_2_1_fields(m: Manifest) -> None:
@@ -37,27 +50,50 @@ def _check_2_1_fields(m: Manifest) -> None:
         raise ValueError(f"metadata.card names {card!r}, which files does not list")
 
 
-def _check_expected_from(m: Manifest) -> None:
-    """`expected_from` (2.2, SPEC.md 2.15) says where expected outputs were computed: it needs
-    format 2.2 and a result with one."""
-    if m.expected_from is None:
-        return
+def _check_2_2_fields(m: Manifest) -> None:
+    """A manifest older than 2.2 that has a 2.2 field is invalid; `expected_from` (SPEC.md
+    2.15) says where expected outputs were computed, so it needs a result with one."""
     major, minor = (int(p) for p in m.format_version.split("."))
-    if (major, minor) < (2, 2):
-        raise ValueError(f"expected_from needs format_version 2.2, not {m.format_version}")
-    if all(r.expected is None for r in m.results):
+    used = fields_of_2_2(m)
+    if used and (major, minor) < (2, 2):
+        raise ValueError(f"{used[0]} needs format_version 2.2, not {m.format_version}")
+    if m.expected_from is not None and all(r.expected is None for r in m.results):
         raise ValueError("expected_from: no result has an expected value")
+
+
+def check_executables(m: Manifest) -> None:
+    """Each executable's target bears its compiler's prefix (XLA's: xla-PLATFORM), and it
+    gives its compiler's key fields and no other's (SPEC.md 2.7; `COMPILERS`)."""
+    for i, e in enumerate(m.executables or []):
+        owner = max(
+            (c for c, r in COMPILERS.items() if e.target.startswith(r.target_prefix)),
+            key=lambda c: len(COMPILERS[c].target_prefix),
+        )
+        if owner != e.compiler:
+            raise ValueError(
+                f"executables[{i}]: target {e.target!r} and compiler {e.compiler!r} disagree: "
+                f"the target is one of {owner}'s"
+            )
+        rule = COMPILERS[e.compiler]
+        given = {f for f in EXECUTABLE_KEY_FIELDS if getattr(e, f) is not None}
+        if not set(rule.key) <= given <= set(rule.key + rule.optional):
+            raise ValueError(
+                f"executables[{i}]: of {list(EXECUTABLE_KEY_FIELDS)}, a {e.compiler} "
+                f"executable gives {list(rule.key)} (and may give {list(rule.optional)}), "
+                f"got {sorted(given)}"
+            )
 
 
 def check_function(m: Manifest) -> None:
     """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
     check_symbols(m)
     _check_2_1_fields(m)
-    _check_expected_from(m)
+    _check_2_2_fields(m)
     check_independent_rows(m)
     check_unique([a.name for a in m.arguments], "arguments")
     check_unique([r.name for r in m.results], "results")
     check_unique([e.target for e in m.executables or []], "executables target")
+    check_executables(m)
     check_unique(m.platforms or [], "platforms")
     if m.platforms is not None and (m.batched is not None or m.executables):
         raise ValueError(

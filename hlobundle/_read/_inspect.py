@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._format import _dtypes, _signature
-from .._format._fields import BundleManifestMethods, functions_of, static_shape
+from .._format._fields import BundleManifestMethods, functions_of, made_by, static_shape
 from .._terminal._display import human_bytes, shown, table
 from . import _files, _manifest_records, _tensor_files
 from ._gc import collector_paused
@@ -290,8 +290,9 @@ def _module_lines(m: Manifest) -> list[str]:
             else []
         ),
         *(
-            f"compiled  {e.file}: IREE {e.compiler_version}, {e.target}, {e.architecture} "
-            f"cpu {e.cpu} (native code: run only from a trusted bundle)"
+            f"compiled  {e.file}: {made_by(e)}, {e.target}, "
+            f"{e.device_kind or f'{e.architecture} cpu {e.cpu}'} "
+            "(native code: run only from a trusted bundle)"
             for e in m.executables or []
         ),
         *([f"constraints {', '.join(m.constraints)}"] if m.constraints else []),

@@ -308,7 +308,8 @@ class Bundle(StoredValues):
           mesh's size, placing each argument by its recorded sharding), or 1 to run unsharded.
         - `trust`: what to run though the bundle's signature was not verified with your key:
           `hlobundle.Trust.EXECUTABLES` runs a stored executable (native code, SPEC.md
-          "Executables") on iree. (`trust_executables=True`, its name before 2.1, goes in 3.0.)
+          "Executables") on iree, and XLA's in the xla backend's eager calls.
+          (`trust_executables=True`, its name before 2.1, goes in 3.0.)
         - `max_shapes`: for a function with symbolic dimensions, how many distinct call shapes
           it keeps proven against the module and compiled at once (least recently used first
           out; SPEC.md 2.8). Each new shape is proven (a few ms) and, on xla and enzyme,

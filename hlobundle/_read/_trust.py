@@ -17,7 +17,8 @@ class Trust(enum.Flag):
 
     - `Trust.NOTHING` (the default): only what hlobundle checks itself runs.
     - `Trust.EXECUTABLES`: its stored executables (native code, SPEC.md "Executables") run on
-      the iree backend, and an emitted iree script runs them.
+      the iree backend, and an emitted iree script runs them; XLA's run the xla backend's eager
+      calls.
     - `Trust.BATCHED`: `serve` runs its batched module (SPEC.md 2.6) over requests combined in
       one batch, trusting the producer's claim that rows are independent.
     """

@@ -37,6 +37,7 @@ __all__ = [
     "ProducerOrientation",
     "check_x64",
     "function",
+    "function_on",
     "needs_x64",
 ]
 
@@ -77,27 +78,21 @@ def function(
     layout: str = "stored",
     precision: str | None = None,
 ) -> Function:
-    """`Bundle.function()`: the chosen backend's function (`_backends`' interface); with
-    `layout="producer"`, taking and returning arrays in the producer's orientation. With
-    `precision="highest"` a JAX backend runs the modules rewritten to ask for HIGHEST
-    (`_precision`); IREE's CPU runtime computes float32 at float32 anyway and runs them as stored."""
-    from . import _precision
-
+    """`Bundle.function()`: the function of the backend `backend` names; with
+    `layout="producer"`, taking and returning arrays in the producer's orientation."""
     if layout not in ("stored", "producer"):
         raise InputError(
             f"layout must be 'stored' or 'producer', not {layout!r}", argument="layout"
         )
-    _precision.check(precision)
     chosen = _backends.resolve(backend, bundle.manifest)
-    _backends.refuse_platforms(chosen, bundle.manifest)
-    if precision == "highest" and chosen.jax:
-        bundle = _precision.at_highest(bundle)
-    made = chosen.make(
+    made = function_on(
         bundle,
+        chosen,
         donate=donate,
         devices=devices,
         trust=trust,
         max_shapes=max_shapes,
+        precision=precision,
     )
     return ProducerOrientation(made) if layout == "producer" else made
 
@@ -156,6 +151,29 @@ def _reversed(values: list[Any], described: Sequence[Any]) -> list[Any]:
     ]
 
 
+def function_on(
+    bundle: Bundle,
+    backend: _backends.Backend,
+    *,
+    donate: Sequence[str] | str = (),
+    devices: int | None = None,
+    trust: Trust = Trust.NOTHING,
+    max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
+    precision: str | None = None,
+) -> Function:
+    """The function of a backend already resolved (`_backends.resolve`), as `hlobundle run`
+    resolves it once at its entry point: the backend's function (`_backends`' interface). With
+    `precision="highest"` a JAX backend runs the modules rewritten to ask for HIGHEST
+    (`_precision`); IREE's CPU runtime computes float32 at float32 anyway and runs them as stored."""
+    from . import _precision
+
+    _precision.check(precision)
+    _backends.refuse_platforms(backend, bundle.manifest)
+    if precision == "highest" and backend.jax:
+        bundle = _precision.at_highest(bundle)
+    return backend.make(bundle, donate=donate, devices=devices, trust=trust, max_shapes=max_shapes)
+
+
 class BundleFunction:
     """A callable that behaves like a jitted JAX function of the bundle's `@main`."""
 
@@ -167,6 +185,8 @@ class BundleFunction:
         devices: int | None = None,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
         trust: Trust = Trust.NOTHING,
+        *,
+        stored: tuple[Callable[..., list[Any]], str] | None = None,
     ) -> None:
         self.bundle = bundle
         self.manifest = bundle.manifest
@@ -194,6 +214,12 @@ class BundleFunction:
         placement = self._placement
         self._in_shardings = [placement[0][i] for i in self._used] if placement else None
         self._jitted = self._jit()
+        # A stored executable (SPEC.md 2.7) runs the eager calls of an unsharded function;
+        # `source` says where they run from, as the iree backend's does.
+        self._stored: Callable[..., list[Any]] | None = None
+        self.source: str | None = None
+        if stored is not None and not placement:
+            self._stored, self.source = stored
         self._per_shape: OrderedDict[_shapes.Shapes, Callable[..., Any]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -266,7 +292,10 @@ class BundleFunction:
                 _placement.place(x, s) for x, s in zip(checked, self._in_shardings, strict=True)
             ]
         try:
-            outs = tuple(jitted(*checked))
+            if self._stored is not None and not _traced(checked):
+                outs = tuple(self._stored(*checked))
+            else:
+                outs = tuple(jitted(*checked))
         except HloBundleError:
             raise
         except (RuntimeError, ValueError, NotImplementedError, MemoryError) as e:  # lowering, shape
@@ -285,6 +314,15 @@ class BundleFunction:
 
     def structure(self, flat: tuple[Any, ...]) -> Any:
         return _binding.structure(self.manifest, flat)
+
+
+def _traced(values: Sequence[Any]) -> bool:
+    """Whether a call is traced (under jit, grad or vmap): a stored executable runs only
+    concrete arrays, compiled alone."""
+    from .._compat import jax_core
+
+    tracer = jax_core().Tracer
+    return any(isinstance(x, tracer) for x in values)
 
 
 def _named(

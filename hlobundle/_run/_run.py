@@ -18,8 +18,9 @@ from .._format._tolerance import F32_ROUNDOFF, FACTOR, Computed, Worst, compare,
 from .._read import _inputs
 from .._read._reader import Bundle
 from .._read._trust import Trust
-from . import _backends, _placement
-from ._backends import BackendName
+from . import _placement
+from ._backends import Backend
+from ._function import function_on
 
 if TYPE_CHECKING:
     from .._format._manifest import Result
@@ -167,7 +168,7 @@ def run(
     bundle: Bundle,
     given: list[_inputs.Keyed] | None = None,
     *,
-    backend: BackendName = "auto",
+    backend: Backend,
     rtol: float | None = None,
     atol: float | None = None,
     producer_layout: bool = False,
@@ -176,11 +177,11 @@ def run(
     precision: str | None = None,
 ) -> tuple[RunReport, list[np.ndarray]]:
     """Run once to compile and once more to time; compare with the stored expected outputs.
-    `auto` runs on xla: a forward run needs only jax (`_backends.for_forward_calls`).
-    `precision="highest"`: dot and convolution ops run at HIGHEST (SPEC.md 2.15)."""
-    backend = _backends.for_forward_calls(backend)
+    `backend` is resolved by the caller, once (`_backends.resolve`; for `auto`, a forward run
+    needs only jax: `_backends.for_forward_calls`). `precision="highest"`: dot and convolution
+    ops run at HIGHEST (SPEC.md 2.15)."""
     start = time.perf_counter()
-    fn = bundle.function(backend, devices=devices, trust=trust, precision=precision)
+    fn = function_on(bundle, backend, devices=devices, trust=trust, precision=precision)
     made = time.perf_counter() - start
     wait = _ready if fn.jax_function else lambda x: x  # others return NumPy arrays
     args, source = example_arguments(bundle, given, producer_layout=producer_layout)

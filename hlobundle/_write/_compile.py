@@ -1,5 +1,6 @@
-"""`compile()`: store ahead-of-time IREE executables in a bundle (SPEC.md, "Executables"), so that
-a trusted bundle runs on IREE's runtime without a compiler and without compiling at start-up."""
+"""`compile()`: store ahead-of-time executables in a bundle (SPEC.md, "Executables"), IREE's or
+XLA's, so that a trusted bundle runs without compiling at start-up (on IREE's runtime, without
+a compiler)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,13 @@ from collections.abc import Sequence
 
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
-from .._format._fields import ManifestMethods
+from .._format._fields import COMPILERS, ManifestMethods
 from .._format._manifest import Executable, Manifest
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run import _backends
 from ._options import PackOptions, takes
 from ._sign import check_resignable, rewrite_and_resign
-
-EXECUTABLES_VERSION = (1, 3)  # the format version that added `executables`
 
 
 @takes("sign_key", "public_key", "replace_signature")
@@ -28,17 +27,20 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     cpu: str = "generic",
     opt: PackOptions,
 ) -> list[Executable]:
-    """Compile each function's checked portable artifact with IREE for each target and store
-    the executables as `compiled/<target>.vmfb` (`NAME/compiled/<target>.vmfb` for function
-    NAME of a 2.0 bundle), listed and hashed in the manifest with the compiler version, flags,
-    CPU and architecture; atomically. An executable already stored for a target is replaced.
+    """Compile each function's checked portable artifact for each target and store the
+    executables as `compiled/<target>.vmfb` (IREE's) or `compiled/<target>.pjrt` (XLA's;
+    `NAME/compiled/...` for function NAME of a 2.0 bundle), listed and hashed in the manifest
+    with the compiler version, flags, CPU and architecture (and XLA's key: device kind,
+    topology, libtpu version); atomically. An executable already stored for a target is replaced.
     A signed bundle is refused unless `sign_key` is given; the new bundle is then signed again,
     in the same atomic rewrite, once the key is shown to sign and the old signature to verify
     against `public_key`, before anything is compiled.
 
     **Arguments:**
 
-    - `targets`: IREE target backends, from `("llvm-cpu", "vmvx")`.
+    - `targets`: IREE target backends, from `("llvm-cpu", "vmvx")`, or `"xla-PLATFORM"`
+      for the platform JAX runs on here (`"xla-cpu"`, `"xla-tpu"`): XLA's executable of one
+      device, run by the xla backend's eager calls (SPEC.md 2.7).
     - `function`: compile only this function (`Bundle.functions`); default: every function.
     - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
       `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
@@ -48,14 +50,15 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     sign_key = opt.signing_key
     if not targets or len(set(targets)) != len(targets):
         raise InputError(f"give each target once, got {list(targets)}", argument="targets")
-    compiler = _backends.compiler()
-    assert compiler.check_target is not None
-    for target in targets:
+    compilers = {target: _backends.compiler(target) for target in targets}
+    for target, compiler in compilers.items():
+        assert compiler.check_target is not None
         compiler.check_target(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
     for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work
-        _backends.refuse_platforms(compiler, b.select(name).manifest)
+        for compiler in compilers.values():
+            _backends.refuse_platforms(compiler, b.select(name).manifest)
     b.verify(in_memory=False)  # compiles the module bytes load() checked
     check_resignable(
         b,
@@ -72,7 +75,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         view = b.select(name)
         prefix = f"{name}/" if several else ""
         added[name] = [
-            _compiled(compiler, view, target, cpu, prefix, written) for target in targets
+            _compiled(compilers[target], view, target, cpu, prefix, written) for target in targets
         ]
     views = {n: b.select(n).manifest for n in b.functions}
     rewrite_and_resign(
@@ -91,20 +94,21 @@ def _compiled(
 ) -> Executable:
     """Function `view` compiled for `target`: its manifest entry, its bytes in `written`."""
     assert compiler.compile_executable is not None
-    done = compiler.compile_executable(
-        view.portable_artifact, view.manifest, target=target, cpu=cpu
-    )
+    done = compiler.compile_executable(view, target=target, cpu=cpu)
     entry = Executable(
         target=target,
-        file=f"{prefix}compiled/{target}.vmfb",
+        file=f"{prefix}compiled/{target}{done.suffix}",
         compiler=done.compiler,
         compiler_version=done.compiler_version,
         architecture=done.architecture,
         cpu=done.cpu,
         flags=list(done.flags),
         source_sha256=view.modules["module"].portable_sha256,
+        device_kind=done.device_kind,
+        topology=done.topology,
+        libtpu_version=done.libtpu_version,
     )
-    written[entry.file] = done.vmfb
+    written[entry.file] = done.data
     return entry
 
 
@@ -146,7 +150,7 @@ def _with_executables(
 def _updated(view: Manifest, executables: list[Executable]) -> Manifest:
     """One function's manifest with these executables (format 1.3 at least)."""
     major, minor = (int(p) for p in view.format_version.split("."))
-    version = max((major, minor), EXECUTABLES_VERSION) if executables else (major, minor)
+    version = max([(major, minor), *(COMPILERS[e.compiler].version for e in executables)])
     return view.model_copy(
         update={
             "executables": sorted(executables, key=lambda e: e.target) or None,

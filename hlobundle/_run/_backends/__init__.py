@@ -81,14 +81,15 @@ def refuse_platforms(backend: Backend, manifest: Manifest) -> None:
 def kind(name: str) -> Backend:
     """The backend for `name`, whether or not it can run here (what it can do, for checking
     options before anything is loaded); `auto` is what a forward run uses."""
-    return _backend(for_forward_calls(_checked(name)))
+    return _backend(for_forward_calls(name))
 
 
-def for_forward_calls(name: BackendName) -> BackendName:
+def for_forward_calls(name: str) -> BackendName:
     """The backend a forward run (`hlobundle run`) uses for `name`: `auto` is xla, which needs
     only jax; enzyme-ad's import (about 0.15 s and 270 MB) buys derivatives, which a forward
     run never takes."""
-    return _FORWARD if name == "auto" else name
+    chosen = _checked(name)
+    return _FORWARD if chosen == "auto" else chosen
 
 
 def for_script(name: str, manifest: Manifest) -> Backend:
@@ -137,6 +138,17 @@ def text_primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
     return backend.text_primal(manifest, text)
 
 
-def compiler() -> Backend:
-    """The backend that compiles and runs stored executables (`hlobundle compile`)."""
-    return next(b for b in map(_backend, _ROOMS) if b.stored_executables)
+def compilers() -> list[Backend]:
+    """The backends that compile and run stored executables (`hlobundle compile`)."""
+    return [b for b in map(_backend, _ROOMS) if b.stored_executables]
+
+
+def compiler(target: str) -> Backend:
+    """The backend that compiles executables for `target` (`hlobundle compile`), or an
+    `InputError` naming the targets there are."""
+    able = compilers()
+    chosen = next((b for b in able if target in b.executable_targets), None)
+    if chosen is None:
+        targets = [t for b in able for t in b.executable_targets]
+        raise InputError(f"--target must be one of {targets}, got {target!r}", argument="target")
+    return chosen

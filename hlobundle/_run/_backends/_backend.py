@@ -28,15 +28,20 @@ class Script:
 
 @dataclass(frozen=True)
 class Compiled:
-    """A compiled module and what it was made from and with (a manifest `Executable`'s fields)."""
+    """A compiled module and what it was made from and with (a manifest `Executable`'s fields;
+    `suffix`: its file's, and XLA's key: `device_kind`, `topology`, `libtpu_version`)."""
 
-    vmfb: bytes
-    compiler: Literal["iree"]  # the only one
+    data: bytes
+    compiler: Literal["iree", "xla"]
     target: str
     cpu: str
     flags: tuple[str, ...]
     compiler_version: str
     architecture: str
+    suffix: str = ".vmfb"
+    device_kind: str | None = None
+    topology: str | None = None
+    libtpu_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,9 @@ class Backend:
     - `script(bundle, trust)`: what an emitted `run.py` is for it (checked before anything is
       written); `symbolic_scripts`: whether such a script can call symbolic shapes.
     - `stored_executables`: it runs a bundle's stored executables (SPEC.md, "Executables"),
-      which it compiles for `executable_targets` with `compile_executable(portable, manifest,
-      target, cpu)`; `check_target(target, cpu)` refuses an unknown one before any work.
+      which it compiles for `executable_targets` with `compile_executable(bundle, target=,
+      cpu=)` (of the bundle's selected function); `check_target(target, cpu)` refuses an unknown one before any work; `scripted_executables`:
+      its emitted script runs them too.
     - `limit_memory(limit)`: caps the process's address space so that running out of memory is
       a coded error (`run --max-memory`), where the backend can need it.
     - A JAX backend's `BundleFunction` takes `implementation(bundle, prover)`, installs
@@ -74,6 +80,7 @@ class Backend:
     script: Callable[[Bundle, Trust], Script]
     symbolic_scripts: bool = False
     stored_executables: bool = False
+    scripted_executables: bool = False
     executable_targets: tuple[str, ...] = ()
     compile_executable: Callable[..., Compiled] | None = None
     check_target: Callable[[str, str], object] | None = None

@@ -35,7 +35,7 @@ from ..._read import _cache
 from ..._read._trust import Trust
 from .. import _binding, _shapes
 from . import _installed, _iree_compile
-from ._backend import Backend, Script
+from ._backend import Backend, Compiled, Script
 
 if TYPE_CHECKING:
     from ..._format._manifest import Executable
@@ -270,8 +270,14 @@ def _module_bytes(bundle: Bundle, trusted: bool) -> tuple[bytes, str]:
         return cached, "compile cache"
     compiled = _iree_compile.compile_portable(portable, bundle.manifest, cpu="host")
     if where is not None:
-        _cache.write(where, key, compiled.vmfb)
-    return compiled.vmfb, "compiled"
+        _cache.write(where, key, compiled.data)
+    return compiled.data, "compiled"
+
+
+def _compile_executable(bundle: Bundle, *, target: str, cpu: str) -> Compiled:
+    return _iree_compile.compile_portable(
+        bundle.portable_artifact, bundle.manifest, target=target, cpu=cpu
+    )
 
 
 def _host_cpu() -> str:
@@ -376,8 +382,9 @@ BACKEND = Backend(
     make=make,
     script=_script,
     stored_executables=True,
+    scripted_executables=True,
     executable_targets=_iree_compile.TARGETS,
-    compile_executable=_iree_compile.compile_portable,
+    compile_executable=_compile_executable,
     check_target=_iree_compile.flags,
     limit_memory=limit_memory,
 )

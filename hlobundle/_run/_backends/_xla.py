@@ -15,7 +15,7 @@ from ..._interop._jax_export import cotangent_avals, exported_for, trees, value_
 from ..._read._trust import Trust
 from .. import _batched, _transforms
 from .._shapes import DEFAULT_MAX_SHAPES, Prover
-from . import _installed
+from . import _installed, _xla_executables
 from ._backend import Backend, Script
 from ._jax_script import jax_script
 
@@ -34,10 +34,13 @@ def make(
     trust: Trust = Trust.NOTHING,
     max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Any:
-    """The backend's function (`_backends`' interface): a `BundleFunction`."""
+    """The backend's function (`_backends`' interface): a `BundleFunction`, whose eager calls
+    run the bundle's stored XLA executable for this machine when the user trusts it."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes, trust)
+    trusted = bundle.trusted or Trust.EXECUTABLES in trust
+    stored = _xla_executables.stored(bundle, trusted) if not donate else None
+    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes, trust, stored=stored)
 
 
 def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
@@ -161,4 +164,8 @@ BACKEND = Backend(
     check_derivatives=check_derivatives,
     to_exported=to_exported,
     platforms=True,
+    stored_executables=True,
+    executable_targets=_xla_executables.TARGETS,
+    compile_executable=_xla_executables.compile_executable,
+    check_target=_xla_executables.check_target,
 )
