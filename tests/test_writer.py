@@ -357,6 +357,13 @@ def test_pack_names_values_as_jax_recorded_them(tmp_path, args, results, want_ar
     assert [x.name for x in bundle.results] == want_results
 
 
+def test_a_repeated_name_is_numbered_past_every_name_taken():
+    from hlobundle._write._pytree_names import unique
+
+    assert unique(["a", "a", "a_2"]) == ["a", "a_3", "a_2"]  # not a_2 twice
+    assert unique(["y", "y", "y"]) == ["y", "y_2", "y_3"]
+
+
 def test_result_names_follow_the_spec_rule_for_every_producer(tmp_path):
     """SPEC.md 2.1, one rule: by pytree path, where a producer that records none (module text
     without JAX's paths, Reactant) returns one bare array (`result`) or a flat tuple
