@@ -99,10 +99,20 @@ def pack(path: Path, text: str, inputs: list[np.ndarray] | None, **kwargs) -> Pa
         path / "bundle",
         target_version=TARGET,
         producer=("conformance", "1"),
-        **kwargs,
+        **{"result_names": first_result_names(text), **kwargs},
     )
     _strip_environment(bundle)
     return bundle
+
+
+def first_result_names(text: str) -> list[str]:
+    """`result0`, `result1`...: the names the writer gave results by position when the cases
+    were first written (since 2026-12-06 it writes `result`, or `result_0`, `result_1`...; SPEC.md
+    2.1). The cases keep them, so that they stay as they were: a reader takes either."""
+    from hlobundle._format import _main_signature, _mlir
+
+    n = len(_main_signature.signature(_mlir.parse(text), dynamic=True).results)
+    return [f"result{k}" for k in range(n)]
 
 
 def _strip_environment(bundle: Path) -> None:
@@ -1004,6 +1014,7 @@ def two_functions(path: Path, *, second: str = "mul", w_shape: tuple[int, ...] =
         names=names,
         function=second,
         roles={names[1]: "parameter"},
+        result_names=first_result_names(other),
         target_version=TARGET,
         producer=("conformance", "1"),
     )

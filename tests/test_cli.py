@@ -212,7 +212,7 @@ def test_compute_expected_of_a_64_bit_module(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(
-        hlobundle.load(tmp_path / "b").expected_outputs()["result0"], [0, 2, 4]
+        hlobundle.load(tmp_path / "b").expected_outputs()["result"], [0, 2, 4]
     )
 
 
@@ -318,7 +318,7 @@ def test_messages_a_new_user_meets(tmp_path):
         "--expected",
         tmp_path / "wrong.npy",
     )
-    assert r.returncode == 1 and "expected result 'result0' (from wrong.npy)" in r.stderr, r.stderr
+    assert r.returncode == 1 and "expected result 'result' (from wrong.npy)" in r.stderr, r.stderr
 
 
 def test_roles_by_glob(tmp_path):

@@ -86,12 +86,12 @@ def test_layout_producer_shows_and_saves_the_producer_s_shapes(tmp_path):
     b = _column_major(tmp_path)
     r = cli("run", b, "--layout", "producer", "--save-outputs", tmp_path / "out.npz")
     assert r.returncode == 0, r.stderr
-    assert "  result0  (3, 2)  float32" in r.stdout, r.stdout
-    assert np.load(tmp_path / "out.npz")["result0"].shape == (3, 2)
+    assert "  result_0  (3, 2)  float32" in r.stdout, r.stdout
+    assert np.load(tmp_path / "out.npz")["result_0"].shape == (3, 2)
     r = cli("run", b, "--layout", "producer", "--json")
     assert json.loads(r.stdout)["outputs"][0]["shape"] == [3, 2]
     r = cli("run", b)  # the stored orientation, as before
-    assert "  result0  (2, 3)  float32" in r.stdout, r.stdout
+    assert "  result_0  (2, 3)  float32" in r.stdout, r.stdout
 
 
 def test_a_python_float_argument_suggests_a_32_bit_scalar(tmp_path):
@@ -257,7 +257,7 @@ def test_the_emitted_script_takes_layout_producer_and_hints_it(tmp_path, script_
     assert "--layout producer" in r.stderr, r.stderr[-2000:]
     r = run_script(script, "--inputs", f"arg0={julia}", "--layout", "producer")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "result0: float32[3, 2]" in r.stdout  # Julia's orientation, as run shows it
+    assert "result_0: float32[3, 2]" in r.stdout  # Julia's orientation, as run shows it
     assert np.array2string(np.load(julia), threshold=20) in r.stdout
 
 

@@ -33,6 +33,7 @@ def test_lux_export_round_trips_and_equals_the_generated_script(tmp_path):
     assert [a.path for a in bundle.arguments][:3] == ["arg.2", "arg.3.1.1", "arg.3.1.2"]
     assert [a.name for a in bundle.arguments][:3] == ["arg_2", "arg_3_1_1", "arg_3_1_2"]
     assert {a.layout for a in bundle.arguments} == {"column_major"}
+    assert bundle.manifest.function == "run_lux_model" and bundle.results[0].name == "result"
     # The real generated script, run as its authors meant, in its own directory copy.
     shutil.copytree(LUX, tmp_path / "lux_src")
     code = (
@@ -54,7 +55,7 @@ def test_lux_export_round_trips_and_equals_the_generated_script(tmp_path):
             tmp_path / f"{backend}.npz",
         )
         assert r.returncode == 0, r.stderr
-        np.testing.assert_array_equal(np.load(tmp_path / f"{backend}.npz")["result0"], want)
+        np.testing.assert_array_equal(np.load(tmp_path / f"{backend}.npz")["result"], want)
     npz = np.load(LUX / "run_lux_model_0_inputs.npz")
     np.testing.assert_array_equal(bundle.tensor("arg_3_1_1"), npz["arr_2"])
 
@@ -98,6 +99,53 @@ def test_export_without_data_runs_on_generated_inputs(tmp_path):
     assert bundle.arguments[0].name == "p0" and bundle.arguments[0].path == "arg.2"
     r = cli("run", out, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["inputs"] == "generated"
+
+
+@needs_fixtures
+def test_the_export_names_the_function_and_its_paths_the_arguments(tmp_path):
+    """What the export says: its function_name (`def run_run_lux_model` calls hlo_call) and the
+    Julia paths (`arg.3.6.1.1`); one result is `result`, as a JAX function's one array is."""
+    b = hlobundle.load(hlobundle.from_reactant(LUX, tmp_path / "b"))
+    assert b.manifest.function == "run_lux_model"  # not "Chain", the module's truncated name
+    assert [(a.name, a.path) for a in b.arguments][5] == ("arg_3_6_1_1", "arg.3.6.1.1")
+    assert [r.name for r in b.results] == ["result"]
+    named = hlobundle.from_reactant(LUX, tmp_path / "n", function="lenet", result_names=["logits"])
+    named = hlobundle.load(named)
+    assert named.manifest.function == "lenet" and [r.name for r in named.results] == ["logits"]
+
+
+@needs_fixtures
+def test_paths_that_sanitize_alike_get_numbered_names(tmp_path):
+    """Dict keys `"a-b"` and `"a_b"` both become `a_b`: the second is `_2`, not a refusal."""
+    src = tmp_path / "src"
+    shutil.copytree(LUX, src)
+    script = (src / "run_lux_model.py").read_text()
+    script = script.replace("Path: arg.3.1.1", "Path: arg.3.a-b").replace(
+        "Path: arg.3.1.2", "Path: arg.3.a_b"
+    )
+    (src / "run_lux_model.py").write_text(script)
+    b = hlobundle.load(hlobundle.from_reactant(src, tmp_path / "b"))
+    assert [(a.name, a.path) for a in b.arguments][1:3] == [
+        ("arg_3_a_b", "arg.3.a-b"),
+        ("arg_3_a_b_2", "arg.3.a_b"),
+    ]
+
+
+@needs_fixtures
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda s: s.replace("def run_run_lux_model(", "def call_it("),  # no run_<name>
+        lambda s: s + "\ndef run_other(x):\n    return hlo_call(x, source=_hlo_code)\n",
+    ],
+    ids=["none", "two"],
+)
+def test_without_one_run_function_the_module_names_the_function(tmp_path, edit):
+    src = tmp_path / "src"
+    shutil.copytree(LUX, src)
+    (src / "run_lux_model.py").write_text(edit((src / "run_lux_model.py").read_text()))
+    b = hlobundle.load(hlobundle.from_reactant(src, tmp_path / "b"))
+    assert b.manifest.function == "Chain"
 
 
 @needs_fixtures
@@ -169,7 +217,7 @@ def test_two_named_exports_make_one_bundle_with_the_weights_stored_once(tmp_path
         )
         assert r.returncode == 0, r.stderr
     assert not np.array_equal(
-        np.load(tmp_path / "first.npz")["result0"], np.load(tmp_path / "second.npz")["result0"]
+        np.load(tmp_path / "first.npz")["result"], np.load(tmp_path / "second.npz")["result"]
     )
 
 
@@ -294,7 +342,7 @@ def test_column_major_flow_gives_correct_values(tmp_path, julia_shape, layout):
     assert hlobundle.load(tmp_path / "b").arguments[0].layout == "column_major"
     r = cli("run", tmp_path / "b", "--save-outputs", tmp_path / "out.npz", "--layout", "producer")
     assert r.returncode == 0, r.stderr
-    got = np.load(tmp_path / "out.npz")["result0"]
+    got = np.load(tmp_path / "out.npz")["result"]
     want = a.sum(axis=0)  # Julia: dropdims(sum(A; dims=1); dims=1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -346,7 +394,7 @@ def test_zero_d_column_major(tmp_path):
     )
     bundle = hlobundle.load(out)
     assert bundle.tensor("arg0", layout="producer") == 1.5
-    assert bundle.expected_outputs()["result0"] == 3.0
+    assert bundle.expected_outputs()["result"] == 3.0
 
 
 # --- normalization and refusal (synthetic modules, no ../shared needed) ---------------------

@@ -159,8 +159,10 @@ def server(tmp_path_factory):
         _stop(proc, log)
 
 
-# MLServer parses a REST body only with this header, which tritonclient does not send; and it
-# has no binary tensor extension over REST (binary tensors go over gRPC, raw_input_contents).
+# MLServer has no binary tensor extension over REST: a REST client sends its tensors as JSON
+# (binary tensors go over gRPC, raw_input_contents). The header is what docs/deploy.md showed
+# before MLServer was seen to read JSON without it (test_rest_tensors_are_json_with_or_without_
+# the_header); the calls that pass it show it does no harm.
 JSON = {"Content-Type": "application/json"}
 
 
@@ -364,3 +366,23 @@ def test_a_body_over_the_model_s_bound_is_refused_before_mlserver_parses_it(serv
     status, body = _post(http, b" " * (limit + 1), model="lenet")
     assert status == 413 and body.get("code") == "LIMIT_EXCEEDED", (status, body)
     assert f"over the limit of {limit} bytes" in body["error"]
+
+
+@pytest.mark.parametrize("headers", [None, JSON], ids=["no-header", "json-header"])
+def test_rest_tensors_are_json_with_or_without_the_header(server, headers):
+    """docs/deploy.md: tritonclient's default binary tensors get a 422, `Content-Type` or not;
+    `binary_data=False` is read with or without it, and the results come back as JSON even
+    where binary ones are asked for."""
+    client, *_ = server
+    name, x, want = _lenet_call()
+    binary = httpclient.InferInput(name, list(x.shape), "FP32")
+    binary.set_data_from_numpy(x)  # tritonclient's default: binary_data=True
+    with pytest.raises(Exception, match=r"(?s)\[422\].*JSON decode error"):
+        client.infer("lenet", [binary], headers=headers)
+    given = httpclient.InferInput(name, list(x.shape), "FP32")
+    given.set_data_from_numpy(x, binary_data=False)
+    asked = httpclient.InferRequestedOutput("result", binary_data=True)
+    answer = client.infer("lenet", [given], outputs=[asked], headers=headers)
+    (output,) = answer.get_response()["outputs"]
+    assert "data" in output and "binary_data_size" not in output.get("parameters", {})
+    assert_close(answer.as_numpy("result"), want)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import FIXTURES, ROOT, needs_fixtures
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README = (ROOT / "README.md").read_text()
@@ -163,6 +163,7 @@ SH_RUN = {
         "docs/jax.md",
         "A language model: several functions over one set of weights",
     ): "test_lm_emit_block_generates_text",
+    ("docs/julia.md", "Names"): "test_julia_names_block_runs",
     ("docs/distribution.md", "Push, pull, pin by digest"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Signatures"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Loading remotely"): "test_oci.py::test_the_docs_blocks_run",
@@ -233,6 +234,24 @@ def test_lm_emit_block_generates_text(tmp_path):
     )
     assert "(backend xla;" in r.stdout  # chosen for the symbolic shapes
     assert r.stdout.rstrip("\n").splitlines()[-1].startswith("A bundle artifact the manifest")
+
+
+@pytest.mark.subprocess
+@needs_fixtures
+def test_julia_names_block_runs(tmp_path):
+    """On the real export_to_enzymejax output the section describes (Lux's LeNet-5)."""
+    import hlobundle
+
+    (tmp_path / "exported").symlink_to(FIXTURES / "export_to_enzymejax_lux")
+    r = _bash(_sh("docs/julia.md", "Names"), tmp_path)
+    b = hlobundle.load(tmp_path / "lenet.hlobundle")
+    assert b.manifest.function == "run_lux_model" and [x.name for x in b.results] == ["result"]
+    assert [a.name for a in b.arguments][::5] == ["arg_2", "arg_3_6_1_1", "arg_3_6_3_2"]
+    named = hlobundle.load(tmp_path / "lenet_named.hlobundle")
+    assert named.manifest.function == "lenet" and [x.name for x in named.results] == ["logits"]
+    roles = {a.name: a.role for a in named.arguments}
+    assert roles.pop("x") == "input" and set(roles.values()) == {"parameter"}
+    assert "fc3_b" in r.stdout and "logits" in r.stdout  # what inspect shows
 
 
 @pytest.mark.parametrize(("file", "section", "code"), JULIA, ids=_ids(JULIA))

@@ -159,9 +159,9 @@ def test_generated_inputs_have_the_right_dtypes(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["inputs"] == "generated"
     got = np.load(tmp_path / "out.npz")
-    assert got["result0"].dtype == np.int32 and set(got["result0"]) <= set(range(10))
-    assert got["result1"].dtype == np.bool_
-    assert got["result2"].dtype == np.float16 and got["result3"].dtype == np.uint8
+    assert got["result_0"].dtype == np.int32 and set(got["result_0"]) <= set(range(10))
+    assert got["result_1"].dtype == np.bool_
+    assert got["result_2"].dtype == np.float16 and got["result_3"].dtype == np.uint8
 
 
 def test_run_x64_bundle_from_cli(tmp_path):
@@ -185,8 +185,8 @@ def test_pack_compute_expected_and_expected_file(tmp_path):
         "--compute-expected",
     )
     assert r.returncode == 0, r.stderr
-    np.testing.assert_array_equal(hlobundle.load(tmp_path / "a").expected_outputs()["result0"], x)
-    np.savez(tmp_path / "exp.npz", result0=x + 1)
+    np.testing.assert_array_equal(hlobundle.load(tmp_path / "a").expected_outputs()["result_0"], x)
+    np.savez(tmp_path / "exp.npz", result_0=x + 1)
     r = cli(
         "pack",
         tmp_path / "m.mlir",
@@ -199,7 +199,7 @@ def test_pack_compute_expected_and_expected_file(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert cli("run", tmp_path / "b").returncode == 1
-    np.savez(tmp_path / "bad.npz", result0=np.zeros(3, np.float32))
+    np.savez(tmp_path / "bad.npz", result_0=np.zeros(3, np.float32))
     r = cli(
         "pack",
         tmp_path / "m.mlir",
@@ -212,7 +212,7 @@ def test_pack_compute_expected_and_expected_file(tmp_path):
     )
     assert r.returncode == 1
     assert (
-        "expected result 'result0' (from bad.npz[result0]): expected shape (2, 3), got (3,) (field: results[0])"
+        "expected result 'result_0' (from bad.npz[result_0]): expected shape (2, 3), got (3,) (field: results[0])"
         in r.stderr
     )
 

@@ -320,20 +320,20 @@ def _with_info(args: list[str], results: list[str]) -> str:
             ['"x"', "\"params['w']\""],
             ["\"result['y']\"", '"result[1]"'],
             ["x", "params_w"],
-            ["y", "result1"],
+            ["y", "result_1"],
         ),
         (
             ["\"args[0]['w']\"", '"args[1]"'],
             ["\"result['t'][0]\"", '"result"'],
             ["arg0_w", "arg1"],
-            ["t_0", "result1"],
+            ["t_0", "result"],
         ),
-        (['"\\FF"', '"x"'], ['"r"', "[1]"], ["arg0", "x"], ["r", "result1"]),  # not UTF-8
+        (['"\\FF"', '"x"'], ['"r"', "[1]"], ["arg0", "x"], ["r", "result_1"]),  # not UTF-8
         (
             ['"arg1"', '"args[1]"'],
             ['"r"', '"r"'],
             ["arg0", "arg1"],
-            ["result0", "result1"],
+            ["result_0", "result_1"],
         ),  # clash: defaults
         # untrusted text that is no key path, a keyword, not a string: that value's default
         # name; names that would clash: every default name
@@ -341,10 +341,10 @@ def _with_info(args: list[str], results: list[str]) -> str:
             ['"x; import os"', '"x"'],
             ['"result"', '"result"'],
             ["arg0", "x"],
-            ["result0", "result1"],
+            ["result_0", "result_1"],
         ),
-        (['"class"', '"x"'], ["\"__import__('os')\"", '"r"'], ["arg0", "x"], ["result0", "r"]),
-        (['"x"', '"x"'], ["7 : i32", '"r"'], ["arg0", "arg1"], ["result0", "r"]),
+        (['"class"', '"x"'], ["\"__import__('os')\"", '"r"'], ["arg0", "x"], ["result_0", "r"]),
+        (['"x"', '"x"'], ["7 : i32", '"r"'], ["arg0", "arg1"], ["result_0", "r"]),
     ],
 )
 def test_pack_names_values_as_jax_recorded_them(tmp_path, args, results, want_args, want_results):
@@ -357,9 +357,17 @@ def test_pack_names_values_as_jax_recorded_them(tmp_path, args, results, want_ar
     assert [x.name for x in bundle.results] == want_results
 
 
+def test_a_repeated_name_is_numbered_past_every_name_taken():
+    from hlobundle._write._pytree_names import unique
+
+    assert unique(["a", "a", "a_2"]) == ["a", "a_3", "a_2"]  # not a_2 twice
+    assert unique(["y", "y", "y"]) == ["y", "y_2", "y_3"]
+
+
 def test_result_names_follow_the_spec_rule_for_every_producer(tmp_path):
-    """SPEC.md 2.1: by pytree path where the producer knows one, else by position; pack takes
-    a path JAX recorded only when it holds a key."""
+    """SPEC.md 2.1, one rule: by pytree path, where a producer that records none (module text
+    without JAX's paths, Reactant) returns one bare array (`result`) or a flat tuple
+    (`result_0`...)."""
     import jax
     from jax import export as jax_export
 
@@ -377,12 +385,19 @@ def test_result_names_follow_the_spec_rule_for_every_producer(tmp_path):
     assert [r.name for r in hlobundle.load(tmp_path / "j").results] == by_path
     (tmp_path / "f.mlir").write_text(lowered_text(f, x))
     assert cli("pack", tmp_path / "f.mlir", "-o", tmp_path / "p").returncode == 0
-    assert [r.name for r in hlobundle.load(tmp_path / "p").results] == ["result0", "result_1_k"]
+    assert [r.name for r in hlobundle.load(tmp_path / "p").results] == by_path
     out = hlobundle.export(lambda x: x * 2, x, out=tmp_path / "one")
     assert [r.name for r in hlobundle.load(out).results] == ["result"]
     (tmp_path / "g.mlir").write_text(lowered_text(lambda x: (x, x), x))
     assert cli("pack", tmp_path / "g.mlir", "-o", tmp_path / "q").returncode == 0
-    assert [r.name for r in hlobundle.load(tmp_path / "q").results] == ["result0", "result1"]
+    assert [r.name for r in hlobundle.load(tmp_path / "q").results] == ["result_0", "result_1"]
+    bare = "func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {\n  return %x : tensor<3xf32>\n}"
+    for k, want in ((1, ["result"]), (2, ["result_0", "result_1"])):  # nothing recorded
+        text = bare.replace("-> tensor<3xf32>", f"-> ({', '.join(['tensor<3xf32>'] * k)})")
+        text = text.replace("return %x :", f"return {', '.join(['%x'] * k)} :")
+        text = text.replace(": tensor<3xf32>\n}", f": {', '.join(['tensor<3xf32>'] * k)}\n}}")
+        out = hlobundle.pack(text, None, tmp_path / f"bare{k}")
+        assert [r.name for r in hlobundle.load(out).results] == want
 
 
 def test_roles_by_name_and_by_glob_match_what_fnmatch_matches():

@@ -133,8 +133,8 @@ class PackOptions:
     )
     result_names: Sequence[str] | None = option(
         None,
-        "result names, Python identifiers (default: from the key paths JAX recorded, else "
-        "`result0`, `result1`...)",
+        "result names, Python identifiers, in `@main`'s order (default: from the key paths JAX "
+        "recorded, else `result` for one, `result_0`, `result_1`... for several)",
         Flag("--result-names", type="csv", note="comma-separated"),
     )
     # The command's default is auto: it reads files, and a file's storage order can tell.
@@ -155,7 +155,7 @@ class PackOptions:
     function: str | None = option(
         None,
         "the function's name in the bundle (default: the module's name less a `jit_` or "
-        "`reactant_` prefix; an Exported's `fun_name`)",
+        "`reactant_` prefix; an Exported's `fun_name`; a Reactant export's `function_name`)",
         Flag("--function"),
     )
     name: str | None = option(None, "the function's name in the bundle (default: `fn.__name__`)")

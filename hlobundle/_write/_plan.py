@@ -28,6 +28,7 @@ from .._format._manifest import (
 from .._format._sharding import manifest_mesh, sharding_fields
 from .._format._stored import fits
 from .._read import _inputs
+from ._pytree_names import positional_result_names, result_name
 
 if TYPE_CHECKING:
     from ._options import PackOptions
@@ -45,7 +46,9 @@ def plan(
 ) -> tuple[Manifest, dict[str, dict[str, tuple[np.ndarray, Any]]]]:
     """The manifest (without the module and file table) and the arrays per tensor file."""
     n = len(sig.arguments)
-    names = _names(opt.names or _jax_names(sig.argument_info, "arg"), n, "arg", "names")
+    names = _names(
+        opt.names or _jax_names(sig.argument_info, "arg"), [f"arg{i}" for i in range(n)], "names"
+    )
     paths = _sized(opt.paths, n, "paths") or [f"%arg{i}" for i in range(n)]
     roles = _expand_roles(dict(opt.roles or {}), names)
     inputs = [n for n in names if roles.get(n, "input") == "input"]
@@ -101,8 +104,7 @@ def plan(
                 sig.results,
                 _names(
                     opt.result_names or _jax_names(sig.result_info, "result"),
-                    len(sig.results),
-                    "result",
+                    positional_result_names(len(sig.results)),
                     "result_names",
                 ),
                 strict=True,
@@ -198,8 +200,8 @@ def _is_role(role: str) -> TypeGuard[Role]:
     return role in TENSOR_FILES
 
 
-def _names(given: Sequence[str] | None, n: int, prefix: str, what: str) -> list[str]:
-    names = _sized(given, n, what) or [f"{prefix}{i}" for i in range(n)]
+def _names(given: Sequence[str] | None, defaults: list[str], what: str) -> list[str]:
+    names = _sized(given, len(defaults), what) or defaults
     seen: set[str] = set()
     for name in names:
         if not name.isidentifier() or keyword.iskeyword(name):
@@ -217,13 +219,16 @@ _KEY_PATH = re.compile(
 
 
 def _jax_names(recorded: Sequence[str | None], prefix: str) -> list[str] | None:
-    """Names from JAX's `jax.arg_info` / `jax.result_info` (untrusted text): `params['w']` ->
-    `params_w`, `args[0]['w']` -> `arg0_w`, `result['y']` -> `y`. A value whose text is only a
-    position (`result[1]`), no plain key path, or a keyword keeps `<prefix><i>`. None (every
-    default name) when nothing is recorded or the names would clash."""
+    """Names from JAX's `jax.arg_info` / `jax.result_info` (untrusted text), by SPEC.md 2.1's
+    rule: `params['w']` -> `params_w`, `args[0]['w']` -> `arg0_w`, `result` -> `result`,
+    `result[1]` -> `result_1`, `result['y']` -> `y`. An argument whose text is only a position
+    (`args[1]`), a text that is no plain key path, or a keyword keeps the default name. None
+    (every default name) when nothing is recorded or the names would clash."""
     if not any(recorded):
         return None
-    names = [_jax_name(text, prefix) or f"{prefix}{i}" for i, text in enumerate(recorded)]
+    n = len(recorded)
+    defaults = [f"arg{i}" for i in range(n)] if prefix == "arg" else positional_result_names(n)
+    names = [_jax_name(text, prefix) or d for text, d in zip(recorded, defaults, strict=True)]
     return names if len(set(names)) == len(names) else None
 
 
@@ -231,12 +236,12 @@ def _jax_name(text: str | None, prefix: str) -> str | None:
     if text is None or not _KEY_PATH.fullmatch(text):
         return None
     head, *keys = re.findall(r"[A-Za-z0-9_]+", text)
-    if head in ("args", "result") and all(k.isdigit() for k in keys):
+    if head == "result":
+        return None if keyword.iskeyword("_".join(keys)) else result_name(keys)
+    if head == "args" and all(k.isdigit() for k in keys):
         return None  # a position says no more than the default name
     if head == "args":
         head, *keys = [f"arg{keys[0]}", *keys[1:]] if keys[0].isdigit() else keys
-    elif head == "result":
-        head, *keys = keys
     name = "_".join([head, *keys])
     name = f"{prefix}_{name}" if name[0].isdigit() else name
     return None if keyword.iskeyword(name) else name

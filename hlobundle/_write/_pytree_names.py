@@ -26,6 +26,8 @@ def leaf_name(path: Any, params: list[str]) -> str:
 
 
 def result_name(path: Any) -> str:
+    """A result's name from its path's keys (SPEC.md 2.1, the one rule): `()` -> `result`,
+    `(0,)` -> `result_0`, `('y',)` -> `y`, `(1, 'k')` -> `result_1_k`."""
     parts = [key_part(k) for k in path]
     if not parts:
         return "result"
@@ -33,13 +35,25 @@ def result_name(path: Any) -> str:
     return identifier(name if not name[0].isdigit() else f"result_{name}")
 
 
+def positional_result_names(n: int) -> list[str]:
+    """`result_name` for a producer that records no output structure (module text, Reactant):
+    one result is a function's one bare array (`result`), several its flat tuple (`result_0`...)."""
+    return [result_name(()) if n == 1 else result_name((k,)) for k in range(n)]
+
+
 def unique(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
+    """The names, a repeated one numbered `_2`, `_3`... past every name already taken (`a`,
+    `a`, `a_2` -> `a`, `a_3`, `a_2`)."""
+    taken = set(names)
+    seen: set[str] = set()
     out = []
     for name in names:
-        n = seen.get(name, 0)
-        seen[name] = n + 1
-        out.append(name if n == 0 else f"{name}_{n + 1}")
+        new, n = name, 1
+        while new in seen or (new != name and new in taken):
+            n += 1
+            new = f"{name}_{n}"
+        seen.add(new)
+        out.append(new)
     return out
 
 

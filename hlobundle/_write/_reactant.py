@@ -2,7 +2,9 @@
 
 The generated script is parsed with `ast`, never executed. From it come the `.mlir` file it
 opens, the `_inputs.npz` it loads (absent when exported with `export_data_as_npz=false`),
-and, from its docstring, each argument's shape, dtype and Julia path (`Path: arg.3.1.1`).
+the export's `function_name` (the script defines `run_<function_name>`, which calls
+`hlo_call`), and, from its docstring, each argument's shape, dtype and Julia path
+(`Path: arg.3.1.1`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .._format._errors import InputError
 from .._format._manifest import identifier
 from .._interop._sources import check_regular, inside, read_regular
 from ._options import PackOptions, takes
+from ._pytree_names import unique
 
 # A generated script: a few KiB of code and one docstring line per argument.
 MAX_SCRIPT_BYTES = 16 << 20
@@ -45,6 +48,12 @@ class ReactantExport:
     module: Path
     inputs: Path | None
     arguments: tuple[ReactantArgument, ...]
+    function_name: str | None  # export_to_enzymejax's function_name, where the script says it
+
+    @property
+    def names(self) -> list[str]:
+        """The arguments' names from their paths, a name two paths share numbered (`_2`)."""
+        return unique([a.name for a in self.arguments])
 
 
 def read_export(path: str | Path) -> ReactantExport:
@@ -72,6 +81,7 @@ def read_export(path: str | Path) -> ReactantExport:
         module=inside(script.parent, module, what="the module the script opens"),  # type: ignore[arg-type]
         inputs=None if inputs is None else inside(script.parent, inputs, what="the inputs file"),
         arguments=arguments,
+        function_name=_function_name(tree),
     )
 
 
@@ -102,6 +112,23 @@ def _one(script: Path, found: list[str], what: str, *, required: bool) -> str | 
             f"{script.name}: expected one {what} in the script, found {names}", path=script
         )
     return names[0] if names else None
+
+
+def _function_name(tree: ast.Module) -> str | None:
+    """`<name>` of the one `def run_<name>(...)` that calls `hlo_call`: export_to_enzymejax's
+    `function_name`. None where the script has no such function, or several."""
+    found = {
+        node.name.removeprefix("run_")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and node.name.startswith("run_")
+        and any(_calls(call, "hlo_call") for call in ast.walk(node))
+    }
+    return identifier(found.pop()) if len(found) == 1 else None
+
+
+def _calls(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
 
 
 def _arguments(script: Path, strings: list[str]) -> tuple[ReactantArgument, ...]:
@@ -139,7 +166,8 @@ def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:
 
     Arrays in the `_inputs.npz` are already permuted to the MLIR shapes, so they are stored as
     they are and flagged `column_major`: the producer's (Julia's) arrays are their axis-reversed
-    views. The arguments' names are derived from their Julia paths unless `names` is given.
+    views. Unless given, the function is named by the export's `function_name` and the
+    arguments by their Julia paths (`arg.3.1.1` -> `arg_3_1_1`); results by SPEC.md 2.1's rule.
 
     **Arguments:**
 
@@ -170,7 +198,8 @@ def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:
         layout="column_major",
         already_permuted=True,
         producer=("Reactant.jl export_to_enzymejax", "unknown"),
-        names=opt.names if opt.names is not None else [a.name for a in export.arguments],
+        names=opt.names if opt.names is not None else export.names,
+        function=opt.function or export.function_name,
     )
     inputs = [export.inputs] if export.inputs else []
     return pack_file_inputs(text, inputs, out, options)
