@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._format import _chunks, _limits, _prechecks, _signature
+from .._format import _chunks, _limits, _paths, _prechecks, _signature
 from .._format._errors import (
     HashMismatchError,
     InputError,
@@ -141,23 +141,13 @@ def _load_remote(
 def _check_names(files: Mapping[str, FileEntry]) -> None:
     """Every listed name is safe, and none is a directory another listed name (or the
     manifest, or its signature) needs: both could not be written into one directory."""
-    for name in files:
-        _sources.check_name(name)
-    taken = {*files, MANIFEST_NAME, _signature.SIGNATURE_NAME}
-    for name in sorted(files):
-        if name in (MANIFEST_NAME, _signature.SIGNATURE_NAME):
-            raise ManifestError(
-                f"files lists {name}, a name the bundle's directory reserves",
-                field=f"files[{name!r}]",
-            )
-        parts = name.split("/")
-        for i in range(1, len(parts)):
-            if "/".join(parts[:i]) in taken:
-                raise UnsafePathError(
-                    f"files lists {name!r}, inside {'/'.join(parts[:i])!r}, which is a file",
-                    path=name,
-                    field=f"files[{name!r}]",
-                )
+    reserved = (MANIFEST_NAME, _signature.SIGNATURE_NAME)
+    for name in sorted(set(files) & set(reserved)):
+        raise ManifestError(
+            f"files lists {name}, a name the bundle's directory reserves",
+            field=f"files[{name!r}]",
+        )
+    _paths.check_tree(files, reserved)
 
 
 def _check_sizes(manifest: Any, names: list[str]) -> None:
