@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -146,10 +147,14 @@ def _range_start(header: str | None) -> int:
 
 
 @contextlib.contextmanager
-def serving(fake: Fake | None = None, address: str = "127.0.0.1") -> Iterator[Fake]:
+def serving(
+    fake: Fake | None = None, address: str = "127.0.0.1", tls: ssl.SSLContext | None = None
+) -> Iterator[Fake]:
     fake = fake or Fake()
     handler = type("Handler", (_Handler,), {"fake": fake})
     server = ThreadingHTTPServer((address, 0), handler)
+    if tls:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     server.handle_error = lambda request, address: None  # a client that hung up, as told to
     fake.host = f"{address}:{server.server_address[1]}"

@@ -195,6 +195,71 @@ def test_a_proxy_named_on_purpose_is_used(fake, tmp_path, monkeypatch):
     assert fake.seen == []
 
 
+@pytest.fixture
+def private_ca(tmp_path, monkeypatch):
+    """A throwaway certificate authority, and a TLS context of a server it certified for
+    127.0.0.1 and 127.0.0.2; none of the CA variables is set."""
+    pytest.importorskip("cryptography")
+    from http_static import throwaway_ca
+
+    for name in ("HLOBUNDLE_CA_FILE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "ca").mkdir()
+    return throwaway_ca(tmp_path / "ca", "127.0.0.1", "127.0.0.2")
+
+
+@pytest.mark.parametrize("variable", ["HLOBUNDLE_CA_FILE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"])
+def test_an_https_bundle_behind_a_private_ca(private_ca, tmp_path, monkeypatch, variable):
+    from http_static import StaticServer
+
+    ca, tls = private_ca
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    server = StaticServer(ROOT / "examples", tls=tls)
+    try:
+        url = server.url + "lenet5.hlobundle/"
+        with pytest.raises(hlobundle.errors.RegistryUnreachableError, match="TLS|SSL"):
+            hlobundle.load(url)
+        monkeypatch.setenv(variable, str(ca))
+        assert hlobundle.load(url).remote == url
+    finally:
+        server.close()
+
+
+def test_a_registry_behind_a_private_ca(private_ca, tmp_path, monkeypatch):
+    """127.0.0.2 is not a name the client calls loopback: the registry is spoken to in HTTPS."""
+    ca, tls = private_ca
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        context = serving(address="127.0.0.2", tls=tls)
+        registry = context.__enter__()
+    except OSError:
+        pytest.skip("127.0.0.2 cannot be bound here")
+    try:
+        artifact(EXAMPLE, registry)
+        with pytest.raises(hlobundle.errors.RegistryUnreachableError, match="TLS|SSL"):
+            hlobundle.pull(registry.ref(), tmp_path / "no.hlobundle")
+        monkeypatch.setenv("HLOBUNDLE_CA_FILE", str(ca))
+        hlobundle.pull(registry.ref(), tmp_path / "ok.hlobundle")
+    finally:
+        context.__exit__(None, None, None)
+
+
+def test_a_ca_variable_naming_nothing_is_a_coded_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HLOBUNDLE_CA_FILE", str(tmp_path / "absent.pem"))
+    with pytest.raises(hlobundle.errors.RegistryUnreachableError, match="HLOBUNDLE_CA_FILE"):
+        hlobundle.load("https://127.0.0.1:9/b.hlobundle/")
+
+
+def test_the_system_store_when_asked(monkeypatch):
+    import ssl
+
+    from hlobundle._oci import _network
+
+    monkeypatch.setenv("HLOBUNDLE_CA_FILE", "system")
+    paths = ssl.get_default_verify_paths()
+    assert _network.certificate_authority() == (paths.cafile or paths.capath or True)
+
+
 # ---- an upload stays on the registry
 
 
