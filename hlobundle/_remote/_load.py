@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 MAX_RUN = 64  # chunks fetched by one range request at most
 
 
+EVERY: Sequence[str] = ("every function",)  # `functions=EVERY`: all (what inspect, diff... read)
+
+
 def load(
     path: str | os.PathLike[str],
     *,
@@ -83,7 +86,7 @@ def load(
         if verify:
             bundle.verify()
         return bundle
-    if functions is None:
+    if functions is None or functions is EVERY:
         return _reader.load(
             path, verify=verify, public_key=public_key, certificate_chain=certificate_chain
         )
@@ -171,6 +174,8 @@ def _check_sizes(manifest: Any, names: list[str]) -> None:
 
 def _chosen(manifest: object, functions: Sequence[str] | None) -> list[str]:
     views, default = functions_of(manifest)
+    if functions is EVERY:
+        return list(views)
     if functions is None:
         if len(views) > 1 and default is None:
             raise InputError(
