@@ -165,6 +165,10 @@ SH_RUN = {
     ("docs/distribution.md", "Sharded weights"): "test_shards.py::test_the_docs_block_runs",
     (
         "docs/distribution.md",
+        "A registry of your own",
+    ): "test_oci.py::test_the_local_registry_block_runs",
+    (
+        "docs/distribution.md",
         "Versions: fingerprint and diff",
     ): "test_diff.py::test_the_docs_block_runs",
 }
