@@ -108,6 +108,36 @@ def test_a_token_service_that_drips_is_cut_off(fake, tmp_path, monkeypatch):
         assert took < 5 * 0.5, f"cut off after {took:.2f} s, the window 0.5 s"
 
 
+@pytest.mark.slow  # a drip for most of a second, by design
+def test_a_token_service_that_drips_its_headers_is_cut_off(fake, tmp_path, monkeypatch):
+    """Header lines a byte at a time: http.client reads them inside one call, each byte well
+    within --timeout; the answer's headers must have come within --timeout + RATE_WINDOW_S."""
+    from hlobundle._oci import _network
+
+    monkeypatch.setattr(_network, "RATE_WINDOW_S", 0.5)
+    stop = time.monotonic() + 10
+    with serving() as tokens:
+
+        def drip(h):
+            h.send_response(200)
+            h.flush_headers()
+            try:
+                while time.monotonic() < stop:
+                    h.wfile.write(b"X")
+                    h.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass
+            h.close_connection = True
+
+        tokens.hooks["/token"] = drip
+        _bearer(fake, f"http://{tokens.host}/token")
+        started = time.monotonic()
+        _refused(tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "headers", timeout=1)
+        took = time.monotonic() - started
+        assert took < 1 + 5 * 0.5, f"cut off after {took:.2f} s, the deadline 1.5 s"
+
+
 # ---- a host is the host urllib3 connects to
 
 

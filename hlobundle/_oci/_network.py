@@ -129,6 +129,9 @@ def _session_class() -> type:
             self.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
             self.verify = certificate_authority()
             self.proxies = proxies()
+            adapter = _adapter_class()(timeout + RATE_WINDOW_S)
+            self.mount("http://", adapter)
+            self.mount("https://", adapter)
 
         def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
             kwargs["timeout"] = self.timeout
@@ -149,6 +152,77 @@ def _session_class() -> type:
             return response
 
     return Session
+
+
+@functools.cache
+def _adapter_class() -> type:
+    """requests' adapter, whose connections cut an answer off when its status line and headers
+    have not all come within `headers_within` seconds (http.client reads them in one call, in
+    which the rate of `arriving()` is not watched)."""
+    import requests
+    from urllib3 import connection, connectionpool
+
+    class Deadline:
+        headers_within = TIMEOUT_S + RATE_WINDOW_S
+
+        def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+            self.cut = False  # a connection is reused, or made again in the same object
+            timer = threading.Timer(self.headers_within, self._cut)
+            timer.daemon = True
+            timer.start()
+            try:
+                response = super().getresponse(*args, **kwargs)  # type: ignore[misc]
+            except broken() as e:
+                if self.cut:
+                    raise _HeadersTooSlow(self.headers_within) from e
+                raise
+            finally:
+                timer.cancel()
+            if self.cut:  # the shutdown read as the headers' end
+                response.close()  # and with it the socket its reader holds
+                raise _HeadersTooSlow(self.headers_within)
+            return response
+
+        cut = False
+
+        def _cut(self) -> None:
+            self.cut = True
+            sock = getattr(self, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    @functools.cache
+    def pools(within: float) -> dict[str, type]:
+        made = {}
+        for scheme, pool, conn in (
+            ("http", connectionpool.HTTPConnectionPool, connection.HTTPConnection),
+            ("https", connectionpool.HTTPSConnectionPool, connection.HTTPSConnection),
+        ):
+            timed = type(f"Timed{conn.__name__}", (Deadline, conn), {"headers_within": within})
+            made[scheme] = type(f"Timed{pool.__name__}", (pool,), {"ConnectionCls": timed})
+        return made
+
+    class Adapter(requests.adapters.HTTPAdapter):
+        def __init__(self, headers_within: float) -> None:
+            self.headers_within = headers_within
+            super().__init__(max_retries=0)
+
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = pools(self.headers_within)
+
+        def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+            manager = super().proxy_manager_for(proxy, **kwargs)
+            manager.pool_classes_by_scheme = pools(self.headers_within)
+            return manager
+
+    return Adapter
+
+
+class _HeadersTooSlow(OSError):
+    def __init__(self, within: float) -> None:
+        super().__init__(f"the answer's headers did not all come within {within:g} s")
 
 
 def _sent(send: Any, what: str, session: Any) -> Any:
