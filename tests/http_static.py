@@ -12,11 +12,57 @@ from __future__ import annotations
 import functools
 import gzip
 import re
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
+
+
+def throwaway_ca(directory: Path, *hosts: str) -> tuple[Path, ssl.SSLContext]:
+    """A certificate authority made for one test (`ca.pem` in `directory`), and a server's
+    TLS context whose certificate it signed for the IP addresses `hosts`."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(subject, key, issuer, issuer_key, ca):  # noqa: ANN001, ANN202
+        built = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            names = [x509.IPAddress(ipaddress.ip_address(h)) for h in hosts]
+            built = built.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        return built.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    pem = serialization.Encoding.PEM
+    (directory / "ca.pem").write_bytes(
+        certificate("throwaway CA", ca_key, "throwaway CA", ca_key, True).public_bytes(pem)
+    )
+    (directory / "server.pem").write_bytes(
+        certificate(hosts[0], key, "throwaway CA", ca_key, False).public_bytes(pem)
+    )
+    (directory / "server.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(directory / "server.pem", directory / "server.key")
+    return directory / "ca.pem", context
 
 
 @functools.cache
@@ -26,7 +72,7 @@ def gzip_bomb() -> bytes:
 
 
 class StaticServer:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls: ssl.SSLContext | None = None) -> None:
         self.root = root
         self.mode = ""
         self.sent = 0
@@ -45,6 +91,9 @@ class StaticServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        self.scheme = "https" if tls else "http"
+        if tls:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         # a client that hung up (a load that refused the answer, as tested): not a traceback
         # on the suite's output
         self.httpd.handle_error = lambda request, address: None
@@ -55,7 +104,7 @@ class StaticServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}/"
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,6 +91,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         self._answer(body=False)
 
+    def do_POST(self) -> None:  # noqa: N802 (an upload: what a hook answers, else 404)
+        self._answer(body=True)
+
+    do_PUT = do_PATCH = do_POST
+
     def _answer(self, body: bool) -> None:
         fake = self.fake
         path = self.path.split("?")[0]
@@ -130,7 +136,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(data) if length is None else length))
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
 
 def _range_start(header: str | None) -> int:
@@ -140,13 +147,17 @@ def _range_start(header: str | None) -> int:
 
 
 @contextlib.contextmanager
-def serving(fake: Fake | None = None) -> Iterator[Fake]:
+def serving(
+    fake: Fake | None = None, address: str = "127.0.0.1", tls: ssl.SSLContext | None = None
+) -> Iterator[Fake]:
     fake = fake or Fake()
     handler = type("Handler", (_Handler,), {"fake": fake})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer((address, 0), handler)
+    if tls:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     server.handle_error = lambda request, address: None  # a client that hung up, as told to
-    fake.host = f"127.0.0.1:{server.server_address[1]}"
+    fake.host = f"{address}:{server.server_address[1]}"
     thread = threading.Thread(
         target=server.serve_forever, args=(0.02,), daemon=True
     )  # quick shutdown

@@ -450,3 +450,22 @@ def test_a_pulled_file_changed_afterwards_is_fetched_again_not_reused(registry, 
     listed = sum(p.stat().st_size for p in bundle.iterdir() if p.name != "manifest.json")
     assert second.reused == listed - shard.stat().st_size  # all but the shard, fetched
     assert (tmp_path / "second" / shard.name).read_bytes() == (bundle / shard.name).read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_local_registry_block_runs(tmp_path):
+    """docs/distribution.md's "A registry of your own", as written, on a free port; the harness
+    stops the registry however the block ends."""
+    from oci_registry import BINARY, free_port, unavailable
+    from test_readme import _bash, _sh
+
+    if shutil.which(BINARY) is None:
+        unavailable(f"{BINARY} is not installed (apt-get install docker-registry)")
+    block = _sh("docs/distribution.md", "A registry of your own")
+    harness = "trap 'kill \"${registry:-}\" 2>/dev/null || true' EXIT\n"
+    r = _bash(
+        harness + block, tmp_path, PORT=str(free_port()), HLOBUNDLE_CACHE_DIR=str(tmp_path / "c")
+    )
+    want = hlobundle.load(EXAMPLE).fingerprint()
+    assert f"{want}  (bundle)" in r.stdout

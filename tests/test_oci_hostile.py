@@ -518,9 +518,9 @@ def test_without_a_registry_ci_fails_and_elsewhere_skips(monkeypatch, tmp_path):
 def test_a_registry_that_drips_a_blob_is_cut_off(fake, tmp_path, monkeypatch):
     """A byte every 50 ms keeps every read inside its timeout; the rate over a window (here
     0.5 s instead of 30) does not."""
-    from hlobundle._oci import _client
+    from hlobundle._oci import _network
 
-    monkeypatch.setattr(_client, "RATE_WINDOW_S", 0.5)
+    monkeypatch.setattr(_network, "RATE_WINDOW_S", 0.5)
     artifact(EXAMPLE, fake)
     data = fake.blobs[_weights_digest()]
 
@@ -567,9 +567,9 @@ def test_a_drip_inside_one_read_is_cut_off(fake, tmp_path, monkeypatch, where):
     """A chunked body whose bytes drip into a chunk's size line, or into trailer lines after
     the last chunk: http.client reads them inside one read, so no piece of the body comes to
     be counted; the watchdog shuts the connection down after a window (here 0.5 s)."""
-    from hlobundle._oci import _client
+    from hlobundle._oci import _network
 
-    monkeypatch.setattr(_client, "RATE_WINDOW_S", 0.5)
+    monkeypatch.setattr(_network, "RATE_WINDOW_S", 0.5)
     artifact(EXAMPLE, fake)
     data = fake.blobs[_weights_digest()]
     stop = time.monotonic() + 15

@@ -174,6 +174,10 @@ SH_RUN = {
     ): "test_image.py::test_the_docs_block_unpacks_the_image_with_umoci_and_the_bundle_verifies_and_runs",
     (
         "docs/distribution.md",
+        "A registry of your own",
+    ): "test_oci.py::test_the_local_registry_block_runs",
+    (
+        "docs/distribution.md",
         "Versions: fingerprint and diff",
     ): "test_diff.py::test_the_docs_block_runs",
 }

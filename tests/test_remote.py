@@ -324,6 +324,25 @@ def test_run_and_serve_take_a_remote_bundle(bundle, server):
     assert bad.returncode == 1 and "REGISTRY_NOT_FOUND" in bad.stderr
 
 
+def test_the_reading_commands_take_a_remote_bundle(bundle, server, registry):
+    """diff, inspect, fingerprint and verify take oci:// and http(s):// as run does (an
+    oci:// reference was read as a path, one slash lost)."""
+    from helpers import cli
+
+    pushed = hlobundle.push(bundle, registry.ref("readers")).ref
+    want = hlobundle.load(bundle).fingerprint()
+    for remote in (url(server, bundle), pushed):
+        done = cli("fingerprint", remote, "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["bundle"] == want
+        done = cli("diff", remote, bundle)
+        assert done.returncode == 0 and "same fingerprint" in done.stdout, done.stderr
+        done = cli("verify", remote)
+        assert done.returncode == 0 and done.stdout.startswith(f"ok: {remote}"), done.stderr
+        done = cli("inspect", remote)
+        assert done.returncode == 0 and "f2" in done.stdout, done.stderr
+
+
 def test_cache_ls_and_prune_bound_the_store_and_touch_nothing_else(bundle, server, tmp_path):
     from helpers import cli
 

@@ -288,9 +288,9 @@ def test_a_large_file_without_chunk_digests_is_not_whole_in_memory_twice(site):
 def test_a_server_that_drips_its_bytes_is_cut_off(site, monkeypatch):
     """A byte every 50 ms keeps every read inside its timeout, for ever; the rate over a window
     does not (here 0.5 s instead of 30, for a fast test)."""
-    from hlobundle._oci import _client
+    from hlobundle._oci import _network
 
-    monkeypatch.setattr(_client, "RATE_WINDOW_S", 0.5)
+    monkeypatch.setattr(_network, "RATE_WINDOW_S", 0.5)
     _, server = site
     server.mode = "drip"
     started = time.monotonic()

@@ -141,9 +141,13 @@ def default_script_path(bundle: Any) -> str:
 
 def inspect(args: argparse.Namespace) -> int:
     from .._read._inspect import render, summarize
+    from .._remote._load import EVERY, load
+    from .._remote._sources import is_remote
 
-    summary = summarize(args.bundle)
-    refusal = _refusal(args.bundle)
+    if is_remote(args.bundle):  # fetched and checked as `run` does; its local view is read
+        summary, refusal = summarize(load(args.bundle, functions=EVERY).path), None
+    else:
+        summary, refusal = summarize(args.bundle), _refusal(args.bundle)
     if args.json:
         if refusal is not None:
             raise refusal
@@ -183,10 +187,10 @@ def _refusal(path: str) -> HloBundleError | None:
 
 
 def fingerprint(args: argparse.Namespace) -> int:
-    from .._read._reader import load
+    from .._remote._load import EVERY, load
     from .._terminal._display import shown
 
-    bundle = load(args.bundle)
+    bundle = load(args.bundle, functions=EVERY)
     names = [args.function] if args.function is not None else bundle.functions
     prints = {name: bundle.fingerprint(name) for name in names}
     whole = None if args.function is not None else bundle.fingerprint()
@@ -205,21 +209,26 @@ def fingerprint(args: argparse.Namespace) -> int:
 def diff(args: argparse.Namespace) -> int:
     from .._read._diff import diff as differences
     from .._read._diff import render
-    from .._read._reader import load
+    from .._remote._load import EVERY, load
 
-    found = differences(load(args.a), load(args.b))
+    found = differences(load(args.a, functions=EVERY), load(args.b, functions=EVERY))
     print(json.dumps(found, allow_nan=False) if args.json else render(found, args.a, args.b))
     return EXIT_OK if found["same"] else EXIT_FAIL
 
 
 def verify(args: argparse.Namespace) -> int:
     from .._format._signature import SIGNATURE_NAME
-    from .._read._reader import load
+    from .._remote._load import EVERY, load
+    from .._remote._sources import is_remote
 
     trust = trust_options(args)
     if trust and args.quick:
         usage(args, "a signature covers every file's sha256: --quick cannot check it")
-    bundle = load(args.bundle)
+    if is_remote(args.bundle):  # its signature is checked as it loads; then every byte
+        bundle = load(args.bundle, functions=EVERY, **trust)
+        trust = {}
+    else:
+        bundle = load(args.bundle)
     if not args.quick:
         bundle.verify(in_memory=False, **trust)  # nothing runs after: no private copies
     files = len(bundle.manifest.files)
@@ -234,7 +243,7 @@ def verify(args: argparse.Namespace) -> int:
     if args.json:
         report = {
             "ok": True,
-            "path": str(bundle.path),
+            "path": bundle.remote or str(bundle.path),
             "files": files,
             "quick": args.quick,
             "signed": bundle.signed,
@@ -242,7 +251,7 @@ def verify(args: argparse.Namespace) -> int:
         }
         print(json.dumps(report))
     else:
-        print(f"ok: {bundle.path} ({files} files, {checked})")
+        print(f"ok: {bundle.remote or bundle.path} ({files} files, {checked})")
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
@@ -31,6 +32,24 @@ def check_name(name: str, *, field: str | None = None) -> str:
             f"file name {name!r} {problem} (SPEC.md, 'Reader safety')", path=name, field=field
         )
     return name
+
+
+def check_tree(names: Iterable[str], reserved: Iterable[str] = ()) -> None:
+    """Every name is safe, and none is inside another listed (or `reserved`) name: a file and
+    a file inside it could not both be written into one directory (`PATH_UNSAFE`)."""
+    names = list(names)
+    for name in names:
+        check_name(name, field=f"files[{name!r}]")
+    taken = {*names, *reserved}
+    for name in sorted(names):
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in taken:
+                raise UnsafePathError(
+                    f"files lists {name!r}, inside {'/'.join(parts[:i])!r}, which is a file",
+                    path=name,
+                    field=f"files[{name!r}]",
+                )
 
 
 def _name_problem(name: str) -> str | None:

@@ -16,7 +16,8 @@ from .._format._errors import (
     RegistryUnreachableError,
 )
 from .._read._store import Store
-from ._client import Client, arriving, broken
+from ._client import Client
+from ._network import arriving, broken
 
 CHUNK = 1 << 20
 MAX_RESUMES = 3
@@ -142,7 +143,7 @@ def _check_range(response: Any, start: int, digest: str, ref: str) -> None:
 
 def fetch_small(client: Client, digest: str, size: int, limit: int, what: str) -> bytes:
     """A small blob (a config, a signature) in memory: at most `limit` bytes, digest checked."""
-    from ._client import read_bounded
+    from ._network import read_bounded
 
     ref = str(client.ref)
     if size > limit:

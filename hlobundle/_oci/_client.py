@@ -1,33 +1,31 @@
-"""The registry client: oras' `Registry` (its uploads, blob checks and token exchange), with
-every request bounded (a timeout, no redirect but a blob's, no retry that sleeps), credentials
-looked up when the registry asks and sent to it alone (and to the token service its challenge
-names), and every status turned into a coded error naming the reference.
+"""The registry client: oras' `Registry` (its uploads and blob checks) over the one bounded
+session of `_network` (a timeout, no redirect but a blob's, no retry that sleeps, nothing from
+the environment), credentials looked up when the registry asks and sent to it alone (and to
+the token service its challenge names), and every status turned into a coded error naming the
+reference.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
-import socket
-import threading
-from collections.abc import Iterator
+import json
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from .._format._errors import (
     BackendUnavailableError,
     BlobDigestError,
+    HloBundleError,
     RegistryAuthError,
-    RegistryLimitError,
     RegistryNotFoundError,
     RegistryProtocolError,
     RegistryUnreachableError,
 )
-from . import _credentials
-from ._ref import LOOPBACK, Reference
+from . import _credentials, _network
+from ._network import TIMEOUT_S, read_bounded, short
+from ._ref import Reference
 
-TIMEOUT_S = 30.0  # for a connection, and between two reads of an answer
 MAX_MANIFEST_BYTES = 4 << 20  # a manifest, config or referrers index
 MAX_ERROR_BYTES = 64 << 10  # what an error answer's body is read for its message
 MAX_REDIRECTS = 5
@@ -48,19 +46,9 @@ def _oras() -> Any:
 
 
 @functools.cache
-def _classes() -> tuple[type, type]:
-    """oras' Registry, asking the client for every request; a requests session that never
-    follows a redirect by itself and always has a timeout (oras' token exchange uses it too)."""
+def _registry_class() -> type:
+    """oras' Registry, asking the client for every request."""
     oras = _oras()
-    import requests
-
-    class Session(requests.Session):
-        timeout: float = TIMEOUT_S
-
-        def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-            kwargs.setdefault("timeout", self.timeout)
-            kwargs["allow_redirects"] = False
-            return super().request(method, url, *args, **kwargs)
 
     class Registry(oras.provider.Registry):  # type: ignore[name-defined]
         client: Client
@@ -78,7 +66,7 @@ def _classes() -> tuple[type, type]:
                 method, url, headers=headers, data=data, json=json, stream=stream
             )
 
-    return Registry, Session
+    return Registry
 
 
 class Client:
@@ -86,23 +74,28 @@ class Client:
     a loopback host (localhost, 127.0.0.1, [::1])."""
 
     def __init__(self, ref: Reference, *, insecure: bool = False, timeout: float = TIMEOUT_S):
+        self.session = _network.session(str(ref), timeout)
         self.ref = ref
         self.asked_insecure = insecure  # plain HTTP anywhere; loopback alone needs no asking
         self.insecure = insecure or ref.loopback
         self.scheme = "http" if self.insecure else "https"
-        registry_class, session_class = _classes()
-        self.registry = registry_class(hostname=ref.host, insecure=self.insecure)
+        self.origin = _network.origin(f"{self.scheme}://{ref.host}/")
+        self.registry = _registry_class()(hostname=ref.host, insecure=self.insecure)
         self.registry.client = self
-        self.session = session_class()
-        self.session.timeout = timeout
-        from http.cookiejar import DefaultCookiePolicy
-
-        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # as oras: none
         self.registry.session = self.registry.auth.session = self.session
         self.container = self.registry.get_container(f"{ref.host}/{ref.repository}:latest")
         self._credentials: _credentials.Credentials | None = None
         self._looked_up = False
         self._authorization: str | None = None
+
+    @property
+    def ref(self) -> Reference:
+        return self._ref
+
+    @ref.setter
+    def ref(self, ref: Reference) -> None:
+        self._ref = ref
+        self.session.ref = str(ref)  # what the session's errors name
 
     def close(self) -> None:
         """Close the connections the session keeps open."""
@@ -144,36 +137,14 @@ class Client:
         return response
 
     def _send(self, method: str, url: str, **kwargs: Any) -> Any:
-        import requests
-
-        kwargs["headers"] = {"Accept-Encoding": "identity", **(kwargs.get("headers") or {})}
-        try:
-            response = self.session.request(method, url, **kwargs)
-            refuse_encoded(response, f"{method} {urlsplit(url).path}", str(self.ref))
-            return response
-        except requests.exceptions.SSLError as e:
-            raise RegistryUnreachableError(
-                f"{self.ref.host}: TLS failed ({_short(e)}); a registry on plain HTTP needs "
-                "--insecure (insecure=True)",
-                ref=str(self.ref),
-            ) from None
-        except requests.exceptions.Timeout:
-            raise RegistryUnreachableError(
-                f"{urlsplit(url).netloc} sent nothing for {self.session.timeout:g} s "
-                f"({method} {urlsplit(url).path})",
-                ref=str(self.ref),
-            ) from None
-        except requests.exceptions.RequestException as e:
-            raise RegistryUnreachableError(
-                f"{urlsplit(url).netloc} cannot be reached ({_short(e)})", ref=str(self.ref)
-            ) from None
+        return self.session.request(method, url, **kwargs)
 
     def _on_registry(self, url: str) -> None:
-        parts = urlsplit(url)
-        if (parts.scheme, parts.netloc) != (self.scheme, self.ref.host):
+        where = _network.origin(url)
+        if where is None or where != self.origin:
             raise RegistryProtocolError(
-                f"{self.ref.host} sent the client to {parts.scheme}://{parts.netloc}; only a "
-                "blob download may leave the registry",
+                f"{self.ref.host} sent the client to {where or repr(url[:200])}; only a blob "
+                "download may leave the registry",
                 ref=str(self.ref),
             )
 
@@ -220,39 +191,40 @@ class Client:
         self._authorization = new
 
     def _token(self, challenge: str) -> str:
-        """A bearer token from the service the challenge names (oras' exchange), sent the user
-        and password when there are some; over HTTPS unless that service is on loopback."""
-        oras = _oras()
-        wanted = oras.auth.utils.parse_auth_header(challenge)
-        realm = urlsplit(wanted.realm or "")
-        if realm.scheme not in ("https", "http") or (
-            realm.scheme == "http" and realm.hostname not in LOOPBACK and not self.asked_insecure
-        ):
+        """A bearer token from the service the challenge names, sent the user and password
+        when there are some; over HTTPS unless that service is on loopback (or --insecure)."""
+        wanted = _oras().auth.utils.parse_auth_header(challenge)
+        realm = wanted.realm or ""
+        where = _network.origin(realm)
+        if where is None or not _network.plain_allowed(where, self.asked_insecure):
             raise RegistryAuthError(
-                f"{self.ref.host} names the token service {wanted.realm!r}; credentials go "
-                "only to an https:// one (or plain HTTP on loopback, or with --insecure)",
+                f"{self.ref.host} names the token service {realm[:200]!r} ({where}); "
+                "credentials go only to an https:// one (or plain HTTP on loopback, or with "
+                "--insecure)",
                 ref=str(self.ref),
             )
         found = self.credentials()
-        auth = self.registry.auth
-        auth._basic_auth = found.basic() if found else None
-        auth._tls_verify = True
-        import requests
-
-        try:
-            token = auth.request_token(wanted)
-        except requests.exceptions.RequestException as e:
-            raise RegistryUnreachableError(
-                f"the token service {wanted.realm} cannot be reached ({_short(e)})",
-                ref=str(self.ref),
-            ) from None
-        except ValueError as e:  # a token service that answers something other than JSON
-            raise RegistryAuthError(
-                f"the token service {wanted.realm}: {_short(e)}", ref=str(self.ref)
-            ) from None
+        basic = found.basic() if found else None
+        params = {k: v for k, v in (("service", wanted.service), ("scope", wanted.scope)) if v}
+        headers = {
+            "Accept": "application/json",
+            **({"Authorization": f"Basic {basic}"} if basic else {}),
+        }
+        response = self._send("GET", realm, params=params, headers=headers)
+        token = None
+        if response.status_code == 200:
+            try:
+                answer = json.loads(response.content)
+                token = answer.get("token") or answer.get("access_token")
+            except (ValueError, AttributeError, RecursionError):
+                raise RegistryAuthError(
+                    f"the token service {realm[:200]} answers something other than a JSON object",
+                    ref=str(self.ref),
+                ) from None
         if not isinstance(token, str) or not token:
             raise RegistryAuthError(
-                f"the token service {wanted.realm} gives no token{self._whose()}",
+                f"the token service {realm[:200]} gives no token ({response.status_code})"
+                f"{self._whose()}",
                 ref=str(self.ref),
             )
         return token
@@ -336,7 +308,7 @@ class Client:
             )
         except ValueError as e:  # oras' own check of a PATCH's answer, or no upload session
             raise RegistryProtocolError(
-                f"uploading {what} ({descriptor['digest']}): {_short(e)}",
+                f"uploading {what} ({descriptor['digest']}): {short(e)}",
                 ref=str(self.ref),
                 digest=descriptor["digest"],
             ) from None
@@ -359,21 +331,21 @@ class Client:
                 return response
             response.close()
             url = urljoin(url, response.headers.get("Location", ""))
-            target = urlsplit(url)
-            if target.scheme == "http" and not (self.asked_insecure or target.hostname in LOOPBACK):
-                raise RegistryProtocolError(
-                    f"the blob {digest} is redirected to plain HTTP ({target.netloc}); "
-                    "allowed only with --insecure",
-                    ref=str(self.ref),
-                    digest=digest,
-                )
-            if target.scheme not in ("http", "https"):
+            target = _network.origin(url)
+            if target is None:
                 raise RegistryProtocolError(
                     f"the blob {digest} is redirected to {url[:200]!r}",
                     ref=str(self.ref),
                     digest=digest,
                 )
-            if (target.scheme, target.netloc) == (self.scheme, self.ref.host):
+            if not _network.plain_allowed(target, self.asked_insecure):
+                raise RegistryProtocolError(
+                    f"the blob {digest} is redirected to plain HTTP ({target}); "
+                    "allowed only with --insecure",
+                    ref=str(self.ref),
+                    digest=digest,
+                )
+            if target == self.origin:
                 response = self.request("GET", url, headers=headers, stream=True)
             else:  # another host: never the registry's credentials
                 response = self._send("GET", url, headers=headers, stream=True)
@@ -386,128 +358,17 @@ class Client:
         return response
 
 
-# A server that sends a byte just inside each read's timeout would hold a pull or a load for
-# ever: fewer than MIN_RATE bytes a second of the body over any RATE_WINDOW_S seconds ends it
-# (curl's --speed-limit and --speed-time), whether the reads return pieces slowly or a read
-# never returns (the bytes dripping into a chunk's size line or a trailer, which http.client
-# reads inside one read): a watchdog shuts the connection down.
-MIN_RATE = 1024
-RATE_WINDOW_S = 30.0
-
-
-class _Watchdog:
-    """Shuts `response`'s connection down when fewer than MIN_RATE bytes a second were
-    `counted` over the last RATE_WINDOW_S seconds."""
-
-    def __init__(self, response: Any) -> None:
-        connection = getattr(response.raw, "connection", None)
-        self.sock = getattr(connection, "sock", None)
-        self.counted, self.tripped = 0, False
-        self._done = threading.Event()
-        threading.Thread(target=self._watch, daemon=True).start()
-
-    def _watch(self) -> None:
-        seen = 0
-        while not self._done.wait(RATE_WINDOW_S):
-            if self.counted - seen < MIN_RATE * RATE_WINDOW_S:
-                self.tripped = True
-                if self.sock is not None:
-                    with contextlib.suppress(OSError):
-                        self.sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns
-                return
-            seen = self.counted
-
-    def stop(self) -> None:
-        self._done.set()
-
-
-def arriving(response: Any, size: int, what: str, ref: str) -> Iterator[bytes]:
-    """An answer's body as it arrives: what is there, up to `size` bytes a piece (urllib3's
-    `read1`; a plain read waits for all `size`), refused (RegistryUnreachableError) when it
-    comes slower than MIN_RATE bytes a second over RATE_WINDOW_S seconds. A broken connection
-    raises one of `broken()`."""
-    read = getattr(response.raw, "read1", None)
-    pieces = iter(lambda: read(size), b"") if read else response.iter_content(size)
-    watchdog = _Watchdog(response)
-    try:
-        for piece in pieces:
-            if watchdog.tripped:
-                break
-            watchdog.counted += len(piece)
-            yield piece
-    except broken():
-        if not watchdog.tripped:
-            raise
-    finally:
-        watchdog.stop()
-    if watchdog.tripped:
-        raise RegistryUnreachableError(
-            f"the {what} arrives slower than {MIN_RATE} bytes/s over {RATE_WINDOW_S:g} s "
-            f"({watchdog.counted} bytes in all)",
-            ref=ref,
-        )
-
-
-def broken() -> tuple[type[BaseException], ...]:
-    """What reading an answer raises when its connection breaks off or times out."""
-    import requests
-    from urllib3.exceptions import HTTPError
-
-    return (requests.exceptions.RequestException, HTTPError, OSError)
-
-
-def refuse_encoded(response: Any, what: str, ref: str) -> None:
-    """An answer with a Content-Encoding (identity was asked: a digest is over the bytes as
-    stored) is refused before any of it is decoded: a gzip bomb never inflates."""
-    encoding = response.headers.get("Content-Encoding", "").strip()
-    if encoding.lower() not in ("", "identity"):
-        response.close()
-        raise RegistryProtocolError(
-            f"the answer to {what[:200]} comes with Content-Encoding {encoding[:40]!r}, though "
-            "identity was asked: refused, not decoded",
-            ref=ref,
-        )
-
-
-def read_bounded(response: Any, limit: int, what: str, ref: str) -> bytes:
-    """An answer's body, refused (RegistryLimitError) past `limit` bytes, before or while read."""
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RegistryLimitError(
-            f"the {what} is {int(declared)} bytes; the limit is {limit}", ref=ref
-        )
-    chunks, total = [], 0
-    for chunk in _chunks(response, 1 << 16, what, ref):
-        total += len(chunk)
-        if total > limit:
-            raise RegistryLimitError(f"the {what} is over the limit of {limit} bytes", ref=ref)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _chunks(response: Any, size: int, what: str, ref: str) -> Any:
-    try:
-        yield from arriving(response, size, what, ref)
-    except broken() as e:
-        raise RegistryUnreachableError(f"reading the {what}: {_short(e)}", ref=ref) from None
-
-
 def _error_text(response: Any) -> str:
     """The registry's error message (its OCI errors JSON, or text), short and bounded."""
-    import json
-
-    try:
-        raw = next(response.iter_content(MAX_ERROR_BYTES), b"")
-    except Exception:  # the answer broke off: its status says enough
-        raw = b""
+    raw = response._content if isinstance(response._content, bytes) else b""
+    if not raw:
+        try:
+            raw = read_bounded(response, MAX_ERROR_BYTES, "error answer", "")
+        except HloBundleError:  # too long, too slow, broken off: its status says enough
+            raw = b""
     try:
         errors = json.loads(raw).get("errors") or []
         text = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}" for e in errors[:5])
     except (ValueError, AttributeError, TypeError, RecursionError):
         text = raw.decode("utf-8", "replace")
     return (text.strip() or f"HTTP {response.status_code}")[:300]
-
-
-def _short(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text if len(text) <= 300 else text[:300] + "..."

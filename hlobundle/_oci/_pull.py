@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._format import _signature
+from .._format import _paths, _signature
 from .._format._errors import (
     FileMissingError,
     FileUnlistedError,
@@ -134,6 +134,7 @@ def _manifest_first(client: Client, artifact: Artifact, built: Path) -> dict:
     _blobs.download(client, layer.digest, layer.size, built / MANIFEST_NAME, MANIFEST_NAME)
     manifest = parse_manifest((built / MANIFEST_NAME).read_bytes())
     files = manifest.files
+    _paths.check_tree(files, (MANIFEST_NAME, _signature.SIGNATURE_NAME))  # before one is written
     others = set(artifact.layers) - {MANIFEST_NAME, _signature.SIGNATURE_NAME}
     for name in sorted(others - set(files)):
         raise FileUnlistedError(

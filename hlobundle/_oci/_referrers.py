@@ -101,7 +101,8 @@ def referrers(client: Client, subject_digest: str) -> list[dict[str, Any]]:
         if response.status_code == 404:
             return _fallback(client, subject_digest)
         client.check(response, f"referrers of {subject_digest}", ok=(200,))
-        from ._client import MAX_MANIFEST_BYTES, read_bounded
+        from ._client import MAX_MANIFEST_BYTES
+        from ._network import read_bounded
 
         raw = read_bounded(response, MAX_MANIFEST_BYTES, "referrers index", str(client.ref))
     return _manifests(raw, client, subject_digest)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._format import _chunks, _limits, _prechecks, _signature
+from .._format import _chunks, _limits, _paths, _prechecks, _signature
 from .._format._errors import (
     HashMismatchError,
     InputError,
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from .._format._manifest import Chunks, FileEntry
 
 MAX_RUN = 64  # chunks fetched by one range request at most
+
+
+EVERY: Sequence[str] = ("every function",)  # `functions=EVERY`: all (what inspect, diff... read)
 
 
 def load(
@@ -83,7 +86,7 @@ def load(
         if verify:
             bundle.verify()
         return bundle
-    if functions is None:
+    if functions is None or functions is EVERY:
         return _reader.load(
             path, verify=verify, public_key=public_key, certificate_chain=certificate_chain
         )
@@ -141,23 +144,13 @@ def _load_remote(
 def _check_names(files: Mapping[str, FileEntry]) -> None:
     """Every listed name is safe, and none is a directory another listed name (or the
     manifest, or its signature) needs: both could not be written into one directory."""
-    for name in files:
-        _sources.check_name(name)
-    taken = {*files, MANIFEST_NAME, _signature.SIGNATURE_NAME}
-    for name in sorted(files):
-        if name in (MANIFEST_NAME, _signature.SIGNATURE_NAME):
-            raise ManifestError(
-                f"files lists {name}, a name the bundle's directory reserves",
-                field=f"files[{name!r}]",
-            )
-        parts = name.split("/")
-        for i in range(1, len(parts)):
-            if "/".join(parts[:i]) in taken:
-                raise UnsafePathError(
-                    f"files lists {name!r}, inside {'/'.join(parts[:i])!r}, which is a file",
-                    path=name,
-                    field=f"files[{name!r}]",
-                )
+    reserved = (MANIFEST_NAME, _signature.SIGNATURE_NAME)
+    for name in sorted(set(files) & set(reserved)):
+        raise ManifestError(
+            f"files lists {name}, a name the bundle's directory reserves",
+            field=f"files[{name!r}]",
+        )
+    _paths.check_tree(files, reserved)
 
 
 def _check_sizes(manifest: Any, names: list[str]) -> None:
@@ -181,6 +174,8 @@ def _check_sizes(manifest: Any, names: list[str]) -> None:
 
 def _chosen(manifest: object, functions: Sequence[str] | None) -> list[str]:
     views, default = functions_of(manifest)
+    if functions is EVERY:
+        return list(views)
     if functions is None:
         if len(views) > 1 and default is None:
             raise InputError(

@@ -10,7 +10,7 @@ from collections.abc import Generator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from .._format import _limits, _paths
+from .._format import _limits
 from .._format._errors import (
     HashMismatchError,
     ManifestTooLargeError,
@@ -25,7 +25,6 @@ from .._format._signature import MAX_SIGNATURE_BYTES, SIGNATURE_NAME
 
 TIMEOUT_S = 30.0  # for a connection, and between two reads of an answer
 PIECE = 1 << 20  # what is read from an answer at once
-LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 MAX_URL_CHARS = 2048
 
 
@@ -84,12 +83,11 @@ def open_source(text: str, *, insecure: bool, timeout: float) -> Source:
 
 class HttpSource(Source):
     """`https://HOST/PATH/B.hlobundle/`: the bundle's files under that URL, by their listed
-    names. No redirect is followed (a server that sends one is refused), plain HTTP only to a
-    loopback host or with `insecure`, no cookies, no credentials."""
+    names, through the one bounded session (`_network`): no redirect is followed (a server
+    that sends one is refused), plain HTTP only to a loopback host or with `insecure`, no
+    cookies, no credentials."""
 
     def __init__(self, url: str, *, insecure: bool, timeout: float) -> None:
-        import requests
-
         if len(url) > MAX_URL_CHARS:
             raise RegistryRefError(f"a URL of at most {MAX_URL_CHARS} characters", ref=url[:200])
         parts = urlsplit(url)
@@ -100,8 +98,10 @@ class HttpSource(Source):
                 f"{url[:200]!r}: a bundle's URL has no query, fragment or credentials",
                 ref=url[:200],
             )
-        host = parts.hostname
-        if parts.scheme == "http" and not (insecure or host in LOOPBACK):
+        where = _network().origin(url)
+        if where is None:
+            raise RegistryRefError(f"{url[:200]!r} is not a URL requests sends", ref=url[:200])
+        if not _network().plain_allowed(where, insecure):
             raise RegistryUnreachableError(
                 f"{url[:200]}: plain HTTP only to a loopback host or with --insecure "
                 "(insecure=True)",
@@ -110,36 +110,14 @@ class HttpSource(Source):
         self.ref = url
         self.base = url if url.endswith("/") else url + "/"
         self.timeout = timeout
-        self.session = requests.Session()
-        from http.cookiejar import DefaultCookiePolicy
-
-        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-        self.session.trust_env = False  # no .netrc credentials, no proxies from the environment
+        self.session = _network().session(url[:200], timeout)
 
     def close(self) -> None:
         self.session.close()
 
     def _get(self, name: str, headers: dict[str, str]) -> Any:
-        import requests
-
         url = self.base + quote(name)
-        try:
-            response = self.session.get(
-                url,
-                headers={"Accept-Encoding": "identity", **headers},
-                stream=True,
-                allow_redirects=False,
-                timeout=self.timeout,
-            )
-        except requests.exceptions.Timeout:
-            raise RegistryUnreachableError(
-                f"{url[:200]} sent nothing for {self.timeout:g} s", ref=self.ref
-            ) from None
-        except requests.exceptions.RequestException as e:
-            raise RegistryUnreachableError(
-                f"{url[:200]} cannot be reached ({_short(e)})", ref=self.ref
-            ) from None
-        _client().refuse_encoded(response, f"GET {url[:200]}", self.ref)
+        response = self.session.request("GET", url, headers=headers, stream=True)
         status = response.status_code
         if status in (200, 206):
             return response
@@ -305,7 +283,7 @@ def _exactly(
             )
         got = 0
         try:
-            for piece in _client().arriving(response, PIECE, name, ref):
+            for piece in _network().arriving(response, PIECE, name, ref):
                 got += len(piece)
                 if got > length:
                     raise RegistryLimitError(
@@ -316,7 +294,7 @@ def _exactly(
                 yield piece
                 if stop is not None and stop < length and got >= stop:
                     return  # what was asked has come: the rest is never read
-        except _client().broken() as e:
+        except _network().broken() as e:
             raise RegistryUnreachableError(f"reading {name}: {_short(e)}", ref=ref) from None
         if got != length:
             raise RegistryProtocolError(
@@ -332,26 +310,21 @@ def _bounded(response: Any, limit: int, name: str, ref: str) -> bytes:
         raise RegistryLimitError(f"{name} is {declared} bytes; the limit is {limit}", ref=ref)
     data = bytearray()
     try:
-        for piece in _client().arriving(response, 1 << 16, name, ref):
+        for piece in _network().arriving(response, 1 << 16, name, ref):
             data += piece
             if len(data) > limit:
                 raise RegistryLimitError(f"{name} is over the limit of {limit} bytes", ref=ref)
-    except _client().broken() as e:
+    except _network().broken() as e:
         raise RegistryUnreachableError(f"reading {name}: {_short(e)}", ref=ref) from None
     return bytes(data)
 
 
-def _client() -> Any:
-    """The OCI client's module, whose bounded reads both sources use: imported with the first
-    remote read, so that a local load (`load()` of a path) does not import it."""
-    from .._oci import _client
+def _network() -> Any:
+    """The one bounded session and reader both sources use: imported with the first remote
+    read, so that a local load (`load()` of a path) does not import it."""
+    from .._oci import _network
 
-    return _client
-
-
-def check_name(name: str) -> None:
-    """A listed file's name, before it is put into a URL or a path."""
-    _paths.check_name(name, field=f"files[{name!r}]")
+    return _network
 
 
 def _short(e: BaseException) -> str:
