@@ -1816,13 +1816,41 @@ def remote_cost(tmp: Path, quick: bool) -> list[dict]:
 # --- serving ------------------------------------------------------------------------------------
 
 
-def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
-    import socket
-    import urllib.request
+# Where a served process listens: a loopback port, or the path of a unix socket (`serve --uds`).
+Where = int | str
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+
+def _connection(where: Where, timeout: float | None = None) -> Any:
+    """An http.client connection to the server at `where`, over TCP or a unix socket."""
+    import http.client
+    import socket
+
+    if isinstance(where, int):
+        return http.client.HTTPConnection("127.0.0.1", where, timeout=timeout)
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(where)
+
+    return UnixConnection("localhost", timeout=timeout)
+
+
+def _served(
+    max_batch: int, uds: str | None = None, ready_s: float = 60.0
+) -> tuple[subprocess.Popen, Where]:
+    """`hlobundle serve` of the LeNet, batching up to `max_batch`, on a free loopback port or
+    the unix socket `uds`, once it answers ready (within `ready_s`)."""
+    import socket
+
+    if uds is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            where: Where = s.getsockname()[1]
+        listen = ["--port", str(where)]
+    else:
+        where, listen = uds, ["--uds", uds]
     proc = subprocess.Popen(
         [
             PY,
@@ -1830,8 +1858,7 @@ def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
             "hlobundle",
             "serve",
             str(ROOT / "examples" / "lenet5.hlobundle"),
-            "--port",
-            str(port),
+            *listen,
             "--backend",
             "xla",
             "--max-batch-size",
@@ -1841,12 +1868,16 @@ def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    for _ in range(600):
+    deadline = time.monotonic() + ready_s
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
-                return proc, port
+            conn = _connection(where, timeout=1)
+            conn.request("GET", "/v2/health/ready")
+            if conn.getresponse().status == 200:
+                return proc, where
         except OSError:  # not listening yet
             time.sleep(0.1)
+    proc.kill()
     raise RuntimeError("the server did not start")
 
 
@@ -1856,16 +1887,14 @@ def _rss_kib(pid: int) -> int:
 
 
 def _load(
-    port: int, body: bytes, header: int, want: bytes, clients: int, each: int
+    where: Where, body: bytes, header: int, want: np.ndarray, clients: int, each: int
 ) -> tuple[float, int]:
     """Requests per second from `clients` threads, each with its own keep-alive connection
     sending `each` binary requests; and how many answers were lost or wrong."""
-    import http.client
-
     bad = []
 
     def client() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port)
+        conn = _connection(where)
         for _ in range(each):
             conn.request(
                 "POST",
@@ -2014,13 +2043,12 @@ def _handler_mean_s(port: int) -> float:
     return values["hlobundle_request_seconds_sum"] / values["hlobundle_request_seconds_count"]
 
 
-def _ceiling(port: int, clients: int, each: int) -> float:
+def _ceiling(where: Where, clients: int, each: int) -> float:
     """Requests per second the same clients get from the server when no model runs at all: what
     HTTP on both sides costs, the most any batching could reach."""
-    import http.client
 
     def client() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port)
+        conn = _connection(where)
         for _ in range(each):
             conn.request("GET", "/v2/health/live")
             conn.getresponse().read()
@@ -2125,20 +2153,7 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     fn = jax.jit(bundle.function("xla"))
     args = bundle.example_args()
     want = np.asarray(fn(*args)).reshape(-1)
-    header = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "images",
-                    "shape": list(images.shape),
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": images.nbytes},
-                }
-            ],
-            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
-        }
-    ).encode()
-    body = header + images.astype("<f4").tobytes()
+    header, body = _binary_request(images)
     n = 200 if quick else 1000
     local = []
     for _ in range(n):
@@ -2251,6 +2266,118 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
         },
     ]
     return rows
+
+
+def _binary_request(images: np.ndarray) -> tuple[bytes, bytes]:
+    """The LeNet's binary inference request (the binary extension both ways): its JSON header,
+    and the whole body."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(images.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes},
+                }
+            ],
+            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return header, header + images.astype("<f4").tobytes()
+
+
+def _answer(where: Where, body: bytes, header: bytes) -> np.ndarray:
+    """The result of one binary request (float32, flat)."""
+    conn = _connection(where)
+    conn.request(
+        "POST",
+        "/v2/models/lenet5/infer",
+        body,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    if r.status != 200:
+        raise RuntimeError(f"the server answered {r.status}: {data[:300]!r}")
+    return np.frombuffer(data[int(r.headers["Inference-Header-Content-Length"]) :], "<f4")
+
+
+# What the model-only bound's fresh process gets beside a user's environment: where the
+# package and jax are (a machine where nothing is installed, as the TPU hosts) and the
+# accelerator's settings.
+_PASSED = ("PYTHONPATH", "JAX_PLATFORMS")
+
+
+def _accelerator_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in _PASSED or k.startswith("TPU_")}
+
+
+def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
+    """The batching gain of `hlobundle serve --uds` (REST over a unix socket, no TCP socket at
+    all: it runs on hosts that allow none, the TPU machines), 16 clients, against the
+    model-only bound, as `serve` measures it over loopback. Nothing here runs a model in this
+    process: the bound's process, then each server, hold the accelerator in turn (one program
+    at a time can hold a TPU chip). A wrong answer is one that differs from the unbatched
+    server's."""
+    images_file = tmp / "uds-images.npy"
+    code = MODEL_BOUND.format(
+        here=str(ROOT / "benchmarks"),
+        bundle=str(ROOT / "examples" / "lenet5.hlobundle"),
+        reps=20 if quick else 100,
+    )
+    code += f"np.save({str(images_file)!r}, many[0]['images'])\n"
+    times = json.loads(run_py(code, _accelerator_env())[1].strip().splitlines()[-1])
+    bound = times["one"] / times["batched"]
+    header, body = _binary_request(np.load(images_file))
+    each = 25 if quick else 125
+    runs, want = {}, None
+    for max_batch in (1, 16):
+        proc, where = _served(max_batch, uds=str(tmp / f"uds-{max_batch}.sock"), ready_s=600)
+        try:
+            want = _answer(where, body, header) if want is None else want
+            rate, wrong = _load(where, body, len(header), want, 16, each)
+            runs[max_batch] = {"rate": rate, "wrong": wrong, "ceiling": _ceiling(where, 16, each)}
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=60)
+    unbatched, batched = runs[1]["rate"], runs[16]["rate"]
+    return [
+        {
+            "case": "model only, a fresh process set up as serve's: 16 requests one by one / "
+            "in one batched call (the bound on any batching gain)",
+            "s": times["batched"],
+            "ratio": bound,
+        },
+        {
+            "case": "throughput over the unix socket, 16 concurrent clients, no batching (requests/s)",
+            "s": unbatched,
+            "ratio": 1.0,
+        },
+        {
+            "case": "throughput over the unix socket, 16 concurrent clients, dynamic batching up "
+            "to 16 (requests/s; ratio: over no batching)",
+            "s": batched,
+            "ratio": batched / unbatched,
+        },
+        {
+            "case": "batching gain / the model-only bound (goal >= 0.8)",
+            "s": batched / unbatched,
+            "ratio": batched / unbatched / bound,
+        },
+        {
+            "case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s; "
+            "ratio: over no batching)",
+            "s": runs[1]["ceiling"],
+            "ratio": runs[1]["ceiling"] / unbatched,
+        },
+        {
+            "case": f"answers lost or not the unbatched server's, of {2 * 16 * each}",
+            "s": float(runs[1]["wrong"] + runs[16]["wrong"]),
+            "ratio": 0.0,
+        },
+    ]
 
 
 # --- the engines side by side (peers.py, ray_scaling.py) ---------------------------------------
@@ -2489,6 +2616,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
             "latency (ratio column: seconds over the in-process call), throughput, load",
             serve_cost,
+        ),
+        "serve-uds": one(
+            "Serving over a unix socket (hlobundle serve --uds; no TCP socket at all): dynamic "
+            "batching's gain, 16 clients (threads of the benchmark, http.client), against the "
+            "model-only bound",
+            serve_uds_cost,
         ),
         "peers": one(
             "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "
