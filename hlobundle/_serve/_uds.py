@@ -11,7 +11,8 @@ A socket file is made where others may be able to reach it, so:
   there, which the check before it keeps it from (only a socket made in the instant between
   the two could still be deleted: grpc offers no bind that replaces nothing).
 - On shutdown only the socket made here is removed: PATH is unlinked only while it still is
-  that socket (same device and inode), not whatever was put there since.
+  that socket (same device and inode), not whatever was put there since. (grpc, stopping,
+  unlinks whatever socket is at its path: one put at `--grpc-uds`'s PATH since is lost.)
 - A path that does not fit in `sockaddr_un` (107 bytes and a NUL) is refused, naming the limit,
   rather than cut short by the kernel or grpc.
 Linking a socket bound under a private name into place would close grpc's instant, but gVisor
