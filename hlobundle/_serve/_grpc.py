@@ -1,6 +1,7 @@
-"""The gRPC side (`serve --grpc-port`, or `--grpc-uds`: a unix socket made by `_uds`): KServe v2's predict protocol (`inference.GRPCInferenceService`:
-ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer) beside the REST
-app, in the same process, over the same loaded models.
+"""The gRPC side (`serve --grpc-port`; `--grpc-uds`: a unix socket, made by `_uds`): KServe v2's
+predict protocol (`inference.GRPCInferenceService`: ServerLive, ServerReady, ModelReady,
+ServerMetadata, ModelMetadata, ModelInfer) beside the REST app, in the same process, over the
+same loaded models.
 
 One path for both protocols: a `ModelInferRequest` becomes the request object REST parses from
 JSON (typed `contents` as JSON data, `raw_input_contents` as the binary extension's data, each
@@ -385,11 +386,11 @@ class GrpcServer:
         return int(bound)
 
     def _bind_unix(self, path: str) -> int:
-        """Bind the unix socket that `_uds.place` links to `path` (0: no port)."""
+        """Bind a unix socket at `path`, as `_uds.place` makes one (0: no port)."""
 
-        def bind(private: str) -> None:
+        def bind(where: str) -> None:
             try:
-                bound = self._server.add_insecure_port(f"unix:{private}")
+                bound = self._server.add_insecure_port(f"unix:{where}")
             except RuntimeError:
                 bound = 0
             if not bound:

@@ -4,7 +4,8 @@ that allow no TCP socket, and for sidecars.
 A socket file is made where others may be able to reach it, so:
 - It is owner-only (mode 0600, whatever the umask: the umask is 0177 while it is bound, so it
   is never reachable by others, not even for a moment): only this user's processes (and root)
-  can connect.
+  can connect. (The umask is the process's: a file another thread makes in that instant is
+  owner-only too, which errs on the safe side.)
 - It never replaces anything: where PATH exists (a file, a directory, a symbolic link, another
   server's socket, live or stale) it is refused, before binding, with what is there. The
   kernel's bind replaces nothing either; grpc's, asked for `unix:PATH`, first deletes a socket
