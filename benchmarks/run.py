@@ -1838,10 +1838,10 @@ def _connection(where: Where, timeout: float | None = None) -> Any:
 
 
 def _served(
-    max_batch: int, uds: str | None = None, ready_s: float = 60.0
+    max_batch: int, uds: str | None = None, ready_s: float = 60.0, flags: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen, Where]:
     """`hlobundle serve` of the LeNet, batching up to `max_batch`, on a free loopback port or
-    the unix socket `uds`, once it answers ready (within `ready_s`)."""
+    the unix socket `uds`, with `flags`, once it answers ready (within `ready_s`)."""
     import socket
 
     if uds is None:
@@ -1864,6 +1864,7 @@ def _served(
             "--max-batch-size",
             str(max_batch),
             "--trust-batched",
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -2028,19 +2029,24 @@ def _latency(port: int, body: bytes, header: bytes, n: int) -> tuple[list[float]
     return infer, live
 
 
-def _handler_mean_s(port: int) -> float:
+def _handler_mean_s(where: Where) -> float:
     """The server's own mean seconds per inference request, from body read to response built
     (its /metrics histogram hlobundle_request_seconds)."""
-    import urllib.request
+    return _metric_mean(where, "hlobundle_request_seconds")
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
+
+def _metric_mean(where: Where, histogram: str) -> float:
+    """The mean of the server's /metrics histogram `histogram` for the LeNet."""
+    conn = _connection(where, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
     values = {
         line.split("{")[0]: float(line.split()[-1])
         for line in text.splitlines()
-        if line.startswith("hlobundle_request_seconds_") and 'model="lenet5"' in line
+        if line.startswith(f"{histogram}_") and 'model="lenet5"' in line
     }
-    return values["hlobundle_request_seconds_sum"] / values["hlobundle_request_seconds_count"]
+    return values[f"{histogram}_sum"] / values[f"{histogram}_count"]
 
 
 def _ceiling(where: Where, clients: int, each: int) -> float:
@@ -2314,6 +2320,14 @@ def _accelerator_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in _PASSED or k.startswith("TPU_")}
 
 
+# The servers serve_uds_cost asks in turn: a name, --max-batch-size, other flags.
+SERVED_OVER_UDS = (
+    ("one", 1, ()),
+    ("batched", 16, ()),
+    ("batched, waiting 10 ms", 16, ("--batch-timeout-ms", "10")),
+)
+
+
 def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
     """The batching gain of `hlobundle serve --uds` (REST over a unix socket, no TCP socket at
     all: it runs on hosts that allow none, the TPU machines), 16 clients, against the
@@ -2332,17 +2346,22 @@ def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
     bound = times["one"] / times["batched"]
     header, body = _binary_request(np.load(images_file))
     each = 25 if quick else 125
-    runs, want = {}, None
-    for max_batch in (1, 16):
-        proc, where = _served(max_batch, uds=str(tmp / f"uds-{max_batch}.sock"), ready_s=600)
+    runs: dict[str, dict[str, float]] = {}
+    want = None
+    for name, max_batch, flags in SERVED_OVER_UDS:
+        path = str(tmp / f"uds-{len(runs)}.sock")
+        proc, where = _served(max_batch, uds=path, ready_s=600, flags=flags)
         try:
             want = _answer(where, body, header) if want is None else want
             rate, wrong = _load(where, body, len(header), want, 16, each)
-            runs[max_batch] = {"rate": rate, "wrong": wrong, "ceiling": _ceiling(where, 16, each)}
+            runs[name] = {"rate": rate, "wrong": wrong, "ceiling": _ceiling(where, 16, each)}
+            if max_batch > 1:
+                runs[name]["batch"] = _metric_mean(where, "hlobundle_batch_size")
         finally:
             proc.terminate()
             proc.communicate(timeout=60)
-    unbatched, batched = runs[1]["rate"], runs[16]["rate"]
+    unbatched, batched = runs["one"]["rate"], runs["batched"]["rate"]
+    slower = runs["batched, waiting 10 ms"]
     return [
         {
             "case": "model only, a fresh process set up as serve's: 16 requests one by one / "
@@ -2367,14 +2386,30 @@ def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
             "ratio": batched / unbatched / bound,
         },
         {
-            "case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s; "
-            "ratio: over no batching)",
-            "s": runs[1]["ceiling"],
-            "ratio": runs[1]["ceiling"] / unbatched,
+            "case": "in which: the mean batch the server ran (s), of 16 clients (ratio)",
+            "s": runs["batched"]["batch"],
+            "ratio": runs["batched"]["batch"] / 16,
         },
         {
-            "case": f"answers lost or not the unbatched server's, of {2 * 16 * each}",
-            "s": float(runs[1]["wrong"] + runs[16]["wrong"]),
+            "case": "the same, batches waiting up to 10 ms (--batch-timeout-ms 10; default 2): "
+            "requests/s, and its gain / the bound",
+            "s": slower["rate"],
+            "ratio": slower["rate"] / unbatched / bound,
+        },
+        {
+            "case": "in which: the mean batch the server ran (s), of 16 clients (ratio)",
+            "s": slower["batch"],
+            "ratio": slower["batch"] / 16,
+        },
+        {
+            "case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s; "
+            "ratio: over no batching)",
+            "s": runs["one"]["ceiling"],
+            "ratio": runs["one"]["ceiling"] / unbatched,
+        },
+        {
+            "case": f"answers lost or not the unbatched server's, of {len(runs) * 16 * each}",
+            "s": float(sum(run["wrong"] for run in runs.values())),
             "ratio": 0.0,
         },
     ]
