@@ -2386,6 +2386,12 @@ def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
             "ratio": batched / unbatched / bound,
         },
         {
+            "case": "batching gain / the most these clients' HTTP allows: the smaller of the "
+            "bound and the ceiling below over no batching",
+            "s": min(bound, runs["one"]["ceiling"] / unbatched),
+            "ratio": batched / unbatched / min(bound, runs["one"]["ceiling"] / unbatched),
+        },
+        {
             "case": "in which: the mean batch the server ran (s), of 16 clients (ratio)",
             "s": runs["batched"]["batch"],
             "ratio": runs["batched"]["batch"] / 16,
