@@ -1888,14 +1888,19 @@ def _rss_kib(pid: int) -> int:
 
 
 def _load(
-    where: Where, body: bytes, header: int, want: np.ndarray, clients: int, each: int
+    where: Where,
+    body: bytes,
+    header: int,
+    want: np.ndarray,
+    clients: int,
+    each: int,
+    processes: bool = False,
 ) -> tuple[float, int]:
-    """Requests per second from `clients` threads, each with its own keep-alive connection
-    sending `each` binary requests; and how many answers were lost or wrong."""
-    bad = []
+    """Requests per second from `clients` threads (or processes), each with its own keep-alive
+    connection sending `each` binary requests; and how many answers were lost or wrong."""
 
-    def client() -> None:
-        conn = _connection(where)
+    def client() -> int:
+        conn, bad = _connection(where), 0
         for _ in range(each):
             conn.request(
                 "POST",
@@ -1912,9 +1917,11 @@ def _load(
                 or got.size != want.size
                 or not np.allclose(got, want, rtol=1e-5, atol=1e-6)
             ):
-                bad.append(1)  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
+                bad += 1  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
+        return bad
 
-    return clients * each / _in_threads(client, clients), len(bad)
+    seconds, bad = (_in_processes if processes else _in_threads)(client, clients)
+    return clients * each / seconds, bad
 
 
 MODEL_BOUND = """
@@ -2049,30 +2056,57 @@ def _metric_mean(where: Where, histogram: str) -> float:
     return values[f"{histogram}_sum"] / values[f"{histogram}_count"]
 
 
-def _ceiling(where: Where, clients: int, each: int) -> float:
+def _ceiling(where: Where, clients: int, each: int, processes: bool = False) -> float:
     """Requests per second the same clients get from the server when no model runs at all: what
     HTTP on both sides costs, the most any batching could reach."""
 
-    def client() -> None:
+    def client() -> int:
         conn = _connection(where)
         for _ in range(each):
             conn.request("GET", "/v2/health/live")
             conn.getresponse().read()
+        return 0
 
-    return clients * each / _in_threads(client, clients)
+    return clients * each / (_in_processes if processes else _in_threads)(client, clients)[0]
 
 
-def _in_threads(client: Callable[[], None], clients: int) -> float:
-    """Seconds `clients` threads take to run `client` each, all started together."""
+def _in_threads(client: Callable[[], int], clients: int) -> tuple[float, int]:
+    """Seconds `clients` threads take to run `client` each, all started together, and the sum
+    of what they return."""
     import threading
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(client())) for _ in range(clients)]
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, sum(results)
+
+
+def _in_processes(client: Callable[[], int], clients: int) -> tuple[float, int]:
+    """As `_in_threads`, in forked processes (timed once all are forked): clients that share no
+    interpreter lock, as a server's clients are."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    gate, results = ctx.Barrier(clients + 1), ctx.SimpleQueue()
+
+    def run() -> None:
+        gate.wait()
+        results.put(client())
+
+    procs = [ctx.Process(target=run) for _ in range(clients)]
+    for p in procs:
+        p.start()
+    gate.wait()
+    start = time.perf_counter()
+    total = sum(results.get() for _ in procs)
+    seconds = time.perf_counter() - start
+    for p in procs:
+        p.join()
+    return seconds, total
 
 
 def json_decode_cost(tmp: Path, quick: bool) -> list[dict]:
@@ -2331,7 +2365,9 @@ SERVED_OVER_UDS = (
 def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
     """The batching gain of `hlobundle serve --uds` (REST over a unix socket, no TCP socket at
     all: it runs on hosts that allow none, the TPU machines), 16 clients, against the
-    model-only bound, as `serve` measures it over loopback. Nothing here runs a model in this
+    model-only bound, as `serve` measures it over loopback; the clients are threads of this
+    process, as there, and then forked processes, which share no interpreter lock (HTTP on the
+    clients' side then costs less than the model's batched call on a TPU). Nothing here runs a model in this
     process: the bound's process, then each server, hold the accelerator in turn (one program
     at a time can hold a TPU chip). A wrong answer is one that differs from the unbatched
     server's."""
@@ -2353,72 +2389,80 @@ def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
         proc, where = _served(max_batch, uds=path, ready_s=600, flags=flags)
         try:
             want = _answer(where, body, header) if want is None else want
-            rate, wrong = _load(where, body, len(header), want, 16, each)
-            runs[name] = {"rate": rate, "wrong": wrong, "ceiling": _ceiling(where, 16, each)}
-            if max_batch > 1:
-                runs[name]["batch"] = _metric_mean(where, "hlobundle_batch_size")
+            runs[name] = _uds_run(where, body, len(header), want, each, max_batch > 1)
         finally:
             proc.terminate()
             proc.communicate(timeout=60)
-    unbatched, batched = runs["one"]["rate"], runs["batched"]["rate"]
-    slower = runs["batched, waiting 10 ms"]
-    return [
+    rows = [
         {
             "case": "model only, a fresh process set up as serve's: 16 requests one by one / "
             "in one batched call (the bound on any batching gain)",
             "s": times["batched"],
             "ratio": bound,
-        },
+        }
+    ]
+    for kind in ("threads", "processes"):
+        rows += _uds_rows(runs, kind, bound)
+    wrong = sum(run["wrong threads"] + run["wrong processes"] for run in runs.values())
+    rows.append(
         {
-            "case": "throughput over the unix socket, 16 concurrent clients, no batching (requests/s)",
+            "case": f"answers lost or not the unbatched server's, of {len(runs) * 32 * each}",
+            "s": float(wrong),
+            "ratio": 0.0,
+        }
+    )
+    return rows
+
+
+def _uds_run(
+    where: Where, body: bytes, header: int, want: np.ndarray, each: int, batching: bool
+) -> dict[str, float]:
+    """One server's figures under 16 clients, threads of this process and forked processes:
+    requests/s, answers wrong, the no-model ceiling, and the mean batch it ran."""
+    run = {}
+    for kind in ("threads", "processes"):
+        forked = kind == "processes"
+        rate, wrong = _load(where, body, header, want, 16, each, processes=forked)
+        run[f"rate {kind}"], run[f"wrong {kind}"] = rate, wrong
+        run[f"ceiling {kind}"] = _ceiling(where, 16, each, processes=forked)
+    run["batch"] = _metric_mean(where, "hlobundle_batch_size") if batching else 1.0
+    return run
+
+
+def _uds_rows(runs: dict[str, dict[str, float]], kind: str, bound: float) -> list[dict]:
+    """The rows of one kind of client (threads of the benchmark or processes)."""
+    unbatched = runs["one"][f"rate {kind}"]
+    ceiling = runs["one"][f"ceiling {kind}"] / unbatched
+    rows = [
+        {
+            "case": f"{kind}: no batching (requests/s)",
             "s": unbatched,
             "ratio": 1.0,
         },
         {
-            "case": "throughput over the unix socket, 16 concurrent clients, dynamic batching up "
-            "to 16 (requests/s; ratio: over no batching)",
-            "s": batched,
-            "ratio": batched / unbatched,
-        },
-        {
-            "case": "batching gain / the model-only bound (goal >= 0.8)",
-            "s": batched / unbatched,
-            "ratio": batched / unbatched / bound,
-        },
-        {
-            "case": "batching gain / the most these clients' HTTP allows: the smaller of the "
-            "bound and the ceiling below over no batching",
-            "s": min(bound, runs["one"]["ceiling"] / unbatched),
-            "ratio": batched / unbatched / min(bound, runs["one"]["ceiling"] / unbatched),
-        },
-        {
-            "case": "in which: the mean batch the server ran (s), of 16 clients (ratio)",
-            "s": runs["batched"]["batch"],
-            "ratio": runs["batched"]["batch"] / 16,
-        },
-        {
-            "case": "the same, batches waiting up to 10 ms (--batch-timeout-ms 10; default 2): "
-            "requests/s, and its gain / the bound",
-            "s": slower["rate"],
-            "ratio": slower["rate"] / unbatched / bound,
-        },
-        {
-            "case": "in which: the mean batch the server ran (s), of 16 clients (ratio)",
-            "s": slower["batch"],
-            "ratio": slower["batch"] / 16,
-        },
-        {
-            "case": "ceiling: GET /v2/health/live, no model call, same clients (requests/s; "
-            "ratio: over no batching)",
-            "s": runs["one"]["ceiling"],
-            "ratio": runs["one"]["ceiling"] / unbatched,
-        },
-        {
-            "case": f"answers lost or not the unbatched server's, of {len(runs) * 16 * each}",
-            "s": float(sum(run["wrong"] for run in runs.values())),
-            "ratio": 0.0,
+            "case": f"{kind}: ceiling, GET /v2/health/live, no model call (requests/s; ratio: "
+            "over no batching)",
+            "s": runs["one"][f"ceiling {kind}"],
+            "ratio": ceiling,
         },
     ]
+    for name in ("batched", "batched, waiting 10 ms"):
+        gain = runs[name][f"rate {kind}"] / unbatched
+        rows += [
+            {
+                "case": f"{kind}: {name} (requests/s; ratio: over no batching; mean batch "
+                f"{runs[name]['batch']:.1f} of 16, over both kinds of client)",
+                "s": runs[name][f"rate {kind}"],
+                "ratio": gain,
+            },
+            {
+                "case": f"{kind}: {name}: gain / the model-only bound (goal >= 0.8); s: gain "
+                "/ the most this HTTP allows (the smaller of the bound and the ceiling)",
+                "s": gain / min(bound, ceiling),
+                "ratio": gain / bound,
+            },
+        ]
+    return rows
 
 
 # --- the engines side by side (peers.py, ray_scaling.py) ---------------------------------------
@@ -2660,8 +2704,8 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
         ),
         "serve-uds": one(
             "Serving over a unix socket (hlobundle serve --uds; no TCP socket at all): dynamic "
-            "batching's gain, 16 clients (threads of the benchmark, http.client), against the "
-            "model-only bound",
+            "batching's gain, 16 clients (http.client; threads of the benchmark, then forked "
+            "processes), against the model-only bound",
             serve_uds_cost,
         ),
         "peers": one(
