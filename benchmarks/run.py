@@ -1927,13 +1927,41 @@ def remote_cost(tmp: Path, quick: bool) -> list[dict]:
 # --- serving ------------------------------------------------------------------------------------
 
 
-def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
-    import socket
-    import urllib.request
+# Where a served process listens: a loopback port, or the path of a unix socket (`serve --uds`).
+Where = int | str
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+
+def _connection(where: Where, timeout: float | None = None) -> Any:
+    """An http.client connection to the server at `where`, over TCP or a unix socket."""
+    import http.client
+    import socket
+
+    if isinstance(where, int):
+        return http.client.HTTPConnection("127.0.0.1", where, timeout=timeout)
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(where)
+
+    return UnixConnection("localhost", timeout=timeout)
+
+
+def _served(
+    max_batch: int, uds: str | None = None, ready_s: float = 60.0, flags: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, Where]:
+    """`hlobundle serve` of the LeNet, batching up to `max_batch`, on a free loopback port or
+    the unix socket `uds`, with `flags`, once it answers ready (within `ready_s`)."""
+    import socket
+
+    if uds is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            where: Where = s.getsockname()[1]
+        listen = ["--port", str(where)]
+    else:
+        where, listen = uds, ["--uds", uds]
     proc = subprocess.Popen(
         [
             PY,
@@ -1941,23 +1969,27 @@ def _served(max_batch: int) -> tuple[subprocess.Popen, int]:
             "hlobundle",
             "serve",
             str(ROOT / "examples" / "lenet5.hlobundle"),
-            "--port",
-            str(port),
+            *listen,
             "--backend",
             "xla",
             "--max-batch-size",
             str(max_batch),
             "--trust-batched",
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    for _ in range(600):
+    deadline = time.monotonic() + ready_s
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1):
-                return proc, port
+            conn = _connection(where, timeout=1)
+            conn.request("GET", "/v2/health/ready")
+            if conn.getresponse().status == 200:
+                return proc, where
         except OSError:  # not listening yet
             time.sleep(0.1)
+    proc.kill()
     raise RuntimeError("the server did not start")
 
 
@@ -1967,16 +1999,19 @@ def _rss_kib(pid: int) -> int:
 
 
 def _load(
-    port: int, body: bytes, header: int, want: bytes, clients: int, each: int
+    where: Where,
+    body: bytes,
+    header: int,
+    want: np.ndarray,
+    clients: int,
+    each: int,
+    processes: bool = False,
 ) -> tuple[float, int]:
-    """Requests per second from `clients` threads, each with its own keep-alive connection
-    sending `each` binary requests; and how many answers were lost or wrong."""
-    import http.client
+    """Requests per second from `clients` threads (or processes), each with its own keep-alive
+    connection sending `each` binary requests; and how many answers were lost or wrong."""
 
-    bad = []
-
-    def client() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port)
+    def client() -> int:
+        conn, bad = _connection(where), 0
         for _ in range(each):
             conn.request(
                 "POST",
@@ -1993,9 +2028,11 @@ def _load(
                 or got.size != want.size
                 or not np.allclose(got, want, rtol=1e-5, atol=1e-6)
             ):
-                bad.append(1)  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
+                bad += 1  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
+        return bad
 
-    return clients * each / _in_threads(client, clients), len(bad)
+    seconds, bad = (_in_processes if processes else _in_threads)(client, clients)
+    return clients * each / seconds, bad
 
 
 MODEL_BOUND = """
@@ -2110,46 +2147,77 @@ def _latency(port: int, body: bytes, header: bytes, n: int) -> tuple[list[float]
     return infer, live
 
 
-def _handler_mean_s(port: int) -> float:
+def _handler_mean_s(where: Where) -> float:
     """The server's own mean seconds per inference request, from body read to response built
     (its /metrics histogram hlobundle_request_seconds)."""
-    import urllib.request
+    return _metric_mean(where, "hlobundle_request_seconds")
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
+
+def _metric_mean(where: Where, histogram: str) -> float:
+    """The mean of the server's /metrics histogram `histogram` for the LeNet."""
+    conn = _connection(where, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
     values = {
         line.split("{")[0]: float(line.split()[-1])
         for line in text.splitlines()
-        if line.startswith("hlobundle_request_seconds_") and 'model="lenet5"' in line
+        if line.startswith(f"{histogram}_") and 'model="lenet5"' in line
     }
-    return values["hlobundle_request_seconds_sum"] / values["hlobundle_request_seconds_count"]
+    return values[f"{histogram}_sum"] / values[f"{histogram}_count"]
 
 
-def _ceiling(port: int, clients: int, each: int) -> float:
+def _ceiling(where: Where, clients: int, each: int, processes: bool = False) -> float:
     """Requests per second the same clients get from the server when no model runs at all: what
     HTTP on both sides costs, the most any batching could reach."""
-    import http.client
 
-    def client() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port)
+    def client() -> int:
+        conn = _connection(where)
         for _ in range(each):
             conn.request("GET", "/v2/health/live")
             conn.getresponse().read()
+        return 0
 
-    return clients * each / _in_threads(client, clients)
+    return clients * each / (_in_processes if processes else _in_threads)(client, clients)[0]
 
 
-def _in_threads(client: Callable[[], None], clients: int) -> float:
-    """Seconds `clients` threads take to run `client` each, all started together."""
+def _in_threads(client: Callable[[], int], clients: int) -> tuple[float, int]:
+    """Seconds `clients` threads take to run `client` each, all started together, and the sum
+    of what they return."""
     import threading
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(client())) for _ in range(clients)]
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, sum(results)
+
+
+def _in_processes(client: Callable[[], int], clients: int) -> tuple[float, int]:
+    """As `_in_threads`, in forked processes (timed once all are forked): clients that share no
+    interpreter lock, as a server's clients are."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    gate, results = ctx.Barrier(clients + 1), ctx.SimpleQueue()
+
+    def run() -> None:
+        gate.wait()
+        results.put(client())
+
+    procs = [ctx.Process(target=run) for _ in range(clients)]
+    for p in procs:
+        p.start()
+    gate.wait()
+    start = time.perf_counter()
+    total = sum(results.get() for _ in procs)
+    seconds = time.perf_counter() - start
+    for p in procs:
+        p.join()
+    return seconds, total
 
 
 def json_decode_cost(tmp: Path, quick: bool) -> list[dict]:
@@ -2236,20 +2304,7 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
     fn = jax.jit(bundle.function("xla"))
     args = bundle.example_args()
     want = np.asarray(fn(*args)).reshape(-1)
-    header = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "images",
-                    "shape": list(images.shape),
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": images.nbytes},
-                }
-            ],
-            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
-        }
-    ).encode()
-    body = header + images.astype("<f4").tobytes()
+    header, body = _binary_request(images)
     n = 200 if quick else 1000
     local = []
     for _ in range(n):
@@ -2361,6 +2416,163 @@ def serve_cost(tmp: Path, quick: bool) -> list[dict]:
             "ratio": after / before,
         },
     ]
+    return rows
+
+
+def _binary_request(images: np.ndarray) -> tuple[bytes, bytes]:
+    """The LeNet's binary inference request (the binary extension both ways): its JSON header,
+    and the whole body."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(images.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes},
+                }
+            ],
+            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return header, header + images.astype("<f4").tobytes()
+
+
+def _answer(where: Where, body: bytes, header: bytes) -> np.ndarray:
+    """The result of one binary request (float32, flat)."""
+    conn = _connection(where)
+    conn.request(
+        "POST",
+        "/v2/models/lenet5/infer",
+        body,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    if r.status != 200:
+        raise RuntimeError(f"the server answered {r.status}: {data[:300]!r}")
+    return np.frombuffer(data[int(r.headers["Inference-Header-Content-Length"]) :], "<f4")
+
+
+# What the model-only bound's fresh process gets beside a user's environment: where the
+# package and jax are (a machine where nothing is installed, as the TPU hosts) and the
+# accelerator's settings.
+_PASSED = ("PYTHONPATH", "JAX_PLATFORMS")
+
+
+def _accelerator_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in _PASSED or k.startswith("TPU_")}
+
+
+# The servers serve_uds_cost asks in turn: a name, --max-batch-size, other flags.
+SERVED_OVER_UDS = (
+    ("one", 1, ()),
+    ("batched", 16, ()),
+    ("batched, waiting 10 ms", 16, ("--batch-timeout-ms", "10")),
+)
+
+
+def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
+    """The batching gain of `hlobundle serve --uds` (REST over a unix socket, no TCP socket at
+    all: it runs on hosts that allow none, the TPU machines), 16 clients, against the
+    model-only bound, as `serve` measures it over loopback; the clients are threads of this
+    process, as there, and then forked processes, which share no interpreter lock (HTTP on the
+    clients' side then costs less than the model's batched call on a TPU). Nothing here runs a model in this
+    process: the bound's process, then each server, hold the accelerator in turn (one program
+    at a time can hold a TPU chip). A wrong answer is one that differs from the unbatched
+    server's."""
+    images_file = tmp / "uds-images.npy"
+    code = MODEL_BOUND.format(
+        here=str(ROOT / "benchmarks"),
+        bundle=str(ROOT / "examples" / "lenet5.hlobundle"),
+        reps=20 if quick else 100,
+    )
+    code += f"np.save({str(images_file)!r}, many[0]['images'])\n"
+    times = json.loads(run_py(code, _accelerator_env())[1].strip().splitlines()[-1])
+    bound = times["one"] / times["batched"]
+    header, body = _binary_request(np.load(images_file))
+    each = 25 if quick else 125
+    runs: dict[str, dict[str, float]] = {}
+    want = None
+    for name, max_batch, flags in SERVED_OVER_UDS:
+        path = str(tmp / f"uds-{len(runs)}.sock")
+        proc, where = _served(max_batch, uds=path, ready_s=600, flags=flags)
+        try:
+            want = _answer(where, body, header) if want is None else want
+            runs[name] = _uds_run(where, body, len(header), want, each, max_batch > 1)
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=60)
+    rows = [
+        {
+            "case": "model only, a fresh process set up as serve's: 16 requests one by one / "
+            "in one batched call (the bound on any batching gain)",
+            "s": times["batched"],
+            "ratio": bound,
+        }
+    ]
+    for kind in ("threads", "processes"):
+        rows += _uds_rows(runs, kind, bound)
+    wrong = sum(run["wrong threads"] + run["wrong processes"] for run in runs.values())
+    rows.append(
+        {
+            "case": f"answers lost or not the unbatched server's, of {len(runs) * 32 * each}",
+            "s": float(wrong),
+            "ratio": 0.0,
+        }
+    )
+    return rows
+
+
+def _uds_run(
+    where: Where, body: bytes, header: int, want: np.ndarray, each: int, batching: bool
+) -> dict[str, float]:
+    """One server's figures under 16 clients, threads of this process and forked processes:
+    requests/s, answers wrong, the no-model ceiling, and the mean batch it ran."""
+    run = {}
+    for kind in ("threads", "processes"):
+        forked = kind == "processes"
+        rate, wrong = _load(where, body, header, want, 16, each, processes=forked)
+        run[f"rate {kind}"], run[f"wrong {kind}"] = rate, wrong
+        run[f"ceiling {kind}"] = _ceiling(where, 16, each, processes=forked)
+    run["batch"] = _metric_mean(where, "hlobundle_batch_size") if batching else 1.0
+    return run
+
+
+def _uds_rows(runs: dict[str, dict[str, float]], kind: str, bound: float) -> list[dict]:
+    """The rows of one kind of client (threads of the benchmark or processes)."""
+    unbatched = runs["one"][f"rate {kind}"]
+    ceiling = runs["one"][f"ceiling {kind}"] / unbatched
+    rows = [
+        {
+            "case": f"{kind}: no batching (requests/s)",
+            "s": unbatched,
+            "ratio": 1.0,
+        },
+        {
+            "case": f"{kind}: ceiling, GET /v2/health/live, no model call (requests/s; ratio: "
+            "over no batching)",
+            "s": runs["one"][f"ceiling {kind}"],
+            "ratio": ceiling,
+        },
+    ]
+    for name in ("batched", "batched, waiting 10 ms"):
+        gain = runs[name][f"rate {kind}"] / unbatched
+        rows += [
+            {
+                "case": f"{kind}: {name} (requests/s; ratio: over no batching; mean batch "
+                f"{runs[name]['batch']:.1f} of 16, over both kinds of client)",
+                "s": runs[name][f"rate {kind}"],
+                "ratio": gain,
+            },
+            {
+                "case": f"{kind}: {name}: gain / the model-only bound (goal >= 0.8); s: gain "
+                "/ the most this HTTP allows (the smaller of the bound and the ceiling)",
+                "s": gain / min(bound, ceiling),
+                "ratio": gain / bound,
+            },
+        ]
     return rows
 
 
@@ -2605,6 +2817,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
             "latency (ratio column: seconds over the in-process call), throughput, load",
             serve_cost,
+        ),
+        "serve-uds": one(
+            "Serving over a unix socket (hlobundle serve --uds; no TCP socket at all): dynamic "
+            "batching's gain, 16 clients (http.client; threads of the benchmark, then forked "
+            "processes), against the model-only bound",
+            serve_uds_cost,
         ),
         "peers": one(
             "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "

@@ -168,6 +168,7 @@ SH_RUN = {
     ("docs/distribution.md", "Signatures"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Loading remotely"): "test_oci.py::test_the_docs_blocks_run",
     ("docs/distribution.md", "Sharded weights"): "test_shards.py::test_the_docs_block_runs",
+    ("docs/serving.md", "Over a unix socket: `--uds`"): "test_uds.py::test_the_docs_block_runs",
     (
         "docs/deploy.md",
         "An image KServe mounts: `push --image`",

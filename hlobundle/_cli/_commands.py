@@ -262,17 +262,13 @@ def serve(args: argparse.Namespace) -> int:
     named = [named_bundle(args, b) for b in args.bundles]
     require_extra()
     from .._serve._models import load_models
-    from .._serve._server import listening
 
-    if args.grpc_port is not None:
+    if args.grpc_port is not None or args.grpc_uds is not None:
         from .._serve._server import require_grpc
 
         require_grpc()
-    with listening(args.host, args.port) as sock:  # before anything compiles
-        if args.grpc_port is not None:
-            from .._serve._grpc import check_port
-
-            check_port(args.host, args.grpc_port)
+    with _listening(args) as sock:  # before anything compiles
+        _check_grpc(args)
         models = load_models(
             named,
             backend=args.backend,
@@ -286,6 +282,27 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _listening(args: argparse.Namespace) -> Any:
+    """The socket REST listens on (a context manager): `--uds`'s, or `--host`'s `--port`."""
+    from .._serve import _server, _uds
+
+    if args.uds is not None:
+        return _uds.listening(args.uds)
+    return _server.listening(args.host, args.port)
+
+
+def _check_grpc(args: argparse.Namespace) -> None:
+    """Refuse `--grpc-port` in use, or a `--grpc-uds` that cannot be made, before compiling."""
+    if args.grpc_port is not None:
+        from .._serve._grpc import check_port
+
+        check_port(args.host, args.grpc_port)
+    elif args.grpc_uds is not None:
+        from .._serve import _uds
+
+        _uds.check(args.grpc_uds, "--grpc-uds")
+
+
 def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> None:
     import signal
 
@@ -293,7 +310,8 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     from .._serve._server import Limits, banner, server
 
     limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
-    print(banner(models, args.host, sock.getsockname()[1]), flush=True)
+    port = None if args.uds is not None else sock.getsockname()[1]
+    print(banner(models, args.host, port, args.uds), flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -304,15 +322,23 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
         batch_timeout_s=args.batch_timeout_ms / 1000,
         read_timeout_s=limits.read_timeout_s,
     )
-    if args.grpc_port is not None:
-        from .._serve import _grpc
+    if args.grpc_port is not None or args.grpc_uds is not None:
+        served = _with_grpc(served, models, limits, args)
+    server(served, args.host, args.port, limits, args.uds).run(sockets=[sock])
 
-        service = _grpc.Service(models, served, limits.max_body, args.grpc_max_deadline)
-        grpc_server = _grpc.GrpcServer(service, args.host, args.grpc_port, limits.max_connections)
-        port = grpc_server.start()
-        print(f"serving gRPC (inference.GRPCInferenceService) at {args.host}:{port}", flush=True)
-        served = _grpc.with_grpc(served, grpc_server)
-    server(served, args.host, args.port, limits).run(sockets=[sock])
+
+def _with_grpc(served: Any, models: dict[str, Any], limits: Any, args: argparse.Namespace) -> Any:
+    """The app `served`, with the gRPC server started beside it (drained in its lifespan)."""
+    from .._serve import _grpc
+
+    service = _grpc.Service(models, served, limits.max_body, args.grpc_max_deadline)
+    grpc_server = _grpc.GrpcServer(
+        service, args.host, args.grpc_port or 0, limits.max_connections, uds=args.grpc_uds
+    )
+    port = grpc_server.start()
+    where = f"unix:{args.grpc_uds}" if args.grpc_uds is not None else f"{args.host}:{port}"
+    print(f"serving gRPC (inference.GRPCInferenceService) at {where}", flush=True)
+    return _grpc.with_grpc(served, grpc_server)
 
 
 def conformance(args: argparse.Namespace) -> int:

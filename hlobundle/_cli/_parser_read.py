@@ -190,19 +190,32 @@ def add_serve(sub: Any) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default: loopback)"
     )
-    p.add_argument(
+    rest = p.add_mutually_exclusive_group()
+    rest.add_argument(
         "--port",
         type=_values.port,
         default=8000,
         help="the port to listen on (default 8000; 0: any free one)",
     )
-    p.add_argument(
+    rest.add_argument(
+        "--uds",
+        metavar="PATH",
+        help="listen on a unix socket made at PATH instead of a port (owner-only; "
+        "PATH must not exist; removed on exit)",
+    )
+    grpc = p.add_mutually_exclusive_group()
+    grpc.add_argument(
         "--grpc-port",
         type=_values.port,
         default=None,
         metavar="N",
         help="also serve the protocol over gRPC (KServe v2's predict service) on port "
         "N of --host (0: any free one; needs grpcio: pip install 'hlobundle[grpc]')",
+    )
+    grpc.add_argument(
+        "--grpc-uds",
+        metavar="PATH",
+        help="also serve gRPC, on a unix socket made at PATH (as --uds)",
     )
     p.add_argument(
         "--grpc-max-deadline",

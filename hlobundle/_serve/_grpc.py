@@ -1,6 +1,7 @@
-"""The gRPC side (`serve --grpc-port`): KServe v2's predict protocol (`inference.GRPCInferenceService`:
-ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer) beside the REST
-app, in the same process, over the same loaded models.
+"""The gRPC side (`serve --grpc-port`; `--grpc-uds`: a unix socket, made by `_uds`): KServe v2's
+predict protocol (`inference.GRPCInferenceService`: ServerLive, ServerReady, ModelReady,
+ServerMetadata, ModelMetadata, ModelInfer) beside the REST app, in the same process, over the
+same loaded models.
 
 One path for both protocols: a `ModelInferRequest` becomes the request object REST parses from
 JSON (typed `contents` as JSON data, `raw_input_contents` as the binary extension's data, each
@@ -32,6 +33,7 @@ import numpy as np
 
 from .._format._errors import HloBundleError, InputError
 from .._version import __version__
+from . import _uds
 from ._app import DEFAULT_MAX_BODY, INLINE_BYTES, app, decoded, over_limit
 from ._grpc_messages import SERVICE, messages
 from ._models import Served
@@ -327,11 +329,14 @@ class GrpcServer:
         max_rpcs: int,
         max_age_s: float = MAX_CONNECTION_AGE_S,
         age_grace_s: float = AGE_GRACE_S,
+        uds: str | None = None,
     ) -> None:
         self.service, self.host, self.port, self.max_rpcs = service, host, port, max_rpcs
         self.max_age_s, self.age_grace_s = max_age_s, age_grace_s
+        self.uds = uds
         self.loop = asyncio.new_event_loop()
         self._server: Any = None
+        self._placed: _uds.Placed | None = None
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="hlobundle-grpc", daemon=True
         )
@@ -362,6 +367,11 @@ class GrpcServer:
             options=options,
             maximum_concurrent_rpcs=self.max_rpcs,
         )
+        bound = self._bind_port() if self.uds is None else self._bind_unix(self.uds)
+        await self._server.start()
+        return bound
+
+    def _bind_port(self) -> int:
         where = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         try:
             bound = self._server.add_insecure_port(where)
@@ -373,13 +383,30 @@ class GrpcServer:
                 "another --grpc-port or --host",
                 argument="grpc_port",
             )
-        await self._server.start()
         return int(bound)
+
+    def _bind_unix(self, path: str) -> int:
+        """Bind a unix socket at `path`, as `_uds.place` makes one (0: no port)."""
+
+        def bind(where: str) -> None:
+            try:
+                bound = self._server.add_insecure_port(f"unix:{where}")
+            except RuntimeError:
+                bound = 0
+            if not bound:
+                raise InputError(
+                    f"--grpc-uds {path!r}: grpc could not bind it", argument="grpc_uds"
+                )
+
+        _, self._placed = _uds.place(path, "--grpc-uds", bind)
+        return 0
 
     def stop(self, grace_s: float) -> None:
         """Drain the RPCs in flight (at most `grace_s`), then end the loop and its thread."""
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self.loop).result()
+        if self._placed is not None:
+            self._placed.remove()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=grace_s + 5)
         if not self._thread.is_alive():
@@ -432,11 +459,13 @@ def serving(
     age_grace_s: float = AGE_GRACE_S,
     max_batch: int = 1,
     batch_timeout_s: float = 0.002,
+    uds: str | None = None,
 ) -> Iterator[int]:
     """The gRPC service of `models` in this process, without a REST server: the REST app's
     model calls (and its batchers, `max_batch`) run on an event loop in a thread of their own.
-    Yields the port bound (`port` 0: any free one); drains and stops on exit. `serve
-    --grpc-port` runs the same service beside uvicorn."""
+    Yields the port bound (`port` 0: any free one; with `uds`, the path of a unix socket
+    instead, and 0); drains and stops on exit. `serve --grpc-port` (`--grpc-uds`) runs the
+    same service beside uvicorn."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="hlobundle-rest-loop", daemon=True)
     thread.start()
@@ -444,7 +473,7 @@ def serving(
     service = Service(models, rest, max_body, max_deadline_s)
     service.loop = loop
     try:
-        server = GrpcServer(service, host, port, max_rpcs, max_age_s, age_grace_s)
+        server = GrpcServer(service, host, port, max_rpcs, max_age_s, age_grace_s, uds)
         bound = server.start()  # stopped already where it fails
         try:
             yield bound

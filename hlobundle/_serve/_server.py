@@ -73,14 +73,17 @@ def listening(host: str, port: int) -> socket.socket:
     return sock
 
 
-def server(asgi: Any, host: str, port: int, limits: Limits) -> Any:
-    """A `uvicorn.Server` for the ASGI application `asgi` (`_app.app`, given the same limits)."""
+def server(asgi: Any, host: str, port: int, limits: Limits, uds: str | None = None) -> Any:
+    """A `uvicorn.Server` for the ASGI application `asgi` (`_app.app`, given the same limits),
+    to run on a socket bound already (`uds`: its path, for the start-up log; uvicorn binds
+    nothing, and neither sets the mode of nor removes a socket file it was given)."""
     import uvicorn
 
     config = uvicorn.Config(
         asgi,
         host=host,
         port=port,
+        uds=uds,
         http=_with_header_deadline(limits.read_timeout_s),
         limit_concurrency=limits.max_connections,
         log_level="info",
@@ -89,10 +92,13 @@ def server(asgi: Any, host: str, port: int, limits: Limits) -> Any:
     return uvicorn.Server(config)
 
 
-def banner(models: dict[str, Served], host: str, port: int) -> str:
+def banner(models: dict[str, Served], host: str, port: int | None, uds: str | None = None) -> str:
     """The start-up line, naming every model served (each function of a 2.0 bundle as
-    `NAME.FUNCTION` too); model names come from manifests, so they are shown escaped."""
+    `NAME.FUNCTION` too); model names come from manifests, so they are shown escaped. Over a
+    unix socket: the URL a client asks through it (`curl --unix-socket PATH URL`)."""
     names = sorted({shown(name) for m in models.values() for name in m.names})
+    if uds is not None:
+        return f"serving {', '.join(names)} at http://localhost/v2 over unix:{shown(uds)}"
     return f"serving {', '.join(names)} at http://{host}:{port}/v2"
 
 
