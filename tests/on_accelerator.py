@@ -1,73 +1,210 @@
-"""Run by hand on a machine with an accelerator (not collected: CI has none): a function
-lowered for several platforms (SPEC.md 2.14) runs the lowering of the platform it runs on.
+"""Tests for a machine with an accelerator, run by hand there (CI has none; pytest does not
+collect this file unless named, and every test skips where JAX has no accelerator):
 
-    python tests/on_accelerator.py
+    python -m pytest -q -p no:cacheprovider tests/on_accelerator.py [-k xla]
 
-On a TPU it checks, with the xla backend:
-- a module whose cpu lowering (index 0) computes x + x and whose tpu lowering (index 1)
-  computes x * x gives x * x there (and x + x on a CPU);
-- `export(..., platforms=("cpu", "tpu"))` of a dense layer equals the layer run by jax there,
-  and so does its gradient through the backward module lowered for both;
-- a function lowered for ("cpu", "cuda") is refused there with BACKEND_UNSUPPORTED.
+The seed's Lux export, packed on a CPU with `hlobundle pack --from-reactant
+../shared/fixtures/reactant/export_to_enzymejax_lux --compute-expected -o lux.hlobundle`, is
+checked too when `HLOBUNDLE_LUX` names it (../shared does not travel to a device machine).
+
+Every step is a `python -m hlobundle` process of its own and this module opens no device: one
+process at a time may hold a TPU chip. What it checks, on each JAX backend (xla, enzyme):
+- part 1 of docs/accelerators.md: every shipped example and the Lux bundle pass `run` as
+  shipped (their expected outputs computed on a CPU, the tolerance derived, SPEC.md 2.15); a
+  weight matrix scaled by 1.01 fails, its message naming the worst element, rtol and atol;
+  `--precision highest` passes with nothing widened;
+- part 2: `hlobundle compile --target xla-PLATFORM` stores an executable that a trusted `run`
+  uses with nothing compiled;
+- part 3: `serve --uds` answers an inference over a unix socket with the in-process result;
+- a function lowered for several platforms runs the lowering of the one it runs on (SPEC.md
+  2.14), and one not lowered for it is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
-import tempfile
+import time
+from importlib.util import find_spec
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
 
-import hlobundle
-from hlobundle._read._inputs import from_python
-from hlobundle._write._writer import PackOptions, pack_planned
+ROOT = Path(__file__).resolve().parent.parent
+LENET = ROOT / "examples" / "lenet5.hlobundle"
+LM = ROOT / "examples" / "lm.hlobundle"
+LUX = os.environ.get("HLOBUNDLE_LUX")
+PLATFORM = "tpu" if find_spec("libtpu") else None  # what this module checks: a TPU
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "conformance"))
-from generate import PLATFORMS_TEXT as TEXT  # noqa: E402  (the conformance case's module)
+pytestmark = [
+    pytest.mark.accelerator,
+    pytest.mark.skipif(PLATFORM is None, reason="no accelerator here (run by hand on a TPU)"),
+]
+BACKENDS = [
+    "xla",
+    pytest.param(
+        "enzyme",
+        marks=pytest.mark.skipif(find_spec("enzyme_ad") is None, reason="no enzyme-ad"),
+    ),
+]
 
 
-def main() -> int:
-    platform = jax.devices()[0].platform
-    print("jax", jax.__version__, "on", platform, jax.devices())
-    out = Path(tempfile.mkdtemp())
-    x = np.array([1.0, 2.0, 3.0], np.float32)
-    options = PackOptions(names=["x"], result_names=["y"], platforms=("cpu", "tpu"))
-    chosen = pack_planned(TEXT, from_python([x]), out / "chosen", options)
-    got = np.asarray(hlobundle.load(chosen).function("xla").call_flat(x)[0])
-    want = x * x if platform == "tpu" else x + x
-    print("hand-written cpu/tpu module:", got, "expected", want)
-    assert np.array_equal(got, want), "the xla backend ran another platform's lowering"
+def hlobundle(*args: object, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "hlobundle", *map(str, args)]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
-    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
-    xs = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
 
-    def dense(w, x):
-        return jnp.tanh(x @ w)
+def run_json(bundle: Path | str, backend: str, *extra: str) -> tuple[int, dict, str]:
+    """`run --json`'s exit status, report and standard error."""
+    r = hlobundle("run", bundle, "--backend", backend, "--json", *extra)
+    lines = r.stdout.strip().splitlines()
+    report = json.loads(lines[-1]) if lines else {}
+    shown = [(o["name"], o.get("max_abs_diff"), o.get("atol")) for o in report.get("outputs", [])]
+    print(f"{Path(bundle).name} {backend} {' '.join(extra)}: rc {r.returncode} {shown}")
+    return r.returncode, report, r.stderr
 
-    both = hlobundle.export(dense, w, xs, out=out / "both", platforms=("cpu", "tpu"), with_vjp=True)
-    f = hlobundle.load(both).function("xla")
-    err = float(np.abs(np.asarray(f(w, xs)) - np.asarray(jax.jit(dense)(w, xs))).max())
-    g = jax.grad(lambda w: f(w, xs).sum())(w)
-    gerr = float(
-        np.abs(np.asarray(g) - np.asarray(jax.grad(lambda w: dense(w, xs).sum())(w))).max()
+
+def scaled(source: Path, into: Path, name: str) -> Path:
+    """A copy of `source` with argument `name`'s stored value scaled by 1.01 (and the manifest's
+    size and digest of the edited file), so that the bundle verifies and computes otherwise."""
+    shutil.copytree(source, into)
+    manifest = json.loads((into / "manifest.json").read_text())
+    functions = manifest.get("functions", [manifest])
+    (argument,) = [a for f in functions for a in f["arguments"] if a["name"] == name]
+    file = argument["value"]["file"]
+    stored = load_file(str(into / file))
+    stored[name] = (stored[name] * np.float32(1.01)).astype(np.float32)
+    save_file(stored, str(into / file))
+    data = (into / file).read_bytes()
+    manifest["files"][file].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (into / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return into
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_shipped_example_passes_as_shipped(backend):
+    for bundle, extra in [
+        (LENET, ()),
+        (LM, ("--function", "prefill")),
+        (LM, ("--function", "decode")),
+    ]:
+        rc, report, err = run_json(bundle, backend, *extra)
+        assert rc == 0, err[-2000:]
+        assert report["platform"] == PLATFORM and report["widened"], report
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_lux_export_passes_and_a_weight_scaled_by_1_percent_fails(backend, tmp_path):
+    if LUX is None:
+        pytest.skip("HLOBUNDLE_LUX names no packed Lux export")
+    rc, report, err = run_json(LUX, backend)
+    assert rc == 0, err[-2000:]
+    rc, report, err = run_json(scaled(Path(LUX), tmp_path / "lux", "arg_3_6_3_1"), backend)
+    assert rc == 1 and not report["ok"], err[-2000:]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lenet_weight_scaled_by_1_percent_fails_naming_the_worst_element(backend, tmp_path):
+    rc, report, err = run_json(scaled(LENET, tmp_path / "b", "params_dense1_w"), backend)
+    assert rc == 1, err[-2000:]
+    (out,) = report["outputs"]
+    worst = out["worst"]  # the element furthest past its tolerance, and the tolerance used
+    assert not out["ok"] and worst["diff"] > worst["allowed"], report
+    assert out["rtol"] > 0 and out["atol"] > 0 and report["widened"], report
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_precision_highest_passes_at_float32_s_tolerance(backend):
+    rc, report, err = run_json(LENET, backend, "--precision", "highest")
+    assert rc == 0 and report["widened"] is None, (err[-2000:], report)
+
+
+def test_a_stored_executable_gives_the_first_result_without_compiling(tmp_path):
+    bundle = tmp_path / "lenet5.hlobundle"
+    shutil.copytree(LENET, bundle)
+    r = hlobundle("compile", bundle, "--target", f"xla-{PLATFORM}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = hlobundle("run", bundle, "--backend", "xla", "--trust-executables")
+    print(r.stdout)
+    assert r.returncode == 0 and "(nothing compiled)" in r.stdout, r.stdout + r.stderr[-2000:]
+    r = hlobundle("run", bundle, "--backend", "xla")  # untrusted: compiled, not loaded
+    assert r.returncode == 0 and "(nothing compiled)" not in r.stdout, r.stderr[-2000:]
+
+
+def _over(path: str, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+    """One HTTP request to a server on the unix socket `path`."""
+
+    class Unix(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.settimeout(60)
+            self.sock.connect(path)
+
+    c = Unix("localhost")
+    c.request(method, url, body, {"Content-Type": "application/json"})
+    answer = c.getresponse()
+    return answer.status, answer.read()
+
+
+def _ready(path: str, server: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 240
+    while True:
+        assert server.poll() is None and time.monotonic() < deadline, server.stderr
+        try:
+            if _over(path, "GET", "/v2/health/ready")[0] == 200:
+                return
+        except OSError:  # not bound yet, or bound and not yet listening
+            pass
+        time.sleep(0.2)
+
+
+def test_serve_answers_over_a_unix_socket(tmp_path):
+    images = load_file(str(LENET / "inputs.safetensors"))
+    ((name, x),) = images.items()
+    want = load_file(str(LENET / "expected.safetensors"))
+    path = str(tmp_path / "s.sock")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "hlobundle", "serve", str(LENET), "--uds", path],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    print(f"exported for cpu and tpu: max |bundle - jax| = {err:.2e}, gradient {gerr:.2e}")
-    assert err < 1e-5 and gerr < 1e-4
-
-    gpu = hlobundle.export(dense, w, xs, out=out / "gpu", platforms=("cpu", "cuda"))
     try:
-        hlobundle.load(gpu).function("xla")(w, xs)
-    except hlobundle.errors.BackendUnsupportedError as e:
-        print("lowered for cpu and cuda, refused on", platform, ":", e.code)
-    else:
-        if platform != "cpu":
-            raise AssertionError("a function not lowered for this platform ran")
-    print("ok")
-    return 0
+        _ready(path, server)
+        inputs = [
+            {"name": name, "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}
+        ]
+        body = json.dumps({"inputs": inputs}).encode()
+        status, raw = _over(path, "POST", "/v2/models/lenet5/infer", body)
+        assert status == 200, raw[:2000]
+        answer = json.loads(raw)
+        (out,) = answer["outputs"]
+        (expected,) = want.values()
+        got = np.asarray(out["data"], np.float32).reshape(out["shape"])
+        print("serve --uds: max |answer - expected| =", float(np.abs(got - expected).max()))
+        assert np.allclose(got, expected, rtol=0.02, atol=0.02 * float(np.abs(expected).max()))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+    assert not os.path.exists(path)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def test_a_function_lowered_for_several_platforms_runs_this_platform_s_lowering():
+    r = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("accelerator_platforms.py"))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    print(r.stdout)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-2000:]
