@@ -31,13 +31,13 @@ import argparse
 import hashlib
 import importlib.metadata
 import json
-import mmap
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -222,20 +222,23 @@ def weights(tmp: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def parallel_sha256_bound(files: list[Path]) -> None:
-    """The same files read into private memory and hashed in runs of `STEP` bytes, by a thread
-    per host core: what verifying them on every core can reach."""
+    """The same files read and hashed in runs of `STEP` bytes by a thread per host core, each
+    reading into a buffer of its own, used again: what hashing them on every core can reach
+    (verify also keeps the bytes, in a private copy whose pages it must first touch)."""
+    local = threading.local()
     fds = [os.open(f, os.O_RDONLY) for f in files]
     try:
-        memory = [mmap.mmap(-1, max(os.fstat(fd).st_size, 1)) for fd in fds]
         runs = [
-            (fd, m, begin, min(begin + STEP, os.fstat(fd).st_size))
-            for fd, m in zip(fds, memory, strict=True)
+            (fd, begin, min(STEP, os.fstat(fd).st_size - begin))
+            for fd in fds
             for begin in range(0, os.fstat(fd).st_size, STEP)
         ]
 
-        def one(run: tuple[int, mmap.mmap, int, int]) -> str:
-            fd, m, begin, end = run
-            view = memoryview(m)[begin:end]
+        def one(run: tuple[int, int, int]) -> str:
+            fd, begin, n = run
+            if not hasattr(local, "buffer"):
+                local.buffer = memoryview(bytearray(STEP))
+            view = local.buffer[:n]
             os.preadv(fd, [view], begin)
             return hashlib.sha256(view).hexdigest()
 
