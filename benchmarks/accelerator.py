@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import ROOT, interleaved, lm_cost, run_py, table  # noqa: E402  (the harness)
+from run import ROOT, interleaved, lm_cost, table  # noqa: E402  (the harness)
 
 STEP = 8 << 20  # what the parallel bound reads and hashes at a time
 
@@ -329,23 +329,51 @@ jax.monitoring.register_event_listener(
     lambda event, **kw: hits.append(event) if "cache_hits" in event else None)
 jax.block_until_ready(f(*args))
 print(json.dumps({{"load_s": t1 - t0, "first_call_s": time.perf_counter() - t1,
-                  "compiles": len(compiles), "cache_hits": len(hits)}}))
+                  "compiles": len(compiles), "cache_hits": len(hits),
+                  "platform": jax.devices()[0].platform}}))
 """
+
+
+MAKE = """
+import argparse, sys
+from pathlib import Path
+sys.path.insert(0, {here!r})
+import accelerator
+accelerator.dense_bundle(Path({tmp!r}), argparse.Namespace(**{sizes!r}))
+"""
+
+
+def child(code: str, env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall time and stdout of a fresh Python running `code`, in this process's environment
+    (an accelerator machine's PYTHONPATH and TPU_ variables kept) without hlobundle's cache
+    settings, `env` added. One process at a time may hold a TPU: the caller holds none yet."""
+    import subprocess
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HLOBUNDLE_")}
+    start = time.perf_counter()
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=base | (env or {})
+    )
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return time.perf_counter() - start, r.stdout
 
 
 def first_result(tmp: Path, args: argparse.Namespace) -> list[dict]:
     """A fresh process's first result from the compute-bound bundle (xla backend): with no
     cache of any kind, and with JAX's persistent cache warm (a second process); the first
-    call's time (trace, compile, run) / the no-cache one."""
-    path = dense_bundle(tmp, args)
+    call's time (trace, compile, run) / the no-cache one. Every process of it is a child (the
+    bundle made in one too), run before this process touches the device: one process at a
+    time may hold a TPU."""
+    sizes = {"layers": args.layers, "width": args.width, "batch": args.batch}
+    child(MAKE.format(here=str(Path(__file__).parent), tmp=str(tmp), sizes=sizes))
+    path = dense_bundle(tmp, args)  # made: found, not made again
     cache = {"HLOBUNDLE_CACHE_DIR": str(tmp / "first-cache")}
     cold, warm = [], []
-    run_py(FIRST.format(path=str(path)), cache)  # fills the cache
+    child(FIRST.format(path=str(path)), cache)  # fills the cache
     for _ in range(args.reps_process):
-        cold.append(
-            json.loads(run_py(FIRST.format(path=str(path)), {"HLOBUNDLE_NO_CACHE": "1"})[1])
-        )
-        warm.append(json.loads(run_py(FIRST.format(path=str(path)), cache)[1]))  # fmt: skip
+        cold.append(json.loads(child(FIRST.format(path=str(path)), {"HLOBUNDLE_NO_CACHE": "1"})[1]))
+        warm.append(json.loads(child(FIRST.format(path=str(path)), cache)[1]))  # fmt: skip
     med = lambda runs, k: statistics.median(r[k] for r in runs)  # noqa: E731
     base = med(cold, "first_call_s")
     rows = [
@@ -355,29 +383,24 @@ def first_result(tmp: Path, args: argparse.Namespace) -> list[dict]:
                      med(warm, "first_call_s"), None), "compiles": med(warm, "compiles"),
          "cache_hits": med(warm, "cache_hits")},
     ]  # fmt: skip
-    return rows + [stored_executable_first_result(tmp, path, base)]
+    return rows + [stored_executable_first_result(tmp, path, base, cold[0]["platform"])]
 
 
-def stored_executable_first_result(tmp: Path, path: Path, cold_s: float) -> dict:
+def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platform: str) -> dict:
     """HOOK, for `hlobundle compile` of XLA executables (another engineer's): store this
     device's executable in a copy of the bundle (`hlobundle.compile(copy, [TARGET])`), then a
     fresh process's first call from it, trusted, against `cold_s`; its goal: no compile at all
     (`compiles` 0). Until `compile` takes an XLA target, "not measured", never a made-up figure."""
-    import jax
-
-    import hlobundle
-
-    target = f"xla-{jax.devices()[0].platform}"
+    target = f"xla-{platform}"
     case = f"first call from a stored executable ({target}) / cold"
     copy = tmp / "stored-executable"
     shutil.copytree(path, copy, dirs_exist_ok=True)
-    try:
-        hlobundle.compile(copy, [target])
-    except Exception as e:
-        return not_measured(
-            case, f"`hlobundle compile` has no {target} executables yet: {str(e)[:120]}"
-        )
-    got = json.loads(run_py(FIRST.format(path=str(copy)).replace(
+    try:  # in a child, as every process here that may open the device
+        child(f"import hlobundle; hlobundle.compile({str(copy)!r}, [{target!r}])")
+    except RuntimeError as e:
+        why = str(e).strip().splitlines()[-1][:160]
+        return not_measured(case, f"`hlobundle compile` has no {target} executables yet: {why}")
+    got = json.loads(child(FIRST.format(path=str(copy)).replace(
         'function("xla")', 'function("xla", trust=hlobundle.Trust.EXECUTABLES)'))[1])  # fmt: skip
     return {**ratio_row(case, "xla", cold_s, got["first_call_s"], None),
             "compiles": got["compiles"], "met": "yes" if got["compiles"] == 0 else "NO"}  # fmt: skip
@@ -403,12 +426,12 @@ def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
 # --- report -------------------------------------------------------------------------------------
 
 SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]] = {
+    "first": ("First result in a fresh process", first_result),  # before this one opens a TPU
     "overhead": ("Run overhead: a bundle function under jax.jit / native jax.jit", overhead),
     "lm": ("LM decode: one token through examples/lm.hlobundle / native lm.decode", lm),
     "grad": ("jax.grad through the bundle / native", grad),
     "weights": ("Weights to the device: from the bundle / from memory", weights),
     "verify": ("verify on the host's cores / the parallel sha256 bound", verify),
-    "first": ("First result in a fresh process", first_result),
     "serve": ("Serving: the batching gain", serve_batching_gain),
 }
 
@@ -444,7 +467,7 @@ def arguments() -> argparse.Namespace:
     for name, default in zip(("layers", "width", "batch", "reps"), sizes, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, default)
-    args.reps_io, args.reps_process = (2, 1) if args.quick else (7, 3)
+    args.reps_io, args.reps_process = (2, 1) if args.quick else (7, 2)
     chosen = [n for n in args.only.split(",") if n] or list(SECTIONS)
     unknown = [n for n in chosen if n not in SECTIONS]
     if unknown:
