@@ -69,3 +69,31 @@ def test_a_file_of_one_step_is_read_and_hashed_in_this_thread(tmp_path):
             _hashing_reader.read_hashed(fd, len(data) + 5, hashlib.sha256())
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("into", [True, False])
+def test_chunk_digests_in_threads_are_each_chunk_s_in_order(data_file, into):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hlobundle._format import _chunks
+
+    fd, data = data_file
+    memory = memoryview(bytearray(len(data))) if into else None
+    whole = hashlib.sha256() if into else None
+    steps: list[int] = []
+    with ThreadPoolExecutor(3) as pool:
+        digests = _hashing_reader.read_chunks_hashed(
+            fd, len(data), 2048, pool, memory, whole, steps.append
+        )
+    assert digests == _chunks.digests_of([data], 2048) and len(digests) == 21
+    assert sum(steps) == len(data) and len(steps) == 11  # runs of one step, two chunks each
+    if into:
+        assert bytes(memory) == data and whole.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_shorter_than_its_size_is_refused_by_the_threads(data_file):
+    from concurrent.futures import ThreadPoolExecutor
+
+    fd, data = data_file
+    with ThreadPoolExecutor(2) as pool, pytest.raises(_hashing_reader.ShrankError):
+        _hashing_reader.read_chunks_hashed(fd, len(data) + 1, 4096, pool)

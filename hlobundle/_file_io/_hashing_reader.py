@@ -5,16 +5,21 @@ in a thread of its own, reading step k + 1 overlaps hashing step k, and a verify
 file takes about as long as its hash alone instead of the read and the hash one after the other.
 The thread hashes the very bytes read, in order: into the caller's memory (a private copy that
 tensors then come from), or through two buffers in turn when nothing is kept.
+
+`read_chunks_hashed` spreads a file's chunk digests (format 2.1) over a pool's threads, each
+reading its runs of chunks and hashing what it read: a large file is checked on every core,
+where one sha256 of the whole file runs on one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
+    from concurrent.futures import Executor, Future
 
 STEP_BYTES = 8 * 1024 * 1024  # small enough that Ctrl-C and progress act often
 
@@ -62,6 +67,60 @@ def read_hashed(
             advance(got)
         if pending is not None:
             pending.result()
+
+
+def read_chunks_hashed(
+    fd: int,
+    size: int,
+    chunk: int,
+    pool: Executor,
+    into: memoryview | None = None,
+    whole: Any = None,
+    advance: Callable[[int], object] = lambda n: None,
+) -> list[str]:
+    """The sha256 (hex) of each `chunk`-byte chunk of bytes `[0, size)` of `fd`, read and
+    hashed by `pool`'s threads, runs of chunks of about a step each: into `into` when given,
+    else into a buffer each run (a pool of `w` threads holds `w` runs at most). `whole`, when
+    given (only with `into`), is fed every byte in order, in this thread, each run as soon as
+    it is read: a file's sha256, which cannot be cut up, overlaps its chunks'. A `ShrankError`
+    when the file ends early."""
+    if whole is not None and into is None:
+        raise ValueError("read_chunks_hashed: the whole file's hash needs `into`")
+    per_run = max(1, STEP_BYTES // chunk)
+    starts = range(0, -(-size // chunk), per_run)
+    runs = [(i * chunk, min(size, (i + per_run) * chunk)) for i in starts]
+    futures = [pool.submit(_read_run, fd, begin, end, chunk, into) for begin, end in runs]
+    digests: list[str] = []
+    try:
+        for (begin, end), future in zip(runs, futures, strict=True):
+            digests += future.result()
+            if whole is not None:
+                whole.update(_at(into, begin, end - begin))
+            advance(end - begin)
+    finally:
+        for future in futures:  # after an error: what has not started never will
+            future.cancel()
+    return digests
+
+
+def _read_run(fd: int, begin: int, end: int, chunk: int, into: memoryview | None) -> list[str]:
+    """Bytes `[begin, end)` of `fd` read (into `into`, else a buffer of their own) and their
+    chunks' sha256, in order."""
+    target = memoryview(bytearray(end - begin)) if into is None else _at(into, begin, end - begin)
+    got = os.preadv(fd, [target], begin)
+    if got < end - begin:
+        _read_rest_at(fd, target, got, begin)
+    return [hashlib.sha256(target[k : k + chunk]).hexdigest() for k in range(0, end - begin, chunk)]
+
+
+def _read_rest_at(fd: int, target: memoryview, done: int, begin: int) -> None:
+    while done < len(target):
+        got = os.preadv(fd, [target[done:]], begin + done)
+        if got == 0:
+            raise ShrankError(
+                f"the file ended at {begin + done} of at least {begin + len(target)} bytes"
+            )
+        done += got
 
 
 def _at(into: memoryview | None, begin: int, n: int) -> memoryview:

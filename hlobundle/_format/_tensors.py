@@ -31,6 +31,8 @@ from ._errors import LimitError, TensorFileError
 from ._safetensors_layout import CODE_BYTES
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     import numpy as np
 
 # safetensors' own limit on the JSON header.
@@ -267,7 +269,7 @@ class TensorFile:
         Not mapped yet, the file is read through its descriptor, a chunk at a time: the same
         bytes, without every page of it counted in the process's memory (a pull's check)."""
         h: Any = hashlib.sha256() if chunks is None else _Both(hashlib.sha256(), chunks)
-        if self._memory is None and "_mapped" not in self.__dict__:
+        if self.untouched:
             return self._sha256_read(h)
         data = self._bytes
         with _progress.task(f"checking {self.name}", len(data)) as advance:
@@ -301,21 +303,54 @@ class TensorFile:
         import numpy as np
 
         size = os.fstat(self._fd).st_size
-        try:
-            mapping = _copy_memory(size)
-        except OSError as e:
-            raise LimitError(
-                f"{self.name}: no private copy of its {size} bytes can be made ({e.strerror})",
-                path=self.name,
-            ) from None
         # Page-aligned (so DATA_ALIGNMENT-aligned), like a mapping: XLA can use tensors in place.
-        memory = np.frombuffer(mapping, np.uint8)[:size]
+        memory = np.frombuffer(self._private_copy(size), np.uint8)[:size]
         h: Any = hashlib.sha256() if chunks is None else _Both(hashlib.sha256(), chunks)
         with _progress.task(f"reading {self.name}", size) as advance:
             self._read_hashed(size, h, memory.data, advance)
         memory.flags.writeable = False
         self._memory = memory
         return str(h.hexdigest())
+
+    def chunk_digests(
+        self, chunk: int, pool: Executor, *, in_memory: bool, whole: bool
+    ) -> tuple[str | None, list[str]]:
+        """The held file's chunk digests (of `chunk` bytes), read and hashed by `pool`'s
+        threads, and, with `whole`, its sha256 too (overlapping them, in this thread; it
+        needs `in_memory`). `in_memory`: read into a private copy, which tensors come from
+        from now on, as `read_into_memory`; else read through buffers of the threads' own.
+
+        **Returns:** (the sha256 or None, the chunk digests), of the bytes read.
+        """
+        import numpy as np
+
+        if not (in_memory or self.untouched):  # tensors come from a copy or the mapping
+            raise ValueError(f"{self.name}: its bytes in use are no longer read from the file")
+        size = os.fstat(self._fd).st_size
+        memory = np.frombuffer(self._private_copy(size), np.uint8)[:size] if in_memory else None
+        h = hashlib.sha256() if whole else None
+        with _progress.task(f"reading {self.name}", size) as advance:
+            try:
+                digests = _hashing_reader.read_chunks_hashed(
+                    self._fd, size, chunk, pool, None if memory is None else memory.data, h, advance
+                )
+            except _hashing_reader.ShrankError:
+                raise TensorFileError(
+                    f"{self.name} shrank while it was read", path=self.name
+                ) from None
+        if memory is not None:
+            memory.flags.writeable = False
+            self._memory = memory
+        return (None if h is None else h.hexdigest()), digests
+
+    def _private_copy(self, size: int) -> mmap.mmap:
+        try:
+            return _copy_memory(size)
+        except OSError as e:
+            raise LimitError(
+                f"{self.name}: no private copy of its {size} bytes can be made ({e.strerror})",
+                path=self.name,
+            ) from None
 
     def hold_chunks(
         self, chunk: int, indices: Iterable[int], check: Callable[[int, bytes], None]
@@ -343,6 +378,11 @@ class TensorFile:
             memory[begin : begin + len(data)] = np.frombuffer(data, np.uint8)
         memory.flags.writeable = False
         self._memory = memory
+
+    @property
+    def untouched(self) -> bool:
+        """Tensors would be read from the file itself: no private copy, not mapped yet."""
+        return self._memory is None and "_mapped" not in self.__dict__
 
     @property
     def size(self) -> int:

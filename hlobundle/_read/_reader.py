@@ -16,13 +16,15 @@ from .._format._errors import (
     ModuleError,
 )
 from .._format._fields import MANIFEST_NAME, functions_of
-from . import _files, _manifest_records, _modules, _tensor_files
+from . import _file_digests, _files, _manifest_records, _modules, _tensor_files
 from ._gc import collector_paused
 from ._modules import StoredModule
 from ._trust import Trust, trust_from
 from ._values import StoredValues
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from .._format._manifest import Manifest
     from .._format._metadata import Metadata
     from .._run._backends import BackendName
@@ -385,29 +387,49 @@ class Bundle(StoredValues):
 
     def _check_tensor_files(self, in_memory: bool) -> None:
         """Hash every tensor file (into its private copy with `in_memory`), several at once on
-        a machine of several cores when there are many bytes (each hashed as it is read,
-        `_hashing_reader`), and check each against the manifest, in name order."""
-
-        def hashed(name: str) -> tuple[str, Any]:
-            tf, chunks = self._tensor_files[name], _files.chunk_hasher(self.manifest.files[name])
-            return (tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)), chunks
+        a machine of several cores when there are many bytes, and check each against the
+        manifest, in name order. A file with chunk digests (format 2.1) is read and hashed by a
+        pool of a thread per core, its sha256 following in its own thread, or recalled from
+        its chunk digests (`_file_digests`); another is hashed as it is read (`_hashing_reader`)."""
+        from concurrent.futures import ThreadPoolExecutor
 
         names = sorted(self._tensor_files)
-        workers = min(len(names), os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
         if sum(self.manifest.files[n].size for n in names) < _PARALLEL_BYTES:
-            workers = 1  # a small bundle: starting threads would cost more than they save
-        if workers > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(workers, thread_name_prefix="hlobundle-verify") as pool:
-                results = list(pool.map(hashed, names))
+            cores = 1  # a small bundle: starting threads would cost more than they save
+        if cores > 1:
+            with (
+                ThreadPoolExecutor(cores, thread_name_prefix="hlobundle-chunks") as chunk_pool,
+                ThreadPoolExecutor(min(len(names), cores), "hlobundle-verify") as pool,
+            ):
+                results = list(
+                    pool.map(lambda n: self._hash_tensor_file(n, in_memory, chunk_pool), names)
+                )
         else:
-            results = [hashed(name) for name in names]
-        for name, (got, chunks) in zip(names, results, strict=True):
+            results = [self._hash_tensor_file(name, in_memory, None) for name in names]
+        for name, (got, digests) in zip(names, results, strict=True):
             listed = self.manifest.files[name]
-            _files.check_digest(name, listed.size, got, listed)
-            if chunks is not None:
-                _files.check_chunks(name, chunks.finish(), listed)
+            if got is not None:
+                _files.check_digest(name, listed.size, got, listed)
+            if digests is not None:
+                _files.check_chunks(name, digests, listed)
+                if got is not None:  # both computed from the same bytes, and both as listed
+                    _file_digests.record(listed)
+
+    def _hash_tensor_file(
+        self, name: str, in_memory: bool, chunk_pool: Executor | None
+    ) -> tuple[str | None, list[str] | None]:
+        """(the sha256, or None where recalled; the chunk digests, or None where unlisted) of
+        a tensor file's bytes: those tensors come from from now on."""
+        tf, listed = self._tensor_files[name], self.manifest.files[name]
+        if listed.chunks is not None and chunk_pool is not None:
+            whole = not _file_digests.recalled(listed)
+            if in_memory or (tf.untouched and not whole):
+                size = listed.chunks.size
+                return tf.chunk_digests(size, chunk_pool, in_memory=in_memory, whole=whole)
+        chunks = _files.chunk_hasher(listed)
+        got = tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)
+        return got, None if chunks is None else chunks.finish()
 
     def checked_sha256(self, name: str) -> str:
         """The sha256 of a module or tensor file of the bundle, computed from the bytes it is

@@ -1,0 +1,510 @@
+"""Benchmarks where users run: `python benchmarks/accelerator.py [--quick]` on the accelerator
+machine (by hand: CI has none) writes benchmarks/RESULTS-<platform>.md (RESULTS-tpu.md on a
+TPU) with the date, the device, the jax, jaxlib and libtpu versions and the host's cores.
+
+Every figure is a ratio against a baseline measured in the same run: medians of interleaved
+repetitions (`run.interleaved`), each with its goal. Sections (`--only`):
+
+- `overhead`: a bundle function under `jax.jit` / the same function under native `jax.jit`,
+  dispatch-bound (the LeNet at batch 4) and compute-bound (`--layers` bf16 dense layers
+  `--width` wide, batch `--batch`, made with `hlobundle.export`); goal <= 1.02.
+- `lm`: one decode step of examples/lm.hlobundle / native `lm.decode` (`run.lm_cost`).
+- `grad`: `jax.grad` through the compute-bound bundle / native; goal <= 1.05.
+- `weights`: `hlobundle.load` + `jax.device_put` of its weights / `device_put` of the same
+  arrays from memory; goal <= 1.2.
+- `verify`: `load(verify=True)` / the parallel sha256 bound (the same files read and hashed in
+  runs of 8 MiB by a thread per host core); goal <= 1.15.
+- `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
+  stored executable (`stored_executable_first_result`, a hook `hlobundle compile` of XLA
+  executables fills; "not measured" until then).
+- `serve`: the gain of serve's batching (`serve_batching_gain`, a hook for `serve --uds`: the
+  machine has no TCP; "not measured" until it exists).
+
+It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
+the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
+rots unseen; its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import ROOT, interleaved, lm_cost, table  # noqa: E402  (the harness)
+
+STEP = 8 << 20  # what the parallel bound reads and hashes at a time
+
+
+def ratio_row(case: str, backend: str, base: float, got: float, goal: float | None) -> dict:
+    return {
+        "case": case,
+        "backend": backend,
+        "baseline_s": base,
+        "ours_s": got,
+        "ratio": got / base,
+        "goal": "" if goal is None else f"<= {goal}",
+        "met": "" if goal is None else ("yes" if got / base <= goal else "NO"),
+    }
+
+
+def not_measured(case: str, why: str) -> dict:
+    return {"case": case, "backend": "", "ratio": "not measured", "goal": why}
+
+
+# --- the compute-bound model ----------------------------------------------------------------
+
+
+def dense(params: list, x: Any) -> Any:
+    import jax.numpy as jnp
+
+    for w in params:
+        x = jnp.tanh(x @ w)
+    return x
+
+
+def dense_params(layers: int, width: int) -> list[np.ndarray]:
+    import ml_dtypes
+
+    rng = np.random.default_rng(0)
+    scale = np.float32(1 / np.sqrt(width))
+    return [
+        (rng.standard_normal((width, width), np.float32) * scale).astype(ml_dtypes.bfloat16)
+        for _ in range(layers)
+    ]
+
+
+def dense_bundle(
+    tmp: Path, args: argparse.Namespace, functions: int = 1, shard: int | None = None
+) -> Path:
+    """`args.layers` bf16 layers `args.width` wide, batch `args.batch`; with `functions` > 1 the
+    same model under more names (a bundle of several functions: its weights are chunked); with
+    `shard`, its weights in files of at most that many bytes."""
+    import hlobundle
+
+    out = tmp / f"dense-{functions}-{shard}"
+    if out.exists():
+        return out
+    from hlobundle._run._backends._installed import enzyme_ad
+
+    params = dense_params(args.layers, args.width)
+    x = np.ones((args.batch, args.width), params[0].dtype)
+    for i in range(functions):  # the backward module (for the xla backend's grad) by enzyme-ad
+        hlobundle.export(
+            dense, params, x, out=out, name=f"f{i}", add=i > 0, store_expected=False,
+            with_vjp=enzyme_ad(), roles={f"params_{k}": "parameter" for k in range(args.layers)},
+            max_shard_size=shard,
+        )  # fmt: skip
+    return out
+
+
+def jitted(fn: Callable, *args: Any) -> Callable[[], object]:
+    import jax
+
+    j = jax.jit(fn)
+    return lambda: jax.block_until_ready(j(*args))
+
+
+def backends() -> list[str]:
+    """The backends that run under `jax.jit` here: xla, and enzyme where enzyme-ad is."""
+    from hlobundle._run._backends._installed import enzyme_ad
+
+    return ["xla", "enzyme"] if enzyme_ad() else ["xla"]
+
+
+# --- sections ---------------------------------------------------------------------------------
+
+
+def overhead(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    import jax
+    import lenet5
+
+    import hlobundle
+
+    lenet = hlobundle.load(ROOT / "examples" / "lenet5.hlobundle")
+    images = jax.device_put(np.random.default_rng(0).random((4, 1, 28, 28), np.float32))
+    dense_b = hlobundle.load(dense_bundle(tmp, args))
+    params = jax.device_put(dense_b.select("f0").example_args()[0])
+    x = jax.device_put(dense_b.select("f0").example_args()[1])
+    cases = [
+        ("dispatch-bound: LeNet, batch 4", lenet, lenet5.lenet5, jax.device_put(lenet5.init_params()), images),
+        (f"compute-bound: {args.layers} bf16 layers {args.width} wide, batch {args.batch}",
+         dense_b.select("f0"), dense, params, x),
+    ]  # fmt: skip
+    rows = []
+    for case, bundle, native, p, xs in cases:
+        fns = {"native": jitted(native, p, xs)}
+        for backend in backends():
+            f = bundle.function(backend)
+            fns[backend] = jitted(lambda p, x, f=f: f(p, x), p, xs)
+        rows += _ratios(case, fns, args.reps, 1.02)
+    return rows
+
+
+def _ratios(case: str, fns: dict[str, Callable[[], object]], reps: int, goal: float) -> list[dict]:
+    for f in fns.values():
+        f()  # compile
+    res = interleaved(fns, reps)
+    base = res["native"][0]
+    return [ratio_row(case, k, base, res[k][0], goal) for k in fns if k != "native"]
+
+
+def lm(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    goals = {"decode": 1.05}
+    rows = []
+    for r in lm_cost(tmp, args.quick):
+        if str(r["case"]).startswith("decode"):
+            rows.append(
+                ratio_row(r["case"], r["backend"], r["native_s"], r["bundle_s"], goals["decode"])
+            )
+    return rows  # fmt: skip
+
+
+def grad(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+
+    import hlobundle
+
+    bundle = hlobundle.load(dense_bundle(tmp, args)).select("f0")
+    params, x = (jax.device_put(a) for a in bundle.example_args())
+
+    def loss(fn: Callable) -> Callable:
+        return jax.grad(lambda p, x: fn(p, x).astype(jnp.float32).sum())
+
+    fns = {"native": jitted(loss(dense), params, x)}
+    for backend in backends():
+        f = bundle.function(backend)
+        try:
+            fns[backend] = jitted(loss(lambda p, x, f=f: f(p, x)), params, x)
+            fns[backend]()
+        except Exception as e:  # the xla backend needs a stored backward module
+            fns.pop(backend)
+            print(f"grad, {backend}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+    case = f"jax.grad, {args.layers} bf16 layers {args.width} wide, batch {args.batch}"
+    return _ratios(case, fns, args.reps, 1.05)
+
+
+def weights(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """The weights from the bundle's files (load, map, device_put) / from memory (device_put
+    of the same arrays, already in memory); the page cache warm for both."""
+    import jax
+
+    import hlobundle
+
+    path = dense_bundle(tmp, args)
+    in_memory = [np.array(a) for a in hlobundle.load(path).select("f0").example_args()[0]]
+
+    def from_bundle() -> None:
+        b = hlobundle.load(path).select("f0")
+        jax.block_until_ready(jax.device_put(b.example_args()[0]))
+
+    fns = {
+        "from memory": lambda: jax.block_until_ready(jax.device_put(in_memory)),
+        "from the bundle": from_bundle,
+    }
+    res = interleaved(fns, args.reps_io)
+    gib = sum(a.nbytes for a in in_memory) / (1 << 30)
+    case = f"load + device_put of {gib:.3g} GiB / device_put from memory"
+    return [ratio_row(case, "", res["from memory"][0], res["from the bundle"][0], 1.2)]
+
+
+def parallel_sha256_bound(files: list[Path]) -> None:
+    """The same files read and hashed in runs of `STEP` bytes by a thread per host core, each
+    reading into a buffer of its own, used again: what hashing them on every core can reach
+    (verify also keeps the bytes, in a private copy whose pages it must first touch)."""
+    local = threading.local()
+    fds = [os.open(f, os.O_RDONLY) for f in files]
+    try:
+        runs = [
+            (fd, begin, min(STEP, os.fstat(fd).st_size - begin))
+            for fd in fds
+            for begin in range(0, os.fstat(fd).st_size, STEP)
+        ]
+
+        def one(run: tuple[int, int, int]) -> str:
+            fd, begin, n = run
+            if not hasattr(local, "buffer"):
+                local.buffer = memoryview(bytearray(STEP))
+            view = local.buffer[:n]
+            os.preadv(fd, [view], begin)
+            return hashlib.sha256(view).hexdigest()
+
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            list(pool.map(one, runs))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def verify(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """`load(verify=True)` / the parallel sha256 bound of the same files: a bundle whose weights
+    are chunked (two functions), the first time (the file's sha256 computed alongside its
+    chunks) and after (recalled, SPEC.md 8); one function's weights in shards of 64 MiB (each
+    file's sha256, the files side by side); and one sha256 on one core, for scale."""
+    chunked = dense_bundle(tmp, args, functions=2)
+    sharded = dense_bundle(tmp, args, shard=max(1 << 20, min(64 << 20, _weight_bytes(args) // 4)))
+    rows = _verify_rows(tmp, chunked, "chunked", args.reps_io, first_too=True)
+    return rows + _verify_rows(tmp, sharded, "sharded", args.reps_io, first_too=False)
+
+
+def _weight_bytes(args: argparse.Namespace) -> int:
+    return args.layers * args.width * args.width * 2
+
+
+def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool) -> list[dict]:
+    import hlobundle
+
+    files = sorted(path.rglob("*.safetensors"))
+    fresh = iter(range(1 << 30))
+
+    def verified(cache: str) -> Callable[[], object]:
+        def run() -> None:
+            os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / cache.format(next(fresh)))
+            hlobundle.load(path, verify=True)
+
+        return run
+
+    def one_core() -> None:
+        for f in files:
+            with open(f, "rb") as r:
+                h = hashlib.sha256()
+                while block := r.read(STEP):
+                    h.update(block)
+
+    fns = {"bound": lambda: parallel_sha256_bound(files), "again": verified(f"{kind}-warm")}
+    if first_too:
+        fns |= {"first": verified(kind + "-cold-{}"), "one core": one_core}
+    saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
+    try:
+        fns["again"]()  # its verdicts recorded
+        res = interleaved(fns, reps)
+    finally:
+        if saved is None:
+            os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
+        else:
+            os.environ["HLOBUNDLE_CACHE_DIR"] = saved
+    gib = sum(f.stat().st_size for f in files) / (1 << 30)
+    base = res["bound"][0]
+    what = f"{gib:.3g} GiB, {kind} ({len(files)} tensor files), / parallel sha256 bound"
+    if not first_too:
+        return [ratio_row(f"load(verify=True), {what}", "", base, res["again"][0], 1.15)]
+    return [
+        ratio_row(f"load(verify=True) again (sha256 recalled), {what}", "", base, res["again"][0], 1.15),
+        ratio_row(f"load(verify=True) first time (sha256 computed too), {what}", "", base,
+                  res["first"][0], None),
+        ratio_row(f"sha256 on one core, {what}", "", base, res["one core"][0], None),
+    ]  # fmt: skip
+
+
+FIRST = """
+import json, time
+t0 = time.perf_counter()
+import jax, hlobundle
+hlobundle.configure_jax()  # as `hlobundle run` does: JAX's persistent cache in hlobundle's
+b = hlobundle.load({path!r}).select("f0")
+f = b.function("xla")
+args = b.example_args()
+t1 = time.perf_counter()
+compiles, hits = [], []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, secs, **kw: compiles.append(secs) if "backend_compile" in event else None)
+jax.monitoring.register_event_listener(
+    lambda event, **kw: hits.append(event) if "cache_hits" in event else None)
+jax.block_until_ready(f(*args))
+print(json.dumps({{"load_s": t1 - t0, "first_call_s": time.perf_counter() - t1,
+                  "compiles": len(compiles), "cache_hits": len(hits),
+                  "platform": jax.devices()[0].platform}}))
+"""
+
+
+MAKE = """
+import argparse, sys
+from pathlib import Path
+sys.path.insert(0, {here!r})
+import accelerator
+accelerator.dense_bundle(Path({tmp!r}), argparse.Namespace(**{sizes!r}))
+"""
+
+
+def child(code: str, env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall time and stdout of a fresh Python running `code`, in this process's environment
+    (an accelerator machine's PYTHONPATH and TPU_ variables kept) without hlobundle's cache
+    settings, `env` added. One process at a time may hold a TPU: the caller holds none yet."""
+    import subprocess
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HLOBUNDLE_")}
+    start = time.perf_counter()
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=base | (env or {})
+    )
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return time.perf_counter() - start, r.stdout
+
+
+def first_result(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """A fresh process's first result from the compute-bound bundle (xla backend): with no
+    cache of any kind, and with JAX's persistent cache warm (a second process); the first
+    call's time (trace, compile, run) / the no-cache one. Every process of it is a child (the
+    bundle made in one too), run before this process touches the device: one process at a
+    time may hold a TPU."""
+    sizes = {"layers": args.layers, "width": args.width, "batch": args.batch}
+    child(MAKE.format(here=str(Path(__file__).parent), tmp=str(tmp), sizes=sizes))
+    path = dense_bundle(tmp, args)  # made: found, not made again
+    cache = {"HLOBUNDLE_CACHE_DIR": str(tmp / "first-cache")}
+    cold, warm = [], []
+    child(FIRST.format(path=str(path)), cache)  # fills the cache
+    for _ in range(args.reps_process):
+        cold.append(json.loads(child(FIRST.format(path=str(path)), {"HLOBUNDLE_NO_CACHE": "1"})[1]))
+        warm.append(json.loads(child(FIRST.format(path=str(path)), cache)[1]))  # fmt: skip
+    med = lambda runs, k: statistics.median(r[k] for r in runs)  # noqa: E731
+    base = med(cold, "first_call_s")
+    rows = [
+        {**ratio_row("first call, cold (no cache)", "xla", base, base, None),
+         "compiles": med(cold, "compiles"), "cache_hits": med(cold, "cache_hits")},
+        {**ratio_row("first call, JAX's persistent cache warm / cold", "xla", base,
+                     med(warm, "first_call_s"), None), "compiles": med(warm, "compiles"),
+         "cache_hits": med(warm, "cache_hits")},
+    ]  # fmt: skip
+    return rows + [stored_executable_first_result(tmp, path, base, cold[0]["platform"])]
+
+
+def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platform: str) -> dict:
+    """HOOK, for `hlobundle compile` of XLA executables (another engineer's): store this
+    device's executable in a copy of the bundle (`hlobundle.compile(copy, [TARGET])`), then a
+    fresh process's first call from it, trusted, against `cold_s`; its goal: no compile at all
+    (`compiles` 0). Until `compile` takes an XLA target, "not measured", never a made-up figure."""
+    target = f"xla-{platform}"
+    case = f"first call from a stored executable ({target}) / cold"
+    copy = tmp / "stored-executable"
+    shutil.copytree(path, copy, dirs_exist_ok=True)
+    try:  # in a child, as every process here that may open the device
+        child(f"import hlobundle; hlobundle.compile({str(copy)!r}, [{target!r}])")
+    except RuntimeError as e:
+        why = str(e).strip().splitlines()[-1][:160]
+        return not_measured(case, f"`hlobundle compile` has no {target} executables yet: {why}")
+    got = json.loads(child(FIRST.format(path=str(copy)).replace(
+        'function("xla")', 'function("xla", trust=hlobundle.Trust.EXECUTABLES)'))[1])  # fmt: skip
+    return {**ratio_row(case, "xla", cold_s, got["first_call_s"], None),
+            "compiles": got["compiles"], "met": "yes" if got["compiles"] == 0 else "NO"}  # fmt: skip
+
+
+def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """HOOK, for `hlobundle serve --uds PATH` (another engineer's; the accelerator machine
+    allows no TCP): requests per second with dynamic batching / without, many clients at once
+    over the unix socket. Until serve has `--uds`, "not measured"."""
+    import subprocess
+
+    case = "serve: throughput with batching / without"
+    help_text = subprocess.run(
+        [sys.executable, "-m", "hlobundle", "serve", "--help"], capture_output=True, text=True
+    ).stdout
+    if "--uds" not in help_text:
+        return [
+            not_measured(case, "`hlobundle serve` has no --uds yet (its engineer fills this hook)")
+        ]
+    return [not_measured(case, "serve --uds exists: write its client here (see the docstring)")]
+
+
+# --- report -------------------------------------------------------------------------------------
+
+SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]] = {
+    "first": ("First result in a fresh process", first_result),  # before this one opens a TPU
+    "overhead": ("Run overhead: a bundle function under jax.jit / native jax.jit", overhead),
+    "lm": ("LM decode: one token through examples/lm.hlobundle / native lm.decode", lm),
+    "grad": ("jax.grad through the bundle / native", grad),
+    "weights": ("Weights to the device: from the bundle / from memory", weights),
+    "verify": ("verify on the host's cores / the parallel sha256 bound", verify),
+    "serve": ("Serving: the batching gain", serve_batching_gain),
+}
+
+
+def versions() -> str:
+    import jax
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "absent"
+
+    device = jax.devices()[0]
+    return (
+        f"device {device.device_kind} ({device.platform}, {jax.device_count()} device(s)); "
+        f"jax {jax.__version__}, jaxlib {version('jaxlib')}, libtpu {version('libtpu')}; "
+        f"host {os.cpu_count()} cores, Python {sys.version.split()[0]}"
+    )
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--only", default="", help=f"comma-separated, of {list(SECTIONS)}")
+    parser.add_argument("--out", default=None, help="default: benchmarks/RESULTS-<platform>.md")
+    parser.add_argument("--layers", type=int, default=None, help="compute-bound: layers (8)")
+    parser.add_argument("--width", type=int, default=None, help="compute-bound: width (8192)")
+    parser.add_argument("--batch", type=int, default=None, help="compute-bound: batch (4096)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions of a call (100)")
+    args = parser.parse_args()
+    sizes = (2, 1024, 16, 5) if args.quick else (8, 8192, 4096, 100)
+    for name, default in zip(("layers", "width", "batch", "reps"), sizes, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    args.reps_io, args.reps_process = (2, 1) if args.quick else (7, 2)
+    chosen = [n for n in args.only.split(",") if n] or list(SECTIONS)
+    unknown = [n for n in chosen if n not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
+    args.chosen = chosen
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    import jax
+
+    tmp = Path(tempfile.mkdtemp(prefix="hlobundle-accelerator-"))
+    body = []
+    try:
+        for name in args.chosen:
+            title, fn = SECTIONS[name]
+            start = time.perf_counter()
+            rows = fn(tmp, args)
+            body.append(f"## {title}\n\n{table(rows)}")
+            print(f"{name}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    command = " ".join(["python benchmarks/accelerator.py", *sys.argv[1:]])
+    text = textwrap.dedent(f"""\
+        # Benchmark results on {jax.devices()[0].platform}
+
+        Generated by `{command}` on {time.strftime("%Y-%m-%d")}: {versions()}.
+        Ratios compare against a baseline measured in the same run; medians of interleaved
+        repetitions; "met" says whether the ratio meets its goal.
+
+        """) + "\n\n".join(body) + "\n"  # fmt: skip
+    platform = jax.devices()[0].platform
+    out = args.out or str(ROOT / "benchmarks" / f"RESULTS-{platform}.md")
+    Path(out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
