@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.util
 import re
 
 import pytest
@@ -88,7 +89,8 @@ def _modules():
 def _imports(name: str, source: str, is_package: bool = False):
     """Every module of the package that `source` (module `name`) imports: `import` and `from`
     statements anywhere (functions included), names of the top-level package's lazy surface
-    (`from hlobundle import load`), and `importlib.import_module("hlobundle...")` calls."""
+    (`from hlobundle import load`), and `importlib.import_module` calls (`"hlobundle..."`, a
+    relative name with its package, or an f-string's constant start)."""
     package = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(_parse(source)):
         if isinstance(node, ast.ImportFrom):
@@ -108,9 +110,28 @@ def _imports(name: str, source: str, is_package: bool = False):
         elif isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("hlobundle"))
         elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                yield first.value if first.value.startswith("hlobundle") else ""
+            target = _imported_by_name(node, name, package)
+            yield target if target.startswith("hlobundle") else ""
+
+
+def _imported_by_name(call: ast.Call, name: str, package: str) -> str:
+    """The module an `import_module` call names: an absolute name, a relative one resolved
+    against its `package` argument (`__package__`, or `__name__`, which a package's
+    `__init__` passes), or the package an f-string's constant start names
+    (`f"hlobundle._write.{x}"`: some module of `hlobundle._write`)."""
+    first = call.args[0]
+    if isinstance(first, ast.JoinedStr):
+        start = first.values[0] if first.values else None
+        text = start.value if isinstance(start, ast.Constant) else ""
+        return str(text).rpartition(".")[0]
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return ""
+    if not first.value.startswith("."):
+        return first.value
+    anchor = call.args[1] if len(call.args) > 1 else None
+    anchor = next((k.value for k in call.keywords if k.arg == "package"), anchor)
+    by_name = isinstance(anchor, ast.Name) and anchor.id == "__name__"
+    return importlib.util.resolve_name(first.value, name if by_name else package)
 
 
 def _is_import_module(func: ast.expr) -> bool:
@@ -165,6 +186,10 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._format._b": "from .. import pack\n",
         "hlobundle._read._c": "import importlib\nimportlib.import_module('hlobundle._run._run')\n",
         "hlobundle._read._c2": "__import__('hlobundle._write._writer')\n",
+        # a relative name, against the package the module sits in or its own name
+        "hlobundle._format._c3": "import importlib\nimportlib.import_module('.._write._writer', __package__)\n",
+        "hlobundle._format._c4": "from importlib import import_module\nimport_module('.._run', package=__package__)\n",
+        "hlobundle._format._c5": "import importlib\nimportlib.import_module(f'hlobundle._oci.{x}')\n",
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
         "hlobundle._interop._e": "from .._read import _reader\n",
         "hlobundle._write._f": "def f():\n    from .._oci import _pull\n",
