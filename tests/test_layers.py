@@ -464,8 +464,9 @@ def test_the_door_guard_fails_on_each_way_past_it():
 
 
 def _branches_on_a_backend_name(source: str) -> list[int]:
-    """Lines that compare with a backend's name (`==`, `!=`, `in`, a `match` case): code that
-    asks which backend it holds instead of what it can do."""
+    """Lines that compare with a backend's name (`==`, `!=`, `in`, a `match` case) or look one
+    up by it (a dict keyed by backend names, `{"xla": ...}` or `dict(xla=...)`): code that asks
+    which backend it holds instead of what it can do."""
     from hlobundle._run import _backends
 
     names = set(_backends.NAMES) - {"auto"}  # `auto` is a choice, not a backend
@@ -481,7 +482,21 @@ def _branches_on_a_backend_name(source: str) -> list[int]:
             lines.append(node.lineno)
         elif isinstance(node, ast.MatchValue) and named(node.value):
             lines.append(node.value.lineno)
+        elif isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
+            lines.append(node.lineno)
+        elif _keyed_by(node, names):
+            lines.append(node.lineno)
     return lines
+
+
+def _keyed_by(node: ast.AST, names: set[str]) -> bool:
+    """`dict(xla=..., ...)`: a dict keyed by one of `names`."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "dict"
+        and any(k.arg in names for k in node.keywords)
+    )
 
 
 def test_no_code_outside_the_backends_branches_on_a_backend_name():
@@ -500,6 +515,16 @@ def test_the_branch_guard_fails_on_each_kind_of_branch():
     assert _branches_on_a_backend_name("ok = b not in ('auto', 'xla')\n") == [1]
     assert _branches_on_a_backend_name("match b:\n    case 'xla':\n        pass\n") == [2]
     assert _branches_on_a_backend_name("if b != 'auto':\n    pass\n") == []
+    # looked up by name: the branch written as a table
+    assert _branches_on_a_backend_name("SUFFIX = {'xla': '.py', 'iree': '.vmfb'}\n") == [1]
+    assert _branches_on_a_backend_name("x = dict(enzyme=1)[b]\n") == [1]
+    assert _branches_on_a_backend_name("d = {'auto': 1, **more}\n") == []
+
+
+def test_the_branch_guard_fails_on_a_table_of_backends_in_the_emitter():
+    real = {name: source for name, source, _ in _modules()}
+    emit = real["hlobundle._emit._emit"] + "\nNOTE = {'xla': 'jax', 'iree': 'iree-runtime'}\n"
+    assert _branches_on_a_backend_name(emit) == [len(emit.splitlines())]
 
 
 def _circles(modules, layer: str) -> list[list[str]]:
