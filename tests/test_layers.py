@@ -17,6 +17,9 @@ a child script, the fork server, code given to `python -c`, the scripts `emit` w
 nothing of the package at all; the guard finds each one in the source, where the package names
 it to run it, so that a new one cannot be left out.
 
+The benchmarks (`benchmarks/*.py`) are held to the backends' door and to private jax symbols
+in `_compat` alone, as the package is.
+
 Each guard is also run on small made-up modules that break its rule, so that it is shown to
 fail on the thing it names.
 """
@@ -414,7 +417,7 @@ def test_the_jax_guard_fails_on_a_guarded_import():
 
 
 def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
-    for name, source, _ in _modules():
+    for name, source, _ in [*_modules(), *_benchmarks()]:
         if name == "hlobundle._compat":
             continue
         assert "jax._src" not in source and "enzyme_ad.jax import primitives" not in source, name
@@ -446,6 +449,41 @@ def _past_the_door(modules) -> list[tuple[str, str]]:
 
 def test_nothing_outside_the_backends_imports_a_backends_room():
     assert _past_the_door(_modules()) == []
+
+
+# The benchmarks (`benchmarks/*.py`) measure what a user and the house call: the public API
+# (`hlobundle`, `hlobundle.integrations`) and the rooms, as the top floor imports them, and a
+# backend only through its door, `hlobundle._run._backends` (`kind(name)` or `resolve(name)`,
+# then the `Backend` object), the one seam they are given into a backend's work.
+def _benchmarks():
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        yield f"benchmarks.{path.stem}", path.read_text(), False
+
+
+def _benchmark_errors(modules) -> list[str]:
+    return [
+        f"{name.replace('.', '/')}.py imports {target}: a benchmark reaches a backend only "
+        "through its door, hlobundle._run._backends (kind(name) or resolve(name), then the "
+        "Backend object's fields), or uses the public API"
+        for name, target in _past_the_door(modules)
+    ]
+
+
+def test_benchmarks_reach_a_backend_only_through_its_door():
+    assert _benchmark_errors(_benchmarks()) == []
+
+
+def test_the_benchmark_guard_fails_on_a_backend_s_room():
+    real = {name: source for name, source, _ in _benchmarks()}
+    past = "    from hlobundle._run._backends._enzyme import prepared_for_hlo_call\n"
+    broken = real["benchmarks.run"].replace(
+        "    import hlobundle\n", "    import hlobundle\n" + past, 1
+    )
+    assert broken != real["benchmarks.run"]
+    errors = _benchmark_errors([("benchmarks.run", broken, False)])
+    assert errors and errors[0].startswith(
+        "benchmarks/run.py imports hlobundle._run._backends._enzyme: a benchmark reaches"
+    )
 
 
 def test_the_door_guard_fails_on_each_way_past_it():
