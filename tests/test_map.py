@@ -82,7 +82,7 @@ MAP = {
     "hlobundle._run._backends._iree_compile": ["test_iree.py"],
     "hlobundle._run._backends._jax_script": ["test_emit.py"],
     "hlobundle._run._backends._xla": ["test_function.py", "test_jax_export.py"],
-    "hlobundle._run._binding": ["test_function.py", "test_symbolic.py"],
+    "hlobundle._run._binding": ["test_function.py", "test_symbolic.py", "test_shape_proofs.py"],
     "hlobundle._run._compute": ["test_writer.py", "test_cli.py"],
     "hlobundle._run._function": ["test_function.py"],
     "hlobundle._run._placement": ["test_sharding.py", "test_multihost.py"],
