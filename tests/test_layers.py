@@ -17,6 +17,9 @@ a child script, the fork server, code given to `python -c`, the scripts `emit` w
 nothing of the package at all; the guard finds each one in the source, where the package names
 it to run it, so that a new one cannot be left out.
 
+The benchmarks (`benchmarks/*.py`) are held to the backends' door and to private jax symbols
+in `_compat` alone, as the package is.
+
 Each guard is also run on small made-up modules that break its rule, so that it is shown to
 fail on the thing it names.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.util
 import re
 
 import pytest
@@ -88,7 +92,8 @@ def _modules():
 def _imports(name: str, source: str, is_package: bool = False):
     """Every module of the package that `source` (module `name`) imports: `import` and `from`
     statements anywhere (functions included), names of the top-level package's lazy surface
-    (`from hlobundle import load`), and `importlib.import_module("hlobundle...")` calls."""
+    (`from hlobundle import load`), and `importlib.import_module` calls (`"hlobundle..."`, a
+    relative name with its package, or an f-string's constant start)."""
     package = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(_parse(source)):
         if isinstance(node, ast.ImportFrom):
@@ -108,9 +113,28 @@ def _imports(name: str, source: str, is_package: bool = False):
         elif isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("hlobundle"))
         elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                yield first.value if first.value.startswith("hlobundle") else ""
+            target = _imported_by_name(node, name, package)
+            yield target if target.startswith("hlobundle") else ""
+
+
+def _imported_by_name(call: ast.Call, name: str, package: str) -> str:
+    """The module an `import_module` call names: an absolute name, a relative one resolved
+    against its `package` argument (`__package__`, or `__name__`, which a package's
+    `__init__` passes), or the package an f-string's constant start names
+    (`f"hlobundle._write.{x}"`: some module of `hlobundle._write`)."""
+    first = call.args[0]
+    if isinstance(first, ast.JoinedStr):
+        start = first.values[0] if first.values else None
+        text = start.value if isinstance(start, ast.Constant) else ""
+        return str(text).rpartition(".")[0]
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return ""
+    if not first.value.startswith("."):
+        return first.value
+    anchor = call.args[1] if len(call.args) > 1 else None
+    anchor = next((k.value for k in call.keywords if k.arg == "package"), anchor)
+    by_name = isinstance(anchor, ast.Name) and anchor.id == "__name__"
+    return importlib.util.resolve_name(first.value, name if by_name else package)
 
 
 def _is_import_module(func: ast.expr) -> bool:
@@ -165,6 +189,10 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._format._b": "from .. import pack\n",
         "hlobundle._read._c": "import importlib\nimportlib.import_module('hlobundle._run._run')\n",
         "hlobundle._read._c2": "__import__('hlobundle._write._writer')\n",
+        # a relative name, against the package the module sits in or its own name
+        "hlobundle._format._c3": "import importlib\nimportlib.import_module('.._write._writer', __package__)\n",
+        "hlobundle._format._c4": "from importlib import import_module\nimport_module('.._run', package=__package__)\n",
+        "hlobundle._format._c5": "import importlib\nimportlib.import_module(f'hlobundle._oci.{x}')\n",
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
         "hlobundle._interop._e": "from .._read import _reader\n",
         "hlobundle._write._f": "def f():\n    from .._oci import _pull\n",
@@ -389,7 +417,7 @@ def test_the_jax_guard_fails_on_a_guarded_import():
 
 
 def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
-    for name, source, _ in _modules():
+    for name, source, _ in [*_modules(), *_benchmarks()]:
         if name == "hlobundle._compat":
             continue
         assert "jax._src" not in source and "enzyme_ad.jax import primitives" not in source, name
@@ -423,6 +451,41 @@ def test_nothing_outside_the_backends_imports_a_backends_room():
     assert _past_the_door(_modules()) == []
 
 
+# The benchmarks (`benchmarks/*.py`) measure what a user and the house call: the public API
+# (`hlobundle`, `hlobundle.integrations`) and the rooms, as the top floor imports them, and a
+# backend only through its door, `hlobundle._run._backends` (`kind(name)` or `resolve(name)`,
+# then the `Backend` object), the one seam they are given into a backend's work.
+def _benchmarks():
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        yield f"benchmarks.{path.stem}", path.read_text(), False
+
+
+def _benchmark_errors(modules) -> list[str]:
+    return [
+        f"{name.replace('.', '/')}.py imports {target}: a benchmark reaches a backend only "
+        "through its door, hlobundle._run._backends (kind(name) or resolve(name), then the "
+        "Backend object's fields), or uses the public API"
+        for name, target in _past_the_door(modules)
+    ]
+
+
+def test_benchmarks_reach_a_backend_only_through_its_door():
+    assert _benchmark_errors(_benchmarks()) == []
+
+
+def test_the_benchmark_guard_fails_on_a_backend_s_room():
+    real = {name: source for name, source, _ in _benchmarks()}
+    past = "    from hlobundle._run._backends._enzyme import prepared_for_hlo_call\n"
+    broken = real["benchmarks.run"].replace(
+        "    import hlobundle\n", "    import hlobundle\n" + past, 1
+    )
+    assert broken != real["benchmarks.run"]
+    errors = _benchmark_errors([("benchmarks.run", broken, False)])
+    assert errors and errors[0].startswith(
+        "benchmarks/run.py imports hlobundle._run._backends._enzyme: a benchmark reaches"
+    )
+
+
 def test_the_door_guard_fails_on_each_way_past_it():
     broken = {
         "hlobundle._emit._a": "from .._run._backends import _iree\n",
@@ -439,8 +502,9 @@ def test_the_door_guard_fails_on_each_way_past_it():
 
 
 def _branches_on_a_backend_name(source: str) -> list[int]:
-    """Lines that compare with a backend's name (`==`, `!=`, `in`, a `match` case): code that
-    asks which backend it holds instead of what it can do."""
+    """Lines that compare with a backend's name (`==`, `!=`, `in`, a `match` case) or look one
+    up by it (a dict keyed by backend names, `{"xla": ...}` or `dict(xla=...)`): code that asks
+    which backend it holds instead of what it can do."""
     from hlobundle._run import _backends
 
     names = set(_backends.NAMES) - {"auto"}  # `auto` is a choice, not a backend
@@ -456,7 +520,21 @@ def _branches_on_a_backend_name(source: str) -> list[int]:
             lines.append(node.lineno)
         elif isinstance(node, ast.MatchValue) and named(node.value):
             lines.append(node.value.lineno)
+        elif isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
+            lines.append(node.lineno)
+        elif _keyed_by(node, names):
+            lines.append(node.lineno)
     return lines
+
+
+def _keyed_by(node: ast.AST, names: set[str]) -> bool:
+    """`dict(xla=..., ...)`: a dict keyed by one of `names`."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "dict"
+        and any(k.arg in names for k in node.keywords)
+    )
 
 
 def test_no_code_outside_the_backends_branches_on_a_backend_name():
@@ -475,6 +553,16 @@ def test_the_branch_guard_fails_on_each_kind_of_branch():
     assert _branches_on_a_backend_name("ok = b not in ('auto', 'xla')\n") == [1]
     assert _branches_on_a_backend_name("match b:\n    case 'xla':\n        pass\n") == [2]
     assert _branches_on_a_backend_name("if b != 'auto':\n    pass\n") == []
+    # looked up by name: the branch written as a table
+    assert _branches_on_a_backend_name("SUFFIX = {'xla': '.py', 'iree': '.vmfb'}\n") == [1]
+    assert _branches_on_a_backend_name("x = dict(enzyme=1)[b]\n") == [1]
+    assert _branches_on_a_backend_name("d = {'auto': 1, **more}\n") == []
+
+
+def test_the_branch_guard_fails_on_a_table_of_backends_in_the_emitter():
+    real = {name: source for name, source, _ in _modules()}
+    emit = real["hlobundle._emit._emit"] + "\nNOTE = {'xla': 'jax', 'iree': 'iree-runtime'}\n"
+    assert _branches_on_a_backend_name(emit) == [len(emit.splitlines())]
 
 
 def _circles(modules, layer: str) -> list[list[str]]:

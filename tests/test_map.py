@@ -1,7 +1,13 @@
 """Where each module's tests are, so that a newcomer finds them by name: a module
-`hlobundle/.../_name.py` is tested in `tests/test_name.py` when that file exists; `MAP` names
-the test files of every other module. The test below fails when a module has neither (add its
-tests, and its line here) or when the map names a file that is not there."""
+`hlobundle/.../_name.py` is tested in `tests/test_name.py` when that file exists and no module
+of another room is also called `_name.py`; `MAP` names the test files of every other module,
+by its room-qualified name (`hlobundle._oci._sign`, `hlobundle._write._sign`). The test below
+fails when a module has neither (add its tests, and its line here) or when the map names a file
+that is not there.
+
+A module's line lists every test file that guards it: `DEFENCES` records, for a check whose
+removal was seen to fail one test file only, that file, and the map must name it on the
+module's line (or the module's own by-name file must be it)."""
 
 from __future__ import annotations
 
@@ -49,6 +55,11 @@ MAP = {
     "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
     "hlobundle._format._tolerance": ["test_run.py", "test_precision.py"],
     "hlobundle._interop._sources": ["test_jax_export.py", "test_reactant_server.py"],
+    "hlobundle._interop._jax_export": ["test_jax_export.py"],
+    "hlobundle._interop._reactant_server": ["test_reactant_server.py"],
+    "hlobundle._write._jax_export": ["test_jax_export.py"],
+    "hlobundle._write._reactant_server": ["test_reactant_server.py", "test_emit.py"],
+    "hlobundle._emit._reactant_server": ["test_reactant_server.py", "test_emit.py"],
     "hlobundle._isolation._child": ["test_isolation.py"],
     "hlobundle._isolation._fork_server": ["test_isolation.py"],
     "hlobundle._isolation._fork_servers": ["test_isolation.py"],
@@ -71,7 +82,7 @@ MAP = {
     "hlobundle._read._trust": ["test_package.py", "test_iree.py"],
     "hlobundle._read._values": ["test_roundtrip.py", "test_function.py"],
     "hlobundle._remote._load": ["test_remote.py"],
-    "hlobundle._remote._sources": ["test_remote.py"],
+    "hlobundle._remote._sources": ["test_remote.py", "test_oci_hostile.py"],
     "hlobundle._read._store": ["test_remote.py", "test_oci.py"],
     "hlobundle._run._backends._backend": ["test_layers.py", "test_emit.py"],
     "hlobundle._run._backends._enzyme": ["test_function.py", "test_transforms.py"],
@@ -82,7 +93,7 @@ MAP = {
     "hlobundle._run._backends._iree_compile": ["test_iree.py"],
     "hlobundle._run._backends._jax_script": ["test_emit.py"],
     "hlobundle._run._backends._xla": ["test_function.py", "test_jax_export.py"],
-    "hlobundle._run._binding": ["test_function.py", "test_symbolic.py"],
+    "hlobundle._run._binding": ["test_function.py", "test_symbolic.py", "test_shape_proofs.py"],
     "hlobundle._run._compute": ["test_writer.py", "test_cli.py"],
     "hlobundle._run._function": ["test_function.py"],
     "hlobundle._run._placement": ["test_sharding.py", "test_multihost.py"],
@@ -120,6 +131,14 @@ MAP = {
 }
 
 
+# Checks whose removal was seen to fail one test file only (the check disabled in the source,
+# the test files run): (module, the check) -> the file that fails without it.
+DEFENCES = {
+    ("hlobundle._remote._sources", "check_listed: a layer's digest"): "test_oci_hostile.py",
+    ("hlobundle._run._binding", "check_symbols"): "test_shape_proofs.py",
+}
+
+
 def _modules() -> list[str]:
     return sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts)
@@ -128,15 +147,32 @@ def _modules() -> list[str]:
     )
 
 
-def _unmapped(modules: list[str], mapping: dict[str, list[str]]) -> list[str]:
-    """Modules with neither a test file named after them nor a line in `mapping`, and map
-    lines that name a test file that does not exist or a module that is not there."""
+def _by_name(module: str) -> str:
+    return f"test_{module.rsplit('.', 1)[1].lstrip('_')}.py"
+
+
+def _unmapped(
+    modules: list[str], mapping: dict[str, list[str]], defences: dict | None = None
+) -> list[str]:
+    """Modules with neither a test file named after them (their name theirs alone) nor a
+    line in `mapping`, map lines that name a test file that does not exist or a module that is
+    not there, and `defences` whose test file the module's tests leave out."""
     tests = {p.name for p in (ROOT / "tests").glob("test_*.py")}
     errors = []
     for module in modules:
-        named = f"test_{module.rsplit('.', 1)[1].lstrip('_')}.py"
-        if named not in tests and module not in mapping:
+        named = _by_name(module)
+        shared = [m for m in modules if m != module and _by_name(m) == named]
+        if module in mapping:
+            continue
+        if shared:
+            errors.append(
+                f"{module}: {named} would also be {', '.join(shared)}'s: give it a line in MAP"
+            )
+        elif named not in tests:
             errors.append(f"{module}: no {named} and no line in MAP")
+    for (module, check), test in (DEFENCES if defences is None else defences).items():
+        if test not in mapping.get(module, [_by_name(module)]):
+            errors.append(f"{module}: {test} guards {check}, and its MAP line leaves it out")
     errors += [
         f"{m}: MAP names {f}, which is not there"
         for m, files in mapping.items()
@@ -149,6 +185,29 @@ def _unmapped(modules: list[str], mapping: dict[str, list[str]]) -> list[str]:
 
 def test_every_module_s_tests_are_found_by_name():
     assert _unmapped(_modules(), MAP) == []
+
+
+def test_the_map_guard_fails_on_a_module_whose_name_another_room_shares():
+    """test_jax_export.py is there, but a new `_oci/_jax_export.py` is not what it tests."""
+    assert _unmapped([*_modules(), "hlobundle._oci._jax_export"], MAP) == [
+        "hlobundle._oci._jax_export: test_jax_export.py would also be "
+        "hlobundle._interop._jax_export, hlobundle._write._jax_export's: give it a line in MAP"
+    ]
+
+
+def test_the_map_guard_fails_on_a_line_that_leaves_out_a_defence_s_test_file():
+    """The digest check in `_remote/_sources.py`, removed, fails test_oci_hostile.py alone; its
+    line once named test_remote.py only."""
+    old = {**MAP, "hlobundle._remote._sources": ["test_remote.py"]}
+    assert _unmapped(_modules(), old) == [
+        "hlobundle._remote._sources: test_oci_hostile.py guards check_listed: a layer's digest, "
+        "and its MAP line leaves it out"
+    ]
+    mine = {("hlobundle._read._gc", "the collector paused"): "test_hostile.py"}
+    assert _unmapped(_modules(), MAP, mine) == [
+        "hlobundle._read._gc: test_hostile.py guards the collector paused, and its MAP line "
+        "leaves it out"
+    ]  # a module with no line: its by-name file (test_gc.py) is not the defence's
 
 
 def test_the_map_guard_fails_on_a_new_module_and_on_a_stale_line():

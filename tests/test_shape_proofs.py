@@ -426,3 +426,30 @@ def test_iree_refuses_a_shape_assertion_it_would_ignore(tmp_path):
     bundle = hlobundle.load(pack_planned(text, None, tmp_path / "sa", PackOptions()))
     with pytest.raises(hlobundle.errors.ModuleError, match="expects static assert_what"):
         bundle.function("iree")
+
+
+def test_tracing_at_symbolic_shapes_that_bind_one_symbol_twice_is_refused(tmp_path):
+    """The call-time symbol check (`_binding.check_symbols`): at symbolic shapes the prover
+    has no numbers to prove, and the arguments' symbols are bound against the manifest. Without
+    it jax refuses the call too, but as the backend's failure (BACKEND_UNSUPPORTED), not the
+    input's naming `y`."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    t = "tensor<?x3xf32>"
+    text = (
+        f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
+        f"  %z = stablehlo.add %x, %y : {t}\n  return %z : {t}\n}}\n"
+    )
+    options = PackOptions(
+        names=["x", "y"], result_names=["z"], shapes=[["b", 3], ["b", 3]], result_shapes=[["b", 3]]
+    )
+    fn = hlobundle.load(pack_planned(text, None, tmp_path / "same", options)).function("xla")
+    b, c = export.symbolic_shape("b, c")
+    specs = [jax.ShapeDtypeStruct((b, 3), jnp.float32), jax.ShapeDtypeStruct((c, 3), jnp.float32)]
+    with pytest.raises(
+        hlobundle.InputError, match=r"do not fit main's symbolic shapes: y.shape\[0\] is c"
+    ) as e:
+        export.export(jax.jit(fn.call_flat))(*specs)
+    assert e.value.argument == "y"

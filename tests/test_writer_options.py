@@ -68,6 +68,41 @@ def _restated(path: str, source: str) -> list[tuple[str, str, str]]:
                         found.append((path, node.name, target))
     if path == PARSER:
         found += _flags_spelled(path, source)
+    if path.startswith("hlobundle/_cli/"):
+        found += _renamed_by_hand(path, source)
+    return found
+
+
+# A flag's parsed attribute where it is not its option's name (`--sign-key`: `private_key`).
+RENAMED = {
+    flag.dest: name
+    for name, f in OPTIONS.items()
+    for flag in f.metadata["flags"]
+    if flag.dest and flag.dest != name
+}
+
+
+def _renamed_by_hand(path: str, source: str) -> list[tuple[str, str, str]]:
+    """(file, function, option) for each option a command hands a writer from its flag's
+    renamed attribute, the rename spelled again (`allow_custom_calls=args.allow_custom_call`,
+    `{"roles": dict(args.role)}`) rather than read by `_common.option_value`."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        for node in ast.walk(function):
+            pairs = [(k.arg, k.value) for k in node.keywords] if isinstance(node, ast.Call) else []
+            if isinstance(node, ast.Dict):
+                pairs = [
+                    (getattr(k, "value", None), v)
+                    for k, v in zip(node.keys, node.values, strict=True)
+                ]
+            found += [
+                (path, function.name, key)
+                for key, value in pairs
+                if key in OPTIONS
+                and any(RENAMED.get(getattr(n, "attr", "")) == key for n in ast.walk(value))
+            ]
     return found
 
 
@@ -142,8 +177,27 @@ def test_the_definitions_define_each_option_once():
             "    g.add_argument('--compute-expected', action='store_true')\n",
             [("add_sign", "--compute-expected")],
         ),
+        (
+            "hlobundle/_cli/_pack.py",
+            "def pack_keywords(args):\n    return dict(roles=dict(args.role), "
+            "allow_custom_calls=args.allow_custom_call, force=args.force)\n",
+            [("pack_keywords", "roles"), ("pack_keywords", "allow_custom_calls")],
+        ),
+        (
+            "hlobundle/_cli/_writes.py",
+            "def reshard(args):\n    options = {'sign_key': key(args) if args.private_key else None}\n",
+            [("reshard", "sign_key")],
+        ),
     ],
-    ids=["pack keywords", "a new importer", "another options class", "a flag", "a group's flag"],
+    ids=[
+        "pack keywords",
+        "a new importer",
+        "another options class",
+        "a flag",
+        "a group's flag",
+        "a command's renamed attributes",
+        "a command's signing key",
+    ],
 )
 def test_the_guard_fails_on_an_option_spelled_again(path, source, want):
     assert [(where, name) for _, where, name in _restated(path, source)] == want
@@ -434,3 +488,15 @@ def test_export_passes_its_options_on(tmp_path):
         "2026-01-01T00:00:00Z",
     )
     assert b.manifest.results[0].expected is None
+
+
+def test_export_s_constraints_are_recorded_and_hold_for_the_example_values(tmp_path):
+    """`constraints`, defined once in PackOptions (which the lowering and the plan's check of
+    the examples read), is recorded in the manifest, and the example values must meet it."""
+    specs = {"shapes_specs": ("b, 3",), "constraints": ("b >= 2",)}
+    out = hlobundle.export(
+        lambda x: x * 2, np.ones((4, 3), np.float32), out=tmp_path / "a", **specs
+    )
+    assert hlobundle.load(out).manifest.constraints == ["b >= 2"]
+    with pytest.raises(hlobundle.InputError, match="constraint b >= 2 does not hold: 1 >= 2"):
+        hlobundle.export(lambda x: x * 2, np.ones((1, 3), np.float32), out=tmp_path / "c", **specs)

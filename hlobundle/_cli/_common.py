@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .._format._errors import InputError
+from .._write._options import METADATA_FIELDS, OPTIONS
 
 EXIT_OK, EXIT_FAIL = 0, 1  # and 2, argparse's, for usage errors (_parser.EXIT_STATUSES)
 
@@ -94,3 +95,23 @@ def signing_key_of(args: argparse.Namespace) -> Any:
 
     certificate = Path(args.signing_certificate) if args.signing_certificate else None
     return SigningKey(Path(args.private_key), certificate, paths(args.certificate_chain))
+
+
+def option_value(args: argparse.Namespace, name: str) -> Any:
+    """The writer option `name`, read from the parsed flags its definition gives it
+    (`_write/_options.py`: each flag's `dest`), as the writer takes it."""
+    flags = OPTIONS[name].metadata["flags"]
+    given = {
+        f.flag: getattr(args, f.dest or f.flag.removeprefix("--").replace("-", "_")) for f in flags
+    }
+    if name == "roles":  # `--role NAME=ROLE`, repeated
+        return dict(given["--role"])
+    if name == "expected":
+        return "compute" if given["--compute-expected"] else given["--expected"]
+    if name == "metadata":  # one flag per field
+        fields = dict(zip(METADATA_FIELDS, given.values(), strict=True))
+        return {n: v for n, v in fields.items() if v not in (None, [])} or None
+    if name == "sign_key":  # the key with its certificates
+        return signing_key_of(args) if given["--sign-key"] else None
+    (value,) = given.values()
+    return value

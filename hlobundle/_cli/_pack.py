@@ -4,17 +4,18 @@ or a jax.export blob, or several as one bundle of functions (format 2.0), or one
 from __future__ import annotations
 
 import argparse
+import inspect
 from pathlib import Path
 from typing import Any
 
-from .._write._options import METADATA_FIELDS
+from .._write._options import OPTIONS
 from ._common import (
     EXIT_OK,
     check_certificates,
     named_bundle,
+    option_value,
     output_path,
     resigning_key,
-    signing_key_of,
     usage,
 )
 
@@ -110,33 +111,27 @@ def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
 def pack_keywords(args: argparse.Namespace) -> dict[str, Any]:
     """The writer options of one function's MLIR module or Reactant export, from its flags
     (the layout apart: a Reactant export brings its own)."""
-    options = dict(
-        names=args.names,
-        result_names=args.result_names,
-        roles=dict(args.role),
-        function=args.function,
-        target_version=args.target_version,
-        force=args.force,
-        expected="compute" if args.compute_expected else args.expected,
-        allow_custom_calls=args.allow_custom_call,
-        with_vjp=args.with_vjp,
-        max_shard_size=args.max_shard_size,
-        **card_keywords(args),
-    )
-    if args.private_key:
-        options["sign_key"] = signing_key_of(args)
-    return options
+    from .._write._reactant import from_reactant
+
+    return writer_keywords(args, from_reactant)
+
+
+def writer_keywords(args: argparse.Namespace, writer: Any) -> dict[str, Any]:
+    """The options `writer` takes that `hlobundle pack` offers by flags (the layout apart,
+    which each source reads its own way), each read where its definition's flags put it
+    (`_write/_options.py`)."""
+    taken = inspect.signature(writer).parameters
+    offered = [n for n in taken if n in OPTIONS and OPTIONS[n].metadata["flags"]]
+    return {name: option_value(args, name) for name in offered if name != "layout"}
 
 
 def card_keywords(args: argparse.Namespace) -> dict[str, Any]:
     """The `metadata` (from its flags, one per field) and `card` options."""
-    given = {n: getattr(args, f"metadata_{n}") for n in METADATA_FIELDS}
-    metadata = {n: v for n, v in given.items() if v not in (None, [])}
-    return {"metadata": metadata or None, "card": args.card}
+    return {name: option_value(args, name) for name in ("metadata", "card")}
 
 
 # A function packed to be added to a bundle brings no metadata: it is the bundle's.
-_NO_CARD = {"card": None} | {f"metadata_{n}": None for n in METADATA_FIELDS}
+_NO_CARD = {"card": None} | {f.dest: None for f in OPTIONS["metadata"].metadata["flags"]}
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -253,17 +248,8 @@ _REFUSABLE = ("--names", "--result-names", "--with-vjp")
 def _pack_reactant_server(args: argparse.Namespace) -> tuple[Path, str]:
     from .._write._reactant_server import from_reactant_server
 
-    options: dict[str, Any] = {
-        "force": args.force,
-        "target_version": args.target_version,
-        "allow_custom_calls": args.allow_custom_call,
-        **card_keywords(args),
-    }
-    if args.private_key:
-        options["sign_key"] = signing_key_of(args)
-    out = from_reactant_server(
-        args.from_reactant_server, args.output, batch_size=args.batch_size, **options
-    )
+    options = writer_keywords(args, from_reactant_server)
+    out = from_reactant_server(args.from_reactant_server, args.output, **options)
     return out, " (the inputs have no stored values: run it with --inputs NAME=FILE)"
 
 
@@ -279,12 +265,6 @@ def _pack_jax_export(args: argparse.Namespace) -> Path:
         args.inputs,
         args.output,
         blob=blob,
-        roles=dict(args.role),
-        force=args.force,
-        target_version=args.target_version,
-        expected="compute" if args.compute_expected else args.expected,
-        function=args.function or None,
-        independent_rows=args.independent_rows,
-        **card_keywords(args),
+        **writer_keywords(args, from_exported_files),
     )
     return out

@@ -9,9 +9,9 @@ from pathlib import Path
 from ._common import (
     EXIT_OK,
     check_certificates,
+    option_value,
     output_path,
     resigning_key,
-    signing_key_of,
     usage,
 )
 
@@ -41,7 +41,7 @@ def reshard(args: argparse.Namespace) -> int:
         out,
         max_shard_size=args.max_shard_size,
         force=args.force,
-        sign_key=signing_key_of(args) if args.private_key else None,
+        sign_key=option_value(args, "sign_key"),
     )
     print(f"resharded {args.bundle} as {written}")
     return EXIT_OK

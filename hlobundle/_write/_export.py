@@ -93,9 +93,7 @@ def export(
                 "vmap_in_axes and shapes_specs exclude each other",
                 argument="vmap_in_axes",
             )
-        text, out_info, symbolic = _lower_symbolic(
-            jitted, example_args, opt.shapes_specs, opt.constraints, opt.platforms
-        )
+        text, out_info, symbolic = _lower_symbolic(jitted, example_args, opt)
     expected = None
     if opt.store_inputs and opt.store_expected:
         expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
@@ -222,23 +220,22 @@ def _export(jitted: Any, lowered_for: Sequence[str] | None) -> Any:
 
 
 def _lower_symbolic(
-    jitted: Any,
-    example_args: tuple[Any, ...],
-    shapes_specs: Any,
-    constraints: Sequence[str],
-    lowered_for: Sequence[str] | None = None,
+    jitted: Any, example_args: tuple[Any, ...], opt: PackOptions
 ) -> tuple[str, Any, tuple[list[list[int | str]], list[list[int | str]]]]:
-    """`jax.export` of `jitted` with symbolic shapes: its text, its results' structure, and
-    the arguments' and results' shapes, a symbolic dimension as its expression."""
+    """`jax.export` of `jitted` with symbolic shapes (`opt.shapes_specs`, `opt.constraints`,
+    for `opt.platforms`): its text, its results' structure, and the arguments' and results'
+    shapes, a symbolic dimension as its expression."""
     import jax
     from jax import export
 
     try:
-        specs = export.symbolic_args_specs(example_args, shapes_specs, constraints=constraints)
+        specs = export.symbolic_args_specs(
+            example_args, opt.shapes_specs, constraints=opt.constraints
+        )
     except (ValueError, TypeError) as e:  # jax's message says which spec and why
         raise InputError(f"shapes_specs: {e}", argument="shapes_specs") from None
     flat_specs = jax.tree_util.tree_leaves(specs)
-    exported = _export(jitted, lowered_for)(*flat_specs)
+    exported = _export(jitted, opt.platforms)(*flat_specs)
     out_info = jax.tree_util.tree_unflatten(exported.out_tree, list(exported.out_avals))
     shape = lambda aval: [d if isinstance(d, int) else str(d) for d in aval.shape]  # noqa: E731
     shapes = ([shape(a) for a in exported.in_avals], [shape(a) for a in exported.out_avals])

@@ -112,7 +112,7 @@ def plan(
         )
     ]
     if opt.shapes is not None and ordered is not None:
-        _check_symbolic_examples(arguments, ordered, opt.constraints)
+        _check_symbolic_examples(arguments, ordered, opt)
     manifest = Manifest.model_construct(
         format=FORMAT,
         format_version=FORMAT_VERSION,
@@ -150,15 +150,16 @@ def _declared_shapes(
 
 
 def _check_symbolic_examples(
-    arguments: list[Argument], ordered: Sequence[_inputs.Keyed | None], constraints: Sequence[str]
+    arguments: list[Argument], ordered: Sequence[_inputs.Keyed | None], opt: PackOptions
 ) -> None:
-    """The example values are one instance of the symbolic shapes (SPEC.md 2.8)."""
+    """The example values are one instance of the symbolic shapes, within `opt.constraints`
+    (SPEC.md 2.8)."""
     given = [(a, item) for a, item in zip(arguments, ordered, strict=True) if item is not None]
     try:
         _symbolic.bind_shapes(
             [(a.name, a.shape) for a, _ in given],
             [np.shape(item.array) for _, item in given],
-            constraints,
+            opt.constraints,
         )
     except _symbolic.ShapeError as e:
         raise InputError(
