@@ -15,10 +15,9 @@ repetitions (`run.interleaved`), each with its goal. Sections (`--only`):
 - `verify`: `load(verify=True)` / the parallel sha256 bound (the same files read and hashed in
   runs of 8 MiB by a thread per host core); goal <= 1.15.
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
-  stored executable (`stored_executable_first_result`, a hook `hlobundle compile` of XLA
-  executables fills; "not measured" until then).
-- `serve`: the gain of serve's batching (`serve_batching_gain`, a hook for `serve --uds`: the
-  machine has no TCP; "not measured" until it exists).
+  stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables).
+- `serve`: the gain of serve's batching over `serve --uds` (the machine has no TCP), 16
+  clients, against the model-only bound (`run.serve_uds_cost`); goal >= 0.8.
 
 It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
 the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
@@ -387,10 +386,10 @@ def first_result(tmp: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platform: str) -> dict:
-    """HOOK, for `hlobundle compile` of XLA executables (another engineer's): store this
-    device's executable in a copy of the bundle (`hlobundle.compile(copy, [TARGET])`), then a
-    fresh process's first call from it, trusted, against `cold_s`; its goal: no compile at all
-    (`compiles` 0). Until `compile` takes an XLA target, "not measured", never a made-up figure."""
+    """This device's XLA executable stored in a copy of the bundle (`hlobundle.compile(copy,
+    ["xla-PLATFORM"])`, SPEC.md 2.7), then a fresh process's first call from it, trusted,
+    against `cold_s`; its goal: no compile at all (`compiles` 0). Where `compile` refuses the
+    target, "not measured", never a made-up figure."""
     target = f"xla-{platform}"
     case = f"first call from a stored executable ({target}) / cold"
     copy = tmp / "stored-executable"
@@ -399,7 +398,7 @@ def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platfor
         child(f"import hlobundle; hlobundle.compile({str(copy)!r}, [{target!r}])")
     except RuntimeError as e:
         why = str(e).strip().splitlines()[-1][:160]
-        return not_measured(case, f"`hlobundle compile` has no {target} executables yet: {why}")
+        return not_measured(case, f"`hlobundle compile` refused {target}: {why}")
     got = json.loads(child(FIRST.format(path=str(copy)).replace(
         'function("xla")', 'function("xla", trust=hlobundle.Trust.EXECUTABLES)'))[1])  # fmt: skip
     return {**ratio_row(case, "xla", cold_s, got["first_call_s"], None),
@@ -407,20 +406,12 @@ def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platfor
 
 
 def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
-    """HOOK, for `hlobundle serve --uds PATH` (another engineer's; the accelerator machine
-    allows no TCP): requests per second with dynamic batching / without, many clients at once
-    over the unix socket. Until serve has `--uds`, "not measured"."""
-    import subprocess
+    """`hlobundle serve --uds PATH` (the accelerator machine allows no TCP socket): 16 clients'
+    requests per second with dynamic batching / without, against the model-only bound, as
+    `benchmarks/run.py --only serve-uds` measures it (`run.serve_uds_cost`); goal >= 0.8."""
+    from run import serve_uds_cost
 
-    case = "serve: throughput with batching / without"
-    help_text = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "serve", "--help"], capture_output=True, text=True
-    ).stdout
-    if "--uds" not in help_text:
-        return [
-            not_measured(case, "`hlobundle serve` has no --uds yet (its engineer fills this hook)")
-        ]
-    return [not_measured(case, "serve --uds exists: write its client here (see the docstring)")]
+    return serve_uds_cost(tmp, args.quick)
 
 
 # --- report -------------------------------------------------------------------------------------
