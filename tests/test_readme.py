@@ -185,6 +185,7 @@ SH_RUN = {
 SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",
     ("README.md", "Command line"): "a synopsis of every command, not commands to run",
+    ("README.md", "Working on hlobundle"): "installing needs a fresh virtual environment (.ci/run)",
     ("docs/julia.md", "From Julia (Reactant.jl)"): "it packs what the Julia blocks write",
     (
         "docs/serving.md",
