@@ -100,14 +100,14 @@ def dense_bundle(
     out = tmp / f"dense-{functions}-{shard}"
     if out.exists():
         return out
-    from hlobundle._run._backends._installed import enzyme_ad
+    from hlobundle._run._backends import kind
 
     params = dense_params(args.layers, args.width)
     x = np.ones((args.batch, args.width), params[0].dtype)
     for i in range(functions):  # the backward module (for the xla backend's grad) by enzyme-ad
         hlobundle.export(
             dense, params, x, out=out, name=f"f{i}", add=i > 0, store_expected=False,
-            with_vjp=enzyme_ad(), roles={f"params_{k}": "parameter" for k in range(args.layers)},
+            with_vjp=kind("enzyme").available(), roles={f"params_{k}": "parameter" for k in range(args.layers)},
             max_shard_size=shard,
         )  # fmt: skip
     return out
@@ -122,9 +122,9 @@ def jitted(fn: Callable, *args: Any) -> Callable[[], object]:
 
 def backends() -> list[str]:
     """The backends that run under `jax.jit` here: xla, and enzyme where enzyme-ad is."""
-    from hlobundle._run._backends._installed import enzyme_ad
+    from hlobundle._run._backends import kind
 
-    return ["xla", "enzyme"] if enzyme_ad() else ["xla"]
+    return ["xla", "enzyme"] if kind("enzyme").available() else ["xla"]
 
 
 # --- sections ---------------------------------------------------------------------------------

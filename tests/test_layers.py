@@ -537,12 +537,26 @@ def _keyed_by(node: ast.AST, names: set[str]) -> bool:
     )
 
 
+# The one table keyed by such a name outside the door, and why: the values of a manifest's
+# `executables[].compiler` (SPEC.md 2.7) name compilers, which the format defines, not backends.
+FORMAT_TABLES = {("hlobundle._format._fields", "COMPILERS = {")}
+
+
+def _format_table(name: str, source: str, line: int) -> bool:
+    text = source.splitlines()[line - 1].strip()
+    return any(name == m and text.startswith(start) for m, start in FORMAT_TABLES)
+
+
 def test_no_code_outside_the_backends_branches_on_a_backend_name():
     found = {
         name: lines
         for name, source, _ in _modules()
         if not (name == DOOR or name.startswith(DOOR + ".") or name in TEMPLATES)
-        and (lines := _branches_on_a_backend_name(source))
+        and (
+            lines := [
+                n for n in _branches_on_a_backend_name(source) if not _format_table(name, source, n)
+            ]
+        )
     }
     assert found == {}
 

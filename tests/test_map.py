@@ -54,6 +54,8 @@ MAP = {
     "hlobundle._format._signature": ["test_signing.py"],
     "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
     "hlobundle._format._tolerance": ["test_run.py", "test_precision.py"],
+    "hlobundle._format._precision": ["test_precision.py"],
+    "hlobundle._run._precision": ["test_precision.py"],
     "hlobundle._interop._sources": ["test_jax_export.py", "test_reactant_server.py"],
     "hlobundle._interop._jax_export": ["test_jax_export.py"],
     "hlobundle._interop._reactant_server": ["test_reactant_server.py"],

@@ -221,7 +221,7 @@ def test_the_mismatch_names_the_worst_element_not_the_largest_difference(tmp_pat
     bundle = pack_identity(tmp_path, x, expected=[np.array([1000.005, 0.0011], np.float32)])
     r = cli("run", bundle)
     assert r.returncode == 1
-    assert "result0[1]: got 0.001, expected 0.0011, |diff| 0.0001 > allowed 1e-05" in r.stdout
+    assert "result_0[1]: got 0.001, expected 0.0011, |diff| 0.0001 > allowed 1e-05" in r.stdout
     assert "(rtol 1e-05, atol 1e-05)" in r.stdout and "give --rtol and --atol" in r.stdout
     assert "--precision highest" not in r.stdout  # a CPU computed both at full precision
     report = json.loads(cli("run", bundle, "--json").stdout)
@@ -358,7 +358,7 @@ def test_the_worst_element_is_named_in_the_orientation_shown(tmp_path):
         text, [stored.T], tmp_path / "b", layout="column_major", expected="compute"
     )
     expected = load_file(str(bundle / "expected.safetensors"))
-    expected["result0"][1, 2] += 0.5
+    expected["result_0"][1, 2] += 0.5
     save_file(expected, str(bundle / "expected.safetensors"))
     rehash(bundle, "expected.safetensors")
     stored_view = json.loads(cli("run", bundle, "--json").stdout)["outputs"][0]
