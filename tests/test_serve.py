@@ -1431,3 +1431,25 @@ def test_a_one_function_symbolic_bundle_is_served_under_its_plain_name(tmp_path,
     line, ready = _served_by_the_cli(monkeypatch, ["m", "m.predict"], str(out))
     assert line.startswith("serving m, m.predict at "), line
     assert ready == {"m": 200, "m.predict": 200}
+
+
+def test_joined_requests_run_only_at_the_sizes_pinned(functions):
+    """Attack: `--sizes b=1,2` says requests never compile; three concurrent requests of one
+    row each, joined along `b`, made a call of 3 rows, which compiled a shape not pinned (and,
+    with `--max-shapes 2`, dropped a pinned one). Joined calls keep to the pinned sizes."""
+    models = load_models(
+        [functions],
+        backend="xla",
+        max_batch=3,
+        trust=hlobundle.Trust.BATCHED,
+        sizes={"b": [1, 2]},
+        max_shapes=2,
+    )
+    served = models["fns.predict"]
+    pinned = list(served._warm)
+    answers, metrics = _concurrent(models, "fns.predict", (1, 1, 1))
+    want = [np.ravel(_alone(functions, "predict", x=_x(1, k))).tolist() for k in range(3)]
+    for got, expected in zip(answers, want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics  # still joined
+    assert set(served._warm) == set(pinned), list(served._warm)  # nothing compiled, none dropped
