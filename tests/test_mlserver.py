@@ -364,3 +364,57 @@ def test_a_body_over_the_model_s_bound_is_refused_before_mlserver_parses_it(serv
     status, body = _post(http, b" " * (limit + 1), model="lenet")
     assert status == 413 and body.get("code") == "LIMIT_EXCEEDED", (status, body)
     assert f"over the limit of {limit} bytes" in body["error"]
+
+
+# MLServer's batcher, in a process of its own (its protos clash with tritonclient's, imported
+# here): the runtime loaded with adaptive batching, as MLServer loads it; prints why not.
+_LOAD_BATCHING = """
+import asyncio, sys
+from mlserver.batching import load_batching
+from mlserver.errors import MLServerError
+from mlserver.settings import ModelParameters, ModelSettings
+from hlobundle.integrations.mlserver import HloBundleRuntime
+settings = ModelSettings(
+    name="m",
+    implementation=HloBundleRuntime,
+    parameters=ModelParameters(uri=sys.argv[1], extra={"trust_batched": True}),
+    max_batch_size=3,
+    max_batch_time=0.5,
+)
+async def loaded():
+    model = HloBundleRuntime(settings)
+    await load_batching(model)
+    await model.load()
+try:
+    asyncio.run(loaded())
+except MLServerError as e:
+    print("refused:", e)
+else:
+    print("loaded")
+"""
+
+
+def test_batching_a_function_with_another_symbolic_dimension_is_refused_at_load(tmp_path):
+    """Attack: MLServer merges requests under the first one's shape, its batch axis the sum of
+    theirs, and splits the answer by those sizes. For `y = 2 x` with x of shape (b, n), rows
+    independent along b, three clients of one row each, n = 3, 2 and 4 (9 values: three rows
+    of 3), each checked alone: the second got back [4, 4, 6], 6 being twice the third's first
+    value. A batching model whose inputs have a symbolic dimension besides axis 0 does not
+    load."""
+    bundle = hlobundle.export(
+        lambda x: x * 2,
+        np.ones((2, 3), np.float32),
+        out=tmp_path / "wide.hlobundle",
+        shapes_specs=("b, n",),
+        independent_rows="b",
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", _LOAD_BATCHING, str(bundle)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.stdout.startswith("refused:") and "[INPUT_INVALID]" in r.stdout, (
+        r.stdout + r.stderr[-2000:]
+    )
+    assert "input 'x' has symbol n in dimension 1" in r.stdout, r.stdout

@@ -57,7 +57,24 @@ def open_function(
                 "bundle): give public_key, or trust_batched=True (docs/serving.md, 'Batching')",
                 argument="trust_batched",
             )
+        _check_merged_shape(served)
     return served
+
+
+def _check_merged_shape(served: Served) -> None:
+    """An engine that concatenates requests gives the joined data the first request's shape
+    past axis 0 (MLServer does): where another request's differs (a symbol other than the
+    rows'), its values would fill others' rows. So every other dimension must be a number."""
+    for name, (_, shape) in served.inputs.items():
+        for axis, dim in enumerate(shape[1:], start=1):
+            if isinstance(dim, str):
+                raise InputError(
+                    f"{served.name}: input {name!r} has symbol {dim} in dimension {axis}; the "
+                    "engine merges requests under the first one's shape past the batch axis, "
+                    "so requests of other sizes there would share rows. Turn the engine's "
+                    "batching off, or export the function with that dimension fixed",
+                    argument="batching",
+                )
 
 
 def _pick(models: dict[str, Served], function: str | None) -> Served:
