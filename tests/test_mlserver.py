@@ -325,6 +325,22 @@ def test_under_adaptive_batching_a_client_whose_shapes_lie_gets_no_one_s_rows(se
     assert_close(np.asarray(out["data"], np.float32).reshape(1, 3), want)
 
 
+@pytest.mark.parametrize("model", ["lenet", "batched"])
+@pytest.mark.parametrize("datatype", ["INT32", "UINT8"])
+def test_a_value_its_declared_datatype_cannot_hold_is_a_400(server, model, datatype):
+    """Attack: an integer out of the declared datatype's range (2**40 as INT32, -1 as UINT8):
+    MLServer's NumpyCodec raised OverflowError, which the runtime let through (a 500), alone
+    and in front of the batcher. It is a 400 naming the input."""
+    *_, http = server
+    name = _lenet_call()[0] if model == "lenet" else "x"
+    shape = [1, 1, 28, 28] if model == "lenet" else [1, 8]
+    data = [2**40 if datatype == "INT32" else -1] + [0] * (int(np.prod(shape)) - 1)
+    body = {"inputs": [{"name": name, "shape": shape, "datatype": datatype, "data": data}]}
+    status, answer = _post(http, body, model=model)
+    assert status == 400, answer
+    assert "[INPUT_INVALID]" in answer["error"] and f"input {name!r}" in answer["error"], answer
+
+
 def test_mlserver_s_defaults_serve_and_batching_in_its_worker_says_what_to_set(tmp_path):
     """docs/deploy.md's settings.json as written (MLServer's default worker process) serves
     the docs' model; a batching model in that worker, where MLServer merges requests before

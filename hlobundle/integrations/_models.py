@@ -121,6 +121,8 @@ def decoded(name: str, shape: Sequence[int], decode: Callable[[], np.ndarray]) -
         array = decode()
     except ValueError as e:
         raise RequestError(400, f"input {name!r}: data not of shape {declared}: {e}") from None
+    except OverflowError as e:  # a value out of its declared datatype's range
+        raise RequestError(400, f"input {name!r}: a value does not fit its datatype: {e}") from None
     if list(array.shape) != declared:
         raise RequestError(400, f"input {name!r}: {array.size} values for shape {declared}")
     return array
