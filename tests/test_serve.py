@@ -1453,3 +1453,33 @@ def test_joined_requests_run_only_at_the_sizes_pinned(functions):
         np.testing.assert_allclose(got, expected, rtol=1e-6)
     assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics  # still joined
     assert set(served._warm) == set(pinned), list(served._warm)  # nothing compiled, none dropped
+
+
+@pytest.fixture(scope="module")
+def empty_rows(tmp_path_factory):
+    """`sums(x) = x.sum(axis=1)` with x: f32[b, 0]: a request holds no values whatever b is."""
+    out = tmp_path_factory.mktemp("empty") / "sums"
+    hlobundle.export(
+        lambda x: x.sum(axis=1), np.ones((2, 0), np.float32), out=out, shapes_specs=("b, 0",)
+    )
+    return out
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_a_shape_numpy_cannot_make_is_a_400(empty_rows, binary):
+    """Attack: x of shape [2**62, 0] holds no values, so its data (none) fits, but numpy
+    refuses to make the array ("array is too big"): its ValueError left the ASGI app, an empty
+    500 and a traceback. It is a 400 naming the input."""
+    client = TestClient(app(load_models([empty_rows], backend="xla")))
+    item = {"name": "x", "shape": [2**62, 0], "datatype": "FP32"}
+    if binary:
+        header = json.dumps({"inputs": [{**item, "parameters": {"binary_data_size": 0}}]})
+        r = client.post(
+            "/v2/models/sums/infer",
+            content=header.encode(),
+            headers={"inference-header-content-length": str(len(header))},
+        )
+    else:
+        r = client.post("/v2/models/sums/infer", json={"inputs": [{**item, "data": []}]})
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert "input 'x': shape [4611686018427387904, 0]" in r.json()["error"], r.text
