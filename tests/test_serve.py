@@ -1483,3 +1483,29 @@ def test_a_shape_numpy_cannot_make_is_a_400(empty_rows, binary):
         r = client.post("/v2/models/sums/infer", json={"inputs": [{**item, "data": []}]})
     assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
     assert "input 'x': shape [4611686018427387904, 0]" in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_a_response_too_large_for_json_is_refused_saying_to_ask_for_binary(
+    functions, monkeypatch, binary
+):
+    """Attack: a response of about 120 million JSON values (a [b, 0] input makes any b cost
+    nothing: 2**28 rows, a 60-byte request) segfaulted the server in orjson. A response over
+    `MAX_JSON_VALUES` (here 10) as JSON is a 413 saying to ask for binary data; as binary it
+    is sent."""
+    from hlobundle._serve import _responses
+
+    monkeypatch.setattr(_responses, "MAX_JSON_VALUES", 10)
+    client = TestClient(app(load_models([functions], backend="xla")))
+    x = _x(4)
+    body = {
+        "inputs": [{"name": "x", "shape": [4, 8], "datatype": "FP32", "data": x.ravel().tolist()}],
+        "parameters": {"binary_data_output": binary},
+    }
+    r = client.post("/v2/models/fns.predict/infer", json=body)
+    if binary:
+        assert r.status_code == 200 and r.headers["inference-header-content-length"], r.text
+    else:
+        assert r.status_code == 413 and r.json()["code"] == "LIMIT_EXCEEDED", r.text
+        assert "would hold 12 values as JSON, over the limit of 10" in r.json()["error"]
+        assert "binary_data_output" in r.json()["error"]
