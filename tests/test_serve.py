@@ -1509,3 +1509,44 @@ def test_a_response_too_large_for_json_is_refused_saying_to_ask_for_binary(
         assert r.status_code == 413 and r.json()["code"] == "LIMIT_EXCEEDED", r.text
         assert "would hold 12 values as JSON, over the limit of 10" in r.json()["error"]
         assert "binary_data_output" in r.json()["error"]
+
+
+def test_the_engines_body_bound_is_the_model_s_under_a_root_path():
+    """Attack: MLServer's `root_path` setting (a server mounted below a URL path): uvicorn
+    gives the app the path with it in front (/mlserver/v2/models/m/infer), which Starlette's
+    routing strips, and the engines' bounded body reader (`BoundedBody`) looked the model's
+    bound up by it unstripped: no model matched, and an 11-byte body passed a model bound of
+    10 bytes (only --max-body-bytes applied). The bound is looked up by the route's path."""
+    import uvicorn
+    from starlette.responses import PlainTextResponse
+
+    from hlobundle.integrations._models import BoundedBody
+
+    async def engine(scope, receive, send):
+        await PlainTextResponse("answered")(scope, receive, send)
+
+    def limit(path: str) -> int:
+        return 10 if path.startswith("/v2/models/m/") else 1000
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(
+        BoundedBody(engine, limit, 5.0), port=port, root_path="/mlserver", log_level="error"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.02)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v2/models/m/infer", data=b"x" * 11
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 413
+        assert json.loads(refused.value.read())["code"] == "LIMIT_EXCEEDED"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -146,7 +146,7 @@ class BoundedBody:
             return await self.app(scope, receive, send)
         declared = Headers(scope=scope).get("content-length")
         try:
-            limit = self.limit(scope["path"])
+            limit = self.limit(_route_path(scope))
             body = await read_body(receive, declared, limit, self.read_timeout_s)
         except RequestError as e:
             refusal = JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
@@ -161,3 +161,12 @@ class BoundedBody:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replayed, send)
+
+
+def _route_path(scope: Any) -> str:
+    """The request's path as the engine's routes match it: without the `root_path` (a server
+    mounted below a URL path) that uvicorn puts in front of it."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :]
+    return path
