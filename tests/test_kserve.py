@@ -157,6 +157,22 @@ def test_a_shape_that_is_not_its_data_s_is_refused(server, shape):
     assert "[INPUT_INVALID]" in body["error"] and f"input {name!r}" in body["error"]
 
 
+@pytest.mark.parametrize("datatype", ["INT32", "UINT8"])
+def test_a_value_its_declared_datatype_cannot_hold_is_a_400(server, datatype):
+    """Attack: an integer out of the declared datatype's range (2**40 as INT32, -1 as UINT8):
+    KServe's numpy conversion raised OverflowError, which the adapter let through (a 500 and a
+    traceback in the log). It is a 400 naming the input."""
+    import json
+
+    *_, http = server
+    name, *_ = _lenet_call()
+    data = [2**40 if datatype == "INT32" else -1] + [0] * 783
+    inputs = [{"name": name, "shape": [1, 1, 28, 28], "datatype": datatype, "data": data}]
+    status, body = _post(http, json.dumps({"inputs": inputs}).encode())
+    assert status == 400, body
+    assert "[INPUT_INVALID]" in body["error"] and f"input {name!r}" in body["error"], body
+
+
 def test_a_body_over_the_model_s_bound_is_refused_before_kserve_parses_it(server):
     """The LeNet takes 3,136 values: its bound is 64 KiB + 64 bytes a value, as `serve`'s."""
     *_, http = server

@@ -327,6 +327,22 @@ def test_under_adaptive_batching_a_client_whose_shapes_lie_gets_no_one_s_rows(se
     assert_close(np.asarray(out["data"], np.float32).reshape(1, 3), want)
 
 
+@pytest.mark.parametrize("model", ["lenet", "batched"])
+@pytest.mark.parametrize("datatype", ["INT32", "UINT8"])
+def test_a_value_its_declared_datatype_cannot_hold_is_a_400(server, model, datatype):
+    """Attack: an integer out of the declared datatype's range (2**40 as INT32, -1 as UINT8):
+    MLServer's NumpyCodec raised OverflowError, which the runtime let through (a 500), alone
+    and in front of the batcher. It is a 400 naming the input."""
+    *_, http = server
+    name = _lenet_call()[0] if model == "lenet" else "x"
+    shape = [1, 1, 28, 28] if model == "lenet" else [1, 8]
+    data = [2**40 if datatype == "INT32" else -1] + [0] * (int(np.prod(shape)) - 1)
+    body = {"inputs": [{"name": name, "shape": shape, "datatype": datatype, "data": data}]}
+    status, answer = _post(http, body, model=model)
+    assert status == 400, answer
+    assert "[INPUT_INVALID]" in answer["error"] and f"input {name!r}" in answer["error"], answer
+
+
 def test_mlserver_s_defaults_serve_and_batching_in_its_worker_says_what_to_set(tmp_path):
     """docs/deploy.md's settings.json as written (MLServer's default worker process) serves
     the docs' model; a batching model in that worker, where MLServer merges requests before
@@ -386,3 +402,57 @@ def test_rest_tensors_are_json_with_or_without_the_header(server, headers):
     (output,) = answer.get_response()["outputs"]
     assert "data" in output and "binary_data_size" not in output.get("parameters", {})
     assert_close(answer.as_numpy("result"), want)
+
+
+# MLServer's batcher, in a process of its own (its protos clash with tritonclient's, imported
+# here): the runtime loaded with adaptive batching, as MLServer loads it; prints why not.
+_LOAD_BATCHING = """
+import asyncio, sys
+from mlserver.batching import load_batching
+from mlserver.errors import MLServerError
+from mlserver.settings import ModelParameters, ModelSettings
+from hlobundle.integrations.mlserver import HloBundleRuntime
+settings = ModelSettings(
+    name="m",
+    implementation=HloBundleRuntime,
+    parameters=ModelParameters(uri=sys.argv[1], extra={"trust_batched": True}),
+    max_batch_size=3,
+    max_batch_time=0.5,
+)
+async def loaded():
+    model = HloBundleRuntime(settings)
+    await load_batching(model)
+    await model.load()
+try:
+    asyncio.run(loaded())
+except MLServerError as e:
+    print("refused:", e)
+else:
+    print("loaded")
+"""
+
+
+def test_batching_a_function_with_another_symbolic_dimension_is_refused_at_load(tmp_path):
+    """Attack: MLServer merges requests under the first one's shape, its batch axis the sum of
+    theirs, and splits the answer by those sizes. For `y = 2 x` with x of shape (b, n), rows
+    independent along b, three clients of one row each, n = 3, 2 and 4 (9 values: three rows
+    of 3), each checked alone: the second got back [4, 4, 6], 6 being twice the third's first
+    value. A batching model whose inputs have a symbolic dimension besides axis 0 does not
+    load."""
+    bundle = hlobundle.export(
+        lambda x: x * 2,
+        np.ones((2, 3), np.float32),
+        out=tmp_path / "wide.hlobundle",
+        shapes_specs=("b, n",),
+        independent_rows="b",
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", _LOAD_BATCHING, str(bundle)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.stdout.startswith("refused:") and "[INPUT_INVALID]" in r.stdout, (
+        r.stdout + r.stderr[-2000:]
+    )
+    assert "input 'x' has symbol n in dimension 1" in r.stdout, r.stdout

@@ -386,3 +386,48 @@ def test_export_off_a_cpu_records_where_its_expected_outputs_were_computed(tmp_p
         lambda w, x: jnp.tanh(x @ w), w, x, out=tmp_path / "none", store_expected=False
     )
     assert hlobundle.load(unstored).manifest.expected_from is None  # no expected outputs
+
+
+def _claimed_tpu_default(tmp_path: Path, dots: bool) -> Path:
+    """A CPU's bundle whose manifest then claims a TPU at DEFAULT, with a weight scaled by
+    1.001 since: its function has no dot (`dots` False) or only dots asking for HIGHEST."""
+    import jax
+    import jax.numpy as jnp
+
+    def f(w, x):
+        if dots:
+            return jnp.dot(x, w, precision=jax.lax.Precision.HIGHEST)
+        return jnp.tanh(x * w) + w
+
+    w = np.linspace(0.5, 1.5, 16, dtype=np.float32).reshape(4, 4)
+    out = tmp_path / "claimed.hlobundle"
+    hlobundle.export(f, w, np.ones((4, 4), np.float32), out=out, roles={"w": "parameter"})
+    recorded(out, TPU)
+    perturbed(out, "w", 1.001)
+    return out
+
+
+@pytest.mark.parametrize("dots", [False, True], ids=["no_dot", "dots_at_highest"])
+def test_a_record_of_a_precision_the_module_cannot_ask_for_widens_nothing(tmp_path, dots):
+    """Attack: a manifest whose `expected_from` claims a TPU at DEFAULT for a module with no
+    dot or convolution op (where SPEC.md 2.15 widens nothing), or whose dots all ask for
+    HIGHEST (which a TPU computes at float32), made `run` widen atol to 2 (2^-8 + 2^-24)
+    max|expected|: a weight scaled by 1.001 then passed. The expected side's precision is at
+    the lowest the module's own."""
+    bundle = _claimed_tpu_default(tmp_path, dots)
+    r = cli("run", bundle, "--json")
+    report = json.loads(r.stdout)
+    assert r.returncode == 1 and report["widened"] is None, r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_an_emitted_script_does_not_widen_for_a_precision_the_module_cannot_ask_for(tmp_path):
+    import subprocess
+    import sys
+
+    bundle = _claimed_tpu_default(tmp_path, dots=True)
+    hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "run.py", backend="xla")
+    r = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True)
+    assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stdout + r.stderr[-2000:]
+    assert "tolerance widened" not in r.stdout

@@ -1431,3 +1431,122 @@ def test_a_one_function_symbolic_bundle_is_served_under_its_plain_name(tmp_path,
     line, ready = _served_by_the_cli(monkeypatch, ["m", "m.predict"], str(out))
     assert line.startswith("serving m, m.predict at "), line
     assert ready == {"m": 200, "m.predict": 200}
+
+
+def test_joined_requests_run_only_at_the_sizes_pinned(functions):
+    """Attack: `--sizes b=1,2` says requests never compile; three concurrent requests of one
+    row each, joined along `b`, made a call of 3 rows, which compiled a shape not pinned (and,
+    with `--max-shapes 2`, dropped a pinned one). Joined calls keep to the pinned sizes."""
+    models = load_models(
+        [functions],
+        backend="xla",
+        max_batch=3,
+        trust=hlobundle.Trust.BATCHED,
+        sizes={"b": [1, 2]},
+        max_shapes=2,
+    )
+    served = models["fns.predict"]
+    pinned = list(served._warm)
+    answers, metrics = _concurrent(models, "fns.predict", (1, 1, 1))
+    want = [np.ravel(_alone(functions, "predict", x=_x(1, k))).tolist() for k in range(3)]
+    for got, expected in zip(answers, want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert 'hlobundle_batch_size_count{model="m"} 1.0' in metrics  # still joined
+    assert set(served._warm) == set(pinned), list(served._warm)  # nothing compiled, none dropped
+
+
+@pytest.fixture(scope="module")
+def empty_rows(tmp_path_factory):
+    """`sums(x) = x.sum(axis=1)` with x: f32[b, 0]: a request holds no values whatever b is."""
+    out = tmp_path_factory.mktemp("empty") / "sums"
+    hlobundle.export(
+        lambda x: x.sum(axis=1), np.ones((2, 0), np.float32), out=out, shapes_specs=("b, 0",)
+    )
+    return out
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_a_shape_numpy_cannot_make_is_a_400(empty_rows, binary):
+    """Attack: x of shape [2**62, 0] holds no values, so its data (none) fits, but numpy
+    refuses to make the array ("array is too big"): its ValueError left the ASGI app, an empty
+    500 and a traceback. It is a 400 naming the input."""
+    client = TestClient(app(load_models([empty_rows], backend="xla")))
+    item = {"name": "x", "shape": [2**62, 0], "datatype": "FP32"}
+    if binary:
+        header = json.dumps({"inputs": [{**item, "parameters": {"binary_data_size": 0}}]})
+        r = client.post(
+            "/v2/models/sums/infer",
+            content=header.encode(),
+            headers={"inference-header-content-length": str(len(header))},
+        )
+    else:
+        r = client.post("/v2/models/sums/infer", json={"inputs": [{**item, "data": []}]})
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID", r.text
+    assert "input 'x': shape [4611686018427387904, 0]" in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_a_response_too_large_for_json_is_refused_saying_to_ask_for_binary(
+    functions, monkeypatch, binary
+):
+    """Attack: a response of about 120 million JSON values (a [b, 0] input makes any b cost
+    nothing: 2**28 rows, a 60-byte request) segfaulted the server in orjson. A response over
+    `MAX_JSON_VALUES` (here 10) as JSON is a 413 saying to ask for binary data; as binary it
+    is sent."""
+    from hlobundle._serve import _responses
+
+    monkeypatch.setattr(_responses, "MAX_JSON_VALUES", 10)
+    client = TestClient(app(load_models([functions], backend="xla")))
+    x = _x(4)
+    body = {
+        "inputs": [{"name": "x", "shape": [4, 8], "datatype": "FP32", "data": x.ravel().tolist()}],
+        "parameters": {"binary_data_output": binary},
+    }
+    r = client.post("/v2/models/fns.predict/infer", json=body)
+    if binary:
+        assert r.status_code == 200 and r.headers["inference-header-content-length"], r.text
+    else:
+        assert r.status_code == 413 and r.json()["code"] == "LIMIT_EXCEEDED", r.text
+        assert "would hold 12 values as JSON, over the limit of 10" in r.json()["error"]
+        assert "binary_data_output" in r.json()["error"]
+
+
+def test_the_engines_body_bound_is_the_model_s_under_a_root_path():
+    """Attack: MLServer's `root_path` setting (a server mounted below a URL path): uvicorn
+    gives the app the path with it in front (/mlserver/v2/models/m/infer), which Starlette's
+    routing strips, and the engines' bounded body reader (`BoundedBody`) looked the model's
+    bound up by it unstripped: no model matched, and an 11-byte body passed a model bound of
+    10 bytes (only --max-body-bytes applied). The bound is looked up by the route's path."""
+    import uvicorn
+    from starlette.responses import PlainTextResponse
+
+    from hlobundle.integrations._models import BoundedBody
+
+    async def engine(scope, receive, send):
+        await PlainTextResponse("answered")(scope, receive, send)
+
+    def limit(path: str) -> int:
+        return 10 if path.startswith("/v2/models/m/") else 1000
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(
+        BoundedBody(engine, limit, 5.0), port=port, root_path="/mlserver", log_level="error"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.02)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v2/models/m/infer", data=b"x" * 11
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 413
+        assert json.loads(refused.value.read())["code"] == "LIMIT_EXCEEDED"
+    finally:
+        server.should_exit = True
+        thread.join(10)

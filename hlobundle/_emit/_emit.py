@@ -114,7 +114,7 @@ def _precisions(bundle: Bundle) -> tuple[str, str | None, str | None, str] | Non
     """Where the expected outputs were computed (SPEC.md 2.15; a CPU where the bundle records
     nothing) and the lowest precision the module's dot and convolution ops ask for; None when
     it has none, so that no precision can matter."""
-    from .._format._precision import lowest_asked
+    from .._format._precision import lowest_asked, possible
 
     asked = lowest_asked(bundle.modules["module"].parsed)
     if asked is None:
@@ -122,7 +122,7 @@ def _precisions(bundle: Bundle) -> tuple[str, str | None, str | None, str] | Non
     record = bundle.manifest.expected_from
     if record is None:
         return ("cpu", None, asked, asked)
-    return (record.platform, record.device_kind, record.precision, asked)
+    return (record.platform, record.device_kind, possible(record.precision, asked), asked)
 
 
 def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[str, Any]:

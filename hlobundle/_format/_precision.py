@@ -55,6 +55,16 @@ def lowest_asked(module: ir.Module) -> str | None:
     return min(asked, key=ORDER.index) if asked else None
 
 
+def possible(recorded: str | None, asked: str | None) -> str | None:
+    """The precision a record of where expected outputs were computed (SPEC.md 2.15) may mean
+    for a module that asks for `asked` at the lowest: the record's, which is the module's own
+    or HIGHEST, so never lower than `asked`, and none where the module has no dot or
+    convolution op (`asked` None). A record that claims less is refuted by the module."""
+    if asked is None or recorded is None:
+        return None
+    return max(recorded, asked, key=ORDER.index)
+
+
 def at_highest(module: ir.Module) -> int:
     """Rewrite, in place, every such op's precision_config to HIGHEST for each operand; the
     number of ops rewritten. Give it a module of its own, never a stored form's parse."""

@@ -227,6 +227,7 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     """Where the expected outputs were computed (the manifest's `expected_from`; a bundle that
     records nothing: a CPU) and where `fn` computes, each with the lowest precision its dot and
     convolution ops asked for. The modules are walked only where a precision can matter."""
+    from .._format._precision import possible
     from .._format._tolerance import ROUNDOFF
 
     record = getattr(bundle.manifest, "expected_from", None)
@@ -235,9 +236,10 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     if platform not in reduced and (record is None or record.platform not in reduced):
         return Computed("cpu", None, None), Computed(platform, kind, None)
     here = Computed(platform, kind, _lowest_asked(fn.bundle))
+    asked = _lowest_asked(bundle)
     if record is None:
-        return Computed("cpu", None, _lowest_asked(bundle)), here
-    return Computed(record.platform, record.device_kind, record.precision), here
+        return Computed("cpu", None, asked), here
+    return Computed(record.platform, record.device_kind, possible(record.precision, asked)), here
 
 
 def _lowest_asked(bundle: Bundle) -> str | None:

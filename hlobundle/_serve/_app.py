@@ -183,11 +183,15 @@ def app(
             failed = f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}"
             return await _send_json(send, 500, {"error": failed})
         small = sum(x.nbytes for x in outputs.values()) <= INLINE_BYTES // 8
-        content, headers = (
-            encoded(served, decoded, outputs)
-            if small
-            else await run_in_threadpool(encoded, served, decoded, outputs)
-        )
+        try:
+            content, headers = (
+                encoded(served, decoded, outputs)
+                if small
+                else await run_in_threadpool(encoded, served, decoded, outputs)
+            )
+        except RequestError as e:  # a response too large for JSON (413)
+            counted(served.name, e.status).inc()
+            return await _send_json(send, e.status, {"error": e.message, "code": e.code})
         counted(served.name, 200).inc()
         timed(served.name).observe(time.perf_counter() - start)
         await _send(send, 200, content, [(k.encode(), v.encode()) for k, v in headers.items()])

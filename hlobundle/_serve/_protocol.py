@@ -203,6 +203,8 @@ def read_inputs(
                 400, f"input {name!r}: shape {got_shape}, expected {_shown_shape(shape)}"
             )
         dims: tuple[int, ...] = tuple(got_shape)  # a symbolic dimension's size is the request's
+        if not _addressable(dims, np.dtype(_numpy(dtype)).itemsize):
+            raise RequestError(400, f"input {name!r}: shape {got_shape} is too large for an array")
         params = parameters(item, f"input {name!r}: ")
         size = params.get("binary_data_size")
         if size is not None:
@@ -243,6 +245,12 @@ def _fits(got: list[int], shape: tuple[int | str, ...]) -> bool:
     return len(got) == len(shape) and all(
         d == n if isinstance(d, int) else n >= 0 for d, n in zip(shape, got, strict=True)
     )
+
+
+def _addressable(dims: tuple[int, ...], itemsize: int) -> bool:
+    """Whether numpy can make an array of `dims`: the product of its nonzero dimensions, in
+    bytes, fits an index (with a 0 dimension the array holds nothing, yet numpy refuses it)."""
+    return math.prod(d for d in dims if d) * itemsize <= np.iinfo(np.intp).max
 
 
 def _shown_shape(shape: tuple[int | str, ...]) -> str:

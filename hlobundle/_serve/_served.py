@@ -4,6 +4,7 @@ its calls: one request's inputs (`Served.__call__`), or several requests' in one
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import threading
@@ -274,20 +275,43 @@ class Served:
         for k, given in enumerate(many):
             groups.setdefault(tuple(given[n].shape[1:] for n in self.inputs), []).append(k)
         answers: list[dict[str, np.ndarray]] = [{} for _ in many]
-        for members in groups.values():
-            for k in members:
+        first = next(iter(self.inputs))
+        for group in groups.values():
+            for k in group:
                 self.prove_alone(many[k])
-            first = next(iter(self.inputs))
-            sizes = [many[k][first].shape[0] for k in members]
-            joined = {n: np.concatenate([many[k][n] for k in members]) for n in self.inputs}
-            results = self(joined)
-            edges = np.cumsum(sizes)[:-1]
-            for n, x in results.items():
-                if x.shape[0] != sum(sizes):
-                    raise RuntimeError(f"result {n!r} has {x.shape[0]} rows for {sum(sizes)}")
-                for k, part in zip(members, np.split(x, edges), strict=True):
-                    answers[k][n] = part
+            for members in self._pinned_runs(group, [many[k][first].shape[0] for k in group]):
+                self._join(many, members, answers)
         return answers
+
+    def _pinned_runs(self, members: list[int], rows: list[int]) -> list[list[int]]:
+        """`members` in runs of consecutive requests each joined in one call: all of them, or,
+        where `serve --sizes` pins the row symbol, runs whose rows add up to a pinned size (the
+        longest such run first), so that a joined call never compiles a size not pinned."""
+        allowed = self.sizes.get(self.concatenated or "")
+        if allowed is None:
+            return [members]
+        runs = []
+        while members:
+            totals = itertools.accumulate(rows)
+            n = max((i + 1 for i, t in enumerate(totals) if t in allowed), default=1)
+            runs.append(members[:n])
+            members, rows = members[n:], rows[n:]
+        return runs
+
+    def _join(
+        self, many: list[dict[str, np.ndarray]], members: list[int], answers: list[Any]
+    ) -> None:
+        """The requests `members` of `many`, joined in one call; their `answers` filled in."""
+        first = next(iter(self.inputs))
+        sizes = [many[k][first].shape[0] for k in members]
+        joined = {n: np.concatenate([many[k][n] for k in members]) for n in self.inputs}
+        results = self(joined)
+        edges = np.cumsum(sizes)[:-1]
+        for n, x in results.items():
+            if x.shape[0] != sum(sizes):
+                raise RuntimeError(f"result {n!r} has {x.shape[0]} rows for {sum(sizes)}")
+            for k, part in zip(members, np.split(x, edges), strict=True):
+                answers[k][n] = part
 
     def padded_size(self, n: int) -> int:
         """The batch size `n` requests run at: the smallest compiled size that holds them."""

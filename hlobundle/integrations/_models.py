@@ -57,7 +57,24 @@ def open_function(
                 "bundle): give public_key, or trust_batched=True (docs/serving.md, 'Batching')",
                 argument="trust_batched",
             )
+        _check_merged_shape(served)
     return served
+
+
+def _check_merged_shape(served: Served) -> None:
+    """An engine that concatenates requests gives the joined data the first request's shape
+    past axis 0 (MLServer does): where another request's differs (a symbol other than the
+    rows'), its values would fill others' rows. So every other dimension must be a number."""
+    for name, (_, shape) in served.inputs.items():
+        for axis, dim in enumerate(shape[1:], start=1):
+            if isinstance(dim, str):
+                raise InputError(
+                    f"{served.name}: input {name!r} has symbol {dim} in dimension {axis}; the "
+                    "engine merges requests under the first one's shape past the batch axis, "
+                    "so requests of other sizes there would share rows. Turn the engine's "
+                    "batching off, or export the function with that dimension fixed",
+                    argument="batching",
+                )
 
 
 def _pick(models: dict[str, Served], function: str | None) -> Served:
@@ -104,6 +121,8 @@ def decoded(name: str, shape: Sequence[int], decode: Callable[[], np.ndarray]) -
         array = decode()
     except ValueError as e:
         raise RequestError(400, f"input {name!r}: data not of shape {declared}: {e}") from None
+    except OverflowError as e:  # a value out of its declared datatype's range
+        raise RequestError(400, f"input {name!r}: a value does not fit its datatype: {e}") from None
     if list(array.shape) != declared:
         raise RequestError(400, f"input {name!r}: {array.size} values for shape {declared}")
     return array
@@ -127,7 +146,7 @@ class BoundedBody:
             return await self.app(scope, receive, send)
         declared = Headers(scope=scope).get("content-length")
         try:
-            limit = self.limit(scope["path"])
+            limit = self.limit(_route_path(scope))
             body = await read_body(receive, declared, limit, self.read_timeout_s)
         except RequestError as e:
             refusal = JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
@@ -142,3 +161,12 @@ class BoundedBody:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replayed, send)
+
+
+def _route_path(scope: Any) -> str:
+    """The request's path as the engine's routes match it: without the `root_path` (a server
+    mounted below a URL path) that uvicorn puts in front of it."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :]
+    return path
