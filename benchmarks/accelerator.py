@@ -453,12 +453,16 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=None, help="compute-bound: width (8192)")
     parser.add_argument("--batch", type=int, default=None, help="compute-bound: batch (4096)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions of a call (100)")
+    parser.add_argument("--reps-io", type=int, default=None, help="of a load or verify (7)")
+    parser.add_argument("--reps-process", type=int, default=None, help="of a process (2)")
     args = parser.parse_args()
     sizes = (2, 1024, 16, 5) if args.quick else (8, 8192, 4096, 100)
     for name, default in zip(("layers", "width", "batch", "reps"), sizes, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, default)
-    args.reps_io, args.reps_process = (2, 1) if args.quick else (7, 2)
+    io, process = (2, 1) if args.quick else (7, 2)
+    args.reps_io = io if args.reps_io is None else args.reps_io
+    args.reps_process = process if args.reps_process is None else args.reps_process
     chosen = [n for n in args.only.split(",") if n] or list(SECTIONS)
     unknown = [n for n in chosen if n not in SECTIONS]
     if unknown:
