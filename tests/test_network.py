@@ -446,3 +446,34 @@ def _serve_listed(bundle, fake, extra: dict[str, bytes]) -> None:
     fake.add_blob(config)
     document = json.loads(_artifact.manifest(config, digest_of(config), layers, "1.1"))
     fake.add_manifest(document, "v1")
+
+
+def test_the_command_line_names_a_private_ca_and_a_proxy(private_ca, tmp_path, monkeypatch, fake):
+    """`--ca-file` and `--proxy`, on every command that talks to the network: what the user
+    named for one command, over the variables, and nothing after it."""
+    from helpers import cli
+    from http_static import StaticServer
+
+    ca, tls = private_ca
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    server = StaticServer(ROOT / "examples", tls=tls)
+    try:
+        url = server.url + "lenet5.hlobundle/"
+        r = cli("verify", url)
+        assert r.returncode == 1 and "REGISTRY_UNREACHABLE" in r.stderr, r.stderr
+        r = cli("verify", url, "--ca-file", str(ca))
+        assert r.returncode == 0, r.stderr
+        r = cli("inspect", url, "--ca-file", str(tmp_path / "absent.pem"))
+        assert r.returncode == 1 and "--ca-file names the certificate authority" in r.stderr
+        monkeypatch.setenv("HLOBUNDLE_CA_FILE", str(tmp_path / "absent.pem"))
+        assert cli("verify", url, "--ca-file", str(ca)).returncode == 0  # the option wins
+        monkeypatch.delenv("HLOBUNDLE_CA_FILE")
+    finally:
+        server.close()
+    with serving() as proxy:
+        r = cli(
+            "pull", fake.ref(), "-o", tmp_path / "via.hlobundle", "--proxy", f"http://{proxy.host}"
+        )
+        assert r.returncode == 1 and "REGISTRY_NOT_FOUND" in r.stderr, r.stderr
+    assert [p for _, p, _ in proxy.seen] == [f"http://{fake.host}/v2/repo/manifests/v1"]
+    assert fake.seen == []

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .._format._errors import HloBundleError
+from .._oci import _network
 from .._terminal import _progress
 from . import _parser
 from ._common import EXIT_FAIL
@@ -48,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Progress bars for a person at a terminal: never on a pipe, nor beside --json.
     _progress.enable(sys.stderr.isatty() and not getattr(args, "json", False))
     try:
-        return int(args.handler(args))
+        with _network.named(getattr(args, "ca_file", None), getattr(args, "proxy", None)):
+            return int(args.handler(args))
     except KeyboardInterrupt:  # what was being written is removed by its own cleanup
         print("interrupted", file=sys.stderr)
         return 130

@@ -94,6 +94,26 @@ class Parser(argparse.ArgumentParser):
         return ""
 
 
+# The commands that load `oci://` and `https://` references or talk to a registry.
+NETWORK_COMMANDS = (
+    "run", "emit", "inspect", "verify", "fingerprint", "diff", "serve", "push", "pull", "sign",
+)  # fmt: skip
+
+
+def _add_network_options(command: argparse.ArgumentParser) -> None:
+    group = command.add_argument_group("network (docs/distribution.md, 'A registry of your own')")
+    group.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="verify TLS answers against this certificate authority (a file or directory), or "
+        "'system' (OpenSSL's store); default: $HLOBUNDLE_CA_FILE, $REQUESTS_CA_BUNDLE, "
+        "$SSL_CERT_FILE, else certifi's",
+    )
+    group.add_argument(
+        "--proxy", metavar="URL", help="send every request through this proxy ($HLOBUNDLE_PROXY)"
+    )
+
+
 def build() -> argparse.ArgumentParser:
     from .._version import __version__
 
@@ -122,6 +142,8 @@ def build() -> argparse.ArgumentParser:
     _parser_oci.add_cache(sub)
     _parser_read.add_conformance(sub)
     _add_schema(sub)
+    for name in NETWORK_COMMANDS:  # each command that may talk to a registry or a server
+        _add_network_options(sub.choices[name])
     for command in sub.choices.values():  # a handler's usage errors name its command
         command.set_defaults(parser=command)
     return parser

@@ -89,27 +89,46 @@ def session(ref: str, timeout: float = TIMEOUT_S) -> Any:
     return _session_class()(ref, timeout)
 
 
+# What a command line named (`--ca-file`, `--proxy`), over the variables, while it runs.
+_NAMED: dict[str, str] = {}
+
+
+@contextlib.contextmanager
+def named(ca_file: str | None = None, proxy: str | None = None) -> Iterator[None]:
+    """The certificate authority and proxy the user named for the requests made inside, over
+    CA_VARIABLES and PROXY_VARIABLE (`hlobundle --ca-file`, `--proxy`)."""
+    saved = dict(_NAMED)
+    _NAMED.update({k: v for k, v in (("--ca-file", ca_file), ("--proxy", proxy)) if v})
+    try:
+        yield
+    finally:
+        _NAMED.clear()
+        _NAMED.update(saved)
+
+
 def certificate_authority() -> str | bool:
-    """What TLS answers are verified against (requests' `verify`): the file or directory the
-    first of CA_VARIABLES names; `system`: OpenSSL's default store; else requests' own (certifi)."""
-    for name in CA_VARIABLES:
-        value = os.environ.get(name, "")
+    """What TLS answers are verified against (requests' `verify`): the file or directory that
+    `--ca-file` or the first of CA_VARIABLES names; `system`: OpenSSL's default store; else
+    requests' own (certifi)."""
+    given = [("--ca-file", _NAMED["--ca-file"])] if "--ca-file" in _NAMED else []
+    for name, value in given + [(n, os.environ.get(n, "")) for n in CA_VARIABLES]:
         if not value:
             continue
-        if value == "system" and name == CA_VARIABLES[0]:
+        if value == "system" and name in ("--ca-file", CA_VARIABLES[0]):
             paths = ssl.get_default_verify_paths()
             return paths.cafile or paths.capath or True
         if not os.path.exists(value):
+            where = name if name.startswith("--") else f"${name}"
             raise RegistryUnreachableError(
-                f"${name} names the certificate authority {value[:200]!r}, which is not there"
+                f"{where} names the certificate authority {value[:200]!r}, which is not there"
             )
         return value
     return True
 
 
 def proxies() -> dict[str, str]:
-    """The proxy the user named (HLOBUNDLE_PROXY), for every request; else none."""
-    value = os.environ.get(PROXY_VARIABLE, "")
+    """The proxy the user named (`--proxy`, else HLOBUNDLE_PROXY), for every request; else none."""
+    value = _NAMED.get("--proxy") or os.environ.get(PROXY_VARIABLE, "")
     return {"http": value, "https": value} if value else {}
 
 
