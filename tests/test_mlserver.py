@@ -456,3 +456,36 @@ def test_batching_a_function_with_another_symbolic_dimension_is_refused_at_load(
         r.stdout + r.stderr[-2000:]
     )
     assert "input 'x' has symbol n in dimension 1" in r.stdout, r.stdout
+
+
+_LOAD = """
+import asyncio, sys
+from mlserver.errors import MLServerError
+from mlserver.settings import ModelParameters, ModelSettings
+from hlobundle.integrations.mlserver import HloBundleRuntime
+settings = ModelSettings(name="m", implementation=HloBundleRuntime, parameters=ModelParameters(uri=sys.argv[1]))
+try:
+    asyncio.run(HloBundleRuntime(settings).load())
+except MLServerError as e:
+    print("refused:", e)
+else:
+    print("loaded")
+"""
+
+
+def test_a_model_whose_results_json_cannot_carry_is_refused_at_load(tmp_path):
+    """MLServer answers in JSON, which has no bfloat16: such a model loaded, and every request
+    then got MLServer's bare 500. It is refused at load, saying what to do."""
+    import jax.numpy as jnp
+
+    bundle = hlobundle.export(
+        lambda x: x.astype(jnp.bfloat16), np.ones((2,), np.float32), out=tmp_path / "bf.hlobundle"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(bundle)], capture_output=True, text=True, timeout=300
+    )
+    assert r.stdout.startswith("refused:") and "[INPUT_INVALID]" in r.stdout, (
+        r.stdout + r.stderr[-2000:]
+    )
+    assert "no datatype for results ['result (bfloat16)']" in r.stdout, r.stdout
+    assert "hlobundle serve" in r.stdout

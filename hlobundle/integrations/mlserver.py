@@ -70,6 +70,17 @@ class HloBundleRuntime(MLModel):
             )
         except HloBundleError as e:
             raise MLServerError(f"model {self.name!r}: [{e.code}] {e.message}") from None
+        unsendable = [
+            f"{r.name} ({r.dtype})"
+            for r in self._served.bundle.manifest.results
+            if BY_DTYPE.get(r.dtype) in (None, "BF16")
+        ]
+        if unsendable:  # MLServer answers in JSON only: every request would fail
+            raise MLServerError(
+                f"model {self.name!r}: [INPUT_INVALID] MLServer answers in JSON, which has no "
+                f"datatype for results {unsendable}: serve it with hlobundle serve (binary "
+                "tensors), or export the function with float32 results"
+            )
         if batching:  # in front of MLServer's batcher, which holds the unwrapped `predict`
             self.predict = self._each_alone(self.predict)  # type: ignore[method-assign,assignment]
         return True
