@@ -477,3 +477,41 @@ def test_the_command_line_names_a_private_ca_and_a_proxy(private_ca, tmp_path, m
         assert r.returncode == 1 and "REGISTRY_NOT_FOUND" in r.stderr, r.stderr
     assert [p for _, p, _ in proxy.seen] == [f"http://{fake.host}/v2/repo/manifests/v1"]
     assert fake.seen == []
+
+
+def test_a_head_answer_has_no_body_to_bound():
+    """A HEAD answer's Content-Length is the size of what a GET would send (a blob's, when push
+    asks whether the registry has it): not a body over the answers' bound. A push of a bundle
+    with a file over 4 MiB failed there (REGISTRY_LIMIT_EXCEEDED)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from hlobundle._oci import _network
+
+    big = _network.MAX_ANSWER_BYTES + 128
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Length", str(big))
+            self.end_headers()
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.do_HEAD()  # and no body: the client refuses it by its Content-Length
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v2/r/blobs/sha256:" + "0" * 64
+    try:
+        with _network.session("test") as session:
+            answer = session.head(url)
+            assert answer.status_code == 200 and int(answer.headers["Content-Length"]) == big
+            assert answer.content == b""
+            with pytest.raises(hlobundle.errors.RegistryLimitError):
+                session.get(url)  # the same size as a body is over the bound
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -163,7 +163,10 @@ def _session_class() -> type:
                 lambda: super(Session, self).request(method, url, *args, **kwargs), what, self
             )
             refuse_encoded(response, what, self.ref)
-            if whole:
+            if method.upper() == "HEAD":  # no body, whatever size its Content-Length says
+                response.close()
+                response._content = b""
+            elif whole:
                 with response:
                     response._content = read_bounded(
                         response, MAX_ANSWER_BYTES, f"answer to {what}", self.ref
