@@ -43,8 +43,26 @@ def throwaway_ca(directory: Path, *hosts: str) -> tuple[Path, ssl.SSLContext]:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            # Python 3.13's default (VERIFY_X509_STRICT) wants both key identifiers
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), False
+            )
         )
-        if not ca:
+        if ca:  # a CA certificate with key usage, as strict verification also wants
+            usage = x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            )
+            built = built.add_extension(usage, critical=True)
+        else:
             names = [x509.IPAddress(ipaddress.ip_address(h)) for h in hosts]
             built = built.add_extension(x509.SubjectAlternativeName(names), critical=False)
         return built.sign(issuer_key, hashes.SHA256())
