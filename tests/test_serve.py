@@ -1240,8 +1240,9 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
     so that a health check is answered while a compile is held (the compile waits for the
     test, not for the machine: with the compile on the event loop, the health check is not
     answered within 10 s, and the test fails), and the server keeps 2 shapes (--max-shapes
-    2), so that its memory grows under 30 MB (1.1 MB measured with 150 layers; 50 MB with
-    every shape kept, --max-shapes 20)."""
+    2), so that, once it has dropped shapes, its memory grows under 25 MB over 6 more (with
+    every shape kept, --max-shapes 20, it grew about 50 MB over 6; jax 0.12's first drops
+    cost about 30 MB once, so the measure starts after 4 of them)."""
     out = tmp_path / "deep"
     hlobundle.export(
         _deep(150),
@@ -1304,16 +1305,16 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
         proc.stdin.write("arm\n")
         proc.stdin.flush()
         _said(proc, "armed")
-        for n in range(3, 5):  # the 2 shapes it keeps
+        for n in range(3, 9):  # the 2 shapes it keeps, and 4 more: what a first drop costs
             held_while_live(n)
         before = rss_mb()
-        for n in range(5, 11):
+        for n in range(9, 15):
             held_while_live(n)
         grown = rss_mb() - before
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
-    assert grown < 30, f"the server grew {grown:.0f} MB over 6 new shapes"
+    assert grown < 25, f"the server grew {grown:.0f} MB over 6 new shapes"
 
 
 def _said(proc: subprocess.Popen, word: str) -> None:
