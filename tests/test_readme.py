@@ -186,7 +186,10 @@ SH_SKIPPED = {
     ("README.md", "hlobundle"): "installing needs a fresh virtual environment (what .ci/run does)",
     ("README.md", "Command line"): "a synopsis of every command, not commands to run",
     ("README.md", "Working on hlobundle"): "installing needs a fresh virtual environment (.ci/run)",
-    ("docs/accelerators.md", "Measured on a TPU"): "they need a TPU: run by hand there (closing notes)",
+    (
+        "docs/accelerators.md",
+        "Measured on a TPU",
+    ): "they need a TPU: run by hand there (closing notes)",
     ("docs/julia.md", "From Julia (Reactant.jl)"): "it packs what the Julia blocks write",
     (
         "docs/serving.md",
