@@ -9,15 +9,15 @@ EXIT_STATUSES, printed by `hlobundle --help`). Set `HLOBUNDLE_TRACEBACK=1` to se
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .._format._errors import HloBundleError
-from .._oci import _network
 from .._terminal import _progress
 from . import _parser
 from ._common import EXIT_FAIL
@@ -40,6 +40,17 @@ def entry(argv: Sequence[str] | None = None) -> NoReturn:
     os._exit(code)
 
 
+def _network_named(args: Any) -> contextlib.AbstractContextManager[None]:
+    """What `--ca-file` and `--proxy` named, for the command's requests; the network module
+    is imported only then (`inspect` and `verify` of a local bundle start without it)."""
+    ca_file, proxy = getattr(args, "ca_file", None), getattr(args, "proxy", None)
+    if not (ca_file or proxy):
+        return contextlib.nullcontext()
+    from .._oci import _network
+
+    return _network.named(ca_file, proxy)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # XLA's C++ INFO lines ("PjRt-IFRT device count ...") are not for users; an explicit
     # TF_CPP_MIN_LOG_LEVEL still wins. Set before anything imports jax.
@@ -49,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Progress bars for a person at a terminal: never on a pipe, nor beside --json.
     _progress.enable(sys.stderr.isatty() and not getattr(args, "json", False))
     try:
-        with _network.named(getattr(args, "ca_file", None), getattr(args, "proxy", None)):
+        with _network_named(args):
             return int(args.handler(args))
     except KeyboardInterrupt:  # what was being written is removed by its own cleanup
         print("interrupted", file=sys.stderr)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _main_signature, _sharding
-from ._errors import MainSignatureError
+from ._errors import MainSignatureError, ManifestError
 from ._fields import static_shape
 from ._policy import refuse_unportable
 
@@ -31,6 +31,13 @@ class Form:
 
     def entry(self, manifest: Manifest) -> Module | BatchedModule | None:
         entry: Module | BatchedModule | None = getattr(manifest, self.key)
+        return entry
+
+    def listed(self, manifest: Manifest) -> Module | BatchedModule:
+        """The form's entry, which the caller knows the manifest has (a ManifestError if not)."""
+        entry = self.entry(manifest)
+        if entry is None:
+            raise ManifestError(f"{self.key}: the manifest lists no {self.text_file}")
         return entry
 
 

@@ -235,8 +235,8 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     reduced = {p for p, _ in ROUNDOFF}
     if platform not in reduced and (record is None or record.platform not in reduced):
         return Computed("cpu", None, None), Computed(platform, kind, None)
-    here = Computed(platform, kind, _lowest_asked(fn.bundle))
     asked = _lowest_asked(bundle)
+    here = Computed(platform, kind, asked if fn.bundle is bundle else _lowest_asked(fn.bundle))
     if record is None:
         return Computed("cpu", None, asked), here
     return Computed(record.platform, record.device_kind, possible(record.precision, asked)), here

@@ -52,8 +52,8 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         raise InputError(f"give each target once, got {list(targets)}", argument="targets")
     compilers = {target: _backends.compiler(target) for target in targets}
     for target, compiler in compilers.items():
-        assert compiler.check_target is not None
-        compiler.check_target(target, cpu)  # an unknown target, before any work
+        if compiler.check_target is not None:
+            compiler.check_target(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
     for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work

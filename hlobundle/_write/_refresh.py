@@ -63,8 +63,7 @@ def _forms(
             stored.parsed, target, path=stored.text_file
         )
         targets.append(written)
-        entry = stored.form.entry(view.manifest)
-        assert entry is not None, "view.modules holds the forms the manifest has"
+        entry = stored.form.listed(view.manifest)
         artifact = PortableArtifact(file=stored.portable_file, target_version=written)
         forms[key] = entry.model_copy(update={"portable": artifact})
     return forms

@@ -188,7 +188,6 @@ def _store_form(
     _stored.check(form, parsed, manifest, form.text_file)
     files[form.text_file] = text.encode()
     files[form.portable_file], written = _mlir.write_portable(parsed, target, path=form.text_file)
-    entry = form.entry(manifest)
-    assert entry is not None, "the form's entry is in the manifest before its artifact"
+    entry = form.listed(manifest)  # in the manifest before its artifact
     artifact = PortableArtifact(file=form.portable_file, target_version=written)
     return manifest.model_copy(update={key: entry.model_copy(update={"portable": artifact})})
