@@ -167,3 +167,20 @@ def serving(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def pull_refused(
+    tmp_path: Path, fake: Any, error: type[Exception], match: str, **options: Any
+) -> Any:
+    """The error `pull` of `fake`'s reference raises (of type `error`, matching `match`),
+    having written nothing."""
+    import pytest
+
+    import hlobundle
+
+    out = tmp_path / "out" / "got.hlobundle"
+    out.parent.mkdir(exist_ok=True)
+    with pytest.raises(error, match=match) as caught:
+        hlobundle.pull(fake.ref(), out, **options)
+    assert list(out.parent.iterdir()) == [], "something was written"
+    return caught.value

@@ -13,7 +13,7 @@ import time
 import pytest
 from helpers import ROOT
 from http_static import gzip_bomb
-from oci_fake import artifact, digest_of, serving
+from oci_fake import artifact, digest_of, pull_refused, serving
 
 import hlobundle
 
@@ -33,15 +33,6 @@ def fake(tmp_path, monkeypatch):
     with serving() as running:
         artifact(EXAMPLE, running)
         yield running
-
-
-def _refused(tmp_path, fake, error, match, **options):
-    out = tmp_path / "out" / "got.hlobundle"
-    out.parent.mkdir(exist_ok=True)
-    with pytest.raises(error, match=match) as caught:
-        hlobundle.pull(fake.ref(), out, **options)
-    assert list(out.parent.iterdir()) == [], "something was written"
-    return caught.value
 
 
 def _bearer(fake, realm: str) -> None:
@@ -73,7 +64,9 @@ def test_a_token_service_that_sends_a_gzip_bomb_is_refused_not_inflated(fake, tm
 
         tokens.hooks["/token"] = token
         _bearer(fake, f"http://{tokens.host}/token")
-        _refused(tmp_path, fake, hlobundle.errors.RegistryProtocolError, "Content-Encoding 'gzip'")
+        pull_refused(
+            tmp_path, fake, hlobundle.errors.RegistryProtocolError, "Content-Encoding 'gzip'"
+        )
 
 
 @pytest.mark.slow  # a drip for most of a second, by design
@@ -101,7 +94,7 @@ def test_a_token_service_that_drips_is_cut_off(fake, tmp_path, monkeypatch):
         tokens.hooks["/token"] = drip
         _bearer(fake, f"http://{tokens.host}/token")
         started = time.monotonic()
-        _refused(
+        pull_refused(
             tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "slower than", timeout=1
         )
         took = time.monotonic() - started
@@ -133,7 +126,9 @@ def test_a_token_service_that_drips_its_headers_is_cut_off(fake, tmp_path, monke
         tokens.hooks["/token"] = drip
         _bearer(fake, f"http://{tokens.host}/token")
         started = time.monotonic()
-        _refused(tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "headers", timeout=1)
+        pull_refused(
+            tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "headers", timeout=1
+        )
         took = time.monotonic() - started
         assert took < 1 + 5 * 0.5, f"cut off after {took:.2f} s, the deadline 1.5 s"
 
@@ -160,17 +155,17 @@ def test_a_realm_whose_host_hides_behind_a_backslash_gets_no_credentials(
     monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "user:password")
     trap.hooks["/token"] = lambda h: h.send(200, b'{"token": "t0ken"}')
     _bearer(fake, f"http://{trap.host}\\@127.0.0.1/token")
-    _refused(tmp_path, fake, hlobundle.errors.RegistryAuthError, "127.0.0.2")
+    pull_refused(tmp_path, fake, hlobundle.errors.RegistryAuthError, "127.0.0.2")
     assert trap.seen == []
 
 
-def test_a_blob_redirect_whose_host_hides_behind_a_backslash_is_refused(fake, tmp_path, trap):
+def test_a_blob_redirect_whose_host_hides_behind_a_backslash_ispull_refused(fake, tmp_path, trap):
     data = fake.blobs[_weights_digest()]
     trap.hooks["/x"] = lambda h: h.send(200, data)
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = lambda h: h.send(
         307, b"", {"Location": f"http://{trap.host}\\@127.0.0.1/x"}
     )
-    _refused(
+    pull_refused(
         tmp_path, fake, hlobundle.errors.RegistryProtocolError, "plain HTTP \\(http://127.0.0.2:"
     )
     assert trap.seen == []
@@ -293,7 +288,7 @@ def test_the_system_store_when_asked(monkeypatch):
 # ---- an upload stays on the registry
 
 
-def test_an_upload_location_on_another_host_is_refused(fake, tmp_path):
+def test_an_upload_location_on_another_host_ispull_refused(fake, tmp_path):
     """The registry answers the upload's POST with a Location on another host: nothing is
     sent there (the bundle's bytes, nor the registry's credentials)."""
     with serving() as other:
@@ -422,7 +417,7 @@ def test_a_manifest_listing_a_file_and_a_file_inside_it_is_path_unsafe(fake, tmp
     fake.blobs.clear()
     fake.manifests.clear()
     _serve_listed(bundle, fake, {"extra/x": b"b"})
-    e = _refused(tmp_path, fake, hlobundle.errors.UnsafePathError, "extra/x")
+    e = pull_refused(tmp_path, fake, hlobundle.errors.UnsafePathError, "extra/x")
     assert e.code == "PATH_UNSAFE"
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from helpers import ROOT
-from oci_fake import artifact, digest_of, serving
+from oci_fake import artifact, digest_of, pull_refused, serving
 
 import hlobundle
 
@@ -25,15 +25,6 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
     with serving() as running:
         yield running
-
-
-def _refused(tmp_path, fake, error, match, **options):
-    out = tmp_path / "out" / "got.hlobundle"
-    out.parent.mkdir(exist_ok=True)
-    with pytest.raises(error, match=match) as caught:
-        hlobundle.pull(fake.ref(), out, **options)
-    assert list(out.parent.iterdir()) == [], "something was written"
-    return caught.value
 
 
 def _layer(document, name):
@@ -58,7 +49,7 @@ def test_wrong_blob_bytes(fake, tmp_path):
     data = bytearray(fake.blobs[_weights_digest()])
     data[-1] ^= 1
     fake.blobs[_weights_digest()] = bytes(data)
-    e = _refused(tmp_path, fake, hlobundle.errors.BlobDigestError, "weights.safetensors")
+    e = pull_refused(tmp_path, fake, hlobundle.errors.BlobDigestError, "weights.safetensors")
     assert e.code == "REGISTRY_DIGEST_MISMATCH" and e.digest == _weights_digest()
     assert e.ref and "@sha256:" in e.ref
 
@@ -83,14 +74,14 @@ def test_a_tag_whose_digest_header_lies(fake, tmp_path):
             "Docker-Content-Digest": "sha256:" + "0" * 64,
         },
     )
-    _refused(
+    pull_refused(
         tmp_path, fake, hlobundle.errors.BlobDigestError, "says the manifest v1 has the digest"
     )
 
 
 def test_an_oversized_manifest(fake, tmp_path):
     fake.add_manifest(b"{" + b" " * (5 << 20) + b"}", "v1")
-    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "limit is 4194304")
+    pull_refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "limit is 4194304")
 
 
 def test_an_oversized_manifest_without_a_length_is_cut_off(fake, tmp_path):
@@ -103,12 +94,12 @@ def test_an_oversized_manifest_without_a_length_is_cut_off(fake, tmp_path):
             h.wfile.write(b" " * (1 << 20))
 
     fake.hooks["/v2/repo/manifests/v1"] = endless
-    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "over the limit")
+    pull_refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "over the limit")
 
 
 def test_an_oversized_config(fake, tmp_path):
     artifact(EXAMPLE, fake, edit=lambda d: d["config"].update(size=5 << 20))
-    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "the config is 5242880 bytes")
+    pull_refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "the config is 5242880 bytes")
 
 
 def test_a_config_longer_than_declared(fake, tmp_path):
@@ -117,7 +108,7 @@ def test_a_config_longer_than_declared(fake, tmp_path):
         document["config"].update(digest=fake.add_blob(config), size=10)
 
     artifact(EXAMPLE, fake, edit=grow)
-    _refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "config")
+    pull_refused(tmp_path, fake, hlobundle.errors.RegistryLimitError, "config")
 
 
 @pytest.mark.parametrize("title", ["../x", "/etc/x", "a/../../x", "a\\b", ""])
@@ -126,14 +117,14 @@ def test_an_unsafe_title(fake, tmp_path, title):
         _layer(document, WEIGHTS)["annotations"]["org.opencontainers.image.title"] = title
 
     artifact(EXAMPLE, fake, edit=unsafe)
-    e = _refused(tmp_path, fake, hlobundle.errors.UnsafePathError, "file name")
+    e = pull_refused(tmp_path, fake, hlobundle.errors.UnsafePathError, "file name")
     assert e.path == title and fake.host in e.message
     assert not (tmp_path / "x").exists()
 
 
 def test_a_duplicated_title(fake, tmp_path):
     artifact(EXAMPLE, fake, edit=lambda d: d["layers"].append(dict(_layer(d, WEIGHTS))))
-    _refused(
+    pull_refused(
         tmp_path,
         fake,
         hlobundle.errors.ArtifactInvalidError,
@@ -149,20 +140,20 @@ def test_a_layer_the_bundle_manifest_does_not_list(fake, tmp_path):
         document["layers"].append(entry)
 
     artifact(EXAMPLE, fake, edit=extra)
-    e = _refused(tmp_path, fake, hlobundle.errors.FileUnlistedError, "extra.bin")
+    e = pull_refused(tmp_path, fake, hlobundle.errors.FileUnlistedError, "extra.bin")
     assert e.path == "extra.bin"
 
 
 def test_a_listed_file_the_artifact_lacks(fake, tmp_path):
     artifact(EXAMPLE, fake, edit=lambda d: d["layers"].remove(_layer(d, WEIGHTS)))
-    _refused(tmp_path, fake, hlobundle.errors.FileMissingError, "lists 'weights.safetensors'")
+    pull_refused(tmp_path, fake, hlobundle.errors.FileMissingError, "lists 'weights.safetensors'")
 
 
 def test_a_layer_whose_digest_is_not_the_listed_sha256(fake, tmp_path):
     other = digest_of(b"other")
     fake.add_blob(b"other")
     artifact(EXAMPLE, fake, edit=lambda d: _layer(d, WEIGHTS).update(digest=other))
-    e = _refused(
+    e = pull_refused(
         tmp_path, fake, hlobundle.errors.HashMismatchError, "the bundle's manifest says sha256:"
     )
     assert e.path == WEIGHTS
@@ -181,13 +172,13 @@ def test_a_compressed_layer_and_an_index_are_not_bundles(fake, tmp_path):
             mediaType="application/vnd.oci.image.layer.v1.tar+gzip"
         ),
     )
-    _refused(tmp_path, fake, hlobundle.errors.ArtifactInvalidError, "uncompressed")
+    pull_refused(tmp_path, fake, hlobundle.errors.ArtifactInvalidError, "uncompressed")
     fake.add_manifest(
         {"schemaVersion": 2, "manifests": []},
         "v1",
         media_type="application/vnd.oci.image.index.v1+json",
     )
-    _refused(tmp_path, fake, hlobundle.errors.ArtifactInvalidError, "image index")
+    pull_refused(tmp_path, fake, hlobundle.errors.ArtifactInvalidError, "image index")
 
 
 def test_a_blob_that_never_ends_is_read_only_to_its_declared_size(fake, tmp_path):
@@ -207,7 +198,7 @@ def test_a_blob_that_never_ends_is_read_only_to_its_declared_size(fake, tmp_path
 
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = endless
     started = time.monotonic()
-    e = _refused(
+    e = pull_refused(
         tmp_path,
         fake,
         (hlobundle.errors.RegistryLimitError, hlobundle.errors.BlobDigestError),
@@ -223,7 +214,7 @@ def test_a_slow_server_times_out(fake, tmp_path):
     artifact(EXAMPLE, fake)
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = lambda h: time.sleep(3)
     started = time.monotonic()
-    _refused(
+    pull_refused(
         tmp_path,
         fake,
         hlobundle.errors.RegistryUnreachableError,
@@ -304,7 +295,7 @@ def test_a_redirect_off_the_registry_only_for_blobs_and_without_credentials(
         fake.hooks["/v2/repo/manifests/v1"] = lambda h: h.send(
             307, b"", {"Location": f"http://{other.host}/v2/repo/manifests/v1"}
         )
-        _refused(
+        pull_refused(
             tmp_path,
             fake,
             hlobundle.errors.RegistryProtocolError,
@@ -374,7 +365,7 @@ def test_a_referrer_that_is_not_a_signature(fake, tmp_path, keys):
         "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json",
     }
     _fallback(fake, digest, [listed])
-    e = _refused(
+    e = pull_refused(
         tmp_path,
         fake,
         hlobundle.errors.ArtifactInvalidError,
@@ -383,7 +374,7 @@ def test_a_referrer_that_is_not_a_signature(fake, tmp_path, keys):
     )
     assert e.digest == not_sig
     _fallback(fake, digest, [dict(listed, artifactType="application/vnd.example.sbom")])
-    _refused(
+    pull_refused(
         tmp_path,
         fake,
         hlobundle.errors.UnsignedError,
@@ -404,7 +395,7 @@ def test_an_index_of_a_thousand_referrers(fake, tmp_path, keys):
         for i in range(1000)
     ]
     _fallback(fake, digest, many)
-    _refused(
+    pull_refused(
         tmp_path,
         fake,
         hlobundle.errors.RegistryLimitError,
@@ -457,7 +448,7 @@ def test_a_bearer_token_from_the_realm_the_challenge_names(fake, tmp_path, monke
 
         monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "user:wrong")
         tokens.hooks["/token"] = lambda h: h.send(401, b"{}")
-        _refused(tmp_path, fake, hlobundle.errors.RegistryAuthError, "gives no token")
+        pull_refused(tmp_path, fake, hlobundle.errors.RegistryAuthError, "gives no token")
 
 
 def test_credentials_go_to_a_token_service_over_https_only(fake, tmp_path, monkeypatch):
@@ -467,7 +458,7 @@ def test_credentials_go_to_a_token_service_over_https_only(fake, tmp_path, monke
     fake.hooks["/v2/repo/manifests/v1"] = lambda h: h.send(
         401, b"", {"WWW-Authenticate": challenge}
     )
-    _refused(
+    pull_refused(
         tmp_path, fake, hlobundle.errors.RegistryAuthError, "credentials go only to an https:// one"
     )
 
@@ -538,7 +529,9 @@ def test_a_registry_that_drips_a_blob_is_cut_off(fake, tmp_path, monkeypatch):
 
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = drip
     started = time.monotonic()
-    _refused(tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "slower than", timeout=1)
+    pull_refused(
+        tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "slower than", timeout=1
+    )
     took = time.monotonic() - started  # within a few windows, not at some multiple of one
     assert took < 5 * 0.5, f"cut off after {took:.2f} s, the window 0.5 s"
 
@@ -558,7 +551,7 @@ def test_an_encoded_manifest_is_refused_not_decompressed(fake, tmp_path):
         h.wfile.write(bomb)
 
     fake.hooks["/v2/repo/manifests/v1"] = encoded
-    _refused(tmp_path, fake, hlobundle.errors.RegistryProtocolError, "Content-Encoding 'gzip'")
+    pull_refused(tmp_path, fake, hlobundle.errors.RegistryProtocolError, "Content-Encoding 'gzip'")
 
 
 @pytest.mark.slow  # a drip for most of a second, by design
@@ -593,7 +586,9 @@ def test_a_drip_inside_one_read_is_cut_off(fake, tmp_path, monkeypatch, where):
 
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = drip
     started = time.monotonic()
-    _refused(tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "slower than", timeout=1)
+    pull_refused(
+        tmp_path, fake, hlobundle.errors.RegistryUnreachableError, "slower than", timeout=1
+    )
     took = time.monotonic() - started  # within a few windows, not at some multiple of one
     assert took < 5 * 0.5, f"cut off after {took:.2f} s, the window 0.5 s"
 
@@ -641,7 +636,7 @@ def test_a_config_of_other_bytes_is_refused_by_a_pull(fake, tmp_path):
     document = json.loads(fake.manifests[digest][0])
     config = document["config"]["digest"]
     fake.blobs[config] = _same_length_other_bytes(fake.blobs[config])
-    e = _refused(tmp_path, fake, hlobundle.errors.BlobDigestError, "config .* has the digest")
+    e = pull_refused(tmp_path, fake, hlobundle.errors.BlobDigestError, "config .* has the digest")
     assert e.code == "REGISTRY_DIGEST_MISMATCH" and e.digest == config
 
 
@@ -667,13 +662,13 @@ def test_an_answer_that_keeps_breaking_off_is_given_up_after_a_few_resumes(fake,
         h.close_connection = True
 
     fake.hooks[f"/v2/repo/blobs/{_weights_digest()}"] = short
-    e = _refused(tmp_path, fake, hlobundle.errors.HloBundleError, "ended after")
+    e = pull_refused(tmp_path, fake, hlobundle.errors.HloBundleError, "ended after")
     assert e.code == "REGISTRY_UNREACHABLE", e.code  # each answer broke off
     assert f"{_blobs.MAX_RESUMES + 1} times" in str(e)
     assert len(calls) == _blobs.MAX_RESUMES + 1
 
 
-def test_a_resumption_answered_from_another_byte_is_refused(fake, tmp_path):
+def test_a_resumption_answered_from_another_byte_ispull_refused(fake, tmp_path):
     """A Range request from the byte where the answer broke off, answered with a 206 from byte
     0: the bytes would be appended at the wrong place. Refused, naming the Content-Range."""
     data, calls = _cut_once(
@@ -682,7 +677,7 @@ def test_a_resumption_answered_from_another_byte_is_refused(fake, tmp_path):
             206, data, {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}
         ),
     )
-    e = _refused(
+    e = pull_refused(
         tmp_path, fake, hlobundle.errors.RegistryProtocolError, "was answered with Content-Range"
     )
     assert e.code == "REGISTRY_PROTOCOL" and calls == [None, f"bytes={len(data) // 2}-"]
@@ -711,7 +706,7 @@ def test_a_referrer_whose_signature_layer_claims_too_many_bytes_is_refused_unfet
         "artifactType": SIGSTORE_BUNDLE,
     }
     _fallback(fake, digest, [listed])
-    e = _refused(
+    e = pull_refused(
         tmp_path,
         fake,
         hlobundle.errors.RegistryLimitError,
