@@ -150,9 +150,12 @@ def _over(path: str, method: str, url: str, body: bytes | None = None) -> tuple[
             self.sock.connect(path)
 
     c = Unix("localhost")
-    c.request(method, url, body, {"Content-Type": "application/json"})
-    answer = c.getresponse()
-    return answer.status, answer.read()
+    try:
+        c.request(method, url, body, {"Content-Type": "application/json"})
+        answer = c.getresponse()
+        return answer.status, answer.read()
+    finally:
+        c.close()
 
 
 def _ready(path: str, server: subprocess.Popen[str]) -> None:
@@ -194,7 +197,8 @@ def test_serve_answers_over_a_unix_socket(tmp_path):
         assert np.allclose(got, expected, rtol=0.02, atol=0.02 * float(np.abs(expected).max()))
     finally:
         server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0
+        _, said = server.communicate(timeout=60)
+    assert server.returncode == 0, said[-2000:]
     assert not os.path.exists(path)
 
 
