@@ -1,7 +1,8 @@
 """The package's layers (docs/layout.md): imports only go down.
 
-    _format  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _remote  <-  _emit  <-  _serve  <-  _cli
-    (what a bundle is) (foreign formats) (load, verify) (backends) (pack) (push, pull) (remote load) (run.py) (OIP v2) (commands)
+    _format  <-  _bundle_io  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _remote  <-  _emit  <-  _serve  <-  _cli
+    (what a bundle is) (its bytes through the ground floor) (foreign formats) (load, verify) (backends) (pack) (push, pull)
+    (remote load) (run.py) (OIP v2) (commands)
 
 A layer imports its own modules and the layers to its left, never one to its right: the writer
 imports the runner it calls (expected outputs, backward modules), nothing registers itself
@@ -38,6 +39,7 @@ import hlobundle
 
 ORDER = [
     "_format",
+    "_bundle_io",
     "_interop",
     "_read",
     "_run",
@@ -687,5 +689,5 @@ def test_the_layout_guard_fails_on_each_way_the_table_drifts():
     assert "a room the table lacks" in " ".join(
         _layout_errors(text, {**rooms, "hlobundle/_new/": {"_a.py"}})
     )
-    moved = text.replace("| 3 | `hlobundle/_read/`", "| 4 | `hlobundle/_read/`")
-    assert "on floor 4, but its imports put it on 3" in " ".join(_layout_errors(moved, rooms))
+    moved = text.replace("| 4 | `hlobundle/_read/`", "| 5 | `hlobundle/_read/`")
+    assert "on floor 5, but its imports put it on 4" in " ".join(_layout_errors(moved, rooms))

@@ -235,7 +235,7 @@ def _first_reason(said: list[str]) -> str | None:
 
 def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
     """Deserialize a portable artifact this process wrote itself; never untrusted bytes (those
-    go through `_portable.canonical_in_child`)."""
+    go through `_bundle_io/_artifacts.canonical_in_child`)."""
     from jaxlib.mlir.dialects import stablehlo
 
     try:

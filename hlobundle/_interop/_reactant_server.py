@@ -221,7 +221,7 @@ def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]
         size = batch_size or (min(server.batch_sizes) if server.batch_sizes else 1)
     data = _read_regular(path, _limits.MAX_MODULE_BYTES)
     if data.startswith(b"ML\xefR"):  # a portable artifact: read in a child process
-        from .._format._portable import canonical_in_child
+        from .._bundle_io._artifacts import canonical_in_child
 
         return canonical_in_child(data, path=path.name), size
     try:
