@@ -51,6 +51,7 @@ MAP = {
     "hlobundle._format._portable": ["test_newer_jaxlib.py", "test_tamper.py"],
     "hlobundle._bundle_io._artifacts": ["test_trust.py", "test_isolation.py"],
     "hlobundle._bundle_io._children": ["test_trust.py", "test_isolation.py"],
+    "hlobundle._bundle_io._tensor_reading": ["test_tensors.py", "test_chunks.py"],
     "hlobundle._format._schema": ["test_package.py"],
     "hlobundle._format._sharding": ["test_sharding.py"],
     "hlobundle._format._signature": ["test_signing.py"],

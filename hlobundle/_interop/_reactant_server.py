@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._bundle_io import _tensor_writing
 from .._format import _dtypes, _limits, _main_signature, _tensors, _yaml
 from .._format._errors import InputError
 from ._sources import check_regular, read_regular
@@ -379,7 +380,7 @@ def write_weights(path: Path, weights: dict[str, tuple[np.ndarray, str]]) -> Non
     """`weights.safetensors`: each weight (a value in the module's orientation, and its dtype)
     as SafeTensors.jl will read it into the Julia array whose memory is the tensor's row-major
     memory (its axes reversed), in `@main`'s order (the mapping's) as `argument_order`."""
-    _tensors.write(
+    _tensor_writing.write(
         path,
         {
             name: (np.asarray(np.asarray(value).transpose(), order="C"), _dtypes.BY_NAME[dtype])
