@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._bundle_io import _tensor_reading
+from .._bundle_io import _signing, _tensor_reading
 from .._format import _main_signature, _paths, _signature, _stored
 from .._format._errors import (
     InputError,
@@ -384,7 +384,7 @@ class Bundle(StoredValues):
                 Path(public_key) if public_key is not None else None,
                 _signature.paths(certificate_chain),
             )
-            self.signer = _signature.verify(self.path, self.digests(), trust)
+            self.signer = _signing.verify(self.path, self.digests(), trust)
 
     def _check_tensor_files(self, in_memory: bool) -> None:
         """Hash every tensor file (into its private copy with `in_memory`), several at once on

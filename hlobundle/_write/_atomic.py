@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._bundle_io import _tensor_writing
+from .._bundle_io import _signing, _tensor_writing
 from .._format import _chunks, _paths, _signature
 from .._format._bundle_manifest import BundleManifest, combine, minimum_version
 from .._format._errors import HashMismatchError
@@ -149,7 +149,7 @@ def _finish(
     if key is not None:
         digests = {file: entry.sha256 for file, entry in table.items()}
         digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
-        (tmp / _signature.SIGNATURE_NAME).write_bytes(_signature.sign(tmp, digests, key, name=name))
+        (tmp / _signature.SIGNATURE_NAME).write_bytes(_signing.sign(tmp, digests, key, name=name))
 
 
 def rewrite_bundle(
