@@ -560,7 +560,7 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
         "imports": ("import onnxruntime, numpy", {}),
         "iree": ("import iree.runtime", {}),
         "models": (models, {}),
-        "mlir": (models + ", hlobundle._isolation._mlir_context as m\nm.new_context()", {}),
+        "mlir": (models + ", hlobundle._mlir_context as m\nm.new_context()", {}),
         "run": (run, env),
         "python": (ours, env),
         "python, cold": (ours, cold),

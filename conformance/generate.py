@@ -787,7 +787,7 @@ def replace_module(b: Path, text: str, form: str = "module") -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from hlobundle._isolation._mlir_context import new_context
+    from hlobundle._mlir_context import new_context
 
     with new_context(), ir.Location.unknown():
         artifact = stablehlo.serialize_portable_artifact(ir.Module.parse(text), TARGET, True)
@@ -907,7 +907,7 @@ def _(b: Path) -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from hlobundle._isolation._mlir_context import new_context
+    from hlobundle._mlir_context import new_context
 
     with new_context(), ir.Location.unknown():
         top = ir.Module.create()

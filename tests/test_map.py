@@ -69,7 +69,7 @@ MAP = {
     "hlobundle._isolation._fork_server": ["test_isolation.py"],
     "hlobundle._isolation._fork_servers": ["test_isolation.py"],
     "hlobundle._isolation._jax_export_child": ["test_jax_export.py"],
-    "hlobundle._isolation._mlir_context": ["test_mlir.py", "test_isolation.py"],
+    "hlobundle._mlir_context": ["test_mlir.py", "test_isolation.py"],
     "hlobundle._isolation._portable_child": ["test_isolation.py", "test_trust.py"],
     "hlobundle.integrations._models": ["test_mlserver.py", "test_ray.py", "test_kserve.py"],
     "hlobundle._oci._artifact": ["test_oci.py", "test_oci_hostile.py"],

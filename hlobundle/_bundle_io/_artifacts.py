@@ -16,7 +16,7 @@ from .._format import _limits, _mlir
 from .._format._errors import LimitError, ModuleError, ModuleMismatchError
 from .._format._portable import MAGIC, check_target
 from .._isolation import _child
-from .._isolation._mlir_context import canonical
+from .._mlir_context import canonical
 from ._children import run_child
 
 CHILD = _child.PORTABLE_CHILD

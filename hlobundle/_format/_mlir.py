@@ -9,7 +9,7 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from .._isolation._mlir_context import new_context
+from .._mlir_context import new_context
 from . import _dtypes, _prechecks
 from ._errors import ModuleError, VersionError
 from ._prechecks import short
