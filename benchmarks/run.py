@@ -560,7 +560,7 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
         "imports": ("import onnxruntime, numpy", {}),
         "iree": ("import iree.runtime", {}),
         "models": (models, {}),
-        "mlir": (models + ", hlobundle._isolation._mlir_context as m\nm.new_context()", {}),
+        "mlir": (models + ", hlobundle._mlir_context as m\nm.new_context()", {}),
         "run": (run, env),
         "python": (ours, env),
         "python, cold": (ours, cold),
@@ -720,8 +720,9 @@ class PackPhases(dict):
     time (less that of wrapped steps inside it) to this dict, by phase, while in the block."""
 
     def __enter__(self) -> PackPhases:
+        from hlobundle._bundle_io import _tensor_writing
         from hlobundle._file_io import _hashing_writer
-        from hlobundle._format import _main_signature, _mlir, _tensors
+        from hlobundle._format import _main_signature, _mlir
         from hlobundle._read import _inputs
         from hlobundle._write import _atomic, _normalize, _writer
 
@@ -736,7 +737,9 @@ class PackPhases(dict):
                 (_writer, "plan"),
             ],
             "portable artifact of the module": [(_mlir, "to_portable")],
-            "tensor file: written in steps, sha256 in a second thread": [(_tensors, "write")],
+            "tensor file: written in steps, sha256 in a second thread": [
+                (_tensor_writing, "write")
+            ],
             "tensor file: its fsync, and the end of its sha256": [
                 (_hashing_writer.HashingWriter, "finish")
             ],
@@ -1136,7 +1139,8 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from hlobundle._format import _limits, _portable
+    from hlobundle._bundle_io import _artifacts
+    from hlobundle._format import _limits
     from hlobundle._isolation import _child
     from hlobundle._write import _jax_export
 
@@ -1147,13 +1151,13 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
     return [
         *_fork_against_fresh(
             ("one artifact", "the first"),
-            lambda: _portable.canonical_in_child(artifact, path="module.mlirbc"),
+            lambda: _artifacts.canonical_in_child(artifact, path="module.mlirbc"),
             [
                 PY,
                 "-E",
                 "-s",
-                str(_portable.CHILD),
-                *_portable.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
+                str(_artifacts.CHILD),
+                *_artifacts.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
             ],
             artifact,
             5 if quick else 30,
@@ -1219,7 +1223,7 @@ def _written_by_another_jaxlib(bundle: Path) -> Path:
 def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
     """`hlobundle verify`, whole process, of a bundle another jaxlib wrote, with no verdict
     cached (its first verify): each form's artifact is deserialized in a child. The reader's
-    way (forks of one server, `_format/_portable.FORK_SERVER`) / a fresh interpreter per
+    way (forks of one server, `_bundle_io/_artifacts.FORK_SERVER`) / a fresh interpreter per
     artifact (`_isolation/_child.py`), run in turns; one form, and three (module, backward,
     batched)."""
     import jax
@@ -1236,8 +1240,8 @@ def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
         ),
     }
     code = (
-        "import sys\nfrom hlobundle._format import _portable\n"
-        "_portable.FORK_SERVER = sys.argv[1] == 'forked'\n"
+        "import sys\nfrom hlobundle._bundle_io import _artifacts\n"
+        "_artifacts.FORK_SERVER = sys.argv[1] == 'forked'\n"
         "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
     )
     env = {**os.environ, "HLOBUNDLE_NO_CACHE": "1"}

@@ -23,7 +23,8 @@ import ml_dtypes
 import numpy as np
 
 import hlobundle
-from hlobundle._format import _dtypes, _tensors
+from hlobundle._bundle_io import _tensor_writing
+from hlobundle._format import _dtypes
 from hlobundle._write._atomic import sha256_file
 
 HERE = Path(__file__).resolve().parent
@@ -148,7 +149,7 @@ def save_outputs(path: Path, bundle: Path, inputs: list[np.ndarray] | None = Non
     b = hlobundle.load(bundle)
     args = inputs if inputs is not None else [b.tensor(a.name) for a in b.arguments]
     results = b.function("xla").call_flat(*args)
-    _tensors.write(
+    _tensor_writing.write(
         path / "outputs.safetensors",
         {
             r.name: (np.asarray(x), _dtypes.BY_NAME[r.dtype])
@@ -786,7 +787,7 @@ def replace_module(b: Path, text: str, form: str = "module") -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from hlobundle._isolation._mlir_context import new_context
+    from hlobundle._mlir_context import new_context
 
     with new_context(), ir.Location.unknown():
         artifact = stablehlo.serialize_portable_artifact(ir.Module.parse(text), TARGET, True)
@@ -906,7 +907,7 @@ def _(b: Path) -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from hlobundle._isolation._mlir_context import new_context
+    from hlobundle._mlir_context import new_context
 
     with new_context(), ir.Location.unknown():
         top = ir.Module.create()
@@ -1038,7 +1039,7 @@ def _(path: Path) -> dict:
     bundle = two_functions(path)
     b = hlobundle.load(bundle).select("mul")
     results = b.function("xla").call_flat(*[b.tensor(a.name) for a in b.arguments])
-    _tensors.write(
+    _tensor_writing.write(
         path / "outputs.safetensors",
         {
             r.name: (np.asarray(x), _dtypes.BY_NAME[r.dtype])
@@ -1265,7 +1266,9 @@ def sharded(path: Path) -> Path:
 
 
 def _shard_file(b: Path, name: str, tensors: dict[str, np.ndarray]) -> None:
-    _tensors.write(b / name, {k: (v, _dtypes.BY_NAME["float32"]) for k, v in tensors.items()})
+    _tensor_writing.write(
+        b / name, {k: (v, _dtypes.BY_NAME["float32"]) for k, v in tensors.items()}
+    )
 
 
 @case("valid_sharded_weights", "the parameters in two shards, weights-0000{1,2}-of-00002")

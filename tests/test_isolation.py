@@ -241,11 +241,11 @@ def test_the_portable_child_caps_its_address_space_before_reading_a_byte(how):
 _MAPS_3_GB = r"""
 import resource, sys
 from hlobundle import HloBundleError
-from hlobundle._format import _portable
+from hlobundle._bundle_io import _artifacts
 from hlobundle._isolation import _fork_servers
-_portable.FORK_SERVER = sys.argv[2] == "forked"
+_artifacts.FORK_SERVER = sys.argv[2] == "forked"
 try:
-    _portable.canonical_in_child(open(sys.argv[1], "rb").read(), path="a.mlirbc")
+    _artifacts.canonical_in_child(open(sys.argv[1], "rb").read(), path="a.mlirbc")
 except HloBundleError as e:
     print(e.code)
 _fork_servers._stop_servers()  # reaped: its forks' peak is now among this process's children's
@@ -276,15 +276,15 @@ def test_a_tiny_artifact_cannot_make_its_child_map_gigabytes(how):
 def test_an_artifact_past_its_allowance_is_a_limit_error_not_a_bad_artifact(how, monkeypatch):
     # A valid artifact whose child runs out of address space (here, with the allowance cut to
     # 1 MiB) is a LimitError naming the memory, not "does not load" (MLIR_INVALID).
-    from hlobundle._format import _portable
+    from hlobundle._bundle_io import _artifacts, _children
     from hlobundle.errors import LimitError
 
     artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
     monkeypatch.setattr(_limits, "child_allowance", lambda size: 1 << 20)
     with pytest.raises(LimitError, match="needs more memory than a child process") as e:
-        _portable.run_child(
-            _portable.CHILD,
-            _portable.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
+        _children.run_child(
+            _artifacts.CHILD,
+            _artifacts.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
             artifact,
             path="m.mlirbc",
             what="the artifact",

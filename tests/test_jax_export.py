@@ -419,7 +419,7 @@ def test_the_child_lowers_an_exporteds_vjp_as_the_writer_lowers_a_backward_modul
 
     from hlobundle._format import _mlir
     from hlobundle._isolation import _jax_export_child
-    from hlobundle._isolation._mlir_context import canonical
+    from hlobundle._mlir_context import canonical
     from hlobundle._write import _lowering
 
     args = (PARAMS, X, np.int32(3))

@@ -1,7 +1,8 @@
 """The package's layers (docs/layout.md): imports only go down.
 
-    _format  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _remote  <-  _emit  <-  _serve  <-  _cli
-    (what a bundle is) (foreign formats) (load, verify) (backends) (pack) (push, pull) (remote load) (run.py) (OIP v2) (commands)
+    _format  <-  _bundle_io  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _remote  <-  _emit  <-  _serve  <-  _cli
+    (what a bundle is) (its bytes through the ground floor) (foreign formats) (load, verify) (backends) (pack) (push, pull)
+    (remote load) (run.py) (OIP v2) (commands)
 
 A layer imports its own modules and the layers to its left, never one to its right: the writer
 imports the runner it calls (expected outputs, backward modules), nothing registers itself
@@ -38,6 +39,7 @@ import hlobundle
 
 ORDER = [
     "_format",
+    "_bundle_io",
     "_interop",
     "_read",
     "_run",
@@ -53,13 +55,17 @@ ORDER = [
 GROUND = {
     "hlobundle._version",
     "hlobundle._compat",  # every private jax and enzyme-ad symbol
+    # the MLIR context the reader parses in; the artifact child, run alone, imports it by its
+    # bare name from the package's folder (the one import across the ground floor)
+    "hlobundle._mlir_context",
     "hlobundle._isolation",  # child processes that read untrusted bytes
     "hlobundle._file_io",  # the hashing writer, libc's calls
     "hlobundle._terminal",  # showing untrusted text, tables, progress bars
 }
-# Run as processes of their own: import nothing of the package, except a module beside a
-# script that it imports by its bare name (on its path, the script's folder), which then runs in
-# its process too and is held to the same rule (`import _mlir_context`).
+# Run as processes of their own: import nothing of the package, except a module that a script
+# imports by its bare name from its own folder or the package's (on its path; `_portable_child.py`
+# appends the package's folder), which then runs in its process too and is held to the same rule
+# (`import _mlir_context`).
 RUN_ALONE = {
     "hlobundle._isolation._fork_server",
     "hlobundle._isolation._portable_child",
@@ -213,6 +219,73 @@ def test_the_ground_floor_guard_fails_on_an_import_out_of_its_room():
     assert {n for n, _ in found} == set(broken), found
 
 
+# `_format` is what a bundle *is*, in its imports too (issue 60): none of the machinery that moves
+# a bundle's bytes, which `_bundle_io/` (the floor above it) runs for it: no child processes
+# (`_isolation`), hashing threads (`_file_io`) or progress bars (`_terminal`), no process or
+# signal handling of its own, and no model-signing (signing is not the format's model).
+MACHINERY = ("hlobundle._isolation", "hlobundle._file_io", "hlobundle._terminal")
+NOT_THE_FORMAT_S = ("signal", "subprocess", "model_signing")
+
+
+def _outside_imports(name: str, source: str, is_package: bool = False):
+    """Every module `source` (module `name`) imports by an absolute name, of the package or
+    not: `import` and `from` statements anywhere, and `importlib.import_module` and
+    `__import__` calls by a constant name (a relative one resolved as `_imports` does)."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(_parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.module or ""
+        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
+            yield _imported_by_name(node, name, package)
+
+
+def _machinery_in_the_format(modules) -> list[tuple[str, str]]:
+    """(importer, imported) for each import of `_format` from a machinery room of the ground
+    floor (`MACHINERY`), or of `signal`, `subprocess` or model-signing."""
+    found = []
+    for name, source, is_package in modules:
+        if name != "hlobundle._format" and not name.startswith("hlobundle._format."):
+            continue
+        rooms = [t for t in _imports(name, source, is_package) if _ground(t) in MACHINERY]
+        others = [
+            t
+            for t in _outside_imports(name, source, is_package)
+            if t.split(".")[0] in NOT_THE_FORMAT_S
+        ]
+        found += [(name, t) for t in rooms + others]
+    return found
+
+
+def test_the_format_imports_no_machinery():
+    assert _machinery_in_the_format(_modules()) == []
+
+
+def test_the_format_guard_fails_on_each_way_machinery_comes_in():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    tensors = real["hlobundle._format._tensors"][0]
+    broken = {
+        # the import the tensor files' module had, back in it
+        "hlobundle._format._tensors": tensors + "\nfrom .._terminal import _progress\n",
+        "hlobundle._format": "from .._file_io import _hashing_writer\n",  # the room's door
+        "hlobundle._format._a": "def f():\n    from hlobundle._isolation import _child\n",
+        "hlobundle._format._b": "import hlobundle._isolation._fork_servers\n",
+        "hlobundle._format._c": "import importlib\nimportlib.import_module('.._file_io._libc', __package__)\n",
+        "hlobundle._format._d": "import signal\n",
+        "hlobundle._format._e": "def f():\n    from subprocess import run\n",
+        "hlobundle._format._f": "__import__('subprocess')\n",
+        "hlobundle._format._g": "import importlib\nimportlib.import_module('signal')\n",
+        "hlobundle._format._h": "def f():\n    import model_signing.signing\n",
+    }
+    assert broken["hlobundle._format._tensors"] != tensors
+    real.update((name, (source, name == "hlobundle._format")) for name, source in broken.items())
+    found = _machinery_in_the_format([(n, s, p) for n, (s, p) in real.items()])
+    assert {n for n, _ in found} == set(broken), found
+    # the same imports elsewhere are the floors' business, not this guard's
+    assert _machinery_in_the_format([("hlobundle._bundle_io._x", "import signal\n", False)]) == []
+
+
 def _run_alone(modules) -> dict[str, tuple[str, str]]:
     """What the package runs as a process of its own, found where its source names it: a file
     beside a module, by its name (`Path(__file__).with_name("_portable_child.py")`), code given
@@ -300,7 +373,8 @@ def _bare_imports(source: str) -> set[str]:
 
 def _reaching_the_package(modules) -> list[tuple[str, str]]:
     """(script, module) for each module of the package that a script run alone imports, itself
-    or through a module beside it that it imports by its bare name."""
+    or through a module beside it or in the package's folder that it imports by its bare
+    name."""
     modules = list(modules)
     sources = {name: source for name, source, _ in modules}
     found = []
@@ -309,10 +383,11 @@ def _reaching_the_package(modules) -> list[tuple[str, str]]:
         while pending:
             name, text = pending.pop()
             found += [(script, t) for t in _imports(name.partition(":")[0], text) if t]
-            for beside in (f"{package}.{n}" for n in _bare_imports(text)):
-                if beside in sources and beside not in seen:
-                    seen.add(beside)
-                    pending.append((beside, sources[beside]))
+            for n in _bare_imports(text):
+                for beside in (f"{package}.{n}", f"hlobundle.{n}"):
+                    if beside in sources and beside not in seen:
+                        seen.add(beside)
+                        pending.append((beside, sources[beside]))
     return found
 
 
@@ -327,9 +402,9 @@ def test_the_script_guard_fails_on_each_way_a_script_reaches_the_package():
         "hlobundle._isolation._portable_child": "from hlobundle._format import _mlir\n",
         "hlobundle._isolation._fork_server": "def main():\n    from . import _child\n",
         "hlobundle._emit.run_shared": "import importlib\nimportlib.import_module('hlobundle._format._tolerance')\n",
-        # through a module beside it, imported by its bare name
+        # through a module of the package's folder, imported by its bare name
         "hlobundle._isolation._jax_export_child": "import _mlir_context\n",
-        "hlobundle._isolation._mlir_context": "from .._format import _limits\n",
+        "hlobundle._mlir_context": "from ._format import _limits\n",
         # code given to `python -c`
         iree: real[iree][0].replace(
             '"import os, resource, sys', '"import hlobundle, os, resource, sys'
@@ -687,5 +762,5 @@ def test_the_layout_guard_fails_on_each_way_the_table_drifts():
     assert "a room the table lacks" in " ".join(
         _layout_errors(text, {**rooms, "hlobundle/_new/": {"_a.py"}})
     )
-    moved = text.replace("| 3 | `hlobundle/_read/`", "| 4 | `hlobundle/_read/`")
-    assert "on floor 4, but its imports put it on 3" in " ".join(_layout_errors(moved, rooms))
+    moved = text.replace("| 4 | `hlobundle/_read/`", "| 5 | `hlobundle/_read/`")
+    assert "on floor 5, but its imports put it on 4" in " ".join(_layout_errors(moved, rooms))

@@ -260,12 +260,13 @@ def test_a_large_file_without_chunk_digests_is_not_whole_in_memory_twice(site):
     was joined in memory from its pieces: twice its size held at once, before the reader
     held its own copy."""
     bundle, server = site
-    from hlobundle._format import _dtypes, _tensors
+    from hlobundle._bundle_io import _tensor_writing
+    from hlobundle._format import _dtypes
 
     rows = 1 << 20  # x: 1M x 8 float32, 32 MiB
     path = bundle / "f0" / "inputs.safetensors"
     x = np.zeros((rows, 8), np.float32)
-    digest = _tensors.write(path, {"x": (x, _dtypes.BY_NAME["float32"])})
+    digest = _tensor_writing.write(path, {"x": (x, _dtypes.BY_NAME["float32"])})
     del x
 
     def change(m: dict) -> None:

@@ -100,11 +100,14 @@ def test_joining_two_shards_with_one_key_and_two_values_is_refused(sharded, tmp_
     (e_ref,) = [a["value"] for a in m["arguments"] if a["name"] == "p_e"]
     (a_ref,) = [a["value"] for a in m["arguments"] if a["name"] == "p_a"]
     # p_e's shard stores its tensor under the key p_a: a second p_a, in another shard
-    from hlobundle._format import _dtypes, _tensors
+    from hlobundle._bundle_io import _tensor_writing
+    from hlobundle._format import _dtypes
 
     data = hlobundle.load(evil).tensor("p_e")
     (evil / e_ref["file"]).unlink()
-    _tensors.write(evil / e_ref["file"], {"p_a": (np.asarray(data), _dtypes.BY_NAME["float32"])})
+    _tensor_writing.write(
+        evil / e_ref["file"], {"p_a": (np.asarray(data), _dtypes.BY_NAME["float32"])}
+    )
     e_ref["key"] = "p_a"
     from helpers import rehash
 

@@ -570,19 +570,20 @@ def test_a_key_that_cannot_sign_changes_nothing(bundle, keys, tmp_path, command,
 
 
 def test_a_failed_signature_leaves_the_old_bundle_whole(bundle, keys, monkeypatch):
+    from hlobundle._bundle_io import _signing
     from hlobundle._format import _signature
     from hlobundle._format._errors import InputError
 
     _signed(bundle, keys)
     before = _snapshot(bundle)
-    real = _signature.sign
+    real = _signing.sign
 
     def fails_on_the_new_files(root, digests, key, *, name=None):
         if root != bundle:  # the rewritten bundle, built beside the old one
             raise InputError("the signing service is down", argument="private_key")
         return real(root, digests, key, name=name)
 
-    monkeypatch.setattr(_signature, "sign", fails_on_the_new_files)
+    monkeypatch.setattr(_signing, "sign", fails_on_the_new_files)
     key = _signature.SigningKey(keys / "a.pem")
     with pytest.raises(InputError, match="the signing service is down"):
         hlobundle.refresh(bundle, target_version=_oldest(), sign_key=key)

@@ -15,8 +15,9 @@ from helpers import identity_module, sample
 from safetensors.numpy import load_file
 
 import hlobundle
+from hlobundle._bundle_io import _tensor_writing
 from hlobundle._file_io import _hashing_writer
-from hlobundle._format import _dtypes, _tensors
+from hlobundle._format import _dtypes
 from hlobundle._write import _atomic
 
 
@@ -47,7 +48,7 @@ def test_digest_is_hashlibs_and_safetensors_reads_the_file(tmp_path, small_steps
     arrays = _mixed()
     rows = {k: _dtypes.BY_NAME[a.dtype.name] for k, a in arrays.items()}
     path = tmp_path / "t.safetensors"
-    digest = _tensors.write(path, {k: (a, rows[k]) for k, a in arrays.items()})
+    digest = _tensor_writing.write(path, {k: (a, rows[k]) for k, a in arrays.items()})
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
     back = load_file(str(path))
     for key, a in arrays.items():
@@ -67,7 +68,7 @@ def test_short_writes_are_resumed(tmp_path, small_steps, monkeypatch):
     monkeypatch.setattr(os, "writev", at_most_1000_bytes)
     arrays = {k: v for k, v in _mixed().items() if k != "complex"}
     path = tmp_path / "t.safetensors"
-    digest = _tensors.write(
+    digest = _tensor_writing.write(
         path, {k: (a, _dtypes.BY_NAME[a.dtype.name]) for k, a in arrays.items()}
     )
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -92,7 +93,7 @@ def test_only_a_few_converted_copies_exist_at_once(tmp_path, small_steps, monkey
     rng = np.random.default_rng(1)
     arrays = {f"w{i}": rng.standard_normal((40, 50), dtype=np.float32).T for i in range(60)}
     row = _dtypes.BY_NAME["float32"]
-    _tensors.write(tmp_path / "t.safetensors", {k: (a, row) for k, a in arrays.items()})
+    _tensor_writing.write(tmp_path / "t.safetensors", {k: (a, row) for k, a in arrays.items()})
     assert (
         0 < most[0] <= _hashing_writer._AHEAD + 3
     )  # a step per array: the queue, and one each side
@@ -145,7 +146,9 @@ def test_an_array_whose_bytes_disagree_with_its_shape_is_refused(tmp_path):
     with pytest.raises(
         hlobundle.errors.TensorFileError, match="'x' has 28 bytes, its header 40"
     ) as e:
-        _tensors.write(tmp_path / "t.safetensors", {"x": (Liar(), _dtypes.BY_NAME["float32"])})
+        _tensor_writing.write(
+            tmp_path / "t.safetensors", {"x": (Liar(), _dtypes.BY_NAME["float32"])}
+        )
     assert e.value.code == "SAFETENSORS_INVALID"
     assert _hash_threads() == []
 

@@ -1,4 +1,5 @@
-"""Tensor files (`_format/_tensors`): written in safetensors' layout, and opened as checked
+"""Tensor files (`_format/_tensors`; written by `_bundle_io/_tensor_writing`, read back by
+`_bundle_io/_tensor_reading`): written in safetensors' layout, and opened as checked
 `TensorFile`s: the header's length and limit, its entries (dtype, shape, offsets that tile the
 data exactly), safetensors' own validation, and a copy into memory of a file that shrinks.
 
@@ -16,6 +17,7 @@ import struct
 import numpy as np
 import pytest
 
+from hlobundle._bundle_io import _tensor_reading, _tensor_writing
 from hlobundle._format import _dtypes, _tensors
 from hlobundle.errors import LimitError, TensorFileError
 
@@ -48,12 +50,13 @@ def refused(path, fragment, error=TensorFileError, **kwargs):
 def test_a_written_file_reads_back_with_its_digest(tmp_path):
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     path = tmp_path / "t.safetensors"
-    digest = _tensors.write(path, {"x": (x, F32)}, {"note": "hi"})
+    digest = _tensor_writing.write(path, {"x": (x, F32)}, {"note": "hi"})
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
     tf = _tensors.TensorFile(path, name="t.safetensors")
     assert tf.metadata["note"] == "hi" and tf.entries["x"].shape == (2, 3)
     np.testing.assert_array_equal(tf.array("x", F32, (2, 3)), x)
-    assert tf.sha256() == digest and tf.read_into_memory() == digest
+    assert _tensor_reading.sha256(tf) == digest
+    assert _tensor_reading.read_into_memory(tf) == digest
     np.testing.assert_array_equal(tf.array("x", F32, (2, 3)), x)
 
 
@@ -66,7 +69,7 @@ def test_writing_an_array_whose_bytes_disagree_with_its_shape_is_refused(tmp_pat
             return np.zeros(7, np.float32)
 
     with pytest.raises(TensorFileError, match="'x' has 28 bytes, its header 40") as e:
-        _tensors.write(tmp_path / "t.safetensors", {"x": (Liar(), F32)})
+        _tensor_writing.write(tmp_path / "t.safetensors", {"x": (Liar(), F32)})
     assert e.value.code == "SAFETENSORS_INVALID"
 
 
@@ -154,7 +157,7 @@ def test_safetensors_own_validation_refuses_what_the_header_check_lets_through(t
 
 def test_a_file_that_shrinks_while_it_is_copied_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "t.safetensors"
-    _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
+    _tensor_writing.write(path, {"x": (np.ones(4, np.float32), F32)})
     tf = _tensors.TensorFile(path, name="t.safetensors")
     calls = []
 
@@ -165,20 +168,20 @@ def test_a_file_that_shrinks_while_it_is_copied_is_refused(tmp_path, monkeypatch
 
     monkeypatch.setattr(os, "preadv", truncated)
     with pytest.raises(TensorFileError, match="t.safetensors shrank while it was read"):
-        tf.read_into_memory()
+        _tensor_reading.read_into_memory(tf)
 
 
 def test_a_copy_with_no_memory_for_it_is_a_limit_error(tmp_path, monkeypatch):
     path = tmp_path / "t.safetensors"
-    _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
+    _tensor_writing.write(path, {"x": (np.ones(4, np.float32), F32)})
     tf = _tensors.TensorFile(path, name="t.safetensors")
 
     def no_memory(size):  # as mmap says when the private copy cannot be reserved
         raise OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(_tensors, "_copy_memory", no_memory)
+    monkeypatch.setattr(_tensor_reading, "_copy_memory", no_memory)
     with pytest.raises(LimitError, match="no private copy of its .* bytes can be made") as e:
-        tf.read_into_memory()
+        _tensor_reading.read_into_memory(tf)
     assert e.value.path == "t.safetensors"
 
 
@@ -194,21 +197,21 @@ def test_a_kernel_without_huge_pages_still_copies(tmp_path, monkeypatch):
             raise OSError(errno.EINVAL, "Invalid argument")
 
     path = tmp_path / "t.safetensors"
-    digest = _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
+    digest = _tensor_writing.write(path, {"x": (np.ones(4, np.float32), F32)})
     tf = _tensors.TensorFile(path, name="t.safetensors")
     fake = types.SimpleNamespace(**{k: getattr(mmap, k) for k in dir(mmap) if k.isupper()})
     fake.mmap = NoHugePages
-    monkeypatch.setattr(_tensors, "mmap", fake)
-    assert tf.read_into_memory() == digest
+    monkeypatch.setattr(_tensor_reading, "mmap", fake)
+    assert _tensor_reading.read_into_memory(tf) == digest
     np.testing.assert_array_equal(tf.array("x", F32, (4,)), np.ones(4, np.float32))
 
 
 def test_the_private_copy_is_page_aligned_read_only_and_what_was_hashed(tmp_path):
     x = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: read in steps, hashed in a thread
     path = tmp_path / "t.safetensors"
-    digest = _tensors.write(path, {"x": (x, F32)})
+    digest = _tensor_writing.write(path, {"x": (x, F32)})
     tf = _tensors.TensorFile(path, name="t.safetensors")
-    assert tf.read_into_memory() == digest
+    assert _tensor_reading.read_into_memory(tf) == digest
     assert tf._memory is not None and tf._memory.ctypes.data % 4096 == 0
     assert not tf._memory.flags.writeable
     np.testing.assert_array_equal(tf.array("x", F32, x.shape), x)
@@ -218,9 +221,11 @@ def test_the_private_copy_is_page_aligned_read_only_and_what_was_hashed(tmp_path
 
 def test_hashing_a_file_not_mapped_reads_it_without_mapping_it(tmp_path, monkeypatch):
     path = tmp_path / "t.safetensors"
-    digest = _tensors.write(path, {"x": (np.ones(4, np.float32), F32)})
+    digest = _tensor_writing.write(path, {"x": (np.ones(4, np.float32), F32)})
     tf = _tensors.TensorFile(path, name="t.safetensors")
-    assert tf.sha256() == digest and "_mapped" not in vars(tf)  # a pull's check maps nothing
+    assert _tensor_reading.sha256(tf) == digest and "_mapped" not in vars(
+        tf
+    )  # a pull's check maps nothing
     monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: 0)  # truncated meanwhile
     with pytest.raises(TensorFileError, match="t.safetensors shrank while it was read"):
-        tf.sha256()
+        _tensor_reading.sha256(tf)

@@ -143,13 +143,13 @@ def test_a_deep_artifact_is_refused_without_printing_it(add_bundle, depth):
 
 def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, tmp_path):
     # Another program whose print is longer: the child stops at the text's length.
-    from hlobundle._format import _portable
+    from hlobundle._bundle_io import _artifacts
 
     pads = "".join(f"func.func private @pad{i}() {{\n  return\n}}\n" for i in range(50))
     longer = module(f"stablehlo.add %x, %w : {T}", pads)
     other = hlobundle.pack(longer, None, tmp_path / "other", names=["x", "w"])
     artifact = (other / "module.mlirbc").read_bytes()
-    text, whole = _portable._canonical_prefix(artifact, "module.mlirbc", 100)
+    text, whole = _artifacts._canonical_prefix(artifact, "module.mlirbc", 100)
     assert len(text) == 100 and not whole
     (add_bundle / "module.mlirbc").write_bytes(artifact)
     rehash(add_bundle, "module.mlirbc")
@@ -158,22 +158,22 @@ def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, 
 
 
 def _stand_in_child(monkeypatch, tmp_path, name, imports, main):
-    """Replace the artifact child (`_portable.CHILD`) with a script of `main`'s one-line body."""
-    from hlobundle._format import _portable
+    """Replace the artifact child (`_artifacts.CHILD`) with a script of `main`'s one-line body."""
+    from hlobundle._bundle_io import _artifacts
 
     script = tmp_path / name
     script.write_text(f"import {imports}\n\ndef main():\n    {main}\n")
-    monkeypatch.setattr(_portable, "CHILD", script)
-    return _portable
+    monkeypatch.setattr(_artifacts, "CHILD", script)
+    return _artifacts
 
 
 @pytest.mark.subprocess
 def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
     # Stand in for a crashing MLIR: the child kills itself the way a segfault would. Its fork
     # server survives and forks the next child, the real one.
-    from hlobundle._format import _portable
+    from hlobundle._bundle_io import _artifacts
 
-    real = _portable.CHILD
+    real = _artifacts.CHILD
     _stand_in_child(
         monkeypatch, tmp_path, "crash.py", "os, signal", "os.kill(os.getpid(), signal.SIGSEGV)"
     )
@@ -181,20 +181,20 @@ def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
         with pytest.raises(
             hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(SIGSEGV"
         ):
-            _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
-    monkeypatch.setattr(_portable, "CHILD", real)
+            _artifacts.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+    monkeypatch.setattr(_artifacts, "CHILD", real)
     with pytest.raises(hlobundle.errors.ModuleError, match="does not load"):
-        _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+        _artifacts.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
 @pytest.mark.subprocess
 def test_a_child_killed_by_a_signal_python_has_no_name_for_is_a_coded_error(monkeypatch, tmp_path):
     # A real-time signal (40): its number has no member of signal.Signals.
-    _portable = _stand_in_child(monkeypatch, tmp_path, "rt.py", "os", "os.kill(os.getpid(), 40)")
+    _artifacts = _stand_in_child(monkeypatch, tmp_path, "rt.py", "os", "os.kill(os.getpid(), 40)")
     with pytest.raises(
         hlobundle.errors.ModuleError, match=r"crashed MLIR's bytecode reader \(signal 40"
     ):
-        _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+        _artifacts.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
 @pytest.mark.slow
@@ -203,34 +203,35 @@ def test_a_child_past_its_time_limit_is_a_coded_error(monkeypatch, tmp_path):
     # Stand in for a bytecode reader that never ends: the time limit (1 s here) ends it.
     from hlobundle._format import _limits
 
-    _portable = _stand_in_child(monkeypatch, tmp_path, "slow.py", "time", "time.sleep(30)")
+    _artifacts = _stand_in_child(monkeypatch, tmp_path, "slow.py", "time", "time.sleep(30)")
     monkeypatch.setattr(_limits, "child_timeout_s", lambda size: 1.0)
     with pytest.raises(hlobundle.errors.ModuleError, match="took over 1 s, the limit for 4 bytes"):
-        _portable.canonical_in_child(b"ML\xefR", path="module.mlirbc")
+        _artifacts.canonical_in_child(b"ML\xefR", path="module.mlirbc")
 
 
 @pytest.mark.subprocess
 def test_a_child_printing_past_its_bound_is_a_limit_error(monkeypatch, tmp_path):
     # Stand in for a bytecode reader that prints without end: cut off at four times the text
     # asked for (256 characters here).
-    _portable = _stand_in_child(
+    _artifacts = _stand_in_child(
         monkeypatch, tmp_path, "loud.py", "sys", "sys.stdout.write('x' * 4096)"
     )
     with pytest.raises(hlobundle.errors.LimitError, match="printed more than 1024 bytes"):
-        _portable._canonical_prefix(b"ML\xefR", "module.mlirbc", 256)
+        _artifacts._canonical_prefix(b"ML\xefR", "module.mlirbc", 256)
 
 
 @pytest.mark.subprocess
 def test_an_artifact_nested_past_the_limit_is_a_limit_error(add_bundle, monkeypatch):
     # The child checks the nesting of the program it deserialized (the limit is passed to it):
     # with the limit at 1, the ops inside a function inside the module nest deeper.
-    from hlobundle._format import _limits, _portable
+    from hlobundle._bundle_io import _artifacts
+    from hlobundle._format import _limits
 
     artifact = (add_bundle / "module.mlirbc").read_bytes()
-    assert _portable.canonical_in_child(artifact, path="module.mlirbc")
+    assert _artifacts.canonical_in_child(artifact, path="module.mlirbc")
     monkeypatch.setattr(_limits, "MAX_MLIR_NESTING", 1)
     with pytest.raises(hlobundle.errors.LimitError, match="the limit is 1 ") as e:
-        _portable.canonical_in_child(artifact, path="module.mlirbc")
+        _artifacts.canonical_in_child(artifact, path="module.mlirbc")
     assert e.value.path == "module.mlirbc"
 
 
@@ -238,12 +239,13 @@ def test_an_artifact_nested_past_the_limit_is_a_limit_error(add_bundle, monkeypa
 def test_an_artifact_printing_longer_than_a_module_may_be_is_a_limit_error(add_bundle, monkeypatch):
     # The writer and the Reactant interop print an artifact whose text they do not have: that
     # text is a module too, within the module limit (100 characters here).
-    from hlobundle._format import _limits, _portable
+    from hlobundle._bundle_io import _artifacts
+    from hlobundle._format import _limits
 
     artifact = (add_bundle / "module.mlirbc").read_bytes()
     monkeypatch.setattr(_limits, "MAX_MODULE_BYTES", 100)
     with pytest.raises(hlobundle.errors.LimitError, match="prints as more than 100 characters"):
-        _portable.canonical_in_child(artifact, path="module.mlirbc")
+        _artifacts.canonical_in_child(artifact, path="module.mlirbc")
 
 
 # --- the allow-list, on every form -----------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 from helpers import cli, identity_module, lowered_text, pack_identity, sample
 
 import hlobundle
+from hlobundle._bundle_io import _tensor_writing
 from hlobundle._format import _mlir
-from hlobundle._write import _atomic
 
 
 def leftovers(parent):
@@ -55,7 +55,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     def explode(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(_atomic._tensors, "write", explode)
+    monkeypatch.setattr(_tensor_writing, "write", explode)
     with pytest.raises(OSError, match="disk full"):
         pack_identity(tmp_path, sample((2,), "float32"))
     assert not (tmp_path / "b").exists()
@@ -65,7 +65,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
 def test_failed_force_keeps_the_old_bundle(tmp_path, monkeypatch):
     out = pack_identity(tmp_path, sample((2,), "float32"))
     monkeypatch.setattr(
-        _atomic._tensors, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
+        _tensor_writing, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
     )
     with pytest.raises(OSError):
         pack_identity(tmp_path, sample((2,), "float32"), force=True)

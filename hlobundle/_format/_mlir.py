@@ -9,7 +9,7 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from .._isolation._mlir_context import new_context
+from .._mlir_context import new_context
 from . import _dtypes, _prechecks
 from ._errors import ModuleError, VersionError
 from ._prechecks import short
@@ -235,7 +235,7 @@ def _first_reason(said: list[str]) -> str | None:
 
 def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
     """Deserialize a portable artifact this process wrote itself; never untrusted bytes (those
-    go through `_portable.canonical_in_child`)."""
+    go through `_bundle_io/_artifacts.canonical_in_child`)."""
     from jaxlib.mlir.dialects import stablehlo
 
     try:

@@ -1,5 +1,5 @@
 """safetensors' layout, as safetensors itself lays a file out: the order of the tensors and the
-header, with the data aligned for use in place. `_tensors.write` writes the bytes.
+header, with the data aligned for use in place. `_bundle_io/_tensor_writing.write` writes the bytes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Tensor files: written in safetensors' layout, validated by safetensors, read back memory-mapped.
-
-Written here, in steps, rather than by safetensors' `serialize_file` (which writes elsewhere and
-renames at the end, in Rust): so a progress bar follows the bytes and Ctrl-C acts at once.
+"""Tensor files: a bundle's safetensors files opened as checked, held and read back
+memory-mapped. Written by `_bundle_io/_tensor_writing.py` in safetensors' layout
+(`_safetensors_layout.py`), and read and hashed by `_bundle_io/_tensor_reading.py`.
 
 safetensors' own reader (`safe_open`) checks the header, dtypes and offsets (no overlap,
 no holes, no overflow). Only then does this module map each tensor's validated byte range
@@ -10,87 +9,27 @@ with `numpy.memmap`, which also covers dtypes safetensors' numpy layer cannot re
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import math
 import mmap
 import os
 import struct
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from .._file_io import _hashing_reader, _hashing_writer
-from .._terminal import _progress
-from . import _chunks, _dtypes, _paths, _safetensors_layout
+from . import _chunks, _dtypes, _paths
 from ._errors import LimitError, TensorFileError
 from ._safetensors_layout import CODE_BYTES
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
-
     import numpy as np
 
 # safetensors' own limit on the JSON header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-
-def write(
-    path: Path,
-    arrays: dict[str, tuple[np.ndarray, _dtypes.DType]],
-    metadata: dict[str, str] | None = None,
-    *,
-    fsync: bool = False,
-    chunks: _chunks.ChunkHasher | None = None,
-) -> str:
-    """Write `{key: (array, dtype row)}` as a new safetensors file, laid out as safetensors
-    lays it out (deterministic); `metadata` adds `__metadata__` entries; `fsync` syncs the file;
-    `chunks` is given every byte written too (its chunk digests, format 2.1).
-
-    Each array is converted to its stored form (`_dtypes.to_storage`: a copy only for a
-    transposed or converted array) just before its bytes are written, so that only a few such
-    copies exist at once, and hashed in a second thread as it is written (`_hashing_writer`).
-
-    **Returns:** the file's sha256, computed from the bytes as they are written.
-    """
-    planned = {key: _safetensors_layout.planned(a, row) for key, (a, row) in arrays.items()}
-    order, header = _safetensors_layout.layout(planned, metadata or {})
-    size = len(header.raw) + sum(p.nbytes for p in planned.values())
-
-    def buffers() -> Iterator[memoryview]:
-        yield memoryview(header.raw)
-        for key in order:
-            a, row = arrays[key]
-            data = _bytes_of(_dtypes.to_storage(a, row))
-            if len(data) != planned[key].nbytes:  # an array-like whose shape said otherwise
-                raise TensorFileError(
-                    f"{path.name}: tensor {key!r} has {len(data)} bytes, its header "
-                    f"{planned[key].nbytes} (shape {planned[key].shape})",
-                    path=path.name,
-                )
-            yield data
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        with (
-            _progress.task(f"writing {path.name}", size) as advance,
-            _hashing_writer.HashingWriter(fd, None if chunks is None else chunks.update) as writer,
-        ):
-            for step in _hashing_writer.steps(buffers()):
-                advance(writer.write(step))
-            return writer.finish(fsync=fsync)
-    finally:
-        os.close(fd)
-
-
-def _bytes_of(a: np.ndarray) -> memoryview:
-    import numpy as np
-
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint8).data
 
 
 @dataclass(frozen=True)
@@ -110,8 +49,8 @@ class TensorFile:
     """A validated safetensors file of a bundle, held open: whatever happens to the name on
     disk later, its tensors come from the file that was checked.
 
-    Tensors are views into a read-only mapping of that file, or, after `read_into_memory()`,
-    into a private copy whose sha256 was computed from the very bytes the views use (a file
+    Tensors are views into a read-only mapping of that file, or, once it holds one (`hold`:
+    `_bundle_io/_tensor_reading.read_into_memory`), into a private copy whose sha256 was computed from the very bytes the views use (a file
     truncated by another process can then no longer fault a mapped page: no SIGBUS).
     """
 
@@ -263,95 +202,6 @@ class TensorFile:
         mapping = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
         return np.frombuffer(mapping, np.uint8)
 
-    def sha256(self, chunks: _chunks.ChunkHasher | None = None) -> str:
-        """The sha256 of the bytes tensors are read from (the mapping, or the private copy);
-        `chunks` gets the same bytes (for their chunk digests, format 2.1).
-        Not mapped yet, the file is read through its descriptor, a chunk at a time: the same
-        bytes, without every page of it counted in the process's memory (a pull's check)."""
-        h: Any = hashlib.sha256() if chunks is None else _Both(hashlib.sha256(), chunks)
-        if self.untouched:
-            return self._sha256_read(h)
-        data = self._bytes
-        with _progress.task(f"checking {self.name}", len(data)) as advance:
-            for begin in range(0, len(data), _CHUNK):
-                chunk = data[begin : begin + _CHUNK].data
-                h.update(chunk)
-                advance(len(chunk))
-        return h.hexdigest()
-
-    def _sha256_read(self, h: Any) -> str:
-        size = os.fstat(self._fd).st_size
-        with _progress.task(f"checking {self.name}", size) as advance:
-            self._read_hashed(size, h, None, advance)
-        return h.hexdigest()
-
-    def _read_hashed(
-        self, size: int, h: Any, into: memoryview | None, advance: Callable[[int], object]
-    ) -> None:
-        try:
-            _hashing_reader.read_hashed(self._fd, size, h, into, advance)
-        except _hashing_reader.ShrankError:
-            raise TensorFileError(f"{self.name} shrank while it was read", path=self.name) from None
-
-    def read_into_memory(self, chunks: _chunks.ChunkHasher | None = None) -> str:
-        """Copy the held file into private memory, hashed as it is read (in a second thread:
-        the read of each step overlaps the hash of the one before); tensors come from the copy
-        from now on.
-
-        **Returns:** the copy's sha256 (`chunks` gets its bytes too).
-        """
-        import numpy as np
-
-        size = os.fstat(self._fd).st_size
-        # Page-aligned (so DATA_ALIGNMENT-aligned), like a mapping: XLA can use tensors in place.
-        memory = np.frombuffer(self._private_copy(size), np.uint8)[:size]
-        h: Any = hashlib.sha256() if chunks is None else _Both(hashlib.sha256(), chunks)
-        with _progress.task(f"reading {self.name}", size) as advance:
-            self._read_hashed(size, h, memory.data, advance)
-        memory.flags.writeable = False
-        self._memory = memory
-        return str(h.hexdigest())
-
-    def chunk_digests(
-        self, chunk: int, pool: Executor, *, in_memory: bool, whole: bool
-    ) -> tuple[str | None, list[str]]:
-        """The held file's chunk digests (of `chunk` bytes), read and hashed by `pool`'s
-        threads, and, with `whole`, its sha256 too (overlapping them, in this thread; it
-        needs `in_memory`). `in_memory`: read into a private copy, which tensors come from
-        from now on, as `read_into_memory`; else read through buffers of the threads' own.
-
-        **Returns:** (the sha256 or None, the chunk digests), of the bytes read.
-        """
-        import numpy as np
-
-        if not (in_memory or self.untouched):  # tensors come from a copy or the mapping
-            raise ValueError(f"{self.name}: its bytes in use are no longer read from the file")
-        size = os.fstat(self._fd).st_size
-        memory = np.frombuffer(self._private_copy(size), np.uint8)[:size] if in_memory else None
-        h = hashlib.sha256() if whole else None
-        with _progress.task(f"reading {self.name}", size) as advance:
-            try:
-                digests = _hashing_reader.read_chunks_hashed(
-                    self._fd, size, chunk, pool, None if memory is None else memory.data, h, advance
-                )
-            except _hashing_reader.ShrankError:
-                raise TensorFileError(
-                    f"{self.name} shrank while it was read", path=self.name
-                ) from None
-        if memory is not None:
-            memory.flags.writeable = False
-            self._memory = memory
-        return (None if h is None else h.hexdigest()), digests
-
-    def _private_copy(self, size: int) -> mmap.mmap:
-        try:
-            return _copy_memory(size)
-        except OSError as e:
-            raise LimitError(
-                f"{self.name}: no private copy of its {size} bytes can be made ({e.strerror})",
-                path=self.name,
-            ) from None
-
     def hold_chunks(
         self, chunk: int, indices: Iterable[int], check: Callable[[int, bytes], None]
     ) -> None:
@@ -376,6 +226,21 @@ class TensorFile:
             data = os.pread(self._fd, end - begin, begin)
             check(i, data)
             memory[begin : begin + len(data)] = np.frombuffer(data, np.uint8)
+        self.hold(memory)
+
+    @property
+    def fd(self) -> int:
+        """The held file's descriptor."""
+        return self._fd
+
+    @property
+    def bytes_in_use(self) -> np.ndarray:
+        """The bytes tensors are read from: the private copy, or the mapping of the file."""
+        return self._bytes
+
+    def hold(self, memory: np.ndarray) -> None:
+        """Read tensors from `memory`, a private copy of the whole file (made read-only here),
+        from now on."""
         memory.flags.writeable = False
         self._memory = memory
 
@@ -403,7 +268,6 @@ class TensorFile:
         return self._data_start + entry.begin, self._data_start + entry.end
 
 
-_CHUNK = 16 * 1024 * 1024
 # A private anonymous mapping that reserves no swap (MAP_NORESERVE, which Python's mmap names
 # only from 3.13; 0x4000 on Linux but mips, ppc and sparc): its untouched pages cost nothing,
 # and the kernel's overcommit check does not refuse one larger than memory.
@@ -416,36 +280,7 @@ _NORESERVE = getattr(
 )
 
 
-def _copy_memory(size: int) -> mmap.mmap:
-    """Private memory for a whole file's copy: an anonymous mapping, swap reserved (too large,
-    it fails here, not at a page fault), in huge pages where the kernel offers them on request
-    (Linux's transparent huge pages, `madvise` mode). A 1 GiB copy then takes 512 faults per
-    GiB instead of 262,144: 0.3 s against 0.3-2.7 s into `np.empty`'s memory on this project's
-    machine (benchmarks/RESULTS.md, "Signing", full verify)."""
-    if not hasattr(mmap, "MAP_PRIVATE"):  # Windows
-        return mmap.mmap(-1, max(size, 1))
-    mapping = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        with contextlib.suppress(OSError):  # EINVAL from a kernel built without huge pages
-            mapping.madvise(mmap.MADV_HUGEPAGE)
-    return mapping
-
-
 def _anonymous(size: int) -> mmap.mmap:
     if not hasattr(mmap, "MAP_PRIVATE"):  # Windows
         return mmap.mmap(-1, size)
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
-
-
-class _Both:
-    """A file's sha256 and its chunk digests, from one pass over its bytes."""
-
-    def __init__(self, h: Any, chunks: _chunks.ChunkHasher) -> None:
-        self._h, self._chunks = h, chunks
-
-    def update(self, data: Any) -> None:
-        self._h.update(data)
-        self._chunks.update(data)
-
-    def hexdigest(self) -> str:
-        return str(self._h.hexdigest())

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._bundle_io import _tensor_writing
 from .._format import _dtypes, _limits, _main_signature, _tensors, _yaml
 from .._format._errors import InputError
 from ._sources import check_regular, read_regular
@@ -221,7 +222,7 @@ def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]
         size = batch_size or (min(server.batch_sizes) if server.batch_sizes else 1)
     data = _read_regular(path, _limits.MAX_MODULE_BYTES)
     if data.startswith(b"ML\xefR"):  # a portable artifact: read in a child process
-        from .._format._portable import canonical_in_child
+        from .._bundle_io._artifacts import canonical_in_child
 
         return canonical_in_child(data, path=path.name), size
     try:
@@ -379,7 +380,7 @@ def write_weights(path: Path, weights: dict[str, tuple[np.ndarray, str]]) -> Non
     """`weights.safetensors`: each weight (a value in the module's orientation, and its dtype)
     as SafeTensors.jl will read it into the Julia array whose memory is the tensor's row-major
     memory (its axes reversed), in `@main`'s order (the mapping's) as `argument_order`."""
-    _tensors.write(
+    _tensor_writing.write(
         path,
         {
             name: (np.asarray(np.asarray(value).transpose(), order="C"), _dtypes.BY_NAME[dtype])

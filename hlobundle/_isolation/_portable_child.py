@@ -2,9 +2,10 @@
 
 MLIR's bytecode reader is not hardened: a few mutated bytes can crash the process (SIGSEGV,
 a glibc abort). The reader therefore hands artifact bytes to this script in a child process
-(`_format/_portable.canonical_in_child`, through a fork server: `_fork_servers.py`) and reads
+(`_bundle_io/_artifacts.canonical_in_child`, through a fork server: `_fork_servers.py`) and reads
 back the canonical text, or a crash as an exit status. It imports nothing of the package but
-`_mlir_context.py` beside it, so that it parses in the context the reader builds.
+`_mlir_context.py`, a leaf of the package's folder that imports nothing of it either, so that it
+parses in the context the reader builds.
 
 Protocol: the artifact on stdin; arguments: the address-space limit in bytes, the deepest op
 nesting allowed, the most characters of canonical text wanted, and the address space in bytes
@@ -22,6 +23,10 @@ import os
 import resource
 import sys
 from typing import Any
+
+# The package's folder, where `_mlir_context.py` is: after every installed module on the path, so
+# that it shadows none of them.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def preload() -> None:

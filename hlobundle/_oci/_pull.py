@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._bundle_io import _signing
 from .._format import _paths, _signature
 from .._format._errors import (
     FileMissingError,
@@ -188,7 +189,7 @@ def _signed(
     for candidate in candidates:
         path.write_bytes(candidate)
         try:
-            return _signature.verify(bundle.path, bundle.digests(), trust)
+            return _signing.verify(bundle.path, bundle.digests(), trust)
         except SignatureInvalidError as e:
             failed = e
             path.unlink()

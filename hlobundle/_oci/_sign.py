@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._bundle_io import _signing
 from .._format import _signature
 from .._format._manifest import MANIFEST_NAME
 from .._format._manifest_json import parse_manifest
@@ -61,10 +62,10 @@ def sign_in_registry(
             parse_manifest(manifest_bytes)  # a bundle's manifest, or a coded error
             digests = {name: entry.sha256 for name, entry in listed.items()}
             digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
-            signature = _signature.sign(root, digests, key)
+            signature = _signing.sign(root, digests, key)
             (root / _signature.SIGNATURE_NAME).write_bytes(signature)
-            with _signature.own_trust(key) as trust:  # what a puller with the key checks
-                signer = _signature.verify(root, digests, trust)
+            with _signing.own_trust(key) as trust:  # what a puller with the key checks
+                signer = _signing.verify(root, digests, trust)
             subject = _artifact.subject(digest, raw)
             referrer = _referrers.push_signature(client, subject, signature, Path(scratch))
         return SignedInRegistry(str(client.ref), signer, referrer)

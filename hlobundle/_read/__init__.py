@@ -1,3 +1,3 @@
 """Reading bundles: `load`, `Bundle` (with its functions, `select`) and `verify`, `inspect`'s
-table, and input files given by the user. Imports `_format` only (and the runner inside
-`Bundle.function()`, the entry point)."""
+table, and input files given by the user. Imports `_format` and `_bundle_io` only (and the
+runner inside `Bundle.function()`, the entry point)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._bundle_io import _artifacts
 from .._format import _dtypes, _main_signature, _mlir, _portable, _records, _stored
 from .._format._errors import ManifestError, ModuleError
 
@@ -68,7 +69,7 @@ class StoredModule:
         """Show the artifact to be the text's program (once), then record the verdict."""
         if self.same_program:
             return
-        _portable.check_same_program(
+        _artifacts.check_same_program(
             self.parsed,
             self.portable,
             self.target_version,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._bundle_io import _signing, _tensor_reading
 from .._format import _main_signature, _paths, _signature, _stored
 from .._format._errors import (
     InputError,
@@ -160,7 +161,7 @@ class Bundle(StoredValues):
         for name, tf in sorted(self._tensor_files.items()):
             listed = self.bundle_manifest.files[name]
             if listed.chunks is None:
-                _files.check_digest(name, listed.size, tf.read_into_memory(), listed)
+                _files.check_digest(name, listed.size, _tensor_reading.read_into_memory(tf), listed)
                 continue
             chunk, digests = listed.chunks.size, listed.chunks.sha256
 
@@ -383,7 +384,7 @@ class Bundle(StoredValues):
                 Path(public_key) if public_key is not None else None,
                 _signature.paths(certificate_chain),
             )
-            self.signer = _signature.verify(self.path, self.digests(), trust)
+            self.signer = _signing.verify(self.path, self.digests(), trust)
 
     def _check_tensor_files(self, in_memory: bool) -> None:
         """Hash every tensor file (into its private copy with `in_memory`), several at once on
@@ -426,9 +427,12 @@ class Bundle(StoredValues):
             whole = not _file_digests.recalled(listed)
             if in_memory or (tf.untouched and not whole):
                 size = listed.chunks.size
-                return tf.chunk_digests(size, chunk_pool, in_memory=in_memory, whole=whole)
+                return _tensor_reading.chunk_digests(
+                    tf, size, chunk_pool, in_memory=in_memory, whole=whole
+                )
         chunks = _files.chunk_hasher(listed)
-        got = tf.read_into_memory(chunks) if in_memory else tf.sha256(chunks)
+        read = _tensor_reading.read_into_memory if in_memory else _tensor_reading.sha256
+        got = read(tf, chunks)
         return got, None if chunks is None else chunks.finish()
 
     def checked_sha256(self, name: str) -> str:
@@ -441,7 +445,9 @@ class Bundle(StoredValues):
         if name not in self._tensor_files:
             raise InputError(f"{name!r} is not a module or tensor file of {self.path}", path=name)
         listed = self.manifest.files[name]
-        _files.check_digest(name, listed.size, self._tensor_files[name].sha256(), listed)
+        _files.check_digest(
+            name, listed.size, _tensor_reading.sha256(self._tensor_files[name]), listed
+        )
         return listed.sha256
 
     def tensor_sha256(self, name: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._bundle_io import _signing
 from .._format import _chunks, _limits, _paths, _prechecks, _signature
 from .._format._errors import (
     HashMismatchError,
@@ -437,7 +438,7 @@ def _signed(
     for candidate in candidates:
         _write_whole(root, path, candidate)
         try:
-            return _signature.verify(root, bundle.digests(), trust)
+            return _signing.verify(root, bundle.digests(), trust)
         except SignatureInvalidError as e:
             failed = e
     path.unlink(missing_ok=True)

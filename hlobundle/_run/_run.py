@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._format import _dtypes, _limits, _main_signature, _tensors
+from .._bundle_io import _tensor_writing
+from .._format import _dtypes, _limits, _main_signature
 from .._format._errors import InputError, LimitError
 from .._format._fields import static_shape
 from .._format._tolerance import F32_ROUNDOFF, FACTOR, Computed, Worst, compare, tolerance, widening
@@ -302,7 +303,9 @@ def save_outputs(
     if suffix == ".npz":
         _write_npz(path, named)
     elif suffix == ".safetensors":
-        _tensors.write(path, {r.name: (named[r.name], _dtypes.BY_NAME[r.dtype]) for r in results})
+        _tensor_writing.write(
+            path, {r.name: (named[r.name], _dtypes.BY_NAME[r.dtype]) for r in results}
+        )
     else:
         raise InputError(
             f"--save-outputs {str(path)!r}: expected a .npz or .safetensors file", path=path

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _chunks, _paths, _signature, _tensors
+from .._bundle_io import _signing, _tensor_writing
+from .._format import _chunks, _paths, _signature
 from .._format._bundle_manifest import BundleManifest, combine, minimum_version
 from .._format._errors import HashMismatchError
 from .._format._fields import functions_of
@@ -92,7 +93,7 @@ def write_bundle(
         chunked = {n: _chunks.ChunkHasher(_chunks.DEFAULT_CHUNK) for n in arrays if several}
         synced = set()
         for name, tensors in sorted(arrays.items()):  # each fsynced as its hash finishes
-            digests[name] = _tensors.write(
+            digests[name] = _tensor_writing.write(
                 tmp / name, tensors, fsync=True, chunks=chunked.get(name)
             )
             synced.add(tmp / name)
@@ -148,7 +149,7 @@ def _finish(
     if key is not None:
         digests = {file: entry.sha256 for file, entry in table.items()}
         digests[MANIFEST_NAME] = hashlib.sha256(manifest_bytes).hexdigest()
-        (tmp / _signature.SIGNATURE_NAME).write_bytes(_signature.sign(tmp, digests, key, name=name))
+        (tmp / _signature.SIGNATURE_NAME).write_bytes(_signing.sign(tmp, digests, key, name=name))
 
 
 def rewrite_bundle(

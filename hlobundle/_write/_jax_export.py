@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _limits, _portable
+from .._bundle_io import _artifacts, _children
+from .._format import _limits
 from .._format._manifest import Role, identifier
 from .._interop._jax_export import PRODUCER, refuse_what_a_bundle_cannot_hold, symbolic_shapes
 from .._isolation import _child
@@ -105,7 +106,7 @@ def _pack_options(
     import jax
 
     refuse_what_a_bundle_cannot_hold(exported)
-    text = _portable.canonical_in_child(exported.mlir_module_serialized, path="the Exported")
+    text = _artifacts.canonical_in_child(exported.mlir_module_serialized, path="the Exported")
     tree = jax.tree_util.tree_unflatten(exported.in_tree, list(range(exported.in_tree.num_leaves)))
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
     names = unique([_argument_name(path) for path, _ in leaves])
@@ -139,7 +140,7 @@ def _backward_in_child(exported: Any, blob: bytes | None) -> str:
     the VJP is a nested blob whose flatbuffer and MLIR bytecode this process never
     deserializes."""
     data = bytes(exported.serialize(vjp_order=1)) if blob is None else blob
-    stdout, _, _ = _portable.run_child(
+    stdout, _, _ = _children.run_child(
         _child.JAX_EXPORT_CHILD,
         backward_child_args(data),
         data,

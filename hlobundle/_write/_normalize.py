@@ -26,7 +26,7 @@ from typing import Any
 
 from .._format import _mlir
 from .._format._policy import refuse_unportable
-from .._isolation._mlir_context import new_context
+from .._mlir_context import new_context
 
 PRODUCER_NAMESPACES = ("enzymexla.", "enzyme.", "reactant.")
 PREAMBLE = "Module:"

@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._bundle_io import _signing
 from .._format import _signature
 from .._format._bundle_manifest import BundleManifest
 from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
@@ -61,7 +62,7 @@ def sign(
     digests = b.digests()
     if manifest is not None:
         digests[MANIFEST_NAME] = hashlib.sha256(manifest).hexdigest()
-    data = _signature.sign(b.path, digests, key)
+    data = _signing.sign(b.path, digests, key)
     # The temporaries live beside the bundle, not in it: a crash leaves no unlisted file inside.
     # One that falls between the two writes leaves a valid, unsigned 1.2 bundle.
     if manifest is not None:
@@ -108,7 +109,7 @@ def check_resignable(
                 argument="public_key" if public_key is not None else "replace_signature",
             )
         return
-    _signature.sign(b.path, b.digests(), sign_key)  # the key signs: thrown away, nothing written
+    _signing.sign(b.path, b.digests(), sign_key)  # the key signs: thrown away, nothing written
     if b.signed and not replace_signature:
         if not verified:
             b.verify(in_memory=False)
@@ -123,9 +124,9 @@ def _check_existing_signature(
 ) -> None:
     given = _signature.Verifier(public_key=Path(public_key)) if public_key is not None else None
     with contextlib.ExitStack() as stack:
-        trust = given or stack.enter_context(_signature.own_trust(sign_key))
+        trust = given or stack.enter_context(_signing.own_trust(sign_key))
         try:
-            _signature.verify(b.path, b.digests(), trust)
+            _signing.verify(b.path, b.digests(), trust)
         except SignatureInvalidError as e:
             whose = "the given public key" if given else "the signing key's own"
             raise SignatureInvalidError(

@@ -1,8 +1,8 @@
 """The MLIR context JAX parses in, built from `jaxlib.mlir` alone.
 
 It imports nothing of the package, so that the child process that deserializes untrusted
-portable artifacts (`_portable_child.py`, beside it) builds exactly the context the reader
-(`_format/_mlir.py`) uses.
+portable artifacts (`_isolation/_portable_child.py`, which runs alone and finds this file in
+the package's folder) builds exactly the context the reader (`_format/_mlir.py`) uses.
 """
 
 from __future__ import annotations
