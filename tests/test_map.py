@@ -38,6 +38,7 @@ MAP = {
     "hlobundle._emit.run_iree_template": ["test_iree.py"],
     "hlobundle._emit.run_shared": ["test_emit.py"],
     "hlobundle._emit.run_template": ["test_emit.py"],
+    "hlobundle._file_io._durable": ["test_tensor_writing.py", "test_writer.py", "test_emit.py"],
     "hlobundle._file_io._hashing_writer": ["test_tensor_writing.py"],
     "hlobundle._file_io._libc": ["test_tensor_writing.py", "test_writer.py"],
     "hlobundle._format._chunks": ["test_chunks.py"],
@@ -127,7 +128,7 @@ MAP = {
     "hlobundle._write._pytree_names": ["test_framework_models.py", "test_jax_export.py"],
     "hlobundle._write._reactant": ["test_reactant.py"],
     "hlobundle._write._sign": ["test_signing.py"],
-    "hlobundle._write._target": ["test_writer.py", "test_refresh.py"],
+    "hlobundle._output._target": ["test_writer.py", "test_refresh.py"],
     "hlobundle._write._writer": ["test_writer.py"],
     "hlobundle.errors": ["test_package.py"],
 }
