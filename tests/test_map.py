@@ -71,6 +71,7 @@ MAP = {
     "hlobundle._isolation._portable_child": ["test_isolation.py", "test_trust.py"],
     "hlobundle.integrations._models": ["test_mlserver.py", "test_ray.py", "test_kserve.py"],
     "hlobundle._oci._artifact": ["test_oci.py", "test_oci_hostile.py"],
+    "hlobundle._oci._auth": ["test_oci_hostile.py", "test_oci.py", "test_network.py"],
     "hlobundle._oci._blobs": ["test_oci_hostile.py"],
     "hlobundle._oci._client": ["test_oci_hostile.py", "test_oci.py"],
     "hlobundle._oci._credentials": ["test_oci.py", "test_oci_hostile.py"],
