@@ -103,7 +103,7 @@ MAP = {
     "hlobundle._run._placement": ["test_sharding.py", "test_multihost.py"],
     "hlobundle._run._process": ["test_run.py", "test_multihost.py"],
     "hlobundle._run._shapes": ["test_shape_proofs.py"],
-    "hlobundle._serve._app": ["test_serve.py"],
+    "hlobundle._serve._app": ["test_serve.py", "test_serve_app.py"],
     "hlobundle._serve._batching": ["test_serve_batching.py"],
     "hlobundle._serve._grpc_messages": ["test_grpc.py"],
     "hlobundle._serve._models": ["test_serve.py"],
