@@ -721,7 +721,7 @@ class PackPhases(dict):
 
     def __enter__(self) -> PackPhases:
         from hlobundle._bundle_io import _tensor_writing
-        from hlobundle._file_io import _hashing_writer
+        from hlobundle._file_io import _durable, _hashing_writer
         from hlobundle._format import _main_signature, _mlir
         from hlobundle._read import _inputs
         from hlobundle._write import _atomic, _normalize, _writer
@@ -744,7 +744,7 @@ class PackPhases(dict):
                 (_hashing_writer.HashingWriter, "finish")
             ],
             "manifest.json (final manifest validated, JSON)": [(_atomic, "_finish")],
-            "fsync of the other files and the directory": [(_atomic, "_fsync_tree")],
+            "fsync of the other files and the directory": [(_durable, "fsync_tree")],
         }
         self._restore: list[tuple[object, str, object]] = []
         inner = [0.0]  # time of wrapped steps inside the current one

@@ -1,11 +1,18 @@
-"""The package's layers (docs/layout.md): imports only go down.
+"""The package's floors (docs/layout.md): imports only go down.
 
-    _format  <-  _bundle_io  <-  _interop  <-  _read  <-  _run  <-  _write  <-  _oci  <-  _remote  <-  _emit  <-  _serve  <-  _cli
-    (what a bundle is) (its bytes through the ground floor) (foreign formats) (load, verify) (backends) (pack) (push, pull)
-    (remote load) (run.py) (OIP v2) (commands)
+    8  the public modules: hlobundle, errors, __main__, integrations
+    7  _cli (commands)
+    6  _serve (OIP v2)
+    5  _write (pack)          _remote (remote load)   _emit (run.py)
+    4  _run (backends)        _oci (push, pull)
+    3  _interop (foreign)     _read (load, verify)
+    2  _bundle_io (a bundle's bytes through the ground floor)   _output (where a bundle is written)
+    1  _format (what a bundle is)
+    0  the ground floor (`GROUND`)
 
-A layer imports its own modules and the layers to its left, never one to its right: the writer
-imports the runner it calls (expected outputs, backward modules), nothing registers itself
+A layer imports its own modules and the floors below it, never one above nor another room of its
+own floor; and each layer sits one floor above the highest it imports (`FLOORS`), so that the
+floors show how deep each room's imports go. The writer imports the runner it calls (expected outputs, backward modules), nothing registers itself
 anywhere. A foreign system read and written both ways has one room in `_interop`, which its
 importer and its emitter or exporter import (`ROOMS`). The documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the
 entry points from a read bundle into the runner, which import `_run._function` and the xla
@@ -37,19 +44,20 @@ from helpers import ROOT
 
 import hlobundle
 
-ORDER = [
-    "_format",
-    "_bundle_io",
-    "_interop",
-    "_read",
-    "_run",
-    "_write",
-    "_oci",
-    "_remote",
-    "_emit",
-    "_serve",
-    "_cli",
-]
+FLOORS = {
+    "_format": 1,
+    "_bundle_io": 2,
+    "_output": 2,
+    "_interop": 3,
+    "_read": 3,
+    "_run": 4,
+    "_oci": 4,
+    "_write": 5,
+    "_remote": 5,
+    "_emit": 5,
+    "_serve": 6,
+    "_cli": 7,
+}
 # The ground floor: each imports nothing of the package outside itself (a room's modules may
 # import each other).
 GROUND = {
@@ -150,9 +158,10 @@ def _is_import_module(func: ast.expr) -> bool:
     )
 
 
-def _layer(module: str) -> int | None:
+def _layer(module: str) -> str | None:
+    """The layer (a key of `FLOORS`) that holds `module`, if one does."""
     parts = module.split(".")
-    return ORDER.index(parts[1]) if len(parts) > 1 and parts[1] in ORDER else None
+    return parts[1] if len(parts) > 1 and parts[1] in FLOORS else None
 
 
 def _ground(module: str) -> str | None:
@@ -161,8 +170,8 @@ def _ground(module: str) -> str | None:
 
 
 def _upward(modules) -> list[tuple[str, str]]:
-    """(importer, imported) for every import that goes up a layer, or out of a room or leaf of
-    the ground floor."""
+    """(importer, imported) for every import that goes up a floor, or to another layer of the same
+    floor, or out of a room or leaf of the ground floor."""
     modules = list(modules)
     known = {name for name, _, _ in modules} | set(LAZY.values())
     found = []
@@ -176,15 +185,53 @@ def _upward(modules) -> list[tuple[str, str]]:
                     found.append((name, target))
                 continue
             theirs = _layer(target)
-            if mine is not None and theirs is not None and theirs > mine:
-                if (name, target) not in ALLOWED_UPWARD:
-                    found.append((name, target))
+            if mine is None or theirs is None or theirs == mine:
+                continue
+            if FLOORS[theirs] >= FLOORS[mine] and (name, target) not in ALLOWED_UPWARD:
+                found.append((name, target))
     return found
 
 
 @pytest.mark.slow
 def test_imports_only_go_down():
     assert _upward(_modules()) == []
+
+
+def _floors_by_imports(modules) -> dict[str, int]:
+    """Each layer's floor as its imports put it: one above the highest floor it imports (the
+    ground floor's rooms are 0), the documented arrows left out."""
+    modules = list(modules)
+    known = {name for name, _, _ in modules} | set(LAZY.values())
+    highest = dict.fromkeys(FLOORS, 0)
+    for name, source, is_package in modules:
+        mine = _layer(name)
+        for target in set(_imports(name, source, is_package)) & known:
+            theirs = _layer(target)
+            if mine is None or theirs in (None, mine) or (name, target) in ALLOWED_UPWARD:
+                continue
+            highest[mine] = max(highest[mine], FLOORS[theirs])
+    return {layer: floor + 1 for layer, floor in highest.items()}
+
+
+def _floated(modules, floors: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """{layer: (its floor in `floors`, the floor its imports put it on)} for each layer that
+    sits elsewhere than one floor above the highest it imports."""
+    by_imports = _floors_by_imports(modules)
+    return {k: (floors[k], by_imports[k]) for k in floors if floors[k] != by_imports[k]}
+
+
+@pytest.mark.slow  # parses every module of the package, as the guard does
+def test_each_layer_sits_one_floor_above_the_highest_it_imports():
+    assert _floated(_modules(), FLOORS) == {}
+
+
+@pytest.mark.slow
+def test_the_floor_guard_fails_on_a_layer_floated_above_its_imports():
+    real = list(_modules())
+    assert _floated(real, {**FLOORS, "_cli": 8}) == {"_cli": (8, 7)}
+    # the arrow `pull` once had into the writer (its atomic directory) lifts `_oci` and all above
+    pulled = [*real, ("hlobundle._oci._f", "from .._write import _atomic\n", False)]
+    assert _floated(pulled, FLOORS) == {"_oci": (4, 6)}
 
 
 @pytest.mark.slow  # parses every module of the package, as the guard does
@@ -201,7 +248,10 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
         "hlobundle._format._c5": "import importlib\nimportlib.import_module(f'hlobundle._oci.{x}')\n",
         "hlobundle._run._d": "def f():\n    from .._write import _writer\n",
         "hlobundle._interop._e": "from .._read import _reader\n",
-        "hlobundle._write._f": "def f():\n    from .._oci import _pull\n",
+        "hlobundle._oci._f": "def f():\n    from .._write import _atomic\n",
+        # a room of the same floor: the floor would no longer say how deep its imports go
+        "hlobundle._run._g": "from .._oci import _client\n",
+        "hlobundle._remote._h": "from .._emit import _emit\n",
     }
     found = _upward(real + [(n, s, False) for n, s in broken.items()])
     assert {n for n, _ in found} == set(broken), found
@@ -477,12 +527,10 @@ def _module_level_jax(source: str) -> list[str]:
 
 
 def test_the_ground_floor_format_read_and_write_never_import_a_backend_or_jax_at_module_level():
+    checked = {"_format", "_interop", "_read", "_output", "_write"}
     for name, source, _ in _modules():
-        if _ground(name) is None and (name.startswith("hlobundle._run") or _layer(name) is None):
-            continue
-        if _ground(name) is None and _layer(name) > ORDER.index("_write"):
-            continue
-        assert _module_level_jax(source) == [], name
+        if _ground(name) is not None or _layer(name) in checked:
+            assert _module_level_jax(source) == [], name
 
 
 def test_the_jax_guard_fails_on_a_guarded_import():
@@ -695,7 +743,7 @@ def test_the_circle_guard_fails_on_a_circle_through_a_type_checking_import():
 
 # docs/layout.md's table of rooms, checked against the tree: each room a row on its floor, and
 # each row naming every module of its room and no module its room lacks.
-TOP = len(ORDER) + 1  # the public modules above every layer
+TOP = max(FLOORS.values()) + 1  # the public modules above every layer
 
 
 def _rooms_in_the_tree() -> dict[str, set[str]]:
@@ -716,7 +764,7 @@ def _floor_of(room: str) -> int:
     if name in GROUND:
         return 0
     layer = name.split(".")[1]
-    return ORDER.index(layer) + 1 if layer in ORDER else TOP
+    return FLOORS.get(layer, TOP)
 
 
 def _layout_errors(text: str, rooms: dict[str, set[str]]) -> list[str]:
@@ -762,5 +810,5 @@ def test_the_layout_guard_fails_on_each_way_the_table_drifts():
     assert "a room the table lacks" in " ".join(
         _layout_errors(text, {**rooms, "hlobundle/_new/": {"_a.py"}})
     )
-    moved = text.replace("| 4 | `hlobundle/_read/`", "| 5 | `hlobundle/_read/`")
-    assert "on floor 5, but its imports put it on 4" in " ".join(_layout_errors(moved, rooms))
+    moved = text.replace("| 3 | `hlobundle/_read/`", "| 4 | `hlobundle/_read/`")
+    assert "on floor 4, but its imports put it on 3" in " ".join(_layout_errors(moved, rooms))

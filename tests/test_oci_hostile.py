@@ -463,6 +463,37 @@ def test_credentials_go_to_a_token_service_over_https_only(fake, tmp_path, monke
     )
 
 
+class _Answer:
+    """What `_auth` reads of an HTTP answer."""
+
+    def __init__(self, status: int, headers: dict, content: bytes = b""):
+        self.status_code, self.headers, self.content = status, headers, content
+
+
+def test_the_authentication_alone_sends_credentials_to_an_https_token_service_only(monkeypatch):
+    """`_auth.Auth` without a registry: a challenge naming a plain-HTTP token service is refused
+    before anything is sent (oras' own token exchange sends it the password); one naming an
+    https:// service is sent the user and password, and its token answers the next request."""
+    from hlobundle._oci._auth import Auth
+    from hlobundle._oci._ref import parse
+
+    monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "user:password")
+    sent = []
+
+    def send(method, url, **kwargs):
+        sent.append((method, url, kwargs["headers"].get("Authorization")))
+        return _Answer(200, {}, b'{"token": "t0ken"}')
+
+    auth = Auth(parse("registry.example/repo:v1"), send, asked_insecure=False)
+    plain = 'Bearer realm="http://tokens.example/token",service="registry.example"'
+    with pytest.raises(hlobundle.errors.RegistryAuthError, match="only to an https:// one"):
+        auth.answer(_Answer(401, {"WWW-Authenticate": plain}))
+    assert sent == [] and auth.authorization is None
+    auth.answer(_Answer(401, {"WWW-Authenticate": plain.replace("http:", "https:")}))
+    assert sent == [("GET", "https://tokens.example/token", "Basic dXNlcjpwYXNzd29yZA==")]
+    assert auth.authorization == "Bearer t0ken"
+
+
 def test_a_registry_that_ignores_ranges_is_read_again_from_the_start(fake, tmp_path):
     artifact(EXAMPLE, fake)
     data = fake.blobs[_weights_digest()]

@@ -142,7 +142,7 @@ def test_refresh_refuses_targets_out_of_range_and_signed_bundles(bundle, tmp_pat
 
 
 def test_refresh_copies_the_other_files_never_hard_links_them(bundle, monkeypatch):
-    from hlobundle._write import _target
+    from hlobundle._output import _target
 
     links: dict[str, int] = {}
     move = _target.move_into_place

@@ -16,9 +16,8 @@ from safetensors.numpy import load_file
 
 import hlobundle
 from hlobundle._bundle_io import _tensor_writing
-from hlobundle._file_io import _hashing_writer
+from hlobundle._file_io import _durable, _hashing_writer
 from hlobundle._format import _dtypes
-from hlobundle._write import _atomic
 
 
 def _hash_threads() -> list[threading.Thread]:
@@ -186,7 +185,7 @@ def test_fsync_tree_reaches_files_in_subdirectories(tmp_path, monkeypatch):
     monkeypatch.setattr(
         os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))
     )
-    _atomic._fsync_tree(tmp_path, synced={tmp_path / "done.safetensors"})
+    _durable.fsync_tree(tmp_path, synced={tmp_path / "done.safetensors"})
     assert sorted(os.path.relpath(p, tmp_path) for p in synced) == [
         ".",
         "compiled",

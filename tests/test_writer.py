@@ -173,15 +173,15 @@ def test_force_refuses_a_directory_whose_manifest_is_not_a_bundles(tmp_path):
 
 def _racing(monkeypatch, act):
     """Run `act()` just before the pack renames its result into place (another writer)."""
-    from hlobundle._write import _atomic
+    from hlobundle._file_io import _durable
 
-    real = _atomic._fsync_tree
+    real = _durable.fsync_tree
 
     def fsync_then_act(root, **kwargs):
         real(root, **kwargs)
         act()
 
-    monkeypatch.setattr(_atomic, "_fsync_tree", fsync_then_act)
+    monkeypatch.setattr(_durable, "fsync_tree", fsync_then_act)
 
 
 def test_a_directory_created_while_pack_runs_is_left_alone(tmp_path, monkeypatch):

@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_bundle(args: argparse.Namespace) -> int:
     from .._format._fields import needs_x64
+    from .._format._paths import is_remote
     from .._read._inputs import read_files
     from .._remote._load import load
-    from .._remote._sources import is_remote
     from .._run import _backends, _run
 
     applies(args, "--trust-executables", args.trust_executables, "stored_executables")
@@ -140,9 +140,9 @@ def default_script_path(bundle: Any) -> str:
 
 
 def inspect(args: argparse.Namespace) -> int:
+    from .._format._paths import is_remote
     from .._read._inspect import render, summarize
     from .._remote._load import EVERY, load
-    from .._remote._sources import is_remote
 
     if is_remote(args.bundle):  # fetched and checked as `run` does; its local view is read
         summary, refusal = summarize(load(args.bundle, functions=EVERY).path), None
@@ -217,9 +217,9 @@ def diff(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
+    from .._format._paths import is_remote
     from .._format._signature import SIGNATURE_NAME
     from .._remote._load import EVERY, load
-    from .._remote._sources import is_remote
 
     trust = trust_options(args)
     if trust and args.quick:
@@ -378,7 +378,7 @@ def schema(args: argparse.Namespace) -> int:
 
     text = schema_text()
     if args.output:
-        from .._write._atomic import write_file_atomically
+        from .._file_io._durable import write_file_atomically
 
         write_file_atomically(output_path("-o", args.output), text.encode("utf-8"))
     else:

@@ -167,8 +167,8 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
     target only when every function is in: a refused one leaves the target as it was."""
     import shutil
 
+    from .._output._target import built_beside
     from .._read._manifest_records import read_manifest
-    from .._write._atomic import built_beside
     from .._write._functions import add_function
 
     target = output_path("-o", args.output)

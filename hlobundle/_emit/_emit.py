@@ -16,15 +16,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+from .._file_io._durable import write_file_atomically
 from .._format._errors import InputError, OutputExistsError
+from .._format._paths import is_remote
+from .._output._target import refuse_inside_a_bundle
 from .._read._reader import Bundle, load
 from .._read._trust import Trust, trust_from
-from .._remote._sources import is_remote
 from .._run import _backends
 from .._run._backends import Script
 from .._version import __version__
-from .._write._atomic import write_file_atomically
-from .._write._target import refuse_inside_a_bundle
 from . import _template
 
 

@@ -1,15 +1,18 @@
 """What the manifest's models (`_manifest.py`) and their plain records (`_records.py`) share,
-without pydantic: the format's names and constants, helpers over shapes and trees, and the
-methods both kinds of manifest offer (mixins). Reading and running a bundle import this, not
-the models, so that a load from a remembered verdict imports no pydantic."""
+without pydantic: the format's names and constants (and the manifest file's bytes, read within
+its limit), helpers over shapes and trees, and the methods both kinds of manifest offer
+(mixins). Reading and running a bundle import this, not the models, so that a load from a
+remembered verdict imports no pydantic."""
 
 from __future__ import annotations
 
 import keyword
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 
 from . import _limits
@@ -67,6 +70,14 @@ COMPILERS = {
     ),
 }
 X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+def read_manifest_bytes(file: Path) -> bytes:
+    """A manifest file's bytes, at most one more than the limit (so `parse_manifest` can say
+    how large it is), without allocating the limit for a small file."""
+    with open(file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        return f.read(min(size, MAX_MANIFEST_BYTES) + 1)
 
 
 def made_by(entry: Any) -> str:

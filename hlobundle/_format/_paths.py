@@ -1,5 +1,6 @@
 """The path rules of SPEC.md ("Reader safety"): every file named by a manifest must be a
-relative POSIX path without `..`, resolving to a regular file inside the bundle, never via a symlink."""
+relative POSIX path without `..`, resolving to a regular file inside the bundle, never via a symlink.
+And what a caller's bundle argument is: a remote reference rather than a path (`is_remote`)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,8 @@ def check_single_link(st: os.stat_result, name: str) -> None:
             "the bundle (SPEC.md, 'Reader safety')",
             path=name,
         )
+
+
+def is_remote(text: object) -> bool:
+    """Whether `text` names a remote bundle (`oci://`, `https://`, `http://`), not a path."""
+    return isinstance(text, str) and text.startswith(("oci://", "https://", "http://"))

@@ -1,8 +1,8 @@
 """The registry client: oras' `Registry` (its uploads and blob checks) over the one bounded
 session of `_network` (a timeout, no redirect but a blob's, no retry that sleeps, nothing from
-the environment), credentials looked up when the registry asks and sent to it alone (and to
-the token service its challenge names), and every status turned into a coded error naming the
-reference.
+the environment), a 401 answered by `_auth` (credentials looked up when the registry asks and
+sent to it alone, and to the token service its challenge names), and every status turned into a
+coded error naming the reference.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from .._format._errors import (
     RegistryProtocolError,
     RegistryUnreachableError,
 )
-from . import _credentials, _network
+from . import _network
+from ._auth import Auth
 from ._network import TIMEOUT_S, read_bounded, short
 from ._ref import Reference
 
@@ -36,7 +37,6 @@ INDEX = "application/vnd.oci.image.index.v1+json"
 
 def _oras() -> Any:
     try:
-        import oras.auth.utils
         import oras.provider
     except ImportError as e:
         raise BackendUnavailableError(
@@ -75,6 +75,7 @@ class Client:
 
     def __init__(self, ref: Reference, *, insecure: bool = False, timeout: float = TIMEOUT_S):
         self.session = _network.session(str(ref), timeout)
+        self.auth = Auth(ref, self._send, asked_insecure=insecure)
         self.ref = ref
         self.asked_insecure = insecure  # plain HTTP anywhere; loopback alone needs no asking
         self.insecure = insecure or ref.loopback
@@ -84,9 +85,6 @@ class Client:
         self.registry.client = self
         self.registry.session = self.registry.auth.session = self.session
         self.container = self.registry.get_container(f"{ref.host}/{ref.repository}:latest")
-        self._credentials: _credentials.Credentials | None = None
-        self._looked_up = False
-        self._authorization: str | None = None
 
     @property
     def ref(self) -> Reference:
@@ -96,6 +94,7 @@ class Client:
     def ref(self, ref: Reference) -> None:
         self._ref = ref
         self.session.ref = str(ref)  # what the session's errors name
+        self.auth.ref = ref  # and the authentication's
 
     def close(self) -> None:
         """Close the connections the session keeps open."""
@@ -121,17 +120,17 @@ class Client:
         self._on_registry(url)
         headers = dict(headers or {})
         for _ in range(3):
-            if self._authorization:
-                headers["Authorization"] = self._authorization
+            if self.auth.authorization:
+                headers["Authorization"] = self.auth.authorization
             response = self._send(method, url, headers=headers, data=data, json=json, stream=stream)
             if response.status_code != 401:
                 break
             response.close()
-            self._authenticate(response)
+            self.auth.answer(response)
         if response.status_code in (401, 403):
             raise RegistryAuthError(
                 f"{self.ref.host} refuses {method} {urlsplit(url).path} ({response.status_code})"
-                f"{self._whose()}",
+                f"{self.auth.whose()}",
                 ref=str(self.ref),
             )
         return response
@@ -147,87 +146,6 @@ class Client:
                 "download may leave the registry",
                 ref=str(self.ref),
             )
-
-    # ---- authentication
-
-    def credentials(self) -> _credentials.Credentials | None:
-        if not self._looked_up:
-            self._credentials = _credentials.find(self.ref.host, str(self.ref))
-            self._looked_up = True
-        return self._credentials
-
-    def _whose(self) -> str:
-        found = self.credentials()
-        return (
-            f" with the credentials of {found.source}"
-            if found
-            else f"; no credentials were found (${_credentials.ENV}, or `docker login`)"
-        )
-
-    def _authenticate(self, response: Any) -> None:
-        challenge = response.headers.get("WWW-Authenticate", "")
-        scheme = challenge.split(" ", 1)[0].lower()
-        found = self.credentials()
-        if scheme == "basic":
-            basic = found.basic() if found else None
-            if basic is None:
-                raise RegistryAuthError(
-                    f"{self.ref.host} asks for a user and password{self._whose()}",
-                    ref=str(self.ref),
-                )
-            new = f"Basic {basic}"
-        elif scheme == "bearer":
-            new = f"Bearer {found.token if found and found.token else self._token(challenge)}"
-        else:
-            raise RegistryAuthError(
-                f"{self.ref.host} answers 401 without a Basic or Bearer challenge "
-                f"({challenge[:100]!r})",
-                ref=str(self.ref),
-            )
-        if new == self._authorization:
-            raise RegistryAuthError(
-                f"{self.ref.host} refuses the credentials{self._whose()}", ref=str(self.ref)
-            )
-        self._authorization = new
-
-    def _token(self, challenge: str) -> str:
-        """A bearer token from the service the challenge names, sent the user and password
-        when there are some; over HTTPS unless that service is on loopback (or --insecure)."""
-        wanted = _oras().auth.utils.parse_auth_header(challenge)
-        realm = wanted.realm or ""
-        where = _network.origin(realm)
-        if where is None or not _network.plain_allowed(where, self.asked_insecure):
-            raise RegistryAuthError(
-                f"{self.ref.host} names the token service {realm[:200]!r} ({where}); "
-                "credentials go only to an https:// one (or plain HTTP on loopback, or with "
-                "--insecure)",
-                ref=str(self.ref),
-            )
-        found = self.credentials()
-        basic = found.basic() if found else None
-        params = {k: v for k, v in (("service", wanted.service), ("scope", wanted.scope)) if v}
-        headers = {
-            "Accept": "application/json",
-            **({"Authorization": f"Basic {basic}"} if basic else {}),
-        }
-        response = self._send("GET", realm, params=params, headers=headers)
-        token = None
-        if response.status_code == 200:
-            try:
-                answer = json.loads(response.content)
-                token = answer.get("token") or answer.get("access_token")
-            except (ValueError, AttributeError, RecursionError):
-                raise RegistryAuthError(
-                    f"the token service {realm[:200]} answers something other than a JSON object",
-                    ref=str(self.ref),
-                ) from None
-        if not isinstance(token, str) or not token:
-            raise RegistryAuthError(
-                f"the token service {realm[:200]} gives no token ({response.status_code})"
-                f"{self._whose()}",
-                ref=str(self.ref),
-            )
-        return token
 
     # ---- what the commands call
 

@@ -3,7 +3,7 @@
 credential helpers of `credHelpers` and `credsStore`, run as `docker-credential-NAME get`).
 
 They are looked up only when the registry asks (a 401), and only for the registry the reference
-names: never for a host a blob is redirected to.
+names: never for a host a blob is redirected to. What is sent, and where, is `_auth`'s.
 """
 
 from __future__ import annotations
@@ -32,11 +32,6 @@ class Credentials:
     password: str | None = None
     token: str | None = None
     source: str = ""
-
-    def basic(self) -> str | None:
-        if self.username is None or self.password is None:
-            return None
-        return base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
 
 
 def find(host: str, ref: str) -> Credentials | None:

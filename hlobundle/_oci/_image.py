@@ -61,7 +61,7 @@ def write_layer(opened: Bundle, signature: bytes | None, target: Path) -> str:
 
 def _loaded_manifest(opened: Bundle) -> bytes:
     """`manifest.json`'s bytes, read again: they must be the ones the bundle was loaded from."""
-    from .._read._manifest_records import read_manifest_bytes
+    from .._format._fields import read_manifest_bytes
 
     raw = read_manifest_bytes(opened.path / MANIFEST_NAME)
     digest = hashlib.sha256(raw).hexdigest()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._bundle_io import _signing
+from .._file_io._durable import set_modes
 from .._format import _paths, _signature
 from .._format._errors import (
     FileMissingError,
@@ -20,9 +21,9 @@ from .._format._errors import (
 )
 from .._format._manifest import MANIFEST_NAME
 from .._format._manifest_json import parse_manifest
+from .._output._target import built_beside
 from .._read._reader import Bundle
 from .._read._store import Store
-from .._write import _atomic
 from . import _artifact, _blobs, _ref, _referrers
 from ._artifact import Artifact, Layer
 from ._client import INDEX, MANIFEST, TIMEOUT_S, Client
@@ -85,7 +86,7 @@ def pull(
             if public_key is not None or certificate_chain
             else None
         )
-        with _atomic.built_beside(Path(out), force=force) as built:
+        with built_beside(Path(out), force=force) as built:
             built.mkdir()
             if artifact.config is not None:
                 config = _blobs.fetch_small(
@@ -111,7 +112,7 @@ def pull(
             if trust is not None:
                 signer = _signed(client, artifact, digest, bundle, trust)
             bundle.verify(in_memory=False)
-            _atomic.set_modes(built)
+            set_modes(built)
         for name, entry in listed.items():
             store.remember(entry.sha256, Path(out).joinpath(*name.split("/")))
         return Pulled(Path(out), str(pinned), digest, signer, reused)

@@ -133,7 +133,7 @@ def _upload_config(client: Client, config: bytes, media_type: str, scratch: Path
 
 def _artifact_of(opened: Bundle) -> tuple[list[dict], bytes, bytes]:
     """The bundle's layers (its listed files, then `manifest.json`), config and manifest."""
-    from .._read._manifest_records import read_manifest_bytes
+    from .._format._fields import read_manifest_bytes
 
     listed = opened.bundle_manifest.files
     layers = [

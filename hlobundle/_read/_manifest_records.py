@@ -16,13 +16,12 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._format import _records
 from .._format._errors import NotABundleError, UnsafePathError
-from .._format._fields import FUNCTION_FIELDS, MANIFEST_NAME, MAX_MANIFEST_BYTES, SHARED_FIELDS
+from .._format._fields import FUNCTION_FIELDS, MANIFEST_NAME, SHARED_FIELDS, read_manifest_bytes
 from . import _cache, _modules
 
 if TYPE_CHECKING:
@@ -63,14 +62,6 @@ def _packed_how(root: Path) -> str:
             f"`hlobundle pack --from-reactant {root} -o OUT` (hlobundle.from_reactant in Python)"
         )
     return ""
-
-
-def read_manifest_bytes(file: Path) -> bytes:
-    """A manifest file's bytes, at most one more than the limit (so `parse_manifest` can say
-    how large it is), without allocating the limit for a small file."""
-    with open(file, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        return f.read(min(size, MAX_MANIFEST_BYTES) + 1)
 
 
 def parse(raw: bytes, sha256: str, path: str) -> Any:

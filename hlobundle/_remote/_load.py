@@ -81,7 +81,7 @@ def load(
       and the seconds to wait for a connection or between two reads.
     """
     text = os.fspath(path)
-    if isinstance(text, str) and _sources.is_remote(text):
+    if isinstance(text, str) and _paths.is_remote(text):
         with _sources.open_source(text, insecure=insecure, timeout=timeout) as source:
             bundle = _load_remote(source, functions, public_key, certificate_chain)
         if verify:

@@ -28,10 +28,6 @@ PIECE = 1 << 20  # what is read from an answer at once
 MAX_URL_CHARS = 2048
 
 
-def is_remote(text: object) -> bool:
-    return isinstance(text, str) and text.startswith(("oci://", "https://", "http://"))
-
-
 def stem(text: str) -> str:
     """A remote bundle's short name: the last component of its URL or repository, without a
     tag, a digest or `.hlobundle` (what `serve` names it by)."""

@@ -1,2 +1,3 @@
 """Serving bundles over the Open Inference Protocol (KServe v2 REST): `hlobundle serve`.
-The layer above the runner and below the CLI; it needs the `serve` extra."""
+The floor above the runner and remote loading (`_remote`), below the CLI; it needs the `serve`
+extra."""

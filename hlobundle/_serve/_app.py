@@ -15,8 +15,9 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from ._batching import Batcher
 from ._models import Served
 from ._protocol import HEADER_LENGTH, RequestError, parse_request, producer_layout, read_inputs
 from ._responses import Wanted, response, wanted
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 log = logging.getLogger("hlobundle.serve")
 DEFAULT_MAX_BODY = 64 << 20
@@ -50,187 +54,249 @@ def app(
     max_batch: int = 1,
     batch_timeout_s: float = 0.002,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
-) -> Any:
+) -> App:
     """The ASGI application serving `models` (by name); with `max_batch` > 1, concurrent
     requests for a model whose rows the producer declared independent (a batched module, or
     `independent_rows`) and the user trusts are combined (`_batching`, `Served.batchable`). A request
     body is at most `max_body` bytes and the model's `max_request_bytes`, and must arrive
     within `read_timeout_s` of its headers."""
-    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-    from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
+    limits = Limits(max_body, read_timeout_s, max_batch, batch_timeout_s)
+    return App(models, limits)
 
-    registry = CollectorRegistry()
-    requests = Counter(
-        "hlobundle_requests", "inference requests", ["model", "status"], registry=registry
-    )
-    latency = Histogram(
-        "hlobundle_request_seconds",
-        "inference time",
-        ["model"],
-        registry=registry,
-        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
-    )
 
-    batch_sizes = Histogram(
-        "hlobundle_batch_size",
-        "requests per model call",
-        ["model"],
-        registry=registry,
-        buckets=(1, 2, 4, 8, 16, 32, 64),
-    )
-    batched_one = functools.cache(batch_sizes.labels)
-    batchers = {
-        id(served): Batcher(
-            served, max_batch, batch_timeout_s, batch_sizes.labels(served.name).observe
+@dataclass(frozen=True)
+class Limits:
+    """What `app` is given besides the models (see there)."""
+
+    max_body: int = DEFAULT_MAX_BODY
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    max_batch: int = 1
+    batch_timeout_s: float = 0.002
+
+
+class Metrics:
+    """The server's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "hlobundle_requests", "inference requests", ["model", "status"], registry=self.registry
         )
-        for served in models.values()
-        if max_batch > 1 and served.batchable
-    }
+        self.latency = Histogram(
+            "hlobundle_request_seconds",
+            "inference time",
+            ["model"],
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+        )
+        self.batch_sizes = Histogram(
+            "hlobundle_batch_size",
+            "requests per model call",
+            ["model"],
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+        )
+        # each label's child, looked up once
+        self.counted: Callable[[str, int], Any] = functools.cache(
+            lambda name, status: self.requests.labels(name, str(status))
+        )
+        self.timed: Callable[[str], Any] = functools.cache(self.latency.labels)
+        self.batched: Callable[[str], Any] = functools.cache(self.batch_sizes.labels)
 
-    @functools.cache
-    def counted(name: str, status: int) -> Any:  # a metric's child, looked up once
-        return requests.labels(name, str(status))
+    def text(self) -> bytes:
+        from prometheus_client import generate_latest
 
-    @functools.cache
-    def timed(name: str) -> Any:
-        return latency.labels(name)
+        return bytes(generate_latest(self.registry))
 
-    async def call(served: Served, given: dict[str, Any]) -> Any:
-        batcher = batchers.get(id(served))
-        if batcher is not None:  # in the batcher's thread (a new shape compiles there)
-            return await batcher(given)
-        new = served.new_shape(given)  # a symbolic function's new shape: it compiles first
-        batched_one(served.name).observe(1)
-        if not new and served.call_s is not None and served.call_s <= INLINE_CALL_S:
-            return served(given)
-        return await run_in_threadpool(served, given)
 
-    def refused(e: RequestError) -> Any:
-        return JSONResponse({"error": e.message, "code": e.code}, status_code=e.status)
+class App:
+    """The ASGI application `app` makes: its state (the models, the limits, the metrics, a
+    batcher for each model requests are combined for) and a method for each route, each of
+    which can be called alone. POST .../infer is a bare ASGI handler (`infer`): Starlette's
+    middleware, routing and request and response objects cost as much as decoding a request
+    (measured); the other routes go through Starlette."""
 
-    def model_of(request: Request) -> Served:
-        return named(request.path_params["model"], request.path_params.get("version"))
+    def __init__(self, models: dict[str, Served], limits: Limits) -> None:
+        from starlette.applications import Starlette
+        from starlette.concurrency import run_in_threadpool
 
-    def named(name: str, version: str | None) -> Served:
-        served = models.get(name)
+        self.models, self.limits, self.metrics = models, limits, Metrics()
+        self.in_thread = run_in_threadpool
+        self.batchers = {
+            id(served): Batcher(
+                served,
+                limits.max_batch,
+                limits.batch_timeout_s,
+                self.metrics.batched(served.name).observe,
+            )
+            for served in models.values()
+            if limits.max_batch > 1 and served.batchable
+        }
+        self.routed = Starlette(routes=self.routes())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        found = (
+            scope["type"] == "http" and scope["method"] == "POST" and _INFER.match(scope["path"])
+        )
+        if found:
+            return await self.infer(scope, receive, send, found["model"], found["version"])
+        await self.routed(scope, receive, send)
+
+    def routes(self) -> list[Any]:
+        from starlette.routing import Route
+
+        model = "/v2/models/{model}"
+        versioned = "/v2/models/{model}/versions/{version}"
+        return [
+            Route("/v2/health/live", live),
+            Route("/v2/health/ready", ready),
+            Route("/v2", server_metadata),
+            Route(model, self.model_metadata),
+            Route(versioned, self.model_metadata),
+            Route(f"{model}/ready", self.model_ready),
+            Route(f"{versioned}/ready", self.model_ready),
+            Route(f"{model}/infer", _Infer(self), methods=["POST"]),
+            Route(f"{versioned}/infer", _Infer(self), methods=["POST"]),
+            Route("/metrics", self.metrics_text),
+        ]
+
+    # ---- what REST and gRPC (`_grpc`) share: the lookup and the model call, batchers included
+
+    def named(self, name: str, version: str | None) -> Served:
+        served = self.models.get(name)
         if served is None:
-            raise RequestError(404, f"no model {name[:80]!r}; the models are {sorted(models)}")
+            raise RequestError(404, f"no model {name[:80]!r}; the models are {sorted(self.models)}")
         if version is not None and version != served.version:
             raise RequestError(
                 404, f"model {name!r} has version {served.version}, not {version[:40]!r}"
             )
         return served
 
-    async def live(_: Request) -> Any:
-        return JSONResponse({"live": True})
+    async def call(self, served: Served, given: dict[str, Any]) -> Any:
+        batcher = self.batchers.get(id(served))
+        if batcher is not None:  # in the batcher's thread (a new shape compiles there)
+            return await batcher(given)
+        new = served.new_shape(given)  # a symbolic function's new shape: it compiles first
+        self.metrics.batched(served.name).observe(1)
+        if not new and served.call_s is not None and served.call_s <= INLINE_CALL_S:
+            return served(given)
+        return await self.in_thread(served, given)
 
-    async def ready(_: Request) -> Any:
-        return JSONResponse({"ready": True})  # models are compiled before the server starts
+    # ---- the routes
 
-    async def server_metadata(_: Request) -> Any:
-        return JSONResponse(
-            {"name": "hlobundle", "version": __version__, "extensions": ["binary_tensor_data"]}
-        )
-
-    async def model_metadata(request: Request) -> Any:
+    async def model_metadata(self, request: Request) -> Any:
         try:
-            return JSONResponse(model_of(request).metadata())
+            return _json(self._model_of(request).metadata())
         except RequestError as e:
-            return refused(e)
+            return _json(_refusal(e), e.status)
 
-    async def model_ready(request: Request) -> Any:
+    async def model_ready(self, request: Request) -> Any:
         try:
-            served = model_of(request)
+            served = self._model_of(request)
         except RequestError as e:
-            return refused(e)
-        return JSONResponse({"name": served.name, "ready": True})
+            return _json(_refusal(e), e.status)
+        return _json({"name": served.name, "ready": True})
 
-    async def infer(scope: Any, receive: Any, send: Any, name: str, version: str | None) -> None:
-        """POST .../infer as a bare ASGI handler: Starlette's middleware, routing and request
-        and response objects cost as much as decoding a request (measured)."""
+    async def metrics_text(self, _: Request) -> Any:
+        from starlette.responses import Response
+
+        return Response(self.metrics.text(), media_type="text/plain; version=0.0.4")
+
+    async def infer(
+        self, scope: Any, receive: Any, send: Any, name: str, version: str | None
+    ) -> None:
+        """POST .../infer: the request read and decoded, the model called, the answer sent."""
         start = time.perf_counter()
         try:
-            served = named(name, version)
-            limit = min(max_body, served.max_request_bytes)
-            body = await read_body(
-                receive, _header(scope, b"content-length"), limit, read_timeout_s
-            )
-            header_length = _header(scope, HEADER_LENGTH.encode())
-            decoded = (  # a large body is decoded off the event loop; a small one costs less
-                decoded_body(served, body, header_length)  # than the hop to a thread
-                if len(body) <= INLINE_BYTES
-                else await run_in_threadpool(decoded_body, served, body, header_length)
-            )
+            served, decoded = await self._decoded(scope, receive, name, version)
         except RequestError as e:
-            counted(name if name in models else "", e.status).inc()
-            return await _send_json(send, e.status, {"error": e.message, "code": e.code})
-        try:
-            outputs = await call(served, decoded.given)
-        except RequestError as e:  # no compile slot for a new shape (503)
-            counted(served.name, e.status).inc()
-            return await _send_json(send, e.status, {"error": e.message, "code": e.code})
-        except HloBundleError as e:  # the inputs, refused by the function (its module's
-            counted(served.name, 400).inc()  # shapes, a backend's limits): the client's to fix
-            error = {"error": e.message, "code": e.code, **e.context()}
-            return await _send_json(send, 400, error)
-        except Exception as e:  # the model failed: report it, keep serving
-            log.exception("model %s failed", shown(served.name))
-            counted(served.name, 500).inc()
-            failed = f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}"
-            return await _send_json(send, 500, {"error": failed})
-        small = sum(x.nbytes for x in outputs.values()) <= INLINE_BYTES // 8
-        try:
-            content, headers = (
-                encoded(served, decoded, outputs)
-                if small
-                else await run_in_threadpool(encoded, served, decoded, outputs)
-            )
-        except RequestError as e:  # a response too large for JSON (413)
-            counted(served.name, e.status).inc()
-            return await _send_json(send, e.status, {"error": e.message, "code": e.code})
-        counted(served.name, 200).inc()
-        timed(served.name).observe(time.perf_counter() - start)
+            self.metrics.counted(name if name in self.models else "", e.status).inc()
+            return await _send_json(send, e.status, _refusal(e))
+        status, answer = await self._answer(served, decoded)
+        self.metrics.counted(served.name, status).inc()
+        if status != 200:
+            return await _send_json(send, status, answer)
+        self.metrics.timed(served.name).observe(time.perf_counter() - start)
+        content, headers = answer
         await _send(send, 200, content, [(k.encode(), v.encode()) for k, v in headers.items()])
 
-    class Infer:  # the same handler behind Starlette's routing (which answers 405 to a GET)
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            params = scope["path_params"]
-            await infer(scope, receive, send, params["model"], params.get("version"))
+    def _model_of(self, request: Request) -> Served:
+        return self.named(request.path_params["model"], request.path_params.get("version"))
 
-    async def metrics(_: Request) -> Any:
-        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+    async def _decoded(
+        self, scope: Any, receive: Any, name: str, version: str | None
+    ) -> tuple[Served, Decoded]:
+        """The model asked for, and the request's inputs read within the limits and checked
+        against it; a large body is decoded off the event loop, a small one on it (cheaper
+        than the hop to a thread)."""
+        served = self.named(name, version)
+        limit = min(self.limits.max_body, served.max_request_bytes)
+        declared = _header(scope, b"content-length")
+        body = await read_body(receive, declared, limit, self.limits.read_timeout_s)
+        header_length = _header(scope, HEADER_LENGTH.encode())
+        if len(body) <= INLINE_BYTES:
+            return served, decoded_body(served, body, header_length)
+        return served, await self.in_thread(decoded_body, served, body, header_length)
 
-    model = "/v2/models/{model}"
-    versioned = "/v2/models/{model}/versions/{version}"
-    routes = [
-        Route("/v2/health/live", live),
-        Route("/v2/health/ready", ready),
-        Route("/v2", server_metadata),
-        Route(model, model_metadata),
-        Route(versioned, model_metadata),
-        Route(f"{model}/ready", model_ready),
-        Route(f"{versioned}/ready", model_ready),
-        Route(f"{model}/infer", Infer(), methods=["POST"]),
-        Route(f"{versioned}/infer", Infer(), methods=["POST"]),
-        Route("/metrics", metrics),
-    ]
-    routed = Starlette(routes=routes)
+    async def _answer(self, served: Served, decoded: Decoded) -> tuple[int, Any]:
+        """The model called: (200, (the response's body, its headers)), or (a status, the
+        JSON of the error)."""
+        try:
+            outputs = await self.call(served, decoded.given)
+        except RequestError as e:  # no compile slot for a new shape (503)
+            return e.status, _refusal(e)
+        except HloBundleError as e:  # the inputs, refused by the function (its module's
+            # shapes, a backend's limits): the client's to fix
+            return 400, {"error": e.message, "code": e.code, **e.context()}
+        except Exception as e:  # the model failed: report it, keep serving
+            log.exception("model %s failed", shown(served.name))
+            failed = f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}"
+            return 500, {"error": failed}
+        small = sum(x.nbytes for x in outputs.values()) <= INLINE_BYTES // 8
+        try:
+            if small:
+                return 200, encoded(served, decoded, outputs)
+            return 200, await self.in_thread(encoded, served, decoded, outputs)
+        except RequestError as e:  # a response too large for JSON (413)
+            return e.status, _refusal(e)
 
-    async def asgi(scope: Any, receive: Any, send: Any) -> None:
-        found = (
-            scope["type"] == "http" and scope["method"] == "POST" and _INFER.match(scope["path"])
-        )
-        if found:
-            return await infer(scope, receive, send, found["model"], found["version"])
-        await routed(scope, receive, send)
 
-    asgi.call = call  # type: ignore[attr-defined]  # for gRPC (`_grpc`): the same model call,
-    asgi.named = named  # type: ignore[attr-defined]  # batchers included, and the same lookup
-    return asgi
+class _Infer:
+    """POST .../infer behind Starlette's routing (which answers 405 to a GET): the same bare
+    handler, as an ASGI application rather than a request's function."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        params = scope["path_params"]
+        await self.app.infer(scope, receive, send, params["model"], params.get("version"))
+
+
+async def live(_: Request) -> Any:
+    return _json({"live": True})
+
+
+async def ready(_: Request) -> Any:
+    return _json({"ready": True})  # models are compiled before the server starts
+
+
+async def server_metadata(_: Request) -> Any:
+    return _json(
+        {"name": "hlobundle", "version": __version__, "extensions": ["binary_tensor_data"]}
+    )
+
+
+def _json(content: Any, status: int = 200) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(content, status_code=status)
+
+
+def _refusal(e: RequestError) -> dict[str, Any]:
+    return {"error": e.message, "code": e.code}
 
 
 # POST /v2/models/{model}[/versions/{version}]/infer, a segment each, as Starlette matches them.

@@ -24,10 +24,11 @@ from .._format import _dtypes, _symbolic
 from .._format._errors import InputError
 from .._format._fields import ManifestMethods
 from .._format._manifest import Manifest, needs_x64, static_shape
+from .._format._paths import is_remote
 from .._read._reader import Bundle
 from .._read._trust import Trust
 from .._remote._load import load
-from .._remote._sources import is_remote, stem
+from .._remote._sources import stem
 from .._run._shapes import DEFAULT_MAX_SHAPES
 from .._terminal._display import shown
 from ._protocol import BY_DTYPE

@@ -3,31 +3,29 @@
 The bundle is built in `.<name>.partial-<pid>-<random>` beside the target, fsynced, and renamed
 into place: the output name never holds a half bundle. A killed writer's temporaries are removed
 by the next write to the same name, once their process is gone. A bundle made in several steps
-(a function each) is built whole in one such directory first (`built_beside`).
+(a function each) is built whole in one such directory first (`_output._target.built_beside`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
-import stat
 import tempfile
-from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._bundle_io import _signing, _tensor_writing
+from .._file_io import _durable
 from .._format import _chunks, _paths, _signature
 from .._format._bundle_manifest import BundleManifest, combine, minimum_version
 from .._format._errors import HashMismatchError
 from .._format._fields import functions_of
 from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry, Manifest
 from .._format._signature import SigningKey
-from . import _target
+from .._output import _target
 
 SIGNATURE_VERSION = "1.2"  # model.sig is reserved since 1.2: a signed bundle is at least that
 
@@ -97,7 +95,7 @@ def write_bundle(
                 tmp / name, tensors, fsync=True, chunks=chunked.get(name)
             )
             synced.add(tmp / name)
-        set_modes(tmp)
+        _durable.set_modes(tmp)
         table = {
             name: FileEntry(
                 size=(tmp / name).stat().st_size,
@@ -107,32 +105,12 @@ def write_bundle(
             for name in sorted([*files, *arrays])
         }
         _finish(tmp, out.name, manifest, table, signing_key)
-        _fsync_tree(tmp, synced=synced)
+        _durable.fsync_tree(tmp, synced=synced)
         _target.move_into_place(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-@contextlib.contextmanager
-def built_beside(out: Path, *, force: bool) -> Iterator[Path]:
-    """Where to build, in several steps, the bundle that is to be `out`: a path of its name in a
-    `.<name>.partial-<pid>-<random>` directory beside `out` (the same file system), to write and
-    rewrite with `force=False`. When the block ends without an error, that bundle is renamed
-    over `out` (with `force`, only over a bundle, checked now and at the rename); on any error
-    only the scratch directory is removed (what it holds was made here), and `out` is left as
-    it was."""
-    _target.check_target(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _target.remove_stale_partials(out)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
-    try:
-        built = scratch / out.name  # its name: a signature covers it
-        yield built
-        _target.move_into_place(built, out, force)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _finish(
@@ -176,8 +154,8 @@ def rewrite_bundle(
             target.write_bytes(data)
             table[name] = FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
         _finish(tmp, out.name, manifest, table, sign_key)
-        set_modes(tmp)
-        _fsync_tree(tmp)
+        _durable.set_modes(tmp)
+        _durable.fsync_tree(tmp)
         _target.move_into_place(tmp, out, force=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -208,47 +186,3 @@ def _copy_checked(bundle: Path, name: str, target: Path, listed: FileEntry) -> N
             path=name,
             field=f"files[{name!r}].sha256",
         )
-
-
-def write_file_atomically(
-    path: Path, data: bytes, mode: int = 0o644, *, scratch: Path | None = None
-) -> None:
-    """Write one file through a temporary in `scratch` (default: beside it; give another
-    directory on the same file system when no stray file may appear beside it, as in a bundle),
-    fsynced and renamed into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=scratch or path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def set_modes(root: Path) -> None:
-    """mkdtemp makes the directory private; give it and its files the usual umask modes. A path
-    that has its mode already is left alone (a chmod would dirty an inode fsynced already)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in [root, *root.rglob("*")]:
-        st = path.lstat()
-        mode = (0o777 if stat.S_ISDIR(st.st_mode) else 0o666) & ~umask
-        if stat.S_IMODE(st.st_mode) != mode:
-            os.chmod(path, mode)
-
-
-def _fsync_tree(root: Path, *, synced: Collection[Path] = ()) -> None:
-    """fsync every file and directory under `root`, then `root`, but the files in `synced`."""
-    for path in [*sorted(root.rglob("*"), key=lambda p: -len(p.parts)), root]:
-        if path in synced:
-            continue
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -73,7 +73,7 @@ def _pack_sizes(server: ServerBundle, out: Path, sizes: list[int], opt: PackOpti
     first, each other packed beside it and added, signed once every function is in when
     `opt.sign_key` is given) and renamed into place only then: a size refused leaves `out` as
     it was, `force` or not."""
-    from ._atomic import built_beside
+    from .._output._target import built_beside
     from ._functions import add_function
 
     # Each step writes a new path in the scratch directory, unsigned.

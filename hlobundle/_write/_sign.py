@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._bundle_io import _signing
+from .._file_io._durable import write_file_atomically
 from .._format import _signature
 from .._format._bundle_manifest import BundleManifest
 from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
@@ -16,13 +17,7 @@ from .._format._fields import ManifestMethods
 from .._format._manifest import MANIFEST_NAME, Manifest
 from .._format._signature import SigningKey
 from .._read._reader import Bundle, load
-from ._atomic import (
-    SIGNATURE_VERSION,
-    _version,
-    final_manifest,
-    rewrite_bundle,
-    write_file_atomically,
-)
+from ._atomic import SIGNATURE_VERSION, _version, final_manifest, rewrite_bundle
 from ._options import PackOptions, takes
 
 

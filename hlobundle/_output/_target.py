@@ -1,14 +1,18 @@
 """Where a bundle is written: the output path (never inside a bundle; `--force` replaces only
-a bundle), the rename that puts a finished bundle there, and what killed writers left beside it.
+a bundle), the directory beside it that a bundle is built in (`built_beside`), the rename that
+puts a finished bundle there, and what killed writers left beside it. The writer, `pull`, and
+the emitters write through it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from .._file_io import _libc
@@ -47,8 +51,8 @@ def check_target(out: Path, force: bool) -> None:
 def _is_bundle(path: Path) -> bool:
     """A real directory whose manifest.json parses as a bundle manifest: what --force may replace."""
     from .._format._errors import HloBundleError
+    from .._format._fields import read_manifest_bytes
     from .._format._manifest_json import parse_manifest
-    from .._read._manifest_records import read_manifest_bytes
 
     manifest = path / MANIFEST_NAME
     if path.is_symlink() or not path.is_dir() or manifest.is_symlink() or not manifest.is_file():
@@ -58,6 +62,26 @@ def _is_bundle(path: Path) -> bool:
     except (HloBundleError, OSError):
         return False
     return True
+
+
+@contextlib.contextmanager
+def built_beside(out: Path, *, force: bool) -> Iterator[Path]:
+    """Where to build, in several steps, the bundle that is to be `out`: a path of its name in a
+    `.<name>.partial-<pid>-<random>` directory beside `out` (the same file system), to write and
+    rewrite with `force=False`. When the block ends without an error, that bundle is renamed
+    over `out` (with `force`, only over a bundle, checked now and at the rename); on any error
+    only the scratch directory is removed (what it holds was made here), and `out` is left as
+    it was."""
+    check_target(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(out)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
+    try:
+        built = scratch / out.name  # its name: a signature covers it
+        yield built
+        move_into_place(built, out, force)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def move_into_place(tmp: Path, out: Path, force: bool) -> None:
