@@ -1,8 +1,9 @@
 """The client of the serving benchmarks: `hlobundle serve` of the shipped LeNet on a loopback
 port or a unix socket (`serve --uds`), one connection to it, binary inference requests, many
 clients at once (threads of this process, or forked processes), and the server's /metrics.
-`serving.py` measures with it, and `accelerator.py` through `serving.serve_uds_cost`;
-tests/test_benchmarks.py checks it against a stand-in server."""
+`serving.py` measures with it, `accelerator.py` through `serving.serve_uds_cost`, and
+tests/on_accelerator.py asks `serve --uds` through `connection`; tests/test_benchmarks.py
+checks it against a stand-in server."""
 
 from __future__ import annotations
 
