@@ -308,9 +308,9 @@ def rows(engines, missing, kinds, lat, rate, decode, local) -> list[dict]:
 
 
 def peers_cost(tmp: Path, quick: bool) -> list[dict]:
-    """This script, in a process of its own: hlobundle serve beside MLServer and KServe, each in its own environment, in a
-    network namespace of loopback alone (KServe binds every interface; `unshare` needs root,
-    as .ci/run has)."""
+    """This script, in a process of its own: hlobundle serve beside MLServer and KServe, each in
+    its own environment, in a network namespace of loopback alone (KServe binds every
+    interface; `unshare` needs root, as .ci/run has)."""
     out = tmp / "peers.json"
     script = f"ip link set lo up && exec {PY} {ROOT / 'benchmarks' / 'peers.py'} {out}"
     command = [
@@ -345,10 +345,10 @@ def ray_cost(tmp: Path, quick: bool) -> list[dict]:
     command = [str(python), str(ROOT / "benchmarks" / "ray_scaling.py"), str(bundle), str(out)]
     subprocess.run(command + (["--quick"] if quick else []), capture_output=True, check=True)
     got = json.loads(out.read_text())
-    rows, cpus = got["rows"], got["cpus"]
+    scored, cpus = got["rows"], got["cpus"]  # (`rows` is this module's table of the peers)
     return [
         {
-            "case": f"Ray Data, {rows} rows of one image, 2 actors on {cpus} CPUs: rows/s, and / one process without Ray",
+            "case": f"Ray Data, {scored} rows of one image, 2 actors on {cpus} CPUs: rows/s, and / one process without Ray",
             "s": got["data_two_workers"],
             "ratio": got["data_two_workers"] / got["data_one_process"],
         },
