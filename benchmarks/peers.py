@@ -1,7 +1,8 @@
 """`hlobundle serve` beside the engines people run, MLServer 1.7.1 and KServe 0.21, side by side
 in one run: `python benchmarks/peers.py OUT.json [--quick]` writes the rows of the `peers`
-section of benchmarks/RESULTS.md (`run.py --only peers` runs it, inside a network namespace of
-loopback alone: KServe binds every interface).
+section of benchmarks/RESULTS.md (`run.py --only peers` runs it, `peers_cost`, inside a network
+namespace of loopback alone: KServe binds every interface). `ray_cost` runs ray_scaling.py in
+Ray's environment for the `ray` section.
 
 The same computation in every server: the shipped LeNet's function and weights, exported with
 a symbolic batch so that every engine that batches can (`b, 1, 28, 28`), served by `hlobundle
@@ -18,7 +19,6 @@ import http.client
 import itertools
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-PY = sys.executable
+# Run by path (here, and by ray_scaling.py in Ray's environment): the package it belongs to.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness import PY, ROOT, free_port  # noqa: E402
+
 MODEL = "lenet"
 CLIENTS = 8
 BATCH_WAIT_S = 0.002  # hlobundle serve's default window; MLServer's max_batch_time is set to it
@@ -65,12 +66,6 @@ def symbolic_lenet(out: Path) -> Path:
         shapes_specs=(None, "b, 1, 28, 28"),
         independent_rows="b",
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(engine: str, bundle: Path, batched: bool, tmp: Path) -> tuple[subprocess.Popen, int]:
@@ -307,6 +302,68 @@ def rows(engines, missing, kinds, lat, rate, decode, local) -> list[dict]:
         case = f"{engine}: not measured, no .venv-{engine} (pip install -e '.[{engine}-tests]')"
         out.append({"case": case, "s": "", "ratio": ""})
     return out
+
+
+# --- run by run.py (sections `peers` and `ray`) ---------------------------------------------------
+
+
+def peers_cost(tmp: Path, quick: bool) -> list[dict]:
+    """This script, in a process of its own: hlobundle serve beside MLServer and KServe, each in
+    its own environment, in a network namespace of loopback alone (KServe binds every
+    interface; `unshare` needs root, as .ci/run has)."""
+    out = tmp / "peers.json"
+    script = f"ip link set lo up && exec {PY} {ROOT / 'benchmarks' / 'peers.py'} {out}"
+    command = [
+        "unshare",
+        "--net",
+        "--fork",
+        "--",
+        "sh",
+        "-c",
+        script + (" --quick" if quick else ""),
+    ]
+    r = subprocess.run(command, capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+        return [{"case": f"not measured: {why}", "s": "", "ratio": ""}]
+    return json.loads(out.read_text())
+
+
+def ray_cost(tmp: Path, quick: bool) -> list[dict]:
+    """ray_scaling.py, in Ray's environment (.venv-ray): Ray Data on 2 actors / this process
+    alone, and Ray Serve with 2 replicas / 1, on the LeNet with a symbolic batch."""
+    python = venv_python("ray")
+    if python is None:
+        return [
+            {
+                "case": "not measured: no .venv-ray (pip install -e '.[ray-tests]')",
+                "s": "",
+                "ratio": "",
+            }
+        ]
+    bundle, out = symbolic_lenet(tmp / "ray-lenet.hlobundle"), tmp / "ray.json"
+    command = [str(python), str(ROOT / "benchmarks" / "ray_scaling.py"), str(bundle), str(out)]
+    subprocess.run(command + (["--quick"] if quick else []), capture_output=True, check=True)
+    got = json.loads(out.read_text())
+    scored, cpus = got["rows"], got["cpus"]  # (`rows` is this module's table of the peers)
+    return [
+        {
+            "case": f"Ray Data, {scored} rows of one image, 2 actors on {cpus} CPUs: rows/s, and / one process without Ray",
+            "s": got["data_two_workers"],
+            "ratio": got["data_two_workers"] / got["data_one_process"],
+        },
+        {
+            "case": "one process, the same predictor over the same batches: rows/s",
+            "s": got["data_one_process"],
+            "ratio": 1.0,
+        },
+        {
+            "case": "Ray Serve, JSON, 8 clients, 2 replicas: requests/s, and / 1 replica",
+            "s": got["serve_2"],
+            "ratio": got["serve_2"] / got["serve_1"],
+        },
+        {"case": "Ray Serve, 1 replica: requests/s", "s": got["serve_1"], "ratio": 1.0},
+    ]
 
 
 def main() -> None:

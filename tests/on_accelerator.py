@@ -23,12 +23,10 @@ process at a time may hold a TPU chip. What it checks, on each JAX backend (xla,
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +38,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))
+from benchmarks import serve_client  # noqa: E402  (the serving benchmarks' client, over a unix socket)
+
 LENET = ROOT / "examples" / "lenet5.hlobundle"
 LM = ROOT / "examples" / "lm.hlobundle"
 LUX = os.environ.get("HLOBUNDLE_LUX")
@@ -142,14 +143,7 @@ def test_a_stored_executable_gives_the_first_result_without_compiling(tmp_path):
 
 def _over(path: str, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
     """One HTTP request to a server on the unix socket `path`."""
-
-    class Unix(http.client.HTTPConnection):
-        def connect(self) -> None:
-            self.sock = socket.socket(socket.AF_UNIX)
-            self.sock.settimeout(60)
-            self.sock.connect(path)
-
-    c = Unix("localhost")
+    c = serve_client.connection(path, timeout=60)
     try:
         c.request(method, url, body, {"Content-Type": "application/json"})
         answer = c.getresponse()

@@ -599,13 +599,13 @@ def test_benchmarks_reach_a_backend_only_through_its_door():
 def test_the_benchmark_guard_fails_on_a_backend_s_room():
     real = {name: source for name, source, _ in _benchmarks()}
     past = "    from hlobundle._run._backends._enzyme import prepared_for_hlo_call\n"
-    broken = real["benchmarks.run"].replace(
+    broken = real["benchmarks.startup"].replace(
         "    import hlobundle\n", "    import hlobundle\n" + past, 1
     )
-    assert broken != real["benchmarks.run"]
-    errors = _benchmark_errors([("benchmarks.run", broken, False)])
+    assert broken != real["benchmarks.startup"]
+    errors = _benchmark_errors([("benchmarks.startup", broken, False)])
     assert errors and errors[0].startswith(
-        "benchmarks/run.py imports hlobundle._run._backends._enzyme: a benchmark reaches"
+        "benchmarks/startup.py imports hlobundle._run._backends._enzyme: a benchmark reaches"
     )
 
 

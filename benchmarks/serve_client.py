@@ -1,0 +1,250 @@
+"""The client of the serving benchmarks: `hlobundle serve` of the shipped LeNet on a loopback
+port or a unix socket (`serve --uds`), one connection to it, binary inference requests, many
+clients at once (threads of this process, or forked processes), and the server's /metrics.
+`serving.py` measures with it, `accelerator.py` through `serving.serve_uds_cost`, and
+tests/on_accelerator.py asks `serve --uds` through `connection`; tests/test_benchmarks.py
+checks it against a stand-in server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from benchmarks.harness import PY, ROOT, free_port
+
+# Where a served process listens: a loopback port, or the path of a unix socket (`serve --uds`).
+Where = int | str
+
+
+def connection(where: Where, timeout: float | None = None) -> Any:
+    """An http.client connection to the server at `where`, over TCP or a unix socket."""
+    import http.client
+    import socket
+
+    if isinstance(where, int):
+        return http.client.HTTPConnection("127.0.0.1", where, timeout=timeout)
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(where)
+
+    return UnixConnection("localhost", timeout=timeout)
+
+
+def start_lenet(
+    max_batch: int, uds: str | None = None, ready_s: float = 60.0, flags: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, Where]:
+    """`hlobundle serve` of the LeNet, batching up to `max_batch`, on a free loopback port or
+    the unix socket `uds`, with `flags`, once it answers ready (within `ready_s`)."""
+    if uds is None:
+        where: Where = free_port()
+        listen = ["--port", str(where)]
+    else:
+        where, listen = uds, ["--uds", uds]
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "hlobundle",
+            "serve",
+            str(ROOT / "examples" / "lenet5.hlobundle"),
+            *listen,
+            "--backend",
+            "xla",
+            "--max-batch-size",
+            str(max_batch),
+            "--trust-batched",
+            *flags,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + ready_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            conn = connection(where, timeout=1)
+            conn.request("GET", "/v2/health/ready")
+            if conn.getresponse().status == 200:
+                return proc, where
+        except OSError:  # not listening yet
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the server did not start")
+
+
+def load(
+    where: Where,
+    body: bytes,
+    header: int,
+    want: np.ndarray,
+    clients: int,
+    each: int,
+    processes: bool = False,
+) -> tuple[float, int]:
+    """Requests per second from `clients` threads (or processes), each with its own keep-alive
+    connection sending `each` binary requests; and how many answers were lost or wrong."""
+
+    def client() -> int:
+        conn, bad = connection(where), 0
+        for _ in range(each):
+            conn.request(
+                "POST",
+                "/v2/models/lenet5/infer",
+                body,
+                {"Inference-Header-Content-Length": str(header)},
+            )
+            r = conn.getresponse()
+            data = r.read()
+            n = int(r.headers.get("Inference-Header-Content-Length", len(data)))
+            got = np.frombuffer(data[n:], "<f4") if r.status == 200 else None
+            if (
+                got is None
+                or got.size != want.size
+                or not np.allclose(got, want, rtol=1e-5, atol=1e-6)
+            ):
+                bad += 1  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
+        return bad
+
+    seconds, bad = (in_processes if processes else in_threads)(client, clients)
+    return clients * each / seconds, bad
+
+
+def binary_request(images: np.ndarray) -> tuple[bytes, bytes]:
+    """The LeNet's binary inference request (the binary extension both ways): its JSON header,
+    and the whole body."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "shape": list(images.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": images.nbytes},
+                }
+            ],
+            "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return header, header + images.astype("<f4").tobytes()
+
+
+def answer(where: Where, body: bytes, header: bytes) -> np.ndarray:
+    """The result of one binary request (float32, flat)."""
+    conn = connection(where)
+    conn.request(
+        "POST",
+        "/v2/models/lenet5/infer",
+        body,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    if r.status != 200:
+        raise RuntimeError(f"the server answered {r.status}: {data[:300]!r}")
+    return np.frombuffer(data[int(r.headers["Inference-Header-Content-Length"]) :], "<f4")
+
+
+def latency(port: int, body: bytes, header: bytes, n: int) -> tuple[list[float], list[float]]:
+    """Seconds of each binary inference request, and of each GET /v2/health/live between them
+    (HTTP alone: uvicorn and http.client over loopback, no model), one client on one keep-alive
+    connection, as clients connect."""
+    import http.client
+
+    conn, infer, live = http.client.HTTPConnection("127.0.0.1", port), [], []
+    for _ in range(n):
+        start = time.perf_counter()
+        conn.request(
+            "POST",
+            "/v2/models/lenet5/infer",
+            body,
+            {"Inference-Header-Content-Length": str(len(header))},
+        )
+        conn.getresponse().read()
+        infer.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        conn.request("GET", "/v2/health/live")
+        conn.getresponse().read()
+        live.append(time.perf_counter() - start)
+    conn.close()
+    return infer, live
+
+
+def handler_mean_s(where: Where) -> float:
+    """The server's own mean seconds per inference request, from body read to response built
+    (its /metrics histogram hlobundle_request_seconds)."""
+    return metric_mean(where, "hlobundle_request_seconds")
+
+
+def metric_mean(where: Where, histogram: str) -> float:
+    """The mean of the server's /metrics histogram `histogram` for the LeNet."""
+    conn = connection(where, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    values = {
+        line.split("{")[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(f"{histogram}_") and 'model="lenet5"' in line
+    }
+    return values[f"{histogram}_sum"] / values[f"{histogram}_count"]
+
+
+def ceiling(where: Where, clients: int, each: int, processes: bool = False) -> float:
+    """Requests per second the same clients get from the server when no model runs at all: what
+    HTTP on both sides costs, the most any batching could reach."""
+
+    def client() -> int:
+        conn = connection(where)
+        for _ in range(each):
+            conn.request("GET", "/v2/health/live")
+            conn.getresponse().read()
+        return 0
+
+    return clients * each / (in_processes if processes else in_threads)(client, clients)[0]
+
+
+def in_threads(client: Callable[[], int], clients: int) -> tuple[float, int]:
+    """Seconds `clients` threads take to run `client` each, all started together, and the sum
+    of what they return."""
+    import threading
+
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(client())) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start, sum(results)
+
+
+def in_processes(client: Callable[[], int], clients: int) -> tuple[float, int]:
+    """As `in_threads`, in forked processes (timed once all are forked): clients that share no
+    interpreter lock, as a server's clients are."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    gate, results = ctx.Barrier(clients + 1), ctx.SimpleQueue()
+
+    def run() -> None:
+        gate.wait()
+        results.put(client())
+
+    procs = [ctx.Process(target=run) for _ in range(clients)]
+    for p in procs:
+        p.start()
+    gate.wait()
+    start = time.perf_counter()
+    total = sum(results.get() for _ in procs)
+    seconds = time.perf_counter() - start
+    for p in procs:
+        p.join()
+    return seconds, total
