@@ -3,12 +3,12 @@ machine (by hand: CI has none) writes benchmarks/RESULTS-<platform>.md (RESULTS-
 TPU) with the date, the device, the jax, jaxlib and libtpu versions and the host's cores.
 
 Every figure is a ratio against a baseline measured in the same run: medians of interleaved
-repetitions (`run.interleaved`), each with its goal. Sections (`--only`):
+repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 
 - `overhead`: a bundle function under `jax.jit` / the same function under native `jax.jit`,
   dispatch-bound (the LeNet at batch 4) and compute-bound (`--layers` bf16 dense layers
   `--width` wide, batch `--batch`, made with `hlobundle.export`); goal <= 1.02.
-- `lm`: one decode step of examples/lm.hlobundle / native `lm.decode` (`run.lm_cost`).
+- `lm`: one decode step of examples/lm.hlobundle / native `lm.decode` (`language_model.lm_cost`).
 - `grad`: `jax.grad` through the compute-bound bundle / native; goal <= 1.05.
 - `weights`: `hlobundle.load` + `jax.device_put` of its weights / `device_put` of the same
   arrays from memory; goal <= 1.2.
@@ -17,7 +17,7 @@ repetitions (`run.interleaved`), each with its goal. Sections (`--only`):
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
   stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables).
 - `serve`: the gain of serve's batching over `serve --uds` (the machine has no TCP), 16
-  clients, against the model-only bound (`run.serve_uds_cost`); goal >= 0.8.
+  clients, against the model-only bound (`serving.serve_uds_cost`); goal >= 0.8.
 
 It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
 the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
@@ -45,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import ROOT, interleaved, lm_cost, table  # noqa: E402  (the harness)
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the checkout: `benchmarks`
+from benchmarks.harness import ROOT, interleaved, table  # noqa: E402
+from benchmarks.language_model import lm_cost  # noqa: E402
 
 STEP = 8 << 20  # what the parallel bound reads and hashes at a time
 
@@ -408,8 +409,8 @@ def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platfor
 def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
     """`hlobundle serve --uds PATH` (the accelerator machine allows no TCP socket): 16 clients'
     requests per second with dynamic batching / without, against the model-only bound, as
-    `benchmarks/run.py --only serve-uds` measures it (`run.serve_uds_cost`); goal >= 0.8."""
-    from run import serve_uds_cost
+    `benchmarks/run.py --only serve-uds` measures it (`serving.serve_uds_cost`); goal >= 0.8."""
+    from benchmarks.serving import serve_uds_cost
 
     return serve_uds_cost(tmp, args.quick)
 

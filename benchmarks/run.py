@@ -34,10 +34,7 @@ from benchmarks import (  # noqa: E402
     trust,
     usage,
 )
-
-# accelerator.py imports its harness from here (`from run import ...`) until it folds into the
-# package: these names stay importable from run.py.
-from benchmarks.harness import ROOT, interleaved, table  # noqa: E402, F401
+from benchmarks.harness import ROOT, table  # noqa: E402
 from benchmarks.language_model import lm_cost  # noqa: E402
 from benchmarks.serving import serve_uds_cost  # noqa: E402
 
