@@ -324,6 +324,7 @@ def test_serve_starts_compiled_answers_and_drains_on_sigterm(tmp_path, images):
             str(port),
             "--backend",
             "xla",
+            "--access-log",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

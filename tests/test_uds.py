@@ -241,6 +241,7 @@ def test_serve_answers_over_unix_sockets_and_drains_on_sigterm(here):
     assert proc.returncode == 0, stderr[-2000:]
     assert stdout.startswith("serving lenet5 at http://localhost/v2 over unix:rest.sock\n")
     assert "serving gRPC (inference.GRPCInferenceService) at unix:grpc.sock" in stdout
+    assert "/infer" not in stdout + stderr  # no line a request without --access-log
     assert sorted(os.listdir()) == []  # both sockets removed, nothing else left
 
 

@@ -324,7 +324,7 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     )
     if args.grpc_port is not None or args.grpc_uds is not None:
         served = _with_grpc(served, models, limits, args)
-    server(served, args.host, args.port, limits, args.uds).run(sockets=[sock])
+    server(served, args.host, args.port, limits, args.uds, args.access_log).run(sockets=[sock])
 
 
 def _with_grpc(served: Any, models: dict[str, Any], limits: Any, args: argparse.Namespace) -> Any:

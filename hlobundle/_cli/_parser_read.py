@@ -253,6 +253,12 @@ def add_serve(sub: Any) -> None:
         help="answer requests beyond N open connections with 503 (default 512)",
     )
     p.add_argument(
+        "--access-log",
+        action="store_true",
+        help="print a line for each request (off by default: it costs the server's event "
+        "loop about a third of a health check; /metrics counts every request)",
+    )
+    p.add_argument(
         "--max-batch-size",
         type=_values.positive_int,
         default=8,
