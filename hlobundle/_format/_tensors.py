@@ -322,12 +322,14 @@ class TensorFile:
 
         **Returns:** (the sha256 or None, the chunk digests), of the bytes read.
         """
-        import numpy as np
-
         if not (in_memory or self.untouched):  # tensors come from a copy or the mapping
             raise ValueError(f"{self.name}: its bytes in use are no longer read from the file")
         size = os.fstat(self._fd).st_size
-        memory = np.frombuffer(self._private_copy(size), np.uint8)[:size] if in_memory else None
+        memory = None
+        if in_memory:  # numpy for the copy alone: `hlobundle verify` makes none
+            import numpy as np
+
+            memory = np.frombuffer(self._private_copy(size), np.uint8)[:size]
         h = hashlib.sha256() if whole else None
         with _progress.task(f"reading {self.name}", size) as advance:
             try:
