@@ -216,14 +216,14 @@ def test_a_cache_under_a_directory_others_may_rename_in_is_not_used(tmp_path, mo
 
 
 def test_the_store_s_entries_of_another_user_are_neither_listed_nor_pruned(cache):
-    """A blob directory others may write, and a remote bundle's directory and a blob of another
-    user's: prune removes none of them (the store's half of `cache`, as the caches' half)."""
-    blobs = cache / "blobs" / "sha256"
-    blobs.mkdir(parents=True, mode=0o700)
+    """A records directory others may write, and a remote bundle's directory and a record of
+    another user's: prune removes none of them (the store's half of `cache`, as the caches'
+    half)."""
+    located = cache / "located"
+    located.mkdir(parents=True, mode=0o700)
     cache.chmod(0o700)
-    (cache / "blobs").chmod(0o700)
-    theirs = blobs / ("2" * 64)
-    theirs.write_text("someone's")
+    theirs = located / ("2" * 64)
+    theirs.write_text("0\n/somewhere")
     _as_nobody(theirs)
     view = cache / "remote" / ("4" * 64)
     view.mkdir(parents=True)
@@ -231,13 +231,13 @@ def test_the_store_s_entries_of_another_user_are_neither_listed_nor_pruned(cache
     (view / "file").write_text("someone's too")
     _as_nobody(view)
     listed = _ls()
-    assert (listed["blobs"], listed["views"]) == (0, 0), listed
+    assert (listed["located"], listed["views"]) == (0, 0), listed
     _prune("0")
     assert theirs.exists() and (view / "file").exists()
-    ours = blobs / ("3" * 64)
-    ours.write_text("ours")
-    blobs.chmod(0o777)  # a blob directory others may write: nothing in it is counted
-    assert _ls()["blobs"] == 0
+    ours = located / ("3" * 64)
+    ours.write_text("0\n/somewhere")
+    located.chmod(0o777)  # a records directory others may write: nothing in it is counted
+    assert _ls()["located"] == 0
     _prune("0")
     assert ours.exists()
 

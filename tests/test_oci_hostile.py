@@ -630,7 +630,7 @@ def test_a_pointer_naming_a_path_with_a_nul_byte_is_ignored(fake, tmp_path):
     artifact(EXAMPLE, fake)
     digest = _weights_digest().removeprefix("sha256:")
     hlobundle.pull(fake.ref(), tmp_path / "first.hlobundle")
-    (tmp_path / "cache" / "pulled" / digest).write_bytes(b"/tmp/a\0b")
+    (tmp_path / "cache" / "located" / digest).write_bytes(b"0\n/tmp/a\0b")
     again = hlobundle.pull(fake.ref(), tmp_path / "second.hlobundle")
     size = (EXAMPLE / WEIGHTS).stat().st_size
     assert (

@@ -119,9 +119,8 @@ def test_the_store_keeps_what_was_fetched(bundle, server):
     assert server.sent - first == (bundle / "manifest.json").stat().st_size  # the manifest only
 
 
-def test_a_new_version_fetches_only_what_changed(bundle, server, tmp_path):
-    """Another bundle (another manifest) with the same module files and weights: nothing but
-    its manifest is fetched again, from another URL."""
+def _another_version(bundle: Path) -> Path:
+    """Another bundle (another manifest) with the same module files and weights."""
     import shutil
 
     copy = bundle.parent / "copy.hlobundle"
@@ -130,29 +129,91 @@ def test_a_new_version_fetches_only_what_changed(bundle, server, tmp_path):
         m = json.loads((copy / "manifest.json").read_bytes())
         m["provenance"]["producer"] = "another"
         (copy / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    return copy
+
+
+def test_a_new_version_fetches_only_what_changed(bundle, server, tmp_path):
+    """Another bundle (another manifest) with the same module files and weights: nothing but
+    its manifest is fetched again, from another URL."""
+    copy = _another_version(bundle)
     hlobundle.load(url(server, bundle), functions=["f3"])
     first = server.sent
     hlobundle.load(url(server, copy), functions=["f3"])
     assert server.sent - first == (copy / "manifest.json").stat().st_size
 
 
+def _records(tmp_path: Path) -> dict[str, tuple[Path, int]]:
+    """The store's records of where fetched bytes lie: {sha256: (file, offset)}."""
+    from hlobundle._read import _store
+
+    located = tmp_path / "cache" / _store.LOCATED
+    found = {r.name: _store._read_record(r) for r in located.iterdir()} if located.is_dir() else {}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _sizes(bundle: Path) -> dict[str, int]:
+    """The size of every file and chunk of the bundle, by its sha256."""
+    sizes = {}
+    for entry in json.loads((bundle / "manifest.json").read_bytes())["files"].values():
+        sizes[entry["sha256"]] = entry["size"]
+        if entry.get("chunks"):
+            chunk, digests = entry["chunks"]["size"], entry["chunks"]["sha256"]
+            for i, digest in enumerate(digests):
+                b, e = _chunks.span(entry["size"], chunk, i)
+                sizes[digest] = e - b
+    return sizes
+
+
 def test_a_corrupted_chunk_is_refused_naming_it(bundle, server, tmp_path):
+    from hlobundle._read import _store
+
     server.mode = "corrupt"
     with pytest.raises(HashMismatchError) as e:
         hlobundle.load(url(server, bundle), functions=["f1"])
     assert ".chunks.sha256[" in e.value.field
-    # nothing was kept of the corrupted bytes: each stored blob is named by its own digest
-    blobs = tmp_path / "cache" / "blobs" / "sha256"
-    for blob in blobs.iterdir() if blobs.is_dir() else ():
-        assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name, blob.name
+    # nothing was recorded of the corrupted bytes: each record names the bytes of its digest
+    sizes, store = _sizes(bundle), _store.Store()
+    for digest in _records(tmp_path):
+        assert store.get(digest, sizes[digest]) is not None, digest
+
+
+def test_fetched_chunks_are_stored_once(bundle, server, tmp_path):
+    """Each fetched chunk and file lies once on the disk, in the remote bundle's directory: the
+    store records where (the same inode), and keeps no copy of it."""
+    hlobundle.load(url(server, bundle), functions=["f1"])
+    cache = tmp_path / "cache"
+    (view,) = (cache / "remote").iterdir()
+    records = _records(tmp_path)
+    weights = json.loads((bundle / "manifest.json").read_bytes())["files"]["weights.safetensors"]
+    fetched = [d for d in weights["chunks"]["sha256"] if d in records]
+    assert len(fetched) >= 2, "the load recorded none of the weights' chunks"
+    inode = (view / "weights.safetensors").stat().st_ino
+    assert {records[d][0].stat().st_ino for d in fetched} == {inode}
+    allocated = sum(p.stat().st_blocks * 512 for p in cache.rglob("*") if p.is_file())
+    used = used_bytes(bundle, "f1")
+    assert allocated < 1.25 * used, f"{allocated} bytes on disk for {used} fetched"
+
+
+def test_a_record_naming_other_bytes_is_not_used(bundle, server, tmp_path):
+    """A record of the store rewritten to name another file of the user's, or an offset past the
+    end of the file it names: the bytes it names are not used, the chunk is fetched again."""
+    hlobundle.load(url(server, bundle), functions=["f1"])
+    records = _records(tmp_path)
+    other = tmp_path / "other"
+    other.write_bytes(b"\1" * (4 << 20))
+    located = tmp_path / "cache" / "located"
+    for i, (digest, (where, offset)) in enumerate(sorted(records.items())):
+        record = b"%d\n%s" % ((offset, bytes(other)) if i % 2 else (1 << 40, bytes(where)))
+        (located / digest).write_bytes(record)
+    copy = _another_version(bundle)
+    first = server.sent
+    b = hlobundle.load(url(server, copy), functions=["f1"])
+    assert server.sent - first == used_bytes(copy, "f1")  # nothing taken from the records
+    b.verify()
 
 
 def test_a_corrupted_chunk_in_the_store_is_fetched_again(bundle, server, tmp_path):
     hlobundle.load(url(server, bundle), functions=["f1"])
-    blobs = tmp_path / "cache" / "blobs" / "sha256"
-    for blob in blobs.iterdir():
-        blob.chmod(0o600)
-        blob.write_bytes(b"\0" * blob.stat().st_size)
     views = tmp_path / "cache" / "remote"
     for weights in views.glob("*/weights.safetensors"):
         weights.write_bytes(b"\0" * weights.stat().st_size)
@@ -348,14 +409,14 @@ def test_cache_ls_and_prune_bound_the_store_and_touch_nothing_else(bundle, serve
 
     hlobundle.load(url(server, bundle), functions=["f1"])
     listed = json.loads(cli("cache", "ls", "--json").stdout)
-    assert listed["blobs"] > 0 and listed["views"] == 1 and listed["blob_bytes"] > 1 << 20
-    other = tmp_path / "cache" / "blobs" / "sha256" / "notes.txt"  # not a name the store writes
+    assert listed["located"] > 0 and listed["views"] == 1 and listed["view_bytes"] > 1 << 20
+    other = tmp_path / "cache" / "located" / "notes.txt"  # not a name the store writes
     other.write_text("mine")
     (tmp_path / "cache" / "jax").mkdir()
     done = cli("cache", "prune", "--max-size", "0", "--json")
     assert done.returncode == 0, done.stderr
     after = json.loads(done.stdout)
-    assert (after["blobs"], after["views"], after["blob_bytes"]) == (0, 0, 0)
+    assert (after["located"], after["views"], after["view_bytes"]) == (0, 0, 0)
     assert other.read_text() == "mine" and (tmp_path / "cache" / "jax").is_dir()
     first = server.sent
     hlobundle.load(url(server, bundle), functions=["f1"])
@@ -394,7 +455,7 @@ def _cli_in(cache, *args: str, timeout: float = 60):
 
 @pytest.mark.subprocess
 def test_prune_touches_nothing_through_a_symlinked_directory_or_an_open_cache(tmp_path):
-    """`remote` and `pulled` made symlinks to someone's directory holding entries named as
+    """`remote` and `located` made symlinks to someone's directory holding entries named as
     the store names its own: prune removes none of them; nor anything in a cache root others
     may write."""
     import os
@@ -406,16 +467,16 @@ def test_prune_touches_nothing_through_a_symlinked_directory_or_an_open_cache(tm
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
     os.symlink(victim, cache / "remote")
-    os.symlink(victim, cache / "pulled")
+    os.symlink(victim, cache / "located")
     done = _cli_in(cache, "cache", "prune", "--max-size", "0")
     assert done.returncode == 0, done.stderr
     assert (victim / ("b" * 64) / "precious.txt").exists() and (victim / ("c" * 64)).exists()
     open_cache = tmp_path / "open"
-    (open_cache / "blobs" / "sha256").mkdir(parents=True)
-    (open_cache / "blobs" / "sha256" / ("d" * 64)).write_text("not the store's")
+    (open_cache / "located").mkdir(parents=True)
+    (open_cache / "located" / ("d" * 64)).write_text("not the store's")
     open_cache.chmod(0o777)
     done = _cli_in(open_cache, "cache", "prune", "--max-size", "0")
-    assert (open_cache / "blobs" / "sha256" / ("d" * 64)).exists(), done.stderr
+    assert (open_cache / "located" / ("d" * 64)).exists(), done.stderr
 
 
 @pytest.mark.subprocess
@@ -423,8 +484,8 @@ def test_prune_does_not_block_on_a_fifo_pointer(tmp_path):
     import os
 
     cache = tmp_path / "cache"
-    (cache / "pulled").mkdir(parents=True, mode=0o700)
+    (cache / "located").mkdir(parents=True, mode=0o700)
     cache.chmod(0o700)
-    os.mkfifo(cache / "pulled" / ("a" * 64))
+    os.mkfifo(cache / "located" / ("a" * 64))
     done = _cli_in(cache, "cache", "prune", "--max-size", "1G", timeout=30)
     assert done.returncode == 0, done.stderr

@@ -85,12 +85,14 @@ def chunk_digests(
 
     **Returns:** (the sha256 or None, the chunk digests), of the bytes read.
     """
-    import numpy as np
-
     if not (in_memory or tf.untouched):  # tensors come from a copy or the mapping
         raise ValueError(f"{tf.name}: its bytes in use are no longer read from the file")
     size = tf.size
-    memory = np.frombuffer(_private_copy(tf, size), np.uint8)[:size] if in_memory else None
+    memory = None
+    if in_memory:  # numpy for the copy alone: `hlobundle verify` makes none
+        import numpy as np
+
+        memory = np.frombuffer(_private_copy(tf, size), np.uint8)[:size]
     h = hashlib.sha256() if whole else None
     with _progress.task(f"reading {tf.name}", size) as advance:
         try:

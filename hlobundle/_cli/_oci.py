@@ -95,8 +95,8 @@ def _show_usage(args: argparse.Namespace, usage: Usage, root: Path) -> int:
         print(json.dumps({"ok": True, "path": str(root), **vars(usage)}))
         return EXIT_OK
     print(f"store: {shown(str(root))}")
-    print(f"  blobs: {usage.blobs} ({human_bytes(usage.blob_bytes)})")
     print(f"  remote bundles: {usage.views} ({human_bytes(usage.view_bytes)})")
+    print(f"  records of where fetched files and chunks lie: {usage.located}")
     print("caches:")
     for name, held in usage.caches.items():
         print(f"  {name}/: {held['entries']} entries ({human_bytes(held['bytes'])})")

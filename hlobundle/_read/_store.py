@@ -1,13 +1,14 @@
 """The local store of what remote loads and pulls fetched (docs/distribution.md, "The
-store"): `cache_root()/blobs/sha256/<hex>`, one file per fetched file or chunk, named by its
-sha256, and `cache_root()/remote/<manifest sha256>/`, the directory a remote bundle is opened
-from. It is a cache, with the caches' trust rules (SPEC.md section 8, "Caches"): private to
-this user, and nothing read from it is used before it is hashed again against the digest asked
-for. A second version of a model that shares files or chunks with the first fetches only what
-is new. A pulled bundle's files are not copied (they would be on the disk twice) nor linked (a
-bundle's file may have only its own name, SPEC.md 'Reader safety'): `pulled/<hex>` remembers
-where a file of that sha256 was pulled to, and a later pull reads it from there, hashed again,
-when it is still this user's regular file of that size."""
+store"): `cache_root()/remote/<manifest sha256>/`, the directory a remote bundle is opened
+from, which holds the bytes fetched for it (its tensor files sparse), and
+`cache_root()/located/<hex>`, a record of where bytes of that sha256 lie: a file (a remote
+bundle's in `remote/`, or one a pull wrote) and the offset in it. Each fetched file and chunk is
+stored once, in the file it was fetched for: a record is a path and an offset, never a copy
+(nor a link: a bundle's file may have only its own name, SPEC.md 'Reader safety'). It is a
+cache, with the caches' trust rules (SPEC.md section 8, "Caches"): private to this user, and
+nothing read through a record is used before it is hashed again against the digest asked for,
+read from this user's regular file, not through a symlink, of at least that many bytes. A second
+version of a model that shares files or chunks with the first fetches only what is new."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from typing import IO
 
 from . import _cache
 
-BLOBS = "blobs"
 VIEWS = "remote"
-PULLED = "pulled"
-_MAX_POINTER = 4096
+LOCATED = "located"
+_MAX_RECORD = 4096
+_MAX_OFFSET_DIGITS = 20
 _HEX = frozenset("0123456789abcdef")
 _PIECE = 1 << 20
 
@@ -38,86 +39,71 @@ def _is_digest(name: str) -> bool:
 
 
 class Store:
-    """The blob store, or none (`HLOBUNDLE_NO_CACHE`, or a cache that is not private): then
-    `get` finds nothing and `put` keeps nothing."""
+    """Where fetched bytes lie, or nothing (`HLOBUNDLE_NO_CACHE`, or a cache that is not
+    private): then `get` finds nothing and `remember` keeps nothing."""
 
     def __init__(self) -> None:
-        blobs = _cache.directory(BLOBS)
-        self.blobs: Path | None = None
-        self.pulled: Path | None = None
-        if blobs is not None:
-            self.blobs = blobs / "sha256"
-            self.blobs.mkdir(mode=0o700, exist_ok=True)
-            self.pulled = _cache.directory(PULLED)
+        self.located = _cache.directory(LOCATED)
 
     def get(self, digest: str, size: int) -> bytes | None:
-        """The stored bytes of sha256 `digest`, hashed again now; None when absent or wrong."""
-        path = self._path(digest)
-        if path is None:
+        """The `size` bytes of sha256 `digest`, read where a record says they lie and hashed
+        again now; None when there is no record, or the bytes there are not those."""
+        found = self._open(digest, size)
+        if found is None:
             return None
-        data = _read_own(path, size)
-        if data is None or hashlib.sha256(data).hexdigest() != digest:
+        fd, offset = found
+        try:
+            data = os.pread(fd, size, offset) if size else b""
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
             return None
         return data
 
-    def put(self, digest: str, data: bytes) -> None:
-        """Keep `data` (whose sha256, `digest`, the caller checked). Best effort."""
-        path = self._path(digest)
-        if path is not None and not path.exists():
-            _keep(path, lambda f: f.write(data), 0o400)
-
     def pieces(self, digest: str, size: int) -> Iterator[bytes] | None:
-        """The stored bytes of sha256 `digest` (a blob, or a file a pull remembered), in
-        pieces, at most `size` + 1 of them (the caller hashes them again); None when absent or
-        not this user's regular file of that size."""
-        path = self._path(digest)
-        fd = None if path is None else _open_own(path, size)
-        if fd is None:
-            pulled = self._pulled_to(digest)
-            fd = None if pulled is None else _open_own(pulled, size)
-        if fd is None:
+        """The `size` bytes of sha256 `digest`, where a record says they lie, in pieces (the
+        caller hashes them again); None when there is no record, or no file of this user's
+        that holds that many bytes there."""
+        found = self._open(digest, size)
+        if found is None:
             return None
+        fd, offset = found
 
         def read() -> Iterator[bytes]:
             with os.fdopen(fd, "rb") as f:
-                left = size + 1
+                f.seek(offset)
+                left = size
                 while left > 0 and (piece := f.read(min(_PIECE, left))):
                     left -= len(piece)
                     yield piece
 
         return read()
 
-    def put_file(self, digest: str, source: Path) -> None:
-        """Keep a copy of the file `source` (whose sha256, `digest`, the caller checked). Best
+    def remember(self, digest: str, where: Path, offset: int = 0) -> None:
+        """Remember that the file `where` holds the bytes of sha256 `digest` (which the caller
+        checked) from `offset` on: a later `get` or `pieces` reads them from there. Best
         effort."""
-        path = self._path(digest)
-        if path is None or path.exists():
+        if self.located is None or not _is_digest(digest):
             return
+        text = b"%d\n" % offset + os.fsencode(where.resolve())
+        if len(text) <= _MAX_RECORD:
+            _keep(self.located / digest, lambda f: f.write(text), 0o600)
 
-        def copy(f: IO[bytes]) -> None:
-            with open(source, "rb") as original:
-                shutil.copyfileobj(original, f, _PIECE)
-
-        _keep(path, copy, 0o400)
-
-    def remember(self, digest: str, pulled: Path) -> None:
-        """Remember that the file `pulled` (whose sha256, `digest`, the caller checked) holds
-        those bytes: a later `pieces(digest)` reads them from there. Best effort."""
-        if self.pulled is None or not _is_digest(digest):
-            return
-        text = os.fsencode(pulled.resolve())
-        if len(text) <= _MAX_POINTER:
-            _keep(self.pulled / digest, lambda f: f.write(text), 0o600)
-
-    def _pulled_to(self, digest: str) -> Path | None:
-        if self.pulled is None or not _is_digest(digest):
+    def _open(self, digest: str, size: int) -> tuple[int, int] | None:
+        """The file a record names for `digest`, opened (the caller closes it), and the offset
+        of the bytes in it; None when there is no record, or the file is not this user's
+        regular file of at least `offset + size` bytes (reached through no symlink at its
+        last step)."""
+        if self.located is None or not _is_digest(digest):
             return None
-        return _read_pointer(self.pulled / digest)
-
-    def _path(self, digest: str) -> Path | None:
-        if self.blobs is None or not _is_digest(digest):
+        record = _read_record(self.located / digest)
+        if record is None:
             return None
-        return self.blobs / digest
+        where, offset = record
+        fd = _cache.open_own_file(where, lambda got: got >= offset + size)
+        return None if fd is None else (fd, offset)
 
 
 def _keep(path: Path, write: Callable[[IO[bytes]], object], mode: int) -> None:
@@ -151,95 +137,70 @@ def view_directory(manifest_sha256: str) -> Path | None:
     return path
 
 
-def _read_own(path: Path, size: int) -> bytes | None:
-    """A regular file of this user's, of `size` bytes, not through a symlink; else None."""
-    fd = _open_own(path, size)
-    if fd is None:
-        return None
-    try:
-        return os.pread(fd, size + 1, 0) if size else b""
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _open_own(path: Path, size: int) -> int | None:
-    """`path` opened, when it is a regular file of this user's, of `size` bytes, not reached
-    through a symlink; else None."""
-    return _cache.open_own_file(path, lambda got: got == size)
-
-
 # ---- `hlobundle cache ls` and `cache prune`
 
 
 @dataclass(frozen=True)
 class Usage:
-    """What the cache directory holds: the store's blobs and remote bundles, and each cache's
-    entries and bytes (`caches`: {name: {"entries": N, "bytes": N}})."""
+    """What the cache directory holds: the store's remote bundles and their bytes, its records
+    of where fetched bytes lie, and each cache's entries and bytes (`caches`: {name:
+    {"entries": N, "bytes": N}})."""
 
-    blobs: int
-    blob_bytes: int
     views: int
     view_bytes: int
+    located: int
     caches: dict[str, dict[str, int]]
 
 
-def _read_pointer(pointer: Path) -> Path | None:
-    """The path a `pulled/` pointer names: its bytes, when it is this user's regular file of
-    at most _MAX_POINTER bytes (not a FIFO, not through a symlink) naming a path without NUL."""
-    fd = _cache.open_own_file(pointer, lambda got: 0 < got <= _MAX_POINTER)
+def _read_record(record: Path) -> tuple[Path, int] | None:
+    """The path and offset a `located/` record names: when it is this user's regular file of
+    at most _MAX_RECORD bytes (not a FIFO, not through a symlink), an offset in decimal, a
+    newline, and a path without NUL; else None."""
+    fd = _cache.open_own_file(record, lambda got: 0 < got <= _MAX_RECORD)
     if fd is None:
         return None
     try:
-        data = os.pread(fd, _MAX_POINTER, 0)
+        data = os.pread(fd, _MAX_RECORD, 0)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return None if b"\0" in data else Path(os.fsdecode(data))
+    offset, newline, path = data.partition(b"\n")
+    digits = 0 < len(offset) <= _MAX_OFFSET_DIGITS and offset.isdigit()
+    if not newline or not digits or not path or b"\0" in path:
+        return None
+    return Path(os.fsdecode(path)), int(offset)
 
 
-def _entries(*names: str) -> list[tuple[Path, os.stat_result]]:
-    """The entries named by a sha256 in the store's directory `names` (under the cache root) that
-    are this user's, each with its own lstat: none when that directory, or one between it and
-    the root, is missing (none is made here) or is not a private one of this user's
-    (`_cache.directory`'s rules: no symlink, no other owner, no one else may write), or cannot
-    be read. Only names the store writes."""
-    base = _cache.directory(names[0], create=False)
+def _entries(name: str) -> list[tuple[Path, os.stat_result]]:
+    """The entries named by a sha256 in the store's directory `name` (under the cache root)
+    that are this user's, each with its own lstat: none when that directory is missing (none
+    is made here) or is not a private one of this user's (`_cache.directory`'s rules: no
+    symlink, no other owner, no one else may write), or cannot be read. Only names the store
+    writes."""
+    base = _cache.directory(name, create=False)
     if base is None:
         return []
-    for name in names[1:]:
-        base = base / name
-        if not _cache.is_private(base):
-            return []
     return [(path, st) for path, st in _cache.own_names(base) if _is_digest(path.name)]
-
-
-def _blobs() -> list[tuple[Path, os.stat_result]]:
-    return [(p, st) for p, st in _entries(BLOBS, "sha256") if stat.S_ISREG(st.st_mode)]
 
 
 def _views() -> list[tuple[Path, os.stat_result]]:
     return [(p, st) for p, st in _entries(VIEWS) if stat.S_ISDIR(st.st_mode)]
 
 
+def _records() -> list[tuple[Path, os.stat_result]]:
+    return [(p, st) for p, st in _entries(LOCATED) if stat.S_ISREG(st.st_mode)]
+
+
 def usage() -> Usage:
-    """What the store holds (its blobs and remote bundles' directories, and their bytes: a
-    directory's bytes as allocated, its tensor files holding only the chunks fetched) and what
-    each cache holds."""
-    blobs, views = _blobs(), _views()
+    """What the store holds (its remote bundles' directories and their bytes, as allocated:
+    their tensor files hold only the chunks fetched; its records) and what each cache holds."""
+    views = _views()
     caches = {}
     for name in _cache.CACHES:
         found = _cache.entries(name)
         caches[name] = {"entries": len(found), "bytes": sum(e.size for e in found)}
-    return Usage(
-        len(blobs),
-        sum(st.st_size for _, st in blobs),
-        len(views),
-        sum(_allocated(p) for p, _ in views),
-        caches,
-    )
+    return Usage(len(views), sum(_allocated(p) for p, _ in views), len(_records()), caches)
 
 
 def _allocated(directory: Path) -> int:
@@ -255,18 +216,14 @@ def _allocated(directory: Path) -> int:
 
 
 def prune(max_bytes: int) -> Usage:
-    """Remove what was used longest ago first (remote bundles' directories, blobs, the caches'
-    entries alike) until the store and the caches hold at most `max_bytes`, then what the store
-    remembers of pulled files that are gone (all of it, with `max_bytes` 0). Only names the
-    store and the caches' writers make, in their own private directories, are touched, never a
-    pulled file. What is left."""
+    """Remove what was used longest ago first (remote bundles' directories and the caches'
+    entries alike) until the store and the caches hold at most `max_bytes`, then the records
+    of bytes whose file is gone (all of them, with `max_bytes` 0). Only names the store and the
+    caches' writers make, in their own private directories, are touched, never a pulled file.
+    What is left."""
     candidates: list[tuple[float, int, Callable[[], None]]] = [
         (st.st_atime, _allocated(view), functools.partial(shutil.rmtree, view, ignore_errors=True))
         for view, st in _views()
-    ]
-    candidates += [
-        (st.st_atime, st.st_size, functools.partial(blob.unlink, missing_ok=True))
-        for blob, st in _blobs()
     ]
     for name in _cache.CACHES:
         candidates += [
@@ -278,12 +235,12 @@ def prune(max_bytes: int) -> Usage:
             break
         remove()
         total -= size
-    for pointer, st in _entries(PULLED):
-        if stat.S_ISREG(st.st_mode) and (max_bytes == 0 or not _still_there(pointer)):
-            pointer.unlink(missing_ok=True)  # where a pull put a file: the file stays
+    for record, _ in _records():
+        if max_bytes == 0 or not _still_there(record):
+            record.unlink(missing_ok=True)  # where a pull put a file: the file stays
     return usage()
 
 
-def _still_there(pointer: Path) -> bool:
-    pulled = _read_pointer(pointer)
-    return pulled is not None and pulled.is_file()
+def _still_there(record: Path) -> bool:
+    found = _read_record(record)
+    return found is not None and found[0].is_file()

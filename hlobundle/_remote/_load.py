@@ -2,7 +2,9 @@
 for `oci://` and `https://`, first the manifest, then only what the chosen functions use: their
 module files, whole, and of each tensor file the chunks (SPEC.md 2.9) that hold its header and
 their tensors. Every chunk is checked against its digest before it is kept, and checked again
-by the reader from the copy it runs from; fetched bytes are kept in the store (`_store`)."""
+by the reader from the copy it runs from. Fetched bytes are kept once, in the remote bundle's
+directory, and the store (`_store`) records where they lie, for a later load of other bundles
+that share them."""
 
 from __future__ import annotations
 
@@ -256,13 +258,14 @@ def _fetch_whole(
         try:
             hashed = _Hashed(name, entry, stored)
             _write_new(root, target, hashed, hashed.check)
+            store.remember(entry.sha256, target)
             return
         except (HashMismatchError, SizeMismatchError):
-            pass  # changed in the store: fetched again
+            pass  # changed where the store found it: fetched again
     pieces = iter(()) if entry.size == 0 else _range(source, name, entry.size, 0, entry.size)
     hashed = _Hashed(name, entry, pieces)
     _write_new(root, target, hashed, hashed.check)
-    store.put_file(entry.sha256, target)
+    store.remember(entry.sha256, target)
 
 
 class _Hashed:
@@ -331,7 +334,7 @@ def _fetch_chunks(
                     f"{name}: a file of {entry.size} bytes cannot be made in {root} ({e.strerror})",
                     path=name,
                 ) from None
-        fill = _Filler(source, store, fd, name, entry, chunks)
+        fill = _Filler(source, store, (fd, target), name, entry, chunks)
         fill(_chunks.covering(entry.size, chunks.size, 0, 8))
         (n,) = struct.unpack("<Q", os.pread(fd, 8, 0).ljust(8, b"\0"))
         # The reader's limit on this header (for every tensor the manifest lists in the
@@ -349,19 +352,21 @@ def _fetch_chunks(
 
 
 class _Filler:
-    """Writes missing chunks of one tensor file: from the store, else from the source (runs of
-    consecutive chunks in one range request), each checked against its digest first."""
+    """Writes missing chunks of one tensor file (`file`: its descriptor and path): from where
+    the store finds them, else from the source (runs of consecutive chunks in one range
+    request), each checked against its digest first; the store records where each now lies."""
 
     def __init__(
         self,
         source: Source,
         store: _store.Store,
-        fd: int,
+        file: tuple[int, Path],
         name: str,
         entry: FileEntry,
         chunks: Chunks,
     ):
-        self.source, self.store, self.fd, self.name, self.entry = source, store, fd, name, entry
+        self.source, self.store, self.name, self.entry = source, store, name, entry
+        self.fd, self.path = file
         self.chunk, self.digests = chunks.size, chunks.sha256
 
     def __call__(self, indices: Sequence[int] | range) -> None:
@@ -372,7 +377,7 @@ class _Filler:
                 continue  # already here
             data = self.store.get(self.digests[i], end - begin)
             if data is not None:
-                os.pwrite(self.fd, data, begin)
+                self._keep(i, data, begin)
             else:
                 missing.append(i)
         for run in _runs(missing):
@@ -394,9 +399,14 @@ class _Filler:
                 data = bytes(buffer[: e - b])
                 del buffer[: e - b]
                 _files.check_chunk(self.name, i, data, self.digests[i])
-                self.store.put(self.digests[i], data)
-                os.pwrite(self.fd, data, b)
+                self._keep(i, data, b)
                 i += 1
+
+    def _keep(self, i: int, data: bytes, begin: int) -> None:
+        """Chunk `i`, checked, written at `begin`; the store's record of it now names this
+        place (the newest, last to be pruned)."""
+        os.pwrite(self.fd, data, begin)
+        self.store.remember(self.digests[i], self.path, begin)
 
 
 def _runs(indices: list[int]) -> list[list[int]]:
