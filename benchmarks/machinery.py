@@ -265,7 +265,7 @@ FORK_CODE = ["hlobundle/_isolation/_fork_servers.py", "hlobundle/_isolation/_for
 def fork_servers(tmp: Path, quick: bool) -> list[dict]:
     """Untrusted bytes read in a child: forks of one server / a fresh interpreter each.
     `hlobundle verify` (no cache) of a bundle of three forms another jaxlib wrote (each form's
-    artifact is deserialized in a child), switched by `_portable.FORK_SERVER`; and three
+    artifact is deserialized in a child), switched by `_artifacts.FORK_SERVER`; and three
     Exporteds' backward modules lowered in one process (`from_exported`'s session)."""
     import jax
 
@@ -279,8 +279,8 @@ def fork_servers(tmp: Path, quick: bool) -> list[dict]:
     )
     _written_by_another_jaxlib(bundle)
     code = (
-        "import sys\nfrom hlobundle._format import _portable\n"
-        "_portable.FORK_SERVER = sys.argv[1] == 'forked'\n"
+        "import sys\nfrom hlobundle._bundle_io import _artifacts\n"
+        "_artifacts.FORK_SERVER = sys.argv[1] == 'forked'\n"
         "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
     )
     env = {**os.environ, "HLOBUNDLE_NO_CACHE": "1", "PYTHONPATH": str(ROOT)}
@@ -309,7 +309,7 @@ def _backward_modules(quick: bool) -> dict:
     interpreter each."""
     import jax
 
-    from hlobundle._format import _portable
+    from hlobundle._bundle_io import _children
     from hlobundle._isolation import _child, _fork_servers
     from hlobundle._write import _jax_export
 
@@ -327,7 +327,7 @@ def _backward_modules(quick: bool) -> dict:
             _fork_servers._stop_servers()  # each round starts its server, as a new session does
             _fork_servers._servers.clear()
         for blob in blobs:
-            _portable.run_child(
+            _children.run_child(
                 _child.JAX_EXPORT_CHILD,
                 _jax_export.backward_child_args(blob),
                 blob,
@@ -372,18 +372,19 @@ def _written_by_another_jaxlib(bundle: Path) -> None:
 WRITER_CODE = [
     "hlobundle/_format/_safetensors_layout.py",
     "hlobundle/_file_io/_hashing_writer.py",
-    "hlobundle/_format/_tensors.py:write,_bytes_of",
+    "hlobundle/_bundle_io/_tensor_writing.py:write,_bytes_of",
 ]
 
 
 def writer(tmp: Path, quick: bool) -> list[dict]:
-    """A tensor file written as `pack` writes it (`_tensors.write`: laid out by hand, written in
+    """A tensor file written as `pack` writes it (`_tensor_writing.write`: laid out by hand, written in
     steps, hashed in a second thread, fsync'd) / `safetensors.numpy.save_file`, fsync, then the
     file's sha256 read back (the same tensors; ours pads the header so that the data is
     aligned for use in place)."""
     from safetensors.numpy import load_file, save_file
 
-    from hlobundle._format import _dtypes, _tensors
+    from hlobundle._bundle_io import _tensor_writing
+    from hlobundle._format import _dtypes
 
     total = (16 if quick else 512) * MiB
     f32 = _dtypes.BY_NAME["float32"]
@@ -394,7 +395,7 @@ def writer(tmp: Path, quick: bool) -> list[dict]:
 
         def hand() -> str:
             ours.unlink(missing_ok=True)
-            return _tensors.write(ours, {k: (a, f32) for k, a in arrays.items()}, fsync=True)
+            return _tensor_writing.write(ours, {k: (a, f32) for k, a in arrays.items()}, fsync=True)
 
         def library() -> str:
             theirs.unlink(missing_ok=True)
@@ -429,20 +430,21 @@ import hashlib, os, sys
 from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
-from hlobundle._format import _dtypes, _tensors
+from hlobundle._bundle_io import _tensor_writing
+from hlobundle._format import _dtypes
 total, count, how, out = int(sys.argv[1]), 64, sys.argv[2], sys.argv[3]
 shape = (256, total // count // 4 // 256)
 arrays = {f"t{i:05d}": np.full(shape, i + 1, np.float32, order="F") for i in range(count)}
 f32 = _dtypes.BY_NAME["float32"]
 tiny = {"t": np.ones((2, 2), np.float32, order="F")}  # what each imports lazily, imported
-_tensors.write(Path(out), {k: (a, f32) for k, a in tiny.items()}, fsync=True)
+_tensor_writing.write(Path(out), {k: (a, f32) for k, a in tiny.items()}, fsync=True)
 save_file({k: np.ascontiguousarray(a) for k, a in tiny.items()}, out)
 def peak():  # this image's high-water mark (ru_maxrss keeps the parent's across exec)
     status = open("/proc/self/status").read()
     return int(status.split("VmHWM:")[1].split()[0]) * 1024
 before = peak()
 if how == "hand":
-    _tensors.write(Path(out), {k: (a, f32) for k, a in arrays.items()}, fsync=True)
+    _tensor_writing.write(Path(out), {k: (a, f32) for k, a in arrays.items()}, fsync=True)
 else:
     save_file({k: np.ascontiguousarray(a) for k, a in arrays.items()}, out)
     with open(out, "rb") as f:
@@ -455,7 +457,7 @@ print(peak() - before)
 def _writer_peak(tmp: Path, total: int) -> dict:
     """Memory: the peak RSS a write adds to a process that holds the arrays / their bytes,
     each way in a fresh process, for arrays that must be copied to be stored (Fortran-ordered,
-    stored row-major): `_tensors.write` copies one at a time as it writes, `save_file` takes
+    stored row-major): `_tensor_writing.write` copies one at a time as it writes, `save_file` takes
     them all copied."""
     kept = {k: v for k, v in os.environ.items() if k in _USER_ENV}
     env = kept | {"PYTHONPATH": str(ROOT)}
