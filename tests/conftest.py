@@ -136,3 +136,14 @@ def script_zygote(tmp_path_factory):
     zygote = ChildProcess(tmp_path_factory.mktemp("zygote"), "script_zygote.py")
     yield zygote
     zygote.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_zygote(tmp_path_factory):
+    """This worker's one `helpers.CliZygote`, started when a test first asks it for its
+    `hlobundle` (test_readme's `_bash`, for the docs' sh blocks), closed at the session's end."""
+    import helpers
+
+    helpers.CLI_ZYGOTE = helpers.CliZygote(tmp_path_factory.mktemp("cli-zygote"))
+    yield
+    helpers.CLI_ZYGOTE.close()
