@@ -325,6 +325,19 @@ class CliZygote:
             shim.chmod(0o755)
         return self._scratch / "bin"
 
+    def run(
+        self, *args: Any, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`hlobundle ARGS` in a fork, in this environment with `env`, answered as `cli_process`
+        answers: where what the test checks is read when the command runs (the cache's place,
+        JAX's cache settings, HLOBUNDLE_TRACEBACK), not when Python and jax start."""
+        return subprocess.run(
+            [str(self.bin_dir() / "hlobundle"), *map(str, args)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+
     def close(self) -> None:
         if self._proc is not None:
             self._proc.stdin.close()
