@@ -1,10 +1,19 @@
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# Bytecode: the suite's processes write that of the tests and of hlobundle into their usual
+# `__pycache__` (ignored by git), as Python does by default, even where the environment says
+# PYTHONDONTWRITEBYTECODE (this project's shared machine does). Without it, each worker's
+# collection rewrote and compiled every test module again (7-8.5 CPU-s; 3.2-3.9 with their
+# bytecode read back), and every Python the tests start compiled hlobundle's modules again
+# (they read the bytecode back whatever the variable says).
+sys.dont_write_bytecode = False
 
 # The suite never reads or writes the user's caches (compiled programs, check verdicts): each
 # session (each xdist worker) gets its own private, empty cache root, removed at its end.
@@ -136,3 +145,14 @@ def script_zygote(tmp_path_factory):
     zygote = ChildProcess(tmp_path_factory.mktemp("zygote"), "script_zygote.py")
     yield zygote
     zygote.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_zygote(tmp_path_factory):
+    """This worker's one `helpers.CliZygote`, started when a test first asks it for its
+    `hlobundle` (test_readme's `_bash`, for the docs' sh blocks), closed at the session's end."""
+    import helpers
+
+    helpers.CLI_ZYGOTE = helpers.CliZygote(tmp_path_factory.mktemp("cli-zygote"))
+    yield
+    helpers.CLI_ZYGOTE.close()

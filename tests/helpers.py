@@ -282,6 +282,73 @@ class ChildProcess:
             self._proc = None
 
 
+# The `hlobundle` a shell finds first on its PATH (CliZygote): its request to the zygote, with
+# the shell's descriptors 0-2, and the zygote's answer as its own exit status.
+_CLI_SHIM = """#!{python} -SE
+import json, os, socket, sys
+with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+    s.connect({socket!r})
+    request = {{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ)}}
+    socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
+    code = json.loads(s.recv(1 << 16))["returncode"]
+if code < 0:  # ended by a signal: end by the same
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
+class CliZygote:
+    """A directory whose `hlobundle`, first on a shell's PATH, runs each command in a fork of one
+    process that imported jax and the command once (`tests/cli_zygote.py`), with the shell's
+    descriptors, directory and environment, as a process of its own: the docs' sh blocks
+    (test_readme's `_bash`) call it dozens of times, each without the start of Python and jax
+    (about 0.3 s, 1 s with jax). One command at a time; a command the shell sends a signal
+    (`kill`) runs as a process of its own instead (`_bash(..., forked=False)`). Started at the
+    first `bin_dir()`; call `close()` when done."""
+
+    def __init__(self, scratch: Path) -> None:
+        self._scratch, self._proc = scratch, None
+
+    def bin_dir(self) -> Path:
+        if self._proc is None:
+            where = self._scratch / "zygote.sock"
+            self._proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "cli_zygote.py"), str(where)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert self._proc.stdout.readline() == "ready\n", "the CLI zygote did not start"
+            shim = self._scratch / "bin" / "hlobundle"
+            shim.parent.mkdir()
+            shim.write_text(_CLI_SHIM.format(python=sys.executable, socket=str(where)))
+            shim.chmod(0o755)
+        return self._scratch / "bin"
+
+    def run(
+        self, *args: Any, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`hlobundle ARGS` in a fork, in this environment with `env`, answered as `cli_process`
+        answers: where what the test checks is read when the command runs (the cache's place,
+        JAX's cache settings, HLOBUNDLE_TRACEBACK), not when Python and jax start."""
+        return subprocess.run(
+            [str(self.bin_dir() / "hlobundle"), *map(str, args)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.stdin.close()
+            self._proc.wait()
+            self._proc.stdout.close()
+            self._proc = None
+
+
+CLI_ZYGOTE: CliZygote  # the session's, set by conftest.py
+
+
 def new_key(where: Path) -> tuple[Path, Path]:
     """A fresh P-256 key pair as PEM files: (private, public)."""
     from cryptography.hazmat.primitives import serialization

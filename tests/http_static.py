@@ -100,6 +100,7 @@ class StaticServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no 40 ms wait per answer (oci_fake.py says why)
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -81,6 +81,9 @@ def artifact(
 class _Handler(BaseHTTPRequestHandler):
     fake: Fake
     protocol_version = "HTTP/1.1"
+    # An answer's headers and body leave at once: with Nagle's algorithm, the body waited for
+    # the client's delayed acknowledgement of the headers, about 40 ms an answer.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -88,13 +86,11 @@ def test_prune_removes_what_was_used_longest_ago_first():
 def test_jax_s_own_entries_are_listed_and_pruned(tmp_path, cache):
     """A `hlobundle run` in a process of its own (JAX's cache configuration is the process's)
     leaves JAX's entries in `jax/`; prune removes them and nothing else there."""
+    import helpers
+
     example = Path(__file__).resolve().parent.parent / "examples" / "lenet5.hlobundle"
-    env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(cache)}
-    done = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "run", str(example), "--backend", "xla"],
-        env=env,
-        capture_output=True,
-        text=True,
+    done = helpers.CLI_ZYGOTE.run(  # a fork of the CLI zygote, which never set JAX's cache
+        "run", example, "--backend", "xla", env={"HLOBUNDLE_CACHE_DIR": str(cache)}
     )
     assert done.returncode == 0, done.stderr
     jax_dir = cache / "jax"

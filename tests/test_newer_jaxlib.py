@@ -24,7 +24,9 @@ HERE = Path(__file__).resolve().parent / "newer_jaxlib"
 sys.path.insert(0, str(HERE))
 import write  # noqa: E402  (what the folders were written with, for its reference functions)
 
-FOLDERS = sorted(p for p in HERE.iterdir() if p.is_dir())
+# every folder but Python's bytecode cache (which importing `write` just made, where Python
+# writes bytecode)
+FOLDERS = sorted(p for p in HERE.iterdir() if p.is_dir() and p.name != "__pycache__")
 PREDICT = [folder / "predict.hlobundle" for folder in FOLDERS]
 # The oldest jaxlib the project supports (0.10.2, Python 3.11) reads StableHLO up to this one.
 OLDEST_READER = "1.17.0"

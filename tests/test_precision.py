@@ -332,18 +332,15 @@ def test_the_emitted_scripts_widen_as_the_runner_does():
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_an_emitted_script_checks_tpu_outputs_as_run_does(tmp_path):
-    import subprocess
-    import sys
-
+def test_an_emitted_script_checks_tpu_outputs_as_run_does(tmp_path, script_zygote):
     bundle = as_if_on_a_tpu(tmp_path)
     hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "run.py", backend="xla")
-    r = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True)
+    r = script_zygote(tmp_path / "run.py")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "tolerance widened (SPEC.md 2.15)" in r.stdout
     perturbed(bundle, "params_dense3_w")
     hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "bad.py", backend="xla")
-    r = subprocess.run([sys.executable, str(tmp_path / "bad.py")], capture_output=True, text=True)
+    r = script_zygote(tmp_path / "bad.py")
     assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stderr[-2000:]
 
 
@@ -422,12 +419,11 @@ def test_a_record_of_a_precision_the_module_cannot_ask_for_widens_nothing(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_an_emitted_script_does_not_widen_for_a_precision_the_module_cannot_ask_for(tmp_path):
-    import subprocess
-    import sys
-
+def test_an_emitted_script_does_not_widen_for_a_precision_the_module_cannot_ask_for(
+    tmp_path, script_zygote
+):
     bundle = _claimed_tpu_default(tmp_path, dots=True)
     hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "run.py", backend="xla")
-    r = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True)
+    r = script_zygote(tmp_path / "run.py")
     assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stdout + r.stderr[-2000:]
     assert "tolerance widened" not in r.stdout

@@ -132,13 +132,20 @@ def test_python_blocks_of_a_file_run_one_after_another_twice(tmp_path, monkeypat
         _exec(file, section, code)
 
 
-def _bash(block: str, cwd: Path, **env: str):
+def _bash(block: str, cwd: Path, *, forked: bool = True, **env: str):
+    """`block` in bash, in `cwd`. Its `hlobundle` commands run in forks of the session's CLI
+    zygote (helpers.CliZygote), each a process of its own without the start of Python and jax;
+    `forked=False` where the block signals one (it then runs the installed command)."""
     import subprocess
     import sys
 
+    import helpers
+
     (cwd / "examples").symlink_to(ROOT / "examples")
-    bin_dir = os.path.dirname(sys.executable)  # hlobundle, model_signing and this python
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env}
+    bin_dirs = [os.path.dirname(sys.executable)]  # hlobundle, model_signing and this python
+    if forked:
+        bin_dirs.insert(0, str(helpers.CLI_ZYGOTE.bin_dir()))
+    env = {**os.environ, "PATH": os.pathsep.join([*bin_dirs, os.environ["PATH"]]), **env}
     r = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", block], cwd=cwd, env=env, capture_output=True, text=True
     )

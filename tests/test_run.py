@@ -251,18 +251,12 @@ def test_unused_arguments_are_not_read(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_compilation_cache_is_used_and_can_be_turned_off(tmp_path):
-    env = {**os.environ, "HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "run", EXAMPLE], capture_output=True, text=True, env=env
-    )
+    import helpers
+
+    run = helpers.CLI_ZYGOTE.run  # each a process of its own, whose JAX settings are its own
+    r = run("run", EXAMPLE, env={"HLOBUNDLE_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 0 and any((tmp_path / "cache").iterdir())
-    env["HLOBUNDLE_CACHE_DIR"] = str(tmp_path / "other")
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "run", EXAMPLE, "--no-cache"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    r = run("run", EXAMPLE, "--no-cache", env={"HLOBUNDLE_CACHE_DIR": str(tmp_path / "other")})
     assert r.returncode == 0 and not (tmp_path / "other").exists()
 
 
@@ -285,6 +279,8 @@ def test_no_cache_turns_off_a_jax_cache_the_user_configured(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_jax_cache_is_not_kept_in_a_directory_others_can_write(tmp_path):
+    import helpers
+
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(real)
@@ -293,7 +289,7 @@ def test_jax_cache_is_not_kept_in_a_directory_others_can_write(tmp_path):
         (real, "is writable by group or others"),
     ):
         os.chmod(real, 0o700 if root != real else 0o777)
-        r = cli_process("run", EXAMPLE, env={"HLOBUNDLE_CACHE_DIR": str(root)})
+        r = helpers.CLI_ZYGOTE.run("run", EXAMPLE, env={"HLOBUNDLE_CACHE_DIR": str(root)})
         assert r.returncode == 0, r.stderr[-2000:]
         assert f"warning: not using the cache: {root} {why}" in r.stderr
         assert not any(real.iterdir())
