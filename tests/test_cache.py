@@ -378,3 +378,28 @@ def _waiting_in_open(thread) -> None:
             break
         time.sleep(0.01)
     pytest.skip("cannot see a thread wait in a FIFO's open here")
+
+
+def test_what_a_killed_load_left_in_the_store_is_pruned(cache):
+    """A load killed while it wrote a fetched file leaves its temporary (`.partial-*`, beside
+    the remote bundles' directories): no later load renames it, and prune removed nothing of
+    it, so no --max-size bounded the store again. One not written for a day is removed; one
+    being written now (a load running) stays, and so does a name the store never makes."""
+    import time
+
+    from hlobundle._read import _store
+
+    remote = _cache.directory(_store.VIEWS)
+    assert remote is not None
+    left = remote / ".partial-0123456789abcdef-x1y2z3"  # as `_load._write_new` names it
+    left.write_bytes(b"\0" * (1 << 20))
+    old = time.time() - 2 * 86400
+    os.utime(left, (old, old))
+    running = remote / ".partial-0123456789abcdef-a1b2c3"
+    running.write_bytes(b"\0" * 10)
+    other = remote / "notes.partial"
+    other.write_bytes(b"mine")
+    os.utime(other, (old, old))
+    _prune("10G")
+    assert not left.exists(), "a killed load's temporary is kept"
+    assert running.exists() and other.exists()
