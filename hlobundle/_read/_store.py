@@ -75,8 +75,8 @@ class Store:
             return None
         fd, offset = found
 
-        def read() -> Iterator[bytes]:
-            with os.fdopen(fd, "rb") as f:
+        def read() -> Iterator[bytes]:  # ends early where the file cannot be read (EIO)
+            with os.fdopen(fd, "rb") as f, contextlib.suppress(OSError):
                 f.seek(offset)
                 left = size
                 while left > 0 and (piece := f.read(min(_PIECE, left))):
