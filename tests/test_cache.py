@@ -285,3 +285,117 @@ def test_a_file_with_another_name_is_not_an_entry(tmp_path, cache):
     assert _ls()["caches"]["checks"] == {"entries": 1, "bytes": 10}
     _prune("0")
     assert victim.stat().st_nlink == 2 and not real.exists()
+
+
+# ---- what a record of the store, or an entry, names: opened only when it is a regular file
+
+_OPENS_A_TERMINAL = r"""
+import os
+from hlobundle._read import _store
+
+master, slave = os.openpty()
+terminal = os.ttyname(slave)
+os.close(slave)
+
+
+def controlling_terminal():
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR))
+        return True
+    except OSError:
+        return False
+
+
+before = controlling_terminal()
+store = _store.Store()
+(store.located / ("ab" * 32)).write_bytes(b"0\n" + os.fsencode(terminal))
+print(before, store.get("ab" * 32, 1), controlling_terminal())
+"""
+
+
+@pytest.mark.subprocess
+def test_a_record_naming_a_terminal_is_not_opened(cache):
+    """A record of the store naming this user's terminal, read by a process that has none (a
+    server started apart): the terminal was opened, and became the process's controlling
+    terminal (its hangup then a SIGHUP to the server). Nothing but a regular file is opened."""
+    done = subprocess.run(
+        [sys.executable, "-c", _OPENS_A_TERMINAL],
+        env={**os.environ, "HLOBUNDLE_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        start_new_session=True,  # no controlling terminal
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "None", "False"]
+
+
+def test_a_record_naming_a_fifo_is_not_opened(cache):
+    """A record naming a FIFO a writer waits on: opening it to read (even without blocking)
+    lets the writer's open through; nothing but a regular file is opened."""
+    import threading
+
+    from hlobundle._read import _store
+
+    fifo = cache.parent / "fifo"
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer() -> None:
+        os.close(os.open(fifo, os.O_WRONLY))  # blocks until a reader opens it
+        opened.set()
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    _waiting_in_open(thread)
+    store = _store.Store()
+    assert store.located is not None
+    (store.located / ("cd" * 32)).write_bytes(b"0\n" + os.fsencode(fifo))
+    got = store.get("cd" * 32, 1), store.pieces("cd" * 32, 1)
+    let_through = opened.wait(1)
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # the writer's open returns
+    thread.join(5)
+    assert got == (None, None)
+    assert not let_through, "the FIFO was opened"
+
+
+def _waiting_in_open(thread) -> None:
+    """Returns once `thread` waits in its open of a FIFO for a reader (Linux's /proc)."""
+    import time
+
+    wchan = Path(f"/proc/self/task/{thread.native_id}/wchan")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if wchan.read_text() in ("wait_for_partner", "fifo_open"):
+                return
+        except OSError:
+            break
+        time.sleep(0.01)
+    pytest.skip("cannot see a thread wait in a FIFO's open here")
+
+
+def test_what_a_killed_load_left_in_the_store_is_pruned(cache):
+    """A load killed while it wrote a fetched file leaves its temporary (`.partial-*`, beside
+    the remote bundles' directories): no later load renames it, and prune removed nothing of
+    it, so no --max-size bounded the store again. One not written for a day is removed; one
+    being written now (a load running) stays, and so does a name the store never makes."""
+    import time
+
+    from hlobundle._read import _store
+
+    remote = _cache.directory(_store.VIEWS)
+    assert remote is not None
+    left = remote / ".partial-0123456789abcdef-x1y2z3"  # as `_load._write_new` names it
+    left.write_bytes(b"\0" * (1 << 20))
+    old = time.time() - 2 * 86400
+    os.utime(left, (old, old))
+    running = remote / ".partial-0123456789abcdef-a1b2c3"
+    running.write_bytes(b"\0" * 10)
+    other = remote / "notes.partial"
+    other.write_bytes(b"mine")
+    os.utime(other, (old, old))
+    _prune("10G")
+    assert not left.exists(), "a killed load's temporary is kept"
+    assert running.exists() and other.exists()

@@ -494,6 +494,37 @@ def test_the_authentication_alone_sends_credentials_to_an_https_token_service_on
     assert auth.authorization == "Bearer t0ken"
 
 
+@pytest.mark.parametrize("token", ["sn\u2603w", "t0ken\r\nX-Injected: 1", "t0 ken"])
+def test_a_token_that_is_no_header_value_is_refused(fake, tmp_path, token):
+    """A token service answering a token that cannot be sent as it is in an Authorization
+    header (a character outside Latin-1: a UnicodeEncodeError from http.client, a traceback; a
+    line break or a space, which would send something else than the token, or be refused as
+    "cannot be reached" with the token echoed): a RegistryAuthError that does not repeat it."""
+    artifact(EXAMPLE, fake)
+    with serving() as tokens:
+        tokens.hooks["/token"] = lambda h: h.send(200, json.dumps({"token": token}).encode())
+        challenge = f'Bearer realm="http://{tokens.host}/token",service="fake"'
+        fake.hooks["/v2/repo/manifests/v1"] = lambda h: h.send(
+            401, b"", {"WWW-Authenticate": challenge}
+        )
+        e = pull_refused(tmp_path, fake, hlobundle.errors.RegistryAuthError, "not a bearer token")
+    assert token not in e.message
+
+
+def test_a_token_of_the_users_that_is_no_header_value_is_refused(monkeypatch):
+    """The same for a token the user gives ($HLOBUNDLE_REGISTRY_AUTH): a coded error naming
+    where it came from, not a UnicodeEncodeError when it is sent."""
+    from hlobundle._oci._auth import Auth
+    from hlobundle._oci._ref import parse
+
+    monkeypatch.setenv("HLOBUNDLE_REGISTRY_AUTH", "sn\u2603w")
+    auth = Auth(parse("registry.example/repo:v1"), None, asked_insecure=False)
+    challenge = 'Bearer realm="https://tokens.example/token"'
+    with pytest.raises(hlobundle.errors.RegistryAuthError, match=r"REGISTRY_AUTH \(a token\)"):
+        auth.answer(_Answer(401, {"WWW-Authenticate": challenge}))
+    assert auth.authorization is None
+
+
 def test_a_registry_that_ignores_ranges_is_read_again_from_the_start(fake, tmp_path):
     artifact(EXAMPLE, fake)
     data = fake.blobs[_weights_digest()]

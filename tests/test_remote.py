@@ -212,6 +212,49 @@ def test_a_record_naming_other_bytes_is_not_used(bundle, server, tmp_path):
     b.verify()
 
 
+def test_a_stored_file_that_cannot_be_read_is_fetched_again(bundle, server, monkeypatch):
+    """A file the store finds (a module file fetched before) whose read fails (EIO: the disk's
+    error, in a cache): the load fetches it again, as a pull does, rather than failing with the
+    cache's OSError."""
+    import errno
+    import os
+    import types
+
+    from hlobundle._read import _store
+
+    hlobundle.load(url(server, bundle), functions=["f1"])
+
+    class Unreadable:
+        def __init__(self, fd: int, *args: object) -> None:
+            os.close(fd)
+
+        def __enter__(self) -> Unreadable:
+            return self
+
+        def __exit__(self, *args: object) -> None:
+            pass
+
+        def seek(self, offset: int) -> None:
+            pass
+
+        def read(self, size: int) -> bytes:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    failing = types.SimpleNamespace(
+        **{k: getattr(os, k) for k in dir(os) if not k.startswith("__")}
+    )
+    failing.fdopen = Unreadable
+    monkeypatch.setattr(_store, "os", failing)
+    copy = _another_version(bundle)
+    first = server.sent
+    b = hlobundle.load(url(server, copy), functions=["f1"])
+    manifest = json.loads((copy / "manifest.json").read_bytes())
+    f = next(f for f in manifest["functions"] if f["name"] == "f1")
+    module = manifest["files"][f["module"]["text"]]["size"]
+    assert server.sent - first >= (copy / "manifest.json").stat().st_size + module
+    b.verify()
+
+
 def test_a_corrupted_chunk_in_the_store_is_fetched_again(bundle, server, tmp_path):
     hlobundle.load(url(server, bundle), functions=["f1"])
     views = tmp_path / "cache" / "remote"

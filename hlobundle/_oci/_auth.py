@@ -14,12 +14,16 @@ gives. `_credentials` keeps those bounds.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 from .._format._errors import RegistryAuthError
 from . import _credentials, _network
 from ._ref import Reference
+
+# RFC 6750's b64token: what a bearer token may hold, sent as it is in a header
+_B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 
 
 class Auth:
@@ -66,7 +70,10 @@ class Auth:
                 )
             new = f"Basic {basic}"
         elif scheme == "bearer":
-            new = f"Bearer {found.token if found and found.token else self.token(challenge)}"
+            if found and found.token:
+                new = f"Bearer {self._checked(found.token, found.source)}"
+            else:
+                new = f"Bearer {self.token(challenge)}"
         else:
             raise RegistryAuthError(
                 f"{self.ref.host} answers 401 without a Basic or Bearer challenge "
@@ -99,6 +106,17 @@ class Auth:
             raise RegistryAuthError(
                 f"the token service {realm[:200]} gives no token ({response.status_code})"
                 f"{self.whose()}",
+                ref=str(self.ref),
+            )
+        return self._checked(token, f"the token service {realm[:200]}")
+
+    def _checked(self, token: str, whence: str) -> str:
+        """`token`, when it is one (RFC 6750's b64token): anything else would be sent as other
+        header lines, or not at all (a header is sent in Latin-1)."""
+        if not _B64TOKEN.fullmatch(token):
+            raise RegistryAuthError(
+                f"{whence} gives {len(token)} characters that are not a bearer token "
+                "(RFC 6750: letters, digits and -._~+/, then any =)",
                 ref=str(self.ref),
             )
         return token

@@ -228,10 +228,15 @@ def _is_entry_name(name: str, key: str, suffix: str) -> bool:
 
 def open_own_file(path: Path, fits: Callable[[int], bool]) -> int | None:
     """`path` opened read-only, when it is a regular file owned by this user, not reached
-    through a symlink, whose size `fits`; None otherwise (a FIFO does not block: it is opened
-    non-blocking). The caller closes the descriptor."""
+    through a symlink, whose size `fits`; None otherwise. Nothing else is opened: opening a
+    terminal, a FIFO or a device acts (a terminal becomes a session's own, a FIFO's writer is let
+    through, a watchdog arms); one put in the file's place since its lstat is opened
+    non-blocking, and refused. The caller closes the descriptor."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
+        seen = os.lstat(path)
+        if not stat.S_ISREG(seen.st_mode):
+            return None
         fd = os.open(path, flags)
     except OSError:
         return None

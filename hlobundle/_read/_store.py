@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,9 @@ _MAX_RECORD = 4096
 _MAX_OFFSET_DIGITS = 20
 _HEX = frozenset("0123456789abcdef")
 _PIECE = 1 << 20
+# A temporary (`.partial-*`) not written for this long is a killed process's: a running load
+# writes to its own within a read's timeout (seconds), then renames it.
+_STALE_S = 86400
 
 
 def _is_digest(name: str) -> bool:
@@ -71,8 +75,8 @@ class Store:
             return None
         fd, offset = found
 
-        def read() -> Iterator[bytes]:
-            with os.fdopen(fd, "rb") as f:
+        def read() -> Iterator[bytes]:  # ends early where the file cannot be read (EIO)
+            with os.fdopen(fd, "rb") as f, contextlib.suppress(OSError):
                 f.seek(offset)
                 left = size
                 while left > 0 and (piece := f.read(min(_PIECE, left))):
@@ -218,9 +222,9 @@ def _allocated(directory: Path) -> int:
 def prune(max_bytes: int) -> Usage:
     """Remove what was used longest ago first (remote bundles' directories and the caches'
     entries alike) until the store and the caches hold at most `max_bytes`, then the records
-    of bytes whose file is gone (all of them, with `max_bytes` 0). Only names the store and the
-    caches' writers make, in their own private directories, are touched, never a pulled file.
-    What is left."""
+    of bytes whose file is gone (all of them, with `max_bytes` 0), and the temporaries killed
+    loads left. Only names the store and the caches' writers make, in their own private
+    directories, are touched, never a pulled file. What is left."""
     candidates: list[tuple[float, int, Callable[[], None]]] = [
         (st.st_atime, _allocated(view), functools.partial(shutil.rmtree, view, ignore_errors=True))
         for view, st in _views()
@@ -238,7 +242,27 @@ def prune(max_bytes: int) -> Usage:
     for record, _ in _records():
         if max_bytes == 0 or not _still_there(record):
             record.unlink(missing_ok=True)  # where a pull put a file: the file stays
+    for temporary in _left_by_the_killed():
+        temporary.unlink(missing_ok=True)
     return usage()
+
+
+def _left_by_the_killed() -> list[Path]:
+    """The temporaries a killed load left in the store's directories (its fetched files',
+    its records'): `.partial-*`, this user's regular files, not written for _STALE_S."""
+    now, found = time.time(), []
+    for name in (VIEWS, LOCATED):
+        base = _cache.directory(name, create=False)
+        if base is None:
+            continue
+        found += [
+            path
+            for path, st in _cache.own_names(base)
+            if path.name.startswith(".partial-")
+            and stat.S_ISREG(st.st_mode)
+            and now - st.st_mtime > _STALE_S
+        ]
+    return found
 
 
 def _still_there(record: Path) -> bool:
