@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -291,6 +293,8 @@ def test_a_file_with_another_name_is_not_an_entry(tmp_path, cache):
 
 _OPENS_A_TERMINAL = r"""
 import os
+import subprocess
+import sys
 from hlobundle._read import _store
 
 master, slave = os.openpty()
