@@ -289,6 +289,26 @@ def test_the_readme_tree_lists_every_file_a_bundle_can_hold():
     assert any(re.fullmatch(r"compiled/[\w*-]+\.vmfb", name) for name in listed)
 
 
+def test_the_command_line_synopsis_names_every_command_and_every_option_the_guides_name():
+    """A command, or an option docs/ names in backticks (`serve --uds`, `--access-log`), that the
+    parser has is in README.md's "Command line"."""
+    from hlobundle._cli import _parser
+
+    synopsis = re.search(r"## Command line\n\n```sh\n(.*?)```", README, re.S)[1]
+    (sub,) = [a for a in _parser.build()._actions if a.choices and a.dest == "command"]
+    listed = set(re.findall(r"^hlobundle ([\w|]+)", synopsis, re.M))
+    assert set(sub.choices) - {c for names in listed for c in names.split("|")} == set()
+    options = {
+        o for parser in sub.choices.values() for a in parser._actions for o in a.option_strings
+    }
+    guides = "".join(path.read_text() for path in DOCS[1:])
+    spans = re.findall(r"`([^`\n]+)`", guides)
+    named = {
+        o for span in spans for o in re.findall(r"(?<![\w-])--[a-z][\w-]*", span)
+    } & options - {"--help"}
+    assert sorted(o for o in named if o not in synopsis) == []
+
+
 def test_the_first_commands_install_for_users_before_contributors():
     first = README[: README.index("## What it is")]
     user = re.search(r"pip install \.(\s|$|\")", first)
