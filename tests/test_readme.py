@@ -317,11 +317,15 @@ def test_the_first_commands_install_for_users_before_contributors():
 
 
 def test_ci_runs_the_readme_s_example_and_test_command():
+    """The first command whole (the user's plain install, which an editable one would not
+    test: a wheel ships only its package's files), and the test command after the contributor's
+    install, each a line of .ci/run."""
     blocks = [code for f, s, code in SH if (f, s) == ("README.md", "hlobundle")]
-    example = blocks[0].rsplit("&& ", 1)[1].strip()  # after the user's install
+    first = blocks[0].strip()
     tests = blocks[1].strip().splitlines()[-1]  # after the contributor's install
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert example in ci and tests in ci, (example, tests)
+    assert first in ci and tests in ci, (first, tests)
+    assert ci.index(first) < ci.index(tests)
 
 
 def test_every_guide_is_linked_from_the_readme_and_links_resolve():
