@@ -388,6 +388,8 @@ def _private_key(tmp_path):
         ("enzyme_ad", ["run", "{b}", "--backend", "enzyme"], "enzyme-ad"),
         ("starlette", ["serve", "{b}", "--port", "0"], "serve"),
         ("uvicorn", ["serve", "{b}", "--port", "0"], "serve"),
+        ("orjson", ["serve", "{b}", "--port", "0"], "serve"),
+        ("prometheus_client", ["serve", "{b}", "--port", "0"], "serve"),
         ("model_signing", ["sign", "{b}", "--private-key", "{t}/key.pem"], "sign"),
         ("model_signing", ["verify", "{b}", "--public-key", "{t}/key.pub"], "sign"),
         ("model_signing", ["pack", "{m}", "-o", "{t}/c", "--sign-key", "{t}/key.pem"], "sign"),
