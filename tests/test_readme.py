@@ -337,6 +337,17 @@ def test_every_guide_is_linked_from_the_readme_and_links_resolve():
                 assert (path.parent / target).exists(), f"{_name(path)} links {target}"
 
 
+def test_every_section_a_guide_names_in_another_file_is_a_heading_there():
+    """`docs/X.md ("Section")` or `docs/X.md, "Section"`: X has a heading that starts so."""
+    for path in [*DOCS, ROOT / "conformance" / "README.md"]:
+        for target, section in re.findall(r"([\w/.-]+\.md),? \(?\"([^\"]+)\"", path.read_text()):
+            headings = re.findall(r"^#+ (.*)$", (ROOT / target).read_text(), re.M)
+            section = " ".join(section.split())  # a name may wrap
+            assert any(h.startswith(section) for h in headings), (
+                f"{_name(path)}: {target} {section}"
+            )
+
+
 def test_every_json_block_parses():
     for path in DOCS:
         for language, code in FENCE.findall(path.read_text()):
