@@ -960,7 +960,8 @@ def test_two_copies_of_a_model_are_served_under_names_given(tmp_path, monkeypatc
     copy = shutil.copytree(EXAMPLE, tmp_path / "lenet5.hlobundle")
     answers = {}
 
-    def in_process(asgi, host, port, limits, uds):  # the app the CLI built, via Starlette
+    # the app the CLI built, via Starlette
+    def in_process(asgi, host, port, limits, uds, access_log):
         client = TestClient(asgi)
         paths = ["/v2/models/old/ready", "/v2/models/new/ready", "/v2/models/lenet5/ready"]
         return type(
@@ -1382,7 +1383,7 @@ def _served_by_the_cli(monkeypatch, names, *args: str) -> tuple[str, dict[str, i
 
     ready = {}
 
-    def in_process(asgi, host, port, limits, uds):
+    def in_process(asgi, host, port, limits, uds, access_log):
         client = TestClient(asgi)
         return type(
             "Server",
