@@ -1,7 +1,12 @@
 """Tests for a machine with an accelerator, run by hand there (CI has none; pytest does not
 collect this file unless named, and every test skips where JAX has no accelerator):
 
-    python -m pytest -q -p no:cacheprovider tests/on_accelerator.py [-k xla]
+    HLOBUNDLE_LUX=lux.hlobundle python -m pytest -q -s -o addopts="" -p no:cacheprovider \
+        --noconftest tests/on_accelerator.py [-k xla]
+
+as docs/accelerators.md gives it: `-o addopts=""`, since a bare device machine may lack
+pytest-xdist (pyproject's `--dist worksteal`), and `--noconftest`, since tests/conftest.py sets
+the CPU tests' XLA flags, x64 and a private cache in pytest's own process.
 
 The seed's Lux export, packed on a CPU with `hlobundle pack --from-reactant
 ../shared/fixtures/reactant/export_to_enzymejax_lux --compute-expected -o lux.hlobundle`, is

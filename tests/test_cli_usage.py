@@ -165,6 +165,25 @@ def test_the_backend_choices_are_the_runner_s_backends():
     assert _backends.NAMES == BACKENDS
 
 
+@pytest.mark.parametrize(
+    ("command", "capability"),
+    [
+        ("run", "stored_executables"),
+        ("serve", "stored_executables"),
+        ("emit", "scripted_executables"),
+    ],
+)
+def test_trust_executables_help_names_the_backends_that_take_it(command, capability):
+    """The help's "xla and iree:" is the list the usage check accepts (`applies`; auto is xla)."""
+    from hlobundle._run import _backends
+
+    able = [n for n in _backends.NAMES[1:] if getattr(_backends.kind(n), capability, False)]
+    r = cli(command, "--help")
+    text = " ".join(r.stdout.split())
+    named = re.search(r"--trust-executables (\w+(?: and \w+)*):", text)
+    assert named and named[1].split(" and ") == able, (named and named[0], able)
+
+
 def test_value_forms_are_the_manifest_s():
     """A --target-version or --cpu the CLI accepts is one the manifest accepts, and no other."""
     from hlobundle._cli import _values

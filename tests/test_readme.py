@@ -296,6 +296,26 @@ def test_the_readme_tree_lists_every_file_a_bundle_can_hold():
     assert any(re.fullmatch(r"compiled/[\w*-]+\.vmfb", name) for name in listed)
 
 
+def test_the_command_line_synopsis_names_every_command_and_every_option_the_guides_name():
+    """A command, or an option docs/ names in backticks (`serve --uds`, `--access-log`), that the
+    parser has is in README.md's "Command line"."""
+    from hlobundle._cli import _parser
+
+    synopsis = re.search(r"## Command line\n\n```sh\n(.*?)```", README, re.S)[1]
+    (sub,) = [a for a in _parser.build()._actions if a.choices and a.dest == "command"]
+    listed = set(re.findall(r"^hlobundle ([\w|]+)", synopsis, re.M))
+    assert set(sub.choices) - {c for names in listed for c in names.split("|")} == set()
+    options = {
+        o for parser in sub.choices.values() for a in parser._actions for o in a.option_strings
+    }
+    guides = "".join(path.read_text() for path in DOCS[1:])
+    spans = re.findall(r"`([^`\n]+)`", guides)
+    named = {
+        o for span in spans for o in re.findall(r"(?<![\w-])--[a-z][\w-]*", span)
+    } & options - {"--help"}
+    assert sorted(o for o in named if o not in synopsis) == []
+
+
 def test_the_first_commands_install_for_users_before_contributors():
     first = README[: README.index("## What it is")]
     user = re.search(r"pip install \.(\s|$|\")", first)
@@ -304,11 +324,15 @@ def test_the_first_commands_install_for_users_before_contributors():
 
 
 def test_ci_runs_the_readme_s_example_and_test_command():
+    """The first command whole (the user's plain install, which an editable one would not
+    test: a wheel ships only its package's files), and the test command after the contributor's
+    install, each a line of .ci/run."""
     blocks = [code for f, s, code in SH if (f, s) == ("README.md", "hlobundle")]
-    example = blocks[0].rsplit("&& ", 1)[1].strip()  # after the user's install
+    first = blocks[0].strip()
     tests = blocks[1].strip().splitlines()[-1]  # after the contributor's install
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert example in ci and tests in ci, (example, tests)
+    assert first in ci and tests in ci, (first, tests)
+    assert ci.index(first) < ci.index(tests)
 
 
 def test_every_guide_is_linked_from_the_readme_and_links_resolve():
@@ -318,6 +342,17 @@ def test_every_guide_is_linked_from_the_readme_and_links_resolve():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
             if not re.match(r"\w+://", target):
                 assert (path.parent / target).exists(), f"{_name(path)} links {target}"
+
+
+def test_every_section_a_guide_names_in_another_file_is_a_heading_there():
+    """`docs/X.md ("Section")` or `docs/X.md, "Section"`: X has a heading that starts so."""
+    for path in [*DOCS, ROOT / "conformance" / "README.md"]:
+        for target, section in re.findall(r"([\w/.-]+\.md),? \(?\"([^\"]+)\"", path.read_text()):
+            headings = re.findall(r"^#+ (.*)$", (ROOT / target).read_text(), re.M)
+            section = " ".join(section.split())  # a name may wrap
+            assert any(h.startswith(section) for h in headings), (
+                f"{_name(path)}: {target} {section}"
+            )
 
 
 def test_every_json_block_parses():

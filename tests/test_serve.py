@@ -960,7 +960,8 @@ def test_two_copies_of_a_model_are_served_under_names_given(tmp_path, monkeypatc
     copy = shutil.copytree(EXAMPLE, tmp_path / "lenet5.hlobundle")
     answers = {}
 
-    def in_process(asgi, host, port, limits, uds, access_log):  # the app the CLI built
+    # the app the CLI built, via Starlette
+    def in_process(asgi, host, port, limits, uds, access_log):
         client = TestClient(asgi)
         paths = ["/v2/models/old/ready", "/v2/models/new/ready", "/v2/models/lenet5/ready"]
         return type(

@@ -256,7 +256,7 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .._serve._server import require_extra
+    from .._serve import require_extra
 
     applies(args, "--trust-executables", args.trust_executables, "stored_executables")
     named = [named_bundle(args, b) for b in args.bundles]
@@ -264,7 +264,7 @@ def serve(args: argparse.Namespace) -> int:
     from .._serve._models import load_models
 
     if args.grpc_port is not None or args.grpc_uds is not None:
-        from .._serve._server import require_grpc
+        from .._serve import require_grpc
 
         require_grpc()
     with _listening(args) as sock:  # before anything compiles

@@ -43,8 +43,9 @@ def add_run(sub: Any) -> None:
     p.add_argument(
         "--trust-executables",
         action="store_true",
-        help="iree: run the bundle's stored executable (native code) although no "
-        "--public-key verified its signature (SPEC.md, 'Executables')",
+        help="xla and iree: run the bundle's stored executable (native code: "
+        "compiled/xla-PLATFORM.pjrt, compiled/*.vmfb) although no --public-key verified its "
+        "signature (SPEC.md, 'Executables')",
     )
     p.add_argument(
         "--max-memory",
@@ -228,7 +229,8 @@ def add_serve(sub: Any) -> None:
     p.add_argument(
         "--trust-executables",
         action="store_true",
-        help="iree: run stored executables (native code) of bundles no --public-key verified",
+        help="xla and iree: run stored executables (native code) of bundles no --public-key "
+        "verified",
     )
     p.add_argument(
         "--max-body-bytes",

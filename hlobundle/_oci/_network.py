@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from .._format._errors import (
+    BackendUnavailableError,
     RegistryLimitError,
     RegistryProtocolError,
     RegistryUnreachableError,
@@ -62,9 +63,22 @@ class Origin(NamedTuple):
         return f"{self.scheme}://{self.host}" + (f":{self.port}" if self.port else "")
 
 
+def _require_requests() -> None:
+    """The pip line where requests is not installed: every command that reaches the network
+    comes here first (`origin`, `session`)."""
+    try:
+        import requests  # noqa: F401
+    except ImportError as e:
+        raise BackendUnavailableError(
+            "registries and remote bundles need the oci extra (requests): "
+            f"pip install 'hlobundle[oci]' ({e})"
+        ) from None
+
+
 def origin(url: str) -> Origin | None:
     """The origin of `url` as requests prepares it and urllib3 parses it (what is connected
     to), or None for a URL requests would not send."""
+    _require_requests()
     import requests
     from urllib3.util import parse_url
 
@@ -134,6 +148,7 @@ def proxies() -> dict[str, str]:
 
 @functools.cache
 def _session_class() -> type:
+    _require_requests()
     import requests
 
     class Session(requests.Session):

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import importlib
 import socket
 from dataclasses import dataclass
 from typing import Any
 
-from .._format._errors import BackendUnavailableError, InputError
+from .._format._errors import InputError
 from .._terminal._display import shown
 from ._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from ._models import Served
@@ -25,33 +24,6 @@ class Limits:
     max_body: int = DEFAULT_MAX_BODY  # bytes of a request body (see also Served.max_request_bytes)
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # to send a request's headers; again its body
     max_connections: int = 512  # open at once; a request over it is answered 503
-
-
-# What the serve extra installs and we import.
-EXTRA = ("starlette", "uvicorn", "prometheus_client", "orjson")
-
-
-def require_extra() -> None:
-    """Refuse, with the pip line, where the serve extra is not installed: its modules are
-    imported only when the server is built, after the bundles were compiled."""
-    for name in EXTRA:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise BackendUnavailableError(
-                f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
-            ) from None
-
-
-def require_grpc() -> None:
-    """Refuse `--grpc-port`, with the pip line, where grpcio and protobuf are not installed."""
-    for name in ("grpc", "google.protobuf"):
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise BackendUnavailableError(
-                f"serve --grpc-port needs grpcio: pip install 'hlobundle[grpc]' ({e})"
-            ) from None
 
 
 def listening(host: str, port: int) -> socket.socket:
