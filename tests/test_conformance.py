@@ -7,6 +7,7 @@ import filecmp
 import importlib.util
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -36,9 +37,8 @@ def test_cases_are_current(tmp_path):
     for new in sorted((tmp_path / "cases").rglob("*")):
         rel = new.relative_to(tmp_path / "cases")
         old = CASES / rel
-        if new.is_symlink():
-            ok = old.is_symlink() and os.readlink(old) == os.readlink(new)
-        elif new.is_dir() or rel.name == "index.json":
+        assert not new.is_symlink(), f"{rel}: a wheel cannot carry it (case.json `symlinks`)"
+        if new.is_dir() or rel.name == "index.json":
             continue
         elif rel.suffix == ".mlirbc" and not same_jaxlib:
             continue  # bytecode is jaxlib's to write; compared only under the generating jaxlib
@@ -135,7 +135,8 @@ def test_invalid_cases_give_clean_cli_errors(case):
     expect = spec["expect"]
     inputs = CASES / case / "inputs.npz"  # refused when called on these inputs (SPEC.md 2.8)
     command = ("run", "--inputs", inputs) if inputs.exists() else ("verify",)
-    r = cli(command[0], CASES / case / "bundle", *command[1:], *key)
+    with _conformance.prepared(CASES / case) as here:  # its `symlinks` made
+        r = cli(command[0], here / "bundle", *command[1:], *key)
     assert r.returncode == 1
     assert r.stderr.startswith(f"error [{expect}] ") and "Traceback" not in r.stderr
 
@@ -162,3 +163,82 @@ def test_the_cases_are_package_data():
     assert INSTALLED == CASES.resolve()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert config["tool"]["setuptools"]["package-data"]["hlobundle"] == ["conformance_cases/**/*"]
+
+
+# --- the cases as a wheel installs them: no symlinks, and no optional part installed ----------
+
+
+@pytest.mark.slow
+def test_the_suite_passes_from_a_copy_without_symlinks_as_a_wheel_installs_it(tmp_path):
+    # A wheel cannot hold a symlink: pip writes the file it points at, or nothing. A case's
+    # link is made by the runner, in a copy, from its case.json (SPEC.md 9, `symlinks`).
+    copy = tmp_path / "cases"
+    shutil.copytree(CASES, copy, symlinks=False)
+    r = cli("conformance", copy, "--json")
+    report = json.loads(r.stdout)
+    failed = [(c["case"], c["got"]) for c in report["cases"] if c["result"] == "FAIL"]
+    assert r.returncode == 0 and failed == [], failed
+    assert [c["got"] for c in report["cases"] if c["case"] == "invalid_symlink"] == ["PATH_UNSAFE"]
+    assert not any(p.is_symlink() for p in copy.rglob("*"))  # made in a private copy only
+
+
+@pytest.mark.parametrize(
+    "link",
+    ["../escaped", "/tmp/escaped", "bundle/../../escaped", "bundle", "bundle/manifest.json"],
+)
+def test_a_case_link_outside_its_copy_or_over_a_file_is_refused(tmp_path, link):
+    case = tmp_path / "cases" / "invalid_symlink"
+    shutil.copytree(CASES / "invalid_symlink", case)
+    spec = json.loads((case / "case.json").read_text())
+    (case / "case.json").write_text(json.dumps({**spec, "symlinks": {link: "x"}}))
+    with pytest.raises(hlobundle.errors.InputError, match=r"`symlinks`: .* not a new name"):
+        _conformance.run_case(case)
+
+
+def test_a_case_link_under_a_symlinked_folder_is_refused(tmp_path):
+    case = tmp_path / "cases" / "invalid_symlink"
+    shutil.copytree(CASES / "invalid_symlink", case)
+    (tmp_path / "outside").mkdir()
+    os.symlink(tmp_path / "outside", case / "away")
+    spec = json.loads((case / "case.json").read_text())
+    (case / "case.json").write_text(json.dumps({**spec, "symlinks": {"away/link": "x"}}))
+    with pytest.raises(hlobundle.errors.InputError, match="not a new name"):
+        _conformance.run_case(case)
+    assert list((tmp_path / "outside").iterdir()) == []
+
+
+@pytest.mark.parametrize("links", [["bundle/x"], {"bundle/x": 1}, "bundle/x"])
+def test_case_links_that_are_no_map_of_strings_are_refused(tmp_path, links):
+    case = tmp_path / "invalid_symlink"
+    shutil.copytree(CASES / "invalid_symlink", case)
+    spec = json.loads((case / "case.json").read_text())
+    (case / "case.json").write_text(json.dumps({**spec, "symlinks": links}))
+    with pytest.raises(hlobundle.errors.InputError, match="must map link paths"):
+        _conformance.run_case(case)
+
+
+@pytest.mark.subprocess
+def test_signed_cases_are_skipped_not_failed_without_model_signing(tmp_path):
+    from helpers import without_modules
+
+    r = cli("conformance", CASES, "-k", "sign", env=without_modules(tmp_path, "model_signing"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {line.split()[0]: line.split()[3] for line in r.stdout.splitlines()[1:] if "_" in line}
+    assert rows["valid_signed"] == rows["invalid_signature_rewritten_manifest"] == "skipped"
+    assert rows["invalid_signature_listed"] == "pass"  # refused before any signature is read
+    assert "skipped valid_signed: " in r.stdout and "pip install 'hlobundle[sign]'" in r.stdout
+    assert "2 skipped (an optional part is absent), 0 failed, 4 cases" in r.stdout
+
+
+def test_a_case_without_needs_is_failed_not_skipped_when_a_part_is_absent(tmp_path):
+    # `needs` is what lets BACKEND_UNAVAILABLE be a skip: without it, it is a failure.
+    case = tmp_path / "valid_signed"
+    shutil.copytree(CASES / "valid_signed", case)
+    spec = json.loads((case / "case.json").read_text())
+    spec.pop("needs")
+    (case / "case.json").write_text(json.dumps(spec))
+    absent = [sys.executable, "-c", 'print(\'{"ok": false, "code": "BACKEND_UNAVAILABLE"}\')']
+    outcome = _conformance.run_case(case, absent)
+    assert (outcome.result, outcome.skipped) == ("FAIL", False)
+    outcome = _conformance.run_case(CASES / "valid_signed", absent)
+    assert (outcome.result, outcome.skipped) == ("skipped", True)

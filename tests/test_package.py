@@ -160,6 +160,7 @@ def test_the_wheel_holds_the_conformance_cases_and_runs_them_outside_the_checkou
     shipped = {p.relative_to(ROOT).as_posix() for p in cases.rglob("*") if p.is_file()}
     assert "hlobundle/conformance_cases/index.json" in names
     assert sorted(shipped - names) == []  # every file of every case folder
+    assert not any(p.is_symlink() for p in cases.rglob("*"))  # a wheel would carry its target
     assert "hlobundle/_format/_schema.py" in names  # `hlobundle schema` generates it from code
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
@@ -189,6 +190,7 @@ outcomes = [hlobundle.__file__]
 for command in (
     ["conformance", "-k", "valid_dtype_float32"],
     ["conformance", "-k", "invalid_json"],
+    ["conformance", "-k", "invalid_symlink"],  # a link no wheel holds, made from case.json
     ["schema"],
 ):
     out, err = io.StringIO(), io.StringIO()

@@ -12,17 +12,28 @@ accepts `CMD verify BUNDLE --json`, printing `{"ok": bool, "code": ...}`, and
 `CMD run BUNDLE [--inputs FILE] --save-outputs OUT.safetensors --json`, as `hlobundle` does.
 
 A valid case an implementation cannot run (a dtype or op its runtime lacks) may be refused with
-`BACKEND_UNSUPPORTED`: it is reported as refused, neither passed nor failed.
+`BACKEND_UNSUPPORTED`: it is reported as refused, neither passed nor failed. A case whose
+`needs` names an optional part (`signatures`) that the implementation lacks, answered with
+`BACKEND_UNAVAILABLE`, is reported as skipped, with the implementation's message (for this
+library, the `pip install` line).
+
+A case whose bundle holds a symlink (which a wheel cannot carry) names it in `symlinks`
+(`{"bundle/LINK": "TARGET"}`, relative to the case's folder): the runner makes it in a private
+temporary copy of the case and runs that, never writing into the case's folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import warnings
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,9 +48,10 @@ if TYPE_CHECKING:
     from .._run._backends import BackendName
 
 REFUSAL = "BACKEND_UNSUPPORTED"  # a valid case the implementation says it cannot run
+ABSENT = "BACKEND_UNAVAILABLE"  # an optional part a case `needs` is not there: skipped
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     case: str
     expect: str
@@ -51,8 +63,12 @@ class Outcome:
     def refused(self) -> bool:
         return self.expect == "ok" and self.got == REFUSAL
 
+    skipped: bool = False  # it `needs` an optional part the implementation lacks
+
     @property
     def result(self) -> str:
+        if self.skipped:
+            return "skipped"
         return "pass" if self.passed else "refused" if self.refused else "FAIL"
 
 
@@ -70,6 +86,46 @@ def cases(root: Path) -> list[Path]:
 def run_case(
     case: Path, implementation: list[str] | None = None, backend: BackendName = "auto"
 ) -> Outcome:
+    with prepared(case) as here:  # a copy keeps the case's name
+        return _run_prepared(here, implementation, backend)
+
+
+@contextlib.contextmanager
+def prepared(case: Path) -> Iterator[Path]:
+    """The case's folder, or, when its `case.json` names `symlinks`, a private temporary copy
+    of it with each link made (SPEC.md 9): a wheel cannot carry a symlink, and the installed
+    package is never written to. A link must land inside the copy, where nothing is yet."""
+    links = json.loads((case / "case.json").read_text()).get("symlinks")
+    if links is None:
+        yield case
+        return
+    with tempfile.TemporaryDirectory(prefix="hlobundle-case-") as tmp:
+        copy = Path(tmp) / case.name
+        shutil.copytree(case, copy, symlinks=True)
+        for link, target in _links(case, links):
+            where = copy / link
+            inside = where.parent.resolve().is_relative_to(copy.resolve())
+            if not inside or not where.parent.is_dir() or os.path.lexists(where):
+                raise InputError(
+                    f"case.json `symlinks`: {link!r} is not a new name inside the case's folder",
+                    path=case / "case.json",
+                )
+            os.symlink(target, where)
+        yield copy
+
+
+def _links(case: Path, links: object) -> list[tuple[str, str]]:
+    if not isinstance(links, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in links.items()
+    ):
+        raise InputError(
+            "case.json `symlinks` must map link paths to targets, both strings",
+            path=case / "case.json",
+        )
+    return list(links.items())
+
+
+def _run_prepared(case: Path, implementation: list[str] | None, backend: BackendName) -> Outcome:
     spec = json.loads((case / "case.json").read_text())
     expect = spec["expect"]
     key = case / spec["public_key"] if "public_key" in spec else None  # verify its signature
@@ -86,6 +142,8 @@ def run_case(
         if not detail and "fingerprint" in spec:
             detail = _check_fingerprint(case, implementation, spec["fingerprint"])
         passed = not detail
+    elif got == ABSENT != expect and spec.get("needs"):
+        return Outcome(case.name, expect, got, False, detail, skipped=True)
     else:
         passed = got == expect
     return Outcome(case.name, expect, got, passed, detail)
@@ -239,12 +297,15 @@ def render(outcomes: list[Outcome]) -> str:
     rows = [(o.case, o.expect, o.got, o.result, o.detail[:60]) for o in outcomes]
     passed = sum(o.passed for o in outcomes)
     refused = sum(o.refused for o in outcomes)
-    failed = len(outcomes) - passed - refused
+    skipped = [o for o in outcomes if o.skipped]
+    failed = len(outcomes) - passed - refused - len(skipped)
     return "\n".join(
         [
             table(("case", "expect", "got", "result", "detail"), rows),
+            *(f"skipped {o.case}: {o.detail}" for o in skipped),
             f"{passed} passed, "
             + (f"{refused} refused ({REFUSAL}), " if refused else "")
+            + (f"{len(skipped)} skipped (an optional part is absent), " if skipped else "")
             + f"{failed} failed, {len(outcomes)} cases",
         ]
     )
