@@ -100,6 +100,7 @@ def _gate(mask, x, unused):
     return jnp.where(mask, x * 2, x), (x * 3).astype(jnp.float16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_carried_dtypes_and_unused_arguments(tmp_path, backend):
     # bool and float16 travel in other dtypes to hlo_call; `unused` is never read, and may be
@@ -122,6 +123,7 @@ def test_carried_dtypes_and_unused_arguments(tmp_path, backend):
         assert_close(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_batched_module_written_by_hand(tmp_path, backend):
     # Any producer's batched module, not only JAX's: the conformance case's.
@@ -201,6 +203,7 @@ def test_a_non_portable_batched_module_is_refused(tmp_path):
     assert e.value.code == "MODULE_NOT_PORTABLE"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gradients_with_integer_and_bool_arguments(tmp_path, backend):
     def f(mask, n, x):

@@ -84,6 +84,7 @@ def test_prune_removes_what_was_used_longest_ago_first():
     assert after["caches"]["checks"] == {"entries": 0, "bytes": 0}
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_jax_s_own_entries_are_listed_and_pruned(tmp_path, cache):
     """A `hlobundle run` in a process of its own (JAX's cache configuration is the process's)
@@ -335,6 +336,7 @@ def test_a_record_naming_a_terminal_is_not_opened(cache):
     assert done.stdout.split() == ["False", "None", "False"]
 
 
+@pytest.mark.slow
 def test_a_record_naming_a_fifo_is_not_opened(cache):
     """A record naming a FIFO a writer waits on: opening it to read (even without blocking)
     lets the writer's open through; nothing but a regular file is opened."""

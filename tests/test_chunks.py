@@ -53,6 +53,7 @@ def tensor_file(bundle: Path) -> str:
     return name
 
 
+@pytest.mark.slow
 def test_a_bundle_of_several_functions_lists_the_chunk_digests_of_its_large_tensor_files(
     tmp_path,
 ):

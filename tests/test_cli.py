@@ -432,6 +432,7 @@ def test_run_with_one_loose_npy_for_several_arguments_says_name_equals_file(tmp_
 # --- format 2.0: a bundle of several functions ------------------------------------------
 
 
+@pytest.mark.slow
 def test_run_and_emit_name_a_function(tmp_path):
     b = two_functions(tmp_path)
     r = cli("run", b, "--backend", "xla", "--json")  # the default function: predict
@@ -472,6 +473,7 @@ def _double_module(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_pack_add_puts_a_function_from_mlir_text_into_a_bundle(tmp_path):
     b = two_functions(tmp_path)
     module = _double_module(tmp_path)
@@ -503,6 +505,7 @@ def test_pack_add_needs_a_bundle_and_default_needs_add(tmp_path):
         assert r.returncode == 2, (extra, r.stderr)
 
 
+@pytest.mark.slow
 def test_pack_add_signs_a_signed_bundle_again_under_refreshs_rules(tmp_path):
     pytest.importorskip("model_signing")
     b = two_functions(tmp_path)
@@ -519,6 +522,7 @@ def test_pack_add_signs_a_signed_bundle_again_under_refreshs_rules(tmp_path):
     assert bundle.functions == ["predict", "loss", "double"] and bundle.signed
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_command_exits_promptly_with_its_status_its_output_and_the_exit_handlers(tmp_path):
     from helpers import ROOT

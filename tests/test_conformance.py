@@ -222,6 +222,7 @@ def test_case_links_that_are_no_map_of_strings_are_refused(tmp_path, links):
         _conformance.run_case(case)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_signed_cases_are_skipped_not_failed_without_model_signing(tmp_path):
     from helpers import without_modules

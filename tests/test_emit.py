@@ -135,6 +135,7 @@ def test_emitted_script_runs(bundles, tmp_path, name, backend):
         assert "max abs diff from expected 0" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_script_detects_wrong_expected(bundles, tmp_path):
     import shutil
@@ -520,6 +521,7 @@ def test_emit_reactant_server_reports_an_mlir_failure_with_a_code(tmp_path, monk
 # --- a script away from its bundle -------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_script_away_from_its_bundle_names_the_bundle_path_it_needs(bundles, tmp_path):
     """Copied elsewhere, a script reads the bundle at its relative path there: one line naming

@@ -247,6 +247,7 @@ def test_a_python_call_takes_julia_s_orientation_with_layout_producer(tmp_path):
         b.function("xla", layout="julia")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_emitted_script_takes_layout_producer_and_hints_it(tmp_path, script_zygote):
     run_script = script_zygote

@@ -271,6 +271,7 @@ def test_x64_off_gives_instructions(tmp_path):
     assert "jax.config.update('jax_enable_x64', True)" in r.stdout
 
 
+@pytest.mark.slow
 @needs_enzyme
 def test_unnamed_top_level_op_is_dropped_for_hlo_call(tmp_path):
     text = (

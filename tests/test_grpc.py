@@ -194,6 +194,7 @@ def test_bad_requests_are_rest_s_errors_as_grpc_statuses(stub, served, images):
     assert stub.ModelInfer(_typed_request(images)).outputs[0].name == "result"  # still serving
 
 
+@pytest.mark.slow
 def test_oversized_messages_are_refused_before_decoding(stub, client, images):
     huge = service_pb2.ModelInferRequest(
         model_name="lenet5", raw_input_contents=[b"\0" * (MAX_BODY + 1)]
@@ -266,6 +267,7 @@ def test_clients_that_never_finish_a_message_stall_no_one(served, client, images
             sock.close()
 
 
+@pytest.mark.slow
 def test_beyond_the_rpc_cap_a_call_is_refused_not_queued(models, images):
     with _grpc.serving(models, max_rpcs=2) as port:
         hanging = [_hanging_call(port) for _ in range(2)]
@@ -411,6 +413,7 @@ def center(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_trusted_rows_not_declared_independent_are_never_joined(center):
     """Four concurrent gRPC clients of a trusted bundle whose rows are not declared independent,
     under a batch timeout of 30 s that joins them if anything does: each gets exactly the

@@ -195,6 +195,7 @@ def test_manifest_field_mutations(base, data):
     shutil.rmtree(bundle.parent)
 
 
+@pytest.mark.slow
 @fuzz(100)
 @given(data=st.data())
 def test_file_renames_and_links(base, data):
@@ -373,6 +374,7 @@ def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
 @given(
     data=st.binary(max_size=400) | st.text(alphabet='([{<>}])x"/\n', max_size=400).map(str.encode)
 )
+@pytest.mark.slow
 def test_bracket_depth_is_the_same_counted_by_python_and_by_numpy(data):
     # Small texts are counted in Python (no numpy import for `inspect`), large ones with numpy.
     from hlobundle._format import _prechecks

@@ -117,6 +117,7 @@ def _stored_otherwise(tmp_path: Path) -> Path:
     return other
 
 
+@pytest.mark.slow
 def test_one_bundle_one_image_digest_whatever_its_files_times_modes_or_name(registry, tmp_path):
     first = hlobundle.push(EXAMPLE, registry.ref("same", ":a"), image=True)
     r = cli("push", "--image", _stored_otherwise(tmp_path), registry.ref("same", ":b"), "--json")

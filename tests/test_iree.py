@@ -218,6 +218,7 @@ def _swap_in_another_program(compiled: Path, tmp_path: Path) -> Path:
     return b
 
 
+@pytest.mark.slow
 def test_stored_executables_run_only_from_a_trusted_bundle(compiled, tmp_path):
     b = hlobundle.load(_swap_in_another_program(compiled, tmp_path))
     b.verify()  # the hashes agree: verification alone cannot tell native code is honest
@@ -283,6 +284,7 @@ def test_executables_this_runtime_cannot_use_are_ignored(compiled, tmp_path, fie
     )
 
 
+@pytest.mark.slow
 def test_the_compile_cache_is_used_the_second_time(tmp_path):
     b = hlobundle.load(_bundle(tmp_path, lambda x: jnp.cos(x) * 3, sample((7,), "float32", 9)))
     assert b.function("iree").source == "compiled"
@@ -814,6 +816,7 @@ def test_compile_stores_an_executable_per_function(symbolic, tmp_path):
         np.testing.assert_allclose(fn(*args), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compile_of_one_named_function(symbolic, tmp_path):
     out = shutil.copytree(symbolic, tmp_path / "fns")
     hlobundle.compile(out, function="pair")
@@ -827,6 +830,7 @@ def test_compile_of_one_named_function(symbolic, tmp_path):
         hlobundle.compile(out, function="nope")
 
 
+@pytest.mark.slow
 def test_cli_compile_of_one_named_function(symbolic, tmp_path):
     out = shutil.copytree(symbolic, tmp_path / "fns")
     r = cli("compile", out, "--function", "pair")

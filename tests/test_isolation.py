@@ -253,6 +253,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 """
 
 
+@pytest.mark.slow
 @both
 def test_a_tiny_artifact_cannot_make_its_child_map_gigabytes(how):
     # 796 bytes, a fuzzer's mutation of a backward module's artifact (fuzz/fuzz_forms.py, case
@@ -378,6 +379,7 @@ def test_a_server_that_threads_executes_each_child_afresh(tmp_path):
     assert _run(_script(tmp_path, forked, "single.py")).stdout == b"True\n"
 
 
+@pytest.mark.slow
 def test_a_server_that_was_killed_or_went_idle_is_started_again(tmp_path, monkeypatch):
     script = _script(tmp_path, "def main():\n    print(os.getppid())\n    return 0\n")
     first = int(_run(script).stdout)
@@ -465,6 +467,7 @@ def test_a_grandchild_holding_the_output_is_killed_when_the_fork_exits(tmp_path)
         _kill([daemon])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["killed", "ctrl-c"])
 def test_when_the_caller_dies_mid_call_its_server_fork_and_their_children_go(tmp_path, how):
     # The caller is killed, or a terminal's Ctrl-C reaches its process group, while a fork (and

@@ -314,6 +314,7 @@ def test_from_exported_takes_roles_as_export_does(exported, tmp_path):
         hlobundle.from_exported(exported, tmp_path / "c", roles={"params": "parameter"})
 
 
+@pytest.mark.slow
 def test_several_named_blobs_make_one_bundle_of_functions(exported, tmp_path):
     (tmp_path / "m.jax").write_bytes(exported.serialize())
     other = export.export(jax.jit(lambda params, x: x @ params["w"] + params["b"]))(PARAMS, X)
@@ -365,6 +366,7 @@ def _digests(root):
     }
 
 
+@pytest.mark.slow
 def test_a_refused_function_leaves_the_earlier_bundle_intact(exported, tmp_path):
     """`pack` of several functions with --force over an earlier bundle, or --add of several:
     the bundle is built beside it and renamed over it only when every function packed, so a

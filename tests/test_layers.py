@@ -257,6 +257,7 @@ def test_the_layer_guard_fails_on_each_kind_of_upward_import():
     assert {n for n, _ in found} == set(broken), found
 
 
+@pytest.mark.slow
 def test_the_ground_floor_guard_fails_on_an_import_out_of_its_room():
     real = list(_modules())
     broken = {
@@ -308,10 +309,12 @@ def _machinery_in_the_format(modules) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_format_imports_no_machinery():
     assert _machinery_in_the_format(_modules()) == []
 
 
+@pytest.mark.slow
 def test_the_format_guard_fails_on_each_way_machinery_comes_in():
     real = {name: (source, pkg) for name, source, pkg in _modules()}
     tensors = real["hlobundle._format._tensors"][0]
@@ -387,6 +390,7 @@ def _command_line(elts, name: str, strings: dict[str, str], modules) -> dict[str
     return found
 
 
+@pytest.mark.slow
 def test_every_script_run_alone_is_declared():
     assert set(_run_alone(_modules())) == RUN_ALONE
 

@@ -474,6 +474,7 @@ def test_the_command_line_names_a_private_ca_and_a_proxy(private_ca, tmp_path, m
     assert fake.seen == []
 
 
+@pytest.mark.slow
 def test_a_head_answer_has_no_body_to_bound():
     """A HEAD answer's Content-Length is the size of what a GET would send (a blob's, when push
     asks whether the registry has it): not a body over the answers' bound. A push of a bundle

@@ -72,6 +72,7 @@ def test_it_runs_here_to_its_expected_outputs(path, backend):
     assert_close(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
 @pytest.mark.parametrize("path", PREDICT, ids=lambda p: p.parent.name)
 def test_it_differentiates_here_as_its_source_function(path, backend):

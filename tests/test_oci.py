@@ -58,6 +58,7 @@ def _raw_manifest(registry, repository: str, reference: str) -> dict:
         return json.loads(r.read())
 
 
+@pytest.mark.slow
 def test_push_then_pull_gives_the_bundle_byte_for_byte(registry, tmp_path):
     pushed = hlobundle.push(EXAMPLE, registry.ref("roundtrip"))
     assert pushed.tag == "v1" and pushed.ref.endswith("@" + pushed.digest)
@@ -70,6 +71,7 @@ def test_push_then_pull_gives_the_bundle_byte_for_byte(registry, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.slow
 def test_the_artifact_is_modelpack_and_one_bundle_one_digest(registry):
     first = hlobundle.push(EXAMPLE, registry.ref("modelpack"))
     second = hlobundle.push(EXAMPLE, registry.ref("modelpack", ":v2"))
@@ -93,6 +95,7 @@ def test_the_artifact_is_modelpack_and_one_bundle_one_digest(registry):
     assert types["manifest.json"] == "application/vnd.cncf.model.weight.config.v1.raw"
 
 
+@pytest.mark.slow
 def test_skopeo_sees_the_modelpack_types(registry):
     if shutil.which("skopeo") is None:
         from oci_registry import unavailable
@@ -111,6 +114,7 @@ def test_skopeo_sees_the_modelpack_types(registry):
     assert raw["config"]["mediaType"] == "application/vnd.cncf.model.config.v1+json"
 
 
+@pytest.mark.slow
 def test_oras_pulls_what_hlobundle_pushed_byte_for_byte(registry, tmp_path):
     import oras.provider
 
@@ -121,6 +125,7 @@ def test_oras_pulls_what_hlobundle_pushed_byte_for_byte(registry, tmp_path):
     _same_files(tmp_path / "oras", EXAMPLE)
 
 
+@pytest.mark.slow
 def test_hlobundle_pulls_what_oras_pushed(registry, tmp_path, monkeypatch):
     import oras.provider
 
@@ -134,6 +139,7 @@ def test_hlobundle_pulls_what_oras_pushed(registry, tmp_path, monkeypatch):
     _same_files(tmp_path / "got.hlobundle", EXAMPLE)
 
 
+@pytest.mark.slow
 def test_the_commands_push_pull_and_print_the_digest_to_pin(registry, tmp_path):
     r = cli("push", EXAMPLE, registry.ref("cli"))
     assert r.returncode == 0, r.stderr
@@ -240,6 +246,7 @@ def test_a_signature_travels_as_a_referrer_and_is_checked_before_writing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.hlobundle"]  # nothing else written
 
 
+@pytest.mark.slow
 def test_pull_with_a_key_refuses_an_unsigned_artifact(registry, keys, tmp_path):
     hlobundle.push(EXAMPLE, registry.ref("unsigned"))
     r = cli("pull", registry.ref("unsigned"), "-o", tmp_path / "x", "--public-key", keys / "a.pub")
@@ -247,6 +254,7 @@ def test_pull_with_a_key_refuses_an_unsigned_artifact(registry, keys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_sign_signs_what_the_registry_holds_without_pulling_it(registry, keys, tmp_path):
     pushed = hlobundle.push(EXAMPLE, registry.ref("sign-there"))
     r = cli("sign", registry.ref("sign-there"), "--private-key", keys / "a.pem")
@@ -260,6 +268,7 @@ def test_sign_signs_what_the_registry_holds_without_pulling_it(registry, keys, t
         hlobundle.pull(pushed.ref, tmp_path / "bad.hlobundle", public_key=keys / "b.pub")
 
 
+@pytest.mark.slow
 def test_sign_in_a_registry_refuses_an_artifact_whose_layers_are_not_its_files(
     registry, keys, tmp_path, monkeypatch
 ):
@@ -297,6 +306,7 @@ def _raw_manifest_digest(registry, repository: str, reference: str) -> str:
 # ---- credentials
 
 
+@pytest.mark.slow
 def test_basic_auth_from_the_environment_and_from_docker_config(
     auth_registry, tmp_path, monkeypatch
 ):
@@ -321,6 +331,7 @@ def test_basic_auth_from_the_environment_and_from_docker_config(
     assert pulled.digest == pushed.digest
 
 
+@pytest.mark.slow
 def test_a_credential_helper_is_asked(auth_registry, tmp_path, monkeypatch):
     helper = tmp_path / "bin" / "docker-credential-hlotest"
     helper.parent.mkdir()

@@ -43,6 +43,7 @@ def test_export_stores_one_module_for_each_platform(two):
     assert '"_platform_index"' in text and text.count("stablehlo.case") >= 1
 
 
+@pytest.mark.slow
 def test_the_xla_backend_runs_the_cpu_lowering_and_differentiates_it(two):
     f = hlobundle.load(two).function("xla")
     np.testing.assert_allclose(f(W, X), _dense(W, X), rtol=1e-6, atol=1e-6)

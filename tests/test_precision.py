@@ -289,6 +289,7 @@ def test_conformance_widens_for_an_implementation_on_a_tpu():
     assert _conformance._where({"platform": 3}) == _conformance.CPU  # nothing said
 
 
+@pytest.mark.slow
 def test_the_docs_block_runs(tmp_path):
     from test_readme import _bash, _sh
 

@@ -76,6 +76,7 @@ def julia_dense(x_julia: np.ndarray) -> np.ndarray:
     return W_JULIA @ x_julia + B_JULIA[:, None]
 
 
+@pytest.mark.slow
 def test_a_server_bundle_packs_and_runs_in_julias_orientation(tmp_path):
     out = hlobundle.from_reactant_server(server_bundle(tmp_path), tmp_path / "b")
     b = hlobundle.load(out, verify=True)
@@ -98,6 +99,7 @@ def test_a_server_bundle_packs_and_runs_in_julias_orientation(tmp_path):
     np.testing.assert_allclose(np.asarray(y).T, julia_dense(x_julia), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_cli_pack_and_run_with_julia_inputs(tmp_path):
     src = server_bundle(tmp_path)
     r = cli("pack", "--from-reactant-server", src, "--batch-size", "8", "-o", tmp_path / "b")
@@ -490,6 +492,7 @@ def test_emit_reactant_server_refuses_what_the_server_cannot_hold(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_emit_a_bundle_of_batch_sizes_writes_one_module_per_size(tmp_path):
     """Import a multi-size server bundle, emit it, import it again: every size comes back as a
     function, the weights' bytes and the results are the same."""

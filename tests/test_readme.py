@@ -253,6 +253,7 @@ def test_lm_emit_block_generates_text(tmp_path):
     assert r.stdout.rstrip("\n").splitlines()[-1].startswith("A bundle artifact the manifest")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @needs_fixtures
 def test_julia_names_block_runs(tmp_path):

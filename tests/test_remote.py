@@ -428,6 +428,7 @@ def test_run_and_serve_take_a_remote_bundle(bundle, server):
     assert bad.returncode == 1 and "REGISTRY_NOT_FOUND" in bad.stderr
 
 
+@pytest.mark.slow
 def test_the_reading_commands_take_a_remote_bundle(bundle, server, registry):
     """diff, inspect, fingerprint and verify take oci:// and http(s):// as run does (an
     oci:// reference was read as a path, one slash lost)."""

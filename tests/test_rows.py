@@ -74,6 +74,7 @@ def test_export_refuses_a_declaration_without_symbolic_shapes(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_from_exported_declares_rows_unchecked(tmp_path):
     from jax import export
 
@@ -179,6 +180,7 @@ def test_vmap_folds_into_one_call_only_when_the_user_trusts_the_bundle(declared,
         np.testing.assert_allclose(jax.vmap(call)(XS), want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_folded_vmap_differentiates_as_the_loop_does(declared):
     fn = hlobundle.load(declared).function("xla", trust=hlobundle.Trust.BATCHED)
     loss = lambda xs: jnp.sum(jax.vmap(lambda x: fn(x=x))(xs) ** 2)  # noqa: E731

@@ -59,6 +59,7 @@ def test_run_json(tmp_path):
     assert diff == 0.0 if EXACT else diff < 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["auto", "iree"])
 def test_run_resolves_its_backend_once_and_not_through_bundle_function(monkeypatch, backend):
     """The name becomes a backend once, at the command's entry; the run is handed the object

@@ -1157,6 +1157,7 @@ def _concurrent(models, model, sizes) -> tuple[list[list[float]], str]:
 SIZES = (1, 4, 2, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trusted", [True, False])
 def test_a_symbolic_batch_dimension_batches_any_sizes_exactly(functions, trusted):
     models = load_models(
@@ -1178,6 +1179,7 @@ def test_a_symbolic_batch_dimension_batches_any_sizes_exactly(functions, trusted
         assert 'hlobundle_batch_size_bucket{le="1.0",model="m"} 4.0' in metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["trust_batched", "public_key"])
 def test_rows_not_declared_independent_are_never_joined_trusted_or_signed(functions, tmp_path, how):
     """center's rows depend on each other (a mean over the batch) and the bundle does not
@@ -1401,6 +1403,7 @@ def _served_by_the_cli(monkeypatch, names, *args: str) -> tuple[str, dict[str, i
     return r.stdout.splitlines()[0], ready
 
 
+@pytest.mark.slow
 def test_the_start_line_names_every_model_served(tmp_path, monkeypatch):
     from helpers import two_functions
 

@@ -89,6 +89,7 @@ def test_every_request_of_a_failed_batch_gets_the_failure_and_batching_goes_on()
     assert [float(a["y"][0]) for a in answers] == [6.0, 8.0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("timeout_s", [0.0, 0.5])
 def test_an_idle_model_waits_for_others_at_most_the_timeout(timeout_s):
     model = _Model()

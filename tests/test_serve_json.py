@@ -82,6 +82,7 @@ def test_every_value_parses_as_the_standard_library_parses_it(value):
     st.binary(max_size=40)
     | st.text(alphabet='[]{}",:0123456789.eE+-truefalsnNaIfiy \\u\n', max_size=40).map(str.encode)
 )
+@pytest.mark.slow
 def test_every_text_is_accepted_or_refused_as_before(text):
     assert _outcome(_protocol._parsed, text) == _outcome(_old, text)
 

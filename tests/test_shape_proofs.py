@@ -277,6 +277,7 @@ EVEN = """func.func @main(%x: tensor<?x3xf32>) -> tensor<?x3xf32> {
 }"""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "enzyme"])
 def test_batched_requests_are_each_proven_not_only_their_concatenation(tmp_path, backend):
     """The module asserts an even b: two requests of b = 1 are each refused, although their

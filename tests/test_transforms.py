@@ -327,6 +327,7 @@ def test_checkpoint(lenet, backend, policy):
     assert_close(jax.jit(jax.value_and_grad(model(fn), argnums=(0, 1)))(params, images), want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_checkpointed_scan_body(tmp_path, backend):
     w, x = sample((3, 3), "float32", 1) / 4, sample((4, 3), "float32", 2) / 4

@@ -163,6 +163,7 @@ def test_compile_for_a_platform_jax_does_not_run_here_is_refused(copy):
     assert r.returncode == 2 and "--target xla-nothing" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_an_executable_is_compiled_afresh_when_jax_s_cache_holds_the_function(tmp_path):
     """An executable JAX loaded from its persistent cache serializes without its code (jaxlib
