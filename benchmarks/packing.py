@@ -52,8 +52,9 @@ class PackPhases(dict):
     time (less that of wrapped steps inside it) to this dict, by phase, while in the block."""
 
     def __enter__(self) -> PackPhases:
-        from hlobundle._file_io import _hashing_writer
-        from hlobundle._format import _main_signature, _mlir, _tensors
+        from hlobundle._bundle_io import _tensor_writing
+        from hlobundle._file_io import _durable, _hashing_writer
+        from hlobundle._format import _main_signature, _mlir
         from hlobundle._read import _inputs
         from hlobundle._write import _atomic, _normalize, _writer
 
@@ -68,12 +69,14 @@ class PackPhases(dict):
                 (_writer, "plan"),
             ],
             "portable artifact of the module": [(_mlir, "to_portable")],
-            "tensor file: written in steps, sha256 in a second thread": [(_tensors, "write")],
+            "tensor file: written in steps, sha256 in a second thread": [
+                (_tensor_writing, "write")
+            ],
             "tensor file: its fsync, and the end of its sha256": [
                 (_hashing_writer.HashingWriter, "finish")
             ],
             "manifest.json (final manifest validated, JSON)": [(_atomic, "_finish")],
-            "fsync of the other files and the directory": [(_atomic, "_fsync_tree")],
+            "fsync of the other files and the directory": [(_durable, "fsync_tree")],
         }
         self._restore: list[tuple[object, str, object]] = []
         inner = [0.0]  # time of wrapped steps inside the current one

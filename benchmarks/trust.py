@@ -94,7 +94,8 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from hlobundle._format import _limits, _portable
+    from hlobundle._bundle_io import _artifacts
+    from hlobundle._format import _limits
     from hlobundle._isolation import _child
     from hlobundle._write import _jax_export
 
@@ -105,13 +106,13 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
     return [
         *_fork_against_fresh(
             ("one artifact", "the first"),
-            lambda: _portable.canonical_in_child(artifact, path="module.mlirbc"),
+            lambda: _artifacts.canonical_in_child(artifact, path="module.mlirbc"),
             [
                 PY,
                 "-E",
                 "-s",
-                str(_portable.CHILD),
-                *_portable.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
+                str(_artifacts.CHILD),
+                *_artifacts.child_args(_limits.MAX_MODULE_BYTES, len(artifact)),
             ],
             artifact,
             5 if quick else 30,
@@ -177,7 +178,7 @@ def _written_by_another_jaxlib(bundle: Path) -> Path:
 def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
     """`hlobundle verify`, whole process, of a bundle another jaxlib wrote, with no verdict
     cached (its first verify): each form's artifact is deserialized in a child. The reader's
-    way (forks of one server, `_format/_portable.FORK_SERVER`) / a fresh interpreter per
+    way (forks of one server, `_bundle_io/_artifacts.FORK_SERVER`) / a fresh interpreter per
     artifact (`_isolation/_child.py`), run in turns; one form, and three (module, backward,
     batched)."""
     import jax
@@ -194,8 +195,8 @@ def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
         ),
     }
     code = (
-        "import sys\nfrom hlobundle._format import _portable\n"
-        "_portable.FORK_SERVER = sys.argv[1] == 'forked'\n"
+        "import sys\nfrom hlobundle._bundle_io import _artifacts\n"
+        "_artifacts.FORK_SERVER = sys.argv[1] == 'forked'\n"
         "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
     )
     env = {**os.environ, "HLOBUNDLE_NO_CACHE": "1"}
