@@ -208,9 +208,12 @@ def _static_server(root: Path) -> tuple[Any, str]:
     return server, f"http://127.0.0.1:{port}/"
 
 
-def _functions_bundle(out: Path, count: int, size: int, changed: int | None = None) -> Path:
+def _functions_bundle(
+    out: Path, count: int, size: int, changed: int | None = None, distinct: bool = False
+) -> Path:
     """`count` functions `fK(p, x) = x @ p["wK"]` over one weights file, each weight `size`
-    bytes; `changed`: that function's weight differs (a new version of the model)."""
+    bytes; `changed`: that function's weight differs (a new version of the model); `distinct`:
+    random weights, so that no chunk is a hole or a repeat of another."""
 
     import hlobundle
 
@@ -218,7 +221,11 @@ def _functions_bundle(out: Path, count: int, size: int, changed: int | None = No
     cols = size // 4 // rows
     x = np.ones((2, rows), np.float32)
     for k in range(count):
-        w = np.full((rows, cols), k + (0.5 if k == changed else 0.0), np.float32)
+        if distinct:
+            seed = k + (100 if k == changed else 0)
+            w = np.random.default_rng(seed).random((rows, cols), np.float32)
+        else:
+            w = np.full((rows, cols), k + (0.5 if k == changed else 0.0), np.float32)
         hlobundle.export(
             lambda p, x, k=k: x @ p[f"w{k}"],
             {f"w{k}": w},

@@ -23,11 +23,18 @@ PY = sys.executable
 GiB = 1024**3
 
 
-def interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, tuple[float, float]]:
-    """(median, spread) in seconds per function, running them in turns so drift hits all alike."""
+def interleaved(
+    fns: dict[str, Callable[[], object]],
+    reps: int,
+    setup: dict[str, Callable[[], object]] | None = None,
+) -> dict[str, tuple[float, float]]:
+    """(median, spread) in seconds per function, running them in turns so drift hits all alike;
+    a function's `setup`, where it has one, runs untimed before each call."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
         for name, fn in fns.items():
+            if setup and name in setup:
+                setup[name]()
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)

@@ -15,11 +15,9 @@ import argparse
 import ast
 import compileall
 import hashlib
-import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,10 +28,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the checkout: `benchmarks`
+from benchmarks import harness  # noqa: E402
+from benchmarks.distribution import _functions_bundle, _static_server  # noqa: E402
+from benchmarks.harness import PY, ROOT, user_env  # noqa: E402
+from benchmarks.trust import _written_by_another_jaxlib  # noqa: E402
+
 MiB = 1 << 20
-_USER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "PYTHONDONTWRITEBYTECODE")
 
 
 def interleaved(
@@ -41,17 +42,8 @@ def interleaved(
     reps: int,
     setup: dict[str, Callable[[], object]] | None = None,
 ) -> dict[str, float]:
-    """The median seconds of each function, run in turns so that drift hits all alike; the
-    function's `setup`, where it has one, runs untimed before each call."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            if setup and name in setup:
-                setup[name]()
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    """The median seconds of each function (`harness.interleaved`, run in turns)."""
+    return {k: median for k, (median, _) in harness.interleaved(fns, reps, setup).items()}
 
 
 def lines(*parts: str) -> int:
@@ -74,9 +66,8 @@ def lines(*parts: str) -> int:
 def hlobundle_cli(*args: str, cache: Path | None) -> None:
     """`hlobundle ARGS` in a fresh process, a user's environment, this checkout's package;
     its caches under `cache` (None: `HLOBUNDLE_NO_CACHE=1`)."""
-    kept = {k: v for k, v in os.environ.items() if k in _USER_ENV}
     where = {"HLOBUNDLE_CACHE_DIR": str(cache)} if cache else {"HLOBUNDLE_NO_CACHE": "1"}
-    full = kept | {"PYTHONPATH": str(ROOT)} | where
+    full = user_env({"PYTHONPATH": str(ROOT), **where})
     subprocess.run([PY, "-m", "hlobundle", *args], env=full, check=True, capture_output=True)
 
 
@@ -209,8 +200,7 @@ def _records_fresh(tmp: Path, quick: bool) -> dict:
     """The LeNet's manifest read in a fresh process: its records from the remembered verdict /
     the pydantic models, imported and validating the same bytes."""
     manifest = str(ROOT / "examples" / "lenet5.hlobundle" / "manifest.json")
-    kept = {k: v for k, v in os.environ.items() if k in _USER_ENV}
-    env = kept | {"PYTHONPATH": str(ROOT), "HLOBUNDLE_CACHE_DIR": str(tmp / "records-fresh")}
+    env = user_env({"PYTHONPATH": str(ROOT), "HLOBUNDLE_CACHE_DIR": str(tmp / "records-fresh")})
 
     def python(code: str) -> None:
         subprocess.run([PY, "-c", code, manifest], env=env, check=True, capture_output=True)
@@ -233,7 +223,7 @@ def file_digests(tmp: Path, quick: bool) -> list[dict]:
     `file-digests/` removed before each run (the sha256 computed)."""
 
     count, size = (2, 40 * MiB) if quick else (4, 128 * MiB)
-    out = _functions_bundle(tmp / "chunked.hlobundle", count, size)
+    out = _functions_bundle(tmp / "chunked.hlobundle", count, size, distinct=True)
     cache = tmp / "digests-cache"
     hlobundle_cli("verify", str(out), cache=cache)
 
@@ -350,22 +340,6 @@ def _backward_modules(quick: bool) -> dict:
     )
 
 
-def _written_by_another_jaxlib(bundle: Path) -> None:
-    """Every form's artifact serialized for StableHLO 1.0.0, the manifest's target unchanged:
-    the same programs in bytes this jaxlib does not write for that target."""
-    from hlobundle._format import _mlir
-
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    for form in ("module", "vjp", "batched"):
-        if manifest.get(form) is None:
-            continue
-        text, name = manifest[form]["text"], manifest[form]["portable"]["file"]
-        data = _mlir.to_portable(_mlir.parse((bundle / text).read_text()), "1.0.0")
-        (bundle / name).write_bytes(data)
-        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
-
-
 # --- the safetensors writer ---------------------------------------------------------------------
 
 
@@ -459,8 +433,7 @@ def _writer_peak(tmp: Path, total: int) -> dict:
     each way in a fresh process, for arrays that must be copied to be stored (Fortran-ordered,
     stored row-major): `_tensor_writing.write` copies one at a time as it writes, `save_file` takes
     them all copied."""
-    kept = {k: v for k, v in os.environ.items() if k in _USER_ENV}
-    env = kept | {"PYTHONPATH": str(ROOT)}
+    env = user_env({"PYTHONPATH": str(ROOT)})
 
     def peak(how: str) -> float:
         out = tmp / f"peak-{how}.safetensors"
@@ -498,8 +471,8 @@ def store(tmp: Path, quick: bool) -> list[dict]:
     count, size = 4, (2 if quick else 64) * MiB
     root = tmp / "served"
     root.mkdir()
-    _functions_bundle(root / "v1.hlobundle", count, size)
-    _functions_bundle(root / "v2.hlobundle", count, size, changed=1)
+    _functions_bundle(root / "v1.hlobundle", count, size, distinct=True)
+    _functions_bundle(root / "v2.hlobundle", count, size, changed=1, distinct=True)
     server, base = _static_server(root)
     every = [f"f{k}" for k in range(count)]
     code = ["hlobundle/_read/_store.py"]
@@ -560,50 +533,6 @@ def _allocated(directory: Path) -> int:
             st = os.lstat(os.path.join(top, name))
             total += st.st_blocks * 512
     return total
-
-
-def _functions_bundle(out: Path, count: int, size: int, changed: int | None = None) -> Path:
-    """`count` functions `fK(p, x) = x @ p["wK"]` over one chunked weights file, each weight
-    `size` bytes; `changed`: that function's weight differs (a new version of the model)."""
-    import hlobundle
-
-    rows_n = 256
-    x = np.ones((2, rows_n), np.float32)
-    for k in range(count):
-        seed = k + (100 if k == changed else 0)  # distinct chunks: none is a hole or a repeat
-        w = np.random.default_rng(seed).random((rows_n, size // 4 // rows_n), np.float32)
-        hlobundle.export(
-            lambda p, x, k=k: x @ p[f"w{k}"],
-            {f"w{k}": w},
-            x,
-            out=out,
-            name=f"f{k}",
-            roles={"p": "parameter"},
-            add=k > 0,
-            force=k == 0,
-        )
-    return out
-
-
-def _static_server(root: Path) -> tuple[Any, str]:
-    """Starlette's StaticFiles (which honours Range) under uvicorn in a thread, on loopback."""
-    import socket
-    import threading
-
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.routing import Mount
-    from starlette.staticfiles import StaticFiles
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    app = Starlette(routes=[Mount("/", StaticFiles(directory=root))])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.02)
-    return server, f"http://127.0.0.1:{port}/"
 
 
 # --- the table ----------------------------------------------------------------------------------
