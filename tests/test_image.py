@@ -273,6 +273,7 @@ def test_a_name_that_only_contains_wh_goes_in(tmp_path, name):
         assert f"models/{name}" in tar.getnames()
 
 
+@pytest.mark.slow
 def test_push_image_refuses_a_whiteout_name_before_any_upload(registry, tmp_path):
     """The ModelPack artifact keeps the name (a layer a file, titled by it); the image cannot."""
     bundle = _listing(tmp_path, ".wh.NOTES")

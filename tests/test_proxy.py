@@ -164,6 +164,7 @@ def private_ca(tmp_path, monkeypatch):
     return tls
 
 
+@pytest.mark.slow
 def test_an_https_registry_off_loopback_is_reached_through_the_proxy_in_tls(
     proxy, private_ca, tmp_path
 ):
@@ -181,6 +182,7 @@ def test_an_https_registry_off_loopback_is_reached_through_the_proxy_in_tls(
     assert BASIC in [h.get("Authorization") for _, _, h in fake.seen]
 
 
+@pytest.mark.slow
 def test_plain_http_off_loopback_through_the_proxy_carries_no_credentials(proxy, tmp_path):
     """With --insecure the registry is spoken to in plain HTTP, through the proxy: anonymous
     requests go; when the registry asks for credentials, they are refused before any is
