@@ -230,6 +230,9 @@ def test_the_adapters_shared_check_refuses_both(bounds):
     assert e.value.status == 413 and "104 bytes" in e.value.message
     given = checked_inputs(doubled, {"x": np.ones((12, 2), np.float32)})
     np.testing.assert_array_equal(doubled(given)["result"], np.full((12, 2), 2, np.float32))
+    for wrong in ("64", 0, True):  # as MLServer's model-settings.json may give it
+        with pytest.raises(hlobundle.errors.InputError, match="max_response_bytes must be"):
+            open_function(bounds, "doubled", max_response_bytes=wrong)
 
 
 def test_pinned_sizes_and_stored_arguments_are_the_operator_s_not_bounded(tmp_path):

@@ -85,6 +85,11 @@ def load_models(
     What a request may make a function do is bounded by what it sends (`Served.check_shapes`):
     a symbol beyond the values a request holds is at most `SIZE_WITHOUT_VALUES` (unless
     `sizes` pins it), and a symbolic function's answer at most `max_response_bytes`."""
+    if type(max_response_bytes) is not int or max_response_bytes < 1:
+        raise InputError(
+            f"max_response_bytes must be a positive integer, not {shown(repr(max_response_bytes))}",
+            argument="max_response_bytes",
+        )
     loaded = _load_named(paths, keys)
     pinned = {k: frozenset(v) for k, v in (sizes or {}).items()}
     known = set().union(*(_symbols(bundle) for _, bundle, _ in loaded))
