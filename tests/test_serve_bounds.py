@@ -264,3 +264,30 @@ def test_pinned_sizes_and_stored_arguments_are_the_operator_s_not_bounded(tmp_pa
     body = {"inputs": [{"name": "i", "shape": [1], "datatype": "INT32", "data": [3]}]}
     r = client.post("/v2/models/stored/infer", json=body)
     assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [1.0, 1.0], r.text
+
+
+def test_the_command_takes_the_response_bound(bounds, monkeypatch):
+    """`hlobundle serve --max-response-bytes 100`: the app the command builds answers 96 bytes
+    and refuses 104 (in process: the command's server replaced by Starlette's test client)."""
+    from helpers import cli
+
+    from hlobundle._serve import _server
+
+    statuses = []
+
+    def in_process(asgi, host, port, limits, uds, access_log):
+        client = TestClient(asgi)
+
+        def run(self, sockets):
+            for rows in (12, 13):
+                x = np.ones((rows, 2), np.float32)
+                answer = client.post(**_request("bounds.doubled", [rows, 2], x, True))
+                statuses.append(answer.status_code)
+
+        return type("Server", (), {"run": run})()
+
+    monkeypatch.setattr(_server, "server", in_process)
+    args = ("--backend", "xla", "--port", "0", "--max-response-bytes", "100")
+    r = cli("serve", str(bounds), *args)
+    assert r.returncode == 0, r.stderr
+    assert statuses == [200, 413]
