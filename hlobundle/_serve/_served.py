@@ -169,7 +169,7 @@ class Served:
         a 413 says why; the results' shapes at those sizes. Nothing runs before it."""
         m = self.bundle.manifest
         if not self._symbolic:  # every dimension is an integer, which the parsing checked
-            return {r.name: static_shape(r.shape) for r in m.results}
+            return self._static_results
         try:
             env = bind_symbols(m, self._shapes_of(given))
         except HloBundleError as e:
@@ -213,6 +213,10 @@ class Served:
                 f"model {self.name!r} would answer these inputs with {size} bytes ({shown}), "
                 f"over the limit of {self.max_response_bytes} (serve --max-response-bytes)",
             )
+
+    @cached_property
+    def _static_results(self) -> dict[str, tuple[int, ...]]:
+        return {r.name: static_shape(r.shape) for r in self.bundle.manifest.results}
 
     @cached_property
     def _stored_symbols(self) -> frozenset[str]:
