@@ -276,6 +276,7 @@ def serve(args: argparse.Namespace) -> int:
             trust=trust_of(args),
             max_shapes=args.max_shapes,
             sizes=dict(args.sizes),
+            max_response_bytes=args.max_response_bytes,
             **trust_options(args),
         )
         _serve_on(sock, models, args)

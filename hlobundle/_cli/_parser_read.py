@@ -240,6 +240,14 @@ def add_serve(sub: Any) -> None:
         help="refuse larger requests with HTTP 413 (default: 64 MiB)",
     )
     p.add_argument(
+        "--max-response-bytes",
+        type=_values.positive_int,
+        default=64 << 20,
+        metavar="N",
+        help="refuse, with HTTP 413 before the model runs, a request whose answer from a "
+        "function with symbolic dimensions would be larger (default: 64 MiB)",
+    )
+    p.add_argument(
         "--read-timeout",
         type=_values.positive_seconds,
         default=30.0,

@@ -14,7 +14,7 @@ from .._format._errors import InputError
 from .._read._trust import Trust
 from .._serve._models import load_models
 from .._serve._protocol import RequestError, _fits, _numpy, _shown_shape
-from .._serve._served import Served
+from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, Served
 
 
 def open_function(
@@ -26,20 +26,29 @@ def open_function(
     trust_batched: bool = False,
     public_key: str | os.PathLike[str] | None = None,
     certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> Served:
     """Function `function` (default: the bundle's default) of `bundle` (a path, `oci://` or
     `https://`), loaded, checked and warmed up. With `batching` (the engine will concatenate
     requests along the first axis), the function must declare its rows independent along
     axis 0 of every input and result (SPEC.md 2.13), and a key must verify the bundle or
     `trust_batched` be given (docs/serving.md, "Trust: signatures and batching"), as `serve`
-    joins requests: otherwise an `InputError` says so."""
+    joins requests: otherwise an `InputError` says so. A request is bounded as `serve`
+    bounds it (`checked_inputs`): a symbolic function's answer is at most
+    `max_response_bytes`."""
     keys: dict[str, Any] = {}
     if public_key is not None:
         keys["public_key"] = public_key
     if certificate_chain:
         keys["certificate_chain"] = certificate_chain
     trust = Trust.BATCHED if trust_batched else Trust.NOTHING
-    models = load_models([str(bundle)], backend=backend, trust=trust, **keys)  # type: ignore[arg-type]
+    models = load_models(
+        [str(bundle)],
+        backend=backend,  # type: ignore[arg-type]
+        trust=trust,
+        max_response_bytes=max_response_bytes,
+        **keys,
+    )
     served = _pick(models, function)
     if batching:
         if served.concatenated is None:
@@ -90,7 +99,8 @@ def _pick(models: dict[str, Served], function: str | None) -> Served:
 
 def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The request's arrays, one per input, each of the input's dtype and shape (a symbolic
-    dimension any size, bound consistently by `Served.check_shapes`), or a `RequestError`."""
+    dimension any size, bound consistently and within what the request sends by
+    `Served.check_shapes`), or a `RequestError`: before the function is called."""
     missing = sorted(set(served.inputs) - set(given))
     unknown = sorted(set(given) - set(served.inputs))
     if missing or unknown:

@@ -22,13 +22,16 @@ from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
+from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES
 from ._models import BoundedBody, checked_inputs, decoded, open_function
 
 __all__ = ["HloBundleModel", "main"]
 
 
 class HloBundleModel(Model):
-    """One function of a bundle, served by KServe's model server."""
+    """One function of a bundle, served by KServe's model server; a request is refused before
+    the function runs where its answer would exceed `max_response_bytes` (a symbolic
+    function's), or a symbol goes beyond the values it sends (docs/serving.md)."""
 
     def __init__(
         self,
@@ -37,13 +40,20 @@ class HloBundleModel(Model):
         function: str | None = None,
         *,
         public_key: str | os.PathLike[str] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         super().__init__(name)
         self._bundle, self._function, self._public_key = bundle, function, public_key
+        self._max_response_bytes = max_response_bytes
         self.load()
 
     def load(self) -> bool:
-        self._served = open_function(self._bundle, self._function, public_key=self._public_key)
+        self._served = open_function(
+            self._bundle,
+            self._function,
+            public_key=self._public_key,
+            max_response_bytes=self._max_response_bytes,
+        )
         self.ready = True
         return True
 
@@ -94,8 +104,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--grpc_port", type=int, default=8081)
     parser.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY)
     parser.add_argument("--read_timeout_s", type=float, default=DEFAULT_READ_TIMEOUT_S)
+    parser.add_argument("--max_response_bytes", type=int, default=DEFAULT_MAX_RESPONSE_BYTES)
     args = parser.parse_args(argv)
-    model = HloBundleModel(args.model_name, args.bundle, args.function, public_key=args.public_key)
+    model = HloBundleModel(
+        args.model_name,
+        args.bundle,
+        args.function,
+        public_key=args.public_key,
+        max_response_bytes=args.max_response_bytes,
+    )
     limit = min(args.max_body_bytes, model._served.max_request_bytes)
     # KServe's app and flags are module-level: its REST app takes the middleware before it
     # starts, and its gRPC server reads its flags when it starts.

@@ -2,7 +2,8 @@
 `model-settings.json` says `"implementation": "hlobundle.integrations.mlserver.HloBundleRuntime"`
 and `"parameters": {"uri": BUNDLE}` serves one function of that bundle (a path, relative to the
 folder of `model-settings.json` as for MLServer's own runtimes, `oci://` or `https://`) over MLServer's REST and gRPC, with MLServer's adaptive batching where the function
-allows it. `parameters.extra` may give `function`, `public_key` and `trust_batched`.
+allows it. `parameters.extra` may give `function`, `public_key`, `trust_batched` and
+`max_response_bytes` (a symbolic function's answer, at most: 64 MiB by default, as `serve`).
 
 MLServer's adaptive batching merges requests by the shapes they declare, before `predict` sees
 them, and splits the answer back by those shapes: a client whose shape lies about its data
@@ -36,7 +37,7 @@ from mlserver.utils import get_model_uri
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
-from .._serve._served import request_bound
+from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, request_bound
 from ._models import BoundedBody, checked_inputs, decoded, open_function
 
 __all__ = ["HloBundleRuntime", "main"]
@@ -67,6 +68,7 @@ class HloBundleRuntime(MLModel):
                 batching=batching,
                 trust_batched=bool(extra.get("trust_batched", False)),
                 public_key=extra.get("public_key"),
+                max_response_bytes=extra.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES),
             )
         except HloBundleError as e:
             raise MLServerError(f"model {self.name!r}: [{e.code}] {e.message}") from None
