@@ -42,7 +42,7 @@ import numpy as np
 from .._format import _dtypes, _tensors
 from .._format._errors import HloBundleError, InputError
 from .._format._manifest import Manifest
-from .._format._tolerance import CPU, Computed, agree, widened, widening
+from .._format._tolerance import CPU, Computed, compare, widened, widening
 
 if TYPE_CHECKING:
     from .._run._backends import BackendName
@@ -286,8 +286,9 @@ def _compare(case: Path, got: dict[str, np.ndarray], rtol: float, atol: float, u
         if g is None or g.shape != w.shape or g.dtype != w.dtype:
             return f"result {name}: expected {w.dtype}{list(w.shape)}, got {None if g is None else f'{g.dtype}{list(g.shape)}'}"
         wide = widened(atol, w, u) if w.dtype.kind in "fcV" else atol
-        if not agree(g, w, rtol, wide):
-            return f"result {name}: values differ beyond rtol={rtol}, atol={wide:.3g}"
+        worst = compare(g, w, rtol, wide)[2]
+        if worst is not None:
+            return f"result {name}{worst.index}: {worst.told()} (rtol={rtol}, atol={wide:.3g})"
     return ""
 
 

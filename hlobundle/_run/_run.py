@@ -32,6 +32,8 @@ class OutputReport:
     name: str
     shape: list[int]
     dtype: str
+    # The largest |got - expected| among the elements where both are finite: an infinity or a
+    # NaN elsewhere says nothing of the others (that one is `worst`, with why).
     max_abs_diff: float | None
     ok: bool | None
     rtol: float | None = None  # what the check used (None: nothing to check)
@@ -57,7 +59,19 @@ class RunReport:
     widened: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The report as strict JSON's values: an infinity or NaN (an expected value, an
+        allowance) as the string "Infinity", "-Infinity" or "NaN", as `serve` and `diff` write it."""
+        return _strict(asdict(self))
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value
 
 
 def example_arguments(
@@ -353,22 +367,20 @@ def render(report: RunReport, path: Path | str) -> str:
 def _mismatches(report: RunReport) -> list[str]:
     """Each mismatched result's worst element against its tolerance, and how to loosen it."""
     lines = [f"tolerance widened: {report.widened}"] if report.widened else []
-    for o in report.outputs:
-        if o.worst is None:
-            continue
-        w = o.worst
-        lines.append(
-            f"  {o.name}{w.index}: got {_value(w.got)}, expected {_value(w.expected)}, "
-            f"|diff| {w.diff:.3g} > allowed {w.allowed:.3g} = atol + rtol * |expected| "
-            f"(rtol {o.rtol:.3g}, atol {o.atol:.3g})"
-        )
-    if any(o.worst is not None for o in report.outputs):
-        lines.append(
-            "  (the worst element: the one furthest beyond its own tolerance; give --rtol and "
-            "--atol to compare more loosely"
-            + (", or --precision highest" if _reduced_here(report) else "")
-            + ")"
-        )
+    worst = [(o, o.worst) for o in report.outputs if o.worst is not None]
+    for o, w in worst:
+        # an infinity or a NaN fails whatever the tolerance: then it is not shown
+        tolerance = f" (rtol {o.rtol:.3g}, atol {o.atol:.3g})" if math.isfinite(w.diff) else ""
+        lines.append(f"  {o.name}{w.index}: {w.told()}{tolerance}")
+    if not worst:
+        return lines
+    loosen = (
+        "give --rtol and --atol to compare more loosely"
+        + (", or --precision highest" if _reduced_here(report) else "")
+        if any(math.isfinite(w.diff) for _, w in worst)
+        else "no tolerance lets an infinity or NaN agree with anything else"
+    )
+    lines.append(f"  (the worst element: the one furthest beyond its own tolerance; {loosen})")
     return lines
 
 
@@ -376,10 +388,6 @@ def _reduced_here(report: RunReport) -> bool:
     """Whether this run's dot and convolution ops computed with fewer bits than float32."""
     here = Computed(report.platform or "cpu", report.device_kind, report.precision)
     return here.roundoff > F32_ROUNDOFF
-
-
-def _value(x: Any) -> str:
-    return f"{complex(*x):.6g}" if isinstance(x, list) else f"{x:.6g}"
 
 
 def _first_call(report: RunReport) -> str:
