@@ -428,3 +428,48 @@ def test_an_emitted_script_does_not_widen_for_a_precision_the_module_cannot_ask_
     r = script_zygote(tmp_path / "run.py")
     assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stdout + r.stderr[-2000:]
     assert "tolerance widened" not in r.stdout
+
+
+_CLAIMS_A_TPU = """\
+import json, sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+case, command, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+if command == "verify":
+    print(json.dumps({"ok": True}))
+elif command == "fingerprint":
+    print(json.dumps({"bundle": json.load(open(case + "/case.json"))["fingerprint"]}))
+else:  # run: the expected outputs, off by 0.5 %, said to be a TPU's at DEFAULT
+    want = load_file(case + "/outputs.safetensors")
+    out = args[args.index("--save-outputs") + 1]
+    save_file({k: (v * np.float32(1.005)).astype(v.dtype) for k, v in want.items()}, out)
+    print(json.dumps({"ok": True, "platform": "tpu", "device_kind": "TPU v5 lite",
+                      "precision": "DEFAULT"}))
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("case", "passes"), [("valid_dtype_float32", False), ("valid_expected_from", True)]
+)
+def test_conformance_believes_an_implementation_s_precision_only_where_a_dot_can_round(
+    tmp_path, case, passes
+):
+    """Attack (issue 64, §3): the conformance runner widened its tolerance for whatever
+    precision an implementation's `run --json` reported, so a reader off by 0.5 % that said
+    "tpu, DEFAULT" passed a case whose module has no dot or convolution op (a transpose, which
+    rounds nothing). A claimed precision is taken as `run` takes a manifest's (SPEC.md 2.15):
+    none where the module has no such op. Where it has one (valid_expected_from's dot), the
+    same claim still widens, and the same outputs pass."""
+    import sys
+
+    from hlobundle._cli import _conformance
+
+    script = tmp_path / "claims_a_tpu.py"
+    script.write_text(_CLAIMS_A_TPU)
+    where = _conformance.INSTALLED / case
+    outcome = _conformance.run_case(where, [sys.executable, str(script), str(where)])
+    assert outcome.passed is passes, outcome
+    if not passes:
+        assert outcome.detail.startswith("result "), outcome

@@ -242,7 +242,6 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     """Where the expected outputs were computed (the manifest's `expected_from`; a bundle that
     records nothing: a CPU) and where `fn` computes, each with the lowest precision its dot and
     convolution ops asked for. The modules are walked only where a precision can matter."""
-    from .._format._precision import possible
     from .._format._tolerance import ROUNDOFF
 
     record = getattr(bundle.manifest, "expected_from", None)
@@ -250,17 +249,29 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     reduced = {p for p, _ in ROUNDOFF}
     if platform not in reduced and (record is None or record.platform not in reduced):
         return Computed("cpu", None, None), Computed(platform, kind, None)
-    asked = _lowest_asked(bundle)
-    here = Computed(platform, kind, asked if fn.bundle is bundle else _lowest_asked(fn.bundle))
+    asked = lowest_asked(bundle)
+    here = Computed(platform, kind, asked if fn.bundle is bundle else lowest_asked(fn.bundle))
     if record is None:
         return Computed("cpu", None, asked), here
-    return Computed(record.platform, record.device_kind, possible(record.precision, asked)), here
+    return believed(Computed(record.platform, record.device_kind, record.precision), asked), here
 
 
-def _lowest_asked(bundle: Bundle) -> str | None:
-    from .._format._precision import lowest_asked
+def believed(claim: Computed, asked: str | None) -> Computed:
+    """A claim of where results were computed (a manifest's `expected_from`, an implementation's
+    `run --json`) as SPEC.md 2.15 lets a check take it, for a module whose dot and convolution
+    ops ask for `asked` at the lowest (`lowest_asked`): its precision never lower than that,
+    and none where the module has no such op, since what the module refutes widens nothing."""
+    from .._format._precision import possible
 
-    return lowest_asked(bundle.modules["module"].parsed)
+    return Computed(claim.platform, claim.device_kind, possible(claim.precision, asked))
+
+
+def lowest_asked(bundle: Bundle) -> str | None:
+    """The lowest precision the bundle's module's dot and convolution ops ask for; None when
+    it has none."""
+    from .._format import _precision
+
+    return _precision.lowest_asked(bundle.modules["module"].parsed)
 
 
 def _device(fn: Any) -> tuple[str, str | None]:
