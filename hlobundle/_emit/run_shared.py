@@ -105,9 +105,11 @@ def widened_atol(atol, want, u):
     return max(atol, 2 * u * float(magnitude[np.isfinite(magnitude)].max(initial=0.0)))
 
 
-def mismatch_told(name, shape, flat, got, want, rtol, atol):
-    """The worst element of a result that does not agree, in the words `hlobundle run` uses."""
+def mismatch_told(name, shape, flat, got, want, rtol, atol, producer=False):
+    """The worst element of a result that does not agree, in the words `hlobundle run` uses
+    (with `producer`, its index in the producer's orientation, as the result is printed)."""
     index = [int(i) for i in np.unravel_index(flat, shape)]
+    index = index[::-1] if producer else index
     values = f"  {name}{index}: got {got:.6g}, expected {want:.6g}"
     why = unmatched(got, want)
     if why:
@@ -157,7 +159,7 @@ def report(outputs, *, compare, producer=False):
             worst = mismatch(got, want, tol, atol)
             if worst is not None:
                 failures.append(name)
-                told = mismatch_told(name, want.shape, *worst, tol, atol)
+                told = mismatch_told(name, want.shape, *worst, tol, atol, producer=julia)
         print(line)
         if told:
             print(told)
