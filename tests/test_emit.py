@@ -248,13 +248,19 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
     path = ROOT / "hlobundle" / "_emit" / "run_template.py"
     source = path.read_text()
     compile(source, str(path), "exec")
-    shared = (path.parent / "run_shared.py").read_text()
-    shared = shared[shared.index("\n", shared.index(_template._SHARED_FROM)) + 1 :].lstrip("\n")
+    shared, agreement = (
+        text[text.index("\n", text.index(_template._SHARED_FROM)) + 1 :].strip("\n") + "\n"
+        for text in (
+            (path.parent / "run_shared.py").read_text(),
+            (ROOT / "hlobundle" / "_format" / "_agreement.py").read_text(),
+        )
+    )
     assert _template.template() == source.replace(
-        _template._SHARED, shared
-    )  # the file, and the shared part
+        _template._SHARED, shared + "\n\n" + agreement
+    )  # the file, and the shared parts: run_shared.py's, then how each element is compared
     compile(_template.template(), "run.py", "exec")
     body = shared[shared.index("def tolerance(") : shared.index("def random_input(")]
+    body += agreement
     iree = (path.parent / "run_iree_template.py").read_text()
     numpy_dtypes = [
         "numpy_dtype = jnp.dtype\n",
@@ -266,8 +272,13 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
         exec(compile(prelude + numpy_dtype + body, "helpers", "exec"), helpers)
         for dtype in ALL_DTYPES:
             assert helpers["tolerance"](dtype) == default_tolerance(dtype), dtype
-        assert helpers["close"](np.float32([1, np.nan]), np.float32([1 + 1e-7, np.nan]), 1e-5)
-        assert not helpers["close"](np.float32([1]), np.float32([1.1]), 1e-5)
+        close = helpers["mismatch"]  # tests/test_ieee.py holds it to the table of special values
+        wide = helpers["widened"]
+        assert (
+            close(wide(np.float32([1, np.nan])), wide(np.float32([1 + 1e-7, np.nan])), 1e-5, 1e-5)
+            is None
+        )
+        assert close(wide(np.float32([1])), wide(np.float32([1.1])), 1e-5, 1e-5) is not None
 
 
 # --- the xla backend: jax only, differentiable through the stored backward module ---------

@@ -66,7 +66,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
     if save:
         _run.save_outputs(save, bundle, outputs, producer_layout=producer)
     if args.json:
-        print(json.dumps(report.to_json()))
+        print(json.dumps(report.to_json(), allow_nan=False))
     else:
         print(_run.render(report, bundle.remote or bundle.path))
     return EXIT_OK if report.ok else EXIT_FAIL

@@ -114,15 +114,17 @@ def _precisions(bundle: Bundle) -> tuple[str, str | None, str | None, str] | Non
     """Where the expected outputs were computed (SPEC.md 2.15; a CPU where the bundle records
     nothing) and the lowest precision the module's dot and convolution ops ask for; None when
     it has none, so that no precision can matter."""
-    from .._format._precision import lowest_asked, possible
+    from .._format._tolerance import Computed
+    from .._run._run import believed, lowest_asked
 
-    asked = lowest_asked(bundle.modules["module"].parsed)
+    asked = lowest_asked(bundle)
     if asked is None:
         return None
     record = bundle.manifest.expected_from
     if record is None:
         return ("cpu", None, asked, asked)
-    return (record.platform, record.device_kind, possible(record.precision, asked), asked)
+    claim = believed(Computed(record.platform, record.device_kind, record.precision), asked)
+    return (claim.platform, claim.device_kind, claim.precision, asked)
 
 
 def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .._format import _agreement
 from .._format._manifest import Argument, Manifest, Result, identifier
 
 
@@ -26,15 +27,21 @@ def written(name: str, slots: dict[str, Any], manifest: Manifest, kinds: str) ->
 
 @cache
 def template(name: str = "run_template.py") -> str:
-    """A script template, with the functions every script shares (`run_shared.py`) written in
-    place of its `# shared:` line."""
+    """A script template, with the functions every script shares (`run_shared.py`, then how
+    each element is compared, `_format/_agreement.py`) written in place of its `# shared:` line."""
     here = Path(__file__).parent
-    shared = (here / "run_shared.py").read_text(encoding="utf-8")
-    shared = shared[shared.index("\n", shared.index(_SHARED_FROM)) + 1 :].lstrip("\n")
+    agreement = Path(_agreement.__file__)  # the library's own definition, written in as it is
+    shared = _written_part(here / "run_shared.py") + "\n\n" + _written_part(agreement)
     text = (here / name).read_text(encoding="utf-8")
     if text.count(_SHARED) != 1:
         raise RuntimeError(f"{name} must have one {_SHARED!r} line")
     return text.replace(_SHARED, shared)
+
+
+def _written_part(path: Path) -> str:
+    """What a module gives every script: its text after the `# --- shared:` marker."""
+    text = path.read_text(encoding="utf-8")
+    return text[text.index("\n", text.index(_SHARED_FROM)) + 1 :].strip("\n") + "\n"
 
 
 _SHARED = "# shared: run_shared.py's functions (safetensors, --inputs, the command line), written here by `hlobundle emit`\n"
