@@ -283,3 +283,37 @@ def test_example_args_of_a_bundle_without_inputs_says_what_to_do(tmp_path):
     assert "no stored example value for argument(s) ['arg0']" in said
     assert "arg0 float32[2, 3]" in said and "bundle.function()(arg0=" in said, said
     assert "hlobundle run" in said and "invents" in said, said
+
+
+# --- compile: its targets, and its default (issue 66, 5; issue 68) ---------------------------
+
+
+def test_compile_help_lists_every_target_the_code_accepts_and_says_the_default():
+    from hlobundle._run import _backends
+
+    r = cli("compile", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())  # argparse wraps lines
+    targets = [t for b in _backends.compilers() for t in b.executable_targets]
+    assert {"llvm-cpu", "vmvx", "xla-cpu", "xla-tpu", "xla-cuda", "xla-rocm"} <= set(targets)
+    assert [t for t in targets if t not in text] == []
+    assert "Without --target, compile compiles IREE's llvm-cpu" in text
+
+
+def test_compile_without_a_target_or_iree_names_the_targets_this_machine_has(
+    tmp_path, monkeypatch
+):
+    import shutil
+
+    from hlobundle._run._backends import _installed
+
+    b = tmp_path / "lenet"
+    shutil.copytree(LENET, b)
+    monkeypatch.setattr(_installed, "iree_compiler", lambda: False)
+    r = cli("compile", b)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "without --target, compile compiles IREE's llvm-cpu" in r.stderr, r.stderr
+    assert "This machine compiles for xla-cpu: give --target xla-cpu" in r.stderr, r.stderr
+    with pytest.raises(hlobundle.errors.BackendUnavailableError, match=r"compiles for xla-cpu"):
+        hlobundle.compile(b, ["vmvx"])
+    assert not (b / "compiled").exists()  # refused before any work

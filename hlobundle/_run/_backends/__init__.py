@@ -161,6 +161,12 @@ def compilers() -> list[Backend]:
     return [b for b in map(_backend, _ROOMS) if b.stored_executables]
 
 
+def targets_here() -> list[str]:
+    """The targets `hlobundle compile` compiles for on this machine: IREE's where its compiler
+    is installed, XLA's for the platform JAX runs on here."""
+    return [t for b in compilers() for t in b.targets_here()]
+
+
 def compiler(target: str) -> Backend:
     """The backend that compiles executables for `target` (`hlobundle compile`), or an
     `InputError` naming the targets there are."""
