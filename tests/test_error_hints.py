@@ -300,9 +300,7 @@ def test_compile_help_lists_every_target_the_code_accepts_and_says_the_default()
     assert "Without --target, compile compiles IREE's llvm-cpu" in text
 
 
-def test_compile_without_a_target_or_iree_names_the_targets_this_machine_has(
-    tmp_path, monkeypatch
-):
+def test_compile_without_a_target_or_iree_names_the_targets_this_machine_has(tmp_path, monkeypatch):
     import shutil
 
     from hlobundle._run._backends import _installed
