@@ -391,7 +391,7 @@ def test_enzyme_script_without_enzyme_says_what_to_install_in_one_line(bundles, 
     assert r.returncode == 1, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "emitted with --backend enzyme" in r.stderr
-    assert "pip install 'enzyme-ad>=0.0.16'" in r.stderr and "--backend xla" in r.stderr
+    assert 'pip install "enzyme-ad>=0.0.16"' in r.stderr and "--backend xla" in r.stderr
 
 
 @pytest.mark.subprocess

@@ -212,7 +212,7 @@ def add_serve(sub: Any) -> None:
         default=None,
         metavar="N",
         help="also serve the protocol over gRPC (KServe v2's predict service) on port "
-        "N of --host (0: any free one; needs grpcio: pip install 'hlobundle[grpc]')",
+        "N of --host (0: any free one; needs grpcio, the grpc extra)",
     )
     grpc.add_argument(
         "--grpc-uds",

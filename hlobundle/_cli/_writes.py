@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .._extras import pip_line
 from .._format._errors import BackendUnavailableError
 from ._common import (
     EXIT_OK,
@@ -89,7 +90,7 @@ def _default_target_compiles_here(here: list[str]) -> None:
     if DEFAULT_TARGET not in here:
         raise BackendUnavailableError(
             f"without --target, compile compiles IREE's {DEFAULT_TARGET}, and IREE's compiler is "
-            f"not installed here (pip install 'hlobundle[iree]'). This machine compiles for "
+            f"not installed here ({pip_line('iree')}). This machine compiles for "
             f"{', '.join(here)}: give --target {here[0]}",
             argument="targets",
         )

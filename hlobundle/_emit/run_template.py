@@ -5,7 +5,7 @@ BACKEND is "enzyme". It reads the bundle at its path relative to this file (or t
 `emit --bundle-path absolute` pinned). BACKEND says how it calls the bundle's module: "xla" runs
 the portable artifact as a `jax.export` function (its gradient is the stored backward module,
 when the bundle has one); "enzyme" runs the module text with enzyme_ad's `hlo_call` (which
-differentiates it; `pip install 'enzyme-ad>=0.0.16'`, Python 3.11 wheels); "auto" (what `emit`
+differentiates it; `pip install "enzyme-ad>=0.0.16"`, Python 3.11 wheels); "auto" (what `emit`
 writes by default) is enzyme where enzyme_ad imports when the script runs, else xla
 (BACKEND_HERE says which).
 Run it as a script to call the bundle's function on its example inputs (or on generated ones
@@ -107,7 +107,7 @@ def enzyme_hlo_call():
         sys.exit(
             f"error: this script was emitted with --backend enzyme, which calls the module with "
             f"enzyme_ad's hlo_call, and enzyme_ad does not import here ({e}): pip install "
-            "'enzyme-ad>=0.0.16' (Python 3.11 wheels only), or emit the script again with "
+            '"enzyme-ad>=0.0.16" (Python 3.11 wheels only), or emit the script again with '
             "--backend xla (or the default, auto), which needs jax alone"
         )
     return hlo_call
