@@ -315,3 +315,25 @@ def test_compile_without_a_target_or_iree_names_the_targets_this_machine_has(tmp
     with pytest.raises(hlobundle.errors.BackendUnavailableError, match=r"compiles for xla-cpu"):
         hlobundle.compile(b, ["vmvx"])
     assert not (b / "compiled").exists()  # refused before any work
+
+
+# --- a positional call whose first arguments are parameters (issue 68) --------------------------
+
+
+def test_a_positional_array_taken_as_a_parameter_says_what_it_was_bound_to():
+    """LeNet's @main takes ten parameters, then `images`: `f(x)` binds x to params_conv1_b."""
+    f = hlobundle.load(LENET).function("xla")
+    images = np.zeros(IMAGES, np.float32)
+    with pytest.raises(hlobundle.InputError) as caught:
+        f(images)
+    message = str(caught.value)
+    assert "missing argument(s) ['images']" in message, message
+    assert "The 1 positional value was bound to params_conv1_b (a parameter), by position" in (
+        message
+    )
+    assert "pass images by name, f(images=...)" in message, message
+    assert "the parameters left out take their stored values" in message, message
+    assert f(images=images).shape == (4, 10)  # what the message says works
+    # Every argument given by position: nothing left to explain.
+    with pytest.raises(hlobundle.InputError, match=r"expected 11 argument") as caught:
+        f(*[images] * 12)
