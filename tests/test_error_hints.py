@@ -337,3 +337,49 @@ def test_a_positional_array_taken_as_a_parameter_says_what_it_was_bound_to():
     # Every argument given by position: nothing left to explain.
     with pytest.raises(hlobundle.InputError, match=r"expected 11 argument") as caught:
         f(*[images] * 12)
+
+
+# --- a Reactant bundle: its result, and what its expected outputs are (issue 68) ---------------
+
+
+@needs_fixtures
+def test_a_reactant_bundle_returns_a_1_tuple_and_holds_this_machine_s_or_julia_s_results(tmp_path):
+    """docs/julia.md: the Lux export's function returns `(array,)`; `--compute-expected` stores
+    this machine's run; Julia's results go in with `--expected` in the tensor's shape (their axes
+    reversed), and Julia's own orientation is refused, naming both shapes."""
+    lux, roles = FIXTURES / "export_to_enzymejax_lux", "arg_3_*=parameter"
+    r = cli(
+        "pack", "--from-reactant", lux, "-o", tmp_path / "a", "--compute-expected", "--role", roles
+    )
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "a")
+    out = bundle.function("xla")(**bundle.example_inputs())
+    assert isinstance(out, tuple) and len(out) == 1 and out[0].shape == (4, 10)
+    stored = bundle.expected_outputs()["result"]
+    np.testing.assert_array_equal(stored, out[0])  # this machine's run, as computed here
+    np.savez(tmp_path / "julia.npz", result=stored.T)  # Julia's orientation: (10, 4)
+    r = cli(
+        "pack",
+        "--from-reactant",
+        lux,
+        "-o",
+        tmp_path / "b",
+        "--expected",
+        tmp_path / "julia.npz",
+        "--role",
+        roles,
+    )
+    assert r.returncode == 1 and "expected shape (4, 10), got (10, 4)" in r.stderr, r.stderr
+    np.savez(tmp_path / "tensor.npz", result=stored)  # permutedims in Julia: the tensor's shape
+    r = cli(
+        "pack",
+        "--from-reactant",
+        lux,
+        "-o",
+        tmp_path / "b",
+        "--expected",
+        tmp_path / "tensor.npz",
+        "--role",
+        roles,
+    )
+    assert r.returncode == 0 and cli("run", tmp_path / "b").returncode == 0, r.stderr
