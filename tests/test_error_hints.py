@@ -383,3 +383,18 @@ def test_a_reactant_bundle_returns_a_1_tuple_and_holds_this_machine_s_or_julia_s
         roles,
     )
     assert r.returncode == 0 and cli("run", tmp_path / "b").returncode == 0, r.stderr
+
+
+# --- near misses (issue 68) ----------------------------------------------------------------------
+
+
+def test_a_bundle_s_manifest_given_as_the_bundle_suggests_its_parent():
+    r = cli("inspect", LENET / "manifest.json")
+    assert r.returncode == 1 and r.stderr.startswith("error [NOT_A_BUNDLE]"), r.stderr
+    assert f"it is a bundle's manifest.json: give the bundle's directory, {LENET}" in r.stderr
+    with pytest.raises(hlobundle.errors.NotABundleError, match=r"give the bundle's directory"):
+        hlobundle.load(LENET / "weights.safetensors")  # any file of a bundle: its directory
+    other = ROOT / "pyproject.toml"  # a file that is no bundle's: nothing suggested
+    with pytest.raises(hlobundle.errors.NotABundleError) as caught:
+        hlobundle.load(other)
+    assert "give the bundle's directory" not in str(caught.value)
