@@ -33,6 +33,7 @@ MAP = {
     "hlobundle._cli._values": ["test_cli_usage.py"],
     "hlobundle._cli._writes": ["test_iree.py", "test_refresh.py", "test_signing.py"],
     "hlobundle._compat": ["test_layers.py", "test_transforms.py"],
+    "hlobundle._extras": ["test_readme.py", "test_cli.py"],
     "hlobundle._emit._emit": ["test_emit.py"],
     "hlobundle._emit._template": ["test_emit.py"],
     "hlobundle._emit.run_iree_template": ["test_iree.py"],

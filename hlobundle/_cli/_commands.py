@@ -104,8 +104,13 @@ def emit(args: argparse.Namespace) -> int:
         trust=trust_of(args),
         bundle_path=args.bundle_path,
     )
-    print(f"wrote {path} (backend {backend}; run it with: python {path})")
+    how = _AUTO_SCRIPT if backend == "auto" else backend
+    print(f"wrote {path} (backend {how}; run it with: python {path})")
     return EXIT_OK
+
+
+# What an `auto` script does where it runs (`_emit/run_template.py`).
+_AUTO_SCRIPT = "auto: enzyme where enzyme_ad imports when it runs, else xla, which needs jax alone"
 
 
 def _emit_reactant_server(args: argparse.Namespace) -> int:

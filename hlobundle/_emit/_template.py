@@ -71,7 +71,7 @@ def fill(source: str, slots: dict[str, Any]) -> str:
 # Names the template defines or imports; the bundle's function and parameters must not shadow them.
 _TAKEN = frozenset(
     {"dataclasses", "json", "os", "sys", "jax", "jnp", "np", "BUNDLE", "call", "close", "main"}
-    | {"hashlib", "rt", "ml_dtypes"}
+    | {"hashlib", "rt", "ml_dtypes", "structured"}
     | {name for name in dir(builtins) if not name.startswith("_")}
 )
 _TEMPLATE_NAMES = re.compile(r"^(?:def |)([A-Za-z_][A-Za-z0-9_]*)(?: = |\()", re.M)
@@ -137,16 +137,24 @@ def _named_function(m: Manifest, kinds: str) -> str:
         "".join(f"        result {k}: {_doc_line(r)}\n" for k, r in enumerate(m.results))
         or "        none\n"
     )
+    returns = _RETURNS_FLAT if m.output_tree is None else _RETURNS_NESTED
     return f'''def {fn}({params}):
     """Call the bundle's function (ABOUT["function"]). Every argument is a {kinds} array.
 
     Args:
 {args_doc}
     Returns:
-        A tuple with one array per result (RESULTS has their names):
+        {returns}
 {results_doc}    """
-    return call({call_args})
+    return structured(call({call_args}))
 '''
+
+
+# What the bundle's function returns, as `bundle.function()` returns it (`run_shared.structured`).
+_RETURNS_FLAT = "A tuple with one array per result (RESULTS has their names):"
+_RETURNS_NESTED = (
+    "The results nested as OUTPUT_TREE says (as the producer's function returned them):"
+)
 
 
 def _wrapped_list(names: list[str], indent: str) -> str:

@@ -4,7 +4,8 @@ safetensors, `--inputs` files and the command line, and comparing results with t
 the comparison of each element (`_format/_agreement.py`'s functions: `largest_difference`,
 `mismatch`, `allowance`, `unmatched`), so a script stays one standalone file. They use what each
 template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED, COLUMN_MAJOR, SAFETENSORS_DTYPES,
-PRECISIONS, device, numpy_dtype, load_tensor, check_arguments and run_example.
+PRECISIONS, device, numpy_dtype, load_tensor, check_arguments and run_example (and OUTPUT_TREE,
+which every script's data has).
 """
 
 # ruff: noqa: F821
@@ -292,3 +293,22 @@ def main(argv):
     except TypeError as e:
         sys.exit(f"error: {e}")
     run_example(values, producer=producer)
+
+
+def structured(flat):
+    """The results (one array each, in RESULTS' order) nested as OUTPUT_TREE says, as
+    `bundle.function()` returns them (JSON lists as tuples); a flat tuple where it says nothing."""
+    if OUTPUT_TREE is None:
+        return flat
+    by_name = {name: x for (name, _, _), x in zip(RESULTS, flat, strict=True)}
+
+    def nest(tree):
+        if isinstance(tree, str):
+            return by_name[tree]
+        if isinstance(tree, list):
+            return tuple(nest(t) for t in tree)
+        if isinstance(tree, dict):
+            return {key: nest(t) for key, t in tree.items()}
+        return None
+
+    return nest(OUTPUT_TREE)

@@ -13,6 +13,7 @@ import json
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from .._extras import pip_line
 from .._format._errors import (
     BackendUnavailableError,
     BlobDigestError,
@@ -40,7 +41,7 @@ def _oras() -> Any:
         import oras.provider
     except ImportError as e:
         raise BackendUnavailableError(
-            f"push and pull need the oci extra (oras): pip install 'hlobundle[oci]' ({e})"
+            f"push and pull need the oci extra (oras): {pip_line('oci')} ({e})"
         ) from None
     return oras
 

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from .._extras import pip_line
 from .._format._errors import (
     BackendUnavailableError,
     RegistryLimitError,
@@ -72,8 +73,7 @@ def _require_requests() -> None:
         import requests  # noqa: F401
     except ImportError as e:
         raise BackendUnavailableError(
-            "registries and remote bundles need the oci extra (requests): "
-            f"pip install 'hlobundle[oci]' ({e})"
+            f"registries and remote bundles need the oci extra (requests): {pip_line('oci')} ({e})"
         ) from None
 
 
