@@ -4,13 +4,20 @@ the highest (SPEC.md 2.15), with the `jaxlib.mlir` bindings.
 StableHLO's `precision_config` (one `#stablehlo<precision ...>` per operand; absent means
 DEFAULT) lets a platform compute float32 operands with fewer bits: a TPU's DEFAULT is one pass
 of bfloat16 (jax.lax.Precision). A CPU ignores it.
+
+A `dot_general` may instead carry an explicit `algorithm` (`jax.lax.DotAlgorithmPreset`), which
+already says how its operands are rounded, and StableHLO's verifier then requires a DEFAULT
+precision_config: the rewrite leaves such an op as it is, and it counts as DEFAULT.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _mlir
+from ._errors import TransformError
+from ._prechecks import short
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir
@@ -65,15 +72,54 @@ def possible(recorded: str | None, asked: str | None) -> str | None:
     return max(recorded, asked, key=ORDER.index)
 
 
-def at_highest(module: ir.Module) -> int:
-    """Rewrite, in place, every such op's precision_config to HIGHEST for each operand; the
-    number of ops rewritten. Give it a module of its own, never a stored form's parse."""
+def with_algorithm(module: ir.Module) -> int:
+    """How many of the module's dot_general ops carry an explicit algorithm."""
+    return sum(keeps_its_precision(op) for op in _ops(module))
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    rewritten: int  # ops that now ask for HIGHEST
+    kept: int  # dot_general ops with an explicit algorithm, left as they were
+
+
+def keeps_its_precision(op: ir.Operation) -> bool:
+    """An op whose explicit algorithm already says its precision (the verifier couples the two)."""
+    return "algorithm" in op.attributes
+
+
+def at_highest(module: ir.Module, *, path: str | None = None) -> Rewrite:
+    """Rewrite, in place, the precision_config of every such op without an explicit algorithm
+    to HIGHEST for each operand (at most two entries, as the verifier allows). Give it a module
+    of its own, never a stored form's parse. What StableHLO's verifier refuses afterwards is a
+    TransformError about `path`."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
     ops = _ops(module)
+    kept = [op for op in ops if keeps_its_precision(op)]
     with _mlir.context():
         for op in ops:
-            highest = stablehlo.PrecisionAttr.get(HIGHEST)
-            op.attributes["precision_config"] = ir.ArrayAttr.get([highest, highest])
-    return len(ops)
+            if not keeps_its_precision(op):
+                highest = stablehlo.PrecisionAttr.get(HIGHEST)
+                op.attributes["precision_config"] = ir.ArrayAttr.get([highest, highest])
+    _verified(module, path)
+    return Rewrite(len(ops) - len(kept), len(kept))
+
+
+def _verified(module: ir.Module, path: str | None) -> None:
+    from jaxlib.mlir import ir
+
+    with _mlir.context():
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            said = e.error_diagnostics[0] if e.error_diagnostics else None
+            why = f"{said.message} ({_mlir.place(str(said.location))})" if said else str(e)
+            raise TransformError(
+                f"precision 'highest' cannot rewrite {path or 'the module'}: StableHLO refuses "
+                f"the rewritten op: {short(why)}; run it without --precision highest "
+                "(precision=None), as it asks (SPEC.md 2.15)",
+                path=path,
+                argument="precision",
+            ) from None

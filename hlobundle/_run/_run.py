@@ -55,6 +55,8 @@ class RunReport:
     precision: str | None = None  # the lowest its dot and convolution ops asked for
     # Why the tolerance is wider than the dtype's (SPEC.md 2.15), or None when it is not.
     widened: str | None = None
+    # What `precision="highest"` left as it was (ops with an explicit algorithm), or None.
+    precision_kept: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -221,6 +223,7 @@ def run(
         here.device_kind,
         here.precision,
         widened,
+        _kept(bundle, fn) if precision == "highest" else None,
     ), arrays
 
 
@@ -241,6 +244,12 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     if record is None:
         return Computed("cpu", None, asked), here
     return Computed(record.platform, record.device_kind, possible(record.precision, asked)), here
+
+
+def _kept(bundle: Bundle, fn: Any) -> str | None:
+    from ._precision import kept_in
+
+    return None if fn.bundle is bundle else kept_in(fn.bundle)
 
 
 def _lowest_asked(bundle: Bundle) -> str | None:
