@@ -37,7 +37,7 @@ def at_highest(bundle: Bundle) -> Bundle:
     view = copy.copy(bundle)
     rewrites = {key: _rewritten(stored) for key, stored in bundle.modules.items()}
     view.modules = {key: stored for key, (stored, _) in rewrites.items()}
-    note = kept({key: kept for key, (_, kept) in rewrites.items()})
+    note = kept({key: n for key, (_, n) in rewrites.items()})
     if note:
         warnings.warn(note, HloBundleWarning, stacklevel=4)
     return view
