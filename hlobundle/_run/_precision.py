@@ -50,12 +50,12 @@ def kept(counts: dict[str, int]) -> str | None:
     if not where:
         return None
     total = sum(counts.values())
+    ops, they = ("ops", "they compute") if total > 1 else ("op", "it computes")
     return (
-        f"precision 'highest' leaves {total} dot_general op{'s' if total > 1 else ''} "
-        f"({', '.join(where)}) as they are: each has an explicit algorithm "
-        "(jax.lax.DotAlgorithmPreset), which already says its precision and which StableHLO "
-        "allows only with a DEFAULT precision_config; they compute at their algorithm's, and "
-        "count as DEFAULT (SPEC.md 2.15)"
+        f"precision 'highest' leaves {total} dot_general {ops} ({', '.join(where)}) as stored: "
+        "an explicit algorithm (jax.lax.DotAlgorithmPreset) already says its op's precision, "
+        f"and StableHLO allows one only with a DEFAULT precision_config; {they} at that "
+        "algorithm's precision, counted as DEFAULT (SPEC.md 2.15)"
     )
 
 
