@@ -197,7 +197,7 @@ def test_lowest_asked_reads_every_dot_and_convolution():
     assert lowest_asked(_mlir.parse(module(dot("HIGH")))) == "HIGH"
     assert lowest_asked(_mlir.parse(module(dot("")))) == "DEFAULT"  # no precision_config
     parsed = _mlir.parse(module(dot("HIGH")))
-    assert at_highest(parsed) == 1 and lowest_asked(parsed) == "HIGHEST"
+    assert at_highest(parsed).rewritten == 1 and lowest_asked(parsed) == "HIGHEST"
 
 
 def test_widening_follows_both_sides():

@@ -57,6 +57,8 @@ class RunReport:
     precision: str | None = None  # the lowest its dot and convolution ops asked for
     # Why the tolerance is wider than the dtype's (SPEC.md 2.15), or None when it is not.
     widened: str | None = None
+    # What `precision="highest"` left as it was (ops with an explicit algorithm), or None.
+    precision_kept: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as strict JSON's values: an infinity or NaN (an expected value, an
@@ -235,6 +237,7 @@ def run(
         here.device_kind,
         here.precision,
         widened,
+        _kept(bundle, fn) if precision == "highest" else None,
     ), arrays
 
 
@@ -254,6 +257,12 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     if record is None:
         return Computed("cpu", None, asked), here
     return believed(Computed(record.platform, record.device_kind, record.precision), asked), here
+
+
+def _kept(bundle: Bundle, fn: Any) -> str | None:
+    from ._precision import kept_in
+
+    return None if fn.bundle is bundle else kept_in(fn.bundle)
 
 
 def believed(claim: Computed, asked: str | None) -> Computed:

@@ -1,11 +1,12 @@
 """What every engine's adapter shares: one function of a bundle opened as `serve` opens it (its
-stored arguments kept, compiled and warmed up), and a request's arrays checked against its
-inputs before they reach it."""
+stored arguments kept, compiled and warmed up), a request's tensors decoded by `serve`'s own
+decoder, and a request's arrays checked against its inputs before they reach it."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from .._format._errors import InputError
 from .._read._trust import Trust
 from .._serve._models import load_models
-from .._serve._protocol import RequestError, _fits, _numpy, _shown_shape
+from .._serve._protocol import RequestError, _fits, _numpy, _shown_shape, read_inputs
 from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, Served
 
 
@@ -122,20 +123,37 @@ def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np
     return out
 
 
-def decoded(name: str, shape: Sequence[int], decode: Callable[[], np.ndarray]) -> np.ndarray:
-    """An engine's array of input `name` (`decode`, which reshapes the data to `shape`), its
-    data exactly the declared shape's, or a `RequestError`: a shape with -1 would take any
-    count, and a batching engine splits answers by the declared shapes."""
-    declared = list(shape)
-    try:
-        array = decode()
-    except ValueError as e:
-        raise RequestError(400, f"input {name!r}: data not of shape {declared}: {e}") from None
-    except OverflowError as e:  # a value out of its declared datatype's range
-        raise RequestError(400, f"input {name!r}: a value does not fit its datatype: {e}") from None
-    if list(array.shape) != declared:
-        raise RequestError(400, f"input {name!r}: {array.size} values for shape {declared}")
-    return array
+@dataclass(frozen=True)
+class WireTensor:
+    """One input of a request as an engine received it, before the engine decoded it: its
+    JSON values (`data`, flat or nested, as a JSON body or gRPC's typed contents give them) or
+    its binary data (`raw`: the binary extension's bytes, or gRPC's raw_input_contents)."""
+
+    name: Any
+    datatype: Any
+    shape: Any
+    data: Any = None
+    raw: bytes | None = None
+
+
+def decoded_inputs(served: Served, tensors: Iterable[WireTensor]) -> dict[str, np.ndarray]:
+    """The request's arrays, one per input, decoded by `hlobundle serve`'s own decoder
+    (`_serve/_protocol.read_inputs`: the datatype and shape the function declares, the value
+    count, each value of its datatype and within its range, BOOL bytes 0 or 1), never by the
+    engine's (which made 1e300 an FP32 inf), then checked as `checked_inputs` checks them; or
+    a `RequestError`. So every server and adapter answers one request alike."""
+    inputs: list[dict[str, Any]] = []
+    binary = bytearray()
+    for tensor in tensors:
+        item = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
+        if tensor.raw is None:
+            item["data"] = tensor.data
+        else:
+            item["parameters"] = {"binary_data_size": len(tensor.raw)}
+            binary += tensor.raw
+        inputs.append(item)
+    given = read_inputs({"inputs": inputs}, memoryview(binary), served.wire_inputs(False))
+    return checked_inputs(served, given)
 
 
 class BoundedBody:

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 import numpy as np
 from kserve import Model, ModelServer
 from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
 
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
 from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES
-from ._models import BoundedBody, checked_inputs, decoded, open_function
+from ._models import BoundedBody, WireTensor, decoded_inputs, open_function
 
 __all__ = ["HloBundleModel", "main"]
 
@@ -64,7 +64,7 @@ class HloBundleModel(Model):
         response_headers: dict[str, str] | None = None,
     ) -> InferResponse:
         try:
-            given = {i.name: decoded(i.name, i.shape, i.as_numpy) for i in payload.inputs}
+            given = [_wire(i) for i in payload.inputs]
             results = await asyncio.to_thread(self._call, given)
         except (RequestError, HloBundleError) as e:
             raise InvalidInput(f"[{e.code}] {e.message}") from None
@@ -83,8 +83,15 @@ class HloBundleModel(Model):
             use_binary_outputs=binary,
         )
 
-    def _call(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._served(checked_inputs(self._served, given))
+    def _call(self, given: list[WireTensor]) -> dict[str, np.ndarray]:
+        return self._served(decoded_inputs(self._served, given))
+
+
+def _wire(given: InferInput) -> WireTensor:
+    """An input as KServe received it (REST's binary data it has already made JSON values;
+    gRPC's raw_input_contents it keeps as bytes), for `serve`'s decoder, never its own."""
+    raw = given._raw_data  # what KServe's own `as_numpy` reads first
+    return WireTensor(given.name, given.datatype, given.shape, given.data, raw)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
