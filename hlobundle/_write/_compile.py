@@ -4,13 +4,15 @@ a compiler)."""
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
 from .._format._fields import COMPILERS, ManifestMethods
 from .._format._manifest import Executable, Manifest
+from .._format._symbolic import parse, solved
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run import _backends
@@ -25,6 +27,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     *,
     function: str | None = None,
     cpu: str = "generic",
+    sizes: Mapping[str, Sequence[int]] | None = None,
     opt: PackOptions,
 ) -> list[Executable]:
     """Compile each function's checked portable artifact for each target and store the
@@ -44,6 +47,11 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     - `function`: compile only this function (`Bundle.functions`); default: every function.
     - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
       `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
+    - `sizes`: XLA's executables of a function with symbolic dimensions are stored one per
+      combination of its symbols' values (the cartesian product), each symbol's from `sizes`
+      (`{"b": [1, 8, 32]}`) or, for a symbol it does not name, the value the function's
+      stored arguments bind; at most 64 combinations a function, each proven against the
+      module. An IREE module of such a function stays dynamic: one runs every size.
 
     **Returns:** the manifest entries written.
     """
@@ -56,6 +64,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
             compiler.check_target(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
+    pinned = _checked_sizes(b, chosen, sizes or {}, compilers)
     for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work
         for compiler in compilers.values():
             _backends.refuse_platforms(compiler, b.select(name).manifest)
@@ -75,7 +84,9 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         view = b.select(name)
         prefix = f"{name}/" if several else ""
         added[name] = [
-            _compiled(compilers[target], view, target, cpu, prefix, written) for target in targets
+            _compiled(compilers[target], view, target, cpu, prefix, written, at)
+            for target in targets
+            for at in (pinned[name] if compilers[target].name == "xla" else [None])
         ]
     views = {n: b.select(n).manifest for n in b.functions}
     rewrite_and_resign(
@@ -91,13 +102,17 @@ def _compiled(
     cpu: str,
     prefix: str,
     written: dict[str, bytes],
+    sizes: dict[str, int] | None,
 ) -> Executable:
-    """Function `view` compiled for `target`: its manifest entry, its bytes in `written`."""
+    """Function `view` compiled for `target` (XLA's of a symbolic function: at `sizes`): its
+    manifest entry, its bytes in `written`."""
     assert compiler.compile_executable is not None
-    done = compiler.compile_executable(view, target=target, cpu=cpu)
+    at = {"sizes": sizes} if sizes else {}
+    done = compiler.compile_executable(view, target=target, cpu=cpu, **at)
+    named = "".join(f".{k}={v}" for k, v in sorted((sizes or {}).items()))
     entry = Executable(
         target=target,
-        file=f"{prefix}compiled/{target}{done.suffix}",
+        file=f"{prefix}compiled/{target}{named}{done.suffix}",
         compiler=done.compiler,
         compiler_version=done.compiler_version,
         architecture=done.architecture,
@@ -107,9 +122,84 @@ def _compiled(
         device_kind=done.device_kind,
         topology=done.topology,
         libtpu_version=done.libtpu_version,
+        sizes=sizes,
     )
     written[entry.file] = done.data
     return entry
+
+
+MAX_SIZE_SETS = 64  # the combinations of sizes one function's XLA executables are stored for
+
+
+def _checked_sizes(
+    b: Bundle,
+    chosen: list[str],
+    sizes: Mapping[str, Sequence[int]],
+    compilers: Mapping[str, _backends.Backend],
+) -> dict[str, list[dict[str, int] | None]]:
+    """For each chosen function, the symbols' values its XLA executables are compiled for (a
+    static function's one executable: `[None]`), each proven against its module; an
+    `InputError` for a symbol no chosen function has, or none its XLA executable can take."""
+    xla = any(c.name == "xla" for c in compilers.values())
+    if sizes and not xla:
+        raise InputError(
+            "sizes are for XLA's executables (--target xla-PLATFORM): an IREE module of a "
+            "function with symbolic dimensions runs every size",
+            argument="sizes",
+        )
+    symbols = {n: _symbols(b.select(n).manifest) for n in chosen}
+    unknown = sorted(set(sizes) - {s for of in symbols.values() for s in of})
+    if unknown:
+        raise InputError(
+            f"sizes names symbol(s) {unknown} that no function compiled has; theirs are "
+            f"{sorted({s for of in symbols.values() for s in of})}",
+            argument="sizes",
+        )
+    return {
+        n: _size_sets(b.select(n), symbols[n], sizes) if symbols[n] and xla else [None]
+        for n in chosen
+    }
+
+
+def _symbols(m: Manifest) -> list[str]:
+    return sorted({s for a in m.arguments for s in _symbols_in(a.shape)})
+
+
+def _symbols_in(shape: Sequence[int | str]) -> set[str]:
+    return {s for d in shape if isinstance(d, str) for s in parse(d).symbols}
+
+
+def _size_sets(
+    view: Bundle, symbols: list[str], sizes: Mapping[str, Sequence[int]]
+) -> list[dict[str, int] | None]:
+    """Every combination of the function's symbols' values (from `sizes`, else the value its
+    stored arguments bind), each proven against the module at the shapes it gives."""
+    from .._run._backends._xla_executables import argument_shapes
+    from .._run._shapes import prove
+
+    m = view.manifest
+    stored = [a for a in m.arguments if a.value is not None and _symbols_in(a.shape)]
+    own = solved([(a.name, a.shape) for a in stored], [view.tensor(a.name).shape for a in stored])
+    missing = [s for s in symbols if s not in sizes and s not in own]
+    if missing:
+        raise InputError(
+            f"function {m.function!r}: give the values of symbol {missing[0]!r} its XLA "
+            f"executables are compiled for (--sizes {missing[0]}=N[,N...]); no stored "
+            "argument binds it",
+            argument="sizes",
+        )
+    values = [sorted(set(sizes[s])) if s in sizes else [own[s]] for s in symbols]
+    combos = [dict(zip(symbols, c, strict=True)) for c in itertools.product(*values)]
+    if len(combos) > MAX_SIZE_SETS:
+        raise InputError(
+            f"function {m.function!r}: the sizes give {len(combos)} combinations of "
+            f"{symbols}, more than {MAX_SIZE_SETS}",
+            argument="sizes",
+        )
+    everything = range(len(m.arguments))
+    for combo in combos:
+        prove(view, argument_shapes(m, everything, combo))  # an InputError names the symbol
+    return list(combos)
 
 
 def _with_executables(
