@@ -105,7 +105,7 @@ def test_a_call_at_a_stored_size_runs_its_executable_without_compiling(compiled,
 
 def test_a_call_at_another_size_compiles_saying_so_once(compiled):
     f = hlobundle.load(compiled).function("xla", trust=TRUST)
-    with pytest.warns(hlobundle.HloBundleWarning, match=r"no stored XLA executable .*\[3, 8\]"):
+    with pytest.warns(hlobundle.HloBundleWarning, match="no stored XLA executable at b=3 "):
         got, compiles = _compiled_during(lambda: np.asarray(f(x=_x(3))))
     assert f.source is None and compiles >= 1
     np.testing.assert_allclose(got, np.tanh(_x(3) @ W), atol=1e-6)
@@ -119,7 +119,7 @@ def test_a_call_at_another_size_compiles_saying_so_once(compiled):
 def test_an_executable_for_b_8_is_never_used_for_b_1(symbolic, tmp_path):
     out = Path(shutil.copytree(symbolic, tmp_path / "b8.hlobundle"))
     hlobundle.compile(out, ["xla-cpu"], sizes={"b": [8]})
-    with pytest.warns(hlobundle.HloBundleWarning, match=r"no stored XLA executable .*\[1, 8\]"):
+    with pytest.warns(hlobundle.HloBundleWarning, match="no stored XLA executable at b=1 "):
         (f, got), compiles = _compiled_during(lambda: _call(out, 1, trust=TRUST))
     assert f.source is None and compiles >= 1
     np.testing.assert_allclose(got, np.tanh(_x(1) @ W), atol=1e-6)

@@ -10,7 +10,7 @@ import keyword
 from typing import TYPE_CHECKING, Any
 
 from . import _symbolic
-from ._fields import COMPILERS, EXECUTABLE_KEY_FIELDS
+from ._fields import COMPILERS, EXECUTABLE_KEY_FIELDS, compiler_of
 
 if TYPE_CHECKING:  # _manifest imports this module for its validators
     from collections.abc import Sequence
@@ -65,10 +65,7 @@ def check_executables(m: Manifest) -> None:
     """Each executable's target bears its compiler's prefix (XLA's: xla-PLATFORM), and it
     gives its compiler's key fields and no other's (SPEC.md 2.7; `COMPILERS`)."""
     for i, e in enumerate(m.executables or []):
-        owner = max(
-            (c for c, r in COMPILERS.items() if e.target.startswith(r.target_prefix)),
-            key=lambda c: len(COMPILERS[c].target_prefix),
-        )
+        owner = compiler_of(e.target)
         if owner != e.compiler:
             raise ValueError(
                 f"executables[{i}]: target {e.target!r} and compiler {e.compiler!r} disagree: "
@@ -105,7 +102,7 @@ def check_executable_sizes(m: Manifest) -> None:
     }
     for i, e in enumerate(m.executables or []):
         given = set(e.sizes or {})
-        if e.compiler != "xla" or not symbols:
+        if not COMPILERS[e.compiler].per_size or not symbols:
             if given:
                 why = "an IREE module stays dynamic" if symbols else "the function is static"
                 raise ValueError(f"executables[{i}] gives sizes {sorted(given)}; {why}")

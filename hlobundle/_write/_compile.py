@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
-from .._format._fields import COMPILERS, ManifestMethods
+from .._format._fields import COMPILERS, ManifestMethods, compiler_of
 from .._format._manifest import Executable, Manifest
-from .._format._symbolic import parse, solved
+from .._format._symbolic import evaluate, parse, solved
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run import _backends
@@ -64,7 +64,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
             compiler.check_target(target, cpu)  # an unknown target, before any work
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
-    pinned = _checked_sizes(b, chosen, sizes or {}, compilers)
+    pinned = _checked_sizes(b, chosen, sizes or {}, targets)
     for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work
         for compiler in compilers.values():
             _backends.refuse_platforms(compiler, b.select(name).manifest)
@@ -86,7 +86,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         added[name] = [
             _compiled(compilers[target], view, target, cpu, prefix, written, at)
             for target in targets
-            for at in (pinned[name] if compilers[target].name == "xla" else [None])
+            for at in (pinned[name] if _per_size(target) else [None])
         ]
     views = {n: b.select(n).manifest for n in b.functions}
     rewrite_and_resign(
@@ -128,6 +128,11 @@ def _compiled(
     return entry
 
 
+def _per_size(target: str) -> bool:
+    """Whether `target`'s compiler compiles a symbolic function once per size (XLA's)."""
+    return COMPILERS[compiler_of(target)].per_size
+
+
 MAX_SIZE_SETS = 64  # the combinations of sizes one function's XLA executables are stored for
 
 
@@ -135,12 +140,12 @@ def _checked_sizes(
     b: Bundle,
     chosen: list[str],
     sizes: Mapping[str, Sequence[int]],
-    compilers: Mapping[str, _backends.Backend],
+    targets: Sequence[str],
 ) -> dict[str, list[dict[str, int] | None]]:
     """For each chosen function, the symbols' values its XLA executables are compiled for (a
     static function's one executable: `[None]`), each proven against its module; an
     `InputError` for a symbol no chosen function has, or none its XLA executable can take."""
-    xla = any(c.name == "xla" for c in compilers.values())
+    xla = any(_per_size(t) for t in targets)
     if sizes and not xla:
         raise InputError(
             "sizes are for XLA's executables (--target xla-PLATFORM): an IREE module of a "
@@ -174,7 +179,6 @@ def _size_sets(
 ) -> list[dict[str, int] | None]:
     """Every combination of the function's symbols' values (from `sizes`, else the value its
     stored arguments bind), each proven against the module at the shapes it gives."""
-    from .._run._backends._xla_executables import argument_shapes
     from .._run._shapes import prove
 
     m = view.manifest
@@ -196,9 +200,8 @@ def _size_sets(
             f"{symbols}, more than {MAX_SIZE_SETS}",
             argument="sizes",
         )
-    everything = range(len(m.arguments))
-    for combo in combos:
-        prove(view, argument_shapes(m, everything, combo))  # an InputError names the symbol
+    for combo in combos:  # an InputError names the symbol
+        prove(view, tuple(evaluate(a.shape, combo) for a in m.arguments))
     return list(combos)
 
 

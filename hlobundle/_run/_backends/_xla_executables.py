@@ -223,7 +223,7 @@ def stored(bundle: Bundle, trusted: bool) -> Stored | None:
         got = _loaded(bundle, entry, device)
         if got is not None:
             runs.setdefault(got[0], (entry.file, got[1]))
-    return Stored(bundle.manifest.function, runs, device) if runs else None
+    return Stored(bundle, runs, device) if runs else None
 
 
 def _loaded(bundle: Bundle, entry: Executable, device: Any) -> tuple[Shapes, Any] | None:
@@ -268,8 +268,13 @@ class Stored:
     from it: an eager call runs the one for its shapes, and compiles (saying so once) for
     shapes none was compiled for."""
 
-    def __init__(self, function: str, runs: dict[Shapes, tuple[str, Any]], device: Any) -> None:
-        self.function = function
+    def __init__(self, bundle: Bundle, runs: dict[Shapes, tuple[str, Any]], device: Any) -> None:
+        manifest = bundle.manifest
+        self.function = manifest.function
+        self._declared = [
+            (manifest.arguments[i].name, manifest.arguments[i].shape)
+            for i in used_arguments(bundle)
+        ]
         self._runs = runs
         self._device = device
         self._told = False
@@ -293,12 +298,17 @@ class Stored:
         if not self._told:
             self._told = True
             warnings.warn(
-                f"{self.function}: no stored XLA executable for arguments of shapes "
-                f"{[list(s) for s in shapes]} ({self.source} hold others); compiling the "
-                "portable artifact for them (said once)",
+                f"{self.function}: no stored XLA executable at {self._sizes(shapes)} "
+                f"({self.source}: other sizes); compiling the portable artifact for these "
+                "sizes and any other (said once)",
                 HloBundleWarning,
                 stacklevel=4,
             )
+
+    def _sizes(self, shapes: Shapes) -> str:
+        """The symbols' values that a call's shapes bind, as `b=3`."""
+        env = _symbolic.solved(self._declared, shapes)
+        return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "these shapes"
 
 
 def _say_once(message: str) -> None:
