@@ -93,6 +93,8 @@ def test_compile_stores_one_executable_per_size_with_its_key(compiled):
     assert all(e.target == "xla-cpu" and e.topology == "1" for e in entries)
     manifest = json.loads((compiled / "manifest.json").read_text())
     assert manifest["functions"][0]["executables"][0]["sizes"] == {"b": 2}
+    shown = cli("inspect", compiled).stdout
+    assert "predict/compiled/xla-cpu.b=8.pjrt: XLA, jaxlib" in shown and "xla-cpu at b=8" in shown
 
 
 @pytest.mark.parametrize("b", [2, 8])
@@ -218,3 +220,21 @@ def test_a_relabelled_executable_of_the_same_byte_size_is_not_run(tmp_path):
     assert any(
         "takes arguments float32[4, 2], not the shapes at b=2, c=4" in str(w.message) for w in said
     )
+
+
+def _iree_installed() -> bool:
+    from hlobundle._run._backends import _installed, _iree
+
+    return _iree.BACKEND.available() and _installed.iree_compiler()
+
+
+@pytest.mark.skipif(not _iree_installed(), reason="the iree extra is absent")
+def test_iree_stores_one_dynamic_module_and_takes_no_sizes(symbolic, tmp_path):
+    out = Path(shutil.copytree(symbolic, tmp_path / "iree.hlobundle"))
+    with pytest.raises(hlobundle.InputError, match="an IREE module of a function with symbolic"):
+        hlobundle.compile(out, ["llvm-cpu"], sizes={"b": [8]})
+    (entry,) = hlobundle.compile(out, ["llvm-cpu"])
+    assert entry.sizes is None and entry.file == "predict/compiled/llvm-cpu.vmfb"
+    f = hlobundle.load(out).function("iree", trust=TRUST)
+    for b in (1, 5):  # one module, every size
+        np.testing.assert_allclose(np.asarray(f(x=_x(b))), np.tanh(_x(b) @ W), atol=1e-6)

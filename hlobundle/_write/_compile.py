@@ -31,10 +31,12 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     opt: PackOptions,
 ) -> list[Executable]:
     """Compile each function's checked portable artifact for each target and store the
-    executables as `compiled/<target>.vmfb` (IREE's) or `compiled/<target>.pjrt` (XLA's;
+    executables as `compiled/<target>.vmfb` (IREE's) or `compiled/<target>.pjrt` (XLA's; of a
+    function with symbolic dimensions, one per size, `compiled/<target>.b=8.pjrt`;
     `NAME/compiled/...` for function NAME of a 2.0 bundle), listed and hashed in the manifest
     with the compiler version, flags, CPU and architecture (and XLA's key: device kind,
-    topology, libtpu version); atomically. An executable already stored for a target is replaced.
+    topology, libtpu version; `sizes`); atomically. The executables already stored for a target
+    are replaced.
     A signed bundle is refused unless `sign_key` is given; the new bundle is then signed again,
     in the same atomic rewrite, once the key is shown to sign and the old signature to verify
     against `public_key`, before anything is compiled.

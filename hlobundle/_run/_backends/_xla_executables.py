@@ -10,6 +10,12 @@ CPU (XLA compiles for its features). It runs only where every part matches, only
 the user trusts (its key verified it, or `Trust.EXECUTABLES`), and only in calls on concrete
 arrays (eager ones): under `jax.jit`, `grad` or `vmap` the function is traced and compiled with
 what surrounds it. Anything else falls back to compiling, saying why once.
+
+A function with symbolic dimensions has one executable per `sizes` (its symbols' values) that
+it was compiled for. Every executable runs only on arguments of the shapes it takes, read from
+its own HLO module when it is loaded (`_compat.parameter_shapes`) and compared with what its
+entry gives: the manifest chooses an executable, it never vouches for one (a relabelled entry
+would otherwise run an executable at shapes of the same byte size but another meaning).
 """
 
 from __future__ import annotations
