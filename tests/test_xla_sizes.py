@@ -197,6 +197,7 @@ def test_two_entries_of_one_target_and_sizes_are_refused(copy):
         hlobundle.load(copy)
 
 
+@pytest.mark.slow
 def test_a_relabelled_executable_of_the_same_byte_size_is_not_run(tmp_path):
     """The same attack where PJRT's own check (each buffer's byte size) cannot tell: the entry
     of x: f32[2, 4] names the executable compiled for f32[4, 2]. Run, it would answer the sum
@@ -228,6 +229,7 @@ def _iree_installed() -> bool:
     return _iree.BACKEND.available() and _installed.iree_compiler()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _iree_installed(), reason="the iree extra is absent")
 def test_iree_stores_one_dynamic_module_and_takes_no_sizes(symbolic, tmp_path):
     out = Path(shutil.copytree(symbolic, tmp_path / "iree.hlobundle"))
@@ -238,3 +240,11 @@ def test_iree_stores_one_dynamic_module_and_takes_no_sizes(symbolic, tmp_path):
     f = hlobundle.load(out).function("iree", trust=TRUST)
     for b in (1, 5):  # one module, every size
         np.testing.assert_allclose(np.asarray(f(x=_x(b))), np.tanh(_x(b) @ W), atol=1e-6)
+
+
+def test_compiling_a_target_again_replaces_all_its_sizes(copy):
+    (entry,) = hlobundle.compile(copy, ["xla-cpu"], sizes={"b": [1]})
+    b = hlobundle.load(copy)
+    b.verify()  # no file left unlisted
+    assert [e.sizes for e in b.manifest.executables] == [{"b": 1}]
+    assert sorted(p.name for p in (copy / "predict" / "compiled").iterdir()) == ["xla-cpu.b=1.pjrt"]
