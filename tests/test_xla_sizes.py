@@ -105,6 +105,18 @@ def test_a_call_at_a_stored_size_runs_its_executable_without_compiling(compiled,
     np.testing.assert_allclose(got, np.tanh(_x(b) @ W), atol=1e-6)
 
 
+def test_an_untrusted_bundle_parses_none_of_its_executables(compiled, monkeypatch):
+    from hlobundle._run._backends import _xla_executables
+
+    parsed = []
+    monkeypatch.setattr(
+        _xla_executables._compat, "deserialize_executable", lambda *a: parsed.append(a)
+    )
+    (f, got), compiles = _compiled_during(lambda: _call(compiled, 2))
+    assert f.source is None and compiles >= 1 and parsed == []
+    np.testing.assert_allclose(got, np.tanh(_x(2) @ W), atol=1e-6)
+
+
 def test_a_call_at_another_size_compiles_saying_so_once(compiled):
     f = hlobundle.load(compiled).function("xla", trust=TRUST)
     with pytest.warns(hlobundle.HloBundleWarning, match="no stored XLA executable at b=3 "):
