@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import cli, edit_manifest
+from helpers import ROOT, cli, edit_manifest
 
 import hlobundle
 
@@ -260,3 +260,31 @@ def test_compiling_a_target_again_replaces_all_its_sizes(copy):
     b.verify()  # no file left unlisted
     assert [e.sizes for e in b.manifest.executables] == [{"b": 1}]
     assert sorted(p.name for p in (copy / "predict" / "compiled").iterdir()) == ["xla-cpu.b=1.pjrt"]
+
+
+def test_sizes_the_module_refuses_are_refused_before_compiling(tmp_path):
+    lm = Path(shutil.copytree(ROOT / "examples" / "lm.hlobundle", tmp_path / "lm.hlobundle"))
+    with pytest.raises(hlobundle.InputError, match=r"constraint s <= 128 does not hold: 129"):
+        hlobundle.compile(lm, ["xla-cpu"], function="prefill", sizes={"s": [129]})
+    assert not (lm / "prefill" / "compiled").exists()
+
+
+def test_a_symbol_no_stored_argument_binds_needs_its_sizes(symbolic, tmp_path):
+    bare = Path(shutil.copytree(symbolic, tmp_path / "bare.hlobundle"))
+
+    def without_examples(m: dict) -> None:
+        (f,) = m["functions"]
+        f["arguments"][1].pop("value")
+        for r in f["results"]:
+            r.pop("expected", None)
+        for name in [
+            n for n in m["files"] if not n.endswith(("mlir", "mlirbc", "weights.safetensors"))
+        ]:
+            m["files"].pop(name)
+            (bare / name).unlink()
+
+    edit_manifest(bare, without_examples)
+    with pytest.raises(hlobundle.InputError, match=r"give the values of symbol 'b' .*--sizes b="):
+        hlobundle.compile(bare, ["xla-cpu"])
+    (entry,) = hlobundle.compile(bare, ["xla-cpu"], sizes={"b": [4]})
+    assert entry.sizes == {"b": 4}
