@@ -288,3 +288,12 @@ def test_a_symbol_no_stored_argument_binds_needs_its_sizes(symbolic, tmp_path):
         hlobundle.compile(bare, ["xla-cpu"])
     (entry,) = hlobundle.compile(bare, ["xla-cpu"], sizes={"b": [4]})
     assert entry.sizes == {"b": 4}
+
+
+def test_serve_with_the_stored_sizes_pinned_compiles_nothing_at_start_up(compiled):
+    from hlobundle._serve._models import load_models
+
+    (_, compiles) = _compiled_during(
+        lambda: load_models([compiled], backend="xla", sizes={"b": [2, 8]}, trust=TRUST)
+    )
+    assert compiles == 0  # b=2 (the stored arguments', the warm-up's) and b=8, both stored
