@@ -31,7 +31,13 @@ def difference(got, want):
     """|got - want| for each element, as float64 (complex128's as its modulus): of 64-bit
     integers computed as Python ints, exact, so that no difference wraps or rounds to 0."""
     if _exact(got) or _exact(want):
-        exact = np.asarray(got).astype(object) - np.asarray(want).astype(object)  # Python ints
+        got, want = np.asarray(got), np.asarray(want)
+        if got.dtype == want.dtype:  # high - low modulo 2**64 is itself: it is less than that
+            low, high = np.minimum(got, want), np.maximum(got, want)
+            with np.errstate(over="ignore"):
+                wrapped = high.astype(np.uint64) - low.astype(np.uint64)
+            return np.asarray(wrapped, dtype=np.float64)
+        exact = got.astype(object) - want.astype(object)  # Python ints
         return np.asarray(np.abs(exact), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         return np.abs(got - want)
