@@ -263,6 +263,38 @@ def test_a_proxy_that_is_no_url_is_a_coded_error_that_never_shows_its_password(m
     assert "--proxy" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://LOCALHOST:5000/", True),
+        ("http://[::1]:5000/", True),
+        ("http://127.0.0.1/", True),
+        ("http://localhost\\@example.com/", True),  # where urllib3 connects
+        ("http://example.com\\@localhost/", False),
+        ("http://127.0.0.2/", False),
+        ("http://127.1/", False),
+        ("http://2130706433/", False),
+        ("http://0x7f000001/", False),
+        ("http://0.0.0.0/", False),
+        ("http://localhost./", False),
+        ("http://localhost%2e/", False),
+        ("http://[::ffff:127.0.0.1]/", False),
+        ("http://[0:0:0:0:0:0:0:1]/", False),
+    ],
+)
+def test_only_the_three_loopback_names_skip_the_proxy_and_allow_plain_http(
+    monkeypatch, url, loopback
+):
+    """The independent attack of issue 64, on the loopback spellings: another spelling of a
+    loopback address is judged as a host off loopback (plain HTTP refused, the proxy used),
+    never the other way, so no spelling gets the loopback's allowances by accident (held)."""
+    from hlobundle._oci import _network
+
+    monkeypatch.setenv("HLOBUNDLE_PROXY", "http://proxy.example:3128")
+    hop = _network.hop(_network.origin(url), insecure=False)
+    assert (hop.allowed, hop.credentials, hop.proxy is None) == (loopback,) * 3, hop
+
+
 @pytest.fixture
 def private_ca(tmp_path, monkeypatch):
     """A throwaway certificate authority, and a TLS context of a server it certified for
