@@ -170,3 +170,23 @@ def test_arguments_renamed_in_place_are_paired_by_position_and_shape(tmp_path):
     c = hlobundle.pack(wider, [np.ones((3, 5), np.float32), x], tmp_path / "c", names=["p_w", "x"])
     text = cli("diff", a, c).stdout  # another shape: not the same argument renamed
     assert "argument params_w: removed" in text and "argument p_w: added" in text, text
+
+
+def test_64_bit_integer_weights_differ_by_their_exact_difference(tmp_path):
+    """The independent attack of issue 64: weights widened to float64 made int64's 2**53 and
+    2**53 + 1 the same number, so a changed weight said `max_abs_diff` 0 (`_agreement`)."""
+    from helpers import identity_module
+
+    made = []
+    for name, value in (("a", 2**53), ("b", 2**53 + 1)):
+        w = np.int64([value, -(2**63)])
+        made.append(
+            hlobundle.pack(
+                identity_module(w), [w], tmp_path / name, names=["w"], roles={"w": "parameter"}
+            )
+        )
+    done = cli("diff", *made, "--json")
+    assert done.returncode == 1, done.stderr
+    ((_, function),) = json.loads(done.stdout)["functions"].items()
+    (tensor,) = function["tensors"]
+    assert tensor["max_abs_diff"] == 1.0, tensor

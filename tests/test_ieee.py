@@ -225,3 +225,55 @@ def test_the_conformance_suite_holds_an_implementation_to_the_special_values(tmp
     if change:
         assert outcome.detail.startswith(f"result {change[0]}[{change[1]}]: got "), outcome
         assert "agrees only with" in outcome.detail, outcome
+
+
+# The attack (issue 64's independent attack): int64 and uint64 hold integers beyond float64's
+# 53 bits, and every check widened both sides to float64 first, where 2**53 + 1 rounds to 2**53:
+# an exact result (atol 0) that was off by one there said "ok". Each pair differs by one.
+WIDE_INTS = [np.int64([2**53, 2**62 + 1]), np.uint64([2**53 + 1, 2**64 - 1])]
+WIDE_WANT = [np.int64([2**53 + 1, 2**62]), np.uint64([2**53, 2**64 - 2])]
+
+
+@pytest.mark.parametrize("check", [*CHECKS, "script"])
+def test_every_check_tells_64_bit_integers_apart_beyond_float64_s_53_bits(tmp_path, check):
+    from hlobundle._emit import _template
+    from hlobundle._format._tolerance import compare
+
+    table = pack_identity(tmp_path, *WIDE_INTS, expected=WIDE_WANT)
+    if check == "script":  # what an emitted script carries: run_shared's, then _agreement's
+        helpers: dict = {}
+        body = _template.template()
+        shared = body[body.index("def safetensors_header") : body.index("# named:")]
+        exec(compile("import numpy as np\n" + shared, "script", "exec"), helpers)
+        wide = helpers["widened"]
+        got = [
+            helpers["mismatch"](wide(g), wide(w), 0.0, 0.0) is None
+            for g, w in zip(WIDE_INTS, WIDE_WANT, strict=True)
+        ]
+    elif check == "library":
+        got = [compare(g, w, 0.0, 0.0)[0] for g, w in zip(WIDE_INTS, WIDE_WANT, strict=True)]
+    elif check == "conformance":
+        case = tmp_path / "case"
+        shutil.copytree(table, case / "bundle")
+        names = [r.name for r in hlobundle.load(table).results]
+        save_file(dict(zip(names, WIDE_WANT, strict=True)), str(case / "outputs.safetensors"))
+        (case / "case.json").write_text(json.dumps({"expect": "ok", "description": "ints"}))
+        got = []
+        for k, one in enumerate(WIDE_INTS):  # each result differs alone
+            outputs = {n: (one if j == k else WIDE_WANT[j]) for j, n in enumerate(names)}
+            got.append(_conformance._compare(case, outputs, 0.0, 0.0, 0.0) == "")
+    else:
+        got = CHECKS[check](table, None, None)
+    assert not any(got), f"{check}: off-by-one 64-bit integers agreed"
+
+
+def test_64_bit_integers_are_named_exactly_where_they_differ():
+    from hlobundle._format._tolerance import compare
+
+    ok, largest, worst = compare(WIDE_INTS[0], WIDE_WANT[0], 0.0, 0.0)
+    assert not ok and largest == 1.0 and worst is not None
+    assert worst.index == [0] and worst.diff == 1.0
+    assert worst.told().startswith("got 9007199254740992, expected 9007199254740993, |diff| 1 ")
+    assert compare(np.int8([-128]), np.int8([127]), 0.0, 1.0)[0] is False  # no wrapping
+    assert compare(np.int64([-(2**63)]), np.int64([2**63 - 1]), 0.0, 1.0)[0] is False
+    assert compare(np.bool_([True]), np.bool_([False]), 0.0, 0.0)[0] is False

@@ -58,8 +58,8 @@ MAP = {
     "hlobundle._format._sharding": ["test_sharding.py"],
     "hlobundle._format._signature": ["test_signing.py"],
     "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
-    "hlobundle._format._tolerance": ["test_run.py", "test_precision.py"],
-    "hlobundle._format._agreement": ["test_ieee.py"],
+    "hlobundle._format._tolerance": ["test_run.py", "test_precision.py", "test_ieee.py"],
+    "hlobundle._format._agreement": ["test_ieee.py", "test_emit.py"],
     "hlobundle._format._precision": ["test_precision.py", "test_precision_rewrite.py"],
     "hlobundle._run._precision": ["test_precision.py", "test_precision_rewrite.py"],
     "hlobundle._interop._sources": ["test_jax_export.py", "test_reactant_server.py"],
@@ -155,6 +155,7 @@ DEFENCES = {
         "_verified: the rewritten module",
     ): "test_precision_rewrite.py",
     ("hlobundle._format._precision", "keeps_its_precision"): "test_precision_rewrite.py",
+    ("hlobundle._format._agreement", "difference: 64-bit integers exactly"): "test_ieee.py",
     ("hlobundle._format._precision", "a composite's precision_config"): "test_precision_rewrite.py",
 }
 

@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, cli
 from http_static import gzip_bomb
 from oci_fake import artifact, digest_of, pull_refused, serving
 
@@ -235,6 +235,64 @@ def test_a_proxy_named_on_purpose_is_used(off_loopback, tmp_path, monkeypatch):
             hlobundle.pull(off_loopback.ref(), tmp_path / "via.hlobundle", insecure=True)
     assert [p for _, p, _ in proxy.seen] == [f"http://{off_loopback.host}/v2/repo/manifests/v1"]
     assert off_loopback.seen == []
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        "http://us:s3cret@127.0.0.1:99999",
+        "http://us:s3cret@[::1",
+        "http://us:s3cret@:9",
+        "us:s3cret@127.0.0.1:99999",
+        "http://us:s3cret://x@127.0.0.1:99999",
+    ],
+    ids=["port", "bracket", "no_host", "no_scheme", "scheme_in_password"],
+)
+def test_a_proxy_that_is_no_url_is_a_coded_error_that_never_shows_its_password(monkeypatch, proxy):
+    """The independent attack of issue 64: requests' message for a proxy URL it cannot parse
+    quoted it whole ("Failed to parse: http://us:s3cret@..."), password and all, into the
+    error a terminal or a CI log shows. The proxy is checked before any request, and shown
+    without its user and password (as `hop` shows it)."""
+    monkeypatch.setenv("HLOBUNDLE_PROXY", proxy)
+    with pytest.raises(hlobundle.errors.RegistryUnreachableError) as e:
+        hlobundle.load("https://127.0.0.2:9/b.hlobundle/")
+    assert "s3cret" not in str(e.value) and "HLOBUNDLE_PROXY" in str(e.value), e.value
+    monkeypatch.delenv("HLOBUNDLE_PROXY")
+    r = cli("inspect", "https://127.0.0.2:9/b.hlobundle/", "--proxy", proxy)
+    assert r.returncode == 1 and "s3cret" not in r.stdout + r.stderr, r.stderr
+    assert "--proxy" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://LOCALHOST:5000/", True),
+        ("http://[::1]:5000/", True),
+        ("http://127.0.0.1/", True),
+        ("http://localhost\\@example.com/", True),  # where urllib3 connects
+        ("http://example.com\\@localhost/", False),
+        ("http://127.0.0.2/", False),
+        ("http://127.1/", False),
+        ("http://2130706433/", False),
+        ("http://0x7f000001/", False),
+        ("http://0.0.0.0/", False),
+        ("http://localhost./", False),
+        ("http://localhost%2e/", False),
+        ("http://[::ffff:127.0.0.1]/", False),
+        ("http://[0:0:0:0:0:0:0:1]/", False),
+    ],
+)
+def test_only_the_three_loopback_names_skip_the_proxy_and_allow_plain_http(
+    monkeypatch, url, loopback
+):
+    """The independent attack of issue 64, on the loopback spellings: another spelling of a
+    loopback address is judged as a host off loopback (plain HTTP refused, the proxy used),
+    never the other way, so no spelling gets the loopback's allowances by accident (held)."""
+    from hlobundle._oci import _network
+
+    monkeypatch.setenv("HLOBUNDLE_PROXY", "http://proxy.example:3128")
+    hop = _network.hop(_network.origin(url), insecure=False)
+    assert (hop.allowed, hop.credentials, hop.proxy is None) == (loopback,) * 3, hop
 
 
 @pytest.fixture

@@ -306,11 +306,13 @@ def test_inspect_says_where_the_expected_outputs_were_computed(tmp_path):
 
 
 def test_the_emitted_scripts_widen_as_the_runner_does():
-    from hlobundle._format import _tolerance
+    from hlobundle._emit import _template
+    from hlobundle._format import _agreement, _tolerance
     from hlobundle._format._tolerance import Computed
 
     shared = (ROOT / "hlobundle" / "_emit" / "run_shared.py").read_text()
-    body = shared[shared.index("def widened(") : shared.index("def random_input(")]
+    body = shared[shared.index("# Unit roundoff") : shared.index("def random_input(")]
+    body = _template._written_part(Path(_agreement.__file__)) + body  # `widened` is its
     helpers: dict = {}
     exec(compile("import numpy as np\nPRECISIONS = None\n" + body, "helpers", "exec"), helpers)
     assert helpers["ROUNDOFF"] == _tolerance.ROUNDOFF

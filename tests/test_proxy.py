@@ -223,3 +223,29 @@ def test_a_token_service_off_loopback_in_plain_http_through_the_proxy_is_sent_no
         context.__exit__(None, None, None)
     assert proxy.credentials_seen() == []
     assert proxy.requests() == [] and tokens.seen == []
+
+
+@pytest.mark.parametrize("name", ["HTTP_PROXY", "ALL_PROXY", "http_proxy"])
+def test_the_standard_proxy_variables_are_never_read(proxy, tmp_path, monkeypatch, name):
+    """The independent attack of issue 64: only a proxy named on purpose is used. A variable
+    requests, urllib or httpx reads (HTTP_PROXY, ...) set to the recording proxy, and
+    HLOBUNDLE_PROXY unset: a pull from a host off loopback and a remote load from one on it
+    reach their servers directly, and the proxy sees nothing."""
+    from http_static import StaticServer
+
+    monkeypatch.delenv("HLOBUNDLE_PROXY")
+    monkeypatch.setenv(name, proxy.url)
+    monkeypatch.setenv("NO_PROXY", "")
+    context, fake = _other_host()
+    try:
+        artifact(EXAMPLE, fake)
+        hlobundle.pull(fake.ref(), tmp_path / "got.hlobundle", insecure=True)
+        assert fake.seen, "the registry was not reached"
+    finally:
+        context.__exit__(None, None, None)
+    server = StaticServer(ROOT / "examples")
+    try:
+        assert hlobundle.load(server.url + "lenet5.hlobundle/").remote
+    finally:
+        server.close()
+    assert proxy.requests() == []

@@ -235,6 +235,33 @@ def test_the_adapters_shared_check_refuses_both(bounds):
             open_function(bounds, "doubled", max_response_bytes=wrong)
 
 
+def test_the_adapters_refuse_an_answer_too_large_for_json_before_the_function_runs(
+    bounds, calls, monkeypatch
+):
+    """The attack (issue 64's independent attack): `serve` refuses an answer of more values
+    than JSON may carry (`MAX_JSON_VALUES`) before the model runs, and SPEC.md 8 says every
+    adapter does; KServe (without binary outputs) and MLServer (JSON only) decoded with
+    `decoded_inputs`, which did not count them, and made every value a Python object. The
+    decoder counts them unless the engine answers in binary (`as_json=False`)."""
+    from hlobundle._serve import _responses
+    from hlobundle.integrations._models import WireTensor, decoded_inputs, open_function
+
+    monkeypatch.setattr(_responses, "MAX_JSON_VALUES", 10)
+    doubled = open_function(bounds, "doubled", max_response_bytes=UNBOUNDED)
+    calls.clear()
+
+    def wire(rows: int) -> list[WireTensor]:
+        return [WireTensor("x", "FP32", [rows, 2], [1.0] * (2 * rows))]
+
+    with pytest.raises(RequestError) as e:
+        decoded_inputs(doubled, wire(6))
+    assert (e.value.status, e.value.code) == (413, "LIMIT_EXCEEDED")
+    assert "would hold 12 values as JSON, over the limit of 10" in e.value.message
+    assert decoded_inputs(doubled, wire(6), as_json=False)["x"].shape == (6, 2)
+    assert decoded_inputs(doubled, wire(5))["x"].shape == (5, 2)
+    assert calls == []
+
+
 def test_pinned_sizes_and_stored_arguments_are_the_operator_s_not_bounded(tmp_path):
     """A symbol `--sizes` pins takes the values the operator chose, beyond the values sent
     (a bounded set, compiled at start-up); and a symbol the bundle's stored arguments bind is

@@ -1,8 +1,8 @@
 """The functions both emitted scripts share (`run_template.py`, `run_iree_template.py`): reading
 safetensors, `--inputs` files and the command line, and comparing results with the expected ones.
 `hlobundle emit` writes them into each script in place of its `# shared:` line, followed by
-the comparison of each element (`_format/_agreement.py`'s functions: `largest_difference`,
-`mismatch`, `allowance`, `unmatched`), so a script stays one standalone file. They use what each
+the comparison of each element (`_format/_agreement.py`'s functions: `widened`,
+`largest_difference`, `mismatch`, `allowance`, `unmatched`, `difference`), so a script stays one standalone file. They use what each
 template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED, COLUMN_MAJOR, SAFETENSORS_DTYPES,
 PRECISIONS, device, numpy_dtype, load_tensor, check_arguments and run_example (and OUTPUT_TREE,
 which every script's data has).
@@ -67,12 +67,6 @@ def tolerance(dtype):
     return max(1e-5, 8 * eps)
 
 
-def widened(x):
-    """An array as float64, or complex128 when complex: how results are compared."""
-    x = np.asarray(x)
-    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
-
-
 # Unit roundoff of float32 dot and convolution operands by platform and precision asked
 # (SPEC.md 2.15); HIGHEST, and every other platform, computes at float32's.
 ROUNDOFF = {
@@ -111,15 +105,20 @@ def mismatch_told(name, shape, flat, got, want, rtol, atol, producer=False):
     (with `producer`, its index in the producer's orientation, as the result is printed)."""
     index = [int(i) for i in np.unravel_index(flat, shape)]
     index = index[::-1] if producer else index
-    values = f"  {name}{index}: got {got:.6g}, expected {want:.6g}"
+    values = f"  {name}{index}: got {shown_value(got)}, expected {shown_value(want)}"
     why = unmatched(got, want)
     if why:
         return f"{values}: {why}"
     allowed = float(allowance(want, rtol, atol))
     return (
-        f"{values}, |diff| {abs(got - want):.3g} > allowed {allowed:.3g} = atol + rtol * "
+        f"{values}, |diff| {float(difference(got, want)):.3g} > allowed {allowed:.3g} = atol + rtol * "
         f"|expected| (rtol {rtol:.3g}, atol {atol:.3g})"
     )
+
+
+def shown_value(x):
+    """One element as a message shows it: an integer exactly (64 bits hold more than 6 digits)."""
+    return f"{x}" if np.asarray(x).dtype.kind in "iu" else f"{x:.6g}"
 
 
 def random_input(rng, shape, dtype):

@@ -7,11 +7,44 @@ IEEE's special values are met before any arithmetic: `inf - inf` is NaN, and NaN
 "greater than the allowance", so a difference compared with an allowance lets an expected
 infinity agree with anything. NaN agrees with NaN and an infinity with the same infinity, and
 nothing else with either, whatever the allowance; only finite values are compared by size.
+
+Arrays come widened to float64 or complex128 (`widened`), where every dtype of the table is
+exact but int64 and uint64, which float64 rounds beyond 2**53 (2**53 + 1 became 2**53 and an
+exact result off by one agreed): those stay integers, and their differences are Python ints.
 """
 
 import numpy as np
 
 # --- shared: from here on, written into each script ----------------------------------------------
+
+
+def widened(x):
+    """An array as float64, or complex128 when complex, where its values are all exact; int64
+    and uint64 as they are (`difference` subtracts them exactly)."""
+    x = np.asarray(x)
+    if x.dtype.kind in "iu" and x.dtype.itemsize == 8:
+        return x
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+
+
+def difference(got, want):
+    """|got - want| for each element, as float64 (complex128's as its modulus): of 64-bit
+    integers computed as Python ints, exact, so that no difference wraps or rounds to 0."""
+    if _exact(got) or _exact(want):
+        got, want = np.asarray(got), np.asarray(want)
+        if got.dtype == want.dtype:  # high - low modulo 2**64 is itself: it is less than that
+            low, high = np.minimum(got, want), np.maximum(got, want)
+            with np.errstate(over="ignore"):
+                wrapped = high.astype(np.uint64) - low.astype(np.uint64)
+            return np.asarray(wrapped, dtype=np.float64)
+        exact = got.astype(object) - want.astype(object)  # Python ints
+        return np.asarray(np.abs(exact), dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.abs(got - want)
+
+
+def _exact(x):
+    return np.asarray(x).dtype.kind in "biu"
 
 
 def same(got, want):
@@ -29,7 +62,7 @@ def excess(got, want, rtol, atol):
     an infinite rtol included."""
     allowed = allowance(want, rtol, atol)
     with np.errstate(invalid="ignore", over="ignore"):
-        over = np.where(np.isposinf(allowed), -np.inf, np.abs(got - want) - allowed)
+        over = np.where(np.isposinf(allowed), -np.inf, difference(got, want) - allowed)
     finite = np.isfinite(got) & np.isfinite(want)
     return np.where(same(got, want), 0.0, np.where(finite, over, np.inf))
 
@@ -38,7 +71,7 @@ def allowance(want, rtol, atol):
     """`atol + rtol * |want|` for each element, where an expected 0 has no relative allowance
     (not `inf * 0`, NaN, when rtol is infinite)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        magnitude = np.abs(want)
+        magnitude = np.abs(want.astype(np.float64) if _exact(want) else want)
         return atol + np.where(magnitude == 0, 0.0, rtol * magnitude)
 
 
@@ -67,5 +100,4 @@ def largest_difference(got, want):
     """The largest |got - want| among the elements where both are finite (0 where none is):
     an infinity or NaN elsewhere would hide every other element's difference."""
     finite = np.isfinite(got) & np.isfinite(want)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return float(np.max(np.abs(np.where(finite, got - want, 0)), initial=0.0))
+    return float(np.max(np.where(finite, difference(got, want), 0.0), initial=0.0))

@@ -107,8 +107,9 @@ def widened(atol: float, want: np.ndarray, u: float) -> float:
 
 
 def widen(x: np.ndarray) -> np.ndarray:
-    """`x` as float64 or complex128, where every dtype of the table compares exactly."""
-    return np.atleast_1d(np.asarray(x)).astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    """`x` as float64 or complex128, or a 64-bit integer as it is (`_agreement.widened`): where
+    every dtype of the table compares exactly."""
+    return np.atleast_1d(_agreement.widened(x))
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ class Worst:
 
 
 def _shown(x: Any) -> str:
-    return f"{complex(*x):.6g}" if isinstance(x, list) else f"{x:.6g}"
+    return f"{complex(*x):.6g}" if isinstance(x, list) else f"{x}" if type(x) is int else f"{x:.6g}"
 
 
 def compare(
@@ -149,8 +150,7 @@ def compare(
     flat, g, w = found
     shape = np.shape(want) if np.size(want) == a.size else a.shape
     index = [int(i) for i in np.unravel_index(flat, shape)]
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = float(abs(g - w)) if np.isfinite(g) and np.isfinite(w) else np.inf
+    diff = float(_agreement.difference(g, w)) if np.isfinite(g) and np.isfinite(w) else np.inf
     allowed = float(_agreement.allowance(w, rtol, atol))
     why = _agreement.unmatched(g, w) or (
         f"|diff| {diff:.3g} > allowed {allowed:.3g} = atol + rtol * |expected|"
@@ -159,9 +159,9 @@ def compare(
 
 
 def _scalar(x: Any) -> Any:
-    return (
-        [float(x.real), float(x.imag)] if isinstance(x, complex | np.complexfloating) else float(x)
-    )
+    if isinstance(x, complex | np.complexfloating):
+        return [float(x.real), float(x.imag)]
+    return int(x) if isinstance(x, np.integer) else float(x)
 
 
 def agree(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:

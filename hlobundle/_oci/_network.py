@@ -41,6 +41,7 @@ MAX_ANSWER_BYTES = 4 << 20  # an answer read whole: a token, an upload's answer
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]"})
 CA_VARIABLES = ("HLOBUNDLE_CA_FILE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 PROXY_VARIABLE = "HLOBUNDLE_PROXY"
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h", "socks4", "socks4a")  # requests' own
 
 # A server that sends a byte just inside each read's timeout would hold a pull or a load for
 # ever: fewer than MIN_RATE bytes a second of the body over any RATE_WINDOW_S seconds ends it
@@ -175,7 +176,29 @@ def proxy_for(where: Origin) -> str | None:
     HLOBUNDLE_PROXY), except to a loopback host, which is reached directly; else None."""
     if where.loopback:
         return None
-    return _NAMED.get("--proxy") or os.environ.get(PROXY_VARIABLE) or None
+    if "--proxy" in _NAMED:
+        return _checked_proxy(_NAMED["--proxy"], "--proxy")
+    proxy = os.environ.get(PROXY_VARIABLE)
+    return _checked_proxy(proxy, f"${PROXY_VARIABLE}") if proxy else None
+
+
+def _checked_proxy(proxy: str, where: str) -> str:
+    """`proxy`, when requests can connect through it (as it reads it: `http://` where no
+    scheme is given); else a RegistryUnreachableError showing it without the user and
+    password it may hold, which requests' own message ("Failed to parse: ...") quotes."""
+    from requests.utils import prepend_scheme_if_needed
+    from urllib3.util import parse_url
+
+    try:
+        parts = parse_url(prepend_scheme_if_needed(proxy, "http"))
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in PROXY_SCHEMES or not parts.host:
+        raise RegistryUnreachableError(
+            f"{where} names the proxy {shown_proxy(proxy)!r}, which is not a URL of a proxy "
+            f"(http://[USER:PASSWORD@]HOST:PORT, or {', '.join(PROXY_SCHEMES[1:])})"
+        )
+    return proxy
 
 
 def proxies(url: str) -> dict[str, str]:
@@ -187,7 +210,7 @@ def proxies(url: str) -> dict[str, str]:
 
 def shown_proxy(proxy: str) -> str:
     """The proxy's URL as an error shows it: without a user and password it may hold."""
-    scheme, sep, rest = proxy.rpartition("://")
+    scheme, sep, rest = proxy.partition("://") if "://" in proxy else ("", "", proxy)
     return f"{scheme}{sep}{rest.rpartition('@')[2]}"[:200]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _dtypes
+from .._format import _agreement, _dtypes
 from .._terminal._display import shown
 from ._fingerprint import digest, document, of_bundle
 from ._inspect import op_histogram
@@ -147,15 +147,13 @@ def _largest_difference(x: np.ndarray, y: np.ndarray, dx: str, dy: str) -> float
     if dx != dy or x.shape != y.shape or kind not in "iufc":
         return None
     fx, fy = x.reshape(-1), y.reshape(-1)
-    wide = np.complex128 if kind == "c" else np.float64
     largest = 0.0
     for start in range(0, fx.size, _BLOCK):
-        end = start + _BLOCK
-        a, b = fx[start:end].astype(wide), fy[start:end].astype(wide)
+        end = start + _BLOCK  # float64 or complex128; 64-bit integers as they are, exact
+        a, b = _agreement.widened(fx[start:end]), _agreement.widened(fy[start:end])
         if (np.isnan(a) != np.isnan(b)).any():
             return "NaN"
-        with np.errstate(invalid="ignore", over="ignore"):
-            block = np.abs(a - b)  # NaN where both are NaN (the same, here) or inf - inf
+        block = _agreement.difference(a, b)  # NaN where both are NaN (the same, here) or inf - inf
         largest = float(np.fmax.reduce(block, initial=largest))
     return largest if np.isfinite(largest) else "Infinity"
 

@@ -15,6 +15,7 @@ from .._format._errors import InputError
 from .._read._trust import Trust
 from .._serve._models import load_models
 from .._serve._protocol import RequestError, _fits, _numpy, _shown_shape, read_inputs
+from .._serve._responses import Wanted, check_json_values
 from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, Served
 
 
@@ -98,10 +99,13 @@ def _pick(models: dict[str, Served], function: str | None) -> Served:
     raise InputError(f"no function {function!r}; the bundle's are {names}", argument="function")
 
 
-def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def checked_inputs(
+    served: Served, given: dict[str, np.ndarray], *, as_json: bool = False
+) -> dict[str, np.ndarray]:
     """The request's arrays, one per input, each of the input's dtype and shape (a symbolic
     dimension any size, bound consistently and within what the request sends by
-    `Served.check_shapes`), or a `RequestError`: before the function is called."""
+    `Served.check_shapes`), or a `RequestError`: before the function is called. `as_json`:
+    the engine answers in JSON values, at most `MAX_JSON_VALUES` of them, as `serve`'s REST."""
     missing = sorted(set(served.inputs) - set(given))
     unknown = sorted(set(given) - set(served.inputs))
     if missing or unknown:
@@ -119,7 +123,9 @@ def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np
                 400, f"input {name!r}: shape {list(array.shape)}, expected {_shown_shape(shape)}"
             )
         out[name] = array
-    served.check_shapes(out)
+    results = served.check_shapes(out)
+    if as_json:
+        check_json_values(Wanted(None, set()), results, served.outputs)
     return out
 
 
@@ -136,12 +142,16 @@ class WireTensor:
     raw: bytes | None = None
 
 
-def decoded_inputs(served: Served, tensors: Iterable[WireTensor]) -> dict[str, np.ndarray]:
+def decoded_inputs(
+    served: Served, tensors: Iterable[WireTensor], *, as_json: bool = True
+) -> dict[str, np.ndarray]:
     """The request's arrays, one per input, decoded by `hlobundle serve`'s own decoder
     (`_serve/_protocol.read_inputs`: the datatype and shape the function declares, the value
     count, each value of its datatype and within its range, BOOL bytes 0 or 1), never by the
     engine's (which made 1e300 an FP32 inf), then checked as `checked_inputs` checks them; or
-    a `RequestError`. So every server and adapter answers one request alike."""
+    a `RequestError`. So every server and adapter answers one request alike; an engine that
+    answers in JSON values (`as_json`: MLServer always, KServe without binary outputs) every
+    output at most `MAX_JSON_VALUES` values, as `serve` does."""
     inputs: list[dict[str, Any]] = []
     binary = bytearray()
     for tensor in tensors:
@@ -153,7 +163,7 @@ def decoded_inputs(served: Served, tensors: Iterable[WireTensor]) -> dict[str, n
             binary += tensor.raw
         inputs.append(item)
     given = read_inputs({"inputs": inputs}, memoryview(binary), served.wire_inputs(False))
-    return checked_inputs(served, given)
+    return checked_inputs(served, given, as_json=as_json)
 
 
 class BoundedBody:

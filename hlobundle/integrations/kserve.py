@@ -63,12 +63,12 @@ class HloBundleModel(Model):
         headers: dict[str, str] | None = None,
         response_headers: dict[str, str] | None = None,
     ) -> InferResponse:
+        binary = bool(payload.use_binary_outputs)  # gRPC raw inputs, or REST's binary_data_output
         try:
             given = [_wire(i) for i in payload.inputs]
-            results = await asyncio.to_thread(self._call, given)
+            results = await asyncio.to_thread(self._call, given, binary)
         except (RequestError, HloBundleError) as e:
             raise InvalidInput(f"[{e.code}] {e.message}") from None
-        binary = bool(payload.use_binary_outputs)  # gRPC raw inputs, or REST's binary_data_output
         outputs = []
         for name, array in results.items():
             datatype = BY_DTYPE[array.dtype.name]
@@ -83,8 +83,8 @@ class HloBundleModel(Model):
             use_binary_outputs=binary,
         )
 
-    def _call(self, given: list[WireTensor]) -> dict[str, np.ndarray]:
-        return self._served(decoded_inputs(self._served, given))
+    def _call(self, given: list[WireTensor], binary: bool) -> dict[str, np.ndarray]:
+        return self._served(decoded_inputs(self._served, given, as_json=not binary))
 
 
 def _wire(given: InferInput) -> WireTensor:

@@ -82,6 +82,8 @@ class HloBundleRuntime(MLModel):
                 f"datatype for results {unsendable}: serve it with hlobundle serve (binary "
                 "tensors), or export the function with float32 results"
             )
+        # Merged requests were each bounded alone (`_checked_alone`): their sum is not refused.
+        self._as_json = not batching
         if batching:  # in front of MLServer's batcher, which holds the unwrapped `predict`
             self.predict = self._each_alone(self.predict)  # type: ignore[method-assign,assignment]
         return True
@@ -138,7 +140,7 @@ class HloBundleRuntime(MLModel):
         )
 
     def _call(self, given: list[WireTensor]) -> dict[str, np.ndarray]:
-        return self._served(decoded_inputs(self._served, given))
+        return self._served(decoded_inputs(self._served, given, as_json=self._as_json))
 
 
 def _wire(given: RequestInput) -> WireTensor:
