@@ -1,5 +1,5 @@
 """The HTTP side: an ASGI application with the Open Inference Protocol's REST endpoints
-(inference as a bare ASGI handler, the others through Starlette), Prometheus metrics at
+(inference, health and metadata as a bare ASGI dispatch, the rarer others through Starlette), Prometheus metrics at
 `/metrics`, and coded JSON errors; uvicorn serves it (`_server`).
 
 A request's body is read within a deadline and a size bound (`Served.max_request_bytes`) before
@@ -114,9 +114,11 @@ class Metrics:
 class App:
     """The ASGI application `app` makes: its state (the models, the limits, the metrics, a
     batcher for each model requests are combined for) and a method for each route, each of
-    which can be called alone. POST .../infer is a bare ASGI handler (`infer`): Starlette's
-    middleware, routing and request and response objects cost as much as decoding a request
-    (measured); the other routes go through Starlette."""
+    which can be called alone. POST .../infer is a bare ASGI handler (`infer`), and the
+    answers that never change (health, metadata, readiness) are made once (`prepared`) and
+    sent as they are: Starlette's middleware, routing and request and response objects cost
+    as much as decoding a request, and a health check's whole cost twice over (measured in
+    benchmarks/serve_cpu.py); /metrics, unknown paths and wrong methods go through Starlette."""
 
     def __init__(self, models: dict[str, Served], limits: Limits) -> None:
         from starlette.applications import Starlette
@@ -137,12 +139,33 @@ class App:
         self.routed = Starlette(routes=self.routes())
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        found = (
-            scope["type"] == "http" and scope["method"] == "POST" and _INFER.match(scope["path"])
-        )
-        if found:
-            return await self.infer(scope, receive, send, found["model"], found["version"])
-        await self.routed(scope, receive, send)
+        if scope["type"] == "http":
+            method = scope["method"]
+            if method == "POST":
+                found = _INFER.match(scope["path"])
+                if found:
+                    return await self.infer(scope, receive, send, found["model"], found["version"])
+            elif method in ("GET", "HEAD"):  # uvicorn sends no body for a HEAD
+                prepared = self.prepared.get(scope["path"])
+                if prepared is not None:
+                    await send(prepared[0])
+                    return await send(prepared[1])
+        await self.routed(scope, receive, send)  # the rest: /metrics, 404s and 405s, lifespan
+
+    @functools.cached_property
+    def prepared(self) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+        """The answers that never change (health, server and model metadata, model
+        readiness), by path: their ASGI messages, made once, as Starlette's routes make them."""
+        answers = {
+            "/v2/health/live": {"live": True},
+            "/v2/health/ready": {"ready": True},  # models are compiled before the server starts
+            "/v2": SERVER_METADATA,
+        }
+        for name, served in self.models.items():
+            for path in (f"/v2/models/{name}", f"/v2/models/{name}/versions/{served.version}"):
+                answers[path] = served.metadata()
+                answers[f"{path}/ready"] = {"name": served.name, "ready": True}
+        return {path: _messages(200, content) for path, content in answers.items()}
 
     def routes(self) -> list[Any]:
         from starlette.routing import Route
@@ -275,6 +298,13 @@ class _Infer:
         await self.app.infer(scope, receive, send, params["model"], params.get("version"))
 
 
+SERVER_METADATA = {
+    "name": "hlobundle",
+    "version": __version__,
+    "extensions": ["binary_tensor_data"],
+}
+
+
 async def live(_: Request) -> Any:
     return _json({"live": True})
 
@@ -284,9 +314,7 @@ async def ready(_: Request) -> Any:
 
 
 async def server_metadata(_: Request) -> Any:
-    return _json(
-        {"name": "hlobundle", "version": __version__, "extensions": ["binary_tensor_data"]}
-    )
+    return _json(SERVER_METADATA)
 
 
 def _json(content: Any, status: int = 200) -> Any:
@@ -318,8 +346,21 @@ async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, 
 
 
 async def _send_json(send: Any, status: int, content: dict[str, Any]) -> None:
-    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    await _send(send, status, body.encode(), [(b"content-type", b"application/json")])
+    start, body = _messages(status, content)
+    await send(start)
+    await send(body)
+
+
+def _messages(status: int, content: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ASGI messages of a JSON answer, its bytes and headers as Starlette's JSONResponse
+    makes them."""
+    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    headers = [(b"content-length", str(len(body)).encode()), _JSON_TYPE]
+    start = {"type": "http.response.start", "status": status, "headers": headers}
+    return start, {"type": "http.response.body", "body": body}
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 def over_limit(limit: int) -> str:

@@ -100,7 +100,7 @@ def response(
     text = orjson.dumps(body)  # every float is finite here: `_json_values` wrote the others
     if not blobs:
         return text, {"content-type": "application/json"}
-    return text + b"".join(blobs), {
+    return b"".join([text, *blobs]), {  # one copy of the outputs' bytes, not two
         "content-type": "application/octet-stream",
         HEADER_LENGTH: str(len(text)),
     }
