@@ -15,6 +15,7 @@ from .._format._errors import InputError
 from .._terminal._display import shown
 from ._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from ._models import Served
+from ._sweep import Sweep
 
 
 @dataclass(frozen=True)
@@ -91,54 +92,27 @@ def _with_header_deadline(timeout_s: float) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (httptools, or h11 without it), closing a connection whose next
     request's headers have not all arrived `timeout_s` after it opened or after the last
     response. Both protocols start a request (`cycle`) once its headers are complete. A request
-    only notes its deadline; one sweep (`_Deadlines`) closes what is overdue, rather than a
+    only notes its deadline; one sweep (`_sweep.Sweep`) closes what is overdue, rather than a
     timer armed and cancelled for every request."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    deadlines = _Deadlines(timeout_s)
+    def expire(conn: Any, waiting_after: Any) -> None:
+        if conn.cycle is waiting_after and not conn.transport.is_closing():
+            conn.transport.close()  # no new request's headers in time
+
+    deadlines = Sweep(timeout_s, expire)
 
     class HeaderDeadline(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            deadlines.arm(self)
+            deadlines.arm(self.loop, self, self.cycle)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            deadlines.arm(self)
+            deadlines.arm(self.loop, self, self.cycle)
 
         def connection_lost(self, exc: Exception | None) -> None:
             deadlines.drop(self)
             super().connection_lost(exc)
 
     return HeaderDeadline
-
-
-class _Deadlines:
-    """When each connection's next request's headers are due, and the cycle it was then at;
-    swept every quarter of the timeout (at most every second) while any connection is open, so
-    that a connection is closed between its deadline and a quarter of the timeout after it."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s, self.every_s = timeout_s, min(1.0, timeout_s / 4)
-        self.due: dict[Any, tuple[float, Any]] = {}
-        self.sweeping = False
-
-    def arm(self, conn: Any) -> None:
-        self.due[conn] = (conn.loop.time() + self.timeout_s, conn.cycle)
-        if not self.sweeping:
-            self.sweeping = True
-            conn.loop.call_later(self.every_s, self.sweep, conn.loop)
-
-    def drop(self, conn: Any) -> None:
-        self.due.pop(conn, None)
-
-    def sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
-        for conn, (deadline, waiting_after) in list(self.due.items()):
-            if deadline <= now:
-                del self.due[conn]
-                if conn.cycle is waiting_after and not conn.transport.is_closing():
-                    conn.transport.close()  # no new request's headers in time
-        self.sweeping = bool(self.due)
-        if self.sweeping:
-            loop.call_later(self.every_s, self.sweep, loop)
