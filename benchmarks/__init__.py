@@ -14,7 +14,8 @@ machine) writes RESULTS-<platform>.md.
 - trust.py: what the checks cost (`trust`, `children`, `foreign`, `sign`);
 - distribution.py: registries and remote loading (`pull`, `remote`);
 - serving.py: `hlobundle serve` (`serve`, `serve-uds`, `json`, `serve-many`), through
-  serve_client.py, the client of the serving benchmarks;
+  serve_client.py, the client of the serving benchmarks; serve_cpu.py: serve's own CPU per
+  request (`serve-cpu`);
 - peers.py: the engines side by side (`peers`, `ray`), with peer_decode.py and ray_scaling.py,
   which run in the engines' own environments.
 

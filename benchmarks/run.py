@@ -36,6 +36,7 @@ from benchmarks import (  # noqa: E402
 )
 from benchmarks.harness import ROOT, table  # noqa: E402
 from benchmarks.language_model import lm_cost  # noqa: E402
+from benchmarks.serve_cpu import serve_cpu_cost  # noqa: E402
 from benchmarks.serving import serve_uds_cost  # noqa: E402
 
 
@@ -152,6 +153,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "batching's gain, 16 clients (http.client; threads of the benchmark, then forked "
             "processes), against the model-only bound",
             serve_uds_cost,
+        ),
+        "serve-cpu": one(
+            "serve's CPU per request (the server process's user and system time over N requests "
+            "from one keep-alive client, / N; medians of rounds in turns): s per request, ratio "
+            "over the goal",
+            serve_cpu_cost,
         ),
         "peers": one(
             "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "

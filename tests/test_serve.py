@@ -156,22 +156,40 @@ def test_a_binary_header_is_parsed_once_and_each_request_gets_its_own_data(clien
     assert now.hits >= parsed.hits + 1 and now.misses <= parsed.misses + 1
 
 
-def test_inference_is_answered_without_starlettes_routing(client, images, monkeypatch):
+def test_inference_health_and_metadata_are_answered_without_starlettes_routing(
+    client, images, monkeypatch
+):
     from starlette.routing import Router
 
     assert client.get(INFER).status_code == 405  # through Starlette: inference is a POST
+    assert client.post("/v2/health/live").status_code == 405  # and health a GET
 
     def unreachable(*args):
         raise AssertionError("routed through Starlette")
 
     monkeypatch.setattr(Router, "__call__", unreachable)
-    for path in (
-        INFER,
-        f"/v2/models/lenet5/versions/{hlobundle.load(EXAMPLE).manifest_sha256[:12]}/infer",
-    ):
+    version = hlobundle.load(EXAMPLE).manifest_sha256[:12]
+    for path in (INFER, f"/v2/models/lenet5/versions/{version}/infer"):
         assert client.post(path, json=_json_request(images)).status_code == 200
-    with pytest.raises(AssertionError, match="routed through Starlette"):
-        client.get("/v2/health/live")
+    for path in ("/v2/health/live", "/v2/health/ready", "/v2", "/v2/models/lenet5/ready"):
+        assert client.get(path).status_code == 200
+    assert client.head(f"/v2/models/lenet5/versions/{version}").content == b""
+    for path in ("/metrics", "/v2/models/lenet5/versions/0/ready", "/v2/nothing"):
+        with pytest.raises(AssertionError, match="routed through Starlette"):
+            client.get(path)
+
+
+def test_the_prepared_answers_are_the_routes_answers(models):
+    # Each answer made once (`App.prepared`) is, byte for byte and header for header, what
+    # its Starlette route answers.
+    asgi = app(models)
+    routed = TestClient(asgi.routed)
+    assert set(asgi.prepared) >= {"/v2/health/live", "/v2/health/ready", "/v2"}
+    assert len(asgi.prepared) == 3 + 4 * len(models)
+    for path in asgi.prepared:
+        bare, starlette = TestClient(asgi).get(path), routed.get(path)
+        assert (bare.status_code, bare.content) == (starlette.status_code, starlette.content)
+        assert bare.headers == starlette.headers, path
 
 
 def _error(client, body=None, *, status, message, **kwargs):

@@ -55,3 +55,49 @@ def test_infer_alone_answers_and_counts_in_its_app_s_metrics(doubles):
     assert f'hlobundle_requests_total{{model="{name}",status="404"}} 1.0' in counted
     # another app's state is its own
     assert "hlobundle_requests_total{" not in App(doubles, Limits()).metrics.text().decode()
+
+
+def _never_complete():
+    """An ASGI `receive` whose body's first byte comes, and then nothing more, ever."""
+    sent = False
+
+    async def receive():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": b"{", "more_body": True}
+        await asyncio.Event().wait()
+
+    return receive
+
+
+def test_a_body_that_never_ends_is_answered_408_by_the_sweep():
+    from hlobundle._serve._app import BodyDeadlines, read_body
+    from hlobundle._serve._protocol import RequestError
+
+    deadlines = BodyDeadlines(0.05)  # read_body's own timer (60 s) is not the one that fires
+
+    async def read():
+        reading = read_body(_never_complete(), "999", 1 << 20, 60, deadlines)
+        return await asyncio.wait_for(reading, 30)  # without the sweep: a TimeoutError
+
+    with pytest.raises(RequestError, match="did not arrive within 0.05 s") as e:
+        asyncio.run(read())
+    assert e.value.status == 408 and not deadlines.sweep.due and not deadlines.overdue
+
+
+def test_a_read_cancelled_by_another_is_not_a_408():
+    # The server shutting down cancels a request: the cancellation goes on, not a 408 answer.
+    from hlobundle._serve._app import BodyDeadlines, read_body
+
+    deadlines = BodyDeadlines(60.0)
+
+    async def cancelled():
+        task = asyncio.ensure_future(read_body(_never_complete(), None, 1 << 20, 60, deadlines))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return deadlines.sweep.due
+
+    assert asyncio.run(cancelled()) == {}

@@ -1,5 +1,5 @@
 """The HTTP side: an ASGI application with the Open Inference Protocol's REST endpoints
-(inference as a bare ASGI handler, the others through Starlette), Prometheus metrics at
+(inference, health and metadata as a bare ASGI dispatch, the rarer others through Starlette), Prometheus metrics at
 `/metrics`, and coded JSON errors; uvicorn serves it (`_server`).
 
 A request's body is read within a deadline and a size bound (`Served.max_request_bytes`) before
@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from ._batching import Batcher
 from ._models import Served
 from ._protocol import HEADER_LENGTH, RequestError, parse_request, producer_layout, read_inputs
 from ._responses import Wanted, check_json_values, response, wanted
+from ._sweep import Sweep
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -114,9 +115,11 @@ class Metrics:
 class App:
     """The ASGI application `app` makes: its state (the models, the limits, the metrics, a
     batcher for each model requests are combined for) and a method for each route, each of
-    which can be called alone. POST .../infer is a bare ASGI handler (`infer`): Starlette's
-    middleware, routing and request and response objects cost as much as decoding a request
-    (measured); the other routes go through Starlette."""
+    which can be called alone. POST .../infer is a bare ASGI handler (`infer`), and the
+    answers that never change (health, metadata, readiness) are made once (`prepared`) and
+    sent as they are: Starlette's middleware, routing and request and response objects cost
+    as much as decoding a request, and a health check's whole cost twice over (measured in
+    benchmarks/serve_cpu.py); /metrics, unknown paths and wrong methods go through Starlette."""
 
     def __init__(self, models: dict[str, Served], limits: Limits) -> None:
         from starlette.applications import Starlette
@@ -135,14 +138,36 @@ class App:
             if limits.max_batch > 1 and served.batchable
         }
         self.routed = Starlette(routes=self.routes())
+        self.body_deadlines = BodyDeadlines(limits.read_timeout_s)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        found = (
-            scope["type"] == "http" and scope["method"] == "POST" and _INFER.match(scope["path"])
-        )
-        if found:
-            return await self.infer(scope, receive, send, found["model"], found["version"])
-        await self.routed(scope, receive, send)
+        if scope["type"] == "http":
+            method = scope["method"]
+            if method == "POST":
+                found = _INFER.match(scope["path"])
+                if found:
+                    return await self.infer(scope, receive, send, found["model"], found["version"])
+            elif method in ("GET", "HEAD"):  # uvicorn sends no body for a HEAD
+                prepared = self.prepared.get(scope["path"])
+                if prepared is not None:
+                    await send(prepared[0])
+                    return await send(prepared[1])
+        await self.routed(scope, receive, send)  # the rest: /metrics, 404s and 405s, lifespan
+
+    @functools.cached_property
+    def prepared(self) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+        """The answers that never change (health, server and model metadata, model
+        readiness), by path: their ASGI messages, made once, as Starlette's routes make them."""
+        answers: dict[str, dict[str, Any]] = {
+            "/v2/health/live": {"live": True},
+            "/v2/health/ready": {"ready": True},  # models are compiled before the server starts
+            "/v2": SERVER_METADATA,
+        }
+        for name, served in self.models.items():
+            for path in (f"/v2/models/{name}", f"/v2/models/{name}/versions/{served.version}"):
+                answers[path] = served.metadata()
+                answers[f"{path}/ready"] = {"name": served.name, "ready": True}
+        return {path: _messages(200, content) for path, content in answers.items()}
 
     def routes(self) -> list[Any]:
         from starlette.routing import Route
@@ -234,7 +259,8 @@ class App:
         served = self.named(name, version)
         limit = min(self.limits.max_body, served.max_request_bytes)
         declared = _header(scope, b"content-length")
-        body = await read_body(receive, declared, limit, self.limits.read_timeout_s)
+        timeout_s = self.limits.read_timeout_s
+        body = await read_body(receive, declared, limit, timeout_s, self.body_deadlines)
         header_length = _header(scope, HEADER_LENGTH.encode())
         if len(body) <= INLINE_BYTES:
             return served, decoded_body(served, body, header_length)
@@ -275,6 +301,13 @@ class _Infer:
         await self.app.infer(scope, receive, send, params["model"], params.get("version"))
 
 
+SERVER_METADATA: dict[str, Any] = {
+    "name": "hlobundle",
+    "version": __version__,
+    "extensions": ["binary_tensor_data"],
+}
+
+
 async def live(_: Request) -> Any:
     return _json({"live": True})
 
@@ -284,9 +317,7 @@ async def ready(_: Request) -> Any:
 
 
 async def server_metadata(_: Request) -> Any:
-    return _json(
-        {"name": "hlobundle", "version": __version__, "extensions": ["binary_tensor_data"]}
-    )
+    return _json(SERVER_METADATA)
 
 
 def _json(content: Any, status: int = 200) -> Any:
@@ -318,8 +349,21 @@ async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, 
 
 
 async def _send_json(send: Any, status: int, content: dict[str, Any]) -> None:
-    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    await _send(send, status, body.encode(), [(b"content-type", b"application/json")])
+    start, body = _messages(status, content)
+    await send(start)
+    await send(body)
+
+
+def _messages(status: int, content: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ASGI messages of a JSON answer, its bytes and headers as Starlette's JSONResponse
+    makes them."""
+    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    headers = [(b"content-length", str(len(body)).encode()), _JSON_TYPE]
+    start = {"type": "http.response.start", "status": status, "headers": headers}
+    return start, {"type": "http.response.body", "body": body}
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 def over_limit(limit: int) -> str:
@@ -329,30 +373,73 @@ def over_limit(limit: int) -> str:
     )
 
 
-async def read_body(receive: Any, declared: str | None, limit: int, timeout_s: float) -> bytes:
+async def read_body(
+    receive: Any,
+    declared: str | None,
+    limit: int,
+    timeout_s: float,
+    deadlines: BodyDeadlines | None = None,
+) -> bytes:
     """The request body (its ASGI messages), refused (413) as soon as it is known to exceed
     `limit` bytes (`declared`: its content-length), or (408) when it has not all arrived within
-    `timeout_s`."""
-    over = over_limit(limit)
+    `timeout_s` (kept by `deadlines`' sweep where given, else by a timer of its own)."""
     if declared is not None and not (declared.isascii() and declared.isdigit()):
         raise RequestError(400, "content-length is not a number")
     if declared is not None and int(declared) > limit:
-        raise RequestError(413, over)
-    chunks, size, more = [], 0, True
+        raise RequestError(413, over_limit(limit))
+    if deadlines is not None:
+        return await deadlines.within(_chunks(receive, limit))
     try:
         async with asyncio.timeout(timeout_s):
-            while more:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise RequestError(400, "the client left before sending the whole body")
-                chunk, more = message.get("body", b""), message.get("more_body", False)
-                size += len(chunk)
-                if size > limit:
-                    raise RequestError(413, over)
-                chunks.append(chunk)
+            return await _chunks(receive, limit)
     except TimeoutError:
-        raise RequestError(408, f"the request body did not arrive within {timeout_s:g} s") from None
+        raise RequestError(408, late(timeout_s)) from None
+
+
+async def _chunks(receive: Any, limit: int) -> bytes:
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise RequestError(400, "the client left before sending the whole body")
+        chunk, more = message.get("body", b""), message.get("more_body", False)
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, over_limit(limit))
+        chunks.append(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def late(timeout_s: float) -> str:
+    return f"the request body did not arrive within {timeout_s:g} s"
+
+
+class BodyDeadlines:
+    """The requests whose bodies are being read, by task: one sweep (`_sweep.Sweep`) cancels a
+    read that is overdue, which then answers 408, rather than a timer armed per request."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s, self.overdue = timeout_s, set[asyncio.Task[Any]]()
+        self.sweep = Sweep(timeout_s, self._expire)
+
+    async def within(self, reading: Awaitable[bytes]) -> bytes:
+        task = asyncio.current_task()
+        assert task is not None  # an ASGI application runs in a task
+        self.sweep.arm(task.get_loop(), task)
+        try:
+            return await reading
+        except asyncio.CancelledError:
+            if task not in self.overdue:
+                raise  # cancelled by someone else: the server shutting down
+            self.overdue.discard(task)
+            task.uncancel()
+            raise RequestError(408, late(self.timeout_s)) from None
+        finally:
+            self.sweep.drop(task)
+
+    def _expire(self, task: asyncio.Task[Any], _: Any) -> None:
+        self.overdue.add(task)
+        task.cancel()
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,10 @@ def _fits(got: list[int], shape: tuple[int | str, ...]) -> bool:
 def _addressable(dims: tuple[int, ...], itemsize: int) -> bool:
     """Whether numpy can make an array of `dims`: the product of its nonzero dimensions, in
     bytes, fits an index (with a 0 dimension the array holds nothing, yet numpy refuses it)."""
-    return math.prod(d for d in dims if d) * itemsize <= np.iinfo(np.intp).max
+    return math.prod(d for d in dims if d) * itemsize <= _MAX_INDEX
+
+
+_MAX_INDEX = int(np.iinfo(np.intp).max)  # np.iinfo costs more than the rest of the check
 
 
 def _shown_shape(shape: tuple[int | str, ...]) -> str:

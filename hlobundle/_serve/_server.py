@@ -15,6 +15,7 @@ from .._format._errors import InputError
 from .._terminal._display import shown
 from ._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from ._models import Served
+from ._sweep import Sweep
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def server(
         limit_concurrency=limits.max_connections,
         log_level="info",
         access_log=access_log,
+        proxy_headers=access_log,  # X-Forwarded-For: only the access log would show it
         timeout_graceful_shutdown=30,
     )
     return uvicorn.Server(config)
@@ -89,32 +91,28 @@ def banner(models: dict[str, Served], host: str, port: int | None, uds: str | No
 def _with_header_deadline(timeout_s: float) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (httptools, or h11 without it), closing a connection whose next
     request's headers have not all arrived `timeout_s` after it opened or after the last
-    response. Both protocols start a request (`cycle`) once its headers are complete."""
+    response. Both protocols start a request (`cycle`) once its headers are complete. A request
+    only notes its deadline; one sweep (`_sweep.Sweep`) closes what is overdue, rather than a
+    timer armed and cancelled for every request."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    class HeaderDeadline(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-        _deadline: asyncio.TimerHandle | None = None
+    def expire(conn: Any, waiting_after: Any) -> None:
+        if conn.cycle is waiting_after and not conn.transport.is_closing():
+            conn.transport.close()  # no new request's headers in time
 
+    deadlines = Sweep(timeout_s, expire)
+
+    class HeaderDeadline(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._arm()
+            deadlines.arm(self.loop, self, self.cycle)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            self._arm()
+            deadlines.arm(self.loop, self, self.cycle)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
+            deadlines.drop(self)
             super().connection_lost(exc)
-
-        def _arm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-            self._deadline = self.loop.call_later(timeout_s, self._expire, self.cycle)
-
-        def _expire(self, waiting_after: Any) -> None:
-            if self.cycle is waiting_after and not self.transport.is_closing():
-                self.transport.close()  # no new request's headers in time
 
     return HeaderDeadline

@@ -1,0 +1,193 @@
+"""Serve's own CPU per request (section `serve-cpu`): the server process's CPU time (user and
+system, every thread, from /proc/PID/stat) before and after N requests from this process on
+one keep-alive connection, over N; for GET /v2/health/ready and for a binary LeNet infer,
+the latter minus the model's own call, measured alone in a fresh process set up as serve's
+(loaded as serve loads it, jitted and warm). CPU time, not wall time: the machine is shared,
+and what a request costs the server is what bounds it on an accelerator. Each figure is the
+median of rounds, in turns."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+
+import numpy as np
+
+from benchmarks import serve_client as client
+from benchmarks.harness import PY, ROOT, free_port, user_env
+
+# The model's own CPU per call, in a fresh process set up as serve's (no jax_enable_x64, a
+# user's environment), on the request's inputs as the server decodes them (a view of bytes):
+# `n` calls for each line read, their CPU seconds per call written back, so that its rounds
+# take turns with the server's.
+MODEL_CPU = """
+import sys, time
+sys.path.append({root!r})
+import numpy as np
+import hlobundle
+from hlobundle._serve._models import load_models
+served = load_models([{bundle!r}], backend="xla")["lenet5"]
+images = np.asarray(hlobundle.load({bundle!r}).tensor("images"), "<f4")
+given = {{"images": np.frombuffer(images.tobytes(), "<f4").reshape(images.shape)}}
+for _ in range(200):
+    served(given)
+print("ready", flush=True)
+for _ in sys.stdin:
+    start = time.process_time()
+    for _ in range({n}):
+        served(given)
+    print((time.process_time() - start) / {n}, flush=True)
+"""
+
+
+# The floor under any route: a bare ASGI application answering prepared bytes, under uvicorn
+# configured as serve's (httptools, uvloop, no access log, no proxy headers).
+BARE_SERVER = """
+import uvicorn
+body = b'{{"ready":true}}'
+start = {{"type": "http.response.start", "status": 200, "headers": [
+    (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]}}
+async def app(scope, receive, send):
+    if scope["type"] == "http":
+        await send(start)
+        await send({{"type": "http.response.body", "body": body}})
+uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning", access_log=False,
+            proxy_headers=False, lifespan="off")
+"""
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU seconds process `pid` has used so far, user and system, all its threads."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_cpu(pid: int, where: client.Where, ask: tuple, n: int) -> float:
+    """The server's CPU seconds per request, over `n` requests `ask` (method, path, body,
+    headers) on one keep-alive connection."""
+    conn = client.connection(where)
+    try:
+        before = cpu_s(pid)
+        for _ in range(n):
+            conn.request(*ask)
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                raise RuntimeError(f"{ask[0]} {ask[1]}: the server answered {r.status}")
+        return (cpu_s(pid) - before) / n
+    finally:
+        conn.close()
+
+
+def _bare_server() -> tuple[subprocess.Popen, int]:
+    """`BARE_SERVER` on a free loopback port, once it answers."""
+    port = free_port()
+    proc = subprocess.Popen([PY, "-c", BARE_SERVER.format(port=port)], env=user_env())
+    for _ in range(600):
+        try:
+            conn = client.connection(port, timeout=1)
+            conn.request("GET", "/")
+            conn.getresponse().read()
+            return proc, port
+        except OSError:  # not listening yet
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the bare server did not start")
+
+
+def _model_process(n: int) -> subprocess.Popen:
+    """`MODEL_CPU` in a fresh process, once warm."""
+    code = MODEL_CPU.format(root=str(ROOT), bundle=str(ROOT / "examples" / "lenet5.hlobundle"), n=n)
+    proc = subprocess.Popen(
+        [PY, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=user_env()
+    )
+    if proc.stdout is None or proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError("the model's process did not start")
+    return proc
+
+
+def _model_cpu(proc: subprocess.Popen) -> float:
+    """One round of the model's process: its CPU seconds per call."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    return float(proc.stdout.readline())
+
+
+def serve_cpu_cost(tmp: object, quick: bool) -> list[dict]:
+    """Serve's CPU per request: GET /v2/health/ready, and a binary LeNet infer (batch 4) beyond
+    the model's own call; rounds in turns, medians (goals: <= 40 us and <= 80 us); and the
+    floor under both, a bare ASGI application under the same uvicorn (`BARE_SERVER`)."""
+    import hlobundle
+
+    images = np.asarray(hlobundle.load(ROOT / "examples" / "lenet5.hlobundle").tensor("images"))
+    header, body = client.binary_request(images)
+    infer = (
+        "POST",
+        "/v2/models/lenet5/infer",
+        body,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    health = ("GET", "/v2/health/ready", None, {})
+    rounds, n = (3, 300) if quick else (9, 2000)
+    model = _model_process(n)
+    bare, port = _bare_server()
+    proc, where = client.start_lenet(1)
+    try:
+        _server_cpu(proc.pid, where, infer, n // 3)  # warm: the first requests' allocations
+        _server_cpu(proc.pid, where, health, n // 3)
+        _server_cpu(bare.pid, port, health, n // 3)
+        runs = [
+            (
+                _server_cpu(bare.pid, port, health, n),
+                _server_cpu(proc.pid, where, health, n),
+                _server_cpu(proc.pid, where, infer, n),
+                _model_cpu(model),
+            )
+            for _ in range(rounds)
+        ]
+    finally:
+        model.communicate("", timeout=60)  # the end of its input: it exits
+        for p in (proc, bare):
+            p.terminate()
+            p.communicate(timeout=60)
+    floor_s, health_s, infer_s, model_s = (statistics.median(r[k] for r in runs) for k in range(4))
+    beyond_s = statistics.median(r[2] - r[3] for r in runs)  # each round's own difference
+    load = os.getloadavg()[0]
+    return [
+        {
+            "case": "the floor: a bare ASGI app answering prepared bytes under uvicorn as serve "
+            "runs it, GET, its CPU per request",
+            "s": floor_s,
+            "ratio": floor_s / 40e-6,
+        },
+        {
+            "case": "GET /v2/health/ready: serve's CPU per request (goal <= 40 us)",
+            "s": health_s,
+            "ratio": health_s / 40e-6,
+        },
+        {
+            "case": "binary LeNet infer (batch 4): serve's CPU per request, model included",
+            "s": infer_s,
+            "ratio": 1.0,
+        },
+        {
+            "case": "the model's own call alone, CPU, a fresh process set up as serve's",
+            "s": model_s,
+            "ratio": model_s / infer_s,
+        },
+        {
+            "case": "binary LeNet infer: serve's CPU beyond the model's call (goal <= 80 us)",
+            "s": beyond_s,
+            "ratio": beyond_s / 80e-6,
+        },
+        {
+            "case": f"the machine's 1-minute load average at the end ({os.cpu_count()} CPUs)",
+            "s": load,
+            "ratio": load / (os.cpu_count() or 1),
+        },
+    ]
