@@ -7,9 +7,7 @@ from collections.abc import Generator, Mapping
 from functools import cache, cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-
-from ._records import Record
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class _Model(BaseModel):
@@ -17,13 +15,6 @@ class _Model(BaseModel):
     fields never change): a copy drops them, and iterating gives the fields alone."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_record(cls, data: Any) -> Any:
-        """A record of a read manifest (`_records.py`) where a model is expected (a writer
-        given a loaded bundle's fields): validated again, from its model's dump."""
-        return data._dump if isinstance(data, Record) else data
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
         """A copy whose cached properties are made again from its own fields (pydantic copies

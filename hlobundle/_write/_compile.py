@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import InputError
-from .._format._fields import COMPILERS, ManifestMethods
+from .._format._fields import COMPILERS
 from .._format._manifest import Executable, Manifest
 from .._read._files import references
 from .._read._reader import Bundle, load
@@ -68,7 +68,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         replace_signature=opt.replace_signature,
         verified=True,
     )
-    several = not isinstance(b.bundle_manifest, ManifestMethods)
+    several = not isinstance(b.bundle_manifest, Manifest)
     written: dict[str, bytes] = {}
     added: dict[str, list[Executable]] = {}
     for name in chosen:
@@ -141,7 +141,7 @@ def _with_executables(
     still = {name for v in updated.values() for _, name in references(v)}
     replaced = {e.file for n, v in views.items() for e in v.executables or [] if e not in kept[n]}
     files = {k: v for k, v in old.files.items() if k not in replaced - still}
-    if isinstance(old, ManifestMethods):
+    if isinstance(old, Manifest):
         (only,) = updated.values()
         return only.model_copy(update={"files": files})
     return combine(list(updated.values()), default, files)
