@@ -117,7 +117,7 @@ def _against_onnx_runtime(tmp: Path, bundle: Path, env: dict, cli: str, reps: in
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
     except ImportError:
-        return [{"case": "ONNX Runtime peer: not measured (pip install 'hlobundle[bench]')"}]
+        return [{"case": 'ONNX Runtime peer: not measured (pip install ".[bench]")'}]
     import hlobundle
 
     b = hlobundle.load(bundle)

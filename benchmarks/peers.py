@@ -299,7 +299,7 @@ def rows(engines, missing, kinds, lat, rate, decode, local) -> list[dict]:
             case = f"in which, in process and warm: {engine}'s own decode of the {kind} request into its array (s; ratio: hlobundle's / this)"
             out.append({"case": case, "s": s, "ratio": decode["hlobundle"][kind] / s})
     for engine in missing:
-        case = f"{engine}: not measured, no .venv-{engine} (pip install -e '.[{engine}-tests]')"
+        case = f'{engine}: not measured, no .venv-{engine} (pip install -e ".[{engine}-tests]")'
         out.append({"case": case, "s": "", "ratio": ""})
     return out
 
@@ -336,7 +336,7 @@ def ray_cost(tmp: Path, quick: bool) -> list[dict]:
     if python is None:
         return [
             {
-                "case": "not measured: no .venv-ray (pip install -e '.[ray-tests]')",
+                "case": 'not measured: no .venv-ray (pip install -e ".[ray-tests]")',
                 "s": "",
                 "ratio": "",
             }

@@ -195,6 +195,23 @@ def _(path: Path) -> None:
     valid(path, text, [np.float32(2.5), np.int64(-7)])
 
 
+@case(
+    "valid_special_values",
+    "IEEE's special values: 1/0, -1/0 and 0/0 computed, and inf, -inf and NaN negated; an "
+    "infinity agrees only with the same infinity and NaN only with NaN (SPEC.md 2.15)",
+)
+def _(path: Path) -> None:
+    t = tensor((4,), "float32")
+    text = func(
+        [t, t, t],
+        [t, t],
+        ["%q = stablehlo.divide %a0, %a1 : " + t, "%n = stablehlo.negate %a2 : " + t],
+        ["%q", "%n"],
+    )
+    inputs = [np.float32([1, -1, 0, 2]), np.float32([0, 0, 0, 4])]
+    valid(path, text, [*inputs, np.float32([np.inf, -np.inf, np.nan, 1])])
+
+
 @case("valid_zero_size", "a zero-size argument and result")
 def _(path: Path) -> None:
     t = tensor((0, 3), "float32")

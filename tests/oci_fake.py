@@ -23,7 +23,8 @@ def digest_of(data: bytes) -> str:
 
 class Fake:
     """What the fake serves: `manifests` by tag or digest, `blobs` by digest; `hooks` by path
-    (`/v2/<repo>/blobs/<digest>`) take the request over. `seen` records each request."""
+    (`/v2/<repo>/blobs/<digest>`) take the request over. `seen` records each request. With
+    `basic` ("USER:PASSWORD"), every request without those Basic credentials is answered 401."""
 
     def __init__(self) -> None:
         self.manifests: dict[str, tuple[bytes, str]] = {}
@@ -31,6 +32,7 @@ class Fake:
         self.hooks: dict[str, Callable[[BaseHTTPRequestHandler], None]] = {}
         self.seen: list[tuple[str, str, dict[str, str]]] = []
         self.host = ""
+        self.basic: str | None = None
 
     def add_manifest(self, document: dict | bytes, *tags: str, media_type: str = MANIFEST) -> str:
         raw = document if isinstance(document, bytes) else json.dumps(document).encode()
@@ -103,6 +105,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.fake
         path = self.path.split("?")[0]
         fake.seen.append((self.command, path, dict(self.headers)))
+        if fake.basic and self.headers.get("Authorization") != _basic(fake.basic):
+            return self.send(401, b"", {"WWW-Authenticate": 'Basic realm="fake"'})
         if path in fake.hooks:
             return fake.hooks[path](self)
         if path == "/v2/":
@@ -141,6 +145,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+
+def _basic(credentials: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(credentials.encode()).decode()
 
 
 def _range_start(header: str | None) -> int:

@@ -415,7 +415,9 @@ def test_a_missing_extra_is_a_coded_error_with_the_pip_line(tmp_path, blocked, a
     assert "Traceback" not in r.stderr, r.stderr
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith("error [BACKEND_UNAVAILABLE]"), r.stderr
-    wanted = f"pip install '{pip}" if "-" in pip else f"pip install 'hlobundle[{pip}]'"
+    # One form everywhere (README.md, "Extras"): the published package's, and a clone's.
+    extra = f'pip install "hlobundle[{pip}]" (in a clone of hlobundle: pip install ".[{pip}]")'
+    wanted = f'pip install "{pip}' if "-" in pip else extra
     assert wanted in r.stderr, r.stderr
 
 

@@ -39,6 +39,7 @@ USAGE_ERRORS = [
     (("serve", B, "--grpc-port", "99999"), "--grpc-port"),
     (("serve", B, "--grpc-max-deadline", "0"), "--grpc-max-deadline"),
     (("serve", B, "--max-body-bytes", "-5"), "--max-body-bytes"),
+    (("serve", B, "--max-response-bytes", "0"), "--max-response-bytes"),
     (("serve", B, "--read-timeout", "0"), "--read-timeout"),
     (("serve", B, "--batch-timeout-ms", "nan"), "--batch-timeout-ms"),
     (("serve", B, "--backend", "enzyme", "--trust-executables"), "--trust-executables"),

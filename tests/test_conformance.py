@@ -232,7 +232,7 @@ def test_signed_cases_are_skipped_not_failed_without_model_signing(tmp_path):
     rows = {line.split()[0]: line.split()[3] for line in r.stdout.splitlines()[1:] if "_" in line}
     assert rows["valid_signed"] == rows["invalid_signature_rewritten_manifest"] == "skipped"
     assert rows["invalid_signature_listed"] == "pass"  # refused before any signature is read
-    assert "skipped valid_signed: " in r.stdout and "pip install 'hlobundle[sign]'" in r.stdout
+    assert "skipped valid_signed: " in r.stdout and 'pip install "hlobundle[sign]"' in r.stdout
     assert "2 skipped (an optional part is absent), 0 failed, 4 cases" in r.stdout
 
 

@@ -248,13 +248,19 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
     path = ROOT / "hlobundle" / "_emit" / "run_template.py"
     source = path.read_text()
     compile(source, str(path), "exec")
-    shared = (path.parent / "run_shared.py").read_text()
-    shared = shared[shared.index("\n", shared.index(_template._SHARED_FROM)) + 1 :].lstrip("\n")
+    shared, agreement = (
+        text[text.index("\n", text.index(_template._SHARED_FROM)) + 1 :].strip("\n") + "\n"
+        for text in (
+            (path.parent / "run_shared.py").read_text(),
+            (ROOT / "hlobundle" / "_format" / "_agreement.py").read_text(),
+        )
+    )
     assert _template.template() == source.replace(
-        _template._SHARED, shared
-    )  # the file, and the shared part
+        _template._SHARED, shared + "\n\n" + agreement
+    )  # the file, and the shared parts: run_shared.py's, then how each element is compared
     compile(_template.template(), "run.py", "exec")
     body = shared[shared.index("def tolerance(") : shared.index("def random_input(")]
+    body += agreement
     iree = (path.parent / "run_iree_template.py").read_text()
     numpy_dtypes = [
         "numpy_dtype = jnp.dtype\n",
@@ -266,8 +272,13 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
         exec(compile(prelude + numpy_dtype + body, "helpers", "exec"), helpers)
         for dtype in ALL_DTYPES:
             assert helpers["tolerance"](dtype) == default_tolerance(dtype), dtype
-        assert helpers["close"](np.float32([1, np.nan]), np.float32([1 + 1e-7, np.nan]), 1e-5)
-        assert not helpers["close"](np.float32([1]), np.float32([1.1]), 1e-5)
+        close = helpers["mismatch"]  # tests/test_ieee.py holds it to the table of special values
+        wide = helpers["widened"]
+        assert (
+            close(wide(np.float32([1, np.nan])), wide(np.float32([1 + 1e-7, np.nan])), 1e-5, 1e-5)
+            is None
+        )
+        assert close(wide(np.float32([1])), wide(np.float32([1.1])), 1e-5, 1e-5) is not None
 
 
 # --- the xla backend: jax only, differentiable through the stored backward module ---------
@@ -328,11 +339,119 @@ def test_emit_cli_backend_xla_says_what_it_wrote(bundles, tmp_path):
     assert "BACKEND = 'xla'" in out.read_text()
 
 
-def test_emit_default_backend_follows_what_is_installed(bundles):
-    from helpers import ENZYME
-
+def test_emit_default_backend_is_a_script_that_picks_when_it_runs(bundles, tmp_path):
+    # Whatever is installed where it is emitted: the recipient may have jax alone.
     source = hlobundle.emit_script(bundles["relu"])
-    assert f"BACKEND = '{'enzyme' if ENZYME else 'xla'}'" in source
+    assert "BACKEND = 'auto'" in source
+    out = tmp_path / "s.py"
+    r = cli("emit", bundles["relu"], "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "(backend auto: enzyme where enzyme_ad imports when it runs, else xla" in r.stdout
+    assert "BACKEND = 'auto'" in out.read_text()
+
+
+# A caller that runs the script (argv[1]) where a module cannot be imported (argv[2], as in a
+# venv without it): `import enzyme_ad` raises ModuleNotFoundError.
+WITHOUT = (
+    "import runpy, sys\n"
+    "sys.modules[sys.argv.pop(2)] = None\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+# A caller that imports the script (argv[1]) and prints the backend its run picked.
+PICKED = (
+    "import importlib.util, sys\n"
+    "if sys.argv[2:]: sys.modules[sys.argv[2]] = None\n"
+    "spec = importlib.util.spec_from_file_location('run', sys.argv[1])\n"
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "print('picked', m.BACKEND_HERE)\n"
+)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", ["relu", "multi"])
+def test_default_script_runs_with_jax_alone(bundles, tmp_path, name):
+    """Emitted where enzyme-ad is installed or not, the default script runs in a jax-only venv
+    (it ended in ModuleNotFoundError: No module named 'enzyme_ad' where emit had found it)."""
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(bundles[name], script)
+    r = run_code(WITHOUT, tmp_path, script, "enzyme_ad")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.rstrip().endswith("ok") and "max abs diff from expected 0" in r.stdout
+    r = run_code(PICKED, tmp_path, script, "enzyme_ad")
+    assert (r.returncode, r.stdout) == (0, "picked xla\n"), r.stderr[-3000:]
+
+
+@needs_enzyme
+@pytest.mark.subprocess
+def test_default_script_calls_enzyme_where_it_imports(bundles, tmp_path):
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(bundles["relu"], script)
+    r = run_code(PICKED, tmp_path, script)
+    assert (r.returncode, r.stdout) == (0, "picked enzyme\n"), r.stderr[-3000:]
+    r = run_script(script)
+    assert r.returncode == 0 and "max abs diff from expected 0" in r.stdout, r.stderr[-3000:]
+
+
+@needs_enzyme
+@pytest.mark.subprocess
+def test_enzyme_script_without_enzyme_says_what_to_install_in_one_line(bundles, tmp_path):
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(bundles["relu"], script, backend="enzyme")
+    r = run_code(WITHOUT, tmp_path, script, "enzyme_ad")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "emitted with --backend enzyme" in r.stderr
+    assert 'pip install "enzyme-ad>=0.0.16"' in r.stderr and "--backend xla" in r.stderr
+
+
+@pytest.mark.subprocess
+def test_script_without_jax_says_what_to_install_in_one_line(bundles, tmp_path):
+    script = tmp_path / "run.py"
+    hlobundle.emit_script(bundles["relu"], script, backend="xla")
+    r = run_code(WITHOUT, tmp_path, script, "jax")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.stderr.strip() == (
+        "error: this script needs jax, which is not installed: pip install jax (it brings "
+        "numpy and ml_dtypes)"
+    )
+
+
+# A caller that prints the structure of what the script's named function (argv[2]) returns
+# on the stored example inputs.
+NESTED = (
+    "import importlib.util, sys, jax\n"
+    "spec = importlib.util.spec_from_file_location('run', sys.argv[1])\n"
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "out = getattr(m, sys.argv[2])(*m.stored_inputs())\n"
+    "print(jax.tree_util.tree_structure(out))\n"
+)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(("name", "function"), [("multi", "stats"), ("lenet", "lenet5")])
+def test_script_function_returns_what_bundle_function_returns(bundles, tmp_path, name, function):
+    import jax
+
+    script = tmp_path / "run.py"
+    source = hlobundle.emit_script(bundles[name], script, backend="xla")
+    assert f"def {function}(" in source
+    bundle = hlobundle.load(bundles[name])
+    want = jax.tree_util.tree_structure(bundle.function("xla")(**bundle.example_inputs()))
+    r = run_code(NESTED, tmp_path, script, function)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == str(want)
+    assert str(want) != str(jax.tree_util.tree_structure((0,) * len(bundle.manifest.results)))
+
+
+def test_script_docstrings_name_only_what_the_recipient_sees(bundles):
+    """A recipient has the script alone: its text names no file of hlobundle's source."""
+    from hlobundle._emit import _template
+
+    sources = [hlobundle.emit_script(bundles["relu"]), _template.template("run_iree_template.py")]
+    for source in sources:
+        for name in ("run_shared.py", "run_template.py", "run_iree_template.py"):
+            assert name not in source.replace(_template._SHARED, ""), name
 
 
 def test_emit_unknown_backend_is_a_usage_error(bundles, tmp_path):
@@ -428,7 +547,7 @@ SYMBOLIC_CALLS = (
     "w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)\n"
     "for n in (1, 5):\n"
     "    x = np.arange(n * 8, dtype=np.float32).reshape(n, 8) / 10\n"
-    "    print(n, np.abs(np.asarray(m.predict(w, x)[0]) - np.tanh(x @ w)).max())\n"
+    "    print(n, np.abs(np.asarray(m.predict(w, x)) - np.tanh(x @ w)).max())\n"
     "try:\n    m.predict(w, np.zeros((2, 7), np.float32))\n"
     "except TypeError as e:\n    print(e)\n"
 )

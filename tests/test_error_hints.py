@@ -283,3 +283,118 @@ def test_example_args_of_a_bundle_without_inputs_says_what_to_do(tmp_path):
     assert "no stored example value for argument(s) ['arg0']" in said
     assert "arg0 float32[2, 3]" in said and "bundle.function()(arg0=" in said, said
     assert "hlobundle run" in said and "invents" in said, said
+
+
+# --- compile: its targets, and its default (issue 66, 5; issue 68) ---------------------------
+
+
+def test_compile_help_lists_every_target_the_code_accepts_and_says_the_default():
+    from hlobundle._run import _backends
+
+    r = cli("compile", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())  # argparse wraps lines
+    targets = [t for b in _backends.compilers() for t in b.executable_targets]
+    assert {"llvm-cpu", "vmvx", "xla-cpu", "xla-tpu", "xla-cuda", "xla-rocm"} <= set(targets)
+    assert [t for t in targets if t not in text] == []
+    assert "Without --target, compile compiles IREE's llvm-cpu" in text
+
+
+def test_compile_without_a_target_or_iree_names_the_targets_this_machine_has(tmp_path, monkeypatch):
+    import shutil
+
+    from hlobundle._run._backends import _installed
+
+    b = tmp_path / "lenet"
+    shutil.copytree(LENET, b)
+    monkeypatch.setattr(_installed, "iree_compiler", lambda: False)
+    r = cli("compile", b)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "without --target, compile compiles IREE's llvm-cpu" in r.stderr, r.stderr
+    assert "This machine compiles for xla-cpu: give --target xla-cpu" in r.stderr, r.stderr
+    with pytest.raises(hlobundle.errors.BackendUnavailableError, match=r"compiles for xla-cpu"):
+        hlobundle.compile(b, ["vmvx"])
+    assert not (b / "compiled").exists()  # refused before any work
+
+
+# --- a positional call whose first arguments are parameters (issue 68) --------------------------
+
+
+def test_a_positional_array_taken_as_a_parameter_says_what_it_was_bound_to():
+    """LeNet's @main takes ten parameters, then `images`: `f(x)` binds x to params_conv1_b."""
+    f = hlobundle.load(LENET).function("xla")
+    images = np.zeros(IMAGES, np.float32)
+    with pytest.raises(hlobundle.InputError) as caught:
+        f(images)
+    message = str(caught.value)
+    assert "missing argument(s) ['images']" in message, message
+    assert "The 1 positional value was bound to params_conv1_b (a parameter), by position" in (
+        message
+    )
+    assert "pass images by name, f(images=...)" in message, message
+    assert "the parameters left out take their stored values" in message, message
+    assert f(images=images).shape == (4, 10)  # what the message says works
+    # Every argument given by position: nothing left to explain.
+    with pytest.raises(hlobundle.InputError, match=r"expected 11 argument") as caught:
+        f(*[images] * 12)
+
+
+# --- a Reactant bundle: its result, and what its expected outputs are (issue 68) ---------------
+
+
+@needs_fixtures
+def test_a_reactant_bundle_returns_a_1_tuple_and_holds_this_machine_s_or_julia_s_results(tmp_path):
+    """docs/julia.md: the Lux export's function returns `(array,)`; `--compute-expected` stores
+    this machine's run; Julia's results go in with `--expected` in the tensor's shape (their axes
+    reversed), and Julia's own orientation is refused, naming both shapes."""
+    lux, roles = FIXTURES / "export_to_enzymejax_lux", "arg_3_*=parameter"
+    r = cli(
+        "pack", "--from-reactant", lux, "-o", tmp_path / "a", "--compute-expected", "--role", roles
+    )
+    assert r.returncode == 0, r.stderr
+    bundle = hlobundle.load(tmp_path / "a")
+    out = bundle.function("xla")(**bundle.example_inputs())
+    assert isinstance(out, tuple) and len(out) == 1 and out[0].shape == (4, 10)
+    stored = bundle.expected_outputs()["result"]
+    np.testing.assert_array_equal(stored, out[0])  # this machine's run, as computed here
+    np.savez(tmp_path / "julia.npz", result=stored.T)  # Julia's orientation: (10, 4)
+    r = cli(
+        "pack",
+        "--from-reactant",
+        lux,
+        "-o",
+        tmp_path / "b",
+        "--expected",
+        tmp_path / "julia.npz",
+        "--role",
+        roles,
+    )
+    assert r.returncode == 1 and "expected shape (4, 10), got (10, 4)" in r.stderr, r.stderr
+    np.savez(tmp_path / "tensor.npz", result=stored)  # permutedims in Julia: the tensor's shape
+    r = cli(
+        "pack",
+        "--from-reactant",
+        lux,
+        "-o",
+        tmp_path / "b",
+        "--expected",
+        tmp_path / "tensor.npz",
+        "--role",
+        roles,
+    )
+    assert r.returncode == 0 and cli("run", tmp_path / "b").returncode == 0, r.stderr
+
+
+# --- near misses (issue 68) ----------------------------------------------------------------------
+
+
+def test_a_bundle_s_manifest_given_as_the_bundle_suggests_its_parent():
+    r = cli("inspect", LENET / "manifest.json")
+    assert r.returncode == 1 and r.stderr.startswith("error [NOT_A_BUNDLE]"), r.stderr
+    assert f"it is a bundle's manifest.json: give the bundle's directory, {LENET}" in r.stderr
+    with pytest.raises(hlobundle.errors.NotABundleError, match=r"give the bundle's directory"):
+        hlobundle.load(LENET / "weights.safetensors")  # any file of a bundle: its directory
+    other = ROOT / "pyproject.toml"  # a file that is no bundle's: nothing suggested
+    with pytest.raises(hlobundle.errors.NotABundleError) as caught:
+        hlobundle.load(other)
+    assert "give the bundle's directory" not in str(caught.value)

@@ -232,3 +232,77 @@ def test_a_signed_bundle_s_image_holds_its_signature_and_verifies_by_key(tmp_pat
         tar.extractall(tmp_path / "rootfs", filter="data")
     mounted = hlobundle.load(tmp_path / "rootfs" / "models", public_key=tmp_path / "pub.pem")
     assert mounted.trusted
+
+
+# ---- names the layer format reserves: a whiteout would delete the file it names
+
+
+def _listing(tmp_path: Path, name: str) -> Path:
+    """A valid bundle: the example, with one more listed file, `name`."""
+    bundle = tmp_path / "listing.hlobundle"
+    shutil.copytree(EXAMPLE, bundle)
+    target = bundle.joinpath(*name.split("/"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(b"notes\n")
+    document = json.loads((bundle / "manifest.json").read_bytes())
+    document["files"][name] = {"size": 6, "sha256": hashlib.sha256(b"notes\n").hexdigest()}
+    (bundle / "manifest.json").write_text(json.dumps(document))
+    Bundle(bundle).verify()  # a valid bundle
+    return bundle
+
+
+WHITEOUTS = [".wh.NOTES", "notes/.wh..wh..opq", ".wh.notes/a.txt"]
+
+
+@pytest.mark.parametrize("name", WHITEOUTS)
+def test_a_name_the_layer_format_reserves_goes_into_no_layer(tmp_path, name):
+    """OCI's layer format reads a path component `.wh.X` as "delete X" (`.wh..wh..opq`: "empty
+    this directory"): an unpacker deletes, never extracts it."""
+    opened = Bundle(_listing(tmp_path, name))
+    with pytest.raises(hlobundle.errors.UnsafePathError, match="whiteout") as caught:
+        _image.write_layer(opened, None, tmp_path / "layer.tar")
+    assert caught.value.path == name
+    assert not (tmp_path / "layer.tar").exists()
+
+
+@pytest.mark.parametrize("name", ["a.wh.b", "wh.NOTES", "notes/x.wh.y", "notes/.whNOTES"])
+def test_a_name_that_only_contains_wh_goes_in(tmp_path, name):
+    opened = Bundle(_listing(tmp_path, name))
+    _image.write_layer(opened, None, tmp_path / "layer.tar")
+    with tarfile.open(tmp_path / "layer.tar") as tar:
+        assert f"models/{name}" in tar.getnames()
+
+
+@pytest.mark.slow
+def test_push_image_refuses_a_whiteout_name_before_any_upload(registry, tmp_path):
+    """The ModelPack artifact keeps the name (a layer a file, titled by it); the image cannot."""
+    bundle = _listing(tmp_path, ".wh.NOTES")
+    r = cli("push", "--image", bundle, registry.ref("whiteout-refused"))
+    assert r.returncode == 1 and "error [PATH_UNSAFE]" in r.stderr, r.stderr
+    assert "'.wh.NOTES'" in r.stderr and "whiteout" in r.stderr
+    assert not (registry.storage / "docker/registry/v2/repositories/whiteout-refused").exists()
+    assert cli("push", bundle, registry.ref("whiteout-artifact")).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_umoci_unpacks_a_whiteout_name_as_a_deletion(registry, tmp_path, monkeypatch):
+    """What the refusal prevents, with it taken out: the image pushes, skopeo copies it, umoci
+    unpacks it without the file, and the unpacked bundle fails to verify."""
+    import subprocess
+
+    _needs("skopeo", "umoci")
+    bundle = _listing(tmp_path, ".wh.NOTES")
+    monkeypatch.setattr(_image, "check_names", lambda names: None)
+    r = cli("push", "--image", bundle, registry.ref("whiteout", ":v1"))
+    assert r.returncode == 0, r.stderr
+    for command in (
+        "skopeo copy --preserve-digests --src-tls-verify=false "
+        f"docker://{registry.host}/whiteout:v1 oci:layout:v1",
+        "umoci unpack --rootless --image layout:v1 unpacked",
+    ):
+        subprocess.run(command.split(), cwd=tmp_path, check=True, capture_output=True)
+    models = tmp_path / "unpacked" / "rootfs" / "models"
+    assert (models / "manifest.json").exists() and not (models / ".wh.NOTES").exists()
+    r = cli("verify", models)
+    assert r.returncode == 1 and "error [FILE_MISSING]" in r.stderr, r.stderr

@@ -173,6 +173,22 @@ def test_a_value_its_declared_datatype_cannot_hold_is_a_400(server, datatype):
     assert "[INPUT_INVALID]" in body["error"] and f"input {name!r}" in body["error"], body
 
 
+@pytest.mark.parametrize("value", [1e300, -1e39])
+def test_an_fp32_value_beyond_its_range_is_a_400_as_serve_answers(server, value):
+    """Attack: 1e300 as FP32 became inf in KServe's numpy conversion and the model answered
+    200, where `hlobundle serve` answers 400: the adapter decodes with serve's own decoder
+    (`_serve/_protocol.read_inputs`, through `integrations._models.decoded_inputs`)."""
+    import json
+
+    *_, http = server
+    name, x, _ = _lenet_call()
+    data = [value] + x.ravel().tolist()[1:]
+    inputs = [{"name": name, "shape": list(x.shape), "datatype": "FP32", "data": data}]
+    status, body = _post(http, json.dumps({"inputs": inputs}).encode())
+    assert status == 400, body
+    assert f"[INPUT_INVALID] input {name!r}: a value does not fit FP32" in body["error"], body
+
+
 def test_a_body_over_the_model_s_bound_is_refused_before_kserve_parses_it(server):
     """The LeNet takes 3,136 values: its bound is 64 KiB + 64 bytes a value, as `serve`'s."""
     *_, http = server

@@ -63,6 +63,7 @@ FLOORS = {
 GROUND = {
     "hlobundle._version",
     "hlobundle._compat",  # every private jax and enzyme-ad symbol
+    "hlobundle._extras",  # how an extra is installed, in every message
     # the MLIR context the reader parses in; the artifact child, run alone, imports it by its
     # bare name from the package's folder (the one import across the ground floor)
     "hlobundle._mlir_context",

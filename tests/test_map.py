@@ -32,6 +32,7 @@ MAP = {
     "hlobundle._cli._values": ["test_cli_usage.py"],
     "hlobundle._cli._writes": ["test_iree.py", "test_refresh.py", "test_signing.py"],
     "hlobundle._compat": ["test_layers.py", "test_transforms.py"],
+    "hlobundle._extras": ["test_readme.py", "test_cli.py"],
     "hlobundle._emit._emit": ["test_emit.py"],
     "hlobundle._emit._template": ["test_emit.py"],
     "hlobundle._emit.run_iree_template": ["test_iree.py"],
@@ -57,8 +58,8 @@ MAP = {
     "hlobundle._format._signature": ["test_signing.py"],
     "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
     "hlobundle._format._tolerance": ["test_run.py", "test_precision.py"],
-    "hlobundle._format._precision": ["test_precision.py"],
-    "hlobundle._run._precision": ["test_precision.py"],
+    "hlobundle._format._precision": ["test_precision.py", "test_precision_rewrite.py"],
+    "hlobundle._run._precision": ["test_precision.py", "test_precision_rewrite.py"],
     "hlobundle._interop._sources": ["test_jax_export.py", "test_reactant_server.py"],
     "hlobundle._interop._jax_export": ["test_jax_export.py"],
     "hlobundle._interop._reactant_server": ["test_reactant_server.py"],
@@ -71,7 +72,12 @@ MAP = {
     "hlobundle._isolation._jax_export_child": ["test_jax_export.py"],
     "hlobundle._mlir_context": ["test_mlir.py", "test_isolation.py"],
     "hlobundle._isolation._portable_child": ["test_isolation.py", "test_trust.py"],
-    "hlobundle.integrations._models": ["test_mlserver.py", "test_ray.py", "test_kserve.py"],
+    "hlobundle.integrations._models": [
+        "test_adapter_decoding.py",
+        "test_mlserver.py",
+        "test_ray.py",
+        "test_kserve.py",
+    ],
     "hlobundle._oci._artifact": ["test_oci.py", "test_oci_hostile.py"],
     "hlobundle._oci._auth": ["test_oci_hostile.py", "test_oci.py", "test_network.py"],
     "hlobundle._oci._blobs": ["test_oci_hostile.py"],
@@ -142,6 +148,12 @@ MAP = {
 DEFENCES = {
     ("hlobundle._remote._sources", "check_listed: a layer's digest"): "test_oci_hostile.py",
     ("hlobundle._run._binding", "check_symbols"): "test_shape_proofs.py",
+    (
+        "hlobundle._format._precision",
+        "_verified: the rewritten module",
+    ): "test_precision_rewrite.py",
+    ("hlobundle._format._precision", "keeps_its_precision"): "test_precision_rewrite.py",
+    ("hlobundle._format._precision", "a composite's precision_config"): "test_precision_rewrite.py",
 }
 
 

@@ -319,7 +319,7 @@ def test_under_adaptive_batching_a_client_whose_shapes_lie_gets_no_one_s_rows(se
             time.sleep(0.05)
         (s1, a1), (s2, a2), (s3, a3) = [f.result() for f in futures]
     assert (s1, s3) == (400, 400), (a1, a3)
-    assert "[INPUT_INVALID]" in a1["error"] and "data not of shape [2, 8]" in a1["error"]
+    assert "[INPUT_INVALID] input 'x': 8 values for shape [2, 8]" in a1["error"], a1
     assert s2 == 200, a2
     (out,) = a2["outputs"]
     want = np.asarray(b.function("xla")(b.tensor("w"), victim))
@@ -341,6 +341,21 @@ def test_a_value_its_declared_datatype_cannot_hold_is_a_400(server, model, datat
     status, answer = _post(http, body, model=model)
     assert status == 400, answer
     assert "[INPUT_INVALID]" in answer["error"] and f"input {name!r}" in answer["error"], answer
+
+
+@pytest.mark.parametrize("model", ["lenet", "batched"])
+def test_an_fp32_value_beyond_its_range_is_a_400_as_serve_answers(server, model):
+    """Attack: 1e300 as FP32 became inf in MLServer's NumpyCodec and the model answered 200,
+    where `hlobundle serve` answers 400: the runtime decodes with serve's own decoder
+    (`_serve/_protocol.read_inputs`, through `integrations._models.decoded_inputs`), alone
+    and in front of the batcher."""
+    *_, http = server
+    name, x, _ = _lenet_call() if model == "lenet" else ("x", np.ones((1, 8), np.float32), None)
+    data = [1e300] + x.ravel().tolist()[1:]
+    body = {"inputs": [{"name": name, "shape": list(x.shape), "datatype": "FP32", "data": data}]}
+    status, answer = _post(http, body, model=model)
+    assert status == 400, answer
+    assert f"[INPUT_INVALID] input {name!r}: a value does not fit FP32" in answer["error"], answer
 
 
 def test_mlserver_s_defaults_serve_and_batching_in_its_worker_says_what_to_set(tmp_path):

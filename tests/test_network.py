@@ -210,14 +210,31 @@ def test_proxies_from_the_environment_are_not_used(fake, tmp_path, proxies_in_en
     assert proxies_in_environment.seen == []
 
 
-def test_a_proxy_named_on_purpose_is_used(fake, tmp_path, monkeypatch):
-    """HLOBUNDLE_PROXY: every request goes through it (here a fake that answers 404 to all)."""
+@pytest.fixture
+def off_loopback():
+    """The fake registry on 127.0.0.2, not a name the client calls loopback (so reached
+    through a proxy; plain HTTP with --insecure), serving the example."""
+    try:
+        context = serving(address="127.0.0.2")
+        registry = context.__enter__()
+    except OSError:
+        pytest.skip("127.0.0.2 cannot be bound here")
+    try:
+        artifact(EXAMPLE, registry)
+        yield registry
+    finally:
+        context.__exit__(None, None, None)
+
+
+def test_a_proxy_named_on_purpose_is_used(off_loopback, tmp_path, monkeypatch):
+    """HLOBUNDLE_PROXY: every request to a host off loopback goes through it (here a fake that
+    answers 404 to all); tests/test_proxy.py has a real one, and the loopback hosts."""
     with serving() as proxy:
         monkeypatch.setenv("HLOBUNDLE_PROXY", f"http://{proxy.host}")
         with pytest.raises(hlobundle.errors.RegistryNotFoundError):
-            hlobundle.pull(fake.ref(), tmp_path / "via.hlobundle")
-    assert [p for _, p, _ in proxy.seen] == [f"http://{fake.host}/v2/repo/manifests/v1"]
-    assert fake.seen == []
+            hlobundle.pull(off_loopback.ref(), tmp_path / "via.hlobundle", insecure=True)
+    assert [p for _, p, _ in proxy.seen] == [f"http://{off_loopback.host}/v2/repo/manifests/v1"]
+    assert off_loopback.seen == []
 
 
 @pytest.fixture
@@ -443,7 +460,9 @@ def _serve_listed(bundle, fake, extra: dict[str, bytes]) -> None:
     fake.add_manifest(document, "v1")
 
 
-def test_the_command_line_names_a_private_ca_and_a_proxy(private_ca, tmp_path, monkeypatch, fake):
+def test_the_command_line_names_a_private_ca_and_a_proxy(
+    private_ca, tmp_path, monkeypatch, off_loopback
+):
     """`--ca-file` and `--proxy`, on every command that talks to the network: what the user
     named for one command, over the variables, and nothing after it."""
     from helpers import cli
@@ -466,12 +485,13 @@ def test_the_command_line_names_a_private_ca_and_a_proxy(private_ca, tmp_path, m
     finally:
         server.close()
     with serving() as proxy:
+        out = tmp_path / "via.hlobundle"
         r = cli(
-            "pull", fake.ref(), "-o", tmp_path / "via.hlobundle", "--proxy", f"http://{proxy.host}"
+            "pull", off_loopback.ref(), "-o", out, "--insecure", "--proxy", f"http://{proxy.host}"
         )
         assert r.returncode == 1 and "REGISTRY_NOT_FOUND" in r.stderr, r.stderr
-    assert [p for _, p, _ in proxy.seen] == [f"http://{fake.host}/v2/repo/manifests/v1"]
-    assert fake.seen == []
+    assert [p for _, p, _ in proxy.seen] == [f"http://{off_loopback.host}/v2/repo/manifests/v1"]
+    assert off_loopback.seen == []
 
 
 @pytest.mark.slow

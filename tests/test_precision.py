@@ -197,7 +197,7 @@ def test_lowest_asked_reads_every_dot_and_convolution():
     assert lowest_asked(_mlir.parse(module(dot("HIGH")))) == "HIGH"
     assert lowest_asked(_mlir.parse(module(dot("")))) == "DEFAULT"  # no precision_config
     parsed = _mlir.parse(module(dot("HIGH")))
-    assert at_highest(parsed) == 1 and lowest_asked(parsed) == "HIGHEST"
+    assert at_highest(parsed).rewritten == 1 and lowest_asked(parsed) == "HIGHEST"
 
 
 def test_widening_follows_both_sides():
@@ -345,9 +345,8 @@ def test_an_emitted_script_checks_tpu_outputs_as_run_does(tmp_path, script_zygot
     assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stderr[-2000:]
 
 
-def test_the_worst_element_is_named_in_the_orientation_shown(tmp_path):
-    # A column-major (Julia) result shown with --layout producer is the stored array reversed:
-    # its worst element's index is too.
+def _column_major_off_at_1_2(tmp_path: Path) -> Path:
+    """A column-major (Julia) result whose expected element [1, 2] (as stored) is 0.5 off."""
     from helpers import identity_module
 
     stored = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -359,11 +358,30 @@ def test_the_worst_element_is_named_in_the_orientation_shown(tmp_path):
     expected["result_0"][1, 2] += 0.5
     save_file(expected, str(bundle / "expected.safetensors"))
     rehash(bundle, "expected.safetensors")
+    return bundle
+
+
+def test_the_worst_element_is_named_in_the_orientation_shown(tmp_path):
+    # A column-major (Julia) result shown with --layout producer is the stored array reversed:
+    # its worst element's index is too.
+    bundle = _column_major_off_at_1_2(tmp_path)
     stored_view = json.loads(cli("run", bundle, "--json").stdout)["outputs"][0]
     producer_view = json.loads(cli("run", bundle, "--json", "--layout", "producer").stdout)
     assert stored_view["worst"]["index"] == [1, 2] and stored_view["shape"] == [2, 3]
     assert producer_view["outputs"][0]["worst"]["index"] == [2, 1]
     assert producer_view["outputs"][0]["shape"] == [3, 2]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_an_emitted_script_names_the_worst_element_as_run_does(tmp_path, script_zygote):
+    bundle = _column_major_off_at_1_2(tmp_path)
+    hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "run.py", backend="xla")
+    said = "result_0{}: got 5, expected 5.5, |diff| 0.5 > allowed 6.5e-05"
+    r = script_zygote(tmp_path / "run.py")
+    assert r.returncode == 1 and said.format([1, 2]) in r.stdout, r.stdout + r.stderr[-2000:]
+    r = script_zygote(tmp_path / "run.py", "--layout", "producer")
+    assert r.returncode == 1 and said.format([2, 1]) in r.stdout, r.stdout + r.stderr[-2000:]
 
 
 def test_export_off_a_cpu_records_where_its_expected_outputs_were_computed(tmp_path, monkeypatch):
@@ -428,3 +446,48 @@ def test_an_emitted_script_does_not_widen_for_a_precision_the_module_cannot_ask_
     r = script_zygote(tmp_path / "run.py")
     assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stdout + r.stderr[-2000:]
     assert "tolerance widened" not in r.stdout
+
+
+_CLAIMS_A_TPU = """\
+import json, sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+case, command, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+if command == "verify":
+    print(json.dumps({"ok": True}))
+elif command == "fingerprint":
+    print(json.dumps({"bundle": json.load(open(case + "/case.json"))["fingerprint"]}))
+else:  # run: the expected outputs, off by 0.5 %, said to be a TPU's at DEFAULT
+    want = load_file(case + "/outputs.safetensors")
+    out = args[args.index("--save-outputs") + 1]
+    save_file({k: (v * np.float32(1.005)).astype(v.dtype) for k, v in want.items()}, out)
+    print(json.dumps({"ok": True, "platform": "tpu", "device_kind": "TPU v5 lite",
+                      "precision": "DEFAULT"}))
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("case", "passes"), [("valid_dtype_float32", False), ("valid_expected_from", True)]
+)
+def test_conformance_believes_an_implementation_s_precision_only_where_a_dot_can_round(
+    tmp_path, case, passes
+):
+    """Attack (issue 64, §3): the conformance runner widened its tolerance for whatever
+    precision an implementation's `run --json` reported, so a reader off by 0.5 % that said
+    "tpu, DEFAULT" passed a case whose module has no dot or convolution op (a transpose, which
+    rounds nothing). A claimed precision is taken as `run` takes a manifest's (SPEC.md 2.15):
+    none where the module has no such op. Where it has one (valid_expected_from's dot), the
+    same claim still widens, and the same outputs pass."""
+    import sys
+
+    from hlobundle._cli import _conformance
+
+    script = tmp_path / "claims_a_tpu.py"
+    script.write_text(_CLAIMS_A_TPU)
+    where = _conformance.INSTALLED / case
+    outcome = _conformance.run_case(where, [sys.executable, str(script), str(where)])
+    assert outcome.passed is passes, outcome
+    if not passes:
+        assert outcome.detail.startswith("result "), outcome

@@ -324,6 +324,46 @@ def test_the_first_commands_install_for_users_before_contributors():
     assert user.start() < first.index('.[dev]"'), "the user's install before the contributor's"
 
 
+# An extra is installed one way: `pip install "hlobundle[X]"` from a package index, `pip install
+# ".[X]"` in a clone; `-e` only where one works on hlobundle itself (dev, an engine's tests).
+_PIP_EXTRA = re.compile(r"pip install (-e )?([\"']?)(hlobundle|\.)\[([\w,-]+)\]")
+
+
+def _pip_lines_of_extras(paths: list[Path]) -> list[tuple[str, str]]:
+    """(file, line) of every `pip install` of an extra of hlobundle in `paths`, in the wrong form."""
+    wrong = []
+    for path in paths:
+        for m in _PIP_EXTRA.finditer(path.read_text()):
+            editable, quote, _, extras = m.groups()
+            developing = all(e == "dev" or e.endswith("-tests") for e in extras.split(","))
+            if quote != '"' or (editable and not developing):
+                wrong.append((path.name, m[0]))
+    return wrong
+
+
+def test_extras_are_installed_one_way_in_every_guide_and_message(tmp_path):
+    import tomllib
+
+    paths = [*DOCS, ROOT / "SPEC.md", ROOT / "conformance" / "README.md"]
+    paths += [*(ROOT / "hlobundle").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+    assert _pip_lines_of_extras(paths) == []
+    guard = tmp_path / "guide.md"  # the forms issue 68 found, which the check must see
+    guard.write_text(
+        '`pip install -e ".[serve]"`, `pip install \'hlobundle[oci]\'`, ok: `pip install ".[oci]"`'
+    )
+    assert len(_pip_lines_of_extras([guard])) == 2
+    # The README's quick start says which extra unlocks which commands: every extra is named.
+    table = README[README.index("### Extras") : README.index("## What it is")]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    missing = [e for e in extras["optional-dependencies"] if f"`{e}`" not in table]
+    assert missing == []
+    from hlobundle._extras import pip_line
+
+    assert pip_line("oci") == (
+        'pip install "hlobundle[oci]" (in a clone of hlobundle: pip install ".[oci]")'
+    )
+
+
 def test_ci_runs_the_readme_s_example_and_test_command():
     """The first command whole (the user's plain install, which an editable one would not
     test: a wheel ships only its package's files), and the test command after the contributor's

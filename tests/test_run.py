@@ -18,15 +18,11 @@ import hlobundle
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 
 
-def _same_jaxlib_as_the_example() -> bool:
-    import jaxlib
-
-    return hlobundle.load(EXAMPLE).manifest.provenance.jaxlib_version == jaxlib.__version__
-
-
-# The example's expected outputs were computed with jaxlib 0.10.2; XLA's CPU code, and so the
-# last bits of a float result, may differ in other versions (within the tolerance).
-EXACT = _same_jaxlib_as_the_example()
+# The example's expected outputs were computed with jaxlib 0.10.2 on a CPU with AVX-512; XLA's
+# CPU code sums in another order in other versions and on other vector widths (an AMD EPYC
+# without AVX-512 gives 1.99e-07 with the same jaxlib), so the last bits of a float result are
+# not the example's: the check is the bound, never bit equality.
+CLOSE = 1e-6
 
 
 @pytest.mark.parametrize("backend", ["enzyme", "xla"])
@@ -35,7 +31,7 @@ def test_run_example_ok(backend):
     assert r.returncode == 0, r.stderr
     row = re.search(r"^  result  \(4, 10\)  float32  (\S+) +ok$", r.stdout, re.M)
     assert row, r.stdout
-    assert float(row[1]) == 0 if EXACT else float(row[1]) < 1e-6
+    assert float(row[1]) < CLOSE
     assert r.stdout.rstrip().endswith("ok")
 
 
@@ -56,7 +52,7 @@ def test_run_json(tmp_path):
         "worst": None,
     }
     assert (data["platform"], data["precision"], data["widened"]) == ("cpu", None, None)
-    assert diff == 0.0 if EXACT else diff < 1e-6
+    assert diff < CLOSE
 
 
 @pytest.mark.slow

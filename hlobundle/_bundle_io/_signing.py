@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .._extras import pip_line
 from .._format._errors import (
     BackendUnavailableError,
     InputError,
@@ -33,7 +34,7 @@ def _model_signing() -> Any:
         import model_signing.verifying
     except ImportError as e:
         raise BackendUnavailableError(
-            f"signatures need the sign extra (model-signing): pip install 'hlobundle[sign]' ({e})"
+            f"signatures need the sign extra (model-signing): {pip_line('sign')} ({e})"
         ) from None
     return model_signing
 

@@ -66,7 +66,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
     if save:
         _run.save_outputs(save, bundle, outputs, producer_layout=producer)
     if args.json:
-        print(json.dumps(report.to_json()))
+        print(json.dumps(report.to_json(), allow_nan=False))
     else:
         print(_run.render(report, bundle.remote or bundle.path))
     return EXIT_OK if report.ok else EXIT_FAIL
@@ -104,8 +104,13 @@ def emit(args: argparse.Namespace) -> int:
         trust=trust_of(args),
         bundle_path=args.bundle_path,
     )
-    print(f"wrote {path} (backend {backend}; run it with: python {path})")
+    how = _AUTO_SCRIPT if backend == "auto" else backend
+    print(f"wrote {path} (backend {how}; run it with: python {path})")
     return EXIT_OK
+
+
+# What an `auto` script does where it runs (`_emit/run_template.py`).
+_AUTO_SCRIPT = "auto: enzyme where enzyme_ad imports when it runs, else xla, which needs jax alone"
 
 
 def _emit_reactant_server(args: argparse.Namespace) -> int:
@@ -276,6 +281,7 @@ def serve(args: argparse.Namespace) -> int:
             trust=trust_of(args),
             max_shapes=args.max_shapes,
             sizes=dict(args.sizes),
+            max_response_bytes=args.max_response_bytes,
             **trust_options(args),
         )
         _serve_on(sock, models, args)

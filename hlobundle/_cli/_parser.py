@@ -110,7 +110,10 @@ def _add_network_options(command: argparse.ArgumentParser) -> None:
         "$SSL_CERT_FILE, else certifi's",
     )
     group.add_argument(
-        "--proxy", metavar="URL", help="send every request through this proxy ($HLOBUNDLE_PROXY)"
+        "--proxy",
+        metavar="URL",
+        help="send every request through this proxy ($HLOBUNDLE_PROXY), but one to a loopback "
+        "host, which goes directly",
     )
 
 

@@ -117,7 +117,8 @@ def add_emit(sub: Any) -> None:
         p,
         "how the script calls the module: xla (needs only jax), enzyme (enzyme-ad), "
         "iree (needs only iree-base-runtime; runs the executable `hlobundle compile` "
-        "stored), or auto: enzyme where it is installed here, else xla (default)",
+        "stored), or auto (default): a script that needs only jax and calls the module "
+        "with enzyme where enzyme-ad imports when it runs, else with xla",
     )
     p.add_argument("--force", action="store_true", help="replace an existing file")
     p.add_argument(
@@ -211,7 +212,7 @@ def add_serve(sub: Any) -> None:
         default=None,
         metavar="N",
         help="also serve the protocol over gRPC (KServe v2's predict service) on port "
-        "N of --host (0: any free one; needs grpcio: pip install 'hlobundle[grpc]')",
+        "N of --host (0: any free one; needs grpcio, the grpc extra)",
     )
     grpc.add_argument(
         "--grpc-uds",
@@ -238,6 +239,14 @@ def add_serve(sub: Any) -> None:
         default=64 << 20,
         metavar="N",
         help="refuse larger requests with HTTP 413 (default: 64 MiB)",
+    )
+    p.add_argument(
+        "--max-response-bytes",
+        type=_values.positive_int,
+        default=64 << 20,
+        metavar="N",
+        help="refuse, with HTTP 413 before the model runs, a request whose answer from a "
+        "function with symbolic dimensions would be larger (default: 64 MiB)",
     )
     p.add_argument(
         "--read-timeout",

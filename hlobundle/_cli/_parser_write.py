@@ -95,6 +95,10 @@ def add_compile(sub: Any) -> None:
     p = sub.add_parser(
         "compile",
         help="store ahead-of-time executables in a bundle: IREE's (extra iree) or XLA's",
+        description="Store ahead-of-time executables in a bundle, so that a trusted bundle "
+        "runs without compiling. Without --target, compile compiles IREE's llvm-cpu (it needs "
+        "the extra iree); for XLA's executable of the platform JAX runs on here, give "
+        "--target xla-cpu, xla-tpu, xla-cuda or xla-rocm.",
     )
     p.add_argument("bundle")
     p.add_argument(
@@ -102,8 +106,10 @@ def add_compile(sub: Any) -> None:
         action="append",
         dest="targets",
         metavar="TARGET",
-        help="an IREE target: llvm-cpu (default) or vmvx; or xla-PLATFORM, XLA's executable "
-        "for the platform JAX runs on here (xla-cpu, xla-tpu); may be repeated",
+        help="IREE's llvm-cpu (native CPU code; the default without --target, which needs "
+        "IREE's compiler, the extra iree) or vmvx (IREE's portable bytecode); or XLA's "
+        "executable for the platform JAX runs on here: xla-cpu, xla-tpu, xla-cuda or xla-rocm "
+        "(needs only jax); may be repeated",
     )
     p.add_argument(
         "--function",

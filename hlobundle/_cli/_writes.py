@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .._extras import pip_line
+from .._format._errors import BackendUnavailableError
 from ._common import (
     EXIT_OK,
     check_certificates,
@@ -57,9 +59,11 @@ def compile_bundle(args: argparse.Namespace) -> int:
     if unknown:
         usage(args, f"--target {unknown[0]}: expected one of {', '.join(targets)}")
     key = resigning_key(args)
+    if not args.targets:
+        _default_target_compiles_here(_backends.targets_here())
     entries = compile_executables(
         args.bundle,
-        args.targets or ["llvm-cpu"],
+        args.targets or [DEFAULT_TARGET],
         cpu=args.cpu,
         function=args.function,
         sign_key=key,
@@ -75,6 +79,21 @@ def compile_bundle(args: argparse.Namespace) -> int:
             "--public-key PUB.pem (a signed bundle), or --trust-executables"
         )
     return EXIT_OK
+
+
+DEFAULT_TARGET = "llvm-cpu"  # what `compile` compiles without --target (IREE's)
+
+
+def _default_target_compiles_here(here: list[str]) -> None:
+    """A `BackendUnavailableError` naming the targets this machine compiles for, when it cannot
+    compile the default target (IREE's compiler not installed)."""
+    if DEFAULT_TARGET not in here:
+        raise BackendUnavailableError(
+            f"without --target, compile compiles IREE's {DEFAULT_TARGET}, and IREE's compiler is "
+            f"not installed here ({pip_line('iree')}). This machine compiles for "
+            f"{', '.join(here)}: give --target {here[0]}",
+            argument="targets",
+        )
 
 
 def sign(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@ The script is `run_template.py`, a real, linted Python file, with its data slots
 it, with one documented parameter per argument (`_template` writes it). Manifest strings reach
 the script only as such literals; the only names written as code are plain ASCII identifiers
 checked there. The script
-imports only jax and numpy, and enzyme_ad for the enzyme backend (never hlobundle), and reads
+imports only jax and numpy, and enzyme_ad for the enzyme backend or where the default, auto,
+finds it (never hlobundle), and reads
 the bundle at its path relative to the script (`bundle_path="relative"`), or at the absolute
 path `bundle_path="absolute"` pins; away from it, the script exits naming the path it needs.
 """
@@ -46,9 +47,11 @@ def emit_script(
     - `path`: where to write the script; it reaches the bundle by a path relative to this
       location. Without `path`, the script is returned and expects to sit beside the bundle.
     - `backend`: how the script calls the module: `"xla"` (needs only jax; differentiable when
-      the bundle stores a backward module), `"enzyme"` (enzyme_ad's `hlo_call`, Python 3.11), or
-      `"auto"` (enzyme where it is installed here, else xla, as `run` chooses), or `"iree"`
-      (needs only iree-base-runtime: the bundle's stored executable, from `hlobundle compile`).
+      the bundle stores a backward module), `"enzyme"` (enzyme_ad's `hlo_call`, Python 3.11;
+      it must be installed where the script runs), `"auto"` (the default: a script that needs
+      only jax and calls the module with enzyme_ad where it imports when the script runs, else
+      with xla; xla alone for symbolic shapes), or `"iree"` (needs only iree-base-runtime: the
+      bundle's stored executable, from `hlobundle compile`).
     - `force`: replace an existing file at `path`.
     - `trust`: `hlobundle.Trust.EXECUTABLES`: iree: write a script that runs the stored
       executable (native code) of a bundle whose signature was not verified with a key
@@ -64,7 +67,7 @@ def emit_script(
     bundle = bundle if isinstance(bundle, Bundle) else load(bundle)
     # What the script is (a stored executable it runs, for one) is checked before anything is
     # written.
-    script = _backends.for_script(backend, bundle.manifest).script(bundle, trust)
+    script = _backends.script(backend, bundle, trust)
     if bundle_path not in ("relative", "absolute"):
         raise InputError(
             f"bundle_path must be 'relative' or 'absolute', got {bundle_path!r}",
@@ -100,9 +103,9 @@ def refuse_remote(bundle: Bundle | str | os.PathLike[str]) -> None:
 
 
 def script_backend(bundle: Bundle, backend: str) -> str:
-    """The backend the script uses (`_backends.for_script`): xla for symbolic shapes, which
-    hlo_call cannot take."""
-    return _backends.for_script(backend, bundle.manifest).name
+    """The backend the script uses (`_backends.script_name`): `auto`, which picks when the
+    script runs, or xla for symbolic shapes, which hlo_call cannot take."""
+    return _backends.script_name(backend, bundle.manifest)
 
 
 def _source(bundle: Bundle, where: str, script: Script) -> str:
@@ -114,15 +117,17 @@ def _precisions(bundle: Bundle) -> tuple[str, str | None, str | None, str] | Non
     """Where the expected outputs were computed (SPEC.md 2.15; a CPU where the bundle records
     nothing) and the lowest precision the module's dot and convolution ops ask for; None when
     it has none, so that no precision can matter."""
-    from .._format._precision import lowest_asked, possible
+    from .._format._tolerance import Computed
+    from .._run._run import believed, lowest_asked
 
-    asked = lowest_asked(bundle.modules["module"].parsed)
+    asked = lowest_asked(bundle)
     if asked is None:
         return None
     record = bundle.manifest.expected_from
     if record is None:
         return ("cpu", None, asked, asked)
-    return (record.platform, record.device_kind, possible(record.precision, asked), asked)
+    claim = believed(Computed(record.platform, record.device_kind, record.precision), asked)
+    return (claim.platform, claim.device_kind, claim.precision, asked)
 
 
 def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[str, Any]:
@@ -151,6 +156,7 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
         },
         "ARGUMENTS": [(a.name, tuple(a.shape), a.dtype) for a in m.arguments],
         "RESULTS": [(r.name, tuple(r.shape), r.dtype) for r in m.results],
+        "OUTPUT_TREE": m.output_tree,
         "COLUMN_MAJOR": {
             "arguments": [a.name for a in m.arguments if a.layout == "column_major"],
             "results": [r.name for r in m.results if r.layout == "column_major"],

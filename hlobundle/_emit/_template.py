@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .._format import _agreement
 from .._format._manifest import Argument, Manifest, Result, identifier
 
 
@@ -26,15 +27,21 @@ def written(name: str, slots: dict[str, Any], manifest: Manifest, kinds: str) ->
 
 @cache
 def template(name: str = "run_template.py") -> str:
-    """A script template, with the functions every script shares (`run_shared.py`) written in
-    place of its `# shared:` line."""
+    """A script template, with the functions every script shares (`run_shared.py`, then how
+    each element is compared, `_format/_agreement.py`) written in place of its `# shared:` line."""
     here = Path(__file__).parent
-    shared = (here / "run_shared.py").read_text(encoding="utf-8")
-    shared = shared[shared.index("\n", shared.index(_SHARED_FROM)) + 1 :].lstrip("\n")
+    agreement = Path(_agreement.__file__)  # the library's own definition, written in as it is
+    shared = _written_part(here / "run_shared.py") + "\n\n" + _written_part(agreement)
     text = (here / name).read_text(encoding="utf-8")
     if text.count(_SHARED) != 1:
         raise RuntimeError(f"{name} must have one {_SHARED!r} line")
     return text.replace(_SHARED, shared)
+
+
+def _written_part(path: Path) -> str:
+    """What a module gives every script: its text after the `# --- shared:` marker."""
+    text = path.read_text(encoding="utf-8")
+    return text[text.index("\n", text.index(_SHARED_FROM)) + 1 :].strip("\n") + "\n"
 
 
 _SHARED = "# shared: run_shared.py's functions (safetensors, --inputs, the command line), written here by `hlobundle emit`\n"
@@ -64,7 +71,7 @@ def fill(source: str, slots: dict[str, Any]) -> str:
 # Names the template defines or imports; the bundle's function and parameters must not shadow them.
 _TAKEN = frozenset(
     {"dataclasses", "json", "os", "sys", "jax", "jnp", "np", "BUNDLE", "call", "close", "main"}
-    | {"hashlib", "rt", "ml_dtypes"}
+    | {"hashlib", "rt", "ml_dtypes", "structured"}
     | {name for name in dir(builtins) if not name.startswith("_")}
 )
 _TEMPLATE_NAMES = re.compile(r"^(?:def |)([A-Za-z_][A-Za-z0-9_]*)(?: = |\()", re.M)
@@ -130,16 +137,24 @@ def _named_function(m: Manifest, kinds: str) -> str:
         "".join(f"        result {k}: {_doc_line(r)}\n" for k, r in enumerate(m.results))
         or "        none\n"
     )
+    returns = _RETURNS_FLAT if m.output_tree is None else _RETURNS_NESTED
     return f'''def {fn}({params}):
     """Call the bundle's function (ABOUT["function"]). Every argument is a {kinds} array.
 
     Args:
 {args_doc}
     Returns:
-        A tuple with one array per result (RESULTS has their names):
+        {returns}
 {results_doc}    """
-    return call({call_args})
+    return structured(call({call_args}))
 '''
+
+
+# What the bundle's function returns, as `bundle.function()` returns it (`run_shared.structured`).
+_RETURNS_FLAT = "A tuple with one array per result (RESULTS has their names):"
+_RETURNS_NESTED = (
+    "The results nested as OUTPUT_TREE says (as the producer's function returned them):"
+)
 
 
 def _wrapped_list(names: list[str], indent: str) -> str:

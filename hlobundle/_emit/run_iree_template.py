@@ -8,29 +8,39 @@ and reads the bundle at its path relative to this file (or the absolute path `em
 Run it as a script to call the bundle's function on its example inputs (or on generated ones
 of the right kinds) and compare the results with its expected outputs, when it has them.
 Import it to call the function from your own code: the function named after the bundle's at the
-end of this file, or `call`, which takes one NumPy array per argument.
+end of this file, which returns the results as `hlobundle`'s `bundle.function()` does (nested as
+OUTPUT_TREE says, when the bundle records how), or `call`, which takes one NumPy array per
+argument and returns a flat tuple of one array per result.
 
 The constants below are the bundle's data, written by `hlobundle emit`; everything else is the
 same in every emitted script.
 """
 
-import difflib  # noqa: F401 (run_shared.py's functions use it)
+import difflib  # noqa: F401 (the shared functions below use it)
 import hashlib
-import json  # noqa: F401 (run_shared.py's functions use it)
+import json  # noqa: F401 (the shared functions below use it)
 import os
-import re  # noqa: F401 (run_shared.py's functions use it)
+import re  # noqa: F401 (the shared functions below use it)
 import sys
 
-import iree.runtime as rt
-import ml_dtypes
-import numpy as np
-from iree.runtime.version import VERSION as RUNTIME_VERSION
+try:
+    import iree.runtime as rt
+    import ml_dtypes
+    import numpy as np
+    from iree.runtime.version import VERSION as RUNTIME_VERSION
+except ModuleNotFoundError as missing:  # one line that says what to install, not a traceback
+    sys.exit(
+        f"error: this script needs {(missing.name or 'iree').partition('.')[0]}, which is not "
+        "installed: pip install iree-base-runtime (it brings numpy and ml_dtypes), of the "
+        "version IREE_VERSION below names"
+    )
 
 # --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
 WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file (or absolute)
 ABOUT = {}  # slot: function, format_version, producer, producer_version
 ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
 RESULTS = []  # slot: (name, shape, dtype) of each result
+OUTPUT_TREE = None  # slot: how the function's results nest (result names), or None: a flat tuple
 COLUMN_MAJOR = {}  # slot: the arguments and results a Julia producer holds axis-reversed
 PATHS = {}  # slot: where each argument came from in the producer's program
 INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
@@ -118,7 +128,7 @@ def to_host(x, shape, dtype):
 def call(*args):
     """The bundle's function: one NumPy array per argument (ARGUMENTS), a tuple of one array
     per result (RESULTS)."""
-    check_arguments(*args)  # noqa: F821 (run_shared.py)
+    check_arguments(*args)  # noqa: F821 (a shared function, below)
     views = [to_device(x, dtype) for x, (_, _, dtype) in zip(args, ARGUMENTS, strict=True)]
     out = _main(*views)
     out = out if isinstance(out, tuple) else () if out is None else (out,)
@@ -130,7 +140,7 @@ def load_tensor(file, key, shape, dtype):
     if file not in _verified:
         _verified[file] = read_file(file, SHA256.get(file))
     data = _verified[file]
-    header, start = safetensors_header(data)  # noqa: F821 (run_shared.py)
+    header, start = safetensors_header(data)  # noqa: F821 (a shared function, below)
     return stored_array(data, start, header[key], dtype, shape)  # noqa: F821
 
 
@@ -140,7 +150,7 @@ _verified = {}  # file name: its bytes, checked
 def example_inputs():
     """The stored example inputs, or (when the bundle stores none) generated ones."""
     if INPUTS is not None:
-        return stored_inputs()  # noqa: F821 (run_shared.py)
+        return stored_inputs()  # noqa: F821 (a shared function, below)
     rng = np.random.default_rng(0)
     return [random_input(rng, shape, dtype) for _, shape, dtype in ARGUMENTS]  # noqa: F821
 
@@ -180,4 +190,4 @@ SAFETENSORS_DTYPES = {
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])  # noqa: F821 (run_shared.py)
+    main(sys.argv[1:])  # noqa: F821 (a shared function, below)

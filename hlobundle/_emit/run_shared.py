@@ -1,9 +1,11 @@
 """The functions both emitted scripts share (`run_template.py`, `run_iree_template.py`): reading
 safetensors, `--inputs` files and the command line, and comparing results with the expected ones.
-`hlobundle emit` writes them into each script in place of its `# shared:` line, so a script stays
-one standalone file. They use what each template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED,
-COLUMN_MAJOR, SAFETENSORS_DTYPES, PRECISIONS, device, numpy_dtype, load_tensor, check_arguments
-and run_example.
+`hlobundle emit` writes them into each script in place of its `# shared:` line, followed by
+the comparison of each element (`_format/_agreement.py`'s functions: `largest_difference`,
+`mismatch`, `allowance`, `unmatched`), so a script stays one standalone file. They use what each
+template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED, COLUMN_MAJOR, SAFETENSORS_DTYPES,
+PRECISIONS, device, numpy_dtype, load_tensor, check_arguments and run_example (and OUTPUT_TREE,
+which every script's data has).
 """
 
 # ruff: noqa: F821
@@ -71,13 +73,6 @@ def widened(x):
     return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
-def close(got, want, tol, atol=None):
-    """Whether two results agree within `tol` (relative, and absolute unless `atol` is given);
-    NaNs agree with NaNs."""
-    atol = tol if atol is None else atol
-    return np.allclose(widened(got), widened(want), rtol=tol, atol=atol, equal_nan=True)
-
-
 # Unit roundoff of float32 dot and convolution operands by platform and precision asked
 # (SPEC.md 2.15); HIGHEST, and every other platform, computes at float32's.
 ROUNDOFF = {
@@ -111,6 +106,22 @@ def widened_atol(atol, want, u):
     return max(atol, 2 * u * float(magnitude[np.isfinite(magnitude)].max(initial=0.0)))
 
 
+def mismatch_told(name, shape, flat, got, want, rtol, atol, producer=False):
+    """The worst element of a result that does not agree, in the words `hlobundle run` uses
+    (with `producer`, its index in the producer's orientation, as the result is printed)."""
+    index = [int(i) for i in np.unravel_index(flat, shape)]
+    index = index[::-1] if producer else index
+    values = f"  {name}{index}: got {got:.6g}, expected {want:.6g}"
+    why = unmatched(got, want)
+    if why:
+        return f"{values}: {why}"
+    allowed = float(allowance(want, rtol, atol))
+    return (
+        f"{values}, |diff| {abs(got - want):.3g} > allowed {allowed:.3g} = atol + rtol * "
+        f"|expected| (rtol {rtol:.3g}, atol {atol:.3g})"
+    )
+
+
 def random_input(rng, shape, dtype):
     """Values of the right kind: small non-negative ints, bools, normal floats."""
     dtype = numpy_dtype(dtype)
@@ -139,14 +150,20 @@ def report(outputs, *, compare, producer=False):
     for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
         julia = producer and name in COLUMN_MAJOR["results"]
         line = f"{name}: {dtype}{list(shape)[::-1] if julia else list(shape)}"
+        told = None
         if EXPECTED and compare:
-            want = load_tensor(*EXPECTED[k], shape, dtype)
-            diff = np.abs(widened(value) - widened(want))
-            line += f", max abs diff from expected {np.max(diff, initial=0.0):.3g}"
+            want = widened(load_tensor(*EXPECTED[k], shape, dtype))
+            got = widened(value)
+            line += f", max abs diff from expected {largest_difference(got, want):.3g}"
             tol = tolerance(dtype)
-            if not close(value, want, tol, widened_atol(tol, want, u)):
+            atol = widened_atol(tol, want, u)
+            worst = mismatch(got, want, tol, atol)
+            if worst is not None:
                 failures.append(name)
+                told = mismatch_told(name, want.shape, *worst, tol, atol, producer=julia)
         print(line)
+        if told:
+            print(told)
         print(np.array2string(value.T if julia else value, threshold=20))
     if failures:
         sys.exit(f"FAILED: {', '.join(failures)} differ from the expected outputs")
@@ -276,3 +293,22 @@ def main(argv):
     except TypeError as e:
         sys.exit(f"error: {e}")
     run_example(values, producer=producer)
+
+
+def structured(flat):
+    """The results (one array each, in RESULTS' order) nested as OUTPUT_TREE says, as
+    `bundle.function()` returns them (JSON lists as tuples); a flat tuple where it says nothing."""
+    if OUTPUT_TREE is None:
+        return flat
+    by_name = {name: x for (name, _, _), x in zip(RESULTS, flat, strict=True)}
+
+    def nest(tree):
+        if isinstance(tree, str):
+            return by_name[tree]
+        if isinstance(tree, list):
+            return tuple(nest(t) for t in tree)
+        if isinstance(tree, dict):
+            return {key: nest(t) for key, t in tree.items()}
+        return None
+
+    return nest(OUTPUT_TREE)

@@ -1,45 +1,52 @@
 """Run a bundle with JAX: a script written by `hlobundle emit`.
 
-It needs only jax and numpy (and enzyme_ad when BACKEND is "enzyme"), and reads the bundle
-at its path relative to this file (or the absolute path `emit --bundle-path absolute`
-pinned). BACKEND says how it calls the bundle's module: "xla" runs the
-portable artifact as a `jax.export` function (its gradient is the stored backward module, when
-the bundle has one); "enzyme" runs the module text with enzyme_ad's `hlo_call`.
+It needs jax alone (numpy and ml_dtypes come with it), not hlobundle: enzyme_ad too only when
+BACKEND is "enzyme". It reads the bundle at its path relative to this file (or the absolute path
+`emit --bundle-path absolute` pinned). BACKEND says how it calls the bundle's module: "xla" runs
+the portable artifact as a `jax.export` function (its gradient is the stored backward module,
+when the bundle has one); "enzyme" runs the module text with enzyme_ad's `hlo_call` (which
+differentiates it; `pip install "enzyme-ad>=0.0.16"`, Python 3.11 wheels); "auto" (what `emit`
+writes by default) is enzyme where enzyme_ad imports when the script runs, else xla
+(BACKEND_HERE says which).
 Run it as a script to call the bundle's function on its example inputs (or on generated ones
 of the right kinds) and compare the results with its expected outputs, when it has them.
 Import it to call the function from your own JAX code: the function named after the bundle's
-at the end of this file, or `call`, which takes one array per argument.
+at the end of this file, which returns the results as `hlobundle`'s `bundle.function()` does
+(nested as OUTPUT_TREE says, when the bundle records how), or `call`, which takes one array per
+argument and returns a flat tuple of one array per result.
 
 The constants below are the bundle's data, written by `hlobundle emit`; everything else is the
 same in every emitted script.
-
-An emitted script is one file: it runs beside the bundle with jax and numpy alone, without
-hlobundle, so it imports none of hlobundle's helpers. What it shares with run_iree_template.py
-(reading safetensors, `--inputs` and the command line) is kept once, in run_shared.py, and written
-into each script in place of the `# shared:` line.
 """
 
 import dataclasses
-import difflib  # noqa: F401 (run_shared.py's functions use it)
+import difflib  # noqa: F401 (the shared functions below use it)
 import hashlib
-import json  # noqa: F401 (run_shared.py's functions use it)
+import json  # noqa: F401 (the shared functions below use it)
 import os
-import re  # noqa: F401 (run_shared.py's functions use it)
+import re  # noqa: F401 (the shared functions below use it)
 import sys
 
-import jax
-import jax.numpy as jnp
-import ml_dtypes  # noqa: F401 (run_shared.py's functions use it)
-import numpy as np
+try:
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes  # noqa: F401 (the shared functions below use it)
+    import numpy as np
+except ModuleNotFoundError as missing:  # one line that says what to install, not a traceback
+    sys.exit(
+        f"error: this script needs {(missing.name or 'jax').partition('.')[0]}, which is not "
+        "installed: pip install jax (it brings numpy and ml_dtypes)"
+    )
 
 # --- the bundle's data (each line is filled in by `hlobundle emit`) ----------------------------
 WHERE = "bundle.hlobundle"  # slot: the bundle, relative to this file (or absolute)
 ABOUT = {}  # slot: function, format_version, producer, producer_version
-BACKEND = "enzyme"  # slot: how this script calls the module: "xla" or "enzyme"
+BACKEND = "auto"  # slot: how this script calls the module: "xla", "enzyme" or "auto" (either)
 X64 = False  # slot: the bundle has 64-bit values
 ARGUMENTS = []  # slot: (name, shape, dtype) of each argument, in the order of @main
 CONSTRAINTS = []  # slot: constraints on the symbolic dimensions (names in shapes), jax.export's
 RESULTS = []  # slot: (name, shape, dtype) of each result
+OUTPUT_TREE = None  # slot: how the function's results nest (result names), or None: a flat tuple
 COLUMN_MAJOR = {}  # slot: the arguments and results a Julia producer holds axis-reversed
 PATHS = {}  # slot: where each argument came from in the producer's program
 INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
@@ -87,10 +94,27 @@ def read_file(name):
 _verified = {}
 
 
-def enzyme_function():
-    """The module as enzyme_ad's `hlo_call` runs it (differentiable by Enzyme)."""
-    from enzyme_ad.jax import hlo_call
+def enzyme_hlo_call():
+    """enzyme_ad's `hlo_call` where BACKEND can use it and enzyme_ad imports, else None (xla);
+    for BACKEND "enzyme", a missing enzyme_ad ends the script with one line saying what to do."""
+    if BACKEND == "xla":
+        return None
+    try:
+        from enzyme_ad.jax import hlo_call
+    except ImportError as e:
+        if BACKEND == "auto":
+            return None
+        sys.exit(
+            f"error: this script was emitted with --backend enzyme, which calls the module with "
+            f"enzyme_ad's hlo_call, and enzyme_ad does not import here ({e}): pip install "
+            '"enzyme-ad>=0.0.16" (Python 3.11 wheels only), or emit the script again with '
+            "--backend xla (or the default, auto), which needs jax alone"
+        )
+    return hlo_call
 
+
+def enzyme_function(hlo_call):
+    """The module as enzyme_ad's `hlo_call` runs it (differentiable by Enzyme)."""
     module = "\n".join(MODULE_LINES) if MODULE_LINES else read_file(MODULE_FILE).decode("utf-8")
     if CALLS_LAPACK:
         initialize_lapack()
@@ -209,13 +233,15 @@ def xla_function():
     return lambda *args: tuple(function.call(*args))
 
 
-_call = jax.jit(xla_function() if BACKEND == "xla" else enzyme_function())
+_hlo_call = enzyme_hlo_call()
+BACKEND_HERE = "xla" if _hlo_call is None else "enzyme"  # how this run calls the module
+_call = jax.jit(xla_function() if _hlo_call is None else enzyme_function(_hlo_call))
 
 
 def call(*args):
     """The bundle's function: one JAX or NumPy array per argument (ARGUMENTS), a tuple of one
     array per result (RESULTS)."""
-    check_arguments(*args)  # noqa: F821 (run_shared.py)
+    check_arguments(*args)  # noqa: F821 (a shared function, below)
     return _call(*args)
 
 
@@ -233,7 +259,7 @@ def load_tensor(file, key, shape, dtype):
     """One stored value, in the bundle's dtype; a symbolic dimension of `shape` takes the stored
     size."""
     data = read_file(file)
-    header, start = safetensors_header(data)  # noqa: F821 (run_shared.py)
+    header, start = safetensors_header(data)  # noqa: F821 (a shared function, below)
     entry = header[key]
     return stored_array(data, start, entry, dtype, entry["shape"] if SYMBOLIC else shape)  # noqa: F821
 
@@ -280,7 +306,7 @@ def to_host(x):
 def example_inputs(inputs=None):
     """`inputs`, else the stored example inputs, else generated ones; on the mesh, if any."""
     if inputs is None and INPUTS is not None:
-        inputs = stored_inputs()  # noqa: F821 (run_shared.py)
+        inputs = stored_inputs()  # noqa: F821 (a shared function, below)
     elif inputs is None and SYMBOLIC:
         sys.exit("this bundle stores no example inputs and has symbolic shapes: call its function")
     elif inputs is None:
@@ -325,4 +351,4 @@ SAFETENSORS_DTYPES = {
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])  # noqa: F821 (run_shared.py)
+    main(sys.argv[1:])  # noqa: F821 (a shared function, below)

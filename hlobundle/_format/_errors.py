@@ -248,7 +248,8 @@ class DevicesUnavailableError(ConfigError):
 
 
 class TransformError(HloBundleError):
-    """A JAX transformation the bundle's backend cannot apply (names the op and the transformation)."""
+    """A JAX transformation the bundle's backend cannot apply (names the op and the transformation),
+    or a rewrite to HIGHEST precision that StableHLO refuses (names the op's line)."""
 
     code = "TRANSFORM_UNSUPPORTED"
 

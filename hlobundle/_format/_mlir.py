@@ -227,10 +227,13 @@ def _first_reason(said: list[str]) -> str | None:
         return None
     first, _, where = said[0].rpartition(" at ")
     name, marked, _ = first.partition(" that was explicitly marked illegal")
-    place = re.fullmatch(r'loc\("-":(\d+):(\d+)\)', where)
-    if place:
-        where = f"line {place[1]}, column {place[2]}"
-    return f"{name} ({where}), which StableHLO of that version lacks" if marked else said[0]
+    return f"{name} ({place(where)}), which StableHLO of that version lacks" if marked else said[0]
+
+
+def place(location: str) -> str:
+    """An MLIR location in a module parsed from text, as the text's line and column."""
+    found = re.fullmatch(r'loc\("-":(\d+):(\d+)\)', location)
+    return f"line {found[1]}, column {found[2]}" if found else location
 
 
 def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:

@@ -255,6 +255,22 @@ def _solve(pending: list[tuple[str, Dimension, int]], env: dict[str, int]) -> No
             progress = True
 
 
+def solved(
+    declared: Sequence[tuple[str, Sequence[int | str]]], actual: Sequence[Sequence[int]]
+) -> dict[str, int]:
+    """The symbols that `actual` shapes alone determine, solved as `bind` solves them, with
+    nothing else checked: what a function's stored arguments bind, whatever a call gives."""
+    pending = [
+        (f"{name}.shape[{k}]", parse(d), n)
+        for (name, dims), shape in zip(declared, actual, strict=True)
+        for k, (d, n) in enumerate(zip(dims, shape, strict=False))
+        if not isinstance(d, int)
+    ]
+    env: dict[str, int] = {}
+    _solve(pending, env)
+    return env
+
+
 def bind_shapes(
     declared: Sequence[tuple[str, Sequence[int | str]]],
     actual: Sequence[Sequence[int]],

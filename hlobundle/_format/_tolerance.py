@@ -1,5 +1,7 @@
 """How results are compared with expected ones (SPEC.md 2.15 and 7): one rule for the runner,
-the conformance suite and (as a standalone copy, tested against this one) the emitted script.
+the conformance suite and the emitted script. Whether an element agrees is `_agreement`'s, whose
+text the scripts carry; the tolerance the scripts derive is a standalone copy of this one's,
+tested against it (tests/test_precision.py).
 
 The base tolerance is a few ulps of the result's dtype. Where the expected outputs were
 computed, or this run computes, float32 dot and convolution operands with fewer bits (a TPU's
@@ -14,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes
+from . import _agreement, _dtypes
 
 F32_ROUNDOFF = 2.0**-24
 # Unit roundoff of a float32 dot's or convolution's operands, by platform and the precision the
@@ -111,38 +113,49 @@ def widen(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Worst:
-    """The element furthest beyond its tolerance: where, the two values, |got - want| and
-    what was allowed there (`atol + rtol * |want|`)."""
+    """The element furthest beyond its tolerance: where, the two values, |got - want|, what was
+    allowed there (`atol + rtol * |want|`), and why they do not agree, in words (an infinity or
+    a NaN fails whatever was allowed)."""
 
     index: list[int]
     got: Any
     expected: Any
     diff: float
     allowed: float
+    why: str
+
+    def told(self) -> str:
+        """Its two values and why they do not agree."""
+        values = f"got {_shown(self.got)}, expected {_shown(self.expected)}"
+        return f"{values}, {self.why}" if np.isfinite(self.diff) else f"{values}: {self.why}"
+
+
+def _shown(x: Any) -> str:
+    return f"{complex(*x):.6g}" if isinstance(x, list) else f"{x:.6g}"
 
 
 def compare(
     got: np.ndarray, want: np.ndarray, rtol: float, atol: float
 ) -> tuple[bool, float, Worst | None]:
-    """Whether two results agree (NaNs agree with NaNs), the largest |got - want|, and the worst
-    element when they do not: the one whose difference most exceeds its own tolerance, which
-    need not be where the difference is largest."""
+    """Whether two results agree (SPEC.md 2.15, `_agreement`), the largest |got - want| among
+    the elements where both are finite, and the worst element when they do not: the one whose
+    difference most exceeds its own tolerance, which need not be where the difference is
+    largest, and any that is not the same infinity or NaN before every finite one."""
     a, b = np.broadcast_arrays(widen(got), widen(want))
-    same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities too
-    with np.errstate(invalid="ignore"):
-        diff = np.where(same, 0.0, np.abs(a - b))
-    diff = np.where(np.isnan(diff), np.inf, diff)  # NaN against a number
-    allowed = atol + rtol * np.abs(b)
-    largest = float(diff.max(initial=0.0))
-    excess = diff - allowed
-    if not excess.size or not (excess > 0).any():
+    largest = _agreement.largest_difference(a, b)
+    found = _agreement.mismatch(a, b, rtol, atol)
+    if found is None:
         return True, largest, None
-    flat = int(np.argmax(excess))
+    flat, g, w = found
     shape = np.shape(want) if np.size(want) == a.size else a.shape
     index = [int(i) for i in np.unravel_index(flat, shape)]
-    at = (a.flat[flat], b.flat[flat], diff.flat[flat], allowed.flat[flat])
-    worst = Worst(index, _scalar(at[0]), _scalar(at[1]), float(at[2]), float(at[3]))
-    return False, largest, worst
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = float(abs(g - w)) if np.isfinite(g) and np.isfinite(w) else np.inf
+    allowed = float(_agreement.allowance(w, rtol, atol))
+    why = _agreement.unmatched(g, w) or (
+        f"|diff| {diff:.3g} > allowed {allowed:.3g} = atol + rtol * |expected|"
+    )
+    return False, largest, Worst(index, _scalar(g), _scalar(w), diff, allowed, why)
 
 
 def _scalar(x: Any) -> Any:
@@ -152,10 +165,5 @@ def _scalar(x: Any) -> Any:
 
 
 def agree(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
-    """Whether two results agree within the tolerances; NaNs agree with NaNs."""
+    """Whether two results agree within the tolerances (SPEC.md 2.15)."""
     return compare(got, want, rtol, atol)[0]
-
-
-def max_abs_diff(got: np.ndarray, want: np.ndarray) -> float:
-    a, b = widen(got), widen(want)
-    return float(np.max(np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b)), initial=0.0))

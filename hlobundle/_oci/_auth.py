@@ -2,7 +2,7 @@
 password `_credentials` finds for the registry's host, Bearer with a token given or exchanged at
 the token service the challenge names. Every request goes through the client's bounded
 session; credentials go to the registry, and to a token service over HTTPS only (or plain HTTP
-on loopback, or with --insecure).
+on loopback, or with --insecure), and never in clear through a proxy (`_network.hop`).
 
 oras' `oras.auth` gives the challenge's parser and the Basic encoding used here. Its token
 exchange is not used: it sends the user and password to whatever realm a challenge names, plain
@@ -122,12 +122,19 @@ class Auth:
         return token
 
     def _check_realm(self, realm: str) -> None:
+        """The token service's hop must carry credentials (`_network.hop`): a user and
+        password go to it, and a token comes back."""
         where = _network.origin(realm)
-        if where is None or not _network.plain_allowed(where, self.asked_insecure):
+        hop = _network.hop(where, self.asked_insecure) if where else None
+        if hop is None or not hop.credentials:
+            why = (
+                hop.why
+                if hop and hop.allowed
+                else "credentials go only to an https:// one (or plain HTTP on loopback, or "
+                "with --insecure)"
+            )
             raise RegistryAuthError(
-                f"{self.ref.host} names the token service {realm[:200]!r} ({where}); "
-                "credentials go only to an https:// one (or plain HTTP on loopback, or with "
-                "--insecure)",
+                f"{self.ref.host} names the token service {realm[:200]!r} ({where}); {why}",
                 ref=str(self.ref),
             )
 

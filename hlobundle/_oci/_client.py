@@ -13,6 +13,7 @@ import json
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from .._extras import pip_line
 from .._format._errors import (
     BackendUnavailableError,
     BlobDigestError,
@@ -40,7 +41,7 @@ def _oras() -> Any:
         import oras.provider
     except ImportError as e:
         raise BackendUnavailableError(
-            f"push and pull need the oci extra (oras): pip install 'hlobundle[oci]' ({e})"
+            f"push and pull need the oci extra (oras): {pip_line('oci')} ({e})"
         ) from None
     return oras
 
@@ -71,16 +72,19 @@ def _registry_class() -> type:
 
 class Client:
     """One repository of one registry, for one command. Plain HTTP only with `insecure`, or to
-    a loopback host (localhost, 127.0.0.1, [::1])."""
+    a loopback host (localhost, 127.0.0.1, [::1]); what the registry may be sent is judged of
+    the hop its requests make (`_network.hop`: straight to a loopback host, else through the
+    proxy the user named)."""
 
     def __init__(self, ref: Reference, *, insecure: bool = False, timeout: float = TIMEOUT_S):
         self.session = _network.session(str(ref), timeout)
         self.auth = Auth(ref, self._send, asked_insecure=insecure)
         self.ref = ref
         self.asked_insecure = insecure  # plain HTTP anywhere; loopback alone needs no asking
-        self.insecure = insecure or ref.loopback
+        self.insecure = insecure or _loopback(ref.host)
         self.scheme = "http" if self.insecure else "https"
         self.origin = _network.origin(f"{self.scheme}://{ref.host}/")
+        self.hop = _network.hop(self.origin, insecure) if self.origin else None
         self.registry = _registry_class()(hostname=ref.host, insecure=self.insecure)
         self.registry.client = self
         self.registry.session = self.registry.auth.session = self.session
@@ -126,6 +130,7 @@ class Client:
             if response.status_code != 401:
                 break
             response.close()
+            self._credentials_may_go()
             self.auth.answer(response)
         if response.status_code in (401, 403):
             raise RegistryAuthError(
@@ -134,6 +139,15 @@ class Client:
                 ref=str(self.ref),
             )
         return response
+
+    def _credentials_may_go(self) -> None:
+        """A RegistryAuthError, before any credential is looked up, where the registry's hop
+        may not carry one (`_network.hop`)."""
+        if self.hop is None or not self.hop.credentials:
+            why = self.hop.why if self.hop else "its address cannot be judged"
+            raise RegistryAuthError(
+                f"{self.ref.host} asks for credentials; {why}", ref=str(self.ref)
+            )
 
     def _send(self, method: str, url: str, **kwargs: Any) -> Any:
         return self.session.request(method, url, **kwargs)
@@ -256,7 +270,7 @@ class Client:
                     ref=str(self.ref),
                     digest=digest,
                 )
-            if not _network.plain_allowed(target, self.asked_insecure):
+            if not _network.hop(target, self.asked_insecure).allowed:
                 raise RegistryProtocolError(
                     f"the blob {digest} is redirected to plain HTTP ({target}); "
                     "allowed only with --insecure",
@@ -274,6 +288,12 @@ class Client:
                 digest=digest,
             )
         return response
+
+
+def _loopback(host: str) -> bool:
+    """Whether the registry `host` (HOST[:PORT]) is a loopback host, as `_network` judges it."""
+    where = _network.origin(f"https://{host}/")
+    return where is not None and where.loopback
 
 
 def _error_text(response: Any) -> str:

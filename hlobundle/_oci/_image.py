@@ -11,6 +11,11 @@ name. The config is an image config (`linux`/`amd64`, no command: nothing in it 
 A listed file's bytes are hashed as they go into the tar and checked against the manifest,
 and `manifest.json`'s against the bytes the bundle was loaded from: the registry checks a
 blob's digest only against what it was sent, and here that is the tar.
+
+The layer format gives meaning to names a bundle treats as ordinary: a path component that
+begins `.wh.` is a whiteout (`.wh.X` deletes X; `.wh..wh..opq` empties its directory), which an
+unpacker (a container runtime, umoci) never extracts. A bundle listing one is refused before
+the tar is written (`check_names`): its image would lack the file, and fail to verify.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from .._format._errors import HashMismatchError
+from .._format._errors import HashMismatchError, UnsafePathError
 from .._format._manifest import MANIFEST_NAME
 from .._format._signature import SIGNATURE_NAME
 from .._read._files import check_digest, open_listed
@@ -34,6 +39,7 @@ LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
 ROOT = "models"  # KServe's modelcar convention: the model's files under /models
 PLATFORM = {"architecture": "amd64", "os": "linux"}
 FILE_MODE, DIRECTORY_MODE = 0o644, 0o755
+WHITEOUT_PREFIX = ".wh."  # the OCI image spec's layer format, "Whiteouts"
 
 
 def write_layer(opened: Bundle, signature: bytes | None, target: Path) -> str:
@@ -46,6 +52,7 @@ def write_layer(opened: Bundle, signature: bytes | None, target: Path) -> str:
         small[SIGNATURE_NAME] = signature
     listed = opened.bundle_manifest.files
     names = sorted([*listed, *small])
+    check_names(names)
     with open(target, "xb") as f:
         hashed = _Hashed(f)
         with tarfile.open(fileobj=hashed, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
@@ -57,6 +64,20 @@ def write_layer(opened: Bundle, signature: bytes | None, target: Path) -> str:
                 else:
                     _add_listed(tar, opened.path, name, listed[name])
     return "sha256:" + hashed.h.hexdigest()
+
+
+def check_names(names: list[str]) -> None:
+    """An UnsafePathError for the first name with a component the layer format reads as a
+    whiteout (`.wh.`): an unpacker would delete, not extract, what it names."""
+    for name in names:
+        if any(part.startswith(WHITEOUT_PREFIX) for part in name.split("/")):
+            raise UnsafePathError(
+                f"{name!r} cannot go into an image: in an OCI layer a name beginning "
+                f"{WHITEOUT_PREFIX!r} is a whiteout, which an unpacker deletes rather than "
+                "extracts (the image would lack the file); rename it, or push the ModelPack "
+                "artifact (push without --image) (SPEC.md section 8, 'The network')",
+                path=name,
+            )
 
 
 def _loaded_manifest(opened: Bundle) -> bytes:

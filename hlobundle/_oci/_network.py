@@ -9,7 +9,9 @@ upload's answers) through the bounded reader, never past MAX_ANSWER_BYTES. It tr
 from the environment (`trust_env` off: no `~/.netrc`, no proxy variables, no
 `REQUESTS_CA_BUNDLE` read behind the user's back); what the user names on purpose is read
 here: a certificate authority (HLOBUNDLE_CA_FILE, else REQUESTS_CA_BUNDLE, else SSL_CERT_FILE;
-`system` for OpenSSL's own store) and a proxy (HLOBUNDLE_PROXY).
+`system` for OpenSSL's own store) and a proxy (HLOBUNDLE_PROXY), which every request but
+one to a loopback host goes through (`hop`: what a destination may be sent is judged of the
+connection the request really makes).
 
 A host is judged by `origin()`, as requests prepares the URL and urllib3 connects to it, never
 by another parser's reading of it (`http://A\\@B/` is A to urllib3 and B to urlsplit).
@@ -26,6 +28,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from .._extras import pip_line
 from .._format._errors import (
     BackendUnavailableError,
     RegistryLimitError,
@@ -70,8 +73,7 @@ def _require_requests() -> None:
         import requests  # noqa: F401
     except ImportError as e:
         raise BackendUnavailableError(
-            "registries and remote bundles need the oci extra (requests): "
-            f"pip install 'hlobundle[oci]' ({e})"
+            f"registries and remote bundles need the oci extra (requests): {pip_line('oci')} ({e})"
         ) from None
 
 
@@ -92,10 +94,38 @@ def origin(url: str) -> Origin | None:
     return Origin(parts.scheme, parts.host.lower(), parts.port)
 
 
-def plain_allowed(where: Origin, insecure: bool) -> bool:
-    """Whether `where` may be talked to: HTTPS always; plain HTTP to a loopback host, or when
-    the user asked for it (`insecure`)."""
-    return where.scheme == "https" or insecure or where.loopback
+class Hop(NamedTuple):
+    """What a request to `origin` really does (SPEC.md section 8): the connection it makes, to
+    `proxy` or straight to `origin` (proxy None); whether it may be made at all (`allowed`);
+    whether a credential (Basic, a token) may travel in it (`credentials`); `why` not. Over
+    HTTPS the certificate checked is `origin`'s, through a proxy too (a CONNECT tunnel)."""
+
+    origin: Origin
+    proxy: str | None
+    allowed: bool
+    credentials: bool
+    why: str
+
+
+def hop(where: Origin, insecure: bool) -> Hop:
+    """The one judgement of a destination, made about the hop the connection makes. A loopback
+    host is reached directly, never through a proxy (as Docker's, oras' and skopeo's clients
+    do: the proxy would talk to its own loopback); any other through the proxy the user named.
+    Plain HTTP only to a loopback host, or when the user asked for it (`insecure`). A
+    credential only where the scheme is allowed, and never in plain HTTP through a proxy,
+    which reads it as it is (over HTTPS a proxy is asked to CONNECT and sees only TLS)."""
+    proxy = proxy_for(where)
+    if where.scheme == "http" and not (insecure or where.loopback):
+        why = "plain HTTP only to a loopback host or with --insecure (insecure=True)"
+        return Hop(where, proxy, False, False, why)
+    if where.scheme == "http" and proxy:
+        why = (
+            f"a credential for {where} would go in clear through the proxy "
+            f"{shown_proxy(proxy)} (plain HTTP, which it reads as it is): through a proxy, "
+            "credentials go only over https:// (a loopback host is reached directly)"
+        )
+        return Hop(where, proxy, True, False, why)
+    return Hop(where, proxy, True, True, "")
 
 
 def session(ref: str, timeout: float = TIMEOUT_S) -> Any:
@@ -140,10 +170,25 @@ def certificate_authority() -> str | bool:
     return True
 
 
-def proxies() -> dict[str, str]:
-    """The proxy the user named (`--proxy`, else HLOBUNDLE_PROXY), for every request; else none."""
-    value = _NAMED.get("--proxy") or os.environ.get(PROXY_VARIABLE, "")
-    return {"http": value, "https": value} if value else {}
+def proxy_for(where: Origin) -> str | None:
+    """The proxy a request to `where` goes through: the one the user named (`--proxy`, else
+    HLOBUNDLE_PROXY), except to a loopback host, which is reached directly; else None."""
+    if where.loopback:
+        return None
+    return _NAMED.get("--proxy") or os.environ.get(PROXY_VARIABLE) or None
+
+
+def proxies(url: str) -> dict[str, str]:
+    """requests' `proxies` for a request to `url`: its hop's proxy (`proxy_for`), else none."""
+    where = origin(url)
+    proxy = proxy_for(where) if where else None
+    return {"http": proxy, "https": proxy} if proxy else {}
+
+
+def shown_proxy(proxy: str) -> str:
+    """The proxy's URL as an error shows it: without a user and password it may hold."""
+    scheme, sep, rest = proxy.rpartition("://")
+    return f"{scheme}{sep}{rest.rpartition('@')[2]}"[:200]
 
 
 @functools.cache
@@ -162,7 +207,6 @@ def _session_class() -> type:
 
             self.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
             self.verify = certificate_authority()
-            self.proxies = proxies()
             adapter = _adapter_class()(timeout + RATE_WINDOW_S)
             self.mount("http://", adapter)
             self.mount("https://", adapter)
@@ -170,6 +214,7 @@ def _session_class() -> type:
         def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
             kwargs["timeout"] = self.timeout
             kwargs["allow_redirects"] = False
+            kwargs["proxies"] = proxies(url)  # the session's own are none
             whole = not kwargs.get("stream")
             kwargs["stream"] = True
             kwargs["headers"] = {**(kwargs.get("headers") or {}), "Accept-Encoding": "identity"}

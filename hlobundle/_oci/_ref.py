@@ -16,7 +16,6 @@ _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
-LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]"})
 MAX_REF_CHARS = 2048
 
 
@@ -28,14 +27,6 @@ class Reference:
     repository: str
     tag: str | None
     digest: str | None
-
-    @property
-    def hostname(self) -> str:
-        return self.host.rsplit(":", 1)[0] if not self.host.endswith("]") else self.host
-
-    @property
-    def loopback(self) -> bool:
-        return self.hostname in LOOPBACK
 
     @property
     def reference(self) -> str:

@@ -185,7 +185,9 @@ def read_manifest(root: Path) -> tuple[AnyManifest, str]:
     if not root.exists():
         raise NotABundleError(f"{str(root)!r} does not exist", path=root)
     if not root.is_dir():
-        raise NotABundleError(f"{str(root)!r} is not a directory; a bundle is one", path=root)
+        raise NotABundleError(
+            f"{str(root)!r} is not a directory; a bundle is one{_parent_bundle(root)}", path=root
+        )
     path = root / MANIFEST_NAME
     if path.is_symlink():
         raise UnsafePathError(f"{MANIFEST_NAME} is a symlink", path=MANIFEST_NAME)
@@ -196,6 +198,14 @@ def read_manifest(root: Path) -> tuple[AnyManifest, str]:
         )
     data = read_manifest_bytes(path)
     return parse_manifest(data, path=MANIFEST_NAME), hashlib.sha256(data).hexdigest()
+
+
+def _parent_bundle(path: Path) -> str:
+    """The bundle a file given as one lies in (`inspect B/manifest.json`): its directory."""
+    if not (path.parent / MANIFEST_NAME).is_file():
+        return ""
+    what = f"a bundle's {MANIFEST_NAME}" if path.name == MANIFEST_NAME else "a file of a bundle"
+    return f": it is {what}: give the bundle's directory, {path.parent}"
 
 
 def _packed_how(root: Path) -> str:

@@ -97,12 +97,9 @@ class HttpSource(Source):
         where = _network().origin(url)
         if where is None:
             raise RegistryRefError(f"{url[:200]!r} is not a URL requests sends", ref=url[:200])
-        if not _network().plain_allowed(where, insecure):
-            raise RegistryUnreachableError(
-                f"{url[:200]}: plain HTTP only to a loopback host or with --insecure "
-                "(insecure=True)",
-                ref=url[:200],
-            )
+        hop = _network().hop(where, insecure)
+        if not hop.allowed:
+            raise RegistryUnreachableError(f"{url[:200]}: {hop.why}", ref=url[:200])
         self.ref = url
         self.base = url if url.endswith("/") else url + "/"
         self.timeout = timeout

@@ -67,10 +67,26 @@ def bind(
     if missing:
         raise InputError(
             f"missing argument(s) {missing}; left out, only parameter and state arguments "
-            "take their stored values (bundle.parameters())",
+            "take their stored values (bundle.parameters())"
+            + _bound_by_position(arguments[: len(args)], missing),
             argument=missing[0],
         )
     return [values[a.name] for a in arguments]
+
+
+def _bound_by_position(bound: Sequence[Argument], missing: list[str]) -> str:
+    """What positional values were taken as, where the first arguments of @main are parameters
+    or state and an argument is missing: `f(x)` on LeNet binds x to params_conv1_b."""
+    taken = [a for a in bound if a.role != "input"]
+    if not taken:
+        return ""
+    count = f"The {len(bound)} positional value{'s were' if len(bound) > 1 else ' was'}"
+    names = ", ".join(f"{a.name} (a {a.role})" for a in bound[:3])
+    more = f" and {len(bound) - 3} more" if len(bound) > 3 else ""
+    return (
+        f". {count} bound to {names}{more}, by position: pass {missing[0]} by name, "
+        f"f({missing[0]}=...), and the parameters left out take their stored values"
+    )
 
 
 def structure(manifest: Manifest, flat: tuple[Any, ...]) -> Any:

@@ -2,17 +2,20 @@
 every dot and convolution op asking for HIGHEST, as a view of the bundle that the JAX backends
 prepare and run. The stored files and their parsed forms are never changed: each form is
 parsed again from its bytes, rewritten with the `jaxlib.mlir` bindings, and written as text
-and as a portable artifact for the stored target version."""
+and as a portable artifact for the stored target version. A dot_general with an explicit
+algorithm keeps it, and its precision (`_format/_precision`): the view warns, and `run`
+reports it."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import hashlib
+import warnings
 from typing import TYPE_CHECKING
 
 from .._format import _mlir, _precision
-from .._format._errors import InputError
+from .._format._errors import HloBundleWarning, InputError
 
 if TYPE_CHECKING:
     from .._read._modules import StoredModule
@@ -32,13 +35,40 @@ def check(precision: str | None) -> None:
 def at_highest(bundle: Bundle) -> Bundle:
     """A view of the (selected) bundle whose modules ask for HIGHEST; `bundle` is unchanged."""
     view = copy.copy(bundle)
-    view.modules = {key: _rewritten(stored) for key, stored in bundle.modules.items()}
+    rewrites = {key: _rewritten(stored) for key, stored in bundle.modules.items()}
+    view.modules = {key: stored for key, (stored, _) in rewrites.items()}
+    note = kept({key: n for key, (_, n) in rewrites.items()})
+    if note:
+        warnings.warn(note, HloBundleWarning, stacklevel=4)
     return view
 
 
-def _rewritten(stored: StoredModule) -> StoredModule:
+def kept(counts: dict[str, int]) -> str | None:
+    """What the rewrite left (`counts`: each form's dot_general ops with an explicit algorithm),
+    as `run` reports it; None when it left nothing."""
+    where = [f"{n} in {key}" for key, n in counts.items() if n]
+    if not where:
+        return None
+    total = sum(counts.values())
+    ops, they = ("ops", "they compute") if total > 1 else ("op", "it computes")
+    return (
+        f"precision 'highest' leaves {total} dot_general {ops} ({', '.join(where)}) as stored: "
+        "an explicit algorithm (jax.lax.DotAlgorithmPreset) already says its op's precision, "
+        f"and StableHLO allows one only with a DEFAULT precision_config; {they} at that "
+        "algorithm's precision, counted as DEFAULT (SPEC.md 2.15)"
+    )
+
+
+def kept_in(view: Bundle) -> str | None:
+    """`kept` of a view `at_highest` made, read again from its modules."""
+    return kept(
+        {key: _precision.with_algorithm(stored.parsed) for key, stored in view.modules.items()}
+    )
+
+
+def _rewritten(stored: StoredModule) -> tuple[StoredModule, int]:
     module = _mlir.parse(stored.text_bytes, path=stored.text_file)  # a parse of its own
-    _precision.at_highest(module)
+    rewrite = _precision.at_highest(module, path=stored.text_file)
     text = str(module).encode()
     portable = _mlir.to_portable(module, stored.target_version, path=stored.portable_file)
     return dataclasses.replace(
@@ -50,4 +80,4 @@ def _rewritten(stored: StoredModule) -> StoredModule:
         same_program=True,  # both written here from one module
         verdict_key=None,  # never recorded as the stored bytes' verdict
         _parsed=module,
-    )
+    ), rewrite.kept

@@ -32,6 +32,8 @@ class OutputReport:
     name: str
     shape: list[int]
     dtype: str
+    # The largest |got - expected| among the elements where both are finite: an infinity or a
+    # NaN elsewhere says nothing of the others (that one is `worst`, with why).
     max_abs_diff: float | None
     ok: bool | None
     rtol: float | None = None  # what the check used (None: nothing to check)
@@ -55,9 +57,23 @@ class RunReport:
     precision: str | None = None  # the lowest its dot and convolution ops asked for
     # Why the tolerance is wider than the dtype's (SPEC.md 2.15), or None when it is not.
     widened: str | None = None
+    # What `precision="highest"` left as it was (ops with an explicit algorithm), or None.
+    precision_kept: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The report as strict JSON's values: an infinity or NaN (an expected value, an
+        allowance) as the string "Infinity", "-Infinity" or "NaN", as `serve` and `diff` write it."""
+        return _strict(asdict(self))
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value
 
 
 def example_arguments(
@@ -221,6 +237,7 @@ def run(
         here.device_kind,
         here.precision,
         widened,
+        _kept(bundle, fn) if precision == "highest" else None,
     ), arrays
 
 
@@ -228,7 +245,6 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     """Where the expected outputs were computed (the manifest's `expected_from`; a bundle that
     records nothing: a CPU) and where `fn` computes, each with the lowest precision its dot and
     convolution ops asked for. The modules are walked only where a precision can matter."""
-    from .._format._precision import possible
     from .._format._tolerance import ROUNDOFF
 
     record = getattr(bundle.manifest, "expected_from", None)
@@ -236,17 +252,35 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     reduced = {p for p, _ in ROUNDOFF}
     if platform not in reduced and (record is None or record.platform not in reduced):
         return Computed("cpu", None, None), Computed(platform, kind, None)
-    asked = _lowest_asked(bundle)
-    here = Computed(platform, kind, asked if fn.bundle is bundle else _lowest_asked(fn.bundle))
+    asked = lowest_asked(bundle)
+    here = Computed(platform, kind, asked if fn.bundle is bundle else lowest_asked(fn.bundle))
     if record is None:
         return Computed("cpu", None, asked), here
-    return Computed(record.platform, record.device_kind, possible(record.precision, asked)), here
+    return believed(Computed(record.platform, record.device_kind, record.precision), asked), here
 
 
-def _lowest_asked(bundle: Bundle) -> str | None:
-    from .._format._precision import lowest_asked
+def _kept(bundle: Bundle, fn: Any) -> str | None:
+    from ._precision import kept_in
 
-    return lowest_asked(bundle.modules["module"].parsed)
+    return None if fn.bundle is bundle else kept_in(fn.bundle)
+
+
+def believed(claim: Computed, asked: str | None) -> Computed:
+    """A claim of where results were computed (a manifest's `expected_from`, an implementation's
+    `run --json`) as SPEC.md 2.15 lets a check take it, for a module whose dot and convolution
+    ops ask for `asked` at the lowest (`lowest_asked`): its precision never lower than that,
+    and none where the module has no such op, since what the module refutes widens nothing."""
+    from .._format._precision import possible
+
+    return Computed(claim.platform, claim.device_kind, possible(claim.precision, asked))
+
+
+def lowest_asked(bundle: Bundle) -> str | None:
+    """The lowest precision the bundle's module's dot and convolution ops ask for; None when
+    it has none."""
+    from .._format import _precision
+
+    return _precision.lowest_asked(bundle.modules["module"].parsed)
 
 
 def _device(fn: Any) -> tuple[str, str | None]:
@@ -353,22 +387,20 @@ def render(report: RunReport, path: Path | str) -> str:
 def _mismatches(report: RunReport) -> list[str]:
     """Each mismatched result's worst element against its tolerance, and how to loosen it."""
     lines = [f"tolerance widened: {report.widened}"] if report.widened else []
-    for o in report.outputs:
-        if o.worst is None:
-            continue
-        w = o.worst
-        lines.append(
-            f"  {o.name}{w.index}: got {_value(w.got)}, expected {_value(w.expected)}, "
-            f"|diff| {w.diff:.3g} > allowed {w.allowed:.3g} = atol + rtol * |expected| "
-            f"(rtol {o.rtol:.3g}, atol {o.atol:.3g})"
-        )
-    if any(o.worst is not None for o in report.outputs):
-        lines.append(
-            "  (the worst element: the one furthest beyond its own tolerance; give --rtol and "
-            "--atol to compare more loosely"
-            + (", or --precision highest" if _reduced_here(report) else "")
-            + ")"
-        )
+    worst = [(o, o.worst) for o in report.outputs if o.worst is not None]
+    for o, w in worst:
+        # an infinity or a NaN fails whatever the tolerance: then it is not shown
+        tolerance = f" (rtol {o.rtol:.3g}, atol {o.atol:.3g})" if math.isfinite(w.diff) else ""
+        lines.append(f"  {o.name}{w.index}: {w.told()}{tolerance}")
+    if not worst:
+        return lines
+    loosen = (
+        "give --rtol and --atol to compare more loosely"
+        + (", or --precision highest" if _reduced_here(report) else "")
+        if any(math.isfinite(w.diff) for _, w in worst)
+        else "no tolerance lets an infinity or NaN agree with anything else"
+    )
+    lines.append(f"  (the worst element: the one furthest beyond its own tolerance; {loosen})")
     return lines
 
 
@@ -376,10 +408,6 @@ def _reduced_here(report: RunReport) -> bool:
     """Whether this run's dot and convolution ops computed with fewer bits than float32."""
     here = Computed(report.platform or "cpu", report.device_kind, report.precision)
     return here.roundoff > F32_ROUNDOFF
-
-
-def _value(x: Any) -> str:
-    return f"{complex(*x):.6g}" if isinstance(x, list) else f"{x:.6g}"
 
 
 def _first_call(report: RunReport) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 
+from .._extras import pip_line
 from .._format._errors import BackendUnavailableError
 
 # What the serve extra installs and we import.
@@ -21,7 +22,7 @@ def require_extra() -> None:
             importlib.import_module(name)
         except ImportError as e:
             raise BackendUnavailableError(
-                f"serve needs the serve extra: pip install 'hlobundle[serve]' ({e})"
+                f"serve needs the serve extra: {pip_line('serve')} ({e})"
             ) from None
 
 
@@ -32,5 +33,5 @@ def require_grpc() -> None:
             importlib.import_module(name)
         except ImportError as e:
             raise BackendUnavailableError(
-                f"serve --grpc-port needs grpcio: pip install 'hlobundle[grpc]' ({e})"
+                f"serve --grpc-port needs grpcio, the grpc extra: {pip_line('serve,grpc')} ({e})"
             ) from None

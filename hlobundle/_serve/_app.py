@@ -27,7 +27,7 @@ from .._version import __version__
 from ._batching import Batcher
 from ._models import Served
 from ._protocol import HEADER_LENGTH, RequestError, parse_request, producer_layout, read_inputs
-from ._responses import Wanted, response, wanted
+from ._responses import Wanted, check_json_values, response, wanted
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -370,17 +370,23 @@ def decoded_body(served: Served, body: bytes, header_length: str | None) -> Deco
     return decoded(served, parsed, binary)
 
 
-def decoded(served: Served, parsed: dict[str, Any], binary: memoryview) -> Decoded:
+def decoded(
+    served: Served, parsed: dict[str, Any], binary: memoryview, raw: bool = False
+) -> Decoded:
     """A parsed request's inputs, checked against the model: REST's JSON and gRPC's messages
-    (`_grpc`, which builds the same request object) take this one path."""
+    (`_grpc`, which builds the same request object; `raw`: its answer is raw data, never
+    JSON) take this one path. What the answer will hold is bounded here, before the model runs."""
     producer = producer_layout(parsed)
     given = read_inputs(parsed, binary, served.wire_inputs(producer))
     if producer:  # the same bytes, under the stored (axis-reversed) shape
         given = {
             n: x.reshape(x.shape[::-1]) if n in served.column_major else x for n, x in given.items()
         }
-    served.check_shapes(given)
-    return Decoded(parsed.get("id"), given, wanted(parsed, list(served.outputs)), producer)
+    results = served.check_shapes(given)
+    want = wanted(parsed, list(served.outputs))
+    if not raw:
+        check_json_values(want, results, served.outputs)
+    return Decoded(parsed.get("id"), given, want, producer)
 
 
 def encoded(

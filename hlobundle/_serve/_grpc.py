@@ -259,10 +259,10 @@ class Service:
             raise RequestError(413, over_limit(limit))
         parsed, binary = request_object(request)
         if size <= INLINE_BYTES:  # as REST: a large request is decoded off the event loop
-            given = decoded(served, parsed, binary)
+            given = decoded(served, parsed, binary, True)
         else:
             loop = asyncio.get_running_loop()
-            given = await loop.run_in_executor(None, decoded, served, parsed, binary)
+            given = await loop.run_in_executor(None, decoded, served, parsed, binary, True)
         outputs = await self._called(served, given.given, context)
         return self._response(served, given, outputs)
 

@@ -31,7 +31,7 @@ from .._remote._sources import stem
 from .._run._shapes import DEFAULT_MAX_SHAPES
 from .._terminal._display import shown
 from ._protocol import BY_DTYPE
-from ._served import Served, batch_sizes
+from ._served import DEFAULT_MAX_RESPONSE_BYTES, Served, batch_sizes
 
 if TYPE_CHECKING:
     from .._run._backends import BackendName
@@ -64,6 +64,7 @@ def load_models(
     max_shapes: int = DEFAULT_MAX_SHAPES,
     sizes: dict[str, Sequence[int]] | None = None,
     compiles: int = 1,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     **keys: Any,
 ) -> dict[str, Served]:
     """Every bundle, loaded (and, with a key, its signature verified), each of its functions
@@ -79,7 +80,15 @@ def load_models(
     A function with symbolic dimensions (SPEC.md 2.8) keeps at most `max_shapes` shapes
     compiled; a request of a new one proves and compiles it in a worker thread, at most
     `compiles` at a time in the server. `sizes` pins the values a symbol may take (`{"b": [1,
-    8]}`): other values are refused with a 400, and every pinned shape compiles at start-up."""
+    8]}`): other values are refused with a 400, and every pinned shape compiles at start-up.
+    What a request may make a function do is bounded by what it sends (`Served.check_shapes`):
+    a symbol beyond the values a request holds is at most `SIZE_WITHOUT_VALUES` (unless
+    `sizes` pins it), and a symbolic function's answer at most `max_response_bytes`."""
+    if type(max_response_bytes) is not int or max_response_bytes < 1:
+        raise InputError(
+            f"max_response_bytes must be a positive integer, not {shown(repr(max_response_bytes))}",
+            argument="max_response_bytes",
+        )
     loaded = _load_named(paths, keys)
     pinned = {k: frozenset(v) for k, v in (sizes or {}).items()}
     known = set().union(*(_symbols(bundle) for _, bundle, _ in loaded))
@@ -96,6 +105,7 @@ def load_models(
         served = _served(path, bundle, names, backend, trust, max_shapes)
         served.sizes = {k: v for k, v in pinned.items() if k in _symbols(bundle)}
         served.compiles = semaphore
+        served.max_response_bytes = max_response_bytes
         _warm_up(served, max_batch)
         models.update(dict.fromkeys(names, served))
     return models

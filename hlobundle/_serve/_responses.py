@@ -59,6 +59,25 @@ def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
     return Wanted([o["name"] for o in asked], binary)
 
 
+def check_json_values(
+    want: Wanted, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]
+) -> None:
+    """A 413 when the outputs of `shapes` that `want` asks for as JSON hold more than
+    `MAX_JSON_VALUES` values: checked from the results' shapes before the model runs, and on
+    the results themselves."""
+    as_json = [
+        n for n in want.names or list(shapes) if n not in want.binary and dtypes[n] != "bfloat16"
+    ]
+    values = sum(math.prod(shapes[n]) for n in as_json)
+    if values > MAX_JSON_VALUES:
+        raise RequestError(
+            413,
+            f"the response would hold {values} values as JSON, over the limit of "
+            f"{MAX_JSON_VALUES}; ask for the outputs as binary data (parameters."
+            "binary_data_output: true, the binary tensor data extension)",
+        )
+
+
 def response(
     model: str,
     version: str,
@@ -69,17 +88,7 @@ def response(
 ) -> tuple[bytes, dict[str, str]]:
     """The response body and headers (the binary extension's when any output is binary)."""
     items, blobs = [], []
-    as_json = [
-        n for n in want.names or list(outputs) if n not in want.binary and dtypes[n] != "bfloat16"
-    ]
-    values = sum(np.size(outputs[n]) for n in as_json)
-    if values > MAX_JSON_VALUES:
-        raise RequestError(
-            413,
-            f"the response would hold {values} values as JSON, over the limit of "
-            f"{MAX_JSON_VALUES}; ask for the outputs as binary data (parameters."
-            "binary_data_output: true, the binary tensor data extension)",
-        )
+    check_json_values(want, {n: np.shape(x) for n, x in outputs.items()}, dtypes)
     for name in want.names or list(outputs):
         value = np.ascontiguousarray(outputs[name])
         item: dict[str, Any] = {

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._format import _dtypes, _symbolic
 from .._format._errors import HloBundleError
 from .._format._manifest import static_shape
 from .._read._reader import Bundle
@@ -32,6 +33,14 @@ EXACT_UP_TO = 16
 # How long a request of a new shape waits for another shape's compile to finish before it is
 # answered 503 (`Served.compiles`): a client that sends new shapes cannot queue up compiles.
 COMPILE_WAIT_S = 5.0
+# What a request may make the server do is bounded by what it sends (SPEC.md 8, "Serving"). A
+# symbol's value beyond the number of values a request's inputs hold (x: f32[b, 0] holds none,
+# whatever b is) is at most this, unless `serve --sizes` pins the symbol or stored arguments
+# bind it; and an answer whose size the request chooses (a symbolic function's results) is at
+# most `Served.max_response_bytes` (`serve --max-response-bytes`, by default as large as the
+# largest request body). Both are refused (413) before the model is called.
+SIZE_WITHOUT_VALUES = 4096
+DEFAULT_MAX_RESPONSE_BYTES = 64 << 20
 
 
 def batch_sizes(max_batch: int) -> tuple[int, ...]:
@@ -74,6 +83,7 @@ class Served:
     max_shapes: int = DEFAULT_MAX_SHAPES
     sizes: dict[str, frozenset[int]] = field(default_factory=dict)
     compiles: threading.Semaphore | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # a symbolic function's answer
     _warm: OrderedDict[tuple[Any, ...], None] = field(default_factory=OrderedDict, repr=False)
     _warm_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -153,12 +163,15 @@ class Served:
             for a in self.bundle.arguments
         ]
 
-    def check_shapes(self, given: dict[str, np.ndarray]) -> None:
-        """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why."""
-        if not self._symbolic:
-            return  # every dimension is an integer, which the request's parsing checked
+    def check_shapes(self, given: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+        """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why,
+        to sizes that what it sends bounds (`SIZE_WITHOUT_VALUES`, `max_response_bytes`), or
+        a 413 says why; the results' shapes at those sizes. Nothing runs before it."""
+        m = self.bundle.manifest
+        if not self._symbolic:  # every dimension is an integer, which the parsing checked
+            return self._static_results
         try:
-            env = bind_symbols(self.bundle.manifest, self._shapes_of(given))
+            env = bind_symbols(m, self._shapes_of(given))
         except HloBundleError as e:
             raise RequestError(400, e.message) from None
         for symbol, allowed in self.sizes.items():
@@ -168,6 +181,49 @@ class Served:
                     f"the inputs make {symbol!r} {env[symbol]}; model {self.name!r} serves "
                     f"{symbol} in {sorted(allowed)} (serve --sizes)",
                 )
+        self._check_backed(env, sum(int(np.size(x)) for x in given.values()))
+        results = {r.name: _symbolic.evaluate(r.shape, env) for r in m.results}
+        self._check_answer(results)
+        return results
+
+    def _check_backed(self, env: dict[str, int], values: int) -> None:
+        """Each symbol the request chooses is at most the number of `values` its inputs hold,
+        or `SIZE_WITHOUT_VALUES`: else x: f32[b, 0] would let a few bytes ask for any b."""
+        free = set(env) - set(self.sizes) - self._stored_symbols  # the operator's are bounded
+        for symbol in sorted(free):
+            if env[symbol] > max(values, SIZE_WITHOUT_VALUES):
+                raise RequestError(
+                    413,
+                    f"the inputs make {symbol!r} {env[symbol]} and hold {values} values: model "
+                    f"{self.name!r} takes a symbol beyond the values a request sends only up "
+                    f"to {SIZE_WITHOUT_VALUES} (SPEC.md 8; serve --sizes serves sizes chosen "
+                    "in advance)",
+                )
+
+    def _check_answer(self, results: dict[str, tuple[int, ...]]) -> None:
+        """The results' bytes at the request's sizes are at most `max_response_bytes`."""
+        dtypes = {r.name: _dtypes.BY_NAME[r.dtype] for r in self.bundle.manifest.results}
+        size = sum(math.prod(shape) * dtypes[n].itemsize for n, shape in results.items())
+        if size > self.max_response_bytes:
+            shown = ", ".join(
+                f"{n} {BY_DTYPE[dtypes[n].name]}{list(s)}" for n, s in list(results.items())[:5]
+            )
+            raise RequestError(
+                413,
+                f"model {self.name!r} would answer these inputs with {size} bytes ({shown}), "
+                f"over the limit of {self.max_response_bytes} (serve --max-response-bytes)",
+            )
+
+    @cached_property
+    def _static_results(self) -> dict[str, tuple[int, ...]]:
+        return {r.name: static_shape(r.shape) for r in self.bundle.manifest.results}
+
+    @cached_property
+    def _stored_symbols(self) -> frozenset[str]:
+        """The symbols the stored arguments bind: the bundle's sizes, not a request's."""
+        stored = [a for a in self.bundle.manifest.arguments if a.name not in self.inputs]
+        shapes = [tuple(np.shape(self.stored[a.name])) for a in stored]
+        return frozenset(_symbolic.solved([(a.name, a.shape) for a in stored], shapes))
 
     @cached_property
     def _one_jit(self) -> bool:

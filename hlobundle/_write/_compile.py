@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 
 from .._format._bundle_manifest import BundleManifest, combine
-from .._format._errors import InputError
+from .._format._errors import BackendUnavailableError, InputError
 from .._format._fields import COMPILERS
 from .._format._manifest import Executable, Manifest
 from .._read._files import references
@@ -38,9 +38,11 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
 
     **Arguments:**
 
-    - `targets`: IREE target backends, from `("llvm-cpu", "vmvx")`, or `"xla-PLATFORM"`
-      for the platform JAX runs on here (`"xla-cpu"`, `"xla-tpu"`): XLA's executable of one
-      device, run by the xla backend's eager calls (SPEC.md 2.7).
+    - `targets`: IREE target backends, from `("llvm-cpu", "vmvx")` (the default, llvm-cpu,
+      needs IREE's compiler: `hlobundle[iree]`), or `"xla-PLATFORM"` for the platform JAX
+      runs on here (`"xla-cpu"`, `"xla-tpu"`, `"xla-cuda"`, `"xla-rocm"`): XLA's executable of
+      one device, run by the xla backend's eager calls (SPEC.md 2.7). A target this machine
+      cannot compile for is refused before any work, naming those it can.
     - `function`: compile only this function (`Bundle.functions`); default: every function.
     - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
       `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
@@ -54,6 +56,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     for target, compiler in compilers.items():
         if compiler.check_target is not None:
             compiler.check_target(target, cpu)  # an unknown target, before any work
+        _refuse_uncompilable(target, compiler)
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
     for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work
@@ -82,6 +85,18 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         b, _with_executables(b.bundle_manifest, views, added, b.default_function), written, sign_key
     )
     return [e for entries in added.values() for e in entries]
+
+
+def _refuse_uncompilable(target: str, compiler: _backends.Backend) -> None:
+    """A `BackendUnavailableError` naming what this machine compiles for, before any work,
+    when `target`'s compiler is not installed here."""
+    here = _backends.targets_here()
+    if target not in here:
+        raise BackendUnavailableError(
+            f"target {target}: {compiler.unavailable}. This machine compiles for "
+            f"{', '.join(here)} (--target {here[0]})",
+            argument="targets",
+        )
 
 
 def _compiled(

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from .._format._errors import InputError
 from .._format._manifest import Manifest
 from .._format._model import first_error
+from .._format._tolerance import agree
 
 BLOCKS = 3  # blocks of rows `check` joins
 ARGUMENT = "independent_rows"
@@ -114,10 +115,7 @@ def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def _close(got: np.ndarray, want: np.ndarray) -> bool:
     if np.issubdtype(want.dtype, np.inexact):
-        wide = np.complex128 if np.iscomplexobj(want) else np.float64
-        # NaN where both have it (sqrt of a random negative row) is the same row
-        close = np.allclose(
-            got.astype(wide), want.astype(wide), rtol=1e-4, atol=1e-5, equal_nan=True
-        )
-        return bool(close)
+        # SPEC.md 2.15's rule: NaN where both have it (sqrt of a random negative row) is the
+        # same row, an infinity only the same infinity
+        return agree(got, want, 1e-4, 1e-5)
     return bool(np.array_equal(got, want))

@@ -1,12 +1,13 @@
 """hlobundle inside the serving and batch engines people already run (docs/deploy.md), each
-behind its own extra and imported only when asked for:
+behind its own extra (README.md, "Extras": `pip install "hlobundle[EXTRA]"`, or in a clone
+`pip install ".[EXTRA]"`) and imported only when asked for:
 
 - `hlobundle.integrations.mlserver`: `HloBundleRuntime`, an MLServer custom runtime
-  (`pip install "hlobundle[mlserver]"`);
+  (the mlserver extra);
 - `hlobundle.integrations.ray`: `BundlePredictor`, a callable class for Ray Data's
-  `map_batches`, and `serve_deployment`, a Ray Serve application (`pip install "hlobundle[ray]"`);
+  `map_batches`, and `serve_deployment`, a Ray Serve application (the ray extra);
 - `hlobundle.integrations.kserve`: `HloBundleModel`, a KServe custom predictor, and its server
-  command (`pip install "hlobundle[kserve]"`).
+  command (the kserve extra).
 
 Each serves one function of a bundle given by path or by `oci://` / `https://` reference, with
 `hlobundle serve`'s checks and trust rule: requests are combined (an engine's batching) only

@@ -1,11 +1,12 @@
 """What every engine's adapter shares: one function of a bundle opened as `serve` opens it (its
-stored arguments kept, compiled and warmed up), and a request's arrays checked against its
-inputs before they reach it."""
+stored arguments kept, compiled and warmed up), a request's tensors decoded by `serve`'s own
+decoder, and a request's arrays checked against its inputs before they reach it."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,8 +14,8 @@ import numpy as np
 from .._format._errors import InputError
 from .._read._trust import Trust
 from .._serve._models import load_models
-from .._serve._protocol import RequestError, _fits, _numpy, _shown_shape
-from .._serve._served import Served
+from .._serve._protocol import RequestError, _fits, _numpy, _shown_shape, read_inputs
+from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, Served
 
 
 def open_function(
@@ -26,20 +27,29 @@ def open_function(
     trust_batched: bool = False,
     public_key: str | os.PathLike[str] | None = None,
     certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> Served:
     """Function `function` (default: the bundle's default) of `bundle` (a path, `oci://` or
     `https://`), loaded, checked and warmed up. With `batching` (the engine will concatenate
     requests along the first axis), the function must declare its rows independent along
     axis 0 of every input and result (SPEC.md 2.13), and a key must verify the bundle or
     `trust_batched` be given (docs/serving.md, "Trust: signatures and batching"), as `serve`
-    joins requests: otherwise an `InputError` says so."""
+    joins requests: otherwise an `InputError` says so. A request is bounded as `serve`
+    bounds it (`checked_inputs`): a symbolic function's answer is at most
+    `max_response_bytes`."""
     keys: dict[str, Any] = {}
     if public_key is not None:
         keys["public_key"] = public_key
     if certificate_chain:
         keys["certificate_chain"] = certificate_chain
     trust = Trust.BATCHED if trust_batched else Trust.NOTHING
-    models = load_models([str(bundle)], backend=backend, trust=trust, **keys)  # type: ignore[arg-type]
+    models = load_models(
+        [str(bundle)],
+        backend=backend,  # type: ignore[arg-type]
+        trust=trust,
+        max_response_bytes=max_response_bytes,
+        **keys,
+    )
     served = _pick(models, function)
     if batching:
         if served.concatenated is None:
@@ -90,7 +100,8 @@ def _pick(models: dict[str, Served], function: str | None) -> Served:
 
 def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The request's arrays, one per input, each of the input's dtype and shape (a symbolic
-    dimension any size, bound consistently by `Served.check_shapes`), or a `RequestError`."""
+    dimension any size, bound consistently and within what the request sends by
+    `Served.check_shapes`), or a `RequestError`: before the function is called."""
     missing = sorted(set(served.inputs) - set(given))
     unknown = sorted(set(given) - set(served.inputs))
     if missing or unknown:
@@ -112,20 +123,37 @@ def checked_inputs(served: Served, given: dict[str, np.ndarray]) -> dict[str, np
     return out
 
 
-def decoded(name: str, shape: Sequence[int], decode: Callable[[], np.ndarray]) -> np.ndarray:
-    """An engine's array of input `name` (`decode`, which reshapes the data to `shape`), its
-    data exactly the declared shape's, or a `RequestError`: a shape with -1 would take any
-    count, and a batching engine splits answers by the declared shapes."""
-    declared = list(shape)
-    try:
-        array = decode()
-    except ValueError as e:
-        raise RequestError(400, f"input {name!r}: data not of shape {declared}: {e}") from None
-    except OverflowError as e:  # a value out of its declared datatype's range
-        raise RequestError(400, f"input {name!r}: a value does not fit its datatype: {e}") from None
-    if list(array.shape) != declared:
-        raise RequestError(400, f"input {name!r}: {array.size} values for shape {declared}")
-    return array
+@dataclass(frozen=True)
+class WireTensor:
+    """One input of a request as an engine received it, before the engine decoded it: its
+    JSON values (`data`, flat or nested, as a JSON body or gRPC's typed contents give them) or
+    its binary data (`raw`: the binary extension's bytes, or gRPC's raw_input_contents)."""
+
+    name: Any
+    datatype: Any
+    shape: Any
+    data: Any = None
+    raw: bytes | None = None
+
+
+def decoded_inputs(served: Served, tensors: Iterable[WireTensor]) -> dict[str, np.ndarray]:
+    """The request's arrays, one per input, decoded by `hlobundle serve`'s own decoder
+    (`_serve/_protocol.read_inputs`: the datatype and shape the function declares, the value
+    count, each value of its datatype and within its range, BOOL bytes 0 or 1), never by the
+    engine's (which made 1e300 an FP32 inf), then checked as `checked_inputs` checks them; or
+    a `RequestError`. So every server and adapter answers one request alike."""
+    inputs: list[dict[str, Any]] = []
+    binary = bytearray()
+    for tensor in tensors:
+        item = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
+        if tensor.raw is None:
+            item["data"] = tensor.data
+        else:
+            item["parameters"] = {"binary_data_size": len(tensor.raw)}
+            binary += tensor.raw
+        inputs.append(item)
+    given = read_inputs({"inputs": inputs}, memoryview(binary), served.wire_inputs(False))
+    return checked_inputs(served, given)
 
 
 class BoundedBody:

@@ -17,18 +17,21 @@ from collections.abc import Sequence
 import numpy as np
 from kserve import Model, ModelServer
 from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
 
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
-from ._models import BoundedBody, checked_inputs, decoded, open_function
+from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES
+from ._models import BoundedBody, WireTensor, decoded_inputs, open_function
 
 __all__ = ["HloBundleModel", "main"]
 
 
 class HloBundleModel(Model):
-    """One function of a bundle, served by KServe's model server."""
+    """One function of a bundle, served by KServe's model server; a request is refused before
+    the function runs where its answer would exceed `max_response_bytes` (a symbolic
+    function's), or a symbol goes beyond the values it sends (docs/serving.md)."""
 
     def __init__(
         self,
@@ -37,13 +40,20 @@ class HloBundleModel(Model):
         function: str | None = None,
         *,
         public_key: str | os.PathLike[str] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         super().__init__(name)
         self._bundle, self._function, self._public_key = bundle, function, public_key
+        self._max_response_bytes = max_response_bytes
         self.load()
 
     def load(self) -> bool:
-        self._served = open_function(self._bundle, self._function, public_key=self._public_key)
+        self._served = open_function(
+            self._bundle,
+            self._function,
+            public_key=self._public_key,
+            max_response_bytes=self._max_response_bytes,
+        )
         self.ready = True
         return True
 
@@ -54,7 +64,7 @@ class HloBundleModel(Model):
         response_headers: dict[str, str] | None = None,
     ) -> InferResponse:
         try:
-            given = {i.name: decoded(i.name, i.shape, i.as_numpy) for i in payload.inputs}
+            given = [_wire(i) for i in payload.inputs]
             results = await asyncio.to_thread(self._call, given)
         except (RequestError, HloBundleError) as e:
             raise InvalidInput(f"[{e.code}] {e.message}") from None
@@ -73,8 +83,15 @@ class HloBundleModel(Model):
             use_binary_outputs=binary,
         )
 
-    def _call(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._served(checked_inputs(self._served, given))
+    def _call(self, given: list[WireTensor]) -> dict[str, np.ndarray]:
+        return self._served(decoded_inputs(self._served, given))
+
+
+def _wire(given: InferInput) -> WireTensor:
+    """An input as KServe received it (REST's binary data it has already made JSON values;
+    gRPC's raw_input_contents it keeps as bytes), for `serve`'s decoder, never its own."""
+    raw = given._raw_data  # what KServe's own `as_numpy` reads first
+    return WireTensor(given.name, given.datatype, given.shape, given.data, raw)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -94,8 +111,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--grpc_port", type=int, default=8081)
     parser.add_argument("--max_body_bytes", type=int, default=DEFAULT_MAX_BODY)
     parser.add_argument("--read_timeout_s", type=float, default=DEFAULT_READ_TIMEOUT_S)
+    parser.add_argument("--max_response_bytes", type=int, default=DEFAULT_MAX_RESPONSE_BYTES)
     args = parser.parse_args(argv)
-    model = HloBundleModel(args.model_name, args.bundle, args.function, public_key=args.public_key)
+    model = HloBundleModel(
+        args.model_name,
+        args.bundle,
+        args.function,
+        public_key=args.public_key,
+        max_response_bytes=args.max_response_bytes,
+    )
     limit = min(args.max_body_bytes, model._served.max_request_bytes)
     # KServe's app and flags are module-level: its REST app takes the middleware before it
     # starts, and its gRPC server reads its flags when it starts.

@@ -2,7 +2,8 @@
 `model-settings.json` says `"implementation": "hlobundle.integrations.mlserver.HloBundleRuntime"`
 and `"parameters": {"uri": BUNDLE}` serves one function of that bundle (a path, relative to the
 folder of `model-settings.json` as for MLServer's own runtimes, `oci://` or `https://`) over MLServer's REST and gRPC, with MLServer's adaptive batching where the function
-allows it. `parameters.extra` may give `function`, `public_key` and `trust_batched`.
+allows it. `parameters.extra` may give `function`, `public_key`, `trust_batched` and
+`max_response_bytes` (a symbolic function's answer, at most: 64 MiB by default, as `serve`).
 
 MLServer's adaptive batching merges requests by the shapes they declare, before `predict` sees
 them, and splits the answer back by those shapes: a client whose shape lies about its data
@@ -28,7 +29,6 @@ from typing import Any
 
 import numpy as np
 from mlserver import MLModel
-from mlserver.codecs import NumpyCodec
 from mlserver.errors import InvalidModelURI, MLServerError
 from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 from mlserver.utils import get_model_uri
@@ -36,8 +36,8 @@ from mlserver.utils import get_model_uri
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
-from .._serve._served import request_bound
-from ._models import BoundedBody, checked_inputs, decoded, open_function
+from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, request_bound
+from ._models import BoundedBody, WireTensor, decoded_inputs, open_function
 
 __all__ = ["HloBundleRuntime", "main"]
 
@@ -67,6 +67,7 @@ class HloBundleRuntime(MLModel):
                 batching=batching,
                 trust_batched=bool(extra.get("trust_batched", False)),
                 public_key=extra.get("public_key"),
+                max_response_bytes=extra.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES),
             )
         except HloBundleError as e:
             raise MLServerError(f"model {self.name!r}: [{e.code}] {e.message}") from None
@@ -113,7 +114,7 @@ class HloBundleRuntime(MLModel):
         return predict
 
     def _checked_alone(self, payload: InferenceRequest) -> InferenceRequest:
-        given = checked_inputs(self._served, {i.name: _decoded(i) for i in payload.inputs})
+        given = decoded_inputs(self._served, map(_wire, payload.inputs))
         self._served.prove_alone(given)
         inputs = [
             RequestInput(
@@ -128,7 +129,7 @@ class HloBundleRuntime(MLModel):
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         with _coded():
-            given = {i.name: _decoded(i) for i in payload.inputs}
+            given = [_wire(i) for i in payload.inputs]
             results = await asyncio.to_thread(self._call, given)
         return InferenceResponse(
             model_name=self.name,
@@ -136,12 +137,15 @@ class HloBundleRuntime(MLModel):
             outputs=[_output(name, array) for name, array in results.items()],
         )
 
-    def _call(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._served(checked_inputs(self._served, given))
+    def _call(self, given: list[WireTensor]) -> dict[str, np.ndarray]:
+        return self._served(decoded_inputs(self._served, given))
 
 
-def _decoded(given: RequestInput) -> np.ndarray:
-    return decoded(given.name, given.shape, lambda: NumpyCodec.decode_input(given))
+def _wire(given: RequestInput) -> WireTensor:
+    """An input as MLServer received it (gRPC's raw_input_contents it has already unpacked
+    into values), for `serve`'s decoder, never its codecs."""
+    datatype = getattr(given.datatype, "value", given.datatype)  # MLServer's enum
+    return WireTensor(given.name, datatype, given.shape, getattr(given.data, "root", given.data))
 
 
 @contextmanager

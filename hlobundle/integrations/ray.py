@@ -22,14 +22,16 @@ import numpy as np
 
 from .._format._errors import HloBundleError, InputError
 from .._serve._protocol import RequestError
-from .._serve._served import Served
+from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, Served
 from ._models import checked_inputs, open_function
 
 __all__ = ["BundlePredictor", "serve_deployment"]
 
 
 class BundlePredictor:
-    """One function of a bundle, called on batches of rows (a dict of column arrays)."""
+    """One function of a bundle, called on batches of rows (a dict of column arrays); a row
+    whose answer would exceed `max_response_bytes` (a symbolic function's), or whose symbol
+    goes beyond the values it holds, is refused before the function runs (docs/serving.md)."""
 
     def __init__(
         self,
@@ -39,6 +41,7 @@ class BundlePredictor:
         trust_batched: bool = False,
         public_key: str | os.PathLike[str] | None = None,
         certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.served = open_function(
             bundle,
@@ -46,6 +49,7 @@ class BundlePredictor:
             trust_batched=trust_batched,
             public_key=public_key,
             certificate_chain=certificate_chain,
+            max_response_bytes=max_response_bytes,
         )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -87,13 +91,16 @@ def serve_deployment(
     public_key: str | os.PathLike[str] | None = None,
     max_body_bytes: int = 64 << 20,
     read_timeout_s: float = 30.0,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> Any:
     """A Ray Serve application of one function of `bundle`, `num_replicas` replicas each with
     the bundle loaded: a POST of an Open Inference Protocol request body (JSON, or the binary
     tensor extension) to its route gets the protocol's response, and the same refusals as
     `hlobundle serve`: a body over `max_body_bytes` or the model's own bound (64 KiB + 64 bytes
     per input value) is refused before it is read whole (413 `LIMIT_EXCEEDED`), one that has not
-    arrived within `read_timeout_s` gets 408. With `max_batch_size` above 1, `serve.batch`
+    arrived within `read_timeout_s` gets 408, and one whose answer would exceed
+    `max_response_bytes` (a symbolic function's), or whose symbol goes beyond the values it
+    sends, 413 before the function runs. With `max_batch_size` above 1, `serve.batch`
     combines concurrent requests, each checked alone first, in one call where `serve
     --max-batch-size` would (a batched module or declared independent rows, and trust: a key,
     or `trust_batched`): otherwise every request runs alone.
@@ -104,7 +111,11 @@ def serve_deployment(
     class BundleDeployment:
         def __init__(self) -> None:
             served = open_function(
-                bundle, function, trust_batched=trust_batched, public_key=public_key
+                bundle,
+                function,
+                trust_batched=trust_batched,
+                public_key=public_key,
+                max_response_bytes=max_response_bytes,
             )
             combine = self.batched if max_batch_size > 1 and served.batchable else None
             self.endpoint = Endpoint(served, max_body_bytes, read_timeout_s, combine)

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeGuard, get_args
 
 from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
 from ._backend import Backend, Compiled, Script
+from ._jax_script import either
 
 if TYPE_CHECKING:
     from ..._format._manifest import Manifest
     from ..._read._reader import Bundle
+    from ..._read._trust import Trust
 
 __all__ = ["NAMES", "Backend", "BackendName", "Compiled", "Script"]
 
@@ -118,6 +120,22 @@ def for_script(name: str, manifest: Manifest) -> Backend:
     return kind(name)
 
 
+def script(name: str, bundle: Bundle, trust: Trust) -> Script:
+    """What `emit` writes for backend `name` (`for_script`); `auto`, where both JAX backends'
+    scripts can call the function, is one script of both that picks when it runs (enzyme where
+    enzyme_ad imports, else xla), so that it runs with jax alone wherever it was emitted."""
+    if script_name(name, bundle.manifest) == "auto":
+        return either(*(_backend(n).script(bundle, trust) for n in _AUTO))
+    return for_script(name, bundle.manifest).script(bundle, trust)
+
+
+def script_name(name: str, manifest: Manifest) -> str:
+    """The backend an emitted script of `manifest`'s function names: `auto` (it picks when it
+    runs) where `name` is auto and the function has static shapes, else `for_script`'s."""
+    chosen = for_script(name, manifest)
+    return "auto" if _checked(name) == "auto" and not manifest.symbolic else chosen.name
+
+
 def exported(bundle: Bundle) -> Any:
     """`Bundle.to_exported()`: the bundle as a `jax.export.Exported`."""
     to_exported = _backend(_EXPORTED).to_exported
@@ -141,6 +159,12 @@ def text_primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
 def compilers() -> list[Backend]:
     """The backends that compile and run stored executables (`hlobundle compile`)."""
     return [b for b in map(_backend, _ROOMS) if b.stored_executables]
+
+
+def targets_here() -> list[str]:
+    """The targets `hlobundle compile` compiles for on this machine: IREE's where its compiler
+    is installed, XLA's for the platform JAX runs on here."""
+    return [t for b in compilers() for t in b.targets_here()]
 
 
 def compiler(target: str) -> Backend:

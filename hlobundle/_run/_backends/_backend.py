@@ -59,7 +59,8 @@ class Backend:
     - `stored_executables`: it runs a bundle's stored executables (SPEC.md, "Executables"),
       which it compiles for `executable_targets` with `compile_executable(bundle, target=,
       cpu=)` (of the bundle's selected function); `check_target(target, cpu)` refuses an unknown one before any work; `scripted_executables`:
-      its emitted script runs them too.
+      its emitted script runs them too; `targets_here()`: the targets it compiles for on this
+      machine (none where its compiler is not installed).
     - `limit_memory(limit)`: caps the process's address space so that running out of memory is
       a coded error (`run --max-memory`), where the backend can need it.
     - A JAX backend's `BundleFunction` takes `implementation(bundle, prover)`, installs
@@ -84,6 +85,7 @@ class Backend:
     executable_targets: tuple[str, ...] = ()
     compile_executable: Callable[..., Compiled] | None = None
     check_target: Callable[[str, str], object] | None = None
+    targets_here: Callable[[], tuple[str, ...]] = lambda: ()
     limit_memory: Callable[[int | None], int] | None = None
     implementation: Callable[..., Callable[..., tuple[Any, ...]]] | None = None
     install_rules: Callable[[], None] = lambda: None

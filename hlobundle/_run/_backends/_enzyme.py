@@ -199,7 +199,7 @@ BACKEND = Backend(
     jax=True,
     unavailable=(
         "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
-        "pip install 'enzyme-ad>=0.0.16', or use backend='xla'"
+        "pip install \"enzyme-ad>=0.0.16\", or use backend='xla'"
     ),
     available=lambda: _installed.enzyme_ad(),  # looked up when asked (tests patch it)
     make=make,

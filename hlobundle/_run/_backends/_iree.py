@@ -386,5 +386,6 @@ BACKEND = Backend(
     executable_targets=_iree_compile.TARGETS,
     compile_executable=_compile_executable,
     check_target=_iree_compile.flags,
+    targets_here=lambda: _iree_compile.TARGETS if _installed.iree_compiler() else (),
     limit_memory=limit_memory,
 )

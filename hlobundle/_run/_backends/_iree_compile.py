@@ -17,6 +17,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
+from ..._extras import pip_line
 from ..._format import _limits
 from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
 from ..._format._fields import CPU_NAME
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ..._format._manifest import Manifest
 
 UNAVAILABLE = (
-    "the iree backend needs IREE's compiler and runtime: pip install 'hlobundle[iree]' "
+    f"the iree backend needs IREE's compiler and runtime, the iree extra: {pip_line('iree')} "
     "(iree-base-compiler and iree-base-runtime; wheels for Python 3.11 and newer)"
 )
 # What each target is for; `hlobundle compile --target`. Both run on the CPU (IREE's local

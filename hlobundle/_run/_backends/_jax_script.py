@@ -1,6 +1,7 @@
 """The emitted script of a JAX backend (`_emit/run_template.py`): the slots that say how it
 calls the module, a `jax.export` function of the portable artifact or enzyme-ad's `hlo_call` of
-the module text (`prepared` for it), and which of the bundle's module files it reads."""
+the module text (`prepared` for it), or either (`auto`: the one that imports where it runs), and
+which of the bundle's module files it reads."""
 
 from __future__ import annotations
 
@@ -45,3 +46,15 @@ def jax_script(bundle: Bundle, name: str, prepared: Prepared | None = None) -> S
         and calls_lapack(bundle.modules["module"].custom_calls),
     }
     return Script("run_template.py", slots, reads, "JAX or NumPy")
+
+
+def either(*scripts: Script) -> Script:
+    """The scripts of the JAX backends as one, whose BACKEND "auto" calls the module with the
+    first of them whose modules import where it runs: each backend's script fills every slot
+    of the template (the others' with what it leaves unused), so the first's slots, taken
+    over the later ones', serve each; it reads the files each reads."""
+    slots: dict[str, object] = {}
+    for s in reversed(scripts):
+        slots.update(s.slots)
+    reads = tuple(dict.fromkeys(f for s in scripts for f in s.reads))
+    return Script(scripts[0].template, {**slots, "BACKEND": "auto"}, reads, scripts[0].takes)

@@ -168,4 +168,5 @@ BACKEND = Backend(
     executable_targets=_xla_executables.TARGETS,
     compile_executable=_xla_executables.compile_executable,
     check_target=_xla_executables.check_target,
+    targets_here=lambda: (_xla_executables.here().target,),
 )
