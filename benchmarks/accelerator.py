@@ -15,7 +15,9 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 - `verify`: `load(verify=True)` / the parallel sha256 bound (the same files read and hashed in
   runs of 8 MiB by a thread per host core); goal <= 1.15.
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
-  stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables).
+  stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables);
+  the language model's first decoded token from `decode`'s executable stored for its batch
+  (`lm_first_token_from_stored`; `decode`'s batch is symbolic).
 - `serve`: the gain of serve's batching over `serve --uds` (the machine has no TCP), 16
   clients, against the model-only bound (`serving.serve_uds_cost`); goal >= 0.8.
 
@@ -383,7 +385,11 @@ def first_result(tmp: Path, args: argparse.Namespace) -> list[dict]:
                      med(warm, "first_call_s"), None), "compiles": med(warm, "compiles"),
          "cache_hits": med(warm, "cache_hits")},
     ]  # fmt: skip
-    return rows + [stored_executable_first_result(tmp, path, base, cold[0]["platform"])]
+    platform = cold[0]["platform"]
+    return rows + [
+        stored_executable_first_result(tmp, path, base, platform),
+        lm_first_token_from_stored(tmp, platform),
+    ]
 
 
 def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platform: str) -> dict:
@@ -404,6 +410,32 @@ def stored_executable_first_result(tmp: Path, path: Path, cold_s: float, platfor
         'function("xla")', 'function("xla", trust=hlobundle.Trust.EXECUTABLES)'))[1])  # fmt: skip
     return {**ratio_row(case, "xla", cold_s, got["first_call_s"], None), "goal": "compiles 0",
             "compiles": got["compiles"], "met": "yes" if got["compiles"] == 0 else "NO"}  # fmt: skip
+
+
+def lm_first_token_from_stored(tmp: Path, platform: str) -> dict:
+    """The language model's `decode`, whose batch is symbolic: its XLA executable stored for the
+    batch its stored arguments bind (`hlobundle.compile(copy, ["xla-PLATFORM"],
+    function="decode")`, SPEC.md 2.7, "Executables for several sizes"), then a fresh process's
+    first decoded token from it, trusted, against a fresh process's with no cache; its goal: no
+    compile at all."""
+    target = f"xla-{platform}"
+    case = f"LM's first decoded token from a stored executable ({target}, stored batch) / cold"
+    copy = tmp / "lm-stored"
+    shutil.copytree(ROOT / "examples" / "lm.hlobundle", copy, dirs_exist_ok=True)
+    code = FIRST.format(path=str(copy)).replace('select("f0")', 'select("decode")')
+    cold = json.loads(child(code, {"HLOBUNDLE_NO_CACHE": "1"})[1])
+    try:  # in a child, as every process here that may open the device
+        child(
+            f"import hlobundle; hlobundle.compile({str(copy)!r}, [{target!r}], function='decode')"
+        )
+    except RuntimeError as e:
+        why = str(e).strip().splitlines()[-1][:160]
+        return not_measured(case, f"`hlobundle compile` refused {target}: {why}")
+    trusted = code.replace('function("xla")', 'function("xla", trust=hlobundle.Trust.EXECUTABLES)')
+    got = json.loads(child(trusted, {"HLOBUNDLE_NO_CACHE": "1"})[1])
+    return {**ratio_row(case, "xla", cold["first_call_s"], got["first_call_s"], None),
+            "goal": "compiles 0", "compiles": got["compiles"],
+            "met": "yes" if got["compiles"] == 0 else "NO"}  # fmt: skip
 
 
 def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:

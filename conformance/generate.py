@@ -1105,6 +1105,95 @@ def _(path: Path) -> None:
     save_outputs(path, bundle, inputs)
 
 
+def foreign_sized_executables(bundle: Path, *sizes: dict) -> None:
+    """Store XLA executables of the symbolic function (format 2.2), one per entry of `sizes`,
+    for a device no reader has, as `foreign_xla_executable` does (SPEC.md 2.7)."""
+    (bundle / "compiled").mkdir()
+    source = hashlib.sha256((bundle / "module.mlirbc").read_bytes()).hexdigest()
+    entries = []
+    for at in sizes:
+        name = "compiled/xla-tpu" + "".join(f".{k}={v}" for k, v in sorted(at.items())) + ".pjrt"
+        (bundle / name).write_bytes(b"not an executable\n")
+        entries.append(
+            {
+                "target": "xla-tpu",
+                "file": name,
+                "compiler": "xla",
+                "compiler_version": "0.0.1",
+                "architecture": "riscv64",
+                "cpu": "generic",
+                "source_sha256": source,
+                "device_kind": "TPU v0",
+                "topology": "1",
+                "sizes": at,
+            }
+        )
+
+    def change(m: dict) -> None:
+        m.update(format_version="2.2")
+        m["functions"][0]["executables"] = entries
+        for e in entries:
+            m["files"][e["file"]] = {"size": 0, "sha256": "0" * 64}
+
+    edit(bundle, change)
+    for e in entries:
+        rehash(bundle, e["file"])
+
+
+@case(
+    "valid_xla_executable_sizes_foreign",
+    "XLA executables of the symbolic function at b = 2 and b = 5, for another platform "
+    "(format 2.2): ignored, not parsed",
+)
+def _(path: Path) -> None:
+    bundle = symbolic(path)
+    foreign_sized_executables(bundle, {"b": 2}, {"b": 5})
+    save_outputs(path, bundle)
+
+
+@case(
+    "invalid_xla_executable_sizes_missing",
+    "an XLA executable of a function with symbolic dimensions, without its sizes",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = symbolic(path)
+    foreign_sized_executables(bundle, {"b": 2})
+    edit(bundle, lambda m: m["functions"][0]["executables"][0].pop("sizes"))
+
+
+@case(
+    "invalid_xla_executable_sizes_unknown_symbol",
+    "an XLA executable's sizes name a symbol the function does not have",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = symbolic(path)
+    foreign_sized_executables(bundle, {"b": 2})
+    edit(bundle, lambda m: m["functions"][0]["executables"][0].update(sizes={"b": 2, "c": 2}))
+
+
+@case(
+    "invalid_xla_executable_sizes_duplicate",
+    "two XLA executables of one target at the same sizes",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = symbolic(path)
+    foreign_sized_executables(bundle, {"b": 2}, {"b": 5})
+    edit(bundle, lambda m: m["functions"][0]["executables"][1].update(sizes={"b": 2}))
+
+
+@case(
+    "invalid_xla_executable_sizes_static",
+    "an XLA executable of a static function that gives sizes",
+    "MANIFEST_INVALID",
+)
+def _(path: Path) -> None:
+    bundle = base(path)
+    foreign_xla_executable(bundle, sizes={"b": 2})
+
+
 def _function(m: dict, name: str) -> dict:
     return next(f for f in m["functions"] if f["name"] == name)
 

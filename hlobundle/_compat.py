@@ -167,6 +167,18 @@ def deserialize_executable(data: bytes, device: Any) -> Any:
     return device.client.deserialize_executable(data, xla_client.DeviceList((device,)), None)
 
 
+def parameter_shapes(loaded: Any) -> list[tuple[tuple[int, ...], Any]]:
+    """The dimensions and NumPy dtype of each parameter a loaded executable takes, read from
+    the HLO module it holds (its entry computation's program shape), not from what anyone
+    says it was compiled for; a tupled parameter's elements in order."""
+    from jax._src.lib import xla_client
+
+    proto = loaded.hlo_modules()[0].as_serialized_hlo_module_proto()
+    shapes = xla_client.XlaComputation(proto).program_shape().parameter_shapes()
+    flat = [t for s in shapes for t in (s.tuple_shapes() if s.is_tuple() else [s])]
+    return [(tuple(int(d) for d in s.dimensions()), s.numpy_dtype()) for s in flat]
+
+
 _uncached = threading.Lock()
 
 

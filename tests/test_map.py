@@ -58,6 +58,7 @@ MAP = {
     "hlobundle._format._signature": ["test_signing.py"],
     "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
     "hlobundle._format._tolerance": ["test_run.py", "test_precision.py"],
+    "hlobundle._format._agreement": ["test_ieee.py"],
     "hlobundle._format._precision": ["test_precision.py", "test_precision_rewrite.py"],
     "hlobundle._run._precision": ["test_precision.py", "test_precision_rewrite.py"],
     "hlobundle._interop._sources": ["test_jax_export.py", "test_reactant_server.py"],

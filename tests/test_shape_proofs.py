@@ -258,7 +258,7 @@ def test_serve_answers_a_compile_failure_with_a_400(tmp_path):
         "v1",
         bundle.function("xla"),
         inputs={"arg0": ("float32", (3,))},
-        outputs={"result0": "float32"},
+        outputs={"result": "float32"},  # the names pack gives (a check of the answer reads them)
     )
     r = _infer(TestClient(app({"cc": served})), "cc", arg0=np.ones(3, np.float32))
     assert r.status_code == 400 and r.json()["code"] == "BACKEND_UNSUPPORTED", r.text

@@ -123,6 +123,15 @@ def add_compile(sub: Any) -> None:
         help="llvm-cpu's target CPU: generic (default; any CPU of this architecture), "
         "host, or a name such as znver3 (faster; faults on CPUs without its features)",
     )
+    p.add_argument(
+        "--sizes",
+        type=_values.sizes,
+        action="append",
+        default=[],
+        metavar="SYMBOL=N[,N...]",
+        help="xla-PLATFORM: store a symbolic function's executables for these values of "
+        "SYMBOL (repeat for more symbols: every combination; default: the stored arguments')",
+    )
     _add_signing_key(p)
     _add_resigning(p)
     p.set_defaults(handler=_writes.compile_bundle)

@@ -66,12 +66,14 @@ def compile_bundle(args: argparse.Namespace) -> int:
         args.targets or [DEFAULT_TARGET],
         cpu=args.cpu,
         function=args.function,
+        sizes=dict(args.sizes),
         sign_key=key,
         public_key=args.public_key,
         replace_signature=args.replace_signature,
     )
     for e in entries:
         where = e.device_kind or f"{e.architecture} cpu {e.cpu}"
+        where += "".join(f", {k}={v}" for k, v in sorted((e.sizes or {}).items()))
         print(f"wrote {Path(args.bundle) / e.file} ({made_by(e)}, {e.target}, {where})")
     for backend in dict.fromkeys(_backends.compiler(e.target).name for e in entries):
         print(

@@ -49,23 +49,35 @@ MAX_PLATFORMS = 8
 class CompilerRule:
     """What one compiler's `executables` entries are (SPEC.md 2.7): what made them, as a
     person reads it beside `compiler_version`, the prefix of their targets, the key fields they
-    give (the others of `EXECUTABLE_KEY_FIELDS` they leave out, `optional` aside), and the
-    format version they need."""
+    give (the others of `EXECUTABLE_KEY_FIELDS` they leave out, `optional` aside), the
+    format version they need, and whether a function with symbolic dimensions has one for each
+    of its `sizes` (its module compiled at static shapes) rather than one that runs every size."""
 
     made_by: str
     target_prefix: str
     key: tuple[str, ...]
     optional: tuple[str, ...]
     version: tuple[int, int]
+    per_size: bool = False
 
 
 EXECUTABLE_KEY_FIELDS = ("device_kind", "topology", "libtpu_version")
 COMPILERS = {
     "iree": CompilerRule("IREE", "", (), (), (1, 3)),
     "xla": CompilerRule(
-        "XLA, jaxlib", "xla-", ("device_kind", "topology"), ("libtpu_version",), (2, 2)
+        "XLA, jaxlib", "xla-", ("device_kind", "topology"), ("libtpu_version",), (2, 2), True
     ),
 }
+
+
+def compiler_of(target: str) -> str:
+    """The compiler whose targets `target` is one of: the longest prefix that it bears."""
+    return max(
+        (c for c, r in COMPILERS.items() if target.startswith(r.target_prefix)),
+        key=lambda c: len(COMPILERS[c].target_prefix),
+    )
+
+
 X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
 
 

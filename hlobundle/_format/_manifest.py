@@ -47,6 +47,8 @@ Shape = list[Dim | DimExpr]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 RelPath = Annotated[str, Field(min_length=1, max_length=255)]
 Platform = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,15}$")]  # jax's: cpu, cuda, tpu
+SymbolName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,31}$")]  # SPEC.md 2.8's SYMBOL
+SymbolValue = Annotated[int, Field(ge=1, le=999_999_999)]  # a symbol's value: 1 to 9 digits
 
 
 class TensorRef(_Model):
@@ -148,6 +150,9 @@ class Executable(_Model):
     device_kind: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
     topology: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9x:._-]{0,63}$")
     libtpu_version: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
+    # XLA's of a function with symbolic dimensions (format 2.2, 2026-12-07): the value of each
+    # of its symbols that it was compiled for (SPEC.md 2.7, "Executables for several sizes").
+    sizes: dict[SymbolName, SymbolValue] | None = Field(None, min_length=1, max_length=32)
 
 
 class Provenance(_Model):

@@ -10,7 +10,7 @@ import keyword
 from typing import TYPE_CHECKING, Any
 
 from . import _symbolic
-from ._fields import COMPILERS, EXECUTABLE_KEY_FIELDS
+from ._fields import COMPILERS, EXECUTABLE_KEY_FIELDS, compiler_of
 
 if TYPE_CHECKING:  # _manifest imports this module for its validators
     from collections.abc import Sequence
@@ -65,10 +65,7 @@ def check_executables(m: Manifest) -> None:
     """Each executable's target bears its compiler's prefix (XLA's: xla-PLATFORM), and it
     gives its compiler's key fields and no other's (SPEC.md 2.7; `COMPILERS`)."""
     for i, e in enumerate(m.executables or []):
-        owner = max(
-            (c for c, r in COMPILERS.items() if e.target.startswith(r.target_prefix)),
-            key=lambda c: len(COMPILERS[c].target_prefix),
-        )
+        owner = compiler_of(e.target)
         if owner != e.compiler:
             raise ValueError(
                 f"executables[{i}]: target {e.target!r} and compiler {e.compiler!r} disagree: "
@@ -84,6 +81,38 @@ def check_executables(m: Manifest) -> None:
             )
 
 
+def executable_key(e: Executable) -> str:
+    """What tells an executable from the others of its function: its target and, for XLA's of
+    a symbolic function, its `sizes` (`xla-cpu at b=8`)."""
+    if not e.sizes:
+        return e.target
+    return f"{e.target} at {', '.join(f'{k}={v}' for k, v in sorted(e.sizes.items()))}"
+
+
+def check_executable_sizes(m: Manifest) -> None:
+    """An XLA executable of a function with symbolic dimensions gives `sizes`, a value for each
+    symbol of its arguments and for no other; one of a static function, or IREE's (whose
+    module stays dynamic), gives none (SPEC.md 2.7)."""
+    symbols = {
+        s
+        for a in m.arguments
+        for d in a.shape
+        if isinstance(d, str)
+        for s in _symbolic.parse(d).symbols
+    }
+    for i, e in enumerate(m.executables or []):
+        given = set(e.sizes or {})
+        if not COMPILERS[e.compiler].per_size or not symbols:
+            if given:
+                why = "an IREE module stays dynamic" if symbols else "the function is static"
+                raise ValueError(f"executables[{i}] gives sizes {sorted(given)}; {why}")
+        elif given != symbols:
+            raise ValueError(
+                f"executables[{i}]: an XLA executable of a function with symbolic dimensions "
+                f"gives sizes for exactly its symbols {sorted(symbols)}, got {sorted(given)}"
+            )
+
+
 def check_function(m: Manifest) -> None:
     """The cross-field rules of a `Manifest` (of one function: a 2.0 bundle's view of each)."""
     check_symbols(m)
@@ -92,8 +121,9 @@ def check_function(m: Manifest) -> None:
     check_independent_rows(m)
     check_unique([a.name for a in m.arguments], "arguments")
     check_unique([r.name for r in m.results], "results")
-    check_unique([e.target for e in m.executables or []], "executables target")
+    check_unique([executable_key(e) for e in m.executables or []], "executables target")
     check_executables(m)
+    check_executable_sizes(m)
     check_unique(m.platforms or [], "platforms")
     if m.platforms is not None and (m.batched is not None or m.executables):
         raise ValueError(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._format import _dtypes, _signature
 from .._format._bundle_manifest import BundleManifest, functions_of
 from .._format._fields import made_by, static_shape
+from .._format._manifest_checks import executable_key
 from .._terminal._display import human_bytes, shown, table
 from . import _files, _tensor_files
 from ._gc import collector_paused
@@ -290,7 +291,7 @@ def _module_lines(m: Manifest) -> list[str]:
             else []
         ),
         *(
-            f"compiled  {e.file}: {made_by(e)}, {e.target}, "
+            f"compiled  {e.file}: {made_by(e)}, {executable_key(e)}, "
             f"{e.device_kind or f'{e.architecture} cpu {e.cpu}'} "
             "(native code: run only from a trusted bundle)"
             for e in m.executables or []

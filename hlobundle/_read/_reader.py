@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -68,7 +68,7 @@ class _Shared:
 
     executables: dict[tuple[str, str], bytes] = dataclasses.field(
         default_factory=dict
-    )  # (function, target)
+    )  # (function, file)
     signer: str | None = None
 
 
@@ -257,18 +257,26 @@ class Bundle(StoredValues):
         """The stored batched module's portable artifact, if the bundle has one."""
         return self.artifact("batched")
 
-    def executable(self, target: str) -> bytes | None:
-        """The stored ahead-of-time executable for `target` (SPEC.md, "Executables"), read once
-        with its sha256 checked; None when the bundle has none for it. It is native code:
-        whether to run it is the runner's decision (`trusted`)."""
-        entry = next((e for e in self.manifest.executables or [] if e.target == target), None)
+    def executable(self, target: str, sizes: Mapping[str, int] | None = None) -> bytes | None:
+        """The stored ahead-of-time executable for `target` (SPEC.md, "Executables"; XLA's of
+        a symbolic function, for the symbols' values `sizes`), read once with its sha256
+        checked; None when the bundle has none for it. It is native code: whether to run it is
+        the runner's decision (`trusted`)."""
+        entry = next(
+            (
+                e
+                for e in self.manifest.executables or []
+                if e.target == target and (e.sizes or None) == (dict(sizes or {}) or None)
+            ),
+            None,
+        )
         if entry is None:
             return None
         held = self._shared.executables
-        if (self.manifest.function, target) not in held:
+        if (self.manifest.function, entry.file) not in held:
             data = _files.read_executable_file(self.path, self.manifest, entry.file)
-            held[(self.manifest.function, target)] = data
-        return held[(self.manifest.function, target)]
+            held[(self.manifest.function, entry.file)] = data
+        return held[(self.manifest.function, entry.file)]
 
     @property
     def trusted(self) -> bool:
@@ -370,7 +378,7 @@ class Bundle(StoredValues):
             for key in view.modules:
                 view.artifact(key)
             for entry in view.manifest.executables or []:
-                view.executable(entry.target)
+                view.executable(entry.target, entry.sizes)
         _tensor_files.check_narrow_values(
             self.bundle_manifest, lambda ref, shape: self._array(ref, "uint8", shape), self._keys
         )

@@ -174,6 +174,16 @@ def function_on(
     return backend.make(bundle, donate=donate, devices=devices, trust=trust, max_shapes=max_shapes)
 
 
+class StoredExecutables(Protocol):
+    """A backend's stored executables (SPEC.md 2.7) for a function's eager calls: `run` runs
+    the one compiled for the arguments' shapes and returns its results and file, or None
+    when none was (the call then compiles); `source` names them."""
+
+    source: str
+
+    def run(self, flat: Sequence[Any]) -> tuple[list[Any], str] | None: ...
+
+
 class BundleFunction:
     """A callable that behaves like a jitted JAX function of the bundle's `@main`."""
 
@@ -186,7 +196,7 @@ class BundleFunction:
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
         trust: Trust = Trust.NOTHING,
         *,
-        stored: tuple[Callable[..., list[Any]], str] | None = None,
+        stored: StoredExecutables | None = None,
     ) -> None:
         self.bundle = bundle
         self.manifest = bundle.manifest
@@ -214,12 +224,11 @@ class BundleFunction:
         placement = self._placement
         self._in_shardings = [placement[0][i] for i in self._used] if placement else None
         self._jitted = self._jit()
-        # A stored executable (SPEC.md 2.7) runs the eager calls of an unsharded function;
-        # `source` says where they run from, as the iree backend's does.
-        self._stored: Callable[..., list[Any]] | None = None
-        self.source: str | None = None
-        if stored is not None and not placement:
-            self._stored, self.source = stored
+        # A stored executable (SPEC.md 2.7) runs the eager calls of an unsharded function at
+        # the shapes it was compiled for; `source` says where the last one ran from (None:
+        # compiled), as the iree backend's does.
+        self._executables = stored if not placement else None
+        self.source: str | None = None if self._executables is None else self._executables.source
         self._per_shape: OrderedDict[_shapes.Shapes, Callable[..., Any]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -292,10 +301,11 @@ class BundleFunction:
                 _placement.place(x, s) for x, s in zip(checked, self._in_shardings, strict=True)
             ]
         try:
-            if self._stored is not None and not _traced(checked):
-                outs = tuple(self._stored(*checked))
-            else:
-                outs = tuple(jitted(*checked))
+            ran = None
+            if self._executables is not None and not _traced(checked):
+                ran = self._executables.run(checked)
+                self.source = None if ran is None else f"stored executable {ran[1]}"
+            outs = tuple(jitted(*checked) if ran is None else ran[0])
         except HloBundleError:
             raise
         except (RuntimeError, ValueError, NotImplementedError, MemoryError) as e:  # lowering, shape

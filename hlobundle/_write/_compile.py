@@ -4,13 +4,15 @@ a compiler)."""
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import BackendUnavailableError, InputError
-from .._format._fields import COMPILERS
+from .._format._fields import COMPILERS, compiler_of
 from .._format._manifest import Executable, Manifest
+from .._format._symbolic import evaluate, parse, solved
 from .._read._files import references
 from .._read._reader import Bundle, load
 from .._run import _backends
@@ -25,13 +27,16 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     *,
     function: str | None = None,
     cpu: str = "generic",
+    sizes: Mapping[str, Sequence[int]] | None = None,
     opt: PackOptions,
 ) -> list[Executable]:
     """Compile each function's checked portable artifact for each target and store the
-    executables as `compiled/<target>.vmfb` (IREE's) or `compiled/<target>.pjrt` (XLA's;
+    executables as `compiled/<target>.vmfb` (IREE's) or `compiled/<target>.pjrt` (XLA's; of a
+    function with symbolic dimensions, one per size, `compiled/<target>.b=8.pjrt`;
     `NAME/compiled/...` for function NAME of a 2.0 bundle), listed and hashed in the manifest
     with the compiler version, flags, CPU and architecture (and XLA's key: device kind,
-    topology, libtpu version); atomically. An executable already stored for a target is replaced.
+    topology, libtpu version; `sizes`); atomically. The executables already stored for a target
+    are replaced.
     A signed bundle is refused unless `sign_key` is given; the new bundle is then signed again,
     in the same atomic rewrite, once the key is shown to sign and the old signature to verify
     against `public_key`, before anything is compiled.
@@ -46,6 +51,11 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     - `function`: compile only this function (`Bundle.functions`); default: every function.
     - `cpu`: llvm-cpu's target CPU: `"generic"` (default) runs on any CPU of this architecture;
       `"host"` or a name (`"znver3"`) gives faster code that faults on CPUs without its features.
+    - `sizes`: XLA's executables of a function with symbolic dimensions are stored one per
+      combination of its symbols' values (the cartesian product), each symbol's from `sizes`
+      (`{"b": [1, 8, 32]}`) or, for a symbol it does not name, the value the function's
+      stored arguments bind; at most 64 combinations a function, each proven against the
+      module. An IREE module of such a function stays dynamic: one runs every size.
 
     **Returns:** the manifest entries written.
     """
@@ -59,6 +69,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         _refuse_uncompilable(target, compiler)
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
+    pinned = _checked_sizes(b, chosen, sizes or {}, targets)
     for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work
         for compiler in compilers.values():
             _backends.refuse_platforms(compiler, b.select(name).manifest)
@@ -78,7 +89,9 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         view = b.select(name)
         prefix = f"{name}/" if several else ""
         added[name] = [
-            _compiled(compilers[target], view, target, cpu, prefix, written) for target in targets
+            _compiled(compilers[target], view, target, cpu, prefix, written, at)
+            for target in targets
+            for at in (pinned[name] if _per_size(target) else [None])
         ]
     views = {n: b.select(n).manifest for n in b.functions}
     rewrite_and_resign(
@@ -106,13 +119,17 @@ def _compiled(
     cpu: str,
     prefix: str,
     written: dict[str, bytes],
+    sizes: dict[str, int] | None,
 ) -> Executable:
-    """Function `view` compiled for `target`: its manifest entry, its bytes in `written`."""
+    """Function `view` compiled for `target` (XLA's of a symbolic function: at `sizes`): its
+    manifest entry, its bytes in `written`."""
     assert compiler.compile_executable is not None
-    done = compiler.compile_executable(view, target=target, cpu=cpu)
+    at = {"sizes": sizes} if sizes else {}
+    done = compiler.compile_executable(view, target=target, cpu=cpu, **at)
+    named = "".join(f".{k}={v}" for k, v in sorted((sizes or {}).items()))
     entry = Executable(
         target=target,
-        file=f"{prefix}compiled/{target}{done.suffix}",
+        file=f"{prefix}compiled/{target}{named}{done.suffix}",
         compiler=done.compiler,
         compiler_version=done.compiler_version,
         architecture=done.architecture,
@@ -122,9 +139,87 @@ def _compiled(
         device_kind=done.device_kind,
         topology=done.topology,
         libtpu_version=done.libtpu_version,
+        sizes=sizes,
     )
     written[entry.file] = done.data
     return entry
+
+
+def _per_size(target: str) -> bool:
+    """Whether `target`'s compiler compiles a symbolic function once per size (XLA's)."""
+    return COMPILERS[compiler_of(target)].per_size
+
+
+MAX_SIZE_SETS = 64  # the combinations of sizes one function's XLA executables are stored for
+
+
+def _checked_sizes(
+    b: Bundle,
+    chosen: list[str],
+    sizes: Mapping[str, Sequence[int]],
+    targets: Sequence[str],
+) -> dict[str, list[dict[str, int] | None]]:
+    """For each chosen function, the symbols' values its XLA executables are compiled for (a
+    static function's one executable: `[None]`), each proven against its module; an
+    `InputError` for a symbol no chosen function has, or none its XLA executable can take."""
+    xla = any(_per_size(t) for t in targets)
+    if sizes and not xla:
+        raise InputError(
+            "sizes are for XLA's executables (--target xla-PLATFORM): an IREE module of a "
+            "function with symbolic dimensions runs every size",
+            argument="sizes",
+        )
+    symbols = {n: _symbols(b.select(n).manifest) for n in chosen}
+    unknown = sorted(set(sizes) - {s for of in symbols.values() for s in of})
+    if unknown:
+        raise InputError(
+            f"sizes names symbol(s) {unknown} that no function compiled has; theirs are "
+            f"{sorted({s for of in symbols.values() for s in of})}",
+            argument="sizes",
+        )
+    return {
+        n: _size_sets(b.select(n), symbols[n], sizes) if symbols[n] and xla else [None]
+        for n in chosen
+    }
+
+
+def _symbols(m: Manifest) -> list[str]:
+    return sorted({s for a in m.arguments for s in _symbols_in(a.shape)})
+
+
+def _symbols_in(shape: Sequence[int | str]) -> set[str]:
+    return {s for d in shape if isinstance(d, str) for s in parse(d).symbols}
+
+
+def _size_sets(
+    view: Bundle, symbols: list[str], sizes: Mapping[str, Sequence[int]]
+) -> list[dict[str, int] | None]:
+    """Every combination of the function's symbols' values (from `sizes`, else the value its
+    stored arguments bind), each proven against the module at the shapes it gives."""
+    from .._run._shapes import prove
+
+    m = view.manifest
+    stored = [a for a in m.arguments if a.value is not None and _symbols_in(a.shape)]
+    own = solved([(a.name, a.shape) for a in stored], [view.tensor(a.name).shape for a in stored])
+    missing = [s for s in symbols if s not in sizes and s not in own]
+    if missing:
+        raise InputError(
+            f"function {m.function!r}: give the values of symbol {missing[0]!r} its XLA "
+            f"executables are compiled for (--sizes {missing[0]}=N[,N...]); no stored "
+            "argument binds it",
+            argument="sizes",
+        )
+    values = [sorted(set(sizes[s])) if s in sizes else [own[s]] for s in symbols]
+    combos = [dict(zip(symbols, c, strict=True)) for c in itertools.product(*values)]
+    if len(combos) > MAX_SIZE_SETS:
+        raise InputError(
+            f"function {m.function!r}: the sizes give {len(combos)} combinations of "
+            f"{symbols}, more than {MAX_SIZE_SETS}",
+            argument="sizes",
+        )
+    for combo in combos:  # an InputError names the symbol
+        prove(view, tuple(evaluate(a.shape, combo) for a in m.arguments))
+    return list(combos)
 
 
 def _with_executables(

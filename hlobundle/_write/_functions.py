@@ -114,7 +114,7 @@ def _relocate(b: Bundle, files: dict[str, bytes], arrays: Arrays) -> Manifest:
 
 def _executable(b: Bundle, e: Executable, prefix: str, files: dict[str, bytes]) -> Executable:
     name = prefix + "compiled/" + e.file.rsplit("/", 1)[-1]
-    files[name] = b.executable(e.target) or b""
+    files[name] = b.executable(e.target, e.sizes) or b""
     return e.model_copy(update={"file": name})
 
 

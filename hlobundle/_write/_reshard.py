@@ -35,7 +35,7 @@ def reshard(
             files[stored.text_file] = stored.text_bytes
             files[stored.portable_file] = stored.portable
         for e in view.manifest.executables or []:
-            files[e.file] = view.executable(e.target) or b""
+            files[e.file] = view.executable(e.target, e.sizes) or b""
         stored_values = [(a.value, a.dtype, a.shape) for a in view.arguments if a.value]
         stored_values += [(r.expected, r.dtype, r.shape) for r in view.results if r.expected]
         for ref, dtype, shape in stored_values:

@@ -35,7 +35,8 @@ def make(
     max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> Any:
     """The backend's function (`_backends`' interface): a `BundleFunction`, whose eager calls
-    run the bundle's stored XLA executable for this machine when the user trusts it."""
+    run the bundle's stored XLA executables for this machine when the user trusts it (each at
+    the shapes it was compiled for)."""
     from .._function import BundleFunction
 
     trusted = bundle.trusted or Trust.EXECUTABLES in trust

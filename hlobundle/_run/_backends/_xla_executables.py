@@ -10,6 +10,12 @@ CPU (XLA compiles for its features). It runs only where every part matches, only
 the user trusts (its key verified it, or `Trust.EXECUTABLES`), and only in calls on concrete
 arrays (eager ones): under `jax.jit`, `grad` or `vmap` the function is traced and compiled with
 what surrounds it. Anything else falls back to compiling, saying why once.
+
+A function with symbolic dimensions has one executable per `sizes` (its symbols' values) that
+it was compiled for. Every executable runs only on arguments of the shapes it takes, read from
+its own HLO module when it is loaded (`_compat.parameter_shapes`) and compared with what its
+entry gives: the manifest chooses an executable, it never vouches for one (a relabelled entry
+would otherwise run an executable at shapes of the same byte size but another meaning).
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from __future__ import annotations
 import hashlib
 import platform
 import warnings
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ... import _compat
+from ..._format import _symbolic
 from ..._format._errors import HloBundleWarning, InputError
 from ..._interop._jax_export import exported_for, value_avals
 from ._backend import Compiled
@@ -29,6 +38,7 @@ from ._backend import Compiled
 if TYPE_CHECKING:
     from ..._format._manifest import Executable, Manifest
     from ..._read._reader import Bundle
+    from .._shapes import Shapes
 
 PLATFORMS = ("cpu", "tpu", "cuda", "rocm")
 TARGETS = tuple(f"xla-{p}" for p in PLATFORMS)
@@ -113,14 +123,17 @@ def check_target(target: str, cpu: str) -> None:
         )
 
 
-def compile_executable(bundle: Bundle, *, target: str, cpu: str) -> Compiled:
+def compile_executable(
+    bundle: Bundle, *, target: str, cpu: str, sizes: Mapping[str, int] | None = None
+) -> Compiled:
     """The function compiled by XLA for this process's default device, as the xla backend's
-    eager call runs it (the arguments `@main` reads, in manifest order), serialized by PJRT."""
+    eager call runs it (the arguments `@main` reads, in manifest order; a symbolic function's
+    at the symbols' values `sizes`), serialized by PJRT."""
     check_target(target, cpu)
-    _check_compilable(bundle.manifest)
+    _check_compilable(bundle.manifest, sizes)
     key = here()
     return Compiled(
-        data=_compat.serialize_executable(_compat.compile_uncached(lowered(bundle))),
+        data=_compat.serialize_executable(_compat.compile_uncached(lowered(bundle, sizes))),
         compiler="xla",
         target=key.target,
         cpu=key.cpu,
@@ -134,28 +147,49 @@ def compile_executable(bundle: Bundle, *, target: str, cpu: str) -> Compiled:
     )
 
 
-def lowered(bundle: Bundle) -> Any:
+def lowered(bundle: Bundle, sizes: Mapping[str, int] | None = None) -> Any:
     """The function's eager call lowered for this process's default device: `@main` of the
-    arguments it reads (`jax.stages.Lowered`)."""
+    arguments it reads (`jax.stages.Lowered`); a symbolic function's at `sizes`."""
     import jax
 
     from .._function import _with_zeros_for_unused
 
     manifest = bundle.manifest
     exported = exported_for(manifest, bundle.portable_artifact)
-    used = [i for i in range(len(manifest.arguments)) if i not in bundle.signature.unused]
+    used = used_arguments(bundle)
     call = _with_zeros_for_unused(lambda *flat: tuple(exported.call(*flat)), manifest, used)
+    shapes = argument_shapes(manifest, used, sizes or {})
     avals = value_avals(manifest, manifest.arguments)
-    return jax.jit(call, keep_unused=True).lower(*[avals[i] for i in used])
+    specs = [
+        jax.ShapeDtypeStruct(shape, avals[i].dtype) for i, shape in zip(used, shapes, strict=True)
+    ]
+    return jax.jit(call, keep_unused=True).lower(*specs)
 
 
-def _check_compilable(manifest: Manifest) -> None:
-    if manifest.symbolic or manifest.mesh is not None:
+def used_arguments(bundle: Bundle) -> list[int]:
+    """The arguments an eager call passes, as `BundleFunction` passes them: those `@main`
+    reads, or every one of a symbolic function."""
+    unused = frozenset() if bundle.manifest.symbolic else bundle.signature.unused
+    return [i for i in range(len(bundle.manifest.arguments)) if i not in unused]
+
+
+def argument_shapes(manifest: Manifest, used: Sequence[int], sizes: Mapping[str, int]) -> Shapes:
+    """The shapes of the arguments `used` at the symbols' values `sizes`."""
+    return tuple(_symbolic.evaluate(manifest.arguments[i].shape, sizes) for i in used)
+
+
+def _check_compilable(manifest: Manifest, sizes: Mapping[str, int] | None) -> None:
+    if manifest.mesh is not None:
         raise InputError(
-            f"function {manifest.function!r} has "
-            f"{'symbolic shapes' if manifest.symbolic else 'a device mesh'}: an XLA executable "
-            "is stored for one static shape on one device (SPEC.md 2.7)",
+            f"function {manifest.function!r} has a device mesh: an XLA executable is stored "
+            "for one device (SPEC.md 2.7)",
             argument="targets",
+        )
+    if manifest.symbolic and not sizes:
+        raise InputError(
+            f"function {manifest.function!r} has symbolic shapes: an XLA executable is stored "
+            "for given values of its symbols (--sizes SYMBOL=N[,N...], SPEC.md 2.7)",
+            argument="sizes",
         )
 
 
@@ -170,43 +204,117 @@ def usable(entry: Executable, bundle: Bundle, key: Key) -> str | None:
     return None
 
 
-def stored(bundle: Bundle, trusted: bool) -> tuple[Callable[..., list[Any]], str] | None:
-    """A call of the trusted bundle's XLA executable for this machine (the flat arguments
-    `@main` reads, on this process's default device), and where it came from; None when there
-    is none to use. Its bytes are hashed before jaxlib parses them (`Bundle.executable`)."""
+def stored(bundle: Bundle, trusted: bool) -> Stored | None:
+    """The trusted bundle's XLA executables for this machine, loaded on this process's default
+    device; None when there is none to use. Their bytes are hashed before jaxlib parses them
+    (`Bundle.executable`)."""
     entries = [e for e in bundle.manifest.executables or [] if e.compiler == "xla"]
-    if not entries or not trusted or bundle.manifest.symbolic or bundle.manifest.mesh:
+    if not entries or not trusted or bundle.manifest.mesh:
         return None
     key = here()
     reasons = {e.file: usable(e, bundle, key) for e in entries}
-    chosen = next((e for e in entries if reasons[e.file] is None), None)
-    if chosen is None:
+    chosen = [e for e in entries if reasons[e.file] is None]
+    if not chosen:
         _say_once(
             f"{bundle.manifest.function}: no stored XLA executable runs here "
             f"({'; '.join(f'{f}: {why}' for f, why in reasons.items())}); compiling the "
             "portable artifact instead"
         )
         return None
-    data = bundle.executable(chosen.target)
-    if data is None:  # `bundle.executable` reads what the manifest lists, as `chosen` is
-        return None
     import jax
 
     device = jax.devices()[0]
+    runs: dict[Shapes, tuple[str, Any]] = {}
+    for entry in chosen:
+        got = _loaded(bundle, entry, device)
+        if got is not None:
+            runs.setdefault(got[0], (entry.file, got[1]))
+    return Stored(bundle, runs, device) if runs else None
+
+
+def _loaded(bundle: Bundle, entry: Executable, device: Any) -> tuple[Shapes, Any] | None:
+    """An entry's executable loaded, and the argument shapes it takes, read from the
+    executable itself; None, said once, when PJRT refuses its bytes or those shapes are not
+    what the entry says it was compiled for (its `sizes` in the function's shapes)."""
+    data = bundle.executable(entry.target, entry.sizes)
+    if data is None:  # `bundle.executable` reads what the manifest lists, as `entry` is
+        return None
+    where = f"{bundle.manifest.function}: the stored XLA executable {entry.file}"
     try:
         loaded = _compat.deserialize_executable(data, device)
     except RuntimeError as e:  # PJRT refused the bytes: compile, as for a key of another machine
         reason = " ".join(str(e).split())[:200]
+        _say_once(f"{where} does not load here ({reason}); compiling the portable artifact instead")
+        return None
+    manifest = bundle.manifest
+    used = used_arguments(bundle)
+    want = argument_shapes(manifest, used, entry.sizes or {})
+    avals = value_avals(manifest, manifest.arguments)
+    dtypes = [np.dtype(avals[i].dtype) for i in used]
+    got = _compat.parameter_shapes(loaded)
+    if [(s, np.dtype(d)) for s, d in got] != list(zip(want, dtypes, strict=True)):
+        shown = ", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in got)
         _say_once(
-            f"{bundle.manifest.function}: the stored XLA executable {chosen.file} does not load "
-            f"here ({reason}); compiling the portable artifact instead"
+            f"{where} takes arguments {shown}, not the {_at(entry)} its entry gives "
+            f"({', '.join(f'{d.name}{list(s)}' for s, d in zip(want, dtypes, strict=True))}); "
+            "not run, compiling the portable artifact instead"
         )
         return None
+    return want, loaded
 
-    def call(*flat: Any) -> list[Any]:
-        return list(loaded.execute([jax.device_put(x, device) for x in flat]))
 
-    return call, f"stored executable {chosen.file}"
+def _at(entry: Executable) -> str:
+    if not entry.sizes:
+        return "shapes"
+    return "shapes at " + ", ".join(f"{k}={v}" for k, v in sorted(entry.sizes.items()))
+
+
+class Stored:
+    """A function's stored XLA executables that run here, each under the argument shapes read
+    from it: an eager call runs the one for its shapes, and compiles (saying so once) for
+    shapes none was compiled for."""
+
+    def __init__(self, bundle: Bundle, runs: dict[Shapes, tuple[str, Any]], device: Any) -> None:
+        manifest = bundle.manifest
+        self.function = manifest.function
+        self._declared = [
+            (manifest.arguments[i].name, manifest.arguments[i].shape)
+            for i in used_arguments(bundle)
+        ]
+        self._runs = runs
+        self._device = device
+        self._told = False
+        files = sorted(file for file, _ in runs.values())
+        self.source = f"stored executable{'s' if len(files) > 1 else ''} {', '.join(files)}"
+
+    def run(self, flat: Sequence[Any]) -> tuple[list[Any], str] | None:
+        """The results of the executable for `flat`'s shapes, and its file; None (compile)
+        when none was compiled for them."""
+        import jax
+
+        shapes = tuple(tuple(int(n) for n in x.shape) for x in flat)
+        found = self._runs.get(shapes)
+        if found is None:
+            self._tell(shapes)
+            return None
+        file, loaded = found
+        return list(loaded.execute([jax.device_put(x, self._device) for x in flat])), file
+
+    def _tell(self, shapes: Shapes) -> None:
+        if not self._told:
+            self._told = True
+            warnings.warn(
+                f"{self.function}: no stored XLA executable at {self._sizes(shapes)} "
+                f"({self.source}: other sizes); compiling the portable artifact for these "
+                "sizes and any other (said once)",
+                HloBundleWarning,
+                stacklevel=4,
+            )
+
+    def _sizes(self, shapes: Shapes) -> str:
+        """The symbols' values that a call's shapes bind, as `b=3`."""
+        env = _symbolic.solved(self._declared, shapes)
+        return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "these shapes"
 
 
 def _say_once(message: str) -> None:
