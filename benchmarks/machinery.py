@@ -1,8 +1,7 @@
 """Does the speed machinery earn its place? `python benchmarks/machinery.py [--quick] [--out FILE]`.
 
-For each piece of machinery that exists only to save time (verdict caches, the records read
-without pydantic, the fork servers, the hand-written safetensors writer, the store of what
-remote loads fetched), the figure a user sees, measured in one run with it and without it,
+For each piece of machinery that exists only to save time (verdict caches, the fork servers,
+the hand-written safetensors writer, the store of what remote loads fetched), the figure a user sees, measured in one run with it and without it,
 where "without" is a real path: the cache's directory emptied before each run, a private
 switch, or the alternative called directly. Medians of interleaved repetitions. `--out` writes
 the table (benchmarks/RESULTS-machinery.md from a full run on a quiet machine); `--quick` uses
@@ -89,11 +88,6 @@ def row(
 # --- verdict caches -----------------------------------------------------------------------------
 
 VERDICT_CODE = {
-    "manifests": [
-        "hlobundle/_read/_manifest_records.py",
-        "hlobundle/_format/_records.py",
-        "hlobundle/_format/_fields.py",
-    ],
     "checks": [
         "hlobundle/_read/_modules.py:remember,_key,_dump,code_digest,_recall,_int,_list,_str,"
         "_encode,_decode,_types,_strings,_partitions"
@@ -101,7 +95,6 @@ VERDICT_CODE = {
     "safetensors-headers": ["hlobundle/_read/_tensor_files.py:_validated_by_safetensors"],
 }
 VERDICT_NAMES = {
-    "manifests": "manifest verdicts, records without pydantic",
     "checks": "module check verdicts (`checks/`)",
     "safetensors-headers": "safetensors header verdicts",
 }
@@ -137,84 +130,6 @@ def verdicts(tmp: Path, quick: bool) -> list[dict]:
         every_cache = "every verdict cache (`_read/_cache.py` with the above)"
         rows.append(row(every_cache, every, figure, t["warm"], t["none"], goal))
     return rows
-
-
-def records(tmp: Path, quick: bool) -> list[dict]:
-    """A manifest of many tensors read in process: its records from the remembered verdict /
-    the pydantic models' validation (pydantic already imported)."""
-    import jax.numpy as jnp
-
-    import hlobundle
-    from hlobundle._format._manifest_json import validate_manifest
-    from hlobundle._read import _manifest_records
-
-    count = 200 if quick else 2000
-    p = {f"w{j}": np.full(4, j, np.float32) for j in range(count)}
-    bundle = hlobundle.export(
-        lambda p, x: x + sum(jnp.asarray(v) for v in p.values()),
-        p,
-        np.ones(4, np.float32),
-        out=tmp / "many.hlobundle",
-        roles={"p": "parameter"},
-        store_expected=False,
-    )
-    raw = (bundle / "manifest.json").read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
-    os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "records-cache")
-    try:
-        _manifest_records.parse(raw, digest, "manifest.json")  # remembered
-        t = interleaved(
-            {
-                "records": lambda: _manifest_records.parse(raw, digest, "manifest.json"),
-                "models": lambda: validate_manifest(raw),
-            },
-            5 if quick else 20,
-        )
-    finally:
-        del os.environ["HLOBUNDLE_CACHE_DIR"]
-    return [
-        _records_fresh(tmp, quick),
-        row(
-            VERDICT_NAMES["manifests"],
-            VERDICT_CODE["manifests"],
-            f"manifest of {count} tensors read in process, pydantic imported (s)",
-            t["records"],
-            t["models"],
-            "load cost grows with what is used (RESULTS.md, 'Cost that grows')",
-        ),
-    ]
-
-
-RECORDS = (
-    "import hashlib, sys\nfrom hlobundle._read import _manifest_records\n"
-    "raw = open(sys.argv[1], 'rb').read()\n"
-    "_manifest_records.parse(raw, hashlib.sha256(raw).hexdigest(), 'manifest.json')"
-)
-MODELS = (
-    "import sys\nfrom hlobundle._format._manifest_json import validate_manifest\n"
-    "validate_manifest(open(sys.argv[1], 'rb').read())"
-)
-
-
-def _records_fresh(tmp: Path, quick: bool) -> dict:
-    """The LeNet's manifest read in a fresh process: its records from the remembered verdict /
-    the pydantic models, imported and validating the same bytes."""
-    manifest = str(ROOT / "examples" / "lenet5.hlobundle" / "manifest.json")
-    env = user_env({"PYTHONPATH": str(ROOT), "HLOBUNDLE_CACHE_DIR": str(tmp / "records-fresh")})
-
-    def python(code: str) -> None:
-        subprocess.run([PY, "-c", code, manifest], env=env, check=True, capture_output=True)
-
-    python(RECORDS)  # remembers the verdict
-    t = interleaved({k: lambda k=k: python(k) for k in (RECORDS, MODELS)}, 3 if quick else 15)
-    return row(
-        "records without pydantic (from a remembered verdict)",
-        VERDICT_CODE["manifests"][1:],
-        "LeNet's manifest read in a fresh process: records / pydantic models (s)",
-        t[RECORDS],
-        t[MODELS],
-        "inspect and verify start fast (RESULTS.md, 'Start-up')",
-    )
 
 
 def file_digests(tmp: Path, quick: bool) -> list[dict]:
@@ -539,7 +454,6 @@ def _allocated(directory: Path) -> int:
 
 SECTIONS = {
     "verdicts": verdicts,
-    "records": records,
     "file_digests": file_digests,
     "fork_servers": fork_servers,
     "writer": writer,

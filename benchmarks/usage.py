@@ -112,22 +112,16 @@ def _one_function_phases(big: Path, alone: Path, extra: float, reps: int) -> lis
     on both (seconds: the big bundle's; ratio: its extra seconds / `extra`)."""
     import hlobundle
     from hlobundle._format import _manifest_json
-    from hlobundle._read import _files, _manifest_records, _tensor_files
+    from hlobundle._read import _files, _tensor_files
 
     def steps(path: Path) -> dict[str, Callable[[], object]]:
         raw = (path / "manifest.json").read_bytes()
         data = json.loads(raw)
         manifest = _manifest_json.parse_manifest(raw)  # 1.x (one function) or 2.x
         present = _files.files_of(manifest, ["f0"])
-        digest = hashlib.sha256(raw).hexdigest()
-        _manifest_records.parse(raw, digest, "m")  # its verdict remembered
         return {
             "JSON (limits, then json.loads)": lambda: _manifest_json._decode_json(raw, "m"),
-            "the models (pydantic, every function; a first load's)": lambda: type(
-                manifest
-            ).model_validate(data),
-            "the records from the manifest's remembered verdict (every function; a later "
-            "load's)": lambda: _manifest_records.parse(raw, digest, "m"),
+            "the models (pydantic, every function)": lambda: type(manifest).model_validate(data),
             "the tensor file's header, against every function's references": lambda: (
                 _tensor_files.open_tensor_files(path, manifest, only=present)
             ),

@@ -61,26 +61,26 @@ def _entry(name: str, n: int, size: int, used: float | None = None) -> Path:
 def test_ls_counts_what_a_load_leaves_in_each_cache_and_prune_removes_it(tmp_path):
     x = np.ones((2, 3), np.float32)
     out = hlobundle.export(lambda x: x * 2, x, out=tmp_path / "b")
-    hlobundle.load(out).verify()  # records a check verdict, a manifest and a header verdict
+    hlobundle.load(out).verify()  # records a check verdict and a header verdict
     listed = _ls()
     held = {name: c["entries"] for name, c in listed["caches"].items()}
-    assert held["checks"] >= 1 and held["manifests"] == 1 and held["safetensors-headers"] >= 1
-    assert listed["caches"]["manifests"]["bytes"] > 0
+    assert held["checks"] >= 1 and held["safetensors-headers"] >= 1
+    assert listed["caches"]["safetensors-headers"]["bytes"] > 0
     assert sorted(listed["caches"]) == sorted(_cache.CACHES)
     text = cli("cache", "ls").stdout
-    assert "manifests/: 1 entries" in text, text
+    assert f"safetensors-headers/: {held['safetensors-headers']} entries" in text, text
     after = _prune("0")
     assert all(c == {"entries": 0, "bytes": 0} for c in after["caches"].values()), after
-    hlobundle.load(out).verify()  # validated again, and remembered again
-    assert _ls()["caches"]["manifests"]["entries"] == 1
+    hlobundle.load(out).verify()  # checked again, and remembered again
+    assert _ls()["caches"]["safetensors-headers"]["entries"] == held["safetensors-headers"]
 
 
 def test_prune_removes_what_was_used_longest_ago_first():
     old = [_entry("checks", n, 1000, used=1_000_000 + n) for n in range(3)]
-    new = [_entry("manifests", n, 1000, used=2_000_000 + n) for n in range(3)]
+    new = [_entry("safetensors-headers", n, 1000, used=2_000_000 + n) for n in range(3)]
     after = _prune("3500")  # room for the three used last and half of another
     assert [p.exists() for p in old + new] == [False] * 3 + [True] * 3
-    assert after["caches"]["manifests"] == {"entries": 3, "bytes": 3000}
+    assert after["caches"]["safetensors-headers"] == {"entries": 3, "bytes": 3000}
     assert after["caches"]["checks"] == {"entries": 0, "bytes": 0}
 
 
@@ -111,7 +111,7 @@ def test_prune_touches_only_what_the_caches_write(tmp_path, cache):
     it does not belong to, symlinks named as entries (to someone's file), a shard that is a
     symlink to someone's directory, and in `jax/` a symlink and a directory named as JAX names
     its files. Prune to 0 removes the real entries and none of these, nor what they point to."""
-    real = [_entry(name, n, 10) for n, name in enumerate(["checks", "iree", "manifests"])]
+    real = [_entry(name, n, 10) for n, name in enumerate(["checks", "iree", "safetensors-headers"])]
     victim = tmp_path / "victim"
     victim.mkdir()
     precious = victim / "precious.txt"
@@ -168,9 +168,9 @@ def test_a_cache_others_may_write_is_neither_listed_nor_pruned(cache):
 
 
 def test_with_caching_off_nothing_is_listed_or_removed(monkeypatch):
-    entry = _entry("manifests", 1, 10)
+    entry = _entry("safetensors-headers", 1, 10)
     monkeypatch.setenv("HLOBUNDLE_NO_CACHE", "1")
-    assert _ls()["caches"]["manifests"] == {"entries": 0, "bytes": 0}
+    assert _ls()["caches"]["safetensors-headers"] == {"entries": 0, "bytes": 0}
     _prune("0")
     assert entry.exists()
 
@@ -250,7 +250,7 @@ def test_ls_makes_no_directory(tmp_path, monkeypatch):
 
 
 def test_a_store_directory_that_cannot_be_read_leaves_the_rest_listed(cache, monkeypatch):
-    entry = _entry("manifests", 1, 10)
+    entry = _entry("safetensors-headers", 1, 10)
     (cache / "remote").mkdir(mode=0o700)
     listdir = os.listdir
 
@@ -260,7 +260,7 @@ def test_a_store_directory_that_cannot_be_read_leaves_the_rest_listed(cache, mon
         return listdir(path, *a, **k)
 
     monkeypatch.setattr(os, "listdir", refusing)
-    assert _ls()["caches"]["manifests"] == {"entries": 1, "bytes": 10}
+    assert _ls()["caches"]["safetensors-headers"] == {"entries": 1, "bytes": 10}
     _prune("0")
     assert not entry.exists()
 

@@ -16,7 +16,7 @@ import pytest
 
 from hlobundle._format import _limits
 from hlobundle._format._manifest_json import parse_manifest
-from hlobundle._read import _files, _manifest_records
+from hlobundle._read import _files
 from hlobundle.errors import (
     FileMissingError,
     FileUnlistedError,
@@ -63,14 +63,14 @@ def write_bundle(root, files=None, edit=None):
 
 
 def manifest_of(root):
-    return _manifest_records.read_manifest(root)[0]
+    return _files.read_manifest(root)[0]
 
 
 def test_a_valid_bundle_passes(tmp_path):
     root = write_bundle(
         tmp_path / "b", {"module.mlir": TEXT, "module.mlirbc": PORTABLE, "docs/LICENSE": b"MIT"}
     )
-    m, digest = _manifest_records.read_manifest(root)
+    m, digest = _files.read_manifest(root)
     assert digest == hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
     _files.check_file_set(root, m)
     assert _files.read_module_file(root, m, "module.mlir") == (
@@ -88,26 +88,26 @@ def test_a_valid_bundle_passes(tmp_path):
 
 def test_a_path_that_does_not_exist_is_not_a_bundle(tmp_path):
     with pytest.raises(NotABundleError, match="does not exist") as e:
-        _manifest_records.read_manifest(tmp_path / "gone")
+        _files.read_manifest(tmp_path / "gone")
     assert e.value.code == "NOT_A_BUNDLE"
 
 
 def test_a_file_is_not_a_bundle(tmp_path):
     (tmp_path / "f").write_bytes(b"")
     with pytest.raises(NotABundleError, match="is not a directory; a bundle is one"):
-        _manifest_records.read_manifest(tmp_path / "f")
+        _files.read_manifest(tmp_path / "f")
 
 
 def test_a_directory_without_a_manifest_is_not_a_bundle(tmp_path):
     with pytest.raises(NotABundleError, match="has no manifest.json; it is not a bundle$"):
-        _manifest_records.read_manifest(tmp_path)
+        _files.read_manifest(tmp_path)
 
 
 def test_a_reactant_export_is_told_how_to_become_a_bundle(tmp_path):
     for name in ("f_inputs.npz", "f.mlir", "f.py"):
         (tmp_path / name).write_bytes(b"")
     with pytest.raises(NotABundleError, match="looks like a Reactant export"):
-        _manifest_records.read_manifest(tmp_path)
+        _files.read_manifest(tmp_path)
 
 
 def test_a_symlinked_manifest_is_refused(tmp_path):
@@ -115,7 +115,7 @@ def test_a_symlinked_manifest_is_refused(tmp_path):
     (root / "manifest.json").rename(tmp_path / "elsewhere.json")
     (root / "manifest.json").symlink_to(tmp_path / "elsewhere.json")
     with pytest.raises(UnsafePathError, match="manifest.json is a symlink") as e:
-        _manifest_records.read_manifest(root)
+        _files.read_manifest(root)
     assert e.value.code == "PATH_UNSAFE"
 
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import small_bundle
 
 import hlobundle
-from hlobundle._read import _inspect, _manifest_records
+from hlobundle._read import _files, _inspect
 from hlobundle.errors import ManifestError
 
 
@@ -17,13 +17,13 @@ from hlobundle.errors import ManifestError
 def seen(monkeypatch):
     """Whether the collector ran while the manifest was read, one entry per read."""
     states: list[bool] = []
-    read = _manifest_records.read_manifest
+    read = _files.read_manifest
 
     def spy(root):
         states.append(gc.isenabled())
         return read(root)
 
-    monkeypatch.setattr(_manifest_records, "read_manifest", spy)
+    monkeypatch.setattr(_files, "read_manifest", spy)
     return states
 
 

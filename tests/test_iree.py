@@ -389,7 +389,7 @@ def test_an_unsafe_cache_directory_is_not_used(tmp_path, monkeypatch, twins, kin
     ):
         assert _runs_its_own_module(a) == "compiled"
     # the safe directories beside the unsafe one keep their use (the verdicts)
-    safe = tuple(str(real / d) for d in ("checks", "manifests", "safetensors-headers"))
+    safe = tuple(str(real / d) for d in ("checks", "safetensors-headers"))
     after = [
         f
         for f in _files_under(real)

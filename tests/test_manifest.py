@@ -231,3 +231,23 @@ def test_a_manifest_iterates_over_its_fields_only(bundle):
     assert Manifest(**dict(m)) == m
     lm = parse_manifest((ROOT / "examples" / "lm.hlobundle" / "manifest.json").read_bytes())
     assert "views" not in dict(lm) and type(lm)(**dict(lm)) == lm
+
+
+def test_a_read_manifest_is_the_model_and_read_only(bundle):
+    """One manifest type (issue 69): what `load` and `inspect` hold is the pydantic model, its
+    nested values the nested models, frozen; and a 2.0 bundle's views and metadata are too."""
+    from pydantic import ValidationError
+
+    from hlobundle._format._bundle_manifest import BundleManifest
+    from hlobundle._format._manifest import Argument, Manifest, TensorRef
+    from hlobundle._format._metadata import Metadata
+    from hlobundle._read._inspect import summarize
+
+    for m in (hlobundle.load(bundle).manifest, summarize(bundle).bundle_manifest):
+        assert type(m) is Manifest and type(m.arguments[0]) is Argument
+        assert type(m.arguments[0].value) is TensorRef
+        with pytest.raises(ValidationError, match="frozen"):
+            m.arguments[0].name = "other"  # type: ignore[misc]
+    several = hlobundle.load(ROOT / "hlobundle" / "conformance_cases" / "valid_metadata" / "bundle")
+    assert type(several.bundle_manifest) is BundleManifest
+    assert type(several.manifest) is Manifest and type(several.metadata) is Metadata

@@ -16,8 +16,7 @@ from helpers import ROOT
 MAP = {
     "hlobundle._format._card": ["test_metadata.py"],
     "hlobundle._format._model": ["test_manifest.py"],
-    "hlobundle._format._fields": ["test_records.py", "test_manifest.py"],
-    "hlobundle._read._manifest_records": ["test_records.py", "test_files.py"],
+    "hlobundle._format._fields": ["test_manifest.py"],
     "hlobundle._format._yaml": ["test_metadata.py", "test_reactant_server.py"],
     "hlobundle._write._card": ["test_metadata.py"],
     "hlobundle.__main__": ["test_cli.py"],

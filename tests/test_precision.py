@@ -68,7 +68,7 @@ def recorded(bundle: Path, record: dict) -> None:
     from hlobundle._format._bundle_manifest import combine
     from hlobundle._format._manifest import ExpectedFrom
 
-    m = hlobundle.load(bundle).manifest.as_model()
+    m = hlobundle.load(bundle).manifest
     m = m.model_copy(update={"expected_from": ExpectedFrom(**record)})
     (bundle / "manifest.json").write_bytes(combine([m], m.function, m.files).to_json())
 

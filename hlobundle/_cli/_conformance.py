@@ -276,7 +276,7 @@ def _call(argv: list[str]) -> dict:
 def _manifest(bundle: Path, function: str | None) -> Manifest:
     """The manifest of the function run, of a bundle the implementation accepted (parsed as
     the reference reader parses it: tolerantly, when it is a newer minor version)."""
-    from .._format._fields import functions_of
+    from .._format._bundle_manifest import functions_of
     from .._format._manifest_json import parse_manifest
 
     with warnings.catch_warnings():  # a newer minor version: warned about when it was run

@@ -168,7 +168,7 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
     import shutil
 
     from .._output._target import built_beside
-    from .._read._manifest_records import read_manifest
+    from .._read._files import read_manifest
     from .._write._functions import add_function
 
     target = output_path("-o", args.output)
@@ -208,10 +208,10 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
                 **trust,
             )
             trust = {}  # from now on, the bundle is signed by the key itself
-    from .._format._fields import BundleManifestMethods
+    from .._format._bundle_manifest import BundleManifest
 
     written = read_manifest(target)[0]
-    assert isinstance(written, BundleManifestMethods), "the writer writes format 2.0"
+    assert isinstance(written, BundleManifest), "the writer writes format 2.0"
     functions = [f.name for f in written.functions]
     if args.add:
         added = functions[len(functions) - len(queue) :]

@@ -167,9 +167,8 @@ def _wrapped_list(names: list[str], indent: str) -> str:
 
 def _doc_line(v: Argument | Result) -> str:
     text = f"{v.dtype}{list(v.shape)}"
-    role = getattr(v, "role", None)  # an argument's (its model's, or its record's)
-    if role is not None:
-        text += f", {role} (PATHS has where it came from)"
+    if isinstance(v, Argument):
+        text += f", {v.role} (PATHS has where it came from)"
     if v.layout == "column_major":
         text += ". Column-major: the axis-reversed view of the producer's (Julia's) array"
     return text

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from ._dtypes import SUB_BYTE_BITS
-from ._fields import FUNCTION_FIELDS, SHARED_FIELDS, BundleManifestMethods
+from ._fields import FUNCTION_FIELDS, SHARED_FIELDS
 from ._manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -44,7 +44,7 @@ class FunctionEntry(FunctionFields):
         return check_identifier(name)
 
 
-class BundleManifest(BundleManifestMethods, _Model):
+class BundleManifest(_Model):
     """`manifest.json` of a 2.0 bundle: several named functions over one set of files."""
 
     format: Literal["hlobundle"]
@@ -85,9 +85,21 @@ class BundleManifest(BundleManifestMethods, _Model):
                 raise ValueError(f"functions[{i}] ({f.name}): {_first_error(e)}") from None
         return views
 
+    def view(self, name: str) -> Manifest:
+        """Function `name` as a manifest of its own."""
+        return self.views[name]
+
     def to_json(self) -> bytes:
         data = self.model_dump(mode="json", exclude_none=True)
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def functions_of(m: Manifest | BundleManifest) -> tuple[dict[str, Manifest], str | None]:
+    """Each function's manifest by name, in manifest order, and the default function's name
+    (a 1.x manifest's one function is its default)."""
+    if isinstance(m, Manifest):
+        return {m.function: m}, m.function
+    return dict(m.views), m.default_function
 
 
 def combine(

@@ -1,8 +1,6 @@
-"""What the manifest's models (`_manifest.py`) and their plain records (`_records.py`) share,
-without pydantic: the format's names and constants (and the manifest file's bytes, read within
-its limit), helpers over shapes and trees, and the methods both kinds of manifest offer
-(mixins). Reading and running a bundle import this, not the models, so that a load from a
-remembered verdict imports no pydantic."""
+"""The format's names and constants (and the manifest file's bytes, read within its limit), and
+helpers over shapes and trees, without pydantic: what the manifest's models (`_manifest.py`)
+are built with, and what runners and writers use of the format without needing the models."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -116,74 +113,6 @@ FUNCTION_FIELDS = (
 )
 # What each function's view takes from a manifest of several functions: the bundle's own fields.
 SHARED_FIELDS = ("provenance", "files", "metadata")
-
-
-# The mixins declare no fields (pydantic would take an annotation here for one of its own):
-# each method reads its model's, or its record's.
-class DeviceMeshMethods:
-    @property
-    def size(self: Any) -> int:
-        n = 1
-        for a in self.axes:
-            n *= a.size
-        return n
-
-
-class FunctionMethods:
-    """A function's fields (`FunctionFields`): what a loop over its tensors reads."""
-
-    def tensors(self: Any) -> list[Any]:
-        """The arguments, then the results (what a loop over both reads: name, shape, dtype)."""
-        return [*self.arguments, *self.results]
-
-
-class ManifestMethods(FunctionMethods):
-    """A manifest of one function (`Manifest`): a 1.x manifest, or a 2.0 bundle's view of one of
-    its functions. `isinstance(m, ManifestMethods)` tells it from a manifest of several."""
-
-    @cached_property
-    def symbolic(self: Any) -> bool:
-        """Whether any argument or result has a symbolic dimension (format 2.0)."""
-        return any(isinstance(d, str) for v in self.tensors() for d in v.shape)
-
-    @property
-    def row_symbol(self: Any) -> str | None:
-        """The symbol of the declared independent rows (SPEC.md 2.13), or None without them."""
-        if self.independent_rows is None:
-            return None
-        name, axis = next(iter(self.independent_rows.arguments.items()))
-        return str(self.argument(name).shape[axis])
-
-    def argument(self: Any, name: str) -> Any:
-        """The argument named `name` (a `KeyError` when there is none, an unhashable `name`
-        such as a list included: no argument has it, as the scan of the list said)."""
-        try:
-            return self.arguments_by_name[name]
-        except TypeError:
-            raise KeyError(name) from None
-
-    @cached_property
-    def arguments_by_name(self: Any) -> dict[str, Any]:
-        """The arguments by name (unique, `_manifest_checks`): looking each one up in the list
-        made reading every tensor of a bundle quadratic, 0.5 s for 4,096 arguments."""
-        return {a.name: a for a in self.arguments}
-
-
-class BundleManifestMethods:
-    """A manifest of several functions (`BundleManifest`, format 2.0)."""
-
-    def view(self: Any, name: str) -> Any:
-        """Function `name` as a manifest of its own."""
-        return self.views[name]
-
-
-def functions_of(m: Any) -> tuple[dict[str, Any], str | None]:
-    """Each function's manifest by name, in manifest order, and the default function's name
-    (a 1.x manifest's one function is its default). Models or records alike."""
-    one: Any = m
-    if isinstance(one, ManifestMethods):
-        return {m.function: m}, m.function
-    return dict(m.views), m.default_function
 
 
 def static_shape(shape: Sequence[int | str]) -> tuple[int, ...]:

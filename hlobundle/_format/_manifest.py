@@ -7,6 +7,7 @@ tolerantly: fields this reader does not know are dropped, after a warning (SPEC.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -26,9 +27,6 @@ from ._fields import (  # noqa: F401  (the format's names, here too for the writ
     PRODUCER_JAX,
     PRODUCER_JAX_EXPORT,
     X64_DTYPES,
-    DeviceMeshMethods,
-    FunctionMethods,
-    ManifestMethods,
     identifier,
     needs_x64,
     static_shape,
@@ -65,11 +63,18 @@ class MeshAxis(_Model):
     size: int = Field(ge=1)
 
 
-class DeviceMesh(DeviceMeshMethods, _Model):
+class DeviceMesh(_Model):
     """The logical device mesh of a sharded module (Shardy's `sdy.mesh`)."""
 
     axes: list[MeshAxis] = Field(min_length=1)
     device_ids: list[int] | None = None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for a in self.axes:
+            n *= a.size
+        return n
 
 
 # Per tensor dimension, the mesh axes it is split over ([] = not split).
@@ -217,7 +222,7 @@ class ExpectedFrom(_Model):
     precision: Literal["DEFAULT", "HIGH", "HIGHEST"] | None = None
 
 
-class FunctionFields(FunctionMethods, _Model):
+class FunctionFields(_Model):
     """What describes one function: a 1.x manifest's own fields, and each of a 2.0 manifest's
     `functions` (SPEC.md 2.8)."""
 
@@ -236,8 +241,14 @@ class FunctionFields(FunctionMethods, _Model):
     platforms: list[Platform] | None = Field(None, min_length=2, max_length=MAX_PLATFORMS)
     expected_from: ExpectedFrom | None = None  # since 2.2 (SPEC.md 2.15)
 
+    def tensors(self) -> list[Argument | Result]:
+        """The arguments, then the results (what a loop over both reads: name, shape, dtype)."""
+        return [*self.arguments, *self.results]
 
-class Manifest(ManifestMethods, FunctionFields):
+
+# A manifest of one function: a 1.x manifest, or a 2.0 bundle's view of one of its functions
+# (`BundleManifest.views`). (No docstring: the schema would take it as a description.)
+class Manifest(FunctionFields):
     format: Literal["hlobundle"]
     format_version: str = Field(pattern=r"^\d+\.\d+$")
     function: str = Field(min_length=1)
@@ -249,6 +260,33 @@ class Manifest(ManifestMethods, FunctionFields):
     def _consistent(self) -> Manifest:
         _manifest_checks.check_function(self)
         return self
+
+    @cached_property
+    def symbolic(self) -> bool:
+        """Whether any argument or result has a symbolic dimension (format 2.0)."""
+        return any(isinstance(d, str) for v in self.tensors() for d in v.shape)
+
+    @property
+    def row_symbol(self) -> str | None:
+        """The symbol of the declared independent rows (SPEC.md 2.13), or None without them."""
+        if self.independent_rows is None:
+            return None
+        name, axis = next(iter(self.independent_rows.arguments.items()))
+        return str(self.argument(name).shape[axis])
+
+    def argument(self, name: str) -> Argument:
+        """The argument named `name` (a `KeyError` when there is none, an unhashable `name`
+        such as a list included: no argument has it, as the scan of the list said)."""
+        try:
+            return self.arguments_by_name[name]
+        except TypeError:
+            raise KeyError(name) from None
+
+    @cached_property
+    def arguments_by_name(self) -> dict[str, Argument]:
+        """The arguments by name (unique, `_manifest_checks`): looking each one up in the list
+        made reading every tensor of a bundle quadratic, 0.5 s for 4,096 arguments."""
+        return {a.name: a for a in self.arguments}
 
     def to_json(self) -> bytes:
         """Canonical bytes: sorted keys, two-space indent, trailing newline."""

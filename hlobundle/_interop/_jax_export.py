@@ -25,7 +25,7 @@ from .._format._errors import InputError
 from .._format._fields import PRODUCER_JAX_EXPORT, unflatten
 from .._format._stored import differentiable
 
-if TYPE_CHECKING:  # the models (pydantic) are not imported to run a bundle
+if TYPE_CHECKING:
     from .._format._manifest import Argument, Manifest, Result
 
 PRODUCER = PRODUCER_JAX_EXPORT  # the provenance's producer of a bundle from an Exported

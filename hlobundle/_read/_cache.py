@@ -44,9 +44,9 @@ SUFFIX = ".vmfb"
 _DIGEST_LENGTH = 64
 # The caches' subdirectories of `cache_root()` (the store's are `_store`'s): `hlobundle cache`
 # lists and prunes these.
-CHECKS, IREE, JAX, MANIFESTS, HEADERS = "checks", "iree", "jax", "manifests", "safetensors-headers"
+CHECKS, IREE, JAX, HEADERS = "checks", "iree", "jax", "safetensors-headers"
 DIGESTS = "file-digests"  # a chunked file's sha256, hashed whole once (`_file_digests`)
-CACHES = (CHECKS, IREE, JAX, MANIFESTS, HEADERS, DIGESTS)
+CACHES = (CHECKS, IREE, JAX, HEADERS, DIGESTS)
 _ENTRY = re.compile(r"([0-9a-f]{64})\.[0-9a-f]{64}\.[a-z]{2,4}")  # what `entry_name` makes
 # what JAX's cache writes: `<module name>-<sha256>-cache`, and `-atime` beside it
 _JAX_ENTRY = re.compile(r"([\w.-]{1,256}-[0-9a-f]{64})-(cache|atime)")  # \w as JAX's

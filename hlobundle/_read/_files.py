@@ -9,9 +9,9 @@ import os
 import stat
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .._format import _chunks, _limits, _paths, _prechecks
+from .._format._bundle_manifest import BundleManifest
 from .._format._errors import (
     FileMissingError,
     FileUnlistedError,
@@ -19,23 +19,22 @@ from .._format._errors import (
     LimitError,
     ManifestError,
     ModuleError,
+    NotABundleError,
     SizeMismatchError,
     UnsafePathError,
 )
-from .._format._fields import MANIFEST_NAME, ManifestMethods
+from .._format._fields import MANIFEST_NAME, read_manifest_bytes
+from .._format._manifest import FileEntry, Manifest
+from .._format._manifest_json import parse_manifest
 from .._format._signature import SIGNATURE_NAME
 
-if TYPE_CHECKING:
-    from .._format._bundle_manifest import BundleManifest
-    from .._format._manifest import FileEntry, Manifest
-
-    AnyManifest = Manifest | BundleManifest  # or their records (`_format/_records.py`)
+AnyManifest = Manifest | BundleManifest
 
 
 def each_function(manifest: AnyManifest) -> list[tuple[str, Manifest]]:
     """(field prefix, the function's manifest) for each function: "" for a 1.x manifest,
     `functions[NAME].` for a function of a 2.0 one."""
-    if isinstance(manifest, ManifestMethods):  # a Manifest, or its record
+    if isinstance(manifest, Manifest):
         return [("", manifest)]
     return [(f"functions[{name}].", view) for name, view in manifest.views.items()]
 
@@ -179,6 +178,45 @@ def check_bytes(name: str, data: bytes, listed: FileEntry) -> str:
     if listed.chunks is not None:
         check_chunks(name, _chunks.digests_of([data], listed.chunks.size), listed)
     return digest
+
+
+def read_manifest(root: Path) -> tuple[AnyManifest, str]:
+    """The bundle's manifest, parsed and checked, and the sha256 of the bytes it was parsed from."""
+    if not root.exists():
+        raise NotABundleError(f"{str(root)!r} does not exist", path=root)
+    if not root.is_dir():
+        raise NotABundleError(
+            f"{str(root)!r} is not a directory; a bundle is one{_parent_bundle(root)}", path=root
+        )
+    path = root / MANIFEST_NAME
+    if path.is_symlink():
+        raise UnsafePathError(f"{MANIFEST_NAME} is a symlink", path=MANIFEST_NAME)
+    if not path.is_file():
+        raise NotABundleError(
+            f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle{_packed_how(root)}",
+            path=MANIFEST_NAME,
+        )
+    data = read_manifest_bytes(path)
+    return parse_manifest(data, path=MANIFEST_NAME), hashlib.sha256(data).hexdigest()
+
+
+def _parent_bundle(path: Path) -> str:
+    """The bundle a file given as one lies in (`inspect B/manifest.json`): its directory."""
+    if not (path.parent / MANIFEST_NAME).is_file():
+        return ""
+    what = f"a bundle's {MANIFEST_NAME}" if path.name == MANIFEST_NAME else "a file of a bundle"
+    return f": it is {what}: give the bundle's directory, {path.parent}"
+
+
+def _packed_how(root: Path) -> str:
+    """How to make a bundle of a directory that a producer wrote instead: a Reactant export
+    (`export_to_enzymejax`'s `.py`, `.mlir` and `_inputs.npz`) is what users try to run."""
+    if all(any(root.glob(pattern)) for pattern in ("*_inputs.npz", "*.mlir", "*.py")):
+        return (
+            ". It looks like a Reactant export (export_to_enzymejax): make a bundle of it with "
+            f"`hlobundle pack --from-reactant {root} -o OUT` (hlobundle.from_reactant in Python)"
+        )
+    return ""
 
 
 def read_module_file(root: Path, manifest: AnyManifest, name: str) -> tuple[bytes, str]:

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._format import _dtypes, _signature
-from .._format._fields import BundleManifestMethods, functions_of, made_by, static_shape
+from .._format._bundle_manifest import BundleManifest, functions_of
+from .._format._fields import made_by, static_shape
 from .._format._manifest_checks import executable_key
 from .._terminal._display import human_bytes, shown, table
-from . import _files, _manifest_records, _tensor_files
+from . import _files, _tensor_files
 from ._gc import collector_paused
 
 if TYPE_CHECKING:
-    from .._format._bundle_manifest import BundleManifest
     from .._format._manifest import Manifest
     from .._format._metadata import Metadata
 
@@ -44,7 +44,7 @@ class Summary:
     @property
     def several(self) -> bool:
         """Whether the manifest is a 2.0 one of named functions (shown function by function)."""
-        return isinstance(self.bundle_manifest, BundleManifestMethods)
+        return isinstance(self.bundle_manifest, BundleManifest)
 
 
 def summarize(path: str | os.PathLike[str]) -> Summary:
@@ -54,7 +54,7 @@ def summarize(path: str | os.PathLike[str]) -> Summary:
 
 
 def _summarize(root: Path) -> Summary:
-    manifest, _ = _manifest_records.read_manifest(root)
+    manifest, _ = _files.read_manifest(root)
     _files.check_file_set(root, manifest)
     _tensor_files.open_tensor_files(
         root, manifest, with_safetensors=False

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._bundle_io import _artifacts
-from .._format import _dtypes, _main_signature, _mlir, _portable, _records, _stored
+from .._format import _dtypes, _main_signature, _mlir, _portable, _stored
 from .._format._errors import ManifestError, ModuleError
 
 if TYPE_CHECKING:
@@ -158,8 +158,8 @@ def _key(stored: StoredModule, view: Manifest) -> str:
 
 
 def _dump(view: Manifest) -> bytes:
-    """The function's manifest as the key holds it: its model's dump (a record keeps it)."""
-    dump = view._dump if isinstance(view, _records.Record) else view.model_dump(mode="json")
+    """The function's manifest as the key holds it: its model's dump."""
+    dump = view.model_dump(mode="json")
     return json.dumps(dump, sort_keys=True, separators=(",", ":")).encode()
 
 

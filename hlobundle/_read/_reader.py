@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._bundle_io import _signing, _tensor_reading
 from .._format import _main_signature, _paths, _signature, _stored
+from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
     ModuleError,
 )
-from .._format._fields import MANIFEST_NAME, functions_of
-from . import _file_digests, _files, _manifest_records, _modules, _tensor_files
+from .._format._fields import MANIFEST_NAME
+from . import _file_digests, _files, _modules, _tensor_files
 from ._gc import collector_paused
 from ._modules import StoredModule
 from ._trust import Trust, trust_from
@@ -78,13 +79,7 @@ class Bundle(StoredValues):
     """An opened, structurally valid bundle, and one of its functions (SPEC.md 2.8): the
     default one, or the one `select()` names. `manifest`, `arguments`, `results`, `modules`
     and `signature` are that function's; everything else is the bundle's. `remote`: the
-    reference a remote bundle was loaded from (`path` is then where the store keeps it).
-
-    `manifest`, `bundle_manifest` and what they hold (`arguments`, `results`, ...) are
-    read-only records of the validated models (`hlobundle.Manifest`, `hlobundle.Argument`,
-    ...), made without pydantic when the manifest's verdict is remembered: the same fields and
-    methods, equal to their models; `model_dump`, `model_copy` and `to_json` come from the
-    model, rebuilt on first use, and a record passed where a model is expected is one."""
+    reference a remote bundle was loaded from (`path` is then where the store keeps it)."""
 
     remote: str | None = None
 
@@ -109,7 +104,7 @@ class Bundle(StoredValues):
 
     def _open(self, root: Path, check_artifacts: bool, functions: Sequence[str] | None) -> None:
         self.path = root
-        self.bundle_manifest, self.manifest_sha256 = _manifest_records.read_manifest(root)
+        self.bundle_manifest, self.manifest_sha256 = _files.read_manifest(root)
         self._views, self.default_function = functions_of(self.bundle_manifest)
         self.loaded = list(self._views) if functions is None else list(dict.fromkeys(functions))
         if not self.loaded:

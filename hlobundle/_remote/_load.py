@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._bundle_io import _signing
 from .._format import _chunks, _limits, _paths, _prechecks, _signature
+from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     HashMismatchError,
     InputError,
@@ -28,15 +29,17 @@ from .._format._errors import (
     SizeMismatchError,
     UnsafePathError,
 )
-from .._format._fields import MANIFEST_NAME, functions_of
+from .._format._fields import MANIFEST_NAME
+from .._format._manifest_json import parse_manifest
 from .._format._tensors import MAX_HEADER_BYTES, TensorFile
-from .._read import _files, _manifest_records, _reader, _store, _tensor_files
+from .._read import _files, _reader, _store, _tensor_files
 from .._read._reader import Bundle
 from . import _sources
 from ._sources import TIMEOUT_S, Source
 
 if TYPE_CHECKING:
     from .._format._manifest import Chunks, FileEntry
+    from .._read._files import AnyManifest
 
 MAX_RUN = 64  # chunks fetched by one range request at most
 
@@ -106,8 +109,8 @@ def _load_remote(
     certificate_chain: Sequence[str | os.PathLike[str]] | None,
 ) -> Bundle:
     raw = source.manifest()
+    manifest = parse_manifest(raw, path=MANIFEST_NAME)
     digest = hashlib.sha256(raw).hexdigest()
-    manifest = _manifest_records.parse(raw, digest, MANIFEST_NAME)
     names = _chosen(manifest, functions)
     _check_names(manifest.files)
     needed = _files.files_of(manifest, names)
@@ -175,7 +178,7 @@ def _check_sizes(manifest: Any, names: list[str]) -> None:
                 _prechecks.check_module_size(size, path=name)
 
 
-def _chosen(manifest: object, functions: Sequence[str] | None) -> list[str]:
+def _chosen(manifest: AnyManifest, functions: Sequence[str] | None) -> list[str]:
     views, default = functions_of(manifest)
     if functions is EVERY:
         return list(views)

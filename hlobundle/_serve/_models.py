@@ -22,7 +22,6 @@ import numpy as np
 
 from .._format import _dtypes, _symbolic
 from .._format._errors import InputError
-from .._format._fields import ManifestMethods
 from .._format._manifest import Manifest, needs_x64, static_shape
 from .._format._paths import is_remote
 from .._read._reader import Bundle
@@ -226,7 +225,7 @@ def _function_names(bundle: Bundle, path: Path, given: str | None) -> dict[str, 
     each function, and `NAME` for its default function (or its only one, in a bundle written
     without a default), NAME being the name given or the stem."""
     stem = path.name.removesuffix(".hlobundle")
-    if isinstance(bundle.bundle_manifest, ManifestMethods):
+    if isinstance(bundle.bundle_manifest, Manifest):
         names = (
             (model_name(given),)
             if given is not None

@@ -20,9 +20,8 @@ import numpy as np
 from .._bundle_io import _signing, _tensor_writing
 from .._file_io import _durable
 from .._format import _chunks, _paths, _signature
-from .._format._bundle_manifest import BundleManifest, combine, minimum_version
+from .._format._bundle_manifest import BundleManifest, combine, functions_of, minimum_version
 from .._format._errors import HashMismatchError
-from .._format._fields import functions_of
 from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry, Manifest
 from .._format._signature import SigningKey
 from .._output import _target

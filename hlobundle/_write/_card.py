@@ -19,7 +19,6 @@ from .._format._errors import InputError
 from .._format._manifest import Manifest
 from .._format._metadata import CARD_NAME, Metadata
 from .._format._model import first_error
-from .._format._records import as_model
 from .._interop._sources import read_regular
 
 MAX_CARD_BYTES = 1 << 20
@@ -28,7 +27,6 @@ MAX_HEADER_CHARS = 64 << 10
 
 def metadata_of(value: Mapping[str, Any] | Metadata) -> Metadata:
     """The `metadata` option, checked (an `InputError` naming the field it refuses)."""
-    value = as_model(value)  # a loaded bundle's metadata is a record
     if isinstance(value, Metadata):
         return value
     if not isinstance(value, Mapping):

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from .._format._bundle_manifest import BundleManifest, combine
 from .._format._errors import BackendUnavailableError, InputError
-from .._format._fields import COMPILERS, ManifestMethods, compiler_of
+from .._format._fields import COMPILERS, compiler_of
 from .._format._manifest import Executable, Manifest
 from .._format._symbolic import evaluate, parse, solved
 from .._read._files import references
@@ -82,7 +82,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         replace_signature=opt.replace_signature,
         verified=True,
     )
-    several = not isinstance(b.bundle_manifest, ManifestMethods)
+    several = not isinstance(b.bundle_manifest, Manifest)
     written: dict[str, bytes] = {}
     added: dict[str, list[Executable]] = {}
     for name in chosen:
@@ -251,7 +251,7 @@ def _with_executables(
     still = {name for v in updated.values() for _, name in references(v)}
     replaced = {e.file for n, v in views.items() for e in v.executables or [] if e not in kept[n]}
     files = {k: v for k, v in old.files.items() if k not in replaced - still}
-    if isinstance(old, ManifestMethods):
+    if isinstance(old, Manifest):
         (only,) = updated.values()
         return only.model_copy(update={"files": files})
     return combine(list(updated.values()), default, files)

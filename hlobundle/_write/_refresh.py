@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 from .._format import _mlir
-from .._format._fields import ManifestMethods
-from .._format._manifest import BatchedModule, Module, PortableArtifact
+from .._format._manifest import BatchedModule, Manifest, Module, PortableArtifact
 from .._read._reader import Bundle
 from ._options import PackOptions, takes
 from ._sign import check_resignable, rewrite_and_resign
@@ -43,7 +42,7 @@ def refresh(bundle: Bundle | str | os.PathLike[str], *, opt: PackOptions) -> str
     targets: list[str] = []
     forms = {n: _forms(b.select(n), opt.target_version, replaced, targets) for n in b.functions}
     top = b.bundle_manifest
-    if isinstance(top, ManifestMethods):  # one function, the whole manifest (1.x)
+    if isinstance(top, Manifest):  # one function, the whole manifest (1.x)
         manifest = top.model_copy(update=forms[b.functions[0]])
     else:
         functions = [f.model_copy(update=forms[f.name]) for f in top.functions]

@@ -11,9 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .._format._bundle_manifest import BundleManifest, combine
+from .._format._bundle_manifest import BundleManifest, combine, functions_of
 from .._format._errors import InputError
-from .._format._fields import ManifestMethods, functions_of
 from .._format._manifest import Manifest, TensorRef
 
 Arrays = dict[str, dict[str, tuple[np.ndarray, Any]]]
@@ -90,6 +89,6 @@ def with_files(manifest: Manifest | BundleManifest, file_of: Any) -> Manifest | 
         )
         for v in views.values()
     ]
-    if isinstance(manifest, ManifestMethods):
+    if isinstance(manifest, Manifest):
         return changed[0]
     return combine(changed, default, {})

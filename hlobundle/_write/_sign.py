@@ -13,7 +13,6 @@ from .._file_io._durable import write_file_atomically
 from .._format import _signature
 from .._format._bundle_manifest import BundleManifest
 from .._format._errors import InputError, OutputExistsError, SignatureInvalidError
-from .._format._fields import ManifestMethods
 from .._format._manifest import MANIFEST_NAME, Manifest
 from .._format._signature import SigningKey
 from .._read._reader import Bundle, load
@@ -71,9 +70,7 @@ def _manifest_to_sign(b: Bundle) -> bytes | None:
     1.2 (SPEC.md 5), and a 1.0 or 1.1 reader refuses it as an unlisted file, so a signed bundle
     is at least 1.2. None when the manifest already says 1.2 or newer."""
     m = b.bundle_manifest
-    if not isinstance(m, ManifestMethods) or _version(m.format_version) >= _version(
-        SIGNATURE_VERSION
-    ):
+    if not isinstance(m, Manifest) or _version(m.format_version) >= _version(SIGNATURE_VERSION):
         return None
     return final_manifest(m, dict(m.files), signed=True).to_json()
 
