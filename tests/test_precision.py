@@ -103,7 +103,10 @@ def test_tpu_expected_outputs_pass_on_a_cpu_with_the_derived_tolerance(tmp_path,
     scale = float(np.abs(hlobundle.load(bundle).expected_outputs()["result"]).max())
     # atol = 2 * (u_tpu + u_cpu) * max|expected|, SPEC.md 2.15
     assert out["atol"] == pytest.approx(2 * (2**-8 + 2**-24) * scale)
-    assert report["widened"].startswith("expected outputs computed on tpu (TPU v5 lite) at DEFAULT")
+    assert report["widened"].startswith(
+        "expected outputs computed on tpu (TPU v5 lite) with an unknown XLA at DEFAULT"
+    )
+    assert "platform tpu / cpu" in report["widened"]
 
 
 def test_without_the_record_the_same_outputs_fail(tmp_path):
@@ -111,7 +114,8 @@ def test_without_the_record_the_same_outputs_fail(tmp_path):
     bundle = as_if_on_a_tpu(tmp_path, record=None)
     r = cli("run", bundle)
     assert r.returncode == 1
-    assert "tolerance widened" not in r.stdout
+    # widened by float32's roundoff alone, and only under another jaxlib than the example's
+    assert "tolerance widened" not in r.stdout or "atol = 2 * 1.19e-07 *" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("weight", ["conv1_w", "conv2_w", "dense1_w", "dense2_w", "dense3_w"])
@@ -201,17 +205,28 @@ def test_lowest_asked_reads_every_dot_and_convolution():
 
 
 def test_widening_follows_both_sides():
-    from hlobundle._format._tolerance import F32_ROUNDOFF, Computed, widening
+    from hlobundle._format._tolerance import F32_ROUNDOFF, Computed, differences, widening
 
-    cpu = Computed("cpu", "cpu", "DEFAULT")
-    tpu = Computed("tpu", "TPU v5 lite", "DEFAULT")
+    cpu = Computed("cpu", "cpu", "DEFAULT", "0.10.2")
+    tpu = Computed("tpu", "TPU v5 lite", "DEFAULT", "0.10.2")
     assert widening(cpu, cpu) == 0.0
     assert widening(cpu, tpu) == widening(tpu, cpu) == 2**-8 + F32_ROUNDOFF
-    assert widening(tpu, tpu) == 0.0  # the same platform, device and precision
-    assert widening(tpu, Computed("tpu", "TPU v4", "DEFAULT")) == 2 * 2**-8
-    assert widening(cpu, Computed("tpu", "TPU v5 lite", "HIGHEST")) == 0.0
-    assert widening(cpu, Computed("tpu", "TPU v5 lite", "HIGH")) == 2**-16 + F32_ROUNDOFF
-    assert widening(Computed("cpu", None, None), Computed("tpu", "v5", None)) == 0.0  # no dots
+    assert widening(tpu, tpu) == 0.0  # the same platform, device, jaxlib and precision
+    assert widening(tpu, Computed("tpu", "TPU v4", "DEFAULT", "0.10.2")) == 2 * 2**-8
+    assert widening(tpu, Computed("tpu", "TPU v5 lite", "DEFAULT", "0.12.1")) == 2 * 2**-8
+    assert widening(cpu, Computed("tpu", "TPU v5 lite", "HIGH", "0.10.2")) == 2**-16 + F32_ROUNDOFF
+    # Another computation at float32 on both sides: another summation order, float32's u each.
+    f32 = 2 * F32_ROUNDOFF
+    assert widening(cpu, Computed("tpu", "TPU v5 lite", "HIGHEST", "0.10.2")) == f32
+    assert widening(Computed("cpu", None, None, "0.10.2"), Computed("tpu", "v5", None)) == f32
+    assert widening(cpu, Computed("cpu", "cpu", "DEFAULT", "0.12.1")) == f32
+    assert widening(Computed("cpu", None, None), Computed("cpu", "cpu", None)) == f32  # unknown
+    assert widening(cpu, Computed("cpu", "cpu", "HIGHEST", "0.10.2")) == 0.0  # a CPU's all f32
+    assert widening(Computed("cpu", None, None, "0.10.2"), cpu) == 0.0  # a CPU's kind: "cpu"
+    assert differences(cpu, Computed("tpu", "TPU v5 lite", "HIGHEST", "0.12.1")) == [
+        "platform cpu / tpu",
+        "jaxlib 0.10.2 / jaxlib 0.12.1",
+    ]
 
 
 def test_the_mismatch_names_the_worst_element_not_the_largest_difference(tmp_path):
@@ -294,7 +309,7 @@ def test_the_docs_block_runs(tmp_path):
     from test_readme import _bash, _sh
 
     r = _bash(_sh("docs/accelerators.md", "How results are compared"), tmp_path)
-    assert r.stdout.split() == ["cpu", "None", "1e-05"]
+    assert r.stdout.split() == ["cpu", "1e-05"]
 
 
 def test_inspect_says_where_the_expected_outputs_were_computed(tmp_path):
@@ -314,20 +329,24 @@ def test_the_emitted_scripts_widen_as_the_runner_does():
     body = shared[shared.index("# Unit roundoff") : shared.index("def random_input(")]
     body = _template._written_part(Path(_agreement.__file__)) + body  # `widened` is its
     helpers: dict = {}
-    exec(compile("import numpy as np\nPRECISIONS = None\n" + body, "helpers", "exec"), helpers)
+    exec(compile("import numpy as np\nEXPECTED_FROM = None\n" + body, "helpers", "exec"), helpers)
     assert helpers["ROUNDOFF"] == _tolerance.ROUNDOFF
     sides = [
-        Computed("cpu", None, "DEFAULT"),
-        Computed("cpu", "cpu", "HIGHEST"),
-        Computed("tpu", "TPU v5 lite", "DEFAULT"),
-        Computed("tpu", "TPU v4", "DEFAULT"),
-        Computed("tpu", "TPU v5 lite", "HIGH"),
-        Computed("cuda", "NVIDIA H100", "DEFAULT"),
+        Computed("cpu", None, "DEFAULT", "0.10.2"),
+        Computed("cpu", "cpu", "HIGHEST", "0.10.2"),
+        Computed("cpu", "cpu", None, "0.12.1"),
+        Computed("cpu", "cpu", None, None),
+        Computed("tpu", "TPU v5 lite", "DEFAULT", "0.10.2"),
+        Computed("tpu", "TPU v5 lite", "DEFAULT", "0.12.1"),
+        Computed("tpu", None, "DEFAULT", "0.10.2"),
+        Computed("tpu", "TPU v4", "DEFAULT", "0.10.2"),
+        Computed("tpu", "TPU v5 lite", "HIGH", "0.10.2"),
+        Computed("cuda", "NVIDIA H100", "DEFAULT", "0.10.2"),
     ]
     for expected in sides:
         for here in sides:
-            helpers["PRECISIONS"] = (*vars(expected).values(), here.precision)
-            got = helpers["widening"]((here.platform, here.device_kind))
+            helpers["EXPECTED_FROM"] = (*vars(expected).values(), here.precision)
+            got = helpers["widening"]((here.platform, here.device_kind, here.jaxlib_version))
             assert got == _tolerance.widening(expected, here), (expected, here)
     want = np.float32([0.5, -2.0, np.inf])
     assert helpers["widened_atol"](1e-5, want, 2**-8) == _tolerance.widened(1e-5, want, 2**-8)
@@ -428,14 +447,15 @@ def _claimed_tpu_default(tmp_path: Path, dots: bool) -> Path:
 @pytest.mark.parametrize("dots", [False, True], ids=["no_dot", "dots_at_highest"])
 def test_a_record_of_a_precision_the_module_cannot_ask_for_widens_nothing(tmp_path, dots):
     """Attack: a manifest whose `expected_from` claims a TPU at DEFAULT for a module with no
-    dot or convolution op (where SPEC.md 2.15 widens nothing), or whose dots all ask for
-    HIGHEST (which a TPU computes at float32), made `run` widen atol to 2 (2^-8 + 2^-24)
-    max|expected|: a weight scaled by 1.001 then passed. The expected side's precision is at
-    the lowest the module's own."""
+    dot or convolution op (where SPEC.md 2.15 widens by no bfloat16 pass), or whose dots all
+    ask for HIGHEST (which a TPU computes at float32), made `run` widen atol to 2 (2^-8 +
+    2^-24) max|expected|: a weight scaled by 1.001 then passed. The expected side's precision
+    is at the lowest the module's own: the claimed TPU widens by float32's roundoff alone
+    (another platform's summation order), on each side."""
     bundle = _claimed_tpu_default(tmp_path, dots)
     r = cli("run", bundle, "--json")
     report = json.loads(r.stdout)
-    assert r.returncode == 1 and report["widened"] is None, r.stdout
+    assert r.returncode == 1 and "atol = 2 * 1.19e-07 *" in report["widened"], r.stdout
 
 
 @pytest.mark.slow
@@ -447,7 +467,7 @@ def test_an_emitted_script_does_not_widen_for_a_precision_the_module_cannot_ask_
     hlobundle.emit_script(hlobundle.load(bundle), tmp_path / "run.py", backend="xla")
     r = script_zygote(tmp_path / "run.py")
     assert r.returncode == 1 and "FAILED: result differ" in r.stderr, r.stdout + r.stderr[-2000:]
-    assert "tolerance widened" not in r.stdout
+    assert "atol = 2 * 1.19e-07 * max|expected|" in r.stdout  # float32's alone, each side
 
 
 _CLAIMS_A_TPU = """\

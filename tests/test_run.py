@@ -51,7 +51,11 @@ def test_run_json(tmp_path):
         "atol": 1e-5,
         "worst": None,
     }
-    assert (data["platform"], data["precision"], data["widened"]) == ("cpu", None, None)
+    assert (data["platform"], data["precision"]) == ("cpu", None)
+    # Widened (by float32's roundoff, below the dtype's 1e-5 here) only under another jaxlib
+    # than the one that computed the example's expected outputs (SPEC.md 2.15).
+    made_by = hlobundle.load(EXAMPLE).manifest.provenance.jaxlib_version
+    assert (data["widened"] is None) == (data["jaxlib_version"] == made_by), data["widened"]
     assert diff < CLOSE
 
 

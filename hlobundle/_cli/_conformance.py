@@ -135,9 +135,10 @@ def _run_prepared(case: Path, implementation: list[str] | None, backend: Backend
         else _run_here(case, key, backend)
     )
     if got == "ok" and expect == "ok":
-        # The outputs were computed on a CPU (generate.py): widened as `run` widens (SPEC.md
-        # 2.15) where the implementation computed dots and convolutions with fewer bits, which
-        # its module must have for any precision to matter.
+        # The outputs were computed on a CPU (generate.py), by a jaxlib the suite does not
+        # record: widened as `run` widens (SPEC.md 2.15) for another computation, the more
+        # where the implementation computed dots and convolutions with fewer bits, which its
+        # module must have for any precision to matter.
         here = _believed(case, spec.get("function"), here)
         u = widening(Computed("cpu", None, here.precision), here)
         detail = _compare(case, outputs, spec["rtol"], spec["atol"], u)
@@ -248,14 +249,17 @@ def _run_external(case: Path, command: list[str], key: Path | None) -> _Ran:
 
 
 def _where(ran: dict) -> Computed:
-    """Where an implementation says its run computed (`run --json`'s `platform`, `device_kind`
-    and `precision`); a CPU when it says nothing. Anything but a string of a known precision
-    is taken as nothing said."""
-    platform, kind, precision = (ran.get(k) for k in ("platform", "device_kind", "precision"))
+    """Where an implementation says its run computed (`run --json`'s `platform`, `device_kind`,
+    `precision` and `jaxlib_version`); a CPU when it says nothing. Anything but a string of a
+    known precision is taken as nothing said."""
+    platform, kind, precision, jaxlib = (
+        ran.get(k) for k in ("platform", "device_kind", "precision", "jaxlib_version")
+    )
     if not isinstance(platform, str):
         return CPU
     known = precision if precision in ("DEFAULT", "HIGH", "HIGHEST") else None
-    return Computed(platform, kind if isinstance(kind, str) else None, known)
+    string = [x if isinstance(x, str) else None for x in (kind, jaxlib)]
+    return Computed(platform, string[0], known, string[1])
 
 
 def _call(argv: list[str]) -> dict:

@@ -113,21 +113,20 @@ def _source(bundle: Bundle, where: str, script: Script) -> str:
     return _template.written(script.template, slots, bundle.manifest, script.takes)
 
 
-def _precisions(bundle: Bundle) -> tuple[str, str | None, str | None, str] | None:
-    """Where the expected outputs were computed (SPEC.md 2.15; a CPU where the bundle records
-    nothing) and the lowest precision the module's dot and convolution ops ask for; None when
-    it has none, so that no precision can matter."""
+def _expected_from(bundle: Bundle) -> tuple[str, str | None, str | None, str | None, str | None]:
+    """Where the expected outputs were computed (SPEC.md 2.15; a CPU, with the writer's jaxlib,
+    where the bundle records nothing) and the lowest precision the module's dot and
+    convolution ops ask for (None: it has none, so that no precision can matter)."""
     from .._format._tolerance import Computed
-    from .._run._run import believed, lowest_asked
+    from .._run._run import believed, lowest_asked, written_by
 
     asked = lowest_asked(bundle)
-    if asked is None:
-        return None
     record = bundle.manifest.expected_from
     if record is None:
-        return ("cpu", None, asked, asked)
-    claim = believed(Computed(record.platform, record.device_kind, record.precision), asked)
-    return (claim.platform, claim.device_kind, claim.precision, asked)
+        return ("cpu", None, asked, written_by(bundle), asked)
+    claim = Computed(record.platform, record.device_kind, record.precision, record.jaxlib_version)
+    claim = believed(claim, asked)
+    return (claim.platform, claim.device_kind, claim.precision, claim.jaxlib_version, asked)
 
 
 def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[str, Any]:
@@ -164,6 +163,6 @@ def _data_slots(bundle: Bundle, where: str, modules: list[str | None]) -> dict[s
         "PATHS": {a.name: a.path for a in m.arguments},
         "INPUTS": inputs,
         "EXPECTED": expected,
-        "PRECISIONS": _precisions(bundle) if expected else None,
+        "EXPECTED_FROM": _expected_from(bundle) if expected else None,
         "SHA256": {name: bundle.checked_sha256(name) for name in sorted(read)},
     }

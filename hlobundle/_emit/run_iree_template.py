@@ -45,7 +45,7 @@ COLUMN_MAJOR = {}  # slot: the arguments and results a Julia producer holds axis
 PATHS = {}  # slot: where each argument came from in the producer's program
 INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
 EXPECTED = []  # slot: (file, key) of each result's expected value, or [] when there are none
-PRECISIONS = None  # slot: expected outputs' (platform, device kind, precision), module's precision
+EXPECTED_FROM = None  # slot: where expected outputs were computed, the module's precision
 EXECUTABLE_FILE = "compiled/llvm-cpu.vmfb"  # slot: the stored executable this script runs
 EXECUTABLE_SHA256 = ""  # slot: its sha256, as verified when the script was written
 IREE_VERSION = ""  # slot: the IREE version that compiled it (the runtime must be the same)
@@ -66,8 +66,9 @@ DRIVER = "local-task"  # IREE's CPU driver
 
 
 def device():
-    """The platform and device kind this script computes on: IREE's CPU runtime."""
-    return "cpu", None
+    """The platform, device kind and jaxlib version this script computes with: IREE's CPU
+    runtime, no jaxlib."""
+    return "cpu", None, None
 
 
 def numpy_dtype(name):

@@ -4,7 +4,7 @@ safetensors, `--inputs` files and the command line, and comparing results with t
 the comparison of each element (`_format/_agreement.py`'s functions: `widened`,
 `largest_difference`, `mismatch`, `allowance`, `unmatched`, `difference`), so a script stays one standalone file. They use what each
 template defines: ARGUMENTS, RESULTS, INPUTS, EXPECTED, COLUMN_MAJOR, SAFETENSORS_DTYPES,
-PRECISIONS, device, numpy_dtype, load_tensor, check_arguments and run_example (and OUTPUT_TREE,
+EXPECTED_FROM, device, numpy_dtype, load_tensor, check_arguments and run_example (and OUTPUT_TREE,
 which every script's data has).
 """
 
@@ -81,15 +81,32 @@ ROUNDOFF = {
 
 def widening(here):
     """The `u` of SPEC.md 2.15 between where the expected outputs were computed and `here`
-    (platform, device kind): 0 where nothing is widened."""
-    if PRECISIONS is None:
+    (platform, device kind, jaxlib version): 0 where they are the same computation, else both
+    sides' unit roundoffs, float32's at the least."""
+    if EXPECTED_FROM is None:
         return 0.0
-    platform, kind, precision, asked = PRECISIONS
-    sides = [(platform, kind, precision), (here[0], here[1], asked)]
-    if sides[0] == sides[1]:
-        return 0.0
-    u = [ROUNDOFF.get((p, q or "HIGHEST"), 2.0**-24) for p, _, q in sides]
-    return 0.0 if max(u) <= 2.0**-24 else sum(u)
+    platform, kind, precision, jaxlib, asked = EXPECTED_FROM
+    u = [
+        ROUNDOFF.get((p, q or "HIGHEST"), 2.0**-24)
+        for p, q in [(platform, precision), (here[0], asked)]
+    ]
+    same = (
+        platform == here[0]
+        and (platform == "cpu" or (kind is not None and kind == here[1]))
+        and jaxlib is not None
+        and jaxlib == here[2]
+        and u[0] == u[1]
+    )
+    return 0.0 if same else sum(u)
+
+
+def widened_from(here):
+    """Which sides differed, in a line."""
+    platform, kind, _, jaxlib, _ = EXPECTED_FROM
+    return (
+        f"expected outputs computed on {platform} ({kind}) with jaxlib {jaxlib}, "
+        f"this run on {here[0]} ({here[1]}) with jaxlib {here[2]}"
+    )
 
 
 def widened_atol(atol, want, u):
@@ -145,7 +162,10 @@ def report(outputs, *, compare, producer=False):
     failures = []
     u = widening(device()) if EXPECTED and compare else 0.0
     if u:
-        print(f"tolerance widened (SPEC.md 2.15): atol = 2 * {u:.3g} * max|expected|")
+        print(
+            f"tolerance widened (SPEC.md 2.15): {widened_from(device())}: "
+            f"atol = 2 * {u:.3g} * max|expected|"
+        )
     for k, ((name, shape, dtype), value) in enumerate(zip(RESULTS, outputs, strict=True)):
         julia = producer and name in COLUMN_MAJOR["results"]
         line = f"{name}: {dtype}{list(shape)[::-1] if julia else list(shape)}"

@@ -51,7 +51,7 @@ COLUMN_MAJOR = {}  # slot: the arguments and results a Julia producer holds axis
 PATHS = {}  # slot: where each argument came from in the producer's program
 INPUTS = None  # slot: (file, key) of each stored example input, or None when there are none
 EXPECTED = []  # slot: (file, key) of each result's expected value, or [] when there are none
-PRECISIONS = None  # slot: expected outputs' (platform, device kind, precision), module's precision
+EXPECTED_FROM = None  # slot: where expected outputs were computed, the module's precision
 ARGUMENT_CARRIERS = []  # slot: the dtype hlo_call takes each argument in, or None (its own)
 RESULT_CARRIERS = []  # slot: the dtype hlo_call returns each result in, or None (its own)
 MESH_AXES = None  # slot: (axis, size) of the device mesh of a sharded bundle
@@ -246,8 +246,11 @@ def call(*args):
 
 
 def device():
-    """The platform and device kind this script computes on (jax's default device)."""
-    return jax.devices()[0].platform, jax.devices()[0].device_kind
+    """The platform, device kind and jaxlib version this script computes with (jax's default
+    device)."""
+    import jaxlib
+
+    return jax.devices()[0].platform, jax.devices()[0].device_kind, jaxlib.__version__
 
 
 def numpy_dtype(name):

@@ -4,9 +4,11 @@ text the scripts carry; the tolerance the scripts derive is a standalone copy of
 tested against it (tests/test_precision.py).
 
 The base tolerance is a few ulps of the result's dtype. Where the expected outputs were
-computed, or this run computes, float32 dot and convolution operands with fewer bits (a TPU's
-DEFAULT precision: one bfloat16 pass), `widening` gives the sum of both sides' unit roundoffs
-`u`, and each floating result's atol becomes `2 * u * max|expected|` (SPEC.md 2.15).
+computed and where this run computes are not the same computation (another platform, device
+kind, jaxlib or precision: another XLA, or another device, sums a contraction in another order,
+and may round its operands to fewer bits, as a TPU's DEFAULT precision does), `widening` gives
+the sum of both sides' unit roundoffs `u`, float32's own at the least, and each floating
+result's atol becomes `2 * u * max|expected|` (SPEC.md 2.15).
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ FACTOR = 2.0
 @dataclass(frozen=True)
 class Computed:
     """Where a side of the comparison was computed: the platform (jax's name), the device kind
-    when known, and the lowest precision its dot and convolution ops asked for (None: the
-    module has none, so no precision matters)."""
+    when known, the lowest precision its dot and convolution ops asked for (None: the module
+    has none, or no precision matters), and the jaxlib whose XLA computed it (None: not known,
+    or not jaxlib's XLA: IREE, another implementation)."""
 
     platform: str
     device_kind: str | None
     precision: str | None
+    jaxlib_version: str | None = None
 
     @property
     def roundoff(self) -> float:
@@ -52,9 +56,12 @@ class Computed:
 
     def describe(self) -> str:
         kind = f" ({self.device_kind})" if self.device_kind else ""
-        asked = self.precision or "no dot or convolution"
+        asked = self.precision or "float32"
         bits = "full float32" if self.roundoff <= F32_ROUNDOFF else f"u = {self.roundoff:.3g}"
-        return f"{self.platform}{kind} at {asked} ({bits})"
+        return f"{self.platform}{kind} with {self.jaxlib()} at {asked} ({bits})"
+
+    def jaxlib(self) -> str:
+        return f"jaxlib {self.jaxlib_version}" if self.jaxlib_version else "an unknown XLA"
 
 
 # What a bundle that records nothing means: computed on a CPU, where every precision is full.
@@ -62,19 +69,34 @@ CPU = Computed("cpu", None, None)
 
 
 def widening(expected: Computed, run: Computed) -> float:
-    """`u` of SPEC.md 2.15: 0 when both sides compute at float32 or are the same platform,
-    device and precision; else the sum of their unit roundoffs."""
-    if expected.precision is None and run.precision is None:
-        return 0.0
-    if (expected.platform, expected.device_kind, expected.precision) == (
-        run.platform,
-        run.device_kind,
-        run.precision,
-    ):
-        return 0.0
-    if max(expected.roundoff, run.roundoff) <= F32_ROUNDOFF:
+    """`u` of SPEC.md 2.15: 0 when both sides are the same computation (`differences` finds
+    none); else the sum of their unit roundoffs, each float32's at the least: each side's
+    result is within `2 u S` of the exact one, so two computations differ by their sum."""
+    if not differences(expected, run):
         return 0.0
     return expected.roundoff + run.roundoff
+
+
+def differences(expected: Computed, run: Computed) -> list[str]:
+    """What makes two sides other computations, in words (empty: the same one). A jaxlib is the
+    same only where both are known and equal; a device kind counts only off a CPU, where jax's
+    says nothing ("cpu") and one not recorded is unknown; precision counts as each side's
+    roundoff, since a CPU computes every precision at float32."""
+    said = []
+    if expected.platform != run.platform:
+        said.append(f"platform {expected.platform} / {run.platform}")
+    elif expected.platform != "cpu" and (
+        expected.device_kind is None or expected.device_kind != run.device_kind
+    ):
+        said.append(f"device kind {expected.device_kind} / {run.device_kind}")
+    if expected.jaxlib_version is None or expected.jaxlib_version != run.jaxlib_version:
+        said.append(f"{expected.jaxlib()} / {run.jaxlib()}")
+    if expected.roundoff != run.roundoff:
+        said.append(
+            f"dot operands' unit roundoff {expected.roundoff:.3g} / {run.roundoff:.3g} "
+            f"(precision {expected.precision} / {run.precision})"
+        )
+    return said
 
 
 def default_tolerance(dtype: str) -> float:

@@ -15,7 +15,16 @@ from .._bundle_io import _tensor_writing
 from .._format import _dtypes, _limits, _main_signature
 from .._format._errors import InputError, LimitError
 from .._format._fields import static_shape
-from .._format._tolerance import F32_ROUNDOFF, FACTOR, Computed, Worst, compare, tolerance, widening
+from .._format._tolerance import (
+    F32_ROUNDOFF,
+    FACTOR,
+    Computed,
+    Worst,
+    compare,
+    differences,
+    tolerance,
+    widening,
+)
 from .._read import _inputs
 from .._read._reader import Bundle
 from .._read._trust import Trust
@@ -59,6 +68,7 @@ class RunReport:
     widened: str | None = None
     # What `precision="highest"` left as it was (ops with an explicit algorithm), or None.
     precision_kept: str | None = None
+    jaxlib_version: str | None = None  # the jaxlib whose XLA this run computed with (not IREE)
 
     def to_json(self) -> dict[str, Any]:
         """The report as strict JSON's values: an infinity or NaN (an expected value, an
@@ -218,12 +228,7 @@ def run(
     ]
     ok = all(r.ok is not False for r in reports)
     module = getattr(fn, "source", None)
-    widened = (
-        f"expected outputs computed on {recorded.describe()}, this run on {here.describe()}: "
-        f"atol = {FACTOR:g} * {u:.3g} * max|expected| of each floating result (SPEC.md 2.15)"
-        if u
-        else None
-    )
+    widened = told_widened(recorded, here, u) if u else None
     return RunReport(
         ok,
         fn.backend,
@@ -238,25 +243,59 @@ def run(
         here.precision,
         widened,
         _kept(bundle, fn) if precision == "highest" else None,
+        here.jaxlib_version,
     ), arrays
 
 
 def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     """Where the expected outputs were computed (the manifest's `expected_from`; a bundle that
-    records nothing: a CPU) and where `fn` computes, each with the lowest precision its dot and
-    convolution ops asked for. The modules are walked only where a precision can matter."""
+    records nothing: a CPU, with the jaxlib of its `provenance`) and where `fn` computes, each
+    with the jaxlib whose XLA computes and the lowest precision its dot and convolution ops
+    asked for. The modules are walked only where a precision can matter."""
     from .._format._tolerance import ROUNDOFF
 
     record = getattr(bundle.manifest, "expected_from", None)
     platform, kind = _device(fn)
+    jaxlib = _jaxlib(fn)
     reduced = {p for p, _ in ROUNDOFF}
     if platform not in reduced and (record is None or record.platform not in reduced):
-        return Computed("cpu", None, None), Computed(platform, kind, None)
+        here = Computed(platform, kind, None, jaxlib)
+        if record is None:
+            return Computed("cpu", None, None, written_by(bundle)), here
+        return Computed(record.platform, record.device_kind, None, record.jaxlib_version), here
     asked = lowest_asked(bundle)
-    here = Computed(platform, kind, asked if fn.bundle is bundle else lowest_asked(fn.bundle))
+    here = Computed(
+        platform, kind, asked if fn.bundle is bundle else lowest_asked(fn.bundle), jaxlib
+    )
     if record is None:
-        return Computed("cpu", None, asked), here
-    return believed(Computed(record.platform, record.device_kind, record.precision), asked), here
+        return Computed("cpu", None, asked, written_by(bundle)), here
+    claim = Computed(record.platform, record.device_kind, record.precision, record.jaxlib_version)
+    return believed(claim, asked), here
+
+
+def told_widened(recorded: Computed, here: Computed, u: float) -> str:
+    """Which sides differed, and what was widened."""
+    return (
+        f"expected outputs computed on {recorded.describe()}, this run on {here.describe()} "
+        f"(they differ in {'; '.join(differences(recorded, here))}): atol = {FACTOR:g} * "
+        f"{u:.3g} * max|expected| of each floating result (SPEC.md 2.15)"
+    )
+
+
+def written_by(bundle: Bundle) -> str | None:
+    """The jaxlib its writer ran (`provenance.jaxlib_version`): what computed expected outputs
+    that a bundle without `expected_from` says were computed on a CPU (SPEC.md 2.15)."""
+    provenance = getattr(bundle.manifest, "provenance", None)
+    return getattr(provenance, "jaxlib_version", None)
+
+
+def _jaxlib(fn: Any) -> str | None:
+    """The jaxlib whose XLA a function computes with; None for IREE's runtime."""
+    if not fn.jax_function:
+        return None
+    import jaxlib
+
+    return str(jaxlib.__version__)
 
 
 def _kept(bundle: Bundle, fn: Any) -> str | None:
@@ -272,7 +311,7 @@ def believed(claim: Computed, asked: str | None) -> Computed:
     and none where the module has no such op, since what the module refutes widens nothing."""
     from .._format._precision import possible
 
-    return Computed(claim.platform, claim.device_kind, possible(claim.precision, asked))
+    return dataclasses.replace(claim, precision=possible(claim.precision, asked))
 
 
 def lowest_asked(bundle: Bundle) -> str | None:
