@@ -1,0 +1,343 @@
+"""PyTorch models in (`from_torch`, `pack --from-torch-export`; docs/torch.md): the corpus of
+`torch_models.py`, each bundle's outputs within SPEC.md's tolerance of eager PyTorch, its
+weights bound by name, its gradients torch's autograd's, and what a bundle cannot hold refused."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="torch is in the torch extra (its CPU wheel: Python 3.11 here)"
+)
+
+import jax  # noqa: E402
+import torch_models  # noqa: E402
+from helpers import cli  # noqa: E402
+
+import hlobundle  # noqa: E402
+from hlobundle._format._tolerance import default_tolerance  # noqa: E402
+from hlobundle.errors import ConfigError, InputError  # noqa: E402
+
+# Each case's bundle costs torch.export, its decomposition and a lowering (1-4 s here): the
+# edit loop keeps the two that carry what every bundle must (names, roles, BatchNorm's state).
+QUICK = {"mlp", "shuffled"}
+
+
+def _pack(case: torch_models.Case, out: Path, **options: Any) -> hlobundle.Bundle:
+    written = hlobundle.from_torch(
+        case.module, case.args, out=out, dynamic_shapes=case.dynamic_shapes, **options
+    )
+    return hlobundle.load(written)
+
+
+def _inputs(bundle: hlobundle.Bundle, args: tuple[Any, ...]) -> list[np.ndarray]:
+    """The torch inputs as the bundle's inputs (int64 token ids held as int32)."""
+    dtypes = [a.dtype for a in bundle.manifest.arguments]
+    return [t.numpy().astype(d) for t, d in zip(args, dtypes, strict=False)]
+
+
+def _flat_results(bundle: hlobundle.Bundle, *args: Any, **weights: Any) -> list[np.ndarray]:
+    """The bundle's results in its manifest's order (torch's flat order), weights stored
+    unless given by name."""
+    values = {**bundle.parameters(), **weights}
+    given = list(args) + [values[a.name] for a in bundle.manifest.arguments[len(args) :]]
+    return [np.asarray(r) for r in bundle.function().call_flat(*given)]
+
+
+def _eager(module: Any, *args: Any) -> list[np.ndarray]:
+    with torch.no_grad():
+        return [t.numpy() for t in torch.utils._pytree.tree_leaves(module(*args))]
+
+
+def _assert_within_tolerance(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """SPEC.md 2.15's check, a CPU against a CPU: rtol = atol = max(1e-5, 8 eps), exact for
+    integers."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        tol = default_tolerance(str(g.dtype))
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w.astype(g.dtype), rtol=tol, atol=tol)
+
+
+def _case_params() -> list[Any]:
+    return [
+        pytest.param(name, marks=() if name in QUICK else pytest.mark.slow)
+        for name in torch_models.cases()
+    ]
+
+
+@pytest.mark.parametrize("name", _case_params())
+def test_a_model_s_bundle_gives_eager_torch_s_outputs(name, tmp_path):
+    case = torch_models.cases()[name]()
+    bundle = _pack(case, tmp_path / f"{name}.hlobundle")
+    got = _flat_results(bundle, *_inputs(bundle, case.args))
+    _assert_within_tolerance(got, _eager(case.module, *case.args))
+    # and the stored expected outputs are eager torch's, which `run` checks against
+    stored = bundle.expected_outputs()
+    _assert_within_tolerance(list(stored.values()), _eager(case.module, *case.args))
+    assert cli("run", bundle.path).returncode == 0
+
+
+def test_every_parameter_buffer_and_constant_is_an_argument_named_by_its_key(tmp_path):
+    case = torch_models.cases()["shuffled"]()
+    bundle = _pack(case, tmp_path / "b.hlobundle")
+    args = bundle.manifest.arguments
+    state = dict(case.module.state_dict())
+    by_path = {a.path: a for a in args}
+    for key, tensor in state.items():
+        assert by_path[key].role == ("state" if key == "z_shift" else "parameter")
+        assert by_path[key].name == key.replace(".", "_")
+        np.testing.assert_array_equal(bundle.parameters()[by_path[key].name], tensor.numpy())
+    assert by_path["a_scale"].role == "state"  # a buffer kept out of the state_dict
+    assert by_path["offsets"].role == "parameter"  # a constant the graph lifted
+    np.testing.assert_array_equal(bundle.parameters()["offsets"], case.module.offsets.numpy())
+    assert [a.name for a in args if a.role == "input"] == ["x"]
+    assert args[0].name == "x"  # inputs first: f(x) takes the stored weights
+    prov = bundle.manifest.provenance
+    assert (prov.producer, prov.producer_version) == ("torch", torch.__version__)
+    assert bundle.manifest.function == "forward" or bundle.functions == ["forward"]
+
+
+def test_weights_bind_by_name_though_the_graph_state_dict_and_bundle_orders_differ(tmp_path):
+    case = torch_models.cases()["shuffled"]()
+    module = case.module
+    program = torch.export.export(module, case.args)
+    graph = [s.target or "args[0]" for s in program.graph_signature.input_specs]
+    state = list(module.state_dict())
+    bundle = _pack(case, tmp_path / "b.hlobundle")
+    ours = [a.path for a in bundle.manifest.arguments]
+    # three orders, all different: binding any by another's position would mix tensors up
+    assert [k for k in graph if k in state] != state and ours != graph
+    assert sorted(ours) == sorted(graph)
+    (x,) = _inputs(bundle, case.args)
+    # given by name, weights swapped: the bundle computes what torch computes with them swapped
+    swapped = {
+        "a_weight": bundle.parameters()["b_weight"],
+        "b_weight": bundle.parameters()["a_weight"],
+    }
+    got = _flat_results(bundle, x, **swapped)
+    with torch.no_grad():
+        module.a.weight, module.b.weight = module.b.weight, module.a.weight
+    _assert_within_tolerance(got, _eager(module, *case.args))
+    assert not np.allclose(got[0], _flat_results(bundle, x)[0])
+
+
+def test_a_tied_weight_is_one_argument_stored_once(tmp_path):
+    case = torch_models.cases()["tied"]()
+    state = case.module.state_dict()
+    assert state["embed.weight"].data_ptr() == state["head.weight"].data_ptr()
+    bundle = _pack(case, tmp_path / "b.hlobundle")
+    weights = [a for a in bundle.manifest.arguments if a.role != "input"]
+    assert [a.path for a in weights].count("embed.weight") == 1
+    assert "head.weight" not in [a.path for a in weights]
+    assert sum(tuple(a.shape) == (20, 8) for a in weights) == 1
+
+
+@pytest.mark.slow
+def test_an_unused_parameter_is_kept_as_an_argument(tmp_path):
+    case = torch_models.cases()["unused"]()
+    bundle = _pack(case, tmp_path / "b.hlobundle")
+    spare = [a for a in bundle.manifest.arguments if a.path == "spare"]
+    assert len(spare) == 1 and spare[0].role == "parameter"
+    np.testing.assert_array_equal(bundle.parameters()["spare"], case.module.spare.detach().numpy())
+
+
+@pytest.mark.slow
+def test_a_dim_becomes_a_symbolic_dimension_named_as_it_was(tmp_path):
+    case = torch_models.cases()["dynamic_batch"]()
+    bundle = _pack(case, tmp_path / "b.hlobundle")
+    x = bundle.manifest.arguments[0]
+    assert list(x.shape) == ["batch", 6]
+    assert bundle.manifest.constraints == ["batch <= 1024"]
+    for rows in (1, 3, 9):
+        xs = torch.randn(rows, 6)
+        got = _flat_results(bundle, xs.numpy())
+        _assert_within_tolerance(got, _eager(case.module, xs))
+
+
+@pytest.mark.slow
+def test_token_ids_are_int32_arguments_and_the_output_keeps_its_structure(tmp_path):
+    case = torch_models.cases()["token_ids"]()
+    bundle = _pack(case, tmp_path / "b.hlobundle")
+    assert bundle.manifest.arguments[0].dtype == "int32"
+    assert bundle.manifest.output_tree == {"logits": "logits", "best": ["best_0", "best_1"]}
+    tokens, mask = _inputs(bundle, case.args)
+    out = bundle.function()(tokens, mask)
+    assert set(out) == {"logits", "best"} and len(out["best"]) == 2
+    want = _eager(case.module, *case.args)
+    _assert_within_tolerance([np.asarray(out["logits"]), *map(np.asarray, out["best"])], want)
+
+
+def _torch_grads(module: Any, args: tuple[Any, ...]) -> dict[str, np.ndarray]:
+    """d sum(module(*args)) by each parameter (by state_dict key) and by the first input."""
+    x = args[0].clone().requires_grad_(True)
+    module.zero_grad()
+    module(x, *args[1:]).sum().backward()
+    grads = {k: p.grad.numpy() for k, p in module.named_parameters()}
+    return {**grads, "x": x.grad.numpy()}
+
+
+def test_jax_grad_of_a_cnn_bundle_is_torch_s_autograd(tmp_path):
+    case = torch_models.cases()["cnn"]()
+    bundle = _pack(case, tmp_path / "b.hlobundle", with_vjp=True)
+    f = bundle.function("xla")
+    params = {  # the float ones: BatchNorm's count of batches is an integer, held as stored
+        a.name: bundle.parameters()[a.name]
+        for a in bundle.manifest.arguments[1:]
+        if a.dtype == "float32"
+    }
+    (x,) = _inputs(bundle, case.args)
+
+    def loss(x: Any, params: dict[str, Any]) -> Any:
+        return jax.numpy.sum(f(x, **params))
+
+    gx, gp = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, params)
+    want = _torch_grads(case.module, case.args)
+    by_key = {a.name: a.path for a in bundle.manifest.arguments}
+    checked = 0
+    for name, g in gp.items():
+        if by_key[name] in want:
+            np.testing.assert_allclose(g, want[by_key[name]], rtol=1e-4, atol=1e-5)
+            checked += 1
+    assert checked == len(list(case.module.parameters()))
+    np.testing.assert_allclose(gx, want["x"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_pack_from_torch_export_writes_a_bundle_that_runs(tmp_path):
+    case = torch_models.cases()["cnn"]()
+    saved = tmp_path / "cnn.pt2"
+    torch.export.save(torch.export.export(case.module, case.args), saved)
+    out = tmp_path / "cnn.hlobundle"
+    result = cli("pack", "--from-torch-export", saved, "-o", out, "--with-vjp")
+    assert result.returncode == 0, result.stderr
+    assert cli("run", out).returncode == 0
+    bundle = hlobundle.load(out)
+    assert bundle.manifest.provenance.producer == "torch"
+    assert bundle.manifest.vjp is not None
+
+
+def test_pack_from_torch_export_refuses_a_file_that_is_not_a_program(tmp_path):
+    bad = tmp_path / "bad.pt2"
+    bad.write_bytes(b"not a zip")
+    result = cli("pack", "--from-torch-export", bad, "-o", tmp_path / "out")
+    assert result.returncode == 1
+    assert "not a program torch.export.save wrote" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_module_in_training_mode_is_refused_before_export(tmp_path):
+    case = torch_models.cases()["cnn"]()
+    with pytest.raises(InputError, match=r"training mode.*model\.eval\(\)"):
+        hlobundle.from_torch(case.module.train(), case.args, out=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_a_program_that_writes_its_buffers_is_refused(tmp_path):
+    case = torch_models.cases()["cnn"]()
+    program = torch.export.export(case.module.train(), case.args)  # BatchNorm's statistics
+    with pytest.raises(InputError, match=r"writes 'bn1\.running_mean'.*model\.eval\(\)"):
+        hlobundle.from_torch(program, out=tmp_path / "b")
+
+
+class _Sorts(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        return torch.sort(x).values
+
+
+def test_an_operator_outside_the_table_is_refused_by_name(tmp_path):
+    with pytest.raises(InputError, match=r"aten\.sort\.\w+ .*does not take yet"):
+        hlobundle.from_torch(_Sorts().eval(), (torch.randn(4),), out=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_without_torch_from_torch_says_which_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ConfigError, match=r"hlobundle\[torch\]"):
+        hlobundle.from_torch(object(), (), out=tmp_path / "b")
+
+
+# -- Hugging Face transformers, from small configs ---------------------------------------------
+
+
+def _transformers() -> Any:
+    return pytest.importorskip("transformers", reason="transformers is not installed")
+
+
+def _hf_cases() -> dict[str, Any]:
+    tf = _transformers()
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(3))
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    bert = tf.BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
+    gpt2 = tf.GPT2Config(
+        vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=16, use_cache=False
+    )
+    vit = tf.ViTConfig(
+        image_size=8,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
+    return {
+        "bert": (lambda: tf.BertModel(bert).eval(), (ids, mask)),
+        "gpt2": (lambda: tf.GPT2LMHeadModel(gpt2).eval(), (ids,)),
+        "vit": (lambda: tf.ViTModel(vit).eval(), (torch.randn(2, 3, 8, 8),)),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit"])
+def test_a_transformers_model_s_bundle_gives_eager_torch_s_outputs(name, tmp_path):
+    make, args = _hf_cases()[name]
+    case = torch_models.Case(make(), args)
+    bundle = _pack(case, tmp_path / f"{name}.hlobundle")
+    got = _flat_results(bundle, *_inputs(bundle, args))
+    _assert_within_tolerance(got, _eager(case.module, *args))
+    if name == "gpt2":  # its LM head is its token embedding: one argument
+        paths = [a.path for a in bundle.manifest.arguments]
+        assert "transformer.wte.weight" in paths and "lm_head.weight" not in paths
+
+
+@pytest.mark.slow
+def test_jax_grad_of_a_bert_bundle_is_torch_s_autograd(tmp_path):
+    make, (ids, mask) = _hf_cases()["bert"]
+    module = make()
+    bundle = _pack(torch_models.Case(module, (ids, mask)), tmp_path / "b", with_vjp=True)
+    f = bundle.function("xla")
+    params = {
+        a.name: bundle.parameters()[a.name]
+        for a in bundle.manifest.arguments[2:]
+        if a.dtype == "float32"
+    }
+    inputs = _inputs(bundle, (ids, mask))
+
+    def loss(params: dict[str, Any]) -> Any:
+        return jax.numpy.sum(f(*inputs, **params)["last_hidden_state"] ** 2)
+
+    grads = jax.jit(jax.grad(loss))(params)
+    module.zero_grad()
+    (module(ids, mask).last_hidden_state ** 2).sum().backward()
+    by_name = {a.name: a.path for a in bundle.manifest.arguments}
+    named = dict(module.named_parameters())
+    for name, g in grads.items():
+        p = named.get(by_name[name])
+        if p is not None and p.grad is not None:
+            scale = max(1.0, float(p.grad.abs().max()))
+            np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-4, atol=1e-4 * scale)
