@@ -548,6 +548,34 @@ def _dropout(x: Any, p: float, train: bool | None) -> Any:
     return x
 
 
+@op("aten.scaled_dot_product_attention.default")
+def _attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """torch's math: softmax(q k^T scale + mask) v, a boolean mask keeping where it is true,
+    and a row that keeps nothing all zeros (its `_safe_softmax`)."""
+    if dropout_p:
+        raise ValueError("attention dropout draws random numbers: call model.eval()")
+    if enable_gqa:
+        k = jnp.repeat(k, q.shape[-3] // k.shape[-3], axis=-3)
+        v = jnp.repeat(v, q.shape[-3] // v.shape[-3], axis=-3)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * scale
+    if is_causal:
+        s = jnp.where(jnp.tril(jnp.ones((q.shape[-2], k.shape[-2]), bool)), s, -jnp.inf)
+    if attn_mask is not None:
+        s = jnp.where(attn_mask, s, -jnp.inf) if attn_mask.dtype == bool else s + attn_mask
+    return jnp.matmul(_safe_softmax(s, -1), v)
+
+
 # Linear algebra and networks.
 @op("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
 def _mm(a: Any, b: Any) -> Any:

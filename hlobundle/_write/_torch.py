@@ -213,11 +213,26 @@ def _write(
 
 
 def _decomposed(program: Any) -> Any:
-    """The program in core ATen. torch 2.13's decomposition copies tree specs through a check
-    it deprecated itself (a FutureWarning about `LeafSpec` that no caller can act on)."""
+    """The program in core ATen, but for scaled dot-product attention, which the table takes
+    whole (torch 2.13's decomposition of it retraces views that its own strides refuse, in
+    GPT-2 of transformers 5). torch's decomposition copies tree specs through a check it
+    deprecated itself (a FutureWarning about `LeafSpec` that no caller can act on)."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    for op in _KEPT_WHOLE:
+        table.pop(getattr(torch.ops.aten, op).default, None)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r".*treespec, LeafSpec", FutureWarning)
-        return program.run_decompositions()
+        return program.run_decompositions(table)
+
+
+# what the operator table takes undecomposed (`_interop/_torch_aten.py`)
+_KEPT_WHOLE = (
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_attention_math",
+)
 
 
 def _narrowed(tensor: Any, where: str) -> np.ndarray:
