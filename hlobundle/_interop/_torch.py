@@ -19,17 +19,20 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._format._errors import InputError
 from .._format._fields import PRODUCER_TORCH, identifier
 
+if TYPE_CHECKING:
+    from .._format._manifest import Role
+
 PRODUCER = PRODUCER_TORCH  # the provenance's producer of a bundle from a torch program
 
 # `InputKind` of torch.export's graph signature -> (what the slot is, the argument's role)
-_KINDS = {
+_KINDS: dict[str, tuple[str, Role]] = {
     "USER_INPUT": ("input", "input"),
     "PARAMETER": ("parameter", "parameter"),
     "BUFFER": ("buffer", "state"),
@@ -48,7 +51,7 @@ class Slot:
     key: str
     placeholder: str
     name: str
-    role: str
+    role: Role
     value: Any
     shape: str | None = None
 
@@ -86,13 +89,13 @@ def read_program(ep: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Progra
     user = iter(leaves)
     slots: list[Slot] = []
     for spec in ep.graph_signature.input_specs:
-        kind, role = _KINDS.get(spec.kind.name, (None, None))
-        if kind is None:
+        if spec.kind.name not in _KINDS:
             raise InputError(
                 f"the program's input {spec.arg.name!r} is a {spec.kind.name}, which a bundle "
                 "cannot hold (its arguments are tensors)",
                 argument="model",
             )
+        kind, role = _KINDS[spec.kind.name]
         node = _placeholder(ep, spec.arg.name)
         if kind == "input":
             path, value = next(user, (None, None))
@@ -349,7 +352,7 @@ def _function(node: Any) -> Callable[..., Any]:
 
     target = node.target
     if target in _torch_aten.PYTHON_FUNCTIONS:
-        return target  # type: ignore[no-any-return]
+        return target
     fn = _torch_aten.OPS.get(str(target))
     if fn is None:
         raise InputError(

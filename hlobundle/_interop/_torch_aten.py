@@ -121,7 +121,7 @@ def _resolved(path: str | Callable[..., Any]) -> Callable[..., Any]:
     if callable(path):
         return path
     module, _, attr = path.rpartition(".")
-    return getattr(_MODULES[module], attr)  # type: ignore[no-any-return]
+    return getattr(_MODULES[module], attr)
 
 
 for _name, _fn in _UNARY.items():

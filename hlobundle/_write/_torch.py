@@ -195,7 +195,7 @@ def _write(
     naming = Naming(
         names=names,
         paths=[s.key for s in read.slots],
-        roles={n: s.role for n, s in zip(names, read.slots, strict=True)},  # type: ignore[misc]
+        roles={n: s.role for n, s in zip(names, read.slots, strict=True)},
         result_names=result_names,
         input_tree=None,  # the weights are arguments of no user's pytree: bind by name
         output_tree=read.output_tree(result_names),
