@@ -5,24 +5,52 @@ weights bound by name, its gradients torch's autograd's, and what a bundle canno
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 import pytest
+from helpers import cli
 
-torch = pytest.importorskip(
-    "torch", reason="torch is in the torch extra (its CPU wheel: Python 3.11 here)"
-)
+import hlobundle
+from hlobundle._format._tolerance import default_tolerance
+from hlobundle.errors import ConfigError, InputError
 
-import jax  # noqa: E402
-import torch_models  # noqa: E402
-from helpers import cli  # noqa: E402
+if importlib.util.find_spec("torch") is None:
+    pytest.skip(
+        "torch is in the torch extra (its CPU wheel: Python 3.11 here)", allow_module_level=True
+    )
 
-import hlobundle  # noqa: E402
-from hlobundle._format._tolerance import default_tolerance  # noqa: E402
-from hlobundle.errors import ConfigError, InputError  # noqa: E402
+
+class _Imported:
+    """A module imported when first used: collecting this file (on every worker, in every run)
+    costs no import of torch (2-4 s), only running its tests does."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+torch: Any = _Imported("torch")
+torch_models: Any = _Imported("torch_models")
+# the corpus's cases by name (torch_models.cases(), checked below), known without torch
+CASES = [
+    "mlp",
+    "cnn",
+    "recurrent",
+    "attention",
+    "tied",
+    "unused",
+    "dynamic_batch",
+    "token_ids",
+    "shuffled",
+]
 
 pytestmark = pytest.mark.filterwarnings(  # torch.export of nn.LSTM, its own weights' views
     "ignore:The tensor attributes .*_flat_weights.*:UserWarning"
@@ -73,10 +101,10 @@ def _assert_within_tolerance(got: list[np.ndarray], want: list[np.ndarray]) -> N
 def packed(tmp_path_factory):
     """Each corpus case with its bundle, packed once for every test of this module that asks
     (the CNN's with its backward module, which its gradient test takes)."""
-    done: dict[str, tuple[torch_models.Case, hlobundle.Bundle]] = {}
+    done: dict[str, tuple[Any, hlobundle.Bundle]] = {}
     where = tmp_path_factory.mktemp("corpus")
 
-    def pack(name: str) -> tuple[torch_models.Case, hlobundle.Bundle]:
+    def pack(name: str) -> tuple[Any, hlobundle.Bundle]:
         if name not in done:
             case = torch_models.cases()[name]()
             bundle = _pack(case, where / f"{name}.hlobundle", with_vjp=name == "cnn")
@@ -86,8 +114,12 @@ def packed(tmp_path_factory):
     return pack
 
 
+def test_the_corpus_is_the_cases_named_here():
+    assert list(torch_models.cases()) == CASES
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(torch_models.cases()))
+@pytest.mark.parametrize("name", CASES)
 def test_a_model_s_bundle_gives_eager_torch_s_outputs(name, packed):
     case, bundle = packed(name)
     got = _flat_results(bundle, *_inputs(bundle, case.args))
@@ -269,14 +301,13 @@ def test_a_program_that_writes_its_buffers_is_refused(tmp_path):
         hlobundle.from_torch(program, out=tmp_path / "b")
 
 
-class _Sorts(torch.nn.Module):
-    def forward(self, x: Any) -> Any:
-        return torch.sort(x).values
-
-
 def test_an_operator_outside_the_table_is_refused_by_name(tmp_path):
+    class Sorts(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return torch.sort(x).values
+
     with pytest.raises(InputError, match=r"aten\.sort\.\w+ .*does not take yet"):
-        hlobundle.from_torch(_Sorts().eval(), (torch.randn(4),), out=tmp_path / "b")
+        hlobundle.from_torch(Sorts().eval(), (torch.randn(4),), out=tmp_path / "b")
     assert not (tmp_path / "b").exists()
 
 

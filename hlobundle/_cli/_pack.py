@@ -171,7 +171,7 @@ def _check_usage(args: argparse.Namespace) -> None:
             "--allow-custom-call",
             because="--from-torch-export takes names, inputs and expected outputs from the "
             "program and eager PyTorch",
-            with_vjp=True,
+            takes_vjp=True,
         )
     if args.from_jax_export:
         _refuse_flags(
@@ -246,10 +246,10 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
 
 
 def _refuse_flags(
-    args: argparse.Namespace, *extra: str, because: str, hint: str = "", with_vjp: bool = False
+    args: argparse.Namespace, *extra: str, because: str, hint: str = "", takes_vjp: bool = False
 ) -> None:
     """A usage error for the first `pack` option a source that brings its own names ignores
-    (`with_vjp`: the source takes --with-vjp all the same)."""
+    (`takes_vjp`: the source takes --with-vjp all the same)."""
     flags = {
         "--inputs": args.inputs,
         "--names": args.names,
@@ -262,7 +262,7 @@ def _refuse_flags(
         "--sign-key": args.private_key,
         "--allow-custom-call": args.allow_custom_call,
     }
-    refused = tuple(f for f in _REFUSABLE if not (with_vjp and f == "--with-vjp")) + extra
+    refused = tuple(f for f in _REFUSABLE if not (takes_vjp and f == "--with-vjp")) + extra
     given = [flag for flag, value in flags.items() if value and flag in refused]
     given += ["--layout"] if args.layout != "auto" else []
     if given:
