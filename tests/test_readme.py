@@ -96,9 +96,9 @@ def _exec(file: str, section: str, code: str) -> None:
 
 
 # Alone, in the full suite only: the serving guide's blocks (each starts a model server), and
-# blocks that compile with IREE, run the language model or lower in child processes (each
-# over half a second).
-_SLOW = ("hlobundle.compile(", "examples/lm.hlobundle", "from_exported(", "from_torch(")
+# blocks that compile with IREE, run the language model, lower in child processes or import
+# torch (each over half a second).
+_SLOW = ("hlobundle.compile(", "examples/lm.hlobundle", "from_exported(", "import torch")
 ALONE = [
     pytest.param(
         *block,
