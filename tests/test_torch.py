@@ -215,6 +215,27 @@ def test_a_dim_becomes_a_symbolic_dimension_named_as_it_was(packed):
 
 
 @pytest.mark.slow
+def test_rows_declared_independent_along_a_dim_fold_a_vmap_into_one_call(tmp_path):
+    case = torch_models.cases()["dynamic_batch"]()
+    out = hlobundle.from_torch(
+        case.module,
+        case.args,
+        out=tmp_path / "rows.hlobundle",
+        dynamic_shapes=({0: torch.export.Dim("batch")},),  # no top: joined rows may pass one
+        independent_rows="batch",  # checked on the function before it is recorded
+    )
+    bundle = hlobundle.load(out)
+    assert bundle.manifest.independent_rows is not None
+    assert not bundle.manifest.constraints  # no top, and a floor that jax.export assumes
+    f = bundle.function("xla", trust=hlobundle.Trust.BATCHED)
+    xs = torch.randn(4, 3, 6)  # 4 blocks of 3 rows: one call of 12
+    ys = jax.vmap(lambda x: f(x=x))(xs.numpy())
+    _assert_within_tolerance(
+        [np.asarray(ys).reshape(12, 3)], _eager(case.module, xs.reshape(12, 6))
+    )
+
+
+@pytest.mark.slow
 def test_token_ids_are_integer_arguments_and_the_output_keeps_its_structure(packed):
     case, bundle = packed("token_ids")
     # int64 as JAX holds it: int32 while x64 is off (this suite turns it on)
@@ -558,12 +579,26 @@ def test_an_operator_of_the_table_computes_what_torch_s_own_does(case):
     name, args, *rest = OPERATORS[case]()
     kwargs = rest[0] if rest else {}
     want = _torch_op(name)(*args, **kwargs)
-    got = OPS[name](*_jaxed(args), **kwargs)
+    # one compiled call (op by op, jax would compile each of its primitives alone)
+    leaves, tree = jax.tree_util.tree_flatten((_jaxed(args), kwargs), is_leaf=lambda x: x is None)
+    at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array)]
+
+    def call(*arrays: Any) -> Any:
+        given = dict(zip(at, arrays, strict=True))
+        a, k = jax.tree_util.tree_unflatten(tree, [given.get(i, x) for i, x in enumerate(leaves)])
+        out = OPS[name](*a, **k)
+        return (
+            [None if isinstance(o, NotComputed) else o for o in out]
+            if isinstance(out, (list, tuple))
+            else out
+        )
+
+    got = jax.jit(call)(*[leaves[i] for i in at])
     wants = list(want) if isinstance(want, (list, tuple)) else [want]
     gots = list(got) if isinstance(got, (list, tuple)) else [got]
     assert len(gots) == len(wants)
     for g, w in zip(gots, wants, strict=True):
-        if isinstance(g, NotComputed):  # max pooling's indices
+        if g is None:  # max pooling's indices, NotComputed
             continue
         g = np.asarray(g).astype(room.jax_dtype(w.dtype))
         assert g.shape == tuple(w.shape)

@@ -224,11 +224,21 @@ def _constraints(ep: Any, slots: Sequence[Slot]) -> list[str]:
         bounds = ep.range_constraints.get(symbol)
         if bounds is None:
             continue
-        if bounds.lower.is_finite and int(bounds.lower) > 1:
-            out.append(f"{name} >= {int(bounds.lower)}")
-        if bounds.upper.is_finite:
-            out.append(f"{name} <= {int(bounds.upper)}")
+        lower, upper = _finite(bounds.lower), _finite(bounds.upper)
+        if lower is not None and lower > 1:
+            out.append(f"{name} >= {lower}")
+        if upper is not None:
+            out.append(f"{name} <= {upper}")
     return out
+
+
+def _finite(bound: Any) -> int | None:
+    """A range's bound as an int, or None for torch's infinities (`int_oo`, which says it is
+    finite, but is no number)."""
+    try:
+        return int(bound)
+    except (OverflowError, TypeError, ValueError, AttributeError):
+        return None
 
 
 # -- outputs ----------------------------------------------------------------------------------
