@@ -87,6 +87,7 @@ def read_program(ep: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Progra
     _refuse_mutations(ep)
     leaves, _ = _pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
     user = iter(leaves)
+    nodes = _placeholders(ep)
     slots: list[Slot] = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind.name not in _KINDS:
@@ -96,7 +97,11 @@ def read_program(ep: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Progra
                 argument="model",
             )
         kind, role = _KINDS[spec.kind.name]
-        node = _placeholder(ep, spec.arg.name)
+        node = nodes.get(spec.arg.name)
+        if node is None:
+            raise InputError(
+                f"the program's graph has no placeholder {spec.arg.name!r}", argument="model"
+            )
         if kind == "input":
             path, value = next(user, (None, None))
             _check_input(path, value, spec.arg.name)
@@ -115,7 +120,7 @@ def read_program(ep: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Progra
         order=[ordered.index(ties[s.placeholder]) for s in slots],
         out_paths=_leaf_paths(out_spec, ()),
         out_spec=out_spec,
-        constraints=_constraints(ep, slots),
+        constraints=_constraints(ep, slots, nodes),
     )
 
 
@@ -144,11 +149,9 @@ def _refuse_mutations(ep: Any) -> None:
             )
 
 
-def _placeholder(ep: Any, name: str) -> Any:
-    for node in ep.graph.nodes:
-        if node.op == "placeholder" and node.name == name:
-            return node
-    raise InputError(f"the program's graph has no placeholder {name!r}", argument="model")
+def _placeholders(ep: Any) -> dict[str, Any]:
+    """The graph's placeholders by name (looked up once each: a model has thousands)."""
+    return {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
 
 
 def _check_input(path: Any, value: Any, name: str) -> None:
@@ -212,13 +215,13 @@ def _shape_spec(node: Any) -> str | None:
     return ", ".join(str(s) if isinstance(s, int) else str(s.node.expr.subs(names)) for s in shape)
 
 
-def _constraints(ep: Any, slots: Sequence[Slot]) -> list[str]:
+def _constraints(ep: Any, slots: Sequence[Slot], nodes: dict[str, Any]) -> list[str]:
     """`batch >= 2`, `batch <= 64` for each symbol's range in the program (jax.export assumes
     a dimension is at least 1; torch's unbounded top is left out)."""
     names: dict[Any, str] = {}
     for slot in slots:
         if slot.shape is not None:
-            names.update(_symbol_names(_placeholder(ep, slot.placeholder)))
+            names.update(_symbol_names(nodes[slot.placeholder]))
     out = []
     for symbol, name in sorted(names.items(), key=lambda kv: kv[1]):
         bounds = ep.range_constraints.get(symbol)
