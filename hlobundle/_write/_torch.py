@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .._format._errors import ConfigError, InputError
-from .._interop import _torch
+from .._interop import _torch, _torch_archive
 from ._export import Naming, export_named
 from ._options import PackOptions, takes
 from ._pytree_names import result_name, unique
@@ -112,12 +113,22 @@ def from_torch_file(
 ) -> Path:
     """`from_torch()` of a program saved with `torch.export.save` (`MODEL.pt2`), on the
     example inputs it was exported with: the CLI's `pack --from-torch-export`. Loading a `.pt2`
-    runs torch's deserializer in this process: pack only files you trust."""
+    runs torch's deserializer in this process, with what would run code refused first
+    (`_interop/_torch_archive.py`, docs/security.md)."""
     torch = _import_torch()
+    _torch_archive.refuse_code(Path(path))
     try:
-        program = torch.export.load(os.fspath(path))
+        with _torch_archive.restricted_loads():
+            program = torch.export.load(os.fspath(path))
     except FileNotFoundError:
         raise InputError(f"{path}: no such file", argument="from_torch_export") from None
+    except pickle.UnpicklingError as e:
+        raise InputError(
+            f"{path}: holds a pickle torch's restricted loader (weights_only) refused, which "
+            f"only an unrestricted one would read: refused ({(str(e).splitlines() or [''])[-1][:200]})",
+            path=os.fspath(path),
+            argument="from_torch_export",
+        ) from None
     except Exception as e:  # torch's loader raises what its zip and JSON readers raise
         raise InputError(
             f"{path}: not a program torch.export.save wrote ({type(e).__name__}: {str(e)[:200]})",
