@@ -38,6 +38,7 @@ _LAZY = {
     "from_exported": "._write._jax_export",
     "from_reactant_server": "._write._reactant_server",
     "from_reactant": "._write._reactant",
+    "from_torch": "._write._torch",
     "pack": "._write._writer",
     "pack_files": "._write._pack_files",
     "pull": "._oci._pull",
@@ -111,6 +112,7 @@ if _typing.TYPE_CHECKING:
     from ._write._refresh import refresh
     from ._write._reshard import reshard
     from ._write._sign import sign
+    from ._write._torch import from_torch
     from ._write._writer import pack
 
 __all__ = [
@@ -141,6 +143,7 @@ __all__ = [
     "export",
     "from_exported",
     "from_reactant_server",
+    "from_torch",
     "load",
     "pack",
     "pack_files",

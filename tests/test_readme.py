@@ -82,6 +82,8 @@ def _missing_extra(block: str) -> str | None:
         importlib.util.find_spec(m) for m in ("starlette", "httpx2")
     ):
         return "the block uses the serve extra and Starlette's test client (httpx2)"
+    if "import torch" in block and not importlib.util.find_spec("torch"):
+        return "the block uses the torch extra (its CPU wheel: Python 3.11 here)"
     if "tritonclient.grpc" in block and not all(
         importlib.util.find_spec(m) for m in ("grpc", "tritonclient", "orjson")
     ):
@@ -94,9 +96,9 @@ def _exec(file: str, section: str, code: str) -> None:
 
 
 # Alone, in the full suite only: the serving guide's blocks (each starts a model server), and
-# blocks that compile with IREE, run the language model or lower in child processes (each
-# over half a second).
-_SLOW = ("hlobundle.compile(", "examples/lm.hlobundle", "from_exported(")
+# blocks that compile with IREE, run the language model, lower in child processes or import
+# torch (each over half a second).
+_SLOW = ("hlobundle.compile(", "examples/lm.hlobundle", "from_exported(", "import torch")
 ALONE = [
     pytest.param(
         *block,
@@ -198,6 +200,12 @@ SH_SKIPPED = {
         "Measured on a TPU",
     ): "they need a TPU: run by hand there (closing notes)",
     ("docs/julia.md", "From Julia (Reactant.jl)"): "it packs what the Julia blocks write",
+    ("docs/torch.md", "hlobundle from PyTorch"): "installing needs a fresh virtual environment",
+    (
+        "docs/torch.md",
+        "From a saved program: `pack --from-torch-export`",
+    ): "it needs a signing key and a registry, and serves until stopped; test_torch.py packs and "
+    "runs a saved program",
     (
         "docs/serving.md",
         "Serving: `hlobundle serve`",

@@ -40,6 +40,7 @@ WRITERS = [
     hlobundle.from_reactant,
     hlobundle.from_exported,
     hlobundle.from_reactant_server,
+    hlobundle.from_torch,
     hlobundle.refresh,
     hlobundle.reshard,
     hlobundle.sign,
@@ -387,8 +388,9 @@ def test_a_bare_pack_passes_the_functions_defaults():
         (["reshard", "b", "-o", "c"], hlobundle.reshard),
         (["sign", "b", "--private-key", "k.pem"], hlobundle.sign),
         (["pack", "--from-reactant-server", "d", "-o", "b"], hlobundle.from_reactant_server),
+        (["pack", "--from-torch-export", "m.pt2", "-o", "b"], hlobundle.from_torch),
     ],
-    ids=["refresh", "reshard", "sign", "from-reactant-server"],
+    ids=["refresh", "reshard", "sign", "from-reactant-server", "from-torch-export"],
 )
 def test_each_writing_command_s_defaults_are_its_function_s(argv, writer):
     args = _parser.build().parse_args(argv)

@@ -24,7 +24,13 @@ def pack(args: argparse.Namespace) -> int:
     modules = [i for i in args.inputs if str(i).lower().endswith(".mlir")]
     sources = [
         x
-        for x in (args.module, args.from_reactant, args.from_jax_export, args.from_reactant_server)
+        for x in (
+            args.module,
+            args.from_reactant,
+            args.from_jax_export,
+            args.from_reactant_server,
+            args.from_torch_export,
+        )
         if x is not None
     ]
     if not sources and len(modules) == 1:
@@ -35,13 +41,17 @@ def pack(args: argparse.Namespace) -> int:
     if len(sources) != 1:
         usage(
             args,
-            "give one of MODULE, --from-reactant PATH, --from-reactant-server DIR "
-            "or --from-jax-export BLOB",
+            "give one of MODULE, --from-reactant PATH, --from-reactant-server DIR, "
+            "--from-jax-export BLOB or --from-torch-export MODEL.pt2",
         )
     if args.batch_size is not None and not args.from_reactant_server:
         usage(args, "--batch-size applies to --from-reactant-server")
-    if args.independent_rows is not None and not args.from_jax_export:
-        usage(args, "--independent-rows applies to --from-jax-export (symbolic shapes)")
+    if args.independent_rows is not None and not (args.from_jax_export or args.from_torch_export):
+        usage(
+            args,
+            "--independent-rows applies to --from-jax-export and --from-torch-export "
+            "(symbolic shapes)",
+        )
     if args.default and not args.add:
         usage(args, "--default applies to --add")
     if not args.add and (args.public_key or args.replace_signature):
@@ -97,6 +107,8 @@ def _pack_one(args: argparse.Namespace) -> tuple[Path, str]:
         return _pack_jax_export(args), ""
     if args.from_reactant_server:
         return _pack_reactant_server(args)
+    if args.from_torch_export:
+        return _pack_torch_export(args), ""
     options = pack_keywords(args)
     if args.compute_expected or args.with_vjp:  # they run the module: 64-bit values stay 64-bit
         from .._run._process import enable_x64
@@ -148,6 +160,18 @@ def _check_usage(args: argparse.Namespace) -> None:
             "--role",
             "--function",
             because="--from-reactant-server takes names, roles, layout and weights from the bundle",
+        )
+    if args.from_torch_export:
+        _refuse_flags(
+            args,
+            "--inputs",
+            "--expected",
+            "--compute-expected",
+            "--function",
+            "--allow-custom-call",
+            because="--from-torch-export takes names, inputs and expected outputs from the "
+            "program and eager PyTorch",
+            takes_vjp=True,
         )
     if args.from_jax_export:
         _refuse_flags(
@@ -221,8 +245,11 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
     return EXIT_OK
 
 
-def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str = "") -> None:
-    """A usage error for the first `pack` option a source that brings its own names ignores."""
+def _refuse_flags(
+    args: argparse.Namespace, *extra: str, because: str, hint: str = "", takes_vjp: bool = False
+) -> None:
+    """A usage error for the first `pack` option a source that brings its own names ignores
+    (`takes_vjp`: the source takes --with-vjp all the same)."""
     flags = {
         "--inputs": args.inputs,
         "--names": args.names,
@@ -235,7 +262,8 @@ def _refuse_flags(args: argparse.Namespace, *extra: str, because: str, hint: str
         "--sign-key": args.private_key,
         "--allow-custom-call": args.allow_custom_call,
     }
-    given = [flag for flag, value in flags.items() if value and flag in _REFUSABLE + extra]
+    refused = tuple(f for f in _REFUSABLE if not (takes_vjp and f == "--with-vjp")) + extra
+    given = [flag for flag, value in flags.items() if value and flag in refused]
     given += ["--layout"] if args.layout != "auto" else []
     if given:
         usage(args, f"{because}; {given[0]} does not apply{hint}")
@@ -268,3 +296,11 @@ def _pack_jax_export(args: argparse.Namespace) -> Path:
         **writer_keywords(args, from_exported_files),
     )
     return out
+
+
+def _pack_torch_export(args: argparse.Namespace) -> Path:
+    from .._write._torch import from_torch_file
+
+    return from_torch_file(
+        args.from_torch_export, args.output, **writer_keywords(args, from_torch_file)
+    )

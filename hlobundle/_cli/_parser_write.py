@@ -35,6 +35,13 @@ def add_pack(sub: Any) -> None:
         "repeated as NAME=BLOB: one function NAME each",
     )
     p.add_argument(
+        "--from-torch-export",
+        metavar="MODEL.pt2",
+        help="a PyTorch program saved with torch.export.save, instead of MODULE: packed on the "
+        "example inputs it was exported with, its expected outputs eager PyTorch's (extra "
+        "torch; docs/torch.md)",
+    )
+    p.add_argument(
         "--inputs",
         nargs="+",
         action="extend",

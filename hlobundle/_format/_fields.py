@@ -36,9 +36,11 @@ FORMAT_VERSION = "2.2"
 NEWEST_MINOR = {1: 3, 2: 2}  # the newest minor version of each major version this reader knows
 MAX_FUNCTIONS = 64
 # The provenance's producer, for bundles this package's producers write: `export()` (a JAX
-# function) and `from_exported()` (a jax.export.Exported). The runner's hints depend on it.
+# function), `from_exported()` (a jax.export.Exported) and `from_torch()` (a torch.export
+# program; its version is torch's). The runner's hints depend on it.
 PRODUCER_JAX = "jax"
 PRODUCER_JAX_EXPORT = "jax.export"
+PRODUCER_TORCH = "torch"
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = _limits.MAX_MANIFEST_BYTES
 CPU_NAME = r"[A-Za-z0-9_.+-]{1,64}"  # an executable's target CPU: generic, host's name, znver3

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._format import _signature
 from .._format._errors import HloBundleWarning, InputError
-from .._format._manifest import PRODUCER_JAX
+from .._format._manifest import PRODUCER_JAX, Role
 from .._read._inputs import from_python
 from . import _rows
 from ._functions import add_function
@@ -70,6 +70,34 @@ def export(
 
     **Returns:** the path of the written bundle.
     """
+    return export_named(fn, example_args, out, opt)
+
+
+@dataclasses.dataclass(frozen=True)
+class Naming:
+    """What a producer that is not a JAX function says of its flat arguments and results,
+    instead of what `export` derives from pytree paths (`from_torch`: a `torch.export` program's
+    names, paths and roles, its output structure and eager PyTorch's results)."""
+
+    names: list[str]
+    paths: list[str]
+    roles: dict[str, Role]
+    result_names: list[str]
+    input_tree: Any
+    output_tree: Any
+    producer: tuple[str, str]
+    function: str
+    expected: list[np.ndarray] | None  # the results to store (the example's are computed)
+
+
+def export_named(
+    fn: Callable[..., Any],
+    example_args: tuple[Any, ...],
+    out: str | os.PathLike[str],
+    opt: PackOptions,
+    naming: Naming | None = None,
+) -> Path:
+    """`export`, the names and results given by `naming` where it is given."""
     import jax
 
     leaves, in_tree = jax.tree_util.tree_flatten_with_path(example_args)
@@ -94,17 +122,24 @@ def export(
                 argument="vmap_in_axes",
             )
         text, out_info, symbolic = _lower_symbolic(jitted, example_args, opt)
-    expected = None
+    expected, computed = None, False
     if opt.store_inputs and opt.store_expected:
-        expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
+        expected = naming.expected if naming is not None else None
+        if expected is None:
+            expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*flat))]
+            computed = True
     params = _positional_names(fn)
     names = unique([leaf_name(path, params) for path, _ in leaves])
     heads = [leaf_name(path[:1], params) for path, _ in leaves]
+    if naming is not None:
+        names, heads = naming.names, naming.names
     batched = _batched_arguments(
         opt.vmap_in_axes, in_tree, names, [_abstract(x) for _, x in leaves]
     )
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out_info)
     result_names = unique([result_name(path) for path, _ in out_leaves])
+    if naming is not None:
+        result_names = naming.result_names
     if not opt.add and (opt.public_key is not None or opt.replace_signature or opt.default):
         raise InputError(
             "public_key, replace_signature and default go with add=True", argument="add"
@@ -142,17 +177,29 @@ def export(
             stacklevel=2,
         )
 
+    own: dict[str, Any] = dict(
+        paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
+        roles=leaf_roles(opt.roles, names, heads),
+        function=opt.name or getattr(fn, "__name__", "main"),
+        producer=(PRODUCER, jax.__version__),
+        input_tree=input_tree,
+        output_tree=output_tree,
+    )
+    if naming is not None:
+        own.update(
+            paths=naming.paths,
+            roles={**naming.roles, **(opt.roles or {})},
+            function=opt.name or naming.function,
+            producer=naming.producer,
+            input_tree=naming.input_tree,
+            output_tree=naming.output_tree,
+        )
+
     def write(target: Path, signing: _signature.SigningKey | None) -> Path:
         options = dataclasses.replace(
             opt,
             names=names,
-            paths=[f"args{jax.tree_util.keystr(path)}" for path, _ in leaves],
-            roles=leaf_roles(opt.roles, names, heads),
             result_names=result_names,
-            function=opt.name or getattr(fn, "__name__", "main"),
-            producer=(PRODUCER, jax.__version__),
-            input_tree=input_tree,
-            output_tree=output_tree,
             expected=None if expected is None else from_python(expected),
             with_vjp=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if opt.with_vjp else False,
             batched=(lambda *a: jax.tree_util.tree_leaves(flat_fn(*a))) if batched else None,
@@ -160,10 +207,11 @@ def export(
             sign_key=signing,
             independent_rows=rows,
             rows_checked=rows is not None,
-            expected_here=expected is not None,
+            expected_here=computed,
             platforms=opt.platforms,
             shapes=None if symbolic is None else symbolic[0],
             result_shapes=None if symbolic is None else symbolic[1],
+            **own,
         )
         items = from_python(flat) if opt.store_inputs else None
         return pack_planned(text, items, target, options)

@@ -74,7 +74,7 @@ def implementation(
 def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
     """The refusal to differentiate a bundle without a backward module, saying how one is
     stored for a bundle made the way this one was (its provenance's producer)."""
-    from ..._format._fields import PRODUCER_JAX, PRODUCER_JAX_EXPORT
+    from ..._format._fields import PRODUCER_JAX, PRODUCER_JAX_EXPORT, PRODUCER_TORCH
 
     producer = bundle.manifest.provenance.producer
     if producer == PRODUCER_JAX_EXPORT:
@@ -84,6 +84,11 @@ def _no_vjp(bundle: Bundle) -> Callable[[Any], Any]:
         )
     elif producer == PRODUCER_JAX:
         where = "export it again with hlobundle.export(..., with_vjp=True)"
+    elif producer == PRODUCER_TORCH:
+        where = (
+            "pack the model again with hlobundle.from_torch(..., with_vjp=True) "
+            "(pack --from-torch-export MODEL.pt2 --with-vjp)"
+        )
     elif _installed.enzyme_ad():
         where = (
             "pack it with --with-vjp (hlobundle.pack(..., with_vjp=True)), or use backend='enzyme'"
