@@ -65,52 +65,12 @@ The root and the families users catch most are also at the top level (`hlobundle
 
 import typing as _typing
 
-from ._format._errors import (
-    ArtifactInvalidError,
-    BackendUnavailableError,
-    BackendUnsupportedError,
-    BlobDigestError,
-    BundleError,
-    ConfigError,
-    DevicesUnavailableError,
-    DtypeUnsupportedError,
-    FileMissingError,
-    FileSetError,
-    FileUnlistedError,
-    HashMismatchError,
-    HloBundleError,
-    HloBundleWarning,
-    InputAmbiguousError,
-    InputDtypeError,
-    InputError,
-    IntegrityError,
-    LimitError,
-    MainSignatureError,
-    ManifestError,
-    ManifestTooLargeError,
-    ModuleError,
-    ModuleMismatchError,
-    NotABundleError,
-    NotPortableError,
-    OutputExistsError,
-    RegistryAuthError,
-    RegistryError,
-    RegistryLimitError,
-    RegistryNotFoundError,
-    RegistryProtocolError,
-    RegistryRefError,
-    RegistryUnreachableError,
-    SignatureInvalidError,
-    SizeMismatchError,
-    TensorConflictError,
-    TensorFileError,
-    TensorMismatchError,
-    TransformError,
-    UnsafePathError,
-    UnsignedError,
-    VersionError,
-    X64DisabledError,
-)
+from ._format import _errors as _source
+from ._format._errors import *  # noqa: F403  (each name of the one list, below)
+
+# The one list of public error classes is `_format/_errors.py`'s `__all__`.
+__all__ = list(_source.__all__)
+del _source
 
 # Names before 2.0, kept working with a DeprecationWarning until 3.0.
 _DEPRECATED = {"SignatureError": "MainSignatureError"}
@@ -128,51 +88,3 @@ def __getattr__(name: str) -> _typing.Any:
         )
         return globals()[_DEPRECATED[name]]
     raise AttributeError(f"module 'hlobundle.errors' has no attribute {name!r}")
-
-
-__all__ = [
-    "ArtifactInvalidError",
-    "BlobDigestError",
-    "RegistryAuthError",
-    "RegistryError",
-    "RegistryLimitError",
-    "RegistryNotFoundError",
-    "RegistryProtocolError",
-    "RegistryRefError",
-    "RegistryUnreachableError",
-    "BackendUnavailableError",
-    "BackendUnsupportedError",
-    "BundleError",
-    "ConfigError",
-    "DevicesUnavailableError",
-    "DtypeUnsupportedError",
-    "FileMissingError",
-    "FileSetError",
-    "FileUnlistedError",
-    "HashMismatchError",
-    "HloBundleError",
-    "HloBundleWarning",
-    "InputAmbiguousError",
-    "InputDtypeError",
-    "InputError",
-    "IntegrityError",
-    "LimitError",
-    "MainSignatureError",
-    "ManifestError",
-    "ManifestTooLargeError",
-    "ModuleError",
-    "ModuleMismatchError",
-    "NotABundleError",
-    "NotPortableError",
-    "OutputExistsError",
-    "SignatureInvalidError",
-    "SizeMismatchError",
-    "TensorConflictError",
-    "TensorFileError",
-    "TensorMismatchError",
-    "TransformError",
-    "UnsafePathError",
-    "UnsignedError",
-    "VersionError",
-    "X64DisabledError",
-]

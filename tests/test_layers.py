@@ -1,18 +1,20 @@
 """The package's floors (docs/layout.md): imports only go down.
 
-    8  the public modules: hlobundle, errors, __main__, integrations
-    7  _cli (commands)
-    6  _serve (OIP v2)
+    8  __main__
+    7  _cli (commands)        integrations (public)
+    6  _serve (OIP v2)        hlobundle (the public facade, its lazy table)
     5  _write (pack)          _remote (remote load)   _emit (run.py)
     4  _run (backends)        _oci (push, pull)
     3  _interop (foreign)     _read (load, verify)
     2  _bundle_io (a bundle's bytes through the ground floor)   _output (where a bundle is written)
+       errors (public)
     1  _format (what a bundle is)
     0  the ground floor (`GROUND`)
 
 A layer imports its own modules and the floors below it, never one above nor another room of its
 own floor; and each layer sits one floor above the highest it imports (`FLOORS`), so that the
-floors show how deep each room's imports go. The writer imports the runner it calls (expected outputs, backward modules), nothing registers itself
+floors show how deep each room's imports go. The public modules' floors are found the same way
+(`_floors_of_the_public`), not set by hand. The writer imports the runner it calls (expected outputs, backward modules), nothing registers itself
 anywhere. A foreign system read and written both ways has one room in `_interop`, which its
 importer and its emitter or exporter import (`ROOMS`). The documented exceptions are `Bundle.function()` and `Bundle.to_exported()`, the
 entry points from a read bundle into the runner, which import `_run._function` and the xla
@@ -27,6 +29,13 @@ it to run it, so that a new one cannot be left out.
 
 The benchmarks (`benchmarks/*.py`) are held to the backends' door and to private jax symbols
 in `_compat` alone, as the package is.
+
+Each guard checks what the source means, not how it is spelled (issue 69): names are resolved
+through the module's imports (`import importlib as il`, `from jax import _src as src`), attribute
+chains through what they start from (`_backends._backend`), and a dynamic import's name is
+folded when it is constant (`"hlobundle._write." + "_writer"`); one that is not names no module
+the guards can see, so it is allowed only in the places `DYNAMIC_IMPORTS` names, each with the
+table its names come from.
 
 Each guard is also run on small made-up modules that break its rule, so that it is shown to
 fail on the thing it names.
@@ -104,59 +113,188 @@ def _modules():
         yield ".".join(parts), path.read_text(), is_package
 
 
-def _imports(name: str, source: str, is_package: bool = False):
-    """Every module of the package that `source` (module `name`) imports: `import` and `from`
-    statements anywhere (functions included), names of the top-level package's lazy surface
-    (`from hlobundle import load`), and `importlib.import_module` calls (`"hlobundle..."`, a
-    relative name with its package, or an f-string's constant start)."""
-    package = name if is_package else name.rpartition(".")[0]
-    for node in ast.walk(_parse(source)):
+def _bindings(tree: ast.Module, package: str) -> dict[str, str]:
+    """What each name an import binds stands for, anywhere in the module (functions included):
+    `import importlib as il` binds `il` to `importlib`, `from importlib import import_module as
+    load` binds `load` to `importlib.import_module`, `from .. import _backends` binds
+    `_backends` to the absolute name of the module, and `import a.b` binds `a`."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                first = a.name.partition(".")[0]
+                bound[a.asname or first] = a.name if a.asname else first
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_target(node, package)
+            for a in node.names:
+                bound[a.asname or a.name] = f"{base}.{a.name}"
+    return bound
+
+
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a `from` statement imports from."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _dotted(node: ast.expr, bound: dict[str, str]) -> str:
+    """A name or an attribute chain, its first name resolved through the module's imports
+    (`il.import_module`: `importlib.import_module`; `door._backend`:
+    `hlobundle._run._backends._backend`); "" for anything else."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value, bound)
+        return f"{base}.{node.attr}" if base else ""
+    return ""
+
+
+IMPORTERS = {"importlib.import_module", "__import__", "builtins.__import__", "importlib.__import__"}
+
+
+def _is_import_module(func: ast.expr, bound: dict[str, str]) -> bool:
+    """`importlib.import_module` or `__import__`, under whatever name the module gave it."""
+    return _dotted(func, bound) in IMPORTERS
+
+
+def _constant_text(node: ast.expr, strings: dict[str, str]) -> str | None:
+    """The string an expression always has: a constant, a sum of constants, an f-string of
+    constants, or a module-level string constant by name; None where it is computed."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return strings.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _constant_text(node.left, strings), _constant_text(node.right, strings)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.JoinedStr):
+        parts = [_constant_text(v, strings) for v in node.values]
+        return None if None in parts else "".join(p or "" for p in parts)
+    return None
+
+
+def _constant_start(node: ast.expr, strings: dict[str, str]) -> str:
+    """The constant start of a computed string (`f"hlobundle._write.{x}"`, `"a." + x`)."""
+    text = _constant_text(node, strings)
+    if text is not None:
+        return text
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _constant_start(node.left, strings)
+    if isinstance(node, ast.JoinedStr) and node.values:
+        return _constant_text(node.values[0], strings) or ""
+    return ""
+
+
+# The modules and packages of the package's own folder, by name.
+_TOP_MODULES = {p.stem for p in (ROOT / "hlobundle").iterdir() if p.suffix == ".py" or p.is_dir()}
+
+
+class _Module:
+    """One module's parse and what its names resolve to, made once per source."""
+
+    def __init__(self, name: str, source: str, is_package: bool):
+        self.name, self.tree = name, _parse(source)
+        self.package = name if is_package else name.rpartition(".")[0]
+        self.bound = _bindings(self.tree, self.package)
+        self.strings = _strings(self.tree)
+
+    def dynamic_imports(self):
+        """(call, the module it names or "" where its name is computed) for each dynamic import."""
+        for node in ast.walk(self.tree):
+            if (
+                isinstance(node, ast.Call)
+                and node.args
+                and _is_import_module(node.func, self.bound)
+            ):
+                yield node, _imported_by_name(node, self)
+
+
+@functools.cache
+def _module(name: str, source: str, is_package: bool) -> _Module:
+    return _Module(name, source, is_package)
+
+
+@functools.cache
+def _imports(name: str, source: str, is_package: bool = False) -> tuple[str, ...]:
+    """`_each_import`'s names, found once per source: every guard asks."""
+    return tuple(_each_import(name, source, is_package))
+
+
+def _each_import(name: str, source: str, is_package: bool = False):
+    """Every module of the package that `source` (module `name`) imports, by what its names
+    resolve to: `import` and `from` statements anywhere (functions included), names of the
+    top-level package's lazy surface (`from hlobundle import load`), the facade itself
+    (`import hlobundle`, or a name of it that is no module), an attribute reached through an
+    imported name (`_backends._backend`: `hlobundle._run._backends._backend`), and dynamic
+    imports under any name (`importlib.import_module`, `__import__`, an alias of either) whose
+    name is a constant (summed or an f-string's constant start, relative names resolved against
+    the package they are given). The facade's own dynamic imports are its lazy table's."""
+    m = _module(name, source, is_package)
+    if name == "hlobundle":
+        yield from LAZY.values()
+    for node in ast.walk(m.tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.startswith("hlobundle"):
-                yield target
-                for alias in node.names:  # `from . import _x` imports a module
-                    yield (
-                        LAZY.get(alias.name, f"{target}.{alias.name}")
-                        if target == "hlobundle"
-                        else f"{target}.{alias.name}"
+            target = _from_target(node, m.package)
+            if target == "hlobundle":
+                for alias in node.names:  # a lazy name, a module, or the facade's own
+                    yield LAZY.get(alias.name) or (
+                        f"hlobundle.{alias.name}" if alias.name in _TOP_MODULES else "hlobundle"
                     )
+            elif target.startswith("hlobundle."):
+                yield target
+                yield from (f"{target}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
-            yield from (a.name for a in node.names if a.name.startswith("hlobundle"))
-        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
-            target = _imported_by_name(node, name, package)
-            yield target if target.startswith("hlobundle") else ""
+            yield from (a.name for a in node.names if a.name.partition(".")[0] == "hlobundle")
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node, m.bound)
+            if dotted.startswith("hlobundle.") and isinstance(node.ctx, ast.Load):
+                yield dotted
+    for _, target in m.dynamic_imports():
+        yield target if target.partition(".")[0] == "hlobundle" else ""
 
 
-def _imported_by_name(call: ast.Call, name: str, package: str) -> str:
+def _imported_by_name(call: ast.Call, m: _Module) -> str:
     """The module an `import_module` call names: an absolute name, a relative one resolved
-    against its `package` argument (`__package__`, or `__name__`, which a package's
-    `__init__` passes), or the package an f-string's constant start names
+    against its `package` argument (`__package__`, `__name__`, which a package's `__init__`
+    passes, or a constant), or the package a computed name's constant start names
     (`f"hlobundle._write.{x}"`: some module of `hlobundle._write`)."""
     first = call.args[0]
-    if isinstance(first, ast.JoinedStr):
-        start = first.values[0] if first.values else None
-        text = start.value if isinstance(start, ast.Constant) else ""
-        return str(text).rpartition(".")[0]
-    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
-        return ""
-    if not first.value.startswith("."):
-        return first.value
+    text = _constant_text(first, m.strings)
+    if text is None:
+        return _constant_start(first, m.strings).rpartition(".")[0]
+    if not text.startswith("."):
+        return text
     anchor = call.args[1] if len(call.args) > 1 else None
     anchor = next((k.value for k in call.keywords if k.arg == "package"), anchor)
-    by_name = isinstance(anchor, ast.Name) and anchor.id == "__name__"
-    return importlib.util.resolve_name(first.value, name if by_name else package)
+    if isinstance(anchor, ast.Name) and anchor.id == "__name__":
+        return importlib.util.resolve_name(text, m.name)
+    given = _constant_text(anchor, m.strings) if anchor is not None else None
+    return importlib.util.resolve_name(text, given or m.package)
 
 
-def _is_import_module(func: ast.expr) -> bool:
-    """`importlib.import_module`, `import_module` or `__import__`."""
-    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
-        isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
-    )
+# Where an import's name is computed, and the table it is read from: the guard cannot read
+# the name, so it reads the table (every other dynamic import names a constant).
+DYNAMIC_IMPORTS = {
+    "hlobundle": "_LAZY, the public names and the modules that hold them",
+    "hlobundle._run._backends": "_ROOMS, each backend's room",
+    "hlobundle._serve": "EXTRA and the grpc pair: whether an extra is installed",
+    "hlobundle._interop._torch_aten": "_Lazy's two names, jax and jax.numpy, imported on first use",
+}
+
+
+def _dynamic_imports(modules) -> list[tuple[str, int]]:
+    """(module, line) of each dynamic import whose name is not a constant, outside the places
+    named in `DYNAMIC_IMPORTS`: a name the guards cannot read is an import they cannot see."""
+    found = []
+    for name, source, is_package in modules:
+        m = _module(name, source, is_package)
+        for call, _ in m.dynamic_imports():
+            if name not in DYNAMIC_IMPORTS and _constant_text(call.args[0], m.strings) is None:
+                found.append((name, call.lineno))
+    return found
 
 
 def _layer(module: str) -> str | None:
@@ -179,6 +317,8 @@ def _upward(modules) -> list[tuple[str, str]]:
     for name, source, is_package in modules:
         mine, room = _layer(name), _ground(name)
         for target in _imports(name, source, is_package):
+            if target == "hlobundle" and (mine or room) and name != "hlobundle":
+                found.append((name, target))  # the facade, which imports every floor
             if target not in known or target == "hlobundle":
                 continue
             if room is not None:
@@ -273,29 +413,52 @@ def test_the_ground_floor_guard_fails_on_an_import_out_of_its_room():
 
 # `_format` is what a bundle *is*, in its imports too (issue 60): none of the machinery that moves
 # a bundle's bytes, which `_bundle_io/` (the floor above it) runs for it: no child processes
-# (`_isolation`), hashing threads (`_file_io`) or progress bars (`_terminal`), no process or
-# signal handling of its own, and no model-signing (signing is not the format's model).
+# (`_isolation`), hashing threads (`_file_io`) or progress bars (`_terminal`), no processes,
+# threads or signals of its own (`subprocess`, `multiprocessing`, `threading`, `concurrent`,
+# `signal`), and no model-signing (signing is not the format's model).
 MACHINERY = ("hlobundle._isolation", "hlobundle._file_io", "hlobundle._terminal")
-NOT_THE_FORMAT_S = ("signal", "subprocess", "model_signing")
+NOT_THE_FORMAT_S = (
+    "signal",
+    "subprocess",
+    "multiprocessing",
+    "threading",
+    "_thread",
+    "concurrent",
+    "model_signing",
+)
 
 
-def _outside_imports(name: str, source: str, is_package: bool = False):
-    """Every module `source` (module `name`) imports by an absolute name, of the package or
-    not: `import` and `from` statements anywhere, and `importlib.import_module` and
-    `__import__` calls by a constant name (a relative one resolved as `_imports` does)."""
-    package = name if is_package else name.rpartition(".")[0]
-    for node in ast.walk(_parse(source)):
+@functools.cache
+def _outside_imports(name: str, source: str, is_package: bool = False) -> tuple[str, ...]:
+    """`_each_outside_import`'s names, found once per source: every guard asks."""
+    return tuple(_each_outside_import(name, source, is_package))
+
+
+def _each_outside_import(name: str, source: str, is_package: bool = False):
+    """Every module (or name of one) `source` (module `name`) reaches by an absolute name, of
+    the package or not, by what its names resolve to: `import` and `from` statements anywhere
+    (`from jax import _src`: `jax._src`), an attribute reached through an imported name
+    (`jax._src.core`), and dynamic imports under any name by a constant name (a relative one
+    resolved as `_imports` does)."""
+    m = _module(name, source, is_package)
+    for node in ast.walk(m.tree):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level:
             yield node.module or ""
-        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
-            yield _imported_by_name(node, name, package)
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            dotted = _dotted(node, m.bound)
+            if "." in dotted and dotted.partition(".")[0] in m.bound.values():
+                yield dotted
+    for _, target in m.dynamic_imports():
+        yield target
 
 
 def _machinery_in_the_format(modules) -> list[tuple[str, str]]:
     """(importer, imported) for each import of `_format` from a machinery room of the ground
-    floor (`MACHINERY`), or of `signal`, `subprocess` or model-signing."""
+    floor (`MACHINERY`), or of a process, thread or signal module or model-signing
+    (`NOT_THE_FORMAT_S`), under whatever name it is imported."""
     found = []
     for name, source, is_package in modules:
         if name != "hlobundle._format" and not name.startswith("hlobundle._format."):
@@ -376,15 +539,19 @@ def _strings(tree: ast.Module) -> dict[str, str]:
 
 
 def _command_line(elts, name: str, strings: dict[str, str], modules) -> dict[str, tuple[str, str]]:
-    """What a command line (`[sys.executable, "-c", CODE]`) in module `name` runs alone."""
+    """What a command line (`[sys.executable, "-c", CODE]`) in module `name` runs alone. Code
+    given to `-c` is a module-level string constant, declared by its name; any other (written
+    in the command, or a variable, an f-string, a call's result) is named by its line and
+    cannot be declared, so that code the guard cannot read is never run alone."""
     package, found = name.rpartition(".")[0], {}
     for flag, what in zip(elts, elts[1:], strict=False):
-        if not isinstance(flag, ast.Constant) or not isinstance(what, (ast.Name, ast.Constant)):
+        if not isinstance(flag, ast.Constant):
             continue
         if flag.value == "-c" and isinstance(what, ast.Name) and what.id in strings:
             found[f"{name}:{what.id}"] = (package, strings[what.id])
-        elif flag.value == "-c" and isinstance(what, ast.Constant):
-            found[f"{name}:code at line {what.lineno}"] = (package, str(what.value))
+        elif flag.value == "-c":
+            text = what.value if isinstance(what, ast.Constant) else ""
+            found[f"{name}:code at line {what.lineno}"] = (package, str(text))
         elif flag.value == "-m" and isinstance(what, ast.Constant) and what.value in modules:
             if what.value != "hlobundle":  # the command line itself
                 found[what.value] = (what.value.rpartition(".")[0], modules[what.value][0])
@@ -491,13 +658,44 @@ ROOMS = {
 
 
 def _outside_rooms(modules) -> list[tuple[str, str]]:
-    """(direction, room) for each direction that does not import its room."""
+    """(direction, room) for each direction that keeps its own copy of its foreign system's
+    format: one that does not import its room, or that assigns again one of the room's
+    module-level constants, under its name or another (`BATCH_LETTERS = ("n", "b")`)."""
+    modules = list(modules)
+    sources = {name: source for name, source, _ in modules}
+    constants = {room: _literals(_parse(sources[room]).body) for room in ROOMS if room in sources}
     found = []
     for name, source, is_package in modules:
         imported = set(_imports(name, source, is_package))
         for room, directions in ROOMS.items():
-            if name in directions and room not in imported:
+            if name not in directions:
+                continue
+            mine = _literals(ast.walk(_parse(source)))
+            theirs = constants.get(room, {})
+            again = any(n in theirs or (v in theirs.values()) for n, v in mine.items())
+            if room not in imported or again:
                 found.append((name, room))
+    return found
+
+
+def _literals(nodes) -> dict[str, object]:
+    """{name: value} for each assignment among `nodes` of a literal to a plain name (strings
+    of a few characters, numbers and booleans left out: they name nothing)."""
+    found: dict[str, object] = {}
+    for node in nodes:
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        value = getattr(node, "value", None)
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or value is None:
+            continue
+        try:
+            literal = ast.literal_eval(value)
+        except ValueError:
+            continue
+        if isinstance(literal, bool | int | float) or (
+            isinstance(literal, str) and len(literal) < 4
+        ):
+            continue
+        found |= {t.id: literal for t in targets if isinstance(t, ast.Name)}
     return found
 
 
@@ -544,11 +742,26 @@ def test_the_jax_guard_fails_on_a_guarded_import():
     assert not _module_level_jax("def f():\n    import jax\n")
 
 
-def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
-    for name, source, _ in [*_modules(), *_benchmarks()]:
+PRIVATE = ("jax._src", "enzyme_ad.jax.primitives")
+
+
+def _private_symbols(modules) -> list[tuple[str, str]]:
+    """(module, what) for each private jax or enzyme-ad module or symbol (`PRIVATE`) reached
+    outside `_compat`, by what its names resolve to: `from jax import _src as src`,
+    `jax._src.core` after `import jax`, a dynamic import under any name."""
+    found = []
+    for name, source, is_package in modules:
         if name == "hlobundle._compat":
             continue
-        assert "jax._src" not in source and "enzyme_ad.jax import primitives" not in source, name
+        reached = set(_outside_imports(name, source, is_package))
+        found += sorted(
+            (name, r) for r in reached if any(r == p or r.startswith(p + ".") for p in PRIVATE)
+        )
+    return found
+
+
+def test_private_jax_and_enzyme_symbols_are_used_only_in_compat():
+    assert _private_symbols([*_modules(), *_benchmarks()]) == []
 
 
 # The backends' door (`_run/_backends/__init__.py`): the rest of the house asks a `Backend`
@@ -630,14 +843,16 @@ def test_the_door_guard_fails_on_each_way_past_it():
 
 
 def _branches_on_a_backend_name(source: str) -> list[int]:
-    """Lines that compare with a backend's name (`==`, `!=`, `in`, a `match` case) or look one
-    up by it (a dict keyed by backend names, `{"xla": ...}` or `dict(xla=...)`): code that asks
-    which backend it holds instead of what it can do."""
+    """Lines that name a backend outside the door: compare with a backend's name (`==`, `!=`,
+    `in`, a `match` case), look one up by it (a dict keyed by backend names, `{"xla": ...}` or
+    `dict(xla=...)`), hold one in a name (`_IREE = "iree"`, to compare later), or match a piece
+    of one (`name.startswith("ir")`, `"ree" in name`): code that asks which backend it holds
+    instead of what it can do."""
     from hlobundle._run import _backends
 
     names = set(_backends.NAMES) - {"auto"}  # `auto` is a choice, not a backend
 
-    def named(node: ast.expr) -> bool:
+    def named(node: ast.expr | None) -> bool:
         if isinstance(node, ast.Constant):
             return node.value in names
         return isinstance(node, ast.Tuple | ast.List | ast.Set) and any(map(named, node.elts))
@@ -646,13 +861,42 @@ def _branches_on_a_backend_name(source: str) -> list[int]:
     for node in ast.walk(_parse(source)):
         if isinstance(node, ast.Compare) and any(map(named, [node.left, *node.comparators])):
             lines.append(node.lineno)
+        elif isinstance(node, ast.Compare) and _a_piece_in(node, names):
+            lines.append(node.lineno)
         elif isinstance(node, ast.MatchValue) and named(node.value):
             lines.append(node.value.lineno)
         elif isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
             lines.append(node.lineno)
-        elif _keyed_by(node, names):
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and named(node.value):
             lines.append(node.lineno)
-    return lines
+        elif _keyed_by(node, names) or _matched_by_a_piece(node, names):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def _pieces(node: ast.expr) -> list[str]:
+    """The strings a constant or a tuple of constants holds."""
+    elts = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def _matched_by_a_piece(node: ast.AST, names: set[str]) -> bool:
+    """`x.startswith("ir")`, `x.endswith(("la", ...))`: the start or end of a backend's name."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+        return False
+    pieces = [p for p in _pieces(node.args[0]) if p]
+    if node.func.attr in ("startswith", "removeprefix"):
+        return any(n.startswith(p) for p in pieces for n in names)
+    if node.func.attr in ("endswith", "removesuffix"):
+        return any(n.endswith(p) for p in pieces for n in names)
+    return False
+
+
+def _a_piece_in(node: ast.Compare, names: set[str]) -> bool:
+    """`"ree" in name`: a piece of a backend's name looked for in a string."""
+    return any(isinstance(op, ast.In | ast.NotIn) for op in node.ops) and any(
+        p and p in n for p in _pieces(node.left) for n in names
+    )
 
 
 def _keyed_by(node: ast.AST, names: set[str]) -> bool:
@@ -665,9 +909,13 @@ def _keyed_by(node: ast.AST, names: set[str]) -> bool:
     )
 
 
-# The one table keyed by such a name outside the door, and why: the values of a manifest's
-# `executables[].compiler` (SPEC.md 2.7) name compilers, which the format defines, not backends.
-FORMAT_TABLES = {("hlobundle._format._fields", "COMPILERS = {")}
+# What names a backend's name outside the door, and why (module, the line's start): the values
+# of a manifest's `executables[].compiler` (SPEC.md 2.7) name compilers, which the format
+# defines, not backends; the caches' folder names on disk (one holds IREE's compiled modules).
+FORMAT_TABLES = {
+    ("hlobundle._format._fields", "COMPILERS = {"),
+    ("hlobundle._read._cache", "CHECKS, IREE, JAX, HEADERS = "),
+}
 
 
 def _format_table(name: str, source: str, line: int) -> bool:
@@ -748,7 +996,6 @@ def test_the_circle_guard_fails_on_a_circle_through_a_type_checking_import():
 
 # docs/layout.md's table of rooms, checked against the tree: each room a row on its floor, and
 # each row naming every module of its room and no module its room lacks.
-TOP = max(FLOORS.values()) + 1  # the public modules above every layer
 
 
 def _rooms_in_the_tree() -> dict[str, set[str]]:
@@ -769,7 +1016,49 @@ def _floor_of(room: str) -> int:
     if name in GROUND:
         return 0
     layer = name.split(".")[1]
-    return FLOORS.get(layer, TOP)
+    return FLOORS[layer] if layer in FLOORS else _public_floors()[_public(name)]
+
+
+def _public(module: str) -> str:
+    """The public room that holds `module`: the facade (`hlobundle`, its `__init__`), or a
+    public module or package of the package's folder (`hlobundle.errors`,
+    `hlobundle.integrations`)."""
+    parts = module.split(".")
+    return "hlobundle" if len(parts) == 1 or parts[1] == "__init__" else ".".join(parts[:2])
+
+
+@functools.cache
+def _public_floors() -> dict[str, int]:
+    return _floors_of_the_public(_modules())
+
+
+def _floor(module: str, public: dict[str, int]) -> int:
+    """The floor of `module`: the ground floor's 0, its layer's, or its public room's in `public`."""
+    if _ground(module) is not None:
+        return 0
+    layer = _layer(module)
+    return FLOORS[layer] if layer else public[_public(module)]
+
+
+def _floors_of_the_public(modules) -> dict[str, int]:
+    """Each public room's floor (the facade, `errors`, `__main__`, `integrations`), found as
+    every layer's: one above the highest floor it imports (a layer's in `FLOORS`, the ground
+    floor's 0, another public room's found the same way; the facade imports its lazy table's
+    modules)."""
+    modules = list(modules)
+    known = {name for name, _, _ in modules} | set(LAZY.values())
+    imported: dict[str, set[str]] = {}
+    for name, source, is_package in modules:
+        if _layer(name) is None and _ground(name) is None:
+            targets = set(_imports(name, source, is_package)) & known
+            imported.setdefault(_public(name), set()).update(targets)
+    floors = dict.fromkeys(imported, 1)
+    for _ in imported:  # as many rounds as rooms: a longer chain would be a circle
+        floors = {
+            room: 1 + max((_floor(t, floors) for t in targets if _public(t) != room), default=0)
+            for room, targets in imported.items()
+        }
+    return floors
 
 
 def _layout_errors(text: str, rooms: dict[str, set[str]]) -> list[str]:
@@ -803,6 +1092,19 @@ def test_the_layout_table_is_the_tree():
     assert _layout_errors((ROOT / "docs" / "layout.md").read_text(), _rooms_in_the_tree()) == []
 
 
+@pytest.mark.slow
+def test_the_public_modules_floors_are_found_from_their_imports():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    assert _floors_of_the_public(_with(real, {}))["hlobundle.errors"] == 2
+    errors = real["hlobundle.errors"][0] + "\nfrom ._read import _reader\n"
+    floors = _floors_of_the_public(_with(real, {"hlobundle.errors": (errors, False)}))
+    assert floors["hlobundle.errors"] == 4
+    # the facade one floor higher lifts what imports it (the adapters)
+    init = real["hlobundle"][0] + "\nfrom ._cli import _main\n"
+    floors = _floors_of_the_public(_with(real, {"hlobundle": (init, True)}))
+    assert floors["hlobundle"] == 8 and floors["hlobundle.integrations"] == 9
+
+
 def test_the_layout_guard_fails_on_each_way_the_table_drifts():
     text = (ROOT / "docs" / "layout.md").read_text()
     rooms = _rooms_in_the_tree()
@@ -817,3 +1119,155 @@ def test_the_layout_guard_fails_on_each_way_the_table_drifts():
     )
     moved = text.replace("| 3 | `hlobundle/_read/`", "| 4 | `hlobundle/_read/`")
     assert "on floor 4, but its imports put it on 3" in " ".join(_layout_errors(moved, rooms))
+    # a public module's floor set by hand
+    lifted = text.replace("| 2 | `hlobundle/errors.py`", "| 8 | `hlobundle/errors.py`")
+    assert "errors.py: on floor 8, but its imports put it on 2" in " ".join(
+        _layout_errors(lifted, rooms)
+    )
+
+
+# Issue 69: each of these passed every guard (a mutation in a copy of the tree); each guard now
+# checks what an import or a name resolves to, and is shown to catch the kind.
+def _with(real: dict, broken: dict) -> list[tuple[str, str, bool]]:
+    """The package's modules with `broken`'s ({name: (source, is_package)}) put in or over."""
+    return [(n, s, p) for n, (s, p) in {**real, **broken}.items()]
+
+
+@pytest.mark.slow
+def test_the_layer_guard_fails_on_an_import_spelled_another_way():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    broken = {
+        "hlobundle._format._m1": (
+            "from importlib import import_module as load_module\n"
+            "load_module('hlobundle._write._writer')\n",
+            False,
+        ),
+        "hlobundle._format._m2": (
+            "import importlib as il\nil.import_module('hlobundle._write._writer')\n",
+            False,
+        ),
+        "hlobundle._read._m3": (
+            "import importlib\nimportlib.import_module('hlobundle._write.' + '_writer')\n",
+            False,
+        ),
+        # a relative name in a package's `__init__.py`, against itself or a named package
+        "hlobundle._read": (
+            real["hlobundle._read"][0]
+            + "\nimport importlib\nimportlib.import_module('.._write._writer', __name__)\n",
+            True,
+        ),
+        "hlobundle._oci": (
+            real["hlobundle._oci"][0]
+            + "\nfrom importlib import import_module\nimport_module('._writer', 'hlobundle._write')\n",
+            True,
+        ),
+        # the facade, which imports every floor, from a lower one
+        "hlobundle._run._m4": ("import hlobundle\n\ndef f():\n    return hlobundle.pack\n", False),
+        "hlobundle._file_io._m5": ("def f():\n    import hlobundle as hb\n    return hb\n", False),
+        "hlobundle._read._m6": ("from hlobundle import __version__\n", False),
+    }
+    found = _upward(_with(real, broken))
+    assert {n for n, _ in found} == set(broken), found
+
+
+@pytest.mark.slow
+def test_every_dynamic_import_names_a_constant_outside_the_named_places():
+    modules = list(_modules())
+    assert _dynamic_imports(modules) == []
+    computing = {
+        name
+        for name, source, is_package in modules
+        for call, _ in _module(name, source, is_package).dynamic_imports()
+        if _constant_text(call.args[0], _module(name, source, is_package).strings) is None
+    }
+    present = {name for name, _, _ in modules} & DYNAMIC_IMPORTS.keys()
+    assert present <= computing, "a named place that computes no name any more: remove it"
+
+
+def test_the_dynamic_import_guard_fails_on_a_name_it_cannot_read():
+    broken = {
+        "hlobundle._read._a": "import importlib\n\ndef f(x):\n    importlib.import_module(x)\n",
+        "hlobundle._read._b": "from importlib import import_module as load\nload(f'hlobundle.{x}')\n",
+        "hlobundle._write._c": "def f(x):\n    __import__('hlobundle._write.' + x)\n",
+    }
+    found = _dynamic_imports([(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+    fine = "import importlib\nimportlib.import_module('hlobundle._write.' + '_writer')\n"
+    assert _dynamic_imports([("hlobundle._read._d", fine, False)]) == []
+
+
+@pytest.mark.slow
+def test_the_format_guard_fails_on_threads_and_processes():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    broken = {
+        "hlobundle._format._t1": ("import threading\n", False),
+        "hlobundle._format._t2": ("def f():\n    from multiprocessing import Pool\n", False),
+        "hlobundle._format._t3": ("from concurrent.futures import ThreadPoolExecutor\n", False),
+        "hlobundle._format._t4": (
+            "from importlib import import_module as load\nload('multiprocessing')\n",
+            False,
+        ),
+    }
+    found = _machinery_in_the_format(_with(real, broken))
+    assert {n for n, _ in found} == set(broken), found
+
+
+def test_the_door_guard_fails_on_a_private_name_reached_as_an_attribute():
+    broken = {
+        "hlobundle._emit._p1": "from .._run import _backends\n\n_backends._backend('iree')\n",
+        "hlobundle._cli._p2": "import hlobundle._run._backends as door\n\ndoor._ROOMS\n",
+        "hlobundle._serve._p3": "def f():\n    import hlobundle\n    hlobundle._run._backends._backend('xla')\n",
+    }
+    found = _past_the_door([(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+    fine = "from .._run import _backends\n\n_backends.resolve('auto')\n"
+    assert _past_the_door([("hlobundle._emit._p4", fine, False)]) == []
+
+
+def test_the_branch_guard_fails_on_a_name_held_or_matched_by_a_piece():
+    assert _branches_on_a_backend_name("_IREE = 'iree'\n") == [1]
+    assert _branches_on_a_backend_name("def f():\n    name: str = 'enzyme'\n") == [2]
+    assert _branches_on_a_backend_name("ok = name.startswith('ir')\n") == [1]
+    assert _branches_on_a_backend_name("ok = name.endswith(('la', 'me'))\n") == [1]
+    assert _branches_on_a_backend_name("ok = 'ree' in name\n") == [1]
+    assert _branches_on_a_backend_name("ok = path.startswith('/tmp')\n") == []
+    assert _branches_on_a_backend_name("MODE = 'auto'\n") == []
+
+
+@pytest.mark.slow
+def test_the_declaration_guard_fails_on_code_given_through_a_variable():
+    made_up = {
+        "hlobundle._read._u": "import sys\n\ndef f(code):\n    return [sys.executable, '-c', code]\n",
+        "hlobundle._read._t": "import sys\nARGV = [sys.executable, '-c', f'import {x}']\n",
+    }
+    found = _run_alone([*_modules(), *((n, s, False) for n, s in made_up.items())])
+    assert {k.partition(":")[0] for k in set(found) - RUN_ALONE} == set(made_up), found
+
+
+@pytest.mark.slow
+def test_the_room_guard_fails_on_a_direction_that_spells_its_room_s_constant_again():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    emit = real["hlobundle._emit._reactant_server"][0]
+    broken = {
+        # the room imported, and its constant spelled again beside it, under its name or another
+        "hlobundle._emit._reactant_server": (emit + "\nBATCH_LETTERS = ('n', 'b')\n", False),
+        "hlobundle._write._reactant_server": (
+            real["hlobundle._write._reactant_server"][0] + "\n_BATCH = ('n', 'b')\n",
+            False,
+        ),
+    }
+    found = _outside_rooms(_with(real, broken))
+    assert {n for n, _ in found} == set(broken), found
+
+
+def test_the_compat_guard_fails_on_each_way_to_a_private_symbol():
+    broken = {
+        "hlobundle._run._j1": "from jax import _src as src\n",
+        "hlobundle._run._j2": "import jax\n\ndef f():\n    return jax._src.core\n",
+        "hlobundle._run._j3": "from importlib import import_module as load\nload('jax._src.core')\n",
+        "hlobundle._run._j4": "from enzyme_ad.jax import primitives as p\n",
+        "benchmarks.b": "import jax as j\nj._src.dispatch\n",
+    }
+    found = _private_symbols([(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+    assert _private_symbols([("hlobundle._compat", broken["hlobundle._run._j1"], False)]) == []

@@ -25,12 +25,28 @@ from hlobundle._write._options import OPTIONS, PackOptions
 # The writers' own layers: nothing in them takes a writer option with a default of its own.
 SCANNED = ["hlobundle/_write", "hlobundle/_cli"]
 PARSER = "hlobundle/_cli/_parser_write.py"  # the parser of the commands that write bundles
+READING = "hlobundle/_cli/_parser_read.py"
+OCI = "hlobundle/_cli/_parser_oci.py"
 # What may still spell an option, and why: (file, function or parser, name).
 ALLOWED = {
     # compile()'s `function` is which of the bundle's functions to compile: another option
     # than pack's `function` (the name a packed function gets), under the same name.
     ("hlobundle/_write/_compile.py", "compile", "function"),
     (PARSER, "add_compile", "--function"),
+    # The reading commands' own options under a writer option's flag, in every parser file:
+    # which function to read, `fingerprint`'s and `run`'s;
+    (READING, "add_fingerprint", "--function"),
+    (READING, "_add_function", "--function"),
+    # the orientation of `run`'s input arrays (pack's is of its example arrays);
+    (READING, "add_run", "--layout"),
+    # replacing what `emit` and `pull` write, not a bundle a writer packs;
+    (READING, "add_emit", "--force"),
+    (OCI, "add_pull", "--force"),
+    # the key `load()` verifies a bundle with (`Trust`), not the one `sign` checks before
+    # signing again.
+    (READING, "_add_trust", "--public-key"),
+    (OCI, "add_pull", "--public-key"),
+    ("hlobundle/_cli/_common.py", "trust_options", "public_key"),
 }
 FLAGS = {flag.flag: name for name, f in OPTIONS.items() for flag in f.metadata["flags"]}
 WRITERS = [
@@ -50,8 +66,9 @@ WRITERS = [
 
 def _restated(path: str, source: str) -> list[tuple[str, str, str]]:
     """(file, where, name) for each writer option `source` spells again: a parameter with a
-    default, a class field with a default (another options class), or, in the writing
-    commands' parser, an `add_argument` with an option's flag."""
+    default, a class field with a default (another options class), an option read by its
+    name with a default of the call's own (`kw.get("force", False)`), or, in any module of
+    the CLI (each parser file), an `add_argument` with an option's flag."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -67,10 +84,34 @@ def _restated(path: str, source: str) -> list[tuple[str, str, str]]:
                     target = getattr(item.target, "id", None)
                     if target in OPTIONS:
                         found.append((path, node.name, target))
-    if path == PARSER:
-        found += _flags_spelled(path, source)
+    found += _read_with_a_default(path, source)
     if path.startswith("hlobundle/_cli/"):
+        found += _flags_spelled(path, source)
         found += _renamed_by_hand(path, source)
+    return found
+
+
+# Calls that read a named value and can give it a default of their own.
+READERS = {"get", "pop", "setdefault", "getattr"}
+
+
+def _read_with_a_default(path: str, source: str) -> list[tuple[str, str, str]]:
+    """(file, function, option) for each option read by its name from keywords or an object
+    with a default the call gives (`kw.get("force", False)`, `kw.pop("roles", {})`,
+    `getattr(args, "names", None)`): a default spelled again, where the definition's is the
+    one."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Call):
+                continue
+            called = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            args = node.args[1:] if called == "getattr" else node.args
+            if called in READERS and len(args) >= 2 and isinstance(args[0], ast.Constant):
+                if args[0].value in OPTIONS:
+                    found.append((path, function.name, args[0].value))
     return found
 
 
@@ -108,6 +149,9 @@ def _renamed_by_hand(path: str, source: str) -> list[tuple[str, str, str]]:
 
 
 def _flags_spelled(path: str, source: str) -> list[tuple[str, str, str]]:
+    """(file, function, flag) for each writer option's flag given to `add_argument` in any
+    module of the CLI (every parser file, and any module that adds arguments): a flag is made
+    from its definition (`_option`), never spelled again."""
     found = []
     for function in ast.walk(ast.parse(source)):
         if not isinstance(function, ast.FunctionDef):
@@ -502,3 +546,28 @@ def test_export_s_constraints_are_recorded_and_hold_for_the_example_values(tmp_p
     assert hlobundle.load(out).manifest.constraints == ["b >= 2"]
     with pytest.raises(hlobundle.InputError, match="constraint b >= 2 does not hold: 1 >= 2"):
         hlobundle.export(lambda x: x * 2, np.ones((1, 3), np.float32), out=tmp_path / "c", **specs)
+
+
+@pytest.mark.parametrize(
+    ("path", "source", "want"),
+    [
+        (  # another parser file than the writing commands'
+            "hlobundle/_cli/_parser_read.py",
+            "def add_check(p):\n    p.add_argument('--target-version')\n",
+            [("add_check", "--target-version")],
+        ),
+        (  # an option read from keywords with a default of its own, in a helper
+            "hlobundle/_write/_helper.py",
+            "def _finish(kw):\n    return kw.get('force', False)\n",
+            [("_finish", "force")],
+        ),
+        (
+            "hlobundle/_cli/_common.py",
+            "def opts(args):\n    return getattr(args, 'names', None), kw.pop('roles', {})\n",
+            [("opts", "names"), ("opts", "roles")],
+        ),
+    ],
+    ids=["a flag in another parser file", "kw.get with a default", "getattr and pop"],
+)
+def test_the_guard_fails_on_an_option_spelled_again_elsewhere(path, source, want):
+    assert [(where, name) for _, where, name in _restated(path, source)] == want
