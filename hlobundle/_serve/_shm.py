@@ -3,12 +3,17 @@ client registers a region of a POSIX shared-memory object (`/dev/shm/KEY`) by na
 it in an inference request, whose input's bytes are read from it instead of the body and whose
 output's are written into it.
 
+A region is read and written through its file descriptor (`os.preadv`, `os.pwrite`), not a
+mapping: a mapping read after the file's owner shrank it is a SIGBUS, which kills the server
+(seen in tests/test_serve_shm.py with the check below removed), and no check before the read can
+close that race; a read from a file shrunk meanwhile is a short read, refused here.
+
 Only a server on a unix socket or a loopback address offers it (`offered`), and only a file of
 the server's own user may be a region: opened without following a link (`O_NOFOLLOW`), then
 checked on the file opened (`os.fstat`): a regular file, owned by the server's uid, writable by
 no group or other user, its size covering the region. Every request's region, offset and size are
 checked against the registration before any work, and an input's bytes are copied out of the
-mapping once, into the array that runs: what was checked is what runs, whatever the client
+file once, into the array that runs: what was checked is what runs, whatever the client
 writes there afterwards. The registered bytes are bounded in all (`--max-shared-memory`), and so
 is the number of regions (each holds a file descriptor)."""
 
@@ -16,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import mmap
 import os
 import re
 import stat
@@ -28,7 +32,7 @@ from ._protocol import RequestError
 
 SHM_DIR = "/dev/shm"
 DEFAULT_MAX_SHARED_MEMORY = 64 << 20  # bytes registered at once, over every region
-MAX_REGIONS = 64  # regions registered at once: each holds a descriptor and a mapping
+MAX_REGIONS = 64  # regions registered at once: each holds a file descriptor open
 # A region's name (in the URL and in requests) and its key (a file name under /dev/shm, with
 # POSIX's optional leading "/"): letters, digits, "_", "-" and "." only, and at most 128 of them.
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
@@ -47,16 +51,14 @@ def offered(host: str, uds: str | None) -> bool:
 
 @dataclass
 class Region:
-    """A registered region: the bytes [offset, offset + byte_size) of /dev/shm/KEY, mapped
-    from `start` (`offset` rounded down to the page, as mmap wants)."""
+    """A registered region: the bytes [offset, offset + byte_size) of /dev/shm/KEY, open as
+    `fd` while it is registered."""
 
     name: str
     key: str
     offset: int
     byte_size: int
     fd: int
-    mapped: mmap.mmap
-    start: int
 
     def status(self) -> dict[str, Any]:
         return {
@@ -67,7 +69,6 @@ class Region:
         }
 
     def close(self) -> None:
-        self.mapped.close()
         os.close(self.fd)
 
 
@@ -95,7 +96,7 @@ class Regions:
         size = _count(size, 1, f"region {name!r}: 'byte_size'")
         with self.lock:
             self._admit(name, size)
-            self.regions[name] = _mapped(name, key, offset, size)
+            self.regions[name] = _opened(name, key, offset, size)
 
     def _admit(self, name: str, size: int) -> None:
         if name in self.regions:
@@ -111,7 +112,8 @@ class Regions:
             )
 
     def unregister(self, name: str | None) -> None:
-        """Drop `name`'s mapping (every region's with None); an unknown name is no error."""
+        """Drop `name` and close its file (every region's with None); an unknown name is
+        no error."""
         with self.lock:
             names = list(self.regions) if name is None else [name] if name in self.regions else []
             for n in names:
@@ -155,27 +157,36 @@ class Regions:
             )
         return Use(region, offset, size)
 
-    def read(self, use: Use) -> bytes:
-        """The bytes `use` names, copied out of the mapping (once, here)."""
-        at = self._at(use)
-        return use.region.mapped[at : at + use.byte_size]
+    def read(self, use: Use) -> bytearray:
+        """The bytes `use` names, copied out of the region's file (once, here, into memory of
+        the server's own)."""
+        at, fd = self._at(use)
+        data = bytearray(use.byte_size)
+        view, done = memoryview(data), 0
+        while done < len(data):
+            n = os.preadv(fd, [view[done:]], at + done)
+            if n == 0:  # shrunk by its owner since the check
+                raise RequestError(400, f"region {use.region.name!r}: its file was shrunk")
+            done += n
+        return data
 
     def write(self, use: Use, data: Any) -> None:
         """`data` (bytes-like, at most `use.byte_size`) written where `use` names."""
-        at = self._at(use)
-        use.region.mapped[at : at + memoryview(data).nbytes] = data
+        at, fd = self._at(use)
+        view, done = memoryview(data).cast("B"), 0
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], at + done)
 
-    def _at(self, use: Use) -> int:
-        """Where `use`'s bytes start in the mapping, once the region is known to be registered
-        still and its file to cover it still (its owner may have shrunk it since: a read
-        beyond a file's end would be a SIGBUS, not an error)."""
+    def _at(self, use: Use) -> tuple[int, int]:
+        """Where `use`'s bytes start in the region's file, and its descriptor, once the region
+        is known to be registered still and its file to cover it still."""
         region = use.region
-        with self.lock:
+        with self.lock:  # held while checking: an unregister closes the descriptor
             if self.regions.get(region.name) is not region:
                 raise RequestError(400, f"region {region.name!r} was unregistered")
             if os.fstat(region.fd).st_size < region.offset + region.byte_size:
                 raise RequestError(400, f"region {region.name!r}: its file was shrunk")
-        return region.offset - region.start + use.offset
+            return region.offset + use.offset, region.fd
 
     def close(self) -> None:
         self.unregister(None)
@@ -204,8 +215,8 @@ def _check_name(name: str, what: str) -> None:
         )
 
 
-def _mapped(name: str, key: str, offset: int, size: int) -> Region:
-    """/dev/shm/KEY opened (never through a link), checked on what was opened, and mapped."""
+def _opened(name: str, key: str, offset: int, size: int) -> Region:
+    """/dev/shm/KEY opened (never through a link) and checked on what was opened."""
     path = os.path.join(SHM_DIR, key)
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
@@ -215,12 +226,10 @@ def _mapped(name: str, key: str, offset: int, size: int) -> Region:
         raise RequestError(400, f"region {name!r}: {path} {why}") from None
     try:
         _check_file(name, path, os.fstat(fd), offset + size)
-        start = offset - offset % mmap.ALLOCATIONGRANULARITY
-        mapped = mmap.mmap(fd, offset + size - start, offset=start)
     except BaseException:
         os.close(fd)
         raise
-    return Region(name, key, offset, size, fd, mapped, start)
+    return Region(name, key, offset, size, fd)
 
 
 def _check_file(name: str, path: str, st: os.stat_result, end: int) -> None:
