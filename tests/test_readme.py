@@ -82,6 +82,8 @@ def _missing_extra(block: str) -> str | None:
         importlib.util.find_spec(m) for m in ("starlette", "httpx2")
     ):
         return "the block uses the serve extra and Starlette's test client (httpx2)"
+    if "tritonclient.http" in block and not importlib.util.find_spec("tritonclient"):
+        return "the block uses tritonclient[http]"
     if "tritonclient.grpc" in block and not all(
         importlib.util.find_spec(m) for m in ("grpc", "tritonclient", "orjson")
     ):
