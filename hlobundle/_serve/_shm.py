@@ -163,30 +163,38 @@ class Regions:
         at, fd = self._at(use)
         data = bytearray(use.byte_size)
         view, done = memoryview(data), 0
-        while done < len(data):
-            n = os.preadv(fd, [view[done:]], at + done)
-            if n == 0:  # shrunk by its owner since the check
-                raise RequestError(400, f"region {use.region.name!r}: its file was shrunk")
-            done += n
+        try:
+            while done < len(data):
+                n = os.preadv(fd, [view[done:]], at + done)
+                if n == 0:  # shrunk by its owner since the check
+                    raise RequestError(400, f"region {use.region.name!r}: its file was shrunk")
+                done += n
+        finally:
+            os.close(fd)
         return data
 
     def write(self, use: Use, data: Any) -> None:
         """`data` (bytes-like, at most `use.byte_size`) written where `use` names."""
         at, fd = self._at(use)
         view, done = memoryview(data).cast("B"), 0
-        while done < len(view):
-            done += os.pwrite(fd, view[done:], at + done)
+        try:
+            while done < len(view):
+                done += os.pwrite(fd, view[done:], at + done)
+        finally:
+            os.close(fd)
 
     def _at(self, use: Use) -> tuple[int, int]:
-        """Where `use`'s bytes start in the region's file, and its descriptor, once the region
-        is known to be registered still and its file to cover it still."""
+        """Where `use`'s bytes start in the region's file, and a descriptor of it of the
+        caller's own (to close), once the region is known to be registered still and its file
+        to cover it still. Its own: an unregister closes the region's, whose number a file
+        opened next may take, and a read in progress would go on in that file."""
         region = use.region
-        with self.lock:  # held while checking: an unregister closes the descriptor
+        with self.lock:
             if self.regions.get(region.name) is not region:
                 raise RequestError(400, f"region {region.name!r} was unregistered")
             if os.fstat(region.fd).st_size < region.offset + region.byte_size:
                 raise RequestError(400, f"region {region.name!r}: its file was shrunk")
-            return region.offset + use.offset, region.fd
+            return region.offset + use.offset, os.dup(region.fd)
 
     def close(self) -> None:
         self.unregister(None)
