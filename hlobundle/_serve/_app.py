@@ -288,11 +288,15 @@ class App:
         timeout_s = self.limits.read_timeout_s
         body = await read_body(receive, declared, limit, timeout_s, self.body_deadlines)
         header_length = _header(scope, HEADER_LENGTH.encode())
-        # a region's data may be large although the body is not: copied out in a thread
-        if len(body) <= INLINE_BYTES and b"shared_memory_region" not in body:
-            return served, decoded_body(served, body, header_length)
-        decoding = functools.partial(decoded_body, regions=self.regions)
-        return served, await self.in_thread(decoding, served, body, header_length)
+        if len(body) > INLINE_BYTES:
+            decoding = functools.partial(decoded_body, regions=self.regions)
+            return served, await self.in_thread(decoding, served, body, header_length)
+        parsed, binary = parse_request(body, header_length)
+        # a small body may name a large region's data: copied out in a thread too
+        decoding = functools.partial(decoded, regions=self.regions)
+        if _region_bytes(parsed) <= INLINE_BYTES:
+            return served, decoding(served, parsed, binary)
+        return served, await self.in_thread(decoding, served, parsed, binary)
 
     async def _answer(self, served: Served, decoded: Decoded) -> tuple[int, Any]:
         """The model called: (200, (the response's body, its headers)), or (a status, the
@@ -360,6 +364,17 @@ def _refusal(e: RequestError) -> dict[str, Any]:
 
 # POST /v2/models/{model}[/versions/{version}]/infer, a segment each, as Starlette matches them.
 _INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer\Z")
+
+
+def _region_bytes(parsed: dict[str, Any]) -> int:
+    """The bytes a request's inputs declare in shared-memory regions (unchecked: `decoded`
+    refuses what is not a size)."""
+    sizes = [
+        item["parameters"].get("shared_memory_byte_size")
+        for item in parsed["inputs"]
+        if type(item) is dict and type(item.get("parameters")) is dict
+    ]
+    return sum(size for size in sizes if type(size) is int)
 
 
 def _header(scope: Any, name: bytes) -> str | None:
