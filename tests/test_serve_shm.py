@@ -156,7 +156,7 @@ def test_inference_through_regions_equals_the_in_process_call(server, images, re
     status = {r["name"]: r for r in server.get_system_shared_memory_status()}
     assert status["in"] == {
         "name": "in",
-        "key": key_in,
+        "key": "/" + key_in,  # as given
         "offset": 0,
         "byte_size": IMAGES_BYTES + 64,
     }
@@ -259,7 +259,7 @@ def test_a_file_shrunk_after_registering_is_an_error_not_a_crash(server, own_fil
         ("a b", "k", "region name 'a b' must be 1 to 128"),
         ("x" * 129, "k", "must be 1 to 128"),
         ("ok", "/../etc/passwd", "key '../etc/passwd' must be 1 to 128"),
-        ("ok", "/..", "key '..' names no file"),
+        ("ok", "/..", "key '/..' names no file"),
     ],
 )
 def test_names_and_keys_are_bounded_and_validated(server, name, key, expected):
@@ -273,6 +273,17 @@ def test_only_a_server_of_this_machine_offers_it():
     for host in ("0.0.0.0", "::", "192.168.1.2", "example.com", "localhost."):
         assert not _shm.offered(host, None), host
     assert _shm.offered("0.0.0.0", "serve.sock")  # --uds: the socket, not --host, is listened on
+
+
+def test_serve_offers_it_only_where_its_clients_are_local():
+    from argparse import Namespace
+
+    from hlobundle._cli._commands import _shared_memory
+
+    local = Namespace(host="127.0.0.1", uds=None, max_shared_memory=CAP)
+    assert _shared_memory(local) == CAP
+    assert _shared_memory(Namespace(host="0.0.0.0", uds=None, max_shared_memory=CAP)) == 0
+    assert _shared_memory(Namespace(host="0.0.0.0", uds="s.sock", max_shared_memory=CAP)) == CAP
 
 
 def test_a_server_that_does_not_offer_it_refuses_regions():

@@ -88,15 +88,15 @@ class Regions:
         key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
         if not isinstance(key, str):
             raise RequestError(400, f"region {name!r}: 'key' must be a string")
-        key = key[1:] if key.startswith("/") else key
-        _check_name(key, "key")
-        if key in (".", ".."):
+        file = key[1:] if key.startswith("/") else key  # shm_open's name, or the file's
+        _check_name(file, "key")
+        if file in (".", ".."):
             raise RequestError(400, f"region {name!r}: key {key!r} names no file")
         offset = _count(offset, 0, f"region {name!r}: 'offset'")
         size = _count(size, 1, f"region {name!r}: 'byte_size'")
         with self.lock:
             self._admit(name, size)
-            self.regions[name] = _opened(name, key, offset, size)
+            self.regions[name] = _opened(name, key, file, offset, size)
 
     def _admit(self, name: str, size: int) -> None:
         if name in self.regions:
@@ -223,9 +223,9 @@ def _check_name(name: str, what: str) -> None:
         )
 
 
-def _opened(name: str, key: str, offset: int, size: int) -> Region:
+def _opened(name: str, key: str, file: str, offset: int, size: int) -> Region:
     """/dev/shm/KEY opened (never through a link) and checked on what was opened."""
-    path = os.path.join(SHM_DIR, key)
+    path = os.path.join(SHM_DIR, file)
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path, flags)
