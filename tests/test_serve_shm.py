@@ -71,6 +71,7 @@ def server():
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    client.port = port  # for the requests tritonclient cannot make
     for _ in range(600):
         try:
             if client.is_server_ready():
@@ -190,6 +191,27 @@ def test_a_region_beyond_its_file_is_refused(server, regions):
     key, _ = regions(100)
     status, message = _refused(server.register_system_shared_memory, "big", "/" + key, 60, 50)
     assert status == "400" and "offset + byte_size is 110, beyond" in message
+
+
+def test_a_key_that_is_no_regular_file_is_refused(server):
+    key = f"hlobundle-test-{uuid.uuid4().hex}"
+    os.mkfifo(os.path.join("/dev/shm", key), 0o600)  # a read of it would wait for a writer
+    try:
+        status, message = _refused(server.register_system_shared_memory, "fifo", key, 8)
+    finally:
+        os.unlink(os.path.join("/dev/shm", key))
+    assert status == "400" and "is not a regular file" in message
+
+
+def test_a_register_body_is_bounded(server):
+    import urllib.error
+    import urllib.request
+
+    url = f"http://127.0.0.1:{server.port}/v2/systemsharedmemory/region/r/register"
+    body = b'{"key": "k", "byte_size": 8, "pad": "' + b"x" * 5000 + b'"}'
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(url, body, method="POST"), timeout=30)
+    assert e.value.code == 413 and b"over the limit of 4096 bytes" in e.value.read()
 
 
 def test_a_file_its_group_or_others_may_write_is_refused(server, own_file):
