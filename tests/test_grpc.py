@@ -438,3 +438,23 @@ def test_trusted_rows_not_declared_independent_are_never_joined(center):
             answers = list(pool.map(ask, rows))
     for x, got in zip(rows, answers, strict=True):
         np.testing.assert_array_equal(got, np.asarray(fn(x)))
+
+
+def test_shared_memory_regions_are_refused_over_grpc(client, images):
+    # The system shared-memory extension is REST's only (docs/serving.md): a region named in a
+    # gRPC request is refused, never read or written.
+    inp = grpcclient.InferInput("images", list(images.shape), "FP32")
+    inp.set_shared_memory("r", images.nbytes)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("lenet5", [inp])
+    assert "StatusCode.INVALID_ARGUMENT" in e.value.status()
+    assert "input 'images': the system shared-memory extension is offered only" in e.value.message()
+    inp = grpcclient.InferInput("images", list(images.shape), "FP32")
+    inp.set_data_from_numpy(images)
+    out = grpcclient.InferRequestedOutput("result")
+    out.set_shared_memory("r", 160)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("lenet5", [inp], outputs=[out])
+    assert (
+        "output 'result': the system shared-memory extension is offered only" in e.value.message()
+    )

@@ -131,6 +131,8 @@ MAP = {
     "hlobundle._serve._served": ["test_serve.py", "test_serve_batching.py"],
     "hlobundle._serve._server": ["test_serve_client.py"],
     "hlobundle._serve._sweep": ["test_serve_app.py"],
+    "hlobundle._serve._shm": ["test_serve_shm.py"],
+    "hlobundle._serve._shm_http": ["test_serve_shm.py"],
     "hlobundle._terminal._display": ["test_inspect.py", "test_trust.py"],
     "hlobundle._version": ["test_package.py"],
     "hlobundle._write._reshard": ["test_shards.py"],

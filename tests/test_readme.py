@@ -84,6 +84,8 @@ def _missing_extra(block: str) -> str | None:
         return "the block uses the serve extra and Starlette's test client (httpx2)"
     if "import torch" in block and not importlib.util.find_spec("torch"):
         return "the block uses the torch extra (its CPU wheel: Python 3.11 here)"
+    if "tritonclient.http" in block and not importlib.util.find_spec("tritonclient"):
+        return "the block uses tritonclient[http]"
     if "tritonclient.grpc" in block and not all(
         importlib.util.find_spec(m) for m in ("grpc", "tritonclient", "orjson")
     ):

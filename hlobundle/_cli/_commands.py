@@ -327,10 +327,19 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
         max_batch=args.max_batch_size,
         batch_timeout_s=args.batch_timeout_ms / 1000,
         read_timeout_s=limits.read_timeout_s,
+        max_shared_memory=_shared_memory(args),
     )
     if args.grpc_port is not None or args.grpc_uds is not None:
         served = _with_grpc(served, models, limits, args)
     server(served, args.host, args.port, limits, args.uds, args.access_log).run(sockets=[sock])
+
+
+def _shared_memory(args: argparse.Namespace) -> int:
+    """The bytes of system shared memory clients may register: only with a server they reach
+    from the same machine (`--uds`, or a loopback `--host`); 0 turns the extension off."""
+    from .._serve._shm import offered
+
+    return args.max_shared_memory if offered(args.host, args.uds) else 0
 
 
 def _with_grpc(served: Any, models: dict[str, Any], limits: Any, args: argparse.Namespace) -> Any:

@@ -249,6 +249,15 @@ def add_serve(sub: Any) -> None:
         "function with symbolic dimensions would be larger (default: 64 MiB)",
     )
     p.add_argument(
+        "--max-shared-memory",
+        type=_values.size_or_zero,
+        default=64 << 20,
+        metavar="N",
+        help="REST clients on this machine may register up to N bytes of system shared memory "
+        "(the Open Inference Protocol's extension; default 64M; 0: off); offered only on "
+        "--uds or a loopback --host",
+    )
+    p.add_argument(
         "--read-timeout",
         type=_values.positive_seconds,
         default=30.0,

@@ -10,9 +10,11 @@ others; small ones run on the loop, where they cost less than the hop to a threa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -26,8 +28,17 @@ from .._terminal._display import shown
 from .._version import __version__
 from ._batching import Batcher
 from ._models import Served
-from ._protocol import HEADER_LENGTH, RequestError, parse_request, producer_layout, read_inputs
+from ._protocol import (
+    HEADER_LENGTH,
+    NO_SHARED_MEMORY,
+    RequestError,
+    _numpy,
+    parse_request,
+    producer_layout,
+    read_inputs,
+)
 from ._responses import Wanted, check_json_values, response, wanted
+from ._shm import Regions, Use
 from ._sweep import Sweep
 
 if TYPE_CHECKING:
@@ -55,13 +66,16 @@ def app(
     max_batch: int = 1,
     batch_timeout_s: float = 0.002,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    max_shared_memory: int = 0,
 ) -> App:
     """The ASGI application serving `models` (by name); with `max_batch` > 1, concurrent
     requests for a model whose rows the producer declared independent (a batched module, or
     `independent_rows`) and the user trusts are combined (`_batching`, `Served.batchable`). A request
     body is at most `max_body` bytes and the model's `max_request_bytes`, and must arrive
-    within `read_timeout_s` of its headers."""
-    limits = Limits(max_body, read_timeout_s, max_batch, batch_timeout_s)
+    within `read_timeout_s` of its headers. With `max_shared_memory` > 0, clients may register
+    up to that many bytes of system shared memory (`_shm`; only for a server its clients reach
+    from the same machine: `_shm.offered`)."""
+    limits = Limits(max_body, read_timeout_s, max_batch, batch_timeout_s, max_shared_memory)
     return App(models, limits)
 
 
@@ -73,6 +87,7 @@ class Limits:
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     max_batch: int = 1
     batch_timeout_s: float = 0.002
+    max_shared_memory: int = 0  # bytes of system shared memory registered at once; 0: none
 
 
 class Metrics:
@@ -137,6 +152,7 @@ class App:
             for served in models.values()
             if limits.max_batch > 1 and served.batchable
         }
+        self.regions = Regions(limits.max_shared_memory) if limits.max_shared_memory else None
         self.routed = Starlette(routes=self.routes())
         self.body_deadlines = BodyDeadlines(limits.read_timeout_s)
 
@@ -161,7 +177,7 @@ class App:
         answers: dict[str, dict[str, Any]] = {
             "/v2/health/live": {"live": True},
             "/v2/health/ready": {"ready": True},  # models are compiled before the server starts
-            "/v2": SERVER_METADATA,
+            "/v2": self.server_metadata,
         }
         for name, served in self.models.items():
             for path in (f"/v2/models/{name}", f"/v2/models/{name}/versions/{served.version}"):
@@ -171,6 +187,8 @@ class App:
 
     def routes(self) -> list[Any]:
         from starlette.routing import Route
+
+        from . import _shm_http
 
         model = "/v2/models/{model}"
         versioned = "/v2/models/{model}/versions/{version}"
@@ -185,7 +203,15 @@ class App:
             Route(f"{model}/infer", _Infer(self), methods=["POST"]),
             Route(f"{versioned}/infer", _Infer(self), methods=["POST"]),
             Route("/metrics", self.metrics_text),
+            *_shm_http.routes(self),
         ]
+
+    @property
+    def server_metadata(self) -> dict[str, Any]:
+        if self.regions is None:
+            return SERVER_METADATA
+        extensions = [*SERVER_METADATA["extensions"], "system_shared_memory"]
+        return {**SERVER_METADATA, "extensions": extensions}
 
     # ---- what REST and gRPC (`_grpc`) share: the lookup and the model call, batchers included
 
@@ -262,9 +288,15 @@ class App:
         timeout_s = self.limits.read_timeout_s
         body = await read_body(receive, declared, limit, timeout_s, self.body_deadlines)
         header_length = _header(scope, HEADER_LENGTH.encode())
-        if len(body) <= INLINE_BYTES:
-            return served, decoded_body(served, body, header_length)
-        return served, await self.in_thread(decoded_body, served, body, header_length)
+        if len(body) > INLINE_BYTES:
+            decoding = functools.partial(decoded_body, regions=self.regions)
+            return served, await self.in_thread(decoding, served, body, header_length)
+        parsed, binary = parse_request(body, header_length)
+        # a small body may name a large region's data: copied out in a thread too
+        decoding = functools.partial(decoded, regions=self.regions)
+        if _region_bytes(parsed) <= INLINE_BYTES:
+            return served, decoding(served, parsed, binary)
+        return served, await self.in_thread(decoding, served, parsed, binary)
 
     async def _answer(self, served: Served, decoded: Decoded) -> tuple[int, Any]:
         """The model called: (200, (the response's body, its headers)), or (a status, the
@@ -283,8 +315,8 @@ class App:
         small = sum(x.nbytes for x in outputs.values()) <= INLINE_BYTES // 8
         try:
             if small:
-                return 200, encoded(served, decoded, outputs)
-            return 200, await self.in_thread(encoded, served, decoded, outputs)
+                return 200, encoded(served, decoded, outputs, self.regions)
+            return 200, await self.in_thread(encoded, served, decoded, outputs, self.regions)
         except RequestError as e:  # a response too large for JSON (413)
             return e.status, _refusal(e)
 
@@ -332,6 +364,17 @@ def _refusal(e: RequestError) -> dict[str, Any]:
 
 # POST /v2/models/{model}[/versions/{version}]/infer, a segment each, as Starlette matches them.
 _INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer\Z")
+
+
+def _region_bytes(parsed: dict[str, Any]) -> int:
+    """The bytes a request's inputs declare in shared-memory regions (unchecked: `decoded`
+    refuses what is not a size)."""
+    sizes = [
+        item["parameters"].get("shared_memory_byte_size")
+        for item in parsed["inputs"]
+        if type(item) is dict and type(item.get("parameters")) is dict
+    ]
+    return sum(size for size in sizes if type(size) is int)
 
 
 def _header(scope: Any, name: bytes) -> str | None:
@@ -448,23 +491,31 @@ class Decoded:
     given: dict[str, np.ndarray]
     want: Wanted
     producer: bool  # column-major values travel in the producer's orientation
+    written: dict[str, Use] = dataclasses.field(default_factory=dict)  # outputs into regions
 
 
-def decoded_body(served: Served, body: bytes, header_length: str | None) -> Decoded:
+def decoded_body(
+    served: Served, body: bytes, header_length: str | None, regions: Regions | None = None
+) -> Decoded:
     """The request's inputs, checked against the model (`header_length`: the binary
-    extension's header)."""
+    extension's header; `regions`: the shared-memory regions it may name)."""
     parsed, binary = parse_request(body, header_length)
-    return decoded(served, parsed, binary)
+    return decoded(served, parsed, binary, regions=regions)
 
 
 def decoded(
-    served: Served, parsed: dict[str, Any], binary: memoryview, raw: bool = False
+    served: Served,
+    parsed: dict[str, Any],
+    binary: memoryview,
+    raw: bool = False,
+    regions: Regions | None = None,
 ) -> Decoded:
     """A parsed request's inputs, checked against the model: REST's JSON and gRPC's messages
     (`_grpc`, which builds the same request object; `raw`: its answer is raw data, never
-    JSON) take this one path. What the answer will hold is bounded here, before the model runs."""
+    JSON) take this one path. What the answer will hold is bounded here, before the model runs,
+    and so are the shared-memory regions it is to be written into."""
     producer = producer_layout(parsed)
-    given = read_inputs(parsed, binary, served.wire_inputs(producer))
+    given = read_inputs(parsed, binary, served.wire_inputs(producer), regions)
     if producer:  # the same bytes, under the stored (axis-reversed) shape
         given = {
             n: x.reshape(x.shape[::-1]) if n in served.column_major else x for n, x in given.items()
@@ -473,16 +524,49 @@ def decoded(
     want = wanted(parsed, list(served.outputs))
     if not raw:
         check_json_values(want, results, served.outputs)
-    return Decoded(parsed.get("id"), given, want, producer)
+    written = _regions_written(want, results, served.outputs, regions)
+    return Decoded(parsed.get("id"), given, want, producer, written)
+
+
+def _regions_written(
+    want: Wanted,
+    shapes: dict[str, tuple[int, ...]],
+    dtypes: dict[str, str],
+    regions: Regions | None,
+) -> dict[str, Use]:
+    """Where each output asked for in a shared-memory region goes, checked (registered, within
+    the registration, large enough for the output's shape) before the model runs."""
+    if not want.shared:
+        return {}
+    if regions is None:
+        raise RequestError(400, f"output {next(iter(want.shared))!r}: {NO_SHARED_MEMORY}")
+    return {
+        n: regions.checked(
+            f"output {n!r}",
+            params,
+            math.prod(shapes[n]) * np.dtype(_numpy(dtypes[n])).itemsize,
+            exact=False,
+        )
+        for n, params in want.shared.items()
+    }
 
 
 def encoded(
-    served: Served, decoded: Decoded, outputs: dict[str, np.ndarray]
+    served: Served,
+    decoded: Decoded,
+    outputs: dict[str, np.ndarray],
+    regions: Regions | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    """The response's body and headers."""
+    """The response's body and headers, once the outputs asked for in shared-memory regions
+    are written there."""
     if decoded.producer:
         outputs = {
             n: x.reshape(x.shape[::-1]) if n in served.column_major else x
             for n, x in outputs.items()
         }
+    for name, use in decoded.written.items():
+        value = np.ascontiguousarray(outputs[name])
+        assert regions is not None  # `decoded` found the region
+        data = value.astype(value.dtype.newbyteorder("<"), copy=False)
+        regions.write(use, data.reshape(-1).view(np.uint8))
     return response(served.name, served.version, decoded.id, outputs, decoded.want, served.outputs)

@@ -14,13 +14,16 @@ from __future__ import annotations
 import functools
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from .._format import _limits, _prechecks
 from .._format._errors import LimitError
+
+if TYPE_CHECKING:
+    from ._shm import Regions
 
 # OIP datatype -> the manifest's dtype name (and back). Other dtypes cannot cross the wire.
 DATATYPES = {
@@ -173,10 +176,12 @@ def read_inputs(
     request: dict[str, Any],
     binary: memoryview,
     expected: dict[str, tuple[str, tuple[int | str, ...]]],
+    regions: Regions | None = None,
 ) -> dict[str, np.ndarray]:
     """One array per expected input (name -> (dtype, shape)), checked against the request. A
     symbolic dimension (a string) takes any size of at least 0 here; whether the sizes bind
-    the symbols consistently is the model's check (`Served.check_shapes`)."""
+    the symbols consistently is the model's check (`Served.check_shapes`). An input naming a
+    `shared_memory_region` is read from `regions` (the system shared-memory extension)."""
     given: dict[str, np.ndarray] = {}
     offset = 0
     for item in request["inputs"]:
@@ -206,6 +211,9 @@ def read_inputs(
         if not _addressable(dims, np.dtype(_numpy(dtype)).itemsize):
             raise RequestError(400, f"input {name!r}: shape {got_shape} is too large for an array")
         params = parameters(item, f"input {name!r}: ")
+        if "shared_memory_region" in params:
+            given[name] = _from_region(name, item, params, dtype, dims, regions)
+            continue
         size = params.get("binary_data_size")
         if size is not None:
             want = math.prod(dims) * np.dtype(_numpy(dtype)).itemsize
@@ -239,6 +247,35 @@ def read_inputs(
     if missing:
         raise RequestError(400, f"missing input(s) {missing}")
     return given
+
+
+def _from_region(
+    name: str,
+    item: dict[str, Any],
+    params: dict[str, Any],
+    dtype: str,
+    dims: tuple[int, ...],
+    regions: Regions | None,
+) -> np.ndarray:
+    """The input's array, its bytes copied out of the region it names: once, and checked on
+    the copy (a BOOL's bytes), so that what the client writes there later changes nothing."""
+    where = f"input {name!r}"
+    if regions is None:
+        raise RequestError(400, f"{where}: {NO_SHARED_MEMORY}")
+    if "binary_data_size" in params or "data" in item:
+        raise RequestError(400, f"{where}: data in a shared-memory region and in the request too")
+    itemsize = np.dtype(_numpy(dtype)).itemsize
+    use = regions.checked(where, params, math.prod(dims) * itemsize, exact=True)
+    array = np.frombuffer(regions.read(use), dtype=np.dtype(_numpy(dtype)).newbyteorder("<"))
+    if dtype == "bool" and (array.view(np.uint8) > 1).any():
+        raise RequestError(400, f"{where}: BOOL bytes must be 0 or 1")
+    return array.reshape(dims)
+
+
+NO_SHARED_MEMORY = (
+    "the system shared-memory extension is offered only over REST, by a server on --uds or a "
+    "loopback --host"
+)
 
 
 def _fits(got: list[int], shape: tuple[int | str, ...]) -> bool:

@@ -5,7 +5,7 @@ are strict JSON: a non-finite float is the string "NaN", "Infinity" or "-Infinit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,10 +21,12 @@ MAX_JSON_VALUES = 1 << 24
 
 @dataclass(frozen=True)
 class Wanted:
-    """What the client asked of the outputs: which, and which in binary."""
+    """What the client asked of the outputs: which, which in binary, and which into a
+    shared-memory region (their parameters, checked once the outputs' shapes are known)."""
 
     names: list[str] | None
     binary: set[str]
+    shared: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _flag(params: dict[str, Any], key: str, where: str) -> bool:
@@ -49,14 +51,17 @@ def wanted(request: dict[str, Any], names: list[str]) -> Wanted:
     unknown = [o["name"] for o in asked if o["name"] not in names]
     if unknown:
         raise RequestError(400, f"unknown output(s) {unknown[:5]}; the outputs are {names}")
-    binary = set()
+    binary, shared = set(), {}
     for i, o in enumerate(asked):
         where = f"output {o['name']!r}: "
         if o["name"] in (p["name"] for p in asked[:i]):
             raise RequestError(400, f"output {o['name']!r} is asked for twice")
-        if _flag(parameters(o, where), "binary_data", where) or every:
+        params = parameters(o, where)
+        if "shared_memory_region" in params:
+            shared[o["name"]] = params
+        elif _flag(params, "binary_data", where) or every:
             binary.add(o["name"])
-    return Wanted([o["name"] for o in asked], binary)
+    return Wanted([o["name"] for o in asked], binary, shared)
 
 
 def check_json_values(
@@ -66,7 +71,9 @@ def check_json_values(
     `MAX_JSON_VALUES` values: checked from the results' shapes before the model runs, and on
     the results themselves."""
     as_json = [
-        n for n in want.names or list(shapes) if n not in want.binary and dtypes[n] != "bfloat16"
+        n
+        for n in want.names or list(shapes)
+        if n not in want.binary and n not in want.shared and dtypes[n] != "bfloat16"
     ]
     values = sum(math.prod(shapes[n]) for n in as_json)
     if values > MAX_JSON_VALUES:
@@ -86,7 +93,8 @@ def response(
     want: Wanted,
     dtypes: dict[str, str],
 ) -> tuple[bytes, dict[str, str]]:
-    """The response body and headers (the binary extension's when any output is binary)."""
+    """The response body and headers (the binary extension's when any output is binary); an
+    output written into a shared-memory region (`want.shared`) is described, without data."""
     items: list[dict[str, Any]] = []
     blobs: list[Any] = []  # bytes-like: each output's bytes, as they lie
     check_json_values(want, {n: np.shape(x) for n, x in outputs.items()}, dtypes)
@@ -97,7 +105,9 @@ def response(
             "datatype": BY_DTYPE[dtypes[name]],
             "shape": list(value.shape),
         }
-        if name in want.binary or dtypes[name] == "bfloat16":
+        if name in want.shared:
+            pass  # its data is in the region (`_app.encoded` wrote it)
+        elif name in want.binary or dtypes[name] == "bfloat16":
             data = value.astype(value.dtype.newbyteorder("<"), copy=False)
             item["parameters"] = {"binary_data_size": data.nbytes}
             blobs.append(data.reshape(-1).view(np.uint8))  # joined below: the one copy
