@@ -16,6 +16,7 @@ machine) writes RESULTS-<platform>.md.
 - serving.py: `hlobundle serve` (`serve`, `serve-uds`, `json`, `serve-many`), through
   serve_client.py, the client of the serving benchmarks; serve_cpu.py: serve's own CPU per
   request (`serve-cpu`);
+- pytorch.py: PyTorch models in, against eager PyTorch, and from_torch's time (`torch`);
 - peers.py: the engines side by side (`peers`, `ray`), with peer_decode.py and ray_scaling.py,
   which run in the engines' own environments.
 

@@ -29,6 +29,7 @@ from benchmarks import (  # noqa: E402
     executables,
     packing,
     peers,
+    pytorch,
     serving,
     startup,
     trust,
@@ -170,6 +171,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
         "ray": one(
             "Ray (ray_scaling.py, Ray 2.60 on this machine): Ray Data scoring and Ray Serve replicas",
             peers.ray_cost,
+        ),
+        "torch": one(
+            "PyTorch models in (tests/test_torch.py's corpus): the bundle's forward pass under "
+            "jax.jit / eager PyTorch on the CPU, torch.set_num_threads(cores) (goal <= 1.0); "
+            "from_torch's seconds, and / torch.export.export's alone",
+            pytorch.torch_cost,
         ),
         "json": one(
             "Serving: decoding the LeNet JSON request (batch 4), warm, in process: with orjson / "

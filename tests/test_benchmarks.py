@@ -60,6 +60,19 @@ def test_the_invocation_scan_sees_a_section_that_is_gone(tmp_path):
     assert not set(named) <= set(run.sections_of(tmp_path, quick=True))
 
 
+def test_the_torch_section_is_skipped_with_its_reason_where_torch_is_absent(tmp_path, monkeypatch):
+    import importlib.util
+
+    from benchmarks import pytorch
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    (row,) = pytorch.torch_cost(tmp_path, quick=True)
+    assert row["skipped"] == "torch is not installed: pip install 'hlobundle[torch]'"
+
+
 def test_a_table_keeps_results_md_s_format():
     rows = [
         {"case": "a", "s": 0.000123456, "ratio": 2.0},
