@@ -16,13 +16,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import ROOT, interleaved
+from hlobundle._extras import pip_line
 
 
 def torch_cost(tmp: Path, quick: bool) -> list[dict]:
     if importlib.util.find_spec("torch") is None:
-        return [
-            {"case": "all", "skipped": "torch is not installed: pip install 'hlobundle[torch]'"}
-        ]
+        return [{"case": "all", "skipped": f"torch is not installed: {pip_line('torch')}"}]
     import torch
 
     # as many threads as XLA's CPU client takes (one per core), so that both use the machine alike

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from helpers import ROOT
 
+from hlobundle._extras import pip_line
+
 sys.path.append(str(ROOT))
 from benchmarks import run, serve_client  # noqa: E402
 from benchmarks.harness import table  # noqa: E402
@@ -70,7 +72,7 @@ def test_the_torch_section_is_skipped_with_its_reason_where_torch_is_absent(tmp_
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
     (row,) = pytorch.torch_cost(tmp_path, quick=True)
-    assert row["skipped"] == "torch is not installed: pip install 'hlobundle[torch]'"
+    assert row["skipped"] == f"torch is not installed: {pip_line('torch')}"
 
 
 def test_a_table_keeps_results_md_s_format():

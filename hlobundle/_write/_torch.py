@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .._extras import pip_line
 from .._format._errors import ConfigError, InputError
 from .._interop import _torch, _torch_archive
 from ._export import Naming, export_named
@@ -142,8 +143,8 @@ def _import_torch() -> Any:
         import torch
     except ImportError:
         raise ConfigError(
-            "from_torch needs PyTorch: pip install 'hlobundle[torch]' (its CPU build: "
-            "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)"
+            f"from_torch needs PyTorch: {pip_line('torch')}; its CPU build is enough "
+            "(pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)"
         ) from None
     return torch
 
