@@ -346,35 +346,8 @@ def _transformers() -> Any:
 
 
 def _hf_cases() -> dict[str, Any]:
-    tf = _transformers()
-    torch.manual_seed(0)
-    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(3))
-    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
-    bert = tf.BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-    )
-    gpt2 = tf.GPT2Config(
-        vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=16, use_cache=False
-    )
-    vit = tf.ViTConfig(
-        image_size=8,
-        patch_size=4,
-        num_channels=3,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-    )
-    return {
-        "bert": (lambda: tf.BertModel(bert).eval(), (ids, mask)),
-        "gpt2": (lambda: tf.GPT2LMHeadModel(gpt2).eval(), (ids,)),
-        "vit": (lambda: tf.ViTModel(vit).eval(), (torch.randn(2, 3, 8, 8),)),
-    }
+    _transformers()
+    return torch_models.hf_cases()
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """The PyTorch models `tests/test_torch.py` packs: small, random weights, built in process (no
 network). Each case is a module in eval mode, its example arguments, and the dynamic shapes
 torch.export takes for it (or None). `transformers` models are built from small configs where
-that package is installed."""
+that package is installed (`hf_cases`)."""
 
 from __future__ import annotations
 
@@ -166,4 +166,40 @@ def cases() -> dict[str, Callable[[], Case]]:
         ),
         "token_ids": lambda: Case(_eval(Bag()), (torch.randint(0, 30, (2, 7), generator=g), mask)),
         "shuffled": lambda: Case(_eval(Shuffled()), (torch.randn(3, 4, generator=g),)),
+    }
+
+
+def hf_cases() -> dict[str, tuple[Callable[[], nn.Module], tuple[Any, ...]]]:
+    """`transformers` models from small configs (BERT, GPT-2 with its LM head tied to its token
+    embedding, ViT), each a builder of the module in eval mode and its example arguments.
+    Imports transformers: call it only where that is installed."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(3))
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    bert = tf.BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
+    gpt2 = tf.GPT2Config(
+        vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=16, use_cache=False
+    )
+    vit = tf.ViTConfig(
+        image_size=8,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
+    return {
+        "bert": (lambda: tf.BertModel(bert).eval(), (ids, mask)),
+        "gpt2": (lambda: tf.GPT2LMHeadModel(gpt2).eval(), (ids,)),
+        "vit": (lambda: tf.ViTModel(vit).eval(), (torch.randn(2, 3, 8, 8),)),
     }
