@@ -113,7 +113,8 @@ def test_cpu_bundles_pass_here_and_every_weight_scaled_by_1_001_fails(tmp_path):
                 d = next(done)
                 report, expected = d["report"], want.get(precision)
                 told = "" if expected is not None else " (not asserted)"
-                print(f"{label}{kind}, {precision}: rc {d['rc']}{told}; {shown(report)}")
+                ran = f"{report.get('platform')} {report.get('precision')}"
+                print(f"{label}{kind}, {precision}: rc {d['rc']}{told}, {ran}; {shown(report)}")
                 print(f"    widened: {report.get('widened')}")
                 if expected not in (None, d["rc"]) or report.get("platform") != PLATFORM:
                     failures.append((label + kind, precision, d["rc"], d["stderr"][-500:]))
