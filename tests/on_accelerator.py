@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -79,19 +80,33 @@ def run_json(bundle: Path | str, backend: str, *extra: str) -> tuple[int, dict, 
     return r.returncode, report, r.stderr
 
 
-def scaled(source: Path, into: Path, name: str) -> Path:
-    """A copy of `source` with argument `name`'s stored value scaled by 1.01 (and the manifest's
-    size and digest of the edited file), so that the bundle verifies and computes otherwise."""
+def scaled(
+    source: Path, into: Path, names: Iterable[str] | None = None, factor: float = 1.01
+) -> Path:
+    """A copy of `source` with the stored values of arguments `names` (default: every argument
+    of role `parameter`, in every function) scaled by `factor`, and the manifest's size and
+    digest of each edited file, so that the bundle verifies and computes otherwise. A value
+    that functions share (the language model's weights) is scaled once."""
     shutil.copytree(source, into)
     manifest = json.loads((into / "manifest.json").read_text())
-    functions = manifest.get("functions", [manifest])
-    (argument,) = [a for f in functions for a in f["arguments"] if a["name"] == name]
-    file = argument["value"]["file"]
-    stored = load_file(str(into / file))
-    stored[name] = (stored[name] * np.float32(1.01)).astype(np.float32)
-    save_file(stored, str(into / file))
-    data = (into / file).read_bytes()
-    manifest["files"][file].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    arguments = [a for f in manifest.get("functions", [manifest]) for a in f["arguments"]]
+    wanted = None if names is None else set(names)
+    chosen = [
+        a
+        for a in arguments
+        if (a["role"] == "parameter" if wanted is None else a["name"] in wanted)
+    ]
+    assert chosen and wanted in (None, {a["name"] for a in chosen}), (source, names)
+    keys: dict[str, set[str]] = {}
+    for a in chosen:
+        keys.setdefault(a["value"]["file"], set()).add(a["value"]["key"])
+    for file, scaled_keys in keys.items():
+        stored = load_file(str(into / file))
+        for key in scaled_keys:
+            stored[key] = (stored[key] * factor).astype(stored[key].dtype)
+        save_file(stored, str(into / file))
+        data = (into / file).read_bytes()
+        manifest["files"][file].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
     (into / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return into
 
@@ -114,13 +129,13 @@ def test_the_lux_export_passes_and_a_weight_scaled_by_1_percent_fails(backend, t
         pytest.skip("HLOBUNDLE_LUX names no packed Lux export")
     rc, report, err = run_json(LUX, backend)
     assert rc == 0, err[-2000:]
-    rc, report, err = run_json(scaled(Path(LUX), tmp_path / "lux", "arg_3_6_3_1"), backend)
+    rc, report, err = run_json(scaled(Path(LUX), tmp_path / "lux", ["arg_3_6_3_1"]), backend)
     assert rc == 1 and not report["ok"], err[-2000:]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_lenet_weight_scaled_by_1_percent_fails_naming_the_worst_element(backend, tmp_path):
-    rc, report, err = run_json(scaled(LENET, tmp_path / "b", "params_dense1_w"), backend)
+    rc, report, err = run_json(scaled(LENET, tmp_path / "b", ["params_dense1_w"]), backend)
     assert rc == 1, err[-2000:]
     (out,) = report["outputs"]
     worst = out["worst"]  # the element furthest past its tolerance, and the tolerance used

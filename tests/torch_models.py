@@ -1,7 +1,7 @@
 """The PyTorch models `tests/test_torch.py` packs: small, random weights, built in process (no
 network). Each case is a module in eval mode, its example arguments, and the dynamic shapes
 torch.export takes for it (or None). `transformers` models are built from small configs where
-that package is installed."""
+that package is installed (`hf_cases`)."""
 
 from __future__ import annotations
 
