@@ -101,7 +101,7 @@ class StoredValues:
         row = _dtypes.BY_NAME[dtype]
         held = self._device_values.get((ref.file, ref.key))
         if held is not None and held.dtype == row.numpy:  # the verified bytes, on the device
-            return held  # type: ignore[no-any-return]
+            return held
         if any(isinstance(d, str) for d in shape):  # symbolic: the stored instance's shape
             return tf.array(ref.key, row, row.logical_shape(tf.entries[ref.key].shape))
         return tf.array(ref.key, row, static_shape(shape))
