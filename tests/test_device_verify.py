@@ -1,8 +1,9 @@
 """`load(verify=True, device=...)`: tensor files streamed onto a JAX device as they are hashed,
-without a private copy (issue 66, section 4). What reaches the device is what was hashed: a
-file changed on disk after a run was hashed leaves the device with the hashed bytes, and one
-changed before a run is read fails the load with HASH_MISMATCH, with nothing on the device
-used."""
+without a private copy (issue 66, section 4), or, on a CPU device, put there from the verified
+copy itself. What reaches the device is what was hashed: a file changed on disk after a run
+was hashed leaves the device with the hashed bytes, and one changed before a run is read fails
+the load with HASH_MISMATCH, with nothing on the device used. The tests stream onto this
+machine's CPU device (`STREAM_ON_CPU`) as onto a TPU, except where they say so."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from helpers import functions_over_weights, pack_identity
 
 import hlobundle
 from hlobundle._bundle_io import _tensor_streaming
-from hlobundle._read import _reader
+from hlobundle._read import _device_values, _reader
 
 WEIGHTS = "weights.safetensors"
 
@@ -26,6 +27,7 @@ def bundle(tmp_path, monkeypatch):
     """Two functions over one weights file of two 1 MiB chunks, read a chunk a run, so that
     each weight is joined on the device from two pieces."""
     monkeypatch.setattr(_tensor_streaming, "RUN_BYTES", 1 << 20)
+    monkeypatch.setattr(_device_values, "STREAM_ON_CPU", True)
     return functions_over_weights(tmp_path / "fw", 2)
 
 
@@ -122,3 +124,15 @@ def test_bool_and_wide_dtypes_stay_on_the_host_bf16_goes_to_the_device(tmp_path)
         got = hlobundle.load(path, verify=True, device=jax.devices()[0]).example_args()[0]
         assert _on_device(got) == (where == "device"), name
         np.testing.assert_array_equal(np.asarray(got), x)
+
+
+def test_on_a_cpu_device_the_arrays_are_the_verified_copy(tmp_path):
+    """No streaming on a CPU: its arrays are the private copy verify hashed, in place, so a
+    file changed after verify changes nothing on the device (the mapping would)."""
+    path = functions_over_weights(tmp_path / "fw", 1)
+    want = np.array(hlobundle.load(path).parameters()["p_w0"])
+    b = hlobundle.load(path, verify=True, device=True)
+    _overwrite(path / WEIGHTS, 0, (path / WEIGHTS).stat().st_size)
+    got = b.parameters()["p_w0"]
+    assert _on_device(got)
+    np.testing.assert_array_equal(np.asarray(got), want)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import queue
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,11 +70,15 @@ def to_device(
     h = hashlib.sha256() if whole else None
     digests: list[str] = []
     joined = _Joiner(ordered, runs)
+    buffers = _Buffers(step, reuse=own_memory(device))
     try:
-        for digests_of_run, pieces, buffer in _each_run(tf.fd, runs, ordered, chunk, device, pool):
+        for digests_of_run, pieces, buffer in _each_run(
+            tf.fd, runs, ordered, chunk, device, pool, buffers
+        ):
             digests += digests_of_run
             if h is not None:
                 h.update(buffer)
+            buffers.give_back(buffer)
             joined.add(pieces)
     except _hashing_reader.ShrankError:
         raise TensorFileError(f"{tf.name} shrank while it was read", path=tf.name) from None
@@ -88,13 +93,16 @@ def _each_run(
     chunk: int | None,
     device: Any,
     pool: Executor | None,
+    buffers: _Buffers,
 ) -> Any:
     """Each run's (chunk digests, pieces on the device, buffer), in order; a pool keeps a few
     runs in flight, so that the buffers held stay bounded."""
     ends = [t.end for t in ordered]
 
     def job(begin: int, end: int) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
-        return _put_run(fd, begin, end, _pieces(ordered, ends, begin, end), chunk, device)
+        buffer = buffers.take()[: end - begin]
+        pieces = _pieces(ordered, ends, begin, end)
+        return _put_run(fd, begin, buffer, pieces, chunk, device)
 
     if pool is None:
         for begin, end in runs:
@@ -129,31 +137,59 @@ def _pieces(
 def _put_run(
     fd: int,
     begin: int,
-    end: int,
+    buffer: np.ndarray,
     pieces: list[tuple[Planned, int, int]],
     chunk: int | None,
     device: Any,
 ) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
-    """Read bytes `[begin, end)` into a buffer of their own, hash it, and put each piece of a
-    tensor it holds on `device` from it, copied (`may_alias=False`) and waited for: the
-    buffer is then the caller's to hash in order, and the device's bytes are its own."""
+    """Read the bytes from `begin` on into `buffer`, hash it, and put each piece of a tensor
+    it holds on `device` from it, copied (`may_alias=False`) and waited for: the buffer is
+    then the caller's to hash in order, and the device's bytes are its own (a CPU device's
+    may be the buffer itself: `_Buffers` never hands one out again there)."""
     import jax
-    import numpy as np
 
-    buffer = np.empty(end - begin, np.uint8)
     digests = _hash_run(fd, begin, buffer, chunk)
     put = [
         (t.key, jax.device_put(buffer[lo - begin : hi - begin].view(t.dtype), device, may_alias=False))
         for t, lo, hi in pieces
     ]  # fmt: skip
     jax.block_until_ready([x for _, x in put])
-    buffer.flags.writeable = False
     return digests, put, buffer
 
 
 def _hash_run(fd: int, begin: int, buffer: np.ndarray, chunk: int | None) -> list[str]:
     """The run read into `buffer`, and its chunk digests (a test's hook: the bytes hashed)."""
     return _hashing_reader.read_run(fd, begin, buffer.data, chunk)
+
+
+def own_memory(device: Any) -> bool:
+    """Whether `device` holds its arrays in memory of its own: not a CPU, whose `device_put`
+    of a NumPy array may keep the array itself (even with `may_alias=False`)."""
+    devices = getattr(device, "device_set", None) or [device]
+    return all(getattr(d, "platform", "cpu") != "cpu" for d in devices)
+
+
+class _Buffers:
+    """Run buffers of `size` bytes: used again once given back where the device copies out of
+    them (`reuse`), so that a file costs a few buffers of fresh memory, not its size; each one
+    fresh otherwise, and never written after it was hashed."""
+
+    def __init__(self, size: int, *, reuse: bool) -> None:
+        self._size, self._reuse = size, reuse
+        self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+
+    def take(self) -> np.ndarray:
+        import numpy as np
+
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            return np.empty(self._size, np.uint8)
+
+    def give_back(self, buffer: np.ndarray) -> None:
+        """`buffer` is hashed and its pieces are on the device."""
+        if self._reuse:
+            self._free.put(buffer.base if buffer.base is not None else buffer)
 
 
 class _Joiner:

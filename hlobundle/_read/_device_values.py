@@ -1,14 +1,17 @@
 """Stored tensors verified onto a JAX device (`load(verify=True, device=...)`): which tensor
-files can be streamed there as they are hashed (`_bundle_io/_tensor_streaming.py`), without a
-private copy, and which device to use. A file that cannot (a bool or sub-byte tensor, whose
-values verify checks on the host; a tensor read as two dtypes; one JAX would convert, such as
-float64 without x64; an element cut at a run's edge) is copied and hashed as before."""
+files go there, and how. A device with memory of its own (a TPU, a GPU) gets them streamed as
+they are hashed (`_bundle_io/_tensor_streaming.py`), without a private copy on the host; a CPU
+device gets them from the verified private copy itself, which its arrays then use in place
+(`device_put` of a NumPy array there keeps the array's memory): one copy either way. A file
+that cannot go (a bool or sub-byte tensor, whose values verify checks on the host; a tensor
+read as two dtypes; one JAX would convert, such as float64 without x64; an element cut at a
+run's edge) is copied and hashed as without a device, and its tensors stay on the host."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._bundle_io._tensor_streaming import Planned, streamable
+from .._bundle_io._tensor_streaming import Planned, own_memory, streamable
 from .._format import _dtypes
 from .._format._fields import static_shape
 from ._tensor_files import stored_tensors
@@ -16,6 +19,26 @@ from ._tensor_files import stored_tensors
 if TYPE_CHECKING:
     from .._format._tensors import TensorFile
     from ._files import AnyManifest
+
+
+STREAM_ON_CPU = False  # a test's switch: stream onto a CPU device too (its arrays alias buffers)
+
+
+def streams(device: Any) -> bool:
+    """Whether tensors go to `device` streamed, else from the verified private copy."""
+    return STREAM_ON_CPU or own_memory(device)
+
+
+def from_copy(tf: TensorFile, tensors: list[Planned], device: Any) -> dict[str, Any]:
+    """Each tensor put on `device` from `tf`'s private copy, which was hashed: a CPU device's
+    array uses the copy's own memory."""
+    import jax
+
+    memory = tf.bytes_in_use
+    return {
+        t.key: jax.device_put(memory[t.begin : t.end].view(t.dtype).reshape(t.shape), device)
+        for t in tensors
+    }
 
 
 def chosen(device: Any) -> Any:

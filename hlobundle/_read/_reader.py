@@ -457,11 +457,13 @@ class Bundle(StoredValues):
         come from from now on."""
         tf, listed = self._tensor_files[name], self.manifest.files[name]
         tensors = None if device is None else _device_values.planned(self.bundle_manifest, name, tf)
-        if tensors is not None:
+        if tensors is not None and _device_values.streams(device):
             chunk = None if listed.chunks is None else listed.chunks.size
             whole = chunk is None or not _file_digests.recalled(listed)
             return _tensor_streaming.to_device(tf, tensors, device, chunk, whole, chunk_pool)
-        return (*self._hashed(name, in_memory, chunk_pool), {})
+        got, digests = self._hashed(name, in_memory or tensors is not None, chunk_pool)
+        arrays = {} if tensors is None else _device_values.from_copy(tf, tensors, device)
+        return got, digests, arrays
 
     def _hashed(
         self, name: str, in_memory: bool, chunk_pool: Executor | None
