@@ -327,8 +327,9 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
         ratio_row(f"load(verify=True) first time (sha256 computed too), {what}", "", base,
                   res["first"][0], None),
         ratio_row(f"sha256 on one core, {what}", "", base, res["one core"][0], None),
-        ratio_row(f"load(verify=True, device=True): streamed onto the device as hashed, again, "
-                  f"{what}", "", base, res["streamed"][0], 1.3),
+        ratio_row(f"load(verify=True, device=True) (streamed as hashed where the device has memory "
+                  f"of its own; a CPU's arrays are the verified copy), again, {what}", "", base,
+                  res["streamed"][0], 1.3),
         ratio_row(f"load(verify=True) + jax.device_put (through the private copy), again, {what}",
                   "", base, res["copied"][0], None),
     ]  # fmt: skip
