@@ -136,3 +136,10 @@ def test_on_a_cpu_device_the_arrays_are_the_verified_copy(tmp_path):
     got = b.parameters()["p_w0"]
     assert _on_device(got)
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_a_device_that_is_not_one_is_refused(tmp_path):
+    path = functions_over_weights(tmp_path / "fw", 1)
+    with pytest.raises(hlobundle.InputError, match="device must be a jax.Device") as e:
+        hlobundle.load(path, verify=True, device="tpu")
+    assert e.value.argument == "device"

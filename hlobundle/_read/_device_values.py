@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._bundle_io._tensor_streaming import Planned, own_memory, streamable
 from .._format import _dtypes
+from .._format._errors import InputError
 from .._format._fields import static_shape
 from ._tensor_files import stored_tensors
 
@@ -42,11 +43,19 @@ def from_copy(tf: TensorFile, tensors: list[Planned], device: Any) -> dict[str, 
 
 
 def chosen(device: Any) -> Any:
-    """`True`: JAX's default device; else the `jax.Device` (or sharding) given."""
-    if device is True:
-        import jax
+    """`True`: JAX's default device; else the `jax.Device` given (None: none)."""
+    if device is None or device is False:
+        return None
+    import jax
 
+    if device is True:
         return jax.devices()[0]
+    if not isinstance(device, jax.Device):
+        raise InputError(
+            f"device must be a jax.Device or True (JAX's default device), not "
+            f"{type(device).__name__}",
+            argument="device",
+        )
     return device
 
 
