@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._file_io import _hashing_reader
 from .._format._errors import TensorFileError
+from .._terminal import _progress
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
@@ -72,14 +73,16 @@ def to_device(
     joined = _Joiner(ordered, runs)
     buffers = _Buffers(step, reuse=own_memory(device))
     try:
-        for digests_of_run, pieces, buffer in _each_run(
-            tf.fd, runs, ordered, chunk, device, pool, buffers
-        ):
-            digests += digests_of_run
-            if h is not None:
-                h.update(buffer)
-            buffers.give_back(buffer)
-            joined.add(pieces)
+        with _progress.task(f"reading {tf.name} onto {device}", size) as advance:
+            for digests_of_run, pieces, buffer in _each_run(
+                tf.fd, runs, ordered, chunk, device, pool, buffers
+            ):
+                digests += digests_of_run
+                if h is not None:
+                    h.update(buffer)
+                buffers.give_back(buffer)
+                joined.add(pieces)
+                advance(len(buffer))
     except _hashing_reader.ShrankError:
         raise TensorFileError(f"{tf.name} shrank while it was read", path=tf.name) from None
     arrays = joined.arrays | _empty(tensors, device)
