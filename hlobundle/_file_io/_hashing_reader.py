@@ -107,10 +107,19 @@ def _read_run(fd: int, begin: int, end: int, chunk: int, into: memoryview | None
     """Bytes `[begin, end)` of `fd` read (into `into`, else a buffer of their own) and their
     chunks' sha256, in order."""
     target = memoryview(bytearray(end - begin)) if into is None else _at(into, begin, end - begin)
+    return read_run(fd, begin, target, chunk)
+
+
+def read_run(fd: int, begin: int, target: memoryview, chunk: int | None) -> list[str]:
+    """Fill `target` with the bytes of `fd` from `begin` on, and return the sha256 of each
+    `chunk`-byte piece of it, in order (none when `chunk` is None). A `ShrankError` when the
+    file ends first."""
     got = os.preadv(fd, [target], begin)
-    if got < end - begin:
+    if got < len(target):
         _read_rest_at(fd, target, got, begin)
-    return [hashlib.sha256(target[k : k + chunk]).hexdigest() for k in range(0, end - begin, chunk)]
+    if chunk is None:
+        return []
+    return [hashlib.sha256(target[k : k + chunk]).hexdigest() for k in range(0, len(target), chunk)]
 
 
 def _read_rest_at(fd: int, target: memoryview, done: int, begin: int) -> None:

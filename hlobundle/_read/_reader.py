@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._bundle_io import _signing, _tensor_reading
+from .._bundle_io import _signing, _tensor_reading, _tensor_streaming
 from .._format import _main_signature, _paths, _signature, _stored
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
@@ -18,7 +18,7 @@ from .._format._errors import (
     ModuleError,
 )
 from .._format._fields import MANIFEST_NAME
-from . import _file_digests, _files, _modules, _tensor_files
+from . import _device_values, _file_digests, _files, _modules, _tensor_files
 from ._gc import collector_paused
 from ._modules import StoredModule
 from ._trust import Trust, trust_from
@@ -39,6 +39,7 @@ def load(
     verify: bool = False,
     public_key: str | os.PathLike[str] | None = None,
     certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+    device: Any = None,
 ) -> Bundle:
     """Open a bundle and check everything but the tensor checksums (`Bundle.verify()` adds those).
 
@@ -55,10 +56,20 @@ def load(
     - `public_key`, `certificate_chain`: require the bundle to be signed (SPEC.md, "Signature")
       by this key (a PEM file), or by a certificate this chain trusts. Implies `verify`: what
       runs is exactly what was signed.
+    - `device`: with `verify` (or a key), a `jax.Device` (`True`: JAX's default device) that
+      the stored tensors go to as they are hashed, each run of a file put there from the
+      buffer it was hashed in, instead of a private copy on the host: `tensor()`,
+      `parameters()`, `example_args()` and the stored parameters of `function()` are then
+      arrays on it, exactly the bytes whose sha256 was checked (see `Bundle.verify`).
     """
     bundle = Bundle(Path(path))
     if verify or public_key is not None or certificate_chain:
-        bundle.verify(in_memory=True, public_key=public_key, certificate_chain=certificate_chain)
+        bundle.verify(
+            in_memory=True,
+            public_key=public_key,
+            certificate_chain=certificate_chain,
+            device=device,
+        )
     return bundle
 
 
@@ -134,6 +145,7 @@ class Bundle(StoredValues):
         if self._keys is not None:
             self._hold_used_bytes(self._keys)
         self._shared = _Shared()
+        self._device_values = {}  # (file, key) -> its verified array on a device (views share it)
         self._chosen: str | None = None  # the function `select()` chose, if it was asked
         first = self.default_function or next(iter(self._views))
         self._select(first if first in self.loaded else self.loaded[0])
@@ -353,6 +365,7 @@ class Bundle(StoredValues):
         in_memory: bool = True,
         public_key: str | os.PathLike[str] | None = None,
         certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
+        device: Any = None,
     ) -> None:
         """Check every file's sha256, that each portable artifact is the same program as its
         text, and that bool tensors hold only 0 and 1; with `public_key` or
@@ -365,12 +378,20 @@ class Bundle(StoredValues):
         later. `in_memory=False` hashes them through the files opened at load instead, without
         a copy: for checking alone, when nothing runs after.
 
+        `device` (a `jax.Device`, `True` for JAX's default one) streams each tensor file onto
+        it instead, without a private copy: read in runs, each hashed and put on the device
+        from the one buffer it was read into, then joined there tensor by tensor; the arrays
+        are used (by `tensor()` and the rest) only once the whole file's digests are the
+        manifest's. A file whose tensors cannot go that way (a bool or sub-byte tensor, a
+        dtype JAX would convert) is copied as without `device`. A bundle loaded in part holds
+        its checked chunks already, and ignores `device`.
+
         Raises the first problem found as an `HloBundleError`; returns None when the bundle is valid.
         """
         if self._keys is not None:  # loaded in part: check again what is held
             self._hold_used_bytes(self._keys)
         if self._keys is None:
-            self._check_tensor_files(in_memory)
+            self._check_tensor_files(in_memory, _device_values.chosen(device))
         for held in self._unreferenced.values():
             held.check()
         for name in self.loaded:
@@ -389,12 +410,13 @@ class Bundle(StoredValues):
             )
             self.signer = _signing.verify(self.path, self.digests(), trust)
 
-    def _check_tensor_files(self, in_memory: bool) -> None:
+    def _check_tensor_files(self, in_memory: bool, device: Any = None) -> None:
         """Hash every tensor file (into its private copy with `in_memory`), several at once on
         a machine of several cores when there are many bytes, and check each against the
         manifest, in name order. A file with chunk digests (format 2.1) is read and hashed by a
         pool of a thread per core, its sha256 following in its own thread, or recalled from
-        its chunk digests (`_file_digests`); another is hashed as it is read (`_hashing_reader`)."""
+        its chunk digests (`_file_digests`); another is hashed as it is read (`_hashing_reader`).
+        With `device`, a file that can goes to it as it is hashed (`_tensor_streaming`)."""
         from concurrent.futures import ThreadPoolExecutor
 
         names = sorted(self._tensor_files)
@@ -407,11 +429,13 @@ class Bundle(StoredValues):
                 ThreadPoolExecutor(min(len(names), cores), "hlobundle-verify") as pool,
             ):
                 results = list(
-                    pool.map(lambda n: self._hash_tensor_file(n, in_memory, chunk_pool), names)
+                    pool.map(
+                        lambda n: self._hash_tensor_file(n, in_memory, chunk_pool, device), names
+                    )
                 )
         else:
-            results = [self._hash_tensor_file(name, in_memory, None) for name in names]
-        for name, (got, digests) in zip(names, results, strict=True):
+            results = [self._hash_tensor_file(name, in_memory, None, device) for name in names]
+        for name, (got, digests, arrays) in zip(names, results, strict=True):
             listed = self.manifest.files[name]
             if got is not None:
                 _files.check_digest(name, listed.size, got, listed)
@@ -419,12 +443,27 @@ class Bundle(StoredValues):
                 _files.check_chunks(name, digests, listed)
                 if got is not None:  # both computed from the same bytes, and both as listed
                     _file_digests.record(listed)
+            self._device_values.update({(name, key): a for key, a in arrays.items()})
 
     def _hash_tensor_file(
+        self, name: str, in_memory: bool, chunk_pool: Executor | None, device: Any = None
+    ) -> tuple[str | None, list[str] | None, dict[str, Any]]:
+        """(the sha256, or None where recalled; the chunk digests, or None where unlisted; its
+        tensors on `device` where it streamed there) of a tensor file's bytes: those tensors
+        come from from now on."""
+        tf, listed = self._tensor_files[name], self.manifest.files[name]
+        tensors = None if device is None else _device_values.planned(self.bundle_manifest, name, tf)
+        if tensors is not None and _device_values.streams(device):
+            chunk = None if listed.chunks is None else listed.chunks.size
+            whole = chunk is None or not _file_digests.recalled(listed)
+            return _tensor_streaming.to_device(tf, tensors, device, chunk, whole, chunk_pool)
+        got, digests = self._hashed(name, in_memory or tensors is not None, chunk_pool)
+        arrays = {} if tensors is None else _device_values.from_copy(tf, tensors, device)
+        return got, digests, arrays
+
+    def _hashed(
         self, name: str, in_memory: bool, chunk_pool: Executor | None
     ) -> tuple[str | None, list[str] | None]:
-        """(the sha256, or None where recalled; the chunk digests, or None where unlisted) of
-        a tensor file's bytes: those tensors come from from now on."""
         tf, listed = self._tensor_files[name], self.manifest.files[name]
         if listed.chunks is not None and chunk_pool is not None:
             whole = not _file_digests.recalled(listed)

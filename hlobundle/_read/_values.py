@@ -21,6 +21,7 @@ class StoredValues:
 
     manifest: Manifest
     _tensor_files: dict[str, TensorFile]
+    _device_values: dict[tuple[str, str], Any]  # verified onto a device (`load(device=...)`)
 
     @property
     def arguments(self) -> list[Argument]:
@@ -98,6 +99,9 @@ class StoredValues:
     def _array(self, ref: TensorRef, dtype: str, shape: list[int | str]) -> np.ndarray:
         tf = self._tensor_files[ref.file]
         row = _dtypes.BY_NAME[dtype]
+        held = self._device_values.get((ref.file, ref.key))
+        if held is not None and held.dtype == row.numpy:  # the verified bytes, on the device
+            return held
         if any(isinstance(d, str) for d in shape):  # symbolic: the stored instance's shape
             return tf.array(ref.key, row, row.logical_shape(tf.entries[ref.key].shape))
         return tf.array(ref.key, row, static_shape(shape))

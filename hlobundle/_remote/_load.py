@@ -56,6 +56,7 @@ def load(
     certificate_chain: Sequence[str | os.PathLike[str]] | None = None,
     insecure: bool = False,
     timeout: float = TIMEOUT_S,
+    device: Any = None,
 ) -> Bundle:
     """Open a bundle, local or remote, and check everything but the tensor checksums
     (`Bundle.verify()` adds those; a remote bundle's used bytes are always checked).
@@ -82,6 +83,12 @@ def load(
     - `public_key`, `certificate_chain`: require the bundle to be signed (SPEC.md, "Signature")
       by this key (a PEM file), or by a certificate this chain trusts. Implies `verify`: what
       runs is exactly what was signed.
+    - `device`: with `verify` (or a key), a `jax.Device` (`True`: JAX's default device) that
+      a local bundle's stored tensors go to as they are hashed, each run of a tensor file put
+      there from the buffer it was hashed in, instead of a private copy on the host:
+      `tensor()`, `parameters()`, `example_args()` and the stored parameters of `function()`
+      are then arrays on it, exactly the bytes whose sha256 was checked (`Bundle.verify`). A
+      bundle loaded in part holds its checked bytes already, and ignores it.
     - `insecure`, `timeout`: for a remote bundle, plain HTTP to a host that is not loopback,
       and the seconds to wait for a connection or between two reads.
     """
@@ -94,7 +101,11 @@ def load(
         return bundle
     if functions is None or functions is EVERY:
         return _reader.load(
-            path, verify=verify, public_key=public_key, certificate_chain=certificate_chain
+            path,
+            verify=verify,
+            public_key=public_key,
+            certificate_chain=certificate_chain,
+            device=device,
         )
     bundle = Bundle(Path(path), functions=list(functions))
     if verify or public_key is not None or certificate_chain:
