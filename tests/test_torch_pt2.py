@@ -219,3 +219,30 @@ def test_a_real_program_packs_and_the_forced_load_is_undone_after(real, tmp_path
     assert (tmp_path / "out" / "manifest.json").exists()
     assert os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] == "keep"
     assert os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
+
+
+def test_a_deeply_nested_payload_config_is_a_coded_error(real, tmp_path):
+    # json.loads of 100k nested arrays raises RecursionError, which escaped as a traceback
+    def edit(name: str, data: bytes) -> dict[str, bytes]:
+        if name != "data/constants/model_constants_config.json":
+            return {name: data}
+        return {name: b"[" * 100_000 + b"]" * 100_000}
+
+    deep = _rewritten(real, tmp_path / "deep.pt2", edit)
+    with pytest.raises(InputError, match=r"model_constants_config.json is not JSON"):
+        _pack(deep, tmp_path / "out")
+
+
+def test_a_compressed_entry_a_zip_bomb_is_refused_before_torch_inflates_it(real, tmp_path):
+    # torch.export.save stores every entry uncompressed; torch's reader inflates a deflated one
+    # whole into memory, 1000 times the file's bytes (64 MiB of zeros deflate to 64 KiB)
+    bomb = tmp_path / "bomb.pt2"
+    with zipfile.ZipFile(real) as src, zipfile.ZipFile(bomb, "w") as out:
+        for info in src.infolist():
+            if info.filename.endswith("data/weights/weight_0"):
+                out.writestr(info.filename, bytes(64 << 20), zipfile.ZIP_DEFLATED)
+            else:
+                out.writestr(info, src.read(info))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(InputError, match=r"weight_0 is compressed"):
+        _pack(bomb, tmp_path / "out")

@@ -6,7 +6,9 @@ torch.export.load runs code a file can carry: an opaque-object constant goes thr
 through `torch.load`, with `weights_only=False` where a payload is marked `use_pickle` or where
 the restricted load fails. `refuse_code` reads the zip's directory and the payload configs (JSON)
 and refuses the first three by entry; `restricted_loads` forces every `torch.load` of the call to
-`weights_only=True` (docs/security.md, docs/torch.md).
+`weights_only=True` (docs/security.md, docs/torch.md). A compressed entry is refused too:
+torch.export.save stores every entry as it is, and torch's reader would inflate one whole into
+memory (a zip bomb), so that what torch reads is bounded by the file's size.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ _FORCE_NOT = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
 def refuse_code(path: Path) -> None:
     """Raise an `InputError` naming the first entry of `path` that torch would unpickle
-    unrestricted or load as native code."""
+    unrestricted or load as native code, or that is compressed (inflated whole)."""
     names = _Names()
     try:
         with zipfile.ZipFile(path) as zf:
             infos = _entries(zf, path)
             for info in infos:
-                _refuse_entry(_inside(info.filename), names, path)
+                _refuse_entry(info, names, path)
             for info in infos:
                 if _inside(info.filename).endswith("_config.json"):
                     _refuse_config(zf, info, names, path)
@@ -96,7 +98,15 @@ def _inside(name: str) -> str:
     return name.replace("\\", "/").split("/", 1)[-1]
 
 
-def _refuse_entry(name: str, names: _Names, path: Path) -> None:
+def _refuse_entry(info: zipfile.ZipInfo, names: _Names, path: Path) -> None:
+    name = _inside(info.filename)
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+        raise InputError(  # a zip bomb: torch's reader inflates an entry whole into memory
+            f"{path}: entry {name} is compressed ({info.compress_size} bytes to "
+            f"{info.file_size}); torch.export.save stores every entry as it is: refused unread",
+            path=path,
+            argument=_ARGUMENT,
+        )
     where = names.constants_dir
     if name.startswith(where) and name[len(where) :].startswith(names.unpickled):
         raise InputError(
@@ -126,7 +136,7 @@ def _refuse_config(zf: zipfile.ZipFile, info: zipfile.ZipInfo, names: _Names, pa
         )
     try:
         config = json.loads(zf.read(info))
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # deep nesting: RecursionError
         raise InputError(
             f"{path}: entry {name} is not JSON ({e})", path=path, argument=_ARGUMENT
         ) from None
