@@ -246,3 +246,21 @@ def test_a_compressed_entry_a_zip_bomb_is_refused_before_torch_inflates_it(real,
     assert bomb.stat().st_size < 1 << 20
     with pytest.raises(InputError, match=r"weight_0 is compressed"):
         _pack(bomb, tmp_path / "out")
+
+
+def test_a_weight_name_that_breaks_out_of_torch_fx_s_code_runs_nothing(real, tmp_path):
+    # torch.fx writes a parameter's name into the Python source of the program's module as
+    # `getattr(self.linear, "NAME")`, unescaped, and runs it (ExportedProgram.module(), which
+    # from_torch calls for the eager outputs): a name holding `")` and a newline is code
+    marker = tmp_path / "marker"
+    code = f'bias")\ngetattr(__import__("os"), "mkdir")(bytes({list(os.fsencode(marker))}))\n_ = ("'
+
+    def edit(name: str, data: bytes) -> dict[str, bytes]:
+        if name not in ("models/model.json", "data/weights/model_weights_config.json"):
+            return {name: data}
+        return {name: data.replace(b'"linear.weight"', json.dumps("linear." + code).encode())}
+
+    evil = _rewritten(real, tmp_path / "evil.pt2", edit)
+    with pytest.raises(InputError, match=r"Python source"):
+        _pack(evil, tmp_path / "out")
+    assert not marker.exists()

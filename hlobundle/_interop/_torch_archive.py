@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ MAX_CONFIG_BYTES = 64 << 20  # a payload config (JSON, a few hundred bytes a wei
 _ARGUMENT = "from_torch_export"
 _FORCE = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
 _FORCE_NOT = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]{0,4096}\Z")
 
 
 def refuse_code(path: Path) -> None:
@@ -40,8 +42,11 @@ def refuse_code(path: Path) -> None:
             for info in infos:
                 _refuse_entry(info, names, path)
             for info in infos:
-                if _inside(info.filename).endswith("_config.json"):
+                inside = _inside(info.filename)
+                if inside.endswith("_config.json"):
                     _refuse_config(zf, info, names, path)
+                elif inside.startswith("models/") and inside.endswith(".json"):
+                    _refuse_names(_named(_json_entry(zf, info, path)), inside, path)
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         if isinstance(e, FileNotFoundError):
             raise InputError(f"{path}: no such file", argument=_ARGUMENT) from None
@@ -128,18 +133,9 @@ def _refuse_config(zf: zipfile.ZipFile, info: zipfile.ZipInfo, names: _Names, pa
     """A payload config names the file of each weight or constant; torch picks the unpickler by
     that name, whatever the entry read is called."""
     name = _inside(info.filename)
-    if info.file_size > MAX_CONFIG_BYTES:
-        raise InputError(
-            f"{path}: entry {name} is {info.file_size} bytes, over {MAX_CONFIG_BYTES}",
-            path=path,
-            argument=_ARGUMENT,
-        )
-    try:
-        config = json.loads(zf.read(info))
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # deep nesting: RecursionError
-        raise InputError(
-            f"{path}: entry {name} is not JSON ({e})", path=path, argument=_ARGUMENT
-        ) from None
+    config = _json_entry(zf, info, path)
+    table = config.get("config") if isinstance(config, dict) else None
+    _refuse_names(table if isinstance(table, dict) else (), name, path)
     for payload in _payloads(config):
         named = payload.get("path_name") if isinstance(payload, dict) else None
         if isinstance(named, str) and named.startswith(names.unpickled):
@@ -149,6 +145,59 @@ def _refuse_config(zf: zipfile.ZipFile, info: zipfile.ZipInfo, names: _Names, pa
                 path=path,
                 argument=_ARGUMENT,
             )
+
+
+def _json_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> Any:
+    name = _inside(info.filename)
+    if info.file_size > MAX_CONFIG_BYTES:
+        raise InputError(
+            f"{path}: entry {name} is {info.file_size} bytes, over {MAX_CONFIG_BYTES}",
+            path=path,
+            argument=_ARGUMENT,
+        )
+    try:
+        return json.loads(zf.read(info))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # deep nesting: RecursionError
+        raise InputError(
+            f"{path}: entry {name} is not JSON ({e})", path=path, argument=_ARGUMENT
+        ) from None
+
+
+def _refuse_names(found: Iterable[Any], name: str, path: Path) -> None:
+    """torch.fx writes a weight's, a constant's or a subgraph's name into the Python source of
+    the program's module, unescaped (`getattr(self.linear, "NAME")`), and runs it: every name
+    in a program (`graph_module`'s `*_name`, `name`, `fqn` and `target` strings) and every key
+    of a payload config must be letters, digits, '_', '-' and '.' (what a `state_dict` key
+    is), or it is refused unread."""
+    for value in found:
+        if not isinstance(value, str) or not _SAFE_NAME.match(value):
+            raise InputError(
+                f"{path}: entry {name} names {value[:80]!r}, which torch would write into "
+                "Python source that it runs (torch.fx's code of the program): only letters, "
+                "digits, '_', '-' and '.' are taken",
+                path=path,
+                argument=_ARGUMENT,
+            )
+
+
+def _named(tree: Any) -> Iterator[str]:
+    """The strings under a name-like key anywhere in `tree` (walked without recursion)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        items = (
+            node.items()
+            if isinstance(node, dict)
+            else enumerate(node)
+            if isinstance(node, list)
+            else ()
+        )
+        for key, value in items:
+            if isinstance(value, str):
+                if isinstance(key, str) and (key.endswith("name") or key in ("fqn", "target")):
+                    yield value
+            else:
+                stack.append(value)
 
 
 def _payloads(config: Any) -> list[Any]:
