@@ -204,6 +204,13 @@ def _write(
             f"{len(result_names)}",
             argument="model",
         )
+    for value, name in zip(flat_results, result_names, strict=True):
+        if not isinstance(value, torch.Tensor):
+            raise InputError(
+                f"the model's result {name} is a {type(value).__name__}, not a tensor: a "
+                "bundle's results are tensors (return torch.tensor(...) for a number)",
+                argument="model",
+            )
     naming = Naming(
         names=names,
         paths=[s.key for s in read.slots],
