@@ -1385,3 +1385,90 @@ def test_the_unpickling_guard_fails_on_each_way_to_run_data():
     assert {n for n, _, _ in found} == set(broken), found
     fine = "import numpy as np\n\ndef f(p, lowered):\n    lowered.compile()\n    np.load(p, allow_pickle=False)\n"
     assert _runs_data([("hlobundle._read._x8", fine, False)]) == []
+
+
+# Ways to import that no `import` statement or importer call shows: an importer held in a
+# variable (`f = importlib.import_module`), reached through a namespace's dict
+# (`vars(importlib)["import_module"]`), a file loaded as a module (`spec_from_file_location`,
+# `exec_module`), or a module taken from `sys.modules` by a name the guards cannot read or that
+# is the package's. Allowed only where `HIDDEN_IMPORTS` says why.
+HIDDEN_IMPORTS = {
+    "hlobundle._isolation._fork_server": "runs a child script by its path (RUN_ALONE's)",
+}
+_LOADERS = {
+    "importlib.util.spec_from_file_location",
+    "importlib.util.module_from_spec",
+    "importlib.machinery.SourceFileLoader",
+    "importlib.machinery.SourcelessFileLoader",
+    "importlib.reload",
+    "zipimport.zipimporter",
+}
+_NAMESPACES = {"importlib", "builtins", "importlib.util", "sys"}
+
+
+def _hidden_imports(modules) -> list[tuple[str, int]]:
+    """(module, line) of each import done a way the other guards cannot follow, outside
+    `HIDDEN_IMPORTS`."""
+    found = []
+    for name, source, is_package in modules:
+        if name in HIDDEN_IMPORTS:
+            continue
+        m = _module(name, source, is_package)
+        called = {id(n.func) for n in ast.walk(m.tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Name | ast.Attribute) and id(node) not in called:
+                if _dotted(node, m.bound) in IMPORTERS:  # held, not called
+                    found.append((name, node.lineno))
+            if not isinstance(node, ast.Call):
+                continue
+            func = _dotted(node.func, m.bound)
+            loads = func in _LOADERS or (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("exec_module", "load_module")
+            )
+            namespace = func == "vars" and any(
+                _dotted(a, m.bound) in _NAMESPACES for a in node.args
+            )
+            if loads or namespace:
+                found.append((name, node.lineno))
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                if _dotted(node.value, m.bound) in _NAMESPACES:
+                    found.append((name, node.lineno))
+            if isinstance(node, ast.Subscript | ast.Call):
+                target = node.value if isinstance(node, ast.Subscript) else node.func
+                if isinstance(node, ast.Call) and isinstance(target, ast.Attribute):
+                    if _dotted(target.value, m.bound) != "sys.modules" or not node.args:
+                        continue
+                    key = node.args[0]
+                elif isinstance(node, ast.Subscript) and _dotted(target, m.bound) == "sys.modules":
+                    key = node.slice
+                else:
+                    continue
+                text = _constant_text(key, m.strings)
+                if text is None or text.partition(".")[0] == "hlobundle":
+                    found.append((name, node.lineno))
+    return found
+
+
+@pytest.mark.slow
+def test_no_module_imports_a_way_the_guards_cannot_follow():
+    assert _hidden_imports(_modules()) == []
+
+
+def test_the_hidden_import_guard_fails_on_each_way_past_the_others():
+    broken = {
+        "hlobundle._read._h1": "import importlib\nf = importlib.import_module\nf('hlobundle._write._writer')\n",
+        "hlobundle._read._h2": "import importlib\nvars(importlib)['import_module']('hlobundle._write')\n",
+        "hlobundle._read._h3": (
+            "import importlib.util as u\nspec = u.spec_from_file_location('w', 'w.py')\n"
+            "spec.loader.exec_module(u.module_from_spec(spec))\n"
+        ),
+        "hlobundle._read._h4": "import sys\nw = sys.modules['hlobundle._write._writer']\n",
+        "hlobundle._read._h5": "import sys\n\ndef f(n):\n    return sys.modules.get(n)\n",
+        "hlobundle._read._h6": "import builtins\nbuiltins.__dict__['__import__']('hlobundle._write')\n",
+    }
+    found = _hidden_imports([(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+    fine = "import sys\nimport importlib\njax = sys.modules.get('jax')\nimportlib.import_module('json')\n"
+    assert _hidden_imports([("hlobundle._read._h7", fine, False)]) == []
