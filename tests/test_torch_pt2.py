@@ -248,10 +248,10 @@ def test_a_compressed_entry_a_zip_bomb_is_refused_before_torch_inflates_it(real,
         _pack(bomb, tmp_path / "out")
 
 
-def test_a_weight_name_that_breaks_out_of_torch_fx_s_code_runs_nothing(real, tmp_path):
-    # torch.fx writes a parameter's name into the Python source of the program's module as
-    # `getattr(self.linear, "NAME")`, unescaped, and runs it (ExportedProgram.module(), which
-    # from_torch calls for the eager outputs): a name holding `")` and a newline is code
+def _code_in_a_name(real: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """`real` with `linear.weight` renamed to a name that is code in torch.fx's source of the
+    program's module (`getattr(self.linear, "NAME")`, written unescaped): (the file, the
+    directory the code would make)."""
     marker = tmp_path / "marker"
     code = f'bias")\ngetattr(__import__("os"), "mkdir")(bytes({list(os.fsencode(marker))}))\n_ = ("'
 
@@ -260,7 +260,27 @@ def test_a_weight_name_that_breaks_out_of_torch_fx_s_code_runs_nothing(real, tmp
             return {name: data}
         return {name: data.replace(b'"linear.weight"', json.dumps("linear." + code).encode())}
 
-    evil = _rewritten(real, tmp_path / "evil.pt2", edit)
+    return _rewritten(real, tmp_path / "evil.pt2", edit), marker
+
+
+def test_a_weight_name_that_breaks_out_of_torch_fx_s_code_runs_nothing(real, tmp_path):
+    # ExportedProgram.module(), which from_torch calls for the eager outputs, generates that
+    # source and its forward runs it
+    evil, marker = _code_in_a_name(real, tmp_path)
     with pytest.raises(InputError, match=r"Python source"):
         _pack(evil, tmp_path / "out")
+    assert not marker.exists()
+
+
+def test_a_program_loaded_elsewhere_with_code_in_a_name_runs_nothing(real, tmp_path):
+    # the same program loaded by the caller (torch.export.load runs nothing of it), then given
+    # to from_torch: its names are checked before `.module()`
+    import torch
+
+    import hlobundle
+
+    evil, marker = _code_in_a_name(real, tmp_path)
+    program = torch.export.load(evil)
+    with pytest.raises(InputError, match=r"Python source"):
+        hlobundle.from_torch(program, out=tmp_path / "out")
     assert not marker.exists()

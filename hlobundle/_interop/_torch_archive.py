@@ -180,6 +180,25 @@ def _refuse_names(found: Iterable[Any], name: str, path: Path) -> None:
             )
 
 
+def refuse_program_names(program: Any) -> None:
+    """`_refuse_names`' rule for a program already loaded (`from_torch` of an
+    `ExportedProgram`): the names torch.fx writes into its module's source, its signature's
+    targets and its graphs' `get_attr` targets, checked before `.module()` writes and runs it."""
+    signature = program.graph_signature
+    names = [s.target for s in [*signature.input_specs, *signature.output_specs]]
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        names += [n.target for n in getattr(graph, "nodes", ()) if n.op == "get_attr"]
+    for value in names:
+        if value is not None and not (isinstance(value, str) and _SAFE_NAME.match(value)):
+            raise InputError(
+                f"the program names {value!r:.80}, which torch.fx would write into Python "
+                "source that it runs (the program's module): only letters, digits, '_', '-' "
+                "and '.' are taken",
+                argument="model",
+            )
+
+
 def _named(tree: Any) -> Iterator[str]:
     """The strings under a name-like key anywhere in `tree` (walked without recursion)."""
     stack = [tree]

@@ -90,6 +90,7 @@ def from_torch(
                 "dynamic_shapes is for a module; a program has its own, from its export",
                 argument="dynamic_shapes",
             )
+        _torch_archive.refuse_program_names(model)  # before .module() writes and runs code
         program, eager = model, model.module()
     elif isinstance(model, torch.nn.Module):
         program, eager = _export(torch, model, args, kwargs, dynamic_shapes), model
