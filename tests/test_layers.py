@@ -149,7 +149,21 @@ def _dotted(node: ast.expr, bound: dict[str, str]) -> str:
     if isinstance(node, ast.Attribute):
         base = _dotted(node.value, bound)
         return f"{base}.{node.attr}" if base else ""
+    if _is_getattr(node, bound):  # getattr(importlib, "import_module"): the attribute it names
+        base = _dotted(node.args[0], bound)
+        return f"{base}.{node.args[1].value}" if base else ""
     return ""
+
+
+def _is_getattr(node: ast.expr, bound: dict[str, str]) -> bool:
+    """`getattr(X, "constant")`, under whatever name the module gave getattr."""
+    return (
+        isinstance(node, ast.Call)
+        and _dotted(node.func, bound) in ("getattr", "builtins.getattr")
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    )
 
 
 IMPORTERS = {"importlib.import_module", "__import__", "builtins.__import__", "importlib.__import__"}
@@ -1271,3 +1285,190 @@ def test_the_compat_guard_fails_on_each_way_to_a_private_symbol():
     found = _private_symbols([(n, s, False) for n, s in broken.items()])
     assert {n for n, _ in found} == set(broken), found
     assert _private_symbols([("hlobundle._compat", broken["hlobundle._run._j1"], False)]) == []
+
+
+@pytest.mark.slow  # parses every module of the package, as the guard does
+def test_the_dynamic_import_guards_see_an_importer_reached_through_getattr():
+    # `getattr(importlib, "import_module")` is `importlib.import_module` (issue 69's rule: what
+    # the source means, not how it is spelled); before, `_dotted` read no name there, so
+    # neither the layer guard nor the dynamic-import guard saw the import
+    upward = {
+        "hlobundle._read._g1": (
+            "import importlib\ngetattr(importlib, 'import_module')('hlobundle._write._writer')\n"
+        ),
+        "hlobundle._format._g2": "import builtins\ngetattr(builtins, '__import__')('hlobundle._run')\n",
+    }
+    found = _upward([*_modules(), *((n, s, False) for n, s in upward.items())])
+    assert {n for n, _ in found} == set(upward), found
+    computed = "import importlib\n\ndef f(x):\n    getattr(importlib, 'import_module')(x)\n"
+    assert _dynamic_imports([("hlobundle._read._g3", computed, False)]) == [
+        ("hlobundle._read._g3", 4)
+    ]
+
+
+# Code run from data, or data that runs code as it is read: nothing in the package evaluates
+# text or unpickles (a bundle, a request and a .pt2 are hostile input, docs/security.md). The
+# one exception is torch's own loader of a .pt2, which the writer calls inside
+# `_torch_archive.restricted_loads` (every `torch.load` forced to weights_only) after
+# `refuse_code` refused each entry torch would unpickle unrestricted (docs/torch.md).
+RUNS_DATA = {
+    *(f"{m}{f}" for m in ("", "builtins.") for f in ("eval", "exec", "compile")),
+    *(
+        f"{m}.{f}"
+        for m in ("pickle", "_pickle", "dill", "cloudpickle", "joblib")
+        for f in ("load", "loads", "Unpickler")
+    ),
+    "marshal.load",
+    "marshal.loads",
+    "shelve.open",
+    "runpy.run_path",
+    "runpy.run_module",
+    "code.InteractiveInterpreter",
+    "torch.load",
+    "torch.export.load",
+    "torch.jit.load",
+}
+RUNS_DATA_ALLOWED = {("hlobundle._write._torch", "torch.export.load")}
+# numpy's readers unpickle an object array only when told to
+_NUMPY_READERS = {
+    "numpy.load",
+    "numpy.lib.format.read_array",
+    "np.load",
+    "np.lib.format.read_array",
+}
+
+
+def _runs_data(modules) -> list[tuple[str, int, str]]:
+    """(module, line, what) for each use of `RUNS_DATA` (called or not: `f = eval` is one), and
+    each numpy reader given `allow_pickle` other than a constant False, outside
+    `RUNS_DATA_ALLOWED`."""
+    found = []
+    for name, source, is_package in modules:
+        m = _module(name, source, is_package)
+        for node in ast.walk(m.tree):
+            dotted = (
+                _dotted(node, m.bound)
+                if isinstance(node, ast.Name | ast.Attribute | ast.Call)
+                else ""
+            )
+            if isinstance(node, ast.ImportFrom):  # `from marshal import loads`
+                target = _from_target(node, m.package)
+                dotted = next(
+                    (f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in RUNS_DATA),
+                    "",
+                )
+            if dotted in RUNS_DATA and (name, dotted) not in RUNS_DATA_ALLOWED:
+                found.append((name, node.lineno, dotted))
+            if isinstance(node, ast.Call) and _dotted(node.func, m.bound) in _NUMPY_READERS:
+                pickles = [k.value for k in node.keywords if k.arg == "allow_pickle"]
+                if any(not (isinstance(v, ast.Constant) and v.value is False) for v in pickles):
+                    found.append((name, node.lineno, "allow_pickle"))
+    return found
+
+
+@pytest.mark.slow
+def test_nothing_in_the_package_evaluates_text_or_unpickles():
+    assert _runs_data(_modules()) == []
+
+
+def test_the_unpickling_guard_fails_on_each_way_to_run_data():
+    broken = {
+        "hlobundle._read._x1": "def f(text):\n    return eval(text)\n",
+        "hlobundle._read._x2": "import builtins\nrun = getattr(builtins, 'exec')\n",
+        "hlobundle._serve._x3": "import pickle as p\n\ndef f(b):\n    return p.loads(b)\n",
+        "hlobundle._read._x4": "from marshal import loads\n",
+        "hlobundle._read._x5": "import numpy as np\n\ndef f(p, x):\n    return np.load(p, allow_pickle=x)\n",
+        "hlobundle._interop._x6": "import torch\ntorch.export.load('m.pt2')\n",
+        "hlobundle._write._x7": "def f(s):\n    return compile(s, 'f', 'exec')\n",
+    }
+    found = _runs_data([(n, s, False) for n, s in broken.items()])
+    assert {n for n, _, _ in found} == set(broken), found
+    fine = "import numpy as np\n\ndef f(p, lowered):\n    lowered.compile()\n    np.load(p, allow_pickle=False)\n"
+    assert _runs_data([("hlobundle._read._x8", fine, False)]) == []
+
+
+# Ways to import that no `import` statement or importer call shows: an importer held in a
+# variable (`f = importlib.import_module`), reached through a namespace's dict
+# (`vars(importlib)["import_module"]`), a file loaded as a module (`spec_from_file_location`,
+# `exec_module`), or a module taken from `sys.modules` by a name the guards cannot read or that
+# is the package's. Allowed only where `HIDDEN_IMPORTS` says why.
+HIDDEN_IMPORTS = {
+    "hlobundle._isolation._fork_server": "runs a child script by its path (RUN_ALONE's)",
+}
+_LOADERS = {
+    "importlib.util.spec_from_file_location",
+    "importlib.util.module_from_spec",
+    "importlib.machinery.SourceFileLoader",
+    "importlib.machinery.SourcelessFileLoader",
+    "importlib.reload",
+    "zipimport.zipimporter",
+}
+_NAMESPACES = {"importlib", "builtins", "importlib.util", "sys"}
+
+
+def _hidden_imports(modules) -> list[tuple[str, int]]:
+    """(module, line) of each import done a way the other guards cannot follow, outside
+    `HIDDEN_IMPORTS`."""
+    found = []
+    for name, source, is_package in modules:
+        if name in HIDDEN_IMPORTS:
+            continue
+        m = _module(name, source, is_package)
+        called = {id(n.func) for n in ast.walk(m.tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Name | ast.Attribute) and id(node) not in called:
+                if _dotted(node, m.bound) in IMPORTERS:  # held, not called
+                    found.append((name, node.lineno))
+            if not isinstance(node, ast.Call):
+                continue
+            func = _dotted(node.func, m.bound)
+            loads = func in _LOADERS or (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("exec_module", "load_module")
+            )
+            namespace = func == "vars" and any(
+                _dotted(a, m.bound) in _NAMESPACES for a in node.args
+            )
+            if loads or namespace:
+                found.append((name, node.lineno))
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                if _dotted(node.value, m.bound) in _NAMESPACES:
+                    found.append((name, node.lineno))
+            if isinstance(node, ast.Subscript | ast.Call):
+                target = node.value if isinstance(node, ast.Subscript) else node.func
+                if isinstance(node, ast.Call) and isinstance(target, ast.Attribute):
+                    if _dotted(target.value, m.bound) != "sys.modules" or not node.args:
+                        continue
+                    key = node.args[0]
+                elif isinstance(node, ast.Subscript) and _dotted(target, m.bound) == "sys.modules":
+                    key = node.slice
+                else:
+                    continue
+                text = _constant_text(key, m.strings)
+                if text is None or text.partition(".")[0] == "hlobundle":
+                    found.append((name, node.lineno))
+    return found
+
+
+@pytest.mark.slow
+def test_no_module_imports_a_way_the_guards_cannot_follow():
+    assert _hidden_imports(_modules()) == []
+
+
+def test_the_hidden_import_guard_fails_on_each_way_past_the_others():
+    broken = {
+        "hlobundle._read._h1": "import importlib\nf = importlib.import_module\nf('hlobundle._write._writer')\n",
+        "hlobundle._read._h2": "import importlib\nvars(importlib)['import_module']('hlobundle._write')\n",
+        "hlobundle._read._h3": (
+            "import importlib.util as u\nspec = u.spec_from_file_location('w', 'w.py')\n"
+            "spec.loader.exec_module(u.module_from_spec(spec))\n"
+        ),
+        "hlobundle._read._h4": "import sys\nw = sys.modules['hlobundle._write._writer']\n",
+        "hlobundle._read._h5": "import sys\n\ndef f(n):\n    return sys.modules.get(n)\n",
+        "hlobundle._read._h6": "import builtins\nbuiltins.__dict__['__import__']('hlobundle._write')\n",
+    }
+    found = _hidden_imports([(n, s, False) for n, s in broken.items()])
+    assert {n for n, _ in found} == set(broken), found
+    fine = "import sys\nimport importlib\njax = sys.modules.get('jax')\nimportlib.import_module('json')\n"
+    assert _hidden_imports([("hlobundle._read._h7", fine, False)]) == []

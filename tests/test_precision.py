@@ -204,6 +204,38 @@ def test_lowest_asked_reads_every_dot_and_convolution():
     assert at_highest(parsed).rewritten == 1 and lowest_asked(parsed) == "HIGHEST"
 
 
+def test_a_composite_that_decomposes_into_no_contraction_asks_for_nothing():
+    # A producer's composite with a precision_config attribute around an identity: before, the
+    # module "asked" DEFAULT, so a record of (tpu, DEFAULT) widened a run on a CPU to
+    # 2 * (2^-8 + 2^-24) * max|expected| (0.78 %) for a function that computes alike anywhere
+    from hlobundle._format import _mlir
+    from hlobundle._format._precision import lowest_asked
+
+    def module(decomposition: str) -> str:
+        return (
+            "module @m {\n"
+            "  func.func private @inner(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {\n"
+            f"    {decomposition}\n"
+            "  }\n"
+            "  func.func public @main(%x: tensor<2x2xf32>) -> tensor<2x2xf32> {\n"
+            '    %0 = stablehlo.composite "my.op" %x {composite_attributes = {precision_config'
+            ' = ["DEFAULT"]}, decomposition = @inner} : (tensor<2x2xf32>) -> tensor<2x2xf32>\n'
+            "    return %0 : tensor<2x2xf32>\n"
+            "  }\n"
+            "}"
+        )
+
+    identity = "return %a : tensor<2x2xf32>"
+    assert lowest_asked(_mlir.parse(module(identity))) is None
+    dot = (
+        "%y = stablehlo.dot_general %a, %a, contracting_dims = [1] x [0], precision = [HIGHEST,"
+        " HIGHEST] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>\n"
+        "    return %y : tensor<2x2xf32>"
+    )
+    # one that decomposes into a dot runs at its attribute's precision (ragged_dot on a TPU)
+    assert lowest_asked(_mlir.parse(module(dot))) == "DEFAULT"
+
+
 def test_widening_follows_both_sides():
     from hlobundle._format._tolerance import F32_ROUNDOFF, Computed, differences, widening
 

@@ -21,6 +21,7 @@ from helpers import ROOT
 
 import hlobundle
 from hlobundle._serve import _shm
+from hlobundle._serve._protocol import RequestError
 
 httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -337,5 +338,23 @@ def test_what_was_checked_is_what_runs(own_file):
         with open(os.path.join("/dev/shm", key), "r+b") as f:
             f.write(b"\xff" * 16)
         assert bytes(read) == bytes(16)
+    finally:
+        regions.close()
+
+
+def test_an_output_larger_than_its_checked_size_is_never_written_past_it(own_file):
+    # The size was checked against the output's declared shape before the model ran; an output
+    # that comes back larger (a module returning more than its signature says) must not run on
+    # past its use, into the rest of the client's file or beyond its end (growing it).
+    key = own_file(32)
+    regions = _shm.Regions(1 << 10)
+    regions.register("r", {"key": key, "offset": 0, "byte_size": 16})
+    try:
+        params = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+        use = regions.checked("output 'y'", params, 8, exact=False)
+        with pytest.raises(RequestError, match="40 bytes, more than the 8"):
+            regions.write(use, b"\x02" * 40)
+        with open(os.path.join("/dev/shm", key), "rb") as f:
+            assert f.read() == bytes(32)  # nothing written, the file's size unchanged
     finally:
         regions.close()

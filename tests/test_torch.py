@@ -576,3 +576,15 @@ def test_an_operator_of_the_table_computes_what_torch_s_own_does(case):
         g = np.asarray(g).astype(room.jax_dtype(w.dtype))
         assert g.shape == tuple(w.shape)
         np.testing.assert_allclose(g, room.to_numpy(w).astype(g.dtype), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("extra", [7, None, "a", 2.5], ids=["int", "none", "str", "float"])
+def test_a_forward_that_returns_a_non_tensor_is_a_coded_error(tmp_path, extra):
+    # before: an AttributeError ("'int' object has no attribute 'detach'") out of to_numpy
+    class Mixed(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x * 2, extra
+
+    with pytest.raises(InputError, match=r"result .* is a (int|NoneType|str|float), not a tensor"):
+        hlobundle.from_torch(Mixed().eval(), (torch.ones(3),), out=tmp_path / "b")
+    assert not (tmp_path / "b").exists()

@@ -219,3 +219,68 @@ def test_a_real_program_packs_and_the_forced_load_is_undone_after(real, tmp_path
     assert (tmp_path / "out" / "manifest.json").exists()
     assert os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] == "keep"
     assert os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
+
+
+def test_a_deeply_nested_payload_config_is_a_coded_error(real, tmp_path):
+    # json.loads of 100k nested arrays raises RecursionError, which escaped as a traceback
+    def edit(name: str, data: bytes) -> dict[str, bytes]:
+        if name != "data/constants/model_constants_config.json":
+            return {name: data}
+        return {name: b"[" * 100_000 + b"]" * 100_000}
+
+    deep = _rewritten(real, tmp_path / "deep.pt2", edit)
+    with pytest.raises(InputError, match=r"model_constants_config.json is not JSON"):
+        _pack(deep, tmp_path / "out")
+
+
+def test_a_compressed_entry_a_zip_bomb_is_refused_before_torch_inflates_it(real, tmp_path):
+    # torch.export.save stores every entry uncompressed; torch's reader inflates a deflated one
+    # whole into memory, 1000 times the file's bytes (64 MiB of zeros deflate to 64 KiB)
+    bomb = tmp_path / "bomb.pt2"
+    with zipfile.ZipFile(real) as src, zipfile.ZipFile(bomb, "w") as out:
+        for info in src.infolist():
+            if info.filename.endswith("data/weights/weight_0"):
+                out.writestr(info.filename, bytes(64 << 20), zipfile.ZIP_DEFLATED)
+            else:
+                out.writestr(info, src.read(info))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(InputError, match=r"weight_0 is compressed"):
+        _pack(bomb, tmp_path / "out")
+
+
+def _code_in_a_name(real: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """`real` with `linear.weight` renamed to a name that is code in torch.fx's source of the
+    program's module (`getattr(self.linear, "NAME")`, written unescaped): (the file, the
+    directory the code would make)."""
+    marker = tmp_path / "marker"
+    code = f'bias")\ngetattr(__import__("os"), "mkdir")(bytes({list(os.fsencode(marker))}))\n_ = ("'
+
+    def edit(name: str, data: bytes) -> dict[str, bytes]:
+        if name not in ("models/model.json", "data/weights/model_weights_config.json"):
+            return {name: data}
+        return {name: data.replace(b'"linear.weight"', json.dumps("linear." + code).encode())}
+
+    return _rewritten(real, tmp_path / "evil.pt2", edit), marker
+
+
+def test_a_weight_name_that_breaks_out_of_torch_fx_s_code_runs_nothing(real, tmp_path):
+    # ExportedProgram.module(), which from_torch calls for the eager outputs, generates that
+    # source and its forward runs it
+    evil, marker = _code_in_a_name(real, tmp_path)
+    with pytest.raises(InputError, match=r"Python source"):
+        _pack(evil, tmp_path / "out")
+    assert not marker.exists()
+
+
+def test_a_program_loaded_elsewhere_with_code_in_a_name_runs_nothing(real, tmp_path):
+    # the same program loaded by the caller (torch.export.load runs nothing of it), then given
+    # to from_torch: its names are checked before `.module()`
+    import torch
+
+    import hlobundle
+
+    evil, marker = _code_in_a_name(real, tmp_path)
+    program = torch.export.load(evil)
+    with pytest.raises(InputError, match=r"Python source"):
+        hlobundle.from_torch(program, out=tmp_path / "out")
+    assert not marker.exists()

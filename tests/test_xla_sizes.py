@@ -297,3 +297,40 @@ def test_serve_with_the_stored_sizes_pinned_compiles_nothing_at_start_up(compile
         lambda: load_models([compiled], backend="xla", sizes={"b": [2, 8]}, trust=TRUST)
     )
     assert compiles == 0  # b=2 (the stored arguments', the warm-up's) and b=8, both stored
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[True], ["2"], [2.0], 2, [None]],
+    ids=["bool", "str", "float", "not-a-list", "none"],
+)
+def test_sizes_of_another_type_are_a_coded_error_before_compiling(copy, values):
+    # before: a TypeError from the shapes' arithmetic, or a pydantic ValidationError after
+    # compiling at b=True (1)
+    with pytest.raises(hlobundle.InputError, match=r"sizes\['b'\] must be"):
+        hlobundle.compile(copy, ["xla-cpu"], sizes={"b": values})
+
+
+def test_the_cap_on_combinations_is_met_before_they_are_made(tmp_path, monkeypatch):
+    # 3000 values of each of two symbols: 9 million combinations, made (30 s, a million dicts
+    # a second) before the cap of 64 was checked; the cap now counts them first
+    import itertools
+
+    from hlobundle._write import _compile
+
+    out = tmp_path / "bc.hlobundle"
+    hlobundle.export(
+        lambda x, y: jnp.tanh(x).sum() + y.sum(),
+        np.ones((2, 8), np.float32),
+        np.ones((2, 4), np.float32),
+        out=out,
+        shapes_specs=("b, 8", "b, c"),
+    )
+
+    def product(*values):
+        raise AssertionError("the combinations were made before they were counted")
+
+    monkeypatch.setattr(itertools, "product", product)
+    many = list(range(1, 3001))
+    with pytest.raises(hlobundle.InputError, match=r"9000000 combinations"):
+        _compile.compile(out, ["xla-cpu"], sizes={"b": many, "c": many})

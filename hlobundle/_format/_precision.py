@@ -86,9 +86,35 @@ def _asked(op: ir.Operation) -> str:
 def lowest_asked(module: ir.Module) -> str | None:
     """The lowest precision any dot_general, dot, convolution or composite with a
     precision_config of the module (its functions and regions included) asks for; None when
-    it has none of them."""
-    asked = [_asked(op) for op in _ops(module)]
+    it has none of them. A composite counts only where its decomposition holds a contraction
+    (one of them, or such a composite): one around anything else rounds no operand, whatever
+    its attribute says, and would widen a check for nothing (SPEC.md 2.15)."""
+    asked = [_asked(op) for op in _ops(module) if _contracts(op, module)]
     return min(asked, key=ORDER.index) if asked else None
+
+
+def _contracts(op: ir.Operation, module: ir.Module, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether `op` contracts: a dot or convolution, or a composite whose decomposition holds
+    one (followed through nested composites, each function once)."""
+    from jaxlib.mlir import ir
+
+    if op.name != COMPOSITE:
+        return True
+    with _mlir.context():
+        name = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
+        if name in seen:
+            return False
+        inner: list[ir.Operation] = []
+        for f in module.body.operations:
+            if "sym_name" in f.attributes and ir.StringAttr(f.attributes["sym_name"]).value == name:
+
+                def visit(o: ir.Operation) -> ir.WalkResult:
+                    if o.name in OPS or o.name == COMPOSITE:
+                        inner.append(o)
+                    return ir.WalkResult.ADVANCE
+
+                f.walk(visit)
+    return any(_contracts(o, module, seen | {name}) for o in inner)
 
 
 def possible(recorded: str | None, asked: str | None) -> str | None:

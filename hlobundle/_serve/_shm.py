@@ -174,9 +174,16 @@ class Regions:
         return data
 
     def write(self, use: Use, data: Any) -> None:
-        """`data` (bytes-like, at most `use.byte_size`) written where `use` names."""
-        at, fd = self._at(use)
+        """`data` (bytes-like, at most `use.byte_size`) written where `use` names; more is
+        refused unwritten (an output larger than the shape its size was checked against)."""
         view, done = memoryview(data).cast("B"), 0
+        if len(view) > use.byte_size:
+            raise RequestError(
+                500,
+                f"region {use.region.name!r}: the output is {len(view)} bytes, more than the "
+                f"{use.byte_size} checked for it",
+            )
+        at, fd = self._at(use)
         try:
             while done < len(view):
                 done += os.pwrite(fd, view[done:], at + done)

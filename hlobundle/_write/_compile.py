@@ -5,6 +5,7 @@ a compiler)."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -169,6 +170,8 @@ def _checked_sizes(
             "function with symbolic dimensions runs every size",
             argument="sizes",
         )
+    for symbol, values in sizes.items():
+        _check_values(symbol, values)
     symbols = {n: _symbols(b.select(n).manifest) for n in chosen}
     unknown = sorted(set(sizes) - {s for of in symbols.values() for s in of})
     if unknown:
@@ -181,6 +184,15 @@ def _checked_sizes(
         n: _size_sets(b.select(n), symbols[n], sizes) if symbols[n] and xla else [None]
         for n in chosen
     }
+
+
+def _check_values(symbol: str, values: object) -> None:
+    """A symbol's values: a list or tuple of whole numbers (no bools), each at least 1."""
+    if not isinstance(values, list | tuple) or not all(type(v) is int and v >= 1 for v in values):
+        raise InputError(
+            f"sizes[{symbol!r}] must be a list of whole numbers of at least 1, got {values!r:.80}",
+            argument="sizes",
+        )
 
 
 def _symbols(m: Manifest) -> list[str]:
@@ -210,13 +222,14 @@ def _size_sets(
             argument="sizes",
         )
     values = [sorted(set(sizes[s])) if s in sizes else [own[s]] for s in symbols]
-    combos = [dict(zip(symbols, c, strict=True)) for c in itertools.product(*values)]
-    if len(combos) > MAX_SIZE_SETS:
+    count = math.prod(len(v) for v in values)  # counted before any is made
+    if count > MAX_SIZE_SETS:
         raise InputError(
-            f"function {m.function!r}: the sizes give {len(combos)} combinations of "
+            f"function {m.function!r}: the sizes give {count} combinations of "
             f"{symbols}, more than {MAX_SIZE_SETS}",
             argument="sizes",
         )
+    combos = [dict(zip(symbols, c, strict=True)) for c in itertools.product(*values)]
     for combo in combos:  # an InputError names the symbol
         prove(view, tuple(evaluate(a.shape, combo) for a in m.arguments))
     return list(combos)

@@ -90,6 +90,7 @@ def from_torch(
                 "dynamic_shapes is for a module; a program has its own, from its export",
                 argument="dynamic_shapes",
             )
+        _torch_archive.refuse_program_names(model)  # before .module() writes and runs code
         program, eager = model, model.module()
     elif isinstance(model, torch.nn.Module):
         program, eager = _export(torch, model, args, kwargs, dynamic_shapes), model
@@ -204,6 +205,13 @@ def _write(
             f"{len(result_names)}",
             argument="model",
         )
+    for value, name in zip(flat_results, result_names, strict=True):
+        if not isinstance(value, torch.Tensor):
+            raise InputError(
+                f"the model's result {name} is a {type(value).__name__}, not a tensor: a "
+                "bundle's results are tensors (return torch.tensor(...) for a number)",
+                argument="model",
+            )
     naming = Naming(
         names=names,
         paths=[s.key for s in read.slots],
