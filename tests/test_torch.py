@@ -314,6 +314,28 @@ def test_a_module_in_training_mode_is_refused_before_export(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize(
+    ("model", "args", "kwargs", "message"),
+    [
+        # a tensor for the tuple of inputs: its truth value was torch's RuntimeError
+        ("eval", "tensor", None, r"example_args is a Tensor: give a tuple of the model's"),
+        ("eval", "list", "tensor", r"example_kwargs is a Tensor: give a dict"),
+        # a .pt2's path for the model: it was "example_args is needed"
+        ("path", None, None, r"model is a str: .*torch\.export\.load\(path\).*--from-torch-export"),
+    ],
+)
+def test_a_user_s_mistakes_in_the_call_are_refused_saying_what_to_give(
+    tmp_path, model, args, kwargs, message
+):
+    module = torch.nn.Linear(4, 2).eval()
+    x = torch.randn(3, 4)
+    given = {"eval": module, "path": str(tmp_path / "model.pt2")}[model]
+    inputs = {None: None, "tensor": x, "list": [x]}
+    with pytest.raises(InputError, match=message):
+        hlobundle.from_torch(given, inputs[args], example_kwargs=inputs[kwargs], out=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
 @pytest.mark.slow
 def test_a_program_that_writes_its_buffers_is_refused(tmp_path):
     case = torch_models.cases()["cnn"]()

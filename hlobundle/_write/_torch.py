@@ -83,6 +83,7 @@ def from_torch(
     **Returns:** the path of the written bundle.
     """
     torch = _import_torch()
+    _check_model(torch, model)
     args, kwargs = _examples(model, example_args, example_kwargs)
     if isinstance(model, torch.export.ExportedProgram):
         if dynamic_shapes is not None:
@@ -91,15 +92,24 @@ def from_torch(
                 argument="dynamic_shapes",
             )
         program, eager = model, model.module()
-    elif isinstance(model, torch.nn.Module):
-        program, eager = _export(torch, model, args, kwargs, dynamic_shapes), model
     else:
-        raise InputError(
-            f"model is a {type(model).__name__}: give a torch.nn.Module or a "
-            "torch.export.ExportedProgram",
-            argument="model",
-        )
+        program, eager = _export(torch, model, args, kwargs, dynamic_shapes), model
     return _write(program, eager, args, kwargs, Path(out), opt)
+
+
+def _check_model(torch: Any, model: Any) -> None:
+    if isinstance(model, torch.export.ExportedProgram | torch.nn.Module):
+        return
+    saved = (
+        " (a saved program: torch.export.load(path) first, or pack --from-torch-export PATH)"
+        if isinstance(model, str | os.PathLike)
+        else ""
+    )
+    raise InputError(
+        f"model is a {type(model).__name__}: give a torch.nn.Module or a "
+        f"torch.export.ExportedProgram{saved}",
+        argument="model",
+    )
 
 
 # what a saved program is packed with: one function's options (the CLI adds one with --add)
@@ -161,6 +171,18 @@ def _examples(
                 argument="example_args",
             )
         return tuple(recorded[0]), dict(recorded[1])
+    if args is not None and not isinstance(args, tuple | list):
+        raise InputError(
+            f"example_args is a {type(args).__name__}: give a tuple of the model's positional "
+            "inputs, (x,) for one",
+            argument="example_args",
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InputError(
+            f"example_kwargs is a {type(kwargs).__name__}: give a dict of the model's keyword "
+            "inputs by name",
+            argument="example_kwargs",
+        )
     return tuple(args or ()), dict(kwargs or {})
 
 
