@@ -336,6 +336,26 @@ def test_a_user_s_mistakes_in_the_call_are_refused_saying_what_to_give(
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.subprocess
+def test_a_model_that_does_not_export_on_its_inputs_is_one_message_without_a_traceback(tmp_path):
+    """Inputs of the wrong width: torch's fake-tensor logger printed its traceback on stderr
+    (`failed while attempting to run meta for aten.mm.default`) before the error. In a process
+    of its own: pytest's log capture would hide what the logger prints."""
+    import subprocess
+
+    script = (
+        "import torch, hlobundle\n"
+        "try:\n"
+        "    hlobundle.from_torch(torch.nn.Linear(4, 2).eval(), (torch.randn(3, 5),), out='b')\n"
+        "except hlobundle.InputError as e:\n"
+        "    print(e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "torch.export could not export the model: RuntimeError" in r.stdout
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.slow
 def test_a_program_that_writes_its_buffers_is_refused(tmp_path):
     case = torch_models.cases()["cnn"]()

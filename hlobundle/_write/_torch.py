@@ -13,11 +13,13 @@ on the example inputs, so that a run checks the conversion itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import pickle
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,12 +198,27 @@ def _export(
             argument="model",
         )
     try:
-        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic)
+        with _quiet_fake_tensors():
+            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic)
     except Exception as e:  # torch.export's own errors say what it could not trace, and why
         raise InputError(
             f"torch.export could not export the model: {type(e).__name__}: {str(e)[:1500]}",
             argument="model",
         ) from None
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    """Torch's fake-tensor logger prints the traceback of an operator that fails on the example
+    inputs' shapes (a Linear given the wrong width) before export raises it: the error then
+    says it once, as an `InputError`."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _write(
