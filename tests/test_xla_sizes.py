@@ -195,6 +195,15 @@ def test_sizes_for_a_function_of_fixed_shapes_say_it_has_no_symbols(tmp_path):
     assert not (out / "compiled").exists()
 
 
+def test_the_run_hint_after_compile_of_one_function_names_that_function(copy):
+    """`compile --function decode`'s hint ran the bundle's default function (the language
+    model's prefill), which then compiled."""
+    r = cli("compile", copy, "--function", "predict", "--target", "xla-cpu", "--sizes", "b=3")
+    assert r.returncode == 0, r.stderr
+    hint = r.stdout.splitlines()[-1]
+    assert hint.startswith(f"run it without compiling: hlobundle run {copy} --function predict ")
+
+
 def test_the_command_refuses_malformed_sizes(copy):
     r = cli("compile", copy, "--target", "xla-cpu", "--sizes", "b=0")
     assert r.returncode == 2 and "SYMBOL=N[,N...]" in r.stderr
