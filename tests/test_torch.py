@@ -375,9 +375,15 @@ def test_an_operator_outside_the_table_is_refused_by_name(tmp_path):
 
 
 def test_without_torch_from_torch_says_which_extra(tmp_path, monkeypatch):
+    """Its code was the generic `ERROR` (`error [ERROR] from_torch needs PyTorch` from `pack
+    --from-torch-export` too), where every other missing extra's is BACKEND_UNAVAILABLE."""
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(ConfigError, match=r"hlobundle\[torch\]"):
+    with pytest.raises(ConfigError, match=r"hlobundle\[torch\]") as raised:
         hlobundle.from_torch(object(), (), out=tmp_path / "b")
+    assert raised.value.code == "BACKEND_UNAVAILABLE"
+    assert "from_torch and pack --from-torch-export need PyTorch, the torch extra" in str(
+        raised.value
+    )
 
 
 # -- Hugging Face transformers, from small configs ---------------------------------------------

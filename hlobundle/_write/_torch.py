@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._extras import pip_line
-from .._format._errors import ConfigError, InputError
+from .._format._errors import BackendUnavailableError, InputError
 from .._interop import _torch, _torch_archive
 from ._export import Naming, export_named
 from ._options import PackOptions, takes
@@ -154,8 +154,9 @@ def _import_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise ConfigError(
-            f"from_torch needs PyTorch: {pip_line('torch')}; its CPU build is enough "
+        raise BackendUnavailableError(
+            "from_torch and pack --from-torch-export need PyTorch, the torch extra: "
+            f"{pip_line('torch')}; its CPU build is enough "
             "(pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)"
         ) from None
     return torch
