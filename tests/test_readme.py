@@ -374,6 +374,22 @@ def test_extras_are_installed_one_way_in_every_guide_and_message(tmp_path):
     )
 
 
+def test_a_guide_that_installs_an_extra_from_an_index_says_how_in_a_clone_too():
+    """A user of a clone (the README's first command) cannot `pip install "hlobundle[torch]"`:
+    hlobundle is not on their package index. Each guide gives the clone's line beside it
+    (docs/torch.md gave only the index's)."""
+    index = re.compile(r'pip install "hlobundle\[([\w,-]+)\]"(?! @)')
+    alone = []
+    for path in DOCS:
+        text = " ".join(path.read_text().split())  # a line may break after `pip install`
+        alone += [
+            (_name(path), extras)
+            for extras in index.findall(text)
+            if f'pip install ".[{extras}]"' not in text
+        ]
+    assert alone == []
+
+
 def test_ci_runs_the_readme_s_example_and_test_command():
     """The first command whole (the user's plain install, which an editable one would not
     test: a wheel ships only its package's files), and the test command after the contributor's

@@ -314,6 +314,48 @@ def test_a_module_in_training_mode_is_refused_before_export(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize(
+    ("model", "args", "kwargs", "message"),
+    [
+        # a tensor for the tuple of inputs: its truth value was torch's RuntimeError
+        ("eval", "tensor", None, r"example_args is a Tensor: give a tuple of the model's"),
+        ("eval", "list", "tensor", r"example_kwargs is a Tensor: give a dict"),
+        # a .pt2's path for the model: it was "example_args is needed"
+        ("path", None, None, r"model is a str: .*torch\.export\.load\(path\).*--from-torch-export"),
+    ],
+)
+def test_a_user_s_mistakes_in_the_call_are_refused_saying_what_to_give(
+    tmp_path, model, args, kwargs, message
+):
+    module = torch.nn.Linear(4, 2).eval()
+    x = torch.randn(3, 4)
+    given = {"eval": module, "path": str(tmp_path / "model.pt2")}[model]
+    inputs = {None: None, "tensor": x, "list": [x]}
+    with pytest.raises(InputError, match=message):
+        hlobundle.from_torch(given, inputs[args], example_kwargs=inputs[kwargs], out=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.subprocess
+def test_a_model_that_does_not_export_on_its_inputs_is_one_message_without_a_traceback(tmp_path):
+    """Inputs of the wrong width: torch's fake-tensor logger printed its traceback on stderr
+    (`failed while attempting to run meta for aten.mm.default`) before the error. In a process
+    of its own: pytest's log capture would hide what the logger prints."""
+    import subprocess
+
+    script = (
+        "import torch, hlobundle\n"
+        "try:\n"
+        "    hlobundle.from_torch(torch.nn.Linear(4, 2).eval(), (torch.randn(3, 5),), out='b')\n"
+        "except hlobundle.InputError as e:\n"
+        "    print(e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "torch.export could not export the model: RuntimeError" in r.stdout
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.slow
 def test_a_program_that_writes_its_buffers_is_refused(tmp_path):
     case = torch_models.cases()["cnn"]()
@@ -333,9 +375,15 @@ def test_an_operator_outside_the_table_is_refused_by_name(tmp_path):
 
 
 def test_without_torch_from_torch_says_which_extra(tmp_path, monkeypatch):
+    """Its code was the generic `ERROR` (`error [ERROR] from_torch needs PyTorch` from `pack
+    --from-torch-export` too), where every other missing extra's is BACKEND_UNAVAILABLE."""
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(ConfigError, match=r"hlobundle\[torch\]"):
+    with pytest.raises(ConfigError, match=r"hlobundle\[torch\]") as raised:
         hlobundle.from_torch(object(), (), out=tmp_path / "b")
+    assert raised.value.code == "BACKEND_UNAVAILABLE"
+    assert "from_torch and pack --from-torch-export need PyTorch, the torch extra" in str(
+        raised.value
+    )
 
 
 # -- Hugging Face transformers, from small configs ---------------------------------------------

@@ -184,6 +184,26 @@ def test_sizes_a_function_cannot_take_are_refused_before_compiling(copy, sizes, 
         hlobundle.compile(copy, ["xla-cpu"], sizes=sizes)
 
 
+def test_sizes_for_a_function_of_fixed_shapes_say_it_has_no_symbols(tmp_path):
+    """A new user's `compile --sizes` of LeNet-5: it was "names symbol(s) ['b'] that no
+    function compiled has; theirs are []"."""
+    out = shutil.copytree(ROOT / "examples" / "lenet5.hlobundle", tmp_path / "l.hlobundle")
+    r = cli("compile", out, "--target", "xla-cpu", "--sizes", "b=1,8")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "error [INPUT_INVALID] sizes (--sizes) are for symbolic dimensions" in r.stderr
+    assert "['lenet5'] have fixed shapes" in r.stderr and "compile without sizes" in r.stderr
+    assert not (out / "compiled").exists()
+
+
+def test_the_run_hint_after_compile_of_one_function_names_that_function(copy):
+    """`compile --function decode`'s hint ran the bundle's default function (the language
+    model's prefill), which then compiled."""
+    r = cli("compile", copy, "--function", "predict", "--target", "xla-cpu", "--sizes", "b=3")
+    assert r.returncode == 0, r.stderr
+    hint = r.stdout.splitlines()[-1]
+    assert hint.startswith(f"run it without compiling: hlobundle run {copy} --function predict ")
+
+
 def test_the_command_refuses_malformed_sizes(copy):
     r = cli("compile", copy, "--target", "xla-cpu", "--sizes", "b=0")
     assert r.returncode == 2 and "SYMBOL=N[,N...]" in r.stderr

@@ -75,9 +75,10 @@ def compile_bundle(args: argparse.Namespace) -> int:
         where = e.device_kind or f"{e.architecture} cpu {e.cpu}"
         where += "".join(f", {k}={v}" for k, v in sorted((e.sizes or {}).items()))
         print(f"wrote {Path(args.bundle) / e.file} ({made_by(e)}, {e.target}, {where})")
+    chosen = f" --function {args.function}" if args.function else ""
     for backend in dict.fromkeys(_backends.compiler(e.target).name for e in entries):
         print(
-            f"run it without compiling: hlobundle run {args.bundle} --backend {backend} "
+            f"run it without compiling: hlobundle run {args.bundle}{chosen} --backend {backend} "
             "--public-key PUB.pem (a signed bundle), or --trust-executables"
         )
     return EXIT_OK

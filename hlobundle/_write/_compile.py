@@ -173,6 +173,12 @@ def _checked_sizes(
     for symbol, values in sizes.items():
         _check_values(symbol, values)
     symbols = {n: _symbols(b.select(n).manifest) for n in chosen}
+    if sizes and not any(symbols.values()):
+        raise InputError(
+            f"sizes (--sizes) are for symbolic dimensions, and the function(s) {chosen} have "
+            "fixed shapes: their one executable runs them; compile without sizes",
+            argument="sizes",
+        )
     unknown = sorted(set(sizes) - {s for of in symbols.values() for s in of})
     if unknown:
         raise InputError(

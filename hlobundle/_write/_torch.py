@@ -13,18 +13,20 @@ on the example inputs, so that a run checks the conversion itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import pickle
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._extras import pip_line
-from .._format._errors import ConfigError, InputError
+from .._format._errors import BackendUnavailableError, InputError
 from .._interop import _torch, _torch_archive
 from ._export import Naming, export_named
 from ._options import PackOptions, takes
@@ -83,6 +85,7 @@ def from_torch(
     **Returns:** the path of the written bundle.
     """
     torch = _import_torch()
+    _check_model(torch, model)
     args, kwargs = _examples(model, example_args, example_kwargs)
     if isinstance(model, torch.export.ExportedProgram):
         if dynamic_shapes is not None:
@@ -92,15 +95,24 @@ def from_torch(
             )
         _torch_archive.refuse_program_names(model)  # before .module() writes and runs code
         program, eager = model, model.module()
-    elif isinstance(model, torch.nn.Module):
-        program, eager = _export(torch, model, args, kwargs, dynamic_shapes), model
     else:
-        raise InputError(
-            f"model is a {type(model).__name__}: give a torch.nn.Module or a "
-            "torch.export.ExportedProgram",
-            argument="model",
-        )
+        program, eager = _export(torch, model, args, kwargs, dynamic_shapes), model
     return _write(program, eager, args, kwargs, Path(out), opt)
+
+
+def _check_model(torch: Any, model: Any) -> None:
+    if isinstance(model, torch.export.ExportedProgram | torch.nn.Module):
+        return
+    saved = (
+        " (a saved program: torch.export.load(path) first, or pack --from-torch-export PATH)"
+        if isinstance(model, str | os.PathLike)
+        else ""
+    )
+    raise InputError(
+        f"model is a {type(model).__name__}: give a torch.nn.Module or a "
+        f"torch.export.ExportedProgram{saved}",
+        argument="model",
+    )
 
 
 # what a saved program is packed with: one function's options (the CLI adds one with --add)
@@ -143,8 +155,9 @@ def _import_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise ConfigError(
-            f"from_torch needs PyTorch: {pip_line('torch')}; its CPU build is enough "
+        raise BackendUnavailableError(
+            "from_torch and pack --from-torch-export need PyTorch, the torch extra: "
+            f"{pip_line('torch')}; its CPU build is enough "
             "(pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)"
         ) from None
     return torch
@@ -162,6 +175,18 @@ def _examples(
                 argument="example_args",
             )
         return tuple(recorded[0]), dict(recorded[1])
+    if args is not None and not isinstance(args, tuple | list):
+        raise InputError(
+            f"example_args is a {type(args).__name__}: give a tuple of the model's positional "
+            "inputs, (x,) for one",
+            argument="example_args",
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InputError(
+            f"example_kwargs is a {type(kwargs).__name__}: give a dict of the model's keyword "
+            "inputs by name",
+            argument="example_kwargs",
+        )
     return tuple(args or ()), dict(kwargs or {})
 
 
@@ -175,12 +200,27 @@ def _export(
             argument="model",
         )
     try:
-        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic)
+        with _quiet_fake_tensors():
+            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic)
     except Exception as e:  # torch.export's own errors say what it could not trace, and why
         raise InputError(
             f"torch.export could not export the model: {type(e).__name__}: {str(e)[:1500]}",
             argument="model",
         ) from None
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    """Torch's fake-tensor logger prints the traceback of an operator that fails on the example
+    inputs' shapes (a Linear given the wrong width) before export raises it: the error then
+    says it once, as an `InputError`."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _write(

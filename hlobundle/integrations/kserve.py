@@ -15,15 +15,20 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
-from kserve import Model, ModelServer
-from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
 
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
 from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES
+from ._engines import missing
 from ._models import BoundedBody, WireTensor, decoded_inputs, open_function
+
+try:
+    from kserve import Model, ModelServer
+    from kserve.errors import InvalidInput
+    from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
+except ImportError as e:  # the kserve extra is not installed
+    missing("kserve", __name__, e)
 
 __all__ = ["HloBundleModel", "main"]
 

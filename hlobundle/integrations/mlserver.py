@@ -28,16 +28,21 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from mlserver import MLModel
-from mlserver.errors import InvalidModelURI, MLServerError
-from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
-from mlserver.utils import get_model_uri
 
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
 from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, request_bound
+from ._engines import missing
 from ._models import BoundedBody, WireTensor, decoded_inputs, open_function
+
+try:
+    from mlserver import MLModel
+    from mlserver.errors import InvalidModelURI, MLServerError
+    from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
+    from mlserver.utils import get_model_uri
+except ImportError as e:  # the mlserver extra is not installed
+    missing("mlserver", __name__, e)
 
 __all__ = ["HloBundleRuntime", "main"]
 

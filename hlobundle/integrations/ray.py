@@ -23,6 +23,7 @@ import numpy as np
 from .._format._errors import HloBundleError, InputError
 from .._serve._protocol import RequestError
 from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, Served
+from ._engines import missing
 from ._models import checked_inputs, open_function
 
 __all__ = ["BundlePredictor", "serve_deployment"]
@@ -105,7 +106,10 @@ def serve_deployment(
     --max-batch-size` would (a batched module or declared independent rows, and trust: a key,
     or `trust_batched`): otherwise every request runs alone.
     `serve.run(serve_deployment(...), route_prefix="/m")`."""
-    from ray import serve
+    try:
+        from ray import serve
+    except ImportError as e:  # the ray extra is not installed
+        missing("ray", __name__, e)
 
     @serve.deployment(num_replicas=num_replicas)
     class BundleDeployment:
