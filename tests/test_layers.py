@@ -12,7 +12,8 @@
     0  the ground floor (`GROUND`)
 
 A layer imports its own modules and the floors below it, never one above nor another room of its
-own floor; and each layer sits one floor above the highest it imports (`FLOORS`), so that the
+own floor (a room inside a layer, `SUB_ROOMS`, stands over the rest of its layer: the rest
+imports it only through its door, at call time); and each layer sits one floor above the highest it imports (`FLOORS`), so that the
 floors show how deep each room's imports go. The public modules' floors are found the same way
 (`_floors_of_the_public`), not set by hand. The writer imports the runner it calls (expected outputs, backward modules), nothing registers itself
 anywhere. A foreign system read and written both ways has one room in `_interop`, which its
@@ -350,6 +351,93 @@ def _upward(modules) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_imports_only_go_down():
     assert _upward(_modules()) == []
+
+
+# A room inside a layer that stands over the rest of it (docs/layout.md): {room: its door}. The
+# backends are built from the runner's parts (`_batched`, `_binding`, `_by_text`, `_shapes`,
+# `_transforms`, the function object of `_function`), which they import; the rest of `_run`
+# imports none of them when it is imported: it reaches the room only through its door's
+# functions, imported inside the function that calls one (or for a type checker alone), so
+# that at import time the imports go one way, up the room's floor.
+SUB_ROOMS = {"hlobundle._run._backends": "hlobundle._run._backends"}
+
+
+class _TypeChecking(ast.NodeTransformer):
+    """A module as it runs when it is imported: functions' bodies and `if TYPE_CHECKING:`
+    blocks left out (their defaults, decorators and the rest of the module kept)."""
+
+    def visit_FunctionDef(self, node):
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]
+        node.args = self.visit(node.args)
+        node.body = [ast.Pass()]
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_If(self, node):
+        if _dotted(node.test, {}) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            return node.orelse or None
+        return self.generic_visit(node)
+
+
+def _at_import_time(source: str) -> str:
+    return ast.unparse(_TypeChecking().visit(ast.parse(source)))
+
+
+def _into_sub_rooms(modules) -> list[tuple[str, str]]:
+    """(importer, imported) for each import of a sub-room (`SUB_ROOMS`) by another module of
+    its layer that runs when the importer is imported, or that names a module of the room
+    other than its door, wherever it is made."""
+    modules = list(modules)
+    known = {name for name, _, _ in modules}
+    found = []
+    for room, door in SUB_ROOMS.items():
+        layer = room.rpartition(".")[0]
+        for name, source, is_package in modules:
+            inside = name == room or name.startswith(room + ".")
+            if inside or not name.startswith(layer + "."):
+                continue
+            mine = _imports(name, source, is_package)
+            then = set(_imports(name, _at_import_time(source), is_package))
+            for target in dict.fromkeys(mine):
+                if target != room and not target.startswith(room + "."):
+                    continue
+                if target in then or (target in known and target != door):
+                    found.append((name, target))
+    return found
+
+
+@pytest.mark.slow
+def test_the_rest_of_a_layer_reaches_its_sub_room_only_through_the_door_at_call_time():
+    assert _into_sub_rooms(_modules()) == []
+
+
+@pytest.mark.slow
+def test_the_sub_room_guard_fails_on_each_import_back_down_into_the_room():
+    real = {name: (source, pkg) for name, source, pkg in _modules()}
+    function = real["hlobundle._run._function"][0]
+    broken = {
+        # the import `_function` had, at module level again
+        "hlobundle._run._function": function + "\nfrom . import _backends\n",
+        "hlobundle._run._a": "from ._backends import Backend\n",
+        "hlobundle._run._b": "import hlobundle._run._backends._xla\n",
+        "hlobundle._run._c": "def f():\n    from ._backends import _iree\n",  # past the door
+        "hlobundle._run._d": "import importlib\nimportlib.import_module('hlobundle._run._backends')\n",
+        "hlobundle._run._e": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\n"
+        "else:\n    from ._backends import resolve\n",
+        "hlobundle._run._f": "from . import _shapes\nclass F:\n    from ._backends import kind\n",
+    }
+    assert broken["hlobundle._run._function"] != function
+    real.update((name, (source, False)) for name, source in broken.items())
+    found = _into_sub_rooms([(n, s, p) for n, (s, p) in real.items()])
+    assert {n for n, _ in found} == set(broken), found
+    # at call time, or for a type checker alone, through the door: what `_function` does
+    fine = {
+        "hlobundle._run._g": "def f():\n    from . import _backends\n    return _backends.resolve\n",
+        "hlobundle._run._h": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from ._backends import Backend\n",
+    }
+    assert _into_sub_rooms([(n, s, False) for n, s in fine.items()]) == []
 
 
 def _floors_by_imports(modules) -> dict[str, int]:

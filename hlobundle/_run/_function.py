@@ -24,12 +24,12 @@ from .._format._errors import (
 )
 from .._format._fields import identifier, needs_x64
 from .._read._trust import Trust
-from . import _backends, _binding, _placement, _shapes
-from ._backends import BackendName
+from . import _binding, _placement, _shapes
 
 if TYPE_CHECKING:
     from .._format._manifest import Manifest
     from .._read._reader import Bundle
+    from ._backends import Backend, BackendName
 
 __all__ = [
     "BundleFunction",
@@ -84,6 +84,8 @@ def function(
         raise InputError(
             f"layout must be 'stored' or 'producer', not {layout!r}", argument="layout"
         )
+    from . import _backends  # the room above this one, reached at call time (docs/layout.md)
+
     chosen = _backends.resolve(backend, bundle.manifest)
     made = function_on(
         bundle,
@@ -153,7 +155,7 @@ def _reversed(values: list[Any], described: Sequence[Any]) -> list[Any]:
 
 def function_on(
     bundle: Bundle,
-    backend: _backends.Backend,
+    backend: Backend,
     *,
     donate: Sequence[str] | str = (),
     devices: int | None = None,
@@ -165,7 +167,7 @@ def function_on(
     resolves it once at its entry point: the backend's function (`_backends`' interface). With
     `precision="highest"` a JAX backend runs the modules rewritten to ask for HIGHEST
     (`_precision`); IREE's CPU runtime computes float32 at float32 anyway and runs them as stored."""
-    from . import _precision
+    from . import _backends, _precision  # the backends' room above, reached at call time
 
     _precision.check(precision)
     _backends.refuse_platforms(backend, bundle.manifest)
@@ -190,7 +192,7 @@ class BundleFunction:
     def __init__(
         self,
         bundle: Bundle,
-        backend: _backends.Backend,
+        backend: Backend,
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,

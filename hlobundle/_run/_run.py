@@ -29,11 +29,11 @@ from .._read import _inputs
 from .._read._reader import Bundle
 from .._read._trust import Trust
 from . import _placement
-from ._backends import Backend
 from ._function import function_on
 
 if TYPE_CHECKING:
     from .._format._manifest import Result
+    from ._backends import Backend
 
 
 @dataclass(frozen=True)
