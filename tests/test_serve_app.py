@@ -72,7 +72,7 @@ def _never_complete():
 
 
 def test_a_body_that_never_ends_is_answered_408_by_the_sweep():
-    from hlobundle._serve._app import BodyDeadlines, read_body
+    from hlobundle._serve._body import BodyDeadlines, read_body
     from hlobundle._serve._protocol import RequestError
 
     deadlines = BodyDeadlines(0.05)  # read_body's own timer (60 s) is not the one that fires
@@ -88,7 +88,7 @@ def test_a_body_that_never_ends_is_answered_408_by_the_sweep():
 
 def test_a_read_cancelled_by_another_is_not_a_408():
     # The server shutting down cancels a request: the cancellation goes on, not a 408 answer.
-    from hlobundle._serve._app import BodyDeadlines, read_body
+    from hlobundle._serve._body import BodyDeadlines, read_body
 
     deadlines = BodyDeadlines(60.0)
 

@@ -232,11 +232,9 @@ def _pack_functions(args: argparse.Namespace, parts: list[argparse.Namespace]) -
                 **trust,
             )
             trust = {}  # from now on, the bundle is signed by the key itself
-    from .._format._bundle_manifest import BundleManifest
+    from .._format._bundle_manifest import functions_of
 
-    written = read_manifest(target)[0]
-    assert isinstance(written, BundleManifest), "the writer writes format 2.0"
-    functions = [f.name for f in written.functions]
+    functions = list(functions_of(read_manifest(target)[0])[0])
     if args.add:
         added = functions[len(functions) - len(queue) :]
         print(f"added function{'s' * (len(added) > 1)} {', '.join(added)} to {target}")

@@ -9,7 +9,6 @@ others; small ones run on the loop, where they cost less than the hop to a threa
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import json
@@ -17,7 +16,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from .._format._errors import HloBundleError
 from .._terminal._display import shown
 from .._version import __version__
 from ._batching import Batcher
+from ._body import BodyDeadlines, read_body
 from ._models import Served
 from ._protocol import (
     HEADER_LENGTH,
@@ -37,9 +37,8 @@ from ._protocol import (
     producer_layout,
     read_inputs,
 )
-from ._responses import Wanted, check_json_values, response, wanted
+from ._responses import Wanted, _json, _refusal, check_json_values, response, wanted
 from ._shm import Regions, Use
-from ._sweep import Sweep
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -352,16 +351,6 @@ async def server_metadata(_: Request) -> Any:
     return _json(SERVER_METADATA)
 
 
-def _json(content: Any, status: int = 200) -> Any:
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(content, status_code=status)
-
-
-def _refusal(e: RequestError) -> dict[str, Any]:
-    return {"error": e.message, "code": e.code}
-
-
 # POST /v2/models/{model}[/versions/{version}]/infer, a segment each, as Starlette matches them.
 _INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer\Z")
 
@@ -407,82 +396,6 @@ def _messages(status: int, content: dict[str, Any]) -> tuple[dict[str, Any], dic
 
 
 _JSON_TYPE = (b"content-type", b"application/json")
-
-
-def over_limit(limit: int) -> str:
-    return (
-        f"the request body is over the limit of {limit} bytes (--max-body-bytes, and for "
-        "this model 64 KiB + 64 bytes per input value)"
-    )
-
-
-async def read_body(
-    receive: Any,
-    declared: str | None,
-    limit: int,
-    timeout_s: float,
-    deadlines: BodyDeadlines | None = None,
-) -> bytes:
-    """The request body (its ASGI messages), refused (413) as soon as it is known to exceed
-    `limit` bytes (`declared`: its content-length), or (408) when it has not all arrived within
-    `timeout_s` (kept by `deadlines`' sweep where given, else by a timer of its own)."""
-    if declared is not None and not (declared.isascii() and declared.isdigit()):
-        raise RequestError(400, "content-length is not a number")
-    if declared is not None and int(declared) > limit:
-        raise RequestError(413, over_limit(limit))
-    if deadlines is not None:
-        return await deadlines.within(_chunks(receive, limit))
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await _chunks(receive, limit)
-    except TimeoutError:
-        raise RequestError(408, late(timeout_s)) from None
-
-
-async def _chunks(receive: Any, limit: int) -> bytes:
-    chunks, size, more = [], 0, True
-    while more:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise RequestError(400, "the client left before sending the whole body")
-        chunk, more = message.get("body", b""), message.get("more_body", False)
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, over_limit(limit))
-        chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def late(timeout_s: float) -> str:
-    return f"the request body did not arrive within {timeout_s:g} s"
-
-
-class BodyDeadlines:
-    """The requests whose bodies are being read, by task: one sweep (`_sweep.Sweep`) cancels a
-    read that is overdue, which then answers 408, rather than a timer armed per request."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s, self.overdue = timeout_s, set[asyncio.Task[Any]]()
-        self.sweep = Sweep(timeout_s, self._expire)
-
-    async def within(self, reading: Awaitable[bytes]) -> bytes:
-        task = asyncio.current_task()
-        assert task is not None  # an ASGI application runs in a task
-        self.sweep.arm(task.get_loop(), task)
-        try:
-            return await reading
-        except asyncio.CancelledError:
-            if task not in self.overdue:
-                raise  # cancelled by someone else: the server shutting down
-            self.overdue.discard(task)
-            task.uncancel()
-            raise RequestError(408, late(self.timeout_s)) from None
-        finally:
-            self.sweep.drop(task)
-
-    def _expire(self, task: asyncio.Task[Any], _: Any) -> None:
-        self.overdue.add(task)
-        task.cancel()
 
 
 @dataclass(frozen=True)
@@ -566,7 +479,8 @@ def encoded(
         }
     for name, use in decoded.written.items():
         value = np.ascontiguousarray(outputs[name])
-        assert regions is not None  # `decoded` found the region
+        if regions is None:  # `decoded` found the region: only a server that has them gets here
+            raise RequestError(400, NO_SHARED_MEMORY)
         data = value.astype(value.dtype.newbyteorder("<"), copy=False)
         regions.write(use, data.reshape(-1).view(np.uint8))
     return response(served.name, served.version, decoded.id, outputs, decoded.want, served.outputs)

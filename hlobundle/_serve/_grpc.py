@@ -34,7 +34,8 @@ import numpy as np
 from .._format._errors import HloBundleError, InputError
 from .._version import __version__
 from . import _uds
-from ._app import DEFAULT_MAX_BODY, INLINE_BYTES, app, decoded, over_limit
+from ._app import DEFAULT_MAX_BODY, INLINE_BYTES, app, decoded
+from ._body import over_limit
 from ._grpc_messages import SERVICE, messages
 from ._models import Served
 from ._protocol import BY_DTYPE, RequestError

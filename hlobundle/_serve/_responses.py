@@ -135,3 +135,15 @@ def _json_values(value: np.ndarray) -> list[Any]:
                 "NaN" if math.isnan(values[i]) else "Infinity" if values[i] > 0 else "-Infinity"
             )
     return values
+
+
+def _json(content: Any, status: int = 200) -> Any:
+    """A JSON answer through Starlette (imported when a route first answers)."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(content, status_code=status)
+
+
+def _refusal(e: RequestError) -> dict[str, Any]:
+    """A refusal's body, as every route answers one: `{"error", "code"}`."""
+    return {"error": e.message, "code": e.code}

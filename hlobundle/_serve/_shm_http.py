@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ._app import _json, _refusal, read_body
+from ._body import read_body
 from ._protocol import NO_SHARED_MEMORY, RequestError
+from ._responses import _json, _refusal
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
     from ._app import App
+    from ._shm import Regions
 
 MAX_REGISTER_BYTES = 4096
 _PREFIX = "/v2/systemsharedmemory"
@@ -53,11 +55,11 @@ class Handlers:
         try:
             if self.app.regions is None:
                 raise RequestError(400, NO_SHARED_MEMORY)
-            return await handler(request)
+            return await handler(request, self.app.regions)
         except RequestError as e:
             return _json(_refusal(e), e.status)
 
-    async def _register(self, request: Request) -> Any:
+    async def _register(self, request: Request, regions: Regions) -> Any:
         declared = request.headers.get("content-length")
         timeout_s = self.app.limits.read_timeout_s
         body = await read_body(
@@ -67,15 +69,12 @@ class Handlers:
             parsed = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise RequestError(400, "the body is not JSON") from None
-        assert self.app.regions is not None
-        self.app.regions.register(request.path_params["name"], parsed)
+        regions.register(request.path_params["name"], parsed)
         return _json({})
 
-    async def _unregister(self, request: Request) -> Any:
-        assert self.app.regions is not None
-        self.app.regions.unregister(request.path_params.get("name"))
+    async def _unregister(self, request: Request, regions: Regions) -> Any:
+        regions.unregister(request.path_params.get("name"))
         return _json({})
 
-    async def _status(self, request: Request) -> Any:
-        assert self.app.regions is not None
-        return _json(self.app.regions.status(request.path_params.get("name")))
+    async def _status(self, request: Request, regions: Regions) -> Any:
+        return _json(regions.status(request.path_params.get("name")))

@@ -178,7 +178,7 @@ class BoundedBody:
         from starlette.datastructures import Headers
         from starlette.responses import JSONResponse
 
-        from .._serve._app import read_body
+        from .._serve._body import read_body
 
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)

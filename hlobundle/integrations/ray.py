@@ -155,7 +155,8 @@ class Endpoint:
     async def __call__(self, request: Any) -> Any:
         from starlette.responses import JSONResponse, Response
 
-        from .._serve._app import decoded_body, encoded, read_body
+        from .._serve._app import decoded_body, encoded
+        from .._serve._body import read_body
         from .._serve._protocol import HEADER_LENGTH
 
         served, headers = self.served, request.headers
