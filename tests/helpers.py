@@ -418,3 +418,22 @@ def lm_calls() -> list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]]
         ("prefill", {"tokens": tokens}, named(logits, cache)),
         ("decode", decode_inputs, named(next_logits, next_cache)),
     ]
+
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py
+_compiles: list[str] = []
+
+
+def _count_compile(event: str, duration: float, **kwargs: object) -> None:
+    if event == COMPILE_EVENT:
+        _compiles.append(event)
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+def compiled_during(call) -> tuple[object, int]:
+    """`call()`'s result and how many XLA compiles it made (jax's monitoring event)."""
+    before = len(_compiles)
+    result = call()
+    return result, len(_compiles) - before

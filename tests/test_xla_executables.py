@@ -11,28 +11,12 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT, cli, edit_manifest
+from helpers import ROOT, cli, compiled_during, edit_manifest
 
 import hlobundle
 from hlobundle._run._backends import _xla_executables
 
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py
-_compiles: list[str] = []
-
-
-def _count(event: str, duration: float, **kwargs: object) -> None:
-    if event == COMPILE_EVENT:
-        _compiles.append(event)
-
-
-jax.monitoring.register_event_duration_secs_listener(_count)
-
-
-def _compiled_during(call) -> tuple[object, int]:
-    before = len(_compiles)
-    result = call()
-    return result, len(_compiles) - before
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +59,7 @@ def test_compile_stores_the_executable_with_its_key(compiled):
 
 
 def test_an_untrusted_bundle_compiles_and_ignores_its_executable(compiled):
-    (f, got), compiles = _compiled_during(lambda: _run(compiled))
+    (f, got), compiles = compiled_during(lambda: _run(compiled))
     assert f.source is None and compiles >= 1
     _, want = _run(EXAMPLE)
     np.testing.assert_array_equal(got, want)
@@ -83,7 +67,7 @@ def test_an_untrusted_bundle_compiles_and_ignores_its_executable(compiled):
 
 def test_a_trusted_bundle_runs_its_executable_without_an_xla_compile(compiled):
     trust = hlobundle.Trust.EXECUTABLES
-    (f, got), compiles = _compiled_during(lambda: _run(compiled, trust=trust))
+    (f, got), compiles = compiled_during(lambda: _run(compiled, trust=trust))
     assert f.source == "stored executable compiled/xla-cpu.pjrt"
     assert compiles == 0
     _, want = _run(EXAMPLE)
@@ -98,7 +82,7 @@ def test_under_jit_the_function_is_traced_and_compiled(compiled):
     b = hlobundle.load(compiled)
     f = b.function("xla", trust=hlobundle.Trust.EXECUTABLES)
     args = b.example_args()
-    got, compiles = _compiled_during(lambda: jax.jit(lambda *a: f(*a))(*args))
+    got, compiles = compiled_during(lambda: jax.jit(lambda *a: f(*a))(*args))
     assert compiles >= 1
     np.testing.assert_array_equal(np.asarray(got), np.asarray(f(*args)))
 
@@ -106,7 +90,7 @@ def test_under_jit_the_function_is_traced_and_compiled(compiled):
 def test_an_executable_for_another_jaxlib_falls_back_saying_so_once(copy):
     _edit_entry(copy, lambda e: e.update(compiler_version="0.0.1"))
     with pytest.warns(hlobundle.HloBundleWarning, match="compiler_version is '0.0.1'") as said:
-        (f, got), compiles = _compiled_during(lambda: _run(copy, trust=hlobundle.Trust.EXECUTABLES))
+        (f, got), compiles = compiled_during(lambda: _run(copy, trust=hlobundle.Trust.EXECUTABLES))
     assert len(said) == 1 and "compiling the portable artifact instead" in str(said[0].message)
     assert f.source is None and compiles >= 1
     with warnings.catch_warnings():

@@ -10,32 +10,15 @@ import shutil
 import warnings
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT, cli, edit_manifest
+from helpers import ROOT, cli, compiled_during, edit_manifest
 
 import hlobundle
 
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py
-_compiles: list[str] = []
 W = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8)
 TRUST = hlobundle.Trust.EXECUTABLES
-
-
-def _count(event: str, duration: float, **kwargs: object) -> None:
-    if event == COMPILE_EVENT:
-        _compiles.append(event)
-
-
-jax.monitoring.register_event_duration_secs_listener(_count)
-
-
-def _compiled_during(call) -> tuple[object, int]:
-    before = len(_compiles)
-    result = call()
-    return result, len(_compiles) - before
 
 
 def _predict(w, x):
@@ -99,7 +82,7 @@ def test_compile_stores_one_executable_per_size_with_its_key(compiled):
 
 @pytest.mark.parametrize("b", [2, 8])
 def test_a_call_at_a_stored_size_runs_its_executable_without_compiling(compiled, b):
-    (f, got), compiles = _compiled_during(lambda: _call(compiled, b, trust=TRUST))
+    (f, got), compiles = compiled_during(lambda: _call(compiled, b, trust=TRUST))
     assert f.source == f"stored executable predict/compiled/xla-cpu.b={b}.pjrt"
     assert compiles == 0
     np.testing.assert_allclose(got, np.tanh(_x(b) @ W), atol=1e-6)
@@ -112,7 +95,7 @@ def test_an_untrusted_bundle_parses_none_of_its_executables(compiled, monkeypatc
     monkeypatch.setattr(
         _xla_executables._compat, "deserialize_executable", lambda *a: parsed.append(a)
     )
-    (f, got), compiles = _compiled_during(lambda: _call(compiled, 2))
+    (f, got), compiles = compiled_during(lambda: _call(compiled, 2))
     assert f.source is None and compiles >= 1 and parsed == []
     np.testing.assert_allclose(got, np.tanh(_x(2) @ W), atol=1e-6)
 
@@ -120,13 +103,13 @@ def test_an_untrusted_bundle_parses_none_of_its_executables(compiled, monkeypatc
 def test_a_call_at_another_size_compiles_saying_so_once(compiled):
     f = hlobundle.load(compiled).function("xla", trust=TRUST)
     with pytest.warns(hlobundle.HloBundleWarning, match="no stored XLA executable at b=3 "):
-        got, compiles = _compiled_during(lambda: np.asarray(f(x=_x(3))))
+        got, compiles = compiled_during(lambda: np.asarray(f(x=_x(3))))
     assert f.source is None and compiles >= 1
     np.testing.assert_allclose(got, np.tanh(_x(3) @ W), atol=1e-6)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once: not again, for this size nor another
         np.testing.assert_allclose(np.asarray(f(x=_x(5))), np.tanh(_x(5) @ W), atol=1e-6)
-        (_, compiles) = _compiled_during(lambda: f(x=_x(8)))
+        (_, compiles) = compiled_during(lambda: f(x=_x(8)))
     assert f.source == "stored executable predict/compiled/xla-cpu.b=8.pjrt" and compiles == 0
 
 
@@ -134,7 +117,7 @@ def test_an_executable_for_b_8_is_never_used_for_b_1(symbolic, tmp_path):
     out = Path(shutil.copytree(symbolic, tmp_path / "b8.hlobundle"))
     hlobundle.compile(out, ["xla-cpu"], sizes={"b": [8]})
     with pytest.warns(hlobundle.HloBundleWarning, match="no stored XLA executable at b=1 "):
-        (f, got), compiles = _compiled_during(lambda: _call(out, 1, trust=TRUST))
+        (f, got), compiles = compiled_during(lambda: _call(out, 1, trust=TRUST))
     assert f.source is None and compiles >= 1
     np.testing.assert_allclose(got, np.tanh(_x(1) @ W), atol=1e-6)
 
@@ -149,7 +132,7 @@ def test_an_entry_claiming_sizes_its_executable_was_not_compiled_for_is_not_run(
 
     edit_manifest(copy, swap)
     with pytest.warns(hlobundle.HloBundleWarning) as said:
-        (f, got), compiles = _compiled_during(lambda: _call(copy, 2, trust=TRUST))
+        (f, got), compiles = compiled_during(lambda: _call(copy, 2, trust=TRUST))
     messages = [str(w.message) for w in said]
     assert any(
         "xla-cpu.b=8.pjrt takes arguments float32[8, 8], float32[8, 8], not the shapes at b=2" in m
@@ -313,7 +296,7 @@ def test_a_symbol_no_stored_argument_binds_needs_its_sizes(symbolic, tmp_path):
 def test_serve_with_the_stored_sizes_pinned_compiles_nothing_at_start_up(compiled):
     from hlobundle._serve._models import load_models
 
-    (_, compiles) = _compiled_during(
+    (_, compiles) = compiled_during(
         lambda: load_models([compiled], backend="xla", sizes={"b": [2, 8]}, trust=TRUST)
     )
     assert compiles == 0  # b=2 (the stored arguments', the warm-up's) and b=8, both stored
