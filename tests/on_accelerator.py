@@ -146,8 +146,9 @@ def test_a_lenet_weight_scaled_by_1_percent_fails_naming_the_worst_element(backe
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_precision_highest_passes_at_float32_s_tolerance(backend):
     rc, report, err = run_json(LENET, backend, "--precision", "highest")
-    # another platform: float32's roundoff on each side alone (SPEC.md 2.15)
-    assert rc == 0 and "atol = 2 * 1.19e-07 *" in report["widened"], (err[-2000:], report)
+    # another platform: float32's roundoff on the CPU's side, the TPU's own (not IEEE's) on its
+    # side (SPEC.md 2.15)
+    assert rc == 0 and "atol = 2 * 1.53e-05 *" in report["widened"], (err[-2000:], report)
 
 
 def test_a_stored_executable_gives_the_first_result_without_compiling(tmp_path):

@@ -12,7 +12,8 @@ this script imports no jax. On a TPU it checks, for each backend:
 - `run` passes, as shipped, on the LeNet example, both functions of the language model and
   the Lux bundle (their expected outputs computed on a CPU; the tolerance is widened);
 - each of LeNet's weight matrices, and the Lux LeNet's last one, scaled by 1.01 fails;
-- `run --precision highest` passes, widened by float32's roundoff on each side alone (another platform);
+- `run --precision highest` passes, widened by float32's roundoff on the CPU's side and the TPU's
+  floor (2^-16, its float32 is not IEEE's) on the other (another platform);
 - the script `emit` writes for the LeNet example passes (its check widened too);
 - LeNet exported there (examples/lenet5.py) records `expected_from` and runs there unwidened;
 - the Lux export packed here with `--compute-expected` (when its three files were copied into
@@ -104,8 +105,8 @@ def main() -> int:
             expect(report["rc"] == 0, f"{backend}: lm {function} passes as shipped")
         strict = run(LENET, backend, "--precision", "highest")
         expect(
-            strict["rc"] == 0 and "atol = 2 * 1.19e-07 *" in (strict["widened"] or ""),
-            f"{backend}: LeNet at --precision highest passes at float32's roundoff on each side",
+            strict["rc"] == 0 and "atol = 2 * 1.53e-05 *" in (strict["widened"] or ""),
+            f"{backend}: LeNet at --precision highest passes at the TPU's float32 roundoff",
         )
         for layer in ("conv1", "conv2", "dense1", "dense2", "dense3"):
             name = f"params_{layer}_w"
