@@ -169,16 +169,18 @@ def test_the_backend_choices_are_the_runner_s_backends():
 @pytest.mark.parametrize(
     ("command", "capability"),
     [
-        ("run", "stored_executables"),
-        ("serve", "stored_executables"),
-        ("emit", "scripted_executables"),
+        ("run", "runs_executables"),
+        ("serve", "runs_executables"),
+        ("emit", "scripts_executables"),
     ],
 )
 def test_trust_executables_help_names_the_backends_that_take_it(command, capability):
     """The help's "xla and iree:" is the list the usage check accepts (`applies`; auto is xla)."""
+    from hlobundle._cli import _common
     from hlobundle._run import _backends
 
-    able = [n for n in _backends.NAMES[1:] if getattr(_backends.kind(n), capability, False)]
+    has = getattr(_common, capability)  # the predicate the command hands `applies`
+    able = [n for n in _backends.NAMES[1:] if has(_backends.kind(n))]
     r = cli(command, "--help")
     text = " ".join(r.stdout.split())
     named = re.search(r"--trust-executables (\w+(?: and \w+)*):", text)

@@ -97,7 +97,7 @@ MAP = {
     "hlobundle._read._values": ["test_roundtrip.py", "test_function.py"],
     "hlobundle._remote._sources": ["test_remote.py", "test_oci_hostile.py"],
     "hlobundle._read._store": ["test_remote.py", "test_oci.py"],
-    "hlobundle._run._backends._backend": ["test_layers.py", "test_emit.py"],
+    "hlobundle._run._backends._backend": ["test_backend.py", "test_layers.py", "test_emit.py"],
     "hlobundle._run._backends._enzyme": ["test_function.py", "test_transforms.py"],
     "hlobundle._run._backends._enzyme_prepare": ["test_function.py", "test_emit.py"],
     "hlobundle._run._backends._enzyme_rules": ["test_transforms.py", "test_by_text.py"],

@@ -14,8 +14,12 @@ from ._common import (
     EXIT_FAIL,
     EXIT_OK,
     applies,
+    limits_memory,
     named_bundle,
     output_path,
+    runs_executables,
+    runs_jax,
+    scripts_executables,
     trust_of,
     trust_options,
     usage,
@@ -36,17 +40,17 @@ def _run_bundle(args: argparse.Namespace) -> int:
     from .._remote._load import load
     from .._run import _backends, _run
 
-    applies(args, "--trust-executables", args.trust_executables, "stored_executables")
-    applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
-    applies(args, "--distributed", args.distributed, "jax")  # the others run one device
-    applies(args, "--devices", args.devices not in (None, 1), "jax")
+    applies(args, "--trust-executables", args.trust_executables, runs_executables)
+    applies(args, "--max-memory", args.max_memory is not None, limits_memory)
+    applies(args, "--distributed", args.distributed, runs_jax)  # the others run one device
+    applies(args, "--devices", args.devices not in (None, 1), runs_jax)
     save = args.save_outputs and output_path("--save-outputs", args.save_outputs)
     # The one place the name becomes a backend; the run is handed the object.
     backend = _backends.resolve(_backends.for_forward_calls(args.backend))
     functions = [args.function] if args.function and is_remote(args.bundle) else None
     bundle = load(args.bundle, functions=functions, verify=args.verify, **trust_options(args))
     bundle = bundle.select(args.function)
-    if backend.jax:
+    if backend.jax is not None:
         _start_jax(args, needs_x64(bundle.manifest))
     elif backend.limit_memory is not None:
         backend.limit_memory(args.max_memory)
@@ -87,7 +91,7 @@ def emit(args: argparse.Namespace) -> int:
     refuse_remote(args.bundle)
     if args.output:
         output_path("-o", args.output)
-    applies(args, "--trust-executables", args.trust_executables, "scripted_executables")
+    applies(args, "--trust-executables", args.trust_executables, scripts_executables)
     bundle = load(args.bundle, **trust_options(args)).select(args.function)
     path = args.output or default_script_path(bundle.path)
     try:
@@ -263,7 +267,7 @@ def verify(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     from .._serve import require_extra
 
-    applies(args, "--trust-executables", args.trust_executables, "stored_executables")
+    applies(args, "--trust-executables", args.trust_executables, runs_executables)
     named = [named_bundle(args, b) for b in args.bundles]
     require_extra()
     from .._serve._models import load_models
@@ -366,7 +370,7 @@ def conformance(args: argparse.Namespace) -> int:
         usage(args, "--backend chooses this library's backend; --implementation runs another")
     from .._run import _backends
 
-    if _backends.kind(args.backend).jax:
+    if _backends.kind(args.backend).jax is not None:
         from .._run._process import enable_x64
 
         enable_x64()

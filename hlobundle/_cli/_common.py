@@ -4,11 +4,15 @@ trust options."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._format._errors import InputError
 from .._write._options import METADATA_FIELDS, OPTIONS
+
+if TYPE_CHECKING:
+    from .._run._backends import Backend
 
 EXIT_OK, EXIT_FAIL = 0, 1  # and 2, argparse's, for usage errors (_parser.EXIT_STATUSES)
 
@@ -65,17 +69,36 @@ def named_bundle(args: argparse.Namespace, arg: str) -> str | tuple[str, str]:
     return name, path
 
 
-def applies(args: argparse.Namespace, flag: str, given: bool, capability: str) -> None:
-    """A usage error for an option the chosen backend has nothing to do with: one whose backend
-    `Backend` lacks `capability` (a true field, or a function)."""
+def applies(
+    args: argparse.Namespace, flag: str, given: bool, able: Callable[[Backend], bool]
+) -> None:
+    """A usage error for an option the chosen backend has nothing to do with: one whose
+    `Backend` is not `able` (lacks the capability the option is about)."""
     from .._run import _backends
 
-    def able(name: str) -> bool:
-        return bool(getattr(_backends.kind(name), capability, False))
+    def named(name: str) -> bool:
+        return able(_backends.kind(name))
 
-    if given and not able(args.backend):
-        which = " or ".join(n for n in _backends.NAMES if able(n))
+    if given and not named(args.backend):
+        which = " or ".join(n for n in _backends.NAMES if named(n))
         usage(args, f"{flag} applies to --backend {which}, not {args.backend}")
+
+
+# What an option is about, for `applies`: a capability of the chosen `Backend`.
+def runs_jax(backend: Backend) -> bool:
+    return backend.jax is not None
+
+
+def runs_executables(backend: Backend) -> bool:
+    return backend.executables is not None
+
+
+def scripts_executables(backend: Backend) -> bool:
+    return backend.executables is not None and backend.executables.scripted
+
+
+def limits_memory(backend: Backend) -> bool:
+    return backend.limit_memory is not None
 
 
 def check_certificates(args: argparse.Namespace) -> None:

@@ -54,7 +54,7 @@ def compile_bundle(args: argparse.Namespace) -> int:
     from .._run import _backends
     from .._write._compile import compile as compile_executables
 
-    targets = [t for b in _backends.compilers() for t in b.executable_targets]
+    targets = _backends.targets()
     unknown = [t for t in args.targets or () if t not in targets]
     if unknown:
         usage(args, f"--target {unknown[0]}: expected one of {', '.join(targets)}")
@@ -76,7 +76,7 @@ def compile_bundle(args: argparse.Namespace) -> int:
         where += "".join(f", {k}={v}" for k, v in sorted((e.sizes or {}).items()))
         print(f"wrote {Path(args.bundle) / e.file} ({made_by(e)}, {e.target}, {where})")
     chosen = f" --function {args.function}" if args.function else ""
-    for backend in dict.fromkeys(_backends.compiler(e.target).name for e in entries):
+    for backend in dict.fromkeys(_backends.compiler(e.target)[0].name for e in entries):
         print(
             f"run it without compiling: hlobundle run {args.bundle}{chosen} --backend {backend} "
             "--public-key PUB.pem (a signed bundle), or --trust-executables"

@@ -29,7 +29,7 @@ from . import _binding, _placement, _shapes
 if TYPE_CHECKING:
     from .._format._manifest import Manifest
     from .._read._reader import Bundle
-    from ._backends import Backend, BackendName
+    from ._backends import Backend, BackendName, JaxFunctions
 
 __all__ = [
     "BundleFunction",
@@ -171,7 +171,7 @@ def function_on(
 
     _precision.check(precision)
     _backends.refuse_platforms(backend, bundle.manifest)
-    if precision == "highest" and backend.jax:
+    if precision == "highest" and backend.jax is not None:
         bundle = _precision.at_highest(bundle)
     return backend.make(bundle, donate=donate, devices=devices, trust=trust, max_shapes=max_shapes)
 
@@ -187,12 +187,16 @@ class StoredExecutables(Protocol):
 
 
 class BundleFunction:
-    """A callable that behaves like a jitted JAX function of the bundle's `@main`."""
+    """A callable that behaves like a jitted JAX function of the bundle's `@main`: that of
+    backend `backend`, made of `parts`, its `Backend.jax` (`_backends.JaxFunctions`)."""
+
+    jax_function = True  # jit, grad and vmap it
 
     def __init__(
         self,
         bundle: Bundle,
-        backend: Backend,
+        backend: str,
+        parts: JaxFunctions,
         donate: Sequence[str] | str = (),
         devices: int | None = None,
         max_shapes: int = _shapes.DEFAULT_MAX_SHAPES,
@@ -202,21 +206,19 @@ class BundleFunction:
     ) -> None:
         self.bundle = bundle
         self.manifest = bundle.manifest
-        self._backend = backend
-        self.jax_function = backend.jax
-        self.backend = backend.name
+        self._parts = parts
+        self.backend = backend
         self.donated = _binding.donated_arguments(self.manifest, donate)
-        backend.install_rules()
+        parts.install_rules()
         # A symbolic function's call shapes are proven against the module before it runs, and
         # it keeps at most `max_shapes` shapes compiled (SPEC.md 2.8; `_shapes`).
         self._prover = _shapes.Prover(bundle, max_shapes) if self.manifest.symbolic else None
         if self._prover is None and _shapes.needs_proof(bundle):
             _shapes.prove_static(bundle)  # an op whose result shape its operands' values choose
-        assert backend.implementation is not None  # a JAX backend's
         # Declared independent rows fold a vmap into one call, for a bundle the user trusts
         # (SPEC.md 2.13): its key verified it, or `trust` has Trust.BATCHED.
         folds = bundle.trusted or Trust.BATCHED in trust
-        self._impl = backend.implementation(bundle, self._prover, folds)
+        self._impl = parts.implementation(bundle, self._prover, folds)
         # Arguments @main never reads are neither transferred nor read from disk: the jitted
         # function takes the others and passes zeros, which XLA removes as dead code.
         unused = frozenset() if self.manifest.symbolic else bundle.signature.unused  # no zeros
@@ -296,7 +298,7 @@ class BundleFunction:
             jitted = self._jitted_for(proof.shapes)
         else:  # static, or traced at symbolic shapes (jax refines the caller's module itself)
             _binding.check_symbols(self.manifest, checked)
-        self._backend.check_derivatives(self.bundle, checked)
+        self._parts.check_derivatives(self.bundle, checked)
         checked = [checked[i] for i in self._used]
         if self._in_shardings is not None:
             checked = [

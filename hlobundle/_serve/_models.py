@@ -272,7 +272,7 @@ def _served(
     from .._run._process import enable_x64
 
     m = bundle.manifest
-    jax_backend = _backends.kind(backend).jax
+    jax_backend = _backends.kind(backend).jax is not None
     if needs_x64(m) and jax_backend:
         enable_x64()
     return Served(

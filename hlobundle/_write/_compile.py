@@ -64,15 +64,14 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
     if not targets or len(set(targets)) != len(targets):
         raise InputError(f"give each target once, got {list(targets)}", argument="targets")
     compilers = {target: _backends.compiler(target) for target in targets}
-    for target, compiler in compilers.items():
-        if compiler.check_target is not None:
-            compiler.check_target(target, cpu)  # an unknown target, before any work
+    for target, (compiler, executables) in compilers.items():
+        executables.check_target(target, cpu)  # an unknown target, before any work
         _refuse_uncompilable(target, compiler)
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
     chosen = b.functions if function is None else [b.select(function).manifest.function]
     pinned = _checked_sizes(b, chosen, sizes or {}, targets)
     for name in chosen:  # IREE passes no platform index (SPEC.md 2.14), before any work
-        for compiler in compilers.values():
+        for compiler, _ in compilers.values():
             _backends.refuse_platforms(compiler, b.select(name).manifest)
     b.verify(in_memory=False)  # compiles the module bytes load() checked
     check_resignable(
@@ -90,7 +89,7 @@ def compile(  # noqa: A001  (hlobundle.compile, as the command is named)
         view = b.select(name)
         prefix = f"{name}/" if several else ""
         added[name] = [
-            _compiled(compilers[target], view, target, cpu, prefix, written, at)
+            _compiled(compilers[target][1], view, target, cpu, prefix, written, at)
             for target in targets
             for at in (pinned[name] if _per_size(target) else [None])
         ]
@@ -114,7 +113,7 @@ def _refuse_uncompilable(target: str, compiler: _backends.Backend) -> None:
 
 
 def _compiled(
-    compiler: _backends.Backend,
+    executables: _backends.Executables,
     view: Bundle,
     target: str,
     cpu: str,
@@ -124,9 +123,8 @@ def _compiled(
 ) -> Executable:
     """Function `view` compiled for `target` (XLA's of a symbolic function: at `sizes`): its
     manifest entry, its bytes in `written`."""
-    assert compiler.compile_executable is not None
     at = {"sizes": sizes} if sizes else {}
-    done = compiler.compile_executable(view, target=target, cpu=cpu, **at)
+    done = executables.compile_for(view, target=target, cpu=cpu, **at)
     named = "".join(f".{k}={v}" for k, v in sorted((sizes or {}).items()))
     entry = Executable(
         target=target,

@@ -1,9 +1,13 @@
 """The backends: one room each, behind this one door.
 
 Each backend's room builds one `Backend` object (`_backend.py`), which offers everything the
-rest of the house needs from it: its function of a bundle, what it can trace and differentiate,
-its emitted script, its stored executables. Nothing outside this folder imports a backend's
-room or asks which backend it holds by name: it asks the object what it can do.
+rest of the house needs from it: its function of a bundle and its emitted script, which every
+backend answers, and its capabilities, each None where it has none: what it traces and
+differentiates (`jax`), its stored executables (`executables`), a cap on memory
+(`limit_memory`). Nothing outside this folder imports a backend's room or asks which backend
+it holds by name: it asks the object what it can do. Two services are one room's alone, and
+the door calls them there: the exporter (`exported`, xla's) and the primal of a module text
+(`text_primal`, enzyme's).
 
 `resolve(name)` picks one: `xla` (a `jax.export.Exported` of the stored portable artifact; needs
 only jax), `enzyme` (enzyme-ad's `hlo_call` on the module text), `iree` (IREE's CPU runtime), or
@@ -17,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, get_args
 
 from ..._format._errors import BackendUnavailableError, BackendUnsupportedError, InputError
-from ._backend import Backend, Compiled, Script
+from ._backend import Backend, Compiled, Executables, JaxFunctions, Script
 from ._jax_script import either
 
 if TYPE_CHECKING:
@@ -25,15 +29,21 @@ if TYPE_CHECKING:
     from ..._read._reader import Bundle
     from ..._read._trust import Trust
 
-__all__ = ["NAMES", "Backend", "BackendName", "Compiled", "Script"]
+__all__ = [
+    "NAMES",
+    "Backend",
+    "BackendName",
+    "Compiled",
+    "Executables",
+    "JaxFunctions",
+    "Script",
+]
 
 # The one list of backend names: type hints use `BackendName`, the CLI's choices `NAMES`.
 BackendName = Literal["auto", "enzyme", "xla", "iree"]
 NAMES: tuple[str, ...] = get_args(BackendName)
 _AUTO = ("enzyme", "xla")  # what `auto` picks, in order of preference: the first available
 _FORWARD: BackendName = "xla"  # what `auto` is for a forward run: it needs only jax
-_TEXT_DERIVATIVES = "enzyme"  # the backend that differentiates a module's text
-_EXPORTED = "xla"  # the backend whose function is a `jax.export.Exported`
 _ROOMS = {"xla": "._xla", "enzyme": "._enzyme", "iree": "._iree"}
 
 
@@ -56,7 +66,7 @@ def resolve(name: str, manifest: Manifest | None = None) -> Backend:
     """The backend for `name` (one of NAMES), available here; `auto` picks one that can run
     `manifest`'s function (one lowered for several platforms needs `platforms`)."""
     if _checked(name) == "auto":
-        able = [b for b in map(_backend, _AUTO) if b.platforms or not _platforms(manifest)]
+        able = [b for b in map(_backend, _AUTO) if _passes_platform(b) or not _platforms(manifest)]
         return next((b for b in able if b.available()), able[-1])
     backend = _backend(name)
     if not backend.available():
@@ -68,11 +78,16 @@ def _platforms(manifest: Manifest | None) -> bool:
     return manifest is not None and bool(manifest.platforms)
 
 
+def _passes_platform(backend: Backend) -> bool:
+    """Whether `backend` runs a function lowered for several platforms (SPEC.md 2.14)."""
+    return backend.jax is not None and backend.jax.platforms
+
+
 def refuse_platforms(backend: Backend, manifest: Manifest) -> None:
     """A BackendUnsupportedError when `backend` cannot run `manifest`'s function, lowered for
     several platforms (SPEC.md 2.14)."""
-    if _platforms(manifest) and not backend.platforms:
-        able = [n for n in NAMES if n != "auto" and _backend(n).platforms]
+    if _platforms(manifest) and not _passes_platform(backend):
+        able = [n for n in NAMES if n != "auto" and _passes_platform(_backend(n))]
         raise BackendUnsupportedError(
             f"{manifest.function} is lowered for several platforms {manifest.platforms}: @main "
             f"takes the platform's index, which the {backend.name} backend does not pass; use "
@@ -108,8 +123,8 @@ def for_script(name: str, manifest: Manifest) -> Backend:
         )
     if not manifest.symbolic:
         chosen = kind(name)
-        return chosen if not chosen.jax else resolve(name)
-    able = [n for n in NAMES if n == "auto" or _backend(n).symbolic_scripts]
+        return chosen if chosen.jax is None else resolve(name)
+    able = [n for n in NAMES if n == "auto" or _scripts_symbolic(_backend(n))]
     if name not in able:
         raise InputError(
             f"function {manifest.function!r} has symbolic shapes (SPEC.md 2.8), which an "
@@ -118,6 +133,11 @@ def for_script(name: str, manifest: Manifest) -> Backend:
             argument="backend",
         )
     return kind(name)
+
+
+def _scripts_symbolic(backend: Backend) -> bool:
+    """Whether `backend`'s emitted script can call symbolic shapes (SPEC.md 2.8)."""
+    return backend.jax is not None and backend.jax.symbolic_scripts
 
 
 def script(name: str, bundle: Bundle, trust: Trust) -> Script:
@@ -137,42 +157,48 @@ def script_name(name: str, manifest: Manifest) -> str:
 
 
 def exported(bundle: Bundle) -> Any:
-    """`Bundle.to_exported()`: the bundle as a `jax.export.Exported`."""
-    to_exported = _backend(_EXPORTED).to_exported
-    assert to_exported is not None
+    """`Bundle.to_exported()`: the bundle as a `jax.export.Exported` (the xla backend's
+    function is one)."""
+    from ._xla import to_exported
+
     return to_exported(bundle)
 
 
 def text_primal(manifest: Manifest, text: str) -> Callable[..., Sequence[Any]]:
     """A JAX-differentiable function of the flat arguments running the module `text` (the
-    primal whose backward module `with_vjp=True` lowers)."""
-    backend = _backend(_TEXT_DERIVATIVES)
-    if not backend.available() or backend.text_primal is None:
+    primal whose backward module `with_vjp=True` lowers), through the backend that
+    differentiates a module's text, enzyme."""
+    from . import _enzyme
+
+    if not _enzyme.BACKEND.available():
         raise BackendUnavailableError(
             "--with-vjp (with_vjp=True) lowers the backward module of a module text through "
             "enzyme-ad, which is not installed (wheels exist for Python 3.11 only). For a JAX "
             "function, hlobundle.export(..., with_vjp=True) needs only jax"
         )
-    return backend.text_primal(manifest, text)
+    return _enzyme.text_primal(manifest, text)
 
 
-def compilers() -> list[Backend]:
+def _compilers() -> list[tuple[Backend, Executables]]:
     """The backends that compile and run stored executables (`hlobundle compile`)."""
-    return [b for b in map(_backend, _ROOMS) if b.stored_executables]
+    return [(b, b.executables) for b in map(_backend, _ROOMS) if b.executables is not None]
+
+
+def targets() -> list[str]:
+    """Every target `hlobundle compile` compiles for, on this machine or another."""
+    return [t for _, e in _compilers() for t in e.targets]
 
 
 def targets_here() -> list[str]:
     """The targets `hlobundle compile` compiles for on this machine: IREE's where its compiler
     is installed, XLA's for the platform JAX runs on here."""
-    return [t for b in compilers() for t in b.targets_here()]
+    return [t for _, e in _compilers() for t in e.here()]
 
 
-def compiler(target: str) -> Backend:
-    """The backend that compiles executables for `target` (`hlobundle compile`), or an
-    `InputError` naming the targets there are."""
-    able = compilers()
-    chosen = next((b for b in able if target in b.executable_targets), None)
+def compiler(target: str) -> tuple[Backend, Executables]:
+    """The backend that compiles executables for `target` (`hlobundle compile`), and its
+    `executables`, or an `InputError` naming the targets there are."""
+    chosen = next((c for c in _compilers() if target in c[1].targets), None)
     if chosen is None:
-        targets = [t for b in able for t in b.executable_targets]
-        raise InputError(f"--target must be one of {targets}, got {target!r}", argument="target")
+        raise InputError(f"--target must be one of {targets()}, got {target!r}", argument="target")
     return chosen

@@ -1,6 +1,8 @@
 """What a backend is to the rest of the house: one `Backend` object, which offers everything
-that the runner, the writer, the emitter and the commands ask of it. Each backend's room
-(`_xla`, `_enzyme`, `_iree`) builds its own, and `_backends` hands them out by name."""
+that the runner, the writer, the emitter and the commands ask of it: what every backend
+answers, and a few capabilities, each one object or None (`JaxFunctions`, `Executables`, a
+memory cap). Each backend's room (`_xla`, `_enzyme`, `_iree`) builds its own, and `_backends`
+hands them out by name."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from ..._format._manifest import Manifest
     from ..._read._reader import Bundle
     from ..._read._trust import Trust
 
@@ -45,51 +46,69 @@ class Compiled:
 
 
 @dataclass(frozen=True)
-class Backend:
-    """One backend, as the rest of the house sees it.
+class JaxFunctions:
+    """A backend whose functions are JAX functions (jit, grad and vmap them; 64-bit values need
+    `jax_enable_x64`): what its `BundleFunction` (`_run/_function.py`) is made of.
 
-    - `name`: what `function(backend=...)` and `run --backend` call it.
-    - `jax`: its functions are JAX functions (jit, grad and vmap them; 64-bit values need
-      `jax_enable_x64`); otherwise they run outside JAX, NumPy arrays in and out.
-    - `unavailable`: what is missing when `available()` is false, with the pip line.
-    - `make(bundle, *, donate, devices, trust, max_shapes)`: the bundle's function,
-      with `backend` (`name`), `jax_function` (`jax`), `call_flat(*flat)` and `__call__`.
-    - `script(bundle, trust)`: what an emitted `run.py` is for it (checked before anything is
-      written); `symbolic_scripts`: whether such a script can call symbolic shapes.
-    - `stored_executables`: it runs a bundle's stored executables (SPEC.md, "Executables"),
-      which it compiles for `executable_targets` with `compile_executable(bundle, target=,
-      cpu=)` (of the bundle's selected function); `check_target(target, cpu)` refuses an unknown one before any work; `scripted_executables`:
-      its emitted script runs them too; `targets_here()`: the targets it compiles for on this
-      machine (none where its compiler is not installed).
-    - `limit_memory(limit)`: caps the process's address space so that running out of memory is
-      a coded error (`run --max-memory`), where the backend can need it.
-    - A JAX backend's `BundleFunction` takes `implementation(bundle, prover)`, installs
-      `install_rules()` and asks `check_derivatives(bundle, args)` before each traced call.
-    - `to_exported(bundle)`: the bundle as a `jax.export.Exported`, where the backend's
-      function is one.
-    - `text_primal(manifest, text)`: a differentiable JAX function of a module's text (what
-      `with_vjp=True` lowers a backward module from), where the backend offers one.
+    - `implementation(bundle, prover, folds)`: the flat function that `jax.jit` compiles;
+      `install_rules()`: its transformation rules, installed before it is traced;
+      `check_derivatives(bundle, args)`: asked before each traced call.
     - `platforms`: it runs a function lowered for several platforms (SPEC.md 2.14), passing
       the index of the platform it runs on.
+    - `symbolic_scripts`: its emitted script can call symbolic shapes (SPEC.md 2.8).
+    """
+
+    implementation: Callable[..., Callable[..., tuple[Any, ...]]]
+    install_rules: Callable[[], None]
+    check_derivatives: Callable[[Bundle, Sequence[Any]], None]
+    platforms: bool = False
+    symbolic_scripts: bool = False
+
+
+@dataclass(frozen=True)
+class Executables:
+    """A backend that runs a bundle's stored executables (SPEC.md, "Executables") and
+    compiles them (`hlobundle compile`).
+
+    - `targets`: what it compiles for; `check_target(target, cpu)` refuses an unknown one
+      before any work; `here()`: the targets it compiles for on this machine (none where its
+      compiler is not installed).
+    - `compile_for(bundle, target=, cpu=)`: the bundle's selected function, compiled for
+      `target`.
+    - `scripted`: its emitted script runs them too.
+    """
+
+    targets: tuple[str, ...]
+    compile_for: Callable[..., Compiled]
+    check_target: Callable[[str, str], object]
+    here: Callable[[], tuple[str, ...]]
+    scripted: bool = False
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend, as the rest of the house sees it: what every backend answers, and the
+    capabilities a backend may have, each None where it has none (the rule:
+    `tests/test_backend.py`).
+
+    - `name`: what `function(backend=...)` and `run --backend` call it.
+    - `unavailable`: what is missing when `available()` is false, with the pip line.
+    - `make(bundle, *, donate, devices, trust, max_shapes)`: the bundle's function,
+      with `backend` (`name`), `jax_function`, `call_flat(*flat)` and `__call__`.
+    - `script(bundle, trust)`: what an emitted `run.py` is for it (checked before anything is
+      written).
+    - `jax`: its functions are JAX functions, made of these (`JaxFunctions`); otherwise they
+      run outside JAX, NumPy arrays in and out.
+    - `executables`: it runs and compiles stored executables (`Executables`).
+    - `limit_memory(limit)`: caps the process's address space so that running out of memory is
+      a coded error (`run --max-memory`), where the backend can need it.
     """
 
     name: str
-    jax: bool
     unavailable: str
     available: Callable[[], bool]
     make: Callable[..., Any]
     script: Callable[[Bundle, Trust], Script]
-    symbolic_scripts: bool = False
-    stored_executables: bool = False
-    scripted_executables: bool = False
-    executable_targets: tuple[str, ...] = ()
-    compile_executable: Callable[..., Compiled] | None = None
-    check_target: Callable[[str, str], object] | None = None
-    targets_here: Callable[[], tuple[str, ...]] = lambda: ()
+    jax: JaxFunctions | None = None
+    executables: Executables | None = None
     limit_memory: Callable[[int | None], int] | None = None
-    implementation: Callable[..., Callable[..., tuple[Any, ...]]] | None = None
-    install_rules: Callable[[], None] = lambda: None
-    check_derivatives: Callable[[Bundle, Sequence[Any]], None] = lambda bundle, args: None
-    to_exported: Callable[[Bundle], Any] | None = None
-    text_primal: Callable[[Manifest, str], Callable[..., Sequence[Any]]] | None = None
-    platforms: bool = False

@@ -17,7 +17,7 @@ from ..._read._trust import Trust
 from .. import _batched, _transforms
 from .._shapes import DEFAULT_MAX_SHAPES, Prover
 from . import _installed
-from ._backend import Backend, Script
+from ._backend import Backend, JaxFunctions, Script
 from ._enzyme_prepare import Prepared
 from ._enzyme_rules import SECOND_ORDER, EnzymeBlockers, register_module
 from ._jax_script import jax_script
@@ -40,7 +40,7 @@ def make(
     """The backend's function (`_backends`' interface): a `BundleFunction`."""
     from .._function import BundleFunction
 
-    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes, trust)
+    return BundleFunction(bundle, NAME, JAX, donate, devices, max_shapes, trust)
 
 
 def install_rules() -> None:
@@ -194,9 +194,14 @@ def _script(bundle: Bundle, trust: Trust) -> Script:
     return jax_script(bundle, NAME, prepared_for_hlo_call(bundle))
 
 
+JAX = JaxFunctions(
+    implementation=implementation,
+    install_rules=install_rules,
+    check_derivatives=check_derivatives,
+)
+
 BACKEND = Backend(
     name=NAME,
-    jax=True,
     unavailable=(
         "the enzyme backend needs enzyme-ad >= 0.0.16 (Python 3.11 wheels only): "
         "pip install \"enzyme-ad>=0.0.16\", or use backend='xla'"
@@ -204,8 +209,5 @@ BACKEND = Backend(
     available=lambda: _installed.enzyme_ad(),  # looked up when asked (tests patch it)
     make=make,
     script=_script,
-    implementation=implementation,
-    install_rules=install_rules,
-    check_derivatives=check_derivatives,
-    text_primal=text_primal,
+    jax=JAX,
 )

@@ -35,7 +35,7 @@ from ..._read import _cache
 from ..._read._trust import Trust
 from .. import _binding, _shapes
 from . import _installed, _iree_compile
-from ._backend import Backend, Compiled, Script
+from ._backend import Backend, Compiled, Executables, Script
 
 if TYPE_CHECKING:
     from ..._format._manifest import Executable
@@ -376,16 +376,16 @@ def _script_of(bundle: Bundle, entry: Executable, data: bytes) -> Script:
 
 BACKEND = Backend(
     name=NAME,
-    jax=False,
     unavailable=_iree_compile.UNAVAILABLE,
     available=_installed.iree_runtime,
     make=make,
     script=_script,
-    stored_executables=True,
-    scripted_executables=True,
-    executable_targets=_iree_compile.TARGETS,
-    compile_executable=_compile_executable,
-    check_target=_iree_compile.flags,
-    targets_here=lambda: _iree_compile.TARGETS if _installed.iree_compiler() else (),
+    executables=Executables(
+        targets=_iree_compile.TARGETS,
+        compile_for=_compile_executable,
+        check_target=_iree_compile.flags,
+        here=lambda: _iree_compile.TARGETS if _installed.iree_compiler() else (),
+        scripted=True,
+    ),
     limit_memory=limit_memory,
 )

@@ -16,7 +16,7 @@ from ..._read._trust import Trust
 from .. import _batched, _transforms
 from .._shapes import DEFAULT_MAX_SHAPES, Prover
 from . import _installed, _xla_executables
-from ._backend import Backend, Script
+from ._backend import Backend, Executables, JaxFunctions, Script
 from ._jax_script import jax_script
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def make(
 
     trusted = bundle.trusted or Trust.EXECUTABLES in trust
     stored = _xla_executables.stored(bundle, trusted) if not donate else None
-    return BundleFunction(bundle, BACKEND, donate, devices, max_shapes, trust, stored=stored)
+    return BundleFunction(bundle, NAME, JAX, donate, devices, max_shapes, trust, stored=stored)
 
 
 def check_derivatives(bundle: Bundle, args: Sequence[Any]) -> None:
@@ -157,22 +157,25 @@ def _script(bundle: Bundle, trust: Trust) -> Script:
     return jax_script(bundle, NAME)
 
 
+JAX = JaxFunctions(
+    implementation=implementation,
+    install_rules=_transforms.install_exported_loop_rule,
+    check_derivatives=check_derivatives,
+    platforms=True,
+    symbolic_scripts=True,  # jax.export calls symbolic shapes
+)
+
 BACKEND = Backend(
     name=NAME,
-    jax=True,
     unavailable="the xla backend needs jax",
     available=lambda: True,
     make=make,
     script=_script,
-    symbolic_scripts=True,  # jax.export calls symbolic shapes
-    implementation=implementation,
-    install_rules=_transforms.install_exported_loop_rule,
-    check_derivatives=check_derivatives,
-    to_exported=to_exported,
-    platforms=True,
-    stored_executables=True,
-    executable_targets=_xla_executables.TARGETS,
-    compile_executable=_xla_executables.compile_executable,
-    check_target=_xla_executables.check_target,
-    targets_here=lambda: (_xla_executables.here().target,),
+    jax=JAX,
+    executables=Executables(
+        targets=_xla_executables.TARGETS,
+        compile_for=_xla_executables.compile_executable,
+        check_target=_xla_executables.check_target,
+        here=lambda: (_xla_executables.here().target,),
+    ),
 )
