@@ -725,7 +725,7 @@ def test_the_script_guard_fails_on_each_way_a_script_reaches_the_package():
     broken = {
         "hlobundle._isolation._portable_child": "from hlobundle._format import _mlir\n",
         "hlobundle._isolation._fork_server": "def main():\n    from . import _child\n",
-        "hlobundle._emit.run_shared": "import importlib\nimportlib.import_module('hlobundle._format._tolerance')\n",
+        "hlobundle._emit.run_shared": "import importlib\nimportlib.import_module('hlobundle._run._tolerance')\n",
         # through a module of the package's folder, imported by its bare name
         "hlobundle._isolation._jax_export_child": "import _mlir_context\n",
         "hlobundle._mlir_context": "from ._format import _limits\n",

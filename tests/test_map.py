@@ -64,7 +64,7 @@ MAP = {
     "hlobundle._format._schema": ["test_package.py"],
     "hlobundle._format._signature": ["test_signing.py"],
     "hlobundle._format._stored": ["test_batched.py", "test_jax_export.py"],
-    "hlobundle._format._tolerance": [
+    "hlobundle._run._tolerance": [
         "test_run.py",
         "test_precision.py",
         "test_ieee.py",
@@ -134,12 +134,15 @@ DEFENCES = {
     ("hlobundle._remote._sources", "check_listed: a layer's digest"): "test_oci_hostile.py",
     ("hlobundle._run._binding", "check_symbols"): "test_shape_proofs.py",
     (
-        "hlobundle._format._precision",
+        "hlobundle._run._precision_rewrite",
         "_verified: the rewritten module",
     ): "test_precision_rewrite.py",
-    ("hlobundle._format._precision", "keeps_its_precision"): "test_precision_rewrite.py",
+    ("hlobundle._run._precision_rewrite", "keeps_its_precision"): "test_precision_rewrite.py",
     ("hlobundle._format._agreement", "difference: 64-bit integers exactly"): "test_ieee.py",
-    ("hlobundle._format._precision", "a composite's precision_config"): "test_precision_rewrite.py",
+    (
+        "hlobundle._run._precision_rewrite",
+        "a composite's precision_config",
+    ): "test_precision_rewrite.py",
     ("hlobundle._write._compile", "_check_values, the cap counted first"): "test_xla_sizes.py",
     ("hlobundle._write._torch", "refuse_program_names before .module()"): "test_torch_pt2.py",
 }

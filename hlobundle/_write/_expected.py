@@ -66,9 +66,12 @@ def expected_from(portable: bytes) -> ExpectedFrom | None:
     platform, kind, jaxlib_version = _compute.where()
     if platform == "cpu":
         return None
-    from .._format import _mlir, _precision
+    from .._format import _mlir
+    from .._run import _precision_rewrite
 
-    precision = _precision.lowest_asked(_mlir.from_portable(portable))  # written by this process
+    precision = _precision_rewrite.lowest_asked(
+        _mlir.from_portable(portable)
+    )  # written by this process
     return ExpectedFrom.model_validate(
         {
             "platform": platform,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _agreement, _dtypes
+from .._format import _agreement, _dtypes
 
 F32_ROUNDOFF = 2.0**-24
 # Unit roundoff of a float32 dot's or convolution's operands, by platform and the precision the
