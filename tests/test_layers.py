@@ -583,10 +583,10 @@ def test_the_format_imports_no_machinery():
 @pytest.mark.slow
 def test_the_format_guard_fails_on_each_way_machinery_comes_in():
     real = {name: (source, pkg) for name, source, pkg in _modules()}
-    tensors = real["hlobundle._format._tensors"][0]
+    paths = real["hlobundle._format._paths"][0]
     broken = {
-        # the import the tensor files' module had, back in it
-        "hlobundle._format._tensors": tensors + "\nfrom .._terminal import _progress\n",
+        # a real module of the format with a progress bar's import added
+        "hlobundle._format._paths": paths + "\nfrom .._terminal import _progress\n",
         "hlobundle._format": "from .._file_io import _hashing_writer\n",  # the room's door
         "hlobundle._format._a": "def f():\n    from hlobundle._isolation import _child\n",
         "hlobundle._format._b": "import hlobundle._isolation._fork_servers\n",
@@ -597,7 +597,7 @@ def test_the_format_guard_fails_on_each_way_machinery_comes_in():
         "hlobundle._format._g": "import importlib\nimportlib.import_module('signal')\n",
         "hlobundle._format._h": "def f():\n    import model_signing.signing\n",
     }
-    assert broken["hlobundle._format._tensors"] != tensors
+    assert broken["hlobundle._format._paths"] != paths
     real.update((name, (source, name == "hlobundle._format")) for name, source in broken.items())
     found = _machinery_in_the_format([(n, s, p) for n, (s, p) in real.items()])
     assert {n for n, _ in found} == set(broken), found

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._format import _dtypes, _tensors
+from .._bundle_io import _tensors
+from .._format import _dtypes
 from .._format._errors import HloBundleError, InputError
 from .._format._manifest import Manifest
 from .._run._tolerance import CPU, F32_ROUNDOFF, Computed, compare, widened, widening

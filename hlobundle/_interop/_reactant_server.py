@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._bundle_io import _tensor_writing
-from .._format import _dtypes, _limits, _main_signature, _tensors, _yaml
+from .._bundle_io import _tensor_writing, _tensors
+from .._format import _dtypes, _limits, _main_signature, _yaml
 from .._format._errors import InputError
 from ._sources import check_regular, read_regular
 

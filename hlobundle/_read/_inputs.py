@@ -185,7 +185,7 @@ def _read_npz(path: Path) -> list[Keyed]:
 
 
 def _read_safetensors(path: Path) -> list[Keyed]:
-    from .._format._tensors import TensorFile
+    from .._bundle_io._tensors import TensorFile
 
     try:
         tf = TensorFile(path.resolve(), name=path.name)  # the user named it: a symlink is theirs

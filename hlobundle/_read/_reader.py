@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._bundle_io import _signing, _tensor_reading, _tensor_streaming
-from .._format import _main_signature, _paths, _signature, _stored
+from .._bundle_io import _opening, _signature_file, _signing, _tensor_reading, _tensor_streaming
+from .._format import _main_signature, _signature, _stored
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
@@ -526,7 +526,7 @@ class Bundle(StoredValues):
     @property
     def signed(self) -> bool:
         """Whether the bundle has a signature file (unverified: `verify(public_key=...)` checks it)."""
-        return _signature.present(self.path)
+        return _signature_file.present(self.path)
 
     def _file(self, name: str) -> Path:
-        return _paths.resolve(self.path, name)
+        return _opening.resolve(self.path, name)
