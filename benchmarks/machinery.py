@@ -214,8 +214,8 @@ def _backward_modules(quick: bool) -> dict:
     interpreter each."""
     import jax
 
-    from hlobundle._bundle_io import _children
     from hlobundle._isolation import _child, _fork_servers
+    from hlobundle._parse import _children
     from hlobundle._write import _jax_export
 
     blobs = []

@@ -6,9 +6,9 @@
     5  _write (pack)          _remote (remote load)   _emit (run.py)
     4  _run (backends)        _oci (push, pull)
     3  _interop (foreign)     _read (load, verify)
-    2  _bundle_io (a bundle's bytes through the ground floor)   _output (where a bundle is written)
-       errors (public)
-    1  _format (what a bundle is)
+    2  _bundle_io (a bundle's bytes through the ground floor)   _parse (its programs parsed)
+       _output (where a bundle is written)   errors (public)
+    1  _format (what a bundle is: the model, the rules, the errors)
     0  the ground floor (`GROUND`)
 
 A layer imports its own modules and the floors below it, never one above nor another room of its
@@ -57,6 +57,7 @@ import hlobundle
 FLOORS = {
     "_format": 1,
     "_bundle_io": 2,
+    "_parse": 2,
     "_output": 2,
     "_interop": 3,
     "_read": 3,

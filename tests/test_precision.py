@@ -31,7 +31,7 @@ def bf16_operands(text: str) -> bytes:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
     from hlobundle._run import _precision_rewrite
 
     module = _mlir.parse(text)
@@ -182,7 +182,7 @@ def test_an_unknown_precision_is_refused():
 
 
 def test_lowest_asked_reads_every_dot_and_convolution():
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
     from hlobundle._run._precision_rewrite import at_highest, lowest_asked
 
     def dot(precision: str) -> str:
@@ -209,7 +209,7 @@ def test_a_composite_that_decomposes_into_no_contraction_asks_for_nothing():
     # A producer's composite with a precision_config attribute around an identity: before, the
     # module "asked" DEFAULT, so a record of (tpu, DEFAULT) widened a run on a CPU to
     # 2 * (2^-8 + 2^-24) * max|expected| (0.78 %) for a function that computes alike anywhere
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
     from hlobundle._run._precision_rewrite import lowest_asked
 
     def module(decomposition: str) -> str:

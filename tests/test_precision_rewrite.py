@@ -48,7 +48,7 @@ def dot_lines(text: str) -> list[str]:
 
 
 def test_the_rewrite_counts_what_it_left_at_default(with_algorithm):
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
     from hlobundle._run._precision_rewrite import Rewrite, at_highest, lowest_asked
 
     text = hlobundle.load(with_algorithm).module_text
@@ -111,7 +111,7 @@ def composite_lines(text: str) -> list[str]:
 
 
 def test_a_composite_s_precision_is_read_where_its_compiler_reads_it(tmp_path):
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
     from hlobundle._run._precision_rewrite import lowest_asked
 
     text = hlobundle.load(ragged_dot(tmp_path)).module_text

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._format import _dtypes
 from .._format._errors import InputAmbiguousError, InputError, TensorFileError
-from .._format._main_signature import TensorType
+from .._parse._main_signature import TensorType
 from .._terminal._display import did_you_mean, some_names
 
 if TYPE_CHECKING:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._bundle_io import _opening, _signature_file, _signing, _tensor_reading, _tensor_streaming
-from .._format import _main_signature, _signature, _stored
+from .._format import _signature
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
     ModuleError,
 )
 from .._format._fields import MANIFEST_NAME
+from .._parse import _main_signature, _stored
 from . import _device_values, _file_digests, _files, _modules, _tensor_files
 from ._gc import collector_paused
 from ._modules import StoredModule

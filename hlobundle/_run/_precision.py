@@ -14,8 +14,8 @@ import hashlib
 import warnings
 from typing import TYPE_CHECKING
 
-from .._format import _mlir
 from .._format._errors import HloBundleWarning, InputError
+from .._parse import _mlir
 from . import _precision_rewrite
 
 if TYPE_CHECKING:

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._bundle_io import _tensor_writing
-from .._format import _dtypes, _limits, _main_signature
+from .._format import _dtypes, _limits
 from .._format._errors import InputError, LimitError
 from .._format._fields import static_shape
+from .._parse import _main_signature
 from .._read import _inputs
 from .._read._reader import Bundle
 from .._read._trust import Trust

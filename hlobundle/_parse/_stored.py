@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._format._errors import MainSignatureError, ManifestError
+from .._format._fields import static_shape
 from . import _main_signature, _sharding
-from ._errors import MainSignatureError, ManifestError
-from ._fields import static_shape
-from ._policy import refuse_unportable
+from ._unportable import refuse_unportable
 
 if TYPE_CHECKING:
-    from ._manifest import Argument, BatchedModule, Manifest, Module, Result
+    from .._format._manifest import Argument, BatchedModule, Manifest, Module, Result
 
 
 @dataclass(frozen=True)
