@@ -184,7 +184,7 @@ def fork_servers(tmp: Path, quick: bool) -> list[dict]:
     )
     _written_by_another_jaxlib(bundle)
     code = (
-        "import sys\nfrom hlobundle._bundle_io import _artifacts\n"
+        "import sys\nfrom hlobundle._parse import _artifacts\n"
         "_artifacts.FORK_SERVER = sys.argv[1] == 'forked'\n"
         "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
     )

@@ -195,7 +195,7 @@ def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
         ),
     }
     code = (
-        "import sys\nfrom hlobundle._bundle_io import _artifacts\n"
+        "import sys\nfrom hlobundle._parse import _artifacts\n"
         "_artifacts.FORK_SERVER = sys.argv[1] == 'forked'\n"
         "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
     )

@@ -241,7 +241,7 @@ def test_the_portable_child_caps_its_address_space_before_reading_a_byte(how):
 _MAPS_3_GB = r"""
 import resource, sys
 from hlobundle import HloBundleError
-from hlobundle._bundle_io import _artifacts
+from hlobundle._parse import _artifacts
 from hlobundle._isolation import _fork_servers
 _artifacts.FORK_SERVER = sys.argv[2] == "forked"
 try:

@@ -876,7 +876,7 @@ def test_the_script_guard_fails_on_each_way_a_script_reaches_the_package():
     real = {name: (source, pkg) for name, source, pkg in _modules()}
     iree = "hlobundle._run._backends._iree_compile"
     broken = {
-        "hlobundle._isolation._portable_child": "from hlobundle._format import _mlir\n",
+        "hlobundle._isolation._portable_child": "from hlobundle._parse import _mlir\n",
         "hlobundle._isolation._fork_server": "def main():\n    from . import _child\n",
         "hlobundle._emit.run_shared": "import importlib\nimportlib.import_module('hlobundle._run._tolerance')\n",
         # through a module of the package's folder, imported by its bare name

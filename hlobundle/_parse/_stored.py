@@ -1,8 +1,8 @@
 """The stored modules of a bundle, one record per form (SPEC.md 2.2, 2.4, 2.6).
 
 Every form (the module, the backward module, the batched module) is a text file and a portable
-artifact of one program, held to the same rules: the allow-list of `_policy` and a required
-`@main` signature. The reader and the writer loop over `FORMS` instead of writing a branch per form.
+artifact of one program, held to the same rules: the allow-list of `_format/_policy.py`
+(`_unportable`) and a required `@main` signature. The reader and the writer loop over `FORMS` instead of writing a branch per form.
 """
 
 from __future__ import annotations
