@@ -184,7 +184,7 @@ def fork_servers(tmp: Path, quick: bool) -> list[dict]:
     )
     _written_by_another_jaxlib(bundle)
     code = (
-        "import sys\nfrom hlobundle._bundle_io import _artifacts\n"
+        "import sys\nfrom hlobundle._parse import _artifacts\n"
         "_artifacts.FORK_SERVER = sys.argv[1] == 'forked'\n"
         "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
     )
@@ -214,8 +214,8 @@ def _backward_modules(quick: bool) -> dict:
     interpreter each."""
     import jax
 
-    from hlobundle._bundle_io import _children
     from hlobundle._isolation import _child, _fork_servers
+    from hlobundle._parse import _children
     from hlobundle._write import _jax_export
 
     blobs = []

@@ -54,7 +54,7 @@ class PackPhases(dict):
     def __enter__(self) -> PackPhases:
         from hlobundle._bundle_io import _tensor_writing
         from hlobundle._file_io import _durable, _hashing_writer
-        from hlobundle._format import _main_signature, _mlir
+        from hlobundle._parse import _main_signature, _mlir
         from hlobundle._read import _inputs
         from hlobundle._write import _atomic, _normalize, _writer
 

@@ -94,9 +94,9 @@ def children_cost(tmp: Path, quick: bool) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from hlobundle._bundle_io import _artifacts
     from hlobundle._format import _limits
     from hlobundle._isolation import _child
+    from hlobundle._parse import _artifacts
     from hlobundle._write import _jax_export
 
     artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
@@ -161,7 +161,7 @@ def _written_by_another_jaxlib(bundle: Path) -> Path:
     """`bundle` with every form's artifact serialized for StableHLO 1.0.0 and the manifest's
     target left as it was: the same programs, in bytes this jaxlib does not write for that
     target (as another jaxlib's serializer writes them; `tests/test_trust.py` does the same)."""
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     for form in ("module", "vjp", "batched"):
@@ -178,7 +178,7 @@ def _written_by_another_jaxlib(bundle: Path) -> Path:
 def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
     """`hlobundle verify`, whole process, of a bundle another jaxlib wrote, with no verdict
     cached (its first verify): each form's artifact is deserialized in a child. The reader's
-    way (forks of one server, `_bundle_io/_artifacts.FORK_SERVER`) / a fresh interpreter per
+    way (forks of one server, `_parse/_artifacts.FORK_SERVER`) / a fresh interpreter per
     artifact (`_isolation/_child.py`), run in turns; one form, and three (module, backward,
     batched)."""
     import jax
@@ -195,7 +195,7 @@ def foreign_verify_cost(tmp: Path, quick: bool) -> list[dict]:
         ),
     }
     code = (
-        "import sys\nfrom hlobundle._bundle_io import _artifacts\n"
+        "import sys\nfrom hlobundle._parse import _artifacts\n"
         "_artifacts.FORK_SERVER = sys.argv[1] == 'forked'\n"
         "from hlobundle._cli._main import main\nsys.exit(main(['verify', sys.argv[2]]))"
     )

@@ -110,7 +110,7 @@ def first_result_names(text: str) -> list[str]:
     """`result0`, `result1`...: the names the writer gave results by position when the cases
     were first written (since 2026-12-06 it writes `result`, or `result_0`, `result_1`...; SPEC.md
     2.1). The cases keep them, so that they stay as they were: a reader takes either."""
-    from hlobundle._format import _main_signature, _mlir
+    from hlobundle._parse import _main_signature, _mlir
 
     n = len(_main_signature.signature(_mlir.parse(text), dynamic=True).results)
     return [f"result{k}" for k in range(n)]

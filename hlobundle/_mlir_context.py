@@ -2,7 +2,7 @@
 
 It imports nothing of the package, so that the child process that deserializes untrusted
 portable artifacts (`_isolation/_portable_child.py`, which runs alone and finds this file in
-the package's folder) builds exactly the context the reader (`_format/_mlir.py`) uses.
+the package's folder) builds exactly the context the reader (`_parse/_mlir.py`) uses.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ import numpy as np
 from safetensors.numpy import load_file
 
 import hlobundle
-from hlobundle._format._tolerance import Computed, compare, tolerance, widening
 from hlobundle._run._run import sides
+from hlobundle._run._tolerance import Computed, compare, tolerance, widening
 
 TORCH = Computed("cpu", None, None, None)  # torch's autograd: no jaxlib's XLA computed it
 

@@ -235,7 +235,7 @@ def test_two_bundles_of_one_module_text_keep_their_own_batched_modules(tmp_path,
     y = generate.scale(tmp_path / "y", ["x"])
     (y / "batched.mlir").write_text(adds)  # the same signature, another program
     rehash(y, "batched.mlir")
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
 
     (y / "batched.mlirbc").write_bytes(_mlir.to_portable(_mlir.parse(adds), "1.13.7"))
     rehash(y, "batched.mlirbc")

@@ -243,7 +243,7 @@ def test_the_template_is_a_script_whose_helpers_agree_with_the_runner():
     # run_template.py is itself valid Python; its comparison rules (kept in run_shared.py, for
     # both scripts) are the runner's (SPEC 7), with either script's numpy_dtype.
     from hlobundle._emit import _template
-    from hlobundle._format._tolerance import default_tolerance
+    from hlobundle._run._tolerance import default_tolerance
 
     path = ROOT / "hlobundle" / "_emit" / "run_template.py"
     source = path.read_text()

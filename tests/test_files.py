@@ -339,7 +339,7 @@ def test_module_text_that_is_not_utf8_is_refused():
 def test_a_file_swapped_for_a_symlink_after_its_name_was_checked_is_refused(
     tmp_path, monkeypatch, name
 ):
-    """The race between checking a listed name (`_paths.resolve`, `check_file_set`) and opening
+    """The race between checking a listed name (`_opening.resolve`, `check_file_set`) and opening
     the file: a symlink put in its place in between, to an identical copy outside the bundle.
     The open does not follow it (O_NOFOLLOW), and says so with a coded error, for a module file
     (`open_listed`) and a tensor file (`TensorFile`) alike."""
@@ -349,12 +349,12 @@ def test_a_file_swapped_for_a_symlink_after_its_name_was_checked_is_refused(
     from helpers import small_bundle
 
     import hlobundle
-    from hlobundle._format import _paths
+    from hlobundle._bundle_io import _opening
 
     bundle = small_bundle(tmp_path)
     outside = tmp_path / "outside"
     shutil.copy(bundle / name, outside)
-    resolve = _paths.resolve
+    resolve = _opening.resolve
 
     def racing(root, listed):
         path = resolve(root, listed)
@@ -363,7 +363,7 @@ def test_a_file_swapped_for_a_symlink_after_its_name_was_checked_is_refused(
             path.symlink_to(outside)
         return path
 
-    monkeypatch.setattr(_paths, "resolve", racing)
+    monkeypatch.setattr(_opening, "resolve", racing)
     with pytest.raises(UnsafePathError, match="cannot be opened") as e:
         hlobundle.load(bundle)
     assert e.value.code == "PATH_UNSAFE" and e.value.path == name

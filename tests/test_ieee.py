@@ -57,7 +57,7 @@ def table(tmp_path_factory) -> Path:
 
 
 def _library(table: Path, rtol: float | None, atol: float | None) -> list[bool]:
-    from hlobundle._format._tolerance import compare, default_tolerance
+    from hlobundle._run._tolerance import compare, default_tolerance
 
     base = default_tolerance("float32")
     r, a = base if rtol is None else rtol, base if atol is None else atol
@@ -80,7 +80,7 @@ def _run_verify(table: Path, rtol: float | None, atol: float | None) -> list[boo
 def _conformance_runner(table: Path, rtol: float | None, atol: float | None) -> list[bool]:
     """The conformance runner's check of each row alone: a case of the table's bundle whose
     outputs are the rows' expected values, against outputs that differ from them only there."""
-    from hlobundle._format._tolerance import default_tolerance
+    from hlobundle._run._tolerance import default_tolerance
 
     case = table.parent / "case"
     if not case.exists():
@@ -120,7 +120,7 @@ def test_every_check_gives_the_table_its_verdicts(table, check, tolerance):
 
 
 def test_complex_parts_are_compared_each_by_the_rule():
-    from hlobundle._format._tolerance import compare
+    from hlobundle._run._tolerance import compare
 
     def ok(want: complex, got: complex, atol: float = 1e-5) -> bool:
         return compare(np.complex64([got]), np.complex64([want]), 1e-5, atol)[0]
@@ -237,7 +237,7 @@ WIDE_WANT = [np.int64([2**53 + 1, 2**62]), np.uint64([2**53, 2**64 - 2])]
 @pytest.mark.parametrize("check", [*CHECKS, "script"])
 def test_every_check_tells_64_bit_integers_apart_beyond_float64_s_53_bits(tmp_path, check):
     from hlobundle._emit import _template
-    from hlobundle._format._tolerance import compare
+    from hlobundle._run._tolerance import compare
 
     table = pack_identity(tmp_path, *WIDE_INTS, expected=WIDE_WANT)
     if check == "script":  # what an emitted script carries: run_shared's, then _agreement's
@@ -268,7 +268,7 @@ def test_every_check_tells_64_bit_integers_apart_beyond_float64_s_53_bits(tmp_pa
 
 
 def test_64_bit_integers_are_named_exactly_where_they_differ():
-    from hlobundle._format._tolerance import compare
+    from hlobundle._run._tolerance import compare
 
     ok, largest, worst = compare(WIDE_INTS[0], WIDE_WANT[0], 0.0, 0.0)
     assert not ok and largest == 1.0 and worst is not None

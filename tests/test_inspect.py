@@ -38,7 +38,7 @@ def _walked(text: str) -> dict[str, int]:
     """The op histogram as MLIR itself counts it, walking the parsed module."""
     from jaxlib.mlir import ir
 
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
 
     names: list[str] = []
 

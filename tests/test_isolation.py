@@ -241,7 +241,7 @@ def test_the_portable_child_caps_its_address_space_before_reading_a_byte(how):
 _MAPS_3_GB = r"""
 import resource, sys
 from hlobundle import HloBundleError
-from hlobundle._bundle_io import _artifacts
+from hlobundle._parse import _artifacts
 from hlobundle._isolation import _fork_servers
 _artifacts.FORK_SERVER = sys.argv[2] == "forked"
 try:
@@ -277,7 +277,7 @@ def test_a_tiny_artifact_cannot_make_its_child_map_gigabytes(how):
 def test_an_artifact_past_its_allowance_is_a_limit_error_not_a_bad_artifact(how, monkeypatch):
     # A valid artifact whose child runs out of address space (here, with the allowance cut to
     # 1 MiB) is a LimitError naming the memory, not "does not load" (MLIR_INVALID).
-    from hlobundle._bundle_io import _artifacts, _children
+    from hlobundle._parse import _artifacts, _children
     from hlobundle.errors import LimitError
 
     artifact = (ROOT / "examples" / "lenet5.hlobundle" / "module.mlirbc").read_bytes()
@@ -305,7 +305,7 @@ def test_an_op_dense_module_parses_and_prints_within_its_allowance_per_byte():
     # included).
     from jaxlib.mlir import ir
 
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
 
     ty = "tensor<2x3x4x5xf32>"
     ops = "\n".join(f"  %v{i} = stablehlo.add %v{i - 1}, %a : {ty}" for i in range(1, 200_000))

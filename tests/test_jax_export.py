@@ -419,9 +419,9 @@ def test_the_child_lowers_an_exporteds_vjp_as_the_writer_lowers_a_backward_modul
     # `lower_backward_of` gives for the same Exported's call.
     from jax import dtypes
 
-    from hlobundle._format import _mlir
     from hlobundle._isolation import _jax_export_child
     from hlobundle._mlir_context import canonical
+    from hlobundle._parse import _mlir
     from hlobundle._write import _lowering
 
     args = (PARAMS, X, np.int32(3))

@@ -6,9 +6,9 @@
     5  _write (pack)          _remote (remote load)   _emit (run.py)
     4  _run (backends)        _oci (push, pull)
     3  _interop (foreign)     _read (load, verify)
-    2  _bundle_io (a bundle's bytes through the ground floor)   _output (where a bundle is written)
-       errors (public)
-    1  _format (what a bundle is)
+    2  _bundle_io (a bundle's bytes through the ground floor)   _parse (its programs parsed)
+       _output (where a bundle is written)   errors (public)
+    1  _format (what a bundle is: the model, the rules, the errors)
     0  the ground floor (`GROUND`)
 
 A layer imports its own modules and the floors below it, never one above nor another room of its
@@ -27,6 +27,10 @@ Each imports nothing of the package outside itself. What runs as a process of it
 a child script, the fork server, code given to `python -c`, the scripts `emit` writes) imports
 nothing of the package at all; the guard finds each one in the source, where the package names
 it to run it, so that a new one cannot be left out.
+
+`_format` is the model, the rules and the errors: it imports none of the ground floor's machinery
+(`MACHINERY`), and opens, maps and walks no file and parses no MLIR (`DOES_NOT_READ_OR_PARSE`,
+`PATH_METHODS`); `_bundle_io` reads a bundle's files for it and `_parse` parses its programs.
 
 The benchmarks (`benchmarks/*.py`) are held to the backends' door and to private jax symbols
 in `_compat` alone, as the package is.
@@ -57,6 +61,7 @@ import hlobundle
 FLOORS = {
     "_format": 1,
     "_bundle_io": 2,
+    "_parse": 2,
     "_output": 2,
     "_interop": 3,
     "_read": 3,
@@ -583,10 +588,10 @@ def test_the_format_imports_no_machinery():
 @pytest.mark.slow
 def test_the_format_guard_fails_on_each_way_machinery_comes_in():
     real = {name: (source, pkg) for name, source, pkg in _modules()}
-    tensors = real["hlobundle._format._tensors"][0]
+    paths = real["hlobundle._format._paths"][0]
     broken = {
-        # the import the tensor files' module had, back in it
-        "hlobundle._format._tensors": tensors + "\nfrom .._terminal import _progress\n",
+        # a real module of the format with a progress bar's import added
+        "hlobundle._format._paths": paths + "\nfrom .._terminal import _progress\n",
         "hlobundle._format": "from .._file_io import _hashing_writer\n",  # the room's door
         "hlobundle._format._a": "def f():\n    from hlobundle._isolation import _child\n",
         "hlobundle._format._b": "import hlobundle._isolation._fork_servers\n",
@@ -597,12 +602,160 @@ def test_the_format_guard_fails_on_each_way_machinery_comes_in():
         "hlobundle._format._g": "import importlib\nimportlib.import_module('signal')\n",
         "hlobundle._format._h": "def f():\n    import model_signing.signing\n",
     }
-    assert broken["hlobundle._format._tensors"] != tensors
+    assert broken["hlobundle._format._paths"] != paths
     real.update((name, (source, name == "hlobundle._format")) for name, source in broken.items())
     found = _machinery_in_the_format([(n, s, p) for n, (s, p) in real.items()])
     assert {n for n, _ in found} == set(broken), found
     # the same imports elsewhere are the floors' business, not this guard's
     assert _machinery_in_the_format([("hlobundle._bundle_io._x", "import signal\n", False)]) == []
+
+
+# `_format` is the model, the rules and the errors, and nothing that does (issue 69): it opens,
+# maps and walks no file, starts no thread or process, and parses no MLIR. `_bundle_io/` reads a
+# bundle's files for it and `_parse/` parses its programs. Each name is judged by what it
+# resolves to (`import mmap as m`, `from os import walk as w`, `getattr(os, "scandir")`, an
+# `importlib.import_module` of a constant name), and a path's methods are refused on any object,
+# since which objects are paths cannot be read from the source.
+DOES_NOT_READ_OR_PARSE = (
+    "open",  # the builtin
+    "builtins.open",
+    "io.open",
+    "io.FileIO",
+    "os.open",
+    "os.fdopen",
+    "os.read",
+    "os.pread",
+    "os.walk",
+    "os.fwalk",
+    "os.scandir",
+    "os.listdir",
+    "mmap",
+    "threading",
+    "_thread",
+    "multiprocessing",
+    "jaxlib",  # its MLIR bindings (jaxlib.mlir) and the rest of it
+    "mlir",  # MLIR's own Python bindings
+    "jax.interpreters.mlir",
+    "jax._src.interpreters.mlir",
+    "hlobundle._mlir_context",
+)
+PATH_METHODS = frozenset(
+    {"open", "read_bytes", "read_text", "write_bytes", "write_text", "iterdir"}
+)
+
+
+def _reached(m: _Module):
+    """Every name `m`'s code uses, resolved through its imports: bare names (`open`), attribute
+    chains (`os.walk`, `m.mmap` after `import mmap as m`) and `getattr` of a constant."""
+    for node in ast.walk(m.tree):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            yield _dotted(node, m.bound)
+        elif _is_getattr(node, m.bound):
+            yield _dotted(node, m.bound)
+
+
+def _path_methods(m: _Module):
+    """Each use of a path's file method (`.open`, `.read_bytes`...), on whatever object."""
+    for node in ast.walk(m.tree):
+        if isinstance(node, ast.Attribute) and node.attr in PATH_METHODS:
+            yield f".{node.attr}"
+        elif _is_getattr(node, m.bound) and node.args[1].value in PATH_METHODS:
+            yield f".{node.args[1].value}"
+
+
+def _refused(target: str) -> bool:
+    return any(target == f or target.startswith(f + ".") for f in DOES_NOT_READ_OR_PARSE)
+
+
+def _reading_or_parsing_in_the_format(modules) -> list[tuple[str, str]]:
+    """(module, what) for each thing a `_format` module opens, maps, walks, threads or parses
+    with (`DOES_NOT_READ_OR_PARSE`, `PATH_METHODS`), imported or used, under whatever name."""
+    found = []
+    for name, source, is_package in modules:
+        if name != "hlobundle._format" and not name.startswith("hlobundle._format."):
+            continue
+        m = _module(name, source, is_package)
+        names = {
+            *_imports(name, source, is_package),
+            *_outside_imports(name, source, is_package),
+            *_reached(m),
+        }
+        found += [(name, t) for t in sorted(t for t in names if _refused(t))]
+        found += [(name, t) for t in sorted(set(_path_methods(m)))]
+    return found
+
+
+@pytest.mark.slow
+def test_the_format_reads_no_file_and_parses_no_mlir():
+    assert _reading_or_parsing_in_the_format(_modules()) == []
+
+
+# Each way a file or MLIR could come back into the format, one module each.
+_READING_OR_PARSING = {
+    "import mmap\n": "mmap",
+    "import mmap as m\n\nm.mmap(-1, 8)\n": "mmap",
+    "def f():\n    from mmap import mmap as M\n    return M\n": "mmap",
+    "import threading\n": "threading",
+    "from multiprocessing import Pool as P\n": "multiprocessing",
+    "def f(p):\n    return open(p).read()\n": "open",
+    "import builtins\n\nbuiltins.open('f')\n": "builtins.open",
+    "import io as x\n\nx.open('f')\n": "io.open",
+    "import os\n\nos.open('f', os.O_RDONLY)\n": "os.open",
+    "from os import open as o\n\no('f', 0)\n": "os.open",
+    "import os as system\n\nsystem.walk('.')\n": "os.walk",
+    "from os import walk as w\n\nw('.')\n": "os.walk",
+    "import os\n\ngetattr(os, 'scandir')('.')\n": "os.scandir",
+    "from os import scandir\n": "os.scandir",
+    "def f(p):\n    return p.read_bytes()\n": ".read_bytes",
+    "from pathlib import Path\n\nPath('x').read_text()\n": ".read_text",
+    "def f(p):\n    with p.open() as g:\n        return g\n": ".open",
+    "def f(p):\n    return getattr(p, 'read_bytes')()\n": ".read_bytes",
+    "from jaxlib.mlir import ir\n": "jaxlib.mlir",
+    "def f():\n    from jaxlib.mlir.dialects import stablehlo\n": "jaxlib.mlir.dialects",
+    "import jaxlib.mlir.ir as ir\n": "jaxlib.mlir.ir",
+    "import importlib as il\n\nil.import_module('mmap')\n": "mmap",
+    "from .._mlir_context import new_context\n": "hlobundle._mlir_context",
+    "from .. import _mlir_context as ctx\n": "hlobundle._mlir_context",
+    "import hlobundle._mlir_context\n": "hlobundle._mlir_context",
+    "import importlib\n\nimportlib.import_module('.._mlir_context', __package__)\n": (
+        "hlobundle._mlir_context"
+    ),
+}
+
+
+def test_the_reading_guard_fails_on_each_way_a_file_or_mlir_comes_in():
+    for i, (source, what) in enumerate(_READING_OR_PARSING.items()):
+        found = _reading_or_parsing_in_the_format([(f"hlobundle._format._m{i}", source, False)])
+        assert what in {t for _, t in found}, (source, found)
+    # the code that left the format, put back in a copy of the module it left
+    paths = (ROOT / "hlobundle" / "_format" / "_paths.py").read_text()
+    fields = (ROOT / "hlobundle" / "_format" / "_fields.py").read_text()
+    opening = (ROOT / "hlobundle" / "_bundle_io" / "_opening.py").read_text()
+    bounded = (ROOT / "hlobundle" / "_file_io" / "_bounded.py").read_text()
+    walk = opening[opening.index("def walk(") :]
+    read = bounded[bounded.index("def read_at_most(") :]
+    copies = [
+        ("hlobundle._format._paths", paths),
+        ("hlobundle._format._fields", fields),
+        ("hlobundle._format._paths", paths + "\nimport stat\n\n\n" + walk),
+        ("hlobundle._format._fields", fields + "\n\n" + read),
+    ]
+    assert [
+        sorted({t for _, t in _reading_or_parsing_in_the_format([(n, s, False)])})
+        for n, s in copies
+    ] == [
+        [],
+        [],
+        ["os.walk"],
+        ["open"],
+    ]
+    # what is not a file's I/O passes, and the same code outside the format is not its business
+    fine = "import os\nfrom pathlib import PurePosixPath\n\n\ndef f(st: os.stat_result, p):\n    return p.opened, os.sep\n"
+    assert _reading_or_parsing_in_the_format([("hlobundle._format._m", fine, False)]) == []
+    assert (
+        _reading_or_parsing_in_the_format([("hlobundle._bundle_io._x", "import mmap\n", False)])
+        == []
+    )
 
 
 def _run_alone(modules) -> dict[str, tuple[str, str]]:
@@ -723,9 +876,9 @@ def test_the_script_guard_fails_on_each_way_a_script_reaches_the_package():
     real = {name: (source, pkg) for name, source, pkg in _modules()}
     iree = "hlobundle._run._backends._iree_compile"
     broken = {
-        "hlobundle._isolation._portable_child": "from hlobundle._format import _mlir\n",
+        "hlobundle._isolation._portable_child": "from hlobundle._parse import _mlir\n",
         "hlobundle._isolation._fork_server": "def main():\n    from . import _child\n",
-        "hlobundle._emit.run_shared": "import importlib\nimportlib.import_module('hlobundle._format._tolerance')\n",
+        "hlobundle._emit.run_shared": "import importlib\nimportlib.import_module('hlobundle._run._tolerance')\n",
         # through a module of the package's folder, imported by its bare name
         "hlobundle._isolation._jax_export_child": "import _mlir_context\n",
         "hlobundle._mlir_context": "from ._format import _limits\n",

@@ -6,7 +6,7 @@ import pytest
 from helpers import FIXTURES, needs_fixtures
 
 import hlobundle
-from hlobundle._format import _main_signature, _mlir
+from hlobundle._parse import _main_signature, _mlir
 
 
 def sig(text):

@@ -18,7 +18,7 @@ import pytest
 from helpers import INSTALLED_BACKENDS, assert_close, cli
 
 import hlobundle
-from hlobundle._format import _mlir
+from hlobundle._parse import _mlir
 
 HERE = Path(__file__).resolve().parent / "newer_jaxlib"
 sys.path.insert(0, str(HERE))

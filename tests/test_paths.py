@@ -1,5 +1,5 @@
-"""The path rules of `_format/_paths` (SPEC.md, "Reader safety"): names a manifest may use, files
-reached without symlinks, a bundle walked without following or reading anything but regular
+"""The path rules of `_format/_paths` and the files reached by them (`_bundle_io/_opening`;
+SPEC.md, "Reader safety"): names a manifest may use, files reached without symlinks, a bundle walked without following or reading anything but regular
 files, and listed files of one hard link."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from hlobundle._bundle_io import _opening
 from hlobundle._format import _paths
 from hlobundle.errors import UnsafePathError
 
@@ -55,20 +56,20 @@ def test_an_unsafe_name_is_refused(name, problem):
 
 def test_resolve_refuses_an_unsafe_name_before_the_disk(tmp_path):
     with pytest.raises(UnsafePathError, match="contains '..'"):
-        _paths.resolve(tmp_path, "../outside")
+        _opening.resolve(tmp_path, "../outside")
 
 
 def test_resolve_returns_a_plain_file_inside_the_root(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "w.bin").write_bytes(b"w")
-    assert _paths.resolve(tmp_path, "d/w.bin") == tmp_path / "d" / "w.bin"
+    assert _opening.resolve(tmp_path, "d/w.bin") == tmp_path / "d" / "w.bin"
 
 
 def test_resolve_refuses_a_symlinked_file(tmp_path):
     (tmp_path / "real.bin").write_bytes(b"w")
     (tmp_path / "w.bin").symlink_to(tmp_path / "real.bin")
     with pytest.raises(UnsafePathError, match=r"'w.bin' is reached through a symlink \(w.bin\)"):
-        _paths.resolve(tmp_path, "w.bin", field="files['w.bin']")
+        _opening.resolve(tmp_path, "w.bin", field="files['w.bin']")
 
 
 def test_resolve_refuses_a_symlinked_directory_in_the_path(tmp_path):
@@ -76,48 +77,48 @@ def test_resolve_refuses_a_symlinked_directory_in_the_path(tmp_path):
     (tmp_path / "elsewhere" / "w.bin").write_bytes(b"w")
     (tmp_path / "d").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     with pytest.raises(UnsafePathError, match=r"'d/w.bin' is reached through a symlink \(d\)"):
-        _paths.resolve(tmp_path, "d/w.bin")
+        _opening.resolve(tmp_path, "d/w.bin")
 
 
 def test_resolve_refuses_a_dangling_symlink(tmp_path):
     (tmp_path / "w.bin").symlink_to(tmp_path / "gone")
     with pytest.raises(UnsafePathError, match="reached through a symlink"):
-        _paths.resolve(tmp_path, "w.bin")
+        _opening.resolve(tmp_path, "w.bin")
 
 
 def test_walk_lists_every_regular_file_sorted(tmp_path):
     (tmp_path / "b").mkdir()
     for name in ("z.bin", "b/a.bin", "a.bin"):
         (tmp_path / name).write_bytes(b"")
-    assert _paths.walk(tmp_path) == ["a.bin", "b/a.bin", "z.bin"]
+    assert _opening.walk(tmp_path) == ["a.bin", "b/a.bin", "z.bin"]
 
 
 def test_walk_refuses_a_symlinked_file(tmp_path):
     (tmp_path / "real.bin").write_bytes(b"w")
     (tmp_path / "link.bin").symlink_to(tmp_path / "real.bin")
     with pytest.raises(UnsafePathError, match="'link.bin' is a symlink") as e:
-        _paths.walk(tmp_path)
+        _opening.walk(tmp_path)
     assert e.value.path == "link.bin"
 
 
 def test_walk_refuses_a_symlinked_directory_without_following_it(tmp_path):
     (tmp_path / "d").symlink_to("/", target_is_directory=True)
     with pytest.raises(UnsafePathError, match="'d' is a symlink"):
-        _paths.walk(tmp_path)
+        _opening.walk(tmp_path)
 
 
 def test_walk_refuses_a_special_file(tmp_path):
     (tmp_path / "sub").mkdir()
     os.mkfifo(tmp_path / "sub" / "pipe")
     with pytest.raises(UnsafePathError, match="'sub/pipe' is not a regular file") as e:
-        _paths.walk(tmp_path)
+        _opening.walk(tmp_path)
     assert e.value.path == "sub/pipe"
 
 
 def test_walk_refuses_a_directory_it_cannot_read(tmp_path):
     # os.walk reports the failure to list a directory through onerror (here: the root is gone).
     with pytest.raises(UnsafePathError, match=r"a path in the bundle cannot be read \(") as e:
-        _paths.walk(tmp_path / "gone")
+        _opening.walk(tmp_path / "gone")
     assert e.value.code == "PATH_UNSAFE"
 
 
@@ -139,11 +140,11 @@ def test_open_no_follow_opens_a_file_and_refuses_a_symlink_or_a_missing_one(tmp_
 
     (tmp_path / "f").write_bytes(b"x")
     (tmp_path / "link").symlink_to(tmp_path / "f")
-    fd = _paths.open_no_follow(tmp_path / "f", "f")
+    fd = _opening.open_no_follow(tmp_path / "f", "f")
     assert os.read(fd, 2) == b"x"
     os.close(fd)
     with pytest.raises(UnsafePathError, match="'link' cannot be opened") as e:
-        _paths.open_no_follow(tmp_path / "link", "link")
+        _opening.open_no_follow(tmp_path / "link", "link")
     assert e.value.code == "PATH_UNSAFE" and e.value.path == "link"
     with pytest.raises(FileMissingError, match="gone is listed in the manifest but missing"):
-        _paths.open_no_follow(tmp_path / "gone", "gone")
+        _opening.open_no_follow(tmp_path / "gone", "gone")

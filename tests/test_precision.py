@@ -31,10 +31,11 @@ def bf16_operands(text: str) -> bytes:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from hlobundle._format import _mlir, _precision
+    from hlobundle._parse import _mlir
+    from hlobundle._run import _precision_rewrite
 
     module = _mlir.parse(text)
-    ops = _precision._ops(module)
+    ops = _precision_rewrite._ops(module)
     with _mlir.context(), ir.Location.unknown():
         for op in ops:
             for i, value in enumerate(list(op.operands)):
@@ -149,7 +150,7 @@ def test_the_lux_export_as_on_a_tpu(tmp_path):
 
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
 def test_highest_computes_the_same_on_a_cpu_and_leaves_the_stored_module(tmp_path, backend):
-    from hlobundle._format._precision import lowest_asked
+    from hlobundle._run._precision_rewrite import lowest_asked
 
     bundle = tmp_path / "b.hlobundle"
     shutil.copytree(EXAMPLE, bundle)
@@ -181,8 +182,8 @@ def test_an_unknown_precision_is_refused():
 
 
 def test_lowest_asked_reads_every_dot_and_convolution():
-    from hlobundle._format import _mlir
-    from hlobundle._format._precision import at_highest, lowest_asked
+    from hlobundle._parse import _mlir
+    from hlobundle._run._precision_rewrite import at_highest, lowest_asked
 
     def dot(precision: str) -> str:
         config = f", precision = [{precision}, HIGHEST]" if precision else ""
@@ -208,8 +209,8 @@ def test_a_composite_that_decomposes_into_no_contraction_asks_for_nothing():
     # A producer's composite with a precision_config attribute around an identity: before, the
     # module "asked" DEFAULT, so a record of (tpu, DEFAULT) widened a run on a CPU to
     # 2 * (2^-8 + 2^-24) * max|expected| (0.78 %) for a function that computes alike anywhere
-    from hlobundle._format import _mlir
-    from hlobundle._format._precision import lowest_asked
+    from hlobundle._parse import _mlir
+    from hlobundle._run._precision_rewrite import lowest_asked
 
     def module(decomposition: str) -> str:
         return (
@@ -237,7 +238,7 @@ def test_a_composite_that_decomposes_into_no_contraction_asks_for_nothing():
 
 
 def test_widening_follows_both_sides():
-    from hlobundle._format._tolerance import F32_ROUNDOFF, Computed, differences, widening
+    from hlobundle._run._tolerance import F32_ROUNDOFF, Computed, differences, widening
 
     cpu = Computed("cpu", "cpu", "DEFAULT", "0.10.2")
     tpu = Computed("tpu", "TPU v5 lite", "DEFAULT", "0.10.2")
@@ -286,7 +287,7 @@ def test_the_mismatch_names_the_worst_element_not_the_largest_difference(tmp_pat
 
 
 def test_compare_equal_infinities_agree_and_a_nan_against_a_number_does_not():
-    from hlobundle._format._tolerance import compare
+    from hlobundle._run._tolerance import compare
 
     inf = np.array([np.inf, -np.inf, np.nan], np.float32)
     assert compare(inf, inf.copy(), 1e-5, 1e-5)[0]
@@ -330,7 +331,7 @@ def test_a_writer_off_a_cpu_records_where_and_at_what_precision(tmp_path, monkey
 
 def test_conformance_widens_for_an_implementation_on_a_tpu():
     from hlobundle._cli import _conformance
-    from hlobundle._format._tolerance import Computed, widening
+    from hlobundle._run._tolerance import Computed, widening
 
     case = _conformance.INSTALLED / "valid_expected_from"
     want = load_file(str(case / "outputs.safetensors"))["result0"]
@@ -362,8 +363,9 @@ def test_inspect_says_where_the_expected_outputs_were_computed(tmp_path):
 
 def test_the_emitted_scripts_widen_as_the_runner_does():
     from hlobundle._emit import _template
-    from hlobundle._format import _agreement, _tolerance
-    from hlobundle._format._tolerance import Computed
+    from hlobundle._format import _agreement
+    from hlobundle._run import _tolerance
+    from hlobundle._run._tolerance import Computed
 
     shared = (ROOT / "hlobundle" / "_emit" / "run_shared.py").read_text()
     body = shared[shared.index("# Unit roundoff") : shared.index("def random_input(")]

@@ -48,8 +48,8 @@ def dot_lines(text: str) -> list[str]:
 
 
 def test_the_rewrite_counts_what_it_left_at_default(with_algorithm):
-    from hlobundle._format import _mlir
-    from hlobundle._format._precision import Rewrite, at_highest, lowest_asked
+    from hlobundle._parse import _mlir
+    from hlobundle._run._precision_rewrite import Rewrite, at_highest, lowest_asked
 
     text = hlobundle.load(with_algorithm).module_text
     lines = dot_lines(text)
@@ -84,9 +84,9 @@ def test_run_precision_highest_reports_the_op_it_left(with_algorithm):
 
 def test_a_rewrite_the_verifier_refuses_is_a_coded_error(with_algorithm, monkeypatch):
     # As if the rewrite knew nothing of algorithms: StableHLO's verifier refuses what it wrote.
-    from hlobundle._format import _precision
+    from hlobundle._run import _precision_rewrite
 
-    monkeypatch.setattr(_precision, "keeps_its_precision", lambda op: False)
+    monkeypatch.setattr(_precision_rewrite, "keeps_its_precision", lambda op: False)
     b = hlobundle.load(with_algorithm)
     with pytest.raises(TransformError, match="must specify DEFAULT precision config") as e:
         b.function("xla", precision="highest")
@@ -111,8 +111,8 @@ def composite_lines(text: str) -> list[str]:
 
 
 def test_a_composite_s_precision_is_read_where_its_compiler_reads_it(tmp_path):
-    from hlobundle._format import _mlir
-    from hlobundle._format._precision import lowest_asked
+    from hlobundle._parse import _mlir
+    from hlobundle._run._precision_rewrite import lowest_asked
 
     text = hlobundle.load(ragged_dot(tmp_path)).module_text
     (line,) = composite_lines(text)

@@ -43,7 +43,7 @@ batching:
 
 
 def _portable(text: str) -> bytes:
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
 
     return _mlir.to_portable(_mlir.parse(text), _mlir.default_target())
 

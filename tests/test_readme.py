@@ -293,7 +293,7 @@ def _tree() -> str:
 
 def test_the_readme_tree_lists_every_file_a_bundle_can_hold():
     from hlobundle._format._signature import SIGNATURE_NAME
-    from hlobundle._format._stored import FORMS
+    from hlobundle._parse._stored import FORMS
     from hlobundle._write._plan import EXPECTED_FILE, TENSOR_FILES
 
     listed = set(re.findall(r"^\s+(\S+)", _tree(), re.M))

@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT, cli, edit_manifest
 
 import hlobundle
-from hlobundle._format import _mlir
+from hlobundle._parse import _mlir
 
 EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 

@@ -593,7 +593,7 @@ def test_a_failed_signature_leaves_the_old_bundle_whole(bundle, keys, monkeypatc
 
 
 def _oldest() -> str:
-    from hlobundle._format import _mlir
+    from hlobundle._parse import _mlir
 
     return _mlir.minimum_version()
 

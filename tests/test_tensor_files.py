@@ -241,7 +241,7 @@ def test_narrow_tensors_within_their_bits_pass(tmp_path):
 
 def _count_parses(monkeypatch) -> list[str]:
     """The names of the tensor files safetensors parses from now on, in order."""
-    from hlobundle._format import _tensors
+    from hlobundle._bundle_io import _tensors
 
     parsed: list[str] = []
     real = _tensors.TensorFile.validate_with_safetensors

@@ -1,4 +1,4 @@
-"""Tensor files (`_format/_tensors`; written by `_bundle_io/_tensor_writing`, read back by
+"""Tensor files (`_bundle_io/_tensors`; written by `_bundle_io/_tensor_writing`, read back by
 `_bundle_io/_tensor_reading`): written in safetensors' layout, and opened as checked
 `TensorFile`s: the header's length and limit, its entries (dtype, shape, offsets that tile the
 data exactly), safetensors' own validation, and a copy into memory of a file that shrinks.
@@ -17,8 +17,8 @@ import struct
 import numpy as np
 import pytest
 
-from hlobundle._bundle_io import _tensor_reading, _tensor_writing
-from hlobundle._format import _dtypes, _tensors
+from hlobundle._bundle_io import _tensor_reading, _tensor_writing, _tensors
+from hlobundle._format import _dtypes
 from hlobundle.errors import LimitError, TensorFileError
 
 F32 = _dtypes.BY_NAME["float32"]

@@ -17,7 +17,7 @@ import pytest
 from helpers import cli
 
 import hlobundle
-from hlobundle._format._tolerance import default_tolerance
+from hlobundle._run._tolerance import default_tolerance
 from hlobundle.errors import ConfigError, InputError
 
 if importlib.util.find_spec("torch") is None:

@@ -19,7 +19,7 @@ import pytest
 from helpers import INSTALLED_BACKENDS, ROOT, cli, edit_manifest, rehash, sample
 
 import hlobundle
-from hlobundle._format import _mlir
+from hlobundle._parse import _mlir
 
 T = "tensor<3xf32>"
 
@@ -143,7 +143,7 @@ def test_a_deep_artifact_is_refused_without_printing_it(add_bundle, depth):
 
 def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, tmp_path):
     # Another program whose print is longer: the child stops at the text's length.
-    from hlobundle._bundle_io import _artifacts
+    from hlobundle._parse import _artifacts
 
     pads = "".join(f"func.func private @pad{i}() {{\n  return\n}}\n" for i in range(50))
     longer = module(f"stablehlo.add %x, %w : {T}", pads)
@@ -159,7 +159,7 @@ def test_the_child_prints_no_more_than_the_text_it_is_compared_with(add_bundle, 
 
 def _stand_in_child(monkeypatch, tmp_path, name, imports, main):
     """Replace the artifact child (`_artifacts.CHILD`) with a script of `main`'s one-line body."""
-    from hlobundle._bundle_io import _artifacts
+    from hlobundle._parse import _artifacts
 
     script = tmp_path / name
     script.write_text(f"import {imports}\n\ndef main():\n    {main}\n")
@@ -171,7 +171,7 @@ def _stand_in_child(monkeypatch, tmp_path, name, imports, main):
 def test_a_crash_of_the_bytecode_reader_is_a_coded_error(monkeypatch, tmp_path):
     # Stand in for a crashing MLIR: the child kills itself the way a segfault would. Its fork
     # server survives and forks the next child, the real one.
-    from hlobundle._bundle_io import _artifacts
+    from hlobundle._parse import _artifacts
 
     real = _artifacts.CHILD
     _stand_in_child(
@@ -224,8 +224,8 @@ def test_a_child_printing_past_its_bound_is_a_limit_error(monkeypatch, tmp_path)
 def test_an_artifact_nested_past_the_limit_is_a_limit_error(add_bundle, monkeypatch):
     # The child checks the nesting of the program it deserialized (the limit is passed to it):
     # with the limit at 1, the ops inside a function inside the module nest deeper.
-    from hlobundle._bundle_io import _artifacts
     from hlobundle._format import _limits
+    from hlobundle._parse import _artifacts
 
     artifact = (add_bundle / "module.mlirbc").read_bytes()
     assert _artifacts.canonical_in_child(artifact, path="module.mlirbc")
@@ -239,8 +239,8 @@ def test_an_artifact_nested_past_the_limit_is_a_limit_error(add_bundle, monkeypa
 def test_an_artifact_printing_longer_than_a_module_may_be_is_a_limit_error(add_bundle, monkeypatch):
     # The writer and the Reactant interop print an artifact whose text they do not have: that
     # text is a module too, within the module limit (100 characters here).
-    from hlobundle._bundle_io import _artifacts
     from hlobundle._format import _limits
+    from hlobundle._parse import _artifacts
 
     artifact = (add_bundle / "module.mlirbc").read_bytes()
     monkeypatch.setattr(_limits, "MAX_MODULE_BYTES", 100)

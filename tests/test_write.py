@@ -13,7 +13,7 @@ from helpers import cli, identity_module, lowered_text, pack_identity, sample
 
 import hlobundle
 from hlobundle._bundle_io import _tensor_writing
-from hlobundle._format import _mlir
+from hlobundle._parse import _mlir
 
 
 def leftovers(parent):

@@ -1,6 +1,7 @@
 """Signatures made and checked through the `model-signing` package (the `sign` extra), so that
 its own CLI verifies what hlobundle signs, and the reverse: the one place that imports it. What
-a signature file is (its name, its bytes, who it says signed) is `_format/_signature.py`'s.
+a signature file is (its name, who it says signed) is `_format/_signature.py`'s; its bytes are
+read in `_signature_file.py`.
 
 hlobundle never hashes a file twice for a signature: the digests it signs or checks are the
 ones the reader has just verified (the manifest's, for the listed files) and the sha256 of the
@@ -23,7 +24,8 @@ from .._format._errors import (
     SignatureInvalidError,
     UnsignedError,
 )
-from .._format._signature import SIGNATURE_NAME, SigningKey, Verifier, read, signer
+from .._format._signature import SIGNATURE_NAME, SigningKey, Verifier, signer
+from ._signature_file import read
 
 
 def _model_signing() -> Any:

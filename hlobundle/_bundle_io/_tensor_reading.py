@@ -1,4 +1,4 @@
-"""A held tensor file (`_format/_tensors.TensorFile`) read and hashed: its sha256, its chunk
+"""A held tensor file (`_tensors.TensorFile`) read and hashed: its sha256, its chunk
 digests, and its copy into private memory, which its tensors then come from. Read in steps and
 hashed in a second thread (`_file_io/_hashing_reader.py`), followed by a progress bar."""
 
@@ -18,7 +18,7 @@ from .._terminal import _progress
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from .._format._tensors import TensorFile
+    from ._tensors import TensorFile
 
 _CHUNK = 16 * 1024 * 1024
 

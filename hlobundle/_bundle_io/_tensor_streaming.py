@@ -1,4 +1,4 @@
-"""A held tensor file (`_format/_tensors.TensorFile`) streamed onto a JAX device as it is
+"""A held tensor file (`_tensors.TensorFile`) streamed onto a JAX device as it is
 hashed, without a private copy of it: read in runs of whole chunks, each run into a buffer of
 its own, hashed there (its chunk digests, in a pool's threads; the file's sha256, in order, in
 this thread) and its tensors' pieces put on the device from that very buffer, which nothing
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from .._format._tensors import TensorFile
+    from ._tensors import TensorFile
 
 RUN_BYTES = _hashing_reader.STEP_BYTES  # what one buffer holds, at most (whole chunks)
 

@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._format import _dtypes, _tensors
+from .._bundle_io import _tensors
+from .._format import _dtypes
 from .._format._errors import HloBundleError, InputError
 from .._format._manifest import Manifest
-from .._format._tolerance import CPU, F32_ROUNDOFF, Computed, compare, widened, widening
+from .._run._tolerance import CPU, F32_ROUNDOFF, Computed, compare, widened, widening
 
 if TYPE_CHECKING:
     from .._run._backends import BackendName

@@ -117,8 +117,8 @@ def _expected_from(bundle: Bundle) -> tuple[str, str | None, str | None, str | N
     """Where the expected outputs were computed (SPEC.md 2.15; a CPU, with the writer's jaxlib,
     where the bundle records nothing) and the lowest precision the module's dot and
     convolution ops ask for (None: it has none, so that no precision can matter)."""
-    from .._format._tolerance import Computed
     from .._run._run import believed, lowest_asked, written_by
+    from .._run._tolerance import Computed
 
     asked = lowest_asked(bundle)
     record = bundle.manifest.expected_from

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._file_io._durable import set_modes
-from .._format import _main_signature, _mlir
 from .._format._errors import InputError, ModuleError, OutputExistsError
 from .._format._manifest import Argument, Manifest, Result
 from .._format._prechecks import short
 from .._interop import _reactant_server as rs
 from .._output._target import refuse_inside_a_bundle
+from .._parse import _main_signature, _mlir
 from .._read._reader import Bundle, load
 
 if TYPE_CHECKING:

@@ -1,7 +1,6 @@
-"""What a bundle *is* (SPEC.md): the manifest model, dtypes, limits, errors, path rules, tensor
-files opened as checked, MLIR parsing and `@main`'s signature, the allow-list, the table of
-stored module forms, a portable artifact's magic and versions, format 2.0's functions and
-symbolic dimensions (`_symbolic`), and what a signature file is. Imports nothing of the package
-above it; under it, only a leaf of the ground floor (`_mlir_context`, the MLIR context): none of
-its machinery (child processes, hashing threads, progress bars), which `_bundle_io`, the floor
-above, runs for it (`tests/test_layers.py` checks it)."""
+"""What a bundle *is* (SPEC.md): the model, the rules and the errors. The manifest model, dtypes,
+limits, errors, path rules, the allow-list, format 2.0's functions and symbolic dimensions
+(`_symbolic`), what a signature file is, and whether an element agrees. Imports nothing of the
+package: it opens no file (`_bundle_io`, the floor above, reads a bundle's files for it), parses
+no MLIR (`_parse`, beside `_bundle_io`), and runs none of the ground floor's machinery (child
+processes, hashing threads, progress bars) (`tests/test_layers.py` checks it)."""

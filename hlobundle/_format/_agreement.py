@@ -1,5 +1,5 @@
 """Whether a result agrees with its expected value, element by element (SPEC.md 2.15): the one
-definition that the library's check (`_tolerance.compare`), `run`, the conformance runner and
+definition that the library's check (`_run/_tolerance.compare`), `run`, the conformance runner and
 the emitted scripts use. The scripts import nothing of the package: `emit` writes the functions
 below the marker into each one (`_emit/_template.py`), so they use nothing but NumPy.
 

@@ -5,11 +5,9 @@ are built with, and what runners and writers use of the format without needing t
 from __future__ import annotations
 
 import keyword
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from . import _limits
@@ -81,14 +79,6 @@ def compiler_of(target: str) -> str:
 
 
 X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
-
-
-def read_manifest_bytes(file: Path) -> bytes:
-    """A manifest file's bytes, at most one more than the limit (so `parse_manifest` can say
-    how large it is), without allocating the limit for a small file."""
-    with open(file, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        return f.read(min(size, MAX_MANIFEST_BYTES) + 1)
 
 
 def made_by(entry: Any) -> str:

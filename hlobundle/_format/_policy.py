@@ -1,7 +1,8 @@
 """Which ops a bundle's modules may contain: an allow-list (SPEC.md 6.1 and 8).
 
 Every module form (text and, through the identity check, the portable artifact; module,
-backward and batched) is checked by `refuse_unportable`. Allowed:
+backward and batched) is checked against it by `_parse/_unportable.py`'s `refuse_unportable`,
+which walks the parsed module. Allowed:
 
 - ops of the `func`, `stablehlo`, `chlo` and `sdy` dialects (and the `builtin.module`),
   except host transfers (`infeed`, `outfeed`, `send`, `recv`), which would wait forever for a
@@ -15,9 +16,6 @@ backward and batched) is checked by `refuse_unportable`. Allowed:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
-
-from ._errors import NotPortableError
 
 ALLOWED_DIALECTS = ("func.", "stablehlo.", "chlo.", "sdy.")
 ALLOWED_OPS = frozenset({"builtin.module"})
@@ -144,36 +142,3 @@ def op_problem(name: str) -> str | None:
     if name in ALLOWED_OPS or name.startswith(ALLOWED_DIALECTS):
         return None
     return "outside the allowed dialects"
-
-
-def refuse_unportable(module: Any, allowed: Iterable[str], path: str | None) -> tuple[str, ...]:
-    """Raise `NotPortableError` naming up to five ops the policy refuses, with their locations.
-
-    **Returns:** every custom call target in the module (sorted, unique).
-    """
-    from jaxlib.mlir import ir
-
-    from . import _mlir
-
-    allowed = set(allowed)
-    calls: list[str] = []
-    problems: list[str] = []
-
-    def visit(op: Any) -> Any:
-        name = op.name
-        if name in CUSTOM_CALL_OPS:
-            target = _mlir.string_attr(op, "call_target_name", path)
-            calls.append(target)
-            if target_problem(target, allowed):
-                problems.append(f"custom_call @{target} at {_mlir.location(op)}")
-        elif op_problem(name):
-            problems.append(f"{name} at {_mlir.location(op)}")
-            return ir.WalkResult.SKIP  # what a refused op holds is refused with it
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    if problems:
-        raise NotPortableError(
-            f"the module is not portable: {'; '.join(problems[:5])}. {HINT}", path=path
-        )
-    return tuple(sorted(set(calls)))

@@ -129,7 +129,7 @@ def check_utf8_strings(data: bytes, *, path: str) -> None:
     jaxlib's bindings parse a name whose escapes (`@"\\FF"`) decode to invalid UTF-8, then
     throw, or terminate the process, when it reaches Python (a symbol name, an attribute name,
     a location): no such text may reach the parser. Values are read through
-    `_mlir.string_value`, which decodes them with a coded error.
+    `_parse/_mlir.string_value`, which decodes them with a coded error.
     """
     try:
         data.decode("utf-8")

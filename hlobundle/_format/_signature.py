@@ -1,22 +1,20 @@
 """Signatures (SPEC.md, "Signature"; format 1.2): what a bundle's signature file is. An OpenSSF
 Model Signing signature of every file of a bundle, stored at the reserved name `model.sig`: a
 DSSE envelope over an in-toto statement listing each file's sha256. Here: its name and size
-limit, its bytes read, who it says signed it, and what signs (`SigningKey`) and what it must
-verify against (`Verifier`). It is made and checked by the `model-signing` package
-(`_bundle_io/_signing.py`, the one place that imports it).
+limit, who it says signed it, and what signs (`SigningKey`) and what it must verify against
+(`Verifier`). Its bytes are read in `_bundle_io/_signature_file.py`; it is made and checked by
+the `model-signing` package (`_bundle_io/_signing.py`, the one place that imports it).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import _limits
-from ._errors import LimitError, SignatureInvalidError
 
 SIGNATURE_NAME = "model.sig"  # reserved: never listed in the manifest, never an unlisted file
 MAX_SIGNATURE_BYTES = _limits.MAX_SIGNATURE_BYTES
@@ -54,34 +52,6 @@ class Verifier:
     def __post_init__(self) -> None:
         if (self.public_key is None) == (not self.certificate_chain):
             raise ValueError("give a public key or a certificate chain (one of them)")
-
-
-def read(root: Path) -> bytes | None:
-    """The signature's bytes (size-limited, not through a symlink), or None when there is none."""
-    path = root / SIGNATURE_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as e:  # a symlink (ELOOP), a directory, no permission
-        raise SignatureInvalidError(
-            f"{SIGNATURE_NAME} cannot be read: {e}", path=SIGNATURE_NAME
-        ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise SignatureInvalidError(f"{SIGNATURE_NAME} is not a file", path=SIGNATURE_NAME)
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(MAX_SIGNATURE_BYTES + 1)
-    if len(data) > MAX_SIGNATURE_BYTES:
-        raise LimitError(
-            f"{SIGNATURE_NAME} is over {MAX_SIGNATURE_BYTES} bytes (SPEC.md, 'Signature')",
-            path=SIGNATURE_NAME,
-        )
-    return data
-
-
-def present(root: Path) -> bool:
-    return os.path.lexists(root / SIGNATURE_NAME)
 
 
 def signer(data: bytes) -> str:

@@ -23,7 +23,7 @@ from .. import _compat
 from .._format import _dtypes, _limits
 from .._format._errors import InputError
 from .._format._fields import PRODUCER_JAX_EXPORT, unflatten
-from .._format._stored import differentiable
+from .._parse._stored import differentiable
 
 if TYPE_CHECKING:
     from .._format._manifest import Argument, Manifest, Result

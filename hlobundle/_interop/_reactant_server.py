@@ -38,9 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .._bundle_io import _tensor_writing
-from .._format import _dtypes, _limits, _main_signature, _tensors, _yaml
+from .._bundle_io import _tensor_writing, _tensors
+from .._format import _dtypes, _limits, _yaml
 from .._format._errors import InputError
+from .._parse import _main_signature
 from ._sources import check_regular, read_regular
 
 MANIFEST, WEIGHTS = "manifest.yaml", "weights.safetensors"
@@ -222,7 +223,7 @@ def module_text(server: ServerBundle, batch_size: int | None) -> tuple[str, int]
         size = batch_size or (min(server.batch_sizes) if server.batch_sizes else 1)
     data = _read_regular(path, _limits.MAX_MODULE_BYTES)
     if data.startswith(b"ML\xefR"):  # a portable artifact: read in a child process
-        from .._bundle_io._artifacts import canonical_in_child
+        from .._parse._artifacts import canonical_in_child
 
         return canonical_in_child(data, path=path.name), size
     try:

@@ -2,7 +2,7 @@
 
 MLIR's bytecode reader is not hardened: a few mutated bytes can crash the process (SIGSEGV,
 a glibc abort). The reader therefore hands artifact bytes to this script in a child process
-(`_bundle_io/_artifacts.canonical_in_child`, through a fork server: `_fork_servers.py`) and reads
+(`_parse/_artifacts.canonical_in_child`, through a fork server: `_fork_servers.py`) and reads
 back the canonical text, or a crash as an exit status. It imports nothing of the package but
 `_mlir_context.py`, a leaf of the package's folder that imports nothing of it either, so that it
 parses in the context the reader builds.

@@ -82,9 +82,10 @@ def check_names(names: list[str]) -> None:
 
 def _loaded_manifest(opened: Bundle) -> bytes:
     """`manifest.json`'s bytes, read again: they must be the ones the bundle was loaded from."""
-    from .._format._fields import read_manifest_bytes
+    from .._file_io._bounded import read_at_most
+    from .._format._fields import MAX_MANIFEST_BYTES
 
-    raw = read_manifest_bytes(opened.path / MANIFEST_NAME)
+    raw = read_at_most(opened.path / MANIFEST_NAME, MAX_MANIFEST_BYTES)
     digest = hashlib.sha256(raw).hexdigest()
     if digest != opened.manifest_sha256:
         raise HashMismatchError(

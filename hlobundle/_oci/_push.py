@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._format import _signature
+from .._bundle_io import _signature_file
 from .._format._errors import RegistryRefError
 from .._format._manifest import MANIFEST_NAME
 from .._read._reader import Bundle
@@ -82,7 +82,7 @@ def _push_artifact(
         client.upload(str(opened.path.joinpath(*title.split("/"))), entry, title)
     _upload_config(client, config, _artifact.CONFIG_TYPE, scratch)
     client.put_manifest(manifest, MANIFEST, target.digest or target.reference)
-    signature = _signature.read(opened.path)
+    signature = _signature_file.read(opened.path)
     if signature is None:
         return digest, None
     subject = _artifact.subject(digest, manifest)
@@ -94,7 +94,7 @@ def _push_image(
 ) -> tuple[str, None]:
     """The image: its layer written (and every file checked) before anything is uploaded."""
     layer = scratch / "layer.tar"
-    layer_digest = _image.write_layer(opened, _signature.read(opened.path), layer)
+    layer_digest = _image.write_layer(opened, _signature_file.read(opened.path), layer)
     version = opened.bundle_manifest.format_version
     config = _image.config(layer_digest, version)
     manifest = _image.manifest(config, layer_digest, layer.stat().st_size, version)
@@ -133,13 +133,14 @@ def _upload_config(client: Client, config: bytes, media_type: str, scratch: Path
 
 def _artifact_of(opened: Bundle) -> tuple[list[dict], bytes, bytes]:
     """The bundle's layers (its listed files, then `manifest.json`), config and manifest."""
-    from .._format._fields import read_manifest_bytes
+    from .._file_io._bounded import read_at_most
+    from .._format._fields import MAX_MANIFEST_BYTES
 
     listed = opened.bundle_manifest.files
     layers = [
         _artifact.layer(name, entry.size, entry.sha256) for name, entry in sorted(listed.items())
     ]
-    raw_manifest = read_manifest_bytes(opened.path / MANIFEST_NAME)
+    raw_manifest = read_at_most(opened.path / MANIFEST_NAME, MAX_MANIFEST_BYTES)
     layers.append(_artifact.layer(MANIFEST_NAME, len(raw_manifest), opened.manifest_sha256))
     version = opened.bundle_manifest.format_version
     config = _artifact.config(

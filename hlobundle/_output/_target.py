@@ -50,15 +50,16 @@ def check_target(out: Path, force: bool) -> None:
 
 def _is_bundle(path: Path) -> bool:
     """A real directory whose manifest.json parses as a bundle manifest: what --force may replace."""
+    from .._file_io._bounded import read_at_most
     from .._format._errors import HloBundleError
-    from .._format._fields import read_manifest_bytes
+    from .._format._fields import MAX_MANIFEST_BYTES
     from .._format._manifest_json import parse_manifest
 
     manifest = path / MANIFEST_NAME
     if path.is_symlink() or not path.is_dir() or manifest.is_symlink() or not manifest.is_file():
         return False
     try:
-        parse_manifest(read_manifest_bytes(manifest))
+        parse_manifest(read_at_most(manifest, MAX_MANIFEST_BYTES))
     except (HloBundleError, OSError):
         return False
     return True

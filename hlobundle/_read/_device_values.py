@@ -18,7 +18,7 @@ from .._format._fields import static_shape
 from ._tensor_files import stored_tensors
 
 if TYPE_CHECKING:
-    from .._format._tensors import TensorFile
+    from .._bundle_io._tensors import TensorFile
     from ._files import AnyManifest
 
 

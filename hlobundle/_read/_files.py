@@ -10,6 +10,8 @@ import stat
 import weakref
 from pathlib import Path
 
+from .._bundle_io import _opening
+from .._file_io._bounded import read_at_most
 from .._format import _chunks, _limits, _paths, _prechecks
 from .._format._bundle_manifest import BundleManifest
 from .._format._errors import (
@@ -23,7 +25,7 @@ from .._format._errors import (
     SizeMismatchError,
     UnsafePathError,
 )
-from .._format._fields import MANIFEST_NAME, read_manifest_bytes
+from .._format._fields import MANIFEST_NAME, MAX_MANIFEST_BYTES
 from .._format._manifest import FileEntry, Manifest
 from .._format._manifest_json import parse_manifest
 from .._format._signature import SIGNATURE_NAME
@@ -50,7 +52,7 @@ def check_file_set(root: Path, manifest: AnyManifest, present: set[str] | None =
             "(SPEC.md, 'Signature')",
             field=f"files[{SIGNATURE_NAME!r}]",
         )
-    on_disk = set(_paths.walk(root)) - {MANIFEST_NAME, SIGNATURE_NAME}
+    on_disk = set(_opening.walk(root)) - {MANIFEST_NAME, SIGNATURE_NAME}
     listed = set(manifest.files)
     for name in sorted((listed if present is None else present) - on_disk):
         raise FileMissingError(f"{name} is listed in the manifest but missing", path=name)
@@ -70,7 +72,7 @@ def check_file_set(root: Path, manifest: AnyManifest, present: set[str] | None =
     for name, entry in manifest.files.items():
         if present is not None and name not in present:
             continue
-        st = _paths.resolve(root, name).lstat()
+        st = _opening.resolve(root, name).lstat()
         _paths.check_single_link(st, name)
         size = st.st_size
         if size != entry.size:
@@ -196,7 +198,7 @@ def read_manifest(root: Path) -> tuple[AnyManifest, str]:
             f"{str(root)!r} has no {MANIFEST_NAME}; it is not a bundle{_packed_how(root)}",
             path=MANIFEST_NAME,
         )
-    data = read_manifest_bytes(path)
+    data = read_at_most(path, MAX_MANIFEST_BYTES)
     return parse_manifest(data, path=MANIFEST_NAME), hashlib.sha256(data).hexdigest()
 
 
@@ -247,7 +249,7 @@ def _read_checked(root: Path, manifest: AnyManifest, name: str) -> tuple[bytes, 
 def open_listed(root: Path, name: str) -> int:
     """A listed file, opened without following a symlink, checked to be a regular file with
     one hard link (checked on what was opened, not on the name, which may change meanwhile)."""
-    fd = _paths.open_no_follow(_paths.resolve(root, name), name)
+    fd = _opening.open_no_follow(_opening.resolve(root, name), name)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

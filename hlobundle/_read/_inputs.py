@@ -22,7 +22,7 @@ import numpy as np
 
 from .._format import _dtypes
 from .._format._errors import InputAmbiguousError, InputError, TensorFileError
-from .._format._main_signature import TensorType
+from .._parse._main_signature import TensorType
 from .._terminal._display import did_you_mean, some_names
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def _read_npz(path: Path) -> list[Keyed]:
 
 
 def _read_safetensors(path: Path) -> list[Keyed]:
-    from .._format._tensors import TensorFile
+    from .._bundle_io._tensors import TensorFile
 
     try:
         tf = TensorFile(path.resolve(), name=path.name)  # the user named it: a symlink is theirs

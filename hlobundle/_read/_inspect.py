@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._bundle_io import _signature_file
 from .._format import _dtypes, _signature
 from .._format._bundle_manifest import BundleManifest, functions_of
 from .._format._fields import made_by, static_shape
@@ -65,7 +66,7 @@ def _summarize(root: Path) -> Summary:
         data, _ = _files.read_module_file(root, manifest, view.module.text)
         function_ops[name] = op_histogram(_files.module_text(data, view.module.text))
     shown_first = default or next(iter(views))
-    signature = _signature.read(root)
+    signature = _signature_file.read(root)
     signer = None if signature is None else _signature.signer(signature)
     return Summary(
         root,

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._bundle_io import _artifacts
-from .._format import _dtypes, _main_signature, _mlir, _portable, _stored
+from .._format import _dtypes
 from .._format._errors import ManifestError, ModuleError
+from .._parse import _artifacts, _main_signature, _mlir, _portable, _stored
 
 if TYPE_CHECKING:
     from .._format._manifest import Manifest

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._bundle_io import _signing, _tensor_reading, _tensor_streaming
-from .._format import _main_signature, _paths, _signature, _stored
+from .._bundle_io import _opening, _signature_file, _signing, _tensor_reading, _tensor_streaming
+from .._format import _signature
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
     InputError,
     ModuleError,
 )
 from .._format._fields import MANIFEST_NAME
+from .._parse import _main_signature, _stored
 from . import _device_values, _file_digests, _files, _modules, _tensor_files
 from ._gc import collector_paused
 from ._modules import StoredModule
@@ -526,7 +527,7 @@ class Bundle(StoredValues):
     @property
     def signed(self) -> bool:
         """Whether the bundle has a signature file (unverified: `verify(public_key=...)` checks it)."""
-        return _signature.present(self.path)
+        return _signature_file.present(self.path)
 
     def _file(self, name: str) -> Path:
-        return _paths.resolve(self.path, name)
+        return _opening.resolve(self.path, name)

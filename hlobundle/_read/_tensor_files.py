@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._format import _chunks, _dtypes, _limits, _paths, _symbolic, _tensors
+from .._bundle_io import _opening, _tensors
+from .._format import _chunks, _dtypes, _limits, _symbolic
 from .._format._errors import TensorMismatchError
 from .._format._fields import static_shape
 from . import _cache
@@ -56,7 +57,7 @@ def open_tensor_files(
         keys.setdefault(ref.file, []).append(ref.key)
     files = {
         name: _tensors.TensorFile(
-            _paths.resolve(root, name),
+            _opening.resolve(root, name),
             name=name,
             header_limit=header_budget(keys[name]),
             with_safetensors=False,

@@ -12,8 +12,8 @@ from .._format._fields import static_shape, unflatten
 if TYPE_CHECKING:
     import numpy as np
 
+    from .._bundle_io._tensors import TensorFile
     from .._format._manifest import Argument, Manifest, Result, TensorRef
-    from .._format._tensors import TensorFile
 
 
 class StoredValues:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._bundle_io import _signing
+from .._bundle_io._tensors import MAX_HEADER_BYTES, TensorFile
 from .._format import _chunks, _limits, _paths, _prechecks, _signature
 from .._format._bundle_manifest import functions_of
 from .._format._errors import (
@@ -31,7 +32,6 @@ from .._format._errors import (
 )
 from .._format._fields import MANIFEST_NAME
 from .._format._manifest_json import parse_manifest
-from .._format._tensors import MAX_HEADER_BYTES, TensorFile
 from .._read import _files, _reader, _store, _tensor_files
 from .._read._reader import Bundle
 from . import _sources

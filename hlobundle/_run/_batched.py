@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._format import _dtypes
-from .._format._stored import BATCH_DIMENSION, expected_types
+from .._parse._stored import BATCH_DIMENSION, expected_types
 from ._by_text import ByText
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._format._errors import DevicesUnavailableError
-from .._format._sharding import partition_spec_entries
+from .._parse._sharding import partition_spec_entries
 
 if TYPE_CHECKING:
     from .._format._manifest import Manifest

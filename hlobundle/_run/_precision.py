@@ -3,7 +3,7 @@ every dot and convolution op asking for HIGHEST, as a view of the bundle that th
 prepare and run. The stored files and their parsed forms are never changed: each form is
 parsed again from its bytes, rewritten with the `jaxlib.mlir` bindings, and written as text
 and as a portable artifact for the stored target version. A dot_general with an explicit
-algorithm keeps it, and its precision (`_format/_precision`): the view warns, and `run`
+algorithm keeps it, and its precision (`_precision_rewrite.py`): the view warns, and `run`
 reports it."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import hashlib
 import warnings
 from typing import TYPE_CHECKING
 
-from .._format import _mlir, _precision
 from .._format._errors import HloBundleWarning, InputError
+from .._parse import _mlir
+from . import _precision_rewrite
 
 if TYPE_CHECKING:
     from .._read._modules import StoredModule
@@ -62,13 +63,16 @@ def kept(counts: dict[str, int]) -> str | None:
 def kept_in(view: Bundle) -> str | None:
     """`kept` of a view `at_highest` made, read again from its modules."""
     return kept(
-        {key: _precision.with_algorithm(stored.parsed) for key, stored in view.modules.items()}
+        {
+            key: _precision_rewrite.with_algorithm(stored.parsed)
+            for key, stored in view.modules.items()
+        }
     )
 
 
 def _rewritten(stored: StoredModule) -> tuple[StoredModule, int]:
     module = _mlir.parse(stored.text_bytes, path=stored.text_file)  # a parse of its own
-    rewrite = _precision.at_highest(module, path=stored.text_file)
+    rewrite = _precision_rewrite.at_highest(module, path=stored.text_file)
     text = str(module).encode()
     portable = _mlir.to_portable(module, stored.target_version, path=stored.portable_file)
     return dataclasses.replace(

@@ -12,10 +12,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._bundle_io import _tensor_writing
-from .._format import _dtypes, _limits, _main_signature
+from .._format import _dtypes, _limits
 from .._format._errors import InputError, LimitError
 from .._format._fields import static_shape
-from .._format._tolerance import (
+from .._parse import _main_signature
+from .._read import _inputs
+from .._read._reader import Bundle
+from .._read._trust import Trust
+from . import _placement
+from ._function import function_on
+from ._tolerance import (
     F32_ROUNDOFF,
     FACTOR,
     Computed,
@@ -25,11 +31,6 @@ from .._format._tolerance import (
     tolerance,
     widening,
 )
-from .._read import _inputs
-from .._read._reader import Bundle
-from .._read._trust import Trust
-from . import _placement
-from ._function import function_on
 
 if TYPE_CHECKING:
     from .._format._manifest import Result
@@ -252,7 +253,7 @@ def sides(bundle: Bundle, fn: Any) -> tuple[Computed, Computed]:
     records nothing: a CPU, with the jaxlib of its `provenance`) and where `fn` computes, each
     with the jaxlib whose XLA computes and the lowest precision its dot and convolution ops
     asked for. The modules are walked only where a precision can matter."""
-    from .._format._tolerance import ROUNDOFF
+    from ._tolerance import ROUNDOFF
 
     record = getattr(bundle.manifest, "expected_from", None)
     platform, kind = _device(fn)
@@ -309,7 +310,7 @@ def believed(claim: Computed, asked: str | None) -> Computed:
     `run --json`) as SPEC.md 2.15 lets a check take it, for a module whose dot and convolution
     ops ask for `asked` at the lowest (`lowest_asked`): its precision never lower than that,
     and none where the module has no such op, since what the module refutes widens nothing."""
-    from .._format._precision import possible
+    from ._precision_rewrite import possible
 
     return dataclasses.replace(claim, precision=possible(claim.precision, asked))
 
@@ -317,9 +318,9 @@ def believed(claim: Computed, asked: str | None) -> Computed:
 def lowest_asked(bundle: Bundle) -> str | None:
     """The lowest precision the bundle's module's dot and convolution ops ask for; None when
     it has none."""
-    from .._format import _precision
+    from . import _precision_rewrite
 
-    return _precision.lowest_asked(bundle.modules["module"].parsed)
+    return _precision_rewrite.lowest_asked(bundle.modules["module"].parsed)
 
 
 def _device(fn: Any) -> tuple[str, str | None]:

@@ -165,7 +165,7 @@ def _static_entry(text: bytes, manifest: Manifest, shapes: Shapes) -> bytes:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import func, stablehlo
 
-    from .._format import _main_signature, _mlir
+    from .._parse import _main_signature, _mlir
 
     module = _mlir.parse(text)
     with _mlir.context(), ir.Location.unknown():
@@ -202,7 +202,7 @@ def _result_shapes(refined: bytes, manifest: Manifest) -> Shapes:
     values choose is left (refinement turns those of constant operands into static ops)."""
     from jaxlib.mlir import ir
 
-    from .._format import _main_signature, _mlir
+    from .._parse import _main_signature, _mlir
 
     with _mlir.context(), ir.Location.unknown():
         module = ir.Module.parse(refined)

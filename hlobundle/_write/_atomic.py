@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .._bundle_io import _signing, _tensor_writing
+from .._bundle_io import _opening, _signing, _tensor_writing
 from .._file_io import _durable
-from .._format import _chunks, _paths, _signature
+from .._format import _chunks, _signature
 from .._format._bundle_manifest import BundleManifest, combine, functions_of, minimum_version
 from .._format._errors import HashMismatchError
 from .._format._manifest import MANIFEST_NAME, Chunks, FileEntry, Manifest
@@ -168,7 +168,7 @@ def _copy_checked(bundle: Path, name: str, target: Path, listed: FileEntry) -> N
     target.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
     chunks = None if listed.chunks is None else _chunks.ChunkHasher(listed.chunks.size)
-    with open(_paths.resolve(bundle, name), "rb") as src, open(target, "xb") as dst:
+    with open(_opening.resolve(bundle, name), "rb") as src, open(target, "xb") as dst:
         while chunk := src.read(1 << 20):
             h.update(chunk)
             if chunks is not None:

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _dtypes, _main_signature
+from .._format import _dtypes
 from .._format._errors import InputError
 from .._format._manifest import ExpectedFrom, Manifest, TensorRef
+from .._parse import _main_signature
 from .._read import _inputs
 from .._run import _compute
 from ._plan import EXPECTED_FILE
@@ -66,9 +67,12 @@ def expected_from(portable: bytes) -> ExpectedFrom | None:
     platform, kind, jaxlib_version = _compute.where()
     if platform == "cpu":
         return None
-    from .._format import _mlir, _precision
+    from .._parse import _mlir
+    from .._run import _precision_rewrite
 
-    precision = _precision.lowest_asked(_mlir.from_portable(portable))  # written by this process
+    precision = _precision_rewrite.lowest_asked(
+        _mlir.from_portable(portable)
+    )  # written by this process
     return ExpectedFrom.model_validate(
         {
             "platform": platform,

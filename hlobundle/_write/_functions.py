@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._format import _dtypes, _stored
+from .._format import _dtypes
 from .._format._bundle_manifest import combine
 from .._format._errors import InputError, TensorConflictError
 from .._format._manifest import (
@@ -30,6 +30,7 @@ from .._format._manifest import (
     TensorRef,
     identifier,
 )
+from .._parse import _stored
 from .._read._reader import Bundle, load
 from . import _shards
 from ._atomic import write_bundle

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from .._bundle_io import _artifacts, _children
 from .._format import _limits
 from .._format._manifest import Role, identifier
 from .._interop._jax_export import PRODUCER, refuse_what_a_bundle_cannot_hold, symbolic_shapes
 from .._isolation import _child
+from .._parse import _artifacts, _children
 from .._read._inputs import from_python
 from ._options import PackOptions, takes
 from ._pack_files import pack_file_inputs

@@ -13,8 +13,8 @@ from typing import Any
 
 from .._format import _dtypes
 from .._format._manifest import Manifest
-from .._format._stored import BATCH_DIMENSION
 from .._interop._jax_export import cotangent_avals, is_symbolic, value_avals
+from .._parse._stored import BATCH_DIMENSION
 
 
 def lower_backward(manifest: Manifest, primal: Callable[..., Sequence[Any]]) -> str:

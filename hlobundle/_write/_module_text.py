@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._format import _mlir
 from .._format._errors import InputError
+from .._parse import _mlir
 
 
 def without_locations(text: str, *, path: str | None) -> str:

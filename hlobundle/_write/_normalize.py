@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .._format import _mlir
-from .._format._policy import refuse_unportable
 from .._mlir_context import new_context
+from .._parse import _mlir
+from .._parse._unportable import refuse_unportable
 
 PRODUCER_NAMESPACES = ("enzymexla.", "enzyme.", "reactant.")
 PREAMBLE = "Module:"

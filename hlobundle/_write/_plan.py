@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
-from .._format import _main_signature, _mlir, _symbolic
+from .._format import _symbolic
 from .._format._errors import InputError
 from .._format._manifest import (
     FORMAT,
@@ -25,8 +25,9 @@ from .._format._manifest import (
     Role,
     TensorRef,
 )
-from .._format._sharding import manifest_mesh, sharding_fields
-from .._format._stored import fits
+from .._parse import _main_signature, _mlir
+from .._parse._sharding import manifest_mesh, sharding_fields
+from .._parse._stored import fits
 from .._read import _inputs
 from ._pytree_names import positional_result_names, result_name
 

@@ -15,10 +15,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._format import _limits, _main_signature
+from .._format import _limits
 from .._format._errors import InputError
 from .._format._manifest import identifier
 from .._interop._sources import check_regular, inside, read_regular
+from .._parse import _main_signature
 from ._options import PackOptions, takes
 from ._pytree_names import unique
 
@@ -176,7 +177,7 @@ def from_reactant(path: str | Path, out: str | Path, opt: PackOptions) -> Path:
 
     **Returns:** the path of the written bundle.
     """
-    from .._format import _mlir
+    from .._parse import _mlir
     from . import _normalize
     from ._pack_files import pack_file_inputs
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .._format import _main_signature, _mlir
 from .._format._errors import HloBundleWarning, InputError
 from .._format._manifest import identifier
 from .._interop import _reactant_server as rs
 from .._interop._reactant_server import ServerBundle, TensorSpec
+from .._parse import _main_signature, _mlir
 from ._options import PackOptions, takes
 
 

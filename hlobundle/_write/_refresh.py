@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .._format import _mlir
 from .._format._manifest import BatchedModule, Manifest, Module, PortableArtifact
+from .._parse import _mlir
 from .._read._reader import Bundle
 from ._options import PackOptions, takes
 from ._sign import check_resignable, rewrite_and_resign

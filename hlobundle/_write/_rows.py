@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from .._format._errors import InputError
 from .._format._manifest import Manifest
 from .._format._model import first_error
-from .._format._tolerance import agree
+from .._run._tolerance import agree
 
 BLOCKS = 3  # blocks of rows `check` joins
 ARGUMENT = "independent_rows"

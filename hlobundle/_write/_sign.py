@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._bundle_io import _signing
+from .._bundle_io import _signature_file, _signing
 from .._file_io._durable import write_file_atomically
 from .._format import _signature
 from .._format._bundle_manifest import BundleManifest
@@ -41,7 +41,7 @@ def sign(
     **Returns:** who signed, as a verifier will report it (`key <hint>` or `certificate <subject>`).
     """
     b = bundle if isinstance(bundle, Bundle) else load(bundle)
-    if _signature.present(b.path) and not opt.force:
+    if _signature_file.present(b.path) and not opt.force:
         raise OutputExistsError(
             f"{b.path} is already signed; pass --force (force=True) to replace its signature",
             path=b.path / _signature.SIGNATURE_NAME,

@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .._format import _main_signature, _mlir, _stored
 from .._format._errors import InputError
 from .._format._manifest import (
     BatchedModule,
@@ -20,6 +19,7 @@ from .._format._manifest import (
     Module,
     PortableArtifact,
 )
+from .._parse import _main_signature, _mlir, _stored
 from .._read import _inputs
 from .._run import _compute
 from . import _expected, _module_text, _normalize, _rows, _shards

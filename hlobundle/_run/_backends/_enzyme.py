@@ -120,7 +120,7 @@ def _refined_per_shape(
     runs as one call at the folded shape (`_batched.folded`)."""
     from jaxlib.mlir import ir
 
-    from ..._format import _mlir
+    from ..._parse import _mlir
     from ._enzyme_prepare import for_hlo_call, symbol_prefix
 
     results = [r.dtype for r in bundle.manifest.results]

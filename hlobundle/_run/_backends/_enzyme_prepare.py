@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..._format import _dtypes, _main_signature, _mlir
+from ..._format import _dtypes
+from ..._parse import _main_signature, _mlir
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir

@@ -211,7 +211,7 @@ class EnzymeBlockers:
     @classmethod
     def of(cls, module: Any, dtypes: Sequence[tuple[str, str]] = ()) -> EnzymeBlockers:
         """`dtypes` are the (name, dtype) of the function's arguments and results."""
-        from ..._format import _mlir
+        from ..._parse import _mlir
 
         float8 = next(
             (f"{name} ({dtype})" for name, dtype in dtypes if dtype.startswith("float8")), None

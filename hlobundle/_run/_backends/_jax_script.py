@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..._format._fields import needs_x64
 from ..._format._policy import calls_lapack
-from ..._format._sharding import partition_spec_entries
+from ..._parse._sharding import partition_spec_entries
 from ._backend import Script
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """The stored modules of a bundle, one record per form (SPEC.md 2.2, 2.4, 2.6).
 
 Every form (the module, the backward module, the batched module) is a text file and a portable
-artifact of one program, held to the same rules: the allow-list of `_policy` and a required
-`@main` signature. The reader and the writer loop over `FORMS` instead of writing a branch per form.
+artifact of one program, held to the same rules: the allow-list of `_format/_policy.py`
+(`_unportable`) and a required `@main` signature. The reader and the writer loop over `FORMS` instead of writing a branch per form.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._format._errors import MainSignatureError, ManifestError
+from .._format._fields import static_shape
 from . import _main_signature, _sharding
-from ._errors import MainSignatureError, ManifestError
-from ._fields import static_shape
-from ._policy import refuse_unportable
+from ._unportable import refuse_unportable
 
 if TYPE_CHECKING:
-    from ._manifest import Argument, BatchedModule, Manifest, Module, Result
+    from .._format._manifest import Argument, BatchedModule, Manifest, Module, Result
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from .._format import _dtypes, _prechecks
+from .._format._errors import ModuleError, VersionError
+from .._format._prechecks import short
 from .._mlir_context import new_context
-from . import _dtypes, _prechecks
-from ._errors import ModuleError, VersionError
-from ._prechecks import short
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir
@@ -238,7 +238,7 @@ def place(location: str) -> str:
 
 def from_portable(data: bytes, *, path: str | None = None) -> ir.Module:
     """Deserialize a portable artifact this process wrote itself; never untrusted bytes (those
-    go through `_bundle_io/_artifacts.canonical_in_child`)."""
+    go through `_artifacts.canonical_in_child`)."""
     from jaxlib.mlir.dialects import stablehlo
 
     try:

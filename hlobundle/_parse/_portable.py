@@ -1,6 +1,6 @@
 """A module form's portable artifact, as the format defines it (SPEC.md 5 and 8): the MLIR
 bytecode magic it starts with, and the StableHLO versions this jaxlib reads. Whether an artifact
-holds the same program as its text is shown in `_bundle_io/_artifacts.py`, which reads untrusted
+holds the same program as its text is shown in `_artifacts.py`, which reads untrusted
 artifacts in child processes.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import shlex
 
+from .._format._errors import VersionError
 from . import _mlir
-from ._errors import VersionError
 
 MAGIC = b"ML\xefR"
 

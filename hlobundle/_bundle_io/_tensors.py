@@ -1,6 +1,6 @@
 """Tensor files: a bundle's safetensors files opened as checked, held and read back
-memory-mapped. Written by `_bundle_io/_tensor_writing.py` in safetensors' layout
-(`_safetensors_layout.py`), and read and hashed by `_bundle_io/_tensor_reading.py`.
+memory-mapped. Written by `_tensor_writing.py` in safetensors' layout
+(`_format/_safetensors_layout.py`), and read and hashed by `_tensor_reading.py`.
 
 safetensors' own reader (`safe_open`) checks the header, dtypes and offsets (no overlap,
 no holes, no overflow). Only then does this module map each tensor's validated byte range
@@ -21,9 +21,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from . import _chunks, _dtypes, _paths
-from ._errors import LimitError, TensorFileError
-from ._safetensors_layout import CODE_BYTES
+from .._format import _chunks, _dtypes, _paths
+from .._format._errors import LimitError, TensorFileError
+from .._format._safetensors_layout import CODE_BYTES
+from . import _opening
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,7 +67,7 @@ class TensorFile:
         `with_safetensors`, by safetensors itself too (which imports numpy: `inspect` skips it)."""
         self.path = path
         self.name = name
-        self._fd = _paths.open_no_follow(path, name)
+        self._fd = _opening.open_no_follow(path, name)
         closer = weakref.finalize(self, os.close, self._fd)  # held for the Bundle's lifetime
         try:
             st = os.fstat(self._fd)

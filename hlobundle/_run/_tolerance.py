@@ -1,6 +1,6 @@
 """How results are compared with expected ones (SPEC.md 2.15 and 7): one rule for the runner,
-the conformance suite and the emitted script. Whether an element agrees is `_agreement`'s, whose
-text the scripts carry; the tolerance the scripts derive is a standalone copy of this one's,
+the conformance suite and the emitted script. Whether an element agrees is
+`_format/_agreement`'s, whose text the scripts carry; the tolerance the scripts derive is a standalone copy of this one's,
 tested against it (tests/test_precision.py).
 
 The base tolerance is a few ulps of the result's dtype. Where the expected outputs were
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _agreement, _dtypes
+from .._format import _agreement, _dtypes
 
 F32_ROUNDOFF = 2.0**-24
 # Unit roundoff of a float32 dot's or convolution's operands, by platform and the precision the

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import _mlir
-from ._errors import TransformError
-from ._prechecks import short
+from .._format._errors import TransformError
+from .._format._prechecks import short
+from .._parse import _mlir
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir

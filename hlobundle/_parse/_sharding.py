@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from . import _main_signature
 
 if TYPE_CHECKING:
-    from ._manifest import DeviceMesh
+    from .._format._manifest import DeviceMesh
 
 
 def sharding_fields(sharding: _main_signature.Sharding | None, what: str, i: int) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def sharding_fields(sharding: _main_signature.Sharding | None, what: str, i: int
 def manifest_mesh(sharding: _main_signature.Sharding | None) -> DeviceMesh | None:
     if sharding is None or sharding.mesh is None:
         return None
-    from ._manifest import DeviceMesh, MeshAxis  # the writer's, and a module check's
+    from .._format._manifest import DeviceMesh, MeshAxis  # the writer's, and a module check's
 
     return DeviceMesh(
         axes=[MeshAxis(name=n, size=s) for n, s in sharding.mesh],

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._format import _limits, _mlir
+from .._format import _limits
 from .._format._errors import LimitError, ModuleError, ModuleMismatchError
-from .._format._portable import MAGIC, check_target
 from .._isolation import _child
 from .._mlir_context import canonical
+from . import _mlir
 from ._children import run_child
+from ._portable import MAGIC, check_target
 
 CHILD = _child.PORTABLE_CHILD
 # Forks of one server, which imports MLIR's bindings once: a load of a bundle another jaxlib

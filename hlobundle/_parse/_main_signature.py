@@ -8,10 +8,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import _dtypes
-from ._errors import MainSignatureError, ModuleError
+from .._format import _dtypes
+from .._format._errors import MainSignatureError, ModuleError
+from .._format._prechecks import short
 from ._mlir import ENTRY, context, optional_string, string_value
-from ._prechecks import short
 
 if TYPE_CHECKING:
     from jaxlib.mlir import ir
