@@ -437,3 +437,26 @@ def compiled_during(call) -> tuple[object, int]:
     before = len(_compiles)
     result = call()
     return result, len(_compiles) - before
+
+
+def triton_shm() -> Any:
+    """tritonclient.utils.shared_memory, which finds its C library through pkg_resources,
+    gone from setuptools 81: where it is missing, a stand-in with the one function it calls,
+    present only while the module is imported."""
+    import importlib
+    import importlib.resources
+    import types
+
+    try:
+        import pkg_resources  # noqa: F401
+    except ImportError:
+        stand_in = types.ModuleType("pkg_resources")
+        stand_in.resource_filename = lambda package, name: str(  # type: ignore[attr-defined]
+            importlib.resources.files(package) / name
+        )
+        sys.modules["pkg_resources"] = stand_in
+        try:
+            return importlib.import_module("tritonclient.utils.shared_memory")
+        finally:
+            del sys.modules["pkg_resources"]
+    return importlib.import_module("tritonclient.utils.shared_memory")
