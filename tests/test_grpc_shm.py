@@ -245,7 +245,11 @@ def test_data_both_in_a_region_and_in_the_request_is_refused(stub, regions, imag
     both.raw_input_contents.append(images.tobytes())
     status, message, code = _refused(stub.ModelInfer, both)
     assert (status, code) == (grpc.StatusCode.INVALID_ARGUMENT, "INPUT_INVALID")
-    assert "raw_input_contents holds 1 tensors for 0 inputs" in message
+    assert "raw_input_contents holds more tensors than the inputs that name no" in message
+    fewer = service_pb2.ModelInferRequest(model_name="lenet5", raw_input_contents=[b"\0" * 8])
+    for _ in range(2):
+        fewer.inputs.add(name="images", datatype="FP32", shape=[4, 1, 28, 28])
+    assert "holds fewer tensors than the inputs" in _refused(stub.ModelInfer, fewer)[1]
     typed = _infer("in", IMAGES_BYTES)
     typed.inputs[0].contents.fp32_contents.extend(images.ravel().tolist())
     status, message, code = _refused(stub.ModelInfer, typed)

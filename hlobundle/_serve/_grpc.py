@@ -86,16 +86,11 @@ def request_object(request: Any) -> tuple[dict[str, Any], memoryview]:
     """The request object REST's JSON would hold (`_protocol.parse_request`'s first result),
     and the binary data its inputs' `binary_data_size` claim, from a `ModelInferRequest`."""
     raw = request.raw_input_contents
-    # as Triton's: raw contents are the inputs' that name no shared-memory region, in order
-    direct = [t for t in request.inputs if "shared_memory_region" not in t.parameters]
-    if raw and len(raw) != len(direct):
-        raise RequestError(
-            400,
-            f"raw_input_contents holds {len(raw)} tensors for {len(direct)} inputs (those "
-            "naming no shared-memory region)",
-        )
+    # as Triton's: raw contents are those of the inputs that name no region, one each, in order
     sizes = iter([len(data) for data in raw]) if raw else None
     inputs = [_input(tensor, sizes) for tensor in request.inputs]
+    if sizes is not None and next(sizes, None) is not None:
+        raise RequestError(400, _RAW_COUNT.format("more"))
     parsed: dict[str, Any] = {"inputs": inputs, "id": request.id}
     if request.parameters:
         parsed["parameters"] = _parameters(request.parameters)
@@ -105,6 +100,12 @@ def request_object(request: Any) -> tuple[dict[str, Any], memoryview]:
         ]
     data = raw[0] if len(raw) == 1 else b"".join(raw)
     return parsed, memoryview(data)
+
+
+_RAW_COUNT = (
+    "raw_input_contents holds {} tensors than the inputs that name no shared-memory region "
+    "(one each, in order)"
+)
 
 
 def _input(tensor: Any, raw_sizes: Iterator[int] | None) -> dict[str, Any]:
@@ -127,7 +128,10 @@ def _input(tensor: Any, raw_sizes: Iterator[int] | None) -> dict[str, Any]:
                 f"input {tensor.name[:80]!r}: contents given with raw_input_contents "
                 "(the protocol allows one or the other)",
             )
-        params["binary_data_size"] = next(raw_sizes)
+        size = next(raw_sizes, None)
+        if size is None:
+            raise RequestError(400, _RAW_COUNT.format("fewer"))
+        params["binary_data_size"] = size
     else:
         item["data"] = _typed(tensor)
     if params:
