@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -460,3 +461,23 @@ def triton_shm() -> Any:
         finally:
             del sys.modules["pkg_resources"]
     return importlib.import_module("tritonclient.utils.shared_memory")
+
+
+@contextlib.contextmanager
+def shm_regions() -> Any:
+    """`make(size)`: a region made with tritonclient's utilities (a /dev/shm file of ours,
+    mode 0600), as (its key, its handle); each destroyed on leaving."""
+    import uuid
+
+    shm, made = triton_shm(), []
+
+    def make(size: int) -> tuple[str, Any]:
+        key = f"hlobundle-test-{uuid.uuid4().hex}"
+        made.append(shm.create_shared_memory_region(key, "/" + key, size))
+        return key, made[-1]
+
+    try:
+        yield make
+    finally:
+        for handle in made:
+            shm.destroy_shared_memory_region(handle)

@@ -12,7 +12,7 @@ import uuid
 
 import numpy as np
 import pytest
-from helpers import ROOT, triton_shm
+from helpers import ROOT, shm_regions, triton_shm
 
 import hlobundle
 
@@ -66,18 +66,9 @@ def images():
 def regions(client):
     """Make regions with tritonclient (/dev/shm files of ours, mode 0600); after the test,
     every region is unregistered and the files destroyed."""
-    made = []
-
-    def make(size):
-        key = f"hlobundle-test-{uuid.uuid4().hex}"
-        handle = shm.create_shared_memory_region(key, "/" + key, size)
-        made.append(handle)
-        return key, handle
-
-    yield make
-    client.unregister_system_shared_memory()
-    for handle in made:
-        shm.destroy_shared_memory_region(handle)
+    with shm_regions() as make:
+        yield make
+        client.unregister_system_shared_memory()
 
 
 def _reference(images):
@@ -183,10 +174,15 @@ def test_a_region_beyond_its_file_is_refused(stub, regions):
     assert "offset + byte_size is 110, beyond" in message
 
 
-def test_an_offset_and_size_beyond_the_region_are_refused(stub, regions, images):
-    key, handle = regions(IMAGES_BYTES + 4)
+def _images_in(stub, regions, images, name, size):
+    """The images, in a region of `size` bytes registered as `name`."""
+    key, handle = regions(size)
     shm.set_shared_memory_region(handle, [images])
-    stub.SystemSharedMemoryRegister(_register("in4", key, IMAGES_BYTES + 4))
+    stub.SystemSharedMemoryRegister(_register(name, key, size))
+
+
+def test_an_offset_and_size_beyond_the_region_are_refused(stub, regions, images):
+    _images_in(stub, regions, images, "in4", IMAGES_BYTES + 4)
     status, message, code = _refused(stub.ModelInfer, _infer("in4", IMAGES_BYTES, 8))
     assert (status, code) == (grpc.StatusCode.INVALID_ARGUMENT, "INPUT_INVALID")
     assert "input 'images': bytes [8, 12552) are outside region 'in4'" in message
@@ -197,9 +193,7 @@ def test_an_offset_and_size_beyond_the_region_are_refused(stub, regions, images)
 
 
 def test_a_size_not_the_declared_tensor_s_is_refused(stub, regions, images):
-    key, handle = regions(IMAGES_BYTES + 4)
-    shm.set_shared_memory_region(handle, [images])
-    stub.SystemSharedMemoryRegister(_register("in4", key, IMAGES_BYTES + 4))
+    _images_in(stub, regions, images, "in4", IMAGES_BYTES + 4)
     status, message, code = _refused(stub.ModelInfer, _infer("in4", IMAGES_BYTES + 4))
     assert (status, code) == (grpc.StatusCode.INVALID_ARGUMENT, "INPUT_INVALID")
     assert "shared_memory_byte_size 12548, expected 12544 bytes for its shape" in message
@@ -238,9 +232,7 @@ def test_a_file_of_another_user_is_refused(stub, regions, monkeypatch):
 
 
 def test_data_both_in_a_region_and_in_the_request_is_refused(stub, regions, images):
-    key, handle = regions(IMAGES_BYTES)
-    shm.set_shared_memory_region(handle, [images])
-    stub.SystemSharedMemoryRegister(_register("in", key, IMAGES_BYTES))
+    _images_in(stub, regions, images, "in", IMAGES_BYTES)
     both = _infer("in", IMAGES_BYTES)
     both.raw_input_contents.append(images.tobytes())
     status, message, code = _refused(stub.ModelInfer, both)

@@ -15,7 +15,7 @@ import uuid
 
 import numpy as np
 import pytest
-from helpers import ROOT, triton_shm
+from helpers import ROOT, shm_regions, triton_shm
 
 import hlobundle
 from hlobundle._serve import _shm
@@ -84,17 +84,8 @@ def images():
 @pytest.fixture
 def regions():
     """Make regions with tritonclient (/dev/shm files of ours, mode 0600), destroyed after."""
-    made = []
-
-    def make(size):
-        key = f"hlobundle-test-{uuid.uuid4().hex}"
-        handle = shm.create_shared_memory_region(key, "/" + key, size)
-        made.append(handle)
-        return key, handle
-
-    yield make
-    for handle in made:
-        shm.destroy_shared_memory_region(handle)
+    with shm_regions() as make:
+        yield make
 
 
 @pytest.fixture
