@@ -12,7 +12,7 @@ import uuid
 
 import numpy as np
 import pytest
-from helpers import ROOT, shm_regions, triton_shm
+from helpers import ROOT, held_open, shm_regions, triton_shm
 
 import hlobundle
 
@@ -253,25 +253,41 @@ def test_the_server_s_stop_unregisters_every_region(models, regions):
     # connections out): what ends it is an unregister, or the server's stop, which closes them.
     key, _ = regions(IMAGES_BYTES)
     path = os.path.join("/dev/shm", key)
-
-    def held():
-        return sum(os.readlink(f"/proc/self/fd/{fd}") == path for fd in _fds())
-
     with _grpc.serving(models, max_shared_memory=CAP) as port:
         other = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
         other.register_system_shared_memory("r", key, IMAGES_BYTES)
         other.close()  # its connection gone: the region stays, for the server's clients
-        assert held() == 1
-    assert held() == 0
+        assert held_open(path) == 1
+    assert held_open(path) == 0
 
 
-def _fds():
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the listing's own descriptor, closed since
-            continue
-        yield fd
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_serve_s_shutdown_unregisters_the_regions_of_both_protocols(models, regions, host):
+    # What `serve --grpc-port` runs: REST's app, the gRPC server started and drained in its
+    # lifespan (`with_grpc`); the lifespan's end (SIGTERM's drain) closes every region, REST's
+    # too where gRPC offers none (on 0.0.0.0, beside REST on --uds).
+    pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the dev extra)")
+    from starlette.testclient import TestClient
+
+    from hlobundle._serve._app import app
+
+    rest = app(models, max_shared_memory=CAP)
+    service = _grpc.Service(models, rest, 1 << 20, 60, _grpc.regions_for(rest, host, None, CAP))
+    server = _grpc.GrpcServer(service, "127.0.0.1", 0, 8)  # bound to loopback all the same
+    port = server.start()
+    keys = [regions(8)[0] for _ in range(2)]
+    paths = [os.path.join("/dev/shm", key) for key in keys]
+    with TestClient(_grpc.with_grpc(rest, server, grace_s=5)) as web:
+        url = "/v2/systemsharedmemory/region/by-rest/register"
+        assert web.post(url, json={"key": keys[0], "byte_size": 8}).status_code == 200
+        if service.regions is not None:
+            other = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+            other.register_system_shared_memory("by-grpc", keys[1], 8)
+            status = other.get_system_shared_memory_status(as_json=True)["regions"]
+            assert sorted(status) == ["by-grpc", "by-rest"]
+            other.close()
+        assert [held_open(p) for p in paths] == [1, int(service.regions is not None)]
+    assert [held_open(p) for p in paths] == [0, 0]
 
 
 def test_grpc_offers_it_only_where_its_clients_are_local(models):

@@ -15,7 +15,7 @@ import uuid
 
 import numpy as np
 import pytest
-from helpers import ROOT, shm_regions, triton_shm
+from helpers import ROOT, held_open, shm_regions, triton_shm
 
 import hlobundle
 from hlobundle._serve import _shm
@@ -323,6 +323,22 @@ def test_a_server_that_does_not_offer_it_refuses_regions():
     r = client.post("/v2/systemsharedmemory/region/r/register", json={"key": "k", "byte_size": 8})
     assert r.status_code == 400 and "offered only by a server its clients" in r.json()["error"]
     assert "system_shared_memory" not in client.get("/v2").json()["extensions"]
+
+
+def test_the_server_s_stop_unregisters_every_region(own_file):
+    # A region is the server's, not a connection's: the end of the app's lifespan (uvicorn's,
+    # once SIGTERM's drain is done) closes every region's file.
+    pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2")
+    from starlette.testclient import TestClient
+
+    from hlobundle._serve._app import app
+
+    key = own_file(8)
+    with TestClient(app({}, max_shared_memory=CAP)) as client:
+        url = "/v2/systemsharedmemory/region/r/register"
+        assert client.post(url, json={"key": key, "byte_size": 8}).status_code == 200
+        assert held_open(os.path.join("/dev/shm", key)) == 1
+    assert held_open(os.path.join("/dev/shm", key)) == 0
 
 
 def test_what_was_checked_is_what_runs(own_file):
