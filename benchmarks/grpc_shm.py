@@ -25,10 +25,17 @@ from typing import Any
 import numpy as np
 
 from benchmarks import serve_client as client
-from benchmarks.harness import ROOT, free_port
+from benchmarks.harness import ROOT, free_port, run_py
 from benchmarks.serve_cpu import _model_cpu, _model_process, cpu_s
 
 LARGE = (1024, 1024)  # `double`'s input and output, FP32
+EXPORT_DOUBLE = """
+import sys
+sys.path.append({root!r})
+import numpy as np
+import hlobundle
+hlobundle.export(lambda x: 2 * x, np.zeros({shape}, np.float32), out={out!r})
+"""
 
 
 @dataclass(frozen=True)
@@ -134,19 +141,23 @@ def _models(tmp: Path) -> tuple[Model, Model, Path]:
     lenet = Model("lenet5", "images", "result", np.asarray(images, "<f4"), 4 * 10 * 4)
     x = np.arange(np.prod(LARGE), dtype="<f4").reshape(LARGE) / 7
     bundle = tmp / "double.hlobundle"
-    if not bundle.exists():
-        hlobundle.export(lambda x: 2 * x, x, out=bundle)
+    if not bundle.exists():  # in a child: this process never opens the accelerator
+        run_py(EXPORT_DOUBLE.format(root=str(ROOT), shape=LARGE, out=str(bundle)))
     return lenet, Model("double", "x", "result", x, x.nbytes), bundle
 
 
 def grpc_shm_cost(tmp: Path, quick: bool, uds: bool = False) -> list[dict]:
     """Requests per second and serve's CPU per request, raw contents and shared memory, for
     the LeNet and `double` (rounds in turns, medians), the model's own call beside the LeNet's,
-    and the answers that differed from the first raw one."""
+    and the answers that differed from the first raw one. With `uds` (the accelerator's
+    machine: no TCP, and one process at a time may hold its chip), the model's own rounds run
+    first, alone, instead of in turns with the server's."""
     lenet, double, bundle = _models(tmp)
     rounds, n = (3, 60) if quick else (9, 1000)
     model = _model_process(n)
     if uds:
+        model_s = [_model_cpu(model) for _ in range(rounds)]
+        model.communicate("", timeout=60)  # the end of its input: it exits, freeing the chip
         grpc_at = str(tmp / "grpc-shm.sock")
         flags, target, rest = ("--grpc-uds", grpc_at), f"unix:{grpc_at}", str(tmp / "shm.sock")
     else:
@@ -155,19 +166,24 @@ def grpc_shm_cost(tmp: Path, quick: bool, uds: bool = False) -> list[dict]:
     proc, _ = client.start_lenet(1, uds=rest, ready_s=600, flags=flags, more=(str(bundle),))
     askers = [Asker(target, m) for m in (lenet, double)]
     try:
-        runs = _measure(proc.pid, askers, model, rounds, n)
+        model_round = iter(model_s).__next__ if uds else lambda: _model_cpu(model)
+        runs = _measure(proc.pid, askers, model_round, rounds, n)
     finally:
         for asker in askers:
             asker.close()
-        model.communicate("", timeout=60)
+        if not uds:
+            model.communicate("", timeout=60)
         proc.terminate()
         proc.communicate(timeout=60)
     return _rows(runs, "--grpc-uds" if uds else "loopback --grpc-port")
 
 
-def _measure(pid: int, askers: list[Asker], model: Any, rounds: int, n: int) -> dict[str, Any]:
-    """Each asker's rounds, raw then shared, in turns with the model's own (`n` requests a
-    round for the LeNet, a tenth of them for `double`)."""
+def _measure(
+    pid: int, askers: list[Asker], model_round: Any, rounds: int, n: int
+) -> dict[str, Any]:
+    """Each asker's rounds, raw then shared, in turns with the model's own (`model_round()`:
+    its CPU seconds per call; `n` requests a round for the LeNet, a tenth of them for
+    `double`)."""
     wants = []
     for asker, count in zip(askers, (n, n // 10), strict=True):
         asker.start_sharing()
@@ -181,7 +197,7 @@ def _measure(pid: int, askers: list[Asker], model: Any, rounds: int, n: int) -> 
                 key = (asker.model.name, mode)
                 runs.setdefault(key, []).append(_round(pid, getattr(asker, mode), count, want))
                 runs["asked"] += count
-        runs["model"].append(_model_cpu(model))
+        runs["model"].append(model_round())
     return runs
 
 
