@@ -10,8 +10,9 @@ by the REST app's own `call` on its event loop (dynamic batching and the trust r
 so that REST and gRPC requests batch together). Outputs travel as `raw_output_contents`, as
 Triton answers. Triton's system shared-memory extension is served too (`_grpc_shm`: its three
 calls; an input or output naming a region in its parameters), over REST's own regions (`_shm`,
-`regions_for`), only where gRPC's clients are on this machine. A `RequestError` is the gRPC status of its HTTP status (`_status`), with the same
-message, and its SPEC.md code in the trailing metadata `hlobundle-error-code`.
+`regions_for`), only where gRPC's clients are on this machine. A `RequestError` is the gRPC
+status of its HTTP status (`_status`), with the same message, and its SPEC.md code in the
+trailing metadata `hlobundle-error-code`.
 
 Hostile clients: a message over `--max-body-bytes` is refused by grpc before it is decoded
 (RESOURCE_EXHAUSTED), and one over the model's `max_request_bytes` after; at most
