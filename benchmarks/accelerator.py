@@ -22,6 +22,9 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   (`lm_first_token_from_stored`; `decode`'s batch is symbolic).
 - `serve`: the gain of serve's batching over `serve --uds` (the machine has no TCP), 16
   clients, against the model-only bound (`serving.serve_uds_cost`); goal >= 0.8.
+- `grpc-shm`: a small binary infer over `serve --grpc-uds`, one client, with raw contents and
+  with system shared memory: requests per second and serve's CPU per request
+  (`grpc_shm.grpc_shm_cost`; it needs the grpc extra).
 
 It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
 the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
@@ -472,13 +475,24 @@ def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
     return serve_uds_cost(tmp, args.quick)
 
 
+def grpc_shared_memory(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """`hlobundle serve --uds PATH --grpc-uds PATH2`: a small binary infer over gRPC, one client,
+    raw contents / system shared memory: requests per second and serve's CPU per request, as
+    `benchmarks/run.py --only grpc-shm` measures them over loopback (`grpc_shm.grpc_shm_cost`;
+    it needs the grpc extra, grpcio and protobuf)."""
+    from benchmarks.grpc_shm import grpc_shm_cost
+
+    return grpc_shm_cost(tmp, args.quick, uds=True)
+
+
 # --- report -------------------------------------------------------------------------------------
 
-# `first` and `serve` run only children, which hold the device in turn: they come before any
+# `first`, `serve` and `grpc-shm` run only children, which hold the device in turn: they come before any
 # section that opens it in this process (one process at a time may hold a TPU chip).
 SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]] = {
     "first": ("First result in a fresh process", first_result),
     "serve": ("Serving: the batching gain", serve_batching_gain),
+    "grpc-shm": ("Serving over gRPC: raw contents / shared memory", grpc_shared_memory),
     "overhead": ("Run overhead: a bundle function under jax.jit / native jax.jit", overhead),
     "lm": ("LM decode: one token through examples/lm.hlobundle / native lm.decode", lm),
     "grad": ("jax.grad through the bundle / native", grad),

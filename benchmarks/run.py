@@ -35,6 +35,7 @@ from benchmarks import (  # noqa: E402
     trust,
     usage,
 )
+from benchmarks.grpc_shm import grpc_shm_cost  # noqa: E402
 from benchmarks.harness import ROOT, table  # noqa: E402
 from benchmarks.language_model import lm_cost  # noqa: E402
 from benchmarks.serve_cpu import serve_cpu_cost  # noqa: E402
@@ -160,6 +161,13 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "from one keep-alive client, / N; medians of rounds in turns): s per request, ratio "
             "over the goal",
             serve_cpu_cost,
+        ),
+        "grpc-shm": one(
+            "A small binary infer over gRPC (serve --grpc-port, one client, one request after "
+            "another): raw contents / system shared memory, requests per second and serve's CPU "
+            "per request (its process's user and system time / N; medians of rounds in turns); "
+            "ratio: over raw contents, or for the CPU beyond the model, over 80 us",
+            grpc_shm_cost,
         ),
         "peers": one(
             "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "

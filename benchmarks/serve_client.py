@@ -39,10 +39,15 @@ def connection(where: Where, timeout: float | None = None) -> Any:
 
 
 def start_lenet(
-    max_batch: int, uds: str | None = None, ready_s: float = 60.0, flags: tuple[str, ...] = ()
+    max_batch: int,
+    uds: str | None = None,
+    ready_s: float = 60.0,
+    flags: tuple[str, ...] = (),
+    more: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen, Where]:
-    """`hlobundle serve` of the LeNet, batching up to `max_batch`, on a free loopback port or
-    the unix socket `uds`, with `flags`, once it answers ready (within `ready_s`)."""
+    """`hlobundle serve` of the LeNet (and the bundles `more`), batching up to `max_batch`, on
+    a free loopback port or the unix socket `uds`, with `flags`, once it answers ready (within
+    `ready_s`)."""
     if uds is None:
         where: Where = free_port()
         listen = ["--port", str(where)]
@@ -55,6 +60,7 @@ def start_lenet(
             "hlobundle",
             "serve",
             str(ROOT / "examples" / "lenet5.hlobundle"),
+            *more,
             *listen,
             "--backend",
             "xla",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -437,3 +438,57 @@ def compiled_during(call) -> tuple[object, int]:
     before = len(_compiles)
     result = call()
     return result, len(_compiles) - before
+
+
+def triton_shm() -> Any:
+    """tritonclient.utils.shared_memory, which finds its C library through pkg_resources,
+    gone from setuptools 81: where it is missing, a stand-in with the one function it calls,
+    present only while the module is imported."""
+    import importlib
+    import importlib.resources
+    import types
+
+    try:
+        import pkg_resources  # noqa: F401
+    except ImportError:
+        stand_in = types.ModuleType("pkg_resources")
+        stand_in.resource_filename = lambda package, name: str(  # type: ignore[attr-defined]
+            importlib.resources.files(package) / name
+        )
+        sys.modules["pkg_resources"] = stand_in
+        try:
+            return importlib.import_module("tritonclient.utils.shared_memory")
+        finally:
+            del sys.modules["pkg_resources"]
+    return importlib.import_module("tritonclient.utils.shared_memory")
+
+
+@contextlib.contextmanager
+def shm_regions() -> Any:
+    """`make(size)`: a region made with tritonclient's utilities (a /dev/shm file of ours,
+    mode 0600), as (its key, its handle); each destroyed on leaving."""
+    import uuid
+
+    shm, made = triton_shm(), []
+
+    def make(size: int) -> tuple[str, Any]:
+        key = f"hlobundle-test-{uuid.uuid4().hex}"
+        made.append(shm.create_shared_memory_region(key, "/" + key, size))
+        return key, made[-1]
+
+    try:
+        yield make
+    finally:
+        for handle in made:
+            shm.destroy_shared_memory_region(handle)
+
+
+def held_open(path: str) -> int:
+    """How many of this process's descriptors are open on `path` (Linux's /proc)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == path
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return count

@@ -441,8 +441,8 @@ def test_trusted_rows_not_declared_independent_are_never_joined(center):
 
 
 def test_shared_memory_regions_are_refused_over_grpc(client, images):
-    # The system shared-memory extension is REST's only (docs/serving.md): a region named in a
-    # gRPC request is refused, never read or written.
+    # A server without the system shared-memory extension (max_shared_memory 0, the default of
+    # `serving`): a region named in a gRPC request is refused, never read or written.
     inp = grpcclient.InferInput("images", list(images.shape), "FP32")
     inp.set_shared_memory("r", images.nbytes)
     with pytest.raises(InferenceServerException) as e:

@@ -113,7 +113,8 @@ MAP = {
     "hlobundle._run._placement": ["test_sharding.py", "test_multihost.py"],
     "hlobundle._run._process": ["test_run.py", "test_multihost.py"],
     "hlobundle._run._shapes": ["test_shape_proofs.py"],
-    "hlobundle._serve._app": ["test_serve.py", "test_serve_app.py"],
+    "hlobundle._serve._app": ["test_serve.py", "test_serve_app.py", "test_serve_shm.py"],
+    "hlobundle._serve._shm": ["test_serve_shm.py", "test_grpc_shm.py"],
     "hlobundle._serve._predict_v2": ["test_grpc.py"],
     "hlobundle._terminal._display": ["test_inspect.py", "test_trust.py"],
     "hlobundle._version": ["test_package.py"],
@@ -149,6 +150,8 @@ DEFENCES = {
     ): "test_precision_rewrite.py",
     ("hlobundle._write._compile", "_check_values, the cap counted first"): "test_xla_sizes.py",
     ("hlobundle._write._torch", "refuse_program_names before .module()"): "test_torch_pt2.py",
+    ("hlobundle._serve._shm", "_check_file: a file of another user"): "test_grpc_shm.py",
+    ("hlobundle._serve._app", "App._lifespan: every region closed at the end"): "test_serve_shm.py",
 }
 
 

@@ -5,19 +5,17 @@ of naming memory the server must not trust is refused with a 400 before any work
 
 from __future__ import annotations
 
-import importlib
-import importlib.resources
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import time
-import types
 import uuid
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, held_open, shm_regions, triton_shm
 
 import hlobundle
 from hlobundle._serve import _shm
@@ -36,34 +34,23 @@ pytestmark = [
 ]
 
 
-def _triton_shm() -> types.ModuleType:
-    """tritonclient.utils.shared_memory, which finds its C library through pkg_resources,
-    gone from setuptools 81: where it is missing, a stand-in with the one function it calls,
-    present only while the module is imported."""
-    try:
-        import pkg_resources  # noqa: F401
-    except ImportError:
-        stand_in = types.ModuleType("pkg_resources")
-        stand_in.resource_filename = lambda package, name: str(  # type: ignore[attr-defined]
-            importlib.resources.files(package) / name
-        )
-        sys.modules["pkg_resources"] = stand_in
-        try:
-            return importlib.import_module("tritonclient.utils.shared_memory")
-        finally:
-            del sys.modules["pkg_resources"]
-    return importlib.import_module("tritonclient.utils.shared_memory")
+shm = triton_shm()
 
 
-shm = _triton_shm()
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     command = [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--backend", "xla"]
+    grpc_port = None
+    if importlib.util.find_spec("grpc") is not None:  # gRPC beside it, over the same regions
+        grpc_port = free_port()
+        command += ["--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(
         [*command, "--port", str(port), "--max-shared-memory", str(CAP)],
         stdout=subprocess.DEVNULL,
@@ -73,6 +60,7 @@ def server():
     )
     client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
     client.port = port  # for the requests tritonclient cannot make
+    client.grpc_port = grpc_port
     for _ in range(600):
         try:
             if client.is_server_ready():
@@ -96,17 +84,8 @@ def images():
 @pytest.fixture
 def regions():
     """Make regions with tritonclient (/dev/shm files of ours, mode 0600), destroyed after."""
-    made = []
-
-    def make(size):
-        key = f"hlobundle-test-{uuid.uuid4().hex}"
-        handle = shm.create_shared_memory_region(key, "/" + key, size)
-        made.append(handle)
-        return key, handle
-
-    yield make
-    for handle in made:
-        shm.destroy_shared_memory_region(handle)
+    with shm_regions() as make:
+        yield make
 
 
 @pytest.fixture
@@ -172,6 +151,31 @@ def test_inference_through_regions_equals_the_in_process_call(server, images, re
     server.unregister_system_shared_memory("in")
     server.unregister_system_shared_memory("out")
     assert server.get_system_shared_memory_status() == []
+
+
+def test_one_set_of_regions_serves_rest_and_grpc(server, images, regions):
+    # serve --grpc-port beside REST: a region registered over one protocol is named over the
+    # other, and unregistered over either.
+    grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is missing")
+    if server.grpc_port is None:
+        pytest.skip("grpcio is not installed (the grpc extra)")
+    other = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    key_in, handle_in = regions(IMAGES_BYTES)
+    key_out, handle_out = regions(RESULT_BYTES)
+    shm.set_shared_memory_region(handle_in, [images])
+    server.register_system_shared_memory("in", key_in, IMAGES_BYTES)
+    other.register_system_shared_memory("out", key_out, RESULT_BYTES)
+    assert set(other.get_system_shared_memory_status(as_json=True)["regions"]) == {"in", "out"}
+    inp = grpcclient.InferInput("images", [4, 1, 28, 28], "FP32")
+    inp.set_shared_memory("in", IMAGES_BYTES)
+    out = grpcclient.InferRequestedOutput("result")
+    out.set_shared_memory("out", RESULT_BYTES)
+    other.infer("lenet5", [inp], outputs=[out])
+    got = shm.get_contents_as_numpy(handle_out, np.float32, [4, 10])
+    np.testing.assert_array_equal(got, _reference(images))
+    other.unregister_system_shared_memory()
+    assert server.get_system_shared_memory_status() == []
+    other.close()
 
 
 def test_a_key_that_is_a_symbolic_link_is_refused(server, own_file):
@@ -317,8 +321,24 @@ def test_a_server_that_does_not_offer_it_refuses_regions():
 
     client = TestClient(app({}))  # max_shared_memory=0: what serve runs off loopback
     r = client.post("/v2/systemsharedmemory/region/r/register", json={"key": "k", "byte_size": 8})
-    assert r.status_code == 400 and "offered only over REST" in r.json()["error"]
+    assert r.status_code == 400 and "offered only by a server its clients" in r.json()["error"]
     assert "system_shared_memory" not in client.get("/v2").json()["extensions"]
+
+
+def test_the_server_s_stop_unregisters_every_region(own_file):
+    # A region is the server's, not a connection's: the end of the app's lifespan (uvicorn's,
+    # once SIGTERM's drain is done) closes every region's file.
+    pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2")
+    from starlette.testclient import TestClient
+
+    from hlobundle._serve._app import app
+
+    key = own_file(8)
+    with TestClient(app({}, max_shared_memory=CAP)) as client:
+        url = "/v2/systemsharedmemory/region/r/register"
+        assert client.post(url, json={"key": key, "byte_size": 8}).status_code == 200
+        assert held_open(os.path.join("/dev/shm", key)) == 1
+    assert held_open(os.path.join("/dev/shm", key)) == 0
 
 
 def test_what_was_checked_is_what_runs(own_file):

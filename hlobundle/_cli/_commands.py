@@ -350,7 +350,8 @@ def _with_grpc(served: Any, models: dict[str, Any], limits: Any, args: argparse.
     """The app `served`, with the gRPC server started beside it (drained in its lifespan)."""
     from .._serve import _grpc
 
-    service = _grpc.Service(models, served, limits.max_body, args.grpc_max_deadline)
+    regions = _grpc.regions_for(served, args.host, args.grpc_uds, args.max_shared_memory)
+    service = _grpc.Service(models, served, limits.max_body, args.grpc_max_deadline, regions)
     grpc_server = _grpc.GrpcServer(
         service, args.host, args.grpc_port or 0, limits.max_connections, uds=args.grpc_uds
     )

@@ -253,9 +253,10 @@ def add_serve(sub: Any) -> None:
         type=_values.size_or_zero,
         default=64 << 20,
         metavar="N",
-        help="REST clients on this machine may register up to N bytes of system shared memory "
-        "(the Open Inference Protocol's extension; default 64M; 0: off); offered only on "
-        "--uds or a loopback --host",
+        help="clients on this machine may register up to N bytes of system shared memory, "
+        "over REST and gRPC alike (the Open Inference Protocol's extension; default 64M; 0: "
+        "off); offered only on --uds or a loopback --host (gRPC: --grpc-uds or a loopback "
+        "--host)",
     )
     p.add_argument(
         "--read-timeout",

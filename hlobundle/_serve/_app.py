@@ -9,6 +9,7 @@ others; small ones run on the loop, where they cost less than the hop to a threa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -16,7 +17,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +153,7 @@ class App:
             if limits.max_batch > 1 and served.batchable
         }
         self.regions = Regions(limits.max_shared_memory) if limits.max_shared_memory else None
-        self.routed = Starlette(routes=self.routes())
+        self.routed = Starlette(routes=self.routes(), lifespan=self._lifespan)
         self.body_deadlines = BodyDeadlines(limits.read_timeout_s)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -168,6 +169,16 @@ class App:
                     await send(prepared[0])
                     return await send(prepared[1])
         await self.routed(scope, receive, send)  # the rest: /metrics, 404s and 405s, lifespan
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _: Any) -> AsyncIterator[None]:
+        yield
+        self.close()  # the requests are drained by now
+
+    def close(self) -> None:
+        """The server's stop: every shared-memory region unregistered, its file closed."""
+        if self.regions is not None:
+            self.regions.close()
 
     @functools.cached_property
     def prepared(self) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
@@ -293,7 +304,7 @@ class App:
         parsed, binary = parse_request(body, header_length)
         # a small body may name a large region's data: copied out in a thread too
         decoding = functools.partial(decoded, regions=self.regions)
-        if _region_bytes(parsed) <= INLINE_BYTES:
+        if region_bytes(parsed) <= INLINE_BYTES:
             return served, decoding(served, parsed, binary)
         return served, await self.in_thread(decoding, served, parsed, binary)
 
@@ -355,7 +366,7 @@ async def server_metadata(_: Request) -> Any:
 _INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer\Z")
 
 
-def _region_bytes(parsed: dict[str, Any]) -> int:
+def region_bytes(parsed: dict[str, Any]) -> int:
     """The bytes a request's inputs declare in shared-memory regions (unchecked: `decoded`
     refuses what is not a size)."""
     sizes = [
@@ -472,15 +483,27 @@ def encoded(
 ) -> tuple[bytes, dict[str, str]]:
     """The response's body and headers, once the outputs asked for in shared-memory regions
     are written there."""
-    if decoded.producer:
-        outputs = {
-            n: x.reshape(x.shape[::-1]) if n in served.column_major else x
-            for n, x in outputs.items()
-        }
+    outputs = oriented(served, decoded, outputs)
+    into_regions(decoded, outputs, regions)
+    return response(served.name, served.version, decoded.id, outputs, decoded.want, served.outputs)
+
+
+def oriented(served: Served, decoded: Decoded, outputs: dict[str, Any]) -> dict[str, Any]:
+    """The outputs in the orientation the request asked for (the producer's, column-major
+    values axis-reversed, or the stored one)."""
+    if not decoded.producer:
+        return outputs
+    return {
+        n: x.reshape(x.shape[::-1]) if n in served.column_major else x for n, x in outputs.items()
+    }
+
+
+def into_regions(decoded: Decoded, outputs: dict[str, Any], regions: Regions | None) -> None:
+    """The outputs asked for in shared-memory regions written there, where `decoded` checked
+    them (REST's and gRPC's answers alike)."""
     for name, use in decoded.written.items():
         value = np.ascontiguousarray(outputs[name])
         if regions is None:  # `decoded` found the region: only a server that has them gets here
             raise RequestError(400, NO_SHARED_MEMORY)
         data = value.astype(value.dtype.newbyteorder("<"), copy=False)
         regions.write(use, data.reshape(-1).view(np.uint8))
-    return response(served.name, served.version, decoded.id, outputs, decoded.want, served.outputs)

@@ -8,8 +8,11 @@ JSON (typed `contents` as JSON data, `raw_input_contents` as the binary extensio
 with its `binary_data_size`), which `_app.decoded` checks against the model; the model is called
 by the REST app's own `call` on its event loop (dynamic batching and the trust rules included,
 so that REST and gRPC requests batch together). Outputs travel as `raw_output_contents`, as
-Triton answers. A `RequestError` is the gRPC status of its HTTP status (`_status`), with the same
-message, and its SPEC.md code in the trailing metadata `hlobundle-error-code`.
+Triton answers. Triton's system shared-memory extension is served too (`_grpc_shm`: its three
+calls; an input or output naming a region in its parameters), over REST's own regions (`_shm`,
+`regions_for`), only where gRPC's clients are on this machine. A `RequestError` is the gRPC
+status of its HTTP status (`_status`), with the same message, and its SPEC.md code in the
+trailing metadata `hlobundle-error-code`.
 
 Hostile clients: a message over `--max-body-bytes` is refused by grpc before it is decoded
 (RESOURCE_EXHAUSTED), and one over the model's `max_request_bytes` after; at most
@@ -33,12 +36,13 @@ import numpy as np
 
 from .._format._errors import HloBundleError, InputError
 from .._version import __version__
-from . import _uds
-from ._app import DEFAULT_MAX_BODY, INLINE_BYTES, app, decoded
+from . import _grpc_shm, _uds
+from ._app import DEFAULT_MAX_BODY, INLINE_BYTES, app, decoded, into_regions, oriented, region_bytes
 from ._body import over_limit
 from ._grpc_messages import SERVICE, messages
 from ._models import Served
 from ._protocol import BY_DTYPE, RequestError
+from ._shm import Regions, offered
 
 DEFAULT_MAX_DEADLINE_S = 60.0
 # The typed contents field of each datatype (FP16 and BF16 travel only as raw contents).
@@ -85,31 +89,11 @@ def request_object(request: Any) -> tuple[dict[str, Any], memoryview]:
     """The request object REST's JSON would hold (`_protocol.parse_request`'s first result),
     and the binary data its inputs' `binary_data_size` claim, from a `ModelInferRequest`."""
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise RequestError(
-            400, f"raw_input_contents holds {len(raw)} tensors for {len(request.inputs)} inputs"
-        )
-    inputs = []
-    for k, tensor in enumerate(request.inputs):
-        item: dict[str, Any] = {
-            "name": tensor.name,
-            "datatype": tensor.datatype,
-            "shape": list(tensor.shape),
-        }
-        params = _parameters(tensor.parameters)
-        if raw:
-            if tensor.HasField("contents"):
-                raise RequestError(
-                    400,
-                    f"input {tensor.name[:80]!r}: contents given with raw_input_contents "
-                    "(the protocol allows one or the other)",
-                )
-            params["binary_data_size"] = len(raw[k])
-        else:
-            item["data"] = _typed(tensor)
-        if params:
-            item["parameters"] = params
-        inputs.append(item)
+    # as Triton's: raw contents are those of the inputs that name no region, one each, in order
+    sizes = iter([len(data) for data in raw]) if raw else None
+    inputs = [_input(tensor, sizes) for tensor in request.inputs]
+    if sizes is not None and next(sizes, None) is not None:
+        raise RequestError(400, _RAW_COUNT.format("more"))
     parsed: dict[str, Any] = {"inputs": inputs, "id": request.id}
     if request.parameters:
         parsed["parameters"] = _parameters(request.parameters)
@@ -119,6 +103,43 @@ def request_object(request: Any) -> tuple[dict[str, Any], memoryview]:
         ]
     data = raw[0] if len(raw) == 1 else b"".join(raw)
     return parsed, memoryview(data)
+
+
+_RAW_COUNT = (
+    "raw_input_contents holds {} tensors than the inputs that name no shared-memory region "
+    "(one each, in order)"
+)
+
+
+def _input(tensor: Any, raw_sizes: Iterator[int] | None) -> dict[str, Any]:
+    """An input as REST's JSON would hold it: its data in a shared-memory region (its
+    parameters say which), in raw contents (the next of `raw_sizes`, None where the request
+    has none) or typed contents."""
+    item: dict[str, Any] = {
+        "name": tensor.name,
+        "datatype": tensor.datatype,
+        "shape": list(tensor.shape),
+    }
+    params = _parameters(tensor.parameters)
+    if "shared_memory_region" in params:  # its data is there (`read_inputs` refuses more)
+        if tensor.HasField("contents"):
+            item["data"] = _typed(tensor)
+    elif raw_sizes is not None:
+        if tensor.HasField("contents"):
+            raise RequestError(
+                400,
+                f"input {tensor.name[:80]!r}: contents given with raw_input_contents "
+                "(the protocol allows one or the other)",
+            )
+        size = next(raw_sizes, None)
+        if size is None:
+            raise RequestError(400, _RAW_COUNT.format("fewer"))
+        params["binary_data_size"] = size
+    else:
+        item["data"] = _typed(tensor)
+    if params:
+        item["parameters"] = params
+    return item
 
 
 def _typed(tensor: Any) -> list[Any]:
@@ -164,7 +185,8 @@ def _on_loop(loop: asyncio.AbstractEventLoop, make: Any) -> Future[Any]:
 
 class Service:
     """The protocol's RPCs over `models`, calling them through the REST app's `call` on the
-    REST server's event loop (`loop`, set when that server starts)."""
+    REST server's event loop (`loop`, set when that server starts); with `regions`, the system
+    shared-memory extension's calls over them too (`_grpc_shm`), and requests may name them."""
 
     def __init__(
         self,
@@ -172,12 +194,14 @@ class Service:
         asgi: Any,
         max_body: int,
         max_deadline_s: float = DEFAULT_MAX_DEADLINE_S,
+        regions: Regions | None = None,
     ) -> None:
         self.models = models
         self.named = asgi.named
         self.call = asgi.call
         self.max_body = max_body
         self.max_deadline_s = max_deadline_s
+        self.regions = regions
         self.loop: asyncio.AbstractEventLoop | None = None  # the REST server's
         self.m = messages()
 
@@ -196,6 +220,9 @@ class Service:
             "ModelMetadata": (self.model_metadata, "ModelMetadataRequest", "ModelMetadataResponse"),
             "ModelInfer": (self.model_infer, "ModelInferRequest", "ModelInferResponse"),
         }
+        shared = _grpc_shm.Calls(self.regions, self.m)
+        for name, (method, request, response) in _grpc_shm.RPCS.items():
+            rpcs[name] = (getattr(shared, method), request, response)
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
@@ -233,8 +260,11 @@ class Service:
         return self.m.ServerReadyResponse(ready=True)  # compiled before the server starts
 
     async def server_metadata(self, request: Any, context: Any) -> Any:
+        extensions = ["binary_tensor_data"]
+        if self.regions is not None:
+            extensions.append("system_shared_memory")
         return self.m.ServerMetadataResponse(
-            name="hlobundle", version=__version__, extensions=["binary_tensor_data"]
+            name="hlobundle", version=__version__, extensions=extensions
         )
 
     async def model_ready(self, request: Any, context: Any) -> Any:
@@ -259,13 +289,20 @@ class Service:
         if size > limit:
             raise RequestError(413, over_limit(limit))
         parsed, binary = request_object(request)
-        if size <= INLINE_BYTES:  # as REST: a large request is decoded off the event loop
-            given = decoded(served, parsed, binary, True)
-        else:
-            loop = asyncio.get_running_loop()
-            given = await loop.run_in_executor(None, decoded, served, parsed, binary, True)
+        # as REST: a large request is decoded off the event loop, a region's bytes included
+        inline = size + region_bytes(parsed) <= INLINE_BYTES
+        given = await self._off_loop(
+            not inline, decoded, served, parsed, binary, True, self.regions
+        )
         outputs = await self._called(served, given.given, context)
-        return self._response(served, given, outputs)
+        written = sum(outputs[n].nbytes for n in given.written)
+        return await self._off_loop(written > INLINE_BYTES, self._response, served, given, outputs)
+
+    async def _off_loop(self, off: bool, fn: Any, *args: Any) -> Any:
+        """`fn(*args)`, in a worker thread when `off`, else here."""
+        if not off:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     async def _called(self, served: Served, given: dict[str, np.ndarray], context: Any) -> Any:
         """The outputs of the REST app's `call`, on its loop, within the client's deadline and
@@ -287,11 +324,10 @@ class Service:
             ) from None
 
     def _response(self, served: Served, request: Any, outputs: dict[str, np.ndarray]) -> Any:
-        if request.producer:  # as REST's `encoded`: the producer's orientation
-            outputs = {
-                n: x.reshape(x.shape[::-1]) if n in served.column_major else x
-                for n, x in outputs.items()
-            }
+        """The answer, once the outputs asked for in shared-memory regions are written there:
+        each such output is described, with empty raw contents (as Triton answers)."""
+        outputs = oriented(served, request, outputs)  # as REST's `encoded`
+        into_regions(request, outputs, self.regions)
         tensors, raws = [], []
         for name in request.want.names or list(outputs):
             value = np.ascontiguousarray(outputs[name])
@@ -300,7 +336,10 @@ class Service:
                     name=name, datatype=BY_DTYPE[served.outputs[name]], shape=value.shape
                 )
             )
-            raws.append(value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes())
+            if name in request.written:
+                raws.append(b"")
+            else:
+                raws.append(value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes())
         return self.m.ModelInferResponse(
             model_name=served.name,
             model_version=served.version,
@@ -429,10 +468,28 @@ def with_grpc(asgi: Any, grpc_server: GrpcServer, grace_s: float = 30.0) -> Any:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await asyncio.to_thread(grpc_server.stop, grace_s)
+                _unregister(asgi, grpc_server.service)  # both drained: every region's end
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
     return app
+
+
+def _unregister(asgi: Any, service: Service) -> None:
+    """The server's stop: every shared-memory region unregistered, its file closed (REST's
+    and gRPC's, one set or, where only gRPC offers them, its own)."""
+    asgi.close()
+    if service.regions is not None:
+        service.regions.close()
+
+
+def regions_for(asgi: Any, host: str, uds: str | None, max_shared_memory: int) -> Regions | None:
+    """The regions gRPC's clients may use: REST's own, one set for both protocols (its own
+    where REST does not offer them), only where gRPC's clients are on this machine (`uds`,
+    or a loopback `host`: `_shm.offered`)."""
+    if not max_shared_memory or not offered(host, uds):
+        return None
+    return asgi.regions if asgi.regions is not None else Regions(max_shared_memory)
 
 
 def check_port(host: str, port: int) -> None:
@@ -461,17 +518,20 @@ def serving(
     max_batch: int = 1,
     batch_timeout_s: float = 0.002,
     uds: str | None = None,
+    max_shared_memory: int = 0,
 ) -> Iterator[int]:
     """The gRPC service of `models` in this process, without a REST server: the REST app's
     model calls (and its batchers, `max_batch`) run on an event loop in a thread of their own.
     Yields the port bound (`port` 0: any free one; with `uds`, the path of a unix socket
-    instead, and 0); drains and stops on exit. `serve --grpc-port` (`--grpc-uds`) runs the
-    same service beside uvicorn."""
+    instead, and 0); drains and stops on exit, and unregisters every shared-memory region
+    (`max_shared_memory` bytes of them at most; 0: the extension off). `serve --grpc-port`
+    (`--grpc-uds`) runs the same service beside uvicorn."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="hlobundle-rest-loop", daemon=True)
     thread.start()
     rest = app(models, max_body=max_body, max_batch=max_batch, batch_timeout_s=batch_timeout_s)
-    service = Service(models, rest, max_body, max_deadline_s)
+    regions = regions_for(rest, host, uds, max_shared_memory)
+    service = Service(models, rest, max_body, max_deadline_s, regions)
     service.loop = loop
     try:
         server = GrpcServer(service, host, port, max_rpcs, max_age_s, age_grace_s, uds)
@@ -480,6 +540,7 @@ def serving(
             yield bound
         finally:
             server.stop(5)
+            _unregister(rest, service)
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()

@@ -273,8 +273,9 @@ def _from_region(
 
 
 NO_SHARED_MEMORY = (
-    "the system shared-memory extension is offered only over REST, by a server on --uds or a "
-    "loopback --host"
+    "the system shared-memory extension is offered only by a server its clients reach on this "
+    "machine (REST: --uds or a loopback --host; gRPC: --grpc-uds or a loopback --host), with "
+    "--max-shared-memory above 0"
 )
 
 
