@@ -52,15 +52,21 @@ def slice_of_cat(node: Any, env: dict[Any, Any]) -> Any | None:
     nodes, cat_dim = _cat_args(*source.args)
     joined, pieces = env[source], [env[n] for n in nodes]
     ndim = joined.ndim
-    if step != 1 or not 0 < ndim or any(p.ndim != ndim for p in pieces):
+    if step != 1 or ndim == 0 or any(p.ndim != ndim for p in pieces):
         return None
     if dim % ndim != cat_dim % ndim or not all(_static(b) for b in (start, end)):
         return None
     axis = dim % ndim
-    sizes = [p.shape[axis] for p in pieces]
-    if not all(isinstance(s, int) for s in sizes):
+    if not all(isinstance(p.shape[axis], int) for p in pieces):
         return None
-    return _joined(pieces, pieces_sliced(sizes, start, end) or [(0, 0, 0)], axis, joined.dtype)
+    return sliced(pieces, axis, start, end, joined.dtype)
+
+
+def sliced(pieces: Sequence[Any], axis: int, start: int | None, end: int | None, dtype: Any) -> Any:
+    """`concatenate(pieces, axis)[start:end]` along `axis`, in `dtype`, from the pieces' slices
+    (what tests/accelerator_concat_slice.py runs on a TPU)."""
+    sizes = [p.shape[axis] for p in pieces]
+    return _joined(pieces, pieces_sliced(sizes, start, end) or [(0, 0, 0)], axis, dtype)
 
 
 def _slice_args(x: Any, dim: int = 0, start: Any = None, end: Any = None, step: Any = 1) -> Any:
