@@ -68,9 +68,13 @@ def lowered_text(fn: Any, *args: Any) -> str:
     return jax.jit(fn, keep_unused=True).lower(*args).as_text()
 
 
+_SLICES = "(?:slice|real_dynamic_slice|dynamic_slice|gather|dynamic_gather)"
+
+
 def slices_of_concatenates(text: str) -> list[str]:
-    """The lines of a module's text where a `stablehlo.slice` takes a `stablehlo.concatenate`'s
-    result (in the same function: SSA names are a function's own), pretty or generic form."""
+    """The lines of a module's text where a slice takes a `stablehlo.concatenate`'s result (in
+    the same function: SSA names are a function's own), pretty or generic form: `slice`, or
+    what jax writes for one where a dimension is symbolic (`real_dynamic_slice`, a gather)."""
     joined, found = set(), []
     for line in text.splitlines():
         if "func.func" in line:
@@ -78,7 +82,7 @@ def slices_of_concatenates(text: str) -> list[str]:
         made = re.match(r"\s*(%[\w#]+) = \"?stablehlo\.concatenate", line)
         if made:
             joined.add(made.group(1))
-        sliced = re.search(r"\"?stablehlo\.slice\"?\(?\s*(%[\w#]+)", line)
+        sliced = re.search(f'"?stablehlo\\.{_SLICES}"?\\(?\\s*(%[\\w#]+)', line)
         if sliced and sliced.group(1) in joined:
             found.append(line.strip())
     return found

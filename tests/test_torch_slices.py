@@ -95,3 +95,21 @@ def test_a_slice_of_one_piece_of_a_cat_of_mixed_dtypes_has_the_cat_s_dtype():
     assert want.dtype == torch.float32 and got.dtype == np.float32
     np.testing.assert_array_equal(got, to_numpy(want))
     assert slices_of_concatenates(text) == [], text
+
+
+@pytest.mark.parametrize(("spec", "rewritten"), [("b, 1", True), ("2, n", False)])
+def test_a_symbolic_dimension_is_sliced_through_and_a_symbolic_cat_dim_is_left_as_written(
+    spec, rewritten
+):
+    torch = importlib.import_module("torch")
+    module = _cat_then_slice(2, 1, 1, 0, -1)
+    shapes = jax.export.symbolic_shape(spec)
+    args = [
+        jax.ShapeDtypeStruct(shapes, np.float32),
+        jax.ShapeDtypeStruct((shapes[0], 4), np.float32),
+    ]
+    exported = jax.export.export(jax.jit(lambda *xs: interpret(module, xs)[0]))(*args)
+    assert (slices_of_concatenates(exported.mlir_module()) == []) == rewritten
+    pieces = _pieces([(2, 1), (2, 4)] if rewritten else [(2, 3), (2, 4)])
+    got = exported.call(*map(to_numpy, pieces))
+    np.testing.assert_array_equal(got, to_numpy(torch.cat(pieces, 1)[:, :-1]))
