@@ -4,15 +4,16 @@ pieces' slices: the one rewrite the interpreter of `_torch.py` makes to a progra
 Why (issue 65, docs/torch.md's TPU section): XLA on a TPU (jaxlib 0.10.2's libtpu, a TPU v5e)
 miscompiles `concatenate([broadcast(p, (rows, 1)), broadcast(iota(n), (rows, n))], -1)[:, :n]`,
 which it fuses into a pad of the iota and a slice: for rows 2 and 4 (n 6, 127, 128; int32 and
-float32 alike) every row after the first reads iota + 128 (`[-1, 128, 129, ...]` where the CPU
-gives `[-1, 0, 1, ...]`); 1 and 8 rows came out right. transformers' GPT-2 computes exactly
+float32 alike) every element after column 0 came out wrong, row 1 reading iota + 128
+(`[-1, 128, 129, ...]` where the CPU gives `[-1, 0, 1, ...]`); 1 and 8 rows came out right. transformers' GPT-2 computes exactly
 that in its check for packed sequences (`cat([first - 1, position_ids])`, sliced `[:, 1:]` and
 `[:, :-1]`): its causal mask came out wrong there, its logits 0.047 off. The pieces sliced
 first and then joined (`concatenate([p, pos[:, :n - 1]])`) are computed right by the same
 compiler, and mean the same everywhere. tests/on_accelerator_corpus.py replays the bug in pure
 JAX on a TPU and says whether a jaxlib still has it.
 
-Only what is known when the graph is converted is rewritten: step 1, static sizes and bounds.
+Only what is known when the graph is converted is rewritten: step 1, static bounds, and the
+pieces' sizes along the cat's dim static (other dimensions may be symbolic).
 A slice with a step, of symbolic bounds, or of a cat of pieces of other ranks (torch's legacy
 empty 1-D piece) is computed as written.
 """
