@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,26 @@ def sample(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
 
 def lowered_text(fn: Any, *args: Any) -> str:
     return jax.jit(fn, keep_unused=True).lower(*args).as_text()
+
+
+_SLICES = "(?:slice|real_dynamic_slice|dynamic_slice|gather|dynamic_gather)"
+
+
+def slices_of_concatenates(text: str) -> list[str]:
+    """The lines of a module's text where a slice takes a `stablehlo.concatenate`'s result (in
+    the same function: SSA names are a function's own), pretty or generic form: `slice`, or
+    what jax writes for one where a dimension is symbolic (`real_dynamic_slice`, a gather)."""
+    joined, found = set(), []
+    for line in text.splitlines():
+        if "func.func" in line:
+            joined = set()
+        made = re.match(r"\s*(%[\w#]+) = \"?stablehlo\.concatenate", line)
+        if made:
+            joined.add(made.group(1))
+        sliced = re.search(f'"?stablehlo\\.{_SLICES}"?\\(?\\s*(%[\\w#]+)', line)
+        if sliced and sliced.group(1) in joined:
+            found.append(line.strip())
+    return found
 
 
 def identity_module(*arrays: np.ndarray) -> str:

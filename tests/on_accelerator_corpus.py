@@ -23,6 +23,8 @@ chip. It checks, on the xla backend:
 - the PyTorch corpus (issue 65), packed with eager torch's expected outputs, passes `run`;
   `jax.grad` through the CNN's and BERT's bundles is torch's autograd on the CPU, within the
   tolerance `run` derives (tests/accelerator_torch_grads.py);
+- the XLA bug behind GPT-2's wrong logits there (issue 65), replayed in pure JAX: said present
+  or absent, and the converter's way around it right (tests/accelerator_concat_slice.py);
 - executables per size (issue 66 §3): the language model's `decode` compiled for several
   batches, run from the one for its stored batch with nothing compiled, in a fresh process.
 It prints each run's largest difference against its atol, and what was widened.
@@ -45,6 +47,7 @@ from safetensors.numpy import load_file
 CORPUS = os.environ.get("HLOBUNDLE_TORCH_CORPUS")
 RUNS = Path(__file__).with_name("accelerator_runs.py")
 GRADS = Path(__file__).with_name("accelerator_torch_grads.py")
+CONCAT_SLICE = Path(__file__).with_name("accelerator_concat_slice.py")
 PRECISIONS = {"as stored": [], "highest": ["--precision", "highest"]}
 
 
@@ -156,6 +159,28 @@ def test_jax_grad_through_the_cnn_and_bert_is_torch_s_autograd():
     r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=480)
     print("\n".join(line for line in r.stdout.splitlines() if not line.startswith(("  ", "["))))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_xla_s_concatenate_slice_bug_is_told_and_the_converter_s_form_is_right_here():
+    """Issue 65's cause, upstream: XLA on a TPU fused `concatenate([p, iota])[:, :n]` into pad +
+    slice and computed it wrong (tests/accelerator_concat_slice.py). The converter's form, the
+    pieces sliced and then joined (hlobundle/_interop/_torch_slices.py), must be right. The
+    form as written is either right in every case (the bug is fixed in this jaxlib: printed as
+    ABSENT, and the rewrite may go) or wrong only as recorded, row 1 reading 128 more (PRESENT);
+    wrong another way fails: another bug than the one the rewrite avoids."""
+    argv = [sys.executable, str(CONCAT_SLICE)]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    *cases, versions = map(json.loads, r.stdout.strip().splitlines())
+    for c in cases:
+        print(f"{c['dtype']} rows {c['rows']} n {c['n']}: as written right {c['written']}", end="")
+        print(f" (row 1 {c['row_1_written']}), converted right {c['converted']}")
+    wrong = [c for c in cases if not c["written"]]
+    state = f"PRESENT ({len(wrong)} of {len(cases)} cases)" if wrong else "ABSENT (fixed)"
+    print(f"upstream XLA bug, concatenate then slice fused as pad + slice: {state}; {versions}")
+    assert versions["versions"]["platform"] == PLATFORM, versions
+    assert all(c["converted"] for c in cases), cases
+    assert all(c["row_1_plus_128"] for c in wrong), wrong  # present as recorded, or absent
 
 
 def test_decode_s_executable_for_its_batch_gives_the_first_token_without_compiling(tmp_path):

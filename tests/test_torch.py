@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from helpers import cli
+from helpers import cli, slices_of_concatenates
 
 import hlobundle
 from hlobundle._run._tolerance import default_tolerance
@@ -409,6 +409,9 @@ def test_a_transformers_model_s_bundle_gives_eager_torch_s_outputs(name, tmp_pat
     if name == "gpt2":  # its LM head is its token embedding: one argument
         paths = [a.path for a in bundle.manifest.arguments]
         assert "transformer.wte.weight" in paths and "lm_head.weight" not in paths
+        # its packed-sequence check slices a cat of the position ids, which XLA on a TPU
+        # miscompiled (issue 65): the converter slices the pieces instead
+        assert slices_of_concatenates(bundle.module_text) == []
 
 
 @pytest.mark.slow

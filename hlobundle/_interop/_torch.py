@@ -303,6 +303,7 @@ def interpret(graph_module: Any, values: Sequence[Any]) -> list[Any]:
     import jax.numpy as jnp
 
     from . import _torch_aten
+    from ._torch_slices import slice_of_cat
 
     env: dict[Any, Any] = {}
     given = iter(values)
@@ -310,7 +311,9 @@ def interpret(graph_module: Any, values: Sequence[Any]) -> list[Any]:
         if node.op == "placeholder":
             env[node] = next(given)
         elif node.op == "call_function":
-            env[node] = _as_traced(_call(node, env), node.meta.get("val"))
+            joined = slice_of_cat(node, env)  # XLA on a TPU miscompiles it as written
+            out = _call(node, env) if joined is None else joined
+            env[node] = _as_traced(out, node.meta.get("val"))
         elif node.op == "output":
             outputs = _flat(_load(node.args[0], env))
             if any(isinstance(x, _torch_aten.NotComputed) for x in outputs):
