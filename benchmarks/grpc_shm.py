@@ -1,6 +1,6 @@
 """An infer over gRPC, with and without system shared memory (section `grpc-shm`): `hlobundle
-serve` with `--grpc-port` (or `--grpc-uds`, where the machine allows no TCP socket:
-`accelerator.py --only grpc-shm`) of the shipped LeNet (batch 4: 12,544 bytes in, 160 out: a
+serve` with `--grpc-port` and `--shared-memory-over-loopback` (or `--grpc-uds`, where the
+machine allows no TCP socket: `accelerator.py --only grpc-shm`) of the shipped LeNet (batch 4: 12,544 bytes in, 160 out: a
 small infer) and of `double`, 2x over FP32[1024, 1024] (4 MiB in, 4 MiB out: a large one), one
 client on one channel asking one request after another, in rounds taken in turns: raw contents
 (the tensor in the message, the answer in raw_output_contents), then the input and the output
@@ -162,7 +162,8 @@ def grpc_shm_cost(tmp: Path, quick: bool, uds: bool = False) -> list[dict]:
         flags, target, rest = ("--grpc-uds", grpc_at), f"unix:{grpc_at}", str(tmp / "shm.sock")
     else:
         port = free_port()
-        flags, target, rest = ("--grpc-port", str(port)), f"127.0.0.1:{port}", None
+        flags = ("--grpc-port", str(port), "--shared-memory-over-loopback")  # off there otherwise
+        target, rest = f"127.0.0.1:{port}", None
     proc, _ = client.start_lenet(1, uds=rest, ready_s=600, flags=flags, more=(str(bundle),))
     askers = [Asker(target, m) for m in (lenet, double)]
     try:

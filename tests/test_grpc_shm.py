@@ -1,7 +1,8 @@
 """The system shared-memory extension over gRPC (Triton's SystemSharedMemoryRegister, -Status
 and -Unregister, and inputs and outputs naming a region in their parameters), driven by
 tritonclient's own utilities (`tritonclient.utils.shared_memory`, `tritonclient.grpc`) against
-the gRPC service in this process, on loopback: the answer through regions is the in-process
+the gRPC service in this process, on a unix socket (where it is offered by default; a loopback
+port refuses it unless asked): the answer through regions is the in-process
 call's, and each way of naming memory the server must not trust is a coded error before any
 work. The checks are REST's own (`_shm`, tests/test_serve_shm.py): one implementation."""
 
@@ -38,21 +39,23 @@ def models():
 
 
 @pytest.fixture(scope="module")
-def port(models):
-    with _grpc.serving(models, max_shared_memory=CAP, max_rpcs=8) as port:
-        yield port
+def target(models, tmp_path_factory):
+    """The service's address: `unix:PATH`, a socket only this user can open."""
+    path = tmp_path_factory.mktemp("grpc-shm") / "s.sock"
+    with _grpc.serving(models, uds=str(path), max_shared_memory=CAP, max_rpcs=8):
+        yield f"unix:{path}"
 
 
 @pytest.fixture(scope="module")
-def client(port):
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+def client(target):
+    client = grpcclient.InferenceServerClient(target)
     yield client
     client.close()
 
 
 @pytest.fixture(scope="module")
-def stub(port):
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+def stub(target):
+    channel = grpc.insecure_channel(target)
     yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
     channel.close()
 
@@ -248,13 +251,13 @@ def test_data_both_in_a_region_and_in_the_request_is_refused(stub, regions, imag
     assert "data in a shared-memory region and in the request too" in message
 
 
-def test_the_server_s_stop_unregisters_every_region(models, regions):
+def test_the_server_s_stop_unregisters_every_region(models, regions, tmp_path):
     # A region is the server's, not a connection's (a channel reconnects; the server ages
     # connections out): what ends it is an unregister, or the server's stop, which closes them.
     key, _ = regions(IMAGES_BYTES)
     path = os.path.join("/dev/shm", key)
-    with _grpc.serving(models, max_shared_memory=CAP) as port:
-        other = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    with _grpc.serving(models, uds=str(tmp_path / "s.sock"), max_shared_memory=CAP):
+        other = grpcclient.InferenceServerClient(f"unix:{tmp_path / 's.sock'}")
         other.register_system_shared_memory("r", key, IMAGES_BYTES)
         other.close()  # its connection gone: the region stays, for the server's clients
         assert held_open(path) == 1
@@ -265,14 +268,15 @@ def test_the_server_s_stop_unregisters_every_region(models, regions):
 def test_serve_s_shutdown_unregisters_the_regions_of_both_protocols(models, regions, host):
     # What `serve --grpc-port` runs: REST's app, the gRPC server started and drained in its
     # lifespan (`with_grpc`); the lifespan's end (SIGTERM's drain) closes every region, REST's
-    # too where gRPC offers none (on 0.0.0.0, beside REST on --uds).
+    # too where gRPC offers none (on 0.0.0.0, beside REST on --uds; loopback is asked for).
     pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the dev extra)")
     from starlette.testclient import TestClient
 
     from hlobundle._serve._app import app
 
     rest = app(models, max_shared_memory=CAP)
-    service = _grpc.Service(models, rest, 1 << 20, 60, _grpc.regions_for(rest, host, None, CAP))
+    regions_of_grpc = _grpc.regions_for(rest, host, None, CAP, over_loopback=True)
+    service = _grpc.Service(models, rest, 1 << 20, 60, regions_of_grpc)
     server = _grpc.GrpcServer(service, "127.0.0.1", 0, 8)  # bound to loopback all the same
     port = server.start()
     keys = [regions(8)[0] for _ in range(2)]
@@ -290,16 +294,39 @@ def test_serve_s_shutdown_unregisters_the_regions_of_both_protocols(models, regi
     assert [held_open(p) for p in paths] == [0, 0]
 
 
-def test_grpc_offers_it_only_where_its_clients_are_local(models):
+def test_grpc_offers_it_on_its_socket_or_loopback_when_asked(models):
     from hlobundle._serve._app import app
 
-    rest = app(models, max_shared_memory=CAP)  # REST's regions (it is on loopback, or --uds)
-    assert _grpc.regions_for(rest, "127.0.0.1", None, CAP) is rest.regions  # one set for both
-    assert _grpc.regions_for(rest, "0.0.0.0", None, CAP) is None  # gRPC off loopback
-    assert _grpc.regions_for(rest, "0.0.0.0", "serve-grpc.sock", CAP) is rest.regions
-    assert _grpc.regions_for(rest, "127.0.0.1", None, 0) is None  # --max-shared-memory 0
-    alone = _grpc.regions_for(app(models), "::1", None, CAP)  # REST off loopback, gRPC on it
+    rest = app(models, max_shared_memory=CAP)  # REST's regions (it is on --uds, or asked)
+    assert _grpc.regions_for(rest, "0.0.0.0", "serve-grpc.sock", CAP) is rest.regions  # one set
+    assert _grpc.regions_for(rest, "127.0.0.1", None, CAP) is None  # loopback, not asked
+    assert _grpc.regions_for(rest, "127.0.0.1", None, CAP, over_loopback=True) is rest.regions
+    assert _grpc.regions_for(rest, "0.0.0.0", None, CAP, over_loopback=True) is None
+    assert _grpc.regions_for(rest, "0.0.0.0", "serve-grpc.sock", 0) is None  # 0: off
+    alone = _grpc.regions_for(app(models), "::1", "g.sock", CAP)  # REST offers none, gRPC does
     assert alone is not None and alone.max_bytes == CAP
+
+
+def test_a_loopback_port_with_default_options_refuses_a_register(models, regions):
+    # The attack: every user of the machine may connect to a loopback TCP port, and register a
+    # /dev/shm file of the server's user (mode 0600, made by another process of that user for
+    # itself), reading it through the model's outputs or writing outputs into it. The gRPC
+    # service on a loopback host with the default options must refuse, saying what to pass.
+    key, _ = regions(8)
+    with _grpc.serving(models, max_shared_memory=CAP) as port:  # 127.0.0.1, TCP
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            status, message, code = _refused(
+                stub.SystemSharedMemoryRegister, _register("r", key, 8)
+            )
+            metadata = stub.ServerMetadata(service_pb2.ServerMetadataRequest())
+        finally:
+            channel.close()
+    assert (status, code) == (grpc.StatusCode.INVALID_ARGUMENT, "INPUT_INVALID")
+    assert "every user of the machine" in message and "--shared-memory-over-loopback" in message
+    assert "system_shared_memory" not in metadata.extensions
+    assert held_open(os.path.join("/dev/shm", key)) == 0
 
 
 def test_a_server_not_offering_it_refuses_every_call(models):

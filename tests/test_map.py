@@ -115,6 +115,7 @@ MAP = {
     "hlobundle._run._shapes": ["test_shape_proofs.py"],
     "hlobundle._serve._app": ["test_serve.py", "test_serve_app.py", "test_serve_shm.py"],
     "hlobundle._serve._shm": ["test_serve_shm.py", "test_grpc_shm.py"],
+    "hlobundle._cli._commands": ["test_cli.py", "test_cli_usage.py", "test_serve_shm.py"],
     "hlobundle._serve._predict_v2": ["test_grpc.py"],
     "hlobundle._terminal._display": ["test_inspect.py", "test_trust.py"],
     "hlobundle._version": ["test_package.py"],
@@ -152,6 +153,10 @@ DEFENCES = {
     ("hlobundle._write._torch", "refuse_program_names before .module()"): "test_torch_pt2.py",
     ("hlobundle._serve._shm", "_check_file: a file of another user"): "test_grpc_shm.py",
     ("hlobundle._serve._app", "App._lifespan: every region closed at the end"): "test_serve_shm.py",
+    (
+        "hlobundle._cli._commands",
+        "_shared_memory: loopback only with --shared-memory-over-loopback",
+    ): "test_serve_shm.py",
 }
 
 

@@ -1,7 +1,9 @@
 """The system shared-memory extension of `hlobundle serve`, driven by tritonclient's own
 utilities (`tritonclient.utils.shared_memory`, `InferInput.set_shared_memory`...) against a
-served process on loopback: the answer through regions is the in-process call's, and each way
-of naming memory the server must not trust is refused with a 400 before any work."""
+served process on loopback, offering it there as asked (`--shared-memory-over-loopback`:
+tritonclient's HTTP client speaks TCP only): the answer through regions is the in-process
+call's, and each way of naming memory the server must not trust is refused with a 400 before
+any work. Without the flag, a loopback port refuses it (`--uds` offers it by default)."""
 
 from __future__ import annotations
 
@@ -52,7 +54,11 @@ def server():
         grpc_port = free_port()
         command += ["--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(
-        [*command, "--port", str(port), "--max-shared-memory", str(CAP)],
+        [
+            *command,
+            *("--port", str(port), "--max-shared-memory", str(CAP)),
+            "--shared-memory-over-loopback",  # tritonclient's HTTP client speaks TCP only
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -294,23 +300,28 @@ def test_names_and_keys_are_bounded_and_validated(server, name, key, expected):
     assert status == "400" and expected in message
 
 
-def test_only_a_server_of_this_machine_offers_it():
+def test_a_unix_socket_offers_it_and_loopback_only_when_asked():
     for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
-        assert _shm.offered(host, None), host
+        assert not _shm.offered(host, None), host  # every user of the machine may connect
+        assert _shm.offered(host, None, over_loopback=True), host
     for host in ("0.0.0.0", "::", "192.168.1.2", "example.com", "localhost."):
-        assert not _shm.offered(host, None), host
+        assert not _shm.offered(host, None, over_loopback=True), host
     assert _shm.offered("0.0.0.0", "serve.sock")  # --uds: the socket, not --host, is listened on
 
 
-def test_serve_offers_it_only_where_its_clients_are_local():
+def test_serve_offers_it_only_on_its_socket_or_loopback_when_asked():
     from argparse import Namespace
 
     from hlobundle._cli._commands import _shared_memory
 
-    local = Namespace(host="127.0.0.1", uds=None, max_shared_memory=CAP)
-    assert _shared_memory(local) == CAP
-    assert _shared_memory(Namespace(host="0.0.0.0", uds=None, max_shared_memory=CAP)) == 0
-    assert _shared_memory(Namespace(host="0.0.0.0", uds="s.sock", max_shared_memory=CAP)) == CAP
+    def served(host, uds=None, over_loopback=False):
+        args = Namespace(host=host, uds=uds, max_shared_memory=CAP)
+        return _shared_memory(Namespace(**vars(args), shared_memory_over_loopback=over_loopback))
+
+    assert served("127.0.0.1") == 0
+    assert served("127.0.0.1", over_loopback=True) == CAP
+    assert served("0.0.0.0", over_loopback=True) == 0
+    assert served("0.0.0.0", "s.sock") == CAP
 
 
 def test_a_server_that_does_not_offer_it_refuses_regions():
@@ -321,7 +332,7 @@ def test_a_server_that_does_not_offer_it_refuses_regions():
 
     client = TestClient(app({}))  # max_shared_memory=0: what serve runs off loopback
     r = client.post("/v2/systemsharedmemory/region/r/register", json={"key": "k", "byte_size": 8})
-    assert r.status_code == 400 and "offered only by a server its clients" in r.json()["error"]
+    assert r.status_code == 400 and "offered only on a unix socket" in r.json()["error"]
     assert "system_shared_memory" not in client.get("/v2").json()["extensions"]
 
 
@@ -378,3 +389,36 @@ def test_an_output_larger_than_its_checked_size_is_never_written_past_it(own_fil
             assert f.read() == bytes(32)  # nothing written, the file's size unchanged
     finally:
         regions.close()
+
+
+def _served_app(*flags):
+    """The REST app `serve EXAMPLE FLAGS` would build (no models, the same shared memory)."""
+    from starlette.testclient import TestClient
+
+    from hlobundle._cli._commands import _shared_memory
+    from hlobundle._cli._parser import build
+    from hlobundle._serve._app import app
+
+    args = build().parse_args(["serve", str(EXAMPLE), *flags])
+    return TestClient(app({}, max_shared_memory=_shared_memory(args)))
+
+
+def test_a_loopback_port_with_default_options_refuses_a_register(own_file):
+    # The attack: every user of the machine may connect to a loopback TCP port, and register a
+    # /dev/shm file of the server's user (mode 0600, made by another process of that user for
+    # itself), reading it through the model's outputs or writing outputs into it. serve on a
+    # loopback --host with its default options must refuse, saying why and what to pass.
+    pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2")
+    key = own_file(8)
+    url = "/v2/systemsharedmemory/region/r/register"
+    client = _served_app("--host", "127.0.0.1")
+    r = client.post(url, json={"key": key, "byte_size": 8})
+    assert r.status_code == 400 and r.json()["code"] == "INPUT_INVALID"
+    assert "every user of the machine" in r.json()["error"]
+    assert "--shared-memory-over-loopback" in r.json()["error"]
+    assert "system_shared_memory" not in client.get("/v2").json()["extensions"]
+    assert held_open(os.path.join("/dev/shm", key)) == 0
+    # said explicitly, it is offered there (and on --uds, whatever --host is, by default)
+    for flags in (["--shared-memory-over-loopback"], ["--host", "0.0.0.0", "--uds", "s.sock"]):
+        with _served_app(*flags) as client:
+            assert client.post(url, json={"key": key, "byte_size": 8}).status_code == 200

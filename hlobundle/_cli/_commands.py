@@ -339,18 +339,25 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
 
 
 def _shared_memory(args: argparse.Namespace) -> int:
-    """The bytes of system shared memory clients may register: only with a server they reach
-    from the same machine (`--uds`, or a loopback `--host`); 0 turns the extension off."""
+    """The bytes of system shared memory clients may register: only on `--uds`, or on a
+    loopback `--host` with `--shared-memory-over-loopback`; 0 turns the extension off."""
     from .._serve._shm import offered
 
-    return args.max_shared_memory if offered(args.host, args.uds) else 0
+    over_loopback = args.shared_memory_over_loopback
+    return args.max_shared_memory if offered(args.host, args.uds, over_loopback) else 0
 
 
 def _with_grpc(served: Any, models: dict[str, Any], limits: Any, args: argparse.Namespace) -> Any:
     """The app `served`, with the gRPC server started beside it (drained in its lifespan)."""
     from .._serve import _grpc
 
-    regions = _grpc.regions_for(served, args.host, args.grpc_uds, args.max_shared_memory)
+    regions = _grpc.regions_for(
+        served,
+        args.host,
+        args.grpc_uds,
+        args.max_shared_memory,
+        args.shared_memory_over_loopback,
+    )
     service = _grpc.Service(models, served, limits.max_body, args.grpc_max_deadline, regions)
     grpc_server = _grpc.GrpcServer(
         service, args.host, args.grpc_port or 0, limits.max_connections, uds=args.grpc_uds

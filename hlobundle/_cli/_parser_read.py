@@ -253,10 +253,17 @@ def add_serve(sub: Any) -> None:
         type=_values.size_or_zero,
         default=64 << 20,
         metavar="N",
-        help="clients on this machine may register up to N bytes of system shared memory, "
-        "over REST and gRPC alike (the Open Inference Protocol's extension; default 64M; 0: "
-        "off); offered only on --uds or a loopback --host (gRPC: --grpc-uds or a loopback "
-        "--host)",
+        help="clients may register up to N bytes of system shared memory, over REST and gRPC "
+        "alike (the Open Inference Protocol's extension; default 64M; 0: off); offered on "
+        "--uds and --grpc-uds (only your user can open them), and on a loopback --host only "
+        "with --shared-memory-over-loopback",
+    )
+    p.add_argument(
+        "--shared-memory-over-loopback",
+        action="store_true",
+        help="offer system shared memory on a loopback --host too: every user of the machine "
+        "can then connect, register a /dev/shm file of yours and read it through the model, "
+        "or have outputs written into it (without: only on --uds and --grpc-uds)",
     )
     p.add_argument(
         "--read-timeout",

@@ -73,8 +73,8 @@ def app(
     `independent_rows`) and the user trusts are combined (`_batching`, `Served.batchable`). A request
     body is at most `max_body` bytes and the model's `max_request_bytes`, and must arrive
     within `read_timeout_s` of its headers. With `max_shared_memory` > 0, clients may register
-    up to that many bytes of system shared memory (`_shm`; only for a server its clients reach
-    from the same machine: `_shm.offered`)."""
+    up to that many bytes of system shared memory (`_shm`; the caller offers it only where
+    `_shm.offered` says: on a unix socket, or on a loopback host when asked)."""
     limits = Limits(max_body, read_timeout_s, max_batch, batch_timeout_s, max_shared_memory)
     return App(models, limits)
 

@@ -483,11 +483,13 @@ def _unregister(asgi: Any, service: Service) -> None:
         service.regions.close()
 
 
-def regions_for(asgi: Any, host: str, uds: str | None, max_shared_memory: int) -> Regions | None:
+def regions_for(
+    asgi: Any, host: str, uds: str | None, max_shared_memory: int, over_loopback: bool = False
+) -> Regions | None:
     """The regions gRPC's clients may use: REST's own, one set for both protocols (its own
-    where REST does not offer them), only where gRPC's clients are on this machine (`uds`,
-    or a loopback `host`: `_shm.offered`)."""
-    if not max_shared_memory or not offered(host, uds):
+    where REST does not offer them), only on a unix socket (`uds`), or on a loopback `host`
+    when asked (`over_loopback`: `_shm.offered`)."""
+    if not max_shared_memory or not offered(host, uds, over_loopback):
         return None
     return asgi.regions if asgi.regions is not None else Regions(max_shared_memory)
 
@@ -519,18 +521,20 @@ def serving(
     batch_timeout_s: float = 0.002,
     uds: str | None = None,
     max_shared_memory: int = 0,
+    shared_memory_over_loopback: bool = False,
 ) -> Iterator[int]:
     """The gRPC service of `models` in this process, without a REST server: the REST app's
     model calls (and its batchers, `max_batch`) run on an event loop in a thread of their own.
     Yields the port bound (`port` 0: any free one; with `uds`, the path of a unix socket
     instead, and 0); drains and stops on exit, and unregisters every shared-memory region
-    (`max_shared_memory` bytes of them at most; 0: the extension off). `serve --grpc-port`
+    (`max_shared_memory` bytes of them at most; 0: the extension off; offered on `uds`, and on
+    a loopback `host` only with `shared_memory_over_loopback`). `serve --grpc-port`
     (`--grpc-uds`) runs the same service beside uvicorn."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="hlobundle-rest-loop", daemon=True)
     thread.start()
     rest = app(models, max_body=max_body, max_batch=max_batch, batch_timeout_s=batch_timeout_s)
-    regions = regions_for(rest, host, uds, max_shared_memory)
+    regions = regions_for(rest, host, uds, max_shared_memory, shared_memory_over_loopback)
     service = Service(models, rest, max_body, max_deadline_s, regions)
     service.loop = loop
     try:

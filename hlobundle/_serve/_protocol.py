@@ -273,9 +273,10 @@ def _from_region(
 
 
 NO_SHARED_MEMORY = (
-    "the system shared-memory extension is offered only by a server its clients reach on this "
-    "machine (REST: --uds or a loopback --host; gRPC: --grpc-uds or a loopback --host), with "
-    "--max-shared-memory above 0"
+    "the system shared-memory extension is offered only on a unix socket, which only the "
+    "server's user can open (REST: --uds; gRPC: --grpc-uds), or on a loopback --host with "
+    "--shared-memory-over-loopback (off by default: every user of the machine can connect "
+    "there), with --max-shared-memory above 0"
 )
 
 

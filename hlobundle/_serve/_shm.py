@@ -8,8 +8,10 @@ mapping: a mapping read after the file's owner shrank it is a SIGBUS, which kill
 (seen in tests/test_serve_shm.py with the check below removed), and no check before the read can
 close that race; a read from a file shrunk meanwhile is a short read, refused here.
 
-Only a server on a unix socket or a loopback address offers it (`offered`), and only a file of
-the server's own user may be a region: opened without following a link (`O_NOFOLLOW`), then
+A server offers it on a unix socket, which serve makes owner-only, and on a loopback address
+only when asked (`offered`: every user of the machine may connect there, and register a file of
+the server's user that another process of that user made for itself); and only a file of the
+server's own user may be a region: opened without following a link (`O_NOFOLLOW`), then
 checked on the file opened (`os.fstat`): a regular file, owned by the server's uid, writable by
 no group or other user, its size covering the region. Every request's region, offset and size are
 checked against the registration before any work, and an input's bytes are copied out of the
@@ -38,10 +40,19 @@ MAX_REGIONS = 64  # regions registered at once: each holds a file descriptor ope
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 
 
-def offered(host: str, uds: str | None) -> bool:
-    """Whether a server listening on `host` (or on the unix socket `uds`) may offer the
-    extension: only one its clients reach from the same machine."""
-    if uds is not None or host == "localhost":
+def offered(host: str, uds: str | None, over_loopback: bool = False) -> bool:
+    """Whether a server listening on `host` (or on the unix socket `uds`) offers the extension:
+    on a unix socket (serve's are owner-only: the server's user's clients alone); on a loopback
+    `host` only `over_loopback` (`--shared-memory-over-loopback`), since every user of the
+    machine can connect there, and the server cannot cheaply tell which one did; never
+    elsewhere."""
+    if uds is not None:
+        return True
+    return over_loopback and _loopback(host)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
