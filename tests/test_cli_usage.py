@@ -37,6 +37,7 @@ USAGE_ERRORS = [
     (("serve", B, "--max-batch-size", "0"), "--max-batch-size"),
     (("serve", B, "--max-connections", "0"), "--max-connections"),
     (("serve", B, "--grpc-port", "99999"), "--grpc-port"),
+    (("serve", B, "--host", "0.0.0.0", "--shared-memory-over-loopback"), "--shared-memory-over"),
     (("serve", B, "--grpc-max-deadline", "0"), "--grpc-max-deadline"),
     (("serve", B, "--max-body-bytes", "-5"), "--max-body-bytes"),
     (("serve", B, "--max-response-bytes", "0"), "--max-response-bytes"),

@@ -268,6 +268,7 @@ def serve(args: argparse.Namespace) -> int:
     from .._serve import require_extra
 
     applies(args, "--trust-executables", args.trust_executables, runs_executables)
+    _loopback_only(args)
     named = [named_bundle(args, b) for b in args.bundles]
     require_extra()
     from .._serve._models import load_models
@@ -336,6 +337,15 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     if args.grpc_port is not None or args.grpc_uds is not None:
         served = _with_grpc(served, models, limits, args)
     server(served, args.host, args.port, limits, args.uds, args.access_log).run(sockets=[sock])
+
+
+def _loopback_only(args: argparse.Namespace) -> None:
+    """A usage error for `--shared-memory-over-loopback` on a --host that is not loopback,
+    where the extension is never offered (it would be silently off)."""
+    from .._serve._shm import offered
+
+    if args.shared_memory_over_loopback and not offered(args.host, None, True):
+        usage(args, f"--shared-memory-over-loopback needs a loopback --host, not {args.host}")
 
 
 def _shared_memory(args: argparse.Namespace) -> int:
