@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -85,6 +87,73 @@ def test_run_resolves_its_backend_once_and_not_through_bundle_function(monkeypat
     assert r.returncode == 0, r.stderr
     assert resolved == ["xla" if backend == "auto" else backend]
     assert json.loads(r.stdout)["backend"] == resolved[0]
+
+
+
+def _runtime_start(monkeypatch, starting):
+    """`jax.devices` where a thread other than the test's calls it: `starting(thread)` first
+    (the runtime's start, as a fresh process would spend it), then the real one."""
+    import jax
+
+    real, caller = jax.devices, threading.current_thread()
+
+    def devices(*args, **kwargs):
+        if threading.current_thread() is not caller:
+            starting(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax, "devices", devices)
+
+
+@pytest.mark.slow
+def test_run_reads_the_bundle_while_the_runtime_starts(monkeypatch):
+    """`run` starts the JAX runtime (`jax.devices()`: 13-14 s of a fresh process on a TPU) in a
+    thread of its own before it reads the bundle, and reads while it starts (issue 66, 3)."""
+    from hlobundle._remote import _load
+
+    events, read, real_load = [], threading.Event(), _load.load
+
+    def starting(thread):
+        events.append("start")
+        events.append("read meanwhile" if read.wait(10) else "not read meanwhile")
+
+    def load(*args, **kwargs):
+        read.set()
+        return real_load(*args, **kwargs)
+
+    _runtime_start(monkeypatch, starting)
+    monkeypatch.setattr(_load, "load", load)
+    r = cli("run", EXAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    assert events == ["start", "read meanwhile"]
+    assert json.loads(r.stdout)["ok"] is True
+
+
+def test_run_leaves_no_runtime_start_running_after_an_error(monkeypatch, tmp_path):
+    """A bundle that cannot be read is refused, coded, once the runtime's start has ended:
+    nothing `run` began outlives it."""
+    threads = []
+
+    def starting(thread):
+        threads.append(thread)
+        time.sleep(0.2)
+
+    _runtime_start(monkeypatch, starting)
+    r = cli("run", tmp_path / "absent.hlobundle")
+    assert r.returncode == 1 and r.stderr.startswith("error ["), r.stderr
+    assert threads and not any(t.is_alive() for t in threads)
+
+
+def test_a_runtime_start_that_fails_in_its_thread_is_left_to_the_run(monkeypatch):
+    """What the thread's `jax.devices()` raises is neither printed nor raised there: the run's
+    own first use of the devices meets it (again) where it is coded today."""
+
+    def starting(thread):
+        raise RuntimeError("Unable to initialize backend 'tpu': in use by another process")
+
+    _runtime_start(monkeypatch, starting)
+    r = cli("run", EXAMPLE, "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "tpu" not in r.stderr, r.stderr
 
 
 def test_run_fails_on_corrupted_expected_output(tmp_path):

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._format._errors import HloBundleError, InputError
 from ._common import (
@@ -21,6 +21,9 @@ from ._common import (
     usage,
 )
 
+if TYPE_CHECKING:
+    from .._run._backends import Backend
+
 
 def run(args: argparse.Namespace) -> int:
     from .._read import _cache
@@ -30,19 +33,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_bundle(args: argparse.Namespace) -> int:
-    from .._format._fields import needs_x64
-    from .._format._paths import is_remote
-    from .._read._inputs import read_files
-    from .._remote._load import load
-    from .._run import _backends, _run
+    from .._run import _backends
+    from .._run._process import devices_started
 
     applies(args, "--trust-executables", args.trust_executables, "stored_executables")
     applies(args, "--max-memory", args.max_memory is not None, "limit_memory")
     applies(args, "--distributed", args.distributed, "jax")  # the others run one device
     applies(args, "--devices", args.devices not in (None, 1), "jax")
-    save = args.save_outputs and output_path("--save-outputs", args.save_outputs)
+    save = output_path("--save-outputs", args.save_outputs) if args.save_outputs else None
     # The one place the name becomes a backend; the run is handed the object.
     backend = _backends.resolve(_backends.for_forward_calls(args.backend))
+    # The JAX runtime starts while the bundle is read and verified (issue 66, 3); a
+    # distributed run initializes jax.distributed first.
+    with devices_started(backend.jax and not args.distributed):
+        return _run_resolved(args, backend, save)
+
+
+def _run_resolved(args: argparse.Namespace, backend: Backend, save: Path | None) -> int:
+    from .._format._fields import needs_x64
+    from .._format._paths import is_remote
+    from .._read._inputs import read_files
+    from .._remote._load import load
+    from .._run import _run
+
     functions = [args.function] if args.function and is_remote(args.bundle) else None
     bundle = load(args.bundle, functions=functions, verify=args.verify, **trust_options(args))
     bundle = bundle.select(args.function)

@@ -6,7 +6,10 @@ what every `hlobundle` command does before it runs a bundle.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from collections.abc import Iterator
 
 from .._format._errors import DevicesUnavailableError
 
@@ -34,6 +37,38 @@ def configure_jax(
         enable_compilation_cache()
     if distributed:
         initialize_distributed()
+
+
+@contextlib.contextmanager
+def devices_started(start: bool) -> Iterator[None]:
+    """With `start`, the JAX runtime's start (`jax.devices()`: on a TPU most of a fresh
+    process's first result, 13-14 s) begun in a thread of its own while the caller reads,
+    verifies and prepares what it will run (`hlobundle run`). Nothing may need to come before
+    the runtime's start (`jax.distributed.initialize()` does: don't start it then).
+
+    jax itself is imported here, in the caller's thread: two threads importing modules of one
+    package can deadlock in Python's import system. The thread's `jax.devices()` releases the
+    GIL while the runtime starts. Whatever it raises is dropped: the caller's own first use of
+    the devices meets the failure again, and says it as it does without the thread. The thread
+    is joined before this returns, on an error too: nothing of it outlives the command."""
+    if not start:
+        yield
+        return
+    import jax  # noqa: F401  # here, not in the thread
+
+    thread = threading.Thread(target=_open_devices, name="hlobundle-devices", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def _open_devices() -> None:
+    import jax
+
+    with contextlib.suppress(Exception):  # met again by the caller's own use of the devices
+        jax.devices()
 
 
 def enable_x64() -> None:
