@@ -89,7 +89,6 @@ def test_run_resolves_its_backend_once_and_not_through_bundle_function(monkeypat
     assert json.loads(r.stdout)["backend"] == resolved[0]
 
 
-
 def _runtime_start(monkeypatch, starting):
     """`jax.devices` where a thread other than the test's calls it: `starting(thread)` first
     (the runtime's start, as a fresh process would spend it), then the real one."""
