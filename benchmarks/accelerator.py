@@ -169,8 +169,9 @@ def dispatch_bound(args: argparse.Namespace) -> list[dict]:
     program jax traces today (`native`, the baseline); the same program in a second `jax.jit`
     (the noise floor: what two copies of one program differ by here); the stored module with no
     hlobundle wrapper (`jax.jit(bundle.to_exported().call)`); the bundle's function, each
-    backend. A sample is `--calls` calls in a row, each waited for; turns rotate, so that no
-    program always runs first. Then each one's optimized HLO against native's (`hlo_rows`)."""
+    backend; and beside them the xla function called eagerly (its own Python, each call). A
+    sample is `--calls` calls in a row, each waited for; turns rotate, so that no program
+    always runs first. Then each one's optimized HLO against native's (`hlo_rows`)."""
     import jax
     import lenet5
 
@@ -187,7 +188,9 @@ def dispatch_bound(args: argparse.Namespace) -> list[dict]:
     for backend in backends():
         f = lenet.function(backend)
         programs[backend] = lambda p, x, f=f: f(p, x)
+    xla = lenet.function("xla")
     fns = {k: jitted(fn, params, images, calls=args.calls) for k, fn in programs.items()}
+    fns["eager"] = lambda: [jax.block_until_ready(xla(params, images)) for _ in range(args.calls)]
     for f in fns.values():
         f()  # compile
     res = {k: m / args.calls for k, (m, _) in interleaved(fns, args.reps, rotate=True).items()}
@@ -200,6 +203,8 @@ def dispatch_bound(args: argparse.Namespace) -> list[dict]:
                   "(Bundle.to_exported().call)", "", base, module, None),
         *(ratio_row(f"{case}: the bundle's function / the stored module under jax.jit (the "
                     "wrapper alone)", b, module, res[b], 1.02) for b in backends()),
+        ratio_row(f"{case}: the bundle's function called eagerly, no outer jax.jit (its Python: "
+                  "binding and checking the arguments, each call)", "xla", base, res["eager"], None),
         *hlo_rows(programs, (params, images), args.hlo_out),
     ]  # fmt: skip
 
