@@ -128,6 +128,30 @@ def test_run_reads_the_bundle_while_the_runtime_starts(monkeypatch):
     assert json.loads(r.stdout)["ok"] is True
 
 
+@pytest.mark.slow
+def test_run_parses_what_its_check_walks_while_the_runtime_starts(monkeypatch):
+    """The module's contractions, which the check walks where precision can matter (a TPU: the
+    module parsed then, after the runtime's start, when its verdict was cached), are walked
+    while the runtime starts, where it has not started yet."""
+    from hlobundle._run import _run
+
+    walked, real = threading.Event(), _run.lowest_asked
+    events = []
+
+    def lowest_asked(bundle):
+        walked.set()
+        return real(bundle)
+
+    def starting(thread):
+        events.append("walked meanwhile" if walked.wait(3) else "not walked meanwhile")
+
+    _runtime_start(monkeypatch, starting)
+    monkeypatch.setattr(_run, "lowest_asked", lowest_asked)
+    r = cli("run", EXAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    assert events == ["walked meanwhile"]
+
+
 def test_run_leaves_no_runtime_start_running_after_an_error(monkeypatch, tmp_path):
     """A bundle that cannot be read is refused, coded, once the runtime's start has ended:
     nothing `run` began outlives it."""

@@ -23,6 +23,7 @@ from ._common import (
 
 if TYPE_CHECKING:
     from .._run._backends import Backend
+    from .._run._process import Start
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,11 +46,13 @@ def _run_bundle(args: argparse.Namespace) -> int:
     backend = _backends.resolve(_backends.for_forward_calls(args.backend))
     # The JAX runtime starts while the bundle is read and verified (issue 66, 3); a
     # distributed run initializes jax.distributed first.
-    with devices_started(backend.jax and not args.distributed):
-        return _run_resolved(args, backend, save)
+    with devices_started(backend.jax and not args.distributed) as start:
+        return _run_resolved(args, backend, save, start)
 
 
-def _run_resolved(args: argparse.Namespace, backend: Backend, save: Path | None) -> int:
+def _run_resolved(
+    args: argparse.Namespace, backend: Backend, save: Path | None, start: Start
+) -> int:
     from .._format._fields import needs_x64
     from .._format._paths import is_remote
     from .._read._inputs import read_files
@@ -64,6 +67,8 @@ def _run_resolved(args: argparse.Namespace, backend: Backend, save: Path | None)
     elif backend.limit_memory is not None:
         backend.limit_memory(args.max_memory)
     given = read_files(args.inputs) if args.inputs else None
+    if start.under_way():  # the module's walk for the check's precision (a TPU's), meanwhile
+        _run.lowest_asked(bundle)
     producer = args.layout == "producer"
     report, outputs = _run.run(
         bundle,

@@ -39,8 +39,19 @@ def configure_jax(
         initialize_distributed()
 
 
+class Start:
+    """The runtime's start begun by `devices_started`, if any."""
+
+    def __init__(self, thread: threading.Thread | None) -> None:
+        self._thread = thread
+
+    def under_way(self) -> bool:
+        """Whether the runtime is still starting: a first use of the devices would wait."""
+        return self._thread is not None and self._thread.is_alive()
+
+
 @contextlib.contextmanager
-def devices_started(start: bool) -> Iterator[None]:
+def devices_started(start: bool) -> Iterator[Start]:
     """With `start`, the JAX runtime's start (`jax.devices()`: on a TPU most of a fresh
     process's first result, 13-14 s) begun in a thread of its own while the caller reads,
     verifies and prepares what it will run (`hlobundle run`). Nothing may need to come before
@@ -52,14 +63,14 @@ def devices_started(start: bool) -> Iterator[None]:
     the devices meets the failure again, and says it as it does without the thread. The thread
     is joined before this returns, on an error too: nothing of it outlives the command."""
     if not start:
-        yield
+        yield Start(None)
         return
     import jax  # noqa: F401  # here, not in the thread
 
     thread = threading.Thread(target=_open_devices, name="hlobundle-devices", daemon=True)
     thread.start()
     try:
-        yield
+        yield Start(thread)
     finally:
         thread.join()
 
