@@ -167,16 +167,20 @@ def test_run_leaves_no_runtime_start_running_after_an_error(monkeypatch, tmp_pat
     assert threads and not any(t.is_alive() for t in threads)
 
 
-def test_a_runtime_start_that_fails_in_its_thread_is_left_to_the_run(monkeypatch):
-    """What the thread's `jax.devices()` raises is neither printed nor raised there: the run's
-    own first use of the devices meets it (again) where it is coded today."""
+def test_a_runtime_that_fails_to_start_is_refused_coded(monkeypatch):
+    """What the thread's `jax.devices()` raises (a TPU held by another process) is not printed
+    there: the run, about to use the devices, refuses with DEVICES_UNAVAILABLE and JAX's
+    reason, no traceback."""
 
     def starting(thread):
         raise RuntimeError("Unable to initialize backend 'tpu': in use by another process")
 
     _runtime_start(monkeypatch, starting)
     r = cli("run", EXAMPLE, "--json")
-    assert r.returncode == 0 and "Traceback" not in r.stderr and "tpu" not in r.stderr, r.stderr
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error [DEVICES_UNAVAILABLE] JAX could not start its runtime: ")
+    assert "Unable to initialize backend 'tpu': in use by another process" in r.stderr
+    assert json.loads(r.stdout)["code"] == "DEVICES_UNAVAILABLE"
 
 
 def test_run_fails_on_corrupted_expected_output(tmp_path):

@@ -69,6 +69,7 @@ def _run_resolved(
     given = read_files(args.inputs) if args.inputs else None
     if start.under_way():  # the module's walk for the check's precision (a TPU's), meanwhile
         _run.lowest_asked(bundle)
+    start.wait()  # a runtime that could not start: DEVICES_UNAVAILABLE
     producer = args.layout == "producer"
     report, outputs = _run.run(
         bundle,

@@ -40,46 +40,62 @@ def configure_jax(
 
 
 class Start:
-    """The runtime's start begun by `devices_started`, if any."""
+    """The runtime's start begun by `devices_started` (in a thread), if any."""
 
-    def __init__(self, thread: threading.Thread | None) -> None:
-        self._thread = thread
+    def __init__(self, begun: bool) -> None:
+        self.error: Exception | None = None
+        self._thread: threading.Thread | None = None
+        if begun:
+            self._thread = threading.Thread(
+                target=self._open, name="hlobundle-devices", daemon=True
+            )
+            self._thread.start()
+
+    def _open(self) -> None:
+        import jax
+
+        try:
+            jax.devices()
+        except Exception as e:  # said by `wait`, in the caller's thread, coded
+            self.error = e
 
     def under_way(self) -> bool:
         """Whether the runtime is still starting: a first use of the devices would wait."""
         return self._thread is not None and self._thread.is_alive()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def wait(self) -> None:
+        """Wait for the start to end; a start that failed is a DevicesUnavailableError."""
+        self.join()
+        if self.error is not None:
+            raise DevicesUnavailableError(
+                f"JAX could not start its runtime: {' '.join(str(self.error).split())[:600]}"
+            )
 
 
 @contextlib.contextmanager
 def devices_started(start: bool) -> Iterator[Start]:
     """With `start`, the JAX runtime's start (`jax.devices()`: on a TPU most of a fresh
     process's first result, 13-14 s) begun in a thread of its own while the caller reads,
-    verifies and prepares what it will run (`hlobundle run`). Nothing may need to come before
-    the runtime's start (`jax.distributed.initialize()` does: don't start it then).
+    verifies and prepares what it will run (`hlobundle run`), then calls `wait()` before its
+    first use of the devices. Nothing may need to come before the runtime's start
+    (`jax.distributed.initialize()` does: don't start it then).
 
     jax itself is imported here, in the caller's thread: two threads importing modules of one
     package can deadlock in Python's import system. The thread's `jax.devices()` releases the
-    GIL while the runtime starts. Whatever it raises is dropped: the caller's own first use of
-    the devices meets the failure again, and says it as it does without the thread. The thread
-    is joined before this returns, on an error too: nothing of it outlives the command."""
-    if not start:
-        yield Start(None)
-        return
-    import jax  # noqa: F401  # here, not in the thread
-
-    thread = threading.Thread(target=_open_devices, name="hlobundle-devices", daemon=True)
-    thread.start()
+    GIL while the runtime starts; what it raises, `wait()` raises coded (DEVICES_UNAVAILABLE).
+    The thread is joined before this returns, on an error too: nothing of it outlives the
+    command."""
+    if start:
+        import jax  # noqa: F401  # here, not in the thread
+    begun = Start(start)
     try:
-        yield Start(thread)
+        yield begun
     finally:
-        thread.join()
-
-
-def _open_devices() -> None:
-    import jax
-
-    with contextlib.suppress(Exception):  # met again by the caller's own use of the devices
-        jax.devices()
+        begun.join()
 
 
 def enable_x64() -> None:
