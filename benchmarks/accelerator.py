@@ -577,9 +577,9 @@ def run_over_runtime_start(tmp: Path, args: argparse.Namespace) -> list[dict]:
     that only starts the runtime (`python -c "import jax; jax.devices()"`, most of a TPU
     process's first result): what hlobundle's own work (its imports, reading, verifying,
     deserializing, the two calls and the check) adds to the runtime's start, with which `run`
-    overlaps it; goal <= 1.03. Children only, one at a time, `--reps-process` pairs (at least
-    3) in turns whose order alternates, after one untimed run of each (the OS's page cache and
-    hlobundle's verdict cache warm, as for a user's second run)."""
+    overlaps it; goal <= 1.03. Children only, one at a time, `--reps-process` pairs (at
+    least 3 but `--quick`) in turns whose order alternates, after one untimed run of each (the
+    OS's page cache and hlobundle's verdict cache warm, as for a user's second run)."""
     copy = tmp / "lenet-stored"
     shutil.copytree(ROOT / "examples" / "lenet5.hlobundle", copy, dirs_exist_ok=True)
     platform = child(COMPILE_HERE.format(path=str(copy)))[1].strip().splitlines()[-1]
@@ -591,7 +591,7 @@ def run_over_runtime_start(tmp: Path, args: argparse.Namespace) -> list[dict]:
     }
     times: dict[str, list[float]] = {k: [] for k in fns}
     reports = []
-    for turn in range(1 + max(3, args.reps_process)):
+    for turn in range(1 + (args.reps_process if args.quick else max(3, args.reps_process))):
         for name in sorted(fns, reverse=turn % 2 == 1):
             seconds, out = fns[name]()
             if turn:  # the first turn warms
