@@ -7,7 +7,10 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 
 - `overhead`: a bundle function under `jax.jit` / the same function under native `jax.jit`,
   dispatch-bound (the LeNet at batch 4) and compute-bound (`--layers` bf16 dense layers
-  `--width` wide, batch `--batch`, made with `hlobundle.export`); goal <= 1.02.
+  `--width` wide, batch `--batch`, made with `hlobundle.export`); goal <= 1.02. The
+  dispatch-bound case three ways (`dispatch_bound`): the bundle's function, the stored module
+  under `jax.jit` with no hlobundle wrapper, the program jax traces today, and that program
+  traced twice (the noise floor); and each one's optimized HLO against the native one's.
 - `lm`: one decode step of examples/lm.hlobundle / native `lm.decode` (`language_model.lm_cost`).
 - `grad`: `jax.grad` through the compute-bound bundle / native; goal <= 1.05.
 - `weights`: `hlobundle.load` + `jax.device_put` of its weights / `device_put` of the same
@@ -25,6 +28,9 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 - `grpc-shm`: a small binary infer over `serve --grpc-uds`, one client, with raw contents and
   with system shared memory: requests per second and serve's CPU per request
   (`grpc_shm.grpc_shm_cost`; it needs the grpc extra).
+- `start`: `hlobundle run` of the LeNet from an executable stored for this device / a process
+  that only starts the runtime (`python -c "import jax; jax.devices()"`), fresh processes
+  (`run_over_runtime_start`); goal <= 1.03.
 
 It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
 the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
@@ -121,11 +127,17 @@ def dense_bundle(
     return out
 
 
-def jitted(fn: Callable, *args: Any) -> Callable[[], object]:
+def jitted(fn: Callable, *args: Any, calls: int = 1) -> Callable[[], object]:
+    """`fn` under `jax.jit`, called `calls` times in a row, each call waited for."""
     import jax
 
     j = jax.jit(fn)
-    return lambda: jax.block_until_ready(j(*args))
+
+    def run() -> None:
+        for _ in range(calls):
+            jax.block_until_ready(j(*args))
+
+    return run
 
 
 def backends() -> list[str]:
@@ -140,28 +152,110 @@ def backends() -> list[str]:
 
 def overhead(tmp: Path, args: argparse.Namespace) -> list[dict]:
     import jax
+
+    import hlobundle
+
+    rows = dispatch_bound(args)
+    dense_b = hlobundle.load(dense_bundle(tmp, args)).select("f0")
+    params = jax.device_put(dense_b.example_args()[0])
+    x = jax.device_put(dense_b.example_args()[1])
+    fns = {"native": jitted(dense, params, x)}
+    for backend in backends():
+        f = dense_b.function(backend)
+        fns[backend] = jitted(lambda p, x, f=f: f(p, x), params, x)
+    case = f"compute-bound: {args.layers} bf16 layers {args.width} wide, batch {args.batch}"
+    return rows + _ratios(case, fns, args.reps, 1.02)
+
+
+def dispatch_bound(args: argparse.Namespace) -> list[dict]:
+    """The LeNet at batch 4, where a call costs its dispatch, under `jax.jit` four ways: the
+    program jax traces today (`native`, the baseline); the same program in a second `jax.jit`
+    (the noise floor: what two copies of one program differ by here); the stored module with no
+    hlobundle wrapper (`jax.jit(bundle.to_exported().call)`); the bundle's function, each
+    backend; and beside them the xla function called eagerly (its own Python, each call). A
+    sample is `--calls` calls in a row, each waited for; turns rotate, so that no program
+    always runs first. Then each one's optimized HLO against native's (`hlo_rows`)."""
+    import jax
     import lenet5
 
     import hlobundle
 
     lenet = hlobundle.load(ROOT / "examples" / "lenet5.hlobundle")
     images = jax.device_put(np.random.default_rng(0).random((4, 1, 28, 28), np.float32))
-    dense_b = hlobundle.load(dense_bundle(tmp, args))
-    params = jax.device_put(dense_b.select("f0").example_args()[0])
-    x = jax.device_put(dense_b.select("f0").example_args()[1])
-    cases = [
-        ("dispatch-bound: LeNet, batch 4", lenet, lenet5.lenet5, jax.device_put(lenet5.init_params()), images),
-        (f"compute-bound: {args.layers} bf16 layers {args.width} wide, batch {args.batch}",
-         dense_b.select("f0"), dense, params, x),
+    params = jax.device_put(lenet5.init_params())
+    programs: dict[str, Callable] = {
+        "native": lenet5.lenet5,
+        "native again": lambda p, x: lenet5.lenet5(p, x),
+        "stored module": lenet.to_exported().call,
+    }
+    for backend in backends():
+        f = lenet.function(backend)
+        programs[backend] = lambda p, x, f=f: f(p, x)
+    xla = lenet.function("xla")
+    fns = {k: jitted(fn, params, images, calls=args.calls) for k, fn in programs.items()}
+    fns["eager"] = lambda: [jax.block_until_ready(xla(params, images)) for _ in range(args.calls)]
+    for f in fns.values():
+        f()  # compile
+    res = {k: m / args.calls for k, (m, _) in interleaved(fns, args.reps, rotate=True).items()}
+    case, base, module = "dispatch-bound: LeNet, batch 4", res["native"], res["stored module"]
+    return [
+        *(ratio_row(case, b, base, res[b], 1.02) for b in backends()),
+        ratio_row(f"{case}: native again (the same program in a second jax.jit: the noise floor)",
+                  "", base, res["native again"], None),
+        ratio_row(f"{case}: the stored module under jax.jit, no hlobundle wrapper "
+                  "(Bundle.to_exported().call)", "", base, module, None),
+        *(ratio_row(f"{case}: the bundle's function / the stored module under jax.jit (the "
+                    "wrapper alone)", b, module, res[b], 1.02) for b in backends()),
+        ratio_row(f"{case}: the bundle's function called eagerly, no outer jax.jit (its Python: "
+                  "binding and checking the arguments, each call)", "xla", base, res["eager"], None),
+        *hlo_rows(programs, (params, images), args.hlo_out),
     ]  # fmt: skip
+
+
+def hlo_rows(programs: dict[str, Callable], call: tuple, out: str | None) -> list[dict]:
+    """Each program's optimized HLO (`jax.jit(f).lower(...).compile().as_text()`) against the
+    native one's: its lines, and the instructions that differ once XLA's metadata (op names,
+    source lines, the stack-frame tables) and the values' names are dropped. With `out`, the
+    texts are written there (`<program>.hlo.txt`) for a diff by hand."""
+    import difflib
+
+    import jax
+
+    texts = {k: jax.jit(f).lower(*call).compile().as_text() for k, f in programs.items()}
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for k, text in texts.items():
+            (Path(out) / f"{k.replace(' ', '-')}.hlo.txt").write_text(text)
+    native = instructions(texts["native"])
     rows = []
-    for case, bundle, native, p, xs in cases:
-        fns = {"native": jitted(native, p, xs)}
-        for backend in backends():
-            f = bundle.function(backend)
-            fns[backend] = jitted(lambda p, x, f=f: f(p, x), p, xs)
-        rows += _ratios(case, fns, args.reps, 1.02)
+    for k, text in texts.items():
+        ops = instructions(text)
+        diff = [d for d in difflib.unified_diff(native, ops, lineterm="", n=0)
+                if d[:1] in "+-" and d[:3] not in ("+++", "---")]  # fmt: skip
+        rows.append({"case": f"optimized HLO of {k} / native's: lines, and instructions that "
+                             "differ once metadata and names are dropped",
+                     "backend": "", "ratio": f"{len(text.splitlines())} / "
+                     f"{len(texts['native'].splitlines())} lines",
+                     "goal": "no instruction differs",
+                     "met": "yes" if not diff else f"NO: {len(diff)} lines, e.g. {diff[0][:160]}"})  # fmt: skip
     return rows
+
+
+def instructions(hlo: str) -> list[str]:
+    """An optimized HLO text's lines without what names and locates the instructions: the
+    stack-frame tables, each `metadata={...}`, the values' and parameters' names, the module's."""
+    import re
+
+    tables = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+    lines = []
+    for line in hlo.splitlines():
+        if line.startswith(tables) or re.match(r"^\d+ [\"{]", line):
+            continue
+        line = re.sub(r", metadata=\{[^}]*\}", "", line)
+        line = re.sub(r"%[\w.\-]+", "%v", line)
+        line = re.sub(r"([(,]\s*)[\w.\-]+: ", r"\1", line)
+        lines.append(re.sub(r"^HloModule \S+", "HloModule m", line))
+    return lines
 
 
 def _ratios(case: str, fns: dict[str, Callable[[], object]], reps: int, goal: float) -> list[dict]:
@@ -377,12 +471,17 @@ def child(code: str, env: dict[str, str] | None = None) -> tuple[float, str]:
     """Wall time and stdout of a fresh Python running `code`, in this process's environment
     (an accelerator machine's PYTHONPATH and TPU_ variables kept) without hlobundle's cache
     settings, `env` added. One process at a time may hold a TPU: the caller holds none yet."""
+    return child_process(["-c", code], env)
+
+
+def child_process(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """`child` of a fresh Python given `argv` (`["-m", "hlobundle", ...]`)."""
     import subprocess
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("HLOBUNDLE_")}
     start = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=base | (env or {})
+        [sys.executable, *argv], capture_output=True, text=True, env=base | (env or {})
     )
     if r.returncode:
         raise RuntimeError(r.stderr[-2000:])
@@ -466,6 +565,54 @@ def lm_first_token_from_stored(tmp: Path, platform: str) -> dict:
             "met": "yes" if got["compiles"] == 0 else "NO"}  # fmt: skip
 
 
+RUNTIME_START = "import jax; jax.devices()"
+COMPILE_HERE = """
+import jax, hlobundle
+platform = jax.devices()[0].platform
+hlobundle.compile({path!r}, [f"xla-{{platform}}"])
+print(platform)
+"""
+
+
+def run_over_runtime_start(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """`hlobundle run` of the LeNet example from an XLA executable stored for this device
+    (`--trust-executables --json`: nothing compiled), each a fresh process, / a fresh process
+    that only starts the runtime (`python -c "import jax; jax.devices()"`, most of a TPU
+    process's first result): what hlobundle's own work (its imports, reading, verifying,
+    deserializing, the two calls and the check) adds to the runtime's start, with which `run`
+    overlaps it; goal <= 1.03. Children only, one at a time, `--reps-process` pairs (at
+    least 3 but `--quick`) in turns whose order alternates, after one untimed run of each (the
+    OS's page cache and hlobundle's verdict cache warm, as for a user's second run)."""
+    copy = tmp / "lenet-stored"
+    shutil.copytree(ROOT / "examples" / "lenet5.hlobundle", copy, dirs_exist_ok=True)
+    platform = child(COMPILE_HERE.format(path=str(copy)))[1].strip().splitlines()[-1]
+    env = {"HLOBUNDLE_CACHE_DIR": str(tmp / "start-cache")}
+    argv = ["-m", "hlobundle", "run", str(copy), "--trust-executables", "--json"]
+    fns = {
+        "runtime": lambda: child(RUNTIME_START, env),
+        "run": lambda: child_process(argv, env),
+    }
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    reports = []
+    for turn in range(1 + (args.reps_process if args.quick else max(3, args.reps_process))):
+        for name in sorted(fns, reverse=turn % 2 == 1):
+            seconds, out = fns[name]()
+            if turn:  # the first turn warms
+                times[name].append(seconds)
+            if name == "run":
+                reports.append(json.loads(out))
+    base, got = statistics.median(times["runtime"]), statistics.median(times["run"])
+    stored = all(str(r["module"]).startswith("stored executable") for r in reports)
+    med = lambda k: statistics.median(float(r[k]) for r in reports)  # noqa: E731
+    return [
+        {**ratio_row(f"`hlobundle run` LeNet from an executable stored for {platform} / "
+                     f"`{RUNTIME_START}`, fresh processes ({len(times['run'])} each)",
+                     "xla", base, got, 1.03),
+         "ran from": "stored executable" if stored else "NOT all from the stored executable",
+         "module loaded_s": med("function_s"), "first call_s": med("first_call_s")},
+    ]  # fmt: skip
+
+
 def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
     """`hlobundle serve --uds PATH` (the accelerator machine allows no TCP socket): 16 clients'
     requests per second with dynamic batching / without, against the model-only bound, as
@@ -487,12 +634,13 @@ def grpc_shared_memory(tmp: Path, args: argparse.Namespace) -> list[dict]:
 
 # --- report -------------------------------------------------------------------------------------
 
-# `first`, `serve` and `grpc-shm` run only children, which hold the device in turn: they come before any
-# section that opens it in this process (one process at a time may hold a TPU chip).
+# `first`, `serve`, `grpc-shm` and `start` run only children, which hold the device in turn: they
+# come before any section that opens it in this process (one process at a time may hold a TPU chip).
 SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]] = {
     "first": ("First result in a fresh process", first_result),
     "serve": ("Serving: the batching gain", serve_batching_gain),
     "grpc-shm": ("Serving over gRPC: raw contents / shared memory", grpc_shared_memory),
+    "start": ("`hlobundle run` over the runtime's start, fresh processes", run_over_runtime_start),
     "overhead": ("Run overhead: a bundle function under jax.jit / native jax.jit", overhead),
     "lm": ("LM decode: one token through examples/lm.hlobundle / native lm.decode", lm),
     "grad": ("jax.grad through the bundle / native", grad),
@@ -529,6 +677,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=None, help="repetitions of a call (100)")
     parser.add_argument("--reps-io", type=int, default=None, help="of a load or verify (7)")
     parser.add_argument("--reps-process", type=int, default=None, help="of a process (2)")
+    parser.add_argument("--calls", type=int, default=None, help="dispatch-bound: calls a rep (20)")
+    parser.add_argument("--hlo-out", default=None, help="dispatch-bound: each optimized HLO, to")
     args = parser.parse_args()
     sizes = (2, 1024, 16, 5) if args.quick else (8, 8192, 4096, 100)
     for name, default in zip(("layers", "width", "batch", "reps"), sizes, strict=True):
@@ -537,6 +687,7 @@ def arguments() -> argparse.Namespace:
     io, process = (2, 1) if args.quick else (7, 2)
     args.reps_io = io if args.reps_io is None else args.reps_io
     args.reps_process = process if args.reps_process is None else args.reps_process
+    args.calls = (2 if args.quick else 20) if args.calls is None else args.calls
     chosen = [n for n in args.only.split(",") if n] or list(SECTIONS)
     unknown = [n for n in chosen if n not in SECTIONS]
     if unknown:

@@ -27,12 +27,17 @@ def interleaved(
     fns: dict[str, Callable[[], object]],
     reps: int,
     setup: dict[str, Callable[[], object]] | None = None,
+    rotate: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """(median, spread) in seconds per function, running them in turns so drift hits all alike;
-    a function's `setup`, where it has one, runs untimed before each call."""
+    a function's `setup`, where it has one, runs untimed before each call. With `rotate`, each
+    turn starts one function later, so that none always runs first."""
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
+    names = list(fns)
+    for turn in range(reps):
+        shift = turn % len(names) if rotate else 0
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
             if setup and name in setup:
                 setup[name]()
             start = time.perf_counter()

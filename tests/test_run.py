@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -85,6 +87,100 @@ def test_run_resolves_its_backend_once_and_not_through_bundle_function(monkeypat
     assert r.returncode == 0, r.stderr
     assert resolved == ["xla" if backend == "auto" else backend]
     assert json.loads(r.stdout)["backend"] == resolved[0]
+
+
+def _runtime_start(monkeypatch, starting):
+    """`jax.devices` where a thread other than the test's calls it: `starting(thread)` first
+    (the runtime's start, as a fresh process would spend it), then the real one."""
+    import jax
+
+    real, caller = jax.devices, threading.current_thread()
+
+    def devices(*args, **kwargs):
+        if threading.current_thread() is not caller:
+            starting(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax, "devices", devices)
+
+
+@pytest.mark.slow
+def test_run_reads_the_bundle_while_the_runtime_starts(monkeypatch):
+    """`run` starts the JAX runtime (`jax.devices()`: 13-14 s of a fresh process on a TPU) in a
+    thread of its own before it reads the bundle, and reads while it starts (issue 66, 3)."""
+    from hlobundle._remote import _load
+
+    events, read, real_load = [], threading.Event(), _load.load
+
+    def starting(thread):
+        events.append("start")
+        events.append("read meanwhile" if read.wait(10) else "not read meanwhile")
+
+    def load(*args, **kwargs):
+        read.set()
+        return real_load(*args, **kwargs)
+
+    _runtime_start(monkeypatch, starting)
+    monkeypatch.setattr(_load, "load", load)
+    r = cli("run", EXAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    assert events == ["start", "read meanwhile"]
+    assert json.loads(r.stdout)["ok"] is True
+
+
+@pytest.mark.slow
+def test_run_parses_what_its_check_walks_while_the_runtime_starts(monkeypatch):
+    """The module's contractions, which the check walks where precision can matter (a TPU: the
+    module parsed then, after the runtime's start, when its verdict was cached), are walked
+    while the runtime starts, where it has not started yet."""
+    from hlobundle._run import _run
+
+    walked, real = threading.Event(), _run.lowest_asked
+    events = []
+
+    def lowest_asked(bundle):
+        walked.set()
+        return real(bundle)
+
+    def starting(thread):
+        events.append("walked meanwhile" if walked.wait(3) else "not walked meanwhile")
+
+    _runtime_start(monkeypatch, starting)
+    monkeypatch.setattr(_run, "lowest_asked", lowest_asked)
+    r = cli("run", EXAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    assert events == ["walked meanwhile"]
+
+
+def test_run_leaves_no_runtime_start_running_after_an_error(monkeypatch, tmp_path):
+    """A bundle that cannot be read is refused, coded, once the runtime's start has ended:
+    nothing `run` began outlives it."""
+    threads = []
+
+    def starting(thread):
+        threads.append(thread)
+        time.sleep(0.2)
+
+    _runtime_start(monkeypatch, starting)
+    r = cli("run", tmp_path / "absent.hlobundle")
+    assert r.returncode == 1 and r.stderr.startswith("error ["), r.stderr
+    assert threads and not any(t.is_alive() for t in threads)
+
+
+def test_a_runtime_that_fails_to_start_is_refused_coded(monkeypatch):
+    """What the thread's `jax.devices()` raises (a TPU held by another process) is not printed
+    there: the run, about to use the devices, refuses with DEVICES_UNAVAILABLE and JAX's
+    reason, no traceback."""
+
+    def starting(thread):
+        raise RuntimeError("Unable to initialize backend 'tpu': in use by another process")
+
+    _runtime_start(monkeypatch, starting)
+    r = cli("run", EXAMPLE, "--json")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error [DEVICES_UNAVAILABLE] JAX could not start its runtime: ")
+    assert "Unable to initialize backend 'tpu': in use by another process" in r.stderr
+    assert json.loads(r.stdout)["code"] == "DEVICES_UNAVAILABLE"
 
 
 def test_run_fails_on_corrupted_expected_output(tmp_path):

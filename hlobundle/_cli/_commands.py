@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._format._errors import HloBundleError, InputError
 from ._common import (
@@ -25,6 +25,10 @@ from ._common import (
     usage,
 )
 
+if TYPE_CHECKING:
+    from .._run._backends import Backend
+    from .._run._process import Start
+
 
 def run(args: argparse.Namespace) -> int:
     from .._read import _cache
@@ -34,19 +38,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_bundle(args: argparse.Namespace) -> int:
-    from .._format._fields import needs_x64
-    from .._format._paths import is_remote
-    from .._read._inputs import read_files
-    from .._remote._load import load
-    from .._run import _backends, _run
+    from .._run import _backends
+    from .._run._process import devices_started
 
     applies(args, "--trust-executables", args.trust_executables, runs_executables)
     applies(args, "--max-memory", args.max_memory is not None, limits_memory)
     applies(args, "--distributed", args.distributed, runs_jax)  # the others run one device
     applies(args, "--devices", args.devices not in (None, 1), runs_jax)
-    save = args.save_outputs and output_path("--save-outputs", args.save_outputs)
+    save = output_path("--save-outputs", args.save_outputs) if args.save_outputs else None
     # The one place the name becomes a backend; the run is handed the object.
     backend = _backends.resolve(_backends.for_forward_calls(args.backend))
+    # The JAX runtime starts while the bundle is read and verified (issue 66, 3); a
+    # distributed run initializes jax.distributed first.
+    with devices_started(backend.jax is not None and not args.distributed) as start:
+        return _run_resolved(args, backend, save, start)
+
+
+def _run_resolved(
+    args: argparse.Namespace, backend: Backend, save: Path | None, start: Start
+) -> int:
+    from .._format._fields import needs_x64
+    from .._format._paths import is_remote
+    from .._read._inputs import read_files
+    from .._remote._load import load
+    from .._run import _run
+
     functions = [args.function] if args.function and is_remote(args.bundle) else None
     bundle = load(args.bundle, functions=functions, verify=args.verify, **trust_options(args))
     bundle = bundle.select(args.function)
@@ -55,6 +71,9 @@ def _run_bundle(args: argparse.Namespace) -> int:
     elif backend.limit_memory is not None:
         backend.limit_memory(args.max_memory)
     given = read_files(args.inputs) if args.inputs else None
+    if start.under_way():  # the module's walk for the check's precision (a TPU's), meanwhile
+        _run.lowest_asked(bundle)
+    start.wait()  # a runtime that could not start: DEVICES_UNAVAILABLE
     producer = args.layout == "producer"
     report, outputs = _run.run(
         bundle,

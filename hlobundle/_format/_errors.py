@@ -244,6 +244,9 @@ class BackendUnsupportedError(ConfigError):
 
 
 class DevicesUnavailableError(ConfigError):
+    """The visible devices cannot host the bundle's mesh, a distributed start failed, or the
+    runtime could not start (a TPU held by another process)."""
+
     code = "DEVICES_UNAVAILABLE"
 
 

@@ -6,7 +6,10 @@ what every `hlobundle` command does before it runs a bundle.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from collections.abc import Iterator
 
 from .._format._errors import DevicesUnavailableError
 
@@ -34,6 +37,65 @@ def configure_jax(
         enable_compilation_cache()
     if distributed:
         initialize_distributed()
+
+
+class Start:
+    """The runtime's start begun by `devices_started` (in a thread), if any."""
+
+    def __init__(self, begun: bool) -> None:
+        self.error: Exception | None = None
+        self._thread: threading.Thread | None = None
+        if begun:
+            self._thread = threading.Thread(
+                target=self._open, name="hlobundle-devices", daemon=True
+            )
+            self._thread.start()
+
+    def _open(self) -> None:
+        import jax
+
+        try:
+            jax.devices()
+        except Exception as e:  # said by `wait`, in the caller's thread, coded
+            self.error = e
+
+    def under_way(self) -> bool:
+        """Whether the runtime is still starting: a first use of the devices would wait."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def wait(self) -> None:
+        """Wait for the start to end; a start that failed is a DevicesUnavailableError."""
+        self.join()
+        if self.error is not None:
+            raise DevicesUnavailableError(
+                f"JAX could not start its runtime: {' '.join(str(self.error).split())[:600]}"
+            )
+
+
+@contextlib.contextmanager
+def devices_started(start: bool) -> Iterator[Start]:
+    """With `start`, the JAX runtime's start (`jax.devices()`: on a TPU most of a fresh
+    process's first result, 13-14 s) begun in a thread of its own while the caller reads,
+    verifies and prepares what it will run (`hlobundle run`), then calls `wait()` before its
+    first use of the devices. Nothing may need to come before the runtime's start
+    (`jax.distributed.initialize()` does: don't start it then).
+
+    jax itself is imported here, in the caller's thread: two threads importing modules of one
+    package can deadlock in Python's import system. The thread's `jax.devices()` releases the
+    GIL while the runtime starts; what it raises, `wait()` raises coded (DEVICES_UNAVAILABLE).
+    The thread is joined before this returns, on an error too: nothing of it outlives the
+    command."""
+    if start:
+        import jax  # noqa: F401  # here, not in the thread
+    begun = Start(start)
+    try:
+        yield begun
+    finally:
+        begun.join()
 
 
 def enable_x64() -> None:
