@@ -1,0 +1,196 @@
+"""The process that holds the device in `serve --frontends N`: it starts N front doors
+(`_frontdoor`, processes that never import jax), answers the model calls they hand it (the
+batcher and the model run here, as in a server of one process: `App.call`), replaces a front
+door that dies without dropping the model, and on SIGTERM (or SIGINT) tells every front door
+to drain, answers what they still ask, and returns once all of them have exited.
+
+A call's tensors lie in a buffer of shared memory the front door leased (`_arena`): its inputs
+are read there in place, and its results written after them, where there is room; what does
+not fit travels in the answer itself (`_wire`)."""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ._app import App, failure
+from ._arena import aligned
+from ._frontdoor import Settings, _array
+from ._models import Served
+from ._wire import Channel, pair
+
+START_S = 120.0  # a front door says it listens within this, or serve gives up
+RESPAWN_S = (0.1, 5.0)  # the wait before a dead front door is replaced: first, and at most
+COMMAND = [sys.executable, "-m", "hlobundle._serve._frontdoor"]
+
+
+@dataclass(eq=False)
+class Door:
+    """A front door as this process sees it."""
+
+    number: int
+    process: subprocess.Popen[bytes]
+    channel: Channel
+    ready: asyncio.Future[None]
+    started: float
+    buffers: dict[int, mmap.mmap] = field(default_factory=dict)
+
+
+class DeviceLoop:
+    """The front doors, and the answers to their calls (`run`)."""
+
+    def __init__(self, app: App, settings: Settings, count: int) -> None:
+        self.app, self.settings, self.count = app, settings, count
+        self.doors: dict[int, Door] = {}
+        self.draining = False
+        self.deaths = 0  # front doors replaced in a row soon after they started
+        self.done: asyncio.Event | None = None
+        self.started = False  # every front door listened once
+
+    async def run(self, started: Callable[[list[int]], None]) -> int:
+        """Serve until drained: 0, or 1 where a front door did not start (`started` is told
+        the front doors' process ids once every one listens)."""
+        loop = asyncio.get_running_loop()
+        self.done = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.drain)
+        for number in range(self.count):
+            self.spawn(number)
+        try:
+            async with asyncio.timeout(START_S):
+                await asyncio.gather(*(door.ready for door in self.doors.values()))
+        except (TimeoutError, ConnectionError) as e:
+            print(f"serve: a front door did not start ({e or 'timed out'})", file=sys.stderr)
+            self.drain()
+            await self.done.wait()
+            return 1
+        self.started = True
+        started([door.process.pid for door in self.doors.values()])
+        await self.done.wait()
+        return 0
+
+    def spawn(self, number: int) -> None:
+        mine, theirs = pair()
+        settings = replace(self.settings, channel_fd=theirs.fileno())
+        fds = [theirs.fileno()]
+        if settings.listen_fd is not None:
+            fds.append(settings.listen_fd)
+        process = subprocess.Popen(COMMAND, stdin=subprocess.PIPE, pass_fds=fds)
+        theirs.close()
+        loop = asyncio.get_running_loop()
+        channel = Channel(
+            mine, lambda m, fds: self._message(door, m, fds), lambda: self._closed(door)
+        )
+        door = Door(number, process, channel, loop.create_future(), time.monotonic())
+        self.doors[number] = door
+        channel.attach(loop)
+        if process.stdin is not None:  # a pipe, as asked
+            with process.stdin:
+                try:
+                    process.stdin.write(pickle.dumps(settings, protocol=pickle.HIGHEST_PROTOCOL))
+                except BrokenPipeError:
+                    pass  # it died at once: its channel says so
+
+    def _message(self, door: Door, message: tuple[Any, ...], fds: list[int]) -> None:
+        kind = message[0]
+        if kind == "call":
+            asyncio.get_running_loop().create_task(self._answer(door, message, fds))
+        elif kind == "forget":
+            for number in message[1]:
+                door.buffers.pop(number, None)
+        elif kind == "ready" and not door.ready.done():
+            door.ready.set_result(None)
+            self.deaths = 0
+
+    async def _answer(self, door: Door, message: tuple[Any, ...], fds: list[int]) -> None:
+        _, number, name, buffer, size, inputs, results_at = message
+        if fds:
+            door.buffers[buffer] = mmap.mmap(fds[0], size)
+            for fd in fds:
+                os.close(fd)
+        view = door.buffers[buffer]
+        served: Served = self.app.models[name]
+        given = {n: _array(view, dtype, shape, at) for n, dtype, shape, at in inputs}
+        try:
+            outputs = await self.app.call(served, given)
+        except Exception as e:
+            status, body = failure(served, e)
+            return door.channel.send(("answer", number, status, body))
+        door.channel.send(("answer", number, 200, _placed(view, results_at, outputs)))
+
+    def _closed(self, door: Door) -> None:
+        """A front door's channel closed: it exited (or is exiting). Reaped; replaced unless
+        the server drains."""
+        door.buffers.clear()
+        if self.doors.get(door.number) is door:
+            del self.doors[door.number]
+        if not door.ready.done():
+            door.ready.set_exception(ConnectionError(f"front door {door.number} exited"))
+            if self.started:  # nobody waits for a replacement's word
+                door.ready.exception()
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, _reaped, door.process)
+        if self.draining:
+            if not self.doors and self.done is not None:
+                self.done.set()
+            return
+        soon = time.monotonic() - door.started < 1.0
+        self.deaths = self.deaths + 1 if soon else 0
+        wait = min(RESPAWN_S[0] * 2**self.deaths, RESPAWN_S[1])
+        print(f"serve: front door {door.number} exited; replacing it", file=sys.stderr, flush=True)
+        loop.call_later(wait, self._respawn, door.number)
+
+    def _respawn(self, number: int) -> None:
+        if not self.draining and number not in self.doors:
+            self.spawn(number)
+
+    def drain(self) -> None:
+        """Tell every front door to stop taking requests and exit once it has answered those
+        it has; `run` returns when the last one has."""
+        self.draining = True
+        for door in self.doors.values():
+            if door.process.poll() is None:
+                door.process.send_signal(signal.SIGTERM)
+        if not self.doors and self.done is not None:
+            self.done.set()
+
+
+def _placed(view: mmap.mmap, at: int, outputs: dict[str, np.ndarray]) -> list[tuple[Any, ...]]:
+    """Each output written into the buffer from `at` on, as (name, dtype, shape, offset); one
+    the buffer has no room for, as (name, array)."""
+    placed: list[tuple[Any, ...]] = []
+    for name, value in outputs.items():
+        x = np.ascontiguousarray(value)
+        at = aligned(at)
+        if at + x.nbytes > len(view):
+            placed.append((name, x))
+            continue
+        dtype = str(x.dtype)
+        _array(view, dtype, x.shape, at)[...] = x
+        placed.append((name, dtype, x.shape, at))
+        at += x.nbytes
+    return placed
+
+
+def _reaped(process: subprocess.Popen[bytes]) -> None:
+    """Wait for an exited front door (one whose channel closed while it lives is killed)."""
+    try:
+        process.wait(timeout=35)  # uvicorn's graceful shutdown takes at most 30 s
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def serve(app: App, settings: Settings, count: int, started: Callable[[list[int]], None]) -> int:
+    return asyncio.run(DeviceLoop(app, settings, count).run(started))
