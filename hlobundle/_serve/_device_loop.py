@@ -5,15 +5,14 @@ door that dies without dropping the model, and on SIGTERM (or SIGINT) tells ever
 to drain, answers what they still ask, and returns once all of them have exited.
 
 A call's tensors lie in a buffer of shared memory the front door leased (`_arena`): its inputs
-are read there in place, and its results written after them, where there is room; what does
-not fit travels in the answer itself (`_wire`)."""
+are read there in place, and its results written after them, in the room the front door made
+for the results' shapes; only descriptors travel over the socket pair (`_wire`)."""
 
 from __future__ import annotations
 
 import asyncio
 import mmap
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from ._app import App, failure
 from ._arena import aligned
 from ._frontdoor import Settings, _array
 from ._models import Served
+from ._protocol import RequestError
 from ._wire import Channel, pair
 
 START_S = 120.0  # a front door says it listens within this, or serve gives up
@@ -98,7 +98,7 @@ class DeviceLoop:
         if process.stdin is not None:  # a pipe, as asked
             with process.stdin:
                 try:
-                    process.stdin.write(pickle.dumps(settings, protocol=pickle.HIGHEST_PROTOCOL))
+                    process.stdin.write(settings.as_json())
                 except BrokenPipeError:
                     pass  # it died at once: its channel says so
 
@@ -127,7 +127,12 @@ class DeviceLoop:
         except Exception as e:
             status, body = failure(served, e)
             return door.channel.send(("answer", number, status, body))
-        door.channel.send(("answer", number, 200, _placed(view, results_at, outputs)))
+        try:
+            placed = _placed(view, results_at, outputs)
+        except RequestError as e:
+            status, body = failure(served, e)
+            return door.channel.send(("answer", number, status, body))
+        door.channel.send(("answer", number, 200, placed))
 
     def _closed(self, door: Door) -> None:
         """A front door's channel closed: it exited (or is exiting). Reaped; replaced unless
@@ -167,15 +172,14 @@ class DeviceLoop:
 
 
 def _placed(view: mmap.mmap, at: int, outputs: dict[str, np.ndarray]) -> list[tuple[Any, ...]]:
-    """Each output written into the buffer from `at` on, as (name, dtype, shape, offset); one
-    the buffer has no room for, as (name, array)."""
+    """Each output written into the buffer from `at` on, as (name, dtype, shape, offset). The
+    front door made room for the results' shapes the manifest gives: more is a failure."""
     placed: list[tuple[Any, ...]] = []
     for name, value in outputs.items():
         x = np.ascontiguousarray(value)
         at = aligned(at)
         if at + x.nbytes > len(view):
-            placed.append((name, x))
-            continue
+            raise RequestError(500, f"output {name!r}: {x.nbytes} bytes, more than its shape's")
         dtype = str(x.dtype)
         _array(view, dtype, x.shape, at)[...] = x
         placed.append((name, dtype, x.shape, at))

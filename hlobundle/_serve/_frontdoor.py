@@ -6,16 +6,16 @@ that holds the device through shared memory (`_arena`), a descriptor over their 
 costs the device's process nothing.
 
 Run by that process (`_device_loop`) as `python -m hlobundle._serve._frontdoor`, its settings
-(`Settings`) pickled on its standard input. TCP front doors each listen on a socket of their own
+(`Settings`) in JSON on its standard input. TCP front doors each listen on a socket of their own
 bound to the one port (`SO_REUSEPORT`: the kernel spreads connections over them); over a unix
 socket they share the listening descriptor."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
-import pickle
 import signal
 import socket
 import sys
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
+import orjson
 
 from . import _app, _server
 from ._arena import Buffer, Pool, aligned
@@ -36,7 +37,7 @@ GONE = "the process that holds the device is gone; retry"
 
 @dataclass(frozen=True)
 class Settings:
-    """What a front door is told, pickled on its standard input."""
+    """What a front door is told, in JSON on its standard input."""
 
     models: dict[str, Described]
     limits: _app.Limits
@@ -47,6 +48,20 @@ class Settings:
     uds: str | None = None
     listen_fd: int | None = None  # over a unix socket: the listening socket, shared
     access_log: bool = False
+
+    def as_json(self) -> bytes:
+        """These settings as JSON (no pickle: `from_json` builds them again)."""
+        data = dataclasses.asdict(dataclasses.replace(self, models={}))
+        data["models"] = {name: m.as_json() for name, m in self.models.items()}
+        return orjson.dumps(data)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Settings:
+        data = orjson.loads(raw)
+        models = {name: Described.from_json(m) for name, m in data.pop("models").items()}
+        limits = _app.Limits(**data.pop("limits"))
+        server_limits = _server.Limits(**data.pop("server_limits"))
+        return cls(models, limits, server_limits, **data)
 
 
 class FrontApp(_app.App):
@@ -132,11 +147,9 @@ def _array(view: Any, dtype: str, shape: tuple[int, ...], at: int) -> np.ndarray
     return np.frombuffer(view, dtype=kind, count=math.prod(shape), offset=at).reshape(shape)
 
 
-def _output(buffer: Buffer, item: tuple[Any, ...]) -> np.ndarray:
-    """An output the device's process answered: copied out of the buffer (which goes back to
-    the pool), or the array itself where the buffer had no room for it."""
-    if len(item) == 2:
-        return np.asarray(item[1])
+def _output(buffer: Buffer, item: list[Any]) -> np.ndarray:
+    """An output the device's process answered, copied out of the buffer (which goes back to
+    the pool)."""
     _, dtype, shape, at = item
     return _array(buffer.view, dtype, shape, at).copy()
 
@@ -162,7 +175,7 @@ def run(settings: Settings) -> None:
     sock = listening(settings)
     sock.listen(2048)  # from now on connections wait for this process
     channel = socket.socket(fileno=settings.channel_fd)
-    channel.send(pickle.dumps(("ready",)))
+    channel.send(orjson.dumps(["ready"]))
     app = FrontApp(settings.models, settings.limits, channel)
     limits = settings.server_limits
     uds = settings.uds
@@ -172,7 +185,7 @@ def run(settings: Settings) -> None:
 
 
 def main() -> None:
-    settings = pickle.load(sys.stdin.buffer)  # from the process that started this one
+    settings = Settings.from_json(sys.stdin.buffer.read())  # from the process that started it
     sys.stdin.close()
     run(settings)
 

@@ -185,8 +185,9 @@ class Spec:
 
 class Described(Spec):
     """A served function as a front door knows it (`serve --frontends`): what `Spec` checks,
-    copied from the `Served` of the process that holds the device; picklable, and nothing in
-    it calls a model."""
+    copied from the `Served` of the process that holds the device, and sent to the front door
+    as JSON (`as_json`, `from_json`: no pickle crosses between the processes); nothing in it
+    calls a model."""
 
     def __init__(self, served: Spec) -> None:
         self.names, self.version = served.names, served.version
@@ -201,3 +202,34 @@ class Described(Spec):
     @property
     def stored_shapes(self) -> dict[str, tuple[int, ...]]:
         return self._stored_shapes
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "manifest": self.manifest.to_json().decode(),
+            "names": list(self.names),
+            "version": self.version,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "sizes": {k: sorted(v) for k, v in self.sizes.items()},
+            "max_response_bytes": self.max_response_bytes,
+            "stored_shapes": self.stored_shapes,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Described:
+        """What `as_json` wrote (by the process that started this one), its manifest parsed
+        and checked as a bundle's is."""
+        from .._format._manifest_json import parse_manifest
+
+        manifest = parse_manifest(data["manifest"].encode())
+        if not isinstance(manifest, Manifest):
+            raise TypeError("a served function's manifest describes one function")
+        described = cls.__new__(cls)
+        described.names, described.version = tuple(data["names"]), data["version"]
+        described.inputs = {n: (d, tuple(s)) for n, (d, s) in data["inputs"].items()}
+        described.outputs = data["outputs"]
+        described.sizes = {k: frozenset(v) for k, v in data["sizes"].items()}
+        described.max_response_bytes = data["max_response_bytes"]
+        described._manifest = manifest
+        described._stored_shapes = {n: tuple(s) for n, s in data["stored_shapes"].items()}
+        return described

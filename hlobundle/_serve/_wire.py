@@ -1,23 +1,23 @@
 """The socket pair between a front door (`serve --frontends`) and the process that holds the
 device: one message a datagram (`SOCK_SEQPACKET`: its bounds kept, never a partial one), a
-tuple pickled, with the descriptors of new shared buffers (`_arena`) passed along. Both ends
+list in JSON (never a pickle: a front door reads what hostile clients send), with the descriptors of new shared buffers (`_arena`) passed along. Both ends
 are our own processes; a request's tensors never travel here, only where they lie.
 
 Messages, front door to device: ("call", id, model, buffer id, buffer size, inputs, results at),
 each input (name, dtype, shape, offset); ("forget", [buffer ids]). Device to front door:
 ("ready",) is the front door's first word, then ("answer", id, status, outputs or the JSON of
-the failure), each output (name, dtype, shape, offset), or (name, array) where the buffer had no
-room for it."""
+the failure), each output (name, dtype, shape, offset) in the buffer."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import os
-import pickle
 import socket
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import orjson
 
 MAX_MESSAGE = 1 << 20  # a message's bytes: descriptors, or a failure's JSON
 MAX_FDS = 8
@@ -57,7 +57,7 @@ class Channel:
             for fd in fds:
                 os.close(fd)
             return
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = orjson.dumps(message)
         if self.queued:
             self.queued.append((data, fds))
             return
@@ -99,7 +99,7 @@ class Channel:
                 data, fds = b"", []
             if not data:
                 return self.close()
-            self.on_message(pickle.loads(data), fds)
+            self.on_message(tuple(orjson.loads(data)), fds)
 
     def close(self) -> None:
         if self.closed:
