@@ -38,6 +38,7 @@ from benchmarks import (  # noqa: E402
 from benchmarks.harness import ROOT, table  # noqa: E402
 from benchmarks.language_model import lm_cost  # noqa: E402
 from benchmarks.serve_cpu import serve_cpu_cost  # noqa: E402
+from benchmarks.serve_doors import serve_doors_cost  # noqa: E402
 from benchmarks.serving import serve_uds_cost  # noqa: E402
 
 
@@ -160,6 +161,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "from one keep-alive client, / N; medians of rounds in turns): s per request, ratio "
             "over the goal",
             serve_cpu_cost,
+        ),
+        "serve-doors": one(
+            "Several front doors, one device (hlobundle serve --frontends N): binary LeNet "
+            "infers from forked client processes, s per request (1 / requests per second) and "
+            "serve's CPU per request over all its processes",
+            serve_doors_cost,
         ),
         "peers": one(
             "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "

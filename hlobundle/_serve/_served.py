@@ -133,6 +133,15 @@ class Served(Spec):
             for a in self.bundle.arguments
         ]
 
+    @cached_property
+    def _one_jit(self) -> bool:
+        """Whether a call is one jitted call over the stored and given arguments: a JAX
+        function without a mesh (whose arguments `call_flat` places on it, call by call)."""
+        # Not for a symbolic function: its jit would keep every shape it saw compiled, and the
+        # function keeps at most `max_shapes`.
+        m = self.bundle.manifest
+        return bool(self.function.jax_function) and m.mesh is None and not m.symbolic
+
     @property
     def batchable(self) -> bool:
         """Whether requests can be combined: only where the producer said that rows are

@@ -148,15 +148,6 @@ class Spec:
         return frozenset(_symbolic.solved([(a.name, a.shape) for a in stored], shapes))
 
     @cached_property
-    def _one_jit(self) -> bool:
-        """Whether a call is one jitted call over the stored and given arguments: a JAX
-        function without a mesh (whose arguments `call_flat` places on it, call by call)."""
-        # Not for a symbolic function: its jit would keep every shape it saw compiled, and the
-        # function keeps at most `max_shapes`.
-        m = self.manifest
-        return bool(self.function.jax_function) and m.mesh is None and not m.symbolic
-
-    @cached_property
     def _symbolic(self) -> bool:
         return self.manifest.symbolic
 

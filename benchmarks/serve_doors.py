@@ -1,0 +1,61 @@
+"""Several front doors, one device (section `serve-doors`; `serve --frontends N`): requests per
+second from forked client processes, each on its own keep-alive connection sending binary LeNet
+infers, and serve's CPU per request, every process of it (the one that holds the device and its
+front doors, from /proc), for 1 and for 2 front doors; every answer checked against the first.
+On the accelerator (benchmarks/accelerator.py, section `doors`) the same over `--uds`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks import serve_client as client
+from benchmarks.harness import ROOT
+from benchmarks.serve_cpu import cpu_s
+
+DOORS = (1, 2)
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """The CPU seconds of process `pid` and its children (the front doors) so far."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    return cpu_s(pid) + sum(cpu_s(p) for p in children)
+
+
+def serve_doors_cost(tmp: object, quick: bool, uds: bool = False) -> list[dict]:
+    import hlobundle
+
+    images = np.asarray(hlobundle.load(ROOT / "examples" / "lenet5.hlobundle").tensor("images"))
+    header, body = client.binary_request(images)
+    clients, each = (4, 25) if quick else (8, 250)
+    rows, base = [], None
+    for doors in DOORS:
+        path = str(tmp) + f"/doors-{doors}.sock" if uds else None
+        flags = ("--frontends", str(doors))
+        proc, where = client.start_lenet(1, uds=path, ready_s=600, flags=flags)
+        try:
+            want = client.answer(where, body, header)
+            client.load(where, body, len(header), want, clients, each // 5, processes=True)  # warm
+            before = _tree_cpu_s(proc.pid)
+            rate, wrong = client.load(where, body, len(header), want, clients, each, processes=True)
+            per_request = (_tree_cpu_s(proc.pid) - before) / (clients * each)
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=60)
+        base = rate if base is None else base
+        over = "over --uds" if uds else "over loopback TCP"
+        rows += [
+            {
+                "case": f"--frontends {doors}, {over}: binary LeNet infers/s, {clients} client "
+                f"processes ({wrong} answers lost or wrong); ratio: over 1 front door",
+                "s": 1 / rate,
+                "ratio": rate / base,
+            },
+            {
+                "case": f"--frontends {doors}: serve's CPU per request, every process of it "
+                "(model included)",
+                "s": per_request,
+                "ratio": 1.0,
+            },
+        ]
+    return rows
