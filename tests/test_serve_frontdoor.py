@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -257,3 +258,15 @@ def test_a_front_door_never_imports_jax():
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert done.stdout.decode().strip() == "[]"
+
+
+def test_the_docs_block_runs(tmp_path):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    from test_readme import _bash, _sh
+
+    # the block signals its server: the installed command, a process of its own
+    block = _sh("docs/serving.md", "Several front doors, one device: `--frontends N`")
+    r = _bash(block, tmp_path, forked=False)
+    assert '"name":"lenet5"' in r.stdout, r.stdout
+    assert not (tmp_path / "doors.sock").exists()

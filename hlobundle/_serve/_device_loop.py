@@ -197,4 +197,10 @@ def _reaped(process: subprocess.Popen[bytes]) -> None:
 
 
 def serve(app: App, settings: Settings, count: int, started: Callable[[list[int]], None]) -> int:
-    return asyncio.run(DeviceLoop(app, settings, count).run(started))
+    """Run the device's side until drained, on the event loop uvicorn would choose (uvloop
+    where it is installed)."""
+    import uvicorn
+
+    factory = uvicorn.Config(app).get_loop_factory()
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(DeviceLoop(app, settings, count).run(started))
