@@ -122,7 +122,9 @@ class FrontApp(_app.App):
 
     def _answered(self, message: tuple[Any, ...], fds: list[int]) -> None:
         _, number, status, answer = message
-        done, buffer = self.pending.pop(number)
+        done, buffer = self.pending.pop(number, (None, None))
+        if done is None or buffer is None:  # answered already (the device was gone)
+            return
         if done.cancelled():
             self.pool.give_back(buffer)
         else:
