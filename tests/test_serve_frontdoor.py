@@ -35,9 +35,10 @@ INFER = "/v2/models/lenet5/infer"
 class Served:
     """A `hlobundle serve` process, and how to reach it (a port, or a unix socket)."""
 
-    def __init__(self, tmp: str, frontends: int, uds: bool) -> None:
+    def __init__(self, tmp: str, frontends: int, uds: bool, grpc: bool = False) -> None:
         self.uds = os.path.join(tmp, "s.sock") if uds else None
         where = ["--uds", self.uds] if uds else ["--port", "0"]
+        where += ["--grpc-port", "0"] if grpc else []
         command = [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--backend", "xla"]
         self.process = subprocess.Popen(
             [*command, *where, "--frontends", str(frontends)],
@@ -51,7 +52,9 @@ class Served:
         found = re.search(r"127\.0\.0\.1:(\d+)/v2", first)
         self.port = int(found[1]) if found else None
         assert found or uds, first + self.process.stderr.read()[-2000:]
-        self.doors = []
+        self.doors, self.grpc_port = [], None
+        if grpc:  # "serving gRPC (...) at HOST:PORT"
+            self.grpc_port = int(self.process.stdout.readline().rsplit(":", 1)[1])
         if frontends > 1:  # "front doors: N (pids ...)"
             self.doors = [int(p) for p in re.findall(r"\d+", self.process.stdout.readline())[1:]]
             assert len(self.doors) == frontends
@@ -198,6 +201,29 @@ def test_a_killed_front_door_is_replaced_and_the_next_requests_succeed(served, w
         status, headers, answer = served.ask("POST", INFER, _json(want[0][0]))
         assert status == 200, answer[:300]
         np.testing.assert_array_equal(_result(answer, headers), want[0][1])
+
+
+def test_grpc_is_served_by_the_front_doors_too(tmp_path, want):
+    """`--grpc-port` with front doors: the port shared as REST's; answers as in process, a bad
+    shape refused by the front door."""
+    grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is missing")
+    pytest.importorskip("grpc", reason="grpcio is not installed (the grpc extra)")
+    server = Served(str(tmp_path), 2, uds=False, grpc=True)
+    try:
+        for x, answer in want[:4]:  # a channel each: spread over the front doors
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+            given = grpcclient.InferInput("images", list(x.shape), "FP32")
+            given.set_data_from_numpy(x)
+            got = client.infer("lenet5", [given]).as_numpy("result")
+            np.testing.assert_array_equal(got, answer)
+        bad = grpcclient.InferInput("images", [1], "FP32")
+        bad.set_data_from_numpy(np.ones(1, np.float32))
+        with pytest.raises(Exception, match="shape \\[1\\], expected"):
+            client.infer("lenet5", [bad])
+        client.close()
+    finally:
+        code, err = server.stop()
+    assert code == 0, err[-2000:]
 
 
 def test_sigterm_drains_every_process(served):

@@ -48,6 +48,8 @@ class Settings:
     uds: str | None = None
     listen_fd: int | None = None  # over a unix socket: the listening socket, shared
     access_log: bool = False
+    grpc_port: int | None = None  # gRPC too, on this port (shared, as the REST one)
+    grpc_max_deadline_s: float = 60.0
 
     def as_json(self) -> bytes:
         """These settings as JSON (no pickle: `from_json` builds them again)."""
@@ -177,13 +179,43 @@ def run(settings: Settings) -> None:
     sock = listening(settings)
     sock.listen(2048)  # from now on connections wait for this process
     channel = socket.socket(fileno=settings.channel_fd)
-    channel.send(orjson.dumps(["ready"]))
     app = FrontApp(settings.models, settings.limits, channel)
     limits = settings.server_limits
+    if settings.grpc_port is None:
+        asgi: Any = app
+        channel.send(orjson.dumps(["ready"]))  # connections wait in the backlog meanwhile
+    else:  # ready once gRPC calls have the loop to run on (`_with_grpc`)
+        asgi = _with_grpc(app, settings)
     uds = settings.uds
-    server = _server.server(app, settings.host, settings.port, limits, uds, settings.access_log)
+    server = _server.server(asgi, settings.host, settings.port, limits, uds, settings.access_log)
     app.on_device_gone = lambda: setattr(server, "should_exit", True)
     server.run(sockets=[sock])
+
+
+def _with_grpc(app: FrontApp, settings: Settings) -> Any:
+    """The app, with gRPC served beside it on the shared port (as `serve --grpc-port`)."""
+    from . import _grpc
+
+    models = cast("dict[str, Served]", settings.models)
+    service = _grpc.Service(models, app, settings.limits.max_body, settings.grpc_max_deadline_s)
+    grpc_server = _grpc.GrpcServer(
+        service,
+        settings.host,
+        settings.grpc_port or 0,
+        settings.server_limits.max_connections,
+        reuse_port=True,
+    )
+    grpc_server.start()
+    both = _grpc.with_grpc(app, grpc_server)
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        if app.channel.loop is None:  # the lifespan's call, which `with_grpc` answers itself
+            app.channel.attach(asyncio.get_running_loop())
+            service.loop = asyncio.get_running_loop()  # gRPC's calls run here from now on
+            app.channel.send(("ready",))
+        await both(scope, receive, send)
+
+    return asgi
 
 
 def main() -> None:
