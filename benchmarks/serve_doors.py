@@ -23,12 +23,14 @@ def _cpu_s(pid: int) -> tuple[float, float]:
     return cpu_s(pid), sum(cpu_s(p) for p in children)
 
 
-def serve_doors_cost(tmp: object, quick: bool, uds: bool = False) -> list[dict]:
+def serve_doors_cost(tmp: object, quick: bool, uds: bool = False, clients: int = 8) -> list[dict]:
+    """The rows: for each front-door count, requests/s (as 1 / s, and over one front door)
+    and serve's CPU per request (ratio: the device's process's share of it)."""
     import hlobundle
 
     images = np.asarray(hlobundle.load(ROOT / "examples" / "lenet5.hlobundle").tensor("images"))
     header, body = client.binary_request(images)
-    clients, each = (4, 25) if quick else (8, 250)
+    clients, each = (4, 25) if quick else (clients, 250)
     rows, base = [], None
     for doors in DOORS:
         path = str(tmp) + f"/doors-{doors}.sock" if uds else None
@@ -40,7 +42,7 @@ def serve_doors_cost(tmp: object, quick: bool, uds: bool = False) -> list[dict]:
             before = _cpu_s(proc.pid)
             rate, wrong = client.load(where, body, len(header), want, clients, each, processes=True)
             after = _cpu_s(proc.pid)
-            device_s, doors_s = ((a - b) / (clients * each) for a, b in zip(after, before))
+            device_s, doors_s = ((a - b) / (clients * each) for a, b in zip(after, before, strict=True))
         finally:
             proc.terminate()
             proc.communicate(timeout=60)
