@@ -42,7 +42,9 @@ def serve_doors_cost(tmp: object, quick: bool, uds: bool = False, clients: int =
             before = _cpu_s(proc.pid)
             rate, wrong = client.load(where, body, len(header), want, clients, each, processes=True)
             after = _cpu_s(proc.pid)
-            device_s, doors_s = ((a - b) / (clients * each) for a, b in zip(after, before, strict=True))
+            device_s, doors_s = (
+                (a - b) / (clients * each) for a, b in zip(after, before, strict=True)
+            )
         finally:
             proc.terminate()
             proc.communicate(timeout=60)
