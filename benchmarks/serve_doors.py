@@ -6,6 +6,8 @@ On the accelerator (benchmarks/accelerator.py, section `doors`) the same over `-
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from benchmarks import serve_client as client
@@ -18,9 +20,23 @@ DOORS = (1, 2)
 def _cpu_s(pid: int) -> tuple[float, float]:
     """The CPU seconds so far of process `pid` (the one that holds the device), and of its
     children (the front doors) together."""
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    return cpu_s(pid), sum(cpu_s(p) for p in children)
+    return cpu_s(pid), sum(cpu_s(p) for p in _children(pid))
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, from each one's /proc/N/stat (gVisor, the TPU
+    hosts' sandbox, may lack /proc/N/task/N/children)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return found
 
 
 def serve_doors_cost(tmp: object, quick: bool, uds: bool = False, clients: int = 8) -> list[dict]:
