@@ -23,7 +23,8 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 - `serve`: the gain of serve's batching over `serve --uds` (the machine has no TCP), 16
   clients, against the model-only bound (`serving.serve_uds_cost`); goal >= 0.8.
 - `doors`: `serve --uds --frontends 1` against `--frontends 2` (`serve_doors.serve_doors_cost`),
-  16 client processes: requests per second and serve's CPU per request, every process of it.
+  16 client processes, without batching and batching up to 16: requests per second and serve's
+  CPU per request, every process of it.
 
 It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
 the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
@@ -478,11 +479,11 @@ def serve_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def serve_doors(tmp: Path, args: argparse.Namespace) -> list[dict]:
-    """`hlobundle serve --uds PATH --frontends N`, N = 1 and 2, 16 client processes
-    (`serve_doors.serve_doors_cost`)."""
+    """`hlobundle serve --uds PATH --frontends N`, N = 1 and 2, 16 client processes, without
+    batching and batching up to 16 (`serve_doors.serve_doors_cost`)."""
     from benchmarks.serve_doors import serve_doors_cost
 
-    return serve_doors_cost(tmp, args.quick, uds=True, clients=16)
+    return serve_doors_cost(tmp, args.quick, uds=True, clients=16, batches=(1, 16))
 
 
 # `first` and `serve` run only children, which hold the device in turn: they come before any

@@ -39,19 +39,32 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def serve_doors_cost(tmp: object, quick: bool, uds: bool = False, clients: int = 8) -> list[dict]:
-    """The rows: for each front-door count, requests/s (as 1 / s, and over one front door)
-    and serve's CPU per request (ratio: the device's process's share of it)."""
+def serve_doors_cost(
+    tmp: object, quick: bool, uds: bool = False, clients: int = 8, batches: tuple[int, ...] = (1,)
+) -> list[dict]:
+    """The rows: for each batching limit (`--max-batch-size`, 1: none) and front-door count,
+    requests/s (as 1 / s, and over one front door) and serve's CPU per request (ratio: the
+    device's process's share of it)."""
     import hlobundle
 
     images = np.asarray(hlobundle.load(ROOT / "examples" / "lenet5.hlobundle").tensor("images"))
     header, body = client.binary_request(images)
     clients, each = (4, 25) if quick else (clients, 250)
-    rows, base = [], None
+    rows = []
+    for max_batch in batches:
+        rows += _rows(tmp, body, header, uds, clients, each, max_batch)
+    return rows
+
+
+def _rows(
+    tmp: object, body: bytes, header: bytes, uds: bool, clients: int, each: int, max_batch: int
+) -> list[dict]:
+    rows: list[dict] = []
+    base = None
     for doors in DOORS:
-        path = str(tmp) + f"/doors-{doors}.sock" if uds else None
+        path = str(tmp) + f"/doors-{doors}-{max_batch}.sock" if uds else None
         flags = ("--frontends", str(doors))
-        proc, where = client.start_lenet(1, uds=path, ready_s=600, flags=flags)
+        proc, where = client.start_lenet(max_batch, uds=path, ready_s=600, flags=flags)
         try:
             want = client.answer(where, body, header)
             client.load(where, body, len(header), want, clients, each // 5, processes=True)  # warm
@@ -66,16 +79,18 @@ def serve_doors_cost(tmp: object, quick: bool, uds: bool = False, clients: int =
             proc.communicate(timeout=60)
         base = rate if base is None else base
         over = "over --uds" if uds else "over loopback TCP"
+        batching = f"batching up to {max_batch}" if max_batch > 1 else "no batching"
         rows += [
             {
-                "case": f"--frontends {doors}, {over}: binary LeNet infers/s, {clients} client "
-                f"processes ({wrong} answers lost or wrong); ratio: over 1 front door",
+                "case": f"--frontends {doors}, {over}, {batching}: binary LeNet infers/s, "
+                f"{clients} client processes ({wrong} answers lost or wrong); ratio: over 1 "
+                "front door",
                 "s": 1 / rate,
                 "ratio": rate / base,
             },
             {
-                "case": f"--frontends {doors}: serve's CPU per request, every process of it "
-                "(model included); ratio: the share of the process that holds the device",
+                "case": f"--frontends {doors}, {batching}: serve's CPU per request, every process "
+                "of it (model included); ratio: the share of the process that holds the device",
                 "s": device_s + doors_s,
                 "ratio": device_s / (device_s + doors_s),
             },

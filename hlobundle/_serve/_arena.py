@@ -60,7 +60,10 @@ class Pool:
         if self.idle_bytes + buffer.size > MAX_POOLED:
             self.forgotten.append(buffer.id)
             buffer.sent()
-            buffer.view.close()
+            try:
+                buffer.view.close()
+            except BufferError:  # an array still views it: unmapped once that is gone
+                pass
             return
         self.idle_bytes += buffer.size
         self.idle.setdefault(buffer.size, []).append(buffer)
