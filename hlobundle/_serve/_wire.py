@@ -105,6 +105,10 @@ class Channel:
         if self.closed:
             return
         self.closed = True
+        for _, fds in self.queued:  # never sent: the channel's to close
+            for fd in fds:
+                os.close(fd)
+        self.queued.clear()
         if self.loop is not None:
             self.loop.remove_reader(self.sock.fileno())
             self.loop.remove_writer(self.sock.fileno())
