@@ -31,6 +31,9 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 - `start`: `hlobundle run` of the LeNet from an executable stored for this device / a process
   that only starts the runtime (`python -c "import jax; jax.devices()"`), fresh processes
   (`run_over_runtime_start`); goal <= 1.03.
+- `doors`: `serve --uds --frontends 1` against `--frontends 2` (`serve_doors.serve_doors_cost`),
+  16 client processes, without batching and batching up to 16: requests per second and serve's
+  CPU per request, every process of it.
 
 It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
 the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
@@ -634,13 +637,24 @@ def grpc_shared_memory(tmp: Path, args: argparse.Namespace) -> list[dict]:
 
 # --- report -------------------------------------------------------------------------------------
 
-# `first`, `serve`, `grpc-shm` and `start` run only children, which hold the device in turn: they
-# come before any section that opens it in this process (one process at a time may hold a TPU chip).
+
+def serve_doors(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """`hlobundle serve --uds PATH --frontends N`, N = 1 and 2, 16 client processes, without
+    batching and batching up to 16 (`serve_doors.serve_doors_cost`)."""
+    from benchmarks.serve_doors import serve_doors_cost
+
+    return serve_doors_cost(tmp, args.quick, uds=True, clients=16, batches=(1, 16))
+
+
+# `first`, `serve`, `grpc-shm`, `start` and `doors` run only children, which hold the device in
+# turn: they come before any section that opens it in this process (one process at a time may
+# hold a TPU chip).
 SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]] = {
     "first": ("First result in a fresh process", first_result),
     "serve": ("Serving: the batching gain", serve_batching_gain),
     "grpc-shm": ("Serving over gRPC: raw contents / shared memory", grpc_shared_memory),
     "start": ("`hlobundle run` over the runtime's start, fresh processes", run_over_runtime_start),
+    "doors": ("Serving: several front doors, one device (--frontends)", serve_doors),
     "overhead": ("Run overhead: a bundle function under jax.jit / native jax.jit", overhead),
     "lm": ("LM decode: one token through examples/lm.hlobundle / native lm.decode", lm),
     "grad": ("jax.grad through the bundle / native", grad),

@@ -39,6 +39,7 @@ from benchmarks.grpc_shm import grpc_shm_cost  # noqa: E402
 from benchmarks.harness import ROOT, table  # noqa: E402
 from benchmarks.language_model import lm_cost  # noqa: E402
 from benchmarks.serve_cpu import serve_cpu_cost  # noqa: E402
+from benchmarks.serve_doors import serve_doors_cost  # noqa: E402
 from benchmarks.serving import serve_uds_cost  # noqa: E402
 
 
@@ -168,6 +169,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "per request (its process's user and system time / N; medians of rounds in turns); "
             "ratio: over raw contents, or for the CPU beyond the model, over 80 us",
             grpc_shm_cost,
+        ),
+        "serve-doors": one(
+            "Several front doors, one device (hlobundle serve --frontends N): binary LeNet "
+            "infers from forked client processes, s per request (1 / requests per second) and "
+            "serve's CPU per request over all its processes",
+            serve_doors_cost,
         ),
         "peers": one(
             "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "

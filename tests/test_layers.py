@@ -99,6 +99,9 @@ RUN_ALONE = {
     "hlobundle._emit.run_iree_template",
     "hlobundle._emit.run_shared",  # written into both
 }
+# The package itself in a process of its own, run by its module's name: not a script run alone
+# but the server's own process (a front door of `serve --frontends`), held to the floors.
+THE_PACKAGE_AGAIN = {"hlobundle", "hlobundle._serve._frontdoor"}
 ALLOWED_UPWARD = {
     ("hlobundle._read._reader", "hlobundle._run._function"),  # Bundle.function()
     ("hlobundle._read._reader", "hlobundle._run._backends"),  # Bundle.to_exported(), BackendName
@@ -808,7 +811,7 @@ def _command_line(elts, name: str, strings: dict[str, str], modules) -> dict[str
             text = what.value if isinstance(what, ast.Constant) else ""
             found[f"{name}:code at line {what.lineno}"] = (package, str(text))
         elif flag.value == "-m" and isinstance(what, ast.Constant) and what.value in modules:
-            if what.value != "hlobundle":  # the command line itself
+            if what.value not in THE_PACKAGE_AGAIN:  # the command line itself, a front door
                 found[what.value] = (what.value.rpartition(".")[0], modules[what.value][0])
     return found
 

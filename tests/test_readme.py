@@ -181,6 +181,10 @@ SH_RUN = {
     ("docs/distribution.md", "Sharded weights"): "test_shards.py::test_the_docs_block_runs",
     ("docs/serving.md", "Over a unix socket: `--uds`"): "test_uds.py::test_the_docs_block_runs",
     (
+        "docs/serving.md",
+        "Several front doors, one device: `--frontends N`",
+    ): "test_serve_frontdoor.py::test_the_docs_block_runs",
+    (
         "docs/deploy.md",
         "An image KServe mounts: `push --image`",
     ): "test_image.py::test_the_docs_block_unpacks_the_image_with_umoci_and_the_bundle_verifies_and_runs",

@@ -296,6 +296,11 @@ def serve(args: argparse.Namespace) -> int:
         from .._serve import require_grpc
 
         require_grpc()
+        if args.frontends > 1 and args.grpc_uds is not None:
+            usage(
+                args,
+                "--grpc-uds needs --frontends 1 (front doors share a gRPC port: --grpc-port)",
+            )
     with _listening(args) as sock:  # before anything compiles
         _check_grpc(args)
         models = load_models(
@@ -308,6 +313,8 @@ def serve(args: argparse.Namespace) -> int:
             max_response_bytes=args.max_response_bytes,
             **trust_options(args),
         )
+        if args.frontends > 1:
+            return _serve_through_doors(sock, models, args)
         _serve_on(sock, models, args)
     return EXIT_OK
 
@@ -318,7 +325,7 @@ def _listening(args: argparse.Namespace) -> Any:
 
     if args.uds is not None:
         return _uds.listening(args.uds)
-    return _server.listening(args.host, args.port)
+    return _server.listening(args.host, args.port, shared=args.frontends > 1)
 
 
 def _check_grpc(args: argparse.Namespace) -> None:
@@ -356,6 +363,66 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     if args.grpc_port is not None or args.grpc_uds is not None:
         served = _with_grpc(served, models, limits, args)
     server(served, args.host, args.port, limits, args.uds, args.access_log).run(sockets=[sock])
+
+
+def _serve_through_doors(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> int:
+    """`--frontends N`: this process holds the device and runs the models; N front doors
+    accept and check the requests (`_serve._device_loop`), REST and with `--grpc-port` gRPC,
+    each port shared by them all (kept here meanwhile). Their metrics add up in files of a
+    directory made here, and removed on exit."""
+    import contextlib
+    import dataclasses
+    import shutil
+    import tempfile
+
+    from .._serve import _app, _device_loop, _frontdoor, _server
+    from .._serve._spec import Described
+
+    metrics_dir = tempfile.mkdtemp(prefix="hlobundle-serve-metrics-")
+    try:
+        with contextlib.ExitStack() as kept:
+            grpc_port = None
+            if args.grpc_port is not None:
+                grpc = kept.enter_context(_server.listening(args.host, args.grpc_port, shared=True))
+                grpc_port = grpc.getsockname()[1]
+            limits = _app.Limits(
+                args.max_body_bytes,
+                args.read_timeout,
+                args.max_batch_size,
+                args.batch_timeout_ms / 1000,
+                0,  # system shared memory: a region registered with one front door only
+                metrics_dir,
+            )
+            port = None if args.uds is not None else sock.getsockname()[1]
+            if args.uds is not None:
+                sock.listen(2048)  # the front doors share it
+            doors = _frontdoor.Settings(
+                {name: Described(m) for name, m in models.items()},
+                dataclasses.replace(limits, max_batch=1),
+                _server.Limits(args.max_body_bytes, args.read_timeout, args.max_connections),
+                -1,
+                args.host,
+                port or 0,
+                args.uds,
+                sock.fileno() if args.uds is not None else None,
+                args.access_log,
+                grpc_port,
+                args.grpc_max_deadline,
+            )
+
+            def started(pids: list[int]) -> None:
+                print(_server.banner(models, args.host, port, args.uds), flush=True)
+                if grpc_port is not None:
+                    where = f"{args.host}:{grpc_port}"
+                    print(f"serving gRPC (inference.GRPCInferenceService) at {where}", flush=True)
+                print(
+                    f"front doors: {args.frontends} (pids {' '.join(map(str, pids))})", flush=True
+                )
+
+            code = _device_loop.serve(_app.App(models, limits), doors, args.frontends, started)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return EXIT_OK if code == 0 else EXIT_FAIL
 
 
 def _loopback_only(args: argparse.Namespace) -> None:

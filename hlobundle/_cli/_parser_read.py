@@ -281,6 +281,15 @@ def add_serve(sub: Any) -> None:
         help="answer requests beyond N open connections with 503 (default 512)",
     )
     p.add_argument(
+        "--frontends",
+        type=_values.positive_int,
+        default=1,
+        metavar="N",
+        help="accept and check requests in N processes of their own (front doors, which never "
+        "import jax), feeding the one process that holds the device and runs the models "
+        "(default 1: one process does both; docs/serving.md)",
+    )
+    p.add_argument(
         "--access-log",
         action="store_true",
         help="print a line for each request (off by default: it costs the server's event "

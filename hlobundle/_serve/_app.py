@@ -17,7 +17,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from .._terminal._display import shown
 from .._version import __version__
 from ._batching import Batcher
 from ._body import BodyDeadlines, read_body
+from ._metrics import Metrics
 from ._models import Served
 from ._protocol import (
     HEADER_LENGTH,
@@ -88,43 +89,7 @@ class Limits:
     max_batch: int = 1
     batch_timeout_s: float = 0.002
     max_shared_memory: int = 0  # bytes of system shared memory registered at once; 0: none
-
-
-class Metrics:
-    """The server's Prometheus metrics, in a registry of their own."""
-
-    def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
-
-        self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "hlobundle_requests", "inference requests", ["model", "status"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "hlobundle_request_seconds",
-            "inference time",
-            ["model"],
-            registry=self.registry,
-            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
-        )
-        self.batch_sizes = Histogram(
-            "hlobundle_batch_size",
-            "requests per model call",
-            ["model"],
-            registry=self.registry,
-            buckets=(1, 2, 4, 8, 16, 32, 64),
-        )
-        # each label's child, looked up once
-        self.counted: Callable[[str, int], Any] = functools.cache(
-            lambda name, status: self.requests.labels(name, str(status))
-        )
-        self.timed: Callable[[str], Any] = functools.cache(self.latency.labels)
-        self.batched: Callable[[str], Any] = functools.cache(self.batch_sizes.labels)
-
-    def text(self) -> bytes:
-        from prometheus_client import generate_latest
-
-        return bytes(generate_latest(self.registry))
+    metrics_dir: str | None = None  # /metrics adds up every process's there (`_metrics`)
 
 
 class App:
@@ -140,7 +105,7 @@ class App:
         from starlette.applications import Starlette
         from starlette.concurrency import run_in_threadpool
 
-        self.models, self.limits, self.metrics = models, limits, Metrics()
+        self.models, self.limits, self.metrics = models, limits, Metrics(limits.metrics_dir)
         self.in_thread = run_in_threadpool
         self.batchers = {
             id(served): Batcher(
@@ -313,15 +278,8 @@ class App:
         JSON of the error)."""
         try:
             outputs = await self.call(served, decoded.given)
-        except RequestError as e:  # no compile slot for a new shape (503)
-            return e.status, _refusal(e)
-        except HloBundleError as e:  # the inputs, refused by the function (its module's
-            # shapes, a backend's limits): the client's to fix
-            return 400, {"error": e.message, "code": e.code, **e.context()}
-        except Exception as e:  # the model failed: report it, keep serving
-            log.exception("model %s failed", shown(served.name))
-            failed = f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}"
-            return 500, {"error": failed}
+        except Exception as e:
+            return failure(served, e)
         small = sum(x.nbytes for x in outputs.values()) <= INLINE_BYTES // 8
         try:
             if small:
@@ -341,6 +299,18 @@ class _Infer:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         params = scope["path_params"]
         await self.app.infer(scope, receive, send, params["model"], params.get("version"))
+
+
+def failure(served: Served, e: Exception) -> tuple[int, dict[str, Any]]:
+    """A model call's failure as its answer: (a status, the JSON of the error). Called in the
+    `except` clause that caught `e`."""
+    if isinstance(e, RequestError):  # no compile slot for a new shape (503), or a failure
+        return e.status, _refusal(e)  # relayed from the device's process (`Relayed`)
+    if isinstance(e, HloBundleError):  # the inputs, refused by the function (its module's
+        # shapes, a backend's limits): the client's to fix
+        return 400, {"error": e.message, "code": e.code, **e.context()}
+    log.exception("model %s failed", shown(served.name))  # the model failed: keep serving
+    return 500, {"error": f"model {served.name!r} failed: {type(e).__name__}: {str(e)[:300]}"}
 
 
 SERVER_METADATA: dict[str, Any] = {

@@ -370,8 +370,12 @@ class GrpcServer:
         max_age_s: float = MAX_CONNECTION_AGE_S,
         age_grace_s: float = AGE_GRACE_S,
         uds: str | None = None,
+        reuse_port: bool = False,
     ) -> None:
+        """`reuse_port`: the port is shared with the other front doors of `serve --frontends`
+        (`SO_REUSEPORT`); without, a port in use is an error, not a second listener."""
         self.service, self.host, self.port, self.max_rpcs = service, host, port, max_rpcs
+        self.reuse_port = reuse_port
         self.max_age_s, self.age_grace_s = max_age_s, age_grace_s
         self.uds = uds
         self.loop = asyncio.new_event_loop()
@@ -395,7 +399,7 @@ class GrpcServer:
         options = [
             ("grpc.max_receive_message_length", self.service.max_body),
             ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),  # a port in use is an error, not a second listener
+            ("grpc.so_reuseport", int(self.reuse_port)),
             ("grpc.max_connection_age_ms", int(self.max_age_s * 1000)),
             (
                 "grpc.max_connection_age_grace_ms",

@@ -67,6 +67,15 @@ class RequestError(Exception):
         return CODES[self.status]
 
 
+class Relayed(RequestError):
+    """A refusal or failure answered by another process (the one holding the device, to a
+    front door of `serve --frontends`): its status and its JSON body, as they were made."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(status, str(body.get("error", "")))
+        self.body = body
+
+
 def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
     """The request's JSON object, and the binary data after it (the binary extension)."""
     if header_length is not None:

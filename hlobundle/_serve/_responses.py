@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ._protocol import BY_DTYPE, HEADER_LENGTH, RequestError, _shown, parameters
+from ._protocol import BY_DTYPE, HEADER_LENGTH, Relayed, RequestError, _shown, parameters
 
 # The most values a response sends as JSON: orjson (3.13) crashes the process (a segfault,
 # measured) serializing a list of about 120 million values; this is 7 times fewer (about 200
@@ -145,5 +145,8 @@ def _json(content: Any, status: int = 200) -> Any:
 
 
 def _refusal(e: RequestError) -> dict[str, Any]:
-    """A refusal's body, as every route answers one: `{"error", "code"}`."""
+    """A refusal's body, as every route answers one: `{"error", "code"}` (a relayed one's,
+    as its process made it)."""
+    if isinstance(e, Relayed):
+        return e.body
     return {"error": e.message, "code": e.code}

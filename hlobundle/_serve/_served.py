@@ -5,26 +5,26 @@ its calls: one request's inputs (`Served.__call__`), or several requests' in one
 from __future__ import annotations
 
 import itertools
-import math
-import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from .._format import _dtypes, _symbolic
 from .._format._errors import HloBundleError
-from .._format._manifest import static_shape
+from .._format._manifest import Manifest
 from .._read._reader import Bundle
 from .._read._trust import Trust
-from .._run._binding import bind_symbols
 from .._run._function import backend_failure
 from .._run._shapes import DEFAULT_MAX_SHAPES, check_results
-from ._protocol import BY_DTYPE, RequestError
+from ._protocol import RequestError
+from ._spec import DEFAULT_MAX_RESPONSE_BYTES, SIZE_WITHOUT_VALUES, Spec
+
+# what the served models' module and the tests read from here, defined with the checks
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "SIZE_WITHOUT_VALUES", "Served", "batch_sizes"]
 
 # Batch sizes compiled for a batched module: each size up to EXACT_UP_TO (no padding at all),
 # then sizes with 3 significant bits (18, 20, ..., 32, 36, 40, ...), which pad a batch by under
@@ -33,14 +33,6 @@ EXACT_UP_TO = 16
 # How long a request of a new shape waits for another shape's compile to finish before it is
 # answered 503 (`Served.compiles`): a client that sends new shapes cannot queue up compiles.
 COMPILE_WAIT_S = 5.0
-# What a request may make the server do is bounded by what it sends (SPEC.md 8, "Serving"). A
-# symbol's value beyond the number of values a request's inputs hold (x: f32[b, 0] holds none,
-# whatever b is) is at most this, unless `serve --sizes` pins the symbol or stored arguments
-# bind it; and an answer whose size the request chooses (a symbolic function's results) is at
-# most `Served.max_response_bytes` (`serve --max-response-bytes`, by default as large as the
-# largest request body). Both are refused (413) before the model is called.
-SIZE_WITHOUT_VALUES = 4096
-DEFAULT_MAX_RESPONSE_BYTES = 64 << 20
 
 
 def batch_sizes(max_batch: int) -> tuple[int, ...]:
@@ -53,17 +45,8 @@ def batch_sizes(max_batch: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def request_bound(shapes: Iterable[Sequence[int | str]]) -> int:
-    """`Served.max_request_bytes` of a function whose inputs have `shapes`."""
-    shapes = list(shapes)
-    if any(isinstance(d, str) for s in shapes for d in s):
-        return sys.maxsize
-    values = sum(math.prod(static_shape(s)) for s in shapes)
-    return (64 << 10) + 64 * values
-
-
 @dataclass
-class Served:
+class Served(Spec):
     """One bundle behind the protocol. Arguments with role `input` come from requests; the
     others (parameters, state) are the bundle's stored values."""
 
@@ -88,22 +71,12 @@ class Served:
     _warm_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
-    def name(self) -> str:
-        return self.names[0]
+    def manifest(self) -> Manifest:
+        return self.bundle.manifest
 
-    def metadata(self) -> dict[str, Any]:
-        def tensor(name: str, dtype: str, shape: Sequence[int | str]) -> dict[str, Any]:
-            dims = [d if isinstance(d, int) else -1 for d in shape]  # -1: the OIP's variable dim
-            return {"name": name, "datatype": BY_DTYPE[dtype], "shape": dims}
-
-        m = self.bundle.manifest
-        return {
-            "name": self.name,
-            "versions": [self.version],
-            "platform": "hlobundle",
-            "inputs": [tensor(n, d, s) for n, (d, s) in self.inputs.items()],
-            "outputs": [tensor(r.name, r.dtype, r.shape) for r in m.results],
-        }
+    @property
+    def stored_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(np.shape(x)) for n, x in self.stored.items()}
 
     def __call__(self, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._symbolic:
@@ -122,9 +95,6 @@ class Served:
         else:
             results = self.function.call_flat(*self._arguments(given))
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
-
-    def _shapes_of(self, given: dict[str, np.ndarray]) -> list[tuple[int, ...]]:
-        return [tuple(np.shape(x)) for x in self._arguments(given)]
 
     def _shape_key(self, given: dict[str, np.ndarray]) -> tuple[Any, ...]:
         return tuple(given[n].shape for n in self.inputs)
@@ -163,68 +133,6 @@ class Served:
             for a in self.bundle.arguments
         ]
 
-    def check_shapes(self, given: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
-        """A request's shapes bind the function's symbols (SPEC.md 2.8), or a 400 says why,
-        to sizes that what it sends bounds (`SIZE_WITHOUT_VALUES`, `max_response_bytes`), or
-        a 413 says why; the results' shapes at those sizes. Nothing runs before it."""
-        m = self.bundle.manifest
-        if not self._symbolic:  # every dimension is an integer, which the parsing checked
-            return self._static_results
-        try:
-            env = bind_symbols(m, self._shapes_of(given))
-        except HloBundleError as e:
-            raise RequestError(400, e.message) from None
-        for symbol, allowed in self.sizes.items():
-            if env.get(symbol, min(allowed)) not in allowed:
-                raise RequestError(
-                    400,
-                    f"the inputs make {symbol!r} {env[symbol]}; model {self.name!r} serves "
-                    f"{symbol} in {sorted(allowed)} (serve --sizes)",
-                )
-        self._check_backed(env, sum(int(np.size(x)) for x in given.values()))
-        results = {r.name: _symbolic.evaluate(r.shape, env) for r in m.results}
-        self._check_answer(results)
-        return results
-
-    def _check_backed(self, env: dict[str, int], values: int) -> None:
-        """Each symbol the request chooses is at most the number of `values` its inputs hold,
-        or `SIZE_WITHOUT_VALUES`: else x: f32[b, 0] would let a few bytes ask for any b."""
-        free = set(env) - set(self.sizes) - self._stored_symbols  # the operator's are bounded
-        for symbol in sorted(free):
-            if env[symbol] > max(values, SIZE_WITHOUT_VALUES):
-                raise RequestError(
-                    413,
-                    f"the inputs make {symbol!r} {env[symbol]} and hold {values} values: model "
-                    f"{self.name!r} takes a symbol beyond the values a request sends only up "
-                    f"to {SIZE_WITHOUT_VALUES} (SPEC.md 8; serve --sizes serves sizes chosen "
-                    "in advance)",
-                )
-
-    def _check_answer(self, results: dict[str, tuple[int, ...]]) -> None:
-        """The results' bytes at the request's sizes are at most `max_response_bytes`."""
-        dtypes = {r.name: _dtypes.BY_NAME[r.dtype] for r in self.bundle.manifest.results}
-        size = sum(math.prod(shape) * dtypes[n].itemsize for n, shape in results.items())
-        if size > self.max_response_bytes:
-            shown = ", ".join(
-                f"{n} {BY_DTYPE[dtypes[n].name]}{list(s)}" for n, s in list(results.items())[:5]
-            )
-            raise RequestError(
-                413,
-                f"model {self.name!r} would answer these inputs with {size} bytes ({shown}), "
-                f"over the limit of {self.max_response_bytes} (serve --max-response-bytes)",
-            )
-
-    @cached_property
-    def _static_results(self) -> dict[str, tuple[int, ...]]:
-        return {r.name: static_shape(r.shape) for r in self.bundle.manifest.results}
-
-    @cached_property
-    def _stored_symbols(self) -> frozenset[str]:
-        """The symbols the stored arguments bind: the bundle's sizes, not a request's."""
-        stored = [a for a in self.bundle.manifest.arguments if a.name not in self.inputs]
-        shapes = [tuple(np.shape(self.stored[a.name])) for a in stored]
-        return frozenset(_symbolic.solved([(a.name, a.shape) for a in stored], shapes))
-
     @cached_property
     def _one_jit(self) -> bool:
         """Whether a call is one jitted call over the stored and given arguments: a JAX
@@ -233,32 +141,6 @@ class Served:
         # function keeps at most `max_shapes`.
         m = self.bundle.manifest
         return bool(self.function.jax_function) and m.mesh is None and not m.symbolic
-
-    @cached_property
-    def _symbolic(self) -> bool:
-        return self.bundle.manifest.symbolic
-
-    @cached_property
-    def max_request_bytes(self) -> int:
-        """The most bytes a request for this model may send: 64 KiB for the request's JSON
-        around the data, and 64 bytes per input value (a float64 printed by JSON takes 24, a
-        binary value at most 8; the rest is room for separators and indentation). With a
-        symbolic dimension there is no such bound: the server's `max_body` alone applies."""
-        return request_bound(shape for _, shape in self.inputs.values())
-
-    @cached_property
-    def column_major(self) -> frozenset[str]:
-        """The inputs and results whose producer (Julia) orientation is their axis-reversed shape."""
-        m = self.bundle.manifest
-        return frozenset(v.name for v in m.tensors() if v.layout == "column_major")
-
-    def wire_inputs(self, producer: bool) -> dict[str, tuple[str, tuple[int | str, ...]]]:
-        """Input shapes as a request gives them: stored, or (`producer`) the producer's."""
-        if not producer:
-            return self.inputs
-        return {
-            n: (d, s[::-1] if n in self.column_major else s) for n, (d, s) in self.inputs.items()
-        }
 
     @property
     def batchable(self) -> bool:

@@ -32,7 +32,7 @@ import numpy as np
 from .._format._errors import HloBundleError
 from .._serve._app import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S
 from .._serve._protocol import BY_DTYPE, RequestError
-from .._serve._served import DEFAULT_MAX_RESPONSE_BYTES, request_bound
+from .._serve._spec import DEFAULT_MAX_RESPONSE_BYTES, request_bound
 from ._engines import missing
 from ._models import BoundedBody, WireTensor, decoded_inputs, open_function
 

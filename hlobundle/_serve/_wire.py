@@ -1,0 +1,116 @@
+"""The socket pair between a front door (`serve --frontends`) and the process that holds the
+device: one message a datagram (`SOCK_SEQPACKET`: its bounds kept, never a partial one), a
+list in JSON (never a pickle: a front door reads what hostile clients send), with the descriptors of new shared buffers (`_arena`) passed along. Both ends
+are our own processes; a request's tensors never travel here, only where they lie.
+
+Messages, front door to device: ("call", id, model, buffer id, buffer size, inputs, results at),
+each input (name, dtype, shape, offset); ("forget", [buffer ids]). Device to front door:
+("ready",) is the front door's first word, then ("answer", id, status, outputs or the JSON of
+the failure), each output (name, dtype, shape, offset) in the buffer."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+MAX_MESSAGE = 1 << 20  # a message's bytes: descriptors, or a failure's JSON
+MAX_FDS = 8
+
+
+def pair() -> tuple[socket.socket, socket.socket]:
+    """The two ends: the first for this process, the second for the child (inheritable)."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    theirs.set_inheritable(True)
+    return mine, theirs
+
+
+class Channel:
+    """One end of the pair on an event loop: `on_message(message, fds)` for each message that
+    arrives, `on_closed()` once when the other end is gone; `send` queues what the socket cannot
+    take at once (the other process is busy), in order. The descriptors given to `send` are
+    the channel's: closed once sent."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        on_message: Callable[[tuple[Any, ...], list[int]], None],
+        on_closed: Callable[[], None],
+    ) -> None:
+        self.sock, self.on_message, self.on_closed = sock, on_message, on_closed
+        self.queued: collections.deque[tuple[bytes, Sequence[int]]] = collections.deque()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock.setblocking(False)
+        self.loop = loop
+        loop.add_reader(self.sock.fileno(), self._readable)
+
+    def send(self, message: tuple[Any, ...], fds: Sequence[int] = ()) -> None:
+        if self.closed:
+            for fd in fds:
+                os.close(fd)
+            return
+        data = orjson.dumps(message)
+        if self.queued:
+            self.queued.append((data, fds))
+            return
+        if not self._sent(data, fds):
+            self.queued.append((data, fds))
+            if self.loop is not None:
+                self.loop.add_writer(self.sock.fileno(), self._writable)
+
+    def _sent(self, data: bytes, fds: Sequence[int]) -> bool:
+        try:
+            if fds:
+                socket.send_fds(self.sock, [data], list(fds))
+            else:
+                self.sock.send(data)
+        except BlockingIOError:
+            return False
+        except OSError:  # the other end is gone: its reader says so
+            pass
+        for fd in fds:
+            os.close(fd)
+        return True
+
+    def _writable(self) -> None:
+        while self.queued:
+            data, fds = self.queued[0]
+            if not self._sent(data, fds):
+                return
+            self.queued.popleft()
+        if self.loop is not None:
+            self.loop.remove_writer(self.sock.fileno())
+
+    def _readable(self) -> None:
+        while not self.closed:
+            try:
+                data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, MAX_FDS)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                return self.close()
+            self.on_message(tuple(orjson.loads(data)), fds)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for _, fds in self.queued:  # never sent: the channel's to close
+            for fd in fds:
+                os.close(fd)
+        self.queued.clear()
+        if self.loop is not None:
+            self.loop.remove_reader(self.sock.fileno())
+            self.loop.remove_writer(self.sock.fileno())
+        self.sock.close()
+        self.on_closed()
