@@ -165,10 +165,8 @@ def _put_run(
     it holds on `device` from it, waited for: the device then holds its own copy (a CPU
     device's may be the buffer itself: `RunBuffers` never hands one out again there)."""
     digests = _hash_run(fd, begin, buffer, chunk)
-    put = [
-        (t.key, _put(buffer[lo - begin : hi - begin].view(t.dtype), device)) for t, lo, hi in pieces
-    ]
-    _wait([x for _, x in put])
+    sent = [_put(buffer[lo - begin : hi - begin].view(t.dtype), device) for t, lo, hi in pieces]
+    put = [(t.key, x) for (t, _, _), x in zip(pieces, _wait(sent), strict=True)]
     return digests, put, buffer
 
 
@@ -185,11 +183,11 @@ def _put(piece: np.ndarray, device: Any) -> Any:
     return jax.device_put(piece, device, may_alias=ALIAS)
 
 
-def _wait(arrays: list[Any]) -> None:
-    """Until each array is on its device: its run's buffer is no longer read."""
+def _wait(sent: list[Any]) -> list[Any]:
+    """The arrays `_put` sent, once each is on its device: its run's buffer is no longer read."""
     import jax
 
-    jax.block_until_ready(arrays)
+    return list(jax.block_until_ready(sent))
 
 
 def own_memory(device: Any) -> bool:
