@@ -381,6 +381,7 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
     import hlobundle
 
     files = sorted(path.rglob("*.safetensors"))
+    saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
     os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "chunked-warm")
     hlobundle.load(path, verify=True)  # its verdicts recorded: sha256 recalled after
 
@@ -394,10 +395,16 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
 
     fns = {"bound": lambda: parallel_sha256_bound(files)}
     fns |= {s: streamed(s) for s in settings}
-    for s in settings:
-        fns[s]()  # untimed: its joins compiled
-    res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
-    stream_setting("after")
+    try:
+        for s in settings:
+            fns[s]()  # untimed: its joins compiled
+        res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
+    finally:
+        stream_setting("after")
+        if saved is None:
+            os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
+        else:
+            os.environ["HLOBUNDLE_CACHE_DIR"] = saved
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
     base = res["bound"][0]
     return [
