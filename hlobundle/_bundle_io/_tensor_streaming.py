@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._tensors import TensorFile
 
 RUN_BYTES = _hashing_reader.STEP_BYTES  # what one buffer holds, at most (whole chunks)
-ALIAS = True  # `device_put`'s may_alias: the device reads the run's buffer itself
+ALIAS = True  # device_put's may_alias: the device reads the buffer (HLOBUNDLE_BENCH_STREAM tries)
 
 
 @dataclass(frozen=True)
