@@ -19,6 +19,11 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   runs of 8 MiB by a thread per host core); goal <= 1.15. And the weights verified onto the
   device, `load(verify=True, device=True)` (streamed as hashed, no private copy) / the same
   bound, goal <= 1.3, beside `load(verify=True)` then `jax.device_put` (through the copy).
+  With `HLOBUNDLE_BENCH_STREAM` set (comma-separated settings), it measures only that streamed
+  load under each setting (`stream_setting`), against the same bound: `before` (the streaming
+  before its buffers were shared and the device read them in place, kept verbatim in
+  benchmarks/stream_before.py), `after` (hlobundle's), `after+alias=0` (`device_put` with
+  `may_alias=False`), `after+run=2` (runs of 2 MiB; 8 by default).
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
   stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables);
   the language model's first decoded token from `decode`'s executable stored for its batch
@@ -57,6 +62,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -363,6 +369,9 @@ def verify(tmp: Path, args: argparse.Namespace) -> list[dict]:
     chunks) and after (recalled, SPEC.md 8); one function's weights in shards of 64 MiB (each
     file's sha256, the files side by side); and one sha256 on one core, for scale."""
     chunked = dense_bundle(tmp, args, functions=2)
+    if os.environ.get("HLOBUNDLE_BENCH_STREAM"):
+        settings = os.environ["HLOBUNDLE_BENCH_STREAM"].split(",")
+        return _stream_rows(tmp, chunked, settings, args.reps_io)
     sharded = dense_bundle(tmp, args, shard=max(1 << 20, min(64 << 20, _weight_bytes(args) // 4)))
     rows = _verify_rows(tmp, chunked, "chunked", args.reps_io, first_too=True)
     return rows + _verify_rows(tmp, sharded, "sharded", args.reps_io, first_too=False)
@@ -437,6 +446,69 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
                   res["streamed"][0], 1.3),
         ratio_row(f"load(verify=True) + jax.device_put (through the private copy), again, {what}",
                   "", base, res["copied"][0], None),
+    ]  # fmt: skip
+
+
+def stream_setting(setting: str) -> None:
+    """Streaming onto the device as `setting` says (`verify`'s docstring): the module the
+    reader streams with, its run size and `device_put`'s may_alias."""
+    from hlobundle._bundle_io import _tensor_streaming
+    from hlobundle._read import _reader
+
+    which, *options = setting.split("+")
+    opts = {"run": "8", "alias": "1"} | dict(o.split("=", 1) for o in options)
+    _tensor_streaming.RUN_BYTES = int(opts["run"]) << 20
+    _tensor_streaming.ALIAS = opts["alias"] == "1"
+    if which == "before":
+        from benchmarks import stream_before
+
+        stream_before.RUN_BYTES = int(opts["run"]) << 20
+        _reader._tensor_streaming = SimpleNamespace(  # type: ignore[assignment]
+            RunBuffers=lambda device: None,
+            to_device=lambda *a: stream_before.to_device(*a[:6]),
+        )
+    else:
+        _reader._tensor_streaming = _tensor_streaming
+
+
+def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[dict]:
+    """`load(verify=True, device=True)` again under each setting / the parallel sha256 bound."""
+    import jax
+
+    import hlobundle
+
+    files = sorted(path.rglob("*.safetensors"))
+    saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
+    os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "chunked-warm")
+    hlobundle.load(path, verify=True)  # its verdicts recorded: sha256 recalled after
+
+    def streamed(setting: str) -> Callable[[], object]:
+        def run() -> None:
+            stream_setting(setting)
+            b = hlobundle.load(path, verify=True, device=True).select("f0")
+            jax.block_until_ready(b.example_args()[0])
+
+        return run
+
+    fns = {"bound": lambda: parallel_sha256_bound(files)}
+    fns |= {s: streamed(s) for s in settings}
+    try:
+        for s in settings:
+            fns[s]()  # untimed: its joins compiled
+        res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
+    finally:
+        stream_setting("after")
+        if saved is None:
+            os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
+        else:
+            os.environ["HLOBUNDLE_CACHE_DIR"] = saved
+    gib = sum(f.stat().st_size for f in files) / (1 << 30)
+    base = res["bound"][0]
+    return [
+        ratio_row(f"load(verify=True, device=True) again, streamed: {s}, {gib:.3g} GiB, chunked "
+                  f"({len(files)} tensor files), / parallel sha256 bound (spread {res[s][1]:.2f})",
+                  "", base, res[s][0], 1.3)
+        for s in settings
     ]  # fmt: skip
 
 

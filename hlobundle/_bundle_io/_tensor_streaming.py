@@ -2,10 +2,15 @@
 hashed, without a private copy of it: read in runs of whole chunks, each run into a buffer of
 its own, hashed there (its chunk digests, in a pool's threads; the file's sha256, in order, in
 this thread) and its tensors' pieces put on the device from that very buffer, which nothing
-writes again. Each tensor is then joined on the device from its pieces. What reaches the
-device is what was hashed, whatever the file holds by then; the caller checks the digests
-before it uses an array (issue 66, section 4: a copy into fresh memory costs 0.8-0.96 s a GiB
-on a TPU host, more than hashing it on every core)."""
+writes again until the device has its bytes. Each tensor is then joined on the device from its
+pieces. What reaches the device is what was hashed, whatever the file holds by then; the caller
+checks the digests before it uses an array (issue 66, section 4: a copy into fresh memory costs
+0.8-0.96 s a GiB on a TPU host, more than hashing it on every core).
+
+On a device with memory of its own the run buffers are few and used again (`RunBuffers`, one
+for all the files of a load): a run's buffer goes back as soon as its pieces are on the device
+and, where the file's sha256 is computed, that hash has passed it; and the device reads the
+buffer itself (`may_alias`), with no staging copy of it made inside `device_put`."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
     from ._tensors import TensorFile
 
 RUN_BYTES = _hashing_reader.STEP_BYTES  # what one buffer holds, at most (whole chunks)
+ALIAS = True  # device_put's may_alias: the device reads the buffer (HLOBUNDLE_BENCH_STREAM tries)
 
 
 @dataclass(frozen=True)
@@ -57,9 +63,11 @@ def to_device(
     chunk: int | None,
     whole: bool,
     pool: Executor | None,
+    buffers: RunBuffers | None = None,
 ) -> tuple[str | None, list[str] | None, dict[str, Any]]:
     """Stream `tf` onto `device`: its runs read and hashed by `pool`'s threads (or this one),
-    `tensors` put there from the hashed buffers.
+    `tensors` put there from the hashed buffers, taken from `buffers` (shared by the files of
+    one load; default: this file's own).
 
     **Returns:** (the file's sha256 when `whole`, else None; its chunk digests when `chunk`,
     else None; each tensor's array by key), of the bytes read: not yet checked.
@@ -71,16 +79,16 @@ def to_device(
     h = hashlib.sha256() if whole else None
     digests: list[str] = []
     joined = _Joiner(ordered, runs)
-    buffers = _Buffers(step, reuse=own_memory(device))
+    buffers = RunBuffers(device) if buffers is None else buffers
+    ends = [t.end for t in ordered]
+    plan = _Plan(tf.fd, ordered, ends, chunk, device, buffers, step, whole)
     try:
         with _progress.task(f"reading {tf.name} onto {device}", size) as advance:
-            for digests_of_run, pieces, buffer in _each_run(
-                tf.fd, runs, ordered, chunk, device, pool, buffers
-            ):
+            for digests_of_run, pieces, buffer in _each_run(plan, runs, pool):
                 digests += digests_of_run
                 if h is not None:
                     h.update(buffer)
-                buffers.give_back(buffer)
+                    buffers.give_back(buffer)  # the last to read it: the pieces are on the device
                 joined.add(pieces)
                 advance(len(buffer))
     except _hashing_reader.ShrankError:
@@ -89,33 +97,41 @@ def to_device(
     return (None if h is None else h.hexdigest()), (None if chunk is None else digests), arrays
 
 
-def _each_run(
-    fd: int,
-    runs: list[tuple[int, int]],
-    ordered: list[Planned],
-    chunk: int | None,
-    device: Any,
-    pool: Executor | None,
-    buffers: _Buffers,
-) -> Any:
+@dataclass(frozen=True)
+class _Plan:
+    """What each run of one file needs: where to read, what goes where, and whether this
+    thread's sha256 of the file reads the buffer after the run's worker (`whole`)."""
+
+    fd: int
+    ordered: list[Planned]
+    ends: list[int]
+    chunk: int | None
+    device: Any
+    buffers: RunBuffers
+    step: int
+    whole: bool
+
+    def run(self, begin: int, end: int) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
+        buffer = self.buffers.take(self.step)[: end - begin]
+        pieces = _pieces(self.ordered, self.ends, begin, end)
+        got = _put_run(self.fd, begin, buffer, pieces, self.chunk, self.device)
+        if not self.whole:  # nothing reads it after: free for the next run at once
+            self.buffers.give_back(buffer)
+        return got
+
+
+def _each_run(plan: _Plan, runs: list[tuple[int, int]], pool: Executor | None) -> Any:
     """Each run's (chunk digests, pieces on the device, buffer), in order; a pool keeps a few
     runs in flight, so that the buffers held stay bounded."""
-    ends = [t.end for t in ordered]
-
-    def job(begin: int, end: int) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
-        buffer = buffers.take()[: end - begin]
-        pieces = _pieces(ordered, ends, begin, end)
-        return _put_run(fd, begin, buffer, pieces, chunk, device)
-
     if pool is None:
         for begin, end in runs:
-            yield job(begin, end)
+            yield plan.run(begin, end)
         return
     window = 2 * max(1, getattr(pool, "_max_workers", 1))
     pending: deque[Future[Any]] = deque()
     try:
         for begin, end in runs:
-            pending.append(pool.submit(job, begin, end))
+            pending.append(pool.submit(plan.run, begin, end))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
@@ -146,23 +162,32 @@ def _put_run(
     device: Any,
 ) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
     """Read the bytes from `begin` on into `buffer`, hash it, and put each piece of a tensor
-    it holds on `device` from it, copied (`may_alias=False`) and waited for: the buffer is
-    then the caller's to hash in order, and the device's bytes are its own (a CPU device's
-    may be the buffer itself: `_Buffers` never hands one out again there)."""
-    import jax
-
+    it holds on `device` from it, waited for: the device then holds its own copy (a CPU
+    device's may be the buffer itself: `RunBuffers` never hands one out again there)."""
     digests = _hash_run(fd, begin, buffer, chunk)
-    put = [
-        (t.key, jax.device_put(buffer[lo - begin : hi - begin].view(t.dtype), device, may_alias=False))
-        for t, lo, hi in pieces
-    ]  # fmt: skip
-    jax.block_until_ready([x for _, x in put])
+    sent = [_put(buffer[lo - begin : hi - begin].view(t.dtype), device) for t, lo, hi in pieces]
+    put = [(t.key, x) for (t, _, _), x in zip(pieces, _wait(sent), strict=True)]
     return digests, put, buffer
 
 
 def _hash_run(fd: int, begin: int, buffer: np.ndarray, chunk: int | None) -> list[str]:
     """The run read into `buffer`, and its chunk digests (a test's hook: the bytes hashed)."""
     return _hashing_reader.read_run(fd, begin, buffer.data, chunk)
+
+
+def _put(piece: np.ndarray, device: Any) -> Any:
+    """`piece` on its way to `device`: read from the buffer by the device itself with `ALIAS`
+    (JAX's `may_alias`: no staging copy in the call), until its transfer is done."""
+    import jax
+
+    return jax.device_put(piece, device, may_alias=ALIAS)
+
+
+def _wait(sent: list[Any]) -> list[Any]:
+    """The arrays `_put` sent, once each is on its device: its run's buffer is no longer read."""
+    import jax
+
+    return list(jax.block_until_ready(sent))
 
 
 def own_memory(device: Any) -> bool:
@@ -172,25 +197,30 @@ def own_memory(device: Any) -> bool:
     return all(getattr(d, "platform", "cpu") != "cpu" for d in devices)
 
 
-class _Buffers:
-    """Run buffers of `size` bytes: used again once given back where the device copies out of
-    them (`reuse`), so that a file costs a few buffers of fresh memory, not its size; each one
-    fresh otherwise, and never written after it was hashed."""
+class RunBuffers:
+    """Run buffers for streaming onto `device`: used again once given back where the device
+    copies out of them (memory of its own), so that a load costs about a buffer a thread of
+    fresh memory, not its size; each one fresh otherwise (a CPU device's array may be the
+    buffer), and never written after it was hashed."""
 
-    def __init__(self, size: int, *, reuse: bool) -> None:
-        self._size, self._reuse = size, reuse
+    def __init__(self, device: Any) -> None:
+        self._reuse = own_memory(device)
         self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
 
-    def take(self) -> np.ndarray:
+    def take(self, size: int) -> np.ndarray:
+        """A buffer of at least `size` bytes."""
         import numpy as np
 
         try:
-            return self._free.get_nowait()
+            buffer = self._free.get_nowait()
         except queue.Empty:
-            return np.empty(self._size, np.uint8)
+            return np.empty(size, np.uint8)
+        if len(buffer) >= size:
+            return buffer
+        return np.empty(size, np.uint8)  # one left by a file of smaller runs: let it go
 
     def give_back(self, buffer: np.ndarray) -> None:
-        """`buffer` is hashed and its pieces are on the device."""
+        """`buffer`'s pieces are on the device and nothing reads it any more."""
         if self._reuse:
             self._free.put(buffer.base if buffer.base is not None else buffer)
 

@@ -421,6 +421,7 @@ class Bundle(StoredValues):
         from concurrent.futures import ThreadPoolExecutor
 
         names = sorted(self._tensor_files)
+        buffers = None if device is None else _tensor_streaming.RunBuffers(device)
         cores = os.cpu_count() or 1
         if sum(self.manifest.files[n].size for n in names) < _PARALLEL_BYTES:
             cores = 1  # a small bundle: starting threads would cost more than they save
@@ -431,11 +432,14 @@ class Bundle(StoredValues):
             ):
                 results = list(
                     pool.map(
-                        lambda n: self._hash_tensor_file(n, in_memory, chunk_pool, device), names
+                        lambda n: self._hash_tensor_file(n, in_memory, chunk_pool, device, buffers),
+                        names,
                     )
                 )
         else:
-            results = [self._hash_tensor_file(name, in_memory, None, device) for name in names]
+            results = [
+                self._hash_tensor_file(name, in_memory, None, device, buffers) for name in names
+            ]
         for name, (got, digests, arrays) in zip(names, results, strict=True):
             listed = self.manifest.files[name]
             if got is not None:
@@ -447,17 +451,24 @@ class Bundle(StoredValues):
             self._device_values.update({(name, key): a for key, a in arrays.items()})
 
     def _hash_tensor_file(
-        self, name: str, in_memory: bool, chunk_pool: Executor | None, device: Any = None
+        self,
+        name: str,
+        in_memory: bool,
+        chunk_pool: Executor | None,
+        device: Any = None,
+        buffers: _tensor_streaming.RunBuffers | None = None,
     ) -> tuple[str | None, list[str] | None, dict[str, Any]]:
         """(the sha256, or None where recalled; the chunk digests, or None where unlisted; its
-        tensors on `device` where it streamed there) of a tensor file's bytes: those tensors
-        come from from now on."""
+        tensors on `device` where it streamed there, through `buffers`, the load's) of a
+        tensor file's bytes: those tensors come from from now on."""
         tf, listed = self._tensor_files[name], self.manifest.files[name]
         tensors = None if device is None else _device_values.planned(self.bundle_manifest, name, tf)
         if tensors is not None and _device_values.streams(device):
             chunk = None if listed.chunks is None else listed.chunks.size
             whole = chunk is None or not _file_digests.recalled(listed)
-            return _tensor_streaming.to_device(tf, tensors, device, chunk, whole, chunk_pool)
+            return _tensor_streaming.to_device(
+                tf, tensors, device, chunk, whole, chunk_pool, buffers
+            )
         got, digests = self._hashed(name, in_memory or tensors is not None, chunk_pool)
         arrays = {} if tensors is None else _device_values.from_copy(tf, tensors, device)
         return got, digests, arrays
