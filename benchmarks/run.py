@@ -189,7 +189,8 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
         ),
         "torch": one(
             "PyTorch models in (tests/test_torch.py's corpus): the bundle's forward pass under "
-            "jax.jit / eager PyTorch on the CPU, torch.set_num_threads(cores) (goal <= 1.0); "
+            "jax.jit / eager PyTorch on the CPU, at the faster of 1 and `cores` threads "
+            "(torch.set_num_threads), each in its steady state (goal <= 1.0); "
             "from_torch's seconds, and / torch.export.export's alone",
             pytorch.torch_cost,
         ),

@@ -80,7 +80,7 @@ MAP = {
     "hlobundle._interop._jax_export": ["test_jax_export.py"],
     "hlobundle._interop._reactant_server": ["test_reactant_server.py"],
     "hlobundle._interop._torch_archive": ["test_torch_pt2.py"],
-    "hlobundle._write._torch": ["test_torch.py", "test_torch_pt2.py"],
+    "hlobundle._write._torch": ["test_torch.py", "test_torch_pt2.py", "test_torch_bundle.py"],
     "hlobundle._write._jax_export": ["test_jax_export.py"],
     "hlobundle._write._reactant_server": ["test_reactant_server.py", "test_emit.py"],
     "hlobundle._emit._reactant_server": ["test_reactant_server.py", "test_emit.py"],

@@ -211,7 +211,7 @@ SH_SKIPPED = {
         "docs/torch.md",
         "From a saved program: `pack --from-torch-export`",
     ): "it needs a signing key and a registry, and serves until stopped; test_torch.py packs and "
-    "runs a saved program",
+    "runs a saved program, test_torch_bundle.py signs, serves, pushes and pulls a torch bundle",
     (
         "docs/serving.md",
         "Serving: `hlobundle serve`",

@@ -399,19 +399,26 @@ def _hf_cases() -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "vit"])
+@pytest.mark.parametrize("name", ["gpt2", "vit", "t5"])
 def test_a_transformers_model_s_bundle_gives_eager_torch_s_outputs(name, tmp_path):
     make, args = _hf_cases()[name]
     case = torch_models.Case(make(), args)
     bundle = _pack(case, tmp_path / f"{name}.hlobundle")
     got = _flat_results(bundle, *_inputs(bundle, args))
     _assert_within_tolerance(got, _eager(case.module, *args))
+    paths = [a.path for a in bundle.manifest.arguments]
     if name == "gpt2":  # its LM head is its token embedding: one argument
-        paths = [a.path for a in bundle.manifest.arguments]
         assert "transformer.wte.weight" in paths and "lm_head.weight" not in paths
         # its packed-sequence check slices a cat of the position ids, which XLA on a TPU
         # miscompiled (issue 65): the converter slices the pieces instead
         assert slices_of_concatenates(bundle.module_text) == []
+    if name == "t5":  # the encoder's, the decoder's embedding and the LM head are one weight
+        assert "shared.weight" in paths
+        tied = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight")
+        assert not set(tied) & set(paths)
+        inputs = [a.name for a in bundle.manifest.arguments if a.role == "input"]
+        assert inputs == ["input_ids", "attention_mask", "decoder_input_ids"]
+        assert set(bundle.manifest.output_tree) == {"logits", "encoder_last_hidden_state"}
 
 
 @pytest.mark.slow

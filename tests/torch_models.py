@@ -170,8 +170,9 @@ def cases() -> dict[str, Callable[[], Case]]:
 
 
 def hf_cases() -> dict[str, tuple[Callable[[], nn.Module], tuple[Any, ...]]]:
-    """`transformers`' BERT, GPT-2 and ViT from small configs (nothing downloaded), each by name
-    as (a function that builds it, its example inputs)."""
+    """`transformers`' BERT, GPT-2, ViT and T5 (an encoder-decoder, its LM head tied to the
+    embedding both stacks share) from small configs (nothing downloaded), each by name as (a
+    function that builds it, its example inputs)."""
     import transformers as tf
 
     torch.manual_seed(0)
@@ -197,8 +198,23 @@ def hf_cases() -> dict[str, tuple[Callable[[], nn.Module], tuple[Any, ...]]]:
         num_attention_heads=2,
         intermediate_size=32,
     )
+    t5 = tf.T5Config(
+        vocab_size=50,
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=2,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        use_cache=False,
+    )
+    decoder_ids = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(4))
     return {
         "bert": (lambda: tf.BertModel(bert).eval(), (ids, mask)),
         "gpt2": (lambda: tf.GPT2LMHeadModel(gpt2).eval(), (ids,)),
         "vit": (lambda: tf.ViTModel(vit).eval(), (torch.randn(2, 3, 8, 8),)),
+        # input_ids, attention_mask, decoder_input_ids: one teacher-forced step of every position
+        "t5": (lambda: tf.T5ForConditionalGeneration(t5).eval(), (ids, mask, decoder_ids)),
     }
