@@ -20,10 +20,10 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   device, `load(verify=True, device=True)` (streamed as hashed, no private copy) / the same
   bound, goal <= 1.3, beside `load(verify=True)` then `jax.device_put` (through the copy).
   With `HLOBUNDLE_BENCH_STREAM` set (comma-separated settings), it measures only that streamed
-  load under each setting (`stream_setting`), against the same bound: `before` (the streaming
-  before its buffers were shared and the device read them in place, kept verbatim in
-  benchmarks/stream_before.py), `after` (hlobundle's), `after+alias=0` (`device_put` with
-  `may_alias=False`), `after+run=2` (runs of 2 MiB; 8 by default).
+  load under each setting (`stream_setting`), against the same bound: `after` (hlobundle's),
+  `after+alias=0` (`device_put` with `may_alias=False`), `after+run=2` (runs of 2 MiB; 8 by
+  default). (`before`, the streaming before its buffers were shared, was measured once on the
+  TPU against these, RESULTS-tpu.md, and removed.)
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
   stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables);
   the language model's first decoded token from `decode`'s executable stored for its batch
@@ -62,7 +62,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -459,16 +458,9 @@ def stream_setting(setting: str) -> None:
     opts = {"run": "8", "alias": "1"} | dict(o.split("=", 1) for o in options)
     _tensor_streaming.RUN_BYTES = int(opts["run"]) << 20
     _tensor_streaming.ALIAS = opts["alias"] == "1"
-    if which == "before":
-        from benchmarks import stream_before
-
-        stream_before.RUN_BYTES = int(opts["run"]) << 20
-        _reader._tensor_streaming = SimpleNamespace(  # type: ignore[assignment]
-            RunBuffers=lambda device: None,
-            to_device=lambda *a: stream_before.to_device(*a[:6]),
-        )
-    else:
-        _reader._tensor_streaming = _tensor_streaming
+    if which != "after":
+        raise SystemExit(f"HLOBUNDLE_BENCH_STREAM: unknown setting {setting!r}")
+    _reader._tensor_streaming = _tensor_streaming
 
 
 def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[dict]:
