@@ -318,3 +318,22 @@ def test_the_command_takes_the_response_bound(bounds, monkeypatch):
     r = cli("serve", str(bounds), *args)
     assert r.returncode == 0, r.stderr
     assert statuses == [200, 413]
+
+
+def test_a_shape_checked_once_is_recalled_and_a_refused_one_refused_again(bounds, monkeypatch):
+    """`check_shapes` keeps the results of the shapes that passed (at most `CHECKED_SHAPES`),
+    never a refusal: a shape over the bound is refused each time, after one that passed too."""
+    doubled = load_models([bounds], backend="xla", max_response_bytes=100)["bounds.doubled"]
+    ok, over = {"x": np.ones((12, 2), np.float32)}, {"x": np.ones((13, 2), np.float32)}
+    binds = []
+    bind = _served.bind_symbols
+    monkeypatch.setattr(_served, "bind_symbols", lambda *a: binds.append(1) or bind(*a))
+    for _ in range(2):
+        assert doubled.check_shapes(ok) == {"result": (12, 2)}
+        with pytest.raises(RequestError) as e:
+            doubled.check_shapes(over)
+        assert e.value.status == 413
+    assert list(doubled._checked) == [((12, 2),)] and len(binds) == 3  # ok once, over twice
+    monkeypatch.setattr(_served, "CHECKED_SHAPES", 1)
+    assert doubled.check_shapes({"x": np.ones((3, 2), np.float32)}) == {"result": (3, 2)}
+    assert len(doubled._checked) == 1  # full: checked, not kept
