@@ -240,7 +240,8 @@ def read_inputs(
                 400, f"input {name!r}: shape {got_shape}, expected {_shown_shape(shape)}"
             )
         dims: tuple[int, ...] = tuple(got_shape)  # a symbolic dimension's size is the request's
-        if not _addressable(dims, np.dtype(_numpy(dtype)).itemsize):
+        wire = _wire(dtype)
+        if not _addressable(dims, wire.itemsize):
             raise RequestError(400, f"input {name!r}: shape {got_shape} is too large for an array")
         params = parameters(item, f"input {name!r}: ")
         if "shared_memory_region" in params:
@@ -248,7 +249,7 @@ def read_inputs(
             continue
         size = params.get("binary_data_size")
         if size is not None:
-            want = math.prod(dims) * np.dtype(_numpy(dtype)).itemsize
+            want = math.prod(dims) * wire.itemsize
             if type(size) is not int or size != want:
                 raise RequestError(
                     400,
@@ -259,12 +260,7 @@ def read_inputs(
                     400,
                     f"input {name!r}: the body holds {len(binary) - offset} more bytes, not {size}",
                 )
-            raw = np.frombuffer(
-                binary,
-                dtype=np.dtype(_numpy(dtype)).newbyteorder("<"),
-                count=math.prod(dims),
-                offset=offset,
-            )
+            raw = np.frombuffer(binary, dtype=wire, count=math.prod(dims), offset=offset)
             if dtype == "bool" and (raw.view(np.uint8) > 1).any():
                 raise RequestError(400, f"input {name!r}: BOOL bytes must be 0 or 1")
             given[name] = raw.reshape(dims)
@@ -328,6 +324,12 @@ _MAX_INDEX = int(np.iinfo(np.intp).max)  # np.iinfo costs more than the rest of 
 
 def _shown_shape(shape: tuple[int | str, ...]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
+
+
+@functools.cache
+def _wire(dtype: str) -> np.dtype[Any]:
+    """The little-endian NumPy dtype a manifest's dtype travels as (looked up once)."""
+    return np.dtype(_numpy(dtype)).newbyteorder("<")
 
 
 def _numpy(dtype: str) -> Any:
