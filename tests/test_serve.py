@@ -152,7 +152,7 @@ def test_a_binary_header_is_parsed_once_and_each_request_gets_its_own_data(clien
             "outputs": [{"name": "result", "parameters": {"binary_data": True}}],
         }
     ).encode()
-    parsed = _protocol._parsed_header.cache_info()
+    parsed = _protocol._read_header.cache_info()
     for scale in (0.25, 2.0):  # the same header text, other data
         x = (images * scale).astype(np.float32)
         r = client.post(
@@ -163,7 +163,7 @@ def test_a_binary_header_is_parsed_once_and_each_request_gets_its_own_data(clien
         assert r.status_code == 200, r.text
         got = np.frombuffer(r.content[int(r.headers["inference-header-content-length"]) :], "<f4")
         np.testing.assert_array_equal(got.reshape(4, 10), _want(x))
-    now = _protocol._parsed_header.cache_info()
+    now = _protocol._read_header.cache_info()
     assert now.hits >= parsed.hits + 1 and now.misses <= parsed.misses + 1
 
 

@@ -107,3 +107,29 @@ def test_an_idle_model_waits_for_others_at_most_the_timeout(timeout_s):
     # The first batch ran when the first request's timeout was out: not before, nor long after.
     waited = model.called[0] - asked
     assert timeout_s <= waited + 0.01 and waited < timeout_s + 0.25, waited
+
+
+def test_the_worker_is_woken_only_when_a_batch_may_run():
+    """While a batch runs, arrivals do not wake the worker (the batch's end does); the model
+    idle, the first arrival and the one that makes a full batch do, and no other."""
+    model = _Model()
+    batcher = Batcher(model, 8, 0.0, lambda n: None)  # an idle model never waits
+    woken = []
+
+    async def main():
+        model.gate.clear()
+        first = asyncio.ensure_future(_ask(batcher, 0))
+        while not model.sizes:
+            await asyncio.sleep(0.001)
+        wake = batcher._wake
+        setter = wake.set
+        wake.set = lambda: woken.append(len(batcher.waiting)) or setter()
+        rest = [asyncio.ensure_future(_ask(batcher, k)) for k in (1, 2, 3, 4)]
+        await asyncio.sleep(0.02)
+        assert woken == []  # four arrivals while the model is busy
+        model.gate.set()
+        return await asyncio.gather(first, *rest)
+
+    answers = _run(main())
+    assert [float(a["y"][0]) for a in answers] == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert model.sizes == [1, 4] and woken == [4, 0]  # each batch's end alone

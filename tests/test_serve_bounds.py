@@ -19,7 +19,7 @@ pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the 
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from hlobundle._serve import _served  # noqa: E402
+from hlobundle._serve import _served, _spec  # noqa: E402
 from hlobundle._serve._app import app  # noqa: E402
 from hlobundle._serve._models import Served, load_models  # noqa: E402
 from hlobundle._serve._protocol import RequestError  # noqa: E402
@@ -318,3 +318,22 @@ def test_the_command_takes_the_response_bound(bounds, monkeypatch):
     r = cli("serve", str(bounds), *args)
     assert r.returncode == 0, r.stderr
     assert statuses == [200, 413]
+
+
+def test_a_shape_checked_once_is_recalled_and_a_refused_one_refused_again(bounds, monkeypatch):
+    """`check_shapes` keeps the results of the shapes that passed (at most `CHECKED_SHAPES`),
+    never a refusal: a shape over the bound is refused each time, after one that passed too."""
+    doubled = load_models([bounds], backend="xla", max_response_bytes=100)["bounds.doubled"]
+    ok, over = {"x": np.ones((12, 2), np.float32)}, {"x": np.ones((13, 2), np.float32)}
+    binds = []
+    bind = _spec.bind_symbols
+    monkeypatch.setattr(_spec, "bind_symbols", lambda *a: binds.append(1) or bind(*a))
+    for _ in range(2):
+        assert doubled.check_shapes(ok) == {"result": (12, 2)}
+        with pytest.raises(RequestError) as e:
+            doubled.check_shapes(over)
+        assert e.value.status == 413
+    assert list(doubled._checked) == [((12, 2),)] and len(binds) == 3  # ok once, over twice
+    monkeypatch.setattr(_spec, "CHECKED_SHAPES", 1)
+    assert doubled.check_shapes({"x": np.ones((3, 2), np.float32)}) == {"result": (3, 2)}
+    assert len(doubled._checked) == 1  # full: checked, not kept

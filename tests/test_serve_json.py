@@ -168,3 +168,50 @@ def test_bf16_travels_as_binary_data_only():
     data = np.array([1.0, 2.5], ml_dtypes.bfloat16).tobytes()
     got = read_inputs(*parse_request(header + data, str(len(header))), expected)["x"]
     assert got.dtype == ml_dtypes.bfloat16 and got.tolist() == [1.0, 2.5]
+
+
+@pytest.mark.parametrize("floats", [1, 100])  # a short list walked, a long one as an array
+@pytest.mark.parametrize("long", [10**21, -(2**63) - 1, 2**64])
+def test_an_integer_beyond_64_bits_among_floats_is_parsed_exactly(floats, long):
+    """orjson reads it as a float among floats: the walk finds its magnitude and the standard
+    library parses the text (exact, or refused over 20 digits), as before orjson."""
+    data = [0.5] * floats + [long]
+    text = json.dumps({"inputs": [{"name": "x", "data": data}]}).encode()
+    assert _outcome(_protocol._parsed, text) == _outcome(_old, text)
+    assert (
+        _outcome(_protocol._parsed, text)[0] == "refused"
+        or type(_protocol._parsed(text)["inputs"][0]["data"][-1]) is int
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_a_long_list_of_floats_is_read_as_numpy_reads_it(dtype):
+    """The array the parse kept for a list of floats alone gives the values, and the refusal of
+    a value over the dtype's range, that converting the list gives."""
+    values = np.random.default_rng(0).normal(scale=300.0, size=100).tolist()
+    body = {"inputs": [{"name": "x", "shape": [100], "datatype": "FP", "data": values}]}
+    body["inputs"][0]["datatype"] = {"float16": "FP16", "float32": "FP32", "float64": "FP64"}[dtype]
+    parsed, binary = parse_request(json.dumps(body).encode(), None)
+    assert parsed.floats  # the array the walk kept
+    got = read_inputs(parsed, binary, {"x": (dtype, (100,))})["x"]
+    np.testing.assert_array_equal(got, np.array(values, dtype=dtype))
+    assert got.dtype == np.dtype(dtype)
+    values[7] = 1e300 if dtype == "float64" else 1e39
+    body["inputs"][0]["data"] = values
+    parsed, binary = parse_request(json.dumps(body).encode(), None)
+    if dtype == "float64":
+        assert read_inputs(parsed, binary, {"x": (dtype, (100,))})["x"][7] == 1e300
+        return
+    with pytest.raises(RequestError, match="a value does not fit FP"):
+        read_inputs(parsed, binary, {"x": (dtype, (100,))})
+
+
+def test_a_long_list_of_floats_is_no_int_nor_bool_input():
+    body = {"inputs": [{"name": "x", "shape": [100], "datatype": "INT32", "data": [0.5] * 100}]}
+    parsed, binary = parse_request(json.dumps(body).encode(), None)
+    with pytest.raises(RequestError, match="values must be INT32 numbers"):
+        read_inputs(parsed, binary, {"x": ("int32", (100,))})
+    body["inputs"][0]["datatype"] = "BOOL"
+    parsed, binary = parse_request(json.dumps(body).encode(), None)
+    with pytest.raises(RequestError, match="values must be BOOL numbers"):
+        read_inputs(parsed, binary, {"x": ("bool", (100,))})

@@ -42,7 +42,11 @@ class Batcher:
             self._worker = loop.create_task(self._work(self._wake))
         done: asyncio.Future[Any] = loop.create_future()
         self.waiting.append((given, done, loop.time()))
-        self._wake.set()
+        # The worker waits for a running batch's end (`_answer` wakes it) or, the model idle,
+        # for the first request (which arms the deadline) and the one that makes `max_batch`:
+        # any other request would wake it for nothing, a step of the worker per request.
+        if not self.busy and len(self.waiting) in (1, self.max_batch):
+            self._wake.set()
         return await done
 
     async def _work(self, wake: asyncio.Event) -> None:
@@ -50,9 +54,11 @@ class Batcher:
         while True:
             while self.busy or not self._gathered(loop.time()):
                 wake.clear()
-                deadline = None if self.busy or not self.waiting else self._deadline()
+                if self.busy or not self.waiting:
+                    await wake.wait()
+                    continue
                 try:
-                    async with asyncio.timeout_at(deadline):
+                    async with asyncio.timeout_at(self._deadline()):
                         await wake.wait()
                 except TimeoutError:
                     pass

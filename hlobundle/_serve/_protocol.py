@@ -6,8 +6,10 @@ Responses are strict JSON: a non-finite float is the string "NaN", "Infinity" or
 
 JSON is parsed by orjson (several times faster than the standard library, measured in
 benchmarks/run.py), with the standard library's meaning kept exactly: a text orjson refuses, or
-one that may hold an integer beyond 64 bits (which orjson turns into a float), is parsed by the
-standard library, which accepts or refuses it as it always did, with the same message."""
+one that may hold an integer beyond 64 bits (which orjson turns into a float of at least 2**63),
+is parsed by the standard library, which accepts or refuses it as it always did, with the same
+message. One walk over the parsed value checks its nesting and its floats' magnitudes, and
+keeps each list of floats alone as an array, which its input then takes as it is (`Parsed`)."""
 
 from __future__ import annotations
 
@@ -76,6 +78,16 @@ class Relayed(RequestError):
         self.body = body
 
 
+class Parsed(dict[str, Any]):
+    """A request's JSON object, with the float64 array of each of its lists of floats alone
+    (`floats`, by the list's id: the object holds every such list while it lives), made as its
+    parse was checked, so that an input's data is converted once."""
+
+    def __init__(self, value: dict[str, Any], floats: dict[int, np.ndarray]) -> None:
+        super().__init__(value)
+        self.floats = floats
+
+
 def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
     """The request's JSON object, and the binary data after it (the binary extension)."""
     if header_length is not None:
@@ -92,9 +104,10 @@ def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any
         text, rest = body, memoryview(b"")
     # A binary request's JSON header is the same text from one request to the next (its data
     # follows it): parsed once, then shared, read-only. JSON data differs in every request.
-    request = _parsed_header(bytes(text)) if rest and len(text) <= 4096 else _parsed(text)
-    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+    value, floats = _read_header(bytes(text)) if rest and len(text) <= 4096 else _read(text)
+    if not isinstance(value, dict) or not isinstance(value.get("inputs"), list):
         raise RequestError(400, "the request must be a JSON object with an 'inputs' list")
+    request = Parsed(value, floats)
     if not isinstance(request.get("id", ""), str):
         raise RequestError(400, f"'id' must be a string, not {_shown(request['id'])}")
     parameters(request, "")
@@ -102,47 +115,65 @@ def parse_request(body: bytes, header_length: str | None) -> tuple[dict[str, Any
 
 
 def _parsed(text: bytes) -> Any:
-    """The JSON value of `text`, its nesting and integers bounded. orjson, which bounds its own
-    recursion, parses first, and its value's nesting is checked after; a text it refuses, or
-    one that may hold an integer beyond 64 bits, is parsed by the standard library, after the
-    nesting check that keeps its recursion bounded."""
-    numbers = bytes(text).translate(_NUMBER_CHARS)
-    if _LONG_INTEGER not in numbers and not numbers.startswith(_LONG_INTEGER[1:]):
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass  # the standard library's parse says why, or accepts what it always accepted
-        else:
-            if _depth(value) <= _limits.MAX_JSON_DEPTH:
-                return value
-    return _parsed_exactly(text)  # and over the nesting limit, its check's message
+    """The JSON value of `text`, its nesting and integers bounded (`_read`)."""
+    return _read(text)[0]
 
 
-# 19 digits after a character that is not part of a number (a fraction's digits follow "." and
-# an exponent's "e"): perhaps an integer beyond 64 bits, which orjson parses as a float and the
-# standard library as an exact int (refused over `_limits.MAX_INT_DIGITS` digits, or a value too
-# large for its dtype); every integer of up to 18 digits fits 64 bits. Found as bytes: digits
-# read as "0", ".eE" as ".", the rest as " ".
-_NUMBER_CHARS = bytes(
-    ord("0") if chr(b).isdigit() and b < 128 else ord(".") if chr(b) in ".eE" else ord(" ")
-    for b in range(256)
-)
-_LONG_INTEGER = b" " + b"0" * 19
+def _read(text: bytes) -> tuple[Any, dict[int, np.ndarray]]:
+    """The JSON value of `text`, its nesting and integers bounded, and the arrays of its lists
+    of floats alone (`_walked`). orjson, which bounds its own recursion, parses first; a text it
+    refuses, or whose value nests too deep or holds a float of at least 2**63 (perhaps an
+    integer beyond 64 bits), is parsed by the standard library, after the nesting check that
+    keeps its recursion bounded."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass  # the standard library's parse says why, or accepts what it always accepted
+    else:
+        floats = _walked(value)
+        if floats is not None:
+            return value, floats
+    return _parsed_exactly(text), {}  # and over the nesting limit, its check's message
 
 
-def _depth(value: Any) -> int:
-    """How deep lists and objects nest in `value` (as `_prechecks.check_json` counts brackets),
-    level by level: no recursion, and a list of numbers costs one pass over their types."""
+# orjson parses an integer outside [-2**63, 2**64) as a float, whose magnitude is then at least
+# 2**63 (-2**63 - 1 rounds to -2**63), where the standard library gives the exact int, or
+# refuses one of more than `_limits.MAX_INT_DIGITS` digits; every integer inside it orjson keeps
+# exact. A value without such a float is the standard library's value.
+_LARGE = float(2**63)
+_ARRAY_FROM = 64  # a list of floats this long is checked, and kept, as an array
+
+
+def _walked(value: Any) -> dict[int, np.ndarray] | None:
+    """Whether `value` (orjson's) is what the standard library parses: nested no deeper than
+    `_limits.MAX_JSON_DEPTH` (as `_prechecks.check_json` counts brackets) and without a float of
+    at least 2**63 in magnitude. None where not; else the float64 array of each long list of
+    floats alone, by its id. Level by level, no recursion: one pass over each container's types."""
+    if type(value) is float and abs(value) >= _LARGE:  # the text is this one number
+        return None
+    floats: dict[int, np.ndarray] = {}
     depth, level = 0, [value] if type(value) in (list, dict) else []
     while level:
         depth, below = depth + 1, []
+        if depth > _limits.MAX_JSON_DEPTH:
+            return None
         for container in level:
             items = container.values() if type(container) is dict else container
             kinds = set(map(type, items))
             if list in kinds or dict in kinds:
                 below += [v for v in items if type(v) in (list, dict)]
+            if float not in kinds:
+                continue
+            if kinds == {float} and type(container) is list and len(container) >= _ARRAY_FROM:
+                array = np.array(container, dtype=np.float64)
+                array.flags.writeable = False  # a cached header's is shared
+                if np.abs(array).max() >= _LARGE:
+                    return None
+                floats[id(container)] = array
+            elif any(type(v) is float and abs(v) >= _LARGE for v in items):
+                return None
         level = below
-    return depth
+    return floats
 
 
 def _parsed_exactly(text: bytes) -> Any:
@@ -163,7 +194,7 @@ def _parsed_exactly(text: bytes) -> Any:
         raise RequestError(400, f"the request is not JSON: {str(e)[:200]}") from None
 
 
-_parsed_header = functools.lru_cache(maxsize=64)(_parsed)  # at most 64 x 4 KiB held
+_read_header = functools.lru_cache(maxsize=64)(_read)  # at most 64 x 4 KiB held
 
 
 def parameters(holder: dict[str, Any], where: str) -> dict[str, Any]:
@@ -193,6 +224,7 @@ def read_inputs(
     `shared_memory_region` is read from `regions` (the system shared-memory extension)."""
     given: dict[str, np.ndarray] = {}
     offset = 0
+    floats = request.floats if isinstance(request, Parsed) else {}
     for item in request["inputs"]:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise RequestError(400, "each input needs a 'name'")
@@ -217,7 +249,8 @@ def read_inputs(
                 400, f"input {name!r}: shape {got_shape}, expected {_shown_shape(shape)}"
             )
         dims: tuple[int, ...] = tuple(got_shape)  # a symbolic dimension's size is the request's
-        if not _addressable(dims, np.dtype(_numpy(dtype)).itemsize):
+        wire = _wire(dtype)
+        if not _addressable(dims, wire.itemsize):
             raise RequestError(400, f"input {name!r}: shape {got_shape} is too large for an array")
         params = parameters(item, f"input {name!r}: ")
         if "shared_memory_region" in params:
@@ -225,7 +258,7 @@ def read_inputs(
             continue
         size = params.get("binary_data_size")
         if size is not None:
-            want = math.prod(dims) * np.dtype(_numpy(dtype)).itemsize
+            want = math.prod(dims) * wire.itemsize
             if type(size) is not int or size != want:
                 raise RequestError(
                     400,
@@ -236,18 +269,14 @@ def read_inputs(
                     400,
                     f"input {name!r}: the body holds {len(binary) - offset} more bytes, not {size}",
                 )
-            raw = np.frombuffer(
-                binary,
-                dtype=np.dtype(_numpy(dtype)).newbyteorder("<"),
-                count=math.prod(dims),
-                offset=offset,
-            )
+            raw = np.frombuffer(binary, dtype=wire, count=math.prod(dims), offset=offset)
             if dtype == "bool" and (raw.view(np.uint8) > 1).any():
                 raise RequestError(400, f"input {name!r}: BOOL bytes must be 0 or 1")
             given[name] = raw.reshape(dims)
             offset += size
         else:
-            given[name] = _from_json(name, item.get("data"), dtype, dims)
+            data = item.get("data")
+            given[name] = _from_json(name, data, dtype, dims, floats.get(id(data)))
     if offset != len(binary):
         raise RequestError(
             400, f"the body has {len(binary) - offset} bytes of binary data no input claims"
@@ -308,6 +337,12 @@ def _shown_shape(shape: tuple[int | str, ...]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 
 
+@functools.cache
+def _wire(dtype: str) -> np.dtype[Any]:
+    """The little-endian NumPy dtype a manifest's dtype travels as (looked up once)."""
+    return np.dtype(_numpy(dtype)).newbyteorder("<")
+
+
 def _numpy(dtype: str) -> Any:
     if dtype == "bfloat16":
         import ml_dtypes
@@ -316,7 +351,11 @@ def _numpy(dtype: str) -> Any:
     return dtype
 
 
-def _from_json(name: str, data: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+def _from_json(
+    name: str, data: Any, dtype: str, shape: tuple[int, ...], known: np.ndarray | None = None
+) -> np.ndarray:
+    """The input's array from its JSON `data`; `known`: the float64 array of `data` where it is
+    a list of floats alone (`Parsed.floats`), then converted from that, without another pass."""
     if dtype == "bfloat16":
         raise RequestError(
             400, f"input {name!r}: BF16 travels only as binary data (binary_data_size)"
@@ -325,7 +364,7 @@ def _from_json(name: str, data: Any, dtype: str, shape: tuple[int, ...]) -> np.n
         raise RequestError(400, f"input {name!r}: 'data' must be a list (or use binary_data_size)")
     # By exact type, one pass (a JSON parse and a gRPC message give exact ints, floats, bools
     # and strs; a bool is not a number here), which also tells a flat list from nested ones.
-    kinds = set(map(type, data))
+    kinds = {float} if known is not None else set(map(type, data))
     flat = _flattened(name, data) if list in kinds else data
     if flat is not data:
         kinds = set(map(type, flat))
@@ -343,7 +382,10 @@ def _from_json(name: str, data: Any, dtype: str, shape: tuple[int, ...]) -> np.n
         )
     try:
         with np.errstate(over="raise", invalid="raise"):
-            array = np.array(flat, dtype=np.dtype(dtype))
+            if known is not None:  # a float64's value, converted as np.array converts it
+                array = known.astype(np.dtype(dtype), copy=False)
+            else:
+                array = np.array(flat, dtype=np.dtype(dtype))
     except (OverflowError, FloatingPointError, ValueError):
         raise RequestError(400, f"input {name!r}: a value does not fit {BY_DTYPE[dtype]}") from None
     return array.reshape(shape)

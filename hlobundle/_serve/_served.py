@@ -96,9 +96,6 @@ class Served(Spec):
             results = self.function.call_flat(*self._arguments(given))
         return {r.name: np.asarray(x) for r, x in zip(self.bundle.results, results, strict=True)}
 
-    def _shape_key(self, given: dict[str, np.ndarray]) -> tuple[Any, ...]:
-        return tuple(given[n].shape for n in self.inputs)
-
     def new_shape(self, given: dict[str, np.ndarray]) -> bool:
         """Whether a call on `given` is of a shape not kept compiled (it proves and compiles
         first: the server never runs it on its event loop)."""
