@@ -5,6 +5,7 @@ digest is checked wherever the file's sha256 is, and a wrong one is refused with
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -47,6 +48,20 @@ def wide_functions(tmp_path: Path, name: str = "wide") -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def wide_original(tmp_path_factory) -> Path:
+    """`wide_functions`, packed once for this file's tests (two exports, about 0.3 s)."""
+    return wide_functions(tmp_path_factory.mktemp("wide"))
+
+
+@pytest.fixture
+def wide(wide_original, tmp_path) -> Path:
+    """A private copy of `wide_original`, which a test may edit."""
+    out = tmp_path / "wide"
+    shutil.copytree(wide_original, out)
+    return out
+
+
 def tensor_file(bundle: Path) -> str:
     files = json.loads((bundle / "manifest.json").read_bytes())["files"]
     (name,) = [n for n in files if n.endswith(".safetensors") and files[n]["size"] > 1 << 20]
@@ -54,10 +69,8 @@ def tensor_file(bundle: Path) -> str:
 
 
 @pytest.mark.slow
-def test_a_bundle_of_several_functions_lists_the_chunk_digests_of_its_large_tensor_files(
-    tmp_path,
-):
-    bundle = wide_functions(tmp_path)
+def test_a_bundle_of_several_functions_lists_the_chunk_digests_of_its_large_tensor_files(wide):
+    bundle = wide
     manifest = json.loads((bundle / "manifest.json").read_bytes())
     assert manifest["format_version"] == "2.1"
     name = tensor_file(bundle)
@@ -80,9 +93,9 @@ def test_small_bundles_stay_at_the_oldest_version_that_expresses_them(tmp_path):
     assert not any("chunks" in e for e in manifest["files"].values())
 
 
-def test_a_wrong_chunk_digest_is_refused_by_verify_and_load(tmp_path):
+def test_a_wrong_chunk_digest_is_refused_by_verify_and_load(wide):
     """The file's sha256 still matches: only the chunk check can find it."""
-    bundle = wide_functions(tmp_path)
+    bundle = wide
     name = tensor_file(bundle)
     edit_manifest(bundle, lambda m: m["files"][name]["chunks"]["sha256"].__setitem__(1, "0" * 64))
     for check in (
@@ -137,23 +150,23 @@ def test_a_wrong_chunk_digest_of_a_file_no_field_names_is_refused_by_verify_and_
     ],
     ids=["not-a-power", "too-small", "too-large", "one-missing", "one-extra", "not-hex"],
 )
-def test_malformed_chunk_digests_are_a_manifest_error(tmp_path, edit, says):
-    bundle = wide_functions(tmp_path)
+def test_malformed_chunk_digests_are_a_manifest_error(wide, edit, says):
+    bundle = wide
     name = tensor_file(bundle)
     edit_manifest(bundle, lambda m: edit(m["files"][name]["chunks"]))
     with pytest.raises(ManifestError, match=says):
         hlobundle.load(bundle)
 
 
-def test_chunk_digests_in_a_2_0_manifest_are_refused(tmp_path):
-    bundle = wide_functions(tmp_path)
+def test_chunk_digests_in_a_2_0_manifest_are_refused(wide):
+    bundle = wide
     edit_manifest(bundle, lambda m: m.update(format_version="2.0"))
     with pytest.raises(ManifestError, match="needs format_version 2.1"):
         hlobundle.load(bundle)
 
 
-def test_signing_a_bundle_with_a_wrong_chunk_digest_is_refused(tmp_path):
-    bundle = wide_functions(tmp_path)
+def test_signing_a_bundle_with_a_wrong_chunk_digest_is_refused(tmp_path, wide):
+    bundle = wide
     name = tensor_file(bundle)
     edit_manifest(bundle, lambda m: m["files"][name]["chunks"]["sha256"].__setitem__(0, "0" * 64))
     private, _ = new_key(tmp_path)
@@ -175,13 +188,13 @@ def test_chunk_arithmetic(size):
         assert list(_chunks.covering(size, chunk, chunk - 1, chunk + 1)) == [0, 1]
 
 
-def test_a_file_carried_over_into_a_rewritten_bundle_is_checked_chunk_by_chunk(tmp_path):
+def test_a_file_carried_over_into_a_rewritten_bundle_is_checked_chunk_by_chunk(tmp_path, wide):
     """What `sign` and `refresh` copy is hashed as it is copied: a chunk that differs from its
     listed digest (the file changed after it was checked) stops the copy."""
     from hlobundle._format._manifest import FileEntry
     from hlobundle._write import _atomic
 
-    bundle = wide_functions(tmp_path)
+    bundle = wide
     name = tensor_file(bundle)
     listed = json.loads((bundle / "manifest.json").read_bytes())["files"][name]
     listed["chunks"]["sha256"][1] = "0" * 64
