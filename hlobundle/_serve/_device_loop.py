@@ -104,25 +104,35 @@ class DeviceLoop:
                     pass  # it died at once: its channel says so
 
     def _message(self, door: Door, message: tuple[Any, ...], fds: list[int]) -> None:
+        """A front door's message (`_wire`: a list, its kind first). What is not one of its
+        kinds, as it sends them, is dropped with the descriptors it carried: a front door is
+        trusted with nothing."""
         kind = message[0]
         if kind == "call":
             asyncio.get_running_loop().create_task(self._answer(door, message, fds))
-        elif kind == "forget":
+            return
+        for fd in fds:  # only a call's first use of a buffer carries one
+            os.close(fd)
+        if kind == "forget" and len(message) == 2 and type(message[1]) is list:
             for number in message[1]:
-                door.buffers.pop(number, None)
+                if type(number) is int:
+                    door.buffers.pop(number, None)
         elif kind == "ready" and not door.ready.done():
             door.ready.set_result(None)
             self.deaths = 0
 
     async def _answer(self, door: Door, message: tuple[Any, ...], fds: list[int]) -> None:
-        _, number, name, buffer, size, inputs, results_at = message
+        number = message[1] if len(message) > 1 else None  # to answer even a call unread
         try:
+            _, number, name, buffer, size, inputs, results_at = message
             if fds:
                 door.buffers[buffer] = mmap.mmap(fds[0], size)
             view = door.buffers[buffer]
             served: Served = self.app.models[name]
             given = {n: _array(view, dtype, shape, at) for n, dtype, shape, at in inputs}
-        except (KeyError, ValueError, TypeError, OSError) as e:  # not what a front door sends
+            if type(results_at) is not int or not 0 <= results_at <= len(view):
+                raise ValueError("the results' offset is outside the buffer")
+        except (KeyError, ValueError, TypeError, OSError, OverflowError) as e:  # not a call
             body = {"error": f"the front door's call could not be read: {type(e).__name__}"}
             return door.channel.send(("answer", number, 500, body))
         finally:

@@ -99,7 +99,12 @@ class Channel:
                 data, fds = b"", []
             if not data:
                 return self.close()
-            self.on_message(tuple(orjson.loads(data)), fds)
+            message = _parsed(data)
+            if message is None:  # not what the other end sends: dropped, its descriptors closed
+                for fd in fds:
+                    os.close(fd)
+                continue
+            self.on_message(message, fds)
 
     def close(self) -> None:
         if self.closed:
@@ -114,3 +119,14 @@ class Channel:
             self.loop.remove_writer(self.sock.fileno())
         self.sock.close()
         self.on_closed()
+
+
+def _parsed(data: bytes) -> tuple[Any, ...] | None:
+    """A message: a non-empty JSON list whose first item (its kind) is a string; else None."""
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if type(message) is not list or not message or type(message[0]) is not str:
+        return None
+    return tuple(message)
