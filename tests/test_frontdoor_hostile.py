@@ -7,6 +7,7 @@ kept open by a message refused), and the next call is answered as before."""
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import socket
@@ -20,8 +21,10 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 
 from frontdoor_pair import compromised_door  # noqa: E402
 
-from hlobundle._serve import _arena  # noqa: E402
+from hlobundle._format._errors import BackendUnsupportedError  # noqa: E402
+from hlobundle._serve import _app, _arena, _grpc  # noqa: E402
 from hlobundle._serve._models import load_models  # noqa: E402
+from hlobundle._serve._protocol import Relayed  # noqa: E402
 
 SIZE = 1 << 16
 X = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -69,7 +72,14 @@ def _ask(sock, message, fds=()):
 
 
 def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    """The shared buffers open in this process (the device's loop runs in it): memfds."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # closed meanwhile (the listing's own)
+            pass
+    return sum(link.startswith("/memfd:") for link in links)
 
 
 def _still_answers(door, name) -> None:
@@ -102,8 +112,8 @@ def test_a_call_the_device_cannot_read_is_answered_and_its_descriptors_closed(do
     _, number, status, body = _ask(door, call, [_sealed()])
     assert (number, status) == (7, 500)
     assert "the front door's call could not be read" in body["error"]
+    _still_answers(door, name)  # the device is done with the call before this one
     assert _open_fds() == before
-    _still_answers(door, name)
 
 
 @pytest.mark.parametrize(
@@ -144,3 +154,58 @@ def test_a_message_that_is_no_call_is_dropped_and_its_descriptors_closed(door, n
     _send(door, raw, [_sealed()])
     _still_answers(door, name)  # messages are handled in order: this one's is done
     assert _open_fds() == before
+
+
+def test_an_answer_that_overruns_its_buffer_is_a_500_not_a_lost_answer(door, name):
+    # The results' room is the front door's to make: too little of it is the front door's
+    # failure, answered as one (the RequestError(500) it raised had no code, and answering it
+    # raised KeyError: no answer, the client waiting for ever).
+    _, number, status, body = _ask(door, ["call", 9, name, 1, SIZE, INPUTS, SIZE - 8])
+    assert (number, status) == (9, 500)
+    assert "more than its shape's" in body["error"]
+    _still_answers(door, name)
+
+
+class _Context:
+    """What `_grpc.Service._refusing` asks of a gRPC call's context."""
+
+    def __init__(self) -> None:
+        self.code = None
+
+    def set_trailing_metadata(self, metadata) -> None:
+        self.code = dict(metadata)[_grpc.ERROR_CODE_KEY]
+
+    async def abort(self, status, message):
+        raise _Aborted(status, self.code)
+
+
+class _Aborted(Exception):
+    pass
+
+
+def _answered_over_grpc(service, error):
+    async def failing(request, context):
+        raise error
+
+    context = _Context()
+    with pytest.raises(_Aborted) as aborted:
+        asyncio.run(service._refusing(failing)(None, context))
+    return aborted.value.args
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("broken"), BackendUnsupportedError("the backend lacks an op")],
+    ids=["the model failed", "the function refused the inputs"],
+)
+def test_a_failure_relayed_by_a_front_door_is_answered_over_grpc_as_by_one_process(
+    models, name, error
+):
+    # A front door relays the device's answer to a failure (`failure`: a status and its JSON)
+    # as `Relayed`; over gRPC it must get the status and error code the one-process server
+    # gives the failure itself (before: a 500 had no code, and asking for it raised KeyError:
+    # grpc's UNKNOWN; a 400 got INPUT_INVALID, not the function's own code).
+    pytest.importorskip("grpc", reason="grpcio is not installed (the grpc extra)")
+    service = _grpc.Service(models, _app.app(models), 1 << 20)
+    relayed = Relayed(*_app.failure(models[name], error))
+    assert _answered_over_grpc(service, relayed) == _answered_over_grpc(service, error)
