@@ -209,3 +209,27 @@ def test_a_failure_relayed_by_a_front_door_is_answered_over_grpc_as_by_one_proce
     service = _grpc.Service(models, _app.app(models), 1 << 20)
     relayed = Relayed(*_app.failure(models[name], error))
     assert _answered_over_grpc(service, relayed) == _answered_over_grpc(service, error)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd here: nothing to seal")
+def test_a_buffer_its_front_door_could_shrink_is_refused(door, name):
+    # A buffer the device maps, shrunk by its front door while the device reads it, is a SIGBUS
+    # that ends the device's process (the model with it): the device maps only a buffer sealed
+    # against shrinking, as a front door's own are.
+    fd = os.memfd_create("unsealed", os.MFD_CLOEXEC)
+    os.ftruncate(fd, SIZE)
+    _, number, status, body = _ask(door, ["call", 10, name, 3, SIZE, INPUTS, 128], [fd])
+    assert (number, status) == (10, 500), body
+    assert "the front door's call could not be read" in body["error"]
+    _still_answers(door, name)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd here: nothing to seal")
+def test_a_front_door_s_buffers_cannot_shrink():
+    fd = _arena.anonymous(SIZE)
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 0)
+        os.ftruncate(fd, 2 * SIZE)  # growing is harmless: what was mapped is still there
+    finally:
+        os.close(fd)

@@ -5,10 +5,15 @@ buffer large enough for its inputs and its results, the front door writes the in
 device's process reads them in place and writes the results after them; the buffer goes back to
 the pool once the answer is read. Buffers come in powers of two (at least `SMALLEST`), so that
 a few sizes serve every request, and the pool keeps at most `MAX_POOLED` bytes of them idle.
-Nothing is named in the file system: a process that dies leaves nothing behind."""
+Nothing is named in the file system: a process that dies leaves nothing behind.
+
+A mapping read after its file shrank is a SIGBUS, which would end the device's process (and
+the model with it): a front door's memfds are sealed against shrinking (`F_SEAL_SHRINK`), and
+the device's process maps only such a buffer (`mapped`), whatever a front door sends it."""
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import mmap
 import os
@@ -18,6 +23,7 @@ from dataclasses import dataclass, field
 SMALLEST = 64 << 10
 MAX_POOLED = 256 << 20  # bytes of idle buffers a front door keeps for the next requests
 ALIGN = 64  # each tensor starts at a multiple of this, as numpy and XLA like it
+_SEALS = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")  # Linux
 
 
 @dataclass(eq=False)
@@ -77,17 +83,27 @@ class Pool:
 def anonymous(size: int) -> int:
     """A descriptor of `size` bytes of memory no file name reaches (close-on-exec)."""
     if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("hlobundle-frontdoor", os.MFD_CLOEXEC)
+        fd = os.memfd_create("hlobundle-frontdoor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     else:  # an unlinked file, in memory where there is /dev/shm
         where = "/dev/shm" if os.path.isdir("/dev/shm") else None
         with tempfile.TemporaryFile(dir=where) as file:
             fd = os.dup(file.fileno())
     try:
         os.ftruncate(fd, size)
+        if _SEALS:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def mapped(fd: int, size: int) -> mmap.mmap:
+    """The other process's buffer `fd`, mapped here: where memfds can be sealed, only one
+    sealed against shrinking (else ValueError; OSError where `fd` is no memfd)."""
+    if _SEALS and not fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK:
+        raise ValueError("a buffer its front door could shrink")
+    return mmap.mmap(fd, size)
 
 
 def aligned(offset: int) -> int:

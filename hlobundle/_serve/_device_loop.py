@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._app import App, failure
-from ._arena import aligned
+from ._arena import aligned, mapped
 from ._frontdoor import Settings, _array
 from ._models import Served
 from ._protocol import RequestError
@@ -126,7 +126,7 @@ class DeviceLoop:
         try:
             _, number, name, buffer, size, inputs, results_at = message
             if fds:
-                door.buffers[buffer] = mmap.mmap(fds[0], size)
+                door.buffers[buffer] = mapped(fds[0], size)
             view = door.buffers[buffer]
             served: Served = self.app.models[name]
             given = {n: _array(view, dtype, shape, at) for n, dtype, shape, at in inputs}
