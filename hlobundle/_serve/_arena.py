@@ -13,6 +13,8 @@ the device's process maps only such a buffer (`mapped`), whatever a front door s
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import fcntl
 import itertools
 import mmap
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 
 SMALLEST = 64 << 10
 MAX_POOLED = 256 << 20  # bytes of idle buffers a front door keeps for the next requests
+MAX_BUFFERS = 256  # a front door's buffers, leased and idle (the device's process keeps a
+# descriptor open for each: `serve --frontends` gives each front door its share of them)
 ALIGN = 64  # each tensor starts at a multiple of this, as numpy and XLA like it
 _SEALS = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")  # Linux
 
@@ -45,34 +49,79 @@ class Buffer:
 
 class Pool:
     """A front door's buffers: `lease` one of at least a size, `give_back` it when its answer is
-    read; `forget` then names the buffers closed here, for the other process to unmap."""
+    read; `forget` then names the buffers closed here, for the other process to unmap.
 
-    def __init__(self) -> None:
+    At most `max_buffers` of them, leased and idle: the device's process keeps a descriptor
+    open for each it maps (Python's mmap keeps its own), so that requests without bound would
+    take every descriptor it may open. A lease over the bound closes an idle buffer of another
+    size, or waits for one given back."""
+
+    def __init__(self, max_buffers: int = MAX_BUFFERS) -> None:
         self.idle: dict[int, list[Buffer]] = {}
         self.idle_bytes = 0
         self.ids = itertools.count(1)
         self.forgotten: list[int] = []
+        self.max_buffers, self.count = max_buffers, 0  # made and not closed: leased or idle
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    def lease(self, size: int) -> Buffer:
+    async def lease(self, size: int) -> Buffer:
         size = max(SMALLEST, 1 << (max(size, 1) - 1).bit_length())
-        free = self.idle.get(size)
-        if free:
-            self.idle_bytes -= size
-            return free.pop()
+        while True:
+            free = self.idle.get(size)
+            if free:
+                self.idle_bytes -= size
+                return free.pop()
+            if self.count < self.max_buffers or self._closed_idle():
+                break
+            await self._given_back()
         fd = anonymous(size)
+        self.count += 1
         return Buffer(next(self.ids), size, mmap.mmap(fd, size), fd)
+
+    async def _given_back(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiting.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # woken, then cancelled: the next
+                self._wake()
+            raise
+        finally:
+            if waiter in self.waiting:
+                self.waiting.remove(waiter)
+
+    def _wake(self) -> None:
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                return waiter.set_result(None)
+
+    def _closed_idle(self) -> bool:
+        """An idle buffer closed (the largest), to make room for one of another size."""
+        for size in sorted(self.idle, reverse=True):
+            if self.idle[size]:
+                self.idle_bytes -= size
+                self._close(self.idle[size].pop())
+                return True
+        return False
 
     def give_back(self, buffer: Buffer) -> None:
         if self.idle_bytes + buffer.size > MAX_POOLED:
-            self.forgotten.append(buffer.id)
-            buffer.sent()
-            try:
-                buffer.view.close()
-            except BufferError:  # an array still views it: unmapped once that is gone
-                pass
-            return
-        self.idle_bytes += buffer.size
-        self.idle.setdefault(buffer.size, []).append(buffer)
+            self._close(buffer)
+        else:
+            self.idle_bytes += buffer.size
+            self.idle.setdefault(buffer.size, []).append(buffer)
+        self._wake()
+
+    def _close(self, buffer: Buffer) -> None:
+        self.count -= 1
+        self.forgotten.append(buffer.id)
+        buffer.sent()
+        try:
+            buffer.view.close()
+        except BufferError:  # an array still views it: unmapped once that is gone
+            pass
 
     def forget(self) -> list[int]:
         """The ids of the buffers closed since the last call."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._app import App, failure
-from ._arena import aligned, mapped
+from ._arena import MAX_BUFFERS, aligned, mapped
 from ._frontdoor import Settings, _array
 from ._models import Served
 from ._protocol import RequestError
@@ -34,6 +35,8 @@ START_S = 120.0  # a front door says it listens within this, or serve gives up
 RESPAWN_S = (0.1, 5.0)
 GRACE_S = 5.0  # after uvicorn's graceful 30 s, a draining front door is killed  # the wait before a dead front door is replaced: first, and at most
 COMMAND = [sys.executable, "-m", "hlobundle._serve._frontdoor"]
+FDS_KEPT = 256  # descriptors this process keeps for its own (the runtime, pipes, sockets)
+MIN_BUFFERS = 8  # a front door's buffers, however low the limit
 
 
 @dataclass(eq=False)
@@ -83,7 +86,8 @@ class DeviceLoop:
 
     def spawn(self, number: int) -> None:
         mine, theirs = pair()
-        settings = replace(self.settings, channel_fd=theirs.fileno())
+        each = buffers_each(self.count)
+        settings = replace(self.settings, channel_fd=theirs.fileno(), max_buffers=each)
         fds = [theirs.fileno()]
         if settings.listen_fd is not None:
             fds.append(settings.listen_fd)
@@ -208,6 +212,16 @@ def _placed(view: mmap.mmap, at: int, outputs: dict[str, np.ndarray]) -> list[tu
         placed.append((name, dtype, x.shape, at))
         at += x.nbytes
     return placed
+
+
+def buffers_each(count: int) -> int:
+    """The buffers each of `count` front doors may have (`_arena.Pool`): this process keeps a
+    descriptor open for each it maps, and they share what its soft limit leaves beyond
+    `FDS_KEPT`."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_BUFFERS
+    return max(MIN_BUFFERS, min(MAX_BUFFERS, (soft - FDS_KEPT) // max(count, 1)))
 
 
 def _reaped(process: subprocess.Popen[bytes]) -> None:
