@@ -244,6 +244,7 @@ def test_a_front_door_holds_at_most_its_buffers_however_many_requests_wait():
     async def run():
         pool = _arena.Pool(max_buffers=2)
         a, b = await pool.lease(10), await pool.lease(10)
+        a.known = b.known = True  # as a call's success makes them
         third = asyncio.ensure_future(pool.lease(10))
         await asyncio.sleep(0)
         assert not third.done()  # two leased: it waits
@@ -253,6 +254,7 @@ def test_a_front_door_holds_at_most_its_buffers_however_many_requests_wait():
         big = await pool.lease(1 << 20)  # one leased, one idle of another size: closed
         assert pool.forget() == [b.id]
         assert big.size == 1 << 20 and big.id not in (a.id, b.id)
+        big.known = True
         waiting = asyncio.ensure_future(pool.lease(10))
         await asyncio.sleep(0)
         waiting.cancel()  # a client gone while it waited: its place is the next one's
@@ -262,3 +264,50 @@ def test_a_front_door_holds_at_most_its_buffers_however_many_requests_wait():
         assert (await next_one).size == _arena.SMALLEST
 
     asyncio.run(run())
+
+
+def test_a_buffer_the_device_could_not_map_is_not_used_again(models):
+    # A buffer's descriptor travels with its first call only: where the device could not map
+    # it (out of descriptors, or of memory), every later call naming it was answered 500, for
+    # good. A front door uses a buffer again only once a call carrying it succeeded.
+    from starlette.testclient import TestClient
+
+    from hlobundle._serve import _frontdoor
+    from hlobundle._serve._spec import Described
+
+    described = {n: Described.from_json(Described(m).as_json()) for n, m in models.items()}
+    door, device = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    device.settimeout(10)
+    carried = []
+
+    def play_the_device():
+        for status in (500, 200, 200):
+            data, fds, _, _ = socket.recv_fds(device, 1 << 20, 8)
+            call = orjson.loads(data)
+            if call[0] != "call":
+                data, fds, _, _ = socket.recv_fds(device, 1 << 20, 8)
+                call = orjson.loads(data)
+            carried.append((call[3], len(fds)))
+            for fd in fds:
+                os.close(fd)
+            answer = [["result", "float32", [4, 2], call[6]]] if status == 200 else {"error": "x"}
+            device.send(orjson.dumps(["answer", call[1], status, answer]))
+
+    import threading
+
+    thread = threading.Thread(target=play_the_device, daemon=True)
+    thread.start()
+    x = {"name": "x", "datatype": "FP32", "shape": [4, 3], "data": [0.0] * 12}
+    w = {"name": "w", "datatype": "FP32", "shape": [3, 2], "data": [0.0] * 6}
+    name = next(iter(models))
+    with TestClient(_frontdoor.FrontApp(described, _app.Limits(), door)) as client:
+        statuses = [
+            client.post(f"/v2/models/{name}/infer", json={"inputs": [x, w]}).status_code
+            for _ in range(3)
+        ]
+    thread.join(10)
+    device.close()
+    assert statuses == [500, 200, 200]
+    (first, sent), (second, sent_again), (third, sent_third) = carried
+    assert sent == 1 and second != first and sent_again == 1  # a new buffer, its descriptor
+    assert (third, sent_third) == (second, 0)  # mapped: used again without

@@ -39,6 +39,7 @@ class Buffer:
     size: int
     view: mmap.mmap
     fd: int | None = field(default=None)
+    known: bool = False  # a call carrying it succeeded: the other process has it mapped
 
     def sent(self) -> None:
         """Its descriptor went to the other process: the mapping alone keeps it here."""
@@ -107,7 +108,10 @@ class Pool:
         return False
 
     def give_back(self, buffer: Buffer) -> None:
-        if self.idle_bytes + buffer.size > MAX_POOLED:
+        """`buffer`'s answer was read: idle for the next lease, or closed where it would be
+        over `MAX_POOLED`, or where no call carrying it succeeded (the other process may not
+        have it: its descriptor travels with the first call only)."""
+        if not buffer.known or self.idle_bytes + buffer.size > MAX_POOLED:
             self._close(buffer)
         else:
             self.idle_bytes += buffer.size

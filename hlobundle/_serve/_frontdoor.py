@@ -140,6 +140,7 @@ class FrontApp(_app.App):
         done, buffer = self.pending.pop(number, (None, None))
         if done is None or buffer is None:  # answered already (the device was gone)
             return
+        buffer.known = buffer.known or status == 200
         if done.cancelled():
             self.pool.give_back(buffer)
         else:
