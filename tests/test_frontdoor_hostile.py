@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+import select
 import socket
 
 import numpy as np
@@ -307,7 +308,33 @@ def test_a_buffer_the_device_could_not_map_is_not_used_again(models):
         ]
     thread.join(10)
     device.close()
+    door.close()  # the front door's end: its loop, Starlette's test client's, is gone
     assert statuses == [500, 200, 200]
     (first, sent), (second, sent_again), (third, sent_third) = carried
     assert sent == 1 and second != first and sent_again == 1  # a new buffer, its descriptor
     assert (third, sent_third) == (second, 0)  # mapped: used again without
+
+
+def test_a_flood_of_calls_is_answered_in_full(door, name):
+    # A front door that sends faster than it reads: every call is answered, none lost (the
+    # device queues what the socket cannot take), and the device answers the next call.
+    door.setblocking(False)
+    sent, answers, calls = 0, [], [orjson.dumps(_good(name, 1000 + k)) for k in range(500)]
+    try:
+        while len(answers) < len(calls):
+            while sent < len(calls):
+                try:
+                    door.send(calls[sent])
+                except BlockingIOError:
+                    break
+                sent += 1
+            try:
+                answers.append(orjson.loads(door.recv(1 << 20)))
+            except BlockingIOError:
+                select.select([door], [], [], 5)
+    finally:
+        door.setblocking(True)
+        door.settimeout(5)
+    assert sorted(a[1] for a in answers) == list(range(1000, 1500))
+    assert {a[2] for a in answers} == {200}
+    _still_answers(door, name)
