@@ -54,3 +54,33 @@ def _nothing():
 
 async def _in_loop(fn):
     return fn()
+
+
+@contextlib.contextmanager
+def compromised_door(models):
+    """The device's loop for `models` (a thread of this process, as `front_door`), and the raw
+    end of the socket pair a front door would hold: a test sends there what a compromised or
+    broken front door might, and reads what the device answers."""
+    device_app = _app.app(models)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    mine, theirs = _wire.pair()
+    device = _device_loop.DeviceLoop(device_app, None, 0)
+
+    def attach():
+        channel = _wire.Channel(mine, lambda m, fds: device._message(door, m, fds), _nothing)
+        door = _device_loop.Door(0, None, channel, loop.create_future(), 0.0)
+        channel.attach(loop)
+        return door
+
+    door = asyncio.run_coroutine_threadsafe(_in_loop(attach), loop).result(10)
+    theirs.settimeout(5)
+    try:
+        yield theirs
+    finally:
+        theirs.close()
+        loop.call_soon_threadsafe(door.channel.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -6,6 +6,7 @@ door refuses never reaches the device's process."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import http.client
 import json
@@ -35,7 +36,9 @@ INFER = "/v2/models/lenet5/infer"
 class Served:
     """A `hlobundle serve` process, and how to reach it (a port, or a unix socket)."""
 
-    def __init__(self, tmp: str, frontends: int, uds: bool, grpc: bool = False) -> None:
+    def __init__(
+        self, tmp: str, frontends: int, uds: bool, grpc: bool = False, nofile: int | None = None
+    ) -> None:
         self.uds = os.path.join(tmp, "s.sock") if uds else None
         where = ["--uds", self.uds] if uds else ["--port", "0"]
         where += ["--grpc-port", "0"] if grpc else []
@@ -47,6 +50,8 @@ class Served:
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+        if nofile is not None:  # set long before the front doors start, which inherit it
+            _nofile(self.process.pid, nofile)
         assert self.process.stdout is not None
         first = self.process.stdout.readline()
         found = re.search(r"127\.0\.0\.1:(\d+)/v2", first)
@@ -92,6 +97,13 @@ class Served:
             self.process.send_signal(signal.SIGTERM)
         _, err = self.process.communicate(timeout=60)
         return self.process.returncode, err
+
+
+def _nofile(pid: int, soft: int) -> None:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @pytest.fixture(scope="module", params=["1 front door", "2 front doors", "2 over --uds"])
@@ -296,3 +308,35 @@ def test_the_docs_block_runs(tmp_path):
     r = _bash(block, tmp_path, forked=False)
     assert '"name":"lenet5"' in r.stdout, r.stdout
     assert not (tmp_path / "doors.sock").exists()
+
+
+def test_requests_at_once_beyond_the_device_s_descriptors_are_all_answered(tmp_path):
+    # The device's process keeps a descriptor open for every buffer it maps. Before each front
+    # door's buffers were bounded, 1,500 requests at once on 3 front doors under the usual soft
+    # limit of 1,024 took them all: every mapping failed from then on (EMFILE), and the buffers
+    # never mapped were answered 500 for good. Here the same at a lower limit.
+    server = Served(str(tmp_path), 2, uds=False, nofile=400)
+    x = np.zeros((4, 1, 28, 28), np.float32)
+    body, headers = _binary(x)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = (
+        f"POST {INFER} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n{head}\r\n"
+    ).encode() + body
+
+    async def one() -> str:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(request)
+        line = await asyncio.wait_for(reader.readline(), 20)
+        writer.close()
+        return line[9:12].decode()
+
+    async def many(n: int) -> list[str]:
+        return await asyncio.gather(*(one() for _ in range(n)))
+
+    try:
+        at_once = asyncio.run(many(500))
+        assert set(at_once) <= {"200", "503"} and at_once.count("200") > 250, at_once
+        assert asyncio.run(many(20)) == ["200"] * 20
+    finally:
+        code, err = server.stop()
+    assert code == 0 and "Too many open files" not in err, err[-2000:]

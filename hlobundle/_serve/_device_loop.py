@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._app import App, failure
-from ._arena import aligned
+from ._arena import MAX_BUFFERS, aligned, mapped
 from ._frontdoor import Settings, _array
 from ._models import Served
 from ._protocol import RequestError
@@ -34,6 +35,8 @@ START_S = 120.0  # a front door says it listens within this, or serve gives up
 RESPAWN_S = (0.1, 5.0)
 GRACE_S = 5.0  # after uvicorn's graceful 30 s, a draining front door is killed  # the wait before a dead front door is replaced: first, and at most
 COMMAND = [sys.executable, "-m", "hlobundle._serve._frontdoor"]
+FDS_KEPT = 256  # descriptors this process keeps for its own (the runtime, pipes, sockets)
+MIN_BUFFERS = 8  # a front door's buffers, however low the limit
 
 
 @dataclass(eq=False)
@@ -83,7 +86,8 @@ class DeviceLoop:
 
     def spawn(self, number: int) -> None:
         mine, theirs = pair()
-        settings = replace(self.settings, channel_fd=theirs.fileno())
+        each = buffers_each(self.count)
+        settings = replace(self.settings, channel_fd=theirs.fileno(), max_buffers=each)
         fds = [theirs.fileno()]
         if settings.listen_fd is not None:
             fds.append(settings.listen_fd)
@@ -104,25 +108,35 @@ class DeviceLoop:
                     pass  # it died at once: its channel says so
 
     def _message(self, door: Door, message: tuple[Any, ...], fds: list[int]) -> None:
+        """A front door's message (`_wire`: a list, its kind first). What is not one of its
+        kinds, as it sends them, is dropped with the descriptors it carried: a front door is
+        trusted with nothing."""
         kind = message[0]
         if kind == "call":
             asyncio.get_running_loop().create_task(self._answer(door, message, fds))
-        elif kind == "forget":
+            return
+        for fd in fds:  # only a call's first use of a buffer carries one
+            os.close(fd)
+        if kind == "forget" and len(message) == 2 and type(message[1]) is list:
             for number in message[1]:
-                door.buffers.pop(number, None)
+                if type(number) is int:
+                    door.buffers.pop(number, None)
         elif kind == "ready" and not door.ready.done():
             door.ready.set_result(None)
             self.deaths = 0
 
     async def _answer(self, door: Door, message: tuple[Any, ...], fds: list[int]) -> None:
-        _, number, name, buffer, size, inputs, results_at = message
+        number = message[1] if len(message) > 1 else None  # to answer even a call unread
         try:
+            _, number, name, buffer, size, inputs, results_at = message
             if fds:
-                door.buffers[buffer] = mmap.mmap(fds[0], size)
+                door.buffers[buffer] = mapped(fds[0], size)
             view = door.buffers[buffer]
             served: Served = self.app.models[name]
             given = {n: _array(view, dtype, shape, at) for n, dtype, shape, at in inputs}
-        except (KeyError, ValueError, TypeError, OSError) as e:  # not what a front door sends
+            if type(results_at) is not int or not 0 <= results_at <= len(view):
+                raise ValueError("the results' offset is outside the buffer")
+        except (KeyError, ValueError, TypeError, OSError, OverflowError) as e:  # not a call
             body = {"error": f"the front door's call could not be read: {type(e).__name__}"}
             return door.channel.send(("answer", number, 500, body))
         finally:
@@ -198,6 +212,16 @@ def _placed(view: mmap.mmap, at: int, outputs: dict[str, np.ndarray]) -> list[tu
         placed.append((name, dtype, x.shape, at))
         at += x.nbytes
     return placed
+
+
+def buffers_each(count: int) -> int:
+    """The buffers each of `count` front doors may have (`_arena.Pool`): this process keeps a
+    descriptor open for each it maps, and they share what its soft limit leaves beyond
+    `FDS_KEPT`."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_BUFFERS
+    return max(MIN_BUFFERS, min(MAX_BUFFERS, (soft - FDS_KEPT) // max(count, 1)))
 
 
 def _reaped(process: subprocess.Popen[bytes]) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from . import _app, _server
-from ._arena import Buffer, Pool, aligned
+from ._arena import MAX_BUFFERS, Buffer, Pool, aligned
 from ._models import Served
 from ._protocol import Relayed, RequestError, _numpy
 from ._spec import Described
@@ -50,6 +50,7 @@ class Settings:
     access_log: bool = False
     grpc_port: int | None = None  # gRPC too, on this port (shared, as the REST one)
     grpc_max_deadline_s: float = 60.0
+    max_buffers: int = MAX_BUFFERS  # its share of the device's descriptors (`_arena.Pool`)
 
     def as_json(self) -> bytes:
         """These settings as JSON (no pickle: `from_json` builds them again)."""
@@ -71,10 +72,16 @@ class FrontApp(_app.App):
     goes to the device's process (`call`), whose refusals and failures come back as it made
     them (`Relayed`)."""
 
-    def __init__(self, models: dict[str, Described], limits: _app.Limits, sock: Any) -> None:
+    def __init__(
+        self,
+        models: dict[str, Described],
+        limits: _app.Limits,
+        sock: Any,
+        max_buffers: int = MAX_BUFFERS,
+    ) -> None:
         # Only `call` uses what a Served has beyond its Spec, and it is replaced here.
         super().__init__(cast("dict[str, Served]", models), limits)
-        self.pool = Pool()
+        self.pool = Pool(max_buffers)
         self.pending: dict[int, tuple[asyncio.Future[Any], Buffer]] = {}
         self.ids = itertools.count()
         self.channel = Channel(sock, self._answered, self._device_gone)
@@ -96,7 +103,10 @@ class FrontApp(_app.App):
         results_at = aligned(end)
         shapes = served.check_shapes(given)  # checked already (`decoded`): the results' shapes
         room = sum(aligned(math.prod(s) * _itemsize(served.outputs[n])) for n, s in shapes.items())
-        buffer = self.pool.lease(results_at + room)
+        buffer = await self.pool.lease(results_at + room)  # may wait for one given back
+        if self.channel.closed:  # meanwhile
+            self.pool.give_back(buffer)
+            raise RequestError(503, GONE)
         for name, dtype, shape, at in inputs:
             np.copyto(_array(buffer.view, dtype, shape, at), given[name])
         forgotten = self.pool.forget()
@@ -115,6 +125,9 @@ class FrontApp(_app.App):
             if done.done() and not done.cancelled():
                 self.pool.give_back(buffer)
             raise
+        except RequestError:  # the device's process is gone: nothing will read the buffer
+            self.pool.give_back(buffer)
+            raise
         try:
             if status != 200:
                 raise Relayed(status, answer)
@@ -127,6 +140,7 @@ class FrontApp(_app.App):
         done, buffer = self.pending.pop(number, (None, None))
         if done is None or buffer is None:  # answered already (the device was gone)
             return
+        buffer.known = buffer.known or status == 200
         if done.cancelled():
             self.pool.give_back(buffer)
         else:
@@ -179,7 +193,7 @@ def run(settings: Settings) -> None:
     sock = listening(settings)
     sock.listen(2048)  # from now on connections wait for this process
     channel = socket.socket(fileno=settings.channel_fd)
-    app = FrontApp(settings.models, settings.limits, channel)
+    app = FrontApp(settings.models, settings.limits, channel, settings.max_buffers)
     limits = settings.server_limits
     if settings.grpc_port is None:
         asgi: Any = app

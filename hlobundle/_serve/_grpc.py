@@ -242,7 +242,8 @@ class Service:
             try:
                 return await fn(request, context)
             except RequestError as e:
-                context.set_trailing_metadata(((ERROR_CODE_KEY, e.code),))
+                if e.code is not None:  # a failure (500) has none
+                    context.set_trailing_metadata(((ERROR_CODE_KEY, e.code),))
                 await context.abort(_status(e.status), e.message)
             except HloBundleError as e:  # the function refused the inputs: the client's to fix
                 context.set_trailing_metadata(((ERROR_CODE_KEY, e.code),))

@@ -65,8 +65,9 @@ class RequestError(Exception):
         self.message = message
 
     @property
-    def code(self) -> str:
-        return CODES[self.status]
+    def code(self) -> str | None:
+        """SPEC.md's code for the status; None for a failure (500), which has none."""
+        return CODES.get(self.status)
 
 
 class Relayed(RequestError):
@@ -76,6 +77,12 @@ class Relayed(RequestError):
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         super().__init__(status, str(body.get("error", "")))
         self.body = body
+
+    @property
+    def code(self) -> str | None:
+        """The code its process gave it (a function's own, such as BACKEND_UNSUPPORTED)."""
+        code = self.body.get("code")
+        return code if isinstance(code, str) else super().code
 
 
 class Parsed(dict[str, Any]):

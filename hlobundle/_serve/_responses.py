@@ -149,4 +149,6 @@ def _refusal(e: RequestError) -> dict[str, Any]:
     as its process made it)."""
     if isinstance(e, Relayed):
         return e.body
+    if e.code is None:  # a failure (500): no code, as `_app.failure` answers one
+        return {"error": e.message}
     return {"error": e.message, "code": e.code}

