@@ -287,9 +287,9 @@ def serve(args: argparse.Namespace) -> int:
     from .._serve import require_extra
 
     applies(args, "--trust-executables", args.trust_executables, runs_executables)
-    _loopback_only(args)
     named = [named_bundle(args, b) for b in args.bundles]
     require_extra()
+    _loopback_only(args)  # after the extra: it asks _serve
     from .._serve._models import load_models
 
     if args.grpc_port is not None or args.grpc_uds is not None:
