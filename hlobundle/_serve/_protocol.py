@@ -321,7 +321,8 @@ NO_SHARED_MEMORY = (
     "the system shared-memory extension is offered only on a unix socket, which only the "
     "server's user can open (REST: --uds; gRPC: --grpc-uds), or on a loopback --host with "
     "--shared-memory-over-loopback (off by default: every user of the machine can connect "
-    "there), with --max-shared-memory above 0"
+    "there), with --max-shared-memory above 0, and by a server of one front door (not "
+    "--frontends N: a region registered through one front door would be unknown to the others)"
 )
 
 
