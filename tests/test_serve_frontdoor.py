@@ -340,3 +340,43 @@ def test_requests_at_once_beyond_the_device_s_descriptors_are_all_answered(tmp_p
     finally:
         code, err = server.stop()
     assert code == 0 and "Too many open files" not in err, err[-2000:]
+
+
+def test_sigterm_while_front_doors_start_drains_and_exits_0(tmp_path):
+    # A client that asked the first front door (over a shared unix socket it answers before the
+    # second has started) and then stopped the server got exit 1, "a front door did not start
+    # (front door 1 exited)": the drain's SIGTERM reached a front door still importing, which
+    # died of it, and the start took that for a failure. A stop during the start is a stop.
+    sock = tmp_path / "early.sock"
+    command = [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--backend", "xla"]
+    process = subprocess.Popen(
+        [*command, "--uds", str(sock), "--frontends", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children = f"/proc/{process.pid}/task/{process.pid}/children"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        with open(children) as f:
+            if f.read().split():  # the first front door is spawned: it is importing
+                break
+        time.sleep(0.005)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-2000:]
+    assert "did not start" not in err and not sock.exists()
+
+
+def test_a_client_connecting_as_the_banner_is_printed_is_answered(tmp_path):
+    # The single process printed its address before its socket listened (bound only, until
+    # uvicorn started): a client that connected on reading it was refused, now and then.
+    for _ in range(3):
+        server = Served(str(tmp_path), 1, uds=False)
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30):
+                pass  # refused before: ECONNREFUSED
+            status, _, _ = server.ask("GET", "/v2/health/live")
+            assert status == 200
+        finally:
+            assert server.stop()[0] == 0

@@ -348,6 +348,7 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
 
     limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
     port = None if args.uds is not None else sock.getsockname()[1]
+    sock.listen(2048)  # before the banner: a client that reads it may connect at once
     print(banner(models, args.host, port, args.uds), flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.

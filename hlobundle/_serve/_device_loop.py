@@ -75,6 +75,9 @@ class DeviceLoop:
             async with asyncio.timeout(START_S):
                 await asyncio.gather(*(door.ready for door in self.doors.values()))
         except (TimeoutError, ConnectionError) as e:
+            if self.draining:  # told to stop while front doors started: a stop, not a failure
+                await self.done.wait()
+                return 0
             print(f"serve: a front door did not start ({e or 'timed out'})", file=sys.stderr)
             self.drain()
             await self.done.wait()
