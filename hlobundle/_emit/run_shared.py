@@ -92,7 +92,10 @@ def widening(here):
         ROUNDOFF.get((p, q or "HIGHEST"), 2.0**-24)
         for p, q in [(platform, precision), (here[0], asked)]
     ]
-    floors = [PLATFORM_ROUNDOFF.get(p, 2.0**-24) for p in (platform, here[0])]
+    floors = [
+        PLATFORM_ROUNDOFF.get(p, 2.0**-24) if q is not None else 2.0**-24
+        for p, q in [(platform, precision), (here[0], asked)]
+    ]
     same = (
         platform == here[0]
         and (platform == "cpu" or (kind is not None and kind == here[1]))

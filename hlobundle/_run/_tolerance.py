@@ -64,8 +64,12 @@ class Computed:
 
     @property
     def arithmetic(self) -> float:
-        """The unit roundoff its results are computed with: its operands', or its platform's
-        float32 where that is not IEEE's (a TPU's), whichever is larger."""
+        """The unit roundoff its results are computed with: its operands', or, where its module
+        has dot or convolution ops (a precision), its platform's float32 where that is not
+        IEEE's (a TPU's), whichever is larger. A module without them claims no floor: a
+        platform's claim alone buys no widening (SPEC.md 2.15)."""
+        if self.precision is None:
+            return self.roundoff
         return max(self.roundoff, PLATFORM_ROUNDOFF.get(self.platform, F32_ROUNDOFF))
 
     def describe(self) -> str:
