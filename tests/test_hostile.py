@@ -347,10 +347,13 @@ def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
         "--layout",
         "row-major",
     ]
-    start = time.perf_counter()
-    assert subprocess.run(argv, capture_output=True).returncode == 0
-    duration = time.perf_counter() - start
-    shutil.rmtree(out)
+    durations = []  # the warm run's: a first run's cold start made later packs end before
+    for _ in range(2):  # their kill, 41 of 48 once (7 kills of 8, Python 3.13 at a load of 3)
+        start = time.perf_counter()
+        assert subprocess.run(argv, capture_output=True).returncode == 0
+        durations.append(time.perf_counter() - start)
+        shutil.rmtree(out)
+    duration = min(durations)
     rng = random.Random(0)
     kills = launches = 0
     while kills < 8 and launches < 48:  # count until there are enough kills, within a bound
