@@ -15,11 +15,10 @@ from hlobundle._serve._spec import Described
 
 
 @contextlib.contextmanager
-def front_door(models, **limits):
-    """A `FrontApp` for `models` (`_app.app`'s keyword limits), answered by a device's loop,
-    until the block ends."""
-    device_app = _app.app(models, **limits)
-    door_limits = _app.Limits(**{**device_app.limits.__dict__, "max_batch": 1})
+def _device(device_app):
+    """The device's loop for `device_app`, run on an event loop in a thread of this process,
+    over a socket pair: the `Door` it answers, and the other end, a front door's, until the
+    block ends."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -33,19 +32,31 @@ def front_door(models, **limits):
         return door
 
     door = asyncio.run_coroutine_threadsafe(_in_loop(attach), loop).result(10)
-    described = {n: Described.from_json(Described(m).as_json()) for n, m in models.items()}
-    front = _frontdoor.FrontApp(described, door_limits, theirs)
     try:
-        yield front
+        yield door, theirs
     finally:
-        if front.channel.loop is None:  # never attached: its socket alone
-            theirs.close()
-        else:
-            front.channel.close()
+        loop.call_soon_threadsafe(door.channel.close)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-        door.channel.close()
         loop.close()
+
+
+@contextlib.contextmanager
+def front_door(models, **limits):
+    """A `FrontApp` for `models` (`_app.app`'s keyword limits), answered by a device's loop,
+    until the block ends."""
+    device_app = _app.app(models, **limits)
+    door_limits = _app.Limits(**{**device_app.limits.__dict__, "max_batch": 1})
+    with _device(device_app) as (_, theirs):
+        described = {n: Described.from_json(Described(m).as_json()) for n, m in models.items()}
+        front = _frontdoor.FrontApp(described, door_limits, theirs)
+        try:
+            yield front
+        finally:
+            if front.channel.loop is None:  # never attached: its socket alone
+                theirs.close()
+            else:
+                front.channel.close()
 
 
 def _nothing():
@@ -61,26 +72,9 @@ def compromised_door(models):
     """The device's loop for `models` (a thread of this process, as `front_door`), and the raw
     end of the socket pair a front door would hold: a test sends there what a compromised or
     broken front door might, and reads what the device answers."""
-    device_app = _app.app(models)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    mine, theirs = _wire.pair()
-    device = _device_loop.DeviceLoop(device_app, None, 0)
-
-    def attach():
-        channel = _wire.Channel(mine, lambda m, fds: device._message(door, m, fds), _nothing)
-        door = _device_loop.Door(0, None, channel, loop.create_future(), 0.0)
-        channel.attach(loop)
-        return door
-
-    door = asyncio.run_coroutine_threadsafe(_in_loop(attach), loop).result(10)
-    theirs.settimeout(5)
-    try:
-        yield theirs
-    finally:
-        theirs.close()
-        loop.call_soon_threadsafe(door.channel.close)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    with _device(_app.app(models)) as (_, theirs):
+        theirs.settimeout(5)
+        try:
+            yield theirs
+        finally:
+            theirs.close()
