@@ -9,7 +9,6 @@ hlobundle's / MLServer's, and the same beyond the model's call."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import statistics
@@ -22,47 +21,9 @@ import numpy as np
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 from benchmarks import peers  # noqa: E402
+from benchmarks.serve_cpu import server_cpu, tree_cpu_s  # noqa: E402
 
 ENGINES = ("hlobundle", "mlserver")
-
-
-def _stat(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of process `pid` and its children, user and system, all their threads."""
-    pids = [pid]
-    for name in os.listdir("/proc"):
-        try:
-            if name.isdigit() and int(_stat(int(name))[1]) == pid:
-                pids.append(int(name))
-        except OSError:  # gone meanwhile
-            continue
-    total = 0
-    for p in pids:
-        try:
-            fields = _stat(p)
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def per_request_s(pid: int, port: int, body: bytes, headers: dict, n: int) -> float:
-    conn = http.client.HTTPConnection("127.0.0.1", port)
-    try:
-        before = tree_cpu_s(pid)
-        for _ in range(n):
-            conn.request("POST", f"/v2/models/{peers.MODEL}/infer", body, headers)
-            r = conn.getresponse()
-            r.read()
-            if r.status != 200:
-                raise RuntimeError(f"the server answered {r.status}")
-        return (tree_cpu_s(pid) - before) / n
-    finally:
-        conn.close()
 
 
 def main(rounds: int = 5, n: int = 600) -> None:
@@ -84,15 +45,16 @@ def main(rounds: int = 5, n: int = 600) -> None:
             served(given)
         return (time.process_time() - start) / n
 
+    infer = ("POST", f"/v2/models/{peers.MODEL}/infer")
     running = {e: peers.start(e, bundle, False, tmp) for e in ENGINES}
     try:
         for proc, port in running.values():
-            per_request_s(proc.pid, port, body, headers, n // 3)  # warm
+            server_cpu(proc.pid, port, (*infer, body, headers), n // 3, tree_cpu_s)  # warm
         model_s()
         times: dict[str, list[float]] = {e: [] for e in (*ENGINES, "model")}
         for _ in range(rounds):
             for e, (proc, port) in running.items():
-                times[e].append(per_request_s(proc.pid, port, body, headers, n))
+                times[e].append(server_cpu(proc.pid, port, (*infer, body, headers), n, tree_cpu_s))
             times["model"].append(model_s())
     finally:
         for proc, _ in running.values():

@@ -12,6 +12,7 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -65,19 +66,49 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _server_cpu(pid: int, where: client.Where, ask: tuple, n: int) -> float:
-    """The server's CPU seconds per request, over `n` requests `ask` (method, path, body,
-    headers) on one keep-alive connection."""
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, from each one's /proc/N/stat (gVisor, the TPU
+    hosts' sandbox, may lack /proc/N/task/N/children)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return found
+
+
+def tree_cpu_s(pid: int) -> float:
+    """The CPU seconds of process `pid` and of its children so far (a child gone meanwhile
+    counts no more)."""
+    total = cpu_s(pid)
+    for child in children(pid):
+        try:
+            total += cpu_s(child)
+        except OSError:
+            continue
+    return total
+
+
+def server_cpu(
+    pid: int, where: client.Where, ask: tuple, n: int, cpu: Callable[[int], float] = cpu_s
+) -> float:
+    """The server's CPU seconds per request (`cpu` of its process), over `n` requests `ask`
+    (method, path, body, headers) on one keep-alive connection."""
     conn = client.connection(where)
     try:
-        before = cpu_s(pid)
+        before = cpu(pid)
         for _ in range(n):
             conn.request(*ask)
             r = conn.getresponse()
             r.read()
             if r.status != 200:
                 raise RuntimeError(f"{ask[0]} {ask[1]}: the server answered {r.status}")
-        return (cpu_s(pid) - before) / n
+        return (cpu(pid) - before) / n
     finally:
         conn.close()
 
@@ -138,14 +169,14 @@ def serve_cpu_cost(tmp: object, quick: bool) -> list[dict]:
     bare, port = _bare_server()
     proc, where = client.start_lenet(1)
     try:
-        _server_cpu(proc.pid, where, infer, n // 3)  # warm: the first requests' allocations
-        _server_cpu(proc.pid, where, health, n // 3)
-        _server_cpu(bare.pid, port, health, n // 3)
+        server_cpu(proc.pid, where, infer, n // 3)  # warm: the first requests' allocations
+        server_cpu(proc.pid, where, health, n // 3)
+        server_cpu(bare.pid, port, health, n // 3)
         runs = [
             (
-                _server_cpu(bare.pid, port, health, n),
-                _server_cpu(proc.pid, where, health, n),
-                _server_cpu(proc.pid, where, infer, n),
+                server_cpu(bare.pid, port, health, n),
+                server_cpu(proc.pid, where, health, n),
+                server_cpu(proc.pid, where, infer, n),
                 _model_cpu(model),
             )
             for _ in range(rounds)

@@ -6,13 +6,11 @@ On the accelerator (benchmarks/accelerator.py, section `doors`) the same over `-
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from benchmarks import serve_client as client
 from benchmarks.harness import ROOT
-from benchmarks.serve_cpu import cpu_s
+from benchmarks.serve_cpu import children, cpu_s
 
 DOORS = (1, 2)
 
@@ -20,23 +18,7 @@ DOORS = (1, 2)
 def _cpu_s(pid: int) -> tuple[float, float]:
     """The CPU seconds so far of process `pid` (the one that holds the device), and of its
     children (the front doors) together."""
-    return cpu_s(pid), sum(cpu_s(p) for p in _children(pid))
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`, from each one's /proc/N/stat (gVisor, the TPU
-    hosts' sandbox, may lack /proc/N/task/N/children)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-        except (OSError, ValueError, IndexError):  # gone meanwhile
-            continue
-    return found
+    return cpu_s(pid), sum(cpu_s(p) for p in children(pid))
 
 
 def serve_doors_cost(
