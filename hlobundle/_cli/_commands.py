@@ -348,7 +348,6 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
 
     limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
     port = None if args.uds is not None else sock.getsockname()[1]
-    sock.listen(2048)  # before the banner: a client that reads it may connect at once
     print(banner(models, args.host, port, args.uds), flush=True)
     # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
     # it found: make that one return, so that a drained server exits 0.
@@ -395,8 +394,6 @@ def _serve_through_doors(sock: Any, models: dict[str, Any], args: argparse.Names
                 metrics_dir,
             )
             port = None if args.uds is not None else sock.getsockname()[1]
-            if args.uds is not None:
-                sock.listen(2048)  # the front doors share it
             doors = _frontdoor.Settings(
                 {name: Described(m) for name, m in models.items()},
                 dataclasses.replace(limits, max_batch=1),

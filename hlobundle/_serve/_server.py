@@ -27,11 +27,16 @@ class Limits:
     max_connections: int = 512  # open at once; a request over it is answered 503
 
 
+# Connections a listening socket queues before the server takes them (uvicorn's default).
+BACKLOG = 2048
+
+
 def listening(host: str, port: int, shared: bool = False) -> socket.socket:
     """A socket bound to `host:port`, for `server(...).run(sockets=[...])`: bound before any
     bundle compiles, so that a port in use is a clear error, not uvicorn's exit after start-up.
     `shared`: the port is the front doors' (`serve --frontends`), each of which binds a socket
-    of its own to it (`SO_REUSEPORT`); this one, never listening, keeps it meanwhile."""
+    of its own to it (`SO_REUSEPORT`); this one, never listening, keeps it meanwhile. Else it
+    listens at once: a client that reads the start lines may connect before uvicorn runs."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: no TIME_WAIT wait
@@ -39,6 +44,8 @@ def listening(host: str, port: int, shared: bool = False) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
+        if not shared:  # from now on connections wait for the server (the banner says so)
+            sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
         where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"

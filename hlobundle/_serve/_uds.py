@@ -93,6 +93,7 @@ def listening(path: str) -> Iterator[socket.socket]:
         raise
     try:
         with sock:
+            sock.listen(2048)  # from now on connections wait for the server (or front doors)
             yield sock
     finally:
         placed.remove()
