@@ -174,14 +174,9 @@ def _output(buffer: Buffer, item: list[Any]) -> np.ndarray:
 
 def listening(settings: Settings) -> socket.socket:
     """This front door's listening socket: the shared unix one, or its own on the port."""
-    if settings.listen_fd is not None:
+    if settings.listen_fd is not None:  # listening already (`_uds.listening`)
         return socket.socket(fileno=settings.listen_fd)
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((settings.host, settings.port))
-    return sock
+    return _server.listening(settings.host, settings.port, shared=True, listen=True)
 
 
 def run(settings: Settings) -> None:
@@ -190,8 +185,7 @@ def run(settings: Settings) -> None:
     # uvicorn drains on SIGTERM, then raises the signal again for the handler it found: make
     # that one return, so that a drained front door exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    sock = listening(settings)
-    sock.listen(2048)  # from now on connections wait for this process
+    sock = listening(settings)  # from now on connections wait for this process
     channel = socket.socket(fileno=settings.channel_fd)
     app = FrontApp(settings.models, settings.limits, channel, settings.max_buffers)
     limits = settings.server_limits

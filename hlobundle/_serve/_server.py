@@ -31,12 +31,15 @@ class Limits:
 BACKLOG = 2048
 
 
-def listening(host: str, port: int, shared: bool = False) -> socket.socket:
+def listening(
+    host: str, port: int, shared: bool = False, listen: bool | None = None
+) -> socket.socket:
     """A socket bound to `host:port`, for `server(...).run(sockets=[...])`: bound before any
     bundle compiles, so that a port in use is a clear error, not uvicorn's exit after start-up.
     `shared`: the port is the front doors' (`serve --frontends`), each of which binds a socket
-    of its own to it (`SO_REUSEPORT`); this one, never listening, keeps it meanwhile. Else it
-    listens at once: a client that reads the start lines may connect before uvicorn runs."""
+    of its own to it (`SO_REUSEPORT`); this one, never listening, keeps it meanwhile (a front
+    door's own: `listen`). Else it listens at once: a client that reads the start lines may
+    connect before uvicorn runs."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: no TIME_WAIT wait
@@ -44,7 +47,7 @@ def listening(host: str, port: int, shared: bool = False) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
-        if not shared:  # from now on connections wait for the server (the banner says so)
+        if (not shared) if listen is None else listen:  # connections wait for it from now on
             sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
