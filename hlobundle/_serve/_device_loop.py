@@ -161,7 +161,7 @@ class DeviceLoop:
             del self.doors[door.number]
         if not door.ready.done():
             door.ready.set_exception(ConnectionError(f"front door {door.number} exited"))
-            if self.started:  # nobody waits for a replacement's word
+            if self.started or self.draining:  # nobody waits for this word any more
                 door.ready.exception()
         loop = asyncio.get_running_loop()
         loop.run_in_executor(None, _reaped, door.process)
