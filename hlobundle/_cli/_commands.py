@@ -348,10 +348,13 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
 
     limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
     port = None if args.uds is not None else sock.getsockname()[1]
+    # A SIGTERM before uvicorn's own handlers (the start lines are out: a client may stop the
+    # server at once) is noted, and stops it as soon as it runs; uvicorn drains on one, then
+    # raises it again for the handler it found, which then changes nothing: a drained server
+    # exits 0.
+    stop: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     print(banner(models, args.host, port, args.uds), flush=True)
-    # uvicorn drains in-flight requests on SIGTERM, then raises the signal again for the handler
-    # it found: make that one return, so that a drained server exits 0.
-    signal.signal(signal.SIGTERM, lambda *_: None)
     served = app(
         models,
         max_body=limits.max_body,
@@ -362,7 +365,10 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     )
     if args.grpc_port is not None or args.grpc_uds is not None:
         served = _with_grpc(served, models, limits, args)
-    server(served, args.host, args.port, limits, args.uds, args.access_log).run(sockets=[sock])
+    running = server(served, args.host, args.port, limits, args.uds, args.access_log)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(running, "should_exit", True))
+    running.should_exit = bool(stop)
+    running.run(sockets=[sock])
 
 
 def _serve_through_doors(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> int:
