@@ -19,10 +19,16 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   runs of 8 MiB by a thread per host core); goal <= 1.15. And the weights verified onto the
   device, `load(verify=True, device=True)` (streamed as hashed, no private copy) / the same
   bound, goal <= 1.3, beside `load(verify=True)` then `jax.device_put` (through the copy).
+  Beside them the transfer floor (`InMemory`): `jax.device_put` of the same tensors from memory,
+  whole arrays and in the streamed path's runs joined as it joins them, each / the bound; and
+  the streamed load / the overlapped floor, max(the bound, the fastest transfer), goal <= 1.3:
+  hashing while transferring cannot beat the slower of the two.
   With `HLOBUNDLE_BENCH_STREAM` set (comma-separated settings), it measures only that streamed
-  load under each setting (`stream_setting`), against the same bound: `after` (hlobundle's),
-  `after+alias=0` (`device_put` with `may_alias=False`), `after+run=2` (runs of 2 MiB; 8 by
-  default). (`before`, the streaming before its buffers were shared, was measured once on the
+  load under each setting (`stream_setting`), against the same bound and the overlapped floor
+  (the transfer in runs of each setting's size too): `after` (hlobundle's), `after+alias=0`
+  (`device_put` with `may_alias=False`), `after+run=16` (runs of 16 MiB; 8 by default),
+  `after+threads=2` (a pool of 2 threads a host core; 1 by default), `after+inflight=4` (runs
+  in flight per thread; 2 by default); options combine (`after+run=32+threads=2`). (`before`, the streaming before its buffers were shared, was measured once on the
   TPU against these, RESULTS-tpu.md, and removed.)
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
   stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables);
@@ -362,6 +368,86 @@ def parallel_sha256_bound(files: list[Path]) -> None:
             os.close(fd)
 
 
+class _FromMemory:
+    """A tensor file's runs as `_tensor_streaming` plans them (its `_Plan`), each run's pieces
+    put on the device from the file's bytes already in memory, not read or hashed: the
+    transfer alone, in the streamed path's pieces, threads and joins."""
+
+    def __init__(self, memory: np.ndarray, ordered: list, device: Any) -> None:
+        self.memory, self.ordered, self.device = memory, ordered, device
+        self.ends = [t.end for t in ordered]
+
+    def run(self, begin: int, end: int) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
+        from hlobundle._bundle_io import _tensor_streaming as ts
+
+        pieces = ts._pieces(self.ordered, self.ends, begin, end)
+        sent = [ts._put(self.memory[lo:hi].view(t.dtype), self.device) for t, lo, hi in pieces]
+        put = [(t.key, x) for (t, _, _), x in zip(pieces, ts._wait(sent), strict=True)]
+        return [], put, self.memory[begin:end]
+
+
+class InMemory:
+    """The tensors of a bundle's tensor files as the streamed path puts them on the device,
+    their bytes already in memory (each file read whole, its pages touched, before any timing):
+    `whole` puts each tensor as one NumPy array of its own, `in_runs` in the streamed path's
+    runs (`_tensor_streaming.runs_of`, `RUN_BYTES` as set now), joined on the device as it
+    joins them. Both wait until the device holds every array."""
+
+    def __init__(self, path: Path) -> None:
+        from hlobundle._bundle_io._tensor_streaming import Planned
+        from hlobundle._bundle_io._tensors import TensorFile
+        from hlobundle._format._dtypes import TABLE
+        from hlobundle._read._files import read_manifest
+
+        manifest, _ = read_manifest(path)
+        self.files: list[tuple[np.ndarray, list[Planned], int | None]] = []
+        for name, listed in sorted(manifest.files.items()):
+            if not name.endswith(".safetensors"):
+                continue
+            tf = TensorFile(path / name, name=name, with_safetensors=False)
+            ordered = []
+            for key, e in tf.entries.items():
+                dtype = next(d for d in TABLE if d.safetensors == e.code).numpy.newbyteorder("<")
+                ordered.append(Planned(key, *tf.span_of(key), dtype, tuple(e.shape)))
+            ordered.sort(key=lambda t: t.begin)
+            chunk = None if listed.chunks is None else listed.chunks.size
+            self.files.append((np.fromfile(path / name, np.uint8), ordered, chunk))
+        self.arrays = [
+            np.array(memory[t.begin : t.end].view(t.dtype)).reshape(t.shape)
+            for memory, ordered, _ in self.files
+            for t in ordered
+        ]
+        self.nbytes = sum(a.nbytes for a in self.arrays)
+
+    def whole(self) -> None:
+        import jax
+
+        jax.block_until_ready(jax.device_put(self.arrays, jax.devices()[0]))
+
+    def in_runs(self) -> None:
+        import jax
+
+        from hlobundle._bundle_io import _tensor_streaming as ts
+
+        device = jax.devices()[0]
+        cores = os.cpu_count() or 1
+
+        def one(file: tuple[np.ndarray, list, int | None], pool: Any) -> dict[str, Any]:
+            memory, ordered, chunk = file
+            _, runs = ts.runs_of(len(memory), chunk)
+            joined = ts._Joiner(ordered, runs)
+            for _, pieces, _ in ts._each_run(_FromMemory(memory, ordered, device), runs, pool):
+                joined.add(pieces)
+            return joined.arrays
+
+        with (
+            ThreadPoolExecutor(ts.threads(cores)) as pool,
+            ThreadPoolExecutor(min(len(self.files), cores)) as files,
+        ):
+            arrays = list(files.map(lambda f: one(f, pool), self.files))
+        jax.block_until_ready(arrays)
+
+
 def verify(tmp: Path, args: argparse.Namespace) -> list[dict]:
     """`load(verify=True)` / the parallel sha256 bound of the same files: a bundle whose weights
     are chunked (two functions), the first time (the file's sha256 computed alongside its
@@ -382,6 +468,7 @@ def _weight_bytes(args: argparse.Namespace) -> int:
 
 def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool) -> list[dict]:
     import hlobundle
+    from hlobundle._bundle_io import _tensor_streaming
 
     files = sorted(path.rglob("*.safetensors"))
     fresh = iter(range(1 << 30))
@@ -418,6 +505,10 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
     if first_too:
         fns |= {"first": verified(kind + "-cold-{}"), "one core": one_core}
         fns |= {"streamed": onto_device(True), "copied": onto_device(False)}
+        memory = InMemory(path)
+        runs = f"transfer in runs of {_tensor_streaming.RUN_BYTES >> 20} MiB"
+        fns |= {"transfer": memory.whole, runs: memory.in_runs}
+        memory.in_runs()  # untimed: its joins compiled
     saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
     try:
         fns["again"]()  # its verdicts recorded
@@ -445,7 +536,45 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
                   res["streamed"][0], 1.3),
         ratio_row(f"load(verify=True) + jax.device_put (through the private copy), again, {what}",
                   "", base, res["copied"][0], None),
+        *_transfer_rows(res, what),
+        _floor_row(res, "streamed", "", memory.nbytes, what),
     ]  # fmt: skip
+
+
+def _transfer_rows(res: dict[str, tuple[float, float]], what: str) -> list[dict]:
+    """The transfer floor (`InMemory`: the tensors put on the device from memory, whole
+    arrays, `res["transfer"]`, and in the streamed path's runs, `res["transfer in runs..."]`)
+    / the bound, and each in runs / whole arrays."""
+    base, whole = res["bound"][0], res["transfer"][0]
+    rows = [ratio_row(f"the transfer floor: jax.device_put of the same tensors from memory "
+                      f"(NumPy arrays, pages touched), whole arrays, blocked until ready, {what}",
+                      "", base, whole, None)]  # fmt: skip
+    for k in (k for k in res if k.startswith("transfer in runs")):
+        runs = k.removeprefix("transfer in runs")
+        rows += [
+            ratio_row(f"the transfer floor in the streamed path's runs{runs} (pieces put from "
+                      f"memory by its threads, joined on the device as it joins them), {what}",
+                      "", base, res[k][0], None),
+            ratio_row(f"transfer in runs{runs} / whole arrays (what cutting into pieces costs)",
+                      "", whole, res[k][0], None),
+        ]  # fmt: skip
+    return rows
+
+
+def _floor_row(
+    res: dict[str, tuple[float, float]], streamed: str, how: str, nbytes: int, what: str
+) -> dict:
+    """`res[streamed]` / the overlapped floor: the larger of the bound and the fastest transfer
+    of the same tensors from memory (whole or in runs), what hashing while transferring can
+    reach at best."""
+    transfer = min(v[0] for k, v in res.items() if k.startswith("transfer"))
+    floor = max(res["bound"][0], transfer)
+    return ratio_row(
+        f"load(verify=True, device=True){how}, again / the overlapped floor, max(the bound, the "
+        f"fastest transfer: {nbytes / transfer / 1e9:.3g} GB/s), "
+        f"{what.removesuffix(', / parallel sha256 bound')}",
+        "", floor, res[streamed][0], 1.3,
+    )  # fmt: skip
 
 
 def stream_setting(setting: str) -> None:
@@ -455,9 +584,12 @@ def stream_setting(setting: str) -> None:
     from hlobundle._read import _reader
 
     which, *options = setting.split("+")
-    opts = {"run": "8", "alias": "1"} | dict(o.split("=", 1) for o in options)
+    opts = {"run": "8", "alias": "1", "threads": "1", "inflight": "2"}
+    opts |= dict(o.split("=", 1) for o in options)
     _tensor_streaming.RUN_BYTES = int(opts["run"]) << 20
     _tensor_streaming.ALIAS = opts["alias"] == "1"
+    _tensor_streaming.THREADS_PER_CORE = float(opts["threads"])
+    _tensor_streaming.IN_FLIGHT = int(opts["inflight"])
     if which != "after":
         raise SystemExit(f"HLOBUNDLE_BENCH_STREAM: unknown setting {setting!r}")
     _reader._tensor_streaming = _tensor_streaming
@@ -482,11 +614,22 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
 
         return run
 
-    fns = {"bound": lambda: parallel_sha256_bound(files)}
+    def in_runs(mib: int) -> Callable[[], object]:
+        def run() -> None:
+            stream_setting(f"after+run={mib}")
+            memory.in_runs()
+
+        return run
+
+    memory = InMemory(path)
+    sizes = sorted({_run_mib(s) for s in settings})
+    fns = {"bound": lambda: parallel_sha256_bound(files), "transfer": memory.whole}
+    fns |= {f"transfer in runs of {m} MiB": in_runs(m) for m in sizes}
     fns |= {s: streamed(s) for s in settings}
     try:
-        for s in settings:
-            fns[s]()  # untimed: its joins compiled
+        for k in fns:
+            if k != "bound":
+                fns[k]()  # untimed: its joins compiled
         res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
     finally:
         stream_setting("after")
@@ -496,12 +639,21 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
             os.environ["HLOBUNDLE_CACHE_DIR"] = saved
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
     base = res["bound"][0]
-    return [
-        ratio_row(f"load(verify=True, device=True) again, streamed: {s}, {gib:.3g} GiB, chunked "
-                  f"({len(files)} tensor files), / parallel sha256 bound (spread {res[s][1]:.2f})",
-                  "", base, res[s][0], 1.3)
+    what = f"{gib:.3g} GiB, chunked ({len(files)} tensor files), / parallel sha256 bound"
+    rows = [
+        ratio_row(f"load(verify=True, device=True) again, streamed: {s}, {what} (spread "
+                  f"{res[s][1]:.2f})", "", base, res[s][0], 1.3)
         for s in settings
     ]  # fmt: skip
+    rows += _transfer_rows(res, what)
+    rows += [_floor_row(res, s, f", streamed: {s}", memory.nbytes, what) for s in settings]
+    return rows
+
+
+def _run_mib(setting: str) -> int:
+    """The run size, in MiB, that a `HLOBUNDLE_BENCH_STREAM` setting streams in."""
+    opts = dict(o.split("=", 1) for o in setting.split("+")[1:])
+    return int(opts.get("run", "8"))
 
 
 FIRST = """

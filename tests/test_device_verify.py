@@ -55,6 +55,30 @@ def test_the_tensors_are_the_verified_bytes_on_the_device(bundle, pooled):
     np.testing.assert_allclose(np.asarray(f(x=x)), np.asarray(want.function("xla", name="f1")(x=x)))
 
 
+def test_the_pool_has_the_threads_the_streaming_asks_for_and_the_bytes_stay_verified(
+    bundle, monkeypatch
+):
+    """`THREADS_PER_CORE` sizes a streaming load's pool (3 a core: 6 threads on 2 cores, where
+    the copy's pool has 2), and `IN_FLIGHT` 1 keeps fewer runs waiting: the arrays unchanged."""
+    monkeypatch.setattr(_reader, "_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(_tensor_streaming, "THREADS_PER_CORE", 3.0)
+    monkeypatch.setattr(_tensor_streaming, "IN_FLIGHT", 1)
+    windows = []
+    each_run = _tensor_streaming._each_run
+
+    def counted(plan, runs, pool):
+        windows.append(pool._max_workers)
+        return each_run(plan, runs, pool)
+
+    monkeypatch.setattr(_tensor_streaming, "_each_run", counted)
+    want = hlobundle.load(bundle, verify=True).select("f1").parameters()
+    got = hlobundle.load(bundle, verify=True, device=True).select("f1").parameters()
+    assert windows and set(windows) == {6}
+    for key, x in got.items():
+        np.testing.assert_array_equal(np.asarray(x), want[key])
+
+
 def _overwrite(path, begin: int, end: int) -> None:
     """Bytes `[begin, end)` of the file in place (the inode the bundle holds open) made 0."""
     fd = os.open(path, os.O_WRONLY)

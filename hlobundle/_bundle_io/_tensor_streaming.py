@@ -35,6 +35,15 @@ if TYPE_CHECKING:
 
 RUN_BYTES = _hashing_reader.STEP_BYTES  # what one buffer holds, at most (whole chunks)
 ALIAS = True  # device_put's may_alias: the device reads the buffer (HLOBUNDLE_BENCH_STREAM tries)
+# A load's pool when it streams: threads per host core, each reading and hashing a run, then
+# waiting for its transfer, and runs in flight per thread (HLOBUNDLE_BENCH_STREAM tries both).
+THREADS_PER_CORE = 1.0
+IN_FLIGHT = 2
+
+
+def threads(cores: int) -> int:
+    """The threads of a streaming load's pool, on a host of `cores` cores."""
+    return max(1, round(cores * THREADS_PER_CORE))
 
 
 @dataclass(frozen=True)
@@ -72,9 +81,7 @@ def to_device(
     **Returns:** (the file's sha256 when `whole`, else None; its chunk digests when `chunk`,
     else None; each tensor's array by key), of the bytes read: not yet checked.
     """
-    size = tf.size
-    step = RUN_BYTES if chunk is None else max(1, RUN_BYTES // chunk) * chunk
-    runs = [(begin, min(size, begin + step)) for begin in range(0, size, step)]
+    step, runs = runs_of(tf.size, chunk)
     ordered = sorted((t for t in tensors if t.end > t.begin), key=lambda t: t.begin)
     h = hashlib.sha256() if whole else None
     digests: list[str] = []
@@ -83,7 +90,7 @@ def to_device(
     ends = [t.end for t in ordered]
     plan = _Plan(tf.fd, ordered, ends, chunk, device, buffers, step, whole)
     try:
-        with _progress.task(f"reading {tf.name} onto {device}", size) as advance:
+        with _progress.task(f"reading {tf.name} onto {device}", tf.size) as advance:
             for digests_of_run, pieces, buffer in _each_run(plan, runs, pool):
                 digests += digests_of_run
                 if h is not None:
@@ -95,6 +102,13 @@ def to_device(
         raise TensorFileError(f"{tf.name} shrank while it was read", path=tf.name) from None
     arrays = joined.arrays | _empty(tensors, device)
     return (None if h is None else h.hexdigest()), (None if chunk is None else digests), arrays
+
+
+def runs_of(size: int, chunk: int | None) -> tuple[int, list[tuple[int, int]]]:
+    """(the bytes a run holds, at most; each run's bytes `[begin, end)`) of a file of `size`
+    bytes: whole chunks of `chunk` bytes, about `RUN_BYTES`."""
+    step = RUN_BYTES if chunk is None else max(1, RUN_BYTES // chunk) * chunk
+    return step, [(begin, min(size, begin + step)) for begin in range(0, size, step)]
 
 
 @dataclass(frozen=True)
@@ -127,7 +141,7 @@ def _each_run(plan: _Plan, runs: list[tuple[int, int]], pool: Executor | None) -
         for begin, end in runs:
             yield plan.run(begin, end)
         return
-    window = 2 * max(1, getattr(pool, "_max_workers", 1))
+    window = IN_FLIGHT * max(1, getattr(pool, "_max_workers", 1))
     pending: deque[Future[Any]] = deque()
     try:
         for begin, end in runs:

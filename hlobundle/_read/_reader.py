@@ -426,8 +426,10 @@ class Bundle(StoredValues):
         if sum(self.manifest.files[n].size for n in names) < _PARALLEL_BYTES:
             cores = 1  # a small bundle: starting threads would cost more than they save
         if cores > 1:
+            streaming = device is not None and _device_values.streams(device)
+            workers = _tensor_streaming.threads(cores) if streaming else cores
             with (
-                ThreadPoolExecutor(cores, thread_name_prefix="hlobundle-chunks") as chunk_pool,
+                ThreadPoolExecutor(workers, thread_name_prefix="hlobundle-chunks") as chunk_pool,
                 ThreadPoolExecutor(min(len(names), cores), "hlobundle-verify") as pool,
             ):
                 results = list(
