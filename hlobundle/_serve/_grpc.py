@@ -408,7 +408,7 @@ class GrpcServer:
         self.loop = asyncio.new_event_loop() if loop is None else loop
         self._server: Any = None
         self._placed: _uds.Placed | None = None
-        self._thread = None
+        self._thread: threading.Thread | None = None
         if loop is None:
             self._thread = threading.Thread(
                 target=self.loop.run_forever, name="hlobundle-grpc", daemon=True
