@@ -10,12 +10,16 @@ second (the client's wall time) and serve's CPU per request (its process's user 
 time, /proc/PID/stat, every thread, over the requests); for the LeNet beside the model's own
 call, measured alone in a fresh process set up as serve's (`serve_cpu`). Every answer is
 checked against the first raw one. The client is grpcio over the protocol's own messages
-(`_grpc_messages`): no tritonclient, which is not a dependency of the project."""
+(`_grpc_messages`): no tritonclient, which is not a dependency of the project. The floor under
+any gRPC route, in turns with serve's rounds: a bare grpc.aio server on uvicorn's kind of loop
+(uvloop), answering the LeNet's raw request with a prepared answer (`BARE_GRPC`), its CPU per
+request (grpc's own: its event loop's work, its poller thread and its core's threads)."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -25,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import serve_client as client
-from benchmarks.harness import ROOT, free_port, run_py
+from benchmarks.harness import PY, ROOT, free_port, run_py, user_env
 from benchmarks.serve_cpu import _model_cpu, _model_process, cpu_s
 
 LARGE = (1024, 1024)  # `double`'s input and output, FP32
@@ -35,6 +39,40 @@ sys.path.append({root!r})
 import numpy as np
 import hlobundle
 hlobundle.export(lambda x: 2 * x, np.zeros({shape}, np.float32), out={out!r})
+"""
+
+# The floor under serve's gRPC: grpc's asyncio server as serve runs it (on uvicorn's kind of
+# event loop, with its message limits), answering ModelInfer with a prepared LeNet answer; it
+# parses the request, as grpc does for serve, and says where it listens once it does.
+BARE_GRPC = """
+import sys
+sys.path.append({root!r})
+import grpc
+from uvicorn.loops.auto import auto_loop_factory
+from hlobundle._serve._grpc_messages import SERVICE, messages
+m = messages()
+answer = m.ModelInferResponse(model_name="lenet5", model_version="1")
+answer.outputs.add(name="result", datatype="FP32", shape=[4, 10])
+answer.raw_output_contents.append(bytes(160))
+async def infer(request, context):
+    return answer
+async def main():
+    method = grpc.unary_unary_rpc_method_handler(
+        infer,
+        request_deserializer=m.ModelInferRequest.FromString,
+        response_serializer=m.ModelInferResponse.SerializeToString,
+    )
+    server = grpc.aio.server(
+        handlers=[grpc.method_handlers_generic_handler(SERVICE, {{"ModelInfer": method}})],
+        options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)],
+        maximum_concurrent_rpcs=512,
+    )
+    if not server.add_insecure_port({where!r}):
+        raise SystemExit("cannot bind")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+auto_loop_factory()().run_until_complete(main())
 """
 
 
@@ -123,6 +161,16 @@ def _name_region(params: Any, region: str, size: int) -> None:
     params["shared_memory_byte_size"].int64_param = size
 
 
+def _bare_grpc(where: str) -> subprocess.Popen:
+    """`BARE_GRPC` listening at `where` (grpc's form: HOST:PORT or unix:PATH), once it does."""
+    code = BARE_GRPC.format(root=str(ROOT), where=where)
+    proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True, env=user_env())
+    if proc.stdout is None or proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError("the bare gRPC server did not start")
+    return proc
+
+
 def _round(pid: int, ask: Any, n: int, want: bytes) -> tuple[float, float, int]:
     """`n` requests by `ask`: (requests per second, serve's CPU seconds per request, wrong)."""
     wrong = 0
@@ -165,33 +213,40 @@ def grpc_shm_cost(tmp: Path, quick: bool, uds: bool = False) -> list[dict]:
         flags = ("--grpc-port", str(port), "--shared-memory-over-loopback")  # off there otherwise
         target, rest = f"127.0.0.1:{port}", None
     proc, _ = client.start_lenet(1, uds=rest, ready_s=600, flags=flags, more=(str(bundle),))
+    bare_at = f"unix:{tmp / 'bare-grpc.sock'}" if uds else f"127.0.0.1:{free_port()}"
+    bare = _bare_grpc(bare_at)
     askers = [Asker(target, m) for m in (lenet, double)]
+    floor = (bare.pid, Asker(bare_at, lenet))
     try:
         model_round = iter(model_s).__next__ if uds else lambda: _model_cpu(model)
-        runs = _measure(proc.pid, askers, model_round, rounds, n)
+        runs = _measure(proc.pid, askers, model_round, rounds, n, floor)
     finally:
-        for asker in askers:
+        for asker in [*askers, floor[1]]:
             asker.close()
         if not uds:
             model.communicate("", timeout=60)
-        proc.terminate()
-        proc.communicate(timeout=60)
+        for server in (proc, bare):
+            server.terminate()
+            server.communicate(timeout=60)
     return _rows(runs, "--grpc-uds" if uds else "loopback --grpc-port")
 
 
 def _measure(
-    pid: int, askers: list[Asker], model_round: Any, rounds: int, n: int
+    pid: int, askers: list[Asker], model_round: Any, rounds: int, n: int, floor: tuple[int, Asker]
 ) -> dict[str, Any]:
     """Each asker's rounds, raw then shared, in turns with the model's own (`model_round()`:
     its CPU seconds per call; `n` requests a round for the LeNet, a tenth of them for
-    `double`)."""
+    `double`) and the bare gRPC server's (`floor`: its pid, and an asker of it)."""
+    bare_pid, bare = floor
+    bare_want = bare.raw()
+    _round(bare_pid, bare.raw, n // 3, bare_want)
     wants = []
     for asker, count in zip(askers, (n, n // 10), strict=True):
         asker.start_sharing()
         wants.append(asker.raw())
         _round(pid, asker.raw, count // 3, wants[-1])  # warm: the first requests' allocations
         _round(pid, asker.shared, count // 3, wants[-1])
-    runs: dict[str, Any] = {"model": [], "asked": 0}
+    runs: dict[str, Any] = {"model": [], "bare": [], "asked": 0}
     for _ in range(rounds):
         for asker, count, want in zip(askers, (n, n // 10), wants, strict=True):
             for mode in ("raw", "shared"):
@@ -199,11 +254,12 @@ def _measure(
                 runs.setdefault(key, []).append(_round(pid, getattr(asker, mode), count, want))
                 runs["asked"] += count
         runs["model"].append(model_round())
+        runs["bare"].append(_round(bare_pid, bare.raw, n, bare_want)[1])
     return runs
 
 
 def _rows(runs: dict[str, Any], over: str) -> list[dict]:
-    model_s = statistics.median(runs["model"])
+    model_s, bare_s = statistics.median(runs["model"]), statistics.median(runs["bare"])
     rows = []
     for name, what in (
         ("lenet5", "LeNet, 12,544 B in, 160 B out"),
@@ -240,6 +296,7 @@ def _rows(runs: dict[str, Any], over: str) -> list[dict]:
     return [
         *rows,
         {"case": "the LeNet's own call alone, CPU, a fresh process set up as serve's", "s": model_s, "ratio": 1.0},
+        {"case": f"a bare grpc.aio server, {over}, a prepared answer to the LeNet's raw request: its CPU per request (grpc's floor; ratio: over 80 us)", "s": bare_s, "ratio": bare_s / 80e-6},
         {"case": f"answers not the first raw answer, of {runs['asked']}", "s": float(wrong), "ratio": 0.0},
         {"case": f"the machine's 1-minute load average at the end ({os.cpu_count()} CPUs)", "s": load, "ratio": load / (os.cpu_count() or 1)},
     ]  # fmt: skip

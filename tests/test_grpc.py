@@ -2,8 +2,9 @@
 real client (`tritonclient.grpc`, raw contents) and by the protocol's own messages (typed
 contents); the same answers, messages and codes as REST; hostile clients (oversized messages,
 wrong dtypes and shapes, unknown models, clients that never finish a message) get coded errors
-and stall nobody. In process (a gRPC server over loopback, the REST app's loop in a thread),
-except the test of the command itself."""
+and stall nobody. In process (a gRPC server over loopback, on an event loop in a thread, where
+the REST app's calls run too, as `serve` runs both on uvicorn's), except the test of the command
+itself."""
 
 from __future__ import annotations
 
@@ -121,6 +122,18 @@ def test_raw_inference_agrees_with_rest_on_the_same_server(client, served, image
     np.testing.assert_array_equal(
         np.reshape(rest.json()["outputs"][0]["data"], (4, 10)), result.as_numpy("result")
     )
+
+
+def test_a_call_awaits_the_model_on_the_loop_it_runs_on(client, images, monkeypatch):
+    # gRPC's server runs on the REST app's loop (`serve`: uvicorn's): a call hops to no other
+    # loop and back, which cost more CPU than the rest of a small request (benchmarks/RESULTS.md)
+    def hop(*_):
+        raise AssertionError("a call hopped to another event loop")
+
+    monkeypatch.setattr(_grpc, "_on_loop", hop)
+    inp = grpcclient.InferInput("images", list(images.shape), "FP32")
+    inp.set_data_from_numpy(images)
+    np.testing.assert_array_equal(client.infer("lenet5", [inp]).as_numpy("result"), _want(images))
 
 
 def _typed_request(x, datatype="FP32", **fields):

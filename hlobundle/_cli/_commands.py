@@ -344,7 +344,7 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
     import signal
 
     from .._serve._app import app
-    from .._serve._server import Limits, banner, server
+    from .._serve._server import Limits, banner, event_loop, run, server
 
     limits = Limits(args.max_body_bytes, args.read_timeout, args.max_connections)
     port = None if args.uds is not None else sock.getsockname()[1]
@@ -363,12 +363,14 @@ def _serve_on(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> No
         read_timeout_s=limits.read_timeout_s,
         max_shared_memory=_shared_memory(args),
     )
+    loop = None  # uvicorn's own, unless gRPC's server starts on it first
     if args.grpc_port is not None or args.grpc_uds is not None:
-        served = _with_grpc(served, models, limits, args)
+        loop = event_loop()
+        served = _with_grpc(served, models, limits, args, loop)
     running = server(served, args.host, args.port, limits, args.uds, args.access_log)
     signal.signal(signal.SIGTERM, lambda *_: setattr(running, "should_exit", True))
     running.should_exit = bool(stop)
-    running.run(sockets=[sock])
+    run(running, sock, loop)
 
 
 def _serve_through_doors(sock: Any, models: dict[str, Any], args: argparse.Namespace) -> int:
@@ -447,8 +449,11 @@ def _shared_memory(args: argparse.Namespace) -> int:
     return args.max_shared_memory if offered(args.host, args.uds, over_loopback) else 0
 
 
-def _with_grpc(served: Any, models: dict[str, Any], limits: Any, args: argparse.Namespace) -> Any:
-    """The app `served`, with the gRPC server started beside it (drained in its lifespan)."""
+def _with_grpc(
+    served: Any, models: dict[str, Any], limits: Any, args: argparse.Namespace, loop: Any
+) -> Any:
+    """The app `served`, with the gRPC server started beside it on `loop`, uvicorn's to be
+    (drained in its lifespan)."""
     from .._serve import _grpc
 
     regions = _grpc.regions_for(
@@ -460,7 +465,12 @@ def _with_grpc(served: Any, models: dict[str, Any], limits: Any, args: argparse.
     )
     service = _grpc.Service(models, served, limits.max_body, args.grpc_max_deadline, regions)
     grpc_server = _grpc.GrpcServer(
-        service, args.host, args.grpc_port or 0, limits.max_connections, uds=args.grpc_uds
+        service,
+        args.host,
+        args.grpc_port or 0,
+        limits.max_connections,
+        uds=args.grpc_uds,
+        loop=loop,
     )
     port = grpc_server.start()
     where = f"unix:{args.grpc_uds}" if args.grpc_uds is not None else f"{args.host}:{port}"

@@ -189,19 +189,22 @@ def run(settings: Settings) -> None:
     channel = socket.socket(fileno=settings.channel_fd)
     app = FrontApp(settings.models, settings.limits, channel, settings.max_buffers)
     limits = settings.server_limits
+    loop = None  # uvicorn's own, unless gRPC's server starts on it first
     if settings.grpc_port is None:
         asgi: Any = app
         channel.send(orjson.dumps(["ready"]))  # connections wait in the backlog meanwhile
     else:  # ready once gRPC calls have the loop to run on (`_with_grpc`)
-        asgi = _with_grpc(app, settings)
+        loop = _server.event_loop()
+        asgi = _with_grpc(app, settings, loop)
     uds = settings.uds
     server = _server.server(asgi, settings.host, settings.port, limits, uds, settings.access_log)
     app.on_device_gone = lambda: setattr(server, "should_exit", True)
-    server.run(sockets=[sock])
+    _server.run(server, sock, loop)
 
 
-def _with_grpc(app: FrontApp, settings: Settings) -> Any:
-    """The app, with gRPC served beside it on the shared port (as `serve --grpc-port`)."""
+def _with_grpc(app: FrontApp, settings: Settings, loop: asyncio.AbstractEventLoop) -> Any:
+    """The app, with gRPC served beside it on the shared port (as `serve --grpc-port`), on
+    `loop`, uvicorn's to be."""
     from . import _grpc
 
     models = cast("dict[str, Served]", settings.models)
@@ -212,6 +215,7 @@ def _with_grpc(app: FrontApp, settings: Settings) -> Any:
         settings.grpc_port or 0,
         settings.server_limits.max_connections,
         reuse_port=True,
+        loop=loop,
     )
     grpc_server.start()
     both = _grpc.with_grpc(app, grpc_server)

@@ -17,9 +17,10 @@ trailing metadata `hlobundle-error-code`.
 Hostile clients: a message over `--max-body-bytes` is refused by grpc before it is decoded
 (RESOURCE_EXHAUSTED), and one over the model's `max_request_bytes` after; at most
 `--max-connections` RPCs run at once (more are refused, RESOURCE_EXHAUSTED); a model call waits
-at most the client's deadline and `--grpc-max-deadline`. The server is grpc's asyncio server on
-an event loop of its own, in a thread: a client that sends slowly, or never finishes, holds a
-coroutine, not a worker."""
+at most the client's deadline and `--grpc-max-deadline`. The server is grpc's asyncio server,
+on the event loop uvicorn runs (`serve`: a call awaits the model where REST's do, with no hop
+between threads, which cost more CPU than the rest of a small request; benchmarks/RESULTS.md):
+a client that sends slowly, or never finishes, holds a coroutine, not a worker."""
 
 from __future__ import annotations
 
@@ -183,6 +184,14 @@ def _on_loop(loop: asyncio.AbstractEventLoop, make: Any) -> Future[Any]:
     return future
 
 
+def _late(served: Served, budget: float) -> RequestError:
+    return RequestError(
+        408,
+        f"model {served.name!r} did not answer within the deadline of {budget:.3g} s "
+        "(the client's, at most --grpc-max-deadline)",
+    )
+
+
 class Service:
     """The protocol's RPCs over `models`, calling them through the REST app's `call` on the
     REST server's event loop (`loop`, set when that server starts); with `regions`, the system
@@ -307,22 +316,36 @@ class Service:
 
     async def _called(self, served: Served, given: dict[str, np.ndarray], context: Any) -> Any:
         """The outputs of the REST app's `call`, on its loop, within the client's deadline and
-        the server's most (`max_deadline_s`)."""
+        the server's most (`max_deadline_s`): awaited here where gRPC runs on that loop (`serve`:
+        no hop between threads), else made there (`_on_loop`)."""
         remaining = context.time_remaining()
         budget = min(self.max_deadline_s, math.inf if remaining is None else remaining)
         if self.loop is None:
             raise RequestError(503, "the server is starting; retry")
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:
+            return await self._called_there(served, given, budget)
+        start = loop.time()
+        try:
+            async with asyncio.timeout(budget):
+                outputs = await self.call(served, given)
+        except TimeoutError:
+            raise _late(served, budget) from None
+        if loop.time() - start > budget:  # a call inline (nothing awaited) that ran past it
+            raise _late(served, budget)
+        return outputs
+
+    async def _called_there(
+        self, served: Served, given: dict[str, np.ndarray], budget: float
+    ) -> Any:
+        assert self.loop is not None
         running = _on_loop(self.loop, lambda: self.call(served, given))
         try:
             async with asyncio.timeout(budget):
                 return await asyncio.wrap_future(running)
         except TimeoutError:
             running.cancel()
-            raise RequestError(
-                408,
-                f"model {served.name!r} did not answer within the deadline of {budget:.3g} s "
-                "(the client's, at most --grpc-max-deadline)",
-            ) from None
+            raise _late(served, budget) from None
 
     def _response(self, served: Served, request: Any, outputs: dict[str, np.ndarray]) -> Any:
         """The answer, once the outputs asked for in shared-memory regions are written there:
@@ -359,8 +382,10 @@ AGE_GRACE_S = 5.0  # the "5 s more" of a drained connection's grace
 
 
 class GrpcServer:
-    """grpc's asyncio server on an event loop of its own, in a thread: `start` binds and
-    serves (raising InputError when the port cannot be bound), `stop` drains it."""
+    """grpc's asyncio server: `start` binds and serves (raising InputError when the port cannot
+    be bound), `stop` (or, on its loop, `drain`) drains it. With `loop` (`serve`: the loop
+    uvicorn then runs, `_server.event_loop`) it serves on that loop, the REST app's, so that a
+    call awaits the model where it runs; without, on an event loop of its own, in a thread."""
 
     def __init__(
         self,
@@ -372,6 +397,7 @@ class GrpcServer:
         age_grace_s: float = AGE_GRACE_S,
         uds: str | None = None,
         reuse_port: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """`reuse_port`: the port is shared with the other front doors of `serve --frontends`
         (`SO_REUSEPORT`); without, a port in use is an error, not a second listener."""
@@ -379,16 +405,21 @@ class GrpcServer:
         self.reuse_port = reuse_port
         self.max_age_s, self.age_grace_s = max_age_s, age_grace_s
         self.uds = uds
-        self.loop = asyncio.new_event_loop()
+        self.loop = asyncio.new_event_loop() if loop is None else loop
         self._server: Any = None
         self._placed: _uds.Placed | None = None
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="hlobundle-grpc", daemon=True
-        )
+        self._thread: threading.Thread | None = None
+        if loop is None:
+            self._thread = threading.Thread(
+                target=self.loop.run_forever, name="hlobundle-grpc", daemon=True
+            )
 
     def start(self) -> int:
-        self._thread.start()
+        """Bind and start serving; on the given loop, before it runs (it serves once it does)."""
         try:
+            if self._thread is None:
+                return self.loop.run_until_complete(self._start())
+            self._thread.start()
             return asyncio.run_coroutine_threadsafe(self._start(), self.loop).result()
         except BaseException:
             self.stop(0)
@@ -447,21 +478,31 @@ class GrpcServer:
         return 0
 
     def stop(self, grace_s: float) -> None:
-        """Drain the RPCs in flight (at most `grace_s`), then end the loop and its thread."""
-        if self._server is not None:
-            asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self.loop).result()
-        if self._placed is not None:
-            self._placed.remove()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=grace_s + 5)
+        """Drain the RPCs in flight (at most `grace_s`), then end the loop and its thread (from
+        another thread; or, on the loop given, while it does not run)."""
+        if self._thread is None:
+            self.loop.run_until_complete(self.drain(grace_s))
+            return
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.drain(grace_s), self.loop).result()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=grace_s + 5)
         if not self._thread.is_alive():
             self.loop.close()
 
+    async def drain(self, grace_s: float) -> None:
+        """On the server's loop: drain the RPCs in flight (at most `grace_s`)."""
+        if self._server is not None:
+            await self._server.stop(grace_s)
+        if self._placed is not None:
+            self._placed.remove()
+            self._placed = None
+
 
 def with_grpc(asgi: Any, grpc_server: GrpcServer, grace_s: float = 30.0) -> Any:
-    """The ASGI app `asgi`, whose lifespan starts `grpc_server` when the REST server starts
-    (the model calls run on its loop) and drains it when the REST server shuts down, while
-    that loop still runs."""
+    """The ASGI app `asgi`, whose lifespan lets `grpc_server`'s calls reach the models once the
+    REST server starts (on its loop: `serve` runs both on one, `GrpcServer`'s `loop`) and drains
+    it when the REST server shuts down, while that loop still runs."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "lifespan":
@@ -472,7 +513,10 @@ def with_grpc(asgi: Any, grpc_server: GrpcServer, grace_s: float = 30.0) -> Any:
                 grpc_server.service.loop = asyncio.get_running_loop()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await asyncio.to_thread(grpc_server.stop, grace_s)
+                if grpc_server.loop is asyncio.get_running_loop():
+                    await grpc_server.drain(grace_s)
+                else:
+                    await asyncio.to_thread(grpc_server.stop, grace_s)
                 _unregister(asgi, grpc_server.service)  # both drained: every region's end
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -529,28 +573,20 @@ def serving(
     shared_memory_over_loopback: bool = False,
 ) -> Iterator[int]:
     """The gRPC service of `models` in this process, without a REST server: the REST app's
-    model calls (and its batchers, `max_batch`) run on an event loop in a thread of their own.
+    model calls (and its batchers, `max_batch`) run on gRPC's own event loop, in a thread.
     Yields the port bound (`port` 0: any free one; with `uds`, the path of a unix socket
     instead, and 0); drains and stops on exit, and unregisters every shared-memory region
     (`max_shared_memory` bytes of them at most; 0: the extension off; offered on `uds`, and on
     a loopback `host` only with `shared_memory_over_loopback`). `serve --grpc-port`
-    (`--grpc-uds`) runs the same service beside uvicorn."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="hlobundle-rest-loop", daemon=True)
-    thread.start()
+    (`--grpc-uds`) runs the same service on uvicorn's loop, beside the REST app."""
     rest = app(models, max_body=max_body, max_batch=max_batch, batch_timeout_s=batch_timeout_s)
     regions = regions_for(rest, host, uds, max_shared_memory, shared_memory_over_loopback)
     service = Service(models, rest, max_body, max_deadline_s, regions)
-    service.loop = loop
+    server = GrpcServer(service, host, port, max_rpcs, max_age_s, age_grace_s, uds)
+    service.loop = server.loop
+    bound = server.start()  # stopped already where it fails
     try:
-        server = GrpcServer(service, host, port, max_rpcs, max_age_s, age_grace_s, uds)
-        bound = server.start()  # stopped already where it fails
-        try:
-            yield bound
-        finally:
-            server.stop(5)
-            _unregister(rest, service)
+        yield bound
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
+        server.stop(5)
+        _unregister(rest, service)

@@ -92,6 +92,23 @@ def server(
     return uvicorn.Server(config)
 
 
+def event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop of the kind uvicorn runs by default (uvloop's where it is installed),
+    for `run`: gRPC's server starts on it first (`_grpc.GrpcServer`'s `loop`)."""
+    from uvicorn.loops.auto import auto_loop_factory
+
+    return auto_loop_factory()()
+
+
+def run(running: Any, sock: socket.socket, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """`running.run(sockets=[sock])` (a `server`), on `loop` where given (`event_loop`), which
+    is closed at the end."""
+    if loop is None:
+        return running.run(sockets=[sock])
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        runner.run(running.serve(sockets=[sock]))
+
+
 def banner(models: dict[str, Served], host: str, port: int | None, uds: str | None = None) -> str:
     """The start-up line, naming every model served (each function of a 2.0 bundle as
     `NAME.FUNCTION` too); model names come from manifests, so they are shown escaped. Over a
