@@ -16,7 +16,7 @@ the relabelled symbols, sometimes one dimension off. The allowed outcomes:
 
 A result for shapes the seed refuses, a result that differs from the seed's, any other
 exception, or a worker that dies is a finding, reported with its case; the exit status is 1.
-The test suite runs 600 of these (`tests/test_hostile.py`).
+The test suite runs 300 of these (`tests/test_hostile.py`).
 """
 
 from __future__ import annotations
@@ -232,12 +232,15 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
     return outcomes
 
 
-if __name__ == "__main__":
-    sys.exit(
-        fuzz_forms.main(
-            script=Path(__file__),
-            seed_bundle=seed_bundle,
-            work=work,
-            description=__doc__.split("\n")[0],
-        )
+def main(argv: list[str] | None = None) -> int:
+    return fuzz_forms.main(
+        argv,
+        script=Path(__file__),
+        seed_bundle=seed_bundle,
+        work=work,
+        description=__doc__.split("\n")[0],
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,13 +1,17 @@
 """Run by each interpreter of tests/test_cross_jaxlib.py's corpus, with the checkout on
-PYTHONPATH: `pack OUT [LUX]` writes the corpus's bundles into OUT, their expected outputs
-computed by this interpreter's jaxlib; `run BUNDLE[:FUNCTION]...` runs each as `hlobundle run
---backend xla --json` does and prints one JSON list of {"rc", "report"}."""
+PYTHONPATH, as one long-lived process: it prints `{"jaxlib": VERSION}` on a line, then answers
+each request (a JSON list on a line of stdin) with a JSON line: `["pack", OUT, LUX?]` writes the
+corpus's bundles into OUT, their expected outputs computed by this interpreter's jaxlib, and
+answers null; `["run", BUNDLE[:FUNCTION], ...]` runs each as `hlobundle run --backend xla
+--json` does and answers a list of {"rc", "report"}. One process packs and runs, so that each
+interpreter imports jax once."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,7 +34,7 @@ def pack(out: Path, lux: str | None) -> None:
         assert main([*argv, "--compute-expected"]) == 0
 
 
-def run(specs: list[str]) -> None:
+def run(specs: list[str]) -> list[dict]:
     from hlobundle._cli._main import main
 
     done = []
@@ -43,11 +47,25 @@ def run(specs: list[str]) -> None:
                 + (["--function", function] if function else [])
             )
         done.append({"rc": rc, "report": json.loads(told.getvalue())})
-    print(json.dumps(done))
+    return done
+
+
+def serve() -> None:
+    import jaxlib
+
+    # What the commands print (Python's or C++'s) goes to stderr, never into an answer.
+    answers = os.fdopen(os.dup(1), "w")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    print(json.dumps({"jaxlib": jaxlib.__version__}), file=answers, flush=True)
+    for line in sys.stdin:
+        command, *args = json.loads(line)
+        if command == "pack":
+            answer = pack(Path(args[0]), args[1] if len(args) > 1 else None)
+        else:
+            answer = run(args)
+        print(json.dumps(answer), file=answers, flush=True)
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "pack":
-        pack(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
-    else:
-        run(sys.argv[2:])
+    serve()

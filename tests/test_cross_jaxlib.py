@@ -18,7 +18,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -86,14 +88,41 @@ def test_a_bundle_that_names_no_jaxlib_is_another_computation(tmp_path):
 # --- the corpus: packed by one jaxlib, run by the other ------------------------------------------
 
 
-def _jaxlib_of(python: str) -> str | None:
-    r = subprocess.run(
-        [python, "-c", "import jaxlib; print(jaxlib.__version__)"],
-        capture_output=True,
-        text=True,
-        env=_env(),
-    )
-    return r.stdout.strip() if r.returncode == 0 else None
+class _Side:
+    """One interpreter's tests/cross_jaxlib_child.py, a process that packs and runs (each
+    interpreter imports jax once); its stderr goes to `log`."""
+
+    def __init__(self, python: str, log: Path) -> None:
+        self.python, self.log = python, log
+        with open(log, "wb") as err:
+            self._proc = subprocess.Popen(
+                [python, str(CHILD)],
+                env=_env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        started = self._proc.stdout.readline()  # none where it cannot import jaxlib
+        self.jaxlib: str | None = json.loads(started)["jaxlib"] if started else None
+
+    def send(self, *request: str) -> None:
+        self._proc.stdin.write(json.dumps(request) + "\n")
+        self._proc.stdin.flush()
+
+    def _answer(self) -> Any:
+        line = self._proc.stdout.readline()
+        assert line, f"{self.python} ended: {self.log.read_text(errors='replace')[-3000:]}"
+        return json.loads(line)
+
+    def __call__(self, *request: str) -> Any:
+        self.send(*request)
+        return self._answer()
+
+    def close(self) -> None:
+        self._proc.stdin.close()
+        self._proc.stdout.close()
+        self._proc.wait(timeout=60)
 
 
 def _env() -> dict[str, str]:
@@ -103,18 +132,21 @@ def _env() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
 
 
-def _other_python() -> tuple[str, str]:
-    """The other interpreter and its jaxlib: HLOBUNDLE_OTHER_PYTHON, else the first of the
-    repository's .venv and .venv-newer whose jaxlib is not this one's; a skip, saying why,
-    where there is none."""
+def _other_side(logs: Path) -> _Side:
+    """The other interpreter's child: HLOBUNDLE_OTHER_PYTHON's, else that of the first of the
+    repository's .venv and .venv-newer whose jaxlib is not this one's (one that is this
+    interpreter's own venv is not started); a skip, saying why, where there is none."""
     import jaxlib
 
     named = os.environ.get("HLOBUNDLE_OTHER_PYTHON")
     candidates = [named] if named else [str(ROOT / v / "bin" / "python") for v in VENVS]
-    for python in candidates:
-        version = _jaxlib_of(python) if Path(python).is_file() else None
-        if version and version != jaxlib.__version__:
-            return python, version
+    for k, python in enumerate(candidates):
+        if not Path(python).is_file() or (not named and Path(python).parent.parent == _PREFIX):
+            continue
+        side = _Side(python, logs / f"candidate-{k}.log")
+        if side.jaxlib is not None and side.jaxlib != jaxlib.__version__:
+            return side
+        side.close()
     pytest.skip(
         f"no other Python with another jaxlib than {jaxlib.__version__}: "
         + (f"HLOBUNDLE_OTHER_PYTHON={named}" if named else f"{', '.join(VENVS)} in {ROOT}")
@@ -123,32 +155,27 @@ def _other_python() -> tuple[str, str]:
 
 
 VENVS = (".venv", ".venv-newer")
+_PREFIX = Path(sys.prefix)
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict[str, tuple[str, str, Path]]:
-    """For this interpreter and the other: (python, jaxlib, the folder of the corpus it packed)."""
-    import jaxlib
-
-    other, version = _other_python()
-    sides = {"this": (sys.executable, jaxlib.__version__), "other": (other, version)}
+def corpus(tmp_path_factory) -> Iterator[dict[str, tuple[_Side, Path]]]:
+    """For this interpreter and the other: its child (which packed, and runs) and the folder
+    of the corpus it packed."""
+    logs = tmp_path_factory.mktemp("logs")
+    sides = {"other": _other_side(logs), "this": _Side(sys.executable, logs / "this.log")}
     lux = [str(LUX)] if LUX.is_dir() else []
-    packing = {}
-    for side, (python, _) in sides.items():
-        out = tmp_path_factory.mktemp(side)
-        argv = [python, str(CHILD), "pack", str(out), *lux]
-        packing[side] = (
-            out,
-            subprocess.Popen(
-                argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            ),
-        )
     made = {}
-    for side, (out, process) in packing.items():
-        stdout, stderr = process.communicate(timeout=900)
-        assert process.returncode == 0, stderr[-3000:]
-        made[side] = (*sides[side], out)
-    return made
+    try:
+        for name, side in sides.items():  # both pack at once
+            made[name] = (side, tmp_path_factory.mktemp(name))
+            side.send("pack", str(made[name][1]), *lux)
+        for side, _ in made.values():
+            assert side._answer() is None
+        yield made
+    finally:
+        for side in sides.values():
+            side.close()
 
 
 def _runs(folder: Path) -> list[str]:
@@ -178,13 +205,6 @@ def _scaled(bundle: Path, into: Path, factor: float = 1.001) -> Path:
     return into
 
 
-def _ran(python: str, specs: list[str]) -> list[dict]:
-    argv = [python, str(CHILD), "run", *specs]
-    r = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_corpus_passes_on_the_other_jaxlib_and_a_weight_scaled_by_1_001_fails(corpus, tmp_path):
@@ -195,18 +215,19 @@ def test_the_corpus_passes_on_the_other_jaxlib_and_a_weight_scaled_by_1_001_fail
         _pair(corpus, packer, tmp_path / packer)
 
 
-def _pair(corpus: dict[str, tuple[str, str, Path]], packer: str, tmp_path: Path) -> None:
+def _pair(corpus: dict[str, tuple[_Side, Path]], packer: str, tmp_path: Path) -> None:
     """Packed by `packer`'s jaxlib, run by the other's."""
     tmp_path.mkdir()
-    _, made_by, folder = corpus[packer]
-    runner, runs_with, _ = corpus["other" if packer == "this" else "this"]
+    packed_by, folder = corpus[packer]
+    runner, _ = corpus["other" if packer == "this" else "this"]
+    made_by, runs_with = packed_by.jaxlib, runner.jaxlib
     specs = _runs(folder)
     scaled = []
     for spec in specs:
         path, _, function = spec.partition(":")
         copy = tmp_path / f"{Path(path).stem}-{function}.hlobundle"
         scaled.append(f"{_scaled(Path(path), copy)}{':' + function if function else ''}")
-    done = _ran(runner, specs + scaled)
+    done = runner("run", *specs, *scaled)
     plain_runs, perturbed_runs = done[: len(specs)], done[len(specs) :]
     names = [Path(s).name for s in specs]
     assert {n: r["rc"] for n, r in zip(names, plain_runs, strict=True)} == dict.fromkeys(

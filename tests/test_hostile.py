@@ -4,7 +4,7 @@ read outside the bundle, and never exhaust memory; a killed `pack` never leaves 
 Inputs tried per run: 300 byte mutations (a mutated listed file must be refused) + 200
 manifest-field mutations + 100 file renames = 600 (hypothesis, derandomized so that CI runs the
 same inputs every time), plus 400 mutations past the hash checks by `fuzz/fuzz_forms.py`,
-new ones each run (a random first case, named in any failure), and 600 relabellings of
+new ones each run (a random first case, named in any failure), and 300 relabellings of
 symbolic shapes by `fuzz/fuzz_shapes.py` (the same ones every run: each function on each
 backend must reach both a call and a refusal).
 """
@@ -39,6 +39,7 @@ FILES = [
     "inputs.safetensors",
     "weights.safetensors",
 ]
+FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 
 
 def fuzz(examples: int) -> settings:
@@ -218,6 +219,30 @@ def test_file_renames_and_links(base, data):
     shutil.rmtree(bundle.parent)
 
 
+def _fuzzer(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`python fuzz/NAME.py ARGV`, its driver run in this process (which imported jax already)
+    and its worker a child process, as ever: a crash in a parser ends the worker, which the
+    driver reports as a finding with its case. The seed bundle is exported with x64 off, as
+    the driver's own process would (the same bytes: conftest.py turns x64 on here)."""
+    import contextlib
+    import io
+
+    import jax
+
+    spec = importlib.util.spec_from_file_location(name, FUZZ / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    saved_path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)  # fuzz_shapes puts fuzz/ on the path for fuzz_forms
+    finally:
+        sys.path[:] = saved_path
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said), jax.enable_x64(False):
+        code = module.main(list(argv))
+    return subprocess.CompletedProcess([name, *argv], code, said.getvalue(), "")
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_fuzzer_past_the_hash_checks_in_child_processes():
@@ -228,11 +253,9 @@ def test_fuzzer_past_the_hash_checks_in_child_processes():
     # add up to a campaign; a failure names the command that repeats it. One worker: the
     # suite's other process keeps the second core busy.
     first = random.SystemRandom().randrange(10**9)
-    script = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_forms.py"
-    command = [sys.executable, str(script), "--runs", "400", "--jobs", "1", "--first", str(first)]
     again = f"(again: python fuzz/fuzz_forms.py --runs 400 --jobs 1 --first {first})"
-    r = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + again
+    r = _fuzzer("fuzz_forms", "--runs", "400", "--jobs", "1", "--first", str(first))
+    assert r.returncode == 0, r.stdout[-3000:] + again
     assert "400 mutations, no findings" in r.stdout, again
     # Each of these is drawn with probability 1/20 or more per case: missed in 400 cases with
     # a probability under 1e-8.
@@ -245,20 +268,16 @@ def test_fuzzer_past_the_hash_checks_in_child_processes():
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_shape_fuzzer_relabelling_symbols_finds_nothing():
-    # fuzz/fuzz_shapes.py: 600 relabellings of a symbolic manifest's symbols and constraints
+    # fuzz/fuzz_shapes.py: 300 relabellings of a symbolic manifest's symbols and constraints
     # (SPEC.md 2.8), each called with shapes that bind them: a coded error, or the module's own
-    # results; a result for shapes the module refuses is a finding. The same 600 each run (case
-    # K is seeded by K), in which the rarest outcome checked below comes 5 times with enzyme
-    # installed and 9 without; one worker, as above.
-    script = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_shapes.py"
-    r = subprocess.run(
-        [sys.executable, str(script), "--runs", "600", "--jobs", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "600 mutations, no findings" in r.stdout
+    # results; a result for shapes the module refuses is a finding. The same 300 each run (case
+    # K is seeded by K), in which the rarest outcome checked below comes 2 times with enzyme
+    # installed and 4 without; one worker, as above. With the iree backend's proof and its
+    # results' check removed (the over-read of issue 32), 15 of them are findings with enzyme
+    # installed and 26 without, the first at case 6 in both.
+    r = _fuzzer("fuzz_shapes", "--runs", "300", "--jobs", "1")
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "300 mutations, no findings" in r.stdout
     backends = ("xla", "iree") if importlib.util.find_spec("iree.runtime") else ("xla",)
     for name in ("pair", "cat", "twice", "add"):
         for backend in backends:  # each reached a call, refused and run
