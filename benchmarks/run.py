@@ -147,8 +147,9 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             distribution.remote_cost,
         ),
         "serve": one(
-            "Serving (hlobundle serve; clients: threads of the benchmark, http.client over loopback): "
-            "latency (ratio column: seconds over the in-process call), throughput, load",
+            "Serving (hlobundle serve; clients: threads of the benchmark over loopback, http.client "
+            "for latency, serve_client.Lean under load): latency (ratio column: seconds over the "
+            "in-process call), throughput against the bounds on batching, load",
             serving.serve_cost,
         ),
         "serve-uds": one(

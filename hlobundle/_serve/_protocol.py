@@ -172,7 +172,9 @@ def _walked(value: Any) -> dict[int, np.ndarray] | None:
             if float not in kinds:
                 continue
             if kinds == {float} and type(container) is list and len(container) >= _ARRAY_FROM:
-                array = np.array(container, dtype=np.float64)
+                # floats alone, so each converts as np.array would; fromiter skips its
+                # discovery of the shape (a quarter of the conversion, measured)
+                array = np.fromiter(container, np.float64, len(container))
                 array.flags.writeable = False  # a cached header's is shared
                 if np.abs(array).max() >= _LARGE:
                     return None
