@@ -201,7 +201,9 @@ def test_compute_expected_of_a_64_bit_module(tmp_path):
         "  %y = stablehlo.add %x, %x : tensor<3xf64>\n  return %y : tensor<3xf64>\n}\n"
     )
     np.save(tmp_path / "x.npy", np.arange(3.0))
-    r = cli_process(
+    import helpers
+
+    r = helpers.CLI_ZYGOTE.run(  # a fork of the CLI zygote, whose x64 is jax's default (off)
         "pack",
         tmp_path / "m.mlir",
         "--inputs",
