@@ -27,6 +27,20 @@ import numpy  # noqa: F401
 
 from hlobundle._cli import _main
 
+# Top-level modules a command runs without, as where their extra is not installed (what
+# helpers.without_modules's sitecustomize does at a Python's start): comma-separated, in the
+# request's environment (helpers.CliZygote.run's `blocked`).
+BLOCKED = "CLI_ZYGOTE_BLOCKED"
+
+
+def block(names: str) -> None:
+    """`import NAME` fails in this fork for each of `names`, as for a module not installed; one
+    the zygote imported before the fork cannot be made absent, and fails the command."""
+    for name in filter(None, names.split(",")):
+        if name in sys.modules:
+            raise RuntimeError(f"the CLI zygote imported {name} before the fork: not blocked")
+        sys.modules[name] = None  # type: ignore[assignment]
+
 
 def child(listener: socket.socket, conn: socket.socket, fds: list[int], request: dict) -> None:
     """Run in the forked child; never returns."""
@@ -42,6 +56,7 @@ def child(listener: socket.socket, conn: socket.socket, fds: list[int], request:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        block(os.environ.pop(BLOCKED, ""))
         sys.argv = request["argv"]
         _main.entry(request["argv"][1:])  # exits, as the installed command does
     except SystemExit as exit:  # a usage error, as the interpreter reports it

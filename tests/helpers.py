@@ -348,16 +348,20 @@ class CliZygote:
         return self._scratch / "bin"
 
     def run(
-        self, *args: Any, env: dict[str, str] | None = None
+        self, *args: Any, env: dict[str, str] | None = None, blocked: tuple[str, ...] = ()
     ) -> subprocess.CompletedProcess[str]:
         """`hlobundle ARGS` in a fork, in this environment with `env`, answered as `cli_process`
         answers: where what the test checks is read when the command runs (the cache's place,
-        JAX's cache settings, HLOBUNDLE_TRACEBACK), not when Python and jax start."""
+        JAX's cache settings, HLOBUNDLE_TRACEBACK), not when Python and jax start. `blocked`:
+        top-level modules the command runs without, as `without_modules` makes them for a
+        process of its own (none an extra's is imported by the zygote; one that were would
+        fail the command)."""
+        blocking = {"CLI_ZYGOTE_BLOCKED": ",".join(blocked)} if blocked else {}
         return subprocess.run(
             [str(self.bin_dir() / "hlobundle"), *map(str, args)],
             capture_output=True,
             text=True,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {}), **blocking},
         )
 
     def close(self) -> None:

@@ -201,7 +201,9 @@ def test_compute_expected_of_a_64_bit_module(tmp_path):
         "  %y = stablehlo.add %x, %x : tensor<3xf64>\n  return %y : tensor<3xf64>\n}\n"
     )
     np.save(tmp_path / "x.npy", np.arange(3.0))
-    r = cli_process(
+    import helpers
+
+    r = helpers.CLI_ZYGOTE.run(  # a fork of the CLI zygote, whose x64 is jax's default (off)
         "pack",
         tmp_path / "m.mlir",
         "--inputs",
@@ -402,7 +404,7 @@ def _private_key(tmp_path):
     ids=lambda v: "-".join(v) if isinstance(v, list) else v,
 )
 def test_a_missing_extra_is_a_coded_error_with_the_pip_line(tmp_path, blocked, argv, pip):
-    from helpers import without_modules
+    import helpers
 
     b = small_bundle(tmp_path)
     _private_key(tmp_path)
@@ -411,7 +413,7 @@ def test_a_missing_extra_is_a_coded_error_with_the_pip_line(tmp_path, blocked, a
     if argv[0] == "verify":  # a signed bundle, whose signature needs model-signing to check
         assert cli("sign", b, "--private-key", tmp_path / "key.pem").returncode == 0
     args = [a.format(b=b, t=tmp_path, m=m) for a in argv]
-    r = cli_process(*args, env=without_modules(tmp_path, blocked))
+    r = helpers.CLI_ZYGOTE.run(*args, blocked=(blocked,))  # a fork, without the module
     assert "Traceback" not in r.stderr, r.stderr
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith("error [BACKEND_UNAVAILABLE]"), r.stderr

@@ -406,9 +406,12 @@ def _solve_bundle(out):
 def test_a_bundle_calling_lapack_runs_on_every_backend(tmp_path, backend):
     """A module calling LAPACK (jnp.linalg.solve) needs jax's LAPACK kernels initialized before
     it runs; uninitialized, the call jumps through a null pointer (SIGSEGV)."""
+    import helpers
+
     bundle = _solve_bundle(tmp_path / "solve")
     assert "lapack_sgetrf_ffi" in hlobundle.load(bundle).module_text
-    r = cli_process("run", bundle, "--backend", backend, "--json")
+    # a fork of the CLI zygote, which imported jax but never lowered, so never initialized them
+    r = helpers.CLI_ZYGOTE.run("run", bundle, "--backend", backend, "--json")
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert json.loads(r.stdout)["ok"] is True
 

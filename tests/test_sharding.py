@@ -6,9 +6,6 @@ of their own (marked `subprocess`)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -74,21 +71,18 @@ def test_device_count_errors(tmp_path):
         tmp_path / "b",
     )
     bundle = hlobundle.load(out)
-    four = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "run", out], capture_output=True, text=True, env=four
-    )
+    # forks of the CLI zygote, which imported jax but never started its CPU client: XLA reads
+    # the device count there, from this environment
+    import helpers
+
+    four = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    r = helpers.CLI_ZYGOTE.run("run", out, env=four)
     assert r.returncode == 1
     assert (
         "error [DEVICES_UNAVAILABLE] the bundle's mesh (x=4 x y=2) needs 8 devices, but 4 are visible"
         in r.stderr
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "hlobundle", "run", out, "--devices", "1"],
-        capture_output=True,
-        text=True,
-        env=four,
-    )
+    r = helpers.CLI_ZYGOTE.run("run", out, "--devices", "1", env=four)
     assert r.returncode == 0, r.stderr[-2000:]
     with pytest.raises(
         hlobundle.ConfigError, match=r"spans 8 devices; it cannot run on 2. Use 8 devices, or 1"
@@ -133,53 +127,26 @@ def test_emitted_script_runs_a_sharded_bundle(tmp_path, backend, script_zygote):
 def test_distributed_single_process(tmp_path):
     import socket
 
+    import helpers
+
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     env = {
-        **os.environ,
         "JAX_COORDINATOR_ADDRESS": f"localhost:{port}",
         "JAX_NUM_PROCESSES": "1",
         "JAX_PROCESS_ID": "0",
     }
     from helpers import ROOT
 
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hlobundle",
-            "run",
-            ROOT / "examples" / "lenet5.hlobundle",
-            "--distributed",
-            "--backend",
-            "xla",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    # forks of the CLI zygote, which imported jax but never initialized jax.distributed
+    run = ("run", ROOT / "examples" / "lenet5.hlobundle", "--distributed", "--backend", "xla")
+    r = helpers.CLI_ZYGOTE.run(*run, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.rstrip().endswith("ok")
     # It did go through jax.distributed: without a process count, the same run fails.
     del env["JAX_NUM_PROCESSES"]
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hlobundle",
-            "run",
-            ROOT / "examples" / "lenet5.hlobundle",
-            "--distributed",
-            "--backend",
-            "xla",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    r = helpers.CLI_ZYGOTE.run(*run, env=env)
     assert (
         r.returncode == 1
         and "error [DEVICES_UNAVAILABLE] jax.distributed.initialize() failed" in r.stderr

@@ -336,6 +336,7 @@ def test_a_user_s_mistakes_in_the_call_are_refused_saying_what_to_give(
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow  # a Python of its own that imports torch and jax: 4.1 CPU-s
 @pytest.mark.subprocess
 def test_a_model_that_does_not_export_on_its_inputs_is_one_message_without_a_traceback(tmp_path):
     """Inputs of the wrong width: torch's fake-tensor logger printed its traceback on stderr
