@@ -57,6 +57,14 @@ def test_infer_alone_answers_and_counts_in_its_app_s_metrics(doubles):
     assert "hlobundle_requests_total{" not in App(doubles, Limits()).metrics.text().decode()
 
 
+def test_served_jax_models_run_their_cpu_calls_in_the_calling_thread(doubles):
+    # the server waits for each result at once: jax's hand-off to another thread and back
+    # costs a small model's call a tenth of its CPU (`_process.inline_cpu_calls`)
+    from jax._src import xla_bridge
+
+    assert xla_bridge._CPU_ENABLE_ASYNC_DISPATCH.value is False
+
+
 def _never_complete():
     """An ASGI `receive` whose body's first byte comes, and then nothing more, ever."""
     sent = False

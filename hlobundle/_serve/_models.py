@@ -269,10 +269,12 @@ def _served(
 ) -> Served:
     """The bundle behind the protocol, its function made (not yet compiled)."""
     from .._run import _backends
-    from .._run._process import enable_x64
+    from .._run._process import enable_x64, inline_cpu_calls
 
     m = bundle.manifest
     jax_backend = _backends.kind(backend).jax is not None
+    if jax_backend:  # a server waits for each call's result at once
+        inline_cpu_calls()
     if needs_x64(m) and jax_backend:
         enable_x64()
     return Served(
