@@ -22,25 +22,65 @@ from benchmarks.harness import PY, ROOT, free_port, user_env
 # The model's own CPU per call, in a fresh process set up as serve's (no jax_enable_x64, a
 # user's environment), on the request's inputs as the server decodes them (a view of bytes):
 # `n` calls for each line read, their CPU seconds per call written back, so that its rounds
-# take turns with the server's.
+# take turns with the server's. A line "app": the app's own CPU per binary request instead, in
+# process (`_app.App` driven alone on a uvloop loop: no HTTP), the model's call stubbed out by
+# its answer; "gap": the model's call with GAP_S of sleep after each (a served call follows
+# an idle wait for the next request: what that costs the call, over a tight loop's).
 MODEL_CPU = """
-import sys, time
+import asyncio, sys, time
 sys.path.append({root!r})
 import numpy as np
+import uvloop
 import hlobundle
+from benchmarks import serve_client as client
+from hlobundle._serve._app import app
 from hlobundle._serve._models import load_models
-served = load_models([{bundle!r}], backend="xla")["lenet5"]
+models = load_models([{bundle!r}], backend="xla")
+served = models["lenet5"]
 images = np.asarray(hlobundle.load({bundle!r}).tensor("images"), "<f4")
 given = {{"images": np.frombuffer(images.tobytes(), "<f4").reshape(images.shape)}}
 for _ in range(200):
     served(given)
-print("ready", flush=True)
-for _ in sys.stdin:
-    start = time.process_time()
+header, body = client.binary_request(images)
+headers = [(b"content-length", str(len(body)).encode()),
+           (b"inference-header-content-length", str(len(header)).encode())]
+scope = {{"type": "http", "method": "POST", "path": "/v2/models/lenet5/infer", "headers": headers}}
+message = {{"type": "http.request", "body": body, "more_body": False}}
+async def receive():
+    return message
+async def send(_):
+    pass
+asgi, loop, answer = app(models), uvloop.new_event_loop(), served(given)
+async def requests(n):
+    for _ in range(n):
+        await asgi(dict(scope), receive, send)
+def app_round():
+    call = type(served).__call__
+    type(served).__call__ = lambda self, given: dict(answer)
+    try:
+        loop.run_until_complete(requests({n}))
+    finally:
+        type(served).__call__ = call
+def gap_round():
     for _ in range({n}):
         served(given)
-    print((time.process_time() - start) / {n}, flush=True)
+        time.sleep({gap_s})
+loop.run_until_complete(requests(200))
+print("ready", flush=True)
+for line in sys.stdin:
+    kind = line.strip()
+    start = time.process_time()
+    if kind == "app":
+        app_round()
+    elif kind == "gap":
+        gap_round()
+    else:
+        for _ in range({n}):
+            served(given)
+    spent = (time.process_time() - start) / {n}
+    print(spent, flush=True)
 """
+GAP_S = 300e-6
 
 
 # The floor under any route: a bare ASGI application answering prepared bytes, under uvicorn
@@ -144,7 +184,8 @@ def _bare_server(answer: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[sub
 
 def _model_process(n: int) -> subprocess.Popen:
     """`MODEL_CPU` in a fresh process, once warm."""
-    code = MODEL_CPU.format(root=str(ROOT), bundle=str(ROOT / "examples" / "lenet5.hlobundle"), n=n)
+    bundle = str(ROOT / "examples" / "lenet5.hlobundle")
+    code = MODEL_CPU.format(root=str(ROOT), bundle=bundle, n=n, gap_s=GAP_S)
     proc = subprocess.Popen(
         [PY, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=user_env()
     )
@@ -154,10 +195,11 @@ def _model_process(n: int) -> subprocess.Popen:
     return proc
 
 
-def _model_cpu(proc: subprocess.Popen) -> float:
-    """One round of the model's process: its CPU seconds per call."""
+def _model_cpu(proc: subprocess.Popen, kind: str = "") -> float:
+    """One round of the model's process: its CPU seconds per call (`kind` "app": per request
+    of the app in process, the model stubbed; "gap": per call followed by a sleep)."""
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("\n")
+    proc.stdin.write(kind + "\n")
     proc.stdin.flush()
     return float(proc.stdout.readline())
 
@@ -208,6 +250,8 @@ def serve_cpu_cost(tmp: object, quick: bool) -> list[dict]:
                 server_cpu(proc.pid, where, infer, n),
                 _model_cpu(model),
                 server_cpu(bare.pid, port, infer, n),
+                _model_cpu(model, "app"),
+                _model_cpu(model, "gap"),
             )
             for _ in range(rounds)
         ]
@@ -220,10 +264,12 @@ def serve_cpu_cost(tmp: object, quick: bool) -> list[dict]:
 
 
 def _rows(runs: list[tuple[float, ...]]) -> list[dict]:
-    """The section's rows from the rounds' (GET floor, health, infer, model, POST floor)."""
-    floor_s, health_s, infer_s, model_s, post_s = (
-        statistics.median(r[k] for r in runs) for k in range(5)
+    """The section's rows from the rounds' (GET floor, health, infer, model, POST floor, the
+    app in process, the model's call after a sleep)."""
+    floor_s, health_s, infer_s, model_s, post_s, app_s = (
+        statistics.median(r[k] for r in runs) for k in range(6)
     )
+    after_idle_s = statistics.median(r[6] - r[3] for r in runs)
     beyond_s = statistics.median(r[2] - r[3] for r in runs)  # each round's own difference
     # What is serve's own beyond uvicorn's floor (the machine's load inflates every CPU time,
     # the floor's too): each round's difference again
@@ -262,6 +308,18 @@ def _rows(runs: list[tuple[float, ...]]) -> list[dict]:
             "case": "binary LeNet infer: serve's CPU beyond the model's call (goal <= 80 us)",
             "s": beyond_s,
             "ratio": beyond_s / 80e-6,
+        },
+        {
+            "case": "in which: the app's own path, in process (no HTTP), the model's call "
+            "stubbed out",
+            "s": app_s,
+            "ratio": app_s / 80e-6,
+        },
+        {
+            "case": f"in which: the model's call after {GAP_S * 1e6:.0f} us idle (as between "
+            "requests), beyond its call in a tight loop",
+            "s": after_idle_s,
+            "ratio": after_idle_s / 80e-6,
         },
         {
             "case": "GET /v2/health/ready: serve's CPU beyond the floor's",
