@@ -164,7 +164,8 @@ def test_a_binary_header_is_parsed_once_and_each_request_gets_its_own_data(clien
         got = np.frombuffer(r.content[int(r.headers["inference-header-content-length"]) :], "<f4")
         np.testing.assert_array_equal(got.reshape(4, 10), _want(x))
     now = _protocol._read_header.cache_info()
-    assert now.hits >= parsed.hits + 1 and now.misses <= parsed.misses + 1
+    # parsed at most once: the second request's header is a kept one (`_repeated`)
+    assert now.hits + now.misses <= parsed.hits + parsed.misses + 1
 
 
 def test_inference_health_and_metadata_are_answered_without_starlettes_routing(

@@ -26,10 +26,16 @@ def doubles(tmp_path_factory):
     return load_models([bundle], backend="xla")
 
 
-def _infer(app: App, name: str, body: bytes, version: str | None = None) -> list[dict]:
-    """The ASGI messages `app.infer` sends for one POST of `body`, called alone."""
+def _infer(
+    app: App, name: str, body: bytes, version: str | None = None, header: int | None = None
+) -> list[dict]:
+    """The ASGI messages `app.infer` sends for one POST of `body` (`header`: the length of its
+    JSON header, a binary request), called alone."""
     sent: list[dict] = []
-    scope = {"type": "http", "headers": [(b"content-length", str(len(body)).encode())]}
+    headers = [(b"content-length", str(len(body)).encode())]
+    if header is not None:
+        headers.append((b"inference-header-content-length", str(header).encode()))
+    scope = {"type": "http", "headers": headers}
 
     async def receive():
         return {"type": "http.request", "body": body, "more_body": False}
@@ -55,6 +61,57 @@ def test_infer_alone_answers_and_counts_in_its_app_s_metrics(doubles):
     assert f'hlobundle_requests_total{{model="{name}",status="404"}} 1.0' in counted
     # another app's state is its own
     assert "hlobundle_requests_total{" not in App(doubles, Limits()).metrics.text().decode()
+
+
+@pytest.fixture(scope="module")
+def flags(tmp_path_factory):
+    b = np.zeros(3, np.bool_)
+    out = tmp_path_factory.mktemp("flags") / "flags"
+    bundle = hlobundle.pack(lowered_text(lambda b: ~b, b), [b], out, names=["b"])
+    return load_models([bundle], backend="xla")
+
+
+def _binary(name: str, datatype: str, data: bytes, size: int | None = None) -> tuple[bytes, int]:
+    """A binary request of one input `name` of 3 values whose header says `size` bytes (the
+    data's own length unless given): its body and its header's length."""
+    size = len(data) if size is None else size
+    item = {"name": name, "shape": [3], "datatype": datatype}
+    item["parameters"] = {"binary_data_size": size}
+    header = json.dumps({"inputs": [item], "parameters": {"binary_data_output": True}}).encode()
+    return header + data, len(header)
+
+
+def test_a_repeated_binary_header_s_data_is_checked_again_and_read_anew(doubles, flags):
+    # the checks of a header seen before are kept (`_repeated`); its data is every request's
+    app = App({**doubles, **flags}, Limits())
+    x = "doubles"  # (both bundles are also "main": their function's name)
+    for values in ([1, 2, 3], [4, 5, 6]):
+        body, header = _binary("x", "FP32", np.float32(values).tobytes())
+        start, answer = _infer(app, x, body, header=header)
+        assert start["status"] == 200, answer
+        assert np.frombuffer(answer["body"][-12:], "<f4").tolist() == [2 * v for v in values]
+    assert len(app.repeated.kept) == 1
+    body, header = _binary("x", "FP32", np.float32([1, 2, 3]).tobytes())
+    for extra, why in ((b"\0" * 4, b"no input claims"), (b"", b"4 more bytes, not 12")):
+        data = body + extra if extra else body[:-8]
+        start, answer = _infer(app, x, data, header=header)
+        assert start["status"] == 400 and why in answer["body"], answer
+    f = "flags"
+    answers = []
+    for data in (bytes([1, 0, 1]), bytes([1, 2, 1])):  # the same header: a BOOL's bytes again
+        body, header = _binary("b", "BOOL", data)
+        answers.append(_infer(app, f, body, header=header))
+    (start, answer), (refused, why) = answers
+    assert start["status"] == 200 and answer["body"][-3:] == bytes([0, 1, 0]), answer
+    assert refused["status"] == 400 and b"BOOL bytes must be 0 or 1" in why["body"], why
+
+
+def test_served_jax_models_run_their_cpu_calls_in_the_calling_thread(doubles):
+    # the server waits for each result at once: jax's hand-off to another thread and back
+    # costs a small model's call a tenth of its CPU (`_process.inline_cpu_calls`)
+    from jax._src import xla_bridge
+
+    assert xla_bridge._CPU_ENABLE_ASYNC_DISPATCH.value is False
 
 
 def _never_complete():

@@ -39,6 +39,7 @@ from ._protocol import (
     producer_layout,
     read_inputs,
 )
+from ._repeated import Repeated
 from ._responses import Wanted, _json, _refusal, check_json_values, response, wanted
 from ._shm import Regions, Use
 
@@ -120,6 +121,7 @@ class App:
         self.regions = Regions(limits.max_shared_memory) if limits.max_shared_memory else None
         self.routed = Starlette(routes=self.routes(), lifespan=self._lifespan)
         self.body_deadlines = BodyDeadlines(limits.read_timeout_s)
+        self.repeated = Repeated()  # binary headers checked already
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -266,12 +268,17 @@ class App:
         if len(body) > INLINE_BYTES:
             decoding = functools.partial(decoded_body, regions=self.regions)
             return served, await self.in_thread(decoding, served, body, header_length)
+        known = self.repeated.decoded(served, body, header_length)
+        if known is not None:  # its header passed: only its data is new
+            return served, known
         parsed, binary = parse_request(body, header_length)
         # a small body may name a large region's data: copied out in a thread too
         decoding = functools.partial(decoded, regions=self.regions)
-        if region_bytes(parsed) <= INLINE_BYTES:
-            return served, decoding(served, parsed, binary)
-        return served, await self.in_thread(decoding, served, parsed, binary)
+        if region_bytes(parsed) > INLINE_BYTES:
+            return served, await self.in_thread(decoding, served, parsed, binary)
+        found = decoding(served, parsed, binary)
+        self.repeated.keep(served, body, header_length, parsed, found)
+        return served, found
 
     async def _answer(self, served: Served, decoded: Decoded) -> tuple[int, Any]:
         """The model called: (200, (the response's body, its headers)), or (a status, the
