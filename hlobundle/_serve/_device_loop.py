@@ -11,6 +11,7 @@ for the results' shapes; only descriptors travel over the socket pair (`_wire`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import mmap
 import os
 import resource
@@ -210,11 +211,16 @@ def _placed(view: mmap.mmap, at: int, outputs: dict[str, np.ndarray]) -> list[tu
         at = aligned(at)
         if at + x.nbytes > len(view):
             raise RequestError(500, f"output {name!r}: {x.nbytes} bytes, more than its shape's")
-        dtype = str(x.dtype)
+        dtype = _name(x.dtype)
         _array(view, dtype, x.shape, at)[...] = x
         placed.append((name, dtype, x.shape, at))
         at += x.nbytes
     return placed
+
+
+@functools.lru_cache(maxsize=64)
+def _name(dtype: np.dtype) -> str:
+    return str(dtype)  # numpy builds this string anew each time
 
 
 def buffers_each(count: int) -> int:
