@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -116,8 +116,11 @@ class DeviceLoop:
         kinds, as it sends them, is dropped with the descriptors it carried: a front door is
         trusted with nothing."""
         kind = message[0]
-        if kind == "call":
-            asyncio.get_running_loop().create_task(self._answer(door, message, fds))
+        if kind == "call":  # on the channel's loop (asyncio.get_running_loop, on Python 3.11,
+            # is a getpid system call each time)
+            cast("asyncio.AbstractEventLoop", door.channel.loop).create_task(
+                self._answer(door, message, fds)
+            )
             return
         for fd in fds:  # only a call's first use of a buffer carries one
             os.close(fd)

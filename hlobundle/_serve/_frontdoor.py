@@ -114,7 +114,7 @@ class FrontApp(_app.App):
         if forgotten:
             self.channel.send(("forget", forgotten))
         number = next(self.ids)
-        done = asyncio.get_running_loop().create_future()
+        done = (self.channel.loop or asyncio.get_running_loop()).create_future()
         self.pending[number] = (done, buffer)
         message = ("call", number, served.name, buffer.id, buffer.size, inputs, results_at)
         fds = [] if buffer.fd is None else [buffer.fd]
