@@ -45,6 +45,9 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 - `doors`: `serve --uds --frontends 1` against `--frontends 2` (`serve_doors.serve_doors_cost`),
   16 client processes, without batching and batching up to 16: requests per second and serve's
   CPU per request, every process of it.
+- `loop`: the CPU per request of the process that holds the device beyond the model (a slice
+  of the images served as the LeNet, `serve_doors.device_loop_cost`), `--uds`, `--frontends`
+  1 and 2, without batching and batching up to 16, 16 client processes.
 
 It needs only the project's runtime dependencies (no network, no sockets but a unix one), with
 the project on PYTHONPATH. `--quick`: tiny sizes, seconds on a CPU (CI runs it so that it never
@@ -862,7 +865,14 @@ def serve_doors(tmp: Path, args: argparse.Namespace) -> list[dict]:
     return serve_doors_cost(tmp, args.quick, uds=True, clients=16, batches=(1, 16))
 
 
-# `first`, `serve`, `grpc-shm`, `start` and `doors` run only children, which hold the device in
+def device_loop(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """The device's process beyond the model (`serve_doors.device_loop_cost`), 16 clients."""
+    from benchmarks.serve_doors import device_loop_cost
+
+    return device_loop_cost(tmp, args.quick, clients=16)
+
+
+# `first`, `serve`, `grpc-shm`, `start`, `doors` and `loop` run only children, which hold the device in
 # turn: they come before any section that opens it in this process (one process at a time may
 # hold a TPU chip).
 SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]] = {
@@ -871,6 +881,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]
     "grpc-shm": ("Serving over gRPC: raw contents / shared memory", grpc_shared_memory),
     "start": ("`hlobundle run` over the runtime's start, fresh processes", run_over_runtime_start),
     "doors": ("Serving: several front doors, one device (--frontends)", serve_doors),
+    "loop": ("Serving: the device's process beyond the model (--frontends)", device_loop),
     "overhead": ("Run overhead: a bundle function under jax.jit / native jax.jit", overhead),
     "lm": ("LM decode: one token through examples/lm.hlobundle / native lm.decode", lm),
     "grad": ("jax.grad through the bundle / native", grad),

@@ -39,7 +39,7 @@ from benchmarks.grpc_shm import grpc_shm_cost  # noqa: E402
 from benchmarks.harness import ROOT, table  # noqa: E402
 from benchmarks.language_model import lm_cost  # noqa: E402
 from benchmarks.serve_cpu import serve_cpu_cost  # noqa: E402
-from benchmarks.serve_doors import serve_doors_cost  # noqa: E402
+from benchmarks.serve_doors import device_loop_cost, serve_doors_cost  # noqa: E402
 from benchmarks.serving import serve_uds_cost  # noqa: E402
 
 
@@ -176,6 +176,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "infers from forked client processes, s per request (1 / requests per second) and "
             "serve's CPU per request over all its processes",
             serve_doors_cost,
+        ),
+        "serve-loop": one(
+            "The process that holds the device, beyond the model (hlobundle serve --uds "
+            "--frontends N, a slice of the images served as the LeNet): its CPU per request, "
+            "8 forked client processes; ratio: the front doors' CPU per request over it",
+            device_loop_cost,
         ),
         "peers": one(
             "Serving beside the engines (peers.py): the LeNet with a symbolic batch, the same "

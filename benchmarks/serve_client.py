@@ -44,10 +44,12 @@ def start_lenet(
     ready_s: float = 60.0,
     flags: tuple[str, ...] = (),
     more: tuple[str, ...] = (),
+    bundle: object = None,
 ) -> tuple[subprocess.Popen, Where]:
     """`hlobundle serve` of the LeNet (and the bundles `more`), batching up to `max_batch`, on
     a free loopback port or the unix socket `uds`, with `flags`, once it answers ready (within
-    `ready_s`)."""
+    `ready_s`); `bundle`: another bundle served as `lenet5` in its place (its input and result
+    named and shaped as the LeNet's)."""
     if uds is None:
         where: Where = free_port()
         listen = ["--port", str(where)]
@@ -59,7 +61,7 @@ def start_lenet(
             "-m",
             "hlobundle",
             "serve",
-            str(ROOT / "examples" / "lenet5.hlobundle"),
+            str(bundle or ROOT / "examples" / "lenet5.hlobundle"),
             *more,
             *listen,
             "--backend",

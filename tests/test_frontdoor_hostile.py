@@ -72,6 +72,12 @@ def _ask(sock, message, fds=()):
     return orjson.loads(sock.recv(1 << 20))
 
 
+def _messages(data: bytes) -> list:
+    """The messages of one datagram: itself, or those of a batch (`_wire`)."""
+    message = orjson.loads(data)
+    return message[1:] if message[0] == "batch" else [message]
+
+
 def _open_fds() -> int:
     """The shared buffers open in this process (the device's loop runs in it): memfds."""
     links = []
@@ -148,6 +154,9 @@ def test_inputs_outside_the_buffer_are_refused_without_reading_there(door, name,
         b'["forget", [[1]]]',
         b'["no such kind"]',
         b"[" * 10_000,
+        b'["batch"]',  # a batch carries no descriptor: it is closed, and so are these
+        b'["batch", 5, [], {"call": 1}, ["no such kind"]]',
+        b'["batch", ["batch", ["no such kind"]]]',  # one inside another: an unknown kind
     ],
 )
 def test_a_message_that_is_no_call_is_dropped_and_its_descriptors_closed(door, name, raw):
@@ -155,6 +164,17 @@ def test_a_message_that_is_no_call_is_dropped_and_its_descriptors_closed(door, n
     _send(door, raw, [_sealed()])
     _still_answers(door, name)  # messages are handled in order: this one's is done
     assert _open_fds() == before
+
+
+def test_the_calls_of_a_batch_are_answered_each(door, name):
+    # A front door sends the messages of one turn of its loop as one datagram (`_wire`).
+    batch = orjson.dumps(["batch", _good(name, 21), ["batch", _good(name, 22)], _good(name, 23)])
+    _send(door, batch)
+    answers = []
+    while len(answers) < 2:
+        answers += _messages(door.recv(1 << 20))
+    assert sorted((a[1], a[2]) for a in answers) == [(21, 200), (23, 200)]
+    _still_answers(door, name)  # and the nested call was never answered
 
 
 def test_an_answer_that_overruns_its_buffer_is_a_500_not_a_lost_answer(door, name):
@@ -329,7 +349,7 @@ def test_a_flood_of_calls_is_answered_in_full(door, name):
                     break
                 sent += 1
             try:
-                answers.append(orjson.loads(door.recv(1 << 20)))
+                answers += _messages(door.recv(1 << 20))
             except BlockingIOError:
                 select.select([door], [], [], 5)
     finally:

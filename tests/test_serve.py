@@ -1175,6 +1175,22 @@ def test_request_shapes_must_fit_the_symbolic_ones(functions, inputs, message):
     assert message in r.json()["error"], r.json()
 
 
+def test_the_functions_of_a_2x_bundle_are_served_through_a_front_door(functions):
+    # A served function's manifest crosses to a front door as JSON: a 2.x function's own
+    # (format_version 2.x, no `functions`) was refused there, and `serve --frontends 2` of any
+    # 2.x bundle failed at start ("a front door did not start": MANIFEST_INVALID).
+    from frontdoor_pair import front_door
+
+    with front_door(load_models([functions], backend="xla")) as door, TestClient(door) as client:
+        r = _ask(client, "fns.predict", x=_x(3))
+        assert r.status_code == 200, r.text
+        assert (
+            r.json()["outputs"][0]["data"]
+            == np.ravel(_alone(functions, "predict", x=_x(3))).tolist()
+        )
+        assert _ask(client, "fns.pair", x=_x(2), y=np.ones((3, 3), np.float32)).status_code == 400
+
+
 def test_symbols_bind_across_inputs_and_negative_dimensions_are_refused(functions):
     client = TestClient(app(load_models([functions], backend="xla")))
     r = _ask(client, "fns.pair", x=_x(2), y=np.ones((3, 3), np.float32))

@@ -11,6 +11,7 @@ for the results' shapes; only descriptors travel over the socket pair (`_wire`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import mmap
 import os
 import resource
@@ -20,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -115,8 +116,11 @@ class DeviceLoop:
         kinds, as it sends them, is dropped with the descriptors it carried: a front door is
         trusted with nothing."""
         kind = message[0]
-        if kind == "call":
-            asyncio.get_running_loop().create_task(self._answer(door, message, fds))
+        if kind == "call":  # on the channel's loop (asyncio.get_running_loop, on Python 3.11,
+            # is a getpid system call each time)
+            cast("asyncio.AbstractEventLoop", door.channel.loop).create_task(
+                self._answer(door, message, fds)
+            )
             return
         for fd in fds:  # only a call's first use of a buffer carries one
             os.close(fd)
@@ -210,11 +214,16 @@ def _placed(view: mmap.mmap, at: int, outputs: dict[str, np.ndarray]) -> list[tu
         at = aligned(at)
         if at + x.nbytes > len(view):
             raise RequestError(500, f"output {name!r}: {x.nbytes} bytes, more than its shape's")
-        dtype = str(x.dtype)
+        dtype = _name(x.dtype)
         _array(view, dtype, x.shape, at)[...] = x
         placed.append((name, dtype, x.shape, at))
         at += x.nbytes
     return placed
+
+
+@functools.lru_cache(maxsize=64)
+def _name(dtype: np.dtype) -> str:
+    return str(dtype)  # numpy builds this string anew each time
 
 
 def buffers_each(count: int) -> int:

@@ -217,7 +217,7 @@ class Described(Spec):
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "manifest": self.manifest.to_json().decode(),
+            "manifest": _one_function(self.manifest).decode(),
             "names": list(self.names),
             "version": self.version,
             "inputs": self.inputs,
@@ -234,8 +234,10 @@ class Described(Spec):
         from .._format._manifest_json import parse_manifest
 
         manifest = parse_manifest(data["manifest"].encode())
-        if not isinstance(manifest, Manifest):
-            raise TypeError("a served function's manifest describes one function")
+        if not isinstance(manifest, Manifest):  # 2.x: a bundle of this function alone
+            if len(manifest.functions) != 1:
+                raise TypeError("a served function's manifest describes one function")
+            manifest = manifest.view(manifest.functions[0].name)
         described = cls.__new__(cls)
         described.names, described.version = tuple(data["names"]), data["version"]
         described.inputs = {n: (d, tuple(s)) for n, (d, s) in data["inputs"].items()}
@@ -245,3 +247,13 @@ class Described(Spec):
         described._manifest = manifest
         described._stored_shapes = {n: tuple(s) for n, s in data["stored_shapes"].items()}
         return described
+
+
+def _one_function(manifest: Manifest) -> bytes:
+    """A served function's manifest as a bundle's: a 1.x one as it is; a 2.x function's (a view,
+    which no reader takes alone) as the manifest of a bundle of that function only."""
+    if manifest.format_version.startswith("1."):
+        return manifest.to_json()
+    from .._format._bundle_manifest import combine
+
+    return combine([manifest], manifest.function, manifest.files).to_json()

@@ -6,7 +6,12 @@ are our own processes; a request's tensors never travel here, only where they li
 Messages, front door to device: ("call", id, model, buffer id, buffer size, inputs, results at),
 each input (name, dtype, shape, offset); ("forget", [buffer ids]). Device to front door:
 ("ready",) is the front door's first word, then ("answer", id, status, outputs or the JSON of
-the failure), each output (name, dtype, shape, offset) in the buffer."""
+the failure), each output (name, dtype, shape, offset) in the buffer.
+
+Messages without descriptors sent in one turn of the event loop travel together, as one
+("batch", message, ...): a call is two messages, and each datagram costs both processes a
+system call and a wake-up (under load, a batched model call's answers go back as one). A batch
+holds messages only: one inside another is dropped as an unknown kind."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import orjson
 
 MAX_MESSAGE = 1 << 20  # a message's bytes: descriptors, or a failure's JSON
 MAX_FDS = 8
+BATCH_BYTES = 64 << 10  # a batch is sent once it holds this many bytes of messages
 _ANCILLARY = socket.CMSG_LEN(MAX_FDS * array.array("i").itemsize)
 
 
@@ -49,6 +55,8 @@ class Channel:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
         self.buffer = bytearray(MAX_MESSAGE)  # each message is read into it (`_received`)
+        self.batch: list[bytes] = []  # messages to send together, at the end of this turn
+        self.batch_bytes = 0
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.sock.setblocking(False)
@@ -61,6 +69,27 @@ class Channel:
                 os.close(fd)
             return
         data = orjson.dumps(message)
+        if fds or self.loop is None or len(data) >= BATCH_BYTES:  # alone, after the batch
+            self._flush()
+            return self._send(data, fds)
+        if self.batch_bytes + len(data) >= BATCH_BYTES:
+            self._flush()
+        if not self.batch:
+            self.loop.call_soon(self._flush)
+        self.batch.append(data)
+        self.batch_bytes += len(data)
+
+    def _flush(self) -> None:
+        """The messages batched so far, sent: one alone, several as a ("batch", ...)."""
+        if not self.batch:
+            return
+        batch, self.batch, self.batch_bytes = self.batch, [], 0
+        if self.closed:
+            return
+        data = batch[0] if len(batch) == 1 else b'["batch",' + b",".join(batch) + b"]"
+        self._send(data, ())
+
+    def _send(self, data: bytes, fds: Sequence[int]) -> None:
         if self.queued:
             self.queued.append((data, fds))
             return
@@ -109,7 +138,14 @@ class Channel:
                 for fd in fds:
                     os.close(fd)
                 continue
-            self.on_message(message, fds)
+            if message[0] != "batch":
+                self.on_message(message, fds)
+                continue
+            for fd in fds:  # a batch carries none
+                os.close(fd)
+            for item in message[1:]:
+                if not self.closed and type(item) is list and item and type(item[0]) is str:
+                    self.on_message(tuple(item), [])
 
     def _received(self) -> tuple[Any, list[int]]:
         """The next message (a view of the channel's buffer, good until the next; None where
@@ -129,6 +165,7 @@ class Channel:
     def close(self) -> None:
         if self.closed:
             return
+        self._flush()  # what this turn sent, before the end
         self.closed = True
         for _, fds in self.queued:  # never sent: the channel's to close
             for fd in fds:
