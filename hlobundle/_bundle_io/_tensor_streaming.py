@@ -19,7 +19,6 @@ import hashlib
 import queue
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ from .._format._errors import TensorFileError
 from .._terminal import _progress
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
+    from concurrent.futures import Executor, Future
 
     import numpy as np
 
@@ -89,23 +88,18 @@ def to_device(
     joined = _Joiner(ordered, runs)
     buffers = RunBuffers(device) if buffers is None else buffers
     ends = [t.end for t in ordered]
-    waiter = None if pool is None else ThreadPoolExecutor(1, "hlobundle-transfers")
-    plan = _Plan(tf.fd, ordered, ends, chunk, device, buffers, step, whole, waiter)
+    plan = _Plan(tf.fd, ordered, ends, chunk, device, buffers, step, whole)
     try:
         with _progress.task(f"reading {tf.name} onto {device}", tf.size) as advance:
             for digests_of_run, pieces, buffer in _each_run(plan, runs, pool):
                 digests += digests_of_run
-                put = pieces.result()  # on the device: its buffer no longer read by a transfer
                 if h is not None:
                     h.update(buffer)
                     buffers.give_back(buffer)  # the last to read it: the pieces are on the device
-                joined.add(put)
+                joined.add(pieces)
                 advance(len(buffer))
     except _hashing_reader.ShrankError:
         raise TensorFileError(f"{tf.name} shrank while it was read", path=tf.name) from None
-    finally:
-        if waiter is not None:
-            waiter.shutdown(cancel_futures=False)  # every transfer waited for, its buffer back
     arrays = joined.arrays | _empty(tensors, device)
     return (None if h is None else h.hexdigest()), (None if chunk is None else digests), arrays
 
@@ -130,29 +124,14 @@ class _Plan:
     buffers: RunBuffers
     step: int
     whole: bool
-    waiter: Executor | None  # a thread that waits for the transfers (None: the run's own)
 
-    def run(self, begin: int, end: int) -> tuple[list[str], Future[list[tuple[str, Any]]], Any]:
-        """The run read into a buffer and hashed, its pieces sent to the device: (its chunk
-        digests, the pieces once on the device, the buffer). The transfers are waited for by
-        `waiter`, so that this thread reads and hashes the next run meanwhile (on a TPU host a
-        run's transfer took a sixth of a hashing thread's time, 2026-12-07); the buffer goes
-        back once they are done, unless the file's sha256 still reads it (`whole`)."""
+    def run(self, begin: int, end: int) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
         buffer = self.buffers.take(self.step)[: end - begin]
         pieces = _pieces(self.ordered, self.ends, begin, end)
-        digests, sent = _put_run(self.fd, begin, buffer, pieces, self.chunk, self.device)
-        keys = [t.key for t, _, _ in pieces]
-        if self.waiter is None:
-            done: Future[list[tuple[str, Any]]] = Future()
-            done.set_result(self._on_device(keys, sent, buffer))
-            return digests, done, buffer
-        return digests, self.waiter.submit(self._on_device, keys, sent, buffer), buffer
-
-    def _on_device(self, keys: list[str], sent: list[Any], buffer: Any) -> list[tuple[str, Any]]:
-        put = list(zip(keys, _wait(sent), strict=True))
+        got = _put_run(self.fd, begin, buffer, pieces, self.chunk, self.device)
         if not self.whole:  # nothing reads it after: free for the next run at once
             self.buffers.give_back(buffer)
-        return put
+        return got
 
 
 def _each_run(plan: _Plan, runs: list[tuple[int, int]], pool: Executor | None) -> Any:
@@ -195,14 +174,14 @@ def _put_run(
     pieces: list[tuple[Planned, int, int]],
     chunk: int | None,
     device: Any,
-) -> tuple[list[str], list[Any]]:
+) -> tuple[list[str], list[tuple[str, Any]], np.ndarray]:
     """Read the bytes from `begin` on into `buffer`, hash it, and put each piece of a tensor
-    it holds on `device` from it: (the chunk digests, the pieces sent, to be waited for
-    (`_wait`) before the buffer is written again; a CPU device's may be the buffer itself:
-    `RunBuffers` never hands one out again there)."""
+    it holds on `device` from it, waited for: the device then holds its own copy (a CPU
+    device's may be the buffer itself: `RunBuffers` never hands one out again there)."""
     digests = _hash_run(fd, begin, buffer, chunk)
     sent = [_put(buffer[lo - begin : hi - begin].view(t.dtype), device) for t, lo, hi in pieces]
-    return digests, sent
+    put = [(t.key, x) for (t, _, _), x in zip(pieces, _wait(sent), strict=True)]
+    return digests, put, buffer
 
 
 def _hash_run(fd: int, begin: int, buffer: np.ndarray, chunk: int | None) -> list[str]:
