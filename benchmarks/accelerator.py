@@ -22,7 +22,9 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   Beside them the transfer floor (`InMemory`): `jax.device_put` of the same tensors from memory,
   whole arrays and in the streamed path's runs joined as it joins them, each / the bound; and
   the streamed load / the overlapped floor, max(the bound, the fastest transfer), goal <= 1.3:
-  hashing while transferring cannot beat the slower of the two.
+  hashing while transferring cannot beat the slower of the two. And `load(verify=True)` and
+  the load onto the device with the private copy in the other kind of pages (`HUGE_PAGES`:
+  transparent huge pages or 4 KiB ones), where fresh memory is the copy's cost.
   With `HLOBUNDLE_BENCH_STREAM` set (comma-separated settings), it measures only that streamed
   load under each setting (`stream_setting`), against the same bound and the overlapped floor
   (the transfer in runs of each setting's size too): `after` (hlobundle's), `after+alias=0`
@@ -54,6 +56,7 @@ rots unseen; its figures mean nothing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -368,6 +371,20 @@ def parallel_sha256_bound(files: list[Path]) -> None:
             os.close(fd)
 
 
+@contextlib.contextmanager
+def huge_pages(on: bool | None) -> Any:
+    """Private copies (`load(verify=True)`'s) in transparent huge pages or not (None: as
+    hlobundle makes them), meanwhile."""
+    from hlobundle._bundle_io import _tensor_reading
+
+    saved = _tensor_reading.HUGE_PAGES
+    _tensor_reading.HUGE_PAGES = saved if on is None else on
+    try:
+        yield
+    finally:
+        _tensor_reading.HUGE_PAGES = saved
+
+
 class _FromMemory:
     """A tensor file's runs as `_tensor_streaming` plans them (its `_Plan`), each run's pieces
     put on the device from the file's bytes already in memory, not read or hashed: the
@@ -473,24 +490,26 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
     files = sorted(path.rglob("*.safetensors"))
     fresh = iter(range(1 << 30))
 
-    def verified(cache: str) -> Callable[[], object]:
+    def verified(cache: str, huge: bool | None = None) -> Callable[[], object]:
         def run() -> None:
             os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / cache.format(next(fresh)))
-            hlobundle.load(path, verify=True)
+            with huge_pages(huge):
+                hlobundle.load(path, verify=True)
 
         return run
 
-    def onto_device(streamed: bool) -> Callable[[], object]:
+    def onto_device(streamed: bool, huge: bool | None = None) -> Callable[[], object]:
         import jax
 
         def run() -> None:
             os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / f"{kind}-warm")
-            if streamed:
-                b = hlobundle.load(path, verify=True, device=True).select("f0")
-                jax.block_until_ready(b.example_args()[0])
-            else:
-                b = hlobundle.load(path, verify=True).select("f0")
-                jax.block_until_ready(jax.device_put(b.example_args()[0]))
+            with huge_pages(huge):
+                if streamed:
+                    b = hlobundle.load(path, verify=True, device=True).select("f0")
+                    jax.block_until_ready(b.example_args()[0])
+                else:
+                    b = hlobundle.load(path, verify=True).select("f0")
+                    jax.block_until_ready(jax.device_put(b.example_args()[0]))
 
         return run
 
@@ -505,6 +524,11 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
     if first_too:
         fns |= {"first": verified(kind + "-cold-{}"), "one core": one_core}
         fns |= {"streamed": onto_device(True), "copied": onto_device(False)}
+        other = not _huge_pages_now()  # the private copy in the other kind of pages
+        fns |= {
+            "again, other pages": verified(f"{kind}-warm", other),
+            "streamed, other pages": onto_device(True, other),
+        }
         memory = InMemory(path)
         runs = f"transfer in runs of {_tensor_streaming.RUN_BYTES >> 20} MiB"
         fns |= {"transfer": memory.whole, runs: memory.in_runs}
@@ -526,6 +550,7 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
     what = f"{gib:.3g} GiB, {kind} ({len(files)} tensor files), / parallel sha256 bound"
     if not first_too:
         return [ratio_row(f"load(verify=True), {what}", "", base, res["again"][0], 1.15)]
+    pages = "transparent huge pages (MADV_HUGEPAGE)" if other else "4 KiB pages (no MADV_HUGEPAGE)"
     return [
         ratio_row(f"load(verify=True) again (sha256 recalled), {what}", "", base, res["again"][0], 1.15),
         ratio_row(f"load(verify=True) first time (sha256 computed too), {what}", "", base,
@@ -536,9 +561,20 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
                   res["streamed"][0], 1.3),
         ratio_row(f"load(verify=True) + jax.device_put (through the private copy), again, {what}",
                   "", base, res["copied"][0], None),
+        ratio_row(f"load(verify=True) again, its private copy in {pages}, {what}", "", base, res["again, other pages"][0], 1.15),
+        ratio_row(f"load(verify=True, device=True) again, a private copy in {pages} (where it "
+                  f"makes one: a CPU device), {what}", "", base, res["streamed, other pages"][0],
+                  1.3),
         *_transfer_rows(res, what),
         _floor_row(res, "streamed", "", memory.nbytes, what),
     ]  # fmt: skip
+
+
+def _huge_pages_now() -> bool:
+    """Whether hlobundle makes its private copies in transparent huge pages."""
+    from hlobundle._bundle_io import _tensor_reading
+
+    return _tensor_reading.HUGE_PAGES
 
 
 def _transfer_rows(res: dict[str, tuple[float, float]], what: str) -> list[dict]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._tensors import TensorFile
 
 _CHUNK = 16 * 1024 * 1024
+HUGE_PAGES = True  # the private copy in transparent huge pages (benchmarks/accelerator.py verify tries both)
 
 
 def sha256(tf: TensorFile, chunks: _chunks.ChunkHasher | None = None) -> str:
@@ -125,7 +126,7 @@ def _copy_memory(size: int) -> mmap.mmap:
     if not hasattr(mmap, "MAP_PRIVATE"):  # Windows
         return mmap.mmap(-1, max(size, 1))
     mapping = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
+    if HUGE_PAGES and hasattr(mmap, "MADV_HUGEPAGE"):
         with contextlib.suppress(OSError):  # EINVAL from a kernel built without huge pages
             mapping.madvise(mmap.MADV_HUGEPAGE)
     return mapping
