@@ -22,7 +22,9 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   Beside them the transfer floor (`InMemory`): `jax.device_put` of the same tensors from memory,
   whole arrays and in the streamed path's runs joined as it joins them, each / the bound; and
   the streamed load / the overlapped floor, max(the bound, the fastest transfer), goal <= 1.3:
-  hashing while transferring cannot beat the slower of the two.
+  hashing while transferring cannot beat the slower of the two. And `load(verify=True)` and
+  the load onto the device with the private copy in the other kind of pages (`HUGE_PAGES`:
+  transparent huge pages or 4 KiB ones), where fresh memory is the copy's cost.
   With `HLOBUNDLE_BENCH_STREAM` set (comma-separated settings), it measures only that streamed
   load under each setting (`stream_setting`), against the same bound and the overlapped floor
   (the transfer in runs of each setting's size too): `after` (hlobundle's), `after+alias=0`
@@ -57,9 +59,11 @@ rots unseen; its figures mean nothing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.metadata
 import json
+import mmap
 import os
 import shutil
 import statistics
@@ -371,6 +375,39 @@ def parallel_sha256_bound(files: list[Path]) -> None:
             os.close(fd)
 
 
+def fresh_memory(files: list[Path]) -> None:
+    """Fresh memory for the same files' private copies, as `load(verify=True)` makes them
+    (`_tensor_reading._copy_memory`: huge pages or not as `HUGE_PAGES` says), each page
+    touched (a byte written) in runs of `STEP` bytes by a thread per host core, then let go:
+    what the copy costs beyond reading and hashing, which a CPU's cores pay beside the hash."""
+    from hlobundle._bundle_io._tensor_reading import _copy_memory
+
+    copies = [np.frombuffer(_copy_memory(f.stat().st_size), np.uint8) for f in files]
+    runs = [(m, begin) for m in copies for begin in range(0, len(m), STEP)]
+    page = mmap.PAGESIZE
+
+    def touch(run: tuple[np.ndarray, int]) -> None:
+        m, begin = run
+        m[begin : begin + STEP : page] = 1
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(touch, runs))
+
+
+@contextlib.contextmanager
+def huge_pages(on: bool | None) -> Any:
+    """Private copies (`load(verify=True)`'s) in transparent huge pages or not (None: as
+    hlobundle makes them), meanwhile."""
+    from hlobundle._bundle_io import _tensor_reading
+
+    saved = _tensor_reading.HUGE_PAGES
+    _tensor_reading.HUGE_PAGES = saved if on is None else on
+    try:
+        yield
+    finally:
+        _tensor_reading.HUGE_PAGES = saved
+
+
 class _FromMemory:
     """A tensor file's runs as `_tensor_streaming` plans them (its `_Plan`), each run's pieces
     put on the device from the file's bytes already in memory, not read or hashed: the
@@ -476,24 +513,26 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
     files = sorted(path.rglob("*.safetensors"))
     fresh = iter(range(1 << 30))
 
-    def verified(cache: str) -> Callable[[], object]:
+    def verified(cache: str, huge: bool | None = None) -> Callable[[], object]:
         def run() -> None:
             os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / cache.format(next(fresh)))
-            hlobundle.load(path, verify=True)
+            with huge_pages(huge):
+                hlobundle.load(path, verify=True)
 
         return run
 
-    def onto_device(streamed: bool) -> Callable[[], object]:
+    def onto_device(streamed: bool, huge: bool | None = None) -> Callable[[], object]:
         import jax
 
         def run() -> None:
             os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / f"{kind}-warm")
-            if streamed:
-                b = hlobundle.load(path, verify=True, device=True).select("f0")
-                jax.block_until_ready(b.example_args()[0])
-            else:
-                b = hlobundle.load(path, verify=True).select("f0")
-                jax.block_until_ready(jax.device_put(b.example_args()[0]))
+            with huge_pages(huge):
+                if streamed:
+                    b = hlobundle.load(path, verify=True, device=True).select("f0")
+                    jax.block_until_ready(b.example_args()[0])
+                else:
+                    b = hlobundle.load(path, verify=True).select("f0")
+                    jax.block_until_ready(jax.device_put(b.example_args()[0]))
 
         return run
 
@@ -508,9 +547,18 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
     if first_too:
         fns |= {"first": verified(kind + "-cold-{}"), "one core": one_core}
         fns |= {"streamed": onto_device(True), "copied": onto_device(False)}
+        other = not _huge_pages_now()  # the private copy in the other kind of pages
+        fns |= {
+            "again, other pages": verified(f"{kind}-warm", other),
+            "streamed, other pages": onto_device(True, other),
+        }
         memory = InMemory(path)
         runs = f"transfer in runs of {_tensor_streaming.RUN_BYTES >> 20} MiB"
-        fns |= {"transfer": memory.whole, runs: memory.in_runs}
+        fns |= {
+            "transfer": memory.whole,
+            runs: memory.in_runs,
+            "fresh": lambda: fresh_memory(files),
+        }
         memory.in_runs()  # untimed: its joins compiled
     saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
     try:
@@ -529,6 +577,8 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
     what = f"{gib:.3g} GiB, {kind} ({len(files)} tensor files), / parallel sha256 bound"
     if not first_too:
         return [ratio_row(f"load(verify=True), {what}", "", base, res["again"][0], 1.15)]
+    huge, small = "transparent huge pages (MADV_HUGEPAGE)", "4 KiB pages (no MADV_HUGEPAGE)"
+    pages, pages_now = (huge, small) if other else (small, huge)
     return [
         ratio_row(f"load(verify=True) again (sha256 recalled), {what}", "", base, res["again"][0], 1.15),
         ratio_row(f"load(verify=True) first time (sha256 computed too), {what}", "", base,
@@ -539,9 +589,21 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
                   res["streamed"][0], 1.3),
         ratio_row(f"load(verify=True) + jax.device_put (through the private copy), again, {what}",
                   "", base, res["copied"][0], None),
+        ratio_row(f"load(verify=True) again, its private copy in {pages}, {what}", "", base, res["again, other pages"][0], 1.15),
+        ratio_row(f"load(verify=True, device=True) again, a private copy in {pages} (where it "
+                  f"makes one: a CPU device), {what}", "", base, res["streamed, other pages"][0],
+                  1.3),
         *_transfer_rows(res, what),
         _floor_row(res, "streamed", "", memory.nbytes, what),
+        *_fresh_rows(res, pages_now, what),
     ]  # fmt: skip
+
+
+def _huge_pages_now() -> bool:
+    """Whether hlobundle makes its private copies in transparent huge pages."""
+    from hlobundle._bundle_io import _tensor_reading
+
+    return _tensor_reading.HUGE_PAGES
 
 
 def _transfer_rows(res: dict[str, tuple[float, float]], what: str) -> list[dict]:
@@ -562,6 +624,24 @@ def _transfer_rows(res: dict[str, tuple[float, float]], what: str) -> list[dict]
                       "", whole, res[k][0], None),
         ]  # fmt: skip
     return rows
+
+
+def _fresh_rows(res: dict[str, tuple[float, float]], pages: str, what: str) -> list[dict]:
+    """Fresh memory for the private copies (`fresh_memory`) / the bound, and the loads that
+    make a copy / the bound and that fresh memory together: where one host's cores both hash
+    and fault the copy's pages in (a CPU device's arrays are the copy), the sum is their floor."""
+    base, fresh = res["bound"][0], res["fresh"][0]
+    floor = base + fresh
+    plain = what.removesuffix(", / parallel sha256 bound")
+    return [
+        ratio_row(f"fresh memory for the private copies ({pages}, as load(verify=True) makes "
+                  f"them), each page touched by a thread per core, {what}", "", base, fresh, None),
+        ratio_row(f"load(verify=True) again / the copy's floor, the bound + that fresh memory, "
+                  f"{plain}", "", floor, res["again"][0], 1.15),
+        ratio_row(f"load(verify=True, device=True) again / the bound + that fresh memory (the "
+                  f"floor where its arrays are the copy: a CPU device), {plain}", "", floor,
+                  res["streamed"][0], 1.3),
+    ]  # fmt: skip
 
 
 def _floor_row(

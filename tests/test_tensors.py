@@ -192,6 +192,8 @@ def test_a_kernel_without_huge_pages_still_copies(tmp_path, monkeypatch):
     import mmap
     import types
 
+    monkeypatch.setattr(_tensor_reading, "HUGE_PAGES", True)
+
     class NoHugePages(mmap.mmap):
         def madvise(self, *args):
             raise OSError(errno.EINVAL, "Invalid argument")

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from ._tensors import TensorFile
 
 _CHUNK = 16 * 1024 * 1024
+# The private copy in transparent huge pages (`MADV_HUGEPAGE`): off, as `_copy_memory` says why
+# (benchmarks/accelerator.py, section verify, measures the copy both ways).
+HUGE_PAGES = False
 
 
 def sha256(tf: TensorFile, chunks: _chunks.ChunkHasher | None = None) -> str:
@@ -118,14 +121,17 @@ def _private_copy(tf: TensorFile, size: int) -> mmap.mmap:
 
 def _copy_memory(size: int) -> mmap.mmap:
     """Private memory for a whole file's copy: an anonymous mapping, swap reserved (too large,
-    it fails here, not at a page fault), in huge pages where the kernel offers them on request
-    (Linux's transparent huge pages, `madvise` mode). A 1 GiB copy then takes 512 faults per
-    GiB instead of 262,144: 0.3 s against 0.3-2.7 s into `np.empty`'s memory on this project's
-    machine (benchmarks/RESULTS.md, "Signing", full verify)."""
+    it fails here, not at a page fault), in 4 KiB pages unless `HUGE_PAGES`. Huge pages take
+    512 faults a GiB instead of 262,144, and once measured 0.3 s a GiB on this project's 2-CPU
+    VM; but that VM's balloon reports free 2 MiB blocks to its host, which takes them back, so
+    a huge page is mostly memory the host must fault in again: on 2026-12-07 a 1 GiB copy
+    there cost 2.4-3.1 s of system time in huge pages against 0.6-0.8 s in 4 KiB ones, and
+    `load(verify=True)` took 2.3x longer (benchmarks/RESULTS.md, "Verify onto the device").
+    The TPU host has no transparent huge pages at all (docs/accelerators.md)."""
     if not hasattr(mmap, "MAP_PRIVATE"):  # Windows
         return mmap.mmap(-1, max(size, 1))
     mapping = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
+    if HUGE_PAGES and hasattr(mmap, "MADV_HUGEPAGE"):
         with contextlib.suppress(OSError):  # EINVAL from a kernel built without huge pages
             mapping.madvise(mmap.MADV_HUGEPAGE)
     return mapping
