@@ -16,7 +16,8 @@ machine) writes RESULTS-<platform>.md.
 - serving.py: `hlobundle serve` (`serve`, `serve-uds`, `json`, `serve-many`), through
   serve_client.py, the client of the serving benchmarks; serve_cpu.py: serve's own CPU per
   request (`serve-cpu`); grpc_shm.py: a small infer over gRPC, with and without system shared
-  memory (`grpc-shm`);
+  memory (`grpc-shm`); serve_shm.py: the batching gain through system shared memory
+  (`serve-shm`);
 - pytorch.py: PyTorch models in, against eager PyTorch, and from_torch's time (`torch`);
 - peers.py: the engines side by side (`peers`, `ray`), with peer_decode.py and ray_scaling.py,
   which run in the engines' own environments.

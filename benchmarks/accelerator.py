@@ -41,6 +41,10 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
 - `grpc-shm`: a small binary infer over `serve --grpc-uds`, one client, with raw contents and
   with system shared memory: requests per second and serve's CPU per request
   (`grpc_shm.grpc_shm_cost`; it needs the grpc extra).
+- `shm`: the same gain through system shared memory (`serve_shm.serve_shm_cost`): 16 client
+  processes over `serve --uds`, each naming its own regions registered over REST, in turns with
+  the same clients' binary requests; requests per second, the gain against the model-only
+  bound (goal >= 0.8), serve's CPU per request.
 - `start`: `hlobundle run` of the LeNet from an executable stored for this device / a process
   that only starts the runtime (`python -c "import jax; jax.devices()"`), fresh processes
   (`run_over_runtime_start`); goal <= 1.03.
@@ -934,6 +938,15 @@ def grpc_shared_memory(tmp: Path, args: argparse.Namespace) -> list[dict]:
     return grpc_shm_cost(tmp, args.quick, uds=True)
 
 
+def shm_batching_gain(tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """`hlobundle serve --uds PATH`, 16 client processes, binary requests and requests naming
+    shared-memory regions: the batching gain of each against the model-only bound, as
+    `benchmarks/run.py --only serve-shm` measures it (`serve_shm.serve_shm_cost`); goal >= 0.8."""
+    from benchmarks.serve_shm import serve_shm_cost
+
+    return serve_shm_cost(tmp, args.quick)
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -952,12 +965,13 @@ def device_loop(tmp: Path, args: argparse.Namespace) -> list[dict]:
     return device_loop_cost(tmp, args.quick, clients=16)
 
 
-# `first`, `serve`, `grpc-shm`, `start`, `doors` and `loop` run only children, which hold the device in
+# `first`, `serve`, `shm`, `grpc-shm`, `start`, `doors` and `loop` run only children, which hold the device in
 # turn: they come before any section that opens it in this process (one process at a time may
 # hold a TPU chip).
 SECTIONS: dict[str, tuple[str, Callable[[Path, argparse.Namespace], list[dict]]]] = {
     "first": ("First result in a fresh process", first_result),
     "serve": ("Serving: the batching gain", serve_batching_gain),
+    "shm": ("Serving: the batching gain through shared memory", shm_batching_gain),
     "grpc-shm": ("Serving over gRPC: raw contents / shared memory", grpc_shared_memory),
     "start": ("`hlobundle run` over the runtime's start, fresh processes", run_over_runtime_start),
     "doors": ("Serving: several front doors, one device (--frontends)", serve_doors),

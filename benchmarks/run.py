@@ -40,6 +40,7 @@ from benchmarks.harness import ROOT, table  # noqa: E402
 from benchmarks.language_model import lm_cost  # noqa: E402
 from benchmarks.serve_cpu import serve_cpu_cost  # noqa: E402
 from benchmarks.serve_doors import device_loop_cost, serve_doors_cost  # noqa: E402
+from benchmarks.serve_shm import serve_shm_cost  # noqa: E402
 from benchmarks.serving import serve_uds_cost  # noqa: E402
 
 
@@ -157,6 +158,12 @@ def sections_of(tmp: Path, quick: bool) -> dict[str, Callable[[], list[tuple[str
             "batching's gain, 16 clients (http.client; threads of the benchmark, then forked "
             "processes), against the model-only bound",
             serve_uds_cost,
+        ),
+        "serve-shm": one(
+            "Dynamic batching through system shared memory (hlobundle serve --uds, 16 forked "
+            "client processes, each with its own regions registered over REST, in rounds taken "
+            "in turns with the same clients' binary requests), against the model-only bound",
+            serve_shm_cost,
         ),
         "serve-cpu": one(
             "serve's CPU per request (the server process's user and system time over N requests "

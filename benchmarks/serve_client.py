@@ -111,20 +111,23 @@ def load(
             except OSError:  # the connection lost: this answer and the rest are
                 return bad + each - k
             n = int(fields.get(b"inference-header-content-length", len(data)))
-            if status == 200 and data[n:] == exact:
-                continue
-            got = np.frombuffer(data[n:], "<f4") if status == 200 else None
-            if (
-                got is None
-                or got.size != want.size
-                or not np.allclose(got, want, rtol=1e-5, atol=1e-6)
-            ):
-                bad += 1  # lost, or outside SPEC's float32 tolerance (batched: 1 ulp apart)
+            bad += status != 200 or not matches(data[n:], want, exact)
         conn.close()
         return bad
 
     seconds, bad = (in_processes if processes else in_threads)(client, clients)
     return clients * each / seconds, bad
+
+
+def matches(data: bytes, want: np.ndarray, exact: bytes) -> bool:
+    """Whether the answer's bytes `data` are `want`'s (float32): `exact` (its bytes), or within
+    SPEC's float32 tolerance (a batched call's answer may be 1 ulp apart)."""
+    if data == exact:
+        return True
+    got = np.frombuffer(data, "<f4") if len(data) % 4 == 0 else None
+    return (
+        got is not None and got.size == want.size and np.allclose(got, want, rtol=1e-5, atol=1e-6)
+    )
 
 
 def request_bytes(method: str, path: str, body: bytes = b"", header: int | None = None) -> bytes:
@@ -249,6 +252,12 @@ def handler_mean_s(where: Where) -> float:
 
 def metric_mean(where: Where, histogram: str) -> float:
     """The mean of the server's /metrics histogram `histogram` for the LeNet."""
+    total, count = metric_sums(where, histogram)
+    return total / count
+
+
+def metric_sums(where: Where, histogram: str) -> tuple[float, float]:
+    """The sum and the count of the server's /metrics histogram `histogram` for the LeNet."""
     conn = connection(where, timeout=10)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
@@ -258,7 +267,7 @@ def metric_mean(where: Where, histogram: str) -> float:
         for line in text.splitlines()
         if line.startswith(f"{histogram}_") and 'model="lenet5"' in line
     }
-    return values[f"{histogram}_sum"] / values[f"{histogram}_count"]
+    return values[f"{histogram}_sum"], values[f"{histogram}_count"]
 
 
 def ceiling(where: Where, clients: int, each: int, processes: bool = False) -> float:

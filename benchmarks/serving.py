@@ -405,19 +405,9 @@ def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
     process: the bound's process, then each server, hold the accelerator in turn (one program
     at a time can hold a TPU chip). A wrong answer is one that differs from the unbatched
     server's."""
-    images_file = tmp / "uds-images.npy"
-    code = MODEL_BOUND.format(
-        root=str(ROOT),
-        bundle=str(ROOT / "examples" / "lenet5.hlobundle"),
-        reps=20 if quick else 100,
-        threads=True,
-        batcher=False,
-        gap_s=SPACED_S,
-    )
-    code += f"np.save({str(images_file)!r}, many[0]['images'])\n"
-    times = json.loads(run_py(code, _accelerator_env())[1].strip().splitlines()[-1])
+    times, images, _ = uds_bound(tmp, quick)
     bound = times["one"] / times["batched"]
-    header, body = client.binary_request(np.load(images_file))
+    header, body = client.binary_request(images)
     each = 25 if quick else 125
     runs: dict[str, dict[str, float]] = {}
     want = None
@@ -430,15 +420,7 @@ def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
         finally:
             proc.terminate()
             proc.communicate(timeout=60)
-    rows = [
-        {
-            "case": "model only, a fresh process set up as serve's: 16 requests one by one / "
-            "in one batched call (the bound on any batching gain)",
-            "s": times["batched"],
-            "ratio": bound,
-        },
-        _concurrent_bound(times, runs),
-    ]
+    rows = [bound_row(times), _concurrent_bound(times, runs)]
     for kind in ("threads", "processes"):
         rows += _uds_rows(runs, kind, bound)
     wrong = sum(run["wrong threads"] + run["wrong processes"] for run in runs.values())
@@ -450,6 +432,36 @@ def serve_uds_cost(tmp: Path, quick: bool) -> list[dict]:
         }
     )
     return rows
+
+
+def uds_bound(tmp: Path, quick: bool) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The model-only bound of the unix-socket sections (`serve_uds_cost`, `serve_shm`), in a
+    fresh process set up as serve's, which holds the accelerator alone and exits before any
+    server starts (`MODEL_BOUND`, its 16 calls in threads too): its times, the LeNet's images,
+    and the answer of its call on them, in process (float32, flat)."""
+    images_file, answer_file = tmp / "uds-images.npy", tmp / "uds-answer.npy"
+    code = MODEL_BOUND.format(
+        root=str(ROOT),
+        bundle=str(ROOT / "examples" / "lenet5.hlobundle"),
+        reps=20 if quick else 100,
+        threads=True,
+        batcher=False,
+        gap_s=SPACED_S,
+    )
+    code += f"np.save({str(images_file)!r}, many[0]['images'])\n"
+    code += f"np.save({str(answer_file)!r}, np.asarray(served(many[0])['result'], '<f4').ravel())\n"
+    times = json.loads(run_py(code, _accelerator_env())[1].strip().splitlines()[-1])
+    return times, np.load(images_file), np.load(answer_file)
+
+
+def bound_row(times: dict) -> dict:
+    """The row of `uds_bound`'s bound: 16 calls one by one / one batched call of them."""
+    return {
+        "case": "model only, a fresh process set up as serve's: 16 requests one by one / "
+        "in one batched call (the bound on any batching gain)",
+        "s": times["batched"],
+        "ratio": times["one"] / times["batched"],
+    }
 
 
 def _concurrent_bound(times: dict[str, float], runs: dict[str, dict[str, float]]) -> dict:

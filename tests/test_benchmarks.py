@@ -21,7 +21,7 @@ from helpers import ROOT
 from hlobundle._extras import pip_line
 
 sys.path.append(str(ROOT))
-from benchmarks import run, serve_client  # noqa: E402
+from benchmarks import run, serve_client, serve_shm  # noqa: E402
 from benchmarks.harness import table  # noqa: E402
 
 # Where the project tells a person (or CI) to run the suite: `benchmarks/run.py ARGS`, and
@@ -101,18 +101,36 @@ METRICS = (
 
 class StandIn(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the benchmark's clients use it
+    regions: dict[str, str] = {}  # the shared-memory regions registered: name, key
+    writes = True  # whether an infer naming an output region writes RESULT into it
 
     def do_GET(self) -> None:
         body = METRICS.encode() if self.path == "/metrics" else b'{"live": true}'
         self._answer(200, body, {})
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.startswith("/v2/systemsharedmemory/"):
+            return self._shared_memory(body)
         if self.path != "/v2/models/lenet5/infer":
             return self._answer(404, b"{}", {})
+        if "Inference-Header-Content-Length" not in self.headers:  # JSON naming regions
+            out = json.loads(body)["outputs"][0]["parameters"]["shared_memory_region"]
+            if StandIn.writes:
+                with open(f"/dev/shm/{StandIn.regions[out]}", "r+b") as f:
+                    f.write(RESULT.tobytes())
+            return self._answer(200, b"{}", {})
         header = json.dumps({"outputs": [{"name": "result", "datatype": "FP32"}]}).encode()
         length = {"Inference-Header-Content-Length": str(len(header))}
         self._answer(200, header + RESULT.tobytes(), length)
+
+    def _shared_memory(self, body: bytes) -> None:
+        parts = self.path.split("/")
+        if parts[-1] == "register":
+            StandIn.regions[parts[-2]] = json.loads(body)["key"]
+        else:
+            StandIn.regions.clear()
+        self._answer(200, b"{}", {})
 
     def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)
@@ -180,3 +198,22 @@ def test_threads_run_each_client_and_sum_what_they_return():
 
     seconds, total = serve_client.in_threads(client, 5)
     assert seconds >= 0 and total == 10 and len(seen) == 5
+
+
+# The clients' connections stay open until collected, as in the benchmark.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_the_shared_memory_load_reads_each_answer_out_of_its_own_cleared_region(where, monkeypatch):
+    images = np.ones((4, 1, 28, 28), np.float32)
+    pairs = serve_shm.registered(where, images, RESULT.nbytes, clients=3)
+    try:
+        assert sorted(StandIn.regions) == [f"c{k}-{s}" for k in range(3) for s in ("in", "out")]
+        rate, wrong = serve_shm.shm_load(where, pairs, images, RESULT, each=2)
+        assert rate > 0 and wrong == 0
+        _, wrong = serve_shm.shm_load(where, pairs, images, RESULT + 1, each=2)
+        assert wrong == 6
+        monkeypatch.setattr(StandIn, "writes", False)  # the right answer is there from before
+        _, wrong = serve_shm.shm_load(where, pairs, images, RESULT, each=2)
+        assert wrong == 6
+    finally:
+        serve_shm.released(where, pairs)
+    assert StandIn.regions == {}
