@@ -298,15 +298,22 @@ class Service:
         size = request.ByteSize()
         if size > limit:
             raise RequestError(413, over_limit(limit))
-        parsed, binary = request_object(request)
-        # as REST: a large request is decoded off the event loop, a region's bytes included
-        inline = size + region_bytes(parsed) <= INLINE_BYTES
-        given = await self._off_loop(
-            not inline, decoded, served, parsed, binary, True, self.regions
-        )
+        # as REST: a large request is read and decoded off the event loop (`serve`: uvicorn's,
+        # which REST shares), a region's bytes included; and so is a large result's encoding
+        if size > INLINE_BYTES:
+            given = await self._off_loop(True, self._decoded, served, request)
+        else:
+            parsed, binary = request_object(request)
+            off = size + region_bytes(parsed) > INLINE_BYTES
+            given = await self._off_loop(off, decoded, served, parsed, binary, True, self.regions)
         outputs = await self._called(served, given.given, context)
-        written = sum(outputs[n].nbytes for n in given.written)
-        return await self._off_loop(written > INLINE_BYTES, self._response, served, given, outputs)
+        large = sum(x.nbytes for x in outputs.values()) > INLINE_BYTES // 8  # as REST's
+        return await self._off_loop(large, self._response, served, given, outputs)
+
+    def _decoded(self, served: Served, request: Any) -> Any:
+        """`request`'s inputs, checked against the model (`_app.decoded`, as REST's)."""
+        parsed, binary = request_object(request)
+        return decoded(served, parsed, binary, True, self.regions)
 
     async def _off_loop(self, off: bool, fn: Any, *args: Any) -> Any:
         """`fn(*args)`, in a worker thread when `off`, else here."""
