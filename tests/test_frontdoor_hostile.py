@@ -8,10 +8,12 @@ kept open by a message refused), and the next call is answered as before."""
 from __future__ import annotations
 
 import asyncio
+import math
 import mmap
 import os
 import select
 import socket
+import types
 
 import numpy as np
 import orjson
@@ -23,7 +25,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 from frontdoor_pair import compromised_door  # noqa: E402
 
 from hlobundle._format._errors import BackendUnsupportedError  # noqa: E402
-from hlobundle._serve import _app, _arena, _grpc  # noqa: E402
+from hlobundle._serve import _app, _arena, _frontdoor, _grpc  # noqa: E402
 from hlobundle._serve._models import load_models  # noqa: E402
 from hlobundle._serve._protocol import Relayed  # noqa: E402
 
@@ -128,6 +130,7 @@ def test_a_call_the_device_cannot_read_is_answered_and_its_descriptors_closed(do
     [
         [["x", "float32", [1 << 40, 1 << 40], 0], INPUTS[1]],  # a shape no count can hold
         [["x", "float32", [4, 3], 1 << 62], INPUTS[1]],  # an offset past any buffer
+        [["x", "float32", [-1, 4, 4], 0], INPUTS[1]],  # numpy's count -1: the whole buffer
         [["x", "float32", [4, 3], -64], INPUTS[1]],  # before the buffer
         [["x", "float32", [4, 3], SIZE - 8], INPUTS[1]],  # running past its end
         [["x", "no_such_dtype", [4, 3], 0], INPUTS[1]],  # no dtype at all
@@ -140,6 +143,24 @@ def test_inputs_outside_the_buffer_are_refused_without_reading_there(door, name,
     assert (number, status) == (8, 500), body
     assert "the front door's call could not be read" in body["error"]
     _still_answers(door, name)
+
+
+def test_a_shape_is_checked_before_its_values_are_counted(door, name, monkeypatch):
+    # the count is the product of the sizes: 50,000 sizes near 2**63 in one message (1 MB)
+    # made a 3-million-bit integer, which took the device's event loop 7.6 s of CPU
+    counted = []
+
+    def prod(sizes):
+        counted.append(len(sizes))
+        return math.prod(sizes)
+
+    monkeypatch.setattr(_frontdoor, "math", types.SimpleNamespace(prod=prod))
+    inputs = [["x", "float32", [(1 << 63) - 1] * 1000, 0], INPUTS[1]]
+    _, number, status, body = _ask(door, ["call", 9, name, 1, SIZE, inputs, 128])
+    assert (number, status) == (9, 500), body
+    assert "the front door's call could not be read" in body["error"]
+    _still_answers(door, name)
+    assert counted and max(counted) <= 64  # an array's most dimensions
 
 
 @pytest.mark.parametrize(
