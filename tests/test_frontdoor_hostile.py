@@ -25,7 +25,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 from frontdoor_pair import compromised_door  # noqa: E402
 
 from hlobundle._format._errors import BackendUnsupportedError  # noqa: E402
-from hlobundle._serve import _app, _arena, _frontdoor, _grpc  # noqa: E402
+from hlobundle._serve import _app, _arena, _frontdoor, _grpc, _wire  # noqa: E402
 from hlobundle._serve._models import load_models  # noqa: E402
 from hlobundle._serve._protocol import Relayed  # noqa: E402
 
@@ -196,6 +196,20 @@ def test_the_calls_of_a_batch_are_answered_each(door, name):
         answers += _messages(door.recv(1 << 20))
     assert sorted((a[1], a[2]) for a in answers) == [(21, 200), (23, 200)]
     _still_answers(door, name)  # and the nested call was never answered
+
+
+def test_a_batch_larger_than_a_front_door_makes_is_dropped_whole(door, name):
+    # A front door's batch holds under `BATCH_BYTES` of messages: one datagram of 11,000 calls
+    # (a megabyte: 116,000) would have the device's loop make and answer every one in a turn
+    calls = [b'["call",%d]' % k for k in range(11_000)]
+    batch = b'["batch",' + b",".join(calls) + b"]"
+    assert len(batch) > 2 * _wire.BATCH_BYTES
+    _send(door, batch)
+    _send(door, orjson.dumps(_good(name, 99)))
+    answered = []
+    while 99 not in answered:
+        answered += [a[1] for a in _messages(door.recv(1 << 20))]
+    assert answered == [99]
 
 
 def test_an_answer_that_overruns_its_buffer_is_a_500_not_a_lost_answer(door, name):

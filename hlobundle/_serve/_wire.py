@@ -11,7 +11,8 @@ the failure), each output (name, dtype, shape, offset) in the buffer.
 Messages without descriptors sent in one turn of the event loop travel together, as one
 ("batch", message, ...): a call is two messages, and each datagram costs both processes a
 system call and a wake-up (under load, a batched model call's answers go back as one). A batch
-holds messages only: one inside another is dropped as an unknown kind."""
+holds messages only: one inside another is dropped as an unknown kind, and a batch longer than
+either end makes (`MAX_BATCH`) is dropped whole."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ import orjson
 MAX_MESSAGE = 1 << 20  # a message's bytes: descriptors, or a failure's JSON
 MAX_FDS = 8
 BATCH_BYTES = 64 << 10  # a batch is sent once it holds this many bytes of messages
+# A batch's datagram is under BATCH_BYTES and a separator a message (each at least 2 bytes):
+# a longer one is not what the other end sends, and is dropped whole, unread.
+MAX_BATCH = 2 * BATCH_BYTES
 _ANCILLARY = socket.CMSG_LEN(MAX_FDS * array.array("i").itemsize)
 
 
@@ -143,6 +147,8 @@ class Channel:
                 continue
             for fd in fds:  # a batch carries none
                 os.close(fd)
+            if len(data) > MAX_BATCH:  # each message would be made and answered in this turn
+                continue
             for item in message[1:]:
                 if not self.closed and type(item) is list and item and type(item[0]) is str:
                     self.on_message(tuple(item), [])
