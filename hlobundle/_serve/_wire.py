@@ -147,8 +147,6 @@ class Channel:
                 continue
             for fd in fds:  # a batch carries none
                 os.close(fd)
-            if len(data) > MAX_BATCH:  # each message would be made and answered in this turn
-                continue
             for item in message[1:]:
                 if not self.closed and type(item) is list and item and type(item[0]) is str:
                     self.on_message(tuple(item), [])
@@ -186,7 +184,7 @@ class Channel:
 
 def _parsed(data: Any) -> tuple[Any, ...] | None:
     """A message: a non-empty JSON list whose first item (its kind) is a string; else None
-    (`data` None: a message too long)."""
+    (`data` None: a message too long; a batch longer than `MAX_BATCH`)."""
     if data is None:
         return None
     try:
@@ -195,4 +193,6 @@ def _parsed(data: Any) -> tuple[Any, ...] | None:
         return None
     if type(message) is not list or not message or type(message[0]) is not str:
         return None
+    if message[0] == "batch" and len(data) > MAX_BATCH:  # each of its messages would be
+        return None  # made and answered in one turn of the loop
     return tuple(message)
