@@ -518,3 +518,16 @@ def test_a_large_result_is_encoded_off_the_event_loop_rest_shares(models, images
         answer = stub.ModelInfer(_typed_request(images))
     assert len(answer.raw_output_contents[0]) == 16 * _grpc.INLINE_BYTES
     assert where == [False]
+
+
+def test_a_message_that_does_not_parse_is_refused_with_a_code(served):
+    # grpc's own parse answered UNKNOWN and logged a traceback for each such message
+    with grpc.insecure_channel(f"127.0.0.1:{served[0]}") as channel:
+        for method in ("ModelInfer", "ServerLive", "ModelMetadata", "SystemSharedMemoryStatus"):
+            call = channel.unary_unary(f"/{_grpc_messages.SERVICE}/{method}")  # bytes as they are
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"\xff\xff\xff", timeout=30)
+            codes = dict(e.value.trailing_metadata() or ())
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, e.value.details())
+            assert codes.get("hlobundle-error-code") == "INPUT_INVALID"
+            assert e.value.details().startswith(f"the message is not a {method}Request")
