@@ -8,10 +8,12 @@ kept open by a message refused), and the next call is answered as before."""
 from __future__ import annotations
 
 import asyncio
+import math
 import mmap
 import os
 import select
 import socket
+import types
 
 import numpy as np
 import orjson
@@ -23,7 +25,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 from frontdoor_pair import compromised_door  # noqa: E402
 
 from hlobundle._format._errors import BackendUnsupportedError  # noqa: E402
-from hlobundle._serve import _app, _arena, _grpc  # noqa: E402
+from hlobundle._serve import _app, _arena, _frontdoor, _grpc, _wire  # noqa: E402
 from hlobundle._serve._models import load_models  # noqa: E402
 from hlobundle._serve._protocol import Relayed  # noqa: E402
 
@@ -128,6 +130,7 @@ def test_a_call_the_device_cannot_read_is_answered_and_its_descriptors_closed(do
     [
         [["x", "float32", [1 << 40, 1 << 40], 0], INPUTS[1]],  # a shape no count can hold
         [["x", "float32", [4, 3], 1 << 62], INPUTS[1]],  # an offset past any buffer
+        [["x", "float32", [-1, 4, 4], 0], INPUTS[1]],  # numpy's count -1: the whole buffer
         [["x", "float32", [4, 3], -64], INPUTS[1]],  # before the buffer
         [["x", "float32", [4, 3], SIZE - 8], INPUTS[1]],  # running past its end
         [["x", "no_such_dtype", [4, 3], 0], INPUTS[1]],  # no dtype at all
@@ -140,6 +143,24 @@ def test_inputs_outside_the_buffer_are_refused_without_reading_there(door, name,
     assert (number, status) == (8, 500), body
     assert "the front door's call could not be read" in body["error"]
     _still_answers(door, name)
+
+
+def test_a_shape_is_checked_before_its_values_are_counted(door, name, monkeypatch):
+    # the count is the product of the sizes: 50,000 sizes near 2**63 in one message (1 MB)
+    # made a 3-million-bit integer, which took the device's event loop 7.6 s of CPU
+    counted = []
+
+    def prod(sizes):
+        counted.append(len(sizes))
+        return math.prod(sizes)
+
+    monkeypatch.setattr(_frontdoor, "math", types.SimpleNamespace(prod=prod))
+    inputs = [["x", "float32", [(1 << 63) - 1] * 1000, 0], INPUTS[1]]
+    _, number, status, body = _ask(door, ["call", 9, name, 1, SIZE, inputs, 128])
+    assert (number, status) == (9, 500), body
+    assert "the front door's call could not be read" in body["error"]
+    _still_answers(door, name)
+    assert counted and max(counted) <= 64  # an array's most dimensions
 
 
 @pytest.mark.parametrize(
@@ -175,6 +196,20 @@ def test_the_calls_of_a_batch_are_answered_each(door, name):
         answers += _messages(door.recv(1 << 20))
     assert sorted((a[1], a[2]) for a in answers) == [(21, 200), (23, 200)]
     _still_answers(door, name)  # and the nested call was never answered
+
+
+def test_a_batch_larger_than_a_front_door_makes_is_dropped_whole(door, name):
+    # A front door's batch holds under `BATCH_BYTES` of messages: one datagram of 11,000 calls
+    # (a megabyte: 116,000) would have the device's loop make and answer every one in a turn
+    calls = [b'["call",%d]' % k for k in range(11_000)]
+    batch = b'["batch",' + b",".join(calls) + b"]"
+    assert len(batch) > 2 * _wire.BATCH_BYTES
+    _send(door, batch)
+    _send(door, orjson.dumps(_good(name, 99)))
+    answered = []
+    while 99 not in answered:
+        answered += [a[1] for a in _messages(door.recv(1 << 20))]
+    assert answered == [99]
 
 
 def test_an_answer_that_overruns_its_buffer_is_a_500_not_a_lost_answer(door, name):

@@ -8,6 +8,7 @@ itself."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import struct
@@ -30,7 +31,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-from hlobundle._serve import _grpc, _grpc_messages  # noqa: E402
+from hlobundle._serve import _app, _grpc, _grpc_messages  # noqa: E402
 from hlobundle._serve._app import app  # noqa: E402
 from hlobundle._serve._models import load_models  # noqa: E402
 
@@ -471,3 +472,62 @@ def test_shared_memory_regions_are_refused_over_grpc(client, images):
     assert (
         "output 'result': the system shared-memory extension is offered only" in e.value.message()
     )
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_a_large_message_is_read_off_the_event_loop_rest_shares(stub, images, monkeypatch):
+    # `serve` runs gRPC on uvicorn's loop: a large message's contents, made into the request
+    # object there (a Python value per typed value), would stall every REST request meanwhile
+    where = []
+
+    def request_object(request):
+        where.append(_on_a_loop())
+        return _grpc.request_object.__wrapped__(request)
+
+    request_object.__wrapped__ = _grpc.request_object
+    monkeypatch.setattr(_grpc, "request_object", request_object)
+    large = _typed_request(images, id="x" * (_grpc.INLINE_BYTES + 1))
+    assert stub.ModelInfer(large).outputs[0].name == "result"
+    stub.ModelInfer(_typed_request(images))
+    assert where == [False, True]  # the small one stays on the loop (cheaper than the hop)
+
+
+def test_a_large_result_is_encoded_off_the_event_loop_rest_shares(models, images, monkeypatch):
+    # as REST's `encoded`: a large result's bytes are copied into the answer in a thread
+    where = []
+    encode = _grpc.Service._response
+
+    def response(self, *args):
+        where.append(_on_a_loop())
+        return encode(self, *args)
+
+    async def large(self, served, given):
+        return {"result": np.ones((4, _grpc.INLINE_BYTES), np.float32)}
+
+    monkeypatch.setattr(_grpc.Service, "_response", response)
+    monkeypatch.setattr(_app.App, "call", large)
+    with _grpc.serving(models) as port, grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        answer = stub.ModelInfer(_typed_request(images))
+    assert len(answer.raw_output_contents[0]) == 16 * _grpc.INLINE_BYTES
+    assert where == [False]
+
+
+def test_a_message_that_does_not_parse_is_refused_with_a_code(served):
+    # grpc's own parse answered UNKNOWN and logged a traceback for each such message
+    with grpc.insecure_channel(f"127.0.0.1:{served[0]}") as channel:
+        for method in ("ModelInfer", "ServerLive", "ModelMetadata", "SystemSharedMemoryStatus"):
+            call = channel.unary_unary(f"/{_grpc_messages.SERVICE}/{method}")  # bytes as they are
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"\xff\xff\xff", timeout=30)
+            codes = dict(e.value.trailing_metadata() or ())
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, e.value.details())
+            assert codes.get("hlobundle-error-code") == "INPUT_INVALID"
+            assert e.value.details().startswith(f"the message is not a {method}Request")

@@ -106,6 +106,36 @@ def test_a_repeated_binary_header_s_data_is_checked_again_and_read_anew(doubles,
     assert refused["status"] == 400 and b"BOOL bytes must be 0 or 1" in why["body"], why
 
 
+@pytest.fixture(scope="module")
+def counts(tmp_path_factory):
+    from jax import lax
+
+    n = np.zeros((), np.int32)
+    counting = lambda n: lax.while_loop(lambda c: c < n, lambda c: c + 1, np.int32(0))  # noqa: E731
+    out = tmp_path_factory.mktemp("counts") / "counts"
+    bundle = hlobundle.pack(lowered_text(counting, n), [n], out, names=["n"])
+    return load_models([bundle], backend="xla")
+
+
+def test_a_model_whose_inputs_may_lengthen_its_loop_never_runs_on_the_event_loop(doubles, counts):
+    # Its warm call counts to the stored n (0): short, so it ran on the event loop, where a
+    # request's n of 2**31 - 1 held every other request (health too) for as long as it counts
+    app = App({**doubles, **counts}, Limits())
+    threaded = []
+
+    async def in_thread(fn, *args):
+        threaded.append(fn)
+        return fn(*args)
+
+    app.in_thread = in_thread
+    loops, plain = next(iter(counts.values())), next(iter(doubles.values()))
+    loops.call_s = plain.call_s = 0.0  # short warm calls, however loaded the machine
+    assert asyncio.run(app.call(loops, {"n": np.int32(3)}))["result"] == 3
+    assert threaded == [loops]
+    asyncio.run(app.call(plain, {"x": np.ones(3, np.float32)}))
+    assert threaded == [loops]  # a module without a loop still runs on it
+
+
 def test_served_jax_models_run_their_cpu_calls_in_the_calling_thread(doubles):
     # the server waits for each result at once: jax's hand-off to another thread and back
     # costs a small model's call a tenth of its CPU (`_process.inline_cpu_calls`)

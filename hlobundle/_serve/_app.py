@@ -57,7 +57,8 @@ DEFAULT_READ_TIMEOUT_S = 30.0
 INLINE_BYTES = 64 << 10
 # A model whose warm call took at most this long at start-up (`Served.call_s`) runs on the event
 # loop too: handing it to a thread and back costs about as much as the call (measured: 0.1 to
-# 0.3 ms on 2 cores); a longer one runs in a thread, so that it cannot stall the others.
+# 0.3 ms on 2 cores); a longer one runs in a thread, so that it cannot stall the others, and so
+# does one whose module holds a loop (`Served.loops`: a request's values may lengthen it).
 INLINE_CALL_S = 0.001
 
 
@@ -208,7 +209,8 @@ class App:
             return await batcher(given)
         new = served.new_shape(given)  # a symbolic function's new shape: it compiles first
         self.metrics.batched(served.name).observe(1)
-        if not new and served.call_s is not None and served.call_s <= INLINE_CALL_S:
+        short = served.call_s is not None and served.call_s <= INLINE_CALL_S
+        if short and not new and not served.loops:  # a loop may run as long as a request asks
             return served(given)
         return await self.in_thread(served, given)
 

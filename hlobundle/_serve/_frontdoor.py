@@ -34,6 +34,7 @@ from ._spec import Described
 from ._wire import Channel
 
 GONE = "the process that holds the device is gone; retry"
+MAX_DIMS = 64  # numpy's most dimensions
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,12 @@ def _itemsize(dtype: str) -> int:
 
 
 def _array(view: Any, dtype: str, shape: tuple[int, ...], at: int) -> np.ndarray:
-    """The array of `dtype` and `shape` lying at `at` in the shared buffer `view`."""
+    """The array of `dtype` and `shape` lying at `at` in the shared buffer `view`. A shape
+    sent over the socket pair is checked before its count is made: numpy reads a count of -1
+    as the whole buffer (the product of [-1, 4, 4]), and the product of many large sizes is
+    an integer that takes seconds to make (50,000 sizes near 2**63, a message's worth: 7.6 s)."""
+    if len(shape) > MAX_DIMS or min(shape, default=0) < 0:
+        raise ValueError("not a shape")
     kind = _little(dtype)
     return np.frombuffer(view, dtype=kind, count=math.prod(shape), offset=at).reshape(shape)
 

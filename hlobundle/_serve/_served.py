@@ -265,6 +265,12 @@ class Served(Spec):
         return [{n: x[k] for n, x in zip(names, results, strict=True)} for k in range(len(many))]
 
     @cached_property
+    def loops(self) -> bool:
+        """Whether the module holds a loop (`stablehlo.while`), whose trip count a request's
+        values may set: its warm call's time (`call_s`) then bounds no request's."""
+        return "stablehlo.while" in self.bundle.module_text
+
+    @cached_property
     def _stored_args(self) -> tuple[Any, ...]:
         """The stored arguments, passed to the jitted calls (as arguments, not constants)."""
         return tuple(

@@ -11,7 +11,8 @@ the failure), each output (name, dtype, shape, offset) in the buffer.
 Messages without descriptors sent in one turn of the event loop travel together, as one
 ("batch", message, ...): a call is two messages, and each datagram costs both processes a
 system call and a wake-up (under load, a batched model call's answers go back as one). A batch
-holds messages only: one inside another is dropped as an unknown kind."""
+holds messages only: one inside another is dropped as an unknown kind, and a batch longer than
+either end makes (`MAX_BATCH`) is dropped whole."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ import orjson
 MAX_MESSAGE = 1 << 20  # a message's bytes: descriptors, or a failure's JSON
 MAX_FDS = 8
 BATCH_BYTES = 64 << 10  # a batch is sent once it holds this many bytes of messages
+# A batch's datagram is under BATCH_BYTES and a separator a message (each at least 2 bytes):
+# a longer one is not what the other end sends, and is dropped whole, unread.
+MAX_BATCH = 2 * BATCH_BYTES
 _ANCILLARY = socket.CMSG_LEN(MAX_FDS * array.array("i").itemsize)
 
 
@@ -180,7 +184,7 @@ class Channel:
 
 def _parsed(data: Any) -> tuple[Any, ...] | None:
     """A message: a non-empty JSON list whose first item (its kind) is a string; else None
-    (`data` None: a message too long)."""
+    (`data` None: a message too long; a batch longer than `MAX_BATCH`)."""
     if data is None:
         return None
     try:
@@ -189,4 +193,6 @@ def _parsed(data: Any) -> tuple[Any, ...] | None:
         return None
     if type(message) is not list or not message or type(message[0]) is not str:
         return None
+    if message[0] == "batch" and len(data) > MAX_BATCH:  # each of its messages would be
+        return None  # made and answered in one turn of the loop
     return tuple(message)
