@@ -310,15 +310,21 @@ class ChildProcess:
 
 
 # The `hlobundle` a shell finds first on its PATH (CliZygote): its request to the zygote, with
-# the shell's descriptors 0-2, and the zygote's answer as its own exit status.
+# the shell's descriptors 0-2; the signals the shell sends it (`kill`), sent on to the fork; and
+# the zygote's answer as its own exit status.
 _CLI_SHIM = """#!{python} -SE
-import json, os, socket, sys
+import json, os, signal, socket, sys
 with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
     s.connect({socket!r})
-    request = {{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ)}}
+    request = {{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": True}}
     socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
+    pid = json.loads(s.recv(1 << 16))["pid"]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # as the shell left it for a command
+            signal.signal(sig, lambda sig, _: os.kill(pid, sig))
     code = json.loads(s.recv(1 << 16))["returncode"]
 if code < 0:  # ended by a signal: end by the same
+    signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 sys.exit(code)
 """
@@ -329,9 +335,9 @@ class CliZygote:
     process that imported jax and the command once (`tests/cli_zygote.py`), with the shell's
     descriptors, directory and environment, as a process of its own: the docs' sh blocks
     (test_readme's `_bash`) call it dozens of times, each without the start of Python and jax
-    (about 0.3 s, 1 s with jax). One command at a time; a command the shell sends a signal
-    (`kill`) runs as a process of its own instead (`_bash(..., forked=False)`). Started at the
-    first `bin_dir()`; call `close()` when done."""
+    (about 0.3 s, 1 s with jax). A signal the shell sends the command (`kill $!`) is sent on
+    to its fork; one that cannot be (SIGKILL, SIGSTOP) needs the installed command instead
+    (`_bash(..., forked=False)`). Started at the first `bin_dir()`; call `close()` when done."""
 
     def __init__(self, scratch: Path) -> None:
         self._scratch, self._proc = scratch, None

@@ -311,9 +311,9 @@ def test_the_docs_block_runs(tmp_path):
         pytest.skip("curl is not installed")
     from test_readme import _bash, _sh
 
-    # the block signals its server: the installed command, a process of its own
+    # the block's SIGTERM to its server (`kill $server`) reaches the fork that serves
     block = _sh("docs/serving.md", "Several front doors, one device: `--frontends N`")
-    r = _bash(block, tmp_path, forked=False)
+    r = _bash(block, tmp_path)
     assert '"name":"lenet5"' in r.stdout, r.stdout
     assert not (tmp_path / "doors.sock").exists()
 
