@@ -7,8 +7,10 @@ times, each a process of its own, without paying for the start of Python and jax
 A request comes on the unix socket SOCKET (SOCK_SEQPACKET, one message) from the `hlobundle`
 command on the shell's PATH (helpers.CliZygote writes it), or from helpers.CliZygote.start: the
 JSON {"argv": [...], "cwd": PATH, "env": {...}} with the caller's descriptors 0, 1 and 2, and
-optionally "start": true (answer the fork's pid at once) and "source": CODE (run `python -c CODE
-ARGS` instead). The fork takes them, that directory and that environment, with sys.stdin,
+optionally "start": true (answer the fork's pid at once), "source": CODE (run `python -c CODE
+ARGS` instead) and "warm": [MODULE, ...] (fork it from a zygote of this one that imported those
+modules too, a server's: forked at the first such request, and handed the request with the
+connection). The fork takes them, that directory and that environment, with sys.stdin,
 stdout and stderr made over them as a fresh interpreter makes them, and runs `hlobundle ARGS`
 as the installed command does (`hlobundle._cli._main.entry`); the answer when it ends, a JSON
 message on the same connection, is its exit status as `subprocess` reports it (negative for a
@@ -19,6 +21,8 @@ exits when its stdin closes (the test process ended), and kills the commands sti
 from __future__ import annotations
 
 import atexit
+import contextlib
+import importlib
 import io
 import json
 import os
@@ -119,33 +123,111 @@ def status(pid: int) -> int:
     return -os.WTERMSIG(waited) if os.WIFSIGNALED(waited) else os.WEXITSTATUS(waited)
 
 
-def begin(listener: socket.socket, conn: socket.socket, running: dict[int, Any]) -> None:
-    """Fork the command `conn` asks for; `running[pidfd]` = (its pid, `conn`), answered with
-    its status when the pidfd is readable (it ended). A request to start (`"start": true`) is
-    answered its pid at once."""
-    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-    request = json.loads(message)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        inherited = [listener, conn, *running, *(c for _, c in running.values())]
-        child(inherited, fds, request)
-    for fd in fds:
-        os.close(fd)
-    if request.get("start"):
-        conn.send(json.dumps({"pid": pid}).encode())
-    running[os.pidfd_open(pid)] = (pid, conn)
+class Zygote:
+    """A zygote's requests (`inbox`: the listener, or a warm zygote's end of its pair), the
+    commands it forked that still run (`running[pidfd]` = (pid, the connection to answer)), and
+    the warm zygotes it forked (`warm[names]` = (pid, our end of its pair))."""
 
+    def __init__(self, inbox: socket.socket, listens: bool = False) -> None:
+        self.inbox, self.listens = inbox, listens
+        self.running: dict[int, tuple[int, socket.socket]] = {}
+        self.warm: dict[str, tuple[int, socket.socket]] = {}
 
-def ended(pidfd: int, running: dict[int, Any]) -> None:
-    pid, conn = running.pop(pidfd)
-    os.close(pidfd)
-    with conn:
-        try:
-            conn.send(json.dumps({"returncode": status(pid)}).encode())
-        except OSError:  # the caller went away
-            pass
+    def held(self) -> list[Any]:
+        """What a fork of this process must close: it is the zygote's, not the command's."""
+        conns = [conn for _, conn in self.running.values()]
+        return [self.inbox, *self.running, *conns, *(end for _, end in self.warm.values())]
+
+    def take(self, conn: socket.socket, message: bytes, fds: list[int]) -> None:
+        """Fork the command `conn` asks for, here or, where it names modules to import first
+        (`"warm"`), in the warm zygote that imported them."""
+        request = json.loads(message)
+        if not request.get("warm"):
+            self.begin(conn, fds, request)
+            return
+        end = self.warmed(request.pop("warm"), [conn, *fds])
+        socket.send_fds(end, [json.dumps(request).encode()], [conn.fileno(), *fds])
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+
+    def begin(self, conn: socket.socket, fds: list[int], request: dict) -> None:
+        """Fork the command; answered with its status when its pidfd is readable (it ended),
+        and, asked to start it (`"start": true`), with its pid at once."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            child([*self.held(), conn], fds, request)
+        for fd in fds:
+            os.close(fd)
+        if request.get("start"):
+            conn.send(json.dumps({"pid": pid}).encode())
+        self.running[os.pidfd_open(pid)] = (pid, conn)
+
+    def warmed(self, names: list[str], taking: list[Any]) -> socket.socket:
+        """Our end of the pair of the zygote that imported `names` too (a server's modules,
+        which a command run here without them must not find imported: CLI_ZYGOTE_BLOCKED),
+        forked at the first request that names them (`taking`: its connection and descriptors,
+        not the warm zygote's to hold)."""
+        key = ",".join(names)
+        if key not in self.warm:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                for held in [*self.held(), ours, *taking]:
+                    held.close() if isinstance(held, socket.socket) else os.close(held)
+                for name in names:
+                    with contextlib.suppress(ImportError):  # as the command will say, if it does
+                        importlib.import_module(name)
+                Zygote(theirs).serve()
+                os._exit(0)
+            theirs.close()
+            self.warm[key] = (pid, ours)
+        return self.warm[key][1]
+
+    def ended(self, pidfd: int) -> None:
+        pid, conn = self.running.pop(pidfd)
+        os.close(pidfd)
+        with conn:
+            try:
+                conn.send(json.dumps({"returncode": status(pid)}).encode())
+            except OSError:  # the caller went away
+                pass
+
+    def serve(self, control: Any = None) -> None:
+        """Until `control` (the zygote's stdin) or, for a warm zygote, its pair closes; then
+        the commands still running are killed, and the warm zygotes end theirs."""
+        watched = [self.inbox, *([control] if control else [])]
+        while True:
+            ready, _, _ = select.select([*watched, *self.running], [], [])
+            if (control in ready and not control.readline()) or (
+                self.inbox in ready and not self.next()
+            ):
+                break
+            for pidfd in set(ready) & set(self.running):
+                self.ended(pidfd)
+        for pid, _ in self.running.values():
+            os.kill(pid, signal.SIGKILL)
+            status(pid)
+        for pid, end in self.warm.values():
+            end.close()
+            status(pid)
+
+    def next(self) -> bool:
+        """Take the next request; False where a warm zygote's pair closed."""
+        if self.listens:
+            conn, _ = self.inbox.accept()
+            message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        else:
+            message, fds, _, _ = socket.recv_fds(self.inbox, 1 << 20, 4)
+            if not message:
+                return False
+            conn, fds = socket.socket(fileno=fds[0]), fds[1:]
+        self.take(conn, message, fds)
+        return True
 
 
 def serve(path: str) -> None:
@@ -153,19 +235,7 @@ def serve(path: str) -> None:
     listener.bind(path)
     listener.listen()
     print("ready", flush=True)
-    running: dict[int, Any] = {}
-    while True:
-        ready, _, _ = select.select([listener, sys.stdin, *running], [], [])
-        if sys.stdin in ready and not sys.stdin.readline():
-            for pid, _ in running.values():  # the test process ended: so do its commands
-                os.kill(pid, signal.SIGKILL)
-                status(pid)
-            return
-        for pidfd in set(ready) & set(running):
-            ended(pidfd, running)
-        if listener in ready:
-            conn, _ = listener.accept()
-            begin(listener, conn, running)
+    Zygote(listener, listens=True).serve(sys.stdin)
 
 
 if __name__ == "__main__":

@@ -388,7 +388,8 @@ class CliZygote:
     ) -> Forked:
         """`python -m hlobundle ARGS` started as `subprocess.Popen` starts it, with the same
         `stdin`, `stdout`, `stderr` (PIPE, DEVNULL, None, STDOUT for stderr), `env`, `cwd` and
-        `text`, but as a fork of the zygote: its handle (`Forked`) answers as a Popen does, and
+        `text`, but as a fork of the zygote (a `serve`: of its zygote that imported a server's
+        modules too): its handle (`Forked`) answers as a Popen does, and
         its pid is the command's own process (a signal sent to it reaches the command). With
         `source`, `python -c SOURCE ARGS` instead. Where what a test checks is how a fresh
         interpreter starts (its imports, the environment read as jax is imported), start one."""
@@ -402,6 +403,8 @@ class CliZygote:
         }
         if source is not None:
             request["source"] = source
+        if args[:1] == ("serve",):  # from the zygote's fork that imported a server's modules
+            request["warm"] = list(_SERVER_MODULES)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             conn.connect(str(self._scratch / "zygote.sock"))
@@ -425,6 +428,16 @@ class CliZygote:
             self._proc.wait()
             self._proc.stdout.close()
             self._proc = None
+
+
+# What `hlobundle serve` imports after the zygote's own (the serve extra's libraries among them):
+# a fork that runs a server starts from a zygote of the zygote that imported them too.
+_SERVER_MODULES = (
+    "hlobundle._cli._commands",
+    "hlobundle._serve._app",
+    "hlobundle._serve._models",
+    "hlobundle._serve._server",
+)
 
 
 def _stdio(stdin: Any, stdout: Any, stderr: Any, text: bool) -> tuple[list[Any], list[Any]]:

@@ -396,10 +396,11 @@ def test_a_start_in_a_fork_ends_by_a_signal_as_a_fresh_interpreter_does(sig):
 
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     ended = []
-    for proc in (
-        subprocess.Popen([sys.executable, "-c", _WAITS], **pipes),
-        helpers.CLI_ZYGOTE.start(source=_WAITS, **pipes),
+    for start in (
+        lambda: subprocess.Popen([sys.executable, "-c", _WAITS], **pipes),
+        lambda: helpers.CLI_ZYGOTE.start(source=_WAITS, **pipes),
     ):
+        proc = start()
         assert proc.stdout.readline() == "up\n"
         assert proc.poll() is None
         proc.send_signal(getattr(signal, sig))
