@@ -6,8 +6,13 @@ import contextlib
 import json
 import os
 import re
+import select
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -305,15 +310,21 @@ class ChildProcess:
 
 
 # The `hlobundle` a shell finds first on its PATH (CliZygote): its request to the zygote, with
-# the shell's descriptors 0-2, and the zygote's answer as its own exit status.
+# the shell's descriptors 0-2; the signals the shell sends it (`kill`), sent on to the fork; and
+# the zygote's answer as its own exit status.
 _CLI_SHIM = """#!{python} -SE
-import json, os, socket, sys
+import json, os, signal, socket, sys
 with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
     s.connect({socket!r})
-    request = {{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ)}}
+    request = {{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": True}}
     socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
+    pid = json.loads(s.recv(1 << 16))["pid"]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # as the shell left it for a command
+            signal.signal(sig, lambda sig, _: os.kill(pid, sig))
     code = json.loads(s.recv(1 << 16))["returncode"]
 if code < 0:  # ended by a signal: end by the same
+    signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 sys.exit(code)
 """
@@ -324,9 +335,9 @@ class CliZygote:
     process that imported jax and the command once (`tests/cli_zygote.py`), with the shell's
     descriptors, directory and environment, as a process of its own: the docs' sh blocks
     (test_readme's `_bash`) call it dozens of times, each without the start of Python and jax
-    (about 0.3 s, 1 s with jax). One command at a time; a command the shell sends a signal
-    (`kill`) runs as a process of its own instead (`_bash(..., forked=False)`). Started at the
-    first `bin_dir()`; call `close()` when done."""
+    (about 0.3 s, 1 s with jax). A signal the shell sends the command (`kill $!`) is sent on
+    to its fork; one that cannot be (SIGKILL, SIGSTOP) needs the installed command instead
+    (`_bash(..., forked=False)`). Started at the first `bin_dir()`; call `close()` when done."""
 
     def __init__(self, scratch: Path) -> None:
         self._scratch, self._proc = scratch, None
@@ -364,12 +375,164 @@ class CliZygote:
             env={**os.environ, **(env or {}), **blocking},
         )
 
+    def start(
+        self,
+        *args: Any,
+        source: str | None = None,
+        stdin: Any = None,
+        stdout: Any = None,
+        stderr: Any = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | str | None = None,
+        text: bool = False,
+    ) -> Forked:
+        """`python -m hlobundle ARGS` started as `subprocess.Popen` starts it, with the same
+        `stdin`, `stdout`, `stderr` (PIPE, DEVNULL, None, STDOUT for stderr), `env`, `cwd` and
+        `text`, but as a fork of the zygote (a `serve`: of its zygote that imported a server's
+        modules too): its handle (`Forked`) answers as a Popen does, and
+        its pid is the command's own process (a signal sent to it reaches the command). With
+        `source`, `python -c SOURCE ARGS` instead. Where what a test checks is how a fresh
+        interpreter starts (its imports, the environment read as jax is imported), start one."""
+        self.bin_dir()
+        ours, theirs = _stdio(stdin, stdout, stderr, text)
+        request: dict[str, Any] = {
+            "argv": [str(self._scratch / "bin" / "hlobundle"), *map(str, args)],
+            "cwd": str(cwd or os.getcwd()),
+            "env": dict(os.environ if env is None else env),
+            "start": True,
+        }
+        if source is not None:
+            request["source"] = source
+        if args[:1] == ("serve",):  # from the zygote's fork that imported a server's modules
+            request["warm"] = list(_SERVER_MODULES)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(str(self._scratch / "zygote.sock"))
+            socket.send_fds(conn, [json.dumps(request).encode()], [fd for fd, _ in theirs])
+            pid = json.loads(conn.recv(1 << 16))["pid"]
+        except BaseException:
+            conn.close()
+            for pipe in ours:
+                if pipe is not None:
+                    pipe.close()
+            raise
+        finally:
+            for fd, ours_only in theirs:
+                if ours_only:
+                    os.close(fd)
+        return Forked(request["argv"], pid, conn, *ours)
+
     def close(self) -> None:
         if self._proc is not None:
             self._proc.stdin.close()
             self._proc.wait()
             self._proc.stdout.close()
             self._proc = None
+
+
+# What `hlobundle serve` imports after the zygote's own (the serve extra's libraries among them):
+# a fork that runs a server starts from a zygote of the zygote that imported them too.
+_SERVER_MODULES = (
+    "hlobundle._cli._commands",
+    "hlobundle._serve._app",
+    "hlobundle._serve._models",
+    "hlobundle._serve._server",
+)
+
+
+def _stdio(stdin: Any, stdout: Any, stderr: Any, text: bool) -> tuple[list[Any], list[Any]]:
+    """For `CliZygote.start`: this process's ends of the pipes asked for (file objects, or
+    None), and the child's descriptors 0-2, each with whether it is ours to close once sent."""
+    ours: list[Any] = []
+    theirs: list[tuple[int, bool]] = []
+    for fd, spec in enumerate((stdin, stdout, stderr)):
+        if spec == subprocess.PIPE:
+            read, write = os.pipe()
+            mine, child = (write, read) if fd == 0 else (read, write)
+            mode = ("w" if fd == 0 else "r") + ("" if text else "b")
+            ours.append(open(mine, mode, **({"buffering": 0} if fd == 0 and not text else {})))
+            theirs.append((child, True))
+        elif spec == subprocess.DEVNULL:
+            ours.append(None)
+            theirs.append((os.open(os.devnull, os.O_RDWR), True))
+        elif spec == subprocess.STDOUT and fd == 2:
+            ours.append(None)
+            theirs.append((theirs[1][0], False))
+        elif spec is None:
+            ours.append(None)
+            theirs.append((fd, False))
+        else:  # a descriptor, or a file
+            ours.append(None)
+            theirs.append((spec if isinstance(spec, int) else spec.fileno(), False))
+    return ours, theirs
+
+
+class Forked:
+    """A command started in a fork of the CLI zygote (`CliZygote.start`), answering as a
+    `subprocess.Popen` does: `pid`, `returncode`, `stdin`/`stdout`/`stderr` (the pipes asked
+    for), `poll`, `wait`, `communicate`, `send_signal`, `terminate`, `kill`. Its exit status
+    comes from the zygote, whose child it is, on the connection that started it."""
+
+    def __init__(
+        self, args: list[str], pid: int, conn: socket.socket, stdin: Any, stdout: Any, stderr: Any
+    ) -> None:
+        self.args, self.pid, self._conn = args, pid, conn
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode: int | None = None
+        self._read: dict[str, Any] = {}
+        self._readers: list[threading.Thread] = []
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self._ended(0) else None
+
+    def _ended(self, timeout: float | None) -> bool:
+        return self.returncode is not None or bool(select.select([self._conn], [], [], timeout)[0])
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not self._ended(timeout):
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self.returncode = json.loads(self._conn.recv(1 << 16))["returncode"]
+            self._conn.close()
+        return self.returncode
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """Popen's: `input` written to its stdin, which is closed; its stdout and stderr read to
+        their ends (each in a thread); its exit status waited for; (stdout, stderr)."""
+        if not self._readers:
+            if self.stdin is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    if input:
+                        self.stdin.write(input)
+                    self.stdin.close()
+            for name in ("stdout", "stderr"):
+                pipe = getattr(self, name)
+                if pipe is not None:
+                    self._readers.append(
+                        threading.Thread(target=self._read_to_end, args=(name, pipe), daemon=True)
+                    )
+                    self._readers[-1].start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if deadline is None else max(0, deadline - time.monotonic()))
+        return self._read.get("stdout"), self._read.get("stderr")
+
+    def _read_to_end(self, name: str, pipe: Any) -> None:
+        with pipe:
+            self._read[name] = pipe.read()
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 CLI_ZYGOTE: CliZygote  # the session's, set by conftest.py

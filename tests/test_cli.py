@@ -379,6 +379,37 @@ def _private_key(tmp_path):
     (tmp_path / "key.pub").write_bytes(public)
 
 
+# A command that says it is up, then waits to be signalled.
+_WAITS = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_start_in_a_fork_ends_by_a_signal_as_a_fresh_interpreter_does(sig):
+    """helpers.CliZygote.start (the serve tests' servers) answers as subprocess.Popen of a fresh
+    interpreter: its pid is the command's own process, which the signal reaches, and its status
+    and the last line of its stderr are the fresh one's (a KeyboardInterrupt's traceback, then
+    an end by SIGINT)."""
+    import signal
+
+    import helpers
+
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    ended = []
+    for start in (
+        lambda: subprocess.Popen([sys.executable, "-c", _WAITS], **pipes),
+        lambda: helpers.CLI_ZYGOTE.start(source=_WAITS, **pipes),
+    ):
+        proc = start()
+        assert proc.stdout.readline() == "up\n"
+        assert proc.poll() is None
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=30)
+        ended.append((proc.returncode, out, err.strip().splitlines()[-1:]))
+    assert ended[1] == ended[0]
+    assert ended[0][0] == -getattr(signal, sig)
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize(

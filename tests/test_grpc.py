@@ -13,10 +13,10 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 
+import helpers
 import numpy as np
 import pytest
 from helpers import ROOT
@@ -363,23 +363,9 @@ def test_the_command_serves_both_protocols_and_drains_on_sigterm(images):
     import tritonclient.http as httpclient
 
     port, grpc_port = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hlobundle",
-            "serve",
-            str(EXAMPLE),
-            "--port",
-            str(port),
-            "--grpc-port",
-            str(grpc_port),
-            "--backend",
-            "xla",
-            "--trust-batched",
-            "--batch-timeout-ms",
-            "1500",
-        ],
+    proc = helpers.CLI_ZYGOTE.start(  # a fork of the CLI zygote, a process of its own
+        *("serve", EXAMPLE, "--port", port, "--grpc-port", grpc_port, "--backend", "xla"),
+        *("--trust-batched", "--batch-timeout-ms", "1500"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -138,8 +138,9 @@ def test_python_blocks_of_a_file_run_one_after_another_twice(tmp_path, monkeypat
 
 def _bash(block: str, cwd: Path, *, forked: bool = True, **env: str):
     """`block` in bash, in `cwd`. Its `hlobundle` commands run in forks of the session's CLI
-    zygote (helpers.CliZygote), each a process of its own without the start of Python and jax;
-    `forked=False` where the block signals one (it then runs the installed command)."""
+    zygote (helpers.CliZygote), each a process of its own without the start of Python and jax,
+    which the signals the block sends its `hlobundle` (`kill $!`) reach; `forked=False` where
+    one cannot be sent on (SIGKILL, SIGSTOP: it then runs the installed command)."""
     import subprocess
     import sys
 

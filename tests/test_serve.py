@@ -12,12 +12,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
+import helpers
 import numpy as np
 import pytest
 from helpers import ROOT, new_key
@@ -343,19 +343,14 @@ def test_serve_starts_compiled_answers_and_drains_on_sigterm(tmp_path, images):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hlobundle",
-            "serve",
-            str(EXAMPLE),
-            "--port",
-            str(port),
-            "--backend",
-            "xla",
-            "--access-log",
-        ],
+    proc = helpers.CLI_ZYGOTE.start(  # a fork of the CLI zygote, a process of its own
+        "serve",
+        EXAMPLE,
+        "--port",
+        port,
+        "--backend",
+        "xla",
+        "--access-log",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -1327,9 +1322,9 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _HELD_COMPILES, "serve", str(out), "--port", str(port)]
-        + ["--backend", "xla", "--max-shapes", "2"],
+    proc = helpers.CLI_ZYGOTE.start(  # `python -c _HELD_COMPILES ...`, in a fork of the zygote
+        *("serve", out, "--port", port, "--backend", "xla", "--max-shapes", "2"),
+        source=_HELD_COMPILES,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -1388,7 +1383,7 @@ def test_new_shapes_neither_stall_the_server_nor_grow_its_memory(tmp_path):
     assert grown < 25, f"the server grew {grown:.0f} MB over 6 new shapes"
 
 
-def _said(proc: subprocess.Popen, word: str) -> None:
+def _said(proc: helpers.Forked, word: str) -> None:
     """Until the process says `word` on a line of its stdout (other lines: the server's own)."""
     while proc.stdout.readline().strip() != word:
         assert proc.poll() is None, f"the server stopped before it said {word!r}"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 
+import helpers
 import numpy as np
 import pytest
 from helpers import ROOT
@@ -22,25 +22,14 @@ EXAMPLE = ROOT / "examples" / "lenet5.hlobundle"
 pytestmark = pytest.mark.subprocess  # a served process, driven over loopback
 
 
-def _start(*flags: str, concurrency: int = 1) -> tuple[subprocess.Popen, int, object]:
+def _start(*flags: str, concurrency: int = 1) -> tuple[helpers.Forked, int, object]:
     """`hlobundle serve` of the example on a free loopback port with `flags`, once it is ready:
     the process, its port, and a client."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hlobundle",
-            "serve",
-            str(EXAMPLE),
-            "--port",
-            str(port),
-            "--backend",
-            "xla",
-            *flags,
-        ],
+    proc = helpers.CLI_ZYGOTE.start(  # a fork of the CLI zygote, a process of its own
+        *("serve", EXAMPLE, "--port", port, "--backend", "xla", *flags),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

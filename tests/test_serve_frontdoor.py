@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import helpers
 import numpy as np
 import pytest
 from helpers import ROOT
@@ -42,9 +43,8 @@ class Served:
         self.uds = os.path.join(tmp, "s.sock") if uds else None
         where = ["--uds", self.uds] if uds else ["--port", "0"]
         where += ["--grpc-port", "0"] if grpc else []
-        command = [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--backend", "xla"]
-        self.process = subprocess.Popen(
-            [*command, *where, "--frontends", str(frontends)],
+        self.process = helpers.CLI_ZYGOTE.start(  # the device's process: a fork of the CLI
+            *("serve", EXAMPLE, "--backend", "xla", *where, "--frontends", frontends),  # zygote
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -311,9 +311,9 @@ def test_the_docs_block_runs(tmp_path):
         pytest.skip("curl is not installed")
     from test_readme import _bash, _sh
 
-    # the block signals its server: the installed command, a process of its own
+    # the block's SIGTERM to its server (`kill $server`) reaches the fork that serves
     block = _sh("docs/serving.md", "Several front doors, one device: `--frontends N`")
-    r = _bash(block, tmp_path, forked=False)
+    r = _bash(block, tmp_path)
     assert '"name":"lenet5"' in r.stdout, r.stdout
     assert not (tmp_path / "doors.sock").exists()
 
@@ -356,9 +356,8 @@ def test_sigterm_while_front_doors_start_drains_and_exits_0(tmp_path):
     # (front door 1 exited)": the drain's SIGTERM reached a front door still importing, which
     # died of it, and the start took that for a failure. A stop during the start is a stop.
     sock = tmp_path / "early.sock"
-    command = [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--backend", "xla"]
-    process = subprocess.Popen(
-        [*command, "--uds", str(sock), "--frontends", "3"],
+    process = helpers.CLI_ZYGOTE.start(  # the device's process: a fork of the CLI zygote
+        *("serve", EXAMPLE, "--backend", "xla", "--uds", sock, "--frontends", "3"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

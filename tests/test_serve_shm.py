@@ -11,10 +11,10 @@ import importlib.util
 import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 
+import helpers
 import numpy as np
 import pytest
 from helpers import ROOT, held_open, shm_regions, triton_shm
@@ -48,17 +48,15 @@ def free_port():
 @pytest.fixture(scope="module")
 def server():
     port = free_port()
-    command = [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--backend", "xla"]
+    command = ["serve", str(EXAMPLE), "--backend", "xla"]
     grpc_port = None
     if importlib.util.find_spec("grpc") is not None:  # gRPC beside it, over the same regions
         grpc_port = free_port()
         command += ["--grpc-port", str(grpc_port)]
-    proc = subprocess.Popen(
-        [
-            *command,
-            *("--port", str(port), "--max-shared-memory", str(CAP)),
-            "--shared-memory-over-loopback",  # tritonclient's HTTP client speaks TCP only
-        ],
+    proc = helpers.CLI_ZYGOTE.start(  # a fork of the CLI zygote, a process of its own
+        *command,
+        *("--port", str(port), "--max-shared-memory", str(CAP)),
+        "--shared-memory-over-loopback",  # tritonclient's HTTP client speaks TCP only
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,9 +12,9 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 import numpy as np
 import pytest
 from helpers import ROOT, cli
@@ -200,9 +200,8 @@ def test_serve_answers_over_unix_sockets_and_drains_on_sigterm(here):
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is absent")
-    command = [sys.executable, "-m", "hlobundle", "serve", str(EXAMPLE), "--backend", "xla"]
-    proc = subprocess.Popen(
-        [*command, "--uds", "rest.sock", "--grpc-uds", "grpc.sock"],
+    proc = helpers.CLI_ZYGOTE.start(  # a fork of the CLI zygote, a process of its own
+        *("serve", EXAMPLE, "--backend", "xla", "--uds", "rest.sock", "--grpc-uds", "grpc.sock"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -252,7 +251,7 @@ def test_the_docs_block_runs(tmp_path):
         pytest.skip("curl is not installed")
     from test_readme import _bash, _sh
 
-    # the block signals its server: the installed command, a process of its own
-    r = _bash(_sh("docs/serving.md", "Over a unix socket: `--uds`"), tmp_path, forked=False)
+    # the block's SIGTERM to its server (`kill $server`) reaches the fork that serves
+    r = _bash(_sh("docs/serving.md", "Over a unix socket: `--uds`"), tmp_path)
     assert '"name":"lenet5"' in r.stdout, r.stdout
     assert not (tmp_path / "lenet5.sock").exists()
