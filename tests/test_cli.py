@@ -384,6 +384,7 @@ _WAITS = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # over half a second alone (the edit loop's --durations, 2026-12-07)
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_start_in_a_fork_ends_by_a_signal_as_a_fresh_interpreter_does(sig):
     """helpers.CliZygote.start (the serve tests' servers) answers as subprocess.Popen of a fresh

@@ -233,6 +233,7 @@ def test_stored_executables_run_only_from_a_trusted_bundle(compiled, tmp_path):
     np.testing.assert_array_equal(trusted(*args), np.full((4, 10), 2.0, np.float32))
 
 
+@pytest.mark.slow  # over half a second alone (the edit loop's --durations, 2026-12-07)
 def test_a_signed_bundle_verified_with_a_key_runs_its_executable(compiled, tmp_path):
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec

@@ -829,6 +829,7 @@ def test_every_script_run_alone_is_declared():
     assert set(_run_alone(_modules())) == RUN_ALONE
 
 
+@pytest.mark.slow  # over half a second alone (the edit loop's --durations, 2026-12-07)
 def test_the_declaration_guard_finds_each_way_of_running_a_new_script():
     made_up = {
         "hlobundle._write._z": "from pathlib import Path\nCHILD = Path(__file__).with_name('_z_child.py')\n",
