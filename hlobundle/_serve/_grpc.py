@@ -347,7 +347,7 @@ class Service:
             raise RequestError(503, "the server is starting; retry")
         loop = asyncio.get_running_loop()
         if loop is not self.loop:
-            return await self._called_there(served, given, budget)
+            return await self._called_there(self.loop, served, given, budget)
         start = loop.time()
         try:
             async with asyncio.timeout(budget):
@@ -359,10 +359,13 @@ class Service:
         return outputs
 
     async def _called_there(
-        self, served: Served, given: dict[str, np.ndarray], budget: float
+        self,
+        there: asyncio.AbstractEventLoop,
+        served: Served,
+        given: dict[str, np.ndarray],
+        budget: float,
     ) -> Any:
-        assert self.loop is not None
-        running = _on_loop(self.loop, lambda: self.call(served, given))
+        running = _on_loop(there, lambda: self.call(served, given))
         try:
             async with asyncio.timeout(budget):
                 return await asyncio.wrap_future(running)
