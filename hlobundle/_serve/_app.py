@@ -10,7 +10,6 @@ others; small ones run on the loop, where they cost less than the hop to a threa
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -40,7 +39,7 @@ from ._protocol import (
     read_inputs,
 )
 from ._repeated import Repeated
-from ._responses import Wanted, _json, _refusal, check_json_values, response, wanted
+from ._responses import Decoded, Wanted, _json, _refusal, check_json_values, response, wanted
 from ._shm import Regions, Use
 
 if TYPE_CHECKING:
@@ -386,15 +385,6 @@ def _messages(status: int, content: dict[str, Any]) -> tuple[dict[str, Any], dic
 
 
 _JSON_TYPE = (b"content-type", b"application/json")
-
-
-@dataclass(frozen=True)
-class Decoded:
-    id: str | None
-    given: dict[str, np.ndarray]
-    want: Wanted
-    producer: bool  # column-major values travel in the producer's orientation
-    written: dict[str, Use] = dataclasses.field(default_factory=dict)  # outputs into regions
 
 
 def decoded_body(

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from ._protocol import BY_DTYPE, HEADER_LENGTH, Relayed, RequestError, _shown, parameters
+
+if TYPE_CHECKING:
+    from ._shm import Use
 
 # The most values a response sends as JSON: orjson (3.13) crashes the process (a segfault,
 # measured) serializing a list of about 120 million values; this is 7 times fewer (about 200
@@ -27,6 +30,18 @@ class Wanted:
     names: list[str] | None
     binary: set[str]
     shared: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A request as checked against its model: its inputs (`given`), the outputs it asks for,
+    and where each goes (`want`; `written`: those into shared-memory regions)."""
+
+    id: str | None
+    given: dict[str, np.ndarray]
+    want: Wanted
+    producer: bool  # column-major values travel in the producer's orientation
+    written: dict[str, Use] = field(default_factory=dict)  # outputs into regions
 
 
 def _flag(params: dict[str, Any], key: str, where: str) -> bool:
