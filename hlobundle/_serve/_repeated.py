@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ._app import Decoded
+    from ._responses import Decoded
     from ._spec import Spec
 
 # Headers kept, by model and text (least recently kept out): at most KEPT x MAX_TEXT bytes.
@@ -65,7 +65,7 @@ class Repeated:
     ) -> None:
         """`decoded`, the outcome of `body`'s header (`parsed`), kept where it can be."""
         text = _text(body, header_length)
-        if text is None or len(text) > MAX_TEXT or decoded.written or decoded.want.shared:
+        if text is None or decoded.written or decoded.want.shared:
             return
         if not all(_binary(item) for item in parsed["inputs"]):
             return
@@ -83,14 +83,14 @@ class Repeated:
 
 
 def _text(body: bytes, header_length: str | None) -> bytes | None:
-    """The binary request's JSON header; None where there is none, or its length is not one
-    `parse_request` accepts."""
+    """The binary request's JSON header; None where there is none, it is longer than any kept
+    (`MAX_TEXT`: not copied), or its length is not one `parse_request` accepts."""
     if header_length is None or not (header_length.isascii() and header_length.isdigit()):
         return None
     if len(header_length) > 12:  # longer than any body: `parse_request` says why
         return None
     n = int(header_length)
-    return body[:n] if n <= len(body) else None
+    return body[:n] if n <= min(len(body), MAX_TEXT) else None
 
 
 def _binary(item: Any) -> bool:
