@@ -76,7 +76,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -564,18 +564,12 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
             "fresh": lambda: fresh_memory(files),
         }
         memory.in_runs()  # untimed: its joins compiled
-    saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
-    try:
+    with _cache_dir_kept():
         fns["again"]()  # its verdicts recorded
         # Each after the bound, untimed: a call right after one that freed 1 GiB gets fresh
         # memory back cheaply (1.0x against 2.7x on this machine, 2026-12-07), so who ran
         # before would decide the figure.
         res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
-    finally:
-        if saved is None:
-            os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
-        else:
-            os.environ["HLOBUNDLE_CACHE_DIR"] = saved
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
     base = res["bound"][0]
     what = f"{gib:.3g} GiB, {kind} ({len(files)} tensor files), / parallel sha256 bound"
@@ -682,6 +676,19 @@ def stream_setting(setting: str) -> None:
     _reader._tensor_streaming = _tensor_streaming
 
 
+@contextlib.contextmanager
+def _cache_dir_kept() -> Iterator[None]:
+    """`HLOBUNDLE_CACHE_DIR` as it was before, whatever the block sets it to."""
+    saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
+        else:
+            os.environ["HLOBUNDLE_CACHE_DIR"] = saved
+
+
 def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[dict]:
     """`load(verify=True, device=True)` again under each setting / the parallel sha256 bound."""
     import jax
@@ -689,9 +696,6 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
     import hlobundle
 
     files = sorted(path.rglob("*.safetensors"))
-    saved = os.environ.get("HLOBUNDLE_CACHE_DIR")
-    os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "chunked-warm")
-    hlobundle.load(path, verify=True)  # its verdicts recorded: sha256 recalled after
 
     def streamed(setting: str) -> Callable[[], object]:
         def run() -> None:
@@ -713,17 +717,16 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
     fns = {"bound": lambda: parallel_sha256_bound(files), "transfer": memory.whole}
     fns |= {f"transfer in runs of {m} MiB": in_runs(m) for m in sizes}
     fns |= {s: streamed(s) for s in settings}
-    try:
-        for k in fns:
-            if k != "bound":
-                fns[k]()  # untimed: its joins compiled
-        res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
-    finally:
-        stream_setting("after")
-        if saved is None:
-            os.environ.pop("HLOBUNDLE_CACHE_DIR", None)
-        else:
-            os.environ["HLOBUNDLE_CACHE_DIR"] = saved
+    with _cache_dir_kept():
+        os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "chunked-warm")
+        hlobundle.load(path, verify=True)  # its verdicts recorded: sha256 recalled after
+        try:
+            for k in fns:
+                if k != "bound":
+                    fns[k]()  # untimed: its joins compiled
+            res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
+        finally:
+            stream_setting("after")
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
     base = res["bound"][0]
     what = f"{gib:.3g} GiB, chunked ({len(files)} tensor files), / parallel sha256 bound"

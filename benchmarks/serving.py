@@ -87,6 +87,19 @@ def _model_bound(reps: int) -> dict:
     return json.loads(run_py(code)[1].strip().splitlines()[-1])
 
 
+def infer_scope(body: bytes, header: bytes) -> dict:
+    """The ASGI scope of a binary LeNet infer of `body` whose JSON header is `header`."""
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": "/v2/models/lenet5/infer",
+        "headers": [
+            (b"content-length", str(len(body)).encode()),
+            (b"inference-header-content-length", str(len(header)).encode()),
+        ],
+    }
+
+
 def _in_process_parts(served, body: bytes, header: bytes, reps: int) -> dict[str, float]:
     """Median seconds of each step of a request as the server takes it, warm, in this process:
     the model call, decoding the binary request, encoding the binary response, and the whole
@@ -98,15 +111,7 @@ def _in_process_parts(served, body: bytes, header: bytes, reps: int) -> dict[str
     asgi, length = _app.app({"lenet5": served}), str(len(header))
     decoded = _app.decoded_body(served, body, length)
     outputs = served(decoded.given)
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v2/models/lenet5/infer",
-        "headers": [
-            (b"content-length", str(len(body)).encode()),
-            (b"inference-header-content-length", length.encode()),
-        ],
-    }
+    scope = infer_scope(body, header)
 
     async def receive() -> dict:
         return {"type": "http.request", "body": body, "more_body": False}

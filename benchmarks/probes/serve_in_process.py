@@ -1,5 +1,7 @@
-"""Where batched serving's time goes, no HTTP: 16 concurrent coroutines through (a) the Batcher
-alone, (b) the whole ASGI app (binary infer), with max_batch 16 and 1. requests/s and CPU/request."""
+"""Where batched serving's time goes, no HTTP: 16 concurrent coroutines through hlobundle's
+batcher alone, through a probe-only variant of it that lets 2 or 3 batches run at once, and
+through the whole ASGI app (binary infer), batching and not; the model's calls one by one and
+batched. Requests/s and CPU a request."""
 
 import asyncio
 import os
@@ -7,24 +9,37 @@ import resource
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.append(os.getcwd())
 import numpy as np
 
 import hlobundle
 from benchmarks import serve_client as client
+from benchmarks.serving import infer_scope
 from hlobundle._serve import _app
 from hlobundle._serve._batching import Batcher
 from hlobundle._serve._models import load_models
 
 B = "examples/lenet5.hlobundle"
-served = load_models([B], backend="xla", max_batch=16, trust=hlobundle.Trust.BATCHED)["lenet5"]
-images = np.asarray(hlobundle.load(B).tensor("images"))
-g = {"images": images}
-served(g)
-served.call_many([g] * 16)
-for n in range(2, 17):
-    served.call_many([g] * n)
+
+
+class InFlight(Batcher):
+    """A batcher that lets `k` batches run at once, each in a thread of its own."""
+
+    def __init__(self, served, max_batch, timeout_s, observe, k):
+        self.k, self.running = k, 0
+        super().__init__(served, max_batch, timeout_s, observe)
+        self.running = 0  # Batcher's own `busy = False` counted one down
+        self._thread = ThreadPoolExecutor(k)
+
+    @property
+    def busy(self):
+        return self.running >= self.k
+
+    @busy.setter
+    def busy(self, value):
+        self.running += 1 if value else -1
 
 
 def cpu():
@@ -32,7 +47,10 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 
-def drive(make_one, clients=16, per=300):
+def drive(make_one, clients=16, per=300, rounds=3):
+    """Median requests/s of `rounds` rounds of `clients` coroutines awaiting `make_one()` `per`
+    times each (after one round untimed), and the CPU a request over all of them, in us."""
+
     async def main():
         async def c():
             for _ in range(per):
@@ -42,62 +60,73 @@ def drive(make_one, clients=16, per=300):
 
     loop = asyncio.new_event_loop()
     loop.run_until_complete(main())  # warm
-    c0, t0 = cpu(), time.perf_counter()
-    loop.run_until_complete(main())
-    t, c = time.perf_counter() - t0, cpu() - c0
+    rates, c0 = [], cpu()
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        loop.run_until_complete(main())
+        rates.append(clients * per / (time.perf_counter() - t0))
     loop.close()
-    n = clients * per
-    return n / t, c / n * 1e6
+    return statistics.median(rates), (cpu() - c0) / (rounds * clients * per) * 1e6
 
 
-sizes = []
-bat = Batcher(served, 16, 0.002, sizes.append)
-print(
-    "batcher alone, 16 clients: {:.0f} req/s, {:.0f} us CPU/req".format(*drive(lambda: bat(g))),
-    f"mean batch {statistics.mean(sizes[-200:]):.1f}",
-)
-bat1 = Batcher(served, 16, 0.0, sizes.append)
-print(
-    "batcher timeout 0: {:.0f} req/s, {:.0f} us CPU/req".format(*drive(lambda: bat1(g))),
-    f"mean batch {statistics.mean(sizes[-200:]):.1f}",
-)
-# serial calls, one by one
-t0, c0 = time.perf_counter(), cpu()
-for _ in range(500):
-    served(g)
-t = time.perf_counter() - t0
-print(f"one by one: {500 / t:.0f} req/s, {(cpu() - c0) / 500 * 1e6:.0f} us CPU/req")
-for n in (8, 16):
+def calls(served, g):
+    """The model's calls one by one, and batched by 8 and 16."""
     t0, c0 = time.perf_counter(), cpu()
-    for _ in range(200):
-        served.call_many([g] * n)
+    for _ in range(500):
+        served(g)
     t = time.perf_counter() - t0
-    print(
-        f"call_many({n}): {t / 200 * 1e3:.3f} ms/call, {(cpu() - c0) / 200 * 1e6:.0f} us CPU/call"
-    )
+    print(f"one by one: {500 / t:.0f} req/s, {(cpu() - c0) / 500 * 1e6:.0f} us CPU/req")
+    for n in (8, 16):
+        t0, c0 = time.perf_counter(), cpu()
+        for _ in range(200):
+            served.call_many([g] * n)
+        t = time.perf_counter() - t0
+        print(f"call_many({n}): {t / 200 * 1e3:.3f} ms/call, {(cpu() - c0) / 200 * 1e6:.0f} us CPU")
 
-header, body = client.binary_request(images)
-length = str(len(header))
-scope = {
-    "type": "http",
-    "method": "POST",
-    "path": "/v2/models/lenet5/infer",
-    "headers": [
-        (b"content-length", str(len(body)).encode()),
-        (b"inference-header-content-length", length.encode()),
-    ],
-}
-for mb in (1, 16):
-    asgi = _app.app({"lenet5": served}, max_batch=mb)
 
-    async def one():
-        async def receive():
-            return {"type": "http.request", "body": body, "more_body": False}
+def batchers(served, g):
+    """The batcher (1 batch at a time; waiting 2 ms or not) and the in-flight variant."""
+    cases = [("batcher, 2 ms wait", 0.002, 1), ("batcher, no wait", 0.0, 1)]
+    cases += [(f"{k} batches in flight", 0.002, k) for k in (2, 3)]
+    for name, timeout_s, k in cases:
+        sizes = []
+        if k == 1:
+            bat = Batcher(served, 16, timeout_s, sizes.append)
+        else:
+            bat = InFlight(served, 16, timeout_s, sizes.append, k)
+        rate, c = drive(lambda bat=bat: bat(g))
+        mean = statistics.mean(sizes[-200:])
+        print(f"{name}: {rate:.0f} req/s, {c:.0f} us CPU/req, mean batch {mean:.1f}")
 
-        async def send(m):
-            pass
 
-        await asgi(scope, receive, send)
+def apps(served, images):
+    """The whole ASGI app, a binary infer, no HTTP: batching up to 16 and not."""
+    header, body = client.binary_request(images)
+    scope = infer_scope(body, header)
 
-    rate, c = drive(one)
-    print(f"ASGI app no HTTP, max_batch {mb}: {rate:.0f} req/s, {c:.0f} us CPU/req")
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(m):
+        pass
+
+    for mb in (1, 16):
+        asgi = _app.app({"lenet5": served}, max_batch=mb)
+        rate, c = drive(lambda asgi=asgi: asgi(scope, receive, send))
+        print(f"ASGI app no HTTP, max_batch {mb}: {rate:.0f} req/s, {c:.0f} us CPU/req")
+
+
+def main():
+    trust = hlobundle.Trust.BATCHED
+    served = load_models([B], backend="xla", max_batch=16, trust=trust)["lenet5"]
+    images = np.asarray(hlobundle.load(B).tensor("images"))
+    g = {"images": images}
+    for n in range(1, 17):  # every batch size compiled before any is timed
+        served.call_many([g] * n)
+    calls(served, g)
+    batchers(served, g)
+    apps(served, images)
+
+
+if __name__ == "__main__":
+    main()
