@@ -30,7 +30,8 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   (the transfer in runs of each setting's size too): `after` (hlobundle's), `after+alias=0`
   (`device_put` with `may_alias=False`), `after+run=16` (runs of 16 MiB; 8 by default),
   `after+threads=2` (a pool of 2 threads a host core; 1 by default), `after+inflight=4` (runs
-  in flight per thread; 2 by default); options combine (`after+run=32+threads=2`). (`before`, the streaming before its buffers were shared, was measured once on the
+  in flight per thread; 2 by default), `after+hashread=1` (each chunk hashed as soon as it is
+  read, `_hashing_reader.HASH_AS_READ`); options combine (`after+run=32+threads=2`). (`before`, the streaming before its buffers were shared, was measured once on the
   TPU against these, RESULTS-tpu.md, and removed.)
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
   stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables);
@@ -570,6 +571,9 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
         # memory back cheaply (1.0x against 2.7x on this machine, 2026-12-07), so who ran
         # before would decide the figure.
         res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
+        if first_too:
+            cpu_keys = ("bound", "transfer", runs, "streamed")
+            cpu = cpu_medians({k: fns[k] for k in cpu_keys}, max(3, reps // 2), fns["bound"])
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
     base = res["bound"][0]
     what = f"{gib:.3g} GiB, {kind} ({len(files)} tensor files), / parallel sha256 bound"
@@ -594,6 +598,7 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
         *_transfer_rows(res, what),
         _floor_row(res, "streamed", "", memory.nbytes, what),
         *_fresh_rows(res, pages_now, what),
+        *_cpu_floor_rows(cpu, res, ["streamed"], what),
     ]  # fmt: skip
 
 
@@ -662,15 +667,17 @@ def stream_setting(setting: str) -> None:
     """Streaming onto the device as `setting` says (`verify`'s docstring): the module the
     reader streams with, its run size and `device_put`'s may_alias."""
     from hlobundle._bundle_io import _tensor_streaming
+    from hlobundle._file_io import _hashing_reader
     from hlobundle._read import _reader
 
     which, *options = setting.split("+")
-    opts = {"run": "8", "alias": "1", "threads": "1", "inflight": "2"}
+    opts = {"run": "8", "alias": "1", "threads": "1", "inflight": "2", "hashread": "0"}
     opts |= dict(o.split("=", 1) for o in options)
     _tensor_streaming.RUN_BYTES = int(opts["run"]) << 20
     _tensor_streaming.ALIAS = opts["alias"] == "1"
     _tensor_streaming.THREADS_PER_CORE = float(opts["threads"])
     _tensor_streaming.IN_FLIGHT = int(opts["inflight"])
+    _hashing_reader.HASH_AS_READ = opts["hashread"] == "1"
     if which != "after":
         raise SystemExit(f"HLOBUNDLE_BENCH_STREAM: unknown setting {setting!r}")
     _reader._tensor_streaming = _tensor_streaming
@@ -725,6 +732,9 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
                 if k != "bound":
                     fns[k]()  # untimed: its joins compiled
             res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
+            cpu_fns = {k: fns[k] for k in fns if k == "bound" or k.startswith("transfer")}
+            cpu_fns |= {s: fns[s] for s in settings}
+            cpu = cpu_medians(cpu_fns, max(3, reps // 2), fns["bound"])
         finally:
             stream_setting("after")
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
@@ -737,6 +747,47 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
     ]  # fmt: skip
     rows += _transfer_rows(res, what)
     rows += [_floor_row(res, s, f", streamed: {s}", memory.nbytes, what) for s in settings]
+    return rows + _cpu_floor_rows(cpu, res, settings, what)
+
+
+def cpu_medians(
+    fns: dict[str, Callable[[], object]], reps: int, setup: Callable[[], object]
+) -> dict[str, float]:
+    """The median host CPU seconds (this process's, every thread's: the device runtime's own
+    threads too) each function costs, run in turns as `interleaved` runs them, `setup` untimed
+    before each."""
+    spent: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            setup()
+            start = time.process_time()
+            fn()
+            spent[name].append(time.process_time() - start)
+    return {k: statistics.median(v) for k, v in spent.items()}
+
+
+def _cpu_floor_rows(
+    cpu: dict[str, float], res: dict[str, tuple[float, float]], streamed: list[str], what: str
+) -> list[dict]:
+    """Where hashing and the transfer share the host's cores (a device's transfer from pageable
+    memory is copied by the host's CPU), their CPU seconds together over the cores are a floor
+    that no overlap can beat: `cpu["bound"]` and the cheapest transfer's, / the cores; each
+    streamed load / that floor."""
+    cores = os.cpu_count() or 1
+    transfer = min((k for k in cpu if k.startswith("transfer")), key=lambda k: cpu[k])
+    floor = (cpu["bound"] + cpu[transfer]) / cores
+    plain = what.removesuffix(", / parallel sha256 bound")
+    spent = ", ".join(f"{k}: {v:.3g}" for k, v in cpu.items())
+    rows = [
+        ratio_row(f"the CPU floor: (the bound's host CPU-s + the {transfer}'s) / {cores} cores "
+                  f"(host CPU-s, every thread of the process: {spent}), {what}", "",
+                  res["bound"][0], floor, None),
+    ]  # fmt: skip
+    rows += [
+        ratio_row(f"load(verify=True, device=True) again, {s} / the CPU floor, {plain}", "",
+                  floor, res[s][0], 1.3)
+        for s in streamed
+    ]  # fmt: skip
     return rows
 
 

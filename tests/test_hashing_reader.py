@@ -97,3 +97,22 @@ def test_a_file_shorter_than_its_size_is_refused_by_the_threads(data_file):
     fd, data = data_file
     with ThreadPoolExecutor(2) as pool, pytest.raises(_hashing_reader.ShrankError):
         _hashing_reader.read_chunks_hashed(fd, len(data) + 1, 4096, pool)
+
+
+@pytest.mark.parametrize("as_read", [False, True])
+def test_a_run_s_chunk_digests_are_of_its_bytes_read_whole_or_chunk_by_chunk(
+    data_file, monkeypatch, as_read
+):
+    """`read_run` (the streamed load's): the run's bytes land in the target and each chunk's
+    digest is of those bytes, whether the run is read whole then hashed or each chunk hashed
+    as soon as it is read (`HASH_AS_READ`); a file that ends inside the run is refused."""
+    fd, data = data_file
+    monkeypatch.setattr(_hashing_reader, "HASH_AS_READ", as_read)
+    target = bytearray(3 * 1024 + 100)
+    digests = _hashing_reader.read_run(fd, 4096, memoryview(target), 1024)
+    assert bytes(target) == data[4096 : 4096 + len(target)]
+    assert digests == [
+        hashlib.sha256(target[k : k + 1024]).hexdigest() for k in range(0, len(target), 1024)
+    ]
+    with pytest.raises(_hashing_reader.ShrankError):
+        _hashing_reader.read_run(fd, len(data) - 1000, memoryview(bytearray(2048)), 1024)

@@ -159,9 +159,14 @@ def test_a_request_in_flight_at_sigterm_is_answered(images):
     def ask():
         inp = httpclient.InferInput("images", list(images.shape), "FP32")
         inp.set_data_from_numpy(images, binary_data=True)
-        answer["result"] = httpclient.InferenceServerClient(f"127.0.0.1:{port}").infer(
-            "lenet5", [inp]
-        )
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        try:
+            answer["result"] = client.infer("lenet5", [inp])
+        finally:
+            # Here, in this thread: left to the collector, its gevent pool's close runs in
+            # whichever thread collects it, where gevent has no hub (an unraisable error that
+            # failed the next test of the worker, 2026-12-07), and its sockets stay open.
+            client.close()
 
     asking = threading.Thread(target=ask)
     asking.start()
