@@ -30,8 +30,7 @@ repetitions (`harness.interleaved`), each with its goal. Sections (`--only`):
   (the transfer in runs of each setting's size too): `after` (hlobundle's), `after+alias=0`
   (`device_put` with `may_alias=False`), `after+run=16` (runs of 16 MiB; 8 by default),
   `after+threads=2` (a pool of 2 threads a host core; 1 by default), `after+inflight=4` (runs
-  in flight per thread; 2 by default), `after+hashread=1` (each chunk hashed as soon as it is
-  read, `_hashing_reader.HASH_AS_READ`); options combine (`after+run=32+threads=2`). (`before`, the streaming before its buffers were shared, was measured once on the
+  in flight per thread; 2 by default); options combine (`after+run=32+threads=2`). (`before`, the streaming before its buffers were shared, was measured once on the
   TPU against these, RESULTS-tpu.md, and removed.)
 - `first`: the first result in a fresh process: no cache, JAX's persistent cache warm, and a
   stored executable (`stored_executable_first_result`: `hlobundle compile` of XLA executables);
@@ -563,6 +562,7 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
             "transfer": memory.whole,
             runs: memory.in_runs,
             "fresh": lambda: fresh_memory(files),
+            "together": together(lambda: parallel_sha256_bound(files), memory.in_runs),
         }
         memory.in_runs()  # untimed: its joins compiled
     with _cache_dir_kept():
@@ -598,6 +598,7 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
         *_transfer_rows(res, what),
         _floor_row(res, "streamed", "", memory.nbytes, what),
         *_fresh_rows(res, pages_now, what),
+        *_together_rows(res, ["streamed"], what),
         *_cpu_floor_rows(cpu, res, ["streamed"], what),
     ]  # fmt: skip
 
@@ -667,17 +668,15 @@ def stream_setting(setting: str) -> None:
     """Streaming onto the device as `setting` says (`verify`'s docstring): the module the
     reader streams with, its run size and `device_put`'s may_alias."""
     from hlobundle._bundle_io import _tensor_streaming
-    from hlobundle._file_io import _hashing_reader
     from hlobundle._read import _reader
 
     which, *options = setting.split("+")
-    opts = {"run": "8", "alias": "1", "threads": "1", "inflight": "2", "hashread": "0"}
+    opts = {"run": "8", "alias": "1", "threads": "1", "inflight": "2"}
     opts |= dict(o.split("=", 1) for o in options)
     _tensor_streaming.RUN_BYTES = int(opts["run"]) << 20
     _tensor_streaming.ALIAS = opts["alias"] == "1"
     _tensor_streaming.THREADS_PER_CORE = float(opts["threads"])
     _tensor_streaming.IN_FLIGHT = int(opts["inflight"])
-    _hashing_reader.HASH_AS_READ = opts["hashread"] == "1"
     if which != "after":
         raise SystemExit(f"HLOBUNDLE_BENCH_STREAM: unknown setting {setting!r}")
     _reader._tensor_streaming = _tensor_streaming
@@ -724,6 +723,7 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
     fns = {"bound": lambda: parallel_sha256_bound(files), "transfer": memory.whole}
     fns |= {f"transfer in runs of {m} MiB": in_runs(m) for m in sizes}
     fns |= {s: streamed(s) for s in settings}
+    fns["together"] = together(fns["bound"], in_runs(8))
     with _cache_dir_kept():
         os.environ["HLOBUNDLE_CACHE_DIR"] = str(tmp / "chunked-warm")
         hlobundle.load(path, verify=True)  # its verdicts recorded: sha256 recalled after
@@ -732,7 +732,7 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
                 if k != "bound":
                     fns[k]()  # untimed: its joins compiled
             res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
-            cpu_fns = {k: fns[k] for k in fns if k == "bound" or k.startswith("transfer")}
+            cpu_fns = {k: fns[k] for k in fns if k == "bound" or k.startswith("transfer in")}
             cpu_fns |= {s: fns[s] for s in settings}
             cpu = cpu_medians(cpu_fns, max(3, reps // 2), fns["bound"])
         finally:
@@ -747,7 +747,40 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
     ]  # fmt: skip
     rows += _transfer_rows(res, what)
     rows += [_floor_row(res, s, f", streamed: {s}", memory.nbytes, what) for s in settings]
-    return rows + _cpu_floor_rows(cpu, res, settings, what)
+    return rows + _together_rows(res, settings, what) + _cpu_floor_rows(cpu, res, settings, what)
+
+
+def together(*fns: Callable[[], object]) -> Callable[[], object]:
+    """`fns` started at once, each in a thread of its own, waited for: where two kinds of work
+    share the host (its memory, its cores), what doing both at once costs when neither waits
+    for the other, the floor for any way of doing both."""
+
+    def run() -> None:
+        with ThreadPoolExecutor(len(fns)) as pool:
+            for done in [pool.submit(fn) for fn in fns]:
+                done.result()
+
+    return run
+
+
+def _together_rows(
+    res: dict[str, tuple[float, float]], streamed: list[str], what: str
+) -> list[dict]:
+    """The bound and the transfer in runs together (`together`) / the bound, and each streamed
+    load / that: hashing while transferring measured against both done at once, independently."""
+    floor = res["together"][0]
+    plain = what.removesuffix(", / parallel sha256 bound")
+    rows = [
+        ratio_row(f"the shared floor: the bound and the transfer in runs started together, "
+                  f"neither waiting for the other (the host's memory and cores shared), {what}",
+                  "", res["bound"][0], floor, None),
+    ]  # fmt: skip
+    rows += [
+        ratio_row(f"load(verify=True, device=True) again, {s} / the shared floor, {plain}", "",
+                  floor, res[s][0], 1.3)
+        for s in streamed
+    ]  # fmt: skip
+    return rows
 
 
 def cpu_medians(

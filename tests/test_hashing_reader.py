@@ -99,15 +99,11 @@ def test_a_file_shorter_than_its_size_is_refused_by_the_threads(data_file):
         _hashing_reader.read_chunks_hashed(fd, len(data) + 1, 4096, pool)
 
 
-@pytest.mark.parametrize("as_read", [False, True])
-def test_a_run_s_chunk_digests_are_of_its_bytes_read_whole_or_chunk_by_chunk(
-    data_file, monkeypatch, as_read
-):
+
+def test_a_run_s_chunk_digests_are_of_its_bytes_and_a_short_file_is_refused(data_file):
     """`read_run` (the streamed load's): the run's bytes land in the target and each chunk's
-    digest is of those bytes, whether the run is read whole then hashed or each chunk hashed
-    as soon as it is read (`HASH_AS_READ`); a file that ends inside the run is refused."""
+    digest is of those bytes; a file that ends inside the run is refused."""
     fd, data = data_file
-    monkeypatch.setattr(_hashing_reader, "HASH_AS_READ", as_read)
     target = bytearray(3 * 1024 + 100)
     digests = _hashing_reader.read_run(fd, 4096, memoryview(target), 1024)
     assert bytes(target) == data[4096 : 4096 + len(target)]

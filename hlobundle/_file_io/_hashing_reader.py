@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
 
 STEP_BYTES = 8 * 1024 * 1024  # small enough that Ctrl-C and progress act often
-# Each chunk of a run hashed as soon as it is read, while still in the cache, or the run read
-# whole first (HLOBUNDLE_BENCH_STREAM tries both).
-HASH_AS_READ = False
 
 
 class ShrankError(OSError):
@@ -117,22 +114,12 @@ def read_run(fd: int, begin: int, target: memoryview, chunk: int | None) -> list
     """Fill `target` with the bytes of `fd` from `begin` on, and return the sha256 of each
     `chunk`-byte piece of it, in order (none when `chunk` is None). A `ShrankError` when the
     file ends first."""
-    if chunk is not None and HASH_AS_READ:
-        digests = []
-        for k in range(0, len(target), chunk):
-            _read_at(fd, target[k : k + chunk], begin + k)
-            digests.append(hashlib.sha256(target[k : k + chunk]).hexdigest())
-        return digests
-    _read_at(fd, target, begin)
-    if chunk is None:
-        return []
-    return [hashlib.sha256(target[k : k + chunk]).hexdigest() for k in range(0, len(target), chunk)]
-
-
-def _read_at(fd: int, target: memoryview, begin: int) -> None:
     got = os.preadv(fd, [target], begin)
     if got < len(target):
         _read_rest_at(fd, target, got, begin)
+    if chunk is None:
+        return []
+    return [hashlib.sha256(target[k : k + chunk]).hexdigest() for k in range(0, len(target), chunk)]
 
 
 def _read_rest_at(fd: int, target: memoryview, done: int, begin: int) -> None:
