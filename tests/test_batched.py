@@ -80,15 +80,16 @@ def test_derivatives_are_the_loops(lenet, backend):
     def total(f):
         return lambda p, x: (jax.vmap(f, (None, 0))(p, x) ** 2).mean()
 
+    # LeNet's own derivatives jitted: eagerly, JAX compiles each of their operations alone
     assert_close(
         jax.grad(total(fn), argnums=(0, 1))(params, batch),
-        jax.grad(total(lenet5.lenet5), argnums=(0, 1))(params, batch),
+        jax.jit(jax.grad(total(lenet5.lenet5), argnums=(0, 1)))(params, batch),
     )
 
     def per_example(f):
         return jax.vmap(jax.grad(lambda p, x: (f(p, x) ** 2).mean()), (None, 0))
 
-    assert_close(per_example(fn)(params, batch), per_example(lenet5.lenet5)(params, batch))
+    assert_close(per_example(fn)(params, batch), jax.jit(per_example(lenet5.lenet5))(params, batch))
     if backend == "enzyme":  # forward mode: the loop's, which Enzyme cannot do through pooling
         with pytest.raises(
             hlobundle.TransformError, match="forward derivative of stablehlo.reduce_window"
