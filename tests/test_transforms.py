@@ -70,24 +70,33 @@ def test_lenet_gradients_match_native(lenet, native_gradients, backend, jit):
     assert_close(ct, pulled_back)
 
 
+def _training(f, images):
+    """Two steps of gradient descent in a scan, then a gradient under a cond, jitted."""
+
+    def step(p, _):
+        g = jax.grad(loss(f))(p, images)
+        return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g), None
+
+    def run(p, flag):
+        p, _ = jax.lax.scan(step, p, None, length=2)
+        return jax.lax.cond(flag, lambda q: jax.grad(loss(f))(q, images), lambda q: q, p)
+
+    return jax.jit(run)
+
+
+@pytest.fixture(scope="module")
+def native_training(lenet):
+    """LeNet's own `_training`, computed once for both backends."""
+    _, params, images = lenet
+    return _training(lenet5.lenet5, images)(params, True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_gradients_inside_scan_and_cond(lenet, backend):
+def test_gradients_inside_scan_and_cond(lenet, native_training, backend):
     bundle, params, images = lenet
     fn = bundle.function(backend)
-
-    def training(f):
-        def step(p, _):
-            g = jax.grad(loss(f))(p, images)
-            return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g), None
-
-        def run(p, flag):
-            p, _ = jax.lax.scan(step, p, None, length=2)
-            return jax.lax.cond(flag, lambda q: jax.grad(loss(f))(q, images), lambda q: q, p)
-
-        return jax.jit(run)
-
-    assert_close(training(fn)(params, True), training(lenet5.lenet5)(params, True))
+    assert_close(_training(fn, images)(params, True), native_training)
 
 
 def _while_fn(x, w):
