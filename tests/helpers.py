@@ -311,12 +311,27 @@ class ChildProcess:
 
 # The `hlobundle` a shell finds first on its PATH (CliZygote): its request to the zygote, with
 # the shell's descriptors 0-2; the signals the shell sends it (`kill`), sent on to the fork; and
-# the zygote's answer as its own exit status.
+# the zygote's answer as its own exit status. A command of a registry (push, pull, an oci://
+# bundle) or of signatures (sign, a key) runs in a fork of the warm zygote that imported their
+# libraries too (oras and requests, model-signing and sigstore: 0.25 and 0.45 CPU-s a fork
+# where each imported them), a server as CliZygote.start runs it; one run without an extra
+# (CLI_ZYGOTE_BLOCKED) in a fork of the zygote itself, which imported none of them.
 _CLI_SHIM = """#!{python} -SE
 import json, os, signal, socket, sys
+args = sys.argv[1:]
+warm = []
+if "CLI_ZYGOTE_BLOCKED" not in os.environ:
+    if args[:1] == ["serve"]:
+        warm = {server!r}
+    elif args[:1] in (["push"], ["pull"], ["sign"]) or any(
+        a.startswith("oci://") or a in ("--public-key", "--private-key") for a in args
+    ):
+        warm = {registry_and_signing!r}
 with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
     s.connect({socket!r})
     request = {{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": True}}
+    if warm:
+        request["warm"] = warm
     socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
     pid = json.loads(s.recv(1 << 16))["pid"]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
@@ -354,7 +369,14 @@ class CliZygote:
             assert self._proc.stdout.readline() == "ready\n", "the CLI zygote did not start"
             shim = self._scratch / "bin" / "hlobundle"
             shim.parent.mkdir()
-            shim.write_text(_CLI_SHIM.format(python=sys.executable, socket=str(where)))
+            shim.write_text(
+                _CLI_SHIM.format(
+                    python=sys.executable,
+                    socket=str(where),
+                    server=list(_SERVER_MODULES),
+                    registry_and_signing=list(_REGISTRY_AND_SIGNING_MODULES),
+                )
+            )
             shim.chmod(0o755)
         return self._scratch / "bin"
 
@@ -437,6 +459,20 @@ _SERVER_MODULES = (
     "hlobundle._serve._app",
     "hlobundle._serve._models",
     "hlobundle._serve._server",
+)
+
+
+# What a command of a registry or of signatures imports after the zygote's own (the oci and
+# sign extras' libraries among them), for the shim's warm zygote.
+_REGISTRY_AND_SIGNING_MODULES = (
+    "hlobundle._oci._push",
+    "hlobundle._oci._pull",
+    "hlobundle._remote._load",
+    "hlobundle._bundle_io._signing",
+    "model_signing.hashing",
+    "model_signing.manifest",
+    "model_signing.signing",
+    "model_signing.verifying",
 )
 
 

@@ -20,7 +20,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 # Every fenced block's language, and what the tests do with it. A new language must be added
 # here with its reason, so that no block is left untested by accident.
 FENCES = {
-    "python": "run in-process, each block alone and each file's blocks in order (below)",
+    "python": "run in-process, each block alone, each file's blocks in order, again (below)",
     "sh": "the blocks of SH_RUN run in bash; SH_SKIPPED gives each other block's reason",
     "": "not code: the bundle's file tree (checked below)",
     "julia": "skipped: it needs Julia with Reactant.jl and NPZ.jl, which this test suite has not",
@@ -97,19 +97,24 @@ def _exec(file: str, section: str, code: str) -> None:
     exec(compile(code, f"{file} python block in {section!r}", "exec"), {"__name__": "__docs__"})
 
 
-# Alone, in the full suite only: the serving guide's blocks (each starts a model server), and
-# blocks that compile with IREE, run the language model, lower in child processes or import
-# torch (each over half a second).
+# The blocks over half a second, in the full suite only: the serving guide's (each starts a
+# model server), and those that compile with IREE, run the language model, lower in child
+# processes or import torch. Each runs alone in its file's test below, where its file's blocks
+# run in order anyway: there, a block that nothing was written before is alone already (each
+# of the serving guide's, and each guide's first, ran three times where once does).
 _SLOW = ("hlobundle.compile(", "examples/lm.hlobundle", "from_exported(", "import torch")
+
+
+def _slow(file: str, code: str) -> bool:
+    return file == "docs/serving.md" or any(s in code for s in _SLOW)
+
+
+# Each block alone, in a directory of its own: here the edit-test loop's, and a slow block
+# only where its extra is missing (it skips, saying why: its file's test leaves it out).
 ALONE = [
-    pytest.param(
-        *block,
-        id=name,
-        marks=pytest.mark.slow
-        if block[0] == "docs/serving.md" or any(s in block[2] for s in _SLOW)
-        else (),
-    )
+    pytest.param(*block, id=name)
     for block, name in zip(PYTHON, _ids(PYTHON), strict=True)
+    if not _slow(block[0], block[2]) or _missing_extra(block[2])
 ]
 
 
@@ -117,23 +122,54 @@ ALONE = [
 def test_python_block_runs(tmp_path, monkeypatch, file, section, code):
     if _missing_extra(code):
         pytest.skip(_missing_extra(code))
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    monkeypatch.chdir(tmp_path)
+    _exec_in(_scratch(tmp_path), monkeypatch, file, section, code)
+
+
+def _scratch(where: Path) -> Path:
+    """A directory as a reader's: the repository's `examples/` beside what the blocks write."""
+    where.mkdir(exist_ok=True)
+    (where / "examples").symlink_to(ROOT / "examples")
+    return where
+
+
+def _exec_in(where: Path, monkeypatch, file: str, section: str, code: str) -> None:
+    monkeypatch.chdir(where)
     _exec(file, section, code)
-    assert os.getcwd() == str(tmp_path)
+    assert os.getcwd() == str(where)
 
 
-@pytest.mark.slow  # each block twice more; each runs alone above in the edit-test loop
+def _written(where: Path) -> dict[str, tuple[int, int]]:
+    """Every file and link under `where` (not through `examples`), its size and mtime."""
+    found = {}
+    for root, dirs, files in os.walk(where):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            found[os.path.relpath(path, where)] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+@pytest.mark.slow  # each block of a file again; the edit-test loop runs the fast ones above
 @pytest.mark.parametrize("file", sorted({file for file, _, _ in PYTHON}))
-def test_python_blocks_of_a_file_run_one_after_another_twice(tmp_path, monkeypatch, file):
-    # A reader runs them in one directory: no block may write where an earlier one wrote. Then
-    # again, as a reader runs a block after editing it: each writes to fresh paths or replaces
-    # (force=True) what its first run wrote.
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    monkeypatch.chdir(tmp_path)
+def test_python_blocks_of_a_file_run_one_after_another_then_again(tmp_path, monkeypatch, file):
+    # A reader runs them in one directory: no block may write where an earlier one wrote. A
+    # slow block (above) runs alone too: in a directory of its own first, unless nothing was
+    # written before it here. Then again each block that wrote here, as a reader runs a block
+    # after editing it: it writes to fresh paths or replaces (force=True) what its first run
+    # wrote. (A block that wrote nothing here meets no output of its own the second time.)
+    shared = _scratch(tmp_path / "shared")
+    fresh = _written(shared)
     blocks = [(s, code) for f, s, code in PYTHON if f == file and not _missing_extra(code)]
-    for section, code in blocks * 2:  # an extra's block: run alone above, when it is installed
-        _exec(file, section, code)
+    wrote = []
+    for i, (section, code) in enumerate(blocks):  # an extra's block: skipped above, saying why
+        before = _written(shared)
+        if _slow(file, code) and before != fresh:
+            _exec_in(_scratch(tmp_path / f"alone-{i}"), monkeypatch, file, section, code)
+        _exec_in(shared, monkeypatch, file, section, code)
+        if _written(shared) != before:
+            wrote.append((section, code))
+    for section, code in wrote:
+        _exec_in(shared, monkeypatch, file, section, code)
 
 
 def _bash(block: str, cwd: Path, *, forked: bool = True, **env: str):

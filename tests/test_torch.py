@@ -4,10 +4,13 @@ weights bound by name, its gradients torch's autograd's, and what a bundle canno
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import importlib.util
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,10 +133,9 @@ def test_a_model_s_bundle_gives_eager_torch_s_outputs(name, packed):
 
 
 @pytest.fixture(scope="module")
-def shuffled(tmp_path_factory):
-    """`Shuffled`'s case and its bundle."""
-    case = torch_models.cases()["shuffled"]()
-    return case, _pack(case, tmp_path_factory.mktemp("torch") / "shuffled.hlobundle")
+def shuffled(packed):
+    """`Shuffled`'s case and its bundle: the corpus test's, packed once."""
+    return packed("shuffled")
 
 
 def test_every_parameter_buffer_and_constant_is_an_argument_named_by_its_key(shuffled):
@@ -336,25 +338,52 @@ def test_a_user_s_mistakes_in_the_call_are_refused_saying_what_to_give(
     assert not (tmp_path / "b").exists()
 
 
-@pytest.mark.slow  # a Python of its own that imports torch and jax: 4.1 CPU-s
-@pytest.mark.subprocess
-def test_a_model_that_does_not_export_on_its_inputs_is_one_message_without_a_traceback(tmp_path):
-    """Inputs of the wrong width: torch's fake-tensor logger printed its traceback on stderr
-    (`failed while attempting to run meta for aten.mm.default`) before the error. In a process
-    of its own: pytest's log capture would hide what the logger prints."""
-    import subprocess
+class _Kept(logging.Handler):
+    """Keeps what a stream handler beside it prints: its level and filters, into `kept`."""
 
-    script = (
-        "import torch, hlobundle\n"
-        "try:\n"
-        "    hlobundle.from_torch(torch.nn.Linear(4, 2).eval(), (torch.randn(3, 5),), out='b')\n"
-        "except hlobundle.InputError as e:\n"
-        "    print(e)\n"
-    )
-    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "torch.export could not export the model: RuntimeError" in r.stdout
-    assert "Traceback" not in r.stderr
+    def __init__(self, beside: logging.Handler, kept: list[logging.LogRecord]) -> None:
+        super().__init__(beside.level)
+        self.filters = list(beside.filters)
+        self.kept = kept
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record)
+
+
+@contextlib.contextmanager
+def _printed_by_torch_loggers() -> Iterator[list[logging.LogRecord]]:
+    """The records torch's loggers print while in the block: beside each stream handler of a
+    torch logger (they print on the stderr torch was imported with, and do not propagate, so
+    pytest's log capture never sees them), a handler that keeps what it prints."""
+    kept: list[logging.LogRecord] = []
+    added = [
+        (logger, _Kept(h, kept))
+        for name, logger in list(logging.root.manager.loggerDict.items())
+        if (name == "torch" or name.startswith("torch.")) and isinstance(logger, logging.Logger)
+        for h in logger.handlers
+        if type(h) is logging.StreamHandler
+    ]
+    for logger, handler in added:
+        logger.addHandler(handler)
+    try:
+        yield kept
+    finally:
+        for logger, handler in added:
+            logger.removeHandler(handler)
+
+
+@pytest.mark.slow  # where it was: in a process of its own it took 4 CPU-s, in this one 0.3
+def test_a_model_that_does_not_export_on_its_inputs_is_one_message_without_a_traceback(
+    tmp_path, capsys
+):
+    """Inputs of the wrong width: torch's fake-tensor logger printed its traceback on stderr
+    (`failed while attempting to run meta for aten.mm.default`) before the error."""
+    model = torch.nn.Linear(4, 2).eval()
+    with _printed_by_torch_loggers() as printed, pytest.raises(InputError) as raised:
+        hlobundle.from_torch(model, (torch.randn(3, 5),), out=tmp_path / "b")
+    assert "torch.export could not export the model: RuntimeError" in str(raised.value)
+    assert [f"{r.name}: {r.getMessage()}" for r in printed] == []
+    assert "Traceback" not in capsys.readouterr().err  # a print, or logging's last resort
 
 
 @pytest.mark.slow
@@ -395,8 +424,10 @@ def _transformers() -> Any:
 
 
 def _hf_cases() -> dict[str, Any]:
+    """One block a stack: what the tests check is the conversion, which a second block would
+    only repeat (the accelerator's corpus, tests/pack_torch_corpus.py, packs two)."""
     _transformers()
-    return torch_models.hf_cases()
+    return torch_models.hf_cases(layers=1)
 
 
 @pytest.mark.slow
@@ -452,7 +483,8 @@ def test_a_bert_bundle_gives_eager_torch_s_outputs_and_autograd_s_gradients(tmp_
             scale = max(1.0, float(p.grad.abs().max()))
             np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-4, atol=1e-4 * scale)
             checked += 1
-    assert checked == len([p for p in named.values() if p.grad is not None]) > 30
+    # the embeddings' 5 and the block's 16 (the pooler is not in last_hidden_state)
+    assert checked == len([p for p in named.values() if p.grad is not None]) > 20
 
 
 # -- the operator table, one operator at a time against torch's own ----------------------------

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,40 +38,65 @@ def loss(f):
     return lambda params, images: (f(params, images) ** 2).mean()
 
 
+# LeNet's own results, which each backend's are compared with: computed once for both
+# backends, jitted (eagerly, JAX compiled each of their operations alone: the vmap test's were
+# 170 compiles, 1.8 of its 3.6 CPU-s). The bundle's side keeps the transformation, eager or
+# jitted, each test names.
+@pytest.fixture(scope="module")
+def native_gradients(lenet):
+    """grad, value_and_grad of `loss`, and the pullback of ones at the images."""
+    _, params, images = lenet
+    ones = jnp.ones_like(lenet5.lenet5(params, images))
+    return (
+        jax.jit(jax.grad(loss(lenet5.lenet5), argnums=(0, 1)))(params, images),
+        jax.jit(jax.value_and_grad(loss(lenet5.lenet5)))(params, images),
+        jax.jit(lambda x: jax.vjp(lambda x: lenet5.lenet5(params, x), x)[1](ones)[0])(images),
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.slow), True])
-def test_lenet_gradients_match_native(lenet, backend, jit):
+def test_lenet_gradients_match_native(lenet, native_gradients, backend, jit):
     bundle, params, images = lenet
+    grad, value_and_grad, pulled_back = native_gradients
     fn = bundle.function(backend)
     transform = jax.jit if jit else (lambda f: f)
-    want = jax.grad(loss(lenet5.lenet5), argnums=(0, 1))(params, images)
-    assert_close(transform(jax.grad(loss(fn), argnums=(0, 1)))(params, images), want)
+    assert_close(transform(jax.grad(loss(fn), argnums=(0, 1)))(params, images), grad)
     value, grads = transform(jax.value_and_grad(loss(fn)))(params, images)
-    assert_close((value, grads), jax.value_and_grad(loss(lenet5.lenet5))(params, images))
+    assert_close((value, grads), value_and_grad)
     out, pullback = jax.vjp(lambda x: fn(params, x), images)
     (ct,) = pullback(jnp.ones_like(out))
-    assert_close(ct, jax.vjp(lambda x: lenet5.lenet5(params, x), images)[1](jnp.ones_like(out))[0])
+    assert_close(ct, pulled_back)
+
+
+def _training(f, images):
+    """Two steps of gradient descent in a scan, then a gradient under a cond, jitted."""
+
+    def step(p, _):
+        g = jax.grad(loss(f))(p, images)
+        return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g), None
+
+    def run(p, flag):
+        p, _ = jax.lax.scan(step, p, None, length=2)
+        return jax.lax.cond(flag, lambda q: jax.grad(loss(f))(q, images), lambda q: q, p)
+
+    return jax.jit(run)
+
+
+@pytest.fixture(scope="module")
+def native_training(lenet):
+    """LeNet's own `_training`, computed once for both backends."""
+    _, params, images = lenet
+    return _training(lenet5.lenet5, images)(params, True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_gradients_inside_scan_and_cond(lenet, backend):
+def test_gradients_inside_scan_and_cond(lenet, native_training, backend):
     bundle, params, images = lenet
     fn = bundle.function(backend)
-
-    def training(f):
-        def step(p, _):
-            g = jax.grad(loss(f))(p, images)
-            return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g), None
-
-        def run(p, flag):
-            p, _ = jax.lax.scan(step, p, None, length=2)
-            return jax.lax.cond(flag, lambda q: jax.grad(loss(f))(q, images), lambda q: q, p)
-
-        return jax.jit(run)
-
-    assert_close(training(fn)(params, True), training(lenet5.lenet5)(params, True))
+    assert_close(_training(fn, images)(params, True), native_training)
 
 
 def _while_fn(x, w):
@@ -105,27 +131,35 @@ def test_while_loop_and_complex_gradients(tmp_path, backend, fn, args):
     assert_close(jax.grad(f, argnums=(0, 1))(*args), jax.grad(fn, argnums=(0, 1))(*args))
 
 
+@pytest.fixture(scope="module")
+def native_vmap(lenet):
+    """vmap over a batch of 3 image sets, its per-example gradients of `loss`, and the jacrev
+    of the summed logits by a shift of 4 copies of the first image (native_gradients' note)."""
+    _, params, images = lenet
+    batch = np.stack([images, images * 0.5, -images])
+    small = images[:1].repeat(4, 0)
+    return (
+        batch,
+        small,
+        jax.jit(jax.vmap(lambda x: lenet5.lenet5(params, x)))(batch),
+        jax.jit(jax.vmap(jax.grad(loss(lenet5.lenet5)), in_axes=(None, 0)))(params, batch),
+        jax.jit(jax.jacrev(lambda b: lenet5.lenet5(params, small + b[0]).sum(-1)))(
+            jnp.zeros((1,), np.float32)
+        ),
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_vmap_jacrev_and_per_example_gradients(lenet, backend):
+def test_vmap_jacrev_and_per_example_gradients(lenet, native_vmap, backend):
     bundle, params, images = lenet
+    batch, small, mapped, per_example_grads, jacobian = native_vmap
     fn = bundle.function(backend)
-    batch = np.stack([images, images * 0.5, -images])
-    assert_close(
-        jax.vmap(lambda x: fn(params, x))(batch),
-        jax.vmap(lambda x: lenet5.lenet5(params, x))(batch),
-    )
+    assert_close(jax.vmap(lambda x: fn(params, x))(batch), mapped)
     per_example = jax.vmap(jax.grad(loss(fn)), in_axes=(None, 0))
-    assert_close(
-        per_example(params, batch),
-        jax.vmap(jax.grad(loss(lenet5.lenet5)), in_axes=(None, 0))(params, batch),
-    )
-    small = images[:1].repeat(4, 0)
+    assert_close(per_example(params, batch), per_example_grads)
     jac = jax.jacrev(lambda b: fn(params, small + b[0]).sum(-1))(jnp.zeros((1,), np.float32))
-    want = jax.jacrev(lambda b: lenet5.lenet5(params, small + b[0]).sum(-1))(
-        jnp.zeros((1,), np.float32)
-    )
-    assert_close(jac, want, rtol=1e-4)
+    assert_close(jac, jacobian, rtol=1e-4)
 
 
 def _mlp(w, x):
@@ -302,9 +336,14 @@ def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):
         "assert not [m for m in sys.modules if m.startswith('enzyme_ad')]\n"
         "import json; print(json.dumps(np.asarray(g).tolist()))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    got = np.array(json.loads(r.stdout.strip().splitlines()[-1]))
+    # in a fork of the CLI zygote (jax imported, enzyme-ad not: the code checks that it never
+    # is), not a Python of its own that imports jax and hlobundle again (1.2 CPU-s)
+    forked = helpers.CLI_ZYGOTE.start(
+        source=code, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = forked.communicate(timeout=120)
+    assert forked.returncode == 0, err[-2000:]
+    got = np.array(json.loads(out.strip().splitlines()[-1]))
     np.testing.assert_allclose(got, np.sin(x) + x * np.cos(x), rtol=1e-6)
 
 
@@ -314,17 +353,38 @@ def test_with_vjp_for_a_non_jax_module_runs_without_enzyme(tmp_path):
     "policy",
     [None, jax.checkpoint_policies.dots_saveable, jax.checkpoint_policies.everything_saveable],
 )
-def test_checkpoint(lenet, backend, policy):
+def test_checkpoint(lenet, native_checkpointed, backend, policy):
     bundle, params, images = lenet
     fn = bundle.function(backend)
+    want = native_checkpointed(policy)
+    assert_close(
+        jax.value_and_grad(_checkpointed(fn, policy), argnums=(0, 1))(params, images), want
+    )
+    assert_close(
+        jax.jit(jax.value_and_grad(_checkpointed(fn, policy), argnums=(0, 1)))(params, images), want
+    )
 
-    def model(f):  # a checkpointed block between native ops, as in a training step
-        block = jax.checkpoint(lambda p, x: jnp.sin(f(p, x)) * 2.0, policy=policy)
-        return lambda p, x: (block(p, x * 0.5) ** 2).mean()
 
-    want = jax.value_and_grad(model(lenet5.lenet5), argnums=(0, 1))(params, images)
-    assert_close(jax.value_and_grad(model(fn), argnums=(0, 1))(params, images), want)
-    assert_close(jax.jit(jax.value_and_grad(model(fn), argnums=(0, 1)))(params, images), want)
+def _checkpointed(f, policy):
+    """A checkpointed block between native ops, as in a training step."""
+    block = jax.checkpoint(lambda p, x: jnp.sin(f(p, x)) * 2.0, policy=policy)
+    return lambda p, x: (block(p, x * 0.5) ** 2).mean()
+
+
+@pytest.fixture(scope="module")
+def native_checkpointed(lenet):
+    """policy -> LeNet's own value and gradients of `_checkpointed`, computed once for both
+    backends, jitted (native_gradients' note)."""
+    _, params, images = lenet
+    done = {}
+
+    def of(policy):
+        if policy not in done:
+            value_and_grad = jax.value_and_grad(_checkpointed(lenet5.lenet5, policy), (0, 1))
+            done[policy] = jax.jit(value_and_grad)(params, images)
+        return done[policy]
+
+    return of
 
 
 @pytest.mark.slow

@@ -169,10 +169,11 @@ def cases() -> dict[str, Callable[[], Case]]:
     }
 
 
-def hf_cases() -> dict[str, tuple[Callable[[], nn.Module], tuple[Any, ...]]]:
+def hf_cases(layers: int = 2) -> dict[str, tuple[Callable[[], nn.Module], tuple[Any, ...]]]:
     """`transformers`' BERT, GPT-2, ViT and T5 (an encoder-decoder, its LM head tied to the
     embedding both stacks share) from small configs (nothing downloaded), each by name as (a
-    function that builds it, its example inputs)."""
+    function that builds it, its example inputs). `layers`: each stack's blocks (test_torch.py
+    converts one: a second is the first's operators again, at a third more of the time)."""
     import transformers as tf
 
     torch.manual_seed(0)
@@ -181,20 +182,20 @@ def hf_cases() -> dict[str, tuple[Callable[[], nn.Module], tuple[Any, ...]]]:
     bert = tf.BertConfig(
         vocab_size=50,
         hidden_size=16,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=32,
         max_position_embeddings=16,
     )
     gpt2 = tf.GPT2Config(
-        vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=16, use_cache=False
+        vocab_size=50, n_embd=16, n_layer=layers, n_head=2, n_positions=16, use_cache=False
     )
     vit = tf.ViTConfig(
         image_size=8,
         patch_size=4,
         num_channels=3,
         hidden_size=16,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=32,
     )
@@ -203,8 +204,8 @@ def hf_cases() -> dict[str, tuple[Callable[[], nn.Module], tuple[Any, ...]]]:
         d_model=16,
         d_kv=8,
         d_ff=32,
-        num_layers=2,
-        num_decoder_layers=2,
+        num_layers=layers,
+        num_decoder_layers=layers,
         num_heads=2,
         relative_attention_num_buckets=8,
         relative_attention_max_distance=16,
