@@ -126,10 +126,16 @@ class _Side:
 
 
 def _env() -> dict[str, str]:
-    """This checkout on each interpreter's path, and none of conftest.py's XLA_FLAGS: a flag
-    one XLA knows another refuses (`--xla_cpu_use_fusion_emitters`, in jaxlib 0.12.1)."""
+    """This checkout on each interpreter's path, and conftest.py's XLA_FLAGS (the tests'
+    compile options) for the child to keep those its jaxlib knows: a flag one XLA knows
+    another refuses (`--xla_cpu_use_fusion_emitters`, in jaxlib 0.12.1). With none, each side
+    took about twice the CPU (8 CPU-s against 3.4-5, each compiling its pack and its runs)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return {**env, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    flags = {FLAGS: os.environ.get("XLA_FLAGS", "")}
+    return {**env, **flags, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+
+
+FLAGS = "CROSS_JAXLIB_XLA_FLAGS"  # tests/cross_jaxlib_child.py's, filtered into its XLA_FLAGS
 
 
 def _other_side(logs: Path) -> _Side:
