@@ -95,23 +95,29 @@ def _free_port() -> int:
 
 def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str, str]]:
     """Run `argv` as processes 0 and 1 of a 2-process JAX run on loopback: (status, out, err).
-    `{k}` in an argument becomes the process's id."""
+    `{k}` in an argument becomes the process's id. `argv`: a command's arguments (`hlobundle
+    ARGV`), or `-c SOURCE ARGS`, each process a fork of the session's CLI zygote
+    (helpers.CliZygote.start), which imported jax but started no backend: XLA reads the fork's
+    own XLA_FLAGS, and jax.distributed starts there; else (a script) a fresh interpreter."""
+    import helpers
+
     port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [a.replace("{k}", str(k)) for a in argv],
-            env=_env(
-                devices,
-                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                JAX_NUM_PROCESSES="2",
-                JAX_PROCESS_ID=str(k),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    procs = []
+    for k in range(2):
+        env = _env(
+            devices,
+            JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+            JAX_NUM_PROCESSES="2",
+            JAX_PROCESS_ID=str(k),
         )
-        for k in range(2)
-    ]
+        args = [a.replace("{k}", str(k)) for a in argv]
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        if args[0] == "-c":
+            procs.append(helpers.CLI_ZYGOTE.start(*args[2:], source=args[1], env=env, **pipes))
+        elif args[0] == sys.executable:
+            procs.append(subprocess.Popen(args, env=env, **pipes))
+        else:
+            procs.append(helpers.CLI_ZYGOTE.start(*args, env=env, **pipes))
     done = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -128,7 +134,7 @@ def test_two_processes_give_the_result_and_each_reads_only_its_shards(sharded_64
     w = hlobundle.load(sharded).tensor("w")
     want = hashlib.sha256((np.asarray(w) * 2 + 1).tobytes()).hexdigest()
     size = SIDE * SIDE * 4
-    for status, out, err in _on_two_processes([sys.executable, "-c", WORKER, str(sharded)]):
+    for status, out, err in _on_two_processes(["-c", WORKER, str(sharded)]):
         assert status == 0, err[-3000:]
         r = json.loads(out.strip().splitlines()[-1])
         assert (r["devices"], r["local"]) == (4, 2)
@@ -141,9 +147,6 @@ def test_two_processes_give_the_result_and_each_reads_only_its_shards(sharded_64
 @pytest.mark.subprocess
 def test_the_cli_runs_across_two_processes(sharded, tmp_path):
     argv = [
-        sys.executable,
-        "-m",
-        "hlobundle",
         "run",
         str(sharded),
         "--distributed",
@@ -165,9 +168,6 @@ def test_the_cli_runs_across_two_processes(sharded, tmp_path):
 @pytest.mark.subprocess
 def test_too_few_devices_across_processes_names_the_variables(sharded):
     argv = [
-        sys.executable,
-        "-m",
-        "hlobundle",
         "run",
         str(sharded),
         "--distributed",
