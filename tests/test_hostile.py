@@ -222,12 +222,21 @@ def test_file_renames_and_links(base, data):
 def _fuzzer(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """`python fuzz/NAME.py ARGV`, its driver run in this process (which imported jax already)
     and its worker a child process, as ever: a crash in a parser ends the worker, which the
-    driver reports as a finding with its case. The seed bundle is exported with x64 off, as
-    the driver's own process would (the same bytes: conftest.py turns x64 on here)."""
+    driver reports as a finding with its case. The worker is a fork of the session's CLI
+    zygote (helpers.CliZygote.start), which imported jax and hlobundle, not a fresh interpreter
+    (whose start cost each fuzzer about a CPU-second). The seed bundle is exported with x64
+    off, as the driver's own process would (the same bytes: conftest.py turns x64 on here)."""
     import contextlib
     import io
 
+    import helpers
     import jax
+
+    def forked(script: Path, worker: list[str]) -> helpers.Forked:
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        run = f"import runpy, sys; sys.argv[0] = {str(script)!r}; "
+        run += f"runpy.run_path({str(script)!r}, run_name='__main__')"
+        return helpers.CLI_ZYGOTE.start(*worker, source=run, **pipes)
 
     spec = importlib.util.spec_from_file_location(name, FUZZ / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -239,7 +248,7 @@ def _fuzzer(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
         sys.path[:] = saved_path
     said = io.StringIO()
     with contextlib.redirect_stdout(said), jax.enable_x64(False):
-        code = module.main(list(argv))
+        code = module.main(list(argv), start=forked)
     return subprocess.CompletedProcess([name, *argv], code, said.getvalue(), "")
 
 
