@@ -48,7 +48,7 @@ print(json.dumps({"read": read, "sha256": hashlib.sha256(host.tobytes()).hexdige
 """
 
 
-def _sharded(out, side: int):
+def _sharded(out, side: int, **options):
     """w * 2 + 1 of a `side` x `side` float32 weight sharded over a 2 x 2 mesh."""
     mesh = jax.make_mesh(
         (2, 2),
@@ -58,13 +58,15 @@ def _sharded(out, side: int):
     )
     w = np.arange(side * side, dtype=np.float32).reshape(side, side) / side
     w = jax.device_put(w, NamedSharding(mesh, P("x", "y")))
-    return hlobundle.export(lambda w: w * 2 + 1, w, out=out)
+    return hlobundle.export(lambda w: w * 2 + 1, w, out=out, **options)
 
 
 @pytest.fixture(scope="module")
 def sharded_64_mib(tmp_path_factory):
-    """For what each process reads from disk: a weight far above the noise of code pages."""
-    return _sharded(tmp_path_factory.mktemp("mh") / "b", SIDE)
+    """For what each process reads from disk: a weight far above the noise of code pages.
+    Without expected outputs, which the test computes itself (another 64 MiB computed,
+    written and hashed)."""
+    return _sharded(tmp_path_factory.mktemp("mh") / "b", SIDE, store_expected=False)
 
 
 @pytest.fixture(scope="module")
