@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -100,7 +99,7 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
     `{k}` in an argument becomes the process's id. `argv`: a command's arguments (`hlobundle
     ARGV`), or `-c SOURCE ARGS`, each process a fork of the session's CLI zygote
     (helpers.CliZygote.start), which imported jax but started no backend: XLA reads the fork's
-    own XLA_FLAGS, and jax.distributed starts there; else (a script) a fresh interpreter."""
+    own XLA_FLAGS, and jax.distributed starts there."""
     import helpers
 
     port = _free_port()
@@ -116,8 +115,6 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
         pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
         if args[0] == "-c":
             procs.append(helpers.CLI_ZYGOTE.start(*args[2:], source=args[1], env=env, **pipes))
-        elif args[0] == sys.executable:
-            procs.append(subprocess.Popen(args, env=env, **pipes))
         else:
             procs.append(helpers.CLI_ZYGOTE.start(*args, env=env, **pipes))
     done = []
@@ -187,8 +184,15 @@ def test_too_few_devices_across_processes_names_the_variables(sharded):
 def test_the_emitted_script_runs_across_two_processes(sharded, tmp_path):
     script = tmp_path / "run.py"
     hlobundle.emit_script(sharded, script, backend="xla")
-    for status, out, err in _on_two_processes([sys.executable, str(script)]):
+    for status, out, err in _on_two_processes(["-c", _RUN_SCRIPT, str(script)]):
         assert status == 0, err[-3000:]
         # Gloo's C++ logs its connections on stdout, at any moment, even after the script's end
         ours = [line for line in out.splitlines() if not line.startswith("[Gloo]")]
         assert "max abs diff from expected 0" in out and ours[-1] == "ok"
+
+
+# `python SCRIPT`, as `-c` source (a fork of the CLI zygote): the script run as __main__, with
+# its own __file__ (where it finds its bundle) and argv.
+_RUN_SCRIPT = (
+    "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
