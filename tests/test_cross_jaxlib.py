@@ -90,19 +90,23 @@ def test_a_bundle_that_names_no_jaxlib_is_another_computation(tmp_path):
 
 class _Side:
     """One interpreter's tests/cross_jaxlib_child.py, a process that packs and runs (each
-    interpreter imports jax once); its stderr goes to `log`."""
+    interpreter imports jax once); its stderr goes to `log`. This interpreter's is a fork of
+    the session's CLI zygote (helpers.CliZygote.start), which imported jax but started no
+    backend (the child sets XLA_FLAGS before it does), not a fresh one."""
 
     def __init__(self, python: str, log: Path) -> None:
+        import helpers
+
         self.python, self.log = python, log
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
         with open(log, "wb") as err:
-            self._proc = subprocess.Popen(
-                [python, str(CHILD)],
-                env=_env(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
+            if python == sys.executable:
+                run = f"import runpy\nrunpy.run_path({str(CHILD)!r}, run_name='__main__')\n"
+                self._proc: Any = helpers.CLI_ZYGOTE.start(
+                    source=run, env=_env(), stderr=err, **pipes
+                )
+            else:
+                self._proc = subprocess.Popen([python, str(CHILD)], env=_env(), stderr=err, **pipes)
         started = self._proc.stdout.readline()  # none where it cannot import jaxlib
         self.jaxlib: str | None = json.loads(started)["jaxlib"] if started else None
 
