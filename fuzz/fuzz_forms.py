@@ -121,28 +121,42 @@ def attempt(bundle: Path) -> str:
     return "ok"
 
 
+def _replace(path: Path, data: bytes) -> None:
+    path.unlink()
+    path.write_bytes(data)
+
+
 def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Counter[str]:
     names = [n for n in WEIGHTS if (seed / n).exists()]
     weights = [WEIGHTS[n] for n in names]
     outcomes: collections.Counter[str] = collections.Counter()
     scratch = Path(tempfile.mkdtemp(prefix="fuzz-case-"))
+    # One copy of the seed for every case: a case changes one file and the manifest, which
+    # are put back after it (each written as a new file: nothing still maps the one before).
+    bundle = shutil.copytree(seed, scratch / "bundle")
     try:
         for case in range(first, first + runs):
             rng = random.Random(case)
             name = rng.choices(names, weights)[0]
-            bundle = scratch / "bundle"
-            shutil.rmtree(bundle, ignore_errors=True)
-            shutil.copytree(seed, bundle)
             data = (seed / name).read_bytes()
             in_names = name.endswith(".mlir") and rng.random() < 0.5
-            (bundle / name).write_bytes(mutate_names(data, rng) if in_names else mutate(data, rng))
+            _replace(bundle / name, mutate_names(data, rng) if in_names else mutate(data, rng))
             if name != "manifest.json":
                 rehash(bundle, name)
             progress.write_text(f"case {case}: {name}\n")
             outcomes[f"{name}{' (names)' if in_names else ''}: {attempt(bundle)}"] += 1
+            for changed in {name, "manifest.json"}:
+                _replace(bundle / changed, (seed / changed).read_bytes())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return outcomes
+
+
+def fresh(script: Path, argv: list[str]) -> Any:
+    """A worker, `python SCRIPT ARGV`, in a fresh interpreter, its stdout and stderr piped as
+    text: `main`'s `start` (the tests start it as a fork of a process that imported jax)."""
+    cmd = [sys.executable, str(script), *argv]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def main(
@@ -152,9 +166,11 @@ def main(
     seed_bundle: Any = seed_bundle,
     work: Any = work,
     description: str = __doc__.split("\n")[0],
+    start: Any = fresh,
 ) -> int:
     """The command line of a fuzzer: this one, or another (`fuzz_shapes.py`) that passes its
-    own `script`, `seed_bundle(root)` and `work(seed, first, runs, progress)`."""
+    own `script`, `seed_bundle(root)` and `work(seed, first, runs, progress)`. `start(script,
+    argv)` starts each worker as a process of its own, answering as `fresh`'s Popen does."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--runs", type=int, default=10_000)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -167,37 +183,24 @@ def main(
         return 0
     root = Path(tempfile.mkdtemp(prefix="hlobundle-fuzz-"))
     try:
-        return _drive(seed_bundle(root), root, args.runs, args.jobs, args.first, script)
+        return _drive(seed_bundle(root), root, args.runs, args.jobs, args.first, script, start)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _drive(seed: Path, root: Path, runs: int, jobs: int, first: int, script: Path) -> int:
+def _drive(
+    seed: Path, root: Path, runs: int, jobs: int, first: int, script: Path, start: Any
+) -> int:
     """Split the cases over `jobs` worker processes; a dead worker is a finding."""
     share = -(-runs // jobs)
     workers = []
     for j in range(jobs):
-        start, count = first + j * share, min(share, runs - j * share)
+        begin, count = first + j * share, min(share, runs - j * share)
         if count <= 0:
             continue
         progress = root / f"progress-{j}"
-        cmd = [
-            sys.executable,
-            str(script),
-            "--worker",
-            str(seed),
-            str(progress),
-            "--first",
-            str(start),
-            "--runs",
-            str(count),
-        ]
-        workers.append(
-            (
-                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-                progress,
-            )
-        )
+        cmd = ["--worker", str(seed), str(progress), "--first", str(begin), "--runs", str(count)]
+        workers.append((start(script, cmd), progress))
     total: collections.Counter[str] = collections.Counter()
     failed = False
     for proc, progress in workers:

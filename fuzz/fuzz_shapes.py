@@ -232,13 +232,14 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
     return outcomes
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, start: Any = fuzz_forms.fresh) -> int:
     return fuzz_forms.main(
         argv,
         script=Path(__file__),
         seed_bundle=seed_bundle,
         work=work,
         description=__doc__.split("\n")[0],
+        start=start,
     )
 
 

@@ -38,6 +38,23 @@ import numpy  # noqa: F401
 
 from hlobundle._cli import _main
 
+# What the commands import when they run (each lazily, so that `inspect` and `verify` start
+# fast), imported once here for every fork: reading, checking and inspecting a bundle, running
+# it on the xla backend, packing one. None of them imports an extra's modules (which a
+# request may block, BLOCKED below).
+WARM = (
+    "hlobundle._remote._load",
+    "hlobundle._read._inspect",
+    "hlobundle._run._run",
+    "hlobundle._run._backends._xla",
+    "hlobundle._run._process",
+    "hlobundle._run._precision_rewrite",
+    "hlobundle._write._pack_files",
+    "safetensors.numpy",
+)
+for _name in WARM:
+    importlib.import_module(_name)
+
 # Top-level modules a command runs without, as where their extra is not installed (what
 # helpers.without_modules's sitecustomize does at a Python's start): comma-separated, in the
 # request's environment (helpers.CliZygote.run's `blocked`).

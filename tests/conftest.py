@@ -3,9 +3,9 @@ import os
 import shutil
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
+from jaxlib_flags import knows
 
 # Bytecode: the suite's processes write that of the tests and of hlobundle into their usual
 # `__pycache__` (ignored by git), as Python does by default, even where the environment says
@@ -36,24 +36,6 @@ def _fsync_in_a_test(fd) -> None:
 os.fsync = _fsync_in_a_test
 
 
-def _jaxlib_knows(flag: str) -> bool:
-    """Whether this jaxlib's XLA has `flag` (XLA ends the process on an unknown one): its
-    name is a C string of its own in one of jaxlib's shared libraries, where the flags are
-    defined. The name alone is not enough: jaxlib 0.12 keeps a removed flag's name in its
-    options' protobuf descriptor, among the reserved names, with no NUL around it."""
-    import mmap
-    from importlib.util import find_spec
-
-    spec = find_spec("jaxlib")
-    if spec is None or spec.origin is None:
-        return False
-    for library in sorted(Path(spec.origin).parent.glob("*.so"), key=lambda p: -p.stat().st_size):
-        with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            if m.find(b"\0" + flag.encode() + b"\0") >= 0:
-                return True
-    return False
-
-
 # One CPU device count for the whole session, set before jax is imported, so that sharded
 # bundles run in this process; tests of other device counts start a process of their own.
 # The tests' programs are tiny: XLA compiles them without LLVM's optimizations, which changes no
@@ -62,11 +44,11 @@ def _jaxlib_knows(flag: str) -> bool:
 # same results (the suite's byte-for-byte comparisons included) in about a third of the
 # compile time (processes the tests start inherit the flags).
 _FLAGS = " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
-if _jaxlib_knows("xla_cpu_use_fusion_emitters"):
+if knows("xla_cpu_use_fusion_emitters"):
     _FLAGS += " --xla_cpu_use_fusion_emitters=false"
 # Each program's LLVM module compiled whole, not split for parallel compilation: for these tiny
 # programs the split costs more than it saves (the compile-heavy tests took about 6 % less CPU).
-if _jaxlib_knows("xla_cpu_parallel_codegen_split_count"):
+if knows("xla_cpu_parallel_codegen_split_count"):
     _FLAGS += " --xla_cpu_parallel_codegen_split_count=1"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + _FLAGS).strip()
 

@@ -4,7 +4,8 @@ each request (a JSON list on a line of stdin) with a JSON line: `["pack", OUT, L
 corpus's bundles into OUT, their expected outputs computed by this interpreter's jaxlib, and
 answers null; `["run", BUNDLE[:FUNCTION], ...]` runs each as `hlobundle run --backend xla
 --json` does and answers a list of {"rc", "report"}. One process packs and runs, so that each
-interpreter imports jax once."""
+interpreter imports jax once. It compiles with the suite's compile options (conftest.py's
+XLA_FLAGS, given as CROSS_JAXLIB_XLA_FLAGS) that its jaxlib knows."""
 
 from __future__ import annotations
 
@@ -50,7 +51,17 @@ def run(specs: list[str]) -> list[dict]:
     return done
 
 
+def keep_known_flags() -> None:
+    """XLA_FLAGS: those of the suite's (CROSS_JAXLIB_XLA_FLAGS, conftest.py's compile options)
+    that this interpreter's jaxlib knows, set before jax is imported (XLA ends the process
+    on a flag it does not know)."""
+    from jaxlib_flags import known
+
+    os.environ["XLA_FLAGS"] = known(os.environ.pop("CROSS_JAXLIB_XLA_FLAGS", ""))
+
+
 def serve() -> None:
+    keep_known_flags()
     import jaxlib
 
     # What the commands print (Python's or C++'s) goes to stderr, never into an answer.

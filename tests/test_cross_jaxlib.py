@@ -90,19 +90,23 @@ def test_a_bundle_that_names_no_jaxlib_is_another_computation(tmp_path):
 
 class _Side:
     """One interpreter's tests/cross_jaxlib_child.py, a process that packs and runs (each
-    interpreter imports jax once); its stderr goes to `log`."""
+    interpreter imports jax once); its stderr goes to `log`. This interpreter's is a fork of
+    the session's CLI zygote (helpers.CliZygote.start), which imported jax but started no
+    backend (the child sets XLA_FLAGS before it does), not a fresh one."""
 
     def __init__(self, python: str, log: Path) -> None:
+        import helpers
+
         self.python, self.log = python, log
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
         with open(log, "wb") as err:
-            self._proc = subprocess.Popen(
-                [python, str(CHILD)],
-                env=_env(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
+            if python == sys.executable:
+                run = f"import runpy\nrunpy.run_path({str(CHILD)!r}, run_name='__main__')\n"
+                self._proc: Any = helpers.CLI_ZYGOTE.start(
+                    source=run, env=_env(), stderr=err, **pipes
+                )
+            else:
+                self._proc = subprocess.Popen([python, str(CHILD)], env=_env(), stderr=err, **pipes)
         started = self._proc.stdout.readline()  # none where it cannot import jaxlib
         self.jaxlib: str | None = json.loads(started)["jaxlib"] if started else None
 
@@ -126,10 +130,16 @@ class _Side:
 
 
 def _env() -> dict[str, str]:
-    """This checkout on each interpreter's path, and none of conftest.py's XLA_FLAGS: a flag
-    one XLA knows another refuses (`--xla_cpu_use_fusion_emitters`, in jaxlib 0.12.1)."""
+    """This checkout on each interpreter's path, and conftest.py's XLA_FLAGS (the tests'
+    compile options) for the child to keep those its jaxlib knows: a flag one XLA knows
+    another refuses (`--xla_cpu_use_fusion_emitters`, in jaxlib 0.12.1). With none, each side
+    took about twice the CPU (8 CPU-s against 3.4-5, each compiling its pack and its runs)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return {**env, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    flags = {FLAGS: os.environ.get("XLA_FLAGS", "")}
+    return {**env, **flags, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+
+
+FLAGS = "CROSS_JAXLIB_XLA_FLAGS"  # tests/cross_jaxlib_child.py's, filtered into its XLA_FLAGS
 
 
 def _other_side(logs: Path) -> _Side:

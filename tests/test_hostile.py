@@ -222,12 +222,21 @@ def test_file_renames_and_links(base, data):
 def _fuzzer(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """`python fuzz/NAME.py ARGV`, its driver run in this process (which imported jax already)
     and its worker a child process, as ever: a crash in a parser ends the worker, which the
-    driver reports as a finding with its case. The seed bundle is exported with x64 off, as
-    the driver's own process would (the same bytes: conftest.py turns x64 on here)."""
+    driver reports as a finding with its case. The worker is a fork of the session's CLI
+    zygote (helpers.CliZygote.start), which imported jax and hlobundle, not a fresh interpreter
+    (whose start cost each fuzzer about a CPU-second). The seed bundle is exported with x64
+    off, as the driver's own process would (the same bytes: conftest.py turns x64 on here)."""
     import contextlib
     import io
 
+    import helpers
     import jax
+
+    def forked(script: Path, worker: list[str]) -> helpers.Forked:
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        run = f"import runpy, sys; sys.argv[0] = {str(script)!r}; "
+        run += f"runpy.run_path({str(script)!r}, run_name='__main__')"
+        return helpers.CLI_ZYGOTE.start(*worker, source=run, **pipes)
 
     spec = importlib.util.spec_from_file_location(name, FUZZ / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -239,7 +248,7 @@ def _fuzzer(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
         sys.path[:] = saved_path
     said = io.StringIO()
     with contextlib.redirect_stdout(said), jax.enable_x64(False):
-        code = module.main(list(argv))
+        code = module.main(list(argv), start=forked)
     return subprocess.CompletedProcess([name, *argv], code, said.getvalue(), "")
 
 
@@ -348,14 +357,18 @@ def test_memory_stays_bounded(base, bomb, code):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
+    # Each pack is a process of its own, killed with SIGKILL: a fork of the session's CLI
+    # zygote (helpers.CliZygote), not a fresh interpreter (each pack's start cost more than
+    # its 32 MiB: 11-13 fresh ones took 3.9-4.7 CPU-s, the forks 2.4-2.9). Its fsync is the
+    # real one (conftest.py's is only this process's). Written straight into `out` instead of
+    # beside it, the first kill leaves a bundle without its manifest.
+    import helpers
+
     big = [sample((1024, 1024), "float32", i) for i in range(8)]  # 32 MiB, so pack takes a while
     (tmp_path / "m.mlir").write_text(identity_module(*big))
     np.savez(tmp_path / "in.npz", *big)
     out = tmp_path / "out"
     argv = [
-        sys.executable,
-        "-m",
-        "hlobundle",
         "pack",
         tmp_path / "m.mlir",
         "--inputs",
@@ -366,10 +379,15 @@ def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
         "--layout",
         "row-major",
     ]
-    durations = []  # the warm run's: a first run's cold start made later packs end before
-    for _ in range(2):  # their kill, 41 of 48 once (7 kills of 8, Python 3.13 at a load of 3)
+
+    def pack() -> helpers.Forked:
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        return helpers.CLI_ZYGOTE.start(*argv, **quiet)
+
+    durations = []  # the warm run's: a first run's imports (a fork imports what pack needs)
+    for _ in range(2):
         start = time.perf_counter()
-        assert subprocess.run(argv, capture_output=True).returncode == 0
+        assert pack().wait() == 0
         durations.append(time.perf_counter() - start)
         shutil.rmtree(out)
     duration = min(durations)
@@ -377,16 +395,16 @@ def test_killed_pack_never_leaves_a_half_bundle(tmp_path):
     kills = launches = 0
     while kills < 8 and launches < 48:  # count until there are enough kills, within a bound
         launches += 1
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = pack()
         time.sleep(rng.uniform(0.2, 1.0) * duration)
         if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+            proc.kill()
             kills += 1
-        proc.wait()
+        assert proc.wait() in (0, -signal.SIGKILL)
         if out.exists():
             hlobundle.load(out).verify()  # a complete bundle, never a half one
     assert kills >= 8
-    assert subprocess.run(argv, capture_output=True).returncode == 0
+    assert pack().wait() == 0
     hlobundle.load(out).verify()
     leftovers = [p.name for p in tmp_path.iterdir() if ".partial-" in p.name or ".old-" in p.name]
     assert leftovers == [], "the next pack removes what killed packs left"

@@ -135,22 +135,22 @@ def test_a_blob_whose_vjp_artifact_maps_gigabytes_is_refused_within_an_allowance
     # 16 GiB cap; it first deserializes that artifact within the allowance the portable
     # artifact's child has. (`_get_vjp` is jax's own field for where an Exported's VJP comes
     # from: serialize() writes what it returns.)
+    # The pack is a process of its own whose children's peak is theirs alone: a fork of the
+    # session's CLI zygote (helpers.CliZygote.start), not a fresh interpreter that imports jax.
     import dataclasses
     import subprocess
-    import sys
+
+    import helpers
 
     hostile = (ROOT / "tests" / "hostile" / "maps_3_gb.mlirbc").read_bytes()
     vjp = dataclasses.replace(exported.vjp(), mlir_module_serialized=hostile)
     blob = tmp_path / "model.jax"
     blob.write_bytes(dataclasses.replace(exported, _get_vjp=lambda _: vjp).serialize(vjp_order=1))
-    r = subprocess.run(
-        [sys.executable, "-c", _PACK_AND_PEAK, str(blob), str(tmp_path / "b")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    code, peak = r.stdout.split()
-    assert code == "1" and "LIMIT_EXCEEDED" in r.stderr and "VJP" in r.stderr, r.stderr[-2000:]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc = helpers.CLI_ZYGOTE.start(blob, tmp_path / "b", source=_PACK_AND_PEAK, **pipes)
+    out, err = proc.communicate(timeout=300)
+    code, peak = out.split()
+    assert code == "1" and "LIMIT_EXCEEDED" in err and "VJP" in err, err[-2000:]
     assert int(peak) < 1 << 30, f"a child held {int(peak) >> 20} MiB"
     assert not (tmp_path / "b").exists()
 

@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -18,7 +17,9 @@ from jax.sharding import PartitionSpec as P
 
 import hlobundle
 
-SIDE = 4096  # a 64 MiB float32 weight: each process's half is far above the noise of code pages
+# A 16 MiB float32 weight: each process's half is far above the noise of code pages (it read
+# 0.509-0.513 of the weight; 64 MiB cost 2-3 s more to write, read, gather and hash)
+SIDE = 2048
 
 WORKER = r"""
 import hashlib, json, os, sys
@@ -48,7 +49,7 @@ print(json.dumps({"read": read, "sha256": hashlib.sha256(host.tobytes()).hexdige
 """
 
 
-def _sharded(out, side: int):
+def _sharded(out, side: int, **options):
     """w * 2 + 1 of a `side` x `side` float32 weight sharded over a 2 x 2 mesh."""
     mesh = jax.make_mesh(
         (2, 2),
@@ -58,13 +59,15 @@ def _sharded(out, side: int):
     )
     w = np.arange(side * side, dtype=np.float32).reshape(side, side) / side
     w = jax.device_put(w, NamedSharding(mesh, P("x", "y")))
-    return hlobundle.export(lambda w: w * 2 + 1, w, out=out)
+    return hlobundle.export(lambda w: w * 2 + 1, w, out=out, **options)
 
 
 @pytest.fixture(scope="module")
-def sharded_64_mib(tmp_path_factory):
-    """For what each process reads from disk: a weight far above the noise of code pages."""
-    return _sharded(tmp_path_factory.mktemp("mh") / "b", SIDE)
+def sharded_16_mib(tmp_path_factory):
+    """For what each process reads from disk: a weight far above the noise of code pages.
+    Without expected outputs, which the test computes itself (another 16 MiB computed,
+    written and hashed)."""
+    return _sharded(tmp_path_factory.mktemp("mh") / "b", SIDE, store_expected=False)
 
 
 @pytest.fixture(scope="module")
@@ -95,23 +98,27 @@ def _free_port() -> int:
 
 def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str, str]]:
     """Run `argv` as processes 0 and 1 of a 2-process JAX run on loopback: (status, out, err).
-    `{k}` in an argument becomes the process's id."""
+    `{k}` in an argument becomes the process's id. `argv`: a command's arguments (`hlobundle
+    ARGV`), or `-c SOURCE ARGS`, each process a fork of the session's CLI zygote
+    (helpers.CliZygote.start), which imported jax but started no backend: XLA reads the fork's
+    own XLA_FLAGS, and jax.distributed starts there."""
+    import helpers
+
     port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [a.replace("{k}", str(k)) for a in argv],
-            env=_env(
-                devices,
-                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                JAX_NUM_PROCESSES="2",
-                JAX_PROCESS_ID=str(k),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    procs = []
+    for k in range(2):
+        env = _env(
+            devices,
+            JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+            JAX_NUM_PROCESSES="2",
+            JAX_PROCESS_ID=str(k),
         )
-        for k in range(2)
-    ]
+        args = [a.replace("{k}", str(k)) for a in argv]
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        if args[0] == "-c":
+            procs.append(helpers.CLI_ZYGOTE.start(*args[2:], source=args[1], env=env, **pipes))
+        else:
+            procs.append(helpers.CLI_ZYGOTE.start(*args, env=env, **pipes))
     done = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -121,14 +128,14 @@ def _on_two_processes(argv: list[str], devices: int = 2) -> list[tuple[int, str,
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_two_processes_give_the_result_and_each_reads_only_its_shards(sharded_64_mib):
+def test_two_processes_give_the_result_and_each_reads_only_its_shards(sharded_16_mib):
     import hashlib
 
-    sharded = sharded_64_mib
+    sharded = sharded_16_mib
     w = hlobundle.load(sharded).tensor("w")
     want = hashlib.sha256((np.asarray(w) * 2 + 1).tobytes()).hexdigest()
     size = SIDE * SIDE * 4
-    for status, out, err in _on_two_processes([sys.executable, "-c", WORKER, str(sharded)]):
+    for status, out, err in _on_two_processes(["-c", WORKER, str(sharded)]):
         assert status == 0, err[-3000:]
         r = json.loads(out.strip().splitlines()[-1])
         assert (r["devices"], r["local"]) == (4, 2)
@@ -141,9 +148,6 @@ def test_two_processes_give_the_result_and_each_reads_only_its_shards(sharded_64
 @pytest.mark.subprocess
 def test_the_cli_runs_across_two_processes(sharded, tmp_path):
     argv = [
-        sys.executable,
-        "-m",
-        "hlobundle",
         "run",
         str(sharded),
         "--distributed",
@@ -165,9 +169,6 @@ def test_the_cli_runs_across_two_processes(sharded, tmp_path):
 @pytest.mark.subprocess
 def test_too_few_devices_across_processes_names_the_variables(sharded):
     argv = [
-        sys.executable,
-        "-m",
-        "hlobundle",
         "run",
         str(sharded),
         "--distributed",
@@ -185,8 +186,15 @@ def test_too_few_devices_across_processes_names_the_variables(sharded):
 def test_the_emitted_script_runs_across_two_processes(sharded, tmp_path):
     script = tmp_path / "run.py"
     hlobundle.emit_script(sharded, script, backend="xla")
-    for status, out, err in _on_two_processes([sys.executable, str(script)]):
+    for status, out, err in _on_two_processes(["-c", _RUN_SCRIPT, str(script)]):
         assert status == 0, err[-3000:]
         # Gloo's C++ logs its connections on stdout, at any moment, even after the script's end
         ours = [line for line in out.splitlines() if not line.startswith("[Gloo]")]
         assert "max abs diff from expected 0" in out and ours[-1] == "ok"
+
+
+# `python SCRIPT`, as `-c` source (a fork of the CLI zygote): the script run as __main__, with
+# its own __file__ (where it finds its bundle) and argv.
+_RUN_SCRIPT = (
+    "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
