@@ -99,7 +99,6 @@ def test_a_file_shorter_than_its_size_is_refused_by_the_threads(data_file):
         _hashing_reader.read_chunks_hashed(fd, len(data) + 1, 4096, pool)
 
 
-
 def test_a_run_s_chunk_digests_are_of_its_bytes_and_a_short_file_is_refused(data_file):
     """`read_run` (the streamed load's): the run's bytes land in the target and each chunk's
     digest is of those bytes; a file that ends inside the run is refused."""
