@@ -151,8 +151,8 @@ def _each_iree_compile_once(tmp_path_factory):
 @pytest.fixture(scope="session")
 def script_zygote(tmp_path_factory):
     """`script_zygote(SCRIPT, *ARGS, cwd=None)`: `python SCRIPT ARGS` in a process of its own, a
-    fork of this worker's one script zygote (tests/script_zygote.py, which imported jax and
-    numpy once, never hlobundle), answered as `subprocess.run` would answer; a script that
+    fork of this worker's one script zygote (tests/script_zygote.py, which imported jax, numpy
+    and scipy's LAPACK once, never hlobundle), answered as `subprocess.run` would answer; a script that
     imported hlobundle fails (an emitted script is standalone)."""
     from helpers import ChildProcess
 
