@@ -52,18 +52,34 @@ if knows("xla_cpu_parallel_codegen_split_count"):
     _FLAGS += " --xla_cpu_parallel_codegen_split_count=1"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + _FLAGS).strip()
 
-import jax  # noqa: E402
 
-# 64-bit dtypes are part of the format; tests lower them with x64 on.
-jax.config.update("jax_enable_x64", True)
+def pytest_configure(config):
+    """jax, set up for the tests, in each process that runs them (before its collection): not
+    in the one that only starts `-n 2`'s workers and hands them tests, whose import of jax
+    (0.7 s) held back their start."""
+    if not _starts_workers(config):
+        _set_up_jax()
 
-# JAX's persistent compilation cache, in the private cache root above, from the start: as
-# every `hlobundle` command turns it on (so did the first in-process `cli("run", ...)` of a
-# session, for the tests after it). A program an earlier test compiled is read back, not
-# compiled again.
-from hlobundle._run._process import enable_compilation_cache  # noqa: E402
 
-enable_compilation_cache()
+def _starts_workers(config) -> bool:
+    """Whether this process is pytest-xdist's controller, which runs no test itself."""
+    workers = config.getoption("dist", "no") != "no" and config.getoption("tx", None)
+    return bool(workers) and not hasattr(config, "workerinput")
+
+
+def _set_up_jax() -> None:
+    import jax
+
+    # 64-bit dtypes are part of the format; tests lower them with x64 on.
+    jax.config.update("jax_enable_x64", True)
+
+    # JAX's persistent compilation cache, in the private cache root above, from the start: as
+    # every `hlobundle` command turns it on (so did the first in-process `cli("run", ...)` of a
+    # session, for the tests after it). A program an earlier test compiled is read back, not
+    # compiled again.
+    from hlobundle._run._process import enable_compilation_cache
+
+    enable_compilation_cache()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -133,8 +149,8 @@ def _each_iree_compile_once(tmp_path_factory):
 @pytest.fixture(scope="session")
 def script_zygote(tmp_path_factory):
     """`script_zygote(SCRIPT, *ARGS, cwd=None)`: `python SCRIPT ARGS` in a process of its own, a
-    fork of this worker's one script zygote (tests/script_zygote.py, which imported jax and
-    numpy once, never hlobundle), answered as `subprocess.run` would answer; a script that
+    fork of this worker's one script zygote (tests/script_zygote.py, which imported jax, numpy
+    and scipy's LAPACK once, never hlobundle), answered as `subprocess.run` would answer; a script that
     imported hlobundle fails (an emitted script is standalone)."""
     from helpers import ChildProcess
 

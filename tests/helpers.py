@@ -7,6 +7,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -108,6 +109,12 @@ def small_bundle(tmp_path: Path, name: str = "b") -> Path:
     x = sample((4, 3), "float32", 1)
     w = sample((3, 2), "float32", 2)
     return hlobundle.export(lambda x, w: jax.nn.relu(x @ w), x, w, out=tmp_path / name)
+
+
+def copy_of(bundle: Path, where: Path) -> Path:
+    """A copy of `bundle` in `where`, of the same name (modes and times as written): a module's
+    tests that damage or edit a bundle each get their own copy of one it wrote once."""
+    return Path(shutil.copytree(bundle, where / bundle.name, symlinks=True))
 
 
 def two_functions(tmp_path: Path, name: str = "two") -> Path:

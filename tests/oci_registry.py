@@ -125,5 +125,5 @@ def _wait(port: int, process: subprocess.Popen, root: Path) -> None:
                 return
         except OSError:
             pass
-        time.sleep(0.05)
+        time.sleep(0.01)  # a start is over within the poll
     pytest.fail(f"{BINARY} did not answer on port {port} within 20 s")

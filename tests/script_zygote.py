@@ -1,6 +1,6 @@
-"""A process that has imported jax and numpy, and forks a fresh child for each script it is asked
-to run (helpers.ScriptZygote): every script starts in a process of its own, as `python
-SCRIPT ARGS` would, without paying for those imports each time.
+"""A process that has imported jax, numpy and scipy's LAPACK, and forks a fresh child for each
+script it is asked to run (helpers.ScriptZygote): every script starts in a process of its own,
+as `python SCRIPT ARGS` would, without paying for those imports each time.
 
     python tests/script_zygote.py
 
@@ -22,6 +22,12 @@ import traceback
 
 import jax  # noqa: F401  (imported once, before any fork: the point of the zygote)
 import numpy  # noqa: F401
+
+# What jax imports when it first lowers an Exported on CPU, for its LAPACK kernels (scipy's
+# BLAS and LAPACK: 0.27 CPU-s, in 9 of the edit loop's 20 scripts): imported, never called, so
+# a script still initializes the kernels itself or crashes (test_run's emitted LAPACK script).
+import scipy.linalg.cython_blas  # noqa: F401
+import scipy.linalg.cython_lapack  # noqa: F401
 
 
 def child(argv: list[str], out: str, err: str, cwd: str) -> None:

@@ -229,6 +229,42 @@ def test_ctrl_c_prints_one_line(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == "interrupted\n"
 
 
+def test_the_parser_is_built_once_per_process(tmp_path, monkeypatch):
+    from hlobundle._cli import _main, _parser
+
+    built = []
+    build = _parser.build
+    monkeypatch.setattr(_parser, "_BUILT", [])
+    monkeypatch.setattr(_parser, "build", lambda: built.append(1) or build())
+    for _ in range(3):
+        assert _main.main(["inspect", str(tmp_path / "none")]) == 1
+    assert built == [1]
+
+
+def test_a_handler_rebound_after_the_parser_was_built_is_the_one_that_runs(tmp_path, monkeypatch):
+    """The parser is built once per process (above), holding each command's handler; the
+    handler that runs is the name's at the call, as with a parser built per call."""
+    from hlobundle._cli import _commands, _main, _parser
+
+    calls = []
+    assert _main.main(["inspect", str(tmp_path / "none")]) == 1  # the parser built, and used
+    monkeypatch.setattr(_commands, "inspect", lambda args: calls.append(args.bundle) or 0)
+    assert _parser.parser() is _parser.parser()
+    assert _main.main(["inspect", str(tmp_path / "b")]) == 0
+    assert calls == [str(tmp_path / "b")]
+
+
+def test_a_parse_hands_out_no_list_that_a_later_parse_gets(tmp_path):
+    """A default list (`--sizes`'s []) is the one parser's: each parse gets a copy, so what a
+    handler adds to its own is not the next command's default."""
+    from hlobundle._cli import _parser
+
+    first = _parser.parser().parse_args(["serve", str(tmp_path)])
+    assert first.sizes == []
+    first.sizes.append(("b", (1, 2)))
+    assert _parser.parser().parse_args(["serve", str(tmp_path)]).sizes == []
+
+
 def test_with_vjp_without_enzyme_says_what_to_do(tmp_path, monkeypatch):
     from hlobundle._run._backends import _installed
 

@@ -13,7 +13,7 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import functions_over_weights, pack_identity
+from helpers import copy_of, functions_over_weights, pack_identity
 
 import hlobundle
 from hlobundle._bundle_io import _tensor_streaming
@@ -22,13 +22,18 @@ from hlobundle._read import _device_values, _reader
 WEIGHTS = "weights.safetensors"
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return functions_over_weights(tmp_path_factory.mktemp("device") / "fw", 2)
+
+
 @pytest.fixture
-def bundle(tmp_path, monkeypatch):
+def bundle(written, tmp_path, monkeypatch):
     """Two functions over one weights file of two 1 MiB chunks, read a chunk a run, so that
-    each weight is joined on the device from two pieces."""
+    each weight is joined on the device from two pieces (each test's own copy)."""
     monkeypatch.setattr(_tensor_streaming, "RUN_BYTES", 1 << 20)
     monkeypatch.setattr(_device_values, "STREAM_ON_CPU", True)
-    return functions_over_weights(tmp_path / "fw", 2)
+    return copy_of(written, tmp_path)
 
 
 @pytest.fixture(params=["one thread", "a pool"])

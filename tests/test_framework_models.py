@@ -16,7 +16,6 @@ import pytest
 
 import hlobundle
 
-eqx = pytest.importorskip("equinox", reason="equinox is in the dev extra")
 X = np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)
 
 
@@ -31,6 +30,9 @@ def _export(tmp_path, fn, *args, **kwargs):
 
 @pytest.mark.slow
 def test_an_equinox_module_is_stored_as_its_leaves_and_called_as_itself(tmp_path):
+    # imported here, not at the module's top: collecting the file (each worker, every run)
+    # imported equinox, 0.12 s, for this one slow test
+    eqx = pytest.importorskip("equinox", reason="equinox is in the dev extra")
     model = eqx.nn.MLP(3, 2, 4, 2, key=jax.random.PRNGKey(0))
     params, static = eqx.partition(model, eqx.is_array)
 

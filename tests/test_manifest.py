@@ -6,15 +6,21 @@ import json
 import re
 
 import pytest
-from helpers import ROOT, edit_manifest, small_bundle
+from helpers import ROOT, copy_of, edit_manifest, small_bundle
 
 import hlobundle
 from hlobundle._format._manifest import MAX_MANIFEST_BYTES
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return small_bundle(tmp_path_factory.mktemp("manifest"))
+
+
 @pytest.fixture
-def bundle(tmp_path):
-    return small_bundle(tmp_path)
+def bundle(written, tmp_path):
+    """The module's bundle, each test's own copy to edit."""
+    return copy_of(written, tmp_path)
 
 
 def test_unknown_major_version_is_refused(bundle):

@@ -36,12 +36,12 @@ def _start(*flags: str, concurrency: int = 1) -> tuple[helpers.Forked, int, obje
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", concurrency=concurrency)
-    for _ in range(600):
+    for _ in range(6000):  # 60 s at most, polled every 0.01 s: a start is over within the poll
         try:
             if client.is_server_ready():
                 return proc, port, client
         except Exception:  # not listening yet
-            time.sleep(0.1)
+            time.sleep(0.01)
     proc.kill()
     pytest.fail(f"the server did not start: {proc.communicate()[1][-2000:]}")
 

@@ -65,12 +65,12 @@ def server():
     client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
     client.port = port  # for the requests tritonclient cannot make
     client.grpc_port = grpc_port
-    for _ in range(600):
+    for _ in range(6000):  # 60 s at most, polled every 0.01 s: a start is over within the poll
         try:
             if client.is_server_ready():
                 break
         except Exception:  # not listening yet
-            time.sleep(0.1)
+            time.sleep(0.01)
     else:
         proc.kill()
         pytest.fail(f"the server did not start: {proc.communicate()[1][-2000:]}")

@@ -6,14 +6,20 @@ import json
 import os
 
 import pytest
-from helpers import edit_manifest, rehash, small_bundle
+from helpers import copy_of, edit_manifest, rehash, small_bundle
 
 import hlobundle
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return small_bundle(tmp_path_factory.mktemp("tamper"))
+
+
 @pytest.fixture
-def bundle(tmp_path):
-    return small_bundle(tmp_path)
+def bundle(written, tmp_path):
+    """The module's bundle, each test's own copy to damage."""
+    return copy_of(written, tmp_path)
 
 
 def load_and_verify(path):

@@ -86,9 +86,10 @@ def _pack(path: Path, out: Path) -> None:
     from_torch_file(path, out)
 
 
-@pytest.fixture
-def real(tmp_path):
-    return _saved(tmp_path)
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """Read by each test, never written: rewritten copies go to the test's own directory."""
+    return _saved(tmp_path_factory.mktemp("pt2"))
 
 
 def _with_constant(prefix: str, payload: bytes):

@@ -4,8 +4,10 @@ trust options."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._format._errors import InputError
@@ -15,6 +17,22 @@ if TYPE_CHECKING:
     from .._run._backends import Backend
 
 EXIT_OK, EXIT_FAIL = 0, 1  # and 2, argparse's, for usage errors (_parser.EXIT_STATUSES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Handler:
+    """A command's handler, as the parser holds it (`set_defaults(handler=...)`): a module and a
+    name, looked up when the command runs. The parser is built once per process
+    (`_parser.parser()`); what the name holds at the call (a test's monkeypatch) is what runs."""
+
+    module: ModuleType
+    name: str
+
+    def __post_init__(self) -> None:
+        getattr(self.module, self.name)  # a name the module lacks fails the build, not a call
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return int(getattr(self.module, self.name)(args))
 
 
 def usage(args: argparse.Namespace, message: str) -> NoReturn:

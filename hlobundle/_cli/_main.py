@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # XLA's C++ INFO lines ("PjRt-IFRT device count ...") are not for users; an explicit
     # TF_CPP_MIN_LOG_LEVEL still wins. Set before anything imports jax.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    args = _parser.build().parse_args(argv)  # a usage error exits 2 here, or in the handler
+    args = _parser.parser().parse_args(argv)  # a usage error exits 2 here, or in the handler
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     # Progress bars for a person at a terminal: never on a pipe, nor beside --json.
     _progress.enable(sys.stderr.isatty() and not getattr(args, "json", False))

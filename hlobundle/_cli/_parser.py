@@ -1,5 +1,12 @@
 """The `hlobundle` argument parser: its commands, in the order `hlobundle --help` lists them,
-each with its handler (`_commands`, `_pack`) and its own parser (`usage()` reports through it)."""
+each with its handler (`_commands`, `_pack`) and its own parser (`usage()` reports through it).
+
+`parser()` is the process's one parser, built at its first use (a build adds some 200 options,
+7 ms: a process that calls `main` many times, the test suite's 800 in-process commands, built it
+each time). A parse changes nothing in it, and hands out no list the next parse gets too; each
+command's handler is held by module and name (`_common.Handler`) and looked up when it runs, so
+that a name rebound after the build (a test's monkeypatch) is what runs, as with a parser built
+per call."""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import _commands, _parser_oci, _parser_read, _parser_write
+from ._common import Handler
 
 EXIT_STATUSES = """\
 exit status:
@@ -44,6 +52,9 @@ class Parser(argparse.ArgumentParser):
             command = getattr(parsed, "parser", self)  # set_defaults(parser=...) in build()
             given = " ".join(unknown)
             command.error(f"unrecognized arguments: {given}{command.closest(unknown)}")
+        for name, value in vars(parsed).items():  # a default list is the parser's: a copy
+            if isinstance(value, list):
+                setattr(parsed, name, list(value))
         return parsed
 
     def _check_command(self, args: list[str]) -> None:
@@ -117,7 +128,18 @@ def _add_network_options(command: argparse.ArgumentParser) -> None:
     )
 
 
+_BUILT: list[argparse.ArgumentParser] = []  # parser()'s, once built
+
+
+def parser() -> argparse.ArgumentParser:
+    """The process's one parser (the module's docstring), built at the first call."""
+    if not _BUILT:
+        _BUILT.append(build())
+    return _BUILT[0]
+
+
 def build() -> argparse.ArgumentParser:
+    """A new parser of every command (`parser()` is the one `main` parses with)."""
     from .._version import __version__
 
     parser = Parser(
@@ -155,4 +177,4 @@ def build() -> argparse.ArgumentParser:
 def _add_schema(sub: Any) -> None:
     p = sub.add_parser("schema", help="print the manifest's JSON schema")
     p.add_argument("-o", "--output", help="write it to this file instead")
-    p.set_defaults(handler=_commands.schema)
+    p.set_defaults(handler=Handler(_commands, "schema"))

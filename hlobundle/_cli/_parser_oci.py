@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from . import _oci, _values
+from ._common import Handler
 
 REF = "oci://HOST[:PORT]/REPO[:TAG|@sha256:DIGEST]"
 
@@ -23,7 +24,7 @@ def add_push(sub: Any) -> None:
     )
     _add_connection(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_oci.push)
+    p.set_defaults(handler=Handler(_oci, "push"))
 
 
 def add_pull(sub: Any) -> None:
@@ -51,7 +52,7 @@ def add_pull(sub: Any) -> None:
     )
     _add_connection(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_oci.pull)
+    p.set_defaults(handler=Handler(_oci, "pull"))
 
 
 def add_cache(sub: Any) -> None:
@@ -62,7 +63,7 @@ def add_cache(sub: Any) -> None:
     what = p.add_subparsers(dest="action", required=True, metavar="{ls,prune}")
     ls = what.add_parser("ls", help="what the store and each cache hold, and where")
     ls.add_argument("--json", action="store_true", help="print one JSON object")
-    ls.set_defaults(handler=_oci.cache_ls)
+    ls.set_defaults(handler=Handler(_oci, "cache_ls"))
     prune = what.add_parser(
         "prune",
         help="remove what was used longest ago until the store and the caches hold at most SIZE",
@@ -75,7 +76,7 @@ def add_cache(sub: Any) -> None:
         help="what the store and the caches may keep together, e.g. 10G (default 0: everything is removed)",
     )
     prune.add_argument("--json", action="store_true", help="print one JSON object")
-    prune.set_defaults(handler=_oci.cache_prune)
+    prune.set_defaults(handler=Handler(_oci, "cache_prune"))
 
 
 def _add_connection(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from .._run._backends import NAMES as BACKENDS
 from . import _commands, _values
+from ._common import Handler
 
 
 def add_run(sub: Any) -> None:
@@ -96,7 +97,7 @@ def add_run(sub: Any) -> None:
         "private $HLOBUNDLE_CACHE_DIR, or ~/.cache/hlobundle; HLOBUNDLE_NO_CACHE=1 also turns "
         "it off)",
     )
-    p.set_defaults(handler=_commands.run)
+    p.set_defaults(handler=Handler(_commands, "run"))
 
 
 def add_emit(sub: Any) -> None:
@@ -136,14 +137,14 @@ def add_emit(sub: Any) -> None:
         help="iree: write a script running the stored executable (native code) of a "
         "bundle no --public-key verified",
     )
-    p.set_defaults(handler=_commands.emit)
+    p.set_defaults(handler=Handler(_commands, "emit"))
 
 
 def add_inspect(sub: Any) -> None:
     p = sub.add_parser("inspect", help="show a bundle's arguments, results and provenance")
     p.add_argument("bundle")
     _add_json(p)
-    p.set_defaults(handler=_commands.inspect)
+    p.set_defaults(handler=Handler(_commands, "inspect"))
 
 
 def add_verify(sub: Any) -> None:
@@ -152,7 +153,7 @@ def add_verify(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help="structure and sizes only, no checksums")
     _add_json(p)
     _add_trust(p)
-    p.set_defaults(handler=_commands.verify)
+    p.set_defaults(handler=Handler(_commands, "verify"))
 
 
 def add_fingerprint(sub: Any) -> None:
@@ -163,7 +164,7 @@ def add_fingerprint(sub: Any) -> None:
     p.add_argument("bundle")
     p.add_argument("--function", default=None, help="this function's only")
     _add_json(p)
-    p.set_defaults(handler=_commands.fingerprint)
+    p.set_defaults(handler=Handler(_commands, "fingerprint"))
 
 
 def add_diff(sub: Any) -> None:
@@ -175,7 +176,7 @@ def add_diff(sub: Any) -> None:
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
     _add_json(p)
-    p.set_defaults(handler=_commands.diff)
+    p.set_defaults(handler=Handler(_commands, "diff"))
 
 
 def add_serve(sub: Any) -> None:
@@ -336,7 +337,7 @@ def add_serve(sub: Any) -> None:
         "start-up; others get a 400 (repeat for more symbols)",
     )
     _add_trust(p)
-    p.set_defaults(handler=_commands.serve)
+    p.set_defaults(handler=Handler(_commands, "serve"))
 
 
 def add_conformance(sub: Any) -> None:
@@ -355,7 +356,7 @@ def add_conformance(sub: Any) -> None:
     p.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
     _add_backend(p, "this library's backend to run the valid cases on (default: auto)")
     _add_json(p)
-    p.set_defaults(handler=_commands.conformance)
+    p.set_defaults(handler=Handler(_commands, "conformance"))
 
 
 def _add_function(p: argparse.ArgumentParser) -> None:

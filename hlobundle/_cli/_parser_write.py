@@ -8,6 +8,7 @@ from typing import Any
 
 from .._write._options import OPTIONS, Flag
 from . import _pack, _values, _writes
+from ._common import Handler
 
 
 def add_pack(sub: Any) -> None:
@@ -71,7 +72,7 @@ def add_pack(sub: Any) -> None:
     _add_signing_key(p)
     _add_resigning(p)
     _option(p, "expected")
-    p.set_defaults(handler=_pack.pack)
+    p.set_defaults(handler=Handler(_pack, "pack"))
 
 
 def add_refresh(sub: Any) -> None:
@@ -82,7 +83,7 @@ def add_refresh(sub: Any) -> None:
     _option(p, "target_version")
     _add_signing_key(p)
     _add_resigning(p)
-    p.set_defaults(handler=_writes.refresh)
+    p.set_defaults(handler=Handler(_writes, "refresh"))
 
 
 def add_reshard(sub: Any) -> None:
@@ -95,7 +96,7 @@ def add_reshard(sub: Any) -> None:
     _option(p, "force")
     _option(p, "sign_key")
     _add_certificates(p)
-    p.set_defaults(handler=_writes.reshard)
+    p.set_defaults(handler=Handler(_writes, "reshard"))
 
 
 def add_compile(sub: Any) -> None:
@@ -141,7 +142,7 @@ def add_compile(sub: Any) -> None:
     )
     _add_signing_key(p)
     _add_resigning(p)
-    p.set_defaults(handler=_writes.compile_bundle)
+    p.set_defaults(handler=Handler(_writes, "compile_bundle"))
 
 
 def add_sign(sub: Any) -> None:
@@ -159,7 +160,7 @@ def add_sign(sub: Any) -> None:
     )
     _add_certificates(p)
     _option(p, "force")
-    p.set_defaults(handler=_writes.sign)
+    p.set_defaults(handler=Handler(_writes, "sign"))
 
 
 def _add_resigning(p: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ layout, the tensor files each array goes to, and the provenance (SPEC.md section
 from __future__ import annotations
 
 import fnmatch
+import functools
 import keyword
 import re
 from collections.abc import Sequence
@@ -278,6 +279,7 @@ def _provenance(producer: tuple[str, str] | None, timestamp: str | None) -> Prov
     )
 
 
+@functools.cache  # what this process runs: read once (each read scans sys.path, about 1 ms)
 def _installed(dist: str) -> str | None:
     try:
         return metadata.version(dist)
