@@ -9,6 +9,7 @@ import copy
 import importlib
 import importlib.util
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,8 @@ class _Imported:
         self._name = name
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_") and attr != "__version__":  # collection's probes (_mock_name,
+            raise AttributeError(attr)  # __wrapped__, __bases__): no import of torch for them
         return getattr(importlib.import_module(self._name), attr)
 
 
@@ -115,6 +118,33 @@ def packed(tmp_path_factory):
         return done[name]
 
     return pack
+
+
+def test_a_lazy_module_answers_collection_s_probes_without_importing():
+    """pytest's collection asks each name of a module for `_mock_name` and `__wrapped__`, and,
+    through issubclass, `__bases__`: answered by importing, they imported torch on every
+    worker, in every run (about 2 s of each one's start)."""
+    never = _Imported("hlobundle_test_no_such_module")
+    for probe in ("_mock_name", "__wrapped__", "__bases__"):
+        assert not hasattr(never, probe)
+    with pytest.raises(ModuleNotFoundError):
+        never.anything  # noqa: B018  (any other name imports the module)
+
+
+@pytest.mark.slow  # a collection of the whole suite, in a process of its own: 4-5 s
+@pytest.mark.subprocess
+def test_collecting_the_suite_imports_neither_torch_nor_model_signing():
+    """What only some tests use is imported by them, not by each worker's collection (torch:
+    this file's lazy module; model_signing: test_signing.py finds it)."""
+    code = (
+        "import sys, pytest\n"
+        "pytest.main(['-q', '-p', 'no:cacheprovider', '-o', 'addopts=', '--co', 'tests'])\n"
+        "print([m for m in ('torch', 'model_signing') if m in sys.modules])\n"
+    )
+    root = Path(__file__).parent.parent
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "[]", r.stdout[-2000:]
 
 
 def test_the_corpus_is_the_cases_named_here():
