@@ -572,8 +572,7 @@ def _verify_rows(tmp: Path, path: Path, kind: str, reps: int, *, first_too: bool
         # before would decide the figure.
         res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
         if first_too:
-            cpu_keys = ("bound", "transfer", runs, "streamed")
-            cpu = cpu_medians({k: fns[k] for k in cpu_keys}, max(3, reps // 2), fns["bound"])
+            cpu = _cpu_medians(fns, ["bound", "transfer", runs, "streamed"], reps)
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
     base = res["bound"][0]
     what = f"{gib:.3g} GiB, {kind} ({len(files)} tensor files), / parallel sha256 bound"
@@ -732,9 +731,8 @@ def _stream_rows(tmp: Path, path: Path, settings: list[str], reps: int) -> list[
                 if k != "bound":
                     fns[k]()  # untimed: its joins compiled
             res = interleaved(fns, reps, setup={k: fns["bound"] for k in fns if k != "bound"})
-            cpu_fns = {k: fns[k] for k in fns if k == "bound" or k.startswith("transfer in")}
-            cpu_fns |= {s: fns[s] for s in settings}
-            cpu = cpu_medians(cpu_fns, max(3, reps // 2), fns["bound"])
+            cpu_keys = [k for k in fns if k == "bound" or k.startswith("transfer in")]
+            cpu = _cpu_medians(fns, cpu_keys + settings, reps)
         finally:
             stream_setting("after")
     gib = sum(f.stat().st_size for f in files) / (1 << 30)
@@ -763,40 +761,31 @@ def together(*fns: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
+def _against_floor(
+    res: dict[str, tuple[float, float]],
+    streamed: list[str],
+    floor: tuple[str, str, float],
+    what: str,
+) -> list[dict]:
+    """A floor of hashing while transferring (its name, what it is, its seconds) / the bound,
+    and each streamed load / that floor, goal 1.3."""
+    name, how, seconds = floor
+    plain = what.removesuffix(", / parallel sha256 bound")
+    return [
+        ratio_row(f"{name}: {how}, {what}", "", res["bound"][0], seconds, None),
+        *[ratio_row(f"load(verify=True, device=True) again, {s} / {name}, {plain}", "",
+                    seconds, res[s][0], 1.3) for s in streamed],
+    ]  # fmt: skip
+
+
 def _together_rows(
     res: dict[str, tuple[float, float]], streamed: list[str], what: str
 ) -> list[dict]:
     """The bound and the transfer in runs together (`together`) / the bound, and each streamed
     load / that: hashing while transferring measured against both done at once, independently."""
-    floor = res["together"][0]
-    plain = what.removesuffix(", / parallel sha256 bound")
-    rows = [
-        ratio_row(f"the shared floor: the bound and the transfer in runs started together, "
-                  f"neither waiting for the other (the host's memory and cores shared), {what}",
-                  "", res["bound"][0], floor, None),
-    ]  # fmt: skip
-    rows += [
-        ratio_row(f"load(verify=True, device=True) again, {s} / the shared floor, {plain}", "",
-                  floor, res[s][0], 1.3)
-        for s in streamed
-    ]  # fmt: skip
-    return rows
-
-
-def cpu_medians(
-    fns: dict[str, Callable[[], object]], reps: int, setup: Callable[[], object]
-) -> dict[str, float]:
-    """The median host CPU seconds (this process's, every thread's: the device runtime's own
-    threads too) each function costs, run in turns as `interleaved` runs them, `setup` untimed
-    before each."""
-    spent: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            setup()
-            start = time.process_time()
-            fn()
-            spent[name].append(time.process_time() - start)
-    return {k: statistics.median(v) for k, v in spent.items()}
+    how = ("the bound and the transfer in runs started together, neither waiting for the other "
+           "(the host's memory and cores shared)")  # fmt: skip
+    return _against_floor(res, streamed, ("the shared floor", how, res["together"][0]), what)
 
 
 def _cpu_floor_rows(
@@ -808,20 +797,23 @@ def _cpu_floor_rows(
     streamed load / that floor."""
     cores = os.cpu_count() or 1
     transfer = min((k for k in cpu if k.startswith("transfer")), key=lambda k: cpu[k])
-    floor = (cpu["bound"] + cpu[transfer]) / cores
-    plain = what.removesuffix(", / parallel sha256 bound")
     spent = ", ".join(f"{k}: {v:.3g}" for k, v in cpu.items())
-    rows = [
-        ratio_row(f"the CPU floor: (the bound's host CPU-s + the {transfer}'s) / {cores} cores "
-                  f"(host CPU-s, every thread of the process: {spent}), {what}", "",
-                  res["bound"][0], floor, None),
-    ]  # fmt: skip
-    rows += [
-        ratio_row(f"load(verify=True, device=True) again, {s} / the CPU floor, {plain}", "",
-                  floor, res[s][0], 1.3)
-        for s in streamed
-    ]  # fmt: skip
-    return rows
+    how = (f"(the bound's host CPU-s + the {transfer}'s) / {cores} cores (host CPU-s, every "
+           f"thread of the process: {spent})")  # fmt: skip
+    floor = (cpu["bound"] + cpu[transfer]) / cores
+    return _against_floor(res, streamed, ("the CPU floor", how, floor), what)
+
+
+def _cpu_medians(
+    fns: dict[str, Callable[[], object]], keys: list[str], reps: int
+) -> dict[str, float]:
+    """The median host CPU seconds (this process's, every thread's: the device runtime's own
+    threads too) of each of `keys`, run in turns after an untimed pass of the bound, as the
+    wall-clock medians are."""
+    picked = {k: fns[k] for k in keys}
+    setup = {k: fns["bound"] for k in picked}
+    res = interleaved(picked, max(3, reps // 2), setup=setup, clock=time.process_time)
+    return {k: v[0] for k, v in res.items()}
 
 
 def _run_mib(setting: str) -> int:

@@ -28,10 +28,12 @@ def interleaved(
     reps: int,
     setup: dict[str, Callable[[], object]] | None = None,
     rotate: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, tuple[float, float]]:
     """(median, spread) in seconds per function, running them in turns so drift hits all alike;
     a function's `setup`, where it has one, runs untimed before each call. With `rotate`, each
-    turn starts one function later, so that none always runs first."""
+    turn starts one function later, so that none always runs first. `clock` reads the seconds
+    (`time.process_time`: this process's CPU, every thread's)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for turn in range(reps):
@@ -40,13 +42,11 @@ def interleaved(
             fn = fns[name]
             if setup and name in setup:
                 setup[name]()
-            start = time.perf_counter()
+            start = clock()
             fn()
-            times[name].append(time.perf_counter() - start)
-    return {
-        k: (statistics.median(v), (max(v) - min(v)) / statistics.median(v))
-        for k, v in times.items()
-    }
+            times[name].append(clock() - start)
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    return {k: (m, (max(times[k]) - min(times[k])) / m if m else 0.0) for k, m in medians.items()}
 
 
 # What a fresh process gets: a user's shell environment, not this process's (which sections
