@@ -234,10 +234,13 @@ def test_the_parser_is_built_once_per_process(tmp_path, monkeypatch):
 
     built = []
     build = _parser.build
-    monkeypatch.setattr(_parser, "_BUILT", [])
     monkeypatch.setattr(_parser, "build", lambda: built.append(1) or build())
-    for _ in range(3):
-        assert _main.main(["inspect", str(tmp_path / "none")]) == 1
+    _parser.parser.cache_clear()
+    try:
+        for _ in range(3):
+            assert _main.main(["inspect", str(tmp_path / "none")]) == 1
+    finally:
+        _parser.parser.cache_clear()  # the next one built by the real build
     assert built == [1]
 
 

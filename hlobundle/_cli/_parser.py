@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -128,14 +129,10 @@ def _add_network_options(command: argparse.ArgumentParser) -> None:
     )
 
 
-_BUILT: list[argparse.ArgumentParser] = []  # parser()'s, once built
-
-
+@functools.cache
 def parser() -> argparse.ArgumentParser:
     """The process's one parser (the module's docstring), built at the first call."""
-    if not _BUILT:
-        _BUILT.append(build())
-    return _BUILT[0]
+    return build()
 
 
 def build() -> argparse.ArgumentParser:
