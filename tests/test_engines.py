@@ -31,6 +31,7 @@ def test_importing_an_adapter_without_its_engine_names_the_extra(engine):
         importlib.import_module(f"hlobundle.integrations.{engine}")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_an_adapter_s_command_without_its_engine_says_so_and_exits_1(engine, tmp_path):

@@ -205,6 +205,7 @@ else:  # run: the expected outputs, with one element changed
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change",
     [None, ["result0", 1, 1.6], ["result0", 2, 0.0], ["result1", 0, float("inf")]],

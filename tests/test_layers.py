@@ -880,6 +880,7 @@ def _reaching_the_package(modules) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_scripts_run_alone_import_nothing_of_the_package():
     assert _reaching_the_package(_modules()) == []
 

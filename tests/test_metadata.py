@@ -210,6 +210,7 @@ def test_a_card_larger_than_its_limit_is_refused_unread(tmp_path):
         read_card(card)
 
 
+@pytest.mark.slow
 def test_the_card_header_round_trips_through_hugging_face_s_model_card(carded):
     hub = pytest.importorskip("huggingface_hub", reason="the dev extra installs huggingface_hub")
     text = (carded / "README.md").read_text()

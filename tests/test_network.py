@@ -55,6 +55,7 @@ def _weights_digest():
 # ---- the token exchange is read as every other answer
 
 
+@pytest.mark.slow
 def test_a_token_service_that_sends_a_gzip_bomb_is_refused_not_inflated(fake, tmp_path):
     bomb = gzip_bomb()  # 64 MiB of zeros in 65 KB
     with serving() as tokens:

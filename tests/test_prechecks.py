@@ -72,6 +72,7 @@ def test_json_depth_is_the_depth_outside_strings(value):
         _prechecks._JSON_STEP = step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("whole", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True))])
 def test_json_depth_holds_a_few_times_its_input_at_most(monkeypatch, whole):
     """The count holds one step's pieces at a time: a text of short strings (a piece for every

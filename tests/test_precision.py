@@ -538,6 +538,7 @@ else:  # run: the expected outputs, off by 0.5 %, said to be a TPU's at DEFAULT
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "passes"), [("valid_dtype_float32", False), ("valid_expected_from", True)]
 )

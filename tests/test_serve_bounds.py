@@ -262,6 +262,7 @@ def test_the_adapters_refuse_an_answer_too_large_for_json_before_the_function_ru
     assert calls == []
 
 
+@pytest.mark.slow
 def test_pinned_sizes_and_stored_arguments_are_the_operator_s_not_bounded(tmp_path):
     """A symbol `--sizes` pins takes the values the operator chose, beyond the values sent
     (a bounded set, compiled at start-up); and a symbol the bundle's stored arguments bind is
