@@ -4,6 +4,7 @@ weights bound by name, its gradients torch's autograd's, and what a bundle canno
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import importlib
@@ -131,20 +132,32 @@ def test_a_lazy_module_answers_collection_s_probes_without_importing():
         never.anything  # noqa: B018  (any other name imports the module)
 
 
-@pytest.mark.slow  # a collection of the whole suite, in a process of its own: 4-5 s
-@pytest.mark.subprocess
-def test_collecting_the_suite_imports_neither_torch_nor_model_signing():
+def test_collecting_the_suite_imports_neither_torch_nor_model_signing(request):
     """What only some tests use is imported by them, not by each worker's collection (torch:
-    this file's lazy module; model_signing: test_signing.py finds it)."""
+    this file's lazy module; model_signing: test_signing.py finds it). Where this process
+    collected the whole suite, what its own collection imported (conftest.py keeps it); else
+    a collection of the whole suite in a process of its own (4 CPU-s)."""
+    from conftest import COLLECTION_IMPORTED
+
+    imported, whole = request.config.stash[COLLECTION_IMPORTED]
+    found = [m for m in UNCOLLECTED if m in imported] if whole else _found_by_a_collection()
+    assert found == []
+
+
+UNCOLLECTED = ("torch", "model_signing")
+
+
+def _found_by_a_collection() -> list[str]:
+    """Which of UNCOLLECTED a collection of the whole suite imports, in a process of its own."""
     code = (
         "import sys, pytest\n"
         "pytest.main(['-q', '-p', 'no:cacheprovider', '-o', 'addopts=', '--co', 'tests'])\n"
-        "print([m for m in ('torch', 'model_signing') if m in sys.modules])\n"
+        f"print([m for m in {UNCOLLECTED!r} if m in sys.modules])\n"
     )
     root = Path(__file__).parent.parent
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines()[-1] == "[]", r.stdout[-2000:]
+    return ast.literal_eval(r.stdout.splitlines()[-1])
 
 
 def test_the_corpus_is_the_cases_named_here():
