@@ -102,6 +102,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(needs_enzyme)
 
 
+# What this process's collection imported, and whether it collected the whole suite (no file
+# named alone, none ignored): test_torch.py's test that collecting imports neither torch nor
+# model_signing reads it, where it collected a whole suite of its own in a child (4 CPU-s).
+COLLECTION_IMPORTED = pytest.StashKey[tuple[frozenset[str], bool]]()
+
+
+def pytest_collection_finish(session):
+    config = session.config
+    tests = os.path.dirname(os.path.realpath(__file__))
+    here = config.invocation_params.dir
+    given = [os.path.realpath(os.path.join(here, str(a).split("::")[0])) for a in config.args]
+    whole = (
+        any(tests == g or tests.startswith(g + os.sep) for g in given)
+        and not config.getoption("ignore", None)
+        and not config.getoption("ignore_glob", None)
+    )
+    config.stash[COLLECTION_IMPORTED] = (frozenset(sys.modules), whole)
+
+
 SINGLE_THREAD = "--mlir-disable-threading"
 
 

@@ -4,6 +4,8 @@ weights bound by name, its gradients torch's autograd's, and what a bundle canno
 
 from __future__ import annotations
 
+import ast
+import collections
 import contextlib
 import copy
 import importlib
@@ -131,20 +133,32 @@ def test_a_lazy_module_answers_collection_s_probes_without_importing():
         never.anything  # noqa: B018  (any other name imports the module)
 
 
-@pytest.mark.slow  # a collection of the whole suite, in a process of its own: 4-5 s
-@pytest.mark.subprocess
-def test_collecting_the_suite_imports_neither_torch_nor_model_signing():
+def test_collecting_the_suite_imports_neither_torch_nor_model_signing(request):
     """What only some tests use is imported by them, not by each worker's collection (torch:
-    this file's lazy module; model_signing: test_signing.py finds it)."""
+    this file's lazy module; model_signing: test_signing.py finds it). Where this process
+    collected the whole suite, what its own collection imported (conftest.py keeps it); else
+    a collection of the whole suite in a process of its own (4 CPU-s)."""
+    from conftest import COLLECTION_IMPORTED
+
+    imported, whole = request.config.stash[COLLECTION_IMPORTED]
+    found = [m for m in UNCOLLECTED if m in imported] if whole else _found_by_a_collection()
+    assert found == []
+
+
+UNCOLLECTED = ("torch", "model_signing")
+
+
+def _found_by_a_collection() -> list[str]:
+    """Which of UNCOLLECTED a collection of the whole suite imports, in a process of its own."""
     code = (
         "import sys, pytest\n"
         "pytest.main(['-q', '-p', 'no:cacheprovider', '-o', 'addopts=', '--co', 'tests'])\n"
-        "print([m for m in ('torch', 'model_signing') if m in sys.modules])\n"
+        f"print([m for m in {UNCOLLECTED!r} if m in sys.modules])\n"
     )
     root = Path(__file__).parent.parent
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines()[-1] == "[]", r.stdout[-2000:]
+    return ast.literal_eval(r.stdout.splitlines()[-1])
 
 
 def test_the_corpus_is_the_cases_named_here():
@@ -418,8 +432,9 @@ def test_a_model_that_does_not_export_on_its_inputs_is_one_message_without_a_tra
 
 @pytest.mark.slow
 def test_a_program_that_writes_its_buffers_is_refused(tmp_path):
-    case = torch_models.cases()["cnn"]()
-    program = torch.export.export(case.module.train(), case.args)  # BatchNorm's statistics
+    # one BatchNorm, exported in training mode (the corpus's CNN took twice the time)
+    model = torch.nn.Sequential(collections.OrderedDict(bn1=torch.nn.BatchNorm1d(3)))
+    program = torch.export.export(model.train(), (torch.randn(4, 3),))  # its statistics
     with pytest.raises(InputError, match=r"writes 'bn1\.running_mean'.*model\.eval\(\)"):
         hlobundle.from_torch(program, out=tmp_path / "b")
 
@@ -665,15 +680,14 @@ def _torch_op(name: str) -> Any:
     return getattr(getattr(torch.ops.aten, packet), overload)
 
 
-@pytest.mark.parametrize("case", list(OPERATORS))
-def test_an_operator_of_the_table_computes_what_torch_s_own_does(case):
-    from hlobundle._interop import _torch as room
+def _traced(case: str) -> tuple[Any, Any, list[Any]]:
+    """Case `case` as (torch's own result, a function of its arrays that calls the table's
+    operator, those arrays)."""
     from hlobundle._interop._torch_aten import OPS, NotComputed
 
     name, args, *rest = OPERATORS[case]()
     kwargs = rest[0] if rest else {}
     want = _torch_op(name)(*args, **kwargs)
-    # one compiled call (op by op, jax would compile each of its primitives alone)
     leaves, tree = jax.tree_util.tree_flatten((_jaxed(args), kwargs), is_leaf=lambda x: x is None)
     at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array)]
 
@@ -687,7 +701,43 @@ def test_an_operator_of_the_table_computes_what_torch_s_own_does(case):
             else out
         )
 
-    got = jax.jit(call)(*[leaves[i] for i in at])
+    return want, call, [leaves[i] for i in at]
+
+
+@pytest.fixture(scope="module")
+def table_results() -> dict[str, tuple[Any, Any]]:
+    """Each case of OPERATORS as (torch's own result, the table's or the exception computing it
+    raised). One compiled call computes every case (a call a case was 53 compiles, 1.6 CPU-s
+    against 0.4; op by op, jax would compile each primitive alone); where that one fails, each
+    case is computed alone, so that each test raises its own case's error (torch's own too)."""
+    cases, failed = {}, {}
+    for case in OPERATORS:
+        try:
+            cases[case] = _traced(case)
+        except Exception as e:
+            failed[case] = (None, e)
+    given = {case: arrays for case, (_, _, arrays) in cases.items()}
+    try:
+        gots = jax.jit(lambda given: {c: cases[c][1](*a) for c, a in given.items()})(given)
+    except Exception:
+        gots = {case: _alone(call, arrays) for case, (_, call, arrays) in cases.items()}
+    return {**failed, **{case: (want, gots[case]) for case, (want, _, _) in cases.items()}}
+
+
+def _alone(call: Any, arrays: list[Any]) -> Any:
+    try:
+        return jax.jit(call)(*arrays)
+    except Exception as e:  # its case's test raises it
+        return e
+
+
+@pytest.mark.parametrize("case", list(OPERATORS))
+def test_an_operator_of_the_table_computes_what_torch_s_own_does(case, table_results):
+    from hlobundle._interop import _torch as room
+
+    want, got = table_results[case]
+    if isinstance(got, Exception):
+        raise got
     wants = list(want) if isinstance(want, (list, tuple)) else [want]
     gots = list(got) if isinstance(got, (list, tuple)) else [got]
     assert len(gots) == len(wants)
