@@ -447,6 +447,20 @@ def test_compiler_failures_and_hangs_are_coded(monkeypatch):
         _iree_compile.compile_portable(b.portable_artifact, b.manifest)
 
 
+def test_the_compilers_limiting_child_imports_nothing_from_the_working_directory(
+    tmp_path, monkeypatch
+):
+    # The Python that limits iree-compile's memory before becoming it imports `resource`: one
+    # beside where hlobundle runs (a downloaded bundle's folder) must not run. The garbage
+    # input fails in the compiler at once; the child has imported `resource` before it.
+    (tmp_path / "resource.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    real = _iree_compile._run_compiler.__wrapped__
+    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match="cannot compile"):
+        real(b"\x00garbage", _iree_compile.flags("llvm-cpu", "generic"))
+    assert not (tmp_path / "ran").exists()
+
+
 def test_iree_options_are_checked():
     b = hlobundle.load(EXAMPLE)
     with pytest.raises(hlobundle.InputError, match="donate and devices"):
