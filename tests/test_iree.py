@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from helpers import (
     INSTALLED_BACKENDS,
     ROOT,
     cli,
+    copy_of,
     edit_manifest,
     lowered_text,
     np_dtype,
@@ -61,6 +61,12 @@ def _bundle(tmp_path: Path, fn, *args, name: str = "b") -> Path:
     return hlobundle.export(fn, *args, out=tmp_path / name)
 
 
+@pytest.fixture(scope="module")
+def doubled(tmp_path_factory) -> Path:
+    """x * 2 of f32[3]: a small bundle the tests below copy before they change it."""
+    return _bundle(tmp_path_factory.mktemp("doubled"), lambda x: x * 2, np.float32([1, 2, 3]))
+
+
 @pytest.mark.slow
 def test_the_backends_agree_on_the_example():
     b = hlobundle.load(EXAMPLE)
@@ -73,17 +79,27 @@ def test_the_backends_agree_on_the_example():
     np.testing.assert_allclose(outputs["iree"], outputs["xla"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.fixture(scope="module")
+def multi_and_constant(tmp_path_factory) -> tuple[Path, Path]:
+    """(sin(x), sum(x), x > 0) of f32[2, 3], and arange(5.0) * 2 of no argument: each backend
+    runs the same two bundles."""
+    tmp = tmp_path_factory.mktemp("multi")
+    x = sample((2, 3), "float32", 1)
+    multi = _bundle(tmp, lambda x: (jnp.sin(x), x.sum(), x > 0), x, name="m")
+    return multi, _bundle(tmp, lambda: jnp.arange(5.0) * 2, name="z")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", [*INSTALLED_BACKENDS, "iree"])
-def test_multi_result_and_zero_argument_bundles(tmp_path, backend):
+def test_multi_result_and_zero_argument_bundles(multi_and_constant, backend):
     x = sample((2, 3), "float32", 1)
-    multi = hlobundle.load(_bundle(tmp_path, lambda x: (jnp.sin(x), x.sum(), x > 0), x, name="m"))
+    multi = hlobundle.load(multi_and_constant[0])
     want = (np.sin(x), x.sum(), x > 0)
     got = multi.function(backend).call_flat(x)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
         assert np.asarray(g).dtype == w.dtype
-    constant = hlobundle.load(_bundle(tmp_path, lambda: jnp.arange(5.0) * 2, name="z"))
+    constant = hlobundle.load(multi_and_constant[1])
     (got,) = constant.function(backend).call_flat()
     np.testing.assert_array_equal(np.asarray(got), np.arange(5.0) * 2)
 
@@ -143,17 +159,16 @@ def test_sharded_and_custom_call_bundles_are_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_suites_single_threaded_compiler_writes_the_same_bytes():
-    # tests/conftest.py runs iree-compile on one thread: what it compiles must be what the
-    # package's own flags compile, or every IREE test would test another program.
-    from conftest import SINGLE_THREAD
-
+def test_the_suites_single_threaded_compiler_writes_the_same_bytes(doubled):
+    # tests/conftest.py runs iree-compile on one thread and keeps what it wrote: what it hands
+    # the package (its kept bytes, or a compile of its own) must be what the package's own
+    # flags compile, or every IREE test would test another program. The program is the one
+    # `hlobundle.compile` compiles for test_compile_never_drops_a_file_another_field_references,
+    # so that the suite's single-threaded compile of it is one the run makes anyway.
     real = _iree_compile._run_compiler.__wrapped__
     chosen = _iree_compile.flags("llvm-cpu", "generic")
-    portable = jax.export.export(jax.jit(lambda x: jnp.tanh(x) * 2 + x))(
-        jax.ShapeDtypeStruct((3, 4), np.float32)
-    ).mlir_module_serialized
-    assert real(portable, (*chosen, SINGLE_THREAD)) == real(portable, chosen)
+    portable = hlobundle.load(doubled).portable_artifact
+    assert _iree_compile._run_compiler(portable, chosen) == real(portable, chosen)
 
 
 @pytest.mark.slow
@@ -285,13 +300,6 @@ def test_executables_this_runtime_cannot_use_are_ignored(compiled, tmp_path, fie
     )
 
 
-@pytest.mark.slow
-def test_the_compile_cache_is_used_the_second_time(tmp_path):
-    b = hlobundle.load(_bundle(tmp_path, lambda x: jnp.cos(x) * 3, sample((7,), "float32", 9)))
-    assert b.function("iree").source == "compiled"
-    assert b.function("iree").source == "compile cache"
-
-
 # --- the compile cache is trusted input: private, bound to its source, checked on read -------
 
 
@@ -309,6 +317,14 @@ def twins(tmp_path_factory):
         b,
         _iree_compile.compile_portable(other.portable_artifact, other.manifest, cpu="host").data,
     )
+
+
+def test_the_compile_cache_is_used_the_second_time(tmp_path, monkeypatch, twins):
+    # A cache of its own, empty: the module's shared one may hold this program already.
+    monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
+    b = hlobundle.load(twins[0])
+    assert b.function("iree").source == "compiled"
+    assert b.function("iree").source == "compile cache"
 
 
 def _key(bundle):
@@ -429,6 +445,20 @@ def test_compiler_failures_and_hangs_are_coded(monkeypatch):
         hlobundle.errors.BackendUnsupportedError, match="did not finish within 0.01 s"
     ):
         _iree_compile.compile_portable(b.portable_artifact, b.manifest)
+
+
+def test_the_compilers_limiting_child_imports_nothing_from_the_working_directory(
+    tmp_path, monkeypatch
+):
+    # The Python that limits iree-compile's memory before becoming it imports `resource`: one
+    # beside where hlobundle runs (a downloaded bundle's folder) must not run. The garbage
+    # input fails in the compiler at once; the child has imported `resource` before it.
+    (tmp_path / "resource.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    real = _iree_compile._run_compiler.__wrapped__
+    with pytest.raises(hlobundle.errors.BackendUnsupportedError, match="cannot compile"):
+        real(b"\x00garbage", _iree_compile.flags("llvm-cpu", "generic"))
+    assert not (tmp_path / "ran").exists()
 
 
 def test_iree_options_are_checked():
@@ -713,10 +743,10 @@ def test_serve_on_iree_answers_as_the_xla_backend(compiled):
 
 
 @pytest.mark.parametrize("shared", ["module.mlirbc", "module.mlir", "inputs.safetensors"])
-def test_compile_never_drops_a_file_another_field_references(tmp_path, shared):
+def test_compile_never_drops_a_file_another_field_references(doubled, tmp_path, shared):
     """An executable being replaced whose file is also the module's artifact (or text, or a
     tensor file) leaves that file listed: compile removes only what nothing else references."""
-    b = _bundle(tmp_path, lambda x: x * 2, np.float32([1, 2, 3]))
+    b = copy_of(doubled, tmp_path)
     listed = json.loads((b / "manifest.json").read_text())["files"]
     assert shared in listed
     entry = {
@@ -738,8 +768,8 @@ def test_compile_never_drops_a_file_another_field_references(tmp_path, shared):
     assert [e.file for e in after.manifest.executables] == ["compiled/llvm-cpu.vmfb"]
 
 
-def test_compile_never_overwrites_a_file_another_field_references(tmp_path):
-    b = _bundle(tmp_path, lambda x: x * 2, np.float32([1, 2, 3]))
+def test_compile_never_overwrites_a_file_another_field_references(doubled, tmp_path):
+    b = copy_of(doubled, tmp_path)
     manifest = json.loads((b / "manifest.json").read_text())
     entry = manifest["files"].pop("inputs.safetensors")
     manifest["files"]["compiled/llvm-cpu.vmfb"] = entry
@@ -778,6 +808,12 @@ def symbolic(tmp_path_factory) -> Path:
     return out
 
 
+# The compile tests below store executables for this CPU, the program the iree backend compiles
+# for itself when it runs a function (test_a_symbolic_function_runs_on_iree_for_any_size_as_on_xla,
+# test_shape_proofs' pair): one compile of each function serves both.
+HOST = "host"
+
+
 @pytest.mark.slow
 def test_a_symbolic_function_runs_on_iree_for_any_size_as_on_xla(symbolic):
     bundle = hlobundle.load(symbolic)
@@ -800,7 +836,7 @@ def test_iree_refuses_shapes_that_do_not_bind_the_symbols(symbolic):
 @pytest.mark.slow
 def test_compile_stores_an_executable_per_function(symbolic, tmp_path):
     out = shutil.copytree(symbolic, tmp_path / "fns")
-    hlobundle.compile(out)
+    hlobundle.compile(out, cpu=HOST)
     manifest = json.loads((out / "manifest.json").read_text())
     files = {f["name"]: [e["file"] for e in f["executables"]] for f in manifest["functions"]}
     assert files == {
@@ -820,7 +856,7 @@ def test_compile_stores_an_executable_per_function(symbolic, tmp_path):
 @pytest.mark.slow
 def test_compile_of_one_named_function(symbolic, tmp_path):
     out = shutil.copytree(symbolic, tmp_path / "fns")
-    hlobundle.compile(out, function="pair")
+    hlobundle.compile(out, function="pair", cpu=HOST)
     manifest = json.loads((out / "manifest.json").read_text())
     assert {f["name"]: f.get("executables") is not None for f in manifest["functions"]} == {
         "predict": False,
@@ -834,7 +870,7 @@ def test_compile_of_one_named_function(symbolic, tmp_path):
 @pytest.mark.slow
 def test_cli_compile_of_one_named_function(symbolic, tmp_path):
     out = shutil.copytree(symbolic, tmp_path / "fns")
-    r = cli("compile", out, "--function", "pair")
+    r = cli("compile", out, "--function", "pair", "--cpu", HOST)
     assert r.returncode == 0, r.stderr
     assert f"wrote {out / 'pair' / 'compiled' / 'llvm-cpu.vmfb'}" in r.stdout
     manifest = json.loads((out / "manifest.json").read_text())

@@ -14,6 +14,7 @@ import pytest
 from helpers import INSTALLED_BACKENDS
 
 import hlobundle
+from hlobundle._cli import _conformance
 from hlobundle._read._inputs import from_python
 from hlobundle._write._writer import PackOptions, pack_planned
 
@@ -62,13 +63,15 @@ def exported(tmp_path_factory) -> Path:
     return out
 
 
+# `z = x + y` on `tensor<?x3xf32>`: the module of the conformance cases on these manifests
+# (valid_symbolic_independent_agree, invalid_symbolic_*), read from there, so that its portable
+# bytes are theirs and IREE compiles it once a run (the source text's columns are in the bytes).
+ADD = _conformance.INSTALLED / "valid_symbolic_independent_agree" / "bundle" / "module.mlir"
+
+
 def _hand_written(path: Path, result: str = "b") -> Path:
-    """`z = x + y` on `tensor<?x3xf32>`, with x: (b, 3), y: (c, 3) and z: (`result`, 3)."""
-    t = "tensor<?x3xf32>"
-    text = (
-        f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
-        f"  %z = stablehlo.add %x, %y : {t}\n  return %z : {t}\n}}\n"
-    )
+    """`ADD`, with x: (b, 3), y: (c, 3) and z: (`result`, 3)."""
+    text = ADD.read_text()
     options = PackOptions(
         names=["x", "y"],
         result_names=["z"],

@@ -131,8 +131,8 @@ def _run_compiler(portable: bytes, chosen: tuple[str, ...]) -> bytes:
     limit = str(_limits.CHILD_MEMORY_BYTES)
     command = [
         sys.executable,
-        "-E",
-        "-s",
+        "-I",  # isolated: nothing from the working directory, the environment or user site
+        "-S",  # no site: it needs the standard library only (a start 20 ms of CPU cheaper)
         "-c",
         _LIMIT_AND_EXEC,
         limit,
