@@ -136,7 +136,19 @@ def edit(bundle: Path, change: Callable[[dict], object], *, raw: bool = False) -
     path = bundle / "manifest.json"
     data = json.loads(path.read_text())
     change(data)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    _overwrite(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    """`path.write_bytes(data)` without first truncating the file to nothing: on ext4 a file
+    truncated to zero and written again is flushed to the disk as it is closed (its
+    `auto_da_alloc`), about 2 ms of waiting for each of the cases' 300 edits."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def rehash(bundle: Path, name: str) -> None:

@@ -103,7 +103,7 @@ def rehash(bundle: Path, name: str) -> None:
     manifest = json.loads((bundle / "manifest.json").read_text())
     data = (bundle / name).read_bytes()
     manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    overwrite(bundle / "manifest.json", json.dumps(manifest))
 
 
 def attempt(bundle: Path) -> str:
@@ -119,6 +119,19 @@ def attempt(bundle: Path) -> str:
         crashed = "crashed MLIR's bytecode reader" in e.message
         return f"{e.code} (a reader crash, caught in its child process)" if crashed else e.code
     return "ok"
+
+
+def overwrite(path: Path, text: str) -> None:
+    """`path.write_text(text)` without first truncating the file to nothing: on ext4 a file
+    truncated to zero and written again is flushed to the disk as it is closed (its
+    `auto_da_alloc`), 2 ms of waiting a write, each case's (0.2 s over 100 cases here)."""
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -143,7 +156,7 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
             _replace(bundle / name, mutate_names(data, rng) if in_names else mutate(data, rng))
             if name != "manifest.json":
                 rehash(bundle, name)
-            progress.write_text(f"case {case}: {name}\n")
+            overwrite(progress, f"case {case}: {name}\n")
             outcomes[f"{name}{' (names)' if in_names else ''}: {attempt(bundle)}"] += 1
             for changed in {name, "manifest.json"}:
                 _replace(bundle / changed, (seed / changed).read_bytes())

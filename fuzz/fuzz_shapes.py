@@ -222,8 +222,8 @@ def work(seed: Path, first: int, runs: int, progress: Path) -> collections.Count
             name, backend = rng.choice(names), rng.choice(choices)
             m = json.loads(manifest)
             what = relabel(next(f for f in m["functions"] if f["name"] == name), rng)
-            (bundle / "manifest.json").write_text(json.dumps(m))
-            progress.write_text(f"case {case}: {name} on {backend}, {what}\n")
+            fuzz_forms.overwrite(bundle / "manifest.json", json.dumps(m))
+            fuzz_forms.overwrite(progress, f"case {case}: {name} on {backend}, {what}\n")
             outcomes[f"{name} on {backend}: {attempt(bundle, references[name], backend, rng)}"] += 1
             if sorted(p.relative_to(bundle) for p in bundle.rglob("*")) != listing:
                 raise AssertionError(f"case {case} left the bundle's files changed")

@@ -459,13 +459,27 @@ class CliZygote:
             self._proc = None
 
 
-# What `hlobundle serve` imports after the zygote's own (the serve extra's libraries among them):
-# a fork that runs a server starts from a zygote of the zygote that imported them too.
+# What `hlobundle serve` imports after the zygote's own (the serve extra's libraries among them,
+# and what uvicorn imports as it starts): a fork that runs a server starts from a zygote of the
+# zygote that imported them too (0.15 CPU-s a server where each fork imported these).
 _SERVER_MODULES = (
     "hlobundle._cli._commands",
     "hlobundle._serve._app",
     "hlobundle._serve._models",
     "hlobundle._serve._server",
+    "hlobundle._serve._shm_http",
+    "hlobundle._serve._uds",
+    "hlobundle._run._precision",
+    "jax.experimental.multihost_utils",
+    "jaxlib.mlir.dialects.mhlo",
+    "orjson",
+    "prometheus_client",
+    "starlette.applications",
+    "uvicorn.main",
+    "uvicorn.lifespan.on",
+    "uvicorn.loops.uvloop",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.protocols.websockets.auto",
 )
 
 
