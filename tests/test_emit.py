@@ -553,7 +553,10 @@ SYMBOLIC_CALLS = (
 )
 
 
-def _symbolic_bundle(tmp_path):
+@pytest.fixture(scope="module")
+def symbolic_bundle(tmp_path_factory):
+    """A 2.0 bundle (x's batch `b` symbolic), exported once for the tests that only read it."""
+
     def predict(w, x):
         return jnp.tanh(x @ w)
 
@@ -562,7 +565,7 @@ def _symbolic_bundle(tmp_path):
         predict,
         w,
         np.ones((4, 8), np.float32),
-        out=tmp_path / "sym",
+        out=tmp_path_factory.mktemp("symbolic") / "sym",
         roles={"w": "parameter"},
         shapes_specs=(None, "b, 8"),
     )
@@ -570,9 +573,9 @@ def _symbolic_bundle(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
+def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(symbolic_bundle, tmp_path):
     script = tmp_path / "run.py"
-    hlobundle.emit_script(_symbolic_bundle(tmp_path), script, backend="xla")
+    hlobundle.emit_script(symbolic_bundle, script, backend="xla")
     r = run_script(script)
     assert r.returncode == 0 and r.stdout.rstrip().endswith("ok"), r.stderr[-3000:]
     assert "result: float32['b', 3], max abs diff from expected 0" in r.stdout
@@ -584,8 +587,8 @@ def test_xla_script_of_a_symbolic_bundle_runs_any_fitting_shape(tmp_path):
     assert lines[2] == "argument x (#1): expected float32['b', 8], got float32[2, 7]"
 
 
-def test_emit_of_a_symbolic_bundle_refuses_enzyme_and_auto_chooses_xla(tmp_path):
-    bundle = _symbolic_bundle(tmp_path)
+def test_emit_of_a_symbolic_bundle_refuses_enzyme_and_auto_chooses_xla(symbolic_bundle, tmp_path):
+    bundle = symbolic_bundle
     with pytest.raises(hlobundle.InputError, match=r"symbolic shapes.*--backend xla"):
         hlobundle.emit_script(bundle, backend="enzyme")
     assert "BACKEND = 'xla'" in hlobundle.emit_script(bundle)

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,23 +40,34 @@ def assert_tree_equal(got, want, exact=False):
             )
 
 
+@pytest.fixture(scope="module")
+def lenet_bundle(tmp_path_factory):
+    """LeNet's bundle, exported once for the tests that only read it."""
+    out = tmp_path_factory.mktemp("lenet") / "b"
+    return hlobundle.load(
+        hlobundle.export(lenet5.lenet5, lenet5.init_params(), lenet5.example_images(), out=out)
+    )
+
+
+@pytest.fixture(scope="module")
+def native_lenet():
+    """LeNet's own result on its example images, once for every backend and test."""
+    return jax.jit(lenet5.lenet5)(lenet5.init_params(), lenet5.example_images())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_lenet_matches_native_jax(tmp_path, backend):
+def test_lenet_matches_native_jax(lenet_bundle, native_lenet, backend):
     params, images = lenet5.init_params(), lenet5.example_images()
-    fn = export(tmp_path, lenet5.lenet5, params, images).function(backend)
-    want = jax.jit(lenet5.lenet5)(params, images)
+    fn, want = lenet_bundle.function(backend), native_lenet
     assert_tree_equal(fn(params, images), want)  # the exported pytree structure
     assert_tree_equal(jax.jit(fn)(params, images), want)
     assert_tree_equal(jax.jit(lambda p, x: fn(p, x) * 2.0)(params, images), want * 2.0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_flat_positional_and_named_calls(tmp_path, backend, caplog):
-    params, images = lenet5.init_params(), lenet5.example_images()
-    bundle = export(tmp_path, lenet5.lenet5, params, images)
-    fn = bundle.function(backend)
-    stored = bundle.example_inputs()
-    want = jax.jit(lenet5.lenet5)(params, images)
+def test_flat_positional_and_named_calls(lenet_bundle, native_lenet, backend, caplog):
+    fn, want = lenet_bundle.function(backend), native_lenet
+    stored = lenet_bundle.example_inputs()
     with jax.log_compiles(True), caplog.at_level("WARNING"):
         assert_tree_equal(fn(*stored.values()), want)
         assert_tree_equal(fn(**stored), want)
@@ -97,14 +109,28 @@ def test_zero_d_arguments(tmp_path, backend):
     assert_tree_equal(fn(2.5, -3.0), jax.jit(f)(a, b))  # Python scalars for 0-d arguments
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(fn, *args) -> its bundle, exported once for both backends."""
+    done = {}
+
+    def of(fn, *args):
+        key = (fn, *((np.dtype(a.dtype).name, np.shape(a)) for a in args))
+        if key not in done:
+            done[key] = export(tmp_path_factory.mktemp(fn.__name__.strip("_")), fn, *args)
+        return done[key]
+
+    return of
+
+
 def _dtype_program(*xs):
     return tuple((x, jnp.flip(x, 0)) for x in xs)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_every_dtype(tmp_path, backend):
+def test_every_dtype(exported, backend):
     xs = [sample((3, 2), d, i) for i, d in enumerate(ALL_DTYPES)]
-    fn = export(tmp_path, _dtype_program, *xs).function(backend)
+    fn = exported(_dtype_program, *xs).function(backend)
     assert_tree_equal(fn(*xs), jax.jit(_dtype_program)(*xs), exact=True)
 
 
@@ -112,13 +138,14 @@ def test_every_dtype(tmp_path, backend):
 @pytest.mark.parametrize(
     "dtype", ["bool", "float16", "uint8", "int16", "uint16", "bfloat16", "complex128"]
 )
-def test_dtypes_through_arithmetic(tmp_path, backend, dtype):
-    def f(x):
-        return (~x, x & x) if x.dtype == jnp.bool_ else (x + x, x * x)
-
+def test_dtypes_through_arithmetic(exported, backend, dtype):
     x = sample((4,), dtype)
-    fn = export(tmp_path, f, x).function(backend)
-    assert_tree_equal(fn(x), jax.jit(f)(x), exact=True)
+    fn = exported(_arithmetic, x).function(backend)
+    assert_tree_equal(fn(x), jax.jit(_arithmetic)(x), exact=True)
+
+
+def _arithmetic(x):
+    return (~x, x & x) if x.dtype == jnp.bool_ else (x + x, x * x)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -144,14 +171,6 @@ def test_same_bundle_twice_in_one_jit(tmp_path, backend):
     (once,) = fn(x)
     (twice,) = jax.jit(lambda x: fn(fn(x)[0]))(x)
     np.testing.assert_array_equal(twice, once + 1)
-
-
-@pytest.fixture(scope="module")
-def lenet_bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("lenet") / "b"
-    return hlobundle.load(
-        hlobundle.export(lenet5.lenet5, lenet5.init_params(), lenet5.example_images(), out=out)
-    )
 
 
 @pytest.mark.parametrize(
@@ -266,9 +285,14 @@ def test_x64_off_gives_instructions(tmp_path):
         "try:\n    f(np.arange(2))\n"
         "except hlobundle.ConfigError as e:\n    print(e.code, e.message)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "X64_DISABLED this bundle has 64-bit values" in r.stdout, r.stderr
-    assert "jax.config.update('jax_enable_x64', True)" in r.stdout
+    # in a fork of the CLI zygote (jax imported, x64 never turned on), not a Python of its own
+    # that imports jax and hlobundle again (1.2 CPU-s)
+    forked = helpers.CLI_ZYGOTE.start(
+        source=code, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = forked.communicate(timeout=120)
+    assert "X64_DISABLED this bundle has 64-bit values" in out, err
+    assert "jax.config.update('jax_enable_x64', True)" in out
 
 
 @pytest.mark.slow

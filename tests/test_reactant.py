@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from helpers import FIXTURES, ROOT, needs_fixtures
@@ -37,7 +38,7 @@ def lux_lenet(x, w1, b1, w2, b2, d1, c1, d2, c2, d3, c3):
         "dense2": {"w": d2, "b": c2},
         "dense3": {"w": d3, "b": c3},
     }
-    return [np.asarray(lenet5.lenet5(params, x))]
+    return [np.asarray(jax.jit(lenet5.lenet5)(params, x))]  # eagerly, 0.9 CPU-s of op compiles
 
 
 def attractive_force(positions, masses, g=2.0):
@@ -170,10 +171,35 @@ TOLERANCE = {
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
+    """name -> the fixture's bundle, packed once for every backend and test that reads it."""
     root = tmp_path_factory.mktemp("fixtures")
-    return lambda name: hlobundle.load(
-        hlobundle.pack(FIXTURES / f"{name}.mlir", None, root / name, force=True)
-    )
+    done = {}
+
+    def of(name):
+        if name not in done:
+            done[name] = hlobundle.load(
+                hlobundle.pack(FIXTURES / f"{name}.mlir", None, root / name)
+            )
+        return done[name]
+
+    return of
+
+
+@pytest.fixture(scope="module")
+def case():
+    """name -> its inputs and its reference's results, once for every backend: the same inputs
+    whichever tests ran before (durbin is ill-conditioned)."""
+    done = {}
+
+    def of(name):
+        if name not in done:
+            make_inputs, reference = CASES[name]
+            RNG.bit_generator.state = np.random.default_rng(0).bit_generator.state
+            inputs = make_inputs()
+            done[name] = inputs, reference(*inputs)
+        return done[name]
+
+    return of
 
 
 # What IREE refuses among Reactant's modules, and why (SPEC.md 2.7).
@@ -190,8 +216,7 @@ IREE_OUT_OF_MEMORY = "06_reactant_docs_nbody_while_enzymexla_attrs"
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["enzyme", "xla", pytest.param("iree", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_fixture_runs_on_each_backend_and_matches_reference(packed, name, backend):
-    make_inputs, reference = CASES[name]
+def test_fixture_runs_on_each_backend_and_matches_reference(packed, case, name, backend):
     bundle = packed(name)
     if backend == "iree":
         from hlobundle._run import _backends
@@ -204,10 +229,7 @@ def test_fixture_runs_on_each_backend_and_matches_reference(packed, name, backen
             return
         if name == IREE_OUT_OF_MEMORY:
             pytest.skip("runs out of memory on IREE: test_iree_out_of_memory_is_a_coded_error")
-    # The same inputs on each backend, whichever tests ran before (durbin is ill-conditioned).
-    RNG.bit_generator.state = np.random.default_rng(0).bit_generator.state
-    inputs = make_inputs()
-    want = reference(*inputs)
+    inputs, want = case(name)
     tol = TOLERANCE.get(name, 1e-6)
     got = bundle.function(backend, devices=1).call_flat(*inputs)
     assert len(got) == len(want)

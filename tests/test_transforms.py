@@ -44,12 +44,11 @@ def loss(f):
 # jitted, each test names.
 @pytest.fixture(scope="module")
 def native_gradients(lenet):
-    """grad, value_and_grad of `loss`, and the pullback of ones at the images."""
+    """value_and_grad of `loss` by both arguments, and the pullback of ones at the images."""
     _, params, images = lenet
-    ones = jnp.ones_like(lenet5.lenet5(params, images))
+    ones = jnp.ones_like(jax.jit(lenet5.lenet5)(params, images))
     return (
-        jax.jit(jax.grad(loss(lenet5.lenet5), argnums=(0, 1)))(params, images),
-        jax.jit(jax.value_and_grad(loss(lenet5.lenet5)))(params, images),
+        jax.jit(jax.value_and_grad(loss(lenet5.lenet5), argnums=(0, 1)))(params, images),
         jax.jit(lambda x: jax.vjp(lambda x: lenet5.lenet5(params, x), x)[1](ones)[0])(images),
     )
 
@@ -59,12 +58,13 @@ def native_gradients(lenet):
 @pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_lenet_gradients_match_native(lenet, native_gradients, backend, jit):
     bundle, params, images = lenet
-    grad, value_and_grad, pulled_back = native_gradients
+    value_and_grad, pulled_back = native_gradients
     fn = bundle.function(backend)
     transform = jax.jit if jit else (lambda f: f)
-    assert_close(transform(jax.grad(loss(fn), argnums=(0, 1)))(params, images), grad)
-    value, grads = transform(jax.value_and_grad(loss(fn)))(params, images)
-    assert_close((value, grads), value_and_grad)
+    # jax.grad is value_and_grad without the value (jax/_src/api.py): one of them, by both
+    # arguments, is the same check as both were, for one trace and compile
+    got = transform(jax.value_and_grad(loss(fn), argnums=(0, 1)))(params, images)
+    assert_close(got, value_and_grad)
     out, pullback = jax.vjp(lambda x: fn(params, x), images)
     (ct,) = pullback(jnp.ones_like(out))
     assert_close(ct, pulled_back)
@@ -107,6 +107,42 @@ def _complex_fn(z, w):
     return jnp.abs(z * w + jnp.sin(z)).sum() ** 2
 
 
+def _key(fn, args):
+    return (fn, *((np.dtype(a.dtype).name, np.shape(a)) for a in args))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(fn, *args) -> its bundle with a backward module, exported once for every backend and
+    test that only reads it."""
+    done = {}
+
+    def of(fn, *args):
+        if _key(fn, args) not in done:
+            out = tmp_path_factory.mktemp(fn.__name__.strip("_")) / "b"
+            done[_key(fn, args)] = hlobundle.load(
+                hlobundle.export(fn, *args, out=out, with_vjp=True)
+            )
+        return done[_key(fn, args)]
+
+    return of
+
+
+@pytest.fixture(scope="module")
+def native_grad():
+    """(fn, *args) -> fn's own gradient by every argument, once for both backends, jitted
+    (native_gradients' note; a fori_loop's body is compiled again at each eager call)."""
+    done = {}
+
+    def of(fn, *args):
+        if _key(fn, args) not in done:
+            grad = jax.grad(fn, argnums=tuple(range(len(args))))
+            done[_key(fn, args)] = jax.jit(grad)(*args)
+        return done[_key(fn, args)]
+
+    return of
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("fn", "args"),
@@ -115,8 +151,8 @@ def _complex_fn(z, w):
         (_complex_fn, (sample((5,), "complex128", 3) / 8, sample((5,), "complex128", 4) / 8)),
     ],
 )
-def test_while_loop_and_complex_gradients(tmp_path, backend, fn, args):
-    bundle = hlobundle.load(hlobundle.export(fn, *args, out=tmp_path / "b", with_vjp=True))
+def test_while_loop_and_complex_gradients(exported, native_grad, backend, fn, args):
+    bundle = exported(fn, *args)
     assert "stablehlo.while" in bundle.module_text or fn is _complex_fn
     f = bundle.function(backend)
     if backend == "enzyme" and fn is _complex_fn:  # enzyme-ad 0.0.16 cannot; it must say so
@@ -128,7 +164,7 @@ def test_while_loop_and_complex_gradients(tmp_path, backend, fn, args):
         with pytest.raises(hlobundle.TransformError, match="through complex values"):
             jax.grad(jax.checkpoint(f))(*args)  # refused when compiled, not before tracing
         return
-    assert_close(jax.grad(f, argnums=(0, 1))(*args), jax.grad(fn, argnums=(0, 1))(*args))
+    assert_close(jax.grad(f, argnums=(0, 1))(*args), native_grad(fn, *args))
 
 
 @pytest.fixture(scope="module")
@@ -156,22 +192,27 @@ def test_vmap_jacrev_and_per_example_gradients(lenet, native_vmap, backend):
     batch, small, mapped, per_example_grads, jacobian = native_vmap
     fn = bundle.function(backend)
     assert_close(jax.vmap(lambda x: fn(params, x))(batch), mapped)
-    per_example = jax.vmap(jax.grad(loss(fn)), in_axes=(None, 0))
+    # The derivatives jitted: eagerly they run the same rules (the loop, a scan, is compiled
+    # whole either way), and JAX compiled each operation around it alone (1 CPU-s)
+    per_example = jax.jit(jax.vmap(jax.grad(loss(fn)), in_axes=(None, 0)))
     assert_close(per_example(params, batch), per_example_grads)
-    jac = jax.jacrev(lambda b: fn(params, small + b[0]).sum(-1))(jnp.zeros((1,), np.float32))
-    assert_close(jac, jacobian, rtol=1e-4)
+    jacrev = jax.jit(jax.jacrev(lambda b: fn(params, small + b[0]).sum(-1)))
+    assert_close(jacrev(jnp.zeros((1,), np.float32)), jacobian, rtol=1e-4)
 
 
 def _mlp(w, x):
     return jnp.tanh(x @ w).sum(-1)
 
 
+# _mlp's arguments in the tests that share its bundle (`exported`: enzyme's forward mode needs
+# no backward module, and finds the one there unused)
+W, X = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_hessian_of_a_small_function(tmp_path, backend):
-    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
-    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b", with_vjp=True)).function(
-        backend
-    )
+def test_hessian_of_a_small_function(exported, backend):
+    w, x = W, X
+    fn = exported(_mlp, w, x).function(backend)
     with pytest.raises(
         hlobundle.TransformError, match="second-order differentiation .* is not supported"
     ):
@@ -179,9 +220,9 @@ def test_hessian_of_a_small_function(tmp_path, backend):
 
 
 @needs_enzyme
-def test_jvp_where_enzyme_can(tmp_path):
-    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
-    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b")).function("enzyme")
+def test_jvp_where_enzyme_can(exported):
+    w, x = W, X
+    fn = exported(_mlp, w, x).function("enzyme")
     tangent = jnp.ones_like(x)
     assert_close(
         jax.jvp(lambda x: fn(w, x), (x,), (tangent,)),
@@ -264,6 +305,11 @@ def test_xla_without_backward_module_says_how_to_get_one(tmp_path):
         jax.grad(lambda w: fn(w, x)[0].sum())(w)  # a packed module returns a tuple
 
 
+def _dtype_fn(x, y):
+    z = x * y + x * x
+    return (z.real if jnp.iscomplexobj(z) else z).astype(jnp.float32).sum()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "dtype",
@@ -278,18 +324,9 @@ def test_xla_without_backward_module_says_how_to_get_one(tmp_path):
         "float8_e5m2",
     ],
 )
-def test_dtype_matrix_backward(tmp_path, backend, dtype):
-    def f(x, y):
-        return (
-            (x * y + x * x).real.astype(jnp.float32).sum()
-            if "complex" in dtype
-            else (x * y + x * x).astype(jnp.float32).sum()
-        )
-
+def test_dtype_matrix_backward(exported, native_grad, backend, dtype):
     x, y = sample((3,), dtype, 1), sample((3,), dtype, 2)
-    fn = hlobundle.load(hlobundle.export(f, x, y, out=tmp_path / "b", with_vjp=True)).function(
-        backend
-    )
+    fn = exported(_dtype_fn, x, y).function(backend)
     if backend == "enzyme" and ("complex" in dtype or "float8" in dtype):
         # enzyme-ad 0.0.16 emits invalid IR (complex) or crashes (float8): refused, with why
         with pytest.raises(
@@ -301,7 +338,7 @@ def test_dtype_matrix_backward(tmp_path, backend, dtype):
         ):
             jax.grad(jax.checkpoint(fn))(x, y)
         return
-    got, want = jax.grad(fn, argnums=(0, 1))(x, y), jax.grad(f, argnums=(0, 1))(x, y)
+    got, want = jax.grad(fn, argnums=(0, 1))(x, y), native_grad(_dtype_fn, x, y)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_allclose(
@@ -389,11 +426,9 @@ def native_checkpointed(lenet):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_checkpointed_scan_body(tmp_path, backend):
+def test_checkpointed_scan_body(exported, backend):
     w, x = sample((3, 3), "float32", 1) / 4, sample((4, 3), "float32", 2) / 4
-    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b", with_vjp=True)).function(
-        backend
-    )
+    fn = exported(_mlp, w, x).function(backend)
 
     def unrolled(f):
         def step(w, _):
@@ -405,9 +440,9 @@ def test_checkpointed_scan_body(tmp_path, backend):
 
 
 @needs_enzyme
-def test_linearize_on_enzyme(tmp_path):
-    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
-    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b")).function("enzyme")
+def test_linearize_on_enzyme(exported):
+    w, x = W, X
+    fn = exported(_mlp, w, x).function("enzyme")
     out, linear = jax.linearize(lambda w: fn(w, x), w)
     want_out, want_linear = jax.linearize(lambda w: _mlp(w, x), w)
     assert_close(
@@ -416,13 +451,11 @@ def test_linearize_on_enzyme(tmp_path):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_checkpoint_with_an_undifferentiated_call(tmp_path, backend):
+def test_checkpoint_with_an_undifferentiated_call(exported, backend):
     # The call's inputs are all constants of the derivative: the policy decides whether its
     # result is saved or recomputed in the backward pass; both must give the same gradient.
-    w, x = sample((3, 2), "float32", 1) / 8, sample((4, 3), "float32", 2) / 8
-    fn = hlobundle.load(hlobundle.export(_mlp, w, x, out=tmp_path / "b", with_vjp=True)).function(
-        backend
-    )
+    w, x = W, X
+    fn = exported(_mlp, w, x).function(backend)
     want = jax.grad(lambda s: (s * _mlp(w, x)).sum())(2.0)
     for policy in (
         jax.checkpoint_policies.nothing_saveable,
