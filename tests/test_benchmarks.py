@@ -201,6 +201,7 @@ def test_threads_run_each_client_and_sum_what_they_return():
 
 
 # The clients' connections stay open until collected, as in the benchmark.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_the_shared_memory_load_reads_each_answer_out_of_its_own_cleared_region(where, monkeypatch):
     images = np.ones((4, 1, 28, 28), np.float32)

@@ -121,6 +121,7 @@ def bundles(tmp_path_factory):
         *[(name, "xla") for name in ["lenet", "dtypes", "zero_args", "scalars", "no_inputs"]],
     ],
 )
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_emitted_script_runs(bundles, tmp_path, name, backend):
     script = tmp_path / "scripts" / "run.py"

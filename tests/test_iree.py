@@ -319,6 +319,7 @@ def twins(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_the_compile_cache_is_used_the_second_time(tmp_path, monkeypatch, twins):
     # A cache of its own, empty: the module's shared one may hold this program already.
     monkeypatch.setenv("HLOBUNDLE_CACHE_DIR", str(tmp_path / "cache"))
@@ -480,6 +481,7 @@ def test_iree_options_are_checked():
         )
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_iree_path_imports_no_jax(compiled):
     code = (

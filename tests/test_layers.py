@@ -885,6 +885,7 @@ def test_scripts_run_alone_import_nothing_of_the_package():
     assert _reaching_the_package(_modules()) == []
 
 
+@pytest.mark.slow
 def test_the_script_guard_fails_on_each_way_a_script_reaches_the_package():
     real = {name: (source, pkg) for name, source, pkg in _modules()}
     iree = "hlobundle._run._backends._iree_compile"

@@ -327,6 +327,7 @@ def test_a_manifest_naming_a_file_outside_the_bundle_fetches_nothing_of_it(bundl
         s.close()
 
 
+@pytest.mark.slow
 def test_a_signed_bundle_over_https_needs_its_key(bundle, tmp_path):
     import shutil
 

@@ -1389,6 +1389,7 @@ def _said(proc: helpers.Forked, word: str) -> None:
         assert proc.poll() is None, f"the server stopped before it said {word!r}"
 
 
+@pytest.mark.slow
 def test_pinned_sizes_compile_at_start_up_and_others_are_refused(functions):
     models = load_models([functions], backend="xla", sizes={"b": [1, 4]})
     served = models["fns.predict"]
@@ -1501,6 +1502,7 @@ def test_a_one_function_symbolic_bundle_is_served_under_its_plain_name(tmp_path,
     assert ready == {"m": 200, "m.predict": 200}
 
 
+@pytest.mark.slow
 def test_joined_requests_run_only_at_the_sizes_pinned(functions):
     """Attack: `--sizes b=1,2` says requests never compile; three concurrent requests of one
     row each, joined along `b`, made a call of 3 rows, which compiled a shape not pinned (and,

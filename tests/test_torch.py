@@ -749,6 +749,7 @@ def test_an_operator_of_the_table_computes_what_torch_s_own_does(case, table_res
         np.testing.assert_allclose(g, room.to_numpy(w).astype(g.dtype), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [7, None, "a", 2.5], ids=["int", "none", "str", "float"])
 def test_a_forward_that_returns_a_non_tensor_is_a_coded_error(tmp_path, extra):
     # before: an AttributeError ("'int' object has no attribute 'detach'") out of to_numpy

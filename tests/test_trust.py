@@ -382,6 +382,7 @@ def test_a_file_replaced_after_load_is_not_used(add_bundle, tmp_path):
     np.testing.assert_array_equal(bundle.tensor("x"), before)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_verified_in_memory_tensors_survive_truncation(add_bundle):
     # With verify=True tensors come from private memory whose sha256 was checked: a file
