@@ -55,7 +55,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + _FLAGS).strip()
 
 def pytest_configure(config):
     """jax, set up for the tests, in each process that runs them (before its collection): not
-    in the one that only starts `-n 2`'s workers and hands them tests, whose import of jax
+    in the one that only starts `-n 3`'s workers and hands them tests, whose import of jax
     (0.7 s) held back their start."""
     if not _starts_workers(config):
         _set_up_jax()
@@ -83,9 +83,9 @@ def _set_up_jax() -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked slow run first, so that with `-n 2` the longest start early and the others
+    """Tests marked slow run first, so that with `-n 3` the longest start early and the others
     fill in beside them (pyproject.toml's `--dist worksteal` splits the list between the
-    workers, and a worker that runs dry takes half of what the other has left); a long test
+    workers, and a worker that runs dry takes half of what the busiest has left); a long test
     left to the end would keep one worker busy while the other idles.
 
     Where enzyme-ad is not installed (it has wheels for Python 3.11 only), every test run on
