@@ -897,8 +897,10 @@ def test_silent_and_slow_clients_are_cut_off(divides_models):
         open_, answers, closed = set(clients), {}, {}
         # Each is closed at its deadline, not at some multiple of it: the silent ones and the
         # slow headers 1 s after they connected (the read timeout), the slow bodies at 2 s (the
-        # read timeout for the headers, and again for the body); 3 s at most here.
-        while open_ and time.monotonic() < started + 3:
+        # read timeout for the headers, and again for the body); 3.5 s at most here. The bounds
+        # leave 0.9 s for this test's own turn on a busy machine (three test processes on two
+        # cores had it see a slow body closed at 2.77 s), below the next multiple of each.
+        while open_ and time.monotonic() < started + 3.5:
             for s in headers + bodies:
                 if s in open_:
                     with contextlib.suppress(OSError):
@@ -913,13 +915,17 @@ def test_silent_and_slow_clients_are_cut_off(divides_models):
                     open_.discard(s)
                     closed[s] = time.monotonic() - started
             assert _live(port) == 200  # the others are served meanwhile
-        assert not open_, f"{len(open_)} of 50 connections are still open after 3 s"
-        assert min(closed.values()) >= 0.9, "a connection was closed before its deadline"
-        assert max(closed[s] for s in clients[:35]) < 1.6, "silent or slow headers kept too long"
-        assert max(closed[s] for s in bodies) < 2.6, "slow bodies kept too long"
-        assert all(answers.get(s, b"").startswith(b"HTTP/1.1 408") for s in bodies)
-        for s in clients:
-            s.close()
+        try:
+            assert not open_, f"{len(open_)} of 50 connections are still open after 3.5 s"
+            assert min(closed.values()) >= 0.9, "a connection was closed before its deadline"
+            assert max(closed[s] for s in clients[:35]) < 1.9, (
+                "silent or slow headers kept too long"
+            )
+            assert max(closed[s] for s in bodies) < 2.9, "slow bodies kept too long"
+            assert all(answers.get(s, b"").startswith(b"HTTP/1.1 408") for s in bodies)
+        finally:  # a failure here is this test's alone: no socket left for the collector
+            for s in clients:
+                s.close()
 
 
 def test_connections_over_the_cap_are_answered_503(divides_models):
