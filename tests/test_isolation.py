@@ -671,3 +671,33 @@ def test_a_fork_that_kills_or_stops_its_server_gets_a_server_error(tmp_path, mon
         with pytest.raises(_fork_servers.ServerError, match="fork server for child.py"):
             _run(script, sig.encode(), timeout=0.5)
         assert _run(script).status == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "line", "code"),
+    [
+        # the dynamic loader's own end when a fork past its limit loads a module's thread-local
+        # data: `_dl_fatal_printf`, exit status 127 (seen once in the suite: MLIR_INVALID)
+        (127, b"cannot allocate memory for thread-local data: ABORT\n", "LIMIT_EXCEEDED"),
+        (
+            -6,
+            b"terminate called after throwing an instance of 'std::bad_alloc'\n",
+            "LIMIT_EXCEEDED",
+        ),
+        # an artifact's own refusal that merely says the words stays the artifact's
+        (1, b"error: cannot allocate memory for thread-local data\n", "MLIR_INVALID"),
+    ],
+)
+def test_a_child_that_ends_for_want_of_memory_is_a_limit_error(monkeypatch, status, line, code):
+    from hlobundle._parse import _children
+    from hlobundle.errors import HloBundleError
+
+    def ended(script, args, data, *, timeout, max_output):
+        return _child.Done(status, b"", line, False, False)
+
+    monkeypatch.setattr(_child, "run", ended)
+    with pytest.raises(HloBundleError) as e:
+        _children.run_child(
+            ROOT / "child.py", [], b"x", path="m.mlirbc", what="the artifact", max_output=1 << 20
+        )
+    assert e.value.code == code

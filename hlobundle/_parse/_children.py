@@ -15,9 +15,15 @@ from .._isolation import _child, _fork_servers
 _SIGNALS = frozenset(s.value for s in signal.Signals)  # real-time signals have no name
 # A child past its address-space limit: the child scripts' own exit status (they import nothing
 # of the package) for what Python sees;
-# an abort with what MLIR or the C++ runtime says when an allocation or a thread fails.
+# an abort with what MLIR or the C++ runtime says when an allocation or a thread fails; the
+# dynamic loader's own exit (`_dl_fatal_printf`: status 127) when it cannot allocate a module's
+# thread-local data.
 OUT_OF_MEMORY = 5
-_ALLOCATION_FAILED = re.compile(r"out of memory|bad_alloc|pthread_create failed|allocation failed")
+_LOADER_FATAL = 127
+_ALLOCATION_FAILED = re.compile(
+    r"out of memory|bad_alloc|pthread_create failed|allocation failed"
+    r"|cannot allocate memory for thread-local data"
+)
 
 
 def run_child(
@@ -58,7 +64,8 @@ def run_child(
             "and security')",
             path=path,
         )
-    if done.status == OUT_OF_MEMORY or (done.status < 0 and _ALLOCATION_FAILED.search(why)):
+    ended = done.status < 0 or done.status == _LOADER_FATAL
+    if done.status == OUT_OF_MEMORY or (ended and _ALLOCATION_FAILED.search(why)):
         raise LimitError(
             f"{path}: {what} needs more memory than a child process reading {len(data)} bytes "
             f"may take ({_limits.child_allowance(len(data)) >> 20} MiB beyond what it holds at "
