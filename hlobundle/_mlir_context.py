@@ -10,12 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 
-def new_context(*, allow_unregistered: bool = False) -> Any:
-    """A context with the dialects JAX registers (func, stablehlo, chlo, sdy, mhlo...)."""
+def bindings() -> tuple[Any, ...]:
+    """The modules of MLIR's bindings a context is built from: (ir, _jax_mlir_ext, chlo, mhlo,
+    sdy, stablehlo). A fork server imports them once before it forks (`preload`)."""
     from jaxlib.mlir import ir
     from jaxlib.mlir._mlir_libs import _jax_mlir_ext
     from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
 
+    return ir, _jax_mlir_ext, chlo, mhlo, sdy, stablehlo
+
+
+def new_context(*, allow_unregistered: bool = False) -> Any:
+    """A context with the dialects JAX registers (func, stablehlo, chlo, sdy, mhlo...)."""
+    ir, _jax_mlir_ext, chlo, mhlo, sdy, stablehlo = bindings()
     registry = ir.DialectRegistry()
     _jax_mlir_ext.register_dialects(registry)
     ctx = ir.Context()

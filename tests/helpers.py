@@ -104,6 +104,21 @@ def pack_identity(tmp_path: Path, *arrays: np.ndarray, name: str = "b", **kwargs
     return hlobundle.pack(identity_module(*arrays), list(arrays), tmp_path / name, **kwargs)
 
 
+def once_per_program(make: Any) -> Any:
+    """`make(fn, *args)`, made once for each function and its arguments' dtypes and shapes:
+    what a module fixture builds once (a bundle, a reference) for every backend and test that
+    only reads it."""
+    done: dict[tuple[Any, ...], Any] = {}
+
+    def of(fn: Any, *args: Any) -> Any:
+        key = (fn, *((np.dtype(a.dtype).name, np.shape(a)) for a in args))
+        if key not in done:
+            done[key] = make(fn, *args)
+        return done[key]
+
+    return of
+
+
 def small_bundle(tmp_path: Path, name: str = "b") -> Path:
     """A two-argument, one-result bundle: y = relu(x @ w)."""
     x = sample((4, 3), "float32", 1)

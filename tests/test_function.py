@@ -112,15 +112,9 @@ def test_zero_d_arguments(tmp_path, backend):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(fn, *args) -> its bundle, exported once for both backends."""
-    done = {}
-
-    def of(fn, *args):
-        key = (fn, *((np.dtype(a.dtype).name, np.shape(a)) for a in args))
-        if key not in done:
-            done[key] = export(tmp_path_factory.mktemp(fn.__name__.strip("_")), fn, *args)
-        return done[key]
-
-    return of
+    return helpers.once_per_program(
+        lambda fn, *args: export(tmp_path_factory.mktemp(fn.__name__.strip("_")), fn, *args)
+    )
 
 
 def _dtype_program(*xs):

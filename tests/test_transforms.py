@@ -107,40 +107,25 @@ def _complex_fn(z, w):
     return jnp.abs(z * w + jnp.sin(z)).sum() ** 2
 
 
-def _key(fn, args):
-    return (fn, *((np.dtype(a.dtype).name, np.shape(a)) for a in args))
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(fn, *args) -> its bundle with a backward module, exported once for every backend and
     test that only reads it."""
-    done = {}
 
-    def of(fn, *args):
-        if _key(fn, args) not in done:
-            out = tmp_path_factory.mktemp(fn.__name__.strip("_")) / "b"
-            done[_key(fn, args)] = hlobundle.load(
-                hlobundle.export(fn, *args, out=out, with_vjp=True)
-            )
-        return done[_key(fn, args)]
+    def export(fn, *args):
+        out = tmp_path_factory.mktemp(fn.__name__.strip("_")) / "b"
+        return hlobundle.load(hlobundle.export(fn, *args, out=out, with_vjp=True))
 
-    return of
+    return helpers.once_per_program(export)
 
 
 @pytest.fixture(scope="module")
 def native_grad():
     """(fn, *args) -> fn's own gradient by every argument, once for both backends, jitted
     (native_gradients' note; a fori_loop's body is compiled again at each eager call)."""
-    done = {}
-
-    def of(fn, *args):
-        if _key(fn, args) not in done:
-            grad = jax.grad(fn, argnums=tuple(range(len(args))))
-            done[_key(fn, args)] = jax.jit(grad)(*args)
-        return done[_key(fn, args)]
-
-    return of
+    return helpers.once_per_program(
+        lambda fn, *args: jax.jit(jax.grad(fn, argnums=tuple(range(len(args)))))(*args)
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
